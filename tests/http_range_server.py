@@ -1,0 +1,78 @@
+"""A loopback HTTP server that honours ``Range`` requests (Python's ``http.server`` ignores them).
+
+Used to test remote reads for real: TensorStore's http kvstore issues range and suffix requests
+exactly as it would against a bucket. Serves a directory on 127.0.0.1, counts requests and bytes.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import threading
+from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+_RANGE = re.compile(r"bytes=(\d*)-(\d*)$")
+
+
+class RangeServer:
+    """Serve ``root`` at ``self.url`` until :meth:`close`; ``self.requests`` lists (path, range)."""
+
+    def __init__(self, root: str | os.PathLike[str]) -> None:
+        self.root = Path(root)
+        self.requests: list[tuple[str, str | None]] = []
+        self.bytes_sent = 0
+        server = self
+
+        class Handler(SimpleHTTPRequestHandler):
+            def __init__(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+                super().__init__(*args, directory=str(server.root), **kwargs)
+
+            def log_message(self, format, *args):  # type: ignore[no-untyped-def]  # noqa: A002
+                pass
+
+            def do_GET(self) -> None:  # noqa: N802
+                rng = self.headers.get("Range")
+                server.requests.append((self.path, rng))
+                path = Path(self.translate_path(self.path))
+                if not path.is_file():
+                    self.send_error(404)
+                    return
+                data = path.read_bytes()
+                size = len(data)
+                if rng is None:
+                    body, status = data, 200
+                else:
+                    m = _RANGE.match(rng.strip())
+                    if not m:
+                        self.send_error(416)
+                        return
+                    a, b = m.groups()
+                    if a == "":
+                        start, end = max(0, size - int(b)), size
+                    else:
+                        start = int(a)
+                        end = min(size, int(b) + 1) if b else size
+                    if start >= size and size > 0:
+                        self.send_response(416)
+                        self.send_header("Content-Range", f"bytes */{size}")
+                        self.end_headers()
+                        return
+                    body, status = data[start:end], 206
+                self.send_response(status)
+                if status == 206:
+                    self.send_header("Content-Range", f"bytes {start}-{max(start, end - 1)}/{size}")
+                self.send_header("Content-Length", str(len(body)))
+                self.send_header("Accept-Ranges", "bytes")
+                self.end_headers()
+                self.wfile.write(body)
+                server.bytes_sent += len(body)
+
+        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self._httpd.server_address[1]}/"
+        self._thread = threading.Thread(target=self._httpd.serve_forever, daemon=True)
+        self._thread.start()
+
+    def close(self) -> None:
+        self._httpd.shutdown()
+        self._httpd.server_close()
