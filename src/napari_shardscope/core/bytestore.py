@@ -66,6 +66,11 @@ class ByteStore(Protocol):
         """Bytes and requests served so far."""
         ...
 
+    @property
+    def cheap_size(self) -> bool:
+        """Whether :meth:`size` is a metadata call (a stat) rather than a read of the whole value."""
+        ...
+
     def read(self, key: str) -> bytes | None:
         """The whole value of ``key``, or ``None`` when it does not exist."""
         ...
@@ -115,6 +120,10 @@ class LocalByteStore:
     @property
     def url(self) -> str:
         return str(self.root)
+
+    @property
+    def cheap_size(self) -> bool:
+        return True
 
     @property
     def stats(self) -> ReadStats:
@@ -252,6 +261,10 @@ class TensorStoreByteStore:
     @property
     def url(self) -> str:
         return self._spec if isinstance(self._spec, str) else str(self._kv.url)
+
+    @property
+    def cheap_size(self) -> bool:
+        return False
 
     @property
     def stats(self) -> ReadStats:

@@ -1,0 +1,211 @@
+"""Shard index and minishard index: the two-level index of a precomputed shard file.
+
+Shard file layout (spec, "Shard index format" / "Minishard index format"):
+
+* bytes ``[0, 16 * 2**minishard_bits)``: the *shard index*, one ``(start, end)`` uint64le pair
+  per minishard, relative to ``shard_index_end``, locating that minishard's encoded index;
+* each *minishard index* decodes (``minishard_index_encoding``) to a ``[3, n]`` uint64le array:
+  delta-encoded chunk ids, delta-encoded data offsets (relative to the end of the previous chunk,
+  the first relative to ``shard_index_end``) and data sizes.
+
+Decoding checks everything that makes an index unusable (length, ranges past the file, offsets
+that overflow) and names the file and byte offset; ``validate`` adds the softer checks.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from napari_shardscope.core.encoding import decode_bytes, encode_bytes
+from napari_shardscope.core.errors import ArgumentError, IndexDecodeError
+from napari_shardscope.core.precomputed.sharding import ShardingSpec
+
+U64 = npt.NDArray[np.uint64]
+
+
+@dataclass(frozen=True, eq=False)
+class ShardIndex:
+    """Decoded shard index: absolute ``[start, end)`` of each minishard index in the shard file."""
+
+    starts: U64
+    ends: U64
+
+    def minishard_range(self, minishard: int) -> tuple[int, int]:
+        return int(self.starts[minishard]), int(self.ends[minishard])
+
+    def nonempty_minishards(self) -> npt.NDArray[np.int64]:
+        return np.flatnonzero(self.ends > self.starts)
+
+
+@dataclass(frozen=True, eq=False)
+class MinishardIndex:
+    """Decoded minishard index: chunk ids and absolute ``[start, end)`` of their data."""
+
+    chunk_ids: U64
+    starts: U64
+    ends: U64
+
+    def __len__(self) -> int:
+        return int(self.chunk_ids.size)
+
+    @property
+    def sizes(self) -> U64:
+        return self.ends - self.starts
+
+    def find(self, chunk_id: int) -> int | None:
+        """Position of ``chunk_id`` in the index (ids are sorted when written to spec), or ``None``."""
+        ids = self.chunk_ids
+        i = int(np.searchsorted(ids, np.uint64(chunk_id)))
+        if i < ids.size and int(ids[i]) == chunk_id:
+            return i
+        # Tolerate unsorted indexes written by other tools: fall back to a scan.
+        hits = np.flatnonzero(ids == np.uint64(chunk_id))
+        return int(hits[0]) if hits.size else None
+
+
+def decode_shard_index(data: bytes, spec: ShardingSpec, *, key: str, file_size: int | None = None) -> ShardIndex:
+    """Decode the fixed-size shard index at the head of a shard file.
+
+    Parameters
+    ----------
+    data
+        The first ``spec.shard_index_size`` bytes of the shard file (fewer means truncated).
+    spec
+        The sharding spec (gives the number of minishards).
+    key
+        The shard file, for error messages.
+    file_size
+        When known, ranges reaching past it are reported as errors.
+    """
+    size = spec.shard_index_size
+    if len(data) < size:
+        raise IndexDecodeError(
+            f"shard index truncated: {len(data)} of {size} bytes", key=key, offset=len(data)
+        )
+    pairs = np.frombuffer(data, dtype="<u8", count=2 * spec.num_minishards).reshape(-1, 2).astype(np.uint64)
+    rel_start, rel_end = pairs[:, 0], pairs[:, 1]
+    bad = np.flatnonzero(rel_end < rel_start)
+    if bad.size:
+        m = int(bad[0])
+        raise IndexDecodeError(
+            f"minishard {m} index range ends before it starts ({int(rel_start[m])} > {int(rel_end[m])})",
+            key=key, offset=16 * m,
+        )
+    limit = np.uint64((1 << 64) - 1 - size)
+    over = np.flatnonzero(rel_end > limit)
+    if over.size:
+        m = int(over[0])
+        raise IndexDecodeError(f"minishard {m} index offset {int(rel_end[m])} overflows", key=key, offset=16 * m)
+    starts = rel_start + np.uint64(size)
+    ends = rel_end + np.uint64(size)
+    if file_size is not None:
+        past = np.flatnonzero((ends > np.uint64(file_size)) & (ends > starts))
+        if past.size:
+            m = int(past[0])
+            raise IndexDecodeError(
+                f"minishard {m} index range [{int(starts[m])}, {int(ends[m])}) runs past the end of the "
+                f"{file_size}-byte file", key=key, offset=16 * m,
+            )
+    return ShardIndex(starts, ends)
+
+
+def encode_shard_index(spec: ShardingSpec, starts: npt.ArrayLike, ends: npt.ArrayLike) -> bytes:
+    """Encode absolute minishard-index ranges as a shard index (inverse of :func:`decode_shard_index`)."""
+    s = np.asarray(starts, dtype=np.uint64)
+    e = np.asarray(ends, dtype=np.uint64)
+    if s.shape != (spec.num_minishards,) or e.shape != s.shape:
+        raise ArgumentError(f"need {spec.num_minishards} start/end pairs, got {s.shape} and {e.shape}")
+    base = np.uint64(spec.shard_index_size)
+    empty = e == s
+    if np.any(~empty & ((s < base) | (e < s))):
+        raise ArgumentError("minishard index ranges must lie after the shard index and not be reversed")
+    rel_s = np.where(empty, np.uint64(0), s - base)
+    rel_e = np.where(empty, np.uint64(0), e - base)
+    return np.stack([rel_s, rel_e], axis=1).astype("<u8").tobytes()
+
+
+def decode_minishard_index(
+    data: bytes, spec: ShardingSpec, *, key: str, offset: int, file_size: int | None = None
+) -> MinishardIndex:
+    """Decode one (encoded) minishard index.
+
+    Parameters
+    ----------
+    data
+        The encoded bytes, as stored at ``offset`` in the shard file.
+    spec
+        Gives ``minishard_index_encoding`` and ``shard_index_end``.
+    key, offset
+        Where the bytes are stored, for error messages.
+    file_size
+        When known, chunk ranges past it are reported.
+    """
+    raw = decode_bytes(data, spec.minishard_index_encoding, key=key, offset=offset)
+    if len(raw) % 24:
+        raise IndexDecodeError(
+            f"minishard index decodes to {len(raw)} bytes, not a multiple of 24", key=key, offset=offset
+        )
+    n = len(raw) // 24
+    arr = np.frombuffer(raw, dtype="<u8").reshape(3, n).astype(np.uint64)
+    with np.errstate(over="ignore"):
+        ids = np.cumsum(arr[0], dtype=np.uint64)
+        # start_i = base + sum(delta[:i+1]) + sum(size[:i])
+        steps = arr[1].copy()
+        steps[1:] += arr[2][:-1]
+        starts = np.cumsum(steps, dtype=np.uint64) + np.uint64(spec.shard_index_size)
+        ends = starts + arr[2]
+    if n:
+        _check_no_overflow(arr, starts, ends, spec, key=key, offset=offset)
+    if file_size is not None and n:
+        past = np.flatnonzero(ends > np.uint64(file_size))
+        if past.size:
+            i = int(past[0])
+            raise IndexDecodeError(
+                f"chunk {int(ids[i])} data [{int(starts[i])}, {int(ends[i])}) runs past the end of the "
+                f"{file_size}-byte file", key=key, offset=offset,
+            )
+    return MinishardIndex(ids, starts, ends)
+
+
+def _check_no_overflow(arr: U64, starts: U64, ends: U64, spec: ShardingSpec, *, key: str, offset: int) -> None:
+    """Data offsets are sums of non-negative terms: a decrease means one wrapped past 2**64.
+
+    (Chunk ids are summed modulo 2**64 like every reader does; unsorted ids are a ``validate``
+    finding, not a decoding failure.)
+    """
+    if int(arr[1][0]) + spec.shard_index_size >= 1 << 64:
+        raise IndexDecodeError("chunk data offset at entry 0 overflows uint64", key=key, offset=offset)
+    prev_end = np.concatenate([starts[:1], ends[:-1]])
+    wrapped = np.flatnonzero((starts < prev_end) | (ends < starts))
+    if wrapped.size:
+        raise IndexDecodeError(
+            f"chunk data offset at entry {int(wrapped[0])} overflows uint64", key=key, offset=offset
+        )
+
+
+def encode_minishard_index(spec: ShardingSpec, chunk_ids: npt.ArrayLike, starts: npt.ArrayLike,
+                           ends: npt.ArrayLike) -> bytes:
+    """Encode a minishard index (then ``minishard_index_encoding``); inverse of the decoder.
+
+    Entries must be in storage order with non-decreasing starts (each chunk after the previous
+    one's end), as the delta encoding of offsets requires; ids must be strictly increasing.
+    """
+    ids = np.asarray(chunk_ids, dtype=np.uint64)
+    s = np.asarray(starts, dtype=np.uint64)
+    e = np.asarray(ends, dtype=np.uint64)
+    if not ids.shape == s.shape == e.shape or ids.ndim != 1:
+        raise ArgumentError("chunk_ids, starts and ends must be 1-D arrays of one length")
+    if ids.size:
+        if np.any(ids[1:] <= ids[:-1]):
+            raise ArgumentError("chunk ids of a minishard must be strictly increasing")
+        if np.any(e < s) or int(s[0]) < spec.shard_index_size or np.any(s[1:] < e[:-1]):
+            raise ArgumentError("chunk data must follow the shard index, in order and without overlap")
+    arr = np.empty((3, ids.size), dtype="<u8")
+    arr[0] = np.diff(ids, prepend=np.uint64(0))
+    prev_end = np.concatenate([[np.uint64(spec.shard_index_size)], e[:-1]]).astype(np.uint64)
+    arr[1] = s - prev_end
+    arr[2] = e - s
+    return encode_bytes(arr.tobytes(), spec.minishard_index_encoding)

@@ -1,0 +1,325 @@
+"""Locate, list and read chunks of a sharded precomputed directory through a byte store.
+
+A lookup costs at most two small range reads (shard index, minishard index), both cached, and one
+read of the chunk's own bytes; whole shard files are never read to find something. Both layouts of
+the spec are read: the current ``<shard>.shard`` and the obsolete ``<shard>.index`` +
+``<shard>.data`` pair, which is the same bytes split after the shard index.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Hashable, Iterator
+from dataclasses import dataclass
+from typing import Any, Generic, Literal, TypeVar
+
+import numpy as np
+import numpy.typing as npt
+
+from napari_shardscope.core.bytestore import ByteStore, join_key
+from napari_shardscope.core.encoding import decode_bytes
+from napari_shardscope.core.errors import ArgumentError, IndexDecodeError
+from napari_shardscope.core.precomputed.shard_index import (
+    MinishardIndex,
+    ShardIndex,
+    decode_minishard_index,
+    decode_shard_index,
+)
+from napari_shardscope.core.precomputed.sharding import ShardingSpec, assign_chunk_ids, format_shard_name
+
+K = TypeVar("K", bound=Hashable)
+V = TypeVar("V")
+
+Layout = Literal["shard", "index+data"]
+
+
+class LruCache(Generic[K, V]):
+    """A small thread-safe LRU map; index entries are tiny and re-read constantly by viewers."""
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = capacity
+        self._data: OrderedDict[K, V] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get_or_load(self, key: K, load: Callable[[], V]) -> V:
+        with self._lock:
+            if key in self._data:
+                self._data.move_to_end(key)
+                return self._data[key]
+        value = load()
+        with self._lock:
+            self._data[key] = value
+            self._data.move_to_end(key)
+            while len(self._data) > self.capacity:
+                self._data.popitem(last=False)
+        return value
+
+    def clear(self) -> None:
+        with self._lock:
+            self._data.clear()
+
+
+@dataclass(frozen=True)
+class ShardFile:
+    """Where a shard's bytes live: one ``.shard`` file, or the obsolete ``.index`` + ``.data`` pair."""
+
+    shard: int
+    layout: Layout
+    key: str  # the .shard file, or the .index file
+    data_key: str | None = None  # the .data file of the obsolete layout
+    size: int | None = None  # total logical size (index + data), when known
+    head: bytes | None = None  # the shard index bytes, when the existence probe already read them
+
+    @property
+    def display_key(self) -> str:
+        return self.key if self.layout == "shard" else f"{self.key} + {self.data_key}"
+
+
+@dataclass(frozen=True)
+class ChunkLocation:
+    """Where one chunk id is stored (``present=False`` when the shard holds no such chunk)."""
+
+    chunk_id: int
+    hashed_chunk_id: int
+    shard: int
+    minishard: int
+    shard_file: str
+    present: bool
+    byte_range: tuple[int, int] | None = None  # [start, end) in the logical shard file
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "chunk_id": self.chunk_id,
+            "hashed_chunk_id": self.hashed_chunk_id,
+            "shard": self.shard,
+            "minishard": self.minishard,
+            "shard_file": self.shard_file,
+            "present": self.present,
+            "byte_range": list(self.byte_range) if self.byte_range is not None else None,
+        }
+
+
+class ShardedReader:
+    """Read access to one sharded directory (a volume scale, or a skeleton/mesh/annotation dir).
+
+    Parameters
+    ----------
+    store
+        The byte store holding the dataset.
+    prefix
+        Directory of the shard files inside the store (``""`` for the root).
+    spec
+        The directory's sharding spec.
+    cache_size
+        How many decoded minishard indexes to keep (shard indexes: a quarter of that).
+    """
+
+    def __init__(self, store: ByteStore, prefix: str, spec: ShardingSpec, cache_size: int = 4096) -> None:
+        self.store = store
+        self.prefix = prefix.strip("/")
+        self.spec = spec
+        self._files: LruCache[int, ShardFile | None] = LruCache(max(16, cache_size // 4))
+        self._shard_indexes: LruCache[int, ShardIndex | None] = LruCache(max(16, cache_size // 4))
+        self._minishards: LruCache[tuple[int, int], MinishardIndex] = LruCache(cache_size)
+
+    # -- files -------------------------------------------------------------------------------
+    def shard_key(self, shard: int, suffix: str = "shard") -> str:
+        return join_key(self.prefix, f"{format_shard_name(self.spec, shard)}.{suffix}")
+
+    def shard_file(self, shard: int) -> ShardFile | None:
+        """The shard's file(s), or ``None`` when the shard holds nothing (no file written)."""
+        return self._files.get_or_load(shard, lambda: self._find_shard_file(shard))
+
+    def _find_shard_file(self, shard: int) -> ShardFile | None:
+        key = self.shard_key(shard)
+        if self.store.cheap_size:
+            size = self.store.size(key)
+            if size is not None:
+                return ShardFile(shard, "shard", key, size=size)
+            index_key, data_key = self.shard_key(shard, "index"), self.shard_key(shard, "data")
+            isize, dsize = self.store.size(index_key), self.store.size(data_key)
+            if isize is not None:
+                total = isize + dsize if dsize is not None else isize
+                return ShardFile(shard, "index+data", index_key, data_key, size=total)
+            return None
+        # Remote stores have no cheap stat: the existence probe is the shard-index read itself.
+        n = self.spec.shard_index_size
+        head = self.store.read_range(key, 0, n)
+        if head is not None:
+            return ShardFile(shard, "shard", key, head=head)
+        index_key = self.shard_key(shard, "index")
+        head = self.store.read_range(index_key, 0, n)
+        if head is not None:
+            return ShardFile(shard, "index+data", index_key, self.shard_key(shard, "data"), head=head)
+        return None
+
+    def read_file_range(self, file: ShardFile, start: int, end: int) -> bytes:
+        """Bytes ``[start, end)`` of the logical shard file (short if the file ends first)."""
+        if file.layout == "shard":
+            return self.store.read_range(file.key, start, end) or b""
+        split = self.spec.shard_index_size
+        parts = []
+        if start < split:
+            parts.append(self.store.read_range(file.key, start, min(end, split)) or b"")
+        if end > split and file.data_key is not None:
+            parts.append(self.store.read_range(file.data_key, max(start, split) - split, end - split) or b"")
+        return b"".join(parts)
+
+    def read_whole_file(self, file: ShardFile) -> bytes:
+        """The whole logical shard file (validation reads everything; lookups never do)."""
+        if file.layout == "shard":
+            return self.store.read(file.key) or b""
+        head = self.store.read(file.key) or b""
+        data = self.store.read(file.data_key) if file.data_key else None
+        return head + (data or b"")
+
+    # -- indexes -----------------------------------------------------------------------------
+    def shard_index(self, shard: int) -> ShardIndex | None:
+        """The decoded shard index, or ``None`` when the shard file does not exist."""
+        return self._shard_indexes.get_or_load(shard, lambda: self._load_shard_index(shard))
+
+    def _load_shard_index(self, shard: int) -> ShardIndex | None:
+        file = self.shard_file(shard)
+        if file is None:
+            return None
+        data = file.head if file.head is not None else self.read_file_range(file, 0, self.spec.shard_index_size)
+        return decode_shard_index(data, self.spec, key=file.display_key, file_size=file.size)
+
+    def minishard_index(self, shard: int, minishard: int) -> MinishardIndex:
+        """The decoded minishard index (empty when the shard or minishard holds nothing)."""
+        if not 0 <= minishard < self.spec.num_minishards:
+            raise ArgumentError(f"minishard {minishard} out of range [0, {self.spec.num_minishards})")
+        return self._minishards.get_or_load((shard, minishard), lambda: self._load_minishard(shard, minishard))
+
+    def _load_minishard(self, shard: int, minishard: int) -> MinishardIndex:
+        index = self.shard_index(shard)
+        empty = np.zeros(0, dtype=np.uint64)
+        if index is None:
+            return MinishardIndex(empty, empty, empty)
+        start, end = index.minishard_range(minishard)
+        if end == start:
+            return MinishardIndex(empty, empty, empty)
+        file = self.shard_file(shard)
+        assert file is not None
+        data = self.read_file_range(file, start, end)
+        if len(data) < end - start:
+            raise IndexDecodeError(
+                f"minishard {minishard} index [{start}, {end}) truncated: file ends after {start + len(data)} bytes",
+                key=file.display_key, offset=start + len(data),
+            )
+        return decode_minishard_index(data, self.spec, key=file.display_key, offset=start, file_size=file.size)
+
+    # -- lookups ------------------------------------------------------------------------------
+    def locate(self, chunk_id: int) -> ChunkLocation:
+        """Shard, minishard and byte range of one chunk id."""
+        return self.locate_many(np.asarray([chunk_id], dtype=np.uint64))[0]
+
+    def locate_many(self, chunk_ids: object) -> list[ChunkLocation]:
+        """Locate many chunk ids: hashing is vectorised, each minishard index is read once."""
+        a = assign_chunk_ids(self.spec, chunk_ids)
+        starts, ends, present = self.locate_arrays(a.chunk_ids, a.shard, a.minishard)
+        out = []
+        for i in range(a.chunk_ids.size):
+            shard = int(a.shard[i])
+            file = self.shard_file(shard)
+            out.append(ChunkLocation(
+                chunk_id=int(a.chunk_ids[i]),
+                hashed_chunk_id=int(a.hashed[i]),
+                shard=shard,
+                minishard=int(a.minishard[i]),
+                shard_file=file.display_key if file else self.shard_key(shard),
+                present=bool(present[i]),
+                byte_range=(int(starts[i]), int(ends[i])) if present[i] else None,
+            ))
+        return out
+
+    def locate_arrays(self, chunk_ids: npt.NDArray[np.uint64], shards: npt.NDArray[np.uint64],
+                      minishards: npt.NDArray[np.uint64]
+                      ) -> tuple[npt.NDArray[np.uint64], npt.NDArray[np.uint64], npt.NDArray[np.bool_]]:
+        """Vectorised byte ranges for already-assigned ids: ``(starts, ends, present)``."""
+        n = chunk_ids.size
+        starts = np.zeros(n, dtype=np.uint64)
+        ends = np.zeros(n, dtype=np.uint64)
+        present = np.zeros(n, dtype=bool)
+        if n == 0:
+            return starts, ends, present
+        groups = np.stack([shards, minishards], axis=1)
+        uniq, inverse = np.unique(groups, axis=0, return_inverse=True)
+        inverse = inverse.reshape(-1)
+        order = np.argsort(inverse, kind="stable")
+        bounds = np.searchsorted(inverse[order], np.arange(len(uniq) + 1))
+        for g in range(len(uniq)):
+            members = order[bounds[g] : bounds[g + 1]]
+            index = self.minishard_index(int(uniq[g, 0]), int(uniq[g, 1]))
+            if len(index) == 0:
+                continue
+            ids = index.chunk_ids
+            sorter = np.argsort(ids, kind="stable")
+            sorted_ids = ids[sorter]
+            wanted = chunk_ids[members]
+            pos = np.searchsorted(sorted_ids, wanted)
+            pos_clip = np.minimum(pos, sorted_ids.size - 1)
+            hit = sorted_ids[pos_clip] == wanted
+            src = sorter[pos_clip[hit]]
+            starts[members[hit]] = index.starts[src]
+            ends[members[hit]] = index.ends[src]
+            present[members[hit]] = True
+        return starts, ends, present
+
+    def iter_chunks(self, shard: int, minishard: int | None = None) -> Iterator[ChunkLocation]:
+        """Every stored chunk of a shard (or of one of its minishards), in index order."""
+        index = self.shard_index(shard)
+        if index is None:
+            return
+        file = self.shard_file(shard)
+        assert file is not None
+        minishards = [minishard] if minishard is not None else [int(m) for m in index.nonempty_minishards()]
+        for m in minishards:
+            mi = self.minishard_index(shard, m)
+            if len(mi) == 0:
+                continue
+            hashed = assign_chunk_ids(self.spec, mi.chunk_ids).hashed
+            for i in range(len(mi)):
+                yield ChunkLocation(
+                    chunk_id=int(mi.chunk_ids[i]), hashed_chunk_id=int(hashed[i]), shard=shard, minishard=m,
+                    shard_file=file.display_key, present=True,
+                    byte_range=(int(mi.starts[i]), int(mi.ends[i])),
+                )
+
+    def existing_shards(self) -> list[int]:
+        """Shard numbers that have a file, by listing the directory (local and listable stores)."""
+        from napari_shardscope.core.precomputed.sharding import parse_shard_name
+
+        prefix = f"{self.prefix}/" if self.prefix else ""
+        found: set[int] = set()
+        for key in self.store.list(prefix):
+            name = key[len(prefix):]
+            if "/" in name:
+                continue
+            number = parse_shard_name(self.spec, name)
+            if number is not None and not name.endswith(".data"):
+                found.add(number)
+        return sorted(found)
+
+    def read_chunk(self, chunk_id: int, *, decode: bool = True) -> bytes | None:
+        """The chunk's bytes (decoded by ``data_encoding`` unless ``decode=False``), or ``None``."""
+        loc = self.locate(chunk_id)
+        if not loc.present or loc.byte_range is None:
+            return None
+        file = self.shard_file(loc.shard)
+        assert file is not None
+        start, end = loc.byte_range
+        data = self.read_file_range(file, start, end)
+        if len(data) < end - start:
+            raise IndexDecodeError(
+                f"chunk {chunk_id} data [{start}, {end}) truncated", key=file.display_key, offset=start + len(data)
+            )
+        if not decode:
+            return data
+        return decode_bytes(data, self.spec.data_encoding, key=file.display_key, offset=start)
+
+    def clear_cache(self) -> None:
+        self._files.clear()
+        self._shard_indexes.clear()
+        self._minishards.clear()
