@@ -1,4 +1,4 @@
-"""Shared fixtures: a range-capable HTTP server on loopback."""
+"""Shared fixtures: a range-capable HTTP server on loopback; the hypothesis profile."""
 
 from __future__ import annotations
 
@@ -6,8 +6,13 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
 
 from tests.http_range_server import RangeServer
+
+# No per-example deadline: the machine is shared and noisy, and tests never assert on timing.
+settings.register_profile("shardscope", deadline=None, print_blob=True)
+settings.load_profile("shardscope")
 
 
 @pytest.fixture
