@@ -28,10 +28,10 @@ class RangeServer:
             def __init__(self, *args, **kwargs):  # type: ignore[no-untyped-def]
                 super().__init__(*args, directory=str(server.root), **kwargs)
 
-            def log_message(self, format, *args):  # type: ignore[no-untyped-def]  # noqa: A002
+            def log_message(self, format, *args):  # type: ignore[no-untyped-def]
                 pass
 
-            def do_GET(self) -> None:  # noqa: N802
+            def do_GET(self) -> None:
                 rng = self.headers.get("Range")
                 server.requests.append((self.path, rng))
                 path = Path(self.translate_path(self.path))

@@ -19,6 +19,7 @@ report how little it read.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import tempfile
 import threading
@@ -216,10 +217,8 @@ def write_file_atomic(path: Path, data: bytes) -> None:
             os.fsync(fh.fileno())
         os.replace(tmp, path)
     except BaseException:
-        try:
+        with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
-        except FileNotFoundError:
-            pass
         raise
     try:
         dfd = os.open(path.parent, os.O_RDONLY)
@@ -343,5 +342,6 @@ def open_store(url: str | os.PathLike[str], context: Any = None) -> ByteStore:
         return LocalByteStore(path)
     if parsed.scheme in REMOTE_SCHEMES:
         return TensorStoreByteStore(text, context=context)
-    raise ArgumentError(f"unsupported URL scheme {parsed.scheme!r} in {text!r}; use a path, file://, "
-                        f"gs://, s3://, http:// or https://")
+    raise ArgumentError(
+        f"unsupported URL scheme {parsed.scheme!r} in {text!r}; use a path, file://, gs://, s3://, http:// or https://"
+    )

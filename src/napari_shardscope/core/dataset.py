@@ -81,6 +81,4 @@ def open_inspector(url: str, context: Any = None) -> DatasetInspector:
         from napari_shardscope.core.n5.inspector import N5Inspector
 
         return N5Inspector(store)
-    raise NotADatasetError(
-        f"{url}: no 'info' (precomputed), 'zarr.json' (zarr v3) or 'attributes.json' (N5) found"
-    )
+    raise NotADatasetError(f"{url}: no 'info' (precomputed), 'zarr.json' (zarr v3) or 'attributes.json' (N5) found")

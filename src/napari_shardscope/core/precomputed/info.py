@@ -71,8 +71,7 @@ class ScaleInfo:
         """Absolute voxel bounds ``(start, stop)`` of a chunk, clipped to the volume."""
         start = tuple(o + g * c for o, g, c in zip(self.voxel_offset, grid_position, self.chunk_size, strict=True))
         stop = tuple(
-            min(s + c, o + n)
-            for s, c, o, n in zip(start, self.chunk_size, self.voxel_offset, self.size, strict=True)
+            min(s + c, o + n) for s, c, o, n in zip(start, self.chunk_size, self.voxel_offset, self.size, strict=True)
         )
         return start, stop
 
@@ -123,14 +122,24 @@ class PrecomputedInfo:
         return value if isinstance(value, str) else None
 
 
-def _triple(obj: Mapping[str, Any], name: str, where: str, key: str, kind: type = int,
-            default: tuple[Any, ...] | None = None, positive: bool = False) -> tuple[Any, ...]:
+def _triple(
+    obj: Mapping[str, Any],
+    name: str,
+    where: str,
+    key: str,
+    kind: type = int,
+    default: tuple[Any, ...] | None = None,
+    positive: bool = False,
+) -> tuple[Any, ...]:
     value = obj.get(name)
     if value is None and default is not None:
         return default
     ok_types: tuple[type, ...] = (int,) if kind is int else (int, float)
-    if (not isinstance(value, list) or len(value) != 3
-            or any(isinstance(v, bool) or not isinstance(v, ok_types) for v in value)):
+    if (
+        not isinstance(value, list)
+        or len(value) != 3
+        or any(isinstance(v, bool) or not isinstance(v, ok_types) for v in value)
+    ):
         raise MetadataError(f"{where}.{name} must be a list of 3 {kind.__name__}s, got {value!r}", key=key)
     if positive and any(v <= 0 for v in value):
         raise MetadataError(f"{where}.{name} must be positive, got {value!r}", key=key)
@@ -159,20 +168,21 @@ def parse_scale(obj: object, index: int, *, key: str = "info") -> ScaleInfo:
     if obj.get("sharding") is not None:
         sharding = parse_sharding_spec(obj["sharding"], key=key, where=f"{where}.sharding")
         if len(sizes) != 1:
-            raise MetadataError(f"{where}.chunk_sizes must have exactly one entry in a sharded scale, "
-                                f"got {len(sizes)}", key=key)
+            raise MetadataError(
+                f"{where}.chunk_sizes must have exactly one entry in a sharded scale, got {len(sizes)}", key=key
+            )
     block = None
     if encoding == "compressed_segmentation":
         block = _triple(obj, "compressed_segmentation_block_size", where, key, positive=True)
     return ScaleInfo(
         key=scale_key,
-        size=size,  # type: ignore[arg-type]
-        voxel_offset=offset,  # type: ignore[arg-type]
-        resolution=tuple(float(r) for r in resolution),  # type: ignore[arg-type]
-        chunk_sizes=sizes,  # type: ignore[arg-type]
+        size=size,
+        voxel_offset=offset,
+        resolution=(float(resolution[0]), float(resolution[1]), float(resolution[2])),
+        chunk_sizes=sizes,
         encoding=encoding,
         sharding=sharding,
-        compressed_segmentation_block_size=block,  # type: ignore[arg-type]
+        compressed_segmentation_block_size=block,
     )
 
 

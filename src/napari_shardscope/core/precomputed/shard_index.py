@@ -82,9 +82,7 @@ def decode_shard_index(data: bytes, spec: ShardingSpec, *, key: str, file_size: 
     """
     size = spec.shard_index_size
     if len(data) < size:
-        raise IndexDecodeError(
-            f"shard index truncated: {len(data)} of {size} bytes", key=key, offset=len(data)
-        )
+        raise IndexDecodeError(f"shard index truncated: {len(data)} of {size} bytes", key=key, offset=len(data))
     pairs = np.frombuffer(data, dtype="<u8", count=2 * spec.num_minishards).reshape(-1, 2).astype(np.uint64)
     rel_start, rel_end = pairs[:, 0], pairs[:, 1]
     bad = np.flatnonzero(rel_end < rel_start)
@@ -92,7 +90,8 @@ def decode_shard_index(data: bytes, spec: ShardingSpec, *, key: str, file_size: 
         m = int(bad[0])
         raise IndexDecodeError(
             f"minishard {m} index range ends before it starts ({int(rel_start[m])} > {int(rel_end[m])})",
-            key=key, offset=16 * m,
+            key=key,
+            offset=16 * m,
         )
     limit = np.uint64((1 << 64) - 1 - size)
     over = np.flatnonzero(rel_end > limit)
@@ -107,7 +106,9 @@ def decode_shard_index(data: bytes, spec: ShardingSpec, *, key: str, file_size: 
             m = int(past[0])
             raise IndexDecodeError(
                 f"minishard {m} index range [{int(starts[m])}, {int(ends[m])}) runs past the end of the "
-                f"{file_size}-byte file", key=key, offset=16 * m,
+                f"{file_size}-byte file",
+                key=key,
+                offset=16 * m,
             )
     return ShardIndex(starts, ends)
 
@@ -165,7 +166,9 @@ def decode_minishard_index(
             i = int(past[0])
             raise IndexDecodeError(
                 f"chunk {int(ids[i])} data [{int(starts[i])}, {int(ends[i])}) runs past the end of the "
-                f"{file_size}-byte file", key=key, offset=offset,
+                f"{file_size}-byte file",
+                key=key,
+                offset=offset,
             )
     return MinishardIndex(ids, starts, ends)
 
@@ -181,13 +184,12 @@ def _check_no_overflow(arr: U64, starts: U64, ends: U64, spec: ShardingSpec, *, 
     prev_end = np.concatenate([starts[:1], ends[:-1]])
     wrapped = np.flatnonzero((starts < prev_end) | (ends < starts))
     if wrapped.size:
-        raise IndexDecodeError(
-            f"chunk data offset at entry {int(wrapped[0])} overflows uint64", key=key, offset=offset
-        )
+        raise IndexDecodeError(f"chunk data offset at entry {int(wrapped[0])} overflows uint64", key=key, offset=offset)
 
 
-def encode_minishard_index(spec: ShardingSpec, chunk_ids: npt.ArrayLike, starts: npt.ArrayLike,
-                           ends: npt.ArrayLike) -> bytes:
+def encode_minishard_index(
+    spec: ShardingSpec, chunk_ids: npt.ArrayLike, starts: npt.ArrayLike, ends: npt.ArrayLike
+) -> bytes:
     """Encode a minishard index (then ``minishard_index_encoding``); inverse of the decoder.
 
     Entries must be in storage order with non-decreasing starts (each chunk after the previous

@@ -206,7 +206,8 @@ class ShardedReader:
         if len(data) < end - start:
             raise IndexDecodeError(
                 f"minishard {minishard} index [{start}, {end}) truncated: file ends after {start + len(data)} bytes",
-                key=file.display_key, offset=start + len(data),
+                key=file.display_key,
+                offset=start + len(data),
             )
         return decode_minishard_index(data, self.spec, key=file.display_key, offset=start, file_size=file.size)
 
@@ -223,20 +224,22 @@ class ShardedReader:
         for i in range(a.chunk_ids.size):
             shard = int(a.shard[i])
             file = self.shard_file(shard)
-            out.append(ChunkLocation(
-                chunk_id=int(a.chunk_ids[i]),
-                hashed_chunk_id=int(a.hashed[i]),
-                shard=shard,
-                minishard=int(a.minishard[i]),
-                shard_file=file.display_key if file else self.shard_key(shard),
-                present=bool(present[i]),
-                byte_range=(int(starts[i]), int(ends[i])) if present[i] else None,
-            ))
+            out.append(
+                ChunkLocation(
+                    chunk_id=int(a.chunk_ids[i]),
+                    hashed_chunk_id=int(a.hashed[i]),
+                    shard=shard,
+                    minishard=int(a.minishard[i]),
+                    shard_file=file.display_key if file else self.shard_key(shard),
+                    present=bool(present[i]),
+                    byte_range=(int(starts[i]), int(ends[i])) if present[i] else None,
+                )
+            )
         return out
 
-    def locate_arrays(self, chunk_ids: npt.NDArray[np.uint64], shards: npt.NDArray[np.uint64],
-                      minishards: npt.NDArray[np.uint64]
-                      ) -> tuple[npt.NDArray[np.uint64], npt.NDArray[np.uint64], npt.NDArray[np.bool_]]:
+    def locate_arrays(
+        self, chunk_ids: npt.NDArray[np.uint64], shards: npt.NDArray[np.uint64], minishards: npt.NDArray[np.uint64]
+    ) -> tuple[npt.NDArray[np.uint64], npt.NDArray[np.uint64], npt.NDArray[np.bool_]]:
         """Vectorised byte ranges for already-assigned ids: ``(starts, ends, present)``."""
         n = chunk_ids.size
         starts = np.zeros(n, dtype=np.uint64)
@@ -282,8 +285,12 @@ class ShardedReader:
             hashed = assign_chunk_ids(self.spec, mi.chunk_ids).hashed
             for i in range(len(mi)):
                 yield ChunkLocation(
-                    chunk_id=int(mi.chunk_ids[i]), hashed_chunk_id=int(hashed[i]), shard=shard, minishard=m,
-                    shard_file=file.display_key, present=True,
+                    chunk_id=int(mi.chunk_ids[i]),
+                    hashed_chunk_id=int(hashed[i]),
+                    shard=shard,
+                    minishard=m,
+                    shard_file=file.display_key,
+                    present=True,
                     byte_range=(int(mi.starts[i]), int(mi.ends[i])),
                 )
 
@@ -294,7 +301,7 @@ class ShardedReader:
         prefix = f"{self.prefix}/" if self.prefix else ""
         found: set[int] = set()
         for key in self.store.list(prefix):
-            name = key[len(prefix):]
+            name = key[len(prefix) :]
             if "/" in name:
                 continue
             number = parse_shard_name(self.spec, name)

@@ -29,8 +29,9 @@ def group_by_shard(spec: ShardingSpec, chunk_ids: object) -> dict[int, list[int]
     return groups
 
 
-def encode_shard(spec: ShardingSpec, chunks: Mapping[int, bytes], *, shard: int | None = None,
-                 encoded: bool = False) -> bytes:
+def encode_shard(
+    spec: ShardingSpec, chunks: Mapping[int, bytes], *, shard: int | None = None, encoded: bool = False
+) -> bytes:
     """The bytes of one shard file holding ``chunks``.
 
     Parameters
@@ -81,16 +82,18 @@ def encode_shard(spec: ShardingSpec, chunks: Mapping[int, bytes], *, shard: int 
     return encode_shard_index(spec, starts, ends) + b"".join(body)
 
 
-def write_shard(store: ByteStore, prefix: str, spec: ShardingSpec, shard: int, chunks: Mapping[int, bytes], *,
-                encoded: bool = False) -> str:
+def write_shard(
+    store: ByteStore, prefix: str, spec: ShardingSpec, shard: int, chunks: Mapping[int, bytes], *, encoded: bool = False
+) -> str:
     """Encode and atomically write one shard file; returns its key."""
     key = join_key(prefix, f"{format_shard_name(spec, shard)}.shard")
     store.write(key, encode_shard(spec, chunks, shard=shard, encoded=encoded))
     return key
 
 
-def write_shards(store: ByteStore, prefix: str, spec: ShardingSpec, chunks: Mapping[int, bytes], *,
-                 encoded: bool = False) -> list[str]:
+def write_shards(
+    store: ByteStore, prefix: str, spec: ShardingSpec, chunks: Mapping[int, bytes], *, encoded: bool = False
+) -> list[str]:
     """Write every shard needed for ``chunks`` (one atomic file each); returns the keys."""
     keys = []
     for shard, ids in sorted(group_by_shard(spec, list(chunks)).items()):

@@ -130,8 +130,9 @@ def as_chunk_ids(ids: object) -> U64:
     arr = np.asarray(ids)
     if arr.dtype.kind == "O" or arr.dtype.kind == "u":
         try:
-            return np.asarray([int(v) for v in arr.reshape(-1)] if arr.dtype.kind == "O" else arr,
-                              dtype=np.uint64).reshape(-1)
+            return np.asarray(
+                [int(v) for v in arr.reshape(-1)] if arr.dtype.kind == "O" else arr, dtype=np.uint64
+            ).reshape(-1)
         except (OverflowError, ValueError) as exc:
             raise ArgumentError(f"chunk ids must be integers in [0, 2**64), got {ids!r}") from exc
     if arr.dtype.kind == "i":

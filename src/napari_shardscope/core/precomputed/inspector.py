@@ -1,0 +1,447 @@
+"""Layout inspection of a precomputed dataset: volumes and segment-id-keyed directories.
+
+A precomputed directory is either a multiscale volume (``info`` with ``scales``), or a directory
+keyed by segment/annotation id: skeletons (``neuroglancer_skeletons``), multi-resolution meshes
+(``neuroglancer_multilod_draco``) and annotations (``neuroglancer_annotations_v1``, whose
+``by_id``, ``relationships`` and ``spatial`` indexes may each be sharded). A volume's ``info`` may
+point at its ``mesh`` and ``skeletons`` directories; ``locate_segment`` follows those.
+
+Each sharded or unsharded piece is a :class:`Source`; the CLI's ``--scale`` names one.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from napari_shardscope.core.bytestore import ByteStore, join_key
+from napari_shardscope.core.dataset import Problem, Progress
+from napari_shardscope.core.errors import ArgumentError, FormatError, MetadataError, StoreError
+from napari_shardscope.core.precomputed.info import PrecomputedInfo, ScaleInfo, parse_info
+from napari_shardscope.core.precomputed.morton import decode_morton
+from napari_shardscope.core.precomputed.shard_reader import ChunkLocation, ShardedReader
+from napari_shardscope.core.precomputed.sharding import ShardingSpec, parse_sharding_spec
+from napari_shardscope.core.precomputed.validate import ChunkCheck, validate_shard_file
+
+VOLUME_TYPE = "neuroglancer_multiscale_volume"
+SEGMENT_TYPES = ("neuroglancer_skeletons", "neuroglancer_multilod_draco", "neuroglancer_legacy_mesh")
+ANNOTATION_TYPE = "neuroglancer_annotations_v1"
+
+#: Remote stores cannot list; below this many shards we probe each shard file instead.
+MAX_PROBED_SHARDS = 4096
+
+
+@dataclass(frozen=True)
+class Source:
+    """One directory of chunks: a volume scale, a segment-keyed dir or an annotation index."""
+
+    name: str
+    kind: str  # "volume" | "segment" | "annotation_by_id" | "annotation_relationship" | "annotation_spatial"
+    prefix: str
+    sharding: ShardingSpec | None
+    scale: ScaleInfo | None = None
+
+
+def _load_json(store: ByteStore, key: str) -> Any:
+    data = store.read(key)
+    if data is None:
+        raise MetadataError("not found", key=key)
+    try:
+        return json.loads(data)
+    except UnicodeDecodeError as exc:
+        raise MetadataError("is not UTF-8 text", key=key, offset=exc.start) from exc
+    except json.JSONDecodeError as exc:
+        raise MetadataError(f"invalid JSON ({exc.msg})", key=key, offset=exc.pos) from exc
+
+
+def read_segment_sources(store: ByteStore, prefix: str, name: str) -> list[Source]:
+    """Sources of a segment-id-keyed directory (skeletons, meshes or annotations) at ``prefix``."""
+    key = join_key(prefix, "info")
+    obj = _load_json(store, key)
+    if not isinstance(obj, Mapping):
+        raise MetadataError(f"must be a JSON object, got {type(obj).__name__}", key=key)
+    type_at = obj.get("@type")
+
+    def sharding(value: Any, where: str) -> ShardingSpec | None:
+        return None if value is None else parse_sharding_spec(value, key=key, where=where)
+
+    if type_at in SEGMENT_TYPES:
+        return [Source(name, "segment", prefix, sharding(obj.get("sharding"), "sharding"))]
+    if type_at == ANNOTATION_TYPE:
+        out: list[Source] = []
+        by_id = obj.get("by_id")
+        if isinstance(by_id, Mapping) and isinstance(by_id.get("key"), str):
+            out.append(
+                Source(
+                    join_key(name, "by_id"),
+                    "annotation_by_id",
+                    join_key(prefix, by_id["key"]),
+                    sharding(by_id.get("sharding"), "by_id.sharding"),
+                )
+            )
+        for i, rel in enumerate(obj.get("relationships") or []):
+            if isinstance(rel, Mapping) and isinstance(rel.get("key"), str):
+                out.append(
+                    Source(
+                        join_key(name, f"relationships/{rel.get('id', i)}"),
+                        "annotation_relationship",
+                        join_key(prefix, rel["key"]),
+                        sharding(rel.get("sharding"), f"relationships[{i}].sharding"),
+                    )
+                )
+        for i, sp in enumerate(obj.get("spatial") or []):
+            if isinstance(sp, Mapping) and isinstance(sp.get("key"), str):
+                out.append(
+                    Source(
+                        join_key(name, f"spatial/{sp['key']}"),
+                        "annotation_spatial",
+                        join_key(prefix, sp["key"]),
+                        sharding(sp.get("sharding"), f"spatial[{i}].sharding"),
+                    )
+                )
+        return out
+    raise MetadataError(f'"@type" {type_at!r} is not a precomputed volume, skeleton, mesh or annotation info', key=key)
+
+
+class PrecomputedInspector:
+    """Inspect, locate, list and validate a precomputed dataset through a byte store."""
+
+    format_name = "precomputed"
+
+    def __init__(self, store: ByteStore) -> None:
+        self.store = store
+        obj = _load_json(store, "info")
+        if not isinstance(obj, Mapping):
+            raise MetadataError(f"must be a JSON object, got {type(obj).__name__}", key="info")
+        self.volume: PrecomputedInfo | None = None
+        if obj.get("@type", VOLUME_TYPE) == VOLUME_TYPE:
+            self.volume = parse_info(obj)
+            self.sources = [Source(s.key, "volume", s.key, s.sharding, s) for s in self.volume.scales]
+        else:
+            self.sources = read_segment_sources(store, "", "")
+        self._readers: dict[str, ShardedReader] = {}
+
+    # -- sources -----------------------------------------------------------------------------
+    def scale_keys(self) -> list[str]:
+        return [s.name for s in self.sources]
+
+    def source(self, scale: str | None) -> Source:
+        if scale is None:
+            return self.sources[0]
+        for s in self.sources:
+            if s.name == scale:
+                return s
+        raise ArgumentError(f"no scale {scale!r}; this dataset has {self.scale_keys()}")
+
+    def reader(self, source: Source) -> ShardedReader:
+        if source.sharding is None:
+            raise ArgumentError(f"scale {source.name!r} is not sharded")
+        if source.prefix not in self._readers:
+            self._readers[source.prefix] = ShardedReader(self.store, source.prefix, source.sharding)
+        return self._readers[source.prefix]
+
+    def segment_sources(self) -> list[Source]:
+        """Segment-id-keyed sources: this directory's own, or the volume's mesh/skeletons dirs."""
+        if self.volume is None:
+            return [s for s in self.sources if s.kind in ("segment", "annotation_by_id", "annotation_relationship")]
+        out: list[Source] = []
+        for name in (self.volume.mesh_dir, self.volume.skeletons_dir):
+            if name and self.store.read(join_key(name, "info")) is not None:
+                out.extend(read_segment_sources(self.store, name, name))
+        return out
+
+    def shards_present(self, source: Source) -> list[int]:
+        """Shard numbers with a file: listed locally, probed on stores that cannot list."""
+        reader = self.reader(source)
+        try:
+            return reader.existing_shards()
+        except StoreError:
+            if source.sharding is None or source.sharding.num_shards > MAX_PROBED_SHARDS:
+                raise
+            with ThreadPoolExecutor(8) as pool:
+                found = list(pool.map(reader.shard_file, range(source.sharding.num_shards)))
+            return [f.shard for f in found if f is not None]
+
+    # -- inspect -----------------------------------------------------------------------------
+    def inspect(self, scale: str | None = None) -> dict[str, Any]:
+        """Per scale: geometry, sharding spec, and per shard file its minishards, chunks and bytes.
+
+        Reads only shard indexes and minishard indexes (``bytes_read`` says how much).
+        """
+        self.store.stats.reset()
+        sources = [self.source(scale)] if scale is not None else self.sources
+        result: dict[str, Any] = {"format": "precomputed", "url": self.store.url, "scales": []}
+        if self.volume is not None:
+            result.update(type=self.volume.type, data_type=self.volume.data_type, num_channels=self.volume.num_channels)
+        for source in sources:
+            result["scales"].append(self._inspect_source(source))
+        result["bytes_read"] = self.store.stats.bytes_read
+        result["requests"] = self.store.stats.requests
+        return result
+
+    def _inspect_source(self, source: Source) -> dict[str, Any]:
+        out: dict[str, Any] = {"key": source.name, "kind": source.kind, "directory": source.prefix}
+        if source.scale is not None:
+            sc = source.scale
+            out.update(
+                size=list(sc.size),
+                voxel_offset=list(sc.voxel_offset),
+                resolution=list(sc.resolution),
+                chunk_size=list(sc.chunk_size),
+                grid_shape=list(sc.grid_shape),
+                encoding=sc.encoding,
+                num_chunks=sc.num_chunks,
+            )
+        if source.sharding is None:
+            out["sharding"] = None
+            keys = [k for k in self.store.list(f"{source.prefix}/" if source.prefix else "") if not k.endswith("info")]
+            out["chunk_files"] = len(keys)
+            return out
+        spec = source.sharding
+        reader = self.reader(source)
+        out["sharding"] = spec.to_json()
+        out["num_shards"] = spec.num_shards
+        out["minishards_per_shard"] = spec.num_minishards
+        shards = self.shards_present(source)
+
+        def summarize(shard: int) -> dict[str, Any]:
+            file = reader.shard_file(shard)
+            index = reader.shard_index(shard)
+            assert file is not None and index is not None
+            nonempty = index.nonempty_minishards().tolist()
+            chunks = 0
+            data_bytes = 0
+            index_bytes = spec.shard_index_size
+            for m in nonempty:
+                mi = reader.minishard_index(shard, m)
+                chunks += len(mi)
+                data_bytes += int(mi.sizes.sum()) if len(mi) else 0
+                s, e = index.minishard_range(m)
+                index_bytes += e - s
+            return {
+                "shard": shard,
+                "file": file.display_key,
+                "file_size": file.size,
+                "minishards": len(nonempty),
+                "chunks": chunks,
+                "data_bytes": data_bytes,
+                "index_bytes": index_bytes,
+            }
+
+        with ThreadPoolExecutor(8) as pool:
+            per_shard = list(pool.map(summarize, shards))
+        out["shards_present"] = len(per_shard)
+        out["chunks"] = sum(s["chunks"] for s in per_shard)
+        out["data_bytes"] = sum(s["data_bytes"] for s in per_shard)
+        out["shards"] = per_shard
+        return out
+
+    # -- locate / list -----------------------------------------------------------------------
+    def _volume_record(self, source: Source, loc: ChunkLocation) -> dict[str, Any]:
+        rec = {"scale": source.name, **loc.to_json()}
+        if source.scale is not None:
+            try:
+                pos = decode_morton(np.asarray([loc.chunk_id], dtype=np.uint64), source.scale.grid_shape)[0]
+                rec["grid_position"] = [int(p) for p in pos]
+            except ArgumentError:
+                rec["grid_position"] = None  # an id outside the grid (reported by validate)
+        return rec
+
+    def locate_voxel(self, voxel: Sequence[int], scale: str | None = None) -> dict[str, Any]:
+        """The chunk holding voxel ``(x, y, z)`` (absolute coordinates, voxel_offset included)."""
+        source = self.source(scale)
+        if source.scale is None:
+            raise ArgumentError(f"{source.name or 'this directory'} is keyed by id, not by voxel; use --segment")
+        grid = source.scale.grid_position(voxel)
+        chunk_id = source.scale.chunk_id(grid)
+        if source.sharding is None:
+            return self._locate_unsharded(source, grid, chunk_id)
+        rec = self._volume_record(source, self.reader(source).locate(chunk_id))
+        rec["voxel"] = [int(v) for v in voxel]
+        return rec
+
+    def _locate_unsharded(self, source: Source, grid: Sequence[int], chunk_id: int) -> dict[str, Any]:
+        assert source.scale is not None
+        key = source.scale.unsharded_chunk_key(grid)
+        size = self.store.size(key) if self.store.cheap_size else None
+        present = size is not None if self.store.cheap_size else self.store.read_range(key, 0, 0) is not None
+        return {
+            "scale": source.name,
+            "chunk_id": chunk_id,
+            "grid_position": list(grid),
+            "chunk_key": key,
+            "present": present,
+            "size": size,
+            "sharded": False,
+        }
+
+    def locate_chunk_id(self, chunk_id: int, scale: str | None = None) -> dict[str, Any]:
+        """Where chunk ``chunk_id`` (a compressed Morton code, or an id in an id-keyed dir) is stored."""
+        source = self.source(scale)
+        if source.sharding is None:
+            if source.scale is None:
+                raise ArgumentError(f"{source.name!r} is not sharded")
+            grid = decode_morton(np.asarray([chunk_id], dtype=np.uint64), source.scale.grid_shape)[0]
+            return self._locate_unsharded(source, [int(g) for g in grid], chunk_id)
+        return self._volume_record(source, self.reader(source).locate(chunk_id))
+
+    def locate_segment(self, segment_id: int) -> list[dict[str, Any]]:
+        """Where segment ``segment_id``'s mesh, skeleton or annotations are stored."""
+        out = []
+        for source in self.segment_sources():
+            if source.sharding is None:
+                key = join_key(source.prefix, f"{segment_id}:0" if source.kind == "segment" else str(segment_id))
+                present = self.store.read_range(key, 0, 0) is not None
+                out.append(
+                    {
+                        "source": source.name,
+                        "kind": source.kind,
+                        "segment": segment_id,
+                        "key": key,
+                        "present": present,
+                        "sharded": False,
+                    }
+                )
+                continue
+            loc = self.reader(source).locate(segment_id)
+            out.append({"source": source.name, "kind": source.kind, "segment": segment_id, **loc.to_json()})
+        if not out:
+            raise ArgumentError("this dataset has no segment-keyed data (no mesh, skeletons or annotations info)")
+        return out
+
+    def list_chunks(self, scale: str | None = None, **filters: Any) -> Iterator[dict[str, Any]]:
+        """One record per stored chunk; ``shard=`` and ``minishard=`` narrow the listing."""
+        source = self.source(scale)
+        shard, minishard = filters.get("shard"), filters.get("minishard")
+        if source.sharding is None:
+            if shard is not None or minishard is not None:
+                raise ArgumentError(f"scale {source.name!r} is not sharded: --shard/--minishard do not apply")
+            prefix = f"{source.prefix}/" if source.prefix else ""
+            for key in self.store.list(prefix):
+                if key.endswith("info"):
+                    continue
+                yield {"scale": source.name, "chunk_key": key, "size": self.store.size(key), "sharded": False}
+            return
+        if minishard is not None and shard is None:
+            raise ArgumentError("--minishard needs --shard")
+        reader = self.reader(source)
+        shards = [int(shard)] if shard is not None else self.shards_present(source)
+        for s in shards:
+            for loc in reader.iter_chunks(s, None if minishard is None else int(minishard)):
+                yield self._volume_record(source, loc)
+
+    # -- validate ----------------------------------------------------------------------------
+    def validate(self, scale: str | None = None, progress: Progress | None = None) -> Iterator[Problem]:
+        """Check every shard file of one scale (or all): see :mod:`.validate` for the checks."""
+        sources = [self.source(scale)] if scale is not None else self.sources
+        for source in sources:
+            if source.sharding is None:
+                yield from self._validate_unsharded(source, progress)
+                continue
+            reader = self.reader(source)
+            try:
+                shards = self.shards_present(source)
+            except FormatError as exc:
+                yield Problem(exc.key or source.prefix, exc.message, exc.offset)
+                continue
+            yield from self._unexpected_files(source)
+            check = self._chunk_check(source)
+            for i, shard in enumerate(shards):
+                if progress is not None:
+                    progress(i, len(shards), f"{source.name} shard {shard}")
+                file = reader.shard_file(shard)
+                if file is None:
+                    continue
+                data = reader.read_whole_file(file)
+                yield from validate_shard_file(
+                    source.sharding, data, key=file.display_key, shard=shard, check_chunk=check
+                )
+            if progress is not None:
+                progress(len(shards), len(shards), f"{source.name} done")
+
+    def _unexpected_files(self, source: Source) -> Iterator[Problem]:
+        """Files in a sharded directory that no reader would ever open (wrong name or number)."""
+        from napari_shardscope.core.precomputed.sharding import parse_shard_name
+
+        assert source.sharding is not None
+        prefix = f"{source.prefix}/" if source.prefix else ""
+        try:
+            keys = list(self.store.list(prefix))
+        except StoreError:
+            return
+        for key in keys:
+            name = key[len(prefix) :]
+            if "/" in name or name == "info" or not name.endswith((".shard", ".index", ".data")):
+                continue
+            if parse_shard_name(source.sharding, name) is None:
+                yield Problem(key, f"file name is not a shard of this spec (shard_bits={source.sharding.shard_bits})")
+
+    def _chunk_check(self, source: Source) -> ChunkCheck | None:
+        """For volume scales: ids inside the grid, and raw chunks of exactly the clipped size."""
+        sc = source.scale
+        if sc is None or self.volume is None:
+            return None
+        itemsize = self.volume.dtype.itemsize * self.volume.num_channels
+        grid = sc.grid_shape
+
+        def check(chunk_id: int, data: bytes) -> str | None:
+            try:
+                pos = decode_morton(np.asarray([chunk_id], dtype=np.uint64), grid)[0]
+            except ArgumentError:
+                return f"id is not the Morton code of a position in the {grid} chunk grid"
+            if sc.encoding != "raw":
+                return None
+            start, stop = sc.chunk_bounds([int(p) for p in pos])
+            expected = math.prod(b - a for a, b in zip(start, stop, strict=True)) * itemsize
+            if len(data) != expected:
+                return f"raw chunk decodes to {len(data)} bytes, expected {expected}"
+            return None
+
+        return check
+
+    def _validate_unsharded(self, source: Source, progress: Progress | None) -> Iterator[Problem]:
+        sc = source.scale
+        if sc is None or self.volume is None:
+            return
+        prefix = f"{source.prefix}/"
+        keys = [k for k in self.store.list(prefix) if "/" not in k[len(prefix) :]]
+        itemsize = self.volume.dtype.itemsize * self.volume.num_channels
+        for i, key in enumerate(keys):
+            if progress is not None and i % 256 == 0:
+                progress(i, len(keys), f"{source.name} chunk files")
+            name = key[len(prefix) :]
+            bounds = _parse_chunk_name(name)
+            if bounds is None:
+                continue
+            start, stop = bounds
+            grid = [(a - o) // c for a, o, c in zip(start, sc.voxel_offset, sc.chunk_size, strict=True)]
+            if any(g < 0 or g >= n for g, n in zip(grid, sc.grid_shape, strict=True)) or sc.chunk_bounds(grid) != (
+                tuple(start),
+                tuple(stop),
+            ):
+                yield Problem(key, "file name is not a chunk of this scale's grid")
+                continue
+            if sc.encoding == "raw":
+                size = self.store.size(key)
+                expected = math.prod(b - a for a, b in zip(start, stop, strict=True)) * itemsize
+                if size is not None and size != expected:
+                    yield Problem(key, f"raw chunk has {size} bytes, expected {expected}")
+
+
+def _parse_chunk_name(name: str) -> tuple[list[int], list[int]] | None:
+    parts = name.split("_")
+    if len(parts) != 3:
+        return None
+    try:
+        pairs = [tuple(int(v) for v in p.split("-")) for p in parts]
+    except ValueError:
+        return None
+    if any(len(p) != 2 for p in pairs):
+        return None
+    return [p[0] for p in pairs], [p[1] for p in pairs]

@@ -1,0 +1,105 @@
+"""Integrity checks of precomputed shard files.
+
+Decoding (``shard_index``) rejects what makes an index unusable; validation goes further and
+reports everything a writer can get wrong while the file still half-works: overlapping ranges,
+unsorted or duplicate ids, ids stored in the wrong shard or minishard (a hash or preshift mismatch
+between writer and reader — the classic cause of "chunk missing" reports), undecodable data and raw
+chunks of the wrong size. Every problem names the file and the byte offset where it starts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+
+import numpy as np
+
+from napari_shardscope.core.dataset import Problem
+from napari_shardscope.core.encoding import decode_bytes
+from napari_shardscope.core.errors import FormatError
+from napari_shardscope.core.precomputed.shard_index import decode_minishard_index, decode_shard_index
+from napari_shardscope.core.precomputed.sharding import ShardingSpec, assign_chunk_ids
+
+#: Given a chunk id and its decoded bytes, return a problem message or ``None`` when fine.
+ChunkCheck = Callable[[int, bytes], str | None]
+
+
+def validate_shard_file(
+    spec: ShardingSpec, data: bytes, *, key: str, shard: int, check_chunk: ChunkCheck | None = None
+) -> Iterator[Problem]:
+    """Yield every problem of one (logical) shard file's bytes.
+
+    Parameters
+    ----------
+    spec
+        The sharding spec the file must follow.
+    data
+        The whole file (``.index`` + ``.data`` concatenated for the obsolete layout).
+    key
+        The file name used in the problems.
+    shard
+        The shard number the file name claims; every chunk id must hash to it.
+    check_chunk
+        Extra per-chunk check on decoded bytes (e.g. the expected size of a raw volume chunk).
+    """
+    size = len(data)
+    try:
+        index = decode_shard_index(data[: spec.shard_index_size], spec, key=key, file_size=size)
+    except FormatError as exc:
+        yield Problem(key, exc.message, exc.offset)
+        return
+
+    # (start, end, what, offset-of-the-entry-describing-it) of every occupied region.
+    regions: list[tuple[int, int, str]] = [(0, spec.shard_index_size, "shard index")]
+    for m in index.nonempty_minishards().tolist():
+        start, end = index.minishard_range(m)
+        regions.append((start, end, f"minishard {m} index"))
+        try:
+            mi = decode_minishard_index(data[start:end], spec, key=key, offset=start, file_size=size)
+        except FormatError as exc:
+            yield Problem(key, f"minishard {m}: {exc.message}", exc.offset)
+            continue
+        if len(mi) == 0:
+            continue
+        ids = mi.chunk_ids
+        if np.any(ids[1:] <= ids[:-1]):
+            bad = int(np.flatnonzero(ids[1:] <= ids[:-1])[0]) + 1
+            kind = "duplicate" if ids[bad] == ids[bad - 1] else "unsorted"
+            yield Problem(key, f"minishard {m} index has {kind} chunk id {int(ids[bad])} at entry {bad}", start)
+        a = assign_chunk_ids(spec, ids)
+        wrong = np.flatnonzero((a.shard != np.uint64(shard)) | (a.minishard != np.uint64(m)))
+        for i in wrong[:16].tolist():
+            yield Problem(
+                key,
+                f"chunk {int(ids[i])} hashes to shard {int(a.shard[i])} minishard {int(a.minishard[i])} but is "
+                f"stored in shard {shard} minishard {m}",
+                int(mi.starts[i]),
+            )
+        if wrong.size > 16:
+            yield Problem(
+                key, f"{wrong.size - 16} more chunks of minishard {m} are in the wrong shard/minishard", start
+            )
+        for i in range(len(mi)):
+            c_start, c_end = int(mi.starts[i]), int(mi.ends[i])
+            cid = int(ids[i])
+            regions.append((c_start, c_end, f"chunk {cid}"))
+            try:
+                decoded = decode_bytes(data[c_start:c_end], spec.data_encoding, key=key, offset=c_start)
+            except FormatError as exc:
+                yield Problem(key, f"chunk {cid}: {exc.message}", c_start)
+                continue
+            if check_chunk is not None:
+                message = check_chunk(cid, decoded)
+                if message is not None:
+                    yield Problem(key, f"chunk {cid}: {message}", c_start)
+    yield from _overlaps(regions, key)
+
+
+def _overlaps(regions: list[tuple[int, int, str]], key: str) -> Iterator[Problem]:
+    """Report regions of the file claimed twice (zero-length regions claim nothing)."""
+    spans = sorted((s, e, what) for s, e, what in regions if e > s)
+    reach_end, reach_what = -1, ""
+    for start, end, what in spans:
+        if start < reach_end:
+            yield Problem(key, f"{what} [{start}, {end}) overlaps {reach_what}", start)
+        if end > reach_end:
+            reach_end, reach_what = end, what
