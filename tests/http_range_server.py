@@ -38,10 +38,9 @@ class RangeServer:
                 if not path.is_file():
                     self.send_error(404)
                     return
-                data = path.read_bytes()
-                size = len(data)
+                size = path.stat().st_size
                 if rng is None:
-                    body, status = data, 200
+                    start, end, status = 0, size, 200
                 else:
                     m = _RANGE.match(rng.strip())
                     if not m:
@@ -58,7 +57,10 @@ class RangeServer:
                         self.send_header("Content-Range", f"bytes */{size}")
                         self.end_headers()
                         return
-                    body, status = data[start:end], 206
+                    status = 206
+                with path.open("rb") as fh:
+                    fh.seek(start)
+                    body = fh.read(max(0, end - start))
                 self.send_response(status)
                 if status == 206:
                     self.send_header("Content-Range", f"bytes {start}-{max(start, end - 1)}/{size}")
@@ -68,7 +70,13 @@ class RangeServer:
                 self.wfile.write(body)
                 server.bytes_sent += len(body)
 
-        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        class Server(ThreadingHTTPServer):
+            # The default listen backlog of 5 overflows under concurrent clients (TensorStore issues
+            # dozens of range requests at once) and the kernel then delays SYNs by a whole second.
+            request_queue_size = 256
+            daemon_threads = True
+
+        self._httpd = Server(("127.0.0.1", 0), Handler)
         self.url = f"http://127.0.0.1:{self._httpd.server_address[1]}/"
         self._thread = threading.Thread(target=self._httpd.serve_forever, daemon=True)
         self._thread.start()

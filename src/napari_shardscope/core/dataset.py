@@ -69,10 +69,11 @@ def open_inspector(url: str, context: Any = None) -> DatasetInspector:
     ``attributes.json`` (N5).
     """
     store = open_store(url, context=context)
-    if store.read("info") is not None:
+    info = store.read("info")
+    if info is not None:
         from napari_shardscope.core.precomputed.inspector import PrecomputedInspector
 
-        return PrecomputedInspector(store)
+        return PrecomputedInspector(store, info)
     if store.read("zarr.json") is not None:
         from napari_shardscope.core.zarr3.inspector import Zarr3Inspector
 

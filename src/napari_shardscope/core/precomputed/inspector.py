@@ -48,8 +48,9 @@ class Source:
     scale: ScaleInfo | None = None
 
 
-def _load_json(store: ByteStore, key: str) -> Any:
-    data = store.read(key)
+def _load_json(store: ByteStore, key: str, data: bytes | None = None) -> Any:
+    if data is None:
+        data = store.read(key)
     if data is None:
         raise MetadataError("not found", key=key)
     try:
@@ -114,9 +115,10 @@ class PrecomputedInspector:
 
     format_name = "precomputed"
 
-    def __init__(self, store: ByteStore) -> None:
+    def __init__(self, store: ByteStore, info: bytes | None = None) -> None:
+        """Open the dataset at ``store``; ``info`` passes the ``info`` bytes when already read."""
         self.store = store
-        obj = _load_json(store, "info")
+        obj = _load_json(store, "info", info)
         if not isinstance(obj, Mapping):
             raise MetadataError(f"must be a JSON object, got {type(obj).__name__}", key="info")
         self.volume: PrecomputedInfo | None = None
@@ -164,7 +166,7 @@ class PrecomputedInspector:
         except StoreError:
             if source.sharding is None or source.sharding.num_shards > MAX_PROBED_SHARDS:
                 raise
-            with ThreadPoolExecutor(8) as pool:
+            with ThreadPoolExecutor(32) as pool:
                 found = list(pool.map(reader.shard_file, range(source.sharding.num_shards)))
             return [f.shard for f in found if f is not None]
 
@@ -172,9 +174,10 @@ class PrecomputedInspector:
     def inspect(self, scale: str | None = None) -> dict[str, Any]:
         """Per scale: geometry, sharding spec, and per shard file its minishards, chunks and bytes.
 
-        Reads only shard indexes and minishard indexes (``bytes_read`` says how much).
+        Reads only shard indexes and minishard indexes. ``bytes_read``/``requests`` count
+        everything the store returned since it was opened (``info`` included), so a fresh inspector
+        reports exactly what one ``inspect`` costs.
         """
-        self.store.stats.reset()
         sources = [self.source(scale)] if scale is not None else self.sources
         result: dict[str, Any] = {"format": "precomputed", "url": self.store.url, "scales": []}
         if self.volume is not None:
@@ -209,6 +212,7 @@ class PrecomputedInspector:
         out["num_shards"] = spec.num_shards
         out["minishards_per_shard"] = spec.num_minishards
         shards = self.shards_present(source)
+        reader.prefetch_indexes(shards, workers=8 if self.store.cheap_size else 32)
 
         def summarize(shard: int) -> dict[str, Any]:
             file = reader.shard_file(shard)
@@ -234,8 +238,7 @@ class PrecomputedInspector:
                 "index_bytes": index_bytes,
             }
 
-        with ThreadPoolExecutor(8) as pool:
-            per_shard = list(pool.map(summarize, shards))
+        per_shard = [summarize(s) for s in shards]
         out["shards_present"] = len(per_shard)
         out["chunks"] = sum(s["chunks"] for s in per_shard)
         out["data_bytes"] = sum(s["data_bytes"] for s in per_shard)

@@ -55,6 +55,19 @@ class MinishardIndex:
     def sizes(self) -> U64:
         return self.ends - self.starts
 
+    def sorted_view(self) -> tuple[npt.NDArray[np.intp], U64]:
+        """``(sorter, ids[sorter])``: ids are sorted when written to spec, but other writers may not."""
+        cached = self.__dict__.get("_sorted")
+        if cached is None:
+            ids = self.chunk_ids
+            if ids.size < 2 or bool(np.all(ids[1:] > ids[:-1])):
+                cached = (np.arange(ids.size), ids)
+            else:
+                sorter = np.argsort(ids, kind="stable")
+                cached = (sorter, ids[sorter])
+            object.__setattr__(self, "_sorted", cached)
+        return cached
+
     def find(self, chunk_id: int) -> int | None:
         """Position of ``chunk_id`` in the index (ids are sorted when written to spec), or ``None``."""
         ids = self.chunk_ids

@@ -240,35 +240,55 @@ class ShardedReader:
     def locate_arrays(
         self, chunk_ids: npt.NDArray[np.uint64], shards: npt.NDArray[np.uint64], minishards: npt.NDArray[np.uint64]
     ) -> tuple[npt.NDArray[np.uint64], npt.NDArray[np.uint64], npt.NDArray[np.bool_]]:
-        """Vectorised byte ranges for already-assigned ids: ``(starts, ends, present)``."""
+        """Vectorised byte ranges for already-assigned ids: ``(starts, ends, present)``.
+
+        Ids are grouped by (shard, minishard) with one sort; each group is resolved against its
+        cached minishard index with ``searchsorted``.
+        """
         n = chunk_ids.size
         starts = np.zeros(n, dtype=np.uint64)
         ends = np.zeros(n, dtype=np.uint64)
         present = np.zeros(n, dtype=bool)
         if n == 0:
             return starts, ends, present
-        groups = np.stack([shards, minishards], axis=1)
-        uniq, inverse = np.unique(groups, axis=0, return_inverse=True)
-        inverse = inverse.reshape(-1)
-        order = np.argsort(inverse, kind="stable")
-        bounds = np.searchsorted(inverse[order], np.arange(len(uniq) + 1))
-        for g in range(len(uniq)):
-            members = order[bounds[g] : bounds[g + 1]]
-            index = self.minishard_index(int(uniq[g, 0]), int(uniq[g, 1]))
+        group = (shards << np.uint64(self.spec.minishard_bits)) | minishards if self.spec.shard_bits else minishards
+        order = np.argsort(group, kind="stable")
+        sorted_group = group[order]
+        cuts = np.flatnonzero(sorted_group[1:] != sorted_group[:-1]) + 1
+        bounds = np.concatenate([[0], cuts, [n]])
+        for b0, b1 in zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=True):
+            members = order[b0:b1]
+            first = members[0]
+            index = self.minishard_index(int(shards[first]), int(minishards[first]))
             if len(index) == 0:
                 continue
-            ids = index.chunk_ids
-            sorter = np.argsort(ids, kind="stable")
-            sorted_ids = ids[sorter]
+            sorter, sorted_ids = index.sorted_view()
             wanted = chunk_ids[members]
-            pos = np.searchsorted(sorted_ids, wanted)
-            pos_clip = np.minimum(pos, sorted_ids.size - 1)
-            hit = sorted_ids[pos_clip] == wanted
-            src = sorter[pos_clip[hit]]
+            pos = np.minimum(np.searchsorted(sorted_ids, wanted), sorted_ids.size - 1)
+            hit = sorted_ids[pos] == wanted
+            src = sorter[pos[hit]]
             starts[members[hit]] = index.starts[src]
             ends[members[hit]] = index.ends[src]
             present[members[hit]] = True
         return starts, ends, present
+
+    def prefetch_indexes(self, shards: list[int], workers: int = 32) -> None:
+        """Load the shard indexes and every non-empty minishard index of ``shards`` concurrently.
+
+        Remote stores answer each small range request with a round trip; issuing them all at once
+        is what makes ``inspect`` of a bucket fast.
+        """
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(workers) as pool:
+            indexes = list(pool.map(self.shard_index, shards))
+            pairs = [
+                (s, int(m))
+                for s, ix in zip(shards, indexes, strict=True)
+                if ix is not None
+                for m in ix.nonempty_minishards()
+            ]
+            list(pool.map(lambda sm: self.minishard_index(*sm), pairs))
 
     def iter_chunks(self, shard: int, minishard: int | None = None) -> Iterator[ChunkLocation]:
         """Every stored chunk of a shard (or of one of its minishards), in index order."""

@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# Install napari-shardscope into ./.venv on a fresh Debian/Ubuntu machine.
+#
+#   bash scripts/install.sh          # the library, CLI and napari (PyQt5): extra [all]
+#   bash scripts/install.sh test     # the same plus the test tools and cross-check libraries: extra [test]
+#
+# System packages: Xvfb and the X/OpenGL libraries Qt needs to draw (napari renders through OpenGL;
+# without the xcb libraries Qt aborts the process). Only missing packages are installed.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+extra="${1:-all}"
+
+apt_packages=(xvfb xauth libgl1 libegl1 libgl1-mesa-dri libglib2.0-0 libfontconfig1 libdbus-1-3
+  libxkbcommon-x11-0 libxcb-cursor0 libxcb-icccm4 libxcb-image0 libxcb-keysyms1 libxcb-randr0
+  libxcb-render-util0 libxcb-shape0 libxcb-xfixes0 libxcb-xinerama0 libxcb-xkb1)
+
+if command -v dpkg >/dev/null 2>&1; then
+  missing=()
+  for p in "${apt_packages[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+  done
+  if [ ${#missing[@]} -gt 0 ]; then
+    sudo=""
+    [ "$(id -u)" -ne 0 ] && sudo="sudo"
+    echo "install.sh: installing system packages: ${missing[*]}"
+    $sudo apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends --no-upgrade "${missing[@]}"
+  fi
+else
+  echo "install.sh: not a Debian system; install Xvfb and the X11/OpenGL libraries Qt needs yourself" >&2
+fi
+
+python="${PYTHON:-python3}"
+"$python" -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else 1)' || {
+  echo "install.sh: Python 3.11 or newer is needed ($python is $("$python" --version 2>&1))" >&2; exit 2; }
+
+if ! command -v uv >/dev/null 2>&1; then
+  "$python" -m pip install -q uv >/dev/null 2>&1 || true
+fi
+if command -v uv >/dev/null 2>&1 || "$python" -m uv --version >/dev/null 2>&1; then
+  uv_cmd=(uv); command -v uv >/dev/null 2>&1 || uv_cmd=("$python" -m uv)
+  [ -x .venv/bin/python ] || "${uv_cmd[@]}" venv -q -p "$python" .venv
+  "${uv_cmd[@]}" pip install -q -p .venv/bin/python -e ".[$extra]"
+else
+  [ -x .venv/bin/python ] || "$python" -m venv .venv
+  .venv/bin/python -m pip install -q --upgrade pip
+  .venv/bin/python -m pip install -q -e ".[$extra]"
+fi
+echo "install.sh: ready: .venv/bin/shardscope ($(.venv/bin/python -c 'import napari_shardscope as m; print(m.__version__)'))"

@@ -1,0 +1,93 @@
+"""The inspection CLI: JSON fields, exit codes, and reading only index bytes."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from napari_shardscope.core.cli import run
+from tests.precomputed_data import SHARDING_MURMUR_GZIP, write_ts_volume
+
+
+@pytest.fixture(scope="module")
+def volume(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("cli") / "vol"
+    write_ts_volume(path, SHARDING_MURMUR_GZIP, scales=2)
+    return path
+
+
+def _json(capsys: pytest.CaptureFixture[str], argv: list[str]) -> object:
+    assert run(argv) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def test_inspect_json(volume: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = _json(capsys, ["inspect", str(volume), "--json"])
+    assert isinstance(out, dict)
+    assert out["format"] == "precomputed" and len(out["scales"]) == 2
+    s0 = out["scales"][0]
+    assert s0["sharding"]["hash"] == "murmurhash3_x86_128"
+    assert s0["chunks"] == s0["num_chunks"] == 4 * 3 * 3
+    total = sum(p.stat().st_size for p in volume.rglob("*.shard"))
+    index_bytes = sum(sh["index_bytes"] for sc in out["scales"] for sh in sc["shards"])
+    assert out["bytes_read"] == index_bytes + len((volume / "info").read_bytes()) < total / 5
+    assert all(sh["chunks"] > 0 for sh in s0["shards"])
+
+
+def test_locate_and_ls_agree(volume: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    loc = _json(capsys, ["locate", str(volume), "--voxel", "20,21,14", "--json"])
+    assert isinstance(loc, dict)
+    assert set(loc) >= {
+        "chunk_id",
+        "grid_position",
+        "hashed_chunk_id",
+        "shard",
+        "minishard",
+        "shard_file",
+        "byte_range",
+        "present",
+    }
+    assert loc["present"] and loc["grid_position"] == [1, 1, 0]
+    same = _json(capsys, ["locate", str(volume), "--chunk-id", str(loc["chunk_id"]), "--json"])
+    assert isinstance(same, dict) and same["byte_range"] == loc["byte_range"]
+    assert run(["ls", str(volume), "--shard", str(loc["shard"]), "--minishard", str(loc["minishard"]), "--json"]) == 0
+    records = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert loc["chunk_id"] in [r["chunk_id"] for r in records]
+    assert all(r["shard"] == loc["shard"] and r["minishard"] == loc["minishard"] for r in records)
+    assert run(["ls", str(volume), "--json"]) == 0
+    assert len(capsys.readouterr().out.splitlines()) == 36
+
+
+def test_bad_arguments_exit_2(volume: Path) -> None:
+    base = [sys.executable, "-m", "napari_shardscope"]
+    for argv in (
+        ["locate", str(volume), "--voxel", "1,2"],
+        ["locate", str(volume), "--voxel", "a,b,c"],
+        ["locate", str(volume)],
+        ["inspect", str(volume), "--scale", "nope"],
+        ["ls", str(volume), "--minishard", "1"],
+        ["inspect", str(volume.parent / "none")],
+    ):
+        proc = subprocess.run([*base, *argv], capture_output=True, text=True)
+        assert proc.returncode == 2, (argv, proc.stderr)
+        assert proc.stderr.strip() and "Traceback" not in proc.stderr
+
+
+def test_locate_absent_chunk(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "vol"
+    write_ts_volume(path, SHARDING_MURMUR_GZIP, scales=1)
+    for shard in path.rglob("*.shard"):
+        shard.unlink()
+    loc = _json(capsys, ["locate", str(path), "--voxel", "3,5,7", "--json"])
+    assert isinstance(loc, dict) and loc["present"] is False and loc["byte_range"] is None
+
+
+def test_help_states_coordinate_convention() -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "napari_shardscope", "locate", "--help"], capture_output=True, text=True
+    )
+    assert proc.returncode == 0 and "x,y,z" in proc.stdout and "N5" in proc.stdout
