@@ -91,3 +91,32 @@ def test_help_states_coordinate_convention() -> None:
         [sys.executable, "-m", "napari_shardscope", "locate", "--help"], capture_output=True, text=True
     )
     assert proc.returncode == 0 and "x,y,z" in proc.stdout and "N5" in proc.stdout
+
+
+def test_locate_segment_follows_mesh_and_skeleton_dirs(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from napari_shardscope.core.bytestore import LocalByteStore
+    from napari_shardscope.core.precomputed.shard_writer import write_shards
+    from napari_shardscope.core.precomputed.sharding import parse_sharding_spec
+
+    path = tmp_path / "seg"
+    write_ts_volume(path, SHARDING_MURMUR_GZIP, scales=1)
+    info = json.loads((path / "info").read_text())
+    info.update(mesh="mesh", skeletons="skeletons")
+    (path / "info").write_text(json.dumps(info))
+    spec_json = {"@type": "neuroglancer_uint64_sharded_v1", "preshift_bits": 0, "hash": "murmurhash3_x86_128",
+                 "minishard_bits": 2, "shard_bits": 1, "minishard_index_encoding": "gzip", "data_encoding": "gzip"}
+    store = LocalByteStore(path)
+    for sub, type_ in (("mesh", "neuroglancer_multilod_draco"), ("skeletons", "neuroglancer_skeletons")):
+        (path / sub).mkdir()
+        (path / sub / "info").write_text(json.dumps({"@type": type_, "sharding": spec_json}))
+        write_shards(store, sub, parse_sharding_spec(spec_json), {42: b"manifest-of-42", 7: b"seven"})
+    out = _json(capsys, ["locate", str(path), "--segment", "42", "--json"])
+    assert isinstance(out, list) and [r["source"] for r in out] == ["mesh", "skeletons"]
+    for rec in out:
+        assert rec["present"] and rec["chunk_id"] == 42
+        start, end = rec["byte_range"]
+        import gzip
+
+        assert gzip.decompress((path / rec["shard_file"]).read_bytes()[start:end]) == b"manifest-of-42"
+    missing = _json(capsys, ["locate", str(path), "--segment", "43", "--json"])
+    assert isinstance(missing, list) and not any(r["present"] for r in missing)
