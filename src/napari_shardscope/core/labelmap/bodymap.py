@@ -279,7 +279,10 @@ class BodyMap:
         if split_id == remain_id or sv in (split_id, remain_id):
             raise ArgumentError("a split needs two new supervoxel ids distinct from the original")
         body = self.direct_body(sv)
-        rows = [(split_id, self.explicit.get(split_id), body), (remain_id, self.explicit.get(remain_id), body)]
+        rows: list[tuple[int, int | None, int | None]] = [
+            (split_id, self.explicit.get(split_id), body),
+            (remain_id, self.explicit.get(remain_id), body),
+        ]
         if sv in self.explicit:
             rows.append((sv, self.explicit[sv], None))
         return MapDelta(explicit=tuple(rows), retired=((sv, None, 1),))
