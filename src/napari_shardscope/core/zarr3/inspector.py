@@ -1,0 +1,241 @@
+"""The Zarr v3 :class:`~napari_shardscope.core.dataset.DatasetInspector`.
+
+Opens either a single array (its ``zarr.json`` at the store root; one scale named ``""``) or a
+group whose ``zarr.json`` lists arrays: the dataset paths of an OME-Zarr ``multiscales`` attribute
+(finest first, as OME-Zarr orders them) or, failing that, the arrays of inline consolidated
+metadata. Records are JSON-ready dicts shared by the CLI (``--json``) and the shard browser.
+
+Voxel coordinates are in the array's own index order, the order of ``shape`` in ``zarr.json``
+(for OME-Zarr usually ``t, c, z, y, x``), not x, y, z.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from napari_shardscope.core.bytestore import ByteStore, join_key
+from napari_shardscope.core.dataset import DatasetInspector, Problem, Progress
+from napari_shardscope.core.errors import ArgumentError, MetadataError, NotADatasetError, ShardscopeError
+from napari_shardscope.core.zarr3.metadata import ArrayMetadata, GroupMetadata, parse_node_metadata
+from napari_shardscope.core.zarr3.reader import Zarr3ArrayReader
+from napari_shardscope.core.zarr3.validate import validate_array
+
+
+class Zarr3Inspector:
+    """Layout inspection of a Zarr v3 array or OME-Zarr group.
+
+    Parameters
+    ----------
+    store
+        The byte store whose root holds ``zarr.json``.
+
+    Raises
+    ------
+    NotADatasetError
+        When the root has no ``zarr.json``, or is a group that lists no arrays.
+    MetadataError
+        When ``zarr.json`` is invalid.
+    """
+
+    format_name = "zarr3"
+
+    def __init__(self, store: ByteStore) -> None:
+        self.store = store
+        raw = store.read("zarr.json")
+        if raw is None:
+            raise NotADatasetError(f"{store.url}: no zarr.json at the root")
+        self.root: ArrayMetadata | GroupMetadata = parse_node_metadata(raw, key="zarr.json")
+        self._readers: dict[str, Zarr3ArrayReader] = {}
+        if isinstance(self.root, ArrayMetadata):
+            self._scales: list[str] = [""]
+            self._readers[""] = Zarr3ArrayReader(store, "", self.root)
+        else:
+            paths = self.root.multiscale_paths or self.root.consolidated_array_paths
+            if not paths:
+                raise NotADatasetError(
+                    f"{store.url}: zarr.json is a group without OME-Zarr multiscales or consolidated "
+                    f"metadata; open one of its arrays directly"
+                )
+            self._scales = list(paths)
+
+    # -- scales ----------------------------------------------------------------------------------
+    def scale_keys(self) -> list[str]:
+        """Array paths, finest first; ``[""]`` for an array at the store root."""
+        return list(self._scales)
+
+    def reader(self, scale: str | None = None) -> Zarr3ArrayReader:
+        """The array reader of ``scale`` (default: the first, finest scale)."""
+        key = self._resolve(scale)
+        if key not in self._readers:
+            self._readers[key] = Zarr3ArrayReader(self.store, key)
+        return self._readers[key]
+
+    def _resolve(self, scale: str | None) -> str:
+        if scale is None:
+            return self._scales[0]
+        key = scale.strip("/")
+        if key not in self._scales:
+            raise ArgumentError(f"scale {scale!r} not found; scales are {self._scales}")
+        return key
+
+    def _selected(self, scale: str | None) -> list[str]:
+        return list(self._scales) if scale is None else [self._resolve(scale)]
+
+    # -- DatasetInspector --------------------------------------------------------------------
+    def inspect(self, scale: str | None = None) -> dict[str, Any]:
+        """Layout summary of one scale (or all when ``scale`` is ``None``), from index bytes only.
+
+        ``bytes_read`` counts what this call read from the store (indexes already cached cost
+        nothing). A shard whose index cannot be read gets an ``error`` field instead of counts.
+        """
+        before = self.store.stats.bytes_read
+        scales = [self._inspect_scale(key) for key in self._selected(scale)]
+        return {
+            "format": self.format_name,
+            "url": self.store.url,
+            "node_type": "array" if isinstance(self.root, ArrayMetadata) else "group",
+            "scales": scales,
+            "bytes_read": self.store.stats.bytes_read - before,
+        }
+
+    def _inspect_scale(self, key: str) -> dict[str, Any]:
+        reader = self.reader(key)
+        meta = reader.metadata
+        config = reader.sharding
+        out: dict[str, Any] = {
+            "scale": key,
+            "metadata_key": reader.metadata_key,
+            "shape": list(meta.shape),
+            "data_type": meta.data_type,
+            "dimension_names": list(meta.dimension_names) if meta.dimension_names is not None else None,
+            "fill_value": meta.fill_value,
+            "chunk_key_encoding": meta.chunk_key_encoding.to_json(),
+            "codecs": [c.to_json() for c in meta.codecs],
+            "sharded": config is not None,
+            "shard_shape": list(reader.shard_shape),
+            "inner_chunk_shape": list(reader.inner_chunk_shape),
+            "chunks_per_shard": list(reader.chunks_per_shard),
+            "shard_grid_shape": list(reader.shard_grid_shape),
+            "inner_chunk_grid_shape": list(reader.inner_grid_shape),
+            "inner_codecs": config.to_json()["codecs"] if config is not None else None,
+            "index_codecs": [c.to_json() for c in config.index_codecs] if config is not None else None,
+            "index_location": config.index_location if config is not None else None,
+            "index_size": config.index_size if config is not None else None,
+        }
+        shards = []
+        for shard_key, pos in reader.list_shard_files():
+            if not reader.in_grid(pos):
+                continue
+            shards.append(self._inspect_shard(reader, shard_key, pos))
+        ok = [s for s in shards if "error" not in s]
+        out.update(
+            shard_files_present=len(shards),
+            shard_files_possible=math.prod(reader.shard_grid_shape),
+            inner_chunks_stored=sum(s["inner_chunks"] for s in ok),
+            stored_bytes=sum(s["stored_bytes"] for s in ok),
+            shards=shards,
+        )
+        return out
+
+    def _inspect_shard(self, reader: Zarr3ArrayReader, key: str, shard: tuple[int, ...]) -> dict[str, Any]:
+        record: dict[str, Any] = {"shard_key": key, "shard": list(shard)}
+        if reader.sharding is None:
+            size = reader.store.size(key)
+            record.update(file_size=size, inner_chunks=0 if size is None else 1, stored_bytes=size or 0)
+            return record
+        try:
+            loaded = reader.read_shard_index(shard)
+        except ShardscopeError as exc:
+            record.update(file_size=reader.store.size(key) if reader.store.cheap_size else None, error=str(exc))
+            return record
+        if loaded is None:  # removed since listing
+            record.update(file_size=None, inner_chunks=0, stored_bytes=0)
+            return record
+        record.update(
+            file_size=loaded.file_size,
+            inner_chunks=int(loaded.index.present.sum()),
+            stored_bytes=loaded.index.stored_bytes(),
+        )
+        return record
+
+    def locate_voxel(self, voxel: Sequence[int], scale: str | None = None) -> dict[str, Any]:
+        """Where the inner chunk holding ``voxel`` (zarr.json ``shape`` order) is stored.
+
+        Fields: ``scale``, ``voxel``, ``shard_key``, ``shard`` (shard grid position),
+        ``inner_chunk`` (position in the array's inner-chunk grid), ``inner_chunk_in_shard``,
+        ``byte_range`` ``[start, end)`` or ``null``, ``nbytes``, ``present``.
+        """
+        key = self._resolve(scale)
+        location = self.reader(key).locate_voxel(voxel)
+        return {"scale": key, "voxel": [int(v) for v in voxel], **location.to_json()}
+
+    def list_chunks(self, scale: str | None = None, **filters: Any) -> Iterator[dict[str, Any]]:
+        """One record per stored inner chunk (fields as :meth:`locate_voxel`, without ``voxel``).
+
+        Filters: ``shard`` — a shard key (``"c/1/2/3"``, relative to the array or the store
+        root), a grid position (sequence of ints or ``"1,2,3"``), or a shard number (C order over
+        the shard grid). ``None`` values are ignored; other filters (``minishard``) are errors.
+        """
+        shard_filter = filters.pop("shard", None)
+        unknown = {k: v for k, v in filters.items() if v is not None}
+        if unknown:
+            raise ArgumentError(f"zarr3 list_chunks has no filter(s) {sorted(unknown)}; use shard=")
+        for key in self._selected(scale):
+            reader = self.reader(key)
+            shard = None if shard_filter is None else parse_shard_filter(reader, shard_filter)
+            for location in reader.list_inner_chunks(shard):
+                yield {"scale": key, **location.to_json()}
+
+    def validate(self, scale: str | None = None, progress: Progress | None = None) -> Iterator[Problem]:
+        """Check every shard file of one scale (or all); yield each problem with file and offset."""
+        for key in self._selected(scale):
+            try:
+                reader = self.reader(key)
+            except MetadataError as exc:
+                yield Problem(exc.key or join_key(key, "zarr.json"), exc.message, exc.offset)
+                continue
+            yield from validate_array(reader, progress)
+
+
+def parse_shard_filter(reader: Zarr3ArrayReader, value: Any) -> tuple[int, ...]:
+    """A shard given as a chunk key, a grid position (sequence or ``"1,2,3"``), or a shard number.
+
+    A single integer ``N`` (``--shard N``, as for precomputed) is the ``N``-th shard of the shard
+    grid in C order; for a 1-d array that is also its grid position.
+    """
+    if isinstance(value, str):
+        text = value.strip()
+        for candidate in (text, join_key(reader.path, text)):
+            pos = reader.shard_position(candidate)
+            if pos is not None:
+                return pos
+        try:
+            parts = tuple(int(p) for p in text.split(",")) if text else ()
+        except ValueError:
+            raise ArgumentError(f"shard {value!r} is neither a chunk key nor comma-separated integers") from None
+        if len(parts) == 1 and "," not in text:
+            return shard_from_number(reader, parts[0])
+        return parts
+    if isinstance(value, int) and not isinstance(value, bool):
+        return shard_from_number(reader, value)
+    try:
+        return tuple(int(v) for v in value)
+    except (TypeError, ValueError):
+        raise ArgumentError(f"shard {value!r} is not a shard grid position") from None
+
+
+def shard_from_number(reader: Zarr3ArrayReader, number: int) -> tuple[int, ...]:
+    """The grid position of the ``number``-th shard (C order over the shard grid)."""
+    grid = reader.shard_grid_shape
+    total = math.prod(grid)
+    if not 0 <= number < total:
+        raise ArgumentError(f"shard number {number} is outside the shard grid {list(grid)} ({total} shards)")
+    return tuple(int(i) for i in np.unravel_index(number, grid)) if grid else ()
+
+
+if TYPE_CHECKING:  # Zarr3Inspector must satisfy the protocol the CLI and the GUI program against
+    _conforms: type[DatasetInspector] = Zarr3Inspector
