@@ -1,0 +1,364 @@
+"""N5 block compressions: parsing the ``compression`` attribute, decoding and encoding block data.
+
+The N5 spec names ``raw``, ``gzip`` (``useZlib: true`` = a zlib stream rather than gzip), ``bzip2``,
+``xz`` and ``lz4``; ``blosc`` and ``zstd`` are the common compression annotations (n5-blosc,
+n5-zstandard) that TensorStore also writes. Each decoder is *bounded*: it never produces more than
+the block's expected byte count plus one, so a corrupted header or a compression bomb gives a typed
+error instead of exhausting memory, and a stream that decodes to the wrong size is reported as such
+(TensorStore refuses those blocks too).
+
+Encoders exist for every type so tests and writers can produce blocks; ``gzip`` is written with the
+header Java's ``GZIPOutputStream`` writes (no mtime, ``XFL`` 0, ``OS`` 0), so our bytes are the ones
+Java N5 would produce for the same deflate stream.
+"""
+
+from __future__ import annotations
+
+import bz2
+import io
+import lzma
+import struct
+import zlib
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from napari_shardscope.core.errors import ArgumentError, ChunkDecodeError, MetadataError
+from napari_shardscope.core.n5.lz4_stream import (
+    DEFAULT_BLOCK_SIZE,
+    MAX_BLOCK_SIZE,
+    MIN_BLOCK_SIZE,
+    UnsupportedCompressionError,
+    decode_lz4_stream,
+    encode_lz4_stream,
+)
+
+COMPRESSION_TYPES = ("raw", "gzip", "bzip2", "xz", "lz4", "blosc", "zstd")
+BLOSC_CNAMES = ("blosclz", "lz4", "lz4hc", "snappy", "zlib", "zstd")
+#: A Java gzip member header: magic, deflate, no flags, mtime 0, XFL 0, OS 0 (as in the N5 spec's example).
+JAVA_GZIP_HEADER = b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\x00"
+BLOSC_HEADER_SIZE = 16
+
+
+@dataclass(frozen=True)
+class Compression:
+    """A dataset's ``compression`` attribute, with the defaults Java N5 applies filled in.
+
+    Only the fields of :attr:`type` are meaningful; :meth:`to_json` emits exactly those.
+
+    Attributes
+    ----------
+    type
+        One of :data:`COMPRESSION_TYPES`.
+    level
+        gzip: -1 (zlib's default) .. 9; zstd: the zstd level.
+    use_zlib
+        gzip: the data is a zlib (RFC 1950) stream instead of a gzip (RFC 1952) member.
+    block_size
+        bzip2: 1..9 (×100 kB); lz4: decompressed bytes per LZ4Block (default 65536).
+    preset
+        xz: 0..9.
+    cname, clevel, shuffle, blosc_blocksize
+        blosc: inner codec name, level 0..9, 0 none / 1 byte / 2 bit shuffle, block size (0 = auto).
+    """
+
+    type: str = "raw"
+    level: int = -1
+    use_zlib: bool = False
+    block_size: int = 0
+    preset: int = 6
+    cname: str = "lz4"
+    clevel: int = 5
+    shuffle: int = 1
+    blosc_blocksize: int = 0
+
+    def to_json(self) -> dict[str, Any]:
+        """The attribute as N5 spells it (what ``attributes.json`` holds)."""
+        if self.type == "gzip":
+            return {"type": "gzip", "level": self.level, "useZlib": self.use_zlib}
+        if self.type in ("bzip2", "lz4"):
+            return {"type": self.type, "blockSize": self.block_size}
+        if self.type == "xz":
+            return {"type": "xz", "preset": self.preset}
+        if self.type == "blosc":
+            return {"type": "blosc", "cname": self.cname, "clevel": self.clevel, "shuffle": self.shuffle,
+                    "blocksize": self.blosc_blocksize}
+        if self.type == "zstd":
+            return {"type": "zstd", "level": self.level}
+        return {"type": self.type}
+
+
+def make_compression(kind: str, **params: Any) -> Compression:
+    """A :class:`Compression` of type ``kind`` with N5's defaults, overridden by N5-spelled ``params``.
+
+    ``make_compression("gzip", useZlib=True)`` is the same as parsing
+    ``{"type": "gzip", "useZlib": true}``.
+    """
+    return parse_compression({"type": kind, **params})
+
+
+def parse_compression(value: Any, *, key: str | None = None, field: str = "compression") -> Compression:
+    """Parse the ``compression`` attribute of a dataset.
+
+    Parameters
+    ----------
+    value
+        The JSON value of the attribute.
+    key
+        The ``attributes.json`` key, for error messages.
+    field
+        The attribute's name in messages.
+
+    Raises
+    ------
+    MetadataError
+        Naming the field and the value: not an object, unknown ``type``, a parameter of the wrong
+        type or out of range.
+    """
+    if not isinstance(value, Mapping):
+        raise MetadataError(f"field {field!r} must be an object with a 'type', got {value!r}", key=key)
+    kind = value.get("type")
+    if kind not in COMPRESSION_TYPES:
+        raise MetadataError(f"field '{field}.type' has unsupported value {kind!r}; "
+                            f"expected one of {list(COMPRESSION_TYPES)}", key=key)
+
+    def number(name: str, default: int, lo: int, hi: int) -> int:
+        got = value.get(name, default)
+        if isinstance(got, bool) or not isinstance(got, int) or not lo <= got <= hi:
+            raise MetadataError(f"field '{field}.{name}' must be an integer in [{lo}, {hi}], got {got!r}", key=key)
+        return got
+
+    if kind == "gzip":
+        use_zlib = value.get("useZlib", False)
+        if not isinstance(use_zlib, bool):
+            raise MetadataError(f"field '{field}.useZlib' must be true or false, got {use_zlib!r}", key=key)
+        return Compression("gzip", level=number("level", -1, -1, 9), use_zlib=use_zlib)
+    if kind == "bzip2":
+        return Compression("bzip2", block_size=number("blockSize", 9, 1, 9))
+    if kind == "xz":
+        return Compression("xz", preset=number("preset", 6, 0, 9))
+    if kind == "lz4":
+        return Compression("lz4", block_size=number("blockSize", DEFAULT_BLOCK_SIZE, MIN_BLOCK_SIZE, MAX_BLOCK_SIZE))
+    if kind == "zstd":
+        return Compression("zstd", level=number("level", 3, -(1 << 17), 22))
+    if kind == "blosc":
+        cname = value.get("cname", "lz4")
+        if cname not in BLOSC_CNAMES:
+            raise MetadataError(f"field '{field}.cname' has unsupported value {cname!r}; "
+                                f"expected one of {list(BLOSC_CNAMES)}", key=key)
+        return Compression("blosc", cname=cname, clevel=number("clevel", 5, 0, 9),
+                           shuffle=number("shuffle", 1, 0, 2),
+                           blosc_blocksize=number("blocksize", 0, 0, (1 << 31) - 1))
+    return Compression("raw")
+
+
+# -- decoding ----------------------------------------------------------------------------------
+
+
+def decode_payload(payload: bytes, compression: Compression, expected_nbytes: int, *,
+                   key: str | None = None, offset: int = 0) -> bytes:
+    """Decompress a block's data (the bytes after its header) to exactly ``expected_nbytes``.
+
+    Parameters
+    ----------
+    payload
+        The compressed data.
+    compression
+        The dataset's compression.
+    expected_nbytes
+        Elements × item size the header promises; more or fewer decoded bytes is an error.
+    key, offset
+        Where ``payload`` is stored (``offset`` = header length), for error messages.
+
+    Raises
+    ------
+    ChunkDecodeError
+        The data cannot be decoded, or decodes to the wrong number of bytes.
+    UnsupportedCompressionError
+        The optional package the compression needs is not installed.
+    """
+    decoder = _DECODERS.get(compression.type)
+    if decoder is None:  # pragma: no cover - parse_compression admits only known types
+        raise UnsupportedCompressionError(f"cannot decode N5 compression {compression.type!r}",
+                                          key=key, offset=offset)
+    out = decoder(payload, compression, expected_nbytes, key, offset)
+    if len(out) != expected_nbytes:
+        size = f"more than {expected_nbytes}" if len(out) > expected_nbytes else str(len(out))
+        raise ChunkDecodeError(f"{_label(compression)} data decodes to {size} bytes, expected {expected_nbytes}",
+                               key=key, offset=offset)
+    return out
+
+
+def _label(compression: Compression) -> str:
+    return "zlib" if compression.type == "gzip" and compression.use_zlib else compression.type
+
+
+Decoder = Callable[[bytes, Compression, int, str | None, int], bytes]
+
+
+def _decode_raw(payload: bytes, compression: Compression, expected: int, key: str | None, offset: int) -> bytes:
+    return bytes(payload)
+
+
+def _decode_gzip(payload: bytes, compression: Compression, expected: int, key: str | None, offset: int) -> bytes:
+    if compression.use_zlib:
+        return _decode_streams(payload, expected, key, offset, "zlib", lambda: zlib.decompressobj(15),
+                               zlib.error, multi=False)
+    return _decode_streams(payload, expected, key, offset, "gzip", lambda: zlib.decompressobj(31), zlib.error)
+
+
+def _decode_bzip2(payload: bytes, compression: Compression, expected: int, key: str | None, offset: int) -> bytes:
+    return _decode_streams(payload, expected, key, offset, "bzip2", bz2.BZ2Decompressor, (OSError, ValueError))
+
+
+def _decode_xz(payload: bytes, compression: Compression, expected: int, key: str | None, offset: int) -> bytes:
+    return _decode_streams(payload, expected, key, offset, "xz",
+                           lambda: lzma.LZMADecompressor(format=lzma.FORMAT_XZ), lzma.LZMAError)
+
+
+def _decode_streams(payload: bytes, expected: int, key: str | None, offset: int, label: str,
+                    make: Callable[[], Any], errors: type[Exception] | tuple[type[Exception], ...],
+                    multi: bool = True) -> bytes:
+    """Decode one or more concatenated streams (gzip, bzip2 and xz allow that), bounded.
+
+    ``max_length`` caps each call at one byte past what is still allowed, so exceeding the expected
+    size is detected without ever materialising more than ``expected + 1`` bytes.
+    """
+    out = bytearray()
+    pos = 0
+    while True:
+        dec = make()
+        try:
+            out += dec.decompress(payload[pos:], expected + 1 - len(out))
+        except errors as exc:
+            raise ChunkDecodeError(f"bad {label} data ({exc})", key=key, offset=offset + pos) from exc
+        if len(out) > expected:
+            return bytes(out)  # decode_payload reports "more than expected"
+        if not dec.eof:
+            raise ChunkDecodeError(f"{label} stream of {len(payload) - pos} bytes is truncated",
+                                   key=key, offset=offset + pos)
+        rest = len(dec.unused_data)
+        if rest == 0:
+            return bytes(out)
+        consumed = len(payload) - pos - rest
+        if not multi or consumed == 0:
+            raise ChunkDecodeError(f"{rest} bytes after the end of the {label} stream",
+                                   key=key, offset=offset + len(payload) - rest)
+        pos += consumed
+
+
+def _decode_lz4(payload: bytes, compression: Compression, expected: int, key: str | None, offset: int) -> bytes:
+    return decode_lz4_stream(payload, expected, key=key, offset=offset)
+
+
+def _decode_blosc(payload: bytes, compression: Compression, expected: int, key: str | None, offset: int) -> bytes:
+    # Check the 16-byte blosc header ourselves before handing bytes to C: the sizes it claims must
+    # match the buffer and the block, so c-blosc never reads or allocates past what we hold.
+    if len(payload) < BLOSC_HEADER_SIZE:
+        raise ChunkDecodeError(f"blosc header truncated: {len(payload)} of {BLOSC_HEADER_SIZE} bytes",
+                               key=key, offset=offset)
+    nbytes, _blocksize, cbytes = struct.unpack_from("<III", payload, 4)
+    if cbytes != len(payload):
+        raise ChunkDecodeError(f"blosc header says {cbytes} compressed bytes, the block holds {len(payload)}",
+                               key=key, offset=offset + 12)
+    if nbytes != expected:
+        raise ChunkDecodeError(f"blosc data decodes to {nbytes} bytes, expected {expected}",
+                               key=key, offset=offset + 4)
+    if nbytes == 0:  # c-blosc reports "0 bytes decompressed" as a failure; nothing to decode anyway
+        return b""
+    try:
+        from numcodecs import blosc
+    except ImportError as exc:  # pragma: no cover - numcodecs is in the codecs extra
+        raise UnsupportedCompressionError("N5 blosc compression needs the 'numcodecs' package "
+                                          "(pip install 'napari-shardscope[codecs]')", key=key, offset=offset) from exc
+    try:
+        out = blosc.decompress(bytes(payload))
+    except Exception as exc:  # c-blosc reports failures as RuntimeError/ValueError
+        raise ChunkDecodeError(f"bad blosc data ({exc})", key=key, offset=offset) from exc
+    return bytes(out)
+
+
+def _decode_zstd(payload: bytes, compression: Compression, expected: int, key: str | None, offset: int) -> bytes:
+    try:
+        import zstandard
+    except ImportError as exc:  # pragma: no cover - zstandard is in the codecs extra
+        raise UnsupportedCompressionError("N5 zstd compression needs the 'zstandard' package "
+                                          "(pip install 'napari-shardscope[codecs]')", key=key, offset=offset) from exc
+    out = bytearray()
+    try:
+        reader = zstandard.ZstdDecompressor().stream_reader(io.BytesIO(payload), read_across_frames=True)
+        while len(out) <= expected:
+            piece = reader.read(min(expected + 1 - len(out), 1 << 20))
+            if not piece:
+                break
+            out += piece
+    except zstandard.ZstdError as exc:
+        raise ChunkDecodeError(f"bad zstd data ({exc})", key=key, offset=offset) from exc
+    return bytes(out)
+
+
+_DECODERS: dict[str, Decoder] = {
+    "raw": _decode_raw,
+    "gzip": _decode_gzip,
+    "bzip2": _decode_bzip2,
+    "xz": _decode_xz,
+    "lz4": _decode_lz4,
+    "blosc": _decode_blosc,
+    "zstd": _decode_zstd,
+}
+
+
+# -- encoding ----------------------------------------------------------------------------------
+
+
+def encode_payload(data: bytes, compression: Compression, itemsize: int = 1) -> bytes:
+    """Compress a block's data as ``compression`` says (the inverse of :func:`decode_payload`).
+
+    Parameters
+    ----------
+    data
+        The block's elements, big-endian, x fastest.
+    compression
+        The dataset's compression.
+    itemsize
+        Bytes per element; blosc shuffles by it.
+    """
+    kind = compression.type
+    if kind == "raw":
+        return bytes(data)
+    if kind == "gzip":
+        if compression.use_zlib:
+            return zlib.compress(data, compression.level)
+        return encode_java_gzip(data, compression.level)
+    if kind == "bzip2":
+        return bz2.compress(data, compression.block_size)
+    if kind == "xz":
+        return lzma.compress(data, format=lzma.FORMAT_XZ, check=lzma.CHECK_CRC64, preset=compression.preset)
+    if kind == "lz4":
+        return encode_lz4_stream(data, compression.block_size)
+    if kind == "blosc":
+        return _encode_blosc(data, compression, itemsize)
+    if kind == "zstd":
+        import zstandard
+
+        return bytes(zstandard.ZstdCompressor(level=compression.level, write_content_size=True).compress(data))
+    raise ArgumentError(f"cannot encode N5 compression {kind!r}")
+
+
+def encode_java_gzip(data: bytes, level: int = -1) -> bytes:
+    """One gzip member as Java's ``GZIPOutputStream`` writes it: fixed header, deflate, CRC32, size."""
+    packer = zlib.compressobj(level, zlib.DEFLATED, -15)
+    body = packer.compress(data) + packer.flush()
+    trailer = struct.pack("<II", zlib.crc32(data) & 0xFFFFFFFF, len(data) & 0xFFFFFFFF)
+    return JAVA_GZIP_HEADER + body + trailer
+
+
+def _encode_blosc(data: bytes, compression: Compression, itemsize: int) -> bytes:
+    import numpy as np
+    from numcodecs import Blosc
+
+    if itemsize not in (1, 2, 4, 8) or len(data) % itemsize:
+        raise ArgumentError(f"blosc item size must be 1, 2, 4 or 8 and divide the data, got {itemsize}")
+    codec = Blosc(cname=compression.cname, clevel=compression.clevel, shuffle=compression.shuffle,
+                  blocksize=compression.blosc_blocksize)
+    return bytes(codec.encode(np.frombuffer(data, dtype=f"u{itemsize}")))
