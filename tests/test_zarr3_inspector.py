@@ -97,7 +97,7 @@ def test_inspect_reads_only_index_bytes(tmp_path: Path) -> None:
     json.dumps(report)  # JSON-ready
     assert report["format"] == "zarr3" and report["node_type"] == "group"
     s0, s1 = report["scales"]
-    assert s0["scale"] == "s0" and s0["shape"] == [20, 24, 10] and s0["data_type"] == "uint16"
+    assert s0["key"] == "s0" and s0["shape"] == [20, 24, 10] and s0["data_type"] == "uint16"
     assert s0["shard_shape"] == [8, 8, 8] and s0["inner_chunk_shape"] == [4, 4, 2]
     assert s0["chunks_per_shard"] == [2, 2, 4] and s0["shard_grid_shape"] == [3, 3, 2]
     assert s0["index_location"] == "end" and s0["index_size"] == 16 * 16 + 4
@@ -105,21 +105,23 @@ def test_inspect_reads_only_index_bytes(tmp_path: Path) -> None:
     assert [c["name"] for c in s0["inner_codecs"]] == ["bytes", "gzip"]
     assert s0["dimension_names"] == ["z", "y", "x"]
     # Every shard of s0 touches the non-zero block, so all 18 files exist; s1 has 2x2x1 shards.
-    assert s0["shard_files_present"] == 18 == s0["shard_files_possible"]
-    assert s1["shard_files_present"] == 4
+    assert s0["shards_present"] == 18 == s0["num_shards"]
+    assert s1["shards_present"] == 4 and s1["num_shards"] == 4
     # Counts agree with the listing, and stored bytes with the sum of listed ranges.
     for scale in (s0, s1):
-        records = list(inspector.list_chunks(scale["scale"]))
-        assert scale["inner_chunks_stored"] == len(records)
-        assert scale["stored_bytes"] == sum(r["nbytes"] for r in records)
+        records = list(inspector.list_chunks(scale["key"]))
+        assert scale["chunks"] == len(records)
+        assert scale["data_bytes"] == sum(r["nbytes"] for r in records)
         for shard in scale["shards"]:
-            assert shard["file_size"] == (tmp_path / shard["shard_key"]).stat().st_size
-    # Bytes read: each scale's zarr.json (read on first use) and the shard indexes, nothing else.
-    meta_bytes = {s: (tmp_path / s / "zarr.json").stat().st_size for s in ("s0", "s1")}
+            assert shard["file_size"] == (tmp_path / shard["file"]).stat().st_size
+            assert shard["index_bytes"] == 16 * 16 + 4
+    # Bytes read since opening: the zarr.json files and the shard indexes, nothing else.
+    meta_bytes = {s: (tmp_path / s / "zarr.json").stat().st_size for s in ("", "s0", "s1")}
     index_bytes = 16 * 16 + 4
-    assert report["bytes_read"] == meta_bytes["s0"] + meta_bytes["s1"] + (18 + 4) * index_bytes
-    assert inspector.inspect()["bytes_read"] == 0  # metadata and indexes are cached
-    assert Zarr3Inspector(LocalByteStore(tmp_path)).inspect("s1")["bytes_read"] == meta_bytes["s1"] + 4 * index_bytes
+    assert report["bytes_read"] == sum(meta_bytes.values()) + (18 + 4) * index_bytes
+    assert inspector.inspect()["bytes_read"] == report["bytes_read"]  # metadata and indexes are cached
+    fresh = Zarr3Inspector(LocalByteStore(tmp_path)).inspect("s1")
+    assert fresh["bytes_read"] == meta_bytes[""] + meta_bytes["s1"] + 4 * index_bytes
 
 
 def test_locate_and_list_records(tmp_path: Path) -> None:
@@ -232,7 +234,7 @@ def test_unsharded_array(tmp_path: Path) -> None:
     inspector = Zarr3Inspector(LocalByteStore(tmp_path))
     scale = inspector.inspect()["scales"][0]
     assert scale["sharded"] is False and scale["index_location"] is None
-    assert scale["chunks_per_shard"] == [1, 1] and scale["shard_files_present"] == 9
+    assert scale["chunks_per_shard"] == [1, 1] and scale["shards_present"] == 9
     rec = inspector.locate_voxel([9, 9])
     assert rec["shard_key"] == "c/2/2" and rec["byte_range"] == [0, (tmp_path / "c/2/2").stat().st_size]
     reader = inspector.reader()
@@ -276,7 +278,8 @@ def test_remote_over_http_ranges(http_root: tuple[Path, RangeServer], location: 
         shard["file_size"] = None  # no cheap stat over HTTP
     assert report["scales"] == expected["scales"]
     # Listing is impossible over plain HTTP: the 4 possible shards were probed, index bytes only.
-    assert report["bytes_read"] == (root / "s1" / "zarr.json").stat().st_size + 4 * (16 * 16 + 4)
+    metadata = (root / "zarr.json").stat().st_size + (root / "s1" / "zarr.json").stat().st_size
+    assert report["bytes_read"] == metadata + 4 * (16 * 16 + 4)
     assert remote.locate_voxel([17, 9, 5]) == local.locate_voxel([17, 9, 5])
     assert list(remote.list_chunks("s1")) == list(local.list_chunks("s1"))
     ranged = [r for p, r in server.requests if "/c/" in p]

@@ -89,17 +89,22 @@ class Zarr3Inspector:
     def inspect(self, scale: str | None = None) -> dict[str, Any]:
         """Layout summary of one scale (or all when ``scale`` is ``None``), from index bytes only.
 
-        ``bytes_read`` counts what this call read from the store (indexes already cached cost
-        nothing). A shard whose index cannot be read gets an ``error`` field instead of counts.
+        Field names shared with the other formats: per scale ``key``, ``shards_present``,
+        ``num_shards``, ``chunks`` (stored inner chunks), ``data_bytes``, ``shards``; per shard
+        ``shard`` (grid position), ``file``, ``file_size``, ``chunks``, ``data_bytes``,
+        ``index_bytes``. ``bytes_read``/``requests`` count everything the store returned since it
+        was opened (``zarr.json`` files included), so a fresh inspector reports exactly what one
+        ``inspect`` costs. A shard whose index cannot be read gets an ``error`` field instead of
+        counts.
         """
-        before = self.store.stats.bytes_read
         scales = [self._inspect_scale(key) for key in self._selected(scale)]
         return {
             "format": self.format_name,
             "url": self.store.url,
             "node_type": "array" if isinstance(self.root, ArrayMetadata) else "group",
             "scales": scales,
-            "bytes_read": self.store.stats.bytes_read - before,
+            "bytes_read": self.store.stats.bytes_read,
+            "requests": self.store.stats.requests,
         }
 
     def _inspect_scale(self, key: str) -> dict[str, Any]:
@@ -107,7 +112,7 @@ class Zarr3Inspector:
         meta = reader.metadata
         config = reader.sharding
         out: dict[str, Any] = {
-            "scale": key,
+            "key": key,
             "metadata_key": reader.metadata_key,
             "shape": list(meta.shape),
             "data_type": meta.data_type,
@@ -133,32 +138,35 @@ class Zarr3Inspector:
             shards.append(self._inspect_shard(reader, shard_key, pos))
         ok = [s for s in shards if "error" not in s]
         out.update(
-            shard_files_present=len(shards),
-            shard_files_possible=math.prod(reader.shard_grid_shape),
-            inner_chunks_stored=sum(s["inner_chunks"] for s in ok),
-            stored_bytes=sum(s["stored_bytes"] for s in ok),
+            shards_present=len(shards),
+            num_shards=math.prod(reader.shard_grid_shape),
+            chunks=sum(s["chunks"] for s in ok),
+            data_bytes=sum(s["data_bytes"] for s in ok),
             shards=shards,
         )
         return out
 
     def _inspect_shard(self, reader: Zarr3ArrayReader, key: str, shard: tuple[int, ...]) -> dict[str, Any]:
-        record: dict[str, Any] = {"shard_key": key, "shard": list(shard)}
+        record: dict[str, Any] = {"shard": list(shard), "file": key}
         if reader.sharding is None:
             size = reader.store.size(key)
-            record.update(file_size=size, inner_chunks=0 if size is None else 1, stored_bytes=size or 0)
+            record.update(file_size=size, chunks=0 if size is None else 1, data_bytes=size or 0, index_bytes=0)
             return record
+        index_bytes = reader.sharding.index_size
         try:
             loaded = reader.read_shard_index(shard)
         except ShardscopeError as exc:
-            record.update(file_size=reader.store.size(key) if reader.store.cheap_size else None, error=str(exc))
+            size = reader.store.size(key) if reader.store.cheap_size else None
+            record.update(file_size=size, index_bytes=index_bytes, error=str(exc))
             return record
         if loaded is None:  # removed since listing
-            record.update(file_size=None, inner_chunks=0, stored_bytes=0)
+            record.update(file_size=None, chunks=0, data_bytes=0, index_bytes=0)
             return record
         record.update(
             file_size=loaded.file_size,
-            inner_chunks=int(loaded.index.present.sum()),
-            stored_bytes=loaded.index.stored_bytes(),
+            chunks=int(loaded.index.present.sum()),
+            data_bytes=loaded.index.stored_bytes(),
+            index_bytes=index_bytes,
         )
         return record
 
