@@ -116,6 +116,39 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+#: Fields shown on a scale's first line, in this order, when the format has them.
+_GEOMETRY = (
+    "size",
+    "shape",
+    "dimensions",
+    "voxel_offset",
+    "resolution",
+    "chunk_size",
+    "shard_shape",
+    "inner_chunk_shape",
+    "blockSize",
+    "grid_shape",
+    "encoding",
+    "data_type",
+    "dataType",
+)
+_SUMMARY = (
+    "shards_present",
+    "num_shards",
+    "chunks",
+    "data_bytes",
+    "shards",
+    "sharding",
+    "key",
+    "path",
+    "compression",
+    "codecs",
+    "index_codecs",
+    "bytes_read",
+    "requests",
+)
+
+
 def print_inspect(result: dict[str, Any]) -> None:
     """Human summary: one block per scale, one line per shard file."""
     head = f"{result.get('format')}  {result.get('url')}"
@@ -123,44 +156,55 @@ def print_inspect(result: dict[str, Any]) -> None:
         head += f"  {result['type']} {result.get('data_type')} x{result.get('num_channels')}"
     print(head)
     for sc in result.get("scales", []):
-        line = f"  scale {sc.get('key') or sc.get('path') or '(root)'}"
-        for field in ("size", "shape", "dimensions", "chunk_size", "grid_shape", "encoding"):
-            if field in sc:
-                line += f"  {field}={sc[field]}"
-        print(line)
+        geometry = "  ".join(f"{f}={_short(sc[f])}" for f in _GEOMETRY if sc.get(f) is not None)
+        print(f"  scale {sc.get('key') or sc.get('path') or '(root)'}  {geometry}")
         sharding = sc.get("sharding")
         if isinstance(sharding, dict):
             print("    sharding " + ", ".join(f"{k}={v}" for k, v in sharding.items() if k != "@type"))
+        compression = sc.get("compression")
+        if isinstance(compression, dict):
+            print("    compression " + ", ".join(f"{k}={v}" for k, v in compression.items()))
+        for field in ("codecs", "index_codecs"):
+            if isinstance(sc.get(field), list):
+                print(f"    {field} " + " -> ".join(_codec_name(c) for c in sc[field]))
         if "shards_present" in sc:
             print(
                 f"    {sc['shards_present']} shard files present of {sc.get('num_shards', '?')}; "
                 f"{sc.get('chunks', 0)} chunks; {sc.get('data_bytes', 0)} data bytes"
             )
         for sh in sc.get("shards", []):
-            ratio = ""
-            print(
-                f"    {sh.get('file')}: {sh.get('minishards', '-')} minishards, {sh.get('chunks')} chunks, "
-                f"{sh.get('data_bytes')} bytes{ratio}"
-            )
+            minis = f"{sh['minishards']} minishards, " if sh.get("minishards") is not None else ""
+            print(f"    {sh.get('file')}: {minis}{sh.get('chunks')} chunks, {sh.get('data_bytes')} bytes")
         for k, v in sc.items():
-            if k not in (
-                "key",
-                "path",
-                "size",
-                "shape",
-                "dimensions",
-                "chunk_size",
-                "grid_shape",
-                "encoding",
-                "sharding",
-                "shards_present",
-                "shards",
-                "chunks",
-                "data_bytes",
-                "num_shards",
-            ) and not isinstance(v, (dict, list)):
+            if k not in _GEOMETRY and k not in _SUMMARY and v is not None and not isinstance(v, (dict, list)):
                 print(f"    {k}: {v}")
     print(f"  read {result.get('bytes_read', 0)} bytes in {result.get('requests', '?')} requests")
+
+
+def _short(value: Any) -> str:
+    if isinstance(value, list):
+        return "[" + ", ".join(str(v) for v in value) + "]"
+    return str(value)
+
+
+def _codec_name(codec: Any) -> str:
+    if isinstance(codec, dict):
+        name = str(codec.get("name", "?"))
+        config = codec.get("configuration")
+        if isinstance(config, dict) and config and name != "sharding_indexed":
+            return f"{name}({', '.join(f'{k}={_short(v)}' for k, v in config.items())})"
+        return name
+    return str(codec)
+
+
+def print_record(record: Any) -> None:
+    """One ``field: value`` line per field (lists inline) — the human form of a JSON record."""
+    records = record if isinstance(record, list) else [record]
+    for i, rec in enumerate(records):
+        if i:
+            print()
+        for key in sorted(rec):
+            print(f"{key}: {_short(rec[key]) if rec[key] is not None else '-'}")
 
 
 def cmd_locate(args: argparse.Namespace) -> int:
@@ -170,7 +214,10 @@ def cmd_locate(args: argparse.Namespace) -> int:
         result = inspector.locate_voxel(args.voxel, args.scale)
     else:
         result = _locate_by_id(inspector, args)
-    print_json(result) if args.json else print(json.dumps(result, indent=2, sort_keys=True))
+    if args.json:
+        print_json(result)
+    else:
+        print_record(result)
     return EXIT_OK
 
 

@@ -8,16 +8,15 @@ the spec are read: the current ``<shard>.shard`` and the obsolete ``<shard>.inde
 
 from __future__ import annotations
 
-import threading
-from collections import OrderedDict
-from collections.abc import Callable, Hashable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any, Generic, Literal, TypeVar
+from typing import Any, Literal
 
 import numpy as np
 import numpy.typing as npt
 
 from napari_shardscope.core.bytestore import ByteStore, join_key
+from napari_shardscope.core.cache import LruCache
 from napari_shardscope.core.encoding import decode_bytes
 from napari_shardscope.core.errors import ArgumentError, IndexDecodeError
 from napari_shardscope.core.precomputed.shard_index import (
@@ -28,36 +27,7 @@ from napari_shardscope.core.precomputed.shard_index import (
 )
 from napari_shardscope.core.precomputed.sharding import ShardingSpec, assign_chunk_ids, format_shard_name
 
-K = TypeVar("K", bound=Hashable)
-V = TypeVar("V")
-
 Layout = Literal["shard", "index+data"]
-
-
-class LruCache(Generic[K, V]):
-    """A small thread-safe LRU map; index entries are tiny and re-read constantly by viewers."""
-
-    def __init__(self, capacity: int) -> None:
-        self.capacity = capacity
-        self._data: OrderedDict[K, V] = OrderedDict()
-        self._lock = threading.Lock()
-
-    def get_or_load(self, key: K, load: Callable[[], V]) -> V:
-        with self._lock:
-            if key in self._data:
-                self._data.move_to_end(key)
-                return self._data[key]
-        value = load()
-        with self._lock:
-            self._data[key] = value
-            self._data.move_to_end(key)
-            while len(self._data) > self.capacity:
-                self._data.popitem(last=False)
-        return value
-
-    def clear(self) -> None:
-        with self._lock:
-            self._data.clear()
 
 
 @dataclass(frozen=True)

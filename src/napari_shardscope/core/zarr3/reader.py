@@ -16,8 +16,6 @@ inner chunk, the whole file: the shard browser and the CLI then work on plain Za
 from __future__ import annotations
 
 import math
-import threading
-from collections import OrderedDict
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from itertools import product
@@ -27,6 +25,7 @@ import numpy as np
 import numpy.typing as npt
 
 from napari_shardscope.core.bytestore import ByteStore, join_key
+from napari_shardscope.core.cache import LruCache
 from napari_shardscope.core.errors import ArgumentError, IndexDecodeError, MetadataError, StoreError
 from napari_shardscope.core.zarr3.codecs import CodecChain, decode_chunk, split_codec_chain
 from napari_shardscope.core.zarr3.metadata import ArrayMetadata, parse_array_metadata
@@ -91,33 +90,6 @@ class LoadedIndex:
     file_size: int | None
 
 
-class _Lru:
-    """A small thread-safe LRU of decoded shard indexes (small, and re-read constantly by viewers)."""
-
-    def __init__(self, capacity: int) -> None:
-        self.capacity = max(1, capacity)
-        self._data: OrderedDict[tuple[int, ...], LoadedIndex | None] = OrderedDict()
-        self._lock = threading.Lock()
-
-    def get(self, key: tuple[int, ...]) -> tuple[bool, LoadedIndex | None]:
-        with self._lock:
-            if key not in self._data:
-                return False, None
-            self._data.move_to_end(key)
-            return True, self._data[key]
-
-    def put(self, key: tuple[int, ...], value: LoadedIndex | None) -> None:
-        with self._lock:
-            self._data[key] = value
-            self._data.move_to_end(key)
-            while len(self._data) > self.capacity:
-                self._data.popitem(last=False)
-
-    def clear(self) -> None:
-        with self._lock:
-            self._data.clear()
-
-
 class Zarr3ArrayReader:
     """Read access to the shard layout of one Zarr v3 array.
 
@@ -179,7 +151,7 @@ class Zarr3ArrayReader:
             self.inner_chunk_shape: tuple[int, ...] = tuple(inner)
         else:
             self.inner_chunk_shape = meta.chunk_shape
-        self._indexes = _Lru(cache_size)
+        self._indexes: LruCache[tuple[int, ...], LoadedIndex | None] = LruCache(cache_size)
 
     # -- geometry --------------------------------------------------------------------------------
     @property
@@ -282,12 +254,7 @@ class Zarr3ArrayReader:
         if config is None:
             raise ArgumentError(f"{self.metadata_key}: array is not sharded; it has no shard index")
         pos = tuple(int(p) for p in shard)
-        hit, cached = self._indexes.get(pos)
-        if hit:
-            return cached
-        loaded = self._load_index(pos, config)
-        self._indexes.put(pos, loaded)
-        return loaded
+        return self._indexes.get_or_load(pos, lambda: self._load_index(pos, config))
 
     def _load_index(self, shard: tuple[int, ...], config: ShardingConfig) -> LoadedIndex | None:
         key = self.shard_key(shard)
