@@ -13,7 +13,7 @@ from collections.abc import Sequence
 
 from napari_shardscope.core.cli import run
 
-GUI_COMMAND_MODULES: tuple[str, ...] = ()
+GUI_COMMAND_MODULES: tuple[str, ...] = ("napari_shardscope.napari_plugin.cli",)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -1,0 +1,47 @@
+"""Multiscale volumes read lazily through TensorStore (layer 3 of the core, see DESIGN.md).
+
+Public API::
+
+    from napari_shardscope.core.volumes import open_volume, open_volumes, set_cache_pool_size
+
+    vol = open_volume("https://host/path/segmentation")   # precomputed, zarr v3/OME-Zarr or N5
+    vol.kind, vol.axes, vol.voxel_size, vol.translate     # "segmentation", ("z","y","x"), nm, nm
+    arr = vol.levels[0].array                             # LazyArray, (z, y, x)
+    plane = arr[10, 0:512, 0:512]                         # still lazy
+    data = np.asarray(plane)                              # reads only those chunks
+
+Every volume shares one TensorStore context (:func:`shared_context`), whose cache pool size the
+user sets with ``SHARDSCOPE_CACHE_MB`` or :func:`set_cache_pool_size`.
+"""
+
+from napari_shardscope.core.volumes.context import (
+    CACHE_ENV,
+    cache_pool_bytes,
+    make_context,
+    set_cache_pool_size,
+    shared_context,
+)
+from napari_shardscope.core.volumes.lazy import LazyArray, ValueTransform
+from napari_shardscope.core.volumes.locate import Location, is_remote, parse_location
+from napari_shardscope.core.volumes.model import Kind, ScaleLevel, Volume, dtype_contrast_limits, guess_kind
+from napari_shardscope.core.volumes.opening import open_volume, open_volumes
+
+__all__ = [
+    "CACHE_ENV",
+    "Kind",
+    "LazyArray",
+    "Location",
+    "ScaleLevel",
+    "ValueTransform",
+    "Volume",
+    "cache_pool_bytes",
+    "dtype_contrast_limits",
+    "guess_kind",
+    "is_remote",
+    "make_context",
+    "open_volume",
+    "open_volumes",
+    "parse_location",
+    "set_cache_pool_size",
+    "shared_context",
+]

@@ -1,0 +1,25 @@
+"""Length units as OME-Zarr, N5 and BigDataViewer write them, converted to nanometres.
+
+Connectomics tools (Neuroglancer, CloudVolume, DVID) think in nanometres; OME-Zarr writes UDUNITS
+names (``"micrometer"``), N5 tools write abbreviations (``"um"``, ``"nm"``). Converting everything
+to nm lets an image and its segmentation from different formats overlay in one napari world.
+"""
+
+from __future__ import annotations
+
+_NM_PER_UNIT: dict[str, float] = {
+    "angstrom": 0.1, "å": 0.1,
+    "picometer": 1e-3, "pm": 1e-3,
+    "nanometer": 1.0, "nanometre": 1.0, "nm": 1.0,
+    "micrometer": 1e3, "micrometre": 1e3, "micron": 1e3, "um": 1e3, "µm": 1e3, "μm": 1e3,
+    "millimeter": 1e6, "millimetre": 1e6, "mm": 1e6,
+    "centimeter": 1e7, "centimetre": 1e7, "cm": 1e7,
+    "meter": 1e9, "metre": 1e9, "m": 1e9,
+}
+
+
+def nm_per_unit(unit: object) -> float | None:
+    """How many nanometres one ``unit`` is, or ``None`` for a missing or non-length unit."""
+    if not isinstance(unit, str):
+        return None
+    return _NM_PER_UNIT.get(unit.strip().lower())

@@ -1,0 +1,63 @@
+"""Turn core volumes into napari layer data, without importing napari.
+
+napari builds layers from ``(data, kwargs, layer_type)`` tuples, so the reader, the sample data
+and the CLI share this one function and none of them needs napari at import time.
+
+Choices made here, and why:
+
+* ``multiscale=True`` with the lazy arrays, finest first, whenever there is more than one scale:
+  napari then reads only the visible tile of the level that matches the zoom.
+* ``scale`` / ``translate`` from the volume's voxel size and offset (nanometres), so volumes in
+  different formats or resolutions overlay in one world.
+* ``contrast_limits`` are always passed for images (from metadata or the dtype); without them
+  napari computes the data range, which would read the whole volume.
+* Segmentations become Labels layers; images become Image layers (a channel axis is split into
+  one layer per channel, as napari does for multichannel images).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from napari_shardscope.core.volumes import Volume
+
+LayerData = tuple[Any, dict[str, Any], str]
+
+#: Key of the layer ``metadata`` entry holding where a layer came from (widgets read it).
+METADATA_KEY = "shardscope"
+
+
+def volume_layer_data(volume: Volume) -> LayerData:
+    """The napari layer-data tuple showing ``volume``."""
+    arrays = volume.arrays
+    multiscale = len(arrays) > 1
+    keep = [i for i in range(volume.ndim) if i != volume.channel_axis]
+    kwargs: dict[str, Any] = {
+        "name": volume.name,
+        "multiscale": multiscale,
+        "scale": tuple(volume.voxel_size[i] for i in keep),
+        "translate": tuple(volume.translate[i] for i in keep),
+        "axis_labels": tuple(volume.axes[i] for i in keep),
+        "metadata": {
+            METADATA_KEY: {
+                "url": volume.url,
+                "format": volume.format,
+                "kind": volume.kind,
+                "unit": volume.unit,
+                "scale_keys": [level.key for level in volume.levels],
+                "volume": volume,
+            }
+        },
+    }
+    if volume.unit is not None:
+        kwargs["units"] = tuple(volume.unit if volume.axes[i] in ("z", "y", "x") else "pixel" for i in keep)
+    data: Any = arrays if multiscale else arrays[0]
+    if volume.kind == "segmentation":
+        return data, kwargs, "labels"
+    if volume.contrast_limits is not None:
+        kwargs["contrast_limits"] = volume.contrast_limits
+    if volume.channel_axis is not None:
+        kwargs["channel_axis"] = volume.channel_axis
+    else:
+        kwargs["colormap"] = "gray"
+    return data, kwargs, "image"

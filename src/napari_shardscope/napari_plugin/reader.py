@@ -1,0 +1,88 @@
+"""The npe2 reader contribution: drop a volume's path or URL on napari and see it.
+
+napari asks every reader whose filename pattern matches (ours is ``*``, directories included)
+whether it can read a path, on the GUI thread, for every file a user drops. So
+:func:`get_reader` must be fast and must never raise:
+
+* a local path is accepted only if it is a directory holding ``info``, ``zarr.json`` or
+  ``attributes.json`` (or is one of those files) — two or three ``stat`` calls, no TensorStore;
+* a remote URL (``http(s)://``, ``gs://``, ``s3://``, or with a ``precomputed://`` style prefix)
+  is probed by opening it (metadata only), so a URL that is not a volume is declined rather than
+  failing later;
+* anything that goes wrong returns ``None`` (logged at debug level), letting other readers try.
+
+The volumes opened during the check are what the returned reader function turns into layers,
+so metadata is read once.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from napari_shardscope.core.volumes import Volume, is_remote, open_volumes
+from napari_shardscope.napari_plugin.layers import LayerData, volume_layer_data
+
+log = logging.getLogger(__name__)
+
+METADATA_FILES = ("info", "zarr.json", "attributes.json")
+ReaderFunction = Callable[[Any], list[LayerData]]
+
+
+def get_reader(path: str | Sequence[str]) -> ReaderFunction | None:
+    """A function reading ``path`` into layers, or ``None`` if ``path`` is not a volume we read."""
+    try:
+        paths = _as_paths(path)
+        if not paths or not all(could_be_volume(p) for p in paths):
+            return None
+        volumes: list[Volume] = []
+        for p in paths:
+            volumes.extend(open_volumes(p))
+    except Exception as exc:  # never raise: napari would show a traceback for someone else's file
+        log.debug("napari-shardscope declines %r: %s", path, exc)
+        return None
+
+    def read(_path: Any = None) -> list[LayerData]:
+        return [volume_layer_data(v) for v in volumes]
+
+    return read
+
+
+def read_volumes(path: str | Sequence[str]) -> list[LayerData]:
+    """Layer data for ``path`` (one or more paths/URLs), raising on failure (for scripts)."""
+    out: list[LayerData] = []
+    for p in _as_paths(path):
+        out.extend(volume_layer_data(v) for v in open_volumes(p))
+    return out
+
+
+def _as_paths(path: Any) -> list[str]:
+    if isinstance(path, str | os.PathLike):
+        return [os.fspath(path)]
+    if isinstance(path, list | tuple):
+        return [os.fspath(p) for p in path]
+    return []
+
+
+def could_be_volume(path: str) -> bool:
+    """Cheap check: a remote URL, or a local directory (or metadata file) of a known format."""
+    if not path.strip():
+        return False
+    if is_remote(path):
+        return True
+    text = path
+    for prefix in ("precomputed://", "zarr3://", "zarr://", "n5://"):
+        if text.lower().startswith(prefix):
+            text = text[len(prefix):]
+    if text.startswith("file://"):
+        from urllib.parse import unquote, urlparse
+
+        text = unquote(urlparse(text).path)
+    if "://" in text:
+        return False
+    text = os.path.expanduser(text)
+    if os.path.isdir(text):
+        return any(os.path.isfile(os.path.join(text, name)) for name in METADATA_FILES)
+    return os.path.basename(text.rstrip("/")) in METADATA_FILES and os.path.isfile(text)

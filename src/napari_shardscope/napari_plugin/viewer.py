@@ -1,0 +1,88 @@
+"""Show volumes in a napari viewer: the code behind ``shardscope open`` and ``shardscope demo``.
+
+napari (and Qt) are imported inside the functions, so importing this module — and running the
+inspection commands of the CLI — works on machines without Qt.
+
+Slicing mode: napari's asynchronous slicing (``NAPARI_ASYNC=1``) moves the chunk reads of a
+slice change off the GUI thread, so the window keeps repainting and accepting input while a
+remote or slow volume loads; the new plane appears when its chunks arrive. The CLI turns it on
+for interactive sessions (``--sync`` turns it off) by setting the environment variable before
+napari is imported — never the persisted napari setting, which would change the user's other
+napari sessions. Screenshots always slice synchronously so the frame written to disk shows the
+data, not an empty canvas.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from napari_shardscope.core.errors import ShardscopeError
+from napari_shardscope.core.volumes import Volume
+from napari_shardscope.napari_plugin.layers import volume_layer_data
+
+
+def check_display() -> None:
+    """Fail with a clear message where Qt would abort the process for want of a display.
+
+    On Linux without ``DISPLAY``/``WAYLAND_DISPLAY`` Qt's xcb plugin aborts (exit 134, no
+    message). ``QT_QPA_PLATFORM=offscreen`` is not a way out: napari's OpenGL canvas crashes
+    there. ``xvfb-run -a`` provides a virtual display.
+    """
+    if not sys.platform.startswith("linux"):
+        return
+    if os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY"):
+        return
+    raise ShardscopeError("no display (DISPLAY is not set); on a headless machine run the command "
+                          "under a virtual display: xvfb-run -a shardscope ...")
+
+
+def order_for_display(volumes: Sequence[Volume]) -> list[Volume]:
+    """Images first, segmentations on top of them, so labels are not hidden under an opaque image."""
+    return sorted(volumes, key=lambda v: 0 if v.kind == "image" else 1)
+
+
+def add_volumes(viewer: Any, volumes: Sequence[Volume]) -> list[Any]:
+    """Add one layer per volume (images below labels) to ``viewer``; return the new layers."""
+    from napari.layers import Layer
+
+    layers = []
+    for volume in order_for_display(volumes):
+        data, kwargs, layer_type = volume_layer_data(volume)
+        if "channel_axis" in kwargs:
+            added = getattr(viewer, f"add_{layer_type}")(data, **kwargs)
+            layers.extend(added if isinstance(added, list) else [added])
+            continue
+        layer = Layer.create(data, kwargs, layer_type)
+        viewer.add_layer(layer)
+        layers.append(layer)
+    return layers
+
+
+def show_volumes(volumes: Sequence[Volume], *, screenshot: Path | None = None, async_slicing: bool = True,
+                 title: str = "shardscope") -> int:
+    """Open a napari window with ``volumes``; with ``screenshot``, write one frame and exit.
+
+    Returns the process exit code (0).
+    """
+    check_display()
+    os.environ["NAPARI_ASYNC"] = "1" if async_slicing and screenshot is None else "0"
+    import napari
+
+    viewer = napari.Viewer(title=title, show=True)
+    add_volumes(viewer, volumes)
+    if screenshot is None:
+        napari.run()
+        return 0
+    try:
+        screenshot.parent.mkdir(parents=True, exist_ok=True)
+        from qtpy.QtWidgets import QApplication
+
+        QApplication.processEvents()
+        viewer.screenshot(path=str(screenshot), canvas_only=True, flash=False)
+    finally:
+        viewer.close()
+    return 0
