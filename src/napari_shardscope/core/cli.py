@@ -28,7 +28,10 @@ EXIT_FAILED = 1
 EXIT_USAGE = 2
 
 #: Modules whose ``register(subparsers)`` adds subcommands, in ``--help`` order.
-CORE_COMMAND_MODULES: tuple[str, ...] = ("napari_shardscope.core.inspect_cli",)
+CORE_COMMAND_MODULES: tuple[str, ...] = (
+    "napari_shardscope.core.inspect_cli",
+    "napari_shardscope.core.versioned.cli",
+)
 
 Handler = Callable[[argparse.Namespace], int]
 

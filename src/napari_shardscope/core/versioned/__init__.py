@@ -1,0 +1,86 @@
+"""A versioned key-value store on DVID's model: a DAG of versions over an embedded ordered engine.
+
+Public API (the labelmap, the Versions widget and the CLI use these)::
+
+    repo = create_repository(path, engine="lmdb")      # or open_repository(path)
+    inst = repo.create_instance("bookmarks", "keyvalue")
+    with repo.write(repo.root) as w:                   # one atomic transaction
+        w.put(inst, b"key", b"value")
+    repo.commit(repo.root, "ingest")
+    child = repo.new_version(repo.root)                # continues branch "main"
+    trial = repo.new_version(repo.root, "training")    # starts a new branch
+    with repo.read("main") as view:                    # any version, one snapshot
+        view.get(inst, b"key")
+    repo.merge(a, b, policy="ours")
+
+Modules: :mod:`.engine` (Protocol + memory engine), :mod:`.lmdb_engine`, :mod:`.sqlite_engine`,
+:mod:`.keys` (key layout), :mod:`.dag` (versions, branches), :mod:`.writer_lock`,
+:mod:`.repository` (transactions, merges), :mod:`.keyvalue` (the ``keyvalue`` type), :mod:`.cli`.
+"""
+
+from napari_shardscope.core.versioned.dag import Branch, Note, Version
+from napari_shardscope.core.versioned.errors import (
+    AmbiguousVersionError,
+    BranchExistsError,
+    CommittedVersionError,
+    InstanceExistsError,
+    LockTimeoutError,
+    MergeConflict,
+    MergeConflictError,
+    NestedTransactionError,
+    NotARepositoryError,
+    StoreCorruptError,
+    UncommittedVersionError,
+    UnknownBranchError,
+    UnknownInstanceError,
+    UnknownVersionError,
+)
+from napari_shardscope.core.versioned.keyvalue import KeyValue, open_keyvalue
+from napari_shardscope.core.versioned.repository import (
+    DEFAULT_ENGINE,
+    Change,
+    Checkout,
+    Instance,
+    LogEntry,
+    MergeResult,
+    Repository,
+    VersionView,
+    VersionWriter,
+    create_repository,
+    open_repository,
+    register_instance_type,
+)
+
+__all__ = [
+    "DEFAULT_ENGINE",
+    "AmbiguousVersionError",
+    "Branch",
+    "BranchExistsError",
+    "Change",
+    "Checkout",
+    "CommittedVersionError",
+    "Instance",
+    "InstanceExistsError",
+    "KeyValue",
+    "LockTimeoutError",
+    "LogEntry",
+    "MergeConflict",
+    "MergeConflictError",
+    "MergeResult",
+    "NestedTransactionError",
+    "NotARepositoryError",
+    "Note",
+    "Repository",
+    "StoreCorruptError",
+    "UncommittedVersionError",
+    "UnknownBranchError",
+    "UnknownInstanceError",
+    "UnknownVersionError",
+    "Version",
+    "VersionView",
+    "VersionWriter",
+    "create_repository",
+    "open_keyvalue",
+    "open_repository",
+    "register_instance_type",
+]

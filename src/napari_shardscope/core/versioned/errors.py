@@ -1,0 +1,92 @@
+"""The versioned store's errors, each a subclass of the package's tree.
+
+Callers (the CLI, the Versions widget, the labelmap) need to tell "you may not write here" from
+"no such version" from "the store is damaged" without parsing messages, so every rule of the
+version DAG has its own type. Lookup failures also derive from :class:`LookupError` so ordinary
+Python code that catches ``LookupError`` keeps working.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from napari_shardscope.core.errors import ArgumentError, NotADatasetError, StoreError, VersionError
+
+
+class CommittedVersionError(VersionError):
+    """A write (data, log entry or commit) was aimed at a committed, hence locked, version."""
+
+
+class UncommittedVersionError(VersionError):
+    """An operation needs a committed version (e.g. making a child, merging) but got an open one."""
+
+
+class UnknownVersionError(VersionError, LookupError):
+    """No version's UUID starts with the given text (and it names no branch)."""
+
+
+class AmbiguousVersionError(VersionError, LookupError):
+    """A UUID prefix matches several versions; a longer prefix is needed."""
+
+
+class UnknownBranchError(VersionError, LookupError):
+    """No version carries the given branch name."""
+
+
+class BranchExistsError(VersionError):
+    """A branch name is already used in the DAG, or a parent already has a child continuing its branch."""
+
+
+class NestedTransactionError(VersionError):
+    """A thread opened a write transaction while already holding one (it would deadlock)."""
+
+
+@dataclass(frozen=True)
+class MergeConflict:
+    """One key changed differently on both sides of a merge since their common ancestor.
+
+    Attributes
+    ----------
+    instance
+        Name of the data instance holding the key.
+    key
+        The type-specific key (bytes, as the instance type stores it).
+    """
+
+    instance: str
+    key: bytes
+
+
+class MergeConflictError(VersionError):
+    """A merge with policy ``fail`` found conflicts; nothing was written.
+
+    Attributes
+    ----------
+    conflicts
+        Every conflicting key, so a caller can show them or retry with ``ours``/``theirs``.
+    """
+
+    def __init__(self, message: str, conflicts: Sequence[MergeConflict]) -> None:
+        self.conflicts: tuple[MergeConflict, ...] = tuple(conflicts)
+        super().__init__(message)
+
+
+class UnknownInstanceError(ArgumentError, LookupError):
+    """No data instance has the given name."""
+
+
+class InstanceExistsError(ArgumentError):
+    """A data instance with that name already exists in the repository."""
+
+
+class NotARepositoryError(NotADatasetError):
+    """A path is not a versioned repository (missing, a plain file, or another program's data)."""
+
+
+class StoreCorruptError(StoreError):
+    """The repository's files exist but cannot be read as a consistent store."""
+
+
+class LockTimeoutError(StoreError):
+    """Another writer held the repository's write lock for longer than the timeout."""

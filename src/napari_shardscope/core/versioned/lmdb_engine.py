@@ -1,0 +1,191 @@
+"""The LMDB engine (py-lmdb): a memory-mapped copy-on-write B+tree, the default engine.
+
+Why LMDB suits the versioned store: reads are served straight from the page cache through a
+memory map (no per-read syscall, no SQL layer), readers never block the writer nor each other,
+several processes share one environment, and a commit is a single atomic meta-page switch, so a
+crash (even SIGKILL mid-commit) leaves the old or the new tree, never a mix. LMDB's own writer
+mutex is robust (a killed writer does not wedge it); the repository adds its own timed lock on
+top so a waiting writer gets a clear error instead of blocking forever.
+
+LMDB forbids opening one environment twice in one process (closing either would drop the other's
+POSIX locks), so environments are shared per process and path with a reference count.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import lmdb
+
+from napari_shardscope.core.versioned.engine import ReadTxn, WriteTxn, check_key, check_range
+from napari_shardscope.core.versioned.errors import NotARepositoryError, StoreCorruptError
+
+#: Virtual size reserved for the map; LMDB grows the file only as data arrives (sparse on Linux).
+MAP_SIZE = 2**40
+DATA_FILE = "data.mdb"
+
+_ENVS: dict[tuple[int, str], list[Any]] = {}
+_ENVS_LOCK = threading.Lock()
+
+
+def _acquire_env(directory: Path, *, create: bool, durable: bool) -> Any:
+    key = (os.getpid(), str(directory.resolve()))
+    with _ENVS_LOCK:
+        entry = _ENVS.get(key)
+        if entry is not None:
+            entry[1] += 1
+            return entry[0]
+        data = directory / DATA_FILE
+        if not create:
+            if not data.is_file():
+                raise NotARepositoryError(f"{directory}: no LMDB data file {DATA_FILE}")
+            if data.stat().st_size == 0:
+                # LMDB would treat an empty file as a new environment and initialise it.
+                raise StoreCorruptError(f"{data}: empty LMDB data file")
+        try:
+            env = lmdb.open(
+                str(directory), subdir=True, map_size=MAP_SIZE, max_readers=1024, max_dbs=0,
+                readahead=False, sync=durable, metasync=durable, create=create, lock=True,
+            )
+        except lmdb.Error as exc:
+            raise StoreCorruptError(f"{data}: not a readable LMDB environment ({exc})") from exc
+        env.reader_check()  # drop reader slots of processes that died (e.g. SIGKILLed)
+        _ENVS[key] = [env, 1]
+        return env
+
+
+def _release_env(env: Any) -> None:
+    with _ENVS_LOCK:
+        for key, entry in list(_ENVS.items()):
+            if entry[0] is env:
+                entry[1] -= 1
+                if entry[1] == 0:
+                    del _ENVS[key]
+                    env.close()
+                return
+
+
+def _seek_before(cursor: Any, hi: bytes | None) -> bool:
+    """Position ``cursor`` on the last key < ``hi`` (the last key when None); False when none."""
+    if hi is None:
+        return bool(cursor.last())
+    if cursor.set_range(hi):
+        return bool(cursor.prev())
+    return bool(cursor.last())
+
+
+class _LmdbRead:
+    def __init__(self, txn: Any) -> None:
+        self._txn = txn
+
+    def get(self, key: bytes) -> bytes | None:
+        value = self._txn.get(key)
+        return None if value is None else bytes(value)
+
+    def get_many(self, keys: Sequence[bytes]) -> list[bytes | None]:
+        get = self._txn.get
+        return [get(k) for k in keys]
+
+    def scan_keys(self, lo: bytes, hi: bytes | None, *, reverse: bool = False) -> Iterator[bytes]:
+        check_range(lo, hi)
+        cursor = self._txn.cursor()
+        if not reverse:
+            if not cursor.set_range(lo):
+                return
+            for key in cursor.iternext(keys=True, values=False):
+                if hi is not None and key >= hi:
+                    return
+                yield key
+            return
+        if not _seek_before(cursor, hi):
+            return
+        for key in cursor.iterprev(keys=True, values=False):
+            if key < lo:
+                return
+            yield key
+
+    def scan(self, lo: bytes, hi: bytes | None, *, reverse: bool = False) -> Iterator[tuple[bytes, bytes]]:
+        check_range(lo, hi)
+        cursor = self._txn.cursor()
+        if not reverse:
+            if not cursor.set_range(lo):
+                return
+            for key, value in cursor.iternext(keys=True, values=True):
+                if hi is not None and key >= hi:
+                    return
+                yield key, value
+            return
+        if not _seek_before(cursor, hi):
+            return
+        for key, value in cursor.iterprev(keys=True, values=True):
+            if key < lo:
+                return
+            yield key, value
+
+
+class _LmdbWrite(_LmdbRead):
+    def put(self, key: bytes, value: bytes) -> None:
+        check_key(key)
+        self._txn.put(key, value)
+
+    def delete(self, key: bytes) -> bool:
+        check_key(key)
+        return bool(self._txn.delete(key))
+
+
+class LmdbEngine:
+    """An :class:`~napari_shardscope.core.versioned.engine.OrderedKV` over one LMDB environment.
+
+    Parameters
+    ----------
+    directory
+        Directory holding ``data.mdb`` and ``lock.mdb``.
+    create
+        Create the environment when missing.
+    durable
+        ``fsync`` at every commit (LMDB's ``sync``/``metasync``).
+    """
+
+    def __init__(self, directory: Path, *, create: bool, durable: bool = True) -> None:
+        self._env = _acquire_env(directory, create=create, durable=durable)
+        self._closed = False
+
+    @property
+    def name(self) -> str:
+        return "lmdb"
+
+    @contextmanager
+    def read(self) -> Iterator[ReadTxn]:
+        txn = self._env.begin(write=False)
+        try:
+            yield _LmdbRead(txn)
+        finally:
+            txn.abort()
+
+    @contextmanager
+    def write(self) -> Iterator[WriteTxn]:
+        txn = self._env.begin(write=True)
+        try:
+            yield _LmdbWrite(txn)
+        except BaseException:
+            txn.abort()
+            raise
+        try:
+            txn.commit()
+        except lmdb.MapFullError as exc:  # pragma: no cover - needs a terabyte
+            raise StoreCorruptError(f"LMDB map full ({MAP_SIZE} bytes): {exc}") from exc
+
+    def sync(self) -> None:
+        """Flush to disk (needed after non-durable bulk writes)."""
+        self._env.sync(True)
+
+    def close(self) -> None:
+        if not self._closed:
+            self._closed = True
+            self._env.sync(True)
+            _release_env(self._env)
