@@ -17,11 +17,19 @@ Choices made here, and why:
 
 from __future__ import annotations
 
+import logging
+import math
 from typing import Any
 
 from napari_shardscope.core.volumes import Volume
 
+log = logging.getLogger(__name__)
+
 LayerData = tuple[Any, dict[str, Any], str]
+
+#: napari reads one whole plane of the coarsest level on every slice change (the layer thumbnail);
+#: above this many pixels per plane that read becomes the cost of every z-step.
+COARSEST_PLANE_LIMIT = 1024 * 1024
 
 #: Key of the layer ``metadata`` entry holding where a layer came from (widgets read it).
 METADATA_KEY = "shardscope"
@@ -31,6 +39,11 @@ def volume_layer_data(volume: Volume) -> LayerData:
     """The napari layer-data tuple showing ``volume``."""
     arrays = volume.arrays
     multiscale = len(arrays) > 1
+    coarsest = volume.levels[-1].shape
+    if len(coarsest) >= 2 and math.prod(coarsest[-2:]) > COARSEST_PLANE_LIMIT:
+        log.warning("%s: the coarsest scale is %s voxels per plane; napari reads a whole plane of it on "
+                    "every slice change, so z-steps will be slow. Add downsampled scales to the volume.",
+                    volume.url, " x ".join(str(n) for n in coarsest[-2:]))
     keep = [i for i in range(volume.ndim) if i != volume.channel_axis]
     kwargs: dict[str, Any] = {
         "name": volume.name,
