@@ -127,16 +127,23 @@ def encode_version(version: Version) -> bytes:
 
 def decode_version(data: bytes) -> Version:
     """Inverse of :func:`encode_version`; a malformed record means a damaged store."""
+    return decode_versions([data])[0]
+
+
+def decode_versions(records: list[bytes]) -> list[Version]:
+    """Decode many records with one JSON parse (opening 10⁴ versions: per-call overhead dominates)."""
     try:
-        r = json.loads(data)
-        return Version(
-            uuid=str(r["uuid"]), vid=int(r["vid"]), parents=tuple(str(p) for p in r["parents"]),
-            branch=str(r["branch"]), locked=bool(r["locked"]), message=str(r["message"]),
-            created=float(r["created"]),
-            committed=None if r["committed"] is None else float(r["committed"]),
-        )
-    except (ValueError, KeyError, TypeError) as exc:
+        rows = json.loads(b"[" + b",".join(records) + b"]")
+        return [_version_from(r) for r in rows]
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
         raise StoreCorruptError(f"unreadable version record: {exc}") from exc
+
+
+def _version_from(r: dict[str, Any]) -> Version:
+    committed = r["committed"]
+    return Version(uuid=str(r["uuid"]), vid=int(r["vid"]), parents=tuple(map(str, r["parents"])),
+                   branch=str(r["branch"]), locked=bool(r["locked"]), message=str(r["message"]),
+                   created=float(r["created"]), committed=None if committed is None else float(committed))
 
 
 class Dag:
@@ -153,6 +160,8 @@ class Dag:
         self._children: dict[int, list[int]] = {}
         self._sorted_uuids: list[str] = []
         self._branch_members: dict[str, list[int]] = {}
+        self._max_vid = 0
+        self._root_vid: int | None = None
         self._ancestors: OrderedDict[int, frozenset[int]] = OrderedDict()
         batch = sorted(versions, key=lambda v: v.vid)
         for v in batch:
@@ -168,14 +177,17 @@ class Dag:
             if parent is None:
                 raise StoreCorruptError(f"version {v.uuid} names a parent {p} that is not in the DAG")
             self._children[parent.vid].append(v.vid)
-        self._branch_members.setdefault(v.branch, []).append(v.vid)
+        self._branch_members.setdefault(v.branch, []).append(v.vid)  # ids arrive ascending: last = head
+        self._max_vid = max(self._max_vid, v.vid)
+        if not v.parents and self._root_vid is None:
+            self._root_vid = v.vid
 
     # -- growth ---------------------------------------------------------------------------------
 
     def add(self, v: Version) -> None:
         """Insert a newly created version (its parents must be present)."""
-        if v.uuid in self._by_uuid or v.vid in self._by_vid:
-            raise StoreCorruptError(f"version {v.uuid} (id {v.vid}) is already in the DAG")
+        if v.uuid in self._by_uuid or v.vid <= self._max_vid:
+            raise StoreCorruptError(f"version {v.uuid} (id {v.vid}) is already in the DAG or not the newest")
         self._index(v)
         i = bisect_left(self._sorted_uuids, v.uuid)
         self._sorted_uuids.insert(i, v.uuid)
@@ -203,12 +215,14 @@ class Dag:
     @property
     def root(self) -> Version:
         """The first version."""
-        return self._by_vid[min(self._by_vid)]
+        if self._root_vid is None:
+            raise StoreCorruptError("the DAG has no root version")
+        return self._by_vid[self._root_vid]
 
     @property
     def max_vid(self) -> int:
         """The largest id in use (0 when empty)."""
-        return max(self._by_vid, default=0)
+        return self._max_vid
 
     def by_vid(self, vid: int) -> Version:
         """The version with id ``vid``."""
@@ -274,14 +288,14 @@ class Dag:
         members = self._branch_members.get(branch)
         if not members:
             raise UnknownBranchError(f"no branch named {branch!r}")
-        return self._by_vid[max(members)]
+        return self._by_vid[members[-1]]
 
     def branches(self) -> list[Branch]:
         """Every branch with its base and head, in order of creation."""
         out = []
         for name, members in self._branch_members.items():
-            out.append(Branch(name=name, base=self._by_vid[min(members)].uuid,
-                              head=self._by_vid[max(members)].uuid, length=len(members)))
+            out.append(Branch(name=name, base=self._by_vid[members[0]].uuid,
+                              head=self._by_vid[members[-1]].uuid, length=len(members)))
         return sorted(out, key=lambda b: self._by_uuid[b.base].vid)
 
     def check_new_branch(self, name: str) -> None:

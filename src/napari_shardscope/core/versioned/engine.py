@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import bisect
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from typing import Protocol
@@ -51,6 +51,14 @@ class ReadTxn(Protocol):
 
     def scan_keys(self, lo: bytes, hi: bytes | None, *, reverse: bool = False) -> Iterator[bytes]:
         """Keys only, as :meth:`scan`: version selection looks at keys before touching values."""
+        ...
+
+    def find_last(self, lo: bytes, hi: bytes, accept: Callable[[bytes], bool]) -> tuple[bytes, bytes] | None:
+        """The greatest key in ``[lo, hi)`` that ``accept`` takes, with its value (None: no such key).
+
+        This is the versioned read: walk one key's entries newest first, stop at the first one of an
+        ancestor. Engines do it natively so only the chosen value is fetched, once.
+        """
         ...
 
 
@@ -134,6 +142,14 @@ class _MemoryRead:
             value = self.get(key)
             assert value is not None
             yield key, value
+
+    def find_last(self, lo: bytes, hi: bytes, accept: Callable[[bytes], bool]) -> tuple[bytes, bytes] | None:
+        for key in self.scan_keys(lo, hi, reverse=True):
+            if accept(key):
+                value = self.get(key)
+                assert value is not None
+                return key, value
+        return None
 
     def _span(self, lo: bytes, hi: bytes | None) -> list[bytes]:
         return self._snap.span(lo, hi)

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -126,6 +126,20 @@ class _LmdbRead:
             if key < lo:
                 return
             yield key, value
+
+
+    def find_last(self, lo: bytes, hi: bytes, accept: Callable[[bytes], bool]) -> tuple[bytes, bytes] | None:
+        cursor = self._txn.cursor()
+        if not _seek_before(cursor, hi):
+            return None
+        while True:
+            key = cursor.key()
+            if key < lo:
+                return None
+            if accept(key):
+                return key, cursor.value()
+            if not cursor.prev():
+                return None
 
 
 class _LmdbWrite(_LmdbRead):

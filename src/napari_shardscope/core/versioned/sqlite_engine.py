@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import sqlite3
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -60,6 +60,16 @@ class _SqliteRead:
     def scan(self, lo: bytes, hi: bytes | None, *, reverse: bool = False) -> Iterator[tuple[bytes, bytes]]:
         for k, v in self._select("k, v", lo, hi, reverse):
             yield bytes(k), bytes(v)
+
+
+    def find_last(self, lo: bytes, hi: bytes, accept: Callable[[bytes], bool]) -> tuple[bytes, bytes] | None:
+        # One statement: most keys have one or two versions, so reading values while stepping costs
+        # less than a second statement for the chosen one.
+        for k, v in self._select("k, v", lo, hi, True):
+            key = bytes(k)
+            if accept(key):
+                return key, bytes(v)
+        return None
 
 
 class _SqliteWrite(_SqliteRead):
