@@ -128,7 +128,8 @@ def ensure_sample_dataset(cache_dir: str | os.PathLike[str] | None = None, *, se
     if (paths.root / "sample.json").is_file():
         return paths
     paths.root.parent.mkdir(parents=True, exist_ok=True)
-    if paths.root.exists():  # an incomplete leftover from an older, non-atomic writer
+    if paths.root.exists() and not (paths.root / "sample.json").is_file():
+        # an incomplete leftover (a complete dataset only ever appears by rename, with sample.json)
         shutil.rmtree(paths.root, ignore_errors=True)
     tmp = Path(tempfile.mkdtemp(prefix=".tmp-sample-", dir=paths.root.parent))
     try:

@@ -101,7 +101,10 @@ class LazyArray:
         ``None`` when the chunk grid does not start at index 0 of this view (e.g. a view cut at a
         non-chunk boundary), because napari assumes a zero-anchored grid.
         """
-        layout = self._store.chunk_layout
+        try:
+            layout = self._store.chunk_layout
+        except ValueError:  # some index-array views have no chunk layout
+            return None
         origin = layout.grid_origin
         if origin is not None and any(o not in (0, None) for o in origin):
             return None
