@@ -405,3 +405,23 @@ def test_labelmap_like_workload(repo: Repository) -> None:
         assert view.get_many("seg", [b"blk000001", b"blk000007"]) == [None, block]
     with repo.read(repo.root) as view:  # "main" now names the child, the branch's head
         assert sum(1 for _ in view.keys("seg")) == 1000
+
+
+def test_id_counters_never_collide_across_branches(repo: Repository) -> None:
+    repo.commit(repo.root, "r")
+    a = repo.new_version(repo.root, "a")
+    b = repo.new_version(repo.root, "b")
+    with repo.write(a) as w:
+        first = w.allocate_ids("label", 3, minimum=1000)
+    with repo.write(b) as w:
+        second = w.allocate_ids("label", 2)
+    assert list(first) == [1000, 1001, 1002] and list(second) == [1003, 1004]
+    assert repo.allocate_ids("label") == range(1005, 1006)
+    assert repo.allocate_ids("other") == range(1, 2)
+    with pytest.raises(ArgumentError):
+        repo.allocate_ids("label", 0)
+    with pytest.raises(ValueError), repo.write(a) as w:  # a failed transaction reserves nothing
+        w.allocate_ids("label", 10)
+        raise ValueError("boom")
+    assert repo.allocate_ids("label") == range(1006, 1007)
+    assert repo.verify() == []

@@ -14,8 +14,9 @@ Public API (the labelmap, the Versions widget and the CLI use these)::
     repo.merge(a, b, policy="ours")
 
 Modules: :mod:`.engine` (Protocol + memory engine), :mod:`.lmdb_engine`, :mod:`.sqlite_engine`,
-:mod:`.keys` (key layout), :mod:`.dag` (versions, branches), :mod:`.writer_lock`,
-:mod:`.repository` (transactions, merges), :mod:`.keyvalue` (the ``keyvalue`` type), :mod:`.cli`.
+:mod:`.keys` (key layout), :mod:`.dag` (versions, branches), :mod:`.instance`, :mod:`.view`
+(reads and writes at a version), :mod:`.merge`, :mod:`.writer_lock`, :mod:`.repository`
+(transactions, create/open), :mod:`.keyvalue` (the ``keyvalue`` type), :mod:`.cli`.
 """
 
 from napari_shardscope.core.versioned.dag import Branch, Note, Version
@@ -35,21 +36,17 @@ from napari_shardscope.core.versioned.errors import (
     UnknownInstanceError,
     UnknownVersionError,
 )
+from napari_shardscope.core.versioned.instance import Instance, register_instance_type
 from napari_shardscope.core.versioned.keyvalue import KeyValue, open_keyvalue
+from napari_shardscope.core.versioned.merge import MergeResult
 from napari_shardscope.core.versioned.repository import (
     DEFAULT_ENGINE,
-    Change,
     Checkout,
-    Instance,
-    LogEntry,
-    MergeResult,
     Repository,
-    VersionView,
-    VersionWriter,
     create_repository,
     open_repository,
-    register_instance_type,
 )
+from napari_shardscope.core.versioned.view import Change, LogEntry, VersionView, VersionWriter
 
 __all__ = [
     "DEFAULT_ENGINE",

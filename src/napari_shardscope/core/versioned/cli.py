@@ -25,12 +25,8 @@ from napari_shardscope.core.versioned.errors import (
     UnknownVersionError,
 )
 from napari_shardscope.core.versioned.keyvalue import decode_key, open_keyvalue
-from napari_shardscope.core.versioned.repository import (
-    MERGE_POLICIES,
-    Repository,
-    create_repository,
-    open_repository,
-)
+from napari_shardscope.core.versioned.merge import MERGE_POLICIES
+from napari_shardscope.core.versioned.repository import Repository, create_repository, open_repository
 
 Handler = Callable[[argparse.Namespace], int]
 

@@ -43,6 +43,7 @@ INSTANCE_PREFIX = META + b"i"
 NOTE_PREFIX = META + b"n"
 LOG_PREFIX = META + b"l"
 CHANGE_PREFIX = META + b"c"
+COUNTER_PREFIX = META + b"a"
 
 
 @dataclass(frozen=True)

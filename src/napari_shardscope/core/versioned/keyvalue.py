@@ -13,7 +13,8 @@ from collections.abc import Iterator, Mapping
 from napari_shardscope.core.errors import ArgumentError
 from napari_shardscope.core.versioned.dag import Version
 from napari_shardscope.core.versioned.errors import UnknownInstanceError
-from napari_shardscope.core.versioned.repository import Instance, Repository
+from napari_shardscope.core.versioned.instance import Instance
+from napari_shardscope.core.versioned.repository import Repository
 
 TYPE_NAME = "keyvalue"
 

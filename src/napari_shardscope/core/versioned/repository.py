@@ -5,17 +5,9 @@ root UUID), the engine's files and ``writer.lock``. Everything else — the DAG,
 notes, per-version logs and the data — lives in one ordered key-value engine, so every operation
 that changes the store is *one* engine transaction: a crash leaves the old or the new state.
 
-Reading key K at version V: one reverse range scan over the entries of K (all versions of a key
-sit together, see :mod:`~napari_shardscope.core.versioned.keys`), keeping the first entry whose
-version is an ancestor of V (the in-memory DAG answers that with a set lookup). Version ids are a
-topological order, so the first ancestor met going backwards is the nearest one on a chain, and a
-tombstone there means "deleted". Scans at a version walk the key range once and apply the same
-rule per key, so they merge the ancestor layers.
-
-Merges (DVID's repo merge) make a version with two parents. Keys that differ between the parents
-are found through the per-version change index (only versions below the common ancestors are
-looked at) and decided by three-way comparison with the merge base; every such key is written
-into the merge version, which keeps the "largest ancestor id wins" read rule exact across merges.
+Reads at a version follow DVID's rule (:mod:`~napari_shardscope.core.versioned.view`): one walk
+over a key's versions, the in-memory DAG picking the nearest ancestor. Merges make a version with
+two parents (:mod:`~napari_shardscope.core.versioned.merge`).
 
 Processes: any number may read; writers serialise on :class:`WriterLock` (with a timeout) and each
 write transaction first reloads the DAG if another process changed it (a generation counter in
@@ -26,15 +18,13 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from napari_shardscope.core.errors import ArgumentError
 from napari_shardscope.core.versioned import keys as K
@@ -53,7 +43,6 @@ from napari_shardscope.core.versioned.errors import (
     BranchExistsError,
     CommittedVersionError,
     InstanceExistsError,
-    MergeConflict,
     MergeConflictError,
     NotARepositoryError,
     StoreCorruptError,
@@ -62,310 +51,17 @@ from napari_shardscope.core.versioned.errors import (
     UnknownInstanceError,
     UnknownVersionError,
 )
+from napari_shardscope.core.versioned.instance import Instance, check_instance
+from napari_shardscope.core.versioned.merge import MERGE_POLICIES, MergePolicy, MergeResult, plan_merge
+from napari_shardscope.core.versioned.view import VersionView, VersionWriter, allocate_ids
 from napari_shardscope.core.versioned.writer_lock import DEFAULT_TIMEOUT, WriterLock
 
 MARKER_FILE = "shardscope-repository.json"
 FORMAT_NAME = "napari-shardscope versioned repository"
 FORMAT_VERSION = 1
-#: The default engine: LMDB reads 28 KB blocks several times faster (see bench/versioned.py).
+#: The default engine: on the labelmap's pattern (28 KB gets, 1,000-key scans, batched puts) LMDB is
+#: the faster one; see bench/versioned.py.
 DEFAULT_ENGINE = "lmdb"
-MergePolicy = Literal["fail", "ours", "theirs"]
-MERGE_POLICIES: tuple[str, ...] = ("fail", "ours", "theirs")
-_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
-
-#: Instance types the store accepts; type modules add theirs with :func:`register_instance_type`.
-INSTANCE_TYPES: set[str] = {"keyvalue"}
-
-
-def register_instance_type(name: str) -> None:
-    """Allow instances of type ``name`` (called by a type's module, e.g. the labelmap)."""
-    INSTANCE_TYPES.add(name)
-
-
-@dataclass(frozen=True)
-class Instance:
-    """A data instance: a named, typed namespace of keys (DVID's data instance).
-
-    Attributes
-    ----------
-    name
-        Unique name in the repository.
-    type
-        Instance type (``keyvalue``, ``labelmap``).
-    iid
-        Small integer id used as the first 4 bytes of the instance's keys.
-    config
-        Type-specific settings (e.g. a labelmap's base volume URL), JSON-serialisable.
-    """
-
-    name: str
-    type: str
-    iid: int
-    config: Mapping[str, Any] = field(default_factory=dict, hash=False)
-
-
-@dataclass(frozen=True)
-class Change:
-    """A key a version itself stores an entry for (a value, or a tombstone when ``deleted``)."""
-
-    instance: str
-    key: bytes
-    deleted: bool
-
-
-@dataclass(frozen=True)
-class LogEntry:
-    """One entry of an instance's append-only per-version log."""
-
-    version: str
-    seq: int
-    data: bytes
-
-
-@dataclass(frozen=True)
-class MergeResult:
-    """What a merge did.
-
-    Attributes
-    ----------
-    version
-        The new (open) merge version; commit it when satisfied.
-    base
-        UUID of the merge base (the common ancestor compared against).
-    conflicts
-        Keys changed differently on both sides (resolved by the policy unless it was ``fail``).
-    merged
-        How many keys the merge version had to store.
-    """
-
-    version: Version
-    base: str
-    conflicts: tuple[MergeConflict, ...]
-    merged: int
-
-
-# ---------------------------------------------------------------------------------------------
-# Reading and writing at a version
-# ---------------------------------------------------------------------------------------------
-
-
-def _visible_entry(txn: ReadTxn, stem: bytes, ancestors: frozenset[int], skip: int = -1) -> bytes | None:
-    """The engine key of the entry of ``stem`` visible from a version whose ancestors are given.
-
-    One reverse range scan over the key's entries; the first one stored at an ancestor wins
-    (ids grow along every path). ``skip`` ignores one version's own entry (what a version
-    inherits).
-    """
-    lo, hi = K.stem_range(stem)
-    n = len(stem)
-    for key in txn.scan_keys(lo, hi, reverse=True):
-        vid = int.from_bytes(key[n:n + 4], "big")
-        if vid in ancestors and vid != skip:
-            return key
-    return None
-
-
-def _read_visible(txn: ReadTxn, stem: bytes, ancestors: frozenset[int]) -> bytes | None:
-    """The value of ``stem`` visible from a version (None when absent or deleted): one engine walk."""
-    lo, hi = K.stem_range(stem)
-    n = len(stem)
-    hit = txn.find_last(lo, hi, lambda key: int.from_bytes(key[n:n + 4], "big") in ancestors)
-    if hit is None or hit[0][-1] == K.TOMBSTONE:
-        return None
-    return hit[1]
-
-
-class VersionView:
-    """Reads at one version inside one engine snapshot (from :meth:`Repository.read`).
-
-    Every method sees the same snapshot, so a scan and the gets after it agree even while
-    another process writes.
-    """
-
-    def __init__(self, repo: Repository, version: Version, txn: ReadTxn, ancestors: frozenset[int]) -> None:
-        self._repo = repo
-        self.version = version
-        self._txn = txn
-        self._anc = ancestors
-
-    def get(self, instance: Instance | str, key: bytes) -> bytes | None:
-        """The value of ``key`` at this version (None when absent or deleted)."""
-        inst = self._repo.instance(instance)
-        return _read_visible(self._txn, K.key_stem(inst.iid, _check_tkey(key)), self._anc)
-
-    def get_many(self, instance: Instance | str, keys: Iterable[bytes]) -> list[bytes | None]:
-        """Values of several keys (one range scan each, values fetched in one engine batch)."""
-        inst = self._repo.instance(instance)
-        chosen: list[bytes | None] = []
-        for key in keys:
-            entry = _visible_entry(self._txn, K.key_stem(inst.iid, _check_tkey(key)), self._anc)
-            chosen.append(None if entry is None or entry[-1] == K.TOMBSTONE else entry)
-        wanted = [c for c in chosen if c is not None]
-        values = iter(self._txn.get_many(wanted))
-        return [None if c is None else next(values) for c in chosen]
-
-    def contains(self, instance: Instance | str, key: bytes) -> bool:
-        """True when ``key`` has a value at this version (no value is read)."""
-        inst = self._repo.instance(instance)
-        entry = _visible_entry(self._txn, K.key_stem(inst.iid, _check_tkey(key)), self._anc)
-        return entry is not None and entry[-1] != K.TOMBSTONE
-
-    def _range(self, iid: int, prefix: bytes | None, start: bytes | None,
-               stop: bytes | None) -> tuple[bytes, bytes]:
-        if prefix is not None:
-            if start is not None or stop is not None:
-                raise ArgumentError("give either prefix or start/stop, not both")
-            return K.prefix_range(iid, _check_tkey(prefix, allow_empty=True))
-        return K.tkey_range(iid, start, stop)
-
-    def keys(self, instance: Instance | str, *, prefix: bytes | None = None, start: bytes | None = None,
-             stop: bytes | None = None) -> Iterator[bytes]:
-        """Keys with a value at this version, ascending; by ``prefix`` or in ``[start, stop)``.
-
-        One pass over the keys of the range (no value is read): per key, the entry of the nearest
-        ancestor wins (ids ascend inside a key, so the last accepted one).
-        """
-        inst = self._repo.instance(instance)
-        lo, hi = self._range(inst.iid, prefix, start, stop)
-        anc, cut = self._anc, -K.SUFFIX_LEN
-        stem: bytes | None = None
-        best: bytes | None = None
-        for key in self._txn.scan_keys(lo, hi):
-            s = key[:cut]
-            if s != stem:
-                if best is not None and best[-1] != K.TOMBSTONE:
-                    yield K.tkey_of_stem(best[:cut])
-                stem, best = s, None
-            if int.from_bytes(key[cut:-1], "big") in anc:
-                best = key
-        if best is not None and best[-1] != K.TOMBSTONE:
-            yield K.tkey_of_stem(best[:cut])
-
-    def scan(self, instance: Instance | str, *, prefix: bytes | None = None, start: bytes | None = None,
-             stop: bytes | None = None) -> Iterator[tuple[bytes, bytes]]:
-        """``(key, value)`` pairs at this version, ascending; one pass over the key range.
-
-        Values are read while walking (not fetched again afterwards): most keys have one or two
-        entries, and a second lookup per key costs more than the odd extra value (3x on SQLite).
-        """
-        inst = self._repo.instance(instance)
-        lo, hi = self._range(inst.iid, prefix, start, stop)
-        anc, cut = self._anc, -K.SUFFIX_LEN
-        stem: bytes | None = None
-        best: tuple[bytes, bytes] | None = None
-        for key, value in self._txn.scan(lo, hi):
-            s = key[:cut]
-            if s != stem:
-                if best is not None and best[0][-1] != K.TOMBSTONE:
-                    yield K.tkey_of_stem(best[0][:cut]), best[1]
-                stem, best = s, None
-            if int.from_bytes(key[cut:-1], "big") in anc:
-                best = (key, value)
-        if best is not None and best[0][-1] != K.TOMBSTONE:
-            yield K.tkey_of_stem(best[0][:cut]), best[1]
-
-    def read_log(self, instance: Instance | str, *, own: bool = False) -> Iterator[LogEntry]:
-        """The instance's log entries of this version's ancestry, parents first (or only its own).
-
-        Ids grow in topological order, so one scan gives a valid replay order from the root.
-        """
-        inst = self._repo.instance(instance)
-        lo = K.log_prefix(inst.iid, self.version.vid if own else None)
-        hi = K.next_prefix(lo)
-        dag = self._repo._dag_snapshot()
-        for key, data in self._txn.scan(lo, hi):
-            vid = K.unpack_u32(key[len(K.LOG_PREFIX) + 4:len(K.LOG_PREFIX) + 8])
-            if vid in self._anc:
-                yield LogEntry(version=dag.by_vid(vid).uuid, seq=K.unpack_u64(key[-8:]), data=data)
-
-    def changes(self, instance: Instance | str | None = None) -> Iterator[Change]:
-        """Keys this version itself wrote or deleted (not inherited), from the change index."""
-        by_iid = {i.iid: i for i in self._repo.instances()}
-        lo = K.change_prefix(self.version.vid, None if instance is None else self._repo.instance(instance).iid)
-        for ckey in self._txn.scan_keys(lo, K.next_prefix(lo)):
-            stem = K.stem_of_change_key(ckey)
-            entry = _visible_entry(self._txn, stem, frozenset({self.version.vid}))
-            inst = by_iid.get(K.unpack_u32(stem[:4]))
-            if entry is None or inst is None:  # pragma: no cover - verify() reports these
-                continue
-            yield Change(instance=inst.name, key=K.tkey_of_stem(stem), deleted=entry[-1] == K.TOMBSTONE)
-
-
-class VersionWriter(VersionView):
-    """Reads and writes at one open version inside one write transaction (:meth:`Repository.write`).
-
-    Everything done through one writer commits atomically when the ``with`` block ends, and is
-    discarded if it ends with an exception.
-    """
-
-    def __init__(self, repo: Repository, version: Version, txn: WriteTxn, ancestors: frozenset[int]) -> None:
-        super().__init__(repo, version, txn, ancestors)
-        self._wtxn = txn
-
-    def put(self, instance: Instance | str, key: bytes, value: bytes) -> None:
-        """Store ``value`` under ``key`` in this version (ancestors keep theirs)."""
-        inst = self._repo.instance(instance)
-        if not isinstance(value, bytes | bytearray | memoryview):
-            raise ArgumentError(f"values must be bytes, got {type(value).__name__}")
-        stem = K.key_stem(inst.iid, _check_tkey(key))
-        vid = self.version.vid
-        self._wtxn.delete(K.entry_key(stem, vid, True))
-        self._wtxn.put(K.entry_key(stem, vid, False), bytes(value))
-        self._wtxn.put(K.change_key(vid, stem), b"")
-
-    def put_many(self, instance: Instance | str, items: Mapping[bytes, bytes] | Iterable[tuple[bytes, bytes]]) -> int:
-        """Store several keys (the labelmap's batched block writes); returns how many."""
-        pairs = items.items() if isinstance(items, Mapping) else items
-        n = 0
-        for key, value in pairs:
-            self.put(instance, key, value)
-            n += 1
-        return n
-
-    def delete(self, instance: Instance | str, key: bytes) -> bool:
-        """Delete ``key`` at this version; True when it had a value here.
-
-        A tombstone is written only when an ancestor's value would otherwise show through;
-        otherwise this version's own entry is simply removed.
-        """
-        inst = self._repo.instance(instance)
-        stem = K.key_stem(inst.iid, _check_tkey(key))
-        vid = self.version.vid
-        inherited = _visible_entry(self._wtxn, stem, self._anc, skip=vid)
-        inherited_value = inherited is not None and inherited[-1] != K.TOMBSTONE
-        had_own = self._wtxn.delete(K.entry_key(stem, vid, False))
-        own_tomb = self._wtxn.get(K.entry_key(stem, vid, True)) is not None
-        was_visible = had_own or (inherited_value and not own_tomb)
-        if inherited_value:
-            self._wtxn.put(K.entry_key(stem, vid, True), b"")
-            self._wtxn.put(K.change_key(vid, stem), b"")
-        else:
-            self._wtxn.delete(K.entry_key(stem, vid, True))
-            self._wtxn.delete(K.change_key(vid, stem))
-        return was_visible
-
-    def append_log(self, instance: Instance | str, data: bytes) -> int:
-        """Append ``data`` to the instance's log of this version; returns its sequence number.
-
-        Entries are never rewritten (the labelmap's mutation log).
-        """
-        inst = self._repo.instance(instance)
-        if not isinstance(data, bytes):
-            raise ArgumentError(f"log entries must be bytes, got {type(data).__name__}")
-        prefix = K.log_prefix(inst.iid, self.version.vid)
-        last = next(self._wtxn.scan_keys(prefix, K.next_prefix(prefix), reverse=True), None)
-        seq = 0 if last is None else K.unpack_u64(last[-8:]) + 1
-        self._wtxn.put(K.log_key(inst.iid, self.version.vid, seq), data)
-        return seq
-
-
-def _check_tkey(key: bytes, *, allow_empty: bool = False) -> bytes:
-    if not isinstance(key, bytes):
-        raise ArgumentError(f"keys must be bytes, got {type(key).__name__}")
-    if not key and not allow_empty:
-        raise ArgumentError("keys must not be empty")
-    return key
-
 
 # ---------------------------------------------------------------------------------------------
 # The repository
@@ -470,8 +166,19 @@ class Repository:
             if self._read_generation(txn) != self._generation:
                 self._load(txn)
 
-    def _dag_snapshot(self) -> Dag:
-        return self._dag
+    def version_by_id(self, vid: int) -> Version:
+        """The version with repository-local id ``vid`` (ids appear in keys, logs and change lists)."""
+        with self._state:
+            try:
+                return self._dag.by_vid(vid)
+            except KeyError:
+                pass
+        self._sync()
+        with self._state:
+            try:
+                return self._dag.by_vid(vid)
+            except KeyError:
+                raise UnknownVersionError(f"no version with id {vid}") from None
 
     # -- transactions -------------------------------------------------------------------------
 
@@ -644,6 +351,15 @@ class Repository:
         txn.put(K.note_key(v.vid, seq), json.dumps({"time": note.time, "text": text}).encode())
         return note
 
+    def allocate_ids(self, counter: str, count: int = 1, *, minimum: int = 1,
+                     timeout: float | None = None) -> range:
+        """Reserve ``count`` fresh integers from a repository-wide (unversioned) counter.
+
+        See :meth:`VersionWriter.allocate_ids`; this form is its own transaction.
+        """
+        with self._writing(timeout) as p:
+            return allocate_ids(p.txn, counter, count, minimum)
+
     # -- instances ------------------------------------------------------------------------------
 
     def instances(self) -> list[Instance]:
@@ -668,10 +384,7 @@ class Repository:
     def create_instance(self, name: str, type_name: str, config: Mapping[str, Any] | None = None, *,
                         timeout: float | None = None) -> Instance:
         """Add a data instance (repository-wide, like DVID's) of a registered type."""
-        if not isinstance(name, str) or not _NAME.fullmatch(name):
-            raise ArgumentError(f"bad instance name {name!r}: use 1-128 letters, digits, '.', '_' or '-'")
-        if type_name not in INSTANCE_TYPES:
-            raise ArgumentError(f"unknown instance type {type_name!r}; known: {', '.join(sorted(INSTANCE_TYPES))}")
+        check_instance(name, type_name)
         cfg = dict(config or {})
         try:
             blob = json.dumps({"name": name, "type": type_name, "config": cfg}).encode()
@@ -719,11 +432,11 @@ class Repository:
               branch: str | None = None, timeout: float | None = None) -> MergeResult:
         """Make an open version with parents ``ours`` and ``theirs`` (both committed).
 
-        Keys whose values differ between the parents are compared with the merge base: a key
-        changed on one side only takes that side's value; a key changed differently on both sides
-        is a conflict, resolved by ``policy`` (``ours``/``theirs``) or, with ``fail``, reported by
-        :class:`MergeConflictError` with nothing written. The merge version continues ``ours``'s
-        branch unless ``branch`` names a new one.
+        Keys changed on one side only since the merge base take that side's value; keys changed
+        differently on both sides are conflicts, resolved by ``policy`` (``ours``/``theirs``) or,
+        with ``fail``, reported by :class:`MergeConflictError` with nothing written (see
+        :mod:`~napari_shardscope.core.versioned.merge`). The merge version continues ``ours``'s
+        branch unless ``branch`` names a new one; commit it when satisfied.
         """
         if policy not in MERGE_POLICIES:
             raise ArgumentError(f"merge policy must be one of {', '.join(MERGE_POLICIES)}, got {policy!r}")
@@ -735,31 +448,8 @@ class Repository:
                 raise UncommittedVersionError(f"version {b.short} is open; commit it before merging it")
             name = self._child_branch(a, branch)
             with self._state:
-                anc_a, anc_b = self._dag.ancestors(a), self._dag.ancestors(b)
-                base = self._dag.merge_base(a, b)
-                anc_base = self._dag.ancestors(base)
-            common = anc_a & anc_b
-            stems: set[bytes] = set()
-            for vid in (anc_a | anc_b) - common:
-                lo = K.change_prefix(vid)
-                stems.update(K.stem_of_change_key(k) for k in p.txn.scan_keys(lo, K.next_prefix(lo)))
-            by_iid = {i.iid: i for i in self._instances.values()}
-            decided: list[tuple[bytes, bytes | None]] = []
-            conflicts: list[MergeConflict] = []
-            for stem in sorted(stems):
-                va = _read_visible(p.txn, stem, anc_a)
-                vb = _read_visible(p.txn, stem, anc_b)
-                if va == vb:
-                    continue
-                v0 = _read_visible(p.txn, stem, anc_base)
-                if vb == v0:
-                    decided.append((stem, va))
-                elif va == v0:
-                    decided.append((stem, vb))
-                else:
-                    inst = by_iid.get(K.unpack_u32(stem[:4]))
-                    conflicts.append(MergeConflict(instance=inst.name if inst else "?", key=K.tkey_of_stem(stem)))
-                    decided.append((stem, va if policy == "ours" else vb))
+                plan = plan_merge(p.txn, self._dag, list(self._instances.values()), a, b, policy)
+            base, conflicts = plan.base, plan.conflicts
             if conflicts and policy == "fail":
                 shown = ", ".join(f"{c.instance}:{c.key!r}" for c in conflicts[:5])
                 raise MergeConflictError(
@@ -770,16 +460,16 @@ class Repository:
             m = Version(uuid=new_uuid(), vid=self._dag.max_vid + 1, parents=(a.uuid, b.uuid), branch=name,
                         locked=False, message="", created=time.time(), committed=None)
             p.txn.put(K.version_record_key(m.vid), encode_version(m))
-            for stem, value in decided:
+            for stem, value in plan.decided:
                 if value is None:
                     p.txn.put(K.entry_key(stem, m.vid, True), b"")
                 else:
                     p.txn.put(K.entry_key(stem, m.vid, False), value)
                 p.txn.put(K.change_key(m.vid, stem), b"")
             self._append_note(p.txn, m, f"merge of {b.uuid} into {a.uuid} (base {base.uuid}, policy {policy}, "
-                                        f"{len(conflicts)} conflict(s), {len(decided)} key(s) merged)")
+                                        f"{len(conflicts)} conflict(s), {len(plan.decided)} key(s) merged)")
             p.after(lambda: self._dag.add(m))
-        return MergeResult(version=m, base=base.uuid, conflicts=tuple(conflicts), merged=len(decided))
+        return MergeResult(version=m, base=base.uuid, conflicts=conflicts, merged=len(plan.decided))
 
     # -- consistency ----------------------------------------------------------------------------
 
