@@ -43,11 +43,6 @@ SCAN = 1000
 DEPTHS = (0, 10, 100)
 
 
-def median_of(runs: int, fn: Callable[[], float]) -> float:
-    """Median of ``runs`` calls of ``fn`` (each returns seconds per operation)."""
-    return statistics.median(fn() for _ in range(runs))
-
-
 def per_op(fn: Callable[[], object], n: int) -> float:
     """Seconds per call of ``fn`` over ``n`` calls."""
     t0 = time.perf_counter()
@@ -66,31 +61,83 @@ def block_key(i: int) -> bytes:
     return b"\x01\x00" + z.to_bytes(4, "big") + y.to_bytes(4, "big") + x.to_bytes(4, "big")
 
 
-def bench_raw(engine: str, tmp: Path, blocks: list[bytes], runs: int, rng: random.Random) -> dict[str, float]:
-    d = tmp / f"raw-{engine}"
-    d.mkdir()
-    kv = open_engine(engine, d, create=True)
-    keys = [b"blk%06d" % i for i in range(N_BLOCKS)]
-    with kv.write() as txn:
-        for i, k in enumerate(keys):
-            txn.put(k, blocks[i % len(blocks)])
-    sample = [rng.choice(keys) for _ in range(1000)]
+class EngineBench:
+    """One engine's stores (a raw engine and a repository with a 100-commit chain) and one-run probes."""
 
-    def gets() -> float:
-        with kv.read() as r:
-            it = iter(sample)
-            return per_op(lambda: r.get(next(it)), len(sample))
+    def __init__(self, engine: str, tmp: Path, blocks: list[bytes], rng: random.Random) -> None:
+        self.engine = engine
+        self.blocks = blocks
+        d = tmp / f"raw-{engine}"
+        d.mkdir()
+        self.raw = open_engine(engine, d, create=True)
+        self.raw_keys = [b"blk%06d" % i for i in range(N_BLOCKS)]
+        with self.raw.write() as txn:
+            for i, k in enumerate(self.raw_keys):
+                txn.put(k, blocks[i % len(blocks)])
+        self.raw_sample = [rng.choice(self.raw_keys) for _ in range(3000)]
+        self.repo = create_repository(tmp / f"repo-{engine}", engine=engine)
+        self.repo.create_instance("seg", "keyvalue")
+        self.chain = build_chain(self.repo, blocks)
+        self.sample = [block_key(rng.randrange(N_BLOCKS)) for _ in range(3000)]
+        self.leaf = self.repo.new_version(self.chain[-1])
+        self.counter = 0
+        self.run = 0
 
-    def scan() -> float:
-        with kv.read() as r:
+    def close(self) -> None:
+        self.raw.close()
+        self.repo.close()
+
+    def measure(self) -> dict[str, float]:
+        """Every figure once (seconds → µs or ms as named)."""
+        out: dict[str, float] = {}
+        repo, sample = self.repo, self.sample
+        with self.raw.read() as r:
+            it = iter(self.raw_sample)
+            out["raw_get_us"] = per_op(lambda: r.get(next(it)), len(self.raw_sample)) * 1e6
             t0 = time.perf_counter()
-            n = sum(1 for _ in r.scan(keys[100], keys[100 + SCAN]))
-            assert n == SCAN
-            return time.perf_counter() - t0
+            assert sum(1 for _ in r.scan(self.raw_keys[100], self.raw_keys[100 + SCAN])) == SCAN
+            out["raw_scan_ms"] = (time.perf_counter() - t0) * 1e3
+        start, stop = block_key(100), block_key(100 + SCAN)
+        # Depths in a rotating order, so drift of a shared machine favours none of them.
+        order = DEPTHS[self.run % len(DEPTHS):] + DEPTHS[:self.run % len(DEPTHS)]
+        self.run += 1
+        for depth in order:
+            version = self.chain[depth]
+            with repo.read(version) as view:
+                it = iter(sample)
+                out[f"get_depth{depth}_us"] = per_op(lambda view=view, it=it: view.get("seg", next(it)),
+                                                     len(sample)) * 1e6
+                t0 = time.perf_counter()
+                assert sum(1 for _ in view.scan("seg", start=start, stop=stop)) == SCAN
+                out[f"scan_depth{depth}_ms"] = (time.perf_counter() - t0) * 1e3
+            co = repo.checkout(version)
+            it = iter(sample)
+            out[f"checkout_get_depth{depth}_us"] = per_op(lambda co=co, it=it: co.get("seg", next(it)), 1000) * 1e6
 
-    out = {"raw_get_us": median_of(runs, gets) * 1e6, "raw_scan_ms": median_of(runs, scan) * 1e3}
-    kv.close()
-    return out
+        t0 = time.perf_counter()
+        with repo.write(self.leaf) as w:
+            for _ in range(100):
+                self.counter += 1
+                w.put("seg", block_key(self.counter % N_BLOCKS), self.blocks[0])
+        out["put_batched_us"] = (time.perf_counter() - t0) / 100 * 1e6
+        out["put_single_ms"] = per_op(lambda: _put_one(repo, self.leaf, self.blocks[1]), 5) * 1e3
+        commits, news, branches = [], [], []
+        for i in range(3):
+            t0 = time.perf_counter()
+            _put_one(repo, self.leaf, self.blocks[i % len(self.blocks)])
+            done = repo.commit(self.leaf, "bench")
+            t1 = time.perf_counter()
+            self.leaf = repo.new_version(done)
+            t2 = time.perf_counter()
+            repo.new_version(done, f"bench-branch-{self.run}-{i}")
+            t3 = time.perf_counter()
+            commits.append(t1 - t0)
+            news.append(t2 - t1)
+            branches.append(t3 - t2)
+        out["put_commit_ms"] = statistics.median(commits) * 1e3
+        out["new_version_ms"] = statistics.median(news) * 1e3
+        out["new_branch_ms"] = statistics.median(branches) * 1e3
+        return out
 
 
 def build_chain(repo: Repository, blocks: list[bytes]) -> list[Version]:
@@ -106,142 +153,70 @@ def build_chain(repo: Repository, blocks: list[bytes]) -> list[Version]:
     return chain
 
 
-def bench_repo(engine: str, tmp: Path, blocks: list[bytes], runs: int, rng: random.Random) -> dict[str, float]:
-    repo = create_repository(tmp / f"repo-{engine}", engine=engine)
-    repo.create_instance("seg", "keyvalue")
-    chain = build_chain(repo, blocks)
-    sample = [block_key(rng.randrange(N_BLOCKS)) for _ in range(1000)]
-    out: dict[str, float] = {}
-    start, stop = block_key(100), block_key(100 + SCAN)
-    it = iter(sample * 1000)
-
-    def gets(version: Version) -> float:
-        with repo.read(version) as view:
-            return per_op(lambda: view.get("seg", next(it)), len(sample))
-
-    def checkout_gets(version: Version) -> float:
-        co = repo.checkout(version)
-        return per_op(lambda: co.get("seg", next(it)), 300)
-
-    def scan(version: Version) -> float:
-        with repo.read(version) as view:
-            t0 = time.perf_counter()
-            n = sum(1 for _ in view.scan("seg", start=start, stop=stop))
-            assert n == SCAN, n
-            return time.perf_counter() - t0
-
-    # Depths are measured in a rotating order inside every run, so drift of a shared machine (and
-    # cache warm-up) does not favour one depth.
-    samples: dict[str, list[float]] = {}
-    for run in range(runs + 1):
-        order = DEPTHS[run % len(DEPTHS):] + DEPTHS[:run % len(DEPTHS)]
-        for depth in order:
-            for name, fn, scale in (("get", gets, 1e6), ("checkout_get", checkout_gets, 1e6),
-                                    ("scan", scan, 1e3)):
-                value = fn(chain[depth]) * scale
-                if run:  # run 0 warms ancestor sets and caches
-                    samples.setdefault(f"{name}_depth{depth}_{'ms' if name == 'scan' else 'us'}", []).append(value)
-    out.update({k: statistics.median(v) for k, v in samples.items()})
-
-    # Writes: batched puts, put+commit, new version, new branch.
-    leaf = repo.new_version(chain[-1])
-    counter = iter(range(10**9))
-
-    def batch() -> float:
-        t0 = time.perf_counter()
-        with repo.write(leaf) as w:
-            for _ in range(100):
-                w.put("seg", block_key(next(counter) % N_BLOCKS), blocks[0])
-        return (time.perf_counter() - t0) / 100
-
-    out["put_batched_us"] = median_of(runs, batch) * 1e6
-    out["put_single_ms"] = median_of(runs, lambda: per_op(lambda: _put_one(repo, leaf, blocks[1]), 10)) * 1e3
-    commit_times, new_times, branch_times = [], [], []
-    current = leaf
-    for i in range(max(runs, 5) * 3):
-        t0 = time.perf_counter()
-        _put_one(repo, current, blocks[i % len(blocks)])
-        done = repo.commit(current, f"bench {i}")
-        t1 = time.perf_counter()
-        current = repo.new_version(done)
-        t2 = time.perf_counter()
-        repo.new_version(done, f"bench-branch-{i}")
-        t3 = time.perf_counter()
-        commit_times.append(t1 - t0)
-        new_times.append(t2 - t1)
-        branch_times.append(t3 - t2)
-    out["put_commit_ms"] = statistics.median(commit_times) * 1e3
-    out["new_version_ms"] = statistics.median(new_times) * 1e3
-    out["new_branch_ms"] = statistics.median(branch_times) * 1e3
-    repo.close()
-    return out
-
-
 def _put_one(repo: Repository, version: Version, value: bytes) -> None:
     with repo.write(version) as w:
         w.put("seg", b"\x03one", value)
 
 
-def bench_open(engine: str, tmp: Path, n_versions: int, runs: int) -> dict[str, float]:
-    """Open a repository holding ``n_versions`` versions (built without fsync to save time)."""
+def build_many(engine: str, tmp: Path, n_versions: int) -> Path:
+    """A repository with ``n_versions`` versions, every tenth starting a branch (built without fsync)."""
     path = tmp / f"many-{engine}"
-    t0 = time.perf_counter()
     with create_repository(path, engine=engine, durable=False) as repo:
         repo.create_instance("seg", "keyvalue")
         v = repo.root
         for i in range(n_versions - 1):
             done = repo.commit(v, f"v{i}")
             v = repo.new_version(done, f"side{i}") if i % 10 == 9 else repo.new_version(done)
-    build = time.perf_counter() - t0
-
-    def open_once() -> float:
-        t = time.perf_counter()
-        with open_repository(path) as r:
-            assert len(r.versions()) == n_versions
-            r.version("main")
-        return time.perf_counter() - t
-
-    open_once()
-    return {"open_ms": median_of(runs, open_once) * 1e3, "build_s": build}
+    return path
 
 
-def bench_icechunk(tmp: Path, runs: int, rng: random.Random) -> dict[str, Any] | None:
-    try:
+def time_open(path: Path, n_versions: int) -> float:
+    t = time.perf_counter()
+    with open_repository(path) as r:
+        assert len(r.versions()) == n_versions
+        r.version("main")
+    return time.perf_counter() - t
+
+
+class IcechunkBench:
+    """The peer: Icechunk on local filesystem storage, one 28 KB chunk per commit."""
+
+    def __init__(self, tmp: Path, rng: random.Random) -> None:
         import icechunk
         import numpy as np
         import zarr
-    except ImportError:
-        return None
-    storage = icechunk.local_filesystem_storage(str(tmp / "icechunk"))
-    repo = icechunk.Repository.create(storage)
-    session = repo.writable_session("main")
-    group = zarr.group(store=session.store)
-    group.create_array("seg", shape=(28 * 1000, 32, 32), chunks=(28, 32, 32), dtype="uint8",
-                       compressors=None, fill_value=0)  # 28 x 32 x 32 uint8 = one 28 KB chunk
-    snapshot = session.commit("init")
-    commit_times, branch_times = [], []
-    for i in range(max(runs, 5) * 3):
-        data = np.frombuffer(rng.randbytes(BLOCK), dtype="uint8").reshape(28, 32, 32)
+
+        self.icechunk, self.np, self.zarr, self.rng = icechunk, np, zarr, rng
+        self.version = getattr(icechunk, "__version__", "?")
+        self.storage = icechunk.local_filesystem_storage(str(tmp / "icechunk"))
+        self.repo = icechunk.Repository.create(self.storage)
+        session = self.repo.writable_session("main")
+        zarr.group(store=session.store).create_array(
+            "seg", shape=(28 * 10_000, 32, 32), chunks=(28, 32, 32), dtype="uint8", compressors=None,
+            fill_value=0)  # a 28 x 32 x 32 uint8 chunk is 28 KB
+        session.commit("init")
+        self.i = 0
+
+    def measure(self) -> dict[str, float]:
+        commits, branches = [], []
+        for _ in range(3):
+            data = self.np.frombuffer(self.rng.randbytes(BLOCK), dtype="uint8").reshape(28, 32, 32)
+            t0 = time.perf_counter()
+            session = self.repo.writable_session("main")
+            arr = self.zarr.open_array(session.store, path="seg", mode="r+")
+            arr[28 * self.i:28 * (self.i + 1)] = data
+            snapshot = session.commit(f"bench {self.i}")
+            t1 = time.perf_counter()
+            self.repo.create_branch(f"branch-{self.i}", snapshot_id=snapshot)
+            t2 = time.perf_counter()
+            self.i += 1
+            commits.append(t1 - t0)
+            branches.append(t2 - t1)
         t0 = time.perf_counter()
-        session = repo.writable_session("main")
-        arr = zarr.open_array(session.store, path="seg", mode="r+")
-        arr[28 * i:28 * (i + 1)] = data
-        snapshot = session.commit(f"bench {i}")
-        t1 = time.perf_counter()
-        repo.create_branch(f"branch-{i}", snapshot_id=snapshot)
-        t2 = time.perf_counter()
-        commit_times.append(t1 - t0)
-        branch_times.append(t2 - t1)
-
-    def open_once() -> float:
-        t = time.perf_counter()
-        icechunk.Repository.open(storage)
-        return time.perf_counter() - t
-
-    return {"put_commit_ms": statistics.median(commit_times) * 1e3,
-            "new_branch_ms": statistics.median(branch_times) * 1e3,
-            "open_ms": median_of(runs, open_once) * 1e3,
-            "version": getattr(icechunk, "__version__", "?")}
+        self.icechunk.Repository.open(self.storage)
+        opened = time.perf_counter() - t0
+        return {"put_commit_ms": statistics.median(commits) * 1e3,
+                "new_branch_ms": statistics.median(branches) * 1e3, "open_ms": opened * 1e3}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -251,28 +226,44 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--engines", default="lmdb,sqlite")
     parser.add_argument("--dir", default=None, help="scratch directory (default: a temporary one)")
     args = parser.parse_args(argv)
-    runs = 3 if args.quick else 7
+    runs = 3 if args.quick else 9
     n_versions = 1000 if args.quick else 10_000
+    engines = args.engines.split(",")
     rng = random.Random(4)
     blocks = make_blocks(rng)
     results: dict[str, Any] = {"runs": runs, "block_bytes": BLOCK, "versions_opened": n_versions}
     with tempfile.TemporaryDirectory(dir=args.dir, prefix="bench-versioned-") as scratch:
         tmp = Path(scratch)
-        for engine in args.engines.split(","):
-            r: dict[str, float] = {}
-            r.update(bench_raw(engine, tmp, blocks, runs, rng))
-            r.update(bench_repo(engine, tmp, blocks, runs, rng))
-            r.update(bench_open(engine, tmp, n_versions, runs))
-            results[engine] = r
-            print(f"[{engine} done]", file=sys.stderr)
-        peer = bench_icechunk(tmp, runs, rng)
-        if peer is not None:
-            results["icechunk"] = peer
+        benches: dict[str, Any] = {e: EngineBench(e, tmp, blocks, rng) for e in engines}
+        try:
+            benches["icechunk"] = IcechunkBench(tmp, rng)
+        except ImportError:
+            print("icechunk not installed: no peer figures", file=sys.stderr)
+        many = {e: build_many(e, tmp, n_versions) for e in engines}
+        samples: dict[str, dict[str, list[float]]] = {name: {} for name in benches}
+        names = list(benches)
+        # Runs outermost, engines (and the peer) interleaved in a rotating order inside each run, so
+        # a busy neighbour on a shared machine slows all of them alike and the ratios stay fair.
+        for run in range(runs + 1):
+            for name in names[run % len(names):] + names[:run % len(names)]:
+                figures = benches[name].measure()
+                if name in many:
+                    figures["open_ms"] = time_open(many[name], n_versions) * 1e3
+                if run:  # run 0 warms caches and ancestor sets
+                    for key, value in figures.items():
+                        samples[name].setdefault(key, []).append(value)
+        for bench in benches.values():
+            if isinstance(bench, EngineBench):
+                bench.close()
+        for name, figs in samples.items():
+            results[name] = {k: statistics.median(v) for k, v in figs.items()}
+        if "icechunk" in benches:
+            results["icechunk"]["version"] = benches["icechunk"].version
     if args.json:
         json.dump(results, sys.stdout, indent=2, default=str)
         print()
     else:
-        report(results, args.engines.split(","))
+        report(results, engines)
     return 0
 
 
@@ -320,7 +311,7 @@ def report(res: dict[str, Any], engines: list[str]) -> None:
     print(f"\npeer: Icechunk {peer['version']} (local filesystem storage), same machine")
     print(f"{'':50}{'icechunk':>14}" + "".join(f"{e + '/ice':>14}" for e in engines))
     for label, key in [("write one 28 KB chunk + commit", "put_commit_ms"), ("new branch", "new_branch_ms"),
-                       ("open repository (~40 snapshots)", "open_ms")]:
+                       ("open repository", "open_ms")]:
         print(f"{label:50}{peer[key]:>11.2f} ms" + "".join(f"{res[e][key] / peer[key]:>13.2f}x" for e in engines))
 
 
