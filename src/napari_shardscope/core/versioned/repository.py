@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -26,6 +25,7 @@ from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from typing import Any
 
+from napari_shardscope.core.bytestore import write_file_atomic
 from napari_shardscope.core.errors import ArgumentError
 from napari_shardscope.core.versioned import keys as K
 from napari_shardscope.core.versioned.dag import (
@@ -621,7 +621,7 @@ def create_repository(path: str | os.PathLike[str] | None, *, engine: str | None
         txn.put(K.version_record_key(root.vid), encode_version(root))
     if directory is not None:
         marker = {"format": FORMAT_NAME, "version": FORMAT_VERSION, "engine": name, "root": root.uuid}
-        _write_atomically(directory / MARKER_FILE, json.dumps(marker, indent=2).encode() + b"\n")
+        write_file_atomic(directory / MARKER_FILE, json.dumps(marker, indent=2).encode() + b"\n")
     with kv.read() as txn:
         repo._load(txn)
     return repo
@@ -676,16 +676,3 @@ def open_repository(path: str | os.PathLike[str], *, durable: bool = True,
         raise StoreCorruptError(f"{directory}: unreadable store ({type(exc).__name__}: {exc})") from exc
     return repo
 
-
-def _write_atomically(path: Path, data: bytes) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
