@@ -69,11 +69,13 @@ def encode_morton(positions: npt.ArrayLike, grid_shape: Sequence[int]) -> U64:
     return code
 
 
-def decode_morton(codes: npt.ArrayLike, grid_shape: Sequence[int]) -> npt.NDArray[np.int64]:
+def decode_morton(codes: npt.ArrayLike, grid_shape: Sequence[int], *, check: bool = True) -> npt.NDArray[np.int64]:
     """Grid positions of compressed Morton codes (inverse of :func:`encode_morton`).
 
-    Codes with bits set above the grid's total bit count, or that land outside the grid, raise
-    :class:`ArgumentError`: they name no chunk of this volume.
+    With ``check`` (the default), codes with bits set above the grid's total bit count, or that
+    land outside the grid, raise :class:`ArgumentError`: they name no chunk of this volume. Without
+    it, such positions are returned as decoded (some coordinate >= the grid) for the caller to
+    filter — an export walks whole id ranges of a non-power-of-two grid that way.
     """
     arr = np.asarray(codes)
     if arr.dtype.kind not in "iu" and not (arr.dtype.kind == "O" and arr.size == 0):
@@ -82,13 +84,13 @@ def decode_morton(codes: npt.ArrayLike, grid_shape: Sequence[int]) -> npt.NDArra
         raise ArgumentError("Morton codes must be non-negative")
     c = arr.astype(np.uint64)
     plan = _bit_plan(grid_shape)
-    if len(plan) < 64 and c.size and int(c.max()) >> len(plan):
+    if check and len(plan) < 64 and c.size and int(c.max()) >> len(plan):
         raise ArgumentError(f"Morton code {int(c.max())} has bits beyond the {len(plan)} of grid {tuple(grid_shape)}")
     out = np.zeros((*c.shape, len(grid_shape)), dtype=np.uint64)
     one = np.uint64(1)
     for out_bit, (dim, in_bit) in enumerate(plan):
         out[..., dim] |= ((c >> np.uint64(out_bit)) & one) << np.uint64(in_bit)
     result = out.astype(np.int64)
-    if result.size and np.any(result >= np.asarray(grid_shape, dtype=np.int64)):
+    if check and result.size and np.any(result >= np.asarray(grid_shape, dtype=np.int64)):
         raise ArgumentError(f"Morton code names a position outside the grid {tuple(grid_shape)}")
     return result

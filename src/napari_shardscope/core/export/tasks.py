@@ -1,0 +1,88 @@
+"""Running export tasks on Dask: the threaded scheduler, or a ``dask.distributed`` cluster.
+
+Each task writes one output file (a whole shard), so tasks never share a file and can run in any
+order on any worker. ``scheduler`` chooses where they run:
+
+* ``None`` or ``"threads"`` — Dask's threaded scheduler in this process;
+* ``"sync"`` — one at a time in this thread (debugging);
+* a ``distributed.Client`` — the user's cluster;
+* a string with ``://`` (``"tcp://10.0.0.5:8786"``) — connect a client to that scheduler for the
+  duration of the export.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
+
+from napari_shardscope.core.dataset import Progress
+from napari_shardscope.core.errors import ArgumentError
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+
+def run_tasks(
+    fn: Callable[[T], R],
+    tasks: Sequence[T],
+    *,
+    scheduler: Any = None,
+    num_workers: int | None = None,
+    progress: Progress | None = None,
+    label: str = "export",
+) -> list[R]:
+    """Run ``fn(task)`` for every task as a Dask graph; results in task order."""
+    import dask
+
+    if not tasks:
+        return []
+    delayed = [dask.delayed(fn, pure=False)(t, dask_key_name=f"{label}-{i}") for i, t in enumerate(tasks)]
+    total = len(tasks)
+    if scheduler is None or scheduler in ("threads", "sync", "synchronous", "single-threaded"):
+        name = "threads" if scheduler in (None, "threads") else "sync"
+        from dask.callbacks import Callback
+
+        done = [0]
+
+        class _Progress(Callback):  # type: ignore[misc]  # dask is untyped here
+            def _posttask(self, key: Any, result: Any, dsk: Any, state: Any, worker_id: Any) -> None:
+                if isinstance(key, str) and key.startswith(f"{label}-"):
+                    done[0] += 1
+                    if progress is not None:
+                        progress(done[0], total, label)
+
+        kwargs: dict[str, Any] = {"scheduler": name}
+        if num_workers is not None and name == "threads":
+            kwargs["num_workers"] = num_workers
+        with _Progress():
+            computed = dask.compute(*delayed, **kwargs)
+        return list(computed)
+    client, own = _client_for(scheduler)
+    try:
+        from distributed import as_completed
+
+        futures = client.compute(delayed)
+        index = {f.key: i for i, f in enumerate(futures)}
+        results: list[Any] = [None] * total
+        for n, future in enumerate(as_completed(futures), start=1):
+            results[index[future.key]] = future.result()
+            if progress is not None:
+                progress(n, total, label)
+        return results
+    finally:
+        if own:
+            client.close()
+
+
+def _client_for(scheduler: Any) -> tuple[Any, bool]:
+    if isinstance(scheduler, str):
+        if "://" not in scheduler:
+            raise ArgumentError(
+                f"scheduler {scheduler!r}: use 'threads', 'sync', a distributed.Client or an address like tcp://host:8786"
+            )
+        from distributed import Client
+
+        return Client(scheduler), True
+    if hasattr(scheduler, "compute") and hasattr(scheduler, "close"):
+        return scheduler, False
+    raise ArgumentError(f"scheduler must be 'threads', 'sync', an address or a distributed.Client, got {scheduler!r}")
