@@ -106,3 +106,24 @@ def test_default_sharding_covers_the_grid(grid: list[int], chunk_bytes: int) -> 
     assert int(assign_chunk_ids(spec, top).shard[0]) == spec.num_shards - 1
     if total_bits >= 10:
         assert spec.preshift_bits == 10  # about a thousand chunks per minishard
+
+
+def test_cli_export_then_validate(tmp_path: Path) -> None:
+    import json
+    import subprocess
+    import sys
+
+    from napari_shardscope.core.sample_data import ensure_sample_dataset
+
+    seg = ensure_sample_dataset(tmp_path / "cache").segmentation
+    base = [sys.executable, "-m", "napari_shardscope"]
+    for fmt in ("precomputed", "zarr3"):
+        dest = tmp_path / fmt
+        run = subprocess.run(
+            [*base, "export", str(seg), str(dest), "--format", fmt, "--json", "--quiet"], capture_output=True, text=True
+        )
+        assert run.returncode == 0, run.stderr
+        assert json.loads(run.stdout)["shard_files"] > 0
+        assert subprocess.run([*base, "validate", str(dest), "--quiet"]).returncode == 0
+        again = subprocess.run([*base, "export", str(seg), str(dest), "--format", fmt], capture_output=True, text=True)
+        assert again.returncode == 2 and "--overwrite" in again.stderr

@@ -31,6 +31,7 @@ EXIT_USAGE = 2
 CORE_COMMAND_MODULES: tuple[str, ...] = (
     "napari_shardscope.core.inspect_cli",
     "napari_shardscope.core.versioned.cli",
+    "napari_shardscope.core.export.cli",
 )
 
 Handler = Callable[[argparse.Namespace], int]

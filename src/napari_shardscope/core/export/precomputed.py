@@ -197,7 +197,9 @@ def export_precomputed(
     """
     store = open_store(dest)
     if store.read("info") is not None and not overwrite:
-        raise ArgumentError(f"{dest} already holds a precomputed dataset (info exists); pass overwrite")
+        raise ArgumentError(
+            f"{dest} already holds a precomputed dataset (info exists); pass overwrite=True (CLI: --overwrite)"
+        )
     info = build_info(source, chunk_size=chunk_size, sharding=sharding, shard_bytes=shard_bytes)
     tasks = plan_shard_tasks(dest, info)
     results = run_tasks(

@@ -140,7 +140,9 @@ def export_zarr3(
     """
     store = open_store(dest)
     if store.read("zarr.json") is not None and not overwrite:
-        raise ArgumentError(f"{dest} already holds a zarr dataset (zarr.json exists); pass overwrite")
+        raise ArgumentError(
+            f"{dest} already holds a zarr dataset (zarr.json exists); pass overwrite=True (CLI: --overwrite)"
+        )
     desc = source.describe()
     dtype = np.dtype(desc.dtype)
     tasks: list[ZarrShardTask] = []
