@@ -243,3 +243,15 @@ def test_cli_validate_exit_codes(tmp_path: Path) -> None:
 
 def test_errors_are_shardscope_errors() -> None:
     assert issubclass(IndexDecodeError, ShardscopeError) and issubclass(ChunkDecodeError, ShardscopeError)
+
+
+@pytest.mark.parametrize("blob", [b'{"type": ' + b"1" * 5000 + b"}", b"[" * 100_000], ids=["long-int", "deep"])
+def test_unusable_info_json_is_a_metadata_error(tmp_path: Path, blob: bytes) -> None:
+    # json.loads raises plain ValueError (int digit limit) and RecursionError for these.
+    from napari_shardscope.core.precomputed.info import parse_info
+
+    with pytest.raises(MetadataError, match="info: unusable JSON"):
+        parse_info(blob)
+    (tmp_path / "info").write_bytes(blob)
+    with pytest.raises(MetadataError, match="info: unusable JSON"):
+        PrecomputedInspector(LocalByteStore(tmp_path))

@@ -349,3 +349,10 @@ def test_problems_name_inner_chunks_in_array_axis_order(tmp_path: Path) -> None:
             entry,
         ),
     ]
+
+
+def test_unusable_json_is_a_metadata_error(tmp_path: Path) -> None:
+    # An integer longer than Python's int conversion limit makes json.loads raise a plain ValueError.
+    (tmp_path / "zarr.json").write_bytes(b'{"zarr_format": ' + b"3" * 5000 + b"}")
+    with pytest.raises(MetadataError, match=r"zarr\.json: unusable JSON"):
+        Zarr3Inspector(LocalByteStore(tmp_path))

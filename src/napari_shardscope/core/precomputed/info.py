@@ -203,6 +203,8 @@ def parse_info(data: bytes | str | Mapping[str, Any], *, key: str = "info") -> P
             raise MetadataError("is not UTF-8 text", key=key, offset=exc.start) from exc
         except json.JSONDecodeError as exc:
             raise MetadataError(f"invalid JSON ({exc.msg})", key=key, offset=exc.pos) from exc
+        except (ValueError, RecursionError) as exc:  # integers too long to convert, absurd nesting
+            raise MetadataError(f"unusable JSON ({exc})", key=key) from exc
     if not isinstance(obj, Mapping):
         raise MetadataError(f"must be a JSON object, got {type(obj).__name__}", key=key)
     type_at = obj.get("@type", "neuroglancer_multiscale_volume")

@@ -59,6 +59,8 @@ def _load_json(store: ByteStore, key: str, data: bytes | None = None) -> Any:
         raise MetadataError("is not UTF-8 text", key=key, offset=exc.start) from exc
     except json.JSONDecodeError as exc:
         raise MetadataError(f"invalid JSON ({exc.msg})", key=key, offset=exc.pos) from exc
+    except (ValueError, RecursionError) as exc:  # integers too long to convert, absurd nesting
+        raise MetadataError(f"unusable JSON ({exc})", key=key) from exc
 
 
 def read_segment_sources(store: ByteStore, prefix: str, name: str) -> list[Source]:

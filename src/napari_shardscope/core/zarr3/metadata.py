@@ -193,6 +193,8 @@ def load_json_object(data: bytes | Mapping[str, Any], *, key: str) -> Mapping[st
         raise MetadataError(f"not valid JSON ({exc.msg})", key=key, offset=exc.pos) from exc
     except RecursionError as exc:
         raise MetadataError("JSON nested too deeply", key=key) from exc
+    except ValueError as exc:  # e.g. an integer with more digits than Python converts
+        raise MetadataError(f"unusable JSON ({exc})", key=key) from exc
     if not isinstance(doc, dict):
         raise MetadataError(f"top level must be a JSON object, got {type(doc).__name__}", key=key)
     return doc
