@@ -89,3 +89,12 @@ def test_open_store_schemes(tmp_path: Path) -> None:
     assert isinstance(open_store(f"file://{tmp_path}"), LocalByteStore)
     with pytest.raises(ArgumentError, match="unsupported URL scheme 'ftp'"):
         open_store("ftp://example/x")
+
+
+def test_local_range_reads_past_the_end_allocate_only_what_exists(tmp_path: Path) -> None:
+    # A corrupt index may claim any range; pread would allocate the requested count first.
+    _fill(tmp_path)
+    store = LocalByteStore(tmp_path)
+    assert store.read_range("a.bin", 90, 2**40) == bytes(range(90, 100))
+    assert store.read_range("a.bin", 0, 2**64) == bytes(range(100))
+    assert store.read_range("a.bin", 2**63 + 5, 2**64) == b""

@@ -255,3 +255,12 @@ def test_unusable_info_json_is_a_metadata_error(tmp_path: Path, blob: bytes) -> 
     (tmp_path / "info").write_bytes(blob)
     with pytest.raises(MetadataError, match="info: unusable JSON"):
         PrecomputedInspector(LocalByteStore(tmp_path))
+
+
+def test_huge_shard_index_of_a_short_file_is_reported_not_allocated(tmp_path: Path) -> None:
+    # minishard_bits 40 is a valid spec (a 16 TiB shard index); a 100-byte file cannot hold it.
+    spec_json = dict(SPEC_JSON, minishard_bits=40)
+    (tmp_path / "info").write_text(json.dumps({"@type": "neuroglancer_skeletons", "sharding": spec_json}))
+    (tmp_path / "0.shard").write_bytes(b"\0" * 100)
+    with pytest.raises(IndexDecodeError, match=r"0\.shard: shard index truncated: 100 of 17592186044416 bytes"):
+        ShardedReader(LocalByteStore(tmp_path), "", parse_sharding_spec(spec_json)).read_chunk(1)

@@ -156,7 +156,10 @@ class LocalByteStore:
         except OSError as exc:
             raise StoreError(f"{path}: {exc.strerror or exc}") from exc
         try:
-            data = os.pread(fd, end - start, start) if end > start else b""
+            # Clamp to the file: pread allocates the requested count up front, and a corrupt index
+            # can claim a range of terabytes (MemoryError) or beyond 2**63 (OverflowError).
+            stop = min(end, os.fstat(fd).st_size)
+            data = os.pread(fd, stop - start, start) if stop > start else b""
         except OSError as exc:
             raise StoreError(f"{path}: {exc.strerror or exc} at byte {start}") from exc
         finally:
