@@ -7,12 +7,13 @@ import json
 
 import mmh3
 import numpy as np
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from napari_shardscope.core.bytestore import LocalByteStore
 from napari_shardscope.core.encoding import decode_bytes, encode_bytes, gunzip
-from napari_shardscope.core.errors import ShardscopeError
+from napari_shardscope.core.errors import ArgumentError, ShardscopeError
 from napari_shardscope.core.precomputed.info import parse_info
 from napari_shardscope.core.precomputed.morton import decode_morton, encode_morton
 from napari_shardscope.core.precomputed.shard_index import (
@@ -22,7 +23,7 @@ from napari_shardscope.core.precomputed.shard_index import (
     encode_shard_index,
 )
 from napari_shardscope.core.precomputed.shard_reader import ShardedReader
-from napari_shardscope.core.precomputed.shard_writer import encode_shard
+from napari_shardscope.core.precomputed.shard_writer import encode_shard, write_shards
 from napari_shardscope.core.precomputed.sharding import (
     ShardingSpec,
     assign_chunk_ids,
@@ -247,3 +248,26 @@ def test_fuzz_reader_on_random_shard_file(tmp_path_factory, spec: ShardingSpec, 
             reader.read_chunk(cid)
     with contextlib.suppress(ShardscopeError):
         list(reader.iter_chunks(0))
+
+
+def test_id_lists_mixing_small_and_large_ids(tmp_path_factory) -> None:  # type: ignore[no-untyped-def]
+    # numpy turns [5, 2**63] into float64; uint64 segment ids >= 2**63 are valid chunk ids.
+    spec = parse_sharding_spec(
+        {
+            "@type": "neuroglancer_uint64_sharded_v1",
+            "preshift_bits": 0,
+            "hash": "murmurhash3_x86_128",
+            "minishard_bits": 1,
+            "shard_bits": 1,
+        }
+    )
+    ids = [5, 2**63 + 7, 2**64 - 1]
+    by_list, by_array = assign_chunk_ids(spec, ids), assign_chunk_ids(spec, np.array(ids, dtype=np.uint64))
+    assert by_list.chunk_ids.tolist() == ids and by_list.shard.tolist() == by_array.shard.tolist()
+    store = LocalByteStore(tmp_path_factory.mktemp("mixed"))
+    write_shards(store, "", spec, {i: str(i).encode() for i in ids})
+    reader = ShardedReader(store, "", spec)
+    assert [reader.read_chunk(i) for i in ids] == [str(i).encode() for i in ids]
+    assert write_shards(store, "", spec, {}) == []
+    with pytest.raises(ArgumentError, match="must be integers"):
+        assign_chunk_ids(spec, [1.5, 2**63])

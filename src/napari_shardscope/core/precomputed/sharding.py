@@ -128,11 +128,16 @@ def as_chunk_ids(ids: object) -> U64:
     if isinstance(ids, np.ndarray) and ids.dtype == np.uint64:
         return ids.reshape(-1)
     arr = np.asarray(ids)
-    if arr.dtype.kind == "O" or arr.dtype.kind == "u":
+    if arr.dtype.kind == "f" and not isinstance(ids, np.ndarray):
+        arr = np.asarray(ids, dtype=object)  # numpy makes float64 of ints mixing < 2**63 and >= 2**63
+    if arr.dtype.kind == "u":
+        return arr.astype(np.uint64).reshape(-1)
+    if arr.dtype.kind == "O":
+        values = arr.reshape(-1).tolist()
+        if not all(isinstance(v, int | np.integer) and not isinstance(v, bool) for v in values):
+            raise ArgumentError(f"chunk ids must be integers, got {ids!r}")
         try:
-            return np.asarray(
-                [int(v) for v in arr.reshape(-1)] if arr.dtype.kind == "O" else arr, dtype=np.uint64
-            ).reshape(-1)
+            return np.asarray(values, dtype=np.uint64)
         except (OverflowError, ValueError) as exc:
             raise ArgumentError(f"chunk ids must be integers in [0, 2**64), got {ids!r}") from exc
     if arr.dtype.kind == "i":
