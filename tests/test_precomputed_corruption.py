@@ -264,3 +264,23 @@ def test_huge_shard_index_of_a_short_file_is_reported_not_allocated(tmp_path: Pa
     (tmp_path / "0.shard").write_bytes(b"\0" * 100)
     with pytest.raises(IndexDecodeError, match=r"0\.shard: shard index truncated: 100 of 17592186044416 bytes"):
         ShardedReader(LocalByteStore(tmp_path), "", parse_sharding_spec(spec_json)).read_chunk(1)
+
+
+def test_info_sizes_beyond_what_chunk_ids_and_int64_hold(tmp_path: Path) -> None:
+    # TensorStore refuses both; we used to accept them and overflow later in locate/ls/validate.
+    from napari_shardscope.core.precomputed.info import parse_info
+
+    scale = {"key": "s0", "size": [2**64, 1, 1], "resolution": [1, 1, 1], "chunk_sizes": [[1, 1, 1]]}
+    info = {"type": "image", "data_type": "uint8", "num_channels": 1, "scales": [dict(scale, encoding="raw")]}
+    with pytest.raises(MetadataError, match=r"scales\[0\]\.size must hold 64-bit signed integers"):
+        parse_info(info)
+    info["scales"][0].update(size=[2**40, 2**40, 1], sharding=SPEC_JSON)  # type: ignore[index]
+    with pytest.raises(MetadataError, match=r"scales\[0\]: size .* needs 80 bits of compressed Morton code"):
+        parse_info(info)
+    (tmp_path / "info").write_text(json.dumps(info))
+    run = subprocess.run(
+        [sys.executable, "-m", "napari_shardscope", "locate", str(tmp_path), "--voxel", "3,0,0"],
+        capture_output=True,
+        text=True,
+    )
+    assert run.returncode == 1 and "Traceback" not in run.stderr and len(run.stderr.strip().splitlines()) == 1

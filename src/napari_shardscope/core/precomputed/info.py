@@ -17,7 +17,7 @@ import numpy as np
 import numpy.typing as npt
 
 from napari_shardscope.core.errors import ArgumentError, MetadataError
-from napari_shardscope.core.precomputed.morton import encode_morton
+from napari_shardscope.core.precomputed.morton import bits_per_dimension, encode_morton
 from napari_shardscope.core.precomputed.sharding import ShardingSpec, parse_sharding_spec
 
 DATA_TYPES = ("uint8", "int8", "uint16", "int16", "uint32", "int32", "uint64", "int64", "float32", "float64")
@@ -143,6 +143,8 @@ def _triple(
         raise MetadataError(f"{where}.{name} must be a list of 3 {kind.__name__}s, got {value!r}", key=key)
     if positive and any(v <= 0 for v in value):
         raise MetadataError(f"{where}.{name} must be positive, got {value!r}", key=key)
+    if any(isinstance(v, int) and not -(2**63) <= v < 2**63 for v in value):
+        raise MetadataError(f"{where}.{name} must hold 64-bit signed integers, got {value!r}", key=key)
     return tuple(value)
 
 
@@ -170,6 +172,13 @@ def parse_scale(obj: object, index: int, *, key: str = "info") -> ScaleInfo:
         if len(sizes) != 1:
             raise MetadataError(
                 f"{where}.chunk_sizes must have exactly one entry in a sharded scale, got {len(sizes)}", key=key
+            )
+        bits = sum(bits_per_dimension([-(-s // c) for s, c in zip(size, sizes[0], strict=True)]))
+        if bits > 64:
+            raise MetadataError(
+                f"{where}: size {list(size)} in chunks of {list(sizes[0])} needs {bits} bits of compressed "
+                "Morton code; sharded chunk ids are uint64",
+                key=key,
             )
     block = None
     if encoding == "compressed_segmentation":
