@@ -254,3 +254,16 @@ def test_cli_on_n5(dataset: tuple[Path, DatasetAttributes, np.ndarray], capsys: 
                                                "need 4 at byte 3")
     assert run(["locate", str(root), "--voxel", "99,0,0"]) == 2
     assert "outside" in capsys.readouterr().err
+
+
+def test_block_larger_than_block_size_is_refused(dataset: tuple[Path, DatasetAttributes, np.ndarray]) -> None:
+    # The spec: all blocks have the block size except end blocks, which may be smaller. TensorStore
+    # refuses a larger one ("exceeds blockSize"); we returned it, and a header claiming huge dims made
+    # the decoders size their output by it.
+    root, attrs, _ = dataset
+    (root / "1/1/0").write_bytes(encode_block(np.ones((4, 4, 4), dtype=np.uint16), attrs))
+    with pytest.raises(ChunkDecodeError, match=r"block dimensions \(4, 4, 4\) exceed .* \(4, 3, 4\)") as info:
+        N5Inspector(LocalByteStore(root)).read_block((1, 1, 0))
+    assert (info.value.key, info.value.offset) == ("1/1/0", 8)
+    (problem,) = problems_of(root)
+    assert (problem.key, problem.offset) == ("1/1/0", 4) and "do not fit" in problem.message

@@ -181,13 +181,18 @@ def decode_block(data: bytes, attributes: DatasetAttributes, *, key: str | None 
     ------
     ChunkDecodeError
         Truncated or invalid header, a dimension count differing from the dataset's (offset 2),
-        too many elements (offset 4), data that does not decode or decodes to the wrong size
+        a dimension larger than ``blockSize`` (offset of that dimension; TensorStore refuses such
+        blocks too), too many elements (offset 4), data that does not decode or decodes to the wrong size
         (offset = where the data starts).
     """
     header = decode_block_header(data, key=key)
     if len(header.shape) != attributes.ndim:
         raise ChunkDecodeError(f"block has {len(header.shape)} dimensions, the dataset has {attributes.ndim}",
                                key=key, offset=2)
+    over = [i for i, (d, b) in enumerate(zip(header.shape, attributes.block_size, strict=True)) if d > b]
+    if over:  # spec: every block has the block size, except end blocks, which may be smaller
+        raise ChunkDecodeError(f"block dimensions {header.shape} exceed the dataset's blockSize "
+                               f"{attributes.block_size}", key=key, offset=4 + 4 * over[0])
     if header.num_elements > MAX_BLOCK_ELEMENTS:
         raise ChunkDecodeError(f"block claims {header.num_elements} elements, more than the {MAX_BLOCK_ELEMENTS} "
                                "an N5 block can hold", key=key, offset=4)

@@ -236,6 +236,8 @@ class N5Inspector:
             message = check_block_shape(attrs, grid, header.shape)
             if message is not None:
                 problems.append(Problem(key, message, 4))
+                if any(d > b for d, b in zip(header.shape, attrs.block_size, strict=True)):
+                    return problems  # decode_block refuses it for the same reason
         try:
             decode_block(data, attrs, key=key)
         except FormatError as exc:
