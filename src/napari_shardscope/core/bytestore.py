@@ -279,15 +279,32 @@ class TensorStoreByteStore:
             if byte_range is not None and "OUT_OF_RANGE" in str(exc):
                 # The range runs past the end of the value. Behave like a file: return what
                 # exists of it (index checks then report the truncation with its offset).
-                whole = self._read(key, None)
-                if whole is None:
-                    return None
-                start, stop, _ = byte_range.indices(len(whole))
-                return whole[start:stop]
+                return self._read_existing_part(key, byte_range)
             raise StoreError(f"{self.url}{key}: {exc}") from exc
         if result.state != "value":
             return None
         data = bytes(result.value)
+        self._stats.add(len(data))
+        return data
+
+    def _read_existing_part(self, key: str, byte_range: slice) -> bytes | None:
+        """What exists of ``byte_range`` after the store refused it as running past the end.
+
+        ``[start, end)`` is re-read as ``[start, end of value)``, never the whole value: a corrupt
+        index claiming a range past the end of a large shard must not download the shard.
+        """
+        start = byte_range.start or 0
+        if start < 0 or byte_range.stop is None:  # a suffix longer than the value: all of it
+            return self._read(key, None)
+        try:
+            result = self._kv.read(key, byte_range=slice(start, None)).result()
+        except Exception as exc:
+            if "OUT_OF_RANGE" in str(exc):
+                return b""  # ``start`` is at or past the end of an existing value
+            raise StoreError(f"{self.url}{key}: {exc}") from exc
+        if result.state != "value":
+            return None
+        data = bytes(result.value)[: byte_range.stop - start]
         self._stats.add(len(data))
         return data
 
