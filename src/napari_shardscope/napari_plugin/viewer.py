@@ -62,9 +62,14 @@ def add_volumes(viewer: Any, volumes: Sequence[Volume]) -> list[Any]:
     return layers
 
 
+#: The plugin's panels docked by ``shardscope open`` / ``demo`` (display names in napari.yaml).
+DOCKED_WIDGETS = ("Shard browser",)
+
+
 def show_volumes(volumes: Sequence[Volume], *, screenshot: Path | None = None, async_slicing: bool = True,
-                 title: str = "shardscope") -> int:
-    """Open a napari window with ``volumes``; with ``screenshot``, write one frame and exit.
+                 title: str = "shardscope", widgets: Sequence[str] = DOCKED_WIDGETS) -> int:
+    """Open a napari window with ``volumes`` and the plugin's ``widgets`` docked (as the Plugins menu
+    would); with ``screenshot``, write one frame and exit.
 
     Returns the process exit code (0).
     """
@@ -74,6 +79,8 @@ def show_volumes(volumes: Sequence[Volume], *, screenshot: Path | None = None, a
 
     viewer = napari.Viewer(title=title, show=True)
     add_volumes(viewer, volumes)
+    for name in widgets:
+        viewer.window.add_plugin_dock_widget("napari-shardscope", name)
     if screenshot is None:
         napari.run()
         return 0

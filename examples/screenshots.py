@@ -1,0 +1,128 @@
+"""Render the plugin's panels with the sample data to PNGs for the README.
+
+Run on a machine without a screen under a virtual display::
+
+    xvfb-run -a python examples/screenshots.py                 # every panel, into docs/images/
+    xvfb-run -a python examples/screenshots.py shard_browser --out /tmp
+
+Each panel is driven through its public methods, as a user would click it, so the pictures show
+what the panel really does with the sample (generated into the cache on first use). Panels added
+later (proofreading, versions) add a function to :data:`PANELS`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+WINDOW_SIZE = (1600, 1000)
+#: Width of the docked panel, so its tree shows names and numbers side by side.
+DOCK_WIDTH = 640
+
+
+def _wait(viewer: Any, done: Callable[[], bool], timeout: float = 120.0) -> None:
+    """Process Qt events until ``done()`` (workers report back through the event loop)."""
+    from qtpy.QtWidgets import QApplication
+
+    end = time.monotonic() + timeout
+    while not done():
+        if time.monotonic() > end:
+            raise TimeoutError("the panel did not finish in time")
+        QApplication.processEvents()
+        time.sleep(0.02)
+    for _ in range(5):
+        QApplication.processEvents()
+
+
+def _dock(viewer: Any, display_name: str) -> Any:
+    """Open a panel as the Plugins menu does, at :data:`DOCK_WIDTH`."""
+    from qtpy.QtCore import Qt
+
+    dock, widget = viewer.window.add_plugin_dock_widget("napari-shardscope", display_name)
+    viewer.window._qt_window.resizeDocks([dock], [DOCK_WIDTH], Qt.Orientation.Horizontal)
+    return widget
+
+
+def shard_browser(viewer: Any) -> None:
+    """The sample's segmentation: a chunk located and outlined, the shard map, a clean validation."""
+    from napari_shardscope.widgets.shard_browser import ShardBrowser
+
+    browser = _dock(viewer, "Shard browser")
+    assert isinstance(browser, ShardBrowser)
+    browser.set_layer(viewer.layers["segmentation"])
+    browser.show_shard_map("8_8_40", "shard")
+    _wait(viewer, lambda: not browser.busy)
+    browser.validate(None)
+    _wait(viewer, lambda: not browser.busy)
+    browser.locate_edit.setText("100, 30, 20")
+    browser.locate("100, 30, 20", "voxel", "8_8_40")
+    viewer.layers["segmentation"].visible = False
+    viewer.layers.selection.active = viewer.layers["shard map 8_8_40 (shard)"]
+    viewer.reset_view()
+    _wait(viewer, lambda: True)
+
+
+def _close_notifications(viewer: Any) -> None:
+    """Hide napari's toasts (e.g. the PyQt5 deprecation notice) so they do not cover the picture."""
+    from napari._qt.dialogs.qt_notification import NapariQtNotification
+
+    for toast in viewer.window._qt_window.findChildren(NapariQtNotification):
+        toast.hide()
+    _wait(viewer, lambda: True)
+
+
+def _save_small_png(image: Any, path: Path) -> None:
+    """Write an RGBA screenshot as a 256-colour PNG: a UI picture loses nothing visible and shrinks ~3x."""
+    from PIL import Image
+
+    Image.fromarray(image).convert("RGB").quantize(colors=256, method=Image.Quantize.MEDIANCUT).save(
+        path, optimize=True)
+
+
+PANELS: dict[str, Callable[[Any], None]] = {"shard_browser": shard_browser}
+
+
+def render(name: str, out_dir: Path) -> Path:
+    """Open the sample in a fresh viewer, set up panel ``name`` and save the window as ``<name>.png``."""
+    os.environ.setdefault("NAPARI_ASYNC", "0")  # slice synchronously: the picture must show the data
+    import napari
+
+    from napari_shardscope.napari_plugin.sample import sample_volumes
+    from napari_shardscope.napari_plugin.viewer import add_volumes
+
+    viewer = napari.Viewer(title="shardscope", show=True)
+    try:
+        viewer.window.resize(*WINDOW_SIZE)
+        add_volumes(viewer, sample_volumes())
+        PANELS[name](viewer)
+        _close_notifications(viewer)
+        out_dir.mkdir(parents=True, exist_ok=True)
+        path = out_dir / f"{name}.png"
+        image = viewer.screenshot(canvas_only=False, flash=False)
+        _save_small_png(image, path)
+        return path
+    finally:
+        viewer.close()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("panels", nargs="*", help=f"panels to render, of {sorted(PANELS)} (default: all)")
+    parser.add_argument("--out", type=Path, default=Path(__file__).resolve().parent.parent / "docs" / "images",
+                        help="output directory (default: docs/images)")
+    args = parser.parse_args(argv)
+    unknown = sorted(set(args.panels) - set(PANELS))
+    if unknown:
+        parser.error(f"unknown panel(s) {unknown}; choose from {sorted(PANELS)}")
+    for name in args.panels or list(PANELS):
+        print(render(name, args.out))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,814 @@
+"""The Shard browser panel: how a sharded volume is laid out, and where a chunk lives.
+
+A thin view over :class:`napari_shardscope.core.layout_tree.LayoutTree` — every answer it shows
+comes from a core call a notebook can make (``open_layout``, ``LayoutTree.expand``,
+``locate_voxel``/``locate_chunk``/``locate_segment``/``locate_world``, ``shard_map``, ``validate``,
+``locate_problem``). What lives here is only what needs a viewer:
+
+* the tree widget, filled when a row is expanded (the core reads that row's index then, and only
+  then), children added in pages so a scale with 10⁴ shards opens at once;
+* the chunk outline: a Shapes layer in world coordinates, one rectangle per displayed plane the
+  chunk covers (napari shows a shape only on the plane it lies in), and the move of the view there;
+* "locate under cursor": viewer mouse callbacks that map the cursor to the layer's data at the
+  level napari is showing, then to the core's world (so a moved layer still picks right);
+* the shard map as a Labels layer (value = shard number; background set to a value that never
+  occurs, so shard 0 has a colour too);
+* validation and the shard map in worker threads (napari's ``create_worker``) with napari's
+  progress bar, so the GUI never freezes; problems arrive one by one and are clickable.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from collections.abc import Sequence
+from itertools import product
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+from qtpy.QtCore import Qt, Signal  # type: ignore[attr-defined]
+from qtpy.QtGui import QColor
+from qtpy.QtWidgets import (
+    QCheckBox,
+    QComboBox,
+    QFormLayout,
+    QGroupBox,
+    QHBoxLayout,
+    QHeaderView,
+    QLabel,
+    QLineEdit,
+    QListWidget,
+    QListWidgetItem,
+    QProgressBar,
+    QPushButton,
+    QSizePolicy,
+    QTreeWidget,
+    QTreeWidgetItem,
+    QVBoxLayout,
+    QWidget,
+)
+
+from napari_shardscope.core.dataset import Problem, open_inspector
+from napari_shardscope.core.errors import ArgumentError, ShardscopeError
+from napari_shardscope.core.layout_tree import (
+    LayoutNode,
+    LayoutTree,
+    Located,
+    NodePath,
+    ShardMap,
+    ShardMapBy,
+    format_bytes,
+    format_ratio,
+    parse_position,
+)
+
+if TYPE_CHECKING:
+    import napari
+    from napari.layers import Layer, Shapes
+
+#: Key of the layer metadata written by our reader (``napari_plugin.layers.METADATA_KEY``).
+METADATA_KEY = "shardscope"
+#: Children added to the tree per page ("show more" adds the next page).
+PAGE_SIZE = 200
+#: At most this many rectangles outline one chunk (one per displayed plane it spans).
+MAX_OUTLINE_PLANES = 2048
+OUTLINE_NAME = "chunk outline"
+COLUMNS = ("Layout", "Chunks", "Stored", "Raw", "Ratio")
+NODE_ROLE = Qt.ItemDataRole.UserRole
+MORE_ROLE = Qt.ItemDataRole.UserRole + 1
+LOCATE_MODES = ("voxel", "chunk id", "grid position", "segment id")
+ALL_SCALES = "(all scales)"
+
+HELP = """<b>Shard browser</b><br>
+Tree: expand a scale to list its shard files, a shard to read its index (minishards with chunk
+counts, bytes and compression ratio), a minishard to list its chunks. Click a chunk to outline it.<br>
+Locate: a voxel in the format's own order (x, y, z for precomputed and N5), a precomputed chunk id,
+a grid position, or a segment id (meshes/skeletons).<br>
+Locate under cursor: moving the mouse shows the chunk under it at the level napari is showing;
+clicking outlines it.<br>
+Shard map: a layer colouring every chunk by its shard (or minishard) — computed from chunk ids,
+no data is read.<br>
+Validate: reads every shard file of the scale in a worker thread; click a problem to go to its chunk."""
+
+
+def camera(viewer: Any) -> Any:
+    """The viewer's camera: ``viewer.scene.camera`` since napari 0.9, ``viewer.camera`` before."""
+    scene = getattr(viewer, "scene", None)
+    return scene.camera if scene is not None else viewer.camera
+
+
+class _Cancelled(Exception):
+    """Raised inside a worker when the user pressed Stop."""
+
+
+class ShardBrowser(QWidget):
+    """Dock widget: browse a sharded volume's layout, locate chunks, map shards, validate.
+
+    Parameters
+    ----------
+    napari_viewer
+        The viewer; napari passes it when the widget is opened from the Plugins menu.
+
+    Public methods (what the tests and scripts drive): :meth:`set_layer`, :meth:`expand_path`,
+    :meth:`select_path`, :meth:`locate`, :meth:`locate_voxel`, :meth:`locate_chunk`,
+    :meth:`locate_segment`, :meth:`show_located`, :meth:`set_cursor_mode`, :meth:`show_shard_map`,
+    :meth:`validate`, :meth:`stop`, :meth:`select_problem`.
+    """
+
+    #: Emitted from worker threads; Qt queues them to the GUI thread.
+    _progress = Signal(int, int, str)
+    _problem = Signal(object)
+
+    def __init__(self, napari_viewer: napari.viewer.Viewer, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.viewer = napari_viewer
+        self.layer: Layer | None = None
+        self.tree: LayoutTree | None = None
+        self.outline_layer: Shapes | None = None
+        self.shard_map_layer: Layer | None = None
+        self.last_located: Located | None = None
+        self.hover: Located | None = None
+        self.problems: list[Problem] = []
+        self.last_error: str | None = None
+        self._items: dict[NodePath, QTreeWidgetItem] = {}
+        self._pending: dict[NodePath, list[LayoutNode]] = {}
+        self._workers: list[Any] = []
+        self._cancel = threading.Event()
+        self._pbar: Any = None
+        self._cursor_mode = False
+        self._hover_grid: tuple[str, tuple[int, ...]] | None = None
+        self._build_ui()
+        self._progress.connect(self._on_progress)
+        self._problem.connect(self._on_problem)
+        self.viewer.layers.events.inserted.connect(self._refresh_layers)
+        self.viewer.layers.events.removed.connect(self._refresh_layers)
+        self._refresh_layers()
+
+    # -- UI ------------------------------------------------------------------------------------------
+    def _build_ui(self) -> None:
+        self.setToolTip(HELP)
+        self.setMinimumWidth(440)
+        layout = QVBoxLayout(self)
+        top = QHBoxLayout()
+        top.addWidget(QLabel("Layer:"))
+        self.layer_combo = QComboBox()
+        self.layer_combo.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Fixed)
+        self.layer_combo.currentIndexChanged.connect(self._on_layer_combo)
+        top.addWidget(self.layer_combo)
+        self.reload_button = QPushButton("Reload")
+        self.reload_button.setToolTip("Forget cached indexes and listings (after the files changed)")
+        self.reload_button.clicked.connect(self.reload)
+        top.addWidget(self.reload_button)
+        layout.addLayout(top)
+
+        self.tree_widget = QTreeWidget()
+        self.tree_widget.setColumnCount(len(COLUMNS))
+        self.tree_widget.setHeaderLabels(list(COLUMNS))
+        self.tree_widget.setUniformRowHeights(True)
+        self.tree_widget.setIndentation(12)
+        header = self.tree_widget.header()
+        assert header is not None
+        header.setStretchLastSection(False)
+        header.setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)
+        for col in range(1, len(COLUMNS)):
+            header.setSectionResizeMode(col, QHeaderView.ResizeMode.ResizeToContents)
+        self.tree_widget.itemExpanded.connect(self._on_item_expanded)
+        self.tree_widget.itemClicked.connect(self._on_item_clicked)
+        self.tree_widget.setMinimumHeight(220)
+        layout.addWidget(self.tree_widget, stretch=4)
+        self.detail_label = QLabel("")
+        self.detail_label.setWordWrap(True)
+        self.detail_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        layout.addWidget(self.detail_label)
+
+        tools = QGroupBox("Locate")
+        form = QFormLayout(tools)
+        self.scale_combo = QComboBox()
+        self.scale_combo.currentIndexChanged.connect(self._update_placeholder)
+        form.addRow("Scale:", self.scale_combo)
+        row = QHBoxLayout()
+        self.mode_combo = QComboBox()
+        self.mode_combo.addItems(list(LOCATE_MODES))
+        self.mode_combo.currentIndexChanged.connect(self._update_placeholder)
+        row.addWidget(self.mode_combo)
+        self.locate_edit = QLineEdit()
+        self.locate_edit.returnPressed.connect(self._on_locate_clicked)
+        row.addWidget(self.locate_edit, stretch=1)
+        self.locate_button = QPushButton("Locate")
+        self.locate_button.clicked.connect(self._on_locate_clicked)
+        row.addWidget(self.locate_button)
+        form.addRow(row)
+        self.cursor_check = QCheckBox("Locate under cursor (move: show, click: outline)")
+        self.cursor_check.toggled.connect(self.set_cursor_mode)
+        form.addRow(self.cursor_check)
+        self.locate_label = QLabel("")
+        self.locate_label.setWordWrap(True)
+        self.locate_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        form.addRow(self.locate_label)
+        map_row = QHBoxLayout()
+        self.map_by_combo = QComboBox()
+        self.map_by_combo.addItems(["shard", "minishard"])
+        map_row.addWidget(QLabel("Colour chunks by"))
+        map_row.addWidget(self.map_by_combo)
+        self.map_button = QPushButton("Shard map")
+        self.map_button.setToolTip("Add a layer colouring each chunk of the scale by its shard (ids only, no reads)")
+        self.map_button.clicked.connect(lambda: self.show_shard_map())
+        map_row.addWidget(self.map_button)
+        form.addRow(map_row)
+        layout.addWidget(tools)
+
+        checks = QGroupBox("Validate")
+        vbox = QVBoxLayout(checks)
+        vrow = QHBoxLayout()
+        self.validate_scope = QComboBox()
+        vrow.addWidget(self.validate_scope, stretch=1)
+        self.validate_button = QPushButton("Validate")
+        self.validate_button.clicked.connect(lambda: self.validate(self._validate_choice()))
+        vrow.addWidget(self.validate_button)
+        self.stop_button = QPushButton("Stop")
+        self.stop_button.setEnabled(False)
+        self.stop_button.clicked.connect(self.stop)
+        vrow.addWidget(self.stop_button)
+        vbox.addLayout(vrow)
+        self.progress_bar = QProgressBar()
+        self.progress_bar.setTextVisible(True)
+        self.progress_bar.setFormat("%v / %m")
+        self.progress_bar.setValue(0)
+        vbox.addWidget(self.progress_bar)
+        self.status_label = QLabel("")
+        self.status_label.setWordWrap(True)
+        vbox.addWidget(self.status_label)
+        self.problem_list = QListWidget()
+        self.problem_list.setMinimumHeight(80)
+        self.problem_list.itemClicked.connect(self._on_problem_clicked)
+        vbox.addWidget(self.problem_list, stretch=1)
+        layout.addWidget(checks, stretch=1)
+
+    # -- layers and the tree ---------------------------------------------------------------------------
+    def _shardscope_layers(self) -> list[Layer]:
+        return [layer for layer in self.viewer.layers if METADATA_KEY in getattr(layer, "metadata", {})]
+
+    def _refresh_layers(self, event: Any = None) -> None:
+        layers = self._shardscope_layers()
+        names = [layer.name for layer in layers]
+        current = self.layer.name if self.layer is not None and self.layer in layers else None
+        self.layer_combo.blockSignals(True)
+        self.layer_combo.clear()
+        self.layer_combo.addItems(names)
+        if current is not None:
+            self.layer_combo.setCurrentIndex(names.index(current))
+        self.layer_combo.blockSignals(False)
+        if current is None:
+            self.set_layer(layers[-1] if layers else None)
+
+    def _on_layer_combo(self, index: int) -> None:
+        layers = self._shardscope_layers()
+        if 0 <= index < len(layers) and layers[index] is not self.layer:
+            self.set_layer(layers[index])
+
+    def set_layer(self, layer: Layer | None) -> None:
+        """Show the layout of ``layer``'s dataset (a layer opened by this plugin); reads metadata only."""
+        self._clear(layer)
+        if layer is None:
+            self.detail_label.setText("Open a volume (File > Open, or shardscope open PATH) to browse its layout.")
+            return
+        names = [self.layer_combo.itemText(i) for i in range(self.layer_combo.count())]
+        if layer.name in names:
+            self.layer_combo.blockSignals(True)
+            self.layer_combo.setCurrentIndex(names.index(layer.name))
+            self.layer_combo.blockSignals(False)
+        meta = layer.metadata[METADATA_KEY]
+        url = str(meta["url"])
+        try:
+            tree = LayoutTree(open_inspector(url), meta.get("volume"), url=url)
+        except ShardscopeError as exc:
+            self._error(f"cannot inspect {url}: {exc}")
+            return
+        self.set_tree(tree, layer)
+
+    def set_tree(self, tree: LayoutTree, layer: Layer | None = None) -> None:
+        """Show ``tree`` (e.g. ``open_layout(url)`` of a dataset with no layer); outlines go with ``layer``."""
+        self._clear(layer)
+        try:
+            roots = tree.roots()
+        except ShardscopeError as exc:
+            self._error(f"cannot inspect {tree.inspector.store.url}: {exc}")
+            return
+        self.tree = tree
+        self.tree_widget.addTopLevelItems([self._make_item(node) for node in roots])
+        scales = tree.spatial_scales()
+        self.scale_combo.addItems([s or "(array)" for s in scales])
+        self.validate_scope.addItems([ALL_SCALES, *[s or "(array)" for s in scales]])
+        self.detail_label.setText(f"{tree.format_name}: {tree.url or tree.inspector.store.url}")
+        self._update_placeholder()
+
+    def _clear(self, layer: Layer | None) -> None:
+        self.layer = layer
+        self.tree = None
+        self._hover_grid = None
+        self.tree_widget.clear()
+        self._items.clear()
+        self._pending.clear()
+        self.scale_combo.clear()
+        self.validate_scope.clear()
+
+    def reload(self) -> None:
+        """Forget cached indexes and listings and rebuild the tree (after the files changed)."""
+        if self.layer is not None:
+            self.set_layer(self.layer)
+        elif self.tree is not None:
+            tree = self.tree
+            tree.clear_cache()
+            self.set_tree(tree)
+
+    def _scale_keys(self) -> list[str]:
+        return self.tree.spatial_scales() if self.tree is not None else []
+
+    def _chosen_scale(self) -> str | None:
+        index = self.scale_combo.currentIndex()
+        keys = self._scale_keys()
+        return keys[index] if 0 <= index < len(keys) else None
+
+    def _validate_choice(self) -> str | None:
+        index = self.validate_scope.currentIndex()
+        keys = self._scale_keys()
+        return keys[index - 1] if 1 <= index <= len(keys) else None
+
+    def _update_placeholder(self, *_: Any) -> None:
+        mode = self.mode_combo.currentText()
+        text = {"chunk id": "precomputed chunk id (Morton code)", "segment id": "segment id",
+                "grid position": "chunk grid position"}.get(mode, "voxel")
+        if mode in ("voxel", "grid position") and self.tree is not None and self._chosen_scale() is not None:
+            axes = self.tree.geometry(self._chosen_scale()).axes
+            text = f"{text}: {', '.join(axes)}"
+        self.locate_edit.setPlaceholderText(text)
+
+    # -- tree items ----------------------------------------------------------------------------------------
+    def _make_item(self, node: LayoutNode) -> QTreeWidgetItem:
+        item = QTreeWidgetItem()
+        self._fill_item(item, node)
+        if node.expandable:
+            item.setChildIndicatorPolicy(QTreeWidgetItem.ChildIndicatorPolicy.ShowIndicator)
+        self._items[node.path] = item
+        return item
+
+    @staticmethod
+    def _fill_item(item: QTreeWidgetItem, node: LayoutNode) -> None:
+        item.setData(0, NODE_ROLE, node)
+        values = (node.name, "" if node.chunks is None else str(node.chunks), format_bytes(node.stored_bytes),
+                  format_bytes(node.raw_bytes), format_ratio(node.ratio))
+        for col, text in enumerate(values):
+            item.setText(col, text)
+            if col:
+                item.setTextAlignment(col, Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
+        item.setToolTip(0, node.detail or node.name)
+        if node.kind == "error" or not node.present:
+            item.setForeground(0, QColor("#e06c75"))
+
+    def _on_item_expanded(self, item: QTreeWidgetItem) -> None:
+        node = item.data(0, NODE_ROLE)
+        if isinstance(node, LayoutNode):
+            self._populate(item, node)
+
+    def _populate(self, item: QTreeWidgetItem, node: LayoutNode) -> None:
+        if self.tree is None or node.path in self._pending or item.childCount():
+            return
+        try:
+            expansion = self.tree.expand(node)
+        except ShardscopeError as exc:
+            self._error(str(exc))
+            return
+        self._fill_item(item, expansion.node)
+        self._pending[node.path] = list(expansion.children)
+        self._add_page(item, node.path)
+        if not expansion.children:
+            item.setChildIndicatorPolicy(QTreeWidgetItem.ChildIndicatorPolicy.DontShowIndicatorWhenChildless)
+
+    def _add_page(self, item: QTreeWidgetItem, path: NodePath) -> None:
+        pending = self._pending.get(path, [])
+        last = item.child(item.childCount() - 1) if item.childCount() else None
+        if last is not None and last.data(0, MORE_ROLE):
+            item.removeChild(last)
+        page, rest = pending[:PAGE_SIZE], pending[PAGE_SIZE:]
+        self._pending[path] = rest
+        item.addChildren([self._make_item(child) for child in page])
+        if rest:
+            more = QTreeWidgetItem([f"… show {min(PAGE_SIZE, len(rest))} more of {len(rest)}"])
+            more.setData(0, MORE_ROLE, True)
+            more.setForeground(0, QColor("#61afef"))
+            item.addChild(more)
+
+    def _on_item_clicked(self, item: QTreeWidgetItem, column: int = 0) -> None:
+        parent = item.parent()
+        if item.data(0, MORE_ROLE) and parent is not None:
+            parent_node = parent.data(0, NODE_ROLE)
+            self._add_page(parent, parent_node.path)
+            return
+        node = item.data(0, NODE_ROLE)
+        if not isinstance(node, LayoutNode):
+            return
+        self.detail_label.setText(node.detail or node.name)
+        if node.kind == "chunk" and self.tree is not None:
+            located = self.tree.locate_node(node)
+            if located.world_box is not None:
+                self.show_located(located, select=False)
+
+    def expand_path(self, path: NodePath) -> QTreeWidgetItem:
+        """Expand the tree down to ``path`` (reading the indexes on the way) and return its row."""
+        if self.tree is None:
+            raise ArgumentError("no dataset is shown")
+        item: QTreeWidgetItem | None = None
+        for depth in range(1, len(path) + 1):
+            sub = path[:depth]
+            if sub not in self._items and item is not None:
+                self._populate(item, item.data(0, NODE_ROLE))
+                while sub not in self._items and self._pending.get(path[: depth - 1]):
+                    self._add_page(item, path[: depth - 1])
+            if sub not in self._items:
+                raise ArgumentError(f"no row {' / '.join(f'{k} {v}' for k, v in sub)} in the tree")
+            item = self._items[sub]
+            if depth < len(path):
+                item.setExpanded(True)
+                self._populate(item, item.data(0, NODE_ROLE))
+        assert item is not None
+        return item
+
+    def select_path(self, path: NodePath) -> QTreeWidgetItem:
+        """Expand to ``path``, select its row and scroll to it."""
+        item = self.expand_path(path)
+        self.tree_widget.setCurrentItem(item)
+        self.tree_widget.scrollToItem(item)
+        return item
+
+    def item_for_path(self, path: NodePath) -> QTreeWidgetItem | None:
+        """The row of ``path`` if it has been created (``None`` if its parent was never expanded)."""
+        return self._items.get(path)
+
+    # -- locate ---------------------------------------------------------------------------------------------
+    def _require_tree(self) -> LayoutTree:
+        if self.tree is None:
+            raise ArgumentError("no dataset is shown: open a volume with napari-shardscope first")
+        return self.tree
+
+    def _on_locate_clicked(self) -> None:
+        try:
+            self.locate(self.locate_edit.text(), self.mode_combo.currentText(), self._chosen_scale())
+        except ShardscopeError as exc:
+            self._error(str(exc), self.locate_label)
+
+    def locate(self, text: str, mode: str = "voxel", scale: str | None = None) -> Located:
+        """Locate what the locate box holds: ``mode`` is one of ``voxel``, ``chunk id``, ``grid position``,
+        ``segment id``; the result is outlined, selected in the tree and the view moves there."""
+        if mode == "voxel":
+            return self.locate_voxel(parse_position(text), scale)
+        if mode == "grid position":
+            return self.locate_chunk(parse_position(text), scale)
+        (value,) = parse_position(text, length=1)
+        if mode == "chunk id":
+            return self.locate_chunk(value, scale)
+        if mode == "segment id":
+            found = self.locate_segment(value)
+            return found[0]
+        raise ArgumentError(f"locate mode must be one of {LOCATE_MODES}, got {mode!r}")
+
+    def locate_voxel(self, voxel: Sequence[int], scale: str | None = None) -> Located:
+        """Outline and go to the chunk holding ``voxel`` (absolute, format order) at ``scale``."""
+        located = self._require_tree().locate_voxel(voxel, scale)
+        self.show_located(located)
+        return located
+
+    def locate_chunk(self, chunk: int | Sequence[int], scale: str | None = None) -> Located:
+        """Outline and go to a chunk given by precomputed id or grid position (format order)."""
+        located = self._require_tree().locate_chunk(chunk, scale)
+        self.show_located(located)
+        return located
+
+    def locate_segment(self, segment_id: int) -> list[Located]:
+        """Select where a segment's meshes/skeletons are stored (they have no place in the volume)."""
+        found = self._require_tree().locate_segment(segment_id)
+        for located in found[:1]:
+            self.show_located(located)
+        self.locate_label.setText("\n".join(f.describe() for f in found))
+        return found
+
+    def show_located(self, located: Located, *, move: bool = True, select: bool = True) -> None:
+        """Outline a located chunk (world coordinates), select its tree row and move the view there."""
+        self.last_located = located
+        self.locate_label.setStyleSheet("")
+        self.locate_label.setText(located.describe())
+        if select:
+            try:
+                self.select_path(located.path)
+            except ShardscopeError as exc:  # e.g. a chunk whose shard cannot be listed
+                self.detail_label.setText(str(exc))
+        if located.world_box is None:
+            return
+        lo, hi = self._layer_box(located.world_box)
+        self._draw_outline(lo, hi)
+        if move:
+            self._move_view(lo, hi)
+
+    def _layer_box(self, box: tuple[tuple[float, ...], tuple[float, ...]]) -> tuple[np.ndarray, np.ndarray]:
+        """The world box in the layer's dimensions (a channel axis split off by napari is dropped)."""
+        lo, hi = np.asarray(box[0], dtype=float), np.asarray(box[1], dtype=float)
+        ndim = self.layer.ndim if self.layer is not None else lo.size
+        return lo[-ndim:], hi[-ndim:]
+
+    def _level0(self) -> tuple[np.ndarray, np.ndarray]:
+        """Voxel size and translate of the layer's finest level (where napari's planes are)."""
+        assert self.layer is not None
+        return np.asarray(self.layer.scale, dtype=float), np.asarray(self.layer.translate, dtype=float)
+
+    def _axes(self) -> tuple[list[int], list[int], int]:
+        """(displayed layer axes, other layer axes, viewer-to-layer axis offset)."""
+        ndim = self.layer.ndim if self.layer is not None else 3
+        offset = self.viewer.dims.ndim - ndim
+        displayed = [d - offset for d in self.viewer.dims.displayed if d >= offset]
+        rect = displayed[-2:]
+        others = [a for a in range(ndim) if a not in rect]
+        return rect, others, offset
+
+    def _plane_positions(self, axis: int, lo: float, hi: float) -> list[float]:
+        """World positions of the finest-level planes along ``axis`` whose centres lie in ``[lo, hi]``."""
+        scale, translate = self._level0()
+        step, start = float(scale[axis]), float(translate[axis])
+        first = math.ceil((lo - start) / step - 1e-9)
+        last = math.floor((hi - start) / step + 1e-9)
+        values = [start + k * step for k in range(first, last + 1) if lo < start + k * step < hi]
+        return values or [(lo + hi) / 2]
+
+    def _draw_outline(self, lo: np.ndarray, hi: np.ndarray) -> None:
+        rect, others, _ = self._axes()
+        if len(rect) < 2:
+            return
+        planes = [self._plane_positions(a, lo[a], hi[a]) for a in others]
+        shapes = []
+        (ay, ax) = rect
+        for values in product(*planes):
+            corners = [(lo[ay], lo[ax]), (lo[ay], hi[ax]), (hi[ay], hi[ax]), (hi[ay], lo[ax])]
+            vertices = np.zeros((4, lo.size))
+            for i, (y, x) in enumerate(corners):
+                vertices[i, ay], vertices[i, ax] = y, x
+                for a, v in zip(others, values, strict=True):
+                    vertices[i, a] = v
+            shapes.append(vertices)
+            if len(shapes) >= MAX_OUTLINE_PLANES:
+                break
+        width = float(np.min(hi[list(rect)] - lo[list(rect)])) / 40
+        layer = self.outline_layer
+        if layer is None or layer not in self.viewer.layers or layer.ndim != lo.size:
+            if layer is not None and layer in self.viewer.layers:
+                self.viewer.layers.remove(layer)
+            layer = self.viewer.add_shapes(shapes, shape_type="rectangle", edge_color="yellow",
+                                           face_color="transparent", edge_width=width, name=OUTLINE_NAME,
+                                           ndim=lo.size, **self._units())
+            self.outline_layer = layer
+        else:
+            layer.data = shapes
+            layer.shape_type = ["rectangle"] * len(shapes)
+            layer.edge_width = [width] * len(shapes)
+            layer.edge_color = "yellow"
+            layer.face_color = "transparent"
+        if self.layer is not None:
+            self.viewer.layers.selection.active = self.layer
+
+    def _units(self, ndim: int | None = None) -> dict[str, Any]:
+        """``units=`` of the shown layer, so napari does not warn about mixed units (and scale bars agree)."""
+        units = getattr(self.layer, "units", None) if self.layer is not None else None
+        if units is None:
+            return {}
+        units = tuple(units)
+        return {"units": units[-ndim:] if ndim is not None else units}
+
+    def _move_view(self, lo: np.ndarray, hi: np.ndarray) -> None:
+        _, others, offset = self._axes()
+        center = (lo + hi) / 2
+        for a in others:
+            planes = self._plane_positions(a, lo[a], hi[a])
+            nearest = min(planes, key=lambda v: abs(v - center[a]))
+            self.viewer.dims.set_point(a + offset, nearest)
+        displayed = [d - offset for d in self.viewer.dims.displayed if d >= offset]
+        camera(self.viewer).center = tuple(float(center[d]) for d in displayed)
+
+    # -- cursor mode ---------------------------------------------------------------------------------------
+    @property
+    def cursor_mode(self) -> bool:
+        return self._cursor_mode
+
+    def set_cursor_mode(self, enabled: bool) -> None:
+        """Turn "locate under cursor" on/off: mouse moves show the chunk, clicks outline it."""
+        enabled = bool(enabled)
+        if enabled == self._cursor_mode:
+            return
+        self._cursor_mode = enabled
+        if self.cursor_check.isChecked() != enabled:
+            self.cursor_check.setChecked(enabled)
+        moves, drags = self.viewer.mouse_move_callbacks, self.viewer.mouse_drag_callbacks
+        if enabled:
+            moves.append(self._on_mouse_move)
+            drags.append(self._on_mouse_press)
+        else:
+            for callbacks, cb in ((moves, self._on_mouse_move), (drags, self._on_mouse_press)):
+                if cb in callbacks:
+                    callbacks.remove(cb)
+            self._hover_grid = None
+
+    def locate_position(self, position: Sequence[float]) -> Located | None:
+        """The chunk under a viewer world position, at the level the layer is showing (``None`` outside)."""
+        if self.tree is None or self.layer is None:
+            return None
+        level = int(getattr(self.layer, "data_level", 0)) if getattr(self.layer, "multiscale", False) else 0
+        try:
+            scale = self.tree.scale_of_volume_level(level)
+            # the layer may have been moved: go through its own transform to its data, then to the core's world
+            data = np.asarray(self.layer.world_to_data(tuple(position)), dtype=float)
+            geo0 = self.tree.geometry(self.tree.scale_of_volume_level(0))
+            world = np.asarray(geo0.translate) + data[-geo0.ndim:] * np.asarray(geo0.voxel_size)
+            geo = self.tree.geometry(scale)
+            grid = geo.grid_position(geo.voxel_at_world(world))
+            if self.hover is not None and self._hover_grid == (scale, grid):
+                return self.hover
+            located = self.tree.locate_chunk(grid, scale)
+        except ShardscopeError:
+            return None
+        self._hover_grid = (scale, grid)
+        return located
+
+    def _on_mouse_move(self, viewer: Any, event: Any) -> None:
+        located = self.locate_position(event.position)
+        if located is self.hover:
+            return
+        self.hover = located
+        self.locate_label.setStyleSheet("")
+        self.locate_label.setText("under cursor: " + located.describe() if located is not None else "")
+
+    def _on_mouse_press(self, viewer: Any, event: Any) -> None:
+        if event.type != "mouse_press" or getattr(event, "button", 1) != 1:
+            return
+        located = self.locate_position(event.position)
+        if located is not None:
+            self.hover = located
+            self.show_located(located, move=False)
+
+    # -- shard map -------------------------------------------------------------------------------------------
+    def show_shard_map(self, scale: str | None = None, by: ShardMapBy | None = None) -> None:
+        """Compute the shard map of ``scale`` in a worker and add it as a Labels layer (:attr:`shard_map_layer`)."""
+        tree = self._require_tree()
+        scale = scale if scale is not None else self._chosen_scale()
+        chosen: ShardMapBy = by if by is not None else ("minishard" if self.map_by_combo.currentText() == "minishard"
+                                                       else "shard")
+        self.status_label.setText(f"computing the shard map of {scale} ({chosen}) …")
+        self._start(lambda: tree.shard_map(scale, chosen), self._on_shard_map, button=self.map_button)
+
+    def _on_shard_map(self, smap: ShardMap) -> None:
+        name = f"shard map {smap.scale} ({smap.by})"
+        from napari.utils.colormaps import label_colormap
+
+        # background = a value that never occurs, so shard 0 gets a colour like every other shard
+        colormap = label_colormap(num_colors=min(max(smap.num_values, 1), 256), background_value=smap.num_values)
+        data = smap.values
+        if self.layer is not None and data.ndim > self.layer.ndim:
+            data = data.reshape(data.shape[-self.layer.ndim:]) if math.prod(data.shape[:-self.layer.ndim]) == 1 \
+                else data
+        if self.shard_map_layer is not None and self.shard_map_layer in self.viewer.layers:
+            self.viewer.layers.remove(self.shard_map_layer)
+        n = data.ndim
+        layer = self.viewer.add_labels(data, name=name, scale=smap.voxel_size[-n:], translate=smap.translate[-n:],
+                                       opacity=0.45, colormap=colormap, **self._units(n),
+                                       metadata={"shardscope_shard_map": {"scale": smap.scale, "by": smap.by}})
+        self.shard_map_layer = layer
+        if self.outline_layer is not None and self.outline_layer in self.viewer.layers:
+            self.viewer.layers.move(self.viewer.layers.index(self.outline_layer), len(self.viewer.layers))
+        self.status_label.setText(f"{name}: {int(np.unique(smap.values).size)} of {smap.num_values} "
+                                  f"{'shards' if smap.by == 'shard' else 'minishards'} used by "
+                                  f"{smap.values.size} chunks")
+
+    # -- validate ----------------------------------------------------------------------------------------------
+    def validate(self, scale: str | None = None) -> None:
+        """Validate ``scale`` (``None``: all) in a worker; problems fill :attr:`problems` and the list."""
+        tree = self._require_tree()
+        self.problems.clear()
+        self.problem_list.clear()
+        self._cancel.clear()
+        self.progress_bar.setRange(0, 0)
+        from napari.utils import progress
+
+        self._pbar = progress(total=0, desc=f"validate {scale or 'all scales'}")
+
+        def report(done: int, total: int, what: str) -> None:
+            if self._cancel.is_set():
+                raise _Cancelled
+            self._progress.emit(done, total, what)
+
+        def run() -> int:
+            count = 0
+            for problem in tree.validate(scale, report):
+                if self._cancel.is_set():
+                    raise _Cancelled
+                self._problem.emit(problem)
+                count += 1
+            return count
+
+        self.status_label.setText(f"validating {scale or 'all scales'} …")
+        self._start(run, self._on_validated, button=self.validate_button, stoppable=True)
+
+    def _on_progress(self, done: int, total: int, what: str) -> None:
+        self.progress_bar.setRange(0, max(total, 1))
+        self.progress_bar.setValue(min(done, max(total, 1)))
+        self.status_label.setText(f"validating: {what}")
+        pbar = self._pbar
+        if pbar is not None:
+            if pbar.total != total:
+                pbar.total = total
+            if done > pbar.n:
+                pbar.update(done - pbar.n)
+            pbar.set_description(f"validate: {what}")
+
+    def _on_problem(self, problem: Problem) -> None:
+        self.problems.append(problem)
+        item = QListWidgetItem(str(problem))
+        item.setToolTip(str(problem))
+        self.problem_list.addItem(item)
+
+    def _on_validated(self, count: int) -> None:
+        maximum = max(self.progress_bar.maximum(), 1)
+        self.progress_bar.setRange(0, maximum)
+        self.progress_bar.setValue(maximum)
+        self.status_label.setStyleSheet("")
+        self.status_label.setText("no problems found" if count == 0 else f"{count} problem(s): click one to go there")
+
+    def _on_problem_clicked(self, item: QListWidgetItem) -> None:
+        self.select_problem(self.problem_list.row(item))
+
+    def select_problem(self, row: int) -> Located | None:
+        """Go to the chunk (or shard) problem ``row`` is about; ``None`` when it names no place."""
+        if not 0 <= row < len(self.problems) or self.tree is None:
+            return None
+        self.problem_list.setCurrentRow(row)
+        try:
+            located = self.tree.locate_problem(self.problems[row])
+        except ShardscopeError as exc:
+            self._error(str(exc), self.locate_label)
+            return None
+        if located is None:
+            self.locate_label.setText(f"{self.problems[row].key}: not a chunk of this dataset")
+            return None
+        self.show_located(located)
+        return located
+
+    def stop(self) -> None:
+        """Ask running workers to stop at their next step."""
+        self._cancel.set()
+
+    # -- workers --------------------------------------------------------------------------------------------------
+    @property
+    def busy(self) -> bool:
+        """Whether a worker (validate, shard map) is still running."""
+        return bool(self._workers)
+
+    def _start(self, func: Any, on_done: Any, *, button: QPushButton, stoppable: bool = False) -> None:
+        from napari.qt.threading import create_worker
+
+        # errors come to _on_worker_error (ours shown in the panel, others re-raised to napari's handler)
+        worker = create_worker(func, _start_thread=False, _ignore_errors=True)
+        button.setEnabled(False)
+        if stoppable:
+            self.stop_button.setEnabled(True)
+        worker.returned.connect(on_done)
+        worker.errored.connect(self._on_worker_error)
+
+        def finished() -> None:
+            button.setEnabled(True)
+            if stoppable:
+                self.stop_button.setEnabled(False)
+                if self._pbar is not None:
+                    self._pbar.close()
+                    self._pbar = None
+            if worker in self._workers:
+                self._workers.remove(worker)
+
+        worker.finished.connect(finished)
+        self._workers.append(worker)
+        worker.start()
+
+    def _on_worker_error(self, exc: BaseException) -> None:
+        self.progress_bar.setRange(0, 1)
+        if isinstance(exc, _Cancelled):
+            self.status_label.setStyleSheet("")
+            self.status_label.setText(f"stopped ({len(self.problems)} problem(s) so far)")
+            return
+        self._error(str(exc))
+        if not isinstance(exc, ShardscopeError):
+            raise exc
+
+    def _error(self, message: str, label: QLabel | None = None) -> None:
+        self.last_error = message
+        target = label if label is not None else self.status_label
+        target.setStyleSheet("color: #e06c75")
+        target.setText(message)
+
+    def closeEvent(self, event: Any) -> None:
+        """Remove the viewer callbacks and stop workers when the dock is closed."""
+        self.set_cursor_mode(False)
+        self.stop()
+        super().closeEvent(event)

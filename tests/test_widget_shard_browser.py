@@ -1,0 +1,309 @@
+"""The Shard browser panel in a real napari viewer (Xvfb): tree, locate, cursor, shard map, validate.
+
+The panel is opened the way a user opens it (``add_plugin_dock_widget`` through the npe2 manifest,
+i.e. the Plugins menu entry) and driven through its public methods and, where it matters, real Qt
+mouse and key events. Every expectation is computed independently of the panel: from the core's
+inspector records, the sharding hash, or the sample's geometry (8 × 8 × 40 nm voxels, no offset).
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from napari.layers import Labels
+from qtpy.QtCore import QPoint, Qt
+
+from napari_shardscope.core.layout_tree import LayoutTree, format_bytes, open_layout
+from napari_shardscope.core.precomputed.inspector import PrecomputedInspector
+from napari_shardscope.core.precomputed.sharding import assign_chunk_ids
+from napari_shardscope.core.sample_data import SampleDataset
+from napari_shardscope.napari_plugin.sample import sample_volumes
+from napari_shardscope.napari_plugin.viewer import add_volumes
+from napari_shardscope.widgets.shard_browser import OUTLINE_NAME, PAGE_SIZE, ShardBrowser, camera
+from tests.test_layout_tree import MemoryStore, many_shards  # noqa: F401  (fixture)
+from tests.test_volume_support import FormatCase, format_cases, sample  # noqa: F401  (fixtures)
+
+VOXEL_NM_ZYX = np.array([40.0, 8.0, 8.0])
+
+
+def open_panel(viewer: Any) -> ShardBrowser:
+    """The panel as the Plugins menu opens it (through the npe2 widget contribution)."""
+    _, widget = viewer.window.add_plugin_dock_widget("napari-shardscope", "Shard browser")
+    assert isinstance(widget, ShardBrowser)
+    return widget
+
+
+@pytest.fixture
+def sample_viewer(make_napari_viewer: Any, sample: SampleDataset) -> tuple[Any, ShardBrowser]:  # noqa: F811
+    viewer = make_napari_viewer()
+    add_volumes(viewer, sample_volumes(sample))
+    return viewer, open_panel(viewer)
+
+
+def outline_rectangles(viewer: Any) -> list[np.ndarray]:
+    layer = viewer.layers[OUTLINE_NAME]
+    assert set(layer.shape_type) == {"rectangle"}
+    return [np.asarray(d, dtype=float) for d in layer.data]
+
+
+def assert_outlines(viewer: Any, world_box: tuple[tuple[float, ...], tuple[float, ...]]) -> None:
+    """One rectangle per z plane of the chunk, each with the chunk's y/x corners (world, nm)."""
+    lo, hi = np.asarray(world_box[0]), np.asarray(world_box[1])
+    rects = outline_rectangles(viewer)
+    planes = sorted({float(r[0, 0]) for r in rects})
+    expected_planes = [z for z in np.arange(0, 64 * 40, 40.0) if lo[0] < z < hi[0]]
+    assert planes == pytest.approx(expected_planes)
+    for r in rects:
+        assert np.all(r[:, 0] == r[0, 0])
+        np.testing.assert_allclose(r[:, 1:].min(axis=0), lo[1:])
+        np.testing.assert_allclose(r[:, 1:].max(axis=0), hi[1:])
+
+
+def test_panel_is_in_the_plugins_menu_and_shows_the_sample(sample_viewer: tuple[Any, ShardBrowser]) -> None:
+    viewer, browser = sample_viewer
+    from napari._app_model import get_app_model
+
+    titles = [getattr(item, "command", None) and item.command.title
+              for item in get_app_model().menus.get_menu("napari/plugins")]
+    assert any("Shard browser" in str(t) for t in titles)
+    assert browser.layer is viewer.layers["segmentation"]
+    tops = [browser.tree_widget.topLevelItem(i).text(0) for i in range(browser.tree_widget.topLevelItemCount())]
+    assert tops == ["8_8_40", "16_16_40", "32_32_80", "64_64_160"]
+    assert [browser.layer_combo.itemText(i) for i in range(browser.layer_combo.count())] == ["image",
+                                                                                               "segmentation"]
+    browser.layer_combo.setCurrentIndex(0)
+    assert browser.layer is viewer.layers["image"] and browser.tree is not None
+    assert browser.tree.url == str(viewer.layers["image"].metadata["shardscope"]["url"])
+
+
+def test_expanding_rows_reads_only_their_indexes(sample_viewer: tuple[Any, ShardBrowser], qtbot: Any) -> None:
+    viewer, browser = sample_viewer
+    assert browser.tree is not None
+    stats = browser.tree.inspector.store.stats
+    summary = open_layout(browser.tree.url or "").inspector.inspect("8_8_40")["scales"][0]
+    opened = stats.requests
+    top = browser.tree_widget.topLevelItem(0)
+    top.setExpanded(True)
+    assert top.childCount() == len(summary["shards"]) == 4
+    assert stats.requests == opened  # listing the shard files reads no index
+    shard_item = top.child(2)
+    expected = summary["shards"][2]
+    shard_item.setExpanded(True)
+    assert stats.requests == opened + 1 + expected["minishards"]
+    assert shard_item.childCount() == expected["minishards"]
+    assert shard_item.text(1) == str(expected["chunks"]) and shard_item.text(2) == format_bytes(expected["data_bytes"])
+    assert shard_item.text(4).endswith("×")  # compression ratio
+    mini = shard_item.child(0)
+    mini.setExpanded(True)
+    assert stats.requests == opened + 1 + expected["minishards"]  # chunks come from the cached index
+    assert mini.childCount() == int(mini.text(1))
+
+    # a real click on a chunk row outlines that chunk
+    chunk_item = mini.child(0)
+    browser.tree_widget.scrollToItem(chunk_item)
+    rect = browser.tree_widget.visualItemRect(chunk_item)
+    qtbot.mouseClick(browser.tree_widget.viewport(), Qt.MouseButton.LeftButton, pos=rect.center())
+    node = chunk_item.data(0, Qt.ItemDataRole.UserRole)
+    assert browser.last_located is not None and browser.last_located.node == node
+    assert_outlines(viewer, browser.tree.geometry("8_8_40").chunk_world_box(node.grid_position))
+
+
+def test_locate_outlines_the_chunk_and_moves_the_view(sample_viewer: tuple[Any, ShardBrowser], qtbot: Any) -> None:
+    viewer, browser = sample_viewer
+    assert browser.tree is not None
+    found = browser.locate("100, 30, 20", "voxel", "8_8_40")
+    # voxel (x=100, y=30, z=20) is in chunk (1, 0, 2): x 64-128, y 0-64, z 16-24
+    lo = (np.array([16, 0, 64]) - 0.5) * VOXEL_NM_ZYX
+    hi = (np.array([24, 64, 128]) - 0.5) * VOXEL_NM_ZYX
+    assert found.world_box == (pytest.approx(tuple(lo)), pytest.approx(tuple(hi)))
+    assert_outlines(viewer, found.world_box)
+    assert lo[0] < viewer.dims.point[0] < hi[0]  # the z step shows the chunk
+    np.testing.assert_allclose(camera(viewer).center[-2:], ((lo + hi) / 2)[1:])
+    current = browser.tree_widget.currentItem().data(0, Qt.ItemDataRole.UserRole)
+    assert current.path == found.path and current.byte_range == found.node.byte_range
+    ref = browser.tree.inspector.locate_voxel((100, 30, 20), "8_8_40")
+    assert found.node.chunk_id == ref["chunk_id"] and list(found.node.byte_range or []) == ref["byte_range"]
+
+    # the same through the locate box, by keyboard, at a coarser scale (voxel 100, 30, 20 of 32_32_80)
+    browser.scale_combo.setCurrentIndex(2)
+    browser.locate_edit.clear()
+    qtbot.keyClicks(browser.locate_edit, "40 30 20")
+    qtbot.keyClick(browser.locate_edit, Qt.Key.Key_Return)
+    coarse = browser.last_located
+    assert coarse is not None and coarse.scale == "32_32_80" and coarse.node.grid_position == (0, 0, 2)
+    voxel_nm = np.array([80.0, 32.0, 32.0])
+    np.testing.assert_allclose(coarse.world_box[0], (np.array([16, 0, 0]) - 0.5) * voxel_nm)  # type: ignore[index]
+    np.testing.assert_allclose(coarse.world_box[1], (np.array([24, 64, 64]) - 0.5) * voxel_nm)  # type: ignore[index]
+    assert_outlines(viewer, coarse.world_box)  # type: ignore[arg-type]
+
+    # by chunk id, and a bad entry is reported in the panel rather than raised
+    assert browser.locate("5", "chunk id", "8_8_40").node.grid_position == (1, 0, 1)
+    browser.mode_combo.setCurrentText("voxel")
+    browser.locate_edit.setText("999, 0, 0")
+    browser.locate_button.click()
+    assert "outside" in (browser.last_error or "")
+
+
+def test_locate_under_cursor_with_real_mouse_events(make_napari_viewer: Any, sample: SampleDataset,  # noqa: F811
+                                                    qtbot: Any) -> None:
+    viewer = make_napari_viewer(show=True)
+    add_volumes(viewer, sample_volumes(sample))
+    browser = open_panel(viewer)
+    assert browser.tree is not None
+    viewer.dims.set_point(0, 20 * 40.0)
+    qtbot.mouseClick(browser.cursor_check, Qt.MouseButton.LeftButton,
+                     pos=QPoint(8, browser.cursor_check.height() // 2))
+    assert browser.cursor_mode
+    canvas = viewer.window._qt_viewer.canvas.native
+    seen = []
+    for fx, fy in ((0.3, 0.4), (0.6, 0.55)):
+        pos = QPoint(int(canvas.width() * fx), int(canvas.height() * fy))
+        qtbot.mouseMove(canvas, pos)
+        qtbot.waitUntil(lambda: browser.hover is not None and browser.hover not in seen, timeout=5000)
+        hover = browser.hover
+        assert hover is not None and hover.world_box is not None
+        cursor = np.asarray(viewer.cursor.position)
+        lo, hi = np.asarray(hover.world_box[0]), np.asarray(hover.world_box[1])
+        assert np.all(lo <= cursor) and np.all(cursor <= hi)  # the chunk under the mouse
+        level = browser.layer.data_level  # type: ignore[union-attr]
+        assert hover.scale == browser.tree.scale_of_volume_level(level)  # at the level napari shows
+        seen.append(hover)
+        qtbot.mouseClick(canvas, Qt.MouseButton.LeftButton, pos=pos)
+        qtbot.waitUntil(lambda h=hover: browser.last_located is h, timeout=5000)
+        rects = outline_rectangles(viewer)
+        np.testing.assert_allclose(rects[0][:, 1:].min(axis=0), lo[1:])
+        np.testing.assert_allclose(rects[0][:, 1:].max(axis=0), hi[1:])
+    browser.set_cursor_mode(False)
+    assert browser._on_mouse_move not in viewer.mouse_move_callbacks
+
+
+def test_shard_map_layer_values_are_the_shards(sample_viewer: tuple[Any, ShardBrowser], qtbot: Any) -> None:
+    viewer, browser = sample_viewer
+    assert browser.tree is not None
+    stats = browser.tree.inspector.store.stats
+    before = stats.requests
+    browser.show_shard_map("8_8_40", "shard")
+    qtbot.waitUntil(lambda: browser.shard_map_layer is not None and not browser.busy, timeout=20000)
+    layer = browser.shard_map_layer
+    assert isinstance(layer, Labels) and layer.data.shape == (8, 4, 4)
+    source = browser.tree.inspector.source("8_8_40")  # type: ignore[attr-defined]
+    geo = browser.tree.geometry("8_8_40")
+    for z, y, x in np.ndindex(8, 4, 4):
+        shard = int(assign_chunk_ids(source.sharding, [source.scale.chunk_id((x, y, z))]).shard[0])
+        assert int(layer.data[z, y, x]) == shard
+        # placed in the world: on the chunk's planes, the centre of each chunk shows that chunk's shard
+        centre = (np.asarray(geo.chunk_world_box((x, y, z))[0]) + np.asarray(geo.chunk_world_box((x, y, z))[1])) / 2
+        if viewer.dims.point[0] != centre[0] - 20:
+            viewer.dims.set_point(0, centre[0] - 20)  # a plane of the chunk (planes are 40 nm apart)
+        assert layer.get_value(centre, world=True) == shard
+    assert sorted(set(layer.data.ravel().tolist())) == [0, 1, 2, 3]
+    assert stats.requests == before  # computed from ids: no reads
+    assert "4 of 4 shards used by 128 chunks" in browser.status_label.text()
+
+    browser.map_by_combo.setCurrentText("minishard")
+    browser.scale_combo.setCurrentIndex(1)
+    browser.map_button.click()
+    qtbot.waitUntil(lambda: browser.shard_map_layer is not layer and not browser.busy, timeout=20000)
+    assert browser.shard_map_layer is not None and browser.shard_map_layer.name == "shard map 16_16_40 (minishard)"
+    assert layer not in viewer.layers  # replaced, not stacked
+
+
+def test_validate_clean_then_corrupted_copy(sample_viewer: tuple[Any, ShardBrowser], sample: SampleDataset,  # noqa: F811
+                                            tmp_path: Path, qtbot: Any) -> None:
+    viewer, browser = sample_viewer
+    browser.validate(None)
+    assert browser.busy and not browser.validate_button.isEnabled()
+    qtbot.waitUntil(lambda: not browser.busy, timeout=60000)
+    assert browser.problems == [] and browser.problem_list.count() == 0
+    assert browser.status_label.text() == "no problems found"
+    assert browser.progress_bar.value() == browser.progress_bar.maximum() > 0
+
+    copy = tmp_path / "broken-segmentation"
+    shutil.copytree(sample.segmentation, copy)
+    bad = open_layout(str(copy)).locate_voxel((200, 140, 50), "8_8_40")
+    assert bad.node.byte_range is not None and bad.node.file is not None
+    a, b = bad.node.byte_range
+    data = bytearray((copy / bad.node.file).read_bytes())
+    data[a + 12 : b] = bytes(b - a - 12)  # the chunk's gzip stream no longer decodes
+    (copy / bad.node.file).write_bytes(bytes(data))
+    (layer,) = viewer.open(str(copy), plugin="napari-shardscope")
+    layer.visible = False  # napari would read (and fail on) the broken chunk when the view moves there
+    browser.set_layer(layer)
+    browser.validate_scope.setCurrentIndex(1)  # 8_8_40
+    browser.validate_button.click()
+    qtbot.waitUntil(lambda: not browser.busy, timeout=60000)
+    assert browser.problems and browser.problem_list.count() == len(browser.problems)
+    assert all(p.key == bad.node.file for p in browser.problems)
+    assert "problem" in browser.status_label.text()
+
+    item = browser.problem_list.item(0)
+    rect = browser.problem_list.visualItemRect(item)
+    qtbot.mouseClick(browser.problem_list.viewport(), Qt.MouseButton.LeftButton, pos=rect.center())
+    found = browser.last_located
+    assert found is not None and found.node.chunk_id == bad.node.chunk_id and found.path == bad.path
+    assert_outlines(viewer, bad.world_box)  # type: ignore[arg-type]
+    current = browser.tree_widget.currentItem().data(0, Qt.ItemDataRole.UserRole)
+    assert current.path == bad.path
+
+
+def test_ten_thousand_shards_page_in(make_napari_viewer: Any, qtbot: Any,
+                                     many_shards: tuple[MemoryStore, int, dict[int, bytes]]) -> None:  # noqa: F811
+    store, real, chunks = many_shards
+    viewer = make_napari_viewer()
+    browser = ShardBrowser(viewer)
+    store.stats.reset()
+    browser.set_tree(LayoutTree(PrecomputedInspector(store)))
+    top = browser.tree_widget.topLevelItem(0)
+    top.setExpanded(True)
+    assert top.childCount() == PAGE_SIZE + 1 and "more of" in top.child(PAGE_SIZE).text(0)
+    assert store.stats.requests == 1  # info only
+    more = top.child(PAGE_SIZE)
+    browser.tree_widget.scrollToItem(more)
+    qtbot.mouseClick(browser.tree_widget.viewport(), Qt.MouseButton.LeftButton,
+                     pos=browser.tree_widget.visualItemRect(more).center())
+    assert top.childCount() == 2 * PAGE_SIZE + 1
+    # a shard far down the list is reached through the pages; only its indexes are read
+    item = browser.select_path((("scale", "s0"), ("shard", real)))
+    assert item.text(0) == f"shard {real:04x}"
+    item.setExpanded(True)
+    assert sum(int(item.child(i).text(1)) for i in range(item.childCount())) == len(chunks)
+    assert store.stats.requests == 1 + 1 + item.childCount()
+    browser.close()
+
+
+def test_zarr_and_n5_layers_in_the_panel(make_napari_viewer: Any, qtbot: Any,
+                                         format_cases: dict[str, FormatCase]) -> None:  # noqa: F811
+    viewer = make_napari_viewer()
+    browser = open_panel(viewer)
+    assert browser.tree is None and "Open a volume" in browser.detail_label.text()
+    image, _labels = viewer.open(str(format_cases["ome-zarr"].path), plugin="napari-shardscope")
+    browser.set_layer(image)
+    assert browser.tree is not None and browser.tree.format_name == "zarr3"
+    assert [browser.scale_combo.itemText(i) for i in range(browser.scale_combo.count())] == ["0", "1", "2"]
+    found = browser.locate("5, 20, 3", "voxel", "1")  # zarr v3 voxels are in array order (z, y, x)
+    # OME-Zarr level 1: 40 x 16 x 16 nm voxels (µm converted), translation (1400, 80, 80) nm, chunks 4 x 16 x 16
+    lo = np.array([1400.0, 80.0, 80.0]) + (np.array([4, 16, 0]) - 0.5) * np.array([40.0, 16.0, 16.0])
+    hi = np.array([1400.0, 80.0, 80.0]) + (np.array([8, 32, 16]) - 0.5) * np.array([40.0, 16.0, 16.0])
+    np.testing.assert_allclose(found.world_box[0], lo)  # type: ignore[index]
+    np.testing.assert_allclose(found.world_box[1], hi)  # type: ignore[index]
+    rects = outline_rectangles(viewer)
+    planes = sorted({float(r[0, 0]) for r in rects})
+    assert planes == pytest.approx([1400.0 + 40 * k for k in range(4, 8)])  # the finest level's z planes
+    np.testing.assert_allclose(rects[0][:, 1:].min(axis=0), lo[1:])
+    assert browser.tree_widget.currentItem().data(0, Qt.ItemDataRole.UserRole).path == found.path
+
+    (n5,) = viewer.open(str(format_cases["n5-multiscale"].path), plugin="napari-shardscope")
+    browser.set_layer(n5)
+    top = browser.tree_widget.topLevelItem(0)
+    top.setExpanded(True)
+    assert [top.child(i).text(0) for i in range(top.childCount())] == ["z 0–8", "z 8–16"]
+    browser.show_shard_map("s0", "shard")
+    qtbot.waitUntil(lambda: not browser.busy, timeout=20000)
+    assert browser.shard_map_layer is None and "no shards" in (browser.last_error or "")
+    browser.validate("s0")
+    qtbot.waitUntil(lambda: not browser.busy, timeout=20000)
+    assert browser.problems == [] and browser.status_label.text() == "no problems found"
