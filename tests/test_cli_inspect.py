@@ -120,3 +120,32 @@ def test_locate_segment_follows_mesh_and_skeleton_dirs(tmp_path: Path, capsys: p
         assert gzip.decompress((path / rec["shard_file"]).read_bytes()[start:end]) == b"manifest-of-42"
     missing = _json(capsys, ["locate", str(path), "--segment", "43", "--json"])
     assert isinstance(missing, list) and not any(r["present"] for r in missing)
+
+
+def test_locate_segment_in_unsharded_mesh_and_skeleton_dirs(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # Unsharded: a skeleton is the file <id>, a multi-resolution mesh's manifest <id>.index, a legacy
+    # mesh's manifest <id>:0 (Neuroglancer's skeleton and mesh format docs).
+    path = tmp_path / "seg"
+    write_ts_volume(path, None, scales=1)
+    info = json.loads((path / "info").read_text())
+    info.update(mesh="mesh", skeletons="skeletons")
+    (path / "info").write_text(json.dumps(info))
+    files = {
+        "mesh": ("neuroglancer_multilod_draco", ["42.index", "42"]),
+        "skeletons": ("neuroglancer_skeletons", ["42"]),
+    }
+    for sub, (type_, names) in files.items():
+        (path / sub).mkdir()
+        (path / sub / "info").write_text(json.dumps({"@type": type_}))
+        for name in names:
+            (path / sub / name).write_bytes(b"x")
+    out = _json(capsys, ["locate", str(path), "--segment", "42", "--json"])
+    assert isinstance(out, list)
+    assert [(r["source"], r["key"], r["present"]) for r in out] == [
+        ("mesh", "mesh/42.index", True),
+        ("skeletons", "skeletons/42", True),
+    ]
+    (path / "mesh" / "info").write_text(json.dumps({"@type": "neuroglancer_legacy_mesh"}))
+    (path / "mesh" / "42:0").write_bytes(b"{}")
+    out = _json(capsys, ["locate", str(path), "--segment", "42", "--json"])
+    assert isinstance(out, list) and (out[0]["key"], out[0]["present"]) == ("mesh/42:0", True)

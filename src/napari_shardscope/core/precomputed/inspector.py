@@ -46,6 +46,7 @@ class Source:
     prefix: str
     sharding: ShardingSpec | None
     scale: ScaleInfo | None = None
+    info_type: str | None = None  # the "@type" of a segment-keyed directory's info
 
 
 def _load_json(store: ByteStore, key: str, data: bytes | None = None) -> Any:
@@ -75,7 +76,7 @@ def read_segment_sources(store: ByteStore, prefix: str, name: str) -> list[Sourc
         return None if value is None else parse_sharding_spec(value, key=key, where=where)
 
     if type_at in SEGMENT_TYPES:
-        return [Source(name, "segment", prefix, sharding(obj.get("sharding"), "sharding"))]
+        return [Source(name, "segment", prefix, sharding(obj.get("sharding"), "sharding"), info_type=type_at)]
     if type_at == ANNOTATION_TYPE:
         out: list[Source] = []
         by_id = obj.get("by_id")
@@ -301,7 +302,7 @@ class PrecomputedInspector:
         out = []
         for source in self.segment_sources():
             if source.sharding is None:
-                key = join_key(source.prefix, f"{segment_id}:0" if source.kind == "segment" else str(segment_id))
+                key = join_key(source.prefix, _unsharded_segment_name(source, segment_id))
                 present = self.store.read_range(key, 0, 0) is not None
                 out.append(
                     {
@@ -437,6 +438,19 @@ class PrecomputedInspector:
                 expected = math.prod(b - a for a, b in zip(start, stop, strict=True)) * itemsize
                 if size is not None and size != expected:
                     yield Problem(key, f"raw chunk has {size} bytes, expected {expected}")
+
+
+def _unsharded_segment_name(source: Source, segment_id: int) -> str:
+    """The file an unsharded directory stores a segment's data (or its manifest) under.
+
+    Skeletons: ``<id>``; multi-resolution meshes: the manifest ``<id>.index``; legacy meshes: the
+    manifest ``<id>:0``; annotation ``by_id`` / relationship indexes: ``<id>``.
+    """
+    if source.info_type == "neuroglancer_multilod_draco":
+        return f"{segment_id}.index"
+    if source.info_type == "neuroglancer_legacy_mesh":
+        return f"{segment_id}:0"
+    return str(segment_id)
 
 
 def _parse_chunk_name(name: str) -> tuple[list[int], list[int]] | None:
