@@ -149,3 +149,22 @@ def test_locate_segment_in_unsharded_mesh_and_skeleton_dirs(tmp_path: Path, caps
     (path / "mesh" / "42:0").write_bytes(b"{}")
     out = _json(capsys, ["locate", str(path), "--segment", "42", "--json"])
     assert isinstance(out, list) and (out[0]["key"], out[0]["present"]) == ("mesh/42:0", True)
+
+
+def test_inspect_reads_each_index_once_when_they_outnumber_the_caches(tmp_path: Path) -> None:
+    # 8192 minishard indexes, twice what a reader caches: inspect must not read any of them twice.
+    from napari_shardscope.core.bytestore import LocalByteStore
+    from napari_shardscope.core.dataset import open_inspector
+    from napari_shardscope.core.precomputed.shard_writer import write_shards
+    from napari_shardscope.core.precomputed.sharding import parse_sharding_spec
+
+    spec_json = {"@type": "neuroglancer_uint64_sharded_v1", "preshift_bits": 0, "hash": "identity",
+                 "minishard_bits": 7, "shard_bits": 6}
+    (tmp_path / "info").write_text(json.dumps({"@type": "neuroglancer_skeletons", "sharding": spec_json}))
+    write_shards(LocalByteStore(tmp_path), "", parse_sharding_spec(spec_json), {i: b"x" for i in range(2**13)})
+    out = open_inspector(str(tmp_path)).inspect()
+    (scale,) = out["scales"]
+    assert scale["chunks"] == 2**13 and scale["shards_present"] == 64
+    index_bytes = sum(sh["index_bytes"] for sh in scale["shards"])
+    assert out["bytes_read"] == index_bytes + len((tmp_path / "info").read_bytes())
+    assert out["requests"] == 1 + 64 + 2**13

@@ -25,7 +25,8 @@ from napari_shardscope.core.dataset import Problem, Progress
 from napari_shardscope.core.errors import ArgumentError, FormatError, MetadataError, StoreError
 from napari_shardscope.core.precomputed.info import PrecomputedInfo, ScaleInfo, parse_info
 from napari_shardscope.core.precomputed.morton import decode_morton
-from napari_shardscope.core.precomputed.shard_reader import ChunkLocation, ShardedReader
+from napari_shardscope.core.precomputed.shard_index import ShardIndex
+from napari_shardscope.core.precomputed.shard_reader import ChunkLocation, ShardedReader, ShardFile
 from napari_shardscope.core.precomputed.sharding import ShardingSpec, parse_sharding_spec
 from napari_shardscope.core.precomputed.validate import ChunkCheck, validate_shard_file
 
@@ -64,10 +65,13 @@ def _load_json(store: ByteStore, key: str, data: bytes | None = None) -> Any:
         raise MetadataError(f"unusable JSON ({exc})", key=key) from exc
 
 
-def read_segment_sources(store: ByteStore, prefix: str, name: str) -> list[Source]:
-    """Sources of a segment-id-keyed directory (skeletons, meshes or annotations) at ``prefix``."""
+def read_segment_sources(store: ByteStore, prefix: str, name: str, doc: Any = None) -> list[Source]:
+    """Sources of a segment-id-keyed directory (skeletons, meshes or annotations) at ``prefix``.
+
+    ``doc`` is the directory's decoded ``info`` when the caller has already read it.
+    """
     key = join_key(prefix, "info")
-    obj = _load_json(store, key)
+    obj = _load_json(store, key) if doc is None else doc
     if not isinstance(obj, Mapping):
         raise MetadataError(f"must be a JSON object, got {type(obj).__name__}", key=key)
     type_at = obj.get("@type")
@@ -129,7 +133,7 @@ class PrecomputedInspector:
             self.volume = parse_info(obj)
             self.sources = [Source(s.key, "volume", s.key, s.sharding, s) for s in self.volume.scales]
         else:
-            self.sources = read_segment_sources(store, "", "")
+            self.sources = read_segment_sources(store, "", "", obj)
         self._readers: dict[str, ShardedReader] = {}
 
     # -- sources -----------------------------------------------------------------------------
@@ -215,33 +219,44 @@ class PrecomputedInspector:
         out["num_shards"] = spec.num_shards
         out["minishards_per_shard"] = spec.num_minishards
         shards = self.shards_present(source)
-        reader.prefetch_indexes(shards, workers=8 if self.store.cheap_size else 32)
 
-        def summarize(shard: int) -> dict[str, Any]:
-            file = reader.shard_file(shard)
-            index = reader.shard_index(shard)
+        # Totals are taken from the results as the pool returns them, never re-read through the
+        # reader's LRU caches: a dataset may hold more shards and minishards than those keep.
+        def load(shard: int) -> tuple[ShardFile | None, ShardIndex | None]:
+            return reader.shard_file(shard), reader.shard_index(shard)
+
+        def count(job: tuple[int, int]) -> tuple[int, int]:
+            mi = reader.minishard_index(*job)
+            return len(mi), int(mi.sizes.sum()) if len(mi) else 0
+
+        with ThreadPoolExecutor(8 if self.store.cheap_size else 32) as pool:
+            loaded = list(pool.map(load, shards))
+            jobs = [
+                (shard, int(m))
+                for shard, (_, index) in zip(shards, loaded, strict=True)
+                if index is not None
+                for m in index.nonempty_minishards()
+            ]
+            totals = {shard: [0, 0] for shard in shards}
+            for (shard, _), (n, nbytes) in zip(jobs, pool.map(count, jobs), strict=True):
+                totals[shard][0] += n
+                totals[shard][1] += nbytes
+        per_shard = []
+        for shard, (file, index) in zip(shards, loaded, strict=True):
             assert file is not None and index is not None
             nonempty = index.nonempty_minishards().tolist()
-            chunks = 0
-            data_bytes = 0
-            index_bytes = spec.shard_index_size
-            for m in nonempty:
-                mi = reader.minishard_index(shard, m)
-                chunks += len(mi)
-                data_bytes += int(mi.sizes.sum()) if len(mi) else 0
-                s, e = index.minishard_range(m)
-                index_bytes += e - s
-            return {
-                "shard": shard,
-                "file": file.display_key,
-                "file_size": file.size,
-                "minishards": len(nonempty),
-                "chunks": chunks,
-                "data_bytes": data_bytes,
-                "index_bytes": index_bytes,
-            }
-
-        per_shard = [summarize(s) for s in shards]
+            index_bytes = spec.shard_index_size + sum(e - s for s, e in map(index.minishard_range, nonempty))
+            per_shard.append(
+                {
+                    "shard": shard,
+                    "file": file.display_key,
+                    "file_size": file.size,
+                    "minishards": len(nonempty),
+                    "chunks": totals[shard][0],
+                    "data_bytes": totals[shard][1],
+                    "index_bytes": index_bytes,
+                }
+            )
         out["shards_present"] = len(per_shard)
         out["chunks"] = sum(s["chunks"] for s in per_shard)
         out["data_bytes"] = sum(s["data_bytes"] for s in per_shard)
