@@ -15,7 +15,7 @@ import zarr
 from napari_shardscope.core.bytestore import LocalByteStore, TensorStoreByteStore
 from napari_shardscope.core.dataset import open_inspector
 from napari_shardscope.core.errors import ArgumentError, ChunkDecodeError
-from napari_shardscope.core.zarr3.inspector import Zarr3Inspector
+from napari_shardscope.core.zarr3.inspector import Zarr3Inspector, parse_shard_filter
 from napari_shardscope.core.zarr3.metadata import ArrayMetadata, ChunkKeyEncoding, CodecSpec
 from napari_shardscope.core.zarr3.writer import write_array
 from tests.http_range_server import RangeServer
@@ -285,3 +285,15 @@ def test_remote_over_http_ranges(http_root: tuple[Path, RangeServer], location: 
     ranged = [r for p, r in server.requests if "/c/" in p]
     assert ranged and all(r is not None for r in ranged)  # never a whole shard file
     assert list(remote.validate("s1")) == []
+
+
+def test_shard_numbers_of_a_grid_larger_than_intp(tmp_path: Path) -> None:
+    # 2**124 shards: numpy's unravel_index refuses the grid (ValueError); C order still names shard N.
+    meta = sharded((2**62, 2**62), (1, 1), (1, 1), dtype="uint8")
+    (tmp_path / "zarr.json").write_text(json.dumps(meta.to_json()))
+    inspector = Zarr3Inspector(LocalByteStore(tmp_path))
+    reader = inspector.reader()
+    assert parse_shard_filter(reader, 2**62 + 5) == (1, 5)
+    assert list(inspector.list_chunks(shard=2**62 + 5)) == []
+    with pytest.raises(ArgumentError, match="outside the shard grid"):
+        parse_shard_filter(reader, 2**124)

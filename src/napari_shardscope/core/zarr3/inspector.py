@@ -15,8 +15,6 @@ import math
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
-
 from napari_shardscope.core.bytestore import ByteStore, join_key
 from napari_shardscope.core.dataset import DatasetInspector, Problem, Progress
 from napari_shardscope.core.errors import ArgumentError, MetadataError, NotADatasetError, ShardscopeError
@@ -242,7 +240,11 @@ def shard_from_number(reader: Zarr3ArrayReader, number: int) -> tuple[int, ...]:
     total = math.prod(grid)
     if not 0 <= number < total:
         raise ArgumentError(f"shard number {number} is outside the shard grid {list(grid)} ({total} shards)")
-    return tuple(int(i) for i in np.unravel_index(number, grid)) if grid else ()
+    position = []
+    for n in reversed(grid):  # C order, in Python ints: numpy refuses grids of more than 2**63 shards
+        number, i = divmod(number, n)
+        position.append(i)
+    return tuple(reversed(position))
 
 
 if TYPE_CHECKING:  # Zarr3Inspector must satisfy the protocol the CLI and the GUI program against
