@@ -347,7 +347,9 @@ class PrecomputedInspector:
             for key in self.store.list(prefix):
                 if key.endswith("info"):
                     continue
-                yield {"scale": source.name, "chunk_key": key, "size": self.store.size(key), "sharded": False}
+                # Remote stores have no stat: a size there is a download of the chunk (null instead).
+                size = self.store.size(key) if self.store.cheap_size else None
+                yield {"scale": source.name, "chunk_key": key, "size": size, "sharded": False}
             return
         if minishard is not None and shard is None:
             raise ArgumentError("--minishard needs --shard")
