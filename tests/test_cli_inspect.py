@@ -152,22 +152,24 @@ def test_locate_segment_in_unsharded_mesh_and_skeleton_dirs(tmp_path: Path, caps
 
 
 def test_inspect_reads_each_index_once_when_they_outnumber_the_caches(tmp_path: Path) -> None:
-    # 8192 minishard indexes, twice what a reader caches: inspect must not read any of them twice.
-    from napari_shardscope.core.bytestore import LocalByteStore
+    # 2048 shard files and 8192 minishard indexes, twice what a reader caches of each: inspect must
+    # read every index exactly once.
     from napari_shardscope.core.dataset import open_inspector
-    from napari_shardscope.core.precomputed.shard_writer import write_shards
-    from napari_shardscope.core.precomputed.sharding import parse_sharding_spec
+    from napari_shardscope.core.precomputed.shard_writer import encode_shard, group_by_shard
+    from napari_shardscope.core.precomputed.sharding import format_shard_name, parse_sharding_spec
 
     spec_json = {"@type": "neuroglancer_uint64_sharded_v1", "preshift_bits": 0, "hash": "identity",
-                 "minishard_bits": 7, "shard_bits": 6}
+                 "minishard_bits": 2, "shard_bits": 11}
+    spec = parse_sharding_spec(spec_json)
     (tmp_path / "info").write_text(json.dumps({"@type": "neuroglancer_skeletons", "sharding": spec_json}))
-    write_shards(LocalByteStore(tmp_path), "", parse_sharding_spec(spec_json), {i: b"x" for i in range(2**13)})
+    for shard, ids in group_by_shard(spec, range(2**13)).items():
+        (tmp_path / f"{format_shard_name(spec, shard)}.shard").write_bytes(encode_shard(spec, dict.fromkeys(ids, b"x")))
     out = open_inspector(str(tmp_path)).inspect()
     (scale,) = out["scales"]
-    assert scale["chunks"] == 2**13 and scale["shards_present"] == 64
+    assert scale["chunks"] == 2**13 and scale["shards_present"] == 2**11
     index_bytes = sum(sh["index_bytes"] for sh in scale["shards"])
     assert out["bytes_read"] == index_bytes + len((tmp_path / "info").read_bytes())
-    assert out["requests"] == 1 + 64 + 2**13
+    assert out["requests"] == 1 + 2**11 + 2**13
 
 
 def test_ls_of_a_remote_unsharded_scale_downloads_no_chunk(tmp_path: Path) -> None:

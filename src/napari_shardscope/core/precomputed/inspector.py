@@ -36,6 +36,8 @@ ANNOTATION_TYPE = "neuroglancer_annotations_v1"
 
 #: Remote stores cannot list; below this many shards we probe each shard file instead.
 MAX_PROBED_SHARDS = 4096
+#: Shards ``inspect`` summarises at a time (a quarter of the reader's shard caches).
+INSPECT_BATCH = 256
 
 
 @dataclass(frozen=True)
@@ -220,8 +222,9 @@ class PrecomputedInspector:
         out["minishards_per_shard"] = spec.num_minishards
         shards = self.shards_present(source)
 
-        # Totals are taken from the results as the pool returns them, never re-read through the
-        # reader's LRU caches: a dataset may hold more shards and minishards than those keep.
+        # Shards go in batches well inside the reader's shard caches (1024 entries), so a batch's shard
+        # files and indexes stay cached while its minishard indexes load; totals are taken from the
+        # pool's results, never re-read through the LRU caches, which a dataset may outgrow.
         def load(shard: int) -> tuple[ShardFile | None, ShardIndex | None]:
             return reader.shard_file(shard), reader.shard_index(shard)
 
@@ -229,34 +232,36 @@ class PrecomputedInspector:
             mi = reader.minishard_index(*job)
             return len(mi), int(mi.sizes.sum()) if len(mi) else 0
 
-        with ThreadPoolExecutor(8 if self.store.cheap_size else 32) as pool:
-            loaded = list(pool.map(load, shards))
-            jobs = [
-                (shard, int(m))
-                for shard, (_, index) in zip(shards, loaded, strict=True)
-                if index is not None
-                for m in index.nonempty_minishards()
-            ]
-            totals = {shard: [0, 0] for shard in shards}
-            for (shard, _), (n, nbytes) in zip(jobs, pool.map(count, jobs), strict=True):
-                totals[shard][0] += n
-                totals[shard][1] += nbytes
         per_shard = []
-        for shard, (file, index) in zip(shards, loaded, strict=True):
-            assert file is not None and index is not None
-            nonempty = index.nonempty_minishards().tolist()
-            index_bytes = spec.shard_index_size + sum(e - s for s, e in map(index.minishard_range, nonempty))
-            per_shard.append(
-                {
-                    "shard": shard,
-                    "file": file.display_key,
-                    "file_size": file.size,
-                    "minishards": len(nonempty),
-                    "chunks": totals[shard][0],
-                    "data_bytes": totals[shard][1],
-                    "index_bytes": index_bytes,
-                }
-            )
+        with ThreadPoolExecutor(8 if self.store.cheap_size else 32) as pool:
+            for first in range(0, len(shards), INSPECT_BATCH):
+                batch = shards[first : first + INSPECT_BATCH]
+                loaded = list(pool.map(load, batch))
+                jobs = [
+                    (shard, int(m))
+                    for shard, (_, index) in zip(batch, loaded, strict=True)
+                    if index is not None
+                    for m in index.nonempty_minishards()
+                ]
+                totals = {shard: [0, 0] for shard in batch}
+                for (shard, _), (n, nbytes) in zip(jobs, pool.map(count, jobs), strict=True):
+                    totals[shard][0] += n
+                    totals[shard][1] += nbytes
+                for shard, (file, index) in zip(batch, loaded, strict=True):
+                    assert file is not None and index is not None
+                    nonempty = index.nonempty_minishards().tolist()
+                    index_bytes = spec.shard_index_size + sum(e - s for s, e in map(index.minishard_range, nonempty))
+                    per_shard.append(
+                        {
+                            "shard": shard,
+                            "file": file.display_key,
+                            "file_size": file.size,
+                            "minishards": len(nonempty),
+                            "chunks": totals[shard][0],
+                            "data_bytes": totals[shard][1],
+                            "index_bytes": index_bytes,
+                        }
+                    )
         out["shards_present"] = len(per_shard)
         out["chunks"] = sum(s["chunks"] for s in per_shard)
         out["data_bytes"] = sum(s["data_bytes"] for s in per_shard)
