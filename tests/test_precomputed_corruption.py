@@ -284,3 +284,24 @@ def test_info_sizes_beyond_what_chunk_ids_and_int64_hold(tmp_path: Path) -> None
         text=True,
     )
     assert run.returncode == 1 and "Traceback" not in run.stderr and len(run.stderr.strip().splitlines()) == 1
+
+
+def test_a_bad_minishard_range_leaves_the_other_minishards_readable(tmp_path: Path) -> None:
+    # Minishard 1's index range runs past the end; minishard 0 is intact (TensorStore still reads it),
+    # and validate reports each bad entry and goes on checking the rest of the shard.
+    root, spec, chunks = _make(tmp_path, dict(SPEC_JSON, minishard_bits=2))
+    blob = bytearray((root / "0.shard").read_bytes())
+    struct.pack_into("<QQ", blob, 16, 0, len(blob))  # minishard 1
+    struct.pack_into("<QQ", blob, 48, 0, len(blob) + 7)  # minishard 3
+    (root / "0.shard").write_bytes(bytes(blob))
+    reader = ShardedReader(LocalByteStore(root), "", spec)
+    assert reader.read_chunk(4) == chunks[4] and reader.read_chunk(2) == chunks[2]  # minishards 0 and 2
+    with pytest.raises(IndexDecodeError, match=r"minishard 1 index range .* runs past the end .* at byte 16"):
+        reader.read_chunk(1)
+    loc = reader.locate(2)
+    assert loc.byte_range is not None
+    blob[loc.byte_range[0]] ^= 0xFF  # and a broken chunk in minishard 2
+    (root / "0.shard").write_bytes(bytes(blob))
+    problems = _problems(root)
+    assert [p.rsplit(" at byte ", 1)[1] for p in problems if "runs past the end" in p] == ["16", "48"]
+    assert any(p.startswith("0.shard: chunk 2: ") for p in problems)

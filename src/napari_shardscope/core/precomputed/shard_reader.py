@@ -154,7 +154,9 @@ class ShardedReader:
         if file is None:
             return None
         data = file.head if file.head is not None else self.read_file_range(file, 0, self.spec.shard_index_size)
-        return decode_shard_index(data, self.spec, key=file.display_key, file_size=file.size)
+        # Ranges past the end of the file are checked per minishard, when one is read: a bad entry
+        # must not make the healthy minishards of the shard unreadable (TensorStore reads them).
+        return decode_shard_index(data, self.spec, key=file.display_key)
 
     def minishard_index(self, shard: int, minishard: int) -> MinishardIndex:
         """The decoded minishard index (empty when the shard or minishard holds nothing)."""
@@ -172,6 +174,12 @@ class ShardedReader:
             return MinishardIndex(empty, empty, empty)
         file = self.shard_file(shard)
         assert file is not None
+        if file.size is not None and end > file.size:
+            raise IndexDecodeError(
+                f"minishard {minishard} index range [{start}, {end}) runs past the end of the {file.size}-byte file",
+                key=file.display_key,
+                offset=16 * minishard,
+            )
         data = self.read_file_range(file, start, end)
         if len(data) < end - start:
             raise IndexDecodeError(

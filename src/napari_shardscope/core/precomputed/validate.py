@@ -43,7 +43,7 @@ def validate_shard_file(
     """
     size = len(data)
     try:
-        index = decode_shard_index(data[: spec.shard_index_size], spec, key=key, file_size=size)
+        index = decode_shard_index(data[: spec.shard_index_size], spec, key=key)
     except FormatError as exc:
         yield Problem(key, exc.message, exc.offset)
         return
@@ -52,6 +52,11 @@ def validate_shard_file(
     regions: list[tuple[int, int, str]] = [(0, spec.shard_index_size, "shard index")]
     for m in index.nonempty_minishards().tolist():
         start, end = index.minishard_range(m)
+        if end > size:  # reported per entry, so the other minishards are still checked
+            yield Problem(
+                key, f"minishard {m} index range [{start}, {end}) runs past the end of the {size}-byte file", 16 * m
+            )
+            continue
         regions.append((start, end, f"minishard {m} index"))
         try:
             mi = decode_minishard_index(data[start:end], spec, key=key, offset=start, file_size=size)
