@@ -44,6 +44,7 @@ NOTE_PREFIX = META + b"n"
 LOG_PREFIX = META + b"l"
 CHANGE_PREFIX = META + b"c"
 COUNTER_PREFIX = META + b"a"
+UNVERSIONED_PREFIX = META + b"u"
 
 
 @dataclass(frozen=True)
@@ -195,6 +196,23 @@ def log_prefix(instance_id: int, version_id: int | None = None) -> bytes:
 def log_key(instance_id: int, version_id: int, seq: int) -> bytes:
     """Where log entry ``seq`` of an instance in a version lives."""
     return log_prefix(instance_id, version_id) + _U64.pack(seq)
+
+
+def unversioned_prefix(instance_id: int, prefix: bytes = b"") -> bytes:
+    """Prefix of an instance's unversioned keys (that start with ``prefix``).
+
+    Unversioned keys hold data every version shares and none may change (e.g. a labelmap's index
+    of its immutable base volume). They live in the metadata area, so they carry no version id,
+    no tombstone and no change-index entry, and are written whether or not any version is open.
+    """
+    return UNVERSIONED_PREFIX + _U32.pack(instance_id) + prefix
+
+
+def unversioned_key(instance_id: int, key: bytes) -> bytes:
+    """Engine key of an instance's unversioned ``key`` (raw, not escaped: it is never mixed with versions)."""
+    if not isinstance(key, bytes) or not key:
+        raise ArgumentError(f"unversioned keys must be non-empty bytes, got {key!r}")
+    return unversioned_prefix(instance_id, key)
 
 
 def change_prefix(version_id: int, instance_id: int | None = None) -> bytes:

@@ -360,6 +360,44 @@ class Repository:
         with self._writing(timeout) as p:
             return allocate_ids(p.txn, counter, count, minimum)
 
+    # -- unversioned data -----------------------------------------------------------------------
+
+    def get_unversioned(self, instance: Instance | str, key: bytes) -> bytes | None:
+        """An instance's unversioned value of ``key`` (None when absent); see :meth:`put_unversioned`."""
+        inst = self.instance(instance)
+        with self._engine.read() as txn:
+            return txn.get(K.unversioned_key(inst.iid, key))
+
+    def scan_unversioned(self, instance: Instance | str, prefix: bytes = b"") -> list[tuple[bytes, bytes]]:
+        """An instance's unversioned ``(key, value)`` pairs whose key starts with ``prefix`` (one snapshot)."""
+        inst = self.instance(instance)
+        lo = K.unversioned_prefix(inst.iid, prefix)
+        cut = len(K.unversioned_prefix(inst.iid))
+        with self._engine.read() as txn:
+            return [(key[cut:], value) for key, value in txn.scan(lo, K.next_prefix(lo))]
+
+    def put_unversioned(self, instance: Instance | str,
+                        items: Mapping[bytes, bytes] | Iterable[tuple[bytes, bytes]], *,
+                        timeout: float | None = None) -> int:
+        """Store unversioned values of an instance in one transaction; returns how many.
+
+        Unversioned data is shared by every version and belongs to none, so it may be written
+        while every version is committed. It is meant for data derived from something immutable —
+        the labelmap keeps the index of its (never modified) base volume here, built on first need
+        even when the root is long committed. Versioned data must never go here: nothing records
+        who changed it, and no version could be read as it was before.
+        """
+        inst = self.instance(instance)
+        pairs = items.items() if isinstance(items, Mapping) else items
+        n = 0
+        with self._writing(timeout) as p:
+            for key, value in pairs:
+                if not isinstance(value, bytes):
+                    raise ArgumentError(f"values must be bytes, got {type(value).__name__}")
+                p.txn.put(K.unversioned_key(inst.iid, key), value)
+                n += 1
+        return n
+
     # -- instances ------------------------------------------------------------------------------
 
     def instances(self) -> list[Instance]:
@@ -509,6 +547,10 @@ class Repository:
                     off = len(prefix) + (4 if prefix == K.LOG_PREFIX else 0)
                     if K.unpack_u32(key[off:off + 4]) not in vids:
                         problems.append(f"{what} {key!r} names an unknown version")
+            at = len(K.UNVERSIONED_PREFIX)
+            for key in txn.scan_keys(K.UNVERSIONED_PREFIX, K.next_prefix(K.UNVERSIONED_PREFIX)):
+                if len(key) <= at + 4 or K.unpack_u32(key[at:at + 4]) not in iids:
+                    problems.append(f"unversioned key {key!r} names an unknown instance")
         return problems
 
 

@@ -164,6 +164,19 @@ class VersionView:
             if vid in self._anc:
                 yield LogEntry(version=self._repo.version_by_id(vid).uuid, seq=K.unpack_u64(key[-8:]), data=data)
 
+    def get_unversioned(self, instance: Instance | str, key: bytes) -> bytes | None:
+        """The instance's unversioned value of ``key`` (the same at every version), in this snapshot."""
+        inst = self._repo.instance(instance)
+        return self._txn.get(K.unversioned_key(inst.iid, key))
+
+    def scan_unversioned(self, instance: Instance | str, prefix: bytes = b"") -> Iterator[tuple[bytes, bytes]]:
+        """The instance's unversioned ``(key, value)`` pairs whose key starts with ``prefix``, ascending."""
+        inst = self._repo.instance(instance)
+        lo = K.unversioned_prefix(inst.iid, prefix)
+        cut = len(K.unversioned_prefix(inst.iid))
+        for key, value in self._txn.scan(lo, K.next_prefix(lo)):
+            yield key[cut:], value
+
     def changes(self, instance: Instance | str | None = None) -> Iterator[Change]:
         """Keys this version itself wrote or deleted (not inherited), from the change index."""
         by_iid = {i.iid: i for i in self._repo.instances()}
@@ -238,6 +251,18 @@ class VersionWriter(VersionView):
         ``minimum`` lifts the counter past ids already used elsewhere (e.g. the base volume's max).
         """
         return allocate_ids(self._wtxn, counter, count, minimum)
+
+    def put_unversioned(self, instance: Instance | str, key: bytes, value: bytes) -> None:
+        """Store an unversioned value in this transaction (seen by every version at once).
+
+        Only for data derived from something immutable (a labelmap's base-volume index): it rides
+        on this version's transaction but belongs to no version (see
+        :meth:`Repository.put_unversioned`, which works when every version is committed).
+        """
+        inst = self._repo.instance(instance)
+        if not isinstance(value, bytes):
+            raise ArgumentError(f"values must be bytes, got {type(value).__name__}")
+        self._wtxn.put(K.unversioned_key(inst.iid, key), value)
 
     def append_log(self, instance: Instance | str, data: bytes) -> int:
         """Append ``data`` to the instance's log of this version; returns its sequence number.
