@@ -32,6 +32,7 @@ CORE_COMMAND_MODULES: tuple[str, ...] = (
     "napari_shardscope.core.inspect_cli",
     "napari_shardscope.core.versioned.cli",
     "napari_shardscope.core.export.cli",
+    "napari_shardscope.core.labelmap.cli",
 )
 
 Handler = Callable[[argparse.Namespace], int]

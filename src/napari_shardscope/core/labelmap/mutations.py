@@ -17,7 +17,7 @@ import struct
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from napari_shardscope.core.errors import FormatError
+from napari_shardscope.core.errors import ArgumentError, FormatError
 from napari_shardscope.core.labelmap.bodymap import MapDelta
 
 Operation = Literal["merge", "cleave", "split-supervoxel", "split-body", "undo", "redo"]
@@ -126,3 +126,23 @@ class Mutation:
             raise MutationLogError(
                 f"malformed record ({type(exc).__name__}: {exc})", key=key, offset=_HEAD.size
             ) from exc
+
+
+def decode_delta(data: bytes, *, key: str = "mutation log") -> MapDelta:
+    """Only the map delta of an encoded entry.
+
+    Replaying a version's map needs nothing else, and skipping the JSON header is what keeps
+    opening a version with 10⁴ mutations well under the 200 ms a proofreader would notice.
+    """
+    if len(data) < _HEAD.size:
+        raise MutationLogError("entry truncated", key=key, offset=len(data))
+    magic, version, length = _HEAD.unpack_from(data, 0)
+    if magic != MAGIC or version != 1:
+        raise MutationLogError("not a labelmap mutation record (bad magic or version)", key=key, offset=0)
+    end = _HEAD.size + length
+    if end > len(data):
+        raise MutationLogError("header truncated", key=key, offset=len(data))
+    try:
+        return MapDelta.from_bytes(data[end:])
+    except ArgumentError as exc:
+        raise MutationLogError(f"malformed map delta ({exc})", key=key, offset=end) from exc

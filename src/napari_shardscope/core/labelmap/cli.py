@@ -1,0 +1,377 @@
+"""``shardscope labelmap ...`` and the proofreading commands, on a repository from a shell.
+
+Commands (REPO: repository directory; REF: branch name (its head) or UUID prefix; NAME: instance)::
+
+    shardscope labelmap create REPO NAME BASE_URL [--agglomeration bodies.json] [--id-start N] [--block 64]
+    shardscope labelmap index REPO NAME           # build the base label index now
+    shardscope labelmap info REPO NAME [REF]
+    shardscope label REPO REF NAME Z Y X [--scale S]
+    shardscope merge REPO REF NAME TARGET OTHER...
+    shardscope cleave REPO REF NAME BODY SV...
+    shardscope split-supervoxel REPO REF NAME SV VOXELS      # VOXELS: .npy or .json, (N, 3) z y x
+    shardscope split-body REPO REF NAME BODY SEEDS           # SEEDS: .json {"1": [[z,y,x], ...], "2": ...}
+    shardscope undo|redo REPO REF NAME
+    shardscope size REPO REF NAME BODY
+    shardscope history REPO REF NAME BODY
+
+``--json`` prints one JSON document; ``--user`` names who edits (default ``$SHARDSCOPE_USER`` or the
+login). Exit codes: 0 ok; 1 the edit was refused (committed version, supervoxel not in the body,
+empty split, nothing to undo); 2 bad input (unknown version, instance, body or supervoxel; bad file).
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from napari_shardscope.core.cli import EXIT_OK, EXIT_USAGE, print_json
+from napari_shardscope.core.errors import ArgumentError
+from napari_shardscope.core.labelmap.errors import UnknownLabelError
+from napari_shardscope.core.labelmap.labelmap import Labelmap
+from napari_shardscope.core.labelmap.mutations import Mutation
+from napari_shardscope.core.labelmap.opening import create_labelmap, index_meta, open_labelmap
+from napari_shardscope.core.labelmap.version import HistoryEntry, LabelmapVersion
+from napari_shardscope.core.versioned.errors import (
+    AmbiguousVersionError,
+    UnknownBranchError,
+    UnknownInstanceError,
+    UnknownVersionError,
+)
+from napari_shardscope.core.versioned.repository import Repository, open_repository
+
+Handler = Callable[[argparse.Namespace], int]
+
+
+def _bad_input_is_usage(func: Handler) -> Handler:
+    """Unknown versions, instances and labels are bad input (exit 2), not refused edits."""
+
+    @functools.wraps(func)
+    def wrapper(args: argparse.Namespace) -> int:
+        try:
+            return func(args)
+        except (UnknownVersionError, AmbiguousVersionError, UnknownBranchError, UnknownInstanceError,
+                UnknownLabelError) as exc:
+            print(f"shardscope {args.command}: {exc}", file=sys.stderr)
+            return EXIT_USAGE
+
+    return wrapper
+
+
+def mutation_json(m: Mutation, version: str | None = None) -> dict[str, Any]:
+    """A mutation record as JSON (what ``--json`` prints for edits and history)."""
+    out: dict[str, Any] = {"id": m.mutation_id, "operation": m.operation, "args": m.args, "user": m.user,
+                           "time": m.time, "bodies": list(m.bodies), "supervoxels": list(m.supervoxels),
+                           "blocks": [[b.scale, *b.block] for b in m.blocks], "target": m.target}
+    if version is not None:
+        out["version"] = version
+    return out
+
+
+def _describe(m: Mutation) -> str:
+    target = f" of {m.args.get('mutation')}" if m.operation in ("undo", "redo") else ""
+    bodies = ",".join(str(b) for b in m.bodies)
+    return f"mutation {m.mutation_id}: {m.operation}{target} bodies {bodies or '-'} by {m.user}"
+
+
+def _open(args: argparse.Namespace) -> tuple[Repository, Labelmap, LabelmapVersion]:
+    repo = open_repository(args.path)
+    try:
+        lm = open_labelmap(repo, args.name)
+        return repo, lm, lm.at(args.ref)
+    except BaseException:
+        repo.close()
+        raise
+
+
+def _read_voxels(path: str) -> npt.NDArray[np.int64]:
+    """An (N, 3) z, y, x voxel list from ``.npy`` or JSON."""
+    p = Path(path)
+    try:
+        if p.suffix == ".npy":
+            arr = np.load(p, allow_pickle=False)
+        else:
+            arr = np.asarray(json.loads(p.read_text()), dtype=np.int64)
+    except (OSError, ValueError) as exc:
+        raise ArgumentError(f"{path}: not a voxel list ({exc})") from exc
+    if arr.size == 0:
+        return np.zeros((0, 3), dtype=np.int64)
+    if arr.ndim != 2 or arr.shape[1] != 3 or arr.dtype.kind not in "iu":
+        raise ArgumentError(f"{path}: voxels must be an (N, 3) integer list of z, y, x, got shape {arr.shape}")
+    out: npt.NDArray[np.int64] = arr.astype(np.int64)
+    return out
+
+
+# -- labelmap instance commands ---------------------------------------------------------------------
+
+
+def cmd_create(args: argparse.Namespace) -> int:
+    def progress(done: int, total: int) -> None:
+        if not args.json and sys.stderr.isatty():
+            print(f"\rindexing base: {done}/{total} blocks", end="" if done < total else "\n", file=sys.stderr)
+
+    with open_repository(args.path) as repo:
+        lm = create_labelmap(repo, args.name, args.base, agglomeration=args.agglomeration, id_start=args.id_start,
+                             block=args.block, build_index=not args.no_index, progress=progress)
+        info = _info(repo, lm)
+    if args.json:
+        print_json(info)
+    else:
+        print(f"created labelmap {args.name} over {lm.config.base}: {len(lm.config.scales)} scale(s), "
+              f"new ids from {lm.config.id_start}")
+    return EXIT_OK
+
+
+def _info(repo: Repository, lm: Labelmap) -> dict[str, Any]:
+    return {"name": lm.name, **lm.config.to_json(), "index": index_meta(repo, lm.name)}
+
+
+@_bad_input_is_usage
+def cmd_index(args: argparse.Namespace) -> int:
+    with open_repository(args.path) as repo:
+        lm = open_labelmap(repo, args.name)
+        summary = lm.index_summary()
+        meta = index_meta(repo, args.name)
+    if args.json:
+        print_json(meta)
+    else:
+        print(f"base index of {args.name}: {summary.supervoxels.size} supervoxels, largest id {summary.max_id}")
+    return EXIT_OK
+
+
+@_bad_input_is_usage
+def cmd_info(args: argparse.Namespace) -> int:
+    with open_repository(args.path) as repo:
+        lm = open_labelmap(repo, args.name)
+        info = _info(repo, lm)
+        if args.ref is not None:
+            v = lm.at(args.ref)
+            own = v.mutations(own=True)
+            info["version"] = {**v.version.to_json(), "mutations": len(v.mutations()), "own_mutations": len(own),
+                               "can_undo": v.can_undo, "can_redo": v.can_redo}
+    if args.json:
+        print_json(info)
+    else:
+        print(f"labelmap {info['name']}: base {info['base']}, block {info['block']}, new ids from {info['id_start']}")
+        for s in info["scales"]:
+            print(f"  scale {s['key']}: shape {s['shape']} factors {s['factors']}")
+        if "version" in info:
+            vi = info["version"]
+            print(f"  version {vi['uuid'][:8]} ({vi['branch']}): {vi['mutations']} mutation(s), "
+                  f"{vi['own_mutations']} own; undo {'yes' if vi['can_undo'] else 'no'}, "
+                  f"redo {'yes' if vi['can_redo'] else 'no'}")
+    return EXIT_OK
+
+
+# -- reads ----------------------------------------------------------------------------------------------
+
+
+@_bad_input_is_usage
+def cmd_label(args: argparse.Namespace) -> int:
+    repo, _, v = _open(args)
+    with repo:
+        voxel = (args.z, args.y, args.x)
+        shape = v.scales[args.scale].shape if 0 <= args.scale < len(v.scales) else None
+        if shape is None or not all(0 <= c < n for c, n in zip(voxel, shape, strict=True)):
+            raise ArgumentError(f"voxel {voxel} is outside scale {args.scale} (shape {shape})")
+        sv = v.supervoxel_at(voxel, args.scale)
+        body = v.body_of(sv)
+    if args.json:
+        print_json({"voxel": list(voxel), "scale": args.scale, "supervoxel": sv, "body": body})
+    else:
+        print(f"supervoxel {sv} body {body}")
+    return EXIT_OK
+
+
+@_bad_input_is_usage
+def cmd_size(args: argparse.Namespace) -> int:
+    repo, _, v = _open(args)
+    with repo:
+        svs = v.supervoxels(args.body)
+        out = {"body": args.body, "voxels": v.size(args.body), "supervoxels": svs,
+               "bbox": v.bbox(args.body, exact=not args.coarse).to_json(),
+               "blocks": int(v.sparsevol(args.body).blocks.shape[0])}
+    if args.json:
+        print_json(out)
+    else:
+        box = out["bbox"]
+        print(f"body {args.body}: {out['voxels']} voxels, {len(svs)} supervoxel(s), {out['blocks']} block(s), "
+              f"bbox z,y,x {box['lo']}..{box['hi']}")
+    return EXIT_OK
+
+
+@_bad_input_is_usage
+def cmd_history(args: argparse.Namespace) -> int:
+    repo, _, v = _open(args)
+    with repo:
+        entries: list[HistoryEntry] = v.history(args.body)
+    if args.json:
+        print_json([mutation_json(e.mutation, e.version) for e in entries])
+    else:
+        for e in entries:
+            print(f"{e.version[:8]}  {_describe(e.mutation)}")
+    return EXIT_OK
+
+
+# -- edits ----------------------------------------------------------------------------------------------
+
+
+def _edit_output(args: argparse.Namespace, v: LabelmapVersion, m: Mutation, extra: dict[str, Any], text: str) -> int:
+    if args.json:
+        print_json({**extra, "mutation": mutation_json(m, v.uuid)})
+    else:
+        print(text)
+    return EXIT_OK
+
+
+@_bad_input_is_usage
+def cmd_merge(args: argparse.Namespace) -> int:
+    repo, _, v = _open(args)
+    with repo:
+        m = v.merge(args.target, args.others, user=args.user)
+    return _edit_output(args, v, m, {"body": args.target},
+                        f"merged {', '.join(map(str, args.others))} into body {args.target} (mutation {m.mutation_id})")
+
+
+@_bad_input_is_usage
+def cmd_cleave(args: argparse.Namespace) -> int:
+    repo, _, v = _open(args)
+    with repo:
+        new = v.cleave(args.body, args.supervoxels, user=args.user)
+        m = v.mutations(own=True)[-1].mutation
+    return _edit_output(args, v, m, {"body": args.body, "new_body": new},
+                        f"cleaved {len(args.supervoxels)} supervoxel(s) off body {args.body} into new body {new}")
+
+
+@_bad_input_is_usage
+def cmd_split_supervoxel(args: argparse.Namespace) -> int:
+    voxels = _read_voxels(args.voxels)
+    repo, _, v = _open(args)
+    with repo:
+        split, remainder = v.split_supervoxel(args.supervoxel, voxels, user=args.user)
+        m = v.mutations(own=True)[-1].mutation
+    return _edit_output(args, v, m, {"supervoxel": args.supervoxel, "split": split, "remainder": remainder},
+                        f"split supervoxel {args.supervoxel}: {len(voxels)} voxel(s) -> {split}, rest -> {remainder}")
+
+
+@_bad_input_is_usage
+def cmd_split_body(args: argparse.Namespace) -> int:
+    try:
+        doc = json.loads(Path(args.seeds).read_text())
+        if not isinstance(doc, dict):
+            raise ValueError("expected an object of group -> voxel list")
+        seeds = {int(g): np.asarray(vox, dtype=np.int64).reshape(-1, 3) for g, vox in doc.items()}
+    except (OSError, ValueError) as exc:
+        raise ArgumentError(f"{args.seeds}: not a seeds file ({exc})") from exc
+    repo, _, v = _open(args)
+    with repo:
+        out = v.split_body(args.body, seeds, user=args.user)
+        m = v.mutations(own=True)[-1].mutation
+    extra = {"body": args.body, "bodies": {str(g): b for g, b in out.bodies.items()},
+             "cut": {str(s): list(p) for s, p in out.cut.items()}}
+    parts = ", ".join(f"group {g} -> body {b}" for g, b in out.bodies.items())
+    return _edit_output(args, v, m, extra, f"split body {args.body}: {parts}")
+
+
+@_bad_input_is_usage
+def cmd_undo(args: argparse.Namespace) -> int:
+    repo, _, v = _open(args)
+    with repo:
+        m = v.undo(user=args.user) if args.command == "undo" else v.redo(user=args.user)
+    text = f"{args.command} of mutation {m.args.get('mutation')} (mutation {m.mutation_id})"
+    return _edit_output(args, v, m, {}, text)
+
+
+# -- registration ------------------------------------------------------------------------------------
+
+
+def _common(p: argparse.ArgumentParser, *, ref: bool = True) -> None:
+    p.add_argument("path", help="repository directory")
+    if ref:
+        p.add_argument("ref", help="version: branch name (its head) or UUID prefix")
+    p.add_argument("name", help="labelmap instance name")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+
+
+def _edit_common(p: argparse.ArgumentParser) -> None:
+    _common(p)
+    p.add_argument("--user", default=None, help="who edits (default $SHARDSCOPE_USER or the login name)")
+
+
+def register(subparsers: Any) -> None:
+    """Add ``labelmap`` (create/index/info) and the proofreading commands."""
+    lm = subparsers.add_parser("labelmap", help="labelmap instances: supervoxel base + versioned edits",
+                               description="Labelmap instances (DVID's labelmap): a base supervoxel volume that is "
+                                           "never modified, and per-version edits in the repository.")
+    lsub = lm.add_subparsers(dest="labelmap_command", metavar="ACTION")
+    lsub.required = True
+    p = lsub.add_parser("create", help="create a labelmap over a base segmentation")
+    _common(p, ref=False)
+    p.add_argument("base", help="base supervoxel volume (path or URL of precomputed, zarr v3 or N5)")
+    p.add_argument("--agglomeration", default=None, help="bodies JSON (supervoxel -> body), e.g. the sample's")
+    p.add_argument("--id-start", type=int, default=None, help="first new id (default: above every base id)")
+    p.add_argument("--block", type=int, default=64, help="overlay block edge in voxels (default 64)")
+    p.add_argument("--no-index", action="store_true", help="build the base label index on first need instead")
+    p.set_defaults(func=cmd_create)
+    p = lsub.add_parser("index", help="build the base label index now (one pass over scale 0)")
+    _common(p, ref=False)
+    p.set_defaults(func=cmd_index)
+    p = lsub.add_parser("info", help="configuration, index and (with REF) a version's edit counts")
+    _common(p, ref=False)
+    p.add_argument("ref", nargs="?", default=None, help="version to describe")
+    p.set_defaults(func=cmd_info)
+
+    p = subparsers.add_parser("label", help="supervoxel and body at a voxel (z y x)")
+    _common(p)
+    p.add_argument("z", type=int)
+    p.add_argument("y", type=int)
+    p.add_argument("x", type=int)
+    p.add_argument("--scale", type=int, default=0, help="scale index (default 0)")
+    p.set_defaults(func=cmd_label)
+
+    p = subparsers.add_parser("merge", help="merge bodies into a target body")
+    _edit_common(p)
+    p.add_argument("target", type=int)
+    p.add_argument("others", type=int, nargs="+")
+    p.set_defaults(func=cmd_merge)
+
+    p = subparsers.add_parser("cleave", help="move supervoxels of a body to a new body")
+    _edit_common(p)
+    p.add_argument("body", type=int)
+    p.add_argument("supervoxels", type=int, nargs="+")
+    p.set_defaults(func=cmd_cleave)
+
+    p = subparsers.add_parser("split-supervoxel", help="split a supervoxel by a voxel list (.npy or .json, z y x)")
+    _edit_common(p)
+    p.add_argument("supervoxel", type=int)
+    p.add_argument("voxels", help="file with an (N, 3) list of scale-0 voxels z, y, x")
+    p.set_defaults(func=cmd_split_supervoxel)
+
+    p = subparsers.add_parser("split-body", help="split a body by seed groups (JSON: group -> voxel list)")
+    _edit_common(p)
+    p.add_argument("body", type=int)
+    p.add_argument("seeds", help='JSON file {"1": [[z, y, x], ...], "2": [...]}')
+    p.set_defaults(func=cmd_split_body)
+
+    for action in ("undo", "redo"):
+        p = subparsers.add_parser(action, help=f"{action} the latest edit of an open version")
+        _edit_common(p)
+        p.set_defaults(func=cmd_undo)
+
+    p = subparsers.add_parser("size", help="voxel count, supervoxels and bounding box of a body")
+    _common(p)
+    p.add_argument("body", type=int)
+    p.add_argument("--coarse", action="store_true", help="block-granular bounding box (reads no voxels)")
+    p.set_defaults(func=cmd_size)
+
+    p = subparsers.add_parser("history", help="mutations that shaped a body, across the ancestry")
+    _common(p)
+    p.add_argument("body", type=int)
+    p.set_defaults(func=cmd_history)

@@ -1,0 +1,37 @@
+"""The labelmap's errors, each a subclass of the package's tree.
+
+A proofreading tool must tell "this edit makes no sense here" (a supervoxel that is not in the
+body, an empty split) from "no such label" from "the store's labelmap data is inconsistent"
+without parsing messages: the widgets show the first two to the proofreader and report the last
+as a bug. Edits refused on a committed version raise the store's own
+:class:`~napari_shardscope.core.versioned.errors.CommittedVersionError`.
+"""
+
+from __future__ import annotations
+
+from napari_shardscope.core.errors import ShardscopeError
+
+
+class LabelmapError(ShardscopeError):
+    """Root of the labelmap's own errors."""
+
+
+class MappingError(LabelmapError, ValueError):
+    """An edit the current mapping does not allow (supervoxel not in the body, body merged away…)."""
+
+
+class UnknownLabelError(MappingError, LookupError):
+    """No body or supervoxel with that id exists at the version (never did, or was split/merged away)."""
+
+
+class SplitError(MappingError):
+    """A split that would leave an empty part: no voxel selected, or every voxel selected (dvid#289)."""
+
+
+class NothingToUndoError(LabelmapError):
+    """Undo (or redo) asked for, but the open version has no edit left to undo (or redo)."""
+
+
+class LabelmapStateError(LabelmapError):
+    """The store's labelmap data cannot be used: interrupted creation, or a store merge whose two
+    sides edited the same labels (their mutation logs no longer replay one after the other)."""

@@ -1,0 +1,189 @@
+"""Reading a version's supervoxels: the base volume patched by the version's overlay blocks.
+
+The base is read through its own TensorStore views (opened with the shared context), so chunks
+that no edit touched come from the one shared cache whatever the version. A version's overlay
+blocks — the blocks supervoxel splits rewrote — are pasted over what the base returns.
+
+For napari, each (version state, scale) gets a ``tensorstore.virtual_chunked`` view whose read
+function does exactly that, chunk by chunk, and which caches its chunks in the shared pool: a
+warm read of an edited volume costs what a warm read of the base costs. The read function must
+not block on TensorStore (it runs on TensorStore's threads; a nested ``.result()`` deadlocks), so
+it chains on the base read's future and fills the chunk in the callback.
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from napari_shardscope.core.cache import LruCache
+from napari_shardscope.core.labelmap.block_codec import decode_label_block
+from napari_shardscope.core.labelmap.config import LabelmapConfig
+from napari_shardscope.core.labelmap.geometry import Box, Coord
+from napari_shardscope.core.labelmap.keys import block_key
+from napari_shardscope.core.volumes.context import shared_context
+from napari_shardscope.core.volumes.lazy import LazyArray
+from napari_shardscope.core.volumes.model import Volume
+
+U64 = npt.NDArray[np.uint64]
+BlockId = tuple[int, Coord]
+#: Fetches encoded overlay blocks by key at one version (one store snapshot per call).
+Fetch = Callable[[list[bytes]], list[bytes | None]]
+
+_snapshot_ids = itertools.count(1)
+#: Decoded overlay blocks, shared by every labelmap of the process: 2 MiB each at 64³ uint64.
+_decoded: LruCache[tuple[int, int, Coord], U64 | None] = LruCache(64)
+
+
+def new_snapshot_id() -> int:
+    """A process-unique id for one state of a version's overlay (keys the decoded-block cache)."""
+    return next(_snapshot_ids)
+
+
+class BaseSource:
+    """The base volume's zero-origin TensorStore views, read as uint64."""
+
+    def __init__(self, volume: Volume) -> None:
+        self.volume = volume
+        self.stores = [level.array.store for level in volume.levels]
+        self.chunks = [level.array.chunks for level in volume.levels]
+
+    def read(self, scale: int, box: Box) -> U64:
+        """The base's supervoxel ids in ``box`` of ``scale`` (a new array)."""
+        if box.empty:
+            return np.zeros(box.shape, dtype=np.uint64)
+        return np.asarray(self.stores[scale][box.slices].read().result(), dtype=np.uint64)
+
+    def read_async(self, scale: int, box: Box) -> Any:
+        """A TensorStore future of the same read (for virtual views)."""
+        return self.stores[scale][box.slices].read()
+
+
+class Overlay:
+    """The overlay blocks of one state of one version: which blocks exist, and how to fetch them.
+
+    Immutable: a split makes a new one (new ``snapshot`` id), so cached decoded blocks and the
+    chunk caches of virtual views built on an old overlay are never consulted for the new state.
+    """
+
+    def __init__(self, config: LabelmapConfig, blocks: Mapping[int, frozenset[Coord]], fetch: Fetch) -> None:
+        self.config = config
+        self.blocks = {s: frozenset(blocks.get(s, frozenset())) for s in range(len(config.scales))}
+        self.fetch = fetch
+        self.snapshot = new_snapshot_id()
+
+    def has(self, scale: int) -> bool:
+        return bool(self.blocks[scale])
+
+    def decoded(self, items: Iterable[BlockId]) -> dict[BlockId, U64]:
+        """Decoded contents of overlay blocks (shared, read-only arrays); absent ones are left out."""
+        out: dict[BlockId, U64] = {}
+        for scale, c in items:
+            got = _decoded.get_or_load((self.snapshot, scale, c), functools.partial(self._load, scale, c))
+            if got is not None:
+                out[(scale, c)] = got
+        return out
+
+    def _load(self, scale: int, c: Coord) -> U64 | None:
+        raw = self.fetch([block_key(scale, c)])[0]
+        if raw is None:  # removed after this overlay was taken (a newer state exists): show the base
+            return None
+        arr = decode_label_block(raw, key=f"overlay block {scale}/{c}")
+        arr.setflags(write=False)
+        return arr
+
+    def paste(self, scale: int, box: Box, out: U64, pending: Mapping[BlockId, U64] | None = None) -> None:
+        """Overwrite ``out`` (the voxels of ``box``) with the overlay (and ``pending``) blocks it meets."""
+        grid = self.config.grid(scale)
+        present = self.blocks[scale]
+        if not present and not pending:
+            return
+        wanted: list[BlockId] = []
+        local: dict[BlockId, U64] = {}
+        for c in grid.blocks_in(box):
+            if pending is not None and (scale, c) in pending:
+                local[(scale, c)] = pending[(scale, c)]
+            elif c in present:
+                wanted.append((scale, c))
+        local.update(self.decoded(wanted))
+        for (_, c), block in local.items():
+            bbox = grid.box(c)
+            inter = bbox.intersect(box)
+            out[inter.relative_to(box.lo)] = block[inter.relative_to(bbox.lo)]
+
+
+class PatchedReader:
+    """Reads of a version's supervoxels with an edit's not-yet-written blocks (``pending``) on top.
+
+    Splits read the current state through this, write their new blocks into ``pending``, and
+    later steps of the same edit (coarser scales, further splits of a body split) see them.
+    """
+
+    def __init__(self, base: BaseSource, overlay: Overlay) -> None:
+        self.base = base
+        self.overlay = overlay
+        self.pending: dict[BlockId, U64] = {}
+
+    def read(self, scale: int, box: Box) -> U64:
+        out = self.base.read(scale, box)
+        self.overlay.paste(scale, box, out, self.pending)
+        return out
+
+    def block(self, scale: int, c: Coord) -> U64:
+        """The current contents of one block: the pending array itself (edit it in place) or a copy."""
+        hit = self.pending.get((scale, c))
+        if hit is not None:
+            return hit
+        box = self.overlay.config.grid(scale).box(c)
+        if c in self.overlay.blocks[scale]:
+            got = self.overlay.decoded([(scale, c)]).get((scale, c))
+            if got is not None:
+                return got.copy()
+        return self.base.read(scale, box)
+
+
+def virtual_array(base: BaseSource, overlay: Overlay, scale: int) -> LazyArray:
+    """A lazy (z, y, x) uint64 array of the patched supervoxels of one scale, for napari.
+
+    Without overlay blocks at this scale it is the base's own view (zero overhead).
+    """
+    import tensorstore as ts
+
+    store = base.stores[scale]
+    if not overlay.has(scale):
+        if np.dtype(store.dtype.numpy_dtype) == np.uint64:
+            return LazyArray(store)
+        return LazyArray(store, transform=_as_uint64, dtype=np.uint64)
+    shape = overlay.config.scales[scale].shape
+    chunks = base.chunks[scale] or overlay.config.block
+
+    def read_chunk(domain: Any, array: npt.NDArray[np.uint64], _params: Any) -> Any:
+        lo, hi = domain.inclusive_min, domain.exclusive_max
+        box = Box((int(lo[0]), int(lo[1]), int(lo[2])), (int(hi[0]), int(hi[1]), int(hi[2])))
+        promise: Any
+        future: Any
+        promise, future = ts.Promise.new()
+
+        def fill(done: Any) -> None:
+            try:
+                array[...] = done.result()
+                overlay.paste(scale, box, array)
+                promise.set_result(None)
+            except BaseException as exc:  # handed to the reader through the future
+                promise.set_exception(exc)
+
+        base.read_async(scale, box).add_done_callback(fill)
+        return future
+
+    view = ts.virtual_chunked(read_chunk, dtype=ts.uint64, domain=ts.IndexDomain(shape=list(shape)),
+                              chunk_layout=ts.ChunkLayout(read_chunk_shape=list(chunks)), context=shared_context())
+    return LazyArray(view)
+
+
+def _as_uint64(data: npt.NDArray[Any]) -> npt.NDArray[Any]:
+    return np.asarray(data, dtype=np.uint64)

@@ -1,0 +1,90 @@
+"""``shardscope labelmap|label|merge|cleave|split-supervoxel|split-body|undo|redo|size|history``."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from napari_shardscope.core.cli import run
+from tests.labelmap.test_labelmap import dumbbell
+from tests.labelmap.volumes import write_precomputed
+
+
+@pytest.fixture(scope="module")
+def base(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("cli") / "seg"
+    write_precomputed(path, dumbbell(), ((1, 1, 1), (1, 2, 2)))
+    return path
+
+
+def call(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, object]:
+    code = run(list(argv))
+    out = capsys.readouterr()
+    text = out.out.strip()
+    return code, (json.loads(text) if text.startswith(("{", "[")) else text + out.err)
+
+
+def test_proofreading_session(base: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    repo = str(tmp_path / "repo")
+    bodies = tmp_path / "bodies.json"
+    bodies.write_text(json.dumps({"format": "napari-shardscope/bodies", "version": 1, "segmentation": "seg",
+                                  "bodies": [{"id": 10, "supervoxels": [10, 30, 40]}]}))
+    assert call(capsys, "repo", "init", repo)[0] == 0
+    code, info = call(capsys, "labelmap", "create", repo, "seg", str(base), "--agglomeration", str(bodies),
+                      "--block", "8", "--json")
+    assert code == 0 and isinstance(info, dict)
+    assert info["id_start"] == 41 and info["index"]["supervoxels"] == 4 and info["block"] == [8, 8, 8]
+
+    code, got = call(capsys, "label", repo, "main", "seg", "4", "14", "5", "--json")
+    assert code == 0 and got == {"voxel": [4, 14, 5], "scale": 0, "supervoxel": 30, "body": 10}
+    code, got = call(capsys, "size", repo, "main", "seg", "10", "--json")
+    assert isinstance(got, dict) and got["supervoxels"] == [10, 30, 40]
+    assert got["voxels"] == int(np.isin(dumbbell(), [10, 30, 40]).sum())
+
+    code, got = call(capsys, "merge", repo, "main", "seg", "5", "10", "--user", "ana", "--json")
+    assert code == 0 and isinstance(got, dict) and got["mutation"]["operation"] == "merge"
+    assert got["mutation"]["user"] == "ana" and got["mutation"]["bodies"] == [5, 10]
+    code, got = call(capsys, "cleave", repo, "main", "seg", "5", "30", "--json")
+    assert isinstance(got, dict) and got["new_body"] == 41
+    voxels = tmp_path / "v.json"
+    voxels.write_text(json.dumps([[2, 13, 2], [2, 13, 3]]))
+    code, got = call(capsys, "split-supervoxel", repo, "main", "seg", "30", str(voxels), "--json")
+    assert code == 0 and isinstance(got, dict) and (got["split"], got["remainder"]) == (42, 43)
+    assert sorted({b[0] for b in got["mutation"]["blocks"]}) == [0, 1]  # blocks at both scales
+    npy = tmp_path / "v.npy"
+    np.save(npy, np.array([[4, 8, 25]]))
+    seeds = tmp_path / "seeds.json"
+    seeds.write_text(json.dumps({"1": [[4, 8, 5]], "2": [[4, 8, 25]]}))
+    code, got = call(capsys, "split-body", repo, "main", "seg", "5", str(seeds), "--json")
+    assert code == 0 and isinstance(got, dict) and got["bodies"]["1"] == 5 and list(got["cut"]) == ["10"]
+    code, text = call(capsys, "undo", repo, "main", "seg")
+    assert code == 0 and "undo of mutation 4" in str(text)
+    code, got = call(capsys, "redo", repo, "main", "seg", "--json")
+    assert isinstance(got, dict) and got["mutation"]["args"]["mutation"] == 4
+    code, got = call(capsys, "history", repo, "main", "seg", "41", "--json")
+    assert isinstance(got, list) and [m["operation"] for m in got] == ["merge", "cleave", "split-supervoxel"]
+    code, text = call(capsys, "history", repo, "main", "seg", "41")
+    assert code == 0 and "cleave" in str(text)
+    code, got = call(capsys, "labelmap", "info", repo, "seg", "main", "--json")
+    assert isinstance(got, dict) and got["version"]["own_mutations"] == 6 and got["version"]["can_undo"]
+
+    # refused edits exit 1, bad input exits 2, one line on stderr
+    code, text = call(capsys, "cleave", repo, "main", "seg", "41", "40")
+    assert code == 1 and "not in body 41" in str(text)
+    code, text = call(capsys, "split-supervoxel", repo, "main", "seg", "40", str(npy))
+    assert code == 1 and "not in supervoxel 40" in str(text)
+    assert call(capsys, "size", repo, "main", "seg", "999")[0] == 2
+    assert call(capsys, "merge", repo, "nope", "seg", "5", "41")[0] == 2
+    assert call(capsys, "label", repo, "main", "nope", "0", "0", "0")[0] == 2
+    assert call(capsys, "label", repo, "main", "seg", "99", "0", "0")[0] == 2
+    bad = tmp_path / "bad.json"
+    bad.write_text("[[1, 2]]")
+    assert call(capsys, "split-supervoxel", repo, "main", "seg", "40", str(bad))[0] == 2
+    assert call(capsys, "repo", "commit", repo, "main", "-m", "done")[0] == 0
+    code, text = call(capsys, "merge", repo, "main", "seg", "5", "41")
+    assert code == 1 and "committed" in str(text)
+    code, text = call(capsys, "labelmap", "index", repo, "seg")
+    assert code == 0 and "4 supervoxels" in str(text)
