@@ -271,3 +271,17 @@ def test_id_lists_mixing_small_and_large_ids(tmp_path_factory) -> None:  # type:
     assert write_shards(store, "", spec, {}) == []
     with pytest.raises(ArgumentError, match="must be integers"):
         assign_chunk_ids(spec, [1.5, 2**63])
+
+
+@given(
+    st.lists(st.integers(-(2**20), 2**20), min_size=3, max_size=3),
+    st.lists(st.integers(1, 300), min_size=3, max_size=3),
+    st.data(),
+)
+def test_unsharded_chunk_names_round_trip(offset: list[int], size: list[int], data: st.DataObject) -> None:
+    from napari_shardscope.core.precomputed.info import ScaleInfo, parse_unsharded_chunk_name
+
+    sc = ScaleInfo("s", tuple(size), tuple(offset), (1.0, 1.0, 1.0), ((7, 5, 3),), "raw")  # type: ignore[arg-type]
+    grid = [data.draw(st.integers(0, g - 1)) for g in sc.grid_shape]
+    name = sc.unsharded_chunk_key(grid).split("/", 1)[1]
+    assert parse_unsharded_chunk_name(name) == sc.chunk_bounds(grid)

@@ -54,7 +54,7 @@ from napari_shardscope.core.errors import ArgumentError, ShardscopeError, StoreE
 from napari_shardscope.core.n5.attributes import ScaleLevel as N5Level
 from napari_shardscope.core.n5.block import format_block_key, format_block_path, parse_block_path
 from napari_shardscope.core.n5.inspector import N5Inspector
-from napari_shardscope.core.precomputed.info import ScaleInfo
+from napari_shardscope.core.precomputed.info import ScaleInfo, parse_unsharded_chunk_name
 from napari_shardscope.core.precomputed.inspector import PrecomputedInspector, Source
 from napari_shardscope.core.precomputed.morton import decode_morton, encode_morton
 from napari_shardscope.core.precomputed.shard_reader import ShardedReader
@@ -212,20 +212,25 @@ class ScaleGeometry:
     def grid_position(self, voxel: Sequence[int]) -> tuple[int, ...]:
         """The chunk holding ``voxel`` (absolute, format order); :class:`ArgumentError` outside."""
         if len(voxel) != self.ndim:
-            raise ArgumentError(f"a voxel of scale {self.scale!r} has {self.ndim} coordinates "
-                                f"({', '.join(self.axes)}), got {tuple(voxel)}")
+            raise ArgumentError(
+                f"a voxel of scale {self.scale!r} has {self.ndim} coordinates "
+                f"({', '.join(self.axes)}), got {tuple(voxel)}"
+            )
         rel = [int(v) - o for v, o in zip(voxel, self.origin, strict=True)]
         if any(not 0 <= r < s for r, s in zip(rel, self.shape, strict=True)):
             hi = tuple(o + s for o, s in zip(self.origin, self.shape, strict=True))
-            raise ArgumentError(f"voxel {tuple(int(v) for v in voxel)} is outside scale {self.scale!r}: "
-                                f"[{self.origin}, {hi}) in {', '.join(self.axes)} order")
+            raise ArgumentError(
+                f"voxel {tuple(int(v) for v in voxel)} is outside scale {self.scale!r}: "
+                f"[{self.origin}, {hi}) in {', '.join(self.axes)} order"
+            )
         return tuple(r // c for r, c in zip(rel, self.chunk_shape, strict=True))
 
     def chunk_bounds(self, grid_position: Sequence[int]) -> tuple[tuple[int, ...], tuple[int, ...]]:
         """Absolute voxel bounds ``[start, stop)`` of a chunk (format order), clipped to the volume."""
         start = tuple(o + int(g) * c for o, g, c in zip(self.origin, grid_position, self.chunk_shape, strict=True))
-        stop = tuple(min(a + c, o + s) for a, c, o, s in zip(start, self.chunk_shape, self.origin, self.shape,
-                                                               strict=True))
+        stop = tuple(
+            min(a + c, o + s) for a, c, o, s in zip(start, self.chunk_shape, self.origin, self.shape, strict=True)
+        )
         return start, stop
 
     def world_box(self, start: Sequence[int], stop: Sequence[int]) -> tuple[tuple[float, ...], tuple[float, ...]]:
@@ -249,7 +254,7 @@ class ScaleGeometry:
         ``world`` may carry leading non-spatial axes (a channel); only its last :attr:`ndim`
         values are used.
         """
-        w = tuple(float(x) for x in world)[-self.ndim:]
+        w = tuple(float(x) for x in world)[-self.ndim :]
         if len(w) != self.ndim:
             raise ArgumentError(f"a world position of scale {self.scale!r} has {self.ndim} coordinates, got {world}")
         index = [math.floor((x - t) / v + 0.5) for x, t, v in zip(w, self.translate, self.voxel_size, strict=True)]
@@ -390,9 +395,12 @@ def _sum_known(values: Sequence[int | None]) -> int | None:
 
 def _with_totals(node: LayoutNode, children: Sequence[LayoutNode]) -> LayoutNode:
     """``node`` with chunks and bytes summed over ``children`` (bytes ``None`` if any is unknown)."""
-    return replace(node, chunks=sum(c.chunks or 0 for c in children),
-                   stored_bytes=_sum_known([c.stored_bytes for c in children]),
-                   raw_bytes=_sum_known([c.raw_bytes for c in children]))
+    return replace(
+        node,
+        chunks=sum(c.chunks or 0 for c in children),
+        stored_bytes=_sum_known([c.stored_bytes for c in children]),
+        raw_bytes=_sum_known([c.raw_bytes for c in children]),
+    )
 
 
 # -- the tree -----------------------------------------------------------------------------------------
@@ -484,9 +492,12 @@ class LayoutTree:
         if level is None:
             return base
         n = base.ndim
-        return replace(base, voxel_size=tuple(float(v) for v in level.voxel_size[-n:]),
-                       translate=tuple(float(t) for t in level.translate[-n:]),
-                       unit=self.volume.unit if self.volume is not None else base.unit)
+        return replace(
+            base,
+            voxel_size=tuple(float(v) for v in level.voxel_size[-n:]),
+            translate=tuple(float(t) for t in level.translate[-n:]),
+            unit=self.volume.unit if self.volume is not None else base.unit,
+        )
 
     def _volume_level(self, key: str) -> VolumeLevel | None:
         if self.volume is None:
@@ -541,8 +552,9 @@ class LayoutTree:
         else:
             grid = tuple(int(g) for g in chunk)
             if len(grid) != geo.ndim or any(not 0 <= g < n for g, n in zip(grid, geo.grid_shape, strict=True)):
-                raise ArgumentError(f"grid position {grid} is outside the chunk grid {geo.grid_shape} of "
-                                    f"scale {geo.scale!r}")
+                raise ArgumentError(
+                    f"grid position {grid} is outside the chunk grid {geo.grid_shape} of scale {geo.scale!r}"
+                )
         return self._locate_grid(geo, grid)
 
     def locate_world(self, world: Sequence[float], scale: str | None = None) -> Located:
@@ -577,8 +589,9 @@ class LayoutTree:
         return Located(node=node, bounds=bounds, world_box=geo.world_box(*bounds))
 
     # -- shard map ------------------------------------------------------------------------------------
-    def shard_map(self, scale: str | None = None, by: ShardMapBy = "shard",
-                  max_chunks: int = MAX_SHARD_MAP_CHUNKS) -> ShardMap:
+    def shard_map(
+        self, scale: str | None = None, by: ShardMapBy = "shard", max_chunks: int = MAX_SHARD_MAP_CHUNKS
+    ) -> ShardMap:
         """The shard (or minishard) of every chunk of a scale, from chunk ids alone (no reads).
 
         Raises
@@ -592,15 +605,22 @@ class LayoutTree:
         geo = self.geometry(scale)
         n = math.prod(geo.grid_shape)
         if n > max_chunks:
-            raise ArgumentError(f"scale {geo.scale!r} has {n} chunks, more than {max_chunks} for a shard map; "
-                                "choose a coarser scale")
+            raise ArgumentError(
+                f"scale {geo.scale!r} has {n} chunks, more than {max_chunks} for a shard map; choose a coarser scale"
+            )
         values_fmt, num_values = self._backend.shard_values(geo.scale, by)
         values = values_fmt.transpose() if geo.reversed_axes else values_fmt
         chunk = geo.to_array_order(geo.chunk_shape)
         voxel_size = tuple(c * v for c, v in zip(chunk, geo.voxel_size, strict=True))
         translate = tuple(t + (c / 2 - 0.5) * v for t, c, v in zip(geo.translate, chunk, geo.voxel_size, strict=True))
-        return ShardMap(scale=geo.scale, by=by, values=np.ascontiguousarray(values, dtype=np.uint64),
-                        voxel_size=voxel_size, translate=translate, num_values=num_values)
+        return ShardMap(
+            scale=geo.scale,
+            by=by,
+            values=np.ascontiguousarray(values, dtype=np.uint64),
+            voxel_size=voxel_size,
+            translate=translate,
+            num_values=num_values,
+        )
 
     # -- validate -------------------------------------------------------------------------------------
     def validate(self, scale: str | None = None, progress: Progress | None = None) -> Iterator[Problem]:
@@ -681,8 +701,9 @@ def _make_backend(inspector: DatasetInspector) -> _Backend:
     raise ArgumentError(f"no layout tree for {type(inspector).__name__}")
 
 
-def _grid_nodes_by_slab(scale: str, entries: Sequence[tuple[tuple[int, ...], str]], geo: ScaleGeometry,
-                        slab_axis_name: str) -> list[LayoutNode]:
+def _grid_nodes_by_slab(
+    scale: str, entries: Sequence[tuple[tuple[int, ...], str]], geo: ScaleGeometry, slab_axis_name: str
+) -> list[LayoutNode]:
     """Group unindexed chunk files ``(grid position, key)`` into slabs along the slowest axis."""
     axis = 0 if not geo.reversed_axes else geo.ndim - 1
     groups: dict[int, int] = {}
@@ -692,9 +713,17 @@ def _grid_nodes_by_slab(scale: str, entries: Sequence[tuple[tuple[int, ...], str
     for g in sorted(groups):
         lo = geo.origin[axis] + g * geo.chunk_shape[axis]
         hi = min(lo + geo.chunk_shape[axis], geo.origin[axis] + geo.shape[axis])
-        out.append(LayoutNode("group", scale, f"{slab_axis_name} {lo}–{hi}", (("scale", scale), ("group", g)),
-                              detail=f"{groups[g]} chunk files with {slab_axis_name} in [{lo}, {hi})",
-                              chunks=groups[g], expandable=True))
+        out.append(
+            LayoutNode(
+                "group",
+                scale,
+                f"{slab_axis_name} {lo}–{hi}",
+                (("scale", scale), ("group", g)),
+                detail=f"{groups[g]} chunk files with {slab_axis_name} in [{lo}, {hi})",
+                chunks=groups[g],
+                expandable=True,
+            )
+        )
     return out
 
 
@@ -737,20 +766,37 @@ class _PrecomputedBackend(_Backend):
         if s.scale is not None:
             sc = s.scale
             raw = math.prod(sc.size) * self.itemsize
-            geo = f"{'×'.join(map(str, sc.size))} voxels in {'×'.join(map(str, sc.grid_shape))} chunks of " \
-                  f"{'×'.join(map(str, sc.chunk_size))}, {sc.encoding}"
+            geo = (
+                f"{'×'.join(map(str, sc.size))} voxels in {'×'.join(map(str, sc.grid_shape))} chunks of "
+                f"{'×'.join(map(str, sc.chunk_size))}, {sc.encoding}"
+            )
             if s.sharding is None:
-                return LayoutNode("scale", s.name, label, path, detail=f"{geo}; unsharded (one file per chunk)",
-                                  raw_bytes=raw, expandable=True)
+                return LayoutNode(
+                    "scale",
+                    s.name,
+                    label,
+                    path,
+                    detail=f"{geo}; unsharded (one file per chunk)",
+                    raw_bytes=raw,
+                    expandable=True,
+                )
             sp = s.sharding
-            detail = (f"{geo}; {sp.num_shards} shards × {sp.num_minishards} minishards, {sp.hash}, "
-                      f"preshift {sp.preshift_bits}, data {sp.data_encoding}, index {sp.minishard_index_encoding}")
+            detail = (
+                f"{geo}; {sp.num_shards} shards × {sp.num_minishards} minishards, {sp.hash}, "
+                f"preshift {sp.preshift_bits}, data {sp.data_encoding}, index {sp.minishard_index_encoding}"
+            )
             return LayoutNode("scale", s.name, label, path, detail=detail, raw_bytes=raw, expandable=True)
         if s.sharding is None:
             return LayoutNode("scale", s.name, label, path, detail=f"{s.kind}: unsharded (one file per id)")
         sp = s.sharding
-        return LayoutNode("scale", s.name, label, path, expandable=True,
-                          detail=f"{s.kind} keyed by id; {sp.num_shards} shards × {sp.num_minishards} minishards")
+        return LayoutNode(
+            "scale",
+            s.name,
+            label,
+            path,
+            expandable=True,
+            detail=f"{s.kind} keyed by id; {sp.num_shards} shards × {sp.num_minishards} minishards",
+        )
 
     def reader(self, s: Source) -> ShardedReader:
         return self.ins.reader(s)
@@ -770,14 +816,21 @@ class _PrecomputedBackend(_Backend):
     def geometry(self, scale: str) -> ScaleGeometry:
         sc = self.scale_info(scale)
         res = sc.resolution
-        return ScaleGeometry(scale=scale, axes=("x", "y", "z"), shape=sc.size, origin=sc.voxel_offset,
-                             chunk_shape=sc.chunk_size, reversed_axes=True,
-                             voxel_size=tuple(reversed(res)),
-                             translate=tuple(reversed([o * r for o, r in zip(sc.voxel_offset, res, strict=True)])),
-                             unit="nm")
+        return ScaleGeometry(
+            scale=scale,
+            axes=("x", "y", "z"),
+            shape=sc.size,
+            origin=sc.voxel_offset,
+            chunk_shape=sc.chunk_size,
+            reversed_axes=True,
+            voxel_size=tuple(reversed(res)),
+            translate=tuple(reversed([o * r for o, r in zip(sc.voxel_offset, res, strict=True)])),
+            unit="nm",
+        )
 
-    def _raw_sizes(self, s: Source, ids: npt.NDArray[np.uint64]) -> tuple[npt.NDArray[np.int64] | None,
-                                                                           npt.NDArray[np.int64] | None]:
+    def _raw_sizes(
+        self, s: Source, ids: npt.NDArray[np.uint64]
+    ) -> tuple[npt.NDArray[np.int64] | None, npt.NDArray[np.int64] | None]:
         """Grid positions ``(n, 3)`` and decoded byte sizes of chunk ids (``None`` for id-keyed dirs)."""
         if s.scale is None or ids.size == 0:
             return None, None
@@ -828,11 +881,23 @@ class _PrecomputedBackend(_Backend):
             key = file.display_key if file is not None else reader.shard_key(shard)
             size = file.size if file is not None else None
             detail = key + (f", {format_bytes(size)}" if size is not None else "")
-            children.append(LayoutNode("shard", s.name, f"shard {format_shard_name(spec, shard)}",
-                                       (*node.path, ("shard", shard)), detail=detail, file=key, file_size=size,
-                                       expandable=True))
-        what = f"{len(shards)} of {spec.num_shards} shard files present" if listed else \
-            f"{spec.num_shards} possible shards (the store cannot list)"
+            children.append(
+                LayoutNode(
+                    "shard",
+                    s.name,
+                    f"shard {format_shard_name(spec, shard)}",
+                    (*node.path, ("shard", shard)),
+                    detail=detail,
+                    file=key,
+                    file_size=size,
+                    expandable=True,
+                )
+            )
+        what = (
+            f"{len(shards)} of {spec.num_shards} shard files present"
+            if listed
+            else f"{spec.num_shards} possible shards (the store cannot list)"
+        )
         return Expansion(replace(node, detail=f"{node.detail}; {what}"), children)
 
     def _unsharded_files(self, s: Source) -> list[tuple[tuple[int, ...], str]]:
@@ -841,7 +906,7 @@ class _PrecomputedBackend(_Backend):
         prefix = f"{s.prefix}/"
         out = []
         for key in self.ins.store.list(prefix):
-            grid = _unsharded_grid(sc, key[len(prefix):])
+            grid = _unsharded_grid(sc, key[len(prefix) :])
             if grid is not None:
                 out.append((grid, key))
         return out
@@ -858,11 +923,23 @@ class _PrecomputedBackend(_Backend):
             start, stop = sc.chunk_bounds(grid)
             raw = math.prod(b - a for a, b in zip(start, stop, strict=True)) * self.itemsize
             cid = sc.chunk_id(grid)
-            children.append(LayoutNode("chunk", s.name, f"chunk {cid} @ {_format_part(grid)}",
-                                       (*node.path, ("chunk", cid)), detail=key, chunks=1, stored_bytes=size,
-                                       raw_bytes=raw, file=key, file_size=size,
-                                       byte_range=(0, size) if size is not None else None,
-                                       grid_position=grid, chunk_id=cid))
+            children.append(
+                LayoutNode(
+                    "chunk",
+                    s.name,
+                    f"chunk {cid} @ {_format_part(grid)}",
+                    (*node.path, ("chunk", cid)),
+                    detail=key,
+                    chunks=1,
+                    stored_bytes=size,
+                    raw_bytes=raw,
+                    file=key,
+                    file_size=size,
+                    byte_range=(0, size) if size is not None else None,
+                    grid_position=grid,
+                    chunk_id=cid,
+                )
+            )
         return Expansion(_with_totals(node, children), children)
 
     def _error(self, parent: LayoutNode, name: str, message: str) -> LayoutNode:
@@ -880,8 +957,7 @@ class _PrecomputedBackend(_Backend):
             return Expansion(node, [self._error(node, "shard index", str(exc))])
         file = reader.shard_file(shard)
         if index is None or file is None:
-            return Expansion(replace(node, chunks=0, stored_bytes=0, raw_bytes=0, detail=f"{node.detail}; no file"),
-                             [])
+            return Expansion(replace(node, chunks=0, stored_bytes=0, raw_bytes=0, detail=f"{node.detail}; no file"), [])
         children = []
         for m in index.nonempty_minishards().tolist():
             start, end = index.minishard_range(m)
@@ -891,17 +967,30 @@ class _PrecomputedBackend(_Backend):
                 children.append(self._error(node, f"minishard {m}", str(exc)))
                 continue
             _, raw = self._raw_sizes(s, mi.chunk_ids)
-            children.append(LayoutNode(
-                "minishard", s.name, f"minishard {m}", (*node.path, ("minishard", m)),
-                detail=f"index bytes [{start}, {end}) of {file.display_key}", chunks=len(mi),
-                stored_bytes=int(mi.sizes.sum()) if len(mi) else 0,
-                raw_bytes=int(raw.sum()) if raw is not None else (0 if len(mi) == 0 else None),
-                file=file.display_key, byte_range=(start, end), expandable=len(mi) > 0))
+            children.append(
+                LayoutNode(
+                    "minishard",
+                    s.name,
+                    f"minishard {m}",
+                    (*node.path, ("minishard", m)),
+                    detail=f"index bytes [{start}, {end}) of {file.display_key}",
+                    chunks=len(mi),
+                    stored_bytes=int(mi.sizes.sum()) if len(mi) else 0,
+                    raw_bytes=int(raw.sum()) if raw is not None else (0 if len(mi) == 0 else None),
+                    file=file.display_key,
+                    byte_range=(start, end),
+                    expandable=len(mi) > 0,
+                )
+            )
         ok = [c for c in children if c.kind == "minishard"]
-        updated = replace(node, file=file.display_key, file_size=file.size,
-                          chunks=sum(c.chunks or 0 for c in ok),
-                          stored_bytes=sum(c.stored_bytes or 0 for c in ok),
-                          raw_bytes=_sum_known([c.raw_bytes for c in ok]) if len(ok) == len(children) else None)
+        updated = replace(
+            node,
+            file=file.display_key,
+            file_size=file.size,
+            chunks=sum(c.chunks or 0 for c in ok),
+            stored_bytes=sum(c.stored_bytes or 0 for c in ok),
+            raw_bytes=_sum_known([c.raw_bytes for c in ok]) if len(ok) == len(children) else None,
+        )
         return Expansion(updated, children)
 
     def _expand_minishard(self, node: LayoutNode, s: Source) -> Expansion:
@@ -917,12 +1006,27 @@ class _PrecomputedBackend(_Backend):
             cid = int(mi.chunk_ids[i])
             a, b = int(mi.starts[i]), int(mi.ends[i])
             grid = tuple(int(p) for p in pos[i]) if pos is not None else None
-            name = f"chunk {cid} @ {_format_part(grid)}" if grid is not None else (
-                f"segment {cid}" if s.scale is None else f"chunk {cid}")
-            children.append(LayoutNode("chunk", s.name, name, (*node.path, ("chunk", cid)),
-                                       detail=f"bytes [{a}, {b})", chunks=1, stored_bytes=b - a,
-                                       raw_bytes=int(raw[i]) if raw is not None else None, file=key,
-                                       byte_range=(a, b), grid_position=grid, chunk_id=cid))
+            name = (
+                f"chunk {cid} @ {_format_part(grid)}"
+                if grid is not None
+                else (f"segment {cid}" if s.scale is None else f"chunk {cid}")
+            )
+            children.append(
+                LayoutNode(
+                    "chunk",
+                    s.name,
+                    name,
+                    (*node.path, ("chunk", cid)),
+                    detail=f"bytes [{a}, {b})",
+                    chunks=1,
+                    stored_bytes=b - a,
+                    raw_bytes=int(raw[i]) if raw is not None else None,
+                    file=key,
+                    byte_range=(a, b),
+                    grid_position=grid,
+                    chunk_id=cid,
+                )
+            )
         return Expansion(node, children)
 
     # locate
@@ -946,17 +1050,39 @@ class _PrecomputedBackend(_Backend):
             store = self.ins.store
             size = store.size(key) if store.cheap_size else None
             present = size is not None if store.cheap_size else store.read_range(key, 0, 0) is not None
-            return LayoutNode("chunk", scale, name, (("scale", scale), ("group", grid[2]), ("chunk", cid)),
-                              detail=key, chunks=1 if present else 0, stored_bytes=size, raw_bytes=raw, file=key,
-                              file_size=size, byte_range=(0, size) if size is not None else None,
-                              grid_position=grid, chunk_id=cid, present=present)
+            return LayoutNode(
+                "chunk",
+                scale,
+                name,
+                (("scale", scale), ("group", grid[2]), ("chunk", cid)),
+                detail=key,
+                chunks=1 if present else 0,
+                stored_bytes=size,
+                raw_bytes=raw,
+                file=key,
+                file_size=size,
+                byte_range=(0, size) if size is not None else None,
+                grid_position=grid,
+                chunk_id=cid,
+                present=present,
+            )
         loc = self.reader(s).locate(cid)
-        return self._chunk_node(s, loc.shard, loc.minishard, cid, loc.shard_file, loc.byte_range, grid, raw,
-                                loc.present)
+        return self._chunk_node(
+            s, loc.shard, loc.minishard, cid, loc.shard_file, loc.byte_range, grid, raw, loc.present
+        )
 
-    def _chunk_node(self, s: Source, shard: int, minishard: int, cid: int, file: str,
-                    byte_range: tuple[int, int] | None, grid: tuple[int, ...] | None, raw: int | None,
-                    present: bool) -> LayoutNode:
+    def _chunk_node(
+        self,
+        s: Source,
+        shard: int,
+        minishard: int,
+        cid: int,
+        file: str,
+        byte_range: tuple[int, int] | None,
+        grid: tuple[int, ...] | None,
+        raw: int | None,
+        present: bool,
+    ) -> LayoutNode:
         path: NodePath = (("scale", s.name), ("shard", shard), ("minishard", minishard), ("chunk", cid))
         if grid is not None:
             name = f"chunk {cid} @ {_format_part(grid)}"
@@ -964,19 +1090,39 @@ class _PrecomputedBackend(_Backend):
             name = f"segment {cid}" if s.scale is None else f"chunk {cid}"
         detail = f"bytes [{byte_range[0]}, {byte_range[1]})" if byte_range is not None else "not stored"
         stored = byte_range[1] - byte_range[0] if byte_range is not None else None
-        return LayoutNode("chunk", s.name, name, path, detail=detail, chunks=1 if present else 0,
-                          stored_bytes=stored, raw_bytes=raw, file=file, byte_range=byte_range, grid_position=grid,
-                          chunk_id=cid, present=present)
+        return LayoutNode(
+            "chunk",
+            s.name,
+            name,
+            path,
+            detail=detail,
+            chunks=1 if present else 0,
+            stored_bytes=stored,
+            raw_bytes=raw,
+            file=file,
+            byte_range=byte_range,
+            grid_position=grid,
+            chunk_id=cid,
+            present=present,
+        )
 
     def locate_segment(self, segment_id: int) -> list[Located]:
         out = []
         for s in self.sources():
-            if s.scale is not None or s.sharding is None or s.kind not in (
-                    "segment", "annotation_by_id", "annotation_relationship"):
+            if (
+                s.scale is not None
+                or s.sharding is None
+                or s.kind not in ("segment", "annotation_by_id", "annotation_relationship")
+            ):
                 continue
             loc = self.reader(s).locate(segment_id)
-            out.append(Located(node=self._chunk_node(s, loc.shard, loc.minishard, segment_id, loc.shard_file,
-                                                     loc.byte_range, None, None, loc.present)))
+            out.append(
+                Located(
+                    node=self._chunk_node(
+                        s, loc.shard, loc.minishard, segment_id, loc.shard_file, loc.byte_range, None, None, loc.present
+                    )
+                )
+            )
         if not out:
             raise ArgumentError("this dataset has no sharded segment-keyed data (meshes, skeletons, annotations)")
         return out
@@ -1020,8 +1166,14 @@ class _PrecomputedBackend(_Backend):
     def _problem_in_shard(self, s: Source, shard: int, problem: Problem) -> LayoutNode:
         spec = s.sharding
         assert spec is not None
-        shard_node = LayoutNode("shard", s.name, f"shard {format_shard_name(spec, shard)}",
-                                (("scale", s.name), ("shard", shard)), file=problem.key, expandable=True)
+        shard_node = LayoutNode(
+            "shard",
+            s.name,
+            f"shard {format_shard_name(spec, shard)}",
+            (("scale", s.name), ("shard", shard)),
+            file=problem.key,
+            expandable=True,
+        )
         chunk = re.match(r"chunk (\d+)", problem.message)
         if chunk is not None:
             cid = int(chunk.group(1))
@@ -1031,8 +1183,14 @@ class _PrecomputedBackend(_Backend):
         mini = re.match(r"minishard (\d+)", problem.message)
         if mini is not None and int(mini.group(1)) < spec.num_minishards:
             m = int(mini.group(1))
-            return LayoutNode("minishard", s.name, f"minishard {m}", (*shard_node.path, ("minishard", m)),
-                              file=problem.key, expandable=True)
+            return LayoutNode(
+                "minishard",
+                s.name,
+                f"minishard {m}",
+                (*shard_node.path, ("minishard", m)),
+                file=problem.key,
+                expandable=True,
+            )
         return shard_node
 
     def _find_stored(self, s: Source, shard: int, cid: int) -> LayoutNode | None:
@@ -1047,12 +1205,20 @@ class _PrecomputedBackend(_Backend):
                 hit = mi.find(cid)
                 if hit is None:
                     continue
-                pos, raw = self._raw_sizes(s, mi.chunk_ids[hit:hit + 1])
+                pos, raw = self._raw_sizes(s, mi.chunk_ids[hit : hit + 1])
                 grid = tuple(int(p) for p in pos[0]) if pos is not None else None
                 file = reader.shard_file(shard)
-                return self._chunk_node(s, shard, m, cid, file.display_key if file else reader.shard_key(shard),
-                                        (int(mi.starts[hit]), int(mi.ends[hit])), grid,
-                                        int(raw[0]) if raw is not None else None, True)
+                return self._chunk_node(
+                    s,
+                    shard,
+                    m,
+                    cid,
+                    file.display_key if file else reader.shard_key(shard),
+                    (int(mi.starts[hit]), int(mi.ends[hit])),
+                    grid,
+                    int(raw[0]) if raw is not None else None,
+                    True,
+                )
         except ShardscopeError:
             return None
         return None
@@ -1062,20 +1228,14 @@ def _unsharded_grid(sc: ScaleInfo, name: str) -> tuple[int, ...] | None:
     """The grid position named by an unsharded chunk file ``x0-x1_y0-y1_z0-z1``, or ``None``."""
     if "/" in name:
         return None
-    parts = name.split("_")
-    if len(parts) != 3:
+    bounds = parse_unsharded_chunk_name(name)
+    if bounds is None:
         return None
-    try:
-        pairs = [tuple(int(v) for v in p.split("-")) for p in parts]
-    except ValueError:
-        return None
-    if any(len(p) != 2 for p in pairs):
-        return None
-    grid = tuple((p[0] - o) // c for p, o, c in zip(pairs, sc.voxel_offset, sc.chunk_size, strict=True))
+    grid = tuple((a - o) // c for a, o, c in zip(bounds[0], sc.voxel_offset, sc.chunk_size, strict=True))
     if any(not 0 <= g < n for g, n in zip(grid, sc.grid_shape, strict=True)):
         return None
     start, stop = sc.chunk_bounds(grid)
-    if tuple(p[0] for p in pairs) != start or tuple(p[1] for p in pairs) != stop:
+    if (start, stop) != bounds:
         return None
     return grid
 
@@ -1105,24 +1265,39 @@ class _Zarr3Backend(_Backend):
             raw = math.prod(meta.shape) * meta.dtype.itemsize
             shape = "×".join(map(str, meta.shape))
             if r.sharding is not None:
-                detail = (f"{shape} {meta.data_type}; shards {'×'.join(map(str, r.shard_shape))} "
-                          f"({math.prod(r.shard_grid_shape)} in the grid) of inner chunks "
-                          f"{'×'.join(map(str, r.inner_chunk_shape))}, index at the {r.sharding.index_location}")
+                detail = (
+                    f"{shape} {meta.data_type}; shards {'×'.join(map(str, r.shard_shape))} "
+                    f"({math.prod(r.shard_grid_shape)} in the grid) of inner chunks "
+                    f"{'×'.join(map(str, r.inner_chunk_shape))}, index at the {r.sharding.index_location}"
+                )
             else:
                 detail = f"{shape} {meta.data_type}; unsharded chunks {'×'.join(map(str, meta.chunk_shape))}"
-            out.append(LayoutNode("scale", key, key or "(array)", (("scale", key),), detail=detail, raw_bytes=raw,
-                                  expandable=True))
+            out.append(
+                LayoutNode(
+                    "scale", key, key or "(array)", (("scale", key),), detail=detail, raw_bytes=raw, expandable=True
+                )
+            )
         return out
 
     def geometry(self, scale: str) -> ScaleGeometry:
         r = self.reader(scale)
         meta = r.metadata
         names = meta.dimension_names
-        axes = tuple(n or f"d{i}" for i, n in enumerate(names)) if names is not None else \
-            tuple(f"d{i}" for i in range(meta.ndim))
-        return ScaleGeometry(scale=scale, axes=axes, shape=meta.shape, origin=(0,) * meta.ndim,
-                             chunk_shape=r.inner_chunk_shape, reversed_axes=False,
-                             voxel_size=(1.0,) * meta.ndim, translate=(0.0,) * meta.ndim)
+        axes = (
+            tuple(n or f"d{i}" for i, n in enumerate(names))
+            if names is not None
+            else tuple(f"d{i}" for i in range(meta.ndim))
+        )
+        return ScaleGeometry(
+            scale=scale,
+            axes=axes,
+            shape=meta.shape,
+            origin=(0,) * meta.ndim,
+            chunk_shape=r.inner_chunk_shape,
+            reversed_axes=False,
+            voxel_size=(1.0,) * meta.ndim,
+            translate=(0.0,) * meta.ndim,
+        )
 
     def _raw(self, scale: str, inner: Sequence[int]) -> int:
         start, stop = self.geometry(scale).chunk_bounds(inner)
@@ -1140,36 +1315,80 @@ class _Zarr3Backend(_Backend):
         try:
             files = [(k, p) for k, p in r.list_shard_files() if r.in_grid(p)]
         except StoreError as exc:
-            return Expansion(node, [LayoutNode("error", node.scale, "cannot list", (*node.path, ("error", "list")),
-                                               detail=str(exc))])
+            return Expansion(
+                node, [LayoutNode("error", node.scale, "cannot list", (*node.path, ("error", "list")), detail=str(exc))]
+            )
         cheap = self.ins.store.cheap_size
         children = []
         for key, pos in files:
             size = self.ins.store.size(key) if cheap else None
             if r.sharding is None:
-                children.append(self._chunk(node.scale, key, pos, pos, (0, size) if size is not None else None,
-                                            (*node.path, ("chunk", pos)), size))
+                children.append(
+                    self._chunk(
+                        node.scale,
+                        key,
+                        pos,
+                        pos,
+                        (0, size) if size is not None else None,
+                        (*node.path, ("chunk", pos)),
+                        size,
+                    )
+                )
                 continue
-            children.append(LayoutNode("shard", node.scale, f"shard {_format_part(pos)}",
-                                       (*node.path, ("shard", pos)), detail=key + (
-                                           f", {format_bytes(size)}" if size is not None else ""),
-                                       file=key, file_size=size, expandable=True))
+            children.append(
+                LayoutNode(
+                    "shard",
+                    node.scale,
+                    f"shard {_format_part(pos)}",
+                    (*node.path, ("shard", pos)),
+                    detail=key + (f", {format_bytes(size)}" if size is not None else ""),
+                    file=key,
+                    file_size=size,
+                    expandable=True,
+                )
+            )
         updated = replace(node, detail=f"{node.detail}; {len(files)} {'shard' if r.sharding else 'chunk'} files")
         if r.sharding is None:
-            updated = replace(updated, chunks=len(children),
-                              stored_bytes=_sum_known([c.stored_bytes for c in children]),
-                              raw_bytes=_sum_known([c.raw_bytes for c in children]))
+            updated = replace(
+                updated,
+                chunks=len(children),
+                stored_bytes=_sum_known([c.stored_bytes for c in children]),
+                raw_bytes=_sum_known([c.raw_bytes for c in children]),
+            )
         return Expansion(updated, children)
 
-    def _chunk(self, scale: str, key: str, shard: tuple[int, ...], inner: tuple[int, ...],
-               byte_range: tuple[int, int] | None, path: NodePath, file_size: int | None = None,
-               present: bool = True) -> LayoutNode:
+    def _chunk(
+        self,
+        scale: str,
+        key: str,
+        shard: tuple[int, ...],
+        inner: tuple[int, ...],
+        byte_range: tuple[int, int] | None,
+        path: NodePath,
+        file_size: int | None = None,
+        present: bool = True,
+    ) -> LayoutNode:
         stored = byte_range[1] - byte_range[0] if byte_range is not None else None
-        detail = f"bytes [{byte_range[0]}, {byte_range[1]})" if byte_range is not None else (
-            "not stored" if not present else "")
-        return LayoutNode("chunk", scale, f"chunk {_format_part(inner)}", path, detail=detail,
-                          chunks=1 if present else 0, stored_bytes=stored, raw_bytes=self._raw(scale, inner),
-                          file=key, file_size=file_size, byte_range=byte_range, grid_position=inner, present=present)
+        detail = (
+            f"bytes [{byte_range[0]}, {byte_range[1]})"
+            if byte_range is not None
+            else ("not stored" if not present else "")
+        )
+        return LayoutNode(
+            "chunk",
+            scale,
+            f"chunk {_format_part(inner)}",
+            path,
+            detail=detail,
+            chunks=1 if present else 0,
+            stored_bytes=stored,
+            raw_bytes=self._raw(scale, inner),
+            file=key,
+            file_size=file_size,
+            byte_range=byte_range,
+            grid_position=inner,
+            present=present,
+        )
 
     def _expand_shard(self, node: LayoutNode) -> Expansion:
         r = self.reader(node.scale)
@@ -1178,10 +1397,21 @@ class _Zarr3Backend(_Backend):
         try:
             locations = list(r.list_inner_chunks(shard))
         except ShardscopeError as exc:
-            return Expansion(node, [LayoutNode("error", node.scale, "shard index", (*node.path, ("error", "index")),
-                                               detail=str(exc))])
-        children = [self._chunk(node.scale, loc.shard_key, loc.shard, loc.inner_chunk, loc.byte_range,
-                                (*node.path, ("chunk", loc.inner_chunk))) for loc in locations]
+            return Expansion(
+                node,
+                [LayoutNode("error", node.scale, "shard index", (*node.path, ("error", "index")), detail=str(exc))],
+            )
+        children = [
+            self._chunk(
+                node.scale,
+                loc.shard_key,
+                loc.shard,
+                loc.inner_chunk,
+                loc.byte_range,
+                (*node.path, ("chunk", loc.inner_chunk)),
+            )
+            for loc in locations
+        ]
         return Expansion(_with_totals(node, children), children)
 
     def locate_grid(self, scale: str, grid: tuple[int, ...]) -> LayoutNode:
@@ -1191,8 +1421,7 @@ class _Zarr3Backend(_Backend):
             path: NodePath = (("scale", scale), ("chunk", loc.shard))
         else:
             path = (("scale", scale), ("shard", loc.shard), ("chunk", loc.inner_chunk))
-        return self._chunk(scale, loc.shard_key, loc.shard, loc.inner_chunk, loc.byte_range, path,
-                           present=loc.present)
+        return self._chunk(scale, loc.shard_key, loc.shard, loc.inner_chunk, loc.byte_range, path, present=loc.present)
 
     def shard_values(self, scale: str, by: ShardMapBy) -> tuple[npt.NDArray[np.uint64], int]:
         r = self.reader(scale)
@@ -1223,10 +1452,17 @@ class _Zarr3Backend(_Backend):
                     byte_range = None
                     with contextlib.suppress(ShardscopeError):
                         byte_range = r.locate_inner_chunk(inner).byte_range
-                    return self._chunk(scale, problem.key, pos, inner, byte_range,
-                                       (("scale", scale), ("shard", pos), ("chunk", inner)))
-            return LayoutNode("shard", scale, f"shard {_format_part(pos)}", (("scale", scale), ("shard", pos)),
-                              file=problem.key, expandable=True)
+                    return self._chunk(
+                        scale, problem.key, pos, inner, byte_range, (("scale", scale), ("shard", pos), ("chunk", inner))
+                    )
+            return LayoutNode(
+                "shard",
+                scale,
+                f"shard {_format_part(pos)}",
+                (("scale", scale), ("shard", pos)),
+                file=problem.key,
+                expandable=True,
+            )
         return None
 
 
@@ -1248,11 +1484,22 @@ class _N5Backend(_Backend):
         for lvl in self.ins.levels:
             a = lvl.attributes
             raw = math.prod(a.dimensions) * a.dtype.itemsize
-            detail = (f"{'×'.join(map(str, a.dimensions))} {a.data_type} in {'×'.join(map(str, a.grid_shape))} "
-                      f"blocks of {'×'.join(map(str, a.block_size))}, {a.compression.to_json().get('type')}; "
-                      "no shards (one file per block)")
-            out.append(LayoutNode("scale", lvl.key, lvl.key or "(dataset)", (("scale", lvl.key),), detail=detail,
-                                  raw_bytes=raw, expandable=True))
+            detail = (
+                f"{'×'.join(map(str, a.dimensions))} {a.data_type} in {'×'.join(map(str, a.grid_shape))} "
+                f"blocks of {'×'.join(map(str, a.block_size))}, {a.compression.to_json().get('type')}; "
+                "no shards (one file per block)"
+            )
+            out.append(
+                LayoutNode(
+                    "scale",
+                    lvl.key,
+                    lvl.key or "(dataset)",
+                    (("scale", lvl.key),),
+                    detail=detail,
+                    raw_bytes=raw,
+                    expandable=True,
+                )
+            )
         return out
 
     def geometry(self, scale: str) -> ScaleGeometry:
@@ -1262,16 +1509,24 @@ class _N5Backend(_Backend):
         res = lvl.resolution or (1.0,) * n
         factor = nm_per_unit(lvl.unit) or 1.0
         names = ("x", "y", "z", "c", "t")[:n] if n <= 5 else tuple(f"d{i}" for i in range(n))
-        return ScaleGeometry(scale=scale, axes=names, shape=a.dimensions, origin=(0,) * n, chunk_shape=a.block_size,
-                             reversed_axes=True, voxel_size=tuple(reversed([r * factor for r in res])),
-                             translate=(0.0,) * n, unit="nm" if lvl.unit and nm_per_unit(lvl.unit) else None)
+        return ScaleGeometry(
+            scale=scale,
+            axes=names,
+            shape=a.dimensions,
+            origin=(0,) * n,
+            chunk_shape=a.block_size,
+            reversed_axes=True,
+            voxel_size=tuple(reversed([r * factor for r in res])),
+            translate=(0.0,) * n,
+            unit="nm" if lvl.unit and nm_per_unit(lvl.unit) else None,
+        )
 
     def _blocks(self, scale: str) -> list[tuple[tuple[int, ...], str]]:
         a = self.level(scale).attributes
         prefix = f"{a.path}/" if a.path else ""
         out = []
         for key in self.ins.store.list(prefix):
-            grid = parse_block_path(key[len(prefix):], a.ndim)
+            grid = parse_block_path(key[len(prefix) :], a.ndim)
             if grid is not None and a.contains_grid_position(grid):
                 out.append((grid, key))
         return out
@@ -1282,11 +1537,12 @@ class _N5Backend(_Backend):
             try:
                 blocks = self._blocks(node.scale)
             except StoreError as exc:
-                return Expansion(node, [LayoutNode("error", node.scale, "cannot list",
-                                                   (*node.path, ("error", "list")), detail=str(exc))])
+                return Expansion(
+                    node,
+                    [LayoutNode("error", node.scale, "cannot list", (*node.path, ("error", "list")), detail=str(exc))],
+                )
             axis_name = geo.axes[_slab_axis(geo)]
-            return Expansion(replace(node, chunks=len(blocks)),
-                             _grid_nodes_by_slab(node.scale, blocks, geo, axis_name))
+            return Expansion(replace(node, chunks=len(blocks)), _grid_nodes_by_slab(node.scale, blocks, geo, axis_name))
         if node.kind == "group":
             g = node.path[-1][1]
             axis = _slab_axis(geo)
@@ -1297,9 +1553,15 @@ class _N5Backend(_Backend):
                     continue
                 size = self.ins.store.size(key) if cheap else None
                 children.append(self._block(node.scale, grid, key, size, True))
-            return Expansion(replace(node, chunks=len(children),
-                                     stored_bytes=_sum_known([c.stored_bytes for c in children]),
-                                     raw_bytes=_sum_known([c.raw_bytes for c in children])), children)
+            return Expansion(
+                replace(
+                    node,
+                    chunks=len(children),
+                    stored_bytes=_sum_known([c.stored_bytes for c in children]),
+                    raw_bytes=_sum_known([c.raw_bytes for c in children]),
+                ),
+                children,
+            )
         return Expansion(node, [])
 
     def _block(self, scale: str, grid: tuple[int, ...], key: str, size: int | None, present: bool) -> LayoutNode:
@@ -1307,10 +1569,21 @@ class _N5Backend(_Backend):
         geo = self.geometry(scale)
         raw = math.prod(a.block_shape(grid)) * a.dtype.itemsize
         path: NodePath = (("scale", scale), ("group", grid[_slab_axis(geo)]), ("chunk", grid))
-        return LayoutNode("chunk", scale, f"block {format_block_path(grid)}", path,
-                          detail=key if present else f"{key}: not stored", chunks=1 if present else 0,
-                          stored_bytes=size, raw_bytes=raw, file=key, file_size=size,
-                          byte_range=(0, size) if size is not None else None, grid_position=grid, present=present)
+        return LayoutNode(
+            "chunk",
+            scale,
+            f"block {format_block_path(grid)}",
+            path,
+            detail=key if present else f"{key}: not stored",
+            chunks=1 if present else 0,
+            stored_bytes=size,
+            raw_bytes=raw,
+            file=key,
+            file_size=size,
+            byte_range=(0, size) if size is not None else None,
+            grid_position=grid,
+            present=present,
+        )
 
     def locate_grid(self, scale: str, grid: tuple[int, ...]) -> LayoutNode:
         a = self.level(scale).attributes
@@ -1330,7 +1603,7 @@ class _N5Backend(_Backend):
             prefix = f"{a.path}/" if a.path else ""
             if not problem.key.startswith(prefix):
                 continue
-            grid = parse_block_path(problem.key[len(prefix):], a.ndim)
+            grid = parse_block_path(problem.key[len(prefix) :], a.ndim)
             if grid is not None and a.contains_grid_position(grid):
                 size = self.ins.store.size(problem.key) if self.ins.store.cheap_size else None
                 return self._block(lvl.key, grid, problem.key, size, True)

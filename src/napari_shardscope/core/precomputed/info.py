@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -86,6 +87,27 @@ class ScaleInfo:
         gx, gy, gz = self.grid_shape
         pos = np.stack(np.meshgrid(np.arange(gx), np.arange(gy), np.arange(gz), indexing="ij"), axis=-1)
         return encode_morton(pos.reshape(-1, 3), self.grid_shape)
+
+
+_CHUNK_NAME_PART = re.compile(r"^(-?\d+)-(-?\d+)$")
+
+
+def parse_unsharded_chunk_name(name: str) -> tuple[tuple[int, int, int], tuple[int, int, int]] | None:
+    """``(start, stop)`` of an unsharded chunk file name ``x0-x1_y0-y1_z0-z1``, or ``None``.
+
+    The inverse of :meth:`ScaleInfo.unsharded_chunk_key`'s file name; coordinates may be
+    negative (a negative ``voxel_offset`` gives names like ``-64-0_0-64_0-64``).
+    """
+    parts = name.split("_")
+    if len(parts) != 3:
+        return None
+    matches = [_CHUNK_NAME_PART.match(p) for p in parts]
+    if any(m is None for m in matches):
+        return None
+    pairs = [(int(m.group(1)), int(m.group(2))) for m in matches if m is not None]
+    start = (pairs[0][0], pairs[1][0], pairs[2][0])
+    stop = (pairs[0][1], pairs[1][1], pairs[2][1])
+    return start, stop
 
 
 @dataclass(frozen=True)

@@ -23,7 +23,7 @@ import numpy as np
 from napari_shardscope.core.bytestore import ByteStore, join_key
 from napari_shardscope.core.dataset import Problem, Progress
 from napari_shardscope.core.errors import ArgumentError, FormatError, MetadataError, StoreError
-from napari_shardscope.core.precomputed.info import PrecomputedInfo, ScaleInfo, parse_info
+from napari_shardscope.core.precomputed.info import PrecomputedInfo, ScaleInfo, parse_info, parse_unsharded_chunk_name
 from napari_shardscope.core.precomputed.morton import decode_morton
 from napari_shardscope.core.precomputed.shard_index import ShardIndex
 from napari_shardscope.core.precomputed.shard_reader import ChunkLocation, ShardedReader, ShardFile
@@ -444,7 +444,7 @@ class PrecomputedInspector:
             if progress is not None and i % 256 == 0:
                 progress(i, len(keys), f"{source.name} chunk files")
             name = key[len(prefix) :]
-            bounds = _parse_chunk_name(name)
+            bounds = parse_unsharded_chunk_name(name)
             if bounds is None:
                 continue
             start, stop = bounds
@@ -473,16 +473,3 @@ def _unsharded_segment_name(source: Source, segment_id: int) -> str:
     if source.info_type == "neuroglancer_legacy_mesh":
         return f"{segment_id}:0"
     return str(segment_id)
-
-
-def _parse_chunk_name(name: str) -> tuple[list[int], list[int]] | None:
-    parts = name.split("_")
-    if len(parts) != 3:
-        return None
-    try:
-        pairs = [tuple(int(v) for v in p.split("-")) for p in parts]
-    except ValueError:
-        return None
-    if any(len(p) != 2 for p in pairs):
-        return None
-    return [p[0] for p in pairs], [p[1] for p in pairs]
