@@ -63,7 +63,7 @@ def add_volumes(viewer: Any, volumes: Sequence[Volume]) -> list[Any]:
 
 
 #: The plugin's panels docked by ``shardscope open`` / ``demo`` (display names in napari.yaml).
-DOCKED_WIDGETS = ("Shard browser",)
+DOCKED_WIDGETS = ("Shard browser", "Proofreading", "Versions")
 
 
 def show_volumes(volumes: Sequence[Volume], *, screenshot: Path | None = None, async_slicing: bool = True,

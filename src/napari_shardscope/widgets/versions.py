@@ -1,0 +1,285 @@
+"""The Versions panel: the DAG of versions, commit, new branch, checkout, what changed.
+
+A thin view over the shared session (:mod:`.session`) and core calls a notebook can make
+(``repo.versions()``, ``repo.commit``, ``repo.new_version``, ``lm.at``,
+:func:`~napari_shardscope.core.labelmap.diff.diff_versions`). The DAG is a list, newest first, with
+each version's parents, so merges and branch points read like ``git log --graph`` without drawing:
+short UUID, branch, lock state, message, own edit count, time. The checked-out version is marked
+and bold; a checkout switches the layers (the session does that, for both panels).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from qtpy.QtCore import Qt
+from qtpy.QtGui import QFont
+from qtpy.QtWidgets import (
+    QAbstractItemView,
+    QGroupBox,
+    QHBoxLayout,
+    QLabel,
+    QLineEdit,
+    QPushButton,
+    QTreeWidget,
+    QTreeWidgetItem,
+    QVBoxLayout,
+    QWidget,
+)
+
+from napari_shardscope.core.errors import ArgumentError, ShardscopeError
+from napari_shardscope.core.labelmap.diff import VersionDiff, diff_versions
+from napari_shardscope.core.versioned import Version
+from napari_shardscope.widgets.session import ProofreadingSession, session_for
+
+if TYPE_CHECKING:
+    import napari
+
+COLUMNS = ("Version", "Branch", "State", "Message", "Edits", "Parents", "Created")
+UUID_ROLE = Qt.ItemDataRole.UserRole
+
+
+class VersionsPanel(QWidget):  # type: ignore[misc]
+    """Dock widget: the versions of the session's repository and what to do with them."""
+
+    def __init__(self, napari_viewer: napari.viewer.Viewer, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.viewer = viewer = napari_viewer
+        self.session: ProofreadingSession = session_for(viewer)
+        self.last_error = ""
+        self.last_diff: VersionDiff | None = None
+        self._build()
+        for signal in (self.session.connected, self.session.version_changed, self.session.dag_changed,
+                       self.session.edited):
+            signal.connect(self._refresh_slot)
+        self.refresh()
+
+    def _build(self) -> None:
+        vbox = QVBoxLayout(self)
+        self.tree = QTreeWidget()
+        self.tree.setColumnCount(len(COLUMNS))
+        self.tree.setHeaderLabels(list(COLUMNS))
+        self.tree.setRootIsDecorated(False)
+        self.tree.setSelectionMode(QAbstractItemView.SelectionMode.ExtendedSelection)
+        self.tree.itemDoubleClicked.connect(
+            lambda item, _col: self._guard(lambda: self.checkout(item.data(0, UUID_ROLE))))
+        self.tree.itemSelectionChanged.connect(self._update_actions)
+        vbox.addWidget(self.tree, 2)
+
+        row = QHBoxLayout()
+        self.checkout_button = QPushButton("Checkout")
+        self.checkout_button.setToolTip("show the selected version in the layers (double-click a row does too)")
+        self.checkout_button.clicked.connect(lambda: self._guard(lambda: self.checkout(self._selected_one())))
+        self.diff_button = QPushButton("Diff")
+        self.diff_button.setToolTip("what changed between the two selected versions (or the selected and the current)")
+        self.diff_button.clicked.connect(lambda: self._guard(self._diff_clicked))
+        row.addWidget(self.checkout_button)
+        row.addWidget(self.diff_button)
+        vbox.addLayout(row)
+
+        commit_box = QGroupBox("Commit the checked-out version")
+        crow = QHBoxLayout(commit_box)
+        self.message_edit = QLineEdit()
+        self.message_edit.setPlaceholderText("commit message")
+        self.commit_button = QPushButton("Commit")
+        self.commit_button.clicked.connect(lambda: self._guard(lambda: self.commit(self.message_edit.text())))
+        crow.addWidget(self.message_edit)
+        crow.addWidget(self.commit_button)
+        vbox.addWidget(commit_box)
+
+        branch_box = QGroupBox("New version from the selected committed version")
+        brow = QHBoxLayout(branch_box)
+        self.branch_edit = QLineEdit()
+        self.branch_edit.setPlaceholderText("new branch name (empty: continue its branch)")
+        self.branch_button = QPushButton("New branch")
+        self.branch_button.clicked.connect(
+            lambda: self._guard(lambda: self.new_branch(self.branch_edit.text().strip() or None,
+                                                        self._selected_or_current())))
+        brow.addWidget(self.branch_edit)
+        brow.addWidget(self.branch_button)
+        vbox.addWidget(branch_box)
+
+        self.diff_tree = QTreeWidget()
+        self.diff_tree.setColumnCount(5)
+        self.diff_tree.setHeaderLabels(["Side", "Mutation", "Operation", "Bodies", "User"])
+        self.diff_label = QLabel("")
+        self.diff_label.setWordWrap(True)
+        vbox.addWidget(self.diff_label)
+        vbox.addWidget(self.diff_tree, 1)
+
+        self.status_label = QLabel("")
+        self.status_label.setWordWrap(True)
+        vbox.addWidget(self.status_label)
+
+    # -- the DAG ----------------------------------------------------------------------------------------
+    def _refresh_slot(self, *_: Any) -> None:
+        self.refresh()
+
+    def refresh(self) -> None:
+        """Re-read the DAG (after a commit, branch, checkout or edit)."""
+        self.tree.clear()
+        repo, lm = self.session.repo, self.session.labelmap
+        if repo is None or lm is None:
+            self.status_label.setText("no repository: create or open one in the Proofreading panel")
+            self._update_actions()
+            return
+        current = self.session.version.uuid if self.session.version is not None else None
+        edits = self._own_edit_counts()
+        bold = QFont()
+        bold.setBold(True)
+        for v in sorted(repo.versions(), key=lambda v: v.vid, reverse=True):
+            created = datetime.fromtimestamp(v.created).strftime("%Y-%m-%d %H:%M")
+            mark = "● " if v.uuid == current else ""
+            item = QTreeWidgetItem([
+                f"{mark}{v.short}", v.branch, "committed" if v.locked else "open", v.message,
+                str(edits.get(v.uuid, 0)), ", ".join(repo.version(p).short for p in v.parents), created,
+            ])
+            item.setData(0, UUID_ROLE, v.uuid)
+            item.setToolTip(0, v.uuid)
+            item.setToolTip(3, v.message)
+            if v.uuid == current:
+                for col in range(len(COLUMNS)):
+                    item.setFont(col, bold)
+            self.tree.addTopLevelItem(item)
+        for col in (0, 1, 2, 4):
+            self.tree.resizeColumnToContents(col)
+        self._update_actions()
+
+    def _own_edit_counts(self) -> dict[str, int]:
+        """Mutations each version's own log holds (one log scan of the newest heads' ancestries)."""
+        lm = self.session.labelmap
+        repo = self.session.repo
+        if lm is None or repo is None:
+            return {}
+        counts: dict[str, int] = {}
+        seen: set[int] = set()
+        for v in sorted(repo.versions(), key=lambda v: v.vid, reverse=True):
+            if repo.children(v):
+                continue  # leaves only: their ancestries cover every version
+            for entry in lm.at(v.uuid).mutations():
+                if entry.mutation.mutation_id not in seen:
+                    seen.add(entry.mutation.mutation_id)
+                    counts[entry.version] = counts.get(entry.version, 0) + 1
+        return counts
+
+    def versions(self) -> list[str]:
+        """UUIDs in the list, top (newest) first."""
+        return [str(self.tree.topLevelItem(i).data(0, UUID_ROLE)) for i in range(self.tree.topLevelItemCount())]
+
+    def select(self, *refs: str) -> None:
+        """Select the rows of ``refs`` (for tests and notebooks, as a user's clicks would)."""
+        repo = self._repo()
+        uuids = {repo.version(r).uuid for r in refs}
+        self.tree.clearSelection()
+        for i in range(self.tree.topLevelItemCount()):
+            item = self.tree.topLevelItem(i)
+            item.setSelected(item.data(0, UUID_ROLE) in uuids)
+
+    def _selected(self) -> list[str]:
+        return [str(item.data(0, UUID_ROLE)) for item in self.tree.selectedItems()]
+
+    def _selected_one(self) -> str:
+        sel = self._selected()
+        if len(sel) != 1:
+            raise ArgumentError("select one version")
+        return sel[0]
+
+    def _selected_or_current(self) -> str:
+        sel = self._selected()
+        if len(sel) == 1:
+            return sel[0]
+        if self.session.version is None:
+            raise ArgumentError("no version checked out")
+        return self.session.version.uuid
+
+    # -- actions ----------------------------------------------------------------------------------------
+    def checkout(self, ref: str) -> str:
+        """Show version ``ref`` in the layers; returns its UUID."""
+        v = self.session.checkout(ref)
+        self._ok(f"checked out {v.version.short} ({v.version.branch}, "
+                 f"{'committed' if v.version.locked else 'open'})")
+        return v.uuid
+
+    def commit(self, message: str) -> Version:
+        """Commit the checked-out version with ``message``."""
+        if not message.strip():
+            raise ArgumentError("write a commit message")
+        done = self.session.commit(message)
+        self.message_edit.clear()
+        self._ok(f"committed {done.short}: {message}")
+        return done
+
+    def new_branch(self, name: str | None = None, parent: str | None = None) -> Version:
+        """A new open version from committed ``parent`` (default: the checked-out one), checked out."""
+        v = self.session.branch(name, parent)
+        self.branch_edit.clear()
+        self._ok(f"new version {v.short} on branch {v.branch!r}")
+        return v
+
+    def diff(self, a: str, b: str) -> VersionDiff:
+        """Show what changed between ``a`` and ``b``: each side's mutations and the bodies they touched."""
+        lm = self.session.labelmap
+        if lm is None:
+            raise ArgumentError("no repository")
+        d = diff_versions(lm, a, b)
+        self.last_diff = d
+        repo = self._repo()
+        self.diff_tree.clear()
+        short_a, short_b = repo.version(d.a).short, repo.version(d.b).short
+        for side, entries in ((short_a, d.only_a), (short_b, d.only_b)):
+            for e in entries:
+                m = e.mutation
+                self.diff_tree.addTopLevelItem(QTreeWidgetItem([
+                    side, str(m.mutation_id), m.operation, ", ".join(map(str, m.bodies)), m.user]))
+        for col in range(4):
+            self.diff_tree.resizeColumnToContents(col)
+        self.diff_label.setText(
+            f"{short_a} vs {short_b} ({d.relation}, base {repo.version(d.base).short}): "
+            f"{len(d.only_a)} mutation(s) only in {short_a} touching {len(d.bodies_a)} bodies; "
+            f"{len(d.only_b)} only in {short_b} touching {len(d.bodies_b)} bodies")
+        return d
+
+    def _diff_clicked(self) -> None:
+        sel = self._selected()
+        if len(sel) == 2:
+            self.diff(sel[0], sel[1])
+        elif len(sel) == 1 and self.session.version is not None:
+            self.diff(sel[0], self.session.version.uuid)
+        else:
+            raise ArgumentError("select two versions (Ctrl-click), or one to compare with the checked-out one")
+
+    def _update_actions(self) -> None:
+        connected = self.session.is_connected
+        sel = self._selected()
+        repo = self.session.repo
+        editable = self.session.editable
+        self.checkout_button.setEnabled(connected and len(sel) == 1)
+        self.diff_button.setEnabled(connected and len(sel) in (1, 2))
+        self.commit_button.setEnabled(connected and editable)
+        self.commit_button.setToolTip("" if editable else (self.session.why_not_editable() or "already committed"))
+        target = sel[0] if len(sel) == 1 else (self.session.version.uuid if self.session.version else None)
+        locked = bool(connected and repo is not None and target is not None and repo.version(target).locked)
+        self.branch_button.setEnabled(locked)
+        self.branch_button.setToolTip("" if locked else "a new version needs a committed parent: commit first")
+
+    # -- messages ---------------------------------------------------------------------------------------
+    def _repo(self) -> Any:
+        if self.session.repo is None:
+            raise ArgumentError("no repository: create or open one in the Proofreading panel")
+        return self.session.repo
+
+    def _guard(self, action: Callable[[], Any]) -> Any:
+        try:
+            return action()
+        except ShardscopeError as exc:
+            self.last_error = str(exc)
+            self.status_label.setStyleSheet("color: #e06c75")
+            self.status_label.setText(str(exc))
+            return None
+
+    def _ok(self, message: str) -> None:
+        self.last_error = ""
+        self.status_label.setStyleSheet("")
+        self.status_label.setText(message)

@@ -1,0 +1,233 @@
+"""The Proofreading and Versions panels in a real napari viewer (Xvfb), on the synthetic EM sample.
+
+Panels are opened as the Plugins menu opens them (``add_plugin_dock_widget`` through napari.yaml)
+and driven through their public methods and real Qt mouse and key events. Every expectation comes
+from the core (a fresh ``LabelmapVersion`` of the same repository) or from the sample's own arrays,
+never from the panel.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from qtpy.QtCore import QPoint, Qt
+
+from napari_shardscope.core.labelmap import open_labelmap
+from napari_shardscope.core.sample_data import SampleDataset
+from napari_shardscope.core.versioned import open_repository
+from napari_shardscope.napari_plugin.sample import sample_volumes
+from napari_shardscope.napari_plugin.viewer import add_volumes
+from napari_shardscope.widgets.proofreading import SEEDS_NAME, ProofreadingPanel
+from napari_shardscope.widgets.session import session_for
+from napari_shardscope.widgets.versions import VersionsPanel
+from tests.test_volume_support import sample  # noqa: F401  (fixture)
+
+Z = 32  # the plane the tests look at
+
+
+def dock(viewer: Any, name: str) -> Any:
+    _, widget = viewer.window.add_plugin_dock_widget("napari-shardscope", name)
+    return widget
+
+
+@pytest.fixture
+def proofread(make_napari_viewer: Any, sample: SampleDataset, tmp_path: Path,  # noqa: F811
+              qtbot: Any) -> tuple[Any, ProofreadingPanel, Path]:
+    """A viewer with the sample, the Proofreading panel, and a new repository over the segmentation."""
+    viewer = make_napari_viewer(show=True)
+    add_volumes(viewer, sample_volumes(sample))
+    panel = dock(viewer, "Proofreading")
+    assert isinstance(panel, ProofreadingPanel)
+    assert panel.agglo_edit.text() == str(sample.bodies)  # the sample's bodies.json is found next to it
+    repo = tmp_path / "proofread.repo"
+    panel.create_repository(repo)
+    qtbot.waitUntil(lambda: not panel.busy and panel.session.is_connected, timeout=60000)
+    viewer.dims.set_current_step(0, Z)
+    return viewer, panel, repo
+
+
+def two_bodies(panel: ProofreadingPanel) -> tuple[int, int, tuple[int, int, int], tuple[int, int, int]]:
+    """The two largest bodies on plane Z and a voxel inside each (scale 0, z y x)."""
+    v = panel.session.version
+    assert v is not None
+    plane = v.read_bodies((Z, slice(None), slice(None)))
+    ids, counts = np.unique(plane[plane != 0], return_counts=True)
+    a, b = (int(i) for i in ids[np.argsort(counts)[::-1][:2]])
+    va = tuple(int(c) for c in np.argwhere(plane == a)[len(np.argwhere(plane == a)) // 2])
+    vb = tuple(int(c) for c in np.argwhere(plane == b)[len(np.argwhere(plane == b)) // 2])
+    return a, b, (Z, va[0], va[1]), (Z, vb[0], vb[1])
+
+
+def fresh(repo: Path, ref: str) -> Any:
+    """The labelmap at ``ref`` read through a new repository handle: what the store holds."""
+    r = open_repository(repo)
+    return open_labelmap(r, "seg").at(ref)
+
+
+def world(panel: ProofreadingPanel, voxel: tuple[int, int, int]) -> list[float]:
+    g = panel.session.version.scales[0]  # type: ignore[union-attr]
+    return [t + c * s for t, c, s in zip(g.translate, voxel, g.voxel_size, strict=True)]
+
+
+def shown_level0_plane(panel: ProofreadingPanel) -> np.ndarray:
+    layer = panel.session.body_layer
+    assert layer is not None
+    return np.asarray(layer.data[0][Z])
+
+
+def test_create_shows_bodies_and_hides_base(proofread: tuple[Any, ProofreadingPanel, Path]) -> None:
+    viewer, panel, repo = proofread
+    s = panel.session
+    assert s.body_layer is not None and s.body_layer in viewer.layers and s.body_layer.multiscale
+    assert not viewer.layers["segmentation"].visible  # the base layer is hidden, never written
+    assert "main" in panel.version_label.text() and "open" in panel.version_label.text()
+    v = fresh(repo, "main")
+    np.testing.assert_array_equal(shown_level0_plane(panel), v.read_bodies((Z, slice(None), slice(None))))
+    assert panel.toolTip().count("Shift-") >= 5  # keybindings documented in the tooltip
+
+
+def test_click_select_shift_click_merge_undo_redo(proofread: tuple[Any, ProofreadingPanel, Path], qtbot: Any) -> None:
+    viewer, panel, repo = proofread
+    a, b, va, vb = two_bodies(panel)
+    # real mouse clicks on the canvas: centre the view on each body's voxel, click the middle
+    canvas = viewer.window._qt_viewer.canvas.native
+    centre = QPoint(canvas.width() // 2, canvas.height() // 2)
+    for voxel, mods, expected in ((va, Qt.KeyboardModifier.NoModifier, [a]),
+                                  (vb, Qt.KeyboardModifier.ShiftModifier, [a, b])):
+        pos = world(panel, voxel)
+        from napari_shardscope.widgets.shard_browser import camera
+
+        camera(viewer).center = tuple(pos[1:])
+        qtbot.wait(50)
+        qtbot.mouseMove(canvas, centre)
+        qtbot.mouseClick(canvas, Qt.MouseButton.LeftButton, modifier=mods, pos=centre)
+        qtbot.waitUntil(lambda expected=expected: panel.selected == expected, timeout=5000)
+    assert panel.info_labels["id"].text() == str(a)
+    assert panel.merge_button.isEnabled()
+    size_a, size_b = fresh(repo, "main").size(a), fresh(repo, "main").size(b)
+    # the merge through its key binding, as a user presses it
+    qtbot.keyClick(canvas, Qt.Key.Key_M, Qt.KeyboardModifier.ShiftModifier)
+    qtbot.waitUntil(lambda: fresh(repo, "main").body_of(panel.session.version.supervoxel_at(vb)) == a, timeout=5000)
+    v = fresh(repo, "main")
+    assert v.size(a) == size_a + size_b and not v.exists(b)
+    plane = shown_level0_plane(panel)
+    assert not (plane == b).any() and plane[vb[1], vb[2]] == a  # the layer shows the merge
+    assert panel.info_labels["size"].text().startswith(f"{size_a + size_b:,}")
+    assert "merge" in panel.info_labels["history"].text()
+    panel.undo()
+    assert fresh(repo, "main").exists(b)
+    assert shown_level0_plane(panel)[vb[1], vb[2]] == b
+    panel.redo()
+    assert not fresh(repo, "main").exists(b)
+
+
+def test_merge_rereads_no_chunk(proofread: tuple[Any, ProofreadingPanel, Path]) -> None:
+    """A merge changes only the map: the body layer keeps its arrays and shows the merge on refresh."""
+    _, panel, _ = proofread
+    a, b, _, vb = two_bodies(panel)
+    layer = panel.session.body_layer
+    arrays_before = list(layer.data)
+    shown_level0_plane(panel)  # warm the cache
+    panel.select(a)
+    panel.select(b, add=True)
+    panel.merge_selected()
+    assert all(x is y for x, y in zip(layer.data, arrays_before, strict=True))  # no new arrays, no re-open
+    assert shown_level0_plane(panel)[vb[1], vb[2]] == a
+
+
+def test_cleave_picked_supervoxels(proofread: tuple[Any, ProofreadingPanel, Path]) -> None:
+    _, panel, repo = proofread
+    v = panel.session.version
+    a, _, va, _ = two_bodies(panel)
+    svs = v.supervoxels(a)
+    assert len(svs) >= 2
+    panel.pick(world(panel, va))
+    assert panel.selected == [a]
+    panel.set_mode("supervoxels")
+    sv = v.supervoxel_at(va)
+    panel.pick(world(panel, va))
+    assert panel.picked == [sv] and panel.cleave_button.isEnabled()
+    new = panel.cleave_picked()
+    stored = fresh(repo, "main")
+    assert stored.body_of(sv) == new and stored.supervoxels(new) == [sv]
+    assert shown_level0_plane(panel)[va[1], va[2]] == new
+    assert panel.selected == [a, new]
+
+
+def test_split_with_painted_seeds(proofread: tuple[Any, ProofreadingPanel, Path], qtbot: Any) -> None:
+    viewer, panel, repo = proofread
+    v = panel.session.version
+    a, _, _, _ = two_bodies(panel)
+    size_before = v.size(a)
+    panel.select(a)
+    seeds = panel.start_split()
+    assert seeds.name == SEEDS_NAME and not seeds.multiscale and seeds.editable
+    origin = np.asarray(seeds.metadata["split_origin"])
+    plane = v.read_bodies((Z, slice(None), slice(None)))
+    yx = np.argwhere(plane == a)
+    far = yx[np.argmax(((yx - yx[0]) ** 2).sum(axis=1))]
+    for label, (y, x) in ((1, yx[0]), (2, far)):  # paint as napari's brush does, in the layer's data
+        seeds.paint((Z - origin[0], y - origin[1], x - origin[2]), label, refresh=True)
+    groups = panel.seed_groups()
+    assert set(groups) == {1, 2}
+    panel.finish_split()
+    qtbot.waitUntil(lambda: not panel.busy, timeout=60000)
+    assert panel.last_error == "" and SEEDS_NAME not in viewer.layers
+    stored = fresh(repo, "main")
+    parts = {stored.body_at(tuple(groups[g][0])) for g in (1, 2)}
+    assert len(parts) == 2 and a in parts
+    assert sum(stored.size(p) for p in parts) == size_before
+    shown = shown_level0_plane(panel)
+    np.testing.assert_array_equal(shown, stored.read_bodies((Z, slice(None), slice(None))))
+    assert set(panel.selected) == parts
+
+
+def test_committed_version_disables_edits(proofread: tuple[Any, ProofreadingPanel, Path]) -> None:
+    viewer, panel, repo = proofread
+    a, b, _, _ = two_bodies(panel)
+    panel.select(a)
+    panel.select(b, add=True)
+    versions = dock(viewer, "Versions")
+    assert isinstance(versions, VersionsPanel)
+    versions.commit("nothing yet")
+    assert not panel.merge_button.isEnabled()
+    assert "committed" in panel.merge_button.toolTip() and "branch" in panel.merge_button.toolTip()
+    before = fresh(repo, "main").mutations()
+    assert panel.merge_selected.__self__ is panel
+    panel._guard(panel.merge_selected)
+    assert "committed" in panel.last_error and fresh(repo, "main").mutations() == before
+
+
+def test_versions_panel_commit_branch_checkout_diff(proofread: tuple[Any, ProofreadingPanel, Path]) -> None:
+    viewer, panel, repo = proofread
+    versions = dock(viewer, "Versions")
+    session = session_for(viewer)
+    a, b, _, vb = two_bodies(panel)
+    session.version.merge(a, [b])
+    root = versions.commit("merged")
+    assert open_repository(repo).version(root.uuid).locked
+    assert open_repository(repo).version(root.uuid).message == "merged"
+    alt = versions.new_branch("alt")
+    r = open_repository(repo)
+    assert r.version(alt.uuid).branch == "alt" and not r.version(alt.uuid).locked
+    assert r.version(alt.uuid).parents == (root.uuid,)
+    assert versions.versions()[0] == alt.uuid and len(versions.versions()) == 2
+    assert panel.merge_button.isEnabled() or panel.selected == []  # open again: edits allowed
+    new = session.version.cleave(a, [session.version.supervoxel_at(vb)])
+    # checkout the committed version: the layer shows its bodies, not the branch's cleave
+    versions.select(root.uuid)
+    versions.checkout(root.uuid)
+    assert session.version.uuid == root.uuid
+    np.testing.assert_array_equal(shown_level0_plane(panel),
+                                  fresh(repo, root.uuid).read_bodies((Z, slice(None), slice(None))))
+    assert shown_level0_plane(panel)[vb[1], vb[2]] == a
+    assert not panel.merge_button.isEnabled()
+    versions.checkout("alt")
+    assert shown_level0_plane(panel)[vb[1], vb[2]] == new
+    d = versions.diff(root.uuid, alt.uuid)
+    assert d.relation == "a is an ancestor of b" and d.only_a == ()
+    assert [e.mutation.operation for e in d.only_b] == ["cleave"] and new in d.bodies_b
+    assert versions.diff_tree.topLevelItemCount() == 1
