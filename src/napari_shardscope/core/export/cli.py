@@ -7,13 +7,16 @@ Runs as a Dask graph, one task per output shard: the threaded scheduler by defau
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 from typing import Any
 
 from napari_shardscope.core.cli import EXIT_OK, print_json
+from napari_shardscope.core.errors import ArgumentError
 from napari_shardscope.core.export.precomputed import export_precomputed
-from napari_shardscope.core.export.source import VolumeSource
+from napari_shardscope.core.export.source import ExportSource, LabelmapSource, VolumeSource, labelmap_source
 from napari_shardscope.core.export.zarr3 import export_zarr3
 from napari_shardscope.core.inspect_cli import StderrProgress, parse_coords
+from napari_shardscope.core.versioned.repository import MARKER_FILE
 
 
 def register(sub: Any) -> None:
@@ -25,7 +28,7 @@ def register(sub: Any) -> None:
         "output shard (no two tasks write one file); the threaded scheduler unless --scheduler names a "
         "dask.distributed scheduler.",
     )
-    p.add_argument("source", help="volume path or URL to read")
+    p.add_argument("source", help="volume path or URL to read, or a repository directory (with --labelmap)")
     p.add_argument("dest", help="new directory (or writable URL) to create")
     p.add_argument("--format", choices=("precomputed", "zarr3"), default="precomputed")
     p.add_argument(
@@ -41,13 +44,34 @@ def register(sub: Any) -> None:
     )
     p.add_argument("--workers", type=int, metavar="N", help="threads for the threaded scheduler")
     p.add_argument("--overwrite", action="store_true", help="replace an existing dataset at DEST")
+    p.add_argument("--labelmap", metavar="NAME",
+                   help="SOURCE is a repository: export this labelmap instance at --version")
+    p.add_argument("--version", metavar="REF", default="main",
+                   help="version to export (branch name = its head, or a UUID prefix; default main)")
+    p.add_argument("--supervoxels", action="store_true",
+                   help="export supervoxel ids (the base patched by splits) instead of body ids")
+    p.add_argument("--allow-open", action="store_true",
+                   help="export an open (uncommitted) version as it is now (default: committed versions only)")
     p.add_argument("--json", action="store_true", help="machine-readable summary")
     p.add_argument("--quiet", action="store_true", help="no progress on stderr")
     p.set_defaults(func=cmd_export)
 
 
+def export_source(args: argparse.Namespace) -> ExportSource:
+    """A volume, or with ``--labelmap`` a labelmap version of the repository at SOURCE."""
+    is_repo = (Path(args.source) / MARKER_FILE).is_file()
+    if args.labelmap is None:
+        if is_repo:
+            raise ArgumentError(f"{args.source} is a repository: name the labelmap to export with --labelmap NAME")
+        return VolumeSource(args.source)
+    if not is_repo:
+        raise ArgumentError(f"--labelmap needs SOURCE to be a repository directory; {args.source} is not one")
+    return labelmap_source(args.source, args.labelmap, args.version,
+                           labels="supervoxels" if args.supervoxels else "bodies", allow_open=args.allow_open)
+
+
 def cmd_export(args: argparse.Namespace) -> int:
-    source = VolumeSource(args.source)
+    source = export_source(args)
     progress = None if args.quiet else StderrProgress("export")
     common: dict[str, Any] = {
         "scheduler": args.scheduler,
@@ -60,6 +84,9 @@ def cmd_export(args: argparse.Namespace) -> int:
     else:
         report = export_zarr3(source, args.dest, inner_chunk=args.chunk or (64, 64, 64), **common)
     summary = report.to_json()
+    if isinstance(source, LabelmapSource):
+        summary["source"] = {"repository": source.repository, "labelmap": source.instance,
+                             "version": source.version, "labels": source.labels}
     if args.json:
         print_json(summary)
     else:

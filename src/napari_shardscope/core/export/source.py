@@ -115,3 +115,95 @@ class VolumeSource:
 
     def read(self, level: int, box: Box) -> npt.NDArray[Any]:
         return np.asarray(self._levels()[level].array[box].read())
+
+
+_OPEN_LABELMAPS: dict[tuple[str, str], Any] = {}
+
+LabelKind = Literal["bodies", "supervoxels"]
+
+
+@dataclass(frozen=True)
+class LabelmapSource:
+    """A labelmap version: body ids (or supervoxel ids) at every scale of its base.
+
+    Use :func:`labelmap_source` to make one: it resolves a branch name to the UUID of its head
+    *now*, so an export running while a proofreader keeps editing the branch still writes one
+    consistent version. Each worker process opens the repository and labelmap once.
+
+    Attributes
+    ----------
+    repository
+        Path of the repository directory (workers open it read-only).
+    instance
+        Labelmap instance name.
+    version
+        Full version UUID.
+    labels
+        ``"bodies"`` (the proofread segmentation) or ``"supervoxels"`` (the base patched by splits).
+    """
+
+    repository: str
+    instance: str
+    version: str
+    labels: LabelKind = "bodies"
+
+    def _labelmap(self) -> Any:
+        key = (self.repository, self.instance)
+        with _OPEN_LOCK:
+            lm = _OPEN_LABELMAPS.get(key)
+            if lm is None:
+                from napari_shardscope.core.labelmap import open_labelmap
+                from napari_shardscope.core.versioned import open_repository
+
+                lm = _OPEN_LABELMAPS[key] = open_labelmap(open_repository(self.repository), self.instance)
+        return lm
+
+    def describe(self) -> SourceDescription:
+        lm = self._labelmap()
+        levels = []
+        for g in lm.config.scales:
+            offset = tuple(round(t / v) for t, v in zip(g.translate, g.voxel_size, strict=True))
+            levels.append(LevelGeometry(
+                g.shape,
+                (float(g.voxel_size[2]), float(g.voxel_size[1]), float(g.voxel_size[0])),
+                (int(offset[2]), int(offset[1]), int(offset[0])),
+            ))
+        return SourceDescription("segmentation", "uint64", tuple(levels))
+
+    def read(self, level: int, box: Box) -> npt.NDArray[Any]:
+        v = self._labelmap().at(self.version)
+        data = v.read_supervoxels(box, level) if self.labels == "supervoxels" else v.read_bodies(box, level)
+        return np.asarray(data)
+
+
+def labelmap_source(repository: str | Any, instance: str, ref: str, *, labels: LabelKind = "bodies",
+                    allow_open: bool = False) -> LabelmapSource:
+    """The export source of labelmap ``instance`` at version ``ref`` of the repository at ``repository``.
+
+    Only committed versions by default: a committed version never changes, so the export is a
+    reproducible snapshot that names its version. ``allow_open`` exports an open version as it is
+    when each chunk is read (edits made meanwhile may show in chunks read later).
+
+    Raises
+    ------
+    ArgumentError
+        An unknown ``labels`` kind, or an open version without ``allow_open``.
+    """
+    if labels not in ("bodies", "supervoxels"):
+        raise ArgumentError(f"labels must be 'bodies' or 'supervoxels', got {labels!r}")
+    from napari_shardscope.core.labelmap import TYPE_NAME
+    from napari_shardscope.core.versioned import open_repository
+
+    path = str(getattr(repository, "path", repository))
+    repo = open_repository(path)
+    try:
+        inst = repo.instance(instance)
+        if inst.type != TYPE_NAME:
+            raise ArgumentError(f"instance {instance!r} is a {inst.type}, not a {TYPE_NAME}")
+        v = repo.version(ref)
+    finally:
+        repo.close()
+    if not v.locked and not allow_open:
+        raise ArgumentError(f"version {v.short} (branch {v.branch!r}) is open: commit it first for a reproducible "
+                            f"export, or allow exporting an open version (CLI: --allow-open)")
+    return LabelmapSource(path, instance, v.uuid, labels)

@@ -1,0 +1,140 @@
+"""Export of a labelmap version: read back by TensorStore, CloudVolume and zarr-python, equal at every scale.
+
+The labelmap is edited through its public API (merge, cleave, supervoxel split) and committed; the
+export must equal ``read_bodies`` / ``read_supervoxels`` of that version at every scale, pass
+``shardscope validate``, and a 2-worker ``LocalCluster`` must write the same bytes as threads.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+import tensorstore as ts
+
+from napari_shardscope.core.cli import run
+from napari_shardscope.core.errors import ArgumentError
+from napari_shardscope.core.export.precomputed import export_precomputed
+from napari_shardscope.core.export.source import labelmap_source
+from napari_shardscope.core.export.zarr3 import export_zarr3
+from napari_shardscope.core.labelmap import Labelmap, create_labelmap
+from napari_shardscope.core.versioned import Repository, create_repository
+from tests.labelmap.volumes import voronoi_supervoxels, write_precomputed
+
+FACTORS = ((1, 1, 1), (1, 2, 2), (2, 4, 4))
+
+
+@pytest.fixture(scope="module")
+def edited(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Repository, Labelmap, str, str]]:
+    """A repository whose committed ``main`` head has a merge, a cleave and a supervoxel split; and an open child."""
+    root = tmp_path_factory.mktemp("lm-export")
+    base = voronoi_supervoxels((12, 40, 48), 30, seed=3)
+    write_precomputed(root / "seg", base, FACTORS, chunk_xyz=(16, 16, 4), sharded=True)
+    repo = create_repository(root / "repo")
+    lm = create_labelmap(repo, "seg", root / "seg", agglomeration={int(s): int(s) for s in np.unique(base)}, block=8)
+    v = lm.at("main")
+    svs = [int(s) for s in np.unique(base)]
+    v.merge(svs[0], [svs[1], svs[2]])
+    v.cleave(svs[0], [svs[2]])
+    target = svs[5]
+    mask = base == target
+    pick = np.argwhere(mask)[: int(mask.sum()) // 2]
+    v.split_supervoxel(target, pick)
+    committed = repo.commit(v.uuid, "edits")
+    child = repo.new_version(committed.uuid)
+    lm.at(child.uuid).merge(svs[7], [svs[8]])
+    yield repo, lm, committed.uuid, child.uuid
+    repo.close()
+
+
+def digests(root: Path) -> dict[str, str]:
+    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+@pytest.mark.parametrize("labels", ["bodies", "supervoxels"])
+def test_precomputed_export_equals_labelmap_reads(edited: tuple[Repository, Labelmap, str, str], tmp_path: Path,
+                                                  labels: str) -> None:
+    from cloudvolume import CloudVolume
+
+    repo, lm, uuid, _ = edited
+    source = labelmap_source(repo, "seg", uuid, labels=labels)  # type: ignore[arg-type]
+    out = tmp_path / "out"
+    export_precomputed(source, str(out), chunk_size=(16, 16, 4))
+    v = lm.at(uuid)
+    for scale in range(len(FACTORS)):
+        expected = v.read_bodies(scale=scale) if labels == "bodies" else v.read_supervoxels(scale=scale)
+        store = ts.open({"driver": "neuroglancer_precomputed", "kvstore": {"driver": "file", "path": str(out)},
+                         "scale_index": scale}).result()
+        np.testing.assert_array_equal(np.asarray(store[..., 0].read().result()).T, expected)
+        cv = CloudVolume(f"file://{out}", mip=scale, progress=False, fill_missing=False)
+        np.testing.assert_array_equal(np.asarray(cv[:, :, :])[..., 0].T, expected)
+    assert run(["validate", str(out), "--quiet"]) == 0
+    if labels == "bodies":  # the edits show: bodies differ from supervoxels
+        assert not np.array_equal(v.read_bodies(), v.read_supervoxels())
+
+
+def test_zarr3_export_equals_labelmap_reads(edited: tuple[Repository, Labelmap, str, str], tmp_path: Path) -> None:
+    import zarr
+
+    repo, lm, uuid, _ = edited
+    out = tmp_path / "out.zarr"
+    export_zarr3(labelmap_source(repo, "seg", uuid), str(out), inner_chunk=(4, 16, 16))
+    group = zarr.open_group(str(out), mode="r")
+    v = lm.at(uuid)
+    for scale in range(len(FACTORS)):
+        np.testing.assert_array_equal(np.asarray(group[str(scale)][...]), v.read_bodies(scale=scale))
+    assert run(["validate", str(out / "0"), "--quiet"]) == 0
+
+
+def test_open_version_refused_unless_allowed(edited: tuple[Repository, Labelmap, str, str], tmp_path: Path) -> None:
+    repo, lm, _, child = edited
+    with pytest.raises(ArgumentError, match="open"):
+        labelmap_source(repo, "seg", child)
+    source = labelmap_source(repo, "seg", child, allow_open=True)
+    export_precomputed(source, str(tmp_path / "out"), chunk_size=(16, 16, 4))
+    store = ts.open({"driver": "neuroglancer_precomputed", "kvstore": {"driver": "file", "path": str(tmp_path / "out")},
+                     "scale_index": 0}).result()
+    np.testing.assert_array_equal(np.asarray(store[..., 0].read().result()).T, lm.at(child).read_bodies())
+
+
+def test_branch_name_is_pinned_to_its_head_now(edited: tuple[Repository, Labelmap, str, str]) -> None:
+    repo, _, uuid, _ = edited
+    assert labelmap_source(repo, "seg", uuid[:8]).version == uuid
+
+
+def test_local_cluster_writes_the_same_bytes(edited: tuple[Repository, Labelmap, str, str], tmp_path: Path) -> None:
+    from distributed import Client, LocalCluster
+
+    repo, _, uuid, _ = edited
+    source = labelmap_source(repo, "seg", uuid)
+    export_precomputed(source, str(tmp_path / "threads"), chunk_size=(16, 16, 4), shard_bytes=20_000)
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cluster, \
+            Client(cluster) as client:
+        report = export_precomputed(source, str(tmp_path / "cluster"), chunk_size=(16, 16, 4), shard_bytes=20_000,
+                                    scheduler=client)
+    assert len(report.shards) > 2
+    assert digests(tmp_path / "cluster") == digests(tmp_path / "threads")
+
+
+def test_cli_exports_a_version(edited: tuple[Repository, Labelmap, str, str], tmp_path: Path,
+                               capsys: pytest.CaptureFixture[str]) -> None:
+    repo, lm, uuid, child = edited
+    out = tmp_path / "cli"
+    assert run(["export", str(repo.path), str(out), "--labelmap", "seg", "--version", uuid[:8],
+                "--chunk", "16,16,4", "--json", "--quiet"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["source"] == {"repository": str(repo.path), "labelmap": "seg", "version": uuid, "labels": "bodies"}
+    store = ts.open({"driver": "neuroglancer_precomputed", "kvstore": {"driver": "file", "path": str(out)},
+                     "scale_index": 1}).result()
+    np.testing.assert_array_equal(np.asarray(store[..., 0].read().result()).T, lm.at(uuid).read_bodies(scale=1))
+    # an open version, and a repository without --labelmap: exit 2, one line on stderr, nothing written
+    assert run(["export", str(repo.path), str(tmp_path / "x"), "--labelmap", "seg", "--version", child]) == 2
+    assert run(["export", str(repo.path), str(tmp_path / "y")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 2 and "commit it first" in err[0] and "--labelmap" in err[1]
+    assert not (tmp_path / "x").exists() and not (tmp_path / "y").exists()
