@@ -13,6 +13,8 @@ Commands (REPO: repository directory; REF: branch name (its head) or UUID prefix
     shardscope undo|redo REPO REF NAME
     shardscope size REPO REF NAME BODY
     shardscope history REPO REF NAME BODY
+    shardscope diff REPO A B NAME                             # mutations and bodies only in A / only in B
+    shardscope merge-branches REPO OURS THEIRS NAME [--resolve body:123=ours ...] [--policy fail|ours|theirs]
 
 ``--json`` prints one JSON document; ``--user`` names who edits (default ``$SHARDSCOPE_USER`` or the
 login). Exit codes: 0 ok; 1 the edit was refused (committed version, supervoxel not in the body,
@@ -32,7 +34,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from napari_shardscope.core.cli import EXIT_OK, EXIT_USAGE, print_json
+from napari_shardscope.core.cli import EXIT_FAILED, EXIT_OK, EXIT_USAGE, print_json
 from napari_shardscope.core.errors import ArgumentError
 from napari_shardscope.core.labelmap.errors import UnknownLabelError
 from napari_shardscope.core.labelmap.labelmap import Labelmap
@@ -289,6 +291,80 @@ def cmd_undo(args: argparse.Namespace) -> int:
     return _edit_output(args, v, m, {}, text)
 
 
+@_bad_input_is_usage
+def cmd_diff(args: argparse.Namespace) -> int:
+    from napari_shardscope.core.labelmap.diff import diff_versions
+
+    repo = open_repository(args.path)
+    with repo:
+        d = diff_versions(open_labelmap(repo, args.name), args.a, args.b)
+    if args.json:
+        print_json(d.to_json())
+        return EXIT_OK
+    print(f"{d.a[:8]} vs {d.b[:8]}: {d.relation} (base {d.base[:8]})")
+    for side, entries, bodies in ((d.a[:8], d.only_a, d.bodies_a), (d.b[:8], d.only_b, d.bodies_b)):
+        print(f"only in {side}: {len(entries)} mutation(s), bodies {', '.join(map(str, bodies)) or '-'}")
+        for e in entries:
+            print(f"  {_describe(e.mutation)}")
+    return EXIT_OK
+
+
+def _parse_resolutions(items: list[str]) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for item in items:
+        key, sep, side = item.partition("=")
+        if not sep or side not in ("ours", "theirs") or not key.startswith(("body:", "supervoxel:")):
+            raise ArgumentError(f"--resolve takes KIND:ID=ours|theirs (e.g. body:123=ours), got {item!r}")
+        out[key] = side
+    return out
+
+
+@_bad_input_is_usage
+def cmd_merge_branches(args: argparse.Namespace) -> int:
+    from napari_shardscope.core.labelmap.branch_merge import (
+        BranchMergeConflictError,
+        merge_branches,
+        plan_branch_merge,
+    )
+
+    resolutions = _parse_resolutions(args.resolve or [])
+    repo = open_repository(args.path)
+    with repo:
+        lm = open_labelmap(repo, args.name)
+        if args.dry_run:
+            plan = plan_branch_merge(lm, args.ours, args.theirs)
+            if args.json:
+                print_json(plan.to_json())
+            else:
+                print(f"merge {plan.theirs[:8]} into {plan.ours[:8]} (base {plan.base[:8]}): "
+                      f"{len(plan.ours_mutations)} / {len(plan.theirs_mutations)} mutation(s), "
+                      f"{len(plan.conflicts)} conflict(s)")
+                for c in plan.conflicts:
+                    print(f"  conflict {c.key}: ours {list(c.ours)}, theirs {list(c.theirs)}")
+            return EXIT_FAILED if plan.conflicts and args.policy == "fail" and not resolutions else EXIT_OK
+        try:
+            result = merge_branches(lm, args.ours, args.theirs, resolutions=resolutions,  # type: ignore[arg-type]
+                                    policy=args.policy, branch=args.branch, user=args.user)
+        except BranchMergeConflictError as exc:
+            if args.json:
+                out = exc.plan.to_json()
+                out["error"] = str(exc)
+                out["conflicts"] = [c.to_json() for c in exc.unresolved]
+                print_json(out)
+            else:
+                print(f"shardscope {args.command}: {exc}", file=sys.stderr)
+                for c in exc.unresolved:
+                    print(f"  {c.key}: ours mutations {list(c.ours)}, theirs {list(c.theirs)}", file=sys.stderr)
+            return EXIT_FAILED
+    if args.json:
+        print_json(result.to_json())
+    else:
+        print(f"merge version {result.version.short} on branch {result.version.branch!r} (open; commit it): "
+              f"{len(result.applied)} of their mutation(s) applied, {len(result.reverted)} of ours reverted, "
+              f"{len(result.dropped)} dropped")
+    return EXIT_OK
+
+
 # -- registration ------------------------------------------------------------------------------------
 
 
@@ -370,6 +446,34 @@ def register(subparsers: Any) -> None:
     p.add_argument("body", type=int)
     p.add_argument("--coarse", action="store_true", help="block-granular bounding box (reads no voxels)")
     p.set_defaults(func=cmd_size)
+
+    p = subparsers.add_parser("diff", help="what changed between two versions: mutations and bodies on each side")
+    p.add_argument("path", help="repository directory")
+    p.add_argument("a", help="first version (branch name or UUID prefix)")
+    p.add_argument("b", help="second version")
+    p.add_argument("name", help="labelmap instance name")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.set_defaults(func=cmd_diff)
+
+    p = subparsers.add_parser(
+        "merge-branches", help="3-way merge of two branch heads' labelmap edits (a new open merge version)",
+        description="Merge the labelmap edits of committed version THEIRS into committed version OURS from their "
+                    "common ancestor. Edits of different bodies and supervoxels replay cleanly; a label edited on "
+                    "both sides is a conflict: exit 1 and a list (JSON with --json) until each is resolved with "
+                    "--resolve KIND:ID=ours|theirs or --policy. Nothing is written until then.")
+    p.add_argument("path", help="repository directory")
+    p.add_argument("ours", help="our branch (its head) or version; must be committed")
+    p.add_argument("theirs", help="their branch or version; must be committed")
+    p.add_argument("name", help="labelmap instance name")
+    p.add_argument("--resolve", action="append", metavar="KIND:ID=SIDE",
+                   help="resolve one conflict: body:123=ours or supervoxel:45=theirs (repeatable)")
+    p.add_argument("--policy", choices=("fail", "ours", "theirs"), default="fail",
+                   help="side for conflicts not resolved one by one (default: fail, report them)")
+    p.add_argument("--branch", default=None, help="start a new branch for the merge version")
+    p.add_argument("--dry-run", action="store_true", help="only report the plan and conflicts")
+    p.add_argument("--user", default=None, help="who merges (default $SHARDSCOPE_USER or the login name)")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.set_defaults(func=cmd_merge_branches)
 
     p = subparsers.add_parser("history", help="mutations that shaped a body, across the ancestry")
     _common(p)

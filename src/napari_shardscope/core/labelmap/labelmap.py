@@ -156,7 +156,8 @@ class Labelmap:
         if len(v.parents) == 1:
             with self._states_lock:
                 parent = self._states.get(v.parents[0])
-        state = load_state(view, self.instance, self.config, self.agglomeration, self.fetcher(v), parent)
+        state = load_state(view, self.instance, self.config, self.agglomeration, self.fetcher(v), parent,
+                           lambda uuid: self.repo.version(uuid).parents)
         with self._states_lock:
             old = self._states.get(v.uuid)
             if old is not None:

@@ -20,8 +20,8 @@ from typing import Any, Literal
 from napari_shardscope.core.errors import ArgumentError, FormatError
 from napari_shardscope.core.labelmap.bodymap import MapDelta
 
-Operation = Literal["merge", "cleave", "split-supervoxel", "split-body", "undo", "redo"]
-OPERATIONS: tuple[str, ...] = ("merge", "cleave", "split-supervoxel", "split-body", "undo", "redo")
+Operation = Literal["merge", "cleave", "split-supervoxel", "split-body", "undo", "redo", "merge-branches"]
+OPERATIONS: tuple[str, ...] = ("merge", "cleave", "split-supervoxel", "split-body", "undo", "redo", "merge-branches")
 MAGIC = b"SSMU"
 _HEAD = struct.Struct("<4sBI")
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import struct
 import threading
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from napari_shardscope.core.labelmap.bodymap import BaseAgglomeration, BodyMap
@@ -181,11 +181,70 @@ def replay(records: Iterable[LogRecord], body_map: BodyMap) -> None:
             ) from exc
 
 
+def ordered_log(view: VersionView, instance: Instance, parents_of: Callable[[str], tuple[str, ...]]) -> list[LogRecord]:
+    """The mutation records whose replay gives ``view``'s version's map, in replay order.
+
+    A version's map is its first parent's map plus its own log. For a labelmap branch merge (a
+    version whose own log starts with a ``merge-branches`` record) that is the whole rule: the
+    record already holds what it took from the other side. A plain store merge of two parents has
+    no such record: its map is the first parent's log, then the other parents' records the first
+    lacks, then its own — valid when the sides edited different labels, a
+    :class:`LabelmapStateError` at replay otherwise.
+    """
+    by_version: dict[str, list[LogRecord]] = {}
+    for e in view.read_log(instance):
+        by_version.setdefault(e.version, []).append(LogRecord(e.version, e.data))
+    memo: dict[str, list[LogRecord]] = {}
+
+    def ordered(uuid: str) -> list[LogRecord]:
+        hit = memo.get(uuid)
+        if hit is not None:
+            return hit
+        chain: list[str] = []
+        prefix: list[LogRecord] = []
+        cur = uuid
+        while True:  # walk first parents back (iteratively: chains of 10⁴ versions)
+            chain.append(cur)
+            parents = parents_of(cur)
+            if not parents:
+                break
+            own = by_version.get(cur, [])
+            if len(parents) > 1 and not (own and own[0].mutation.operation == "merge-branches"):
+                first = ordered(parents[0])
+                seen = {id(r) for r in first}
+                extra = []
+                for p in parents[1:]:
+                    for r in ordered(p):
+                        if id(r) not in seen:
+                            seen.add(id(r))
+                            extra.append(r)
+                prefix = first + extra
+                break
+            if parents[0] in memo:
+                prefix = memo[parents[0]]
+                break
+            cur = parents[0]
+        out = list(prefix)
+        for c in reversed(chain):
+            out.extend(by_version.get(c, []))
+        memo[uuid] = out
+        return out
+
+    return ordered(view.version.uuid)
+
+
 def load_state(view: VersionView, instance: Instance, config: LabelmapConfig, base: BaseAgglomeration,
-               fetch: Fetch, parent: VersionState | None = None) -> VersionState:
-    """Build a version's state from one store snapshot (``parent``: a cached state of its only parent)."""
+               fetch: Fetch, parent: VersionState | None = None,
+               parents_of: Callable[[str], tuple[str, ...]] | None = None) -> VersionState:
+    """Build a version's state from one store snapshot (``parent``: a cached state of its only parent).
+
+    ``parents_of(uuid)`` gives a version's parents (the repository's DAG); needed below merges.
+    """
     version = view.version
-    log = [LogRecord(e.version, e.data) for e in view.read_log(instance)]
+    if parents_of is None:
+        log = [LogRecord(e.version, e.data) for e in view.read_log(instance)]
+    else:
+        log = ordered_log(view, instance, parents_of)
     own_start = next((i for i, r in enumerate(log) if r.version == version.uuid), len(log))
     if (parent is not None and parent.version.locked and len(version.parents) == 1
             and parent.version.uuid == version.parents[0] and own_start == len(parent.log)):

@@ -60,8 +60,12 @@ class MergePlan:
 
 
 def plan_merge(txn: ReadTxn, dag: Dag, instances: list[Instance], ours: Version, theirs: Version,
-               policy: MergePolicy) -> MergePlan:
-    """Decide every key whose value differs between ``ours`` and ``theirs`` (reads only)."""
+               policy: MergePolicy, keep_ours: frozenset[int] = frozenset()) -> MergePlan:
+    """Decide every key whose value differs between ``ours`` and ``theirs`` (reads only).
+
+    Keys of the instances whose ids are in ``keep_ours`` take our value and are never conflicts:
+    their type merges them itself (the labelmap's branch merge) on top of the merge version.
+    """
     anc_a, anc_b = dag.ancestors(ours), dag.ancestors(theirs)
     base = dag.merge_base(ours, theirs)
     anc_base = dag.ancestors(base)
@@ -77,6 +81,9 @@ def plan_merge(txn: ReadTxn, dag: Dag, instances: list[Instance], ours: Version,
         va = read_visible(txn, stem, anc_a)
         vb = read_visible(txn, stem, anc_b)
         if va == vb:
+            continue
+        if K.unpack_u32(stem[:4]) in keep_ours:
+            decided.append((stem, va))
             continue
         v0 = read_visible(txn, stem, anc_base)
         if vb == v0:

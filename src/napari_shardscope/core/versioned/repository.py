@@ -467,7 +467,8 @@ class Repository:
     # -- merging --------------------------------------------------------------------------------
 
     def merge(self, ours: str | Version, theirs: str | Version, *, policy: MergePolicy = "fail",
-              branch: str | None = None, timeout: float | None = None) -> MergeResult:
+              branch: str | None = None, timeout: float | None = None, keep_ours: Iterable[str] = (),
+              then: Callable[[VersionWriter], None] | None = None) -> MergeResult:
         """Make an open version with parents ``ours`` and ``theirs`` (both committed).
 
         Keys changed on one side only since the merge base take that side's value; keys changed
@@ -475,6 +476,11 @@ class Repository:
         with ``fail``, reported by :class:`MergeConflictError` with nothing written (see
         :mod:`~napari_shardscope.core.versioned.merge`). The merge version continues ``ours``'s
         branch unless ``branch`` names a new one; commit it when satisfied.
+
+        A data type with its own merge (the labelmap's branch merge) names its instances in
+        ``keep_ours`` — their differing keys take our value, never conflict — and writes its result
+        with ``then(writer)``, a writer on the new version inside the same transaction: the merge
+        version appears whole or not at all.
         """
         if policy not in MERGE_POLICIES:
             raise ArgumentError(f"merge policy must be one of {', '.join(MERGE_POLICIES)}, got {policy!r}")
@@ -486,7 +492,8 @@ class Repository:
                 raise UncommittedVersionError(f"version {b.short} is open; commit it before merging it")
             name = self._child_branch(a, branch)
             with self._state:
-                plan = plan_merge(p.txn, self._dag, list(self._instances.values()), a, b, policy)
+                pinned = frozenset(self.instance(n).iid for n in keep_ours)
+                plan = plan_merge(p.txn, self._dag, list(self._instances.values()), a, b, policy, pinned)
             base, conflicts = plan.base, plan.conflicts
             if conflicts and policy == "fail":
                 shown = ", ".join(f"{c.instance}:{c.key!r}" for c in conflicts[:5])
@@ -506,6 +513,10 @@ class Repository:
                 p.txn.put(K.change_key(m.vid, stem), b"")
             self._append_note(p.txn, m, f"merge of {b.uuid} into {a.uuid} (base {base.uuid}, policy {policy}, "
                                         f"{len(conflicts)} conflict(s), {len(plan.decided)} key(s) merged)")
+            if then is not None:
+                with self._state:
+                    anc = self._dag.ancestors(a) | self._dag.ancestors(b) | {m.vid}
+                then(VersionWriter(self, m, p.txn, anc))
             p.after(lambda: self._dag.add(m))
         return MergeResult(version=m, base=base.uuid, conflicts=conflicts, merged=len(plan.decided))
 
