@@ -3,7 +3,7 @@
 Commands (REPO: repository directory; REF: branch name (its head) or UUID prefix; NAME: instance)::
 
     shardscope labelmap create REPO NAME BASE_URL [--agglomeration bodies.json] [--id-start N] [--block 64]
-    shardscope labelmap index REPO NAME           # build the base label index now
+    shardscope index REPO NAME [--scheduler ADDR] [--workers N] [--force]   # base label index on Dask
     shardscope labelmap info REPO NAME [REF]
     shardscope label REPO REF NAME Z Y X [--scale S]
     shardscope merge REPO REF NAME TARGET OTHER...
@@ -137,15 +137,36 @@ def _info(repo: Repository, lm: Labelmap) -> dict[str, Any]:
 
 @_bad_input_is_usage
 def cmd_index(args: argparse.Namespace) -> int:
+    """``shardscope index`` (and ``labelmap index``): the base label index as a Dask job."""
+    from napari_shardscope.core.inspect_cli import StderrProgress
+    from napari_shardscope.core.labelmap.index_job import build_label_index
+
     with open_repository(args.path) as repo:
-        lm = open_labelmap(repo, args.name)
-        summary = lm.index_summary()
-        meta = index_meta(repo, args.name)
+        if index_meta(repo, args.name) is not None and not args.force:
+            meta = index_meta(repo, args.name)
+            built = False
+        else:
+            progress = None if args.quiet else StderrProgress("index")
+            build_label_index(repo, args.name, scheduler=args.scheduler, num_workers=args.workers,
+                              progress=progress, overwrite=args.force)
+            meta = index_meta(repo, args.name)
+            built = True
+    assert meta is not None
     if args.json:
-        print_json(meta)
+        print_json({**meta, "built": built})
     else:
-        print(f"base index of {args.name}: {summary.supervoxels.size} supervoxels, largest id {summary.max_id}")
+        state = "built" if built else "already built (--force rebuilds it)"
+        print(f"base index of {args.name} {state}: {meta['supervoxels']} supervoxels, {meta['voxels']} voxels, "
+              f"largest id {meta['max_id']}")
     return EXIT_OK
+
+
+def _index_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--scheduler", metavar="ADDR",
+                   help="'threads' (default), 'sync' or a dask.distributed scheduler address like tcp://host:8786")
+    p.add_argument("--workers", type=int, metavar="N", help="threads for the threaded scheduler")
+    p.add_argument("--force", action="store_true", help="rebuild an index that is already stored")
+    p.add_argument("--quiet", action="store_true", help="no progress on stderr")
 
 
 @_bad_input_is_usage
@@ -396,8 +417,17 @@ def register(subparsers: Any) -> None:
     p.add_argument("--block", type=int, default=64, help="overlay block edge in voxels (default 64)")
     p.add_argument("--no-index", action="store_true", help="build the base label index on first need instead")
     p.set_defaults(func=cmd_create)
-    p = lsub.add_parser("index", help="build the base label index now (one pass over scale 0)")
+    p = lsub.add_parser("index", help="build the base label index now (one pass over scale 0, on Dask)")
     _common(p, ref=False)
+    _index_options(p)
+    p.set_defaults(func=cmd_index)
+    p = subparsers.add_parser(
+        "index", help="build a labelmap's base label index as a Dask job (threads or a distributed cluster)",
+        description="Count every scale-0 block of the labelmap's base segmentation as a Dask job (one task per run "
+                    "of blocks; the threaded scheduler unless --scheduler names a dask.distributed scheduler) and "
+                    "store the label index in the repository in one transaction.")
+    _common(p, ref=False)
+    _index_options(p)
     p.set_defaults(func=cmd_index)
     p = lsub.add_parser("info", help="configuration, index and (with REF) a version's edit counts")
     _common(p, ref=False)

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import json
 import zlib
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -154,31 +154,27 @@ class BaseIndex:
                            "max_id": self.summary.max_id, "voxels": self.voxels}).encode()
 
 
-def build_base_index(read_block: Callable[[Box], npt.NDArray[Any]], grid: BlockGrid, *, workers: int = 2,
-                     progress: Callable[[int, int], None] | None = None) -> BaseIndex:
-    """Index the base in one pass over its scale-0 blocks (``workers`` threads read and count).
+BlockCounts = tuple[Coord, U64, I64]
 
-    ``read_block(box)`` returns the base's voxels in ``box``. Label 0 is background and not indexed.
-    ``progress(done, total)`` is called after each block (for a progress bar).
+
+def count_block(c: Coord, data: npt.NDArray[Any]) -> BlockCounts:
+    """The labels of one scale-0 block and their voxel counts (0 is background, not indexed)."""
+    labels, n = np.unique(np.asarray(data).reshape(-1), return_counts=True)
+    keep = labels != 0
+    return c, labels[keep].astype(np.uint64), n[keep].astype(np.int64)
+
+
+def combine_counts(parts: Iterable[BlockCounts]) -> BaseIndex:
+    """The index from per-block counts (any order in, one canonical result out).
+
+    Parts are put in block order first, so a thread pool, a Dask cluster or a single loop that
+    counted the same blocks all store byte-identical indexes.
     """
-    coords = list(grid.blocks_in(Box.of_shape(grid.shape)))
-
-    def count(c: Coord) -> tuple[Coord, U64, I64]:
-        data = np.asarray(read_block(grid.box(c)))
-        labels, n = np.unique(data.reshape(-1), return_counts=True)
-        keep = labels != 0
-        return c, labels[keep].astype(np.uint64), n[keep].astype(np.int64)
-
-    parts: list[tuple[Coord, U64, I64]] = []
-    with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
-        for i, part in enumerate(pool.map(count, coords)):
-            parts.append(part)
-            if progress is not None:
-                progress(i + 1, len(coords))
-    if parts:
-        labels = np.concatenate([p[1] for p in parts])
-        counts = np.concatenate([p[2] for p in parts])
-        blocks = np.concatenate([np.tile(np.asarray(p[0], dtype=np.int64), (p[1].size, 1)) for p in parts])
+    ordered = sorted(parts, key=lambda p: p[0])
+    if ordered:
+        labels = np.concatenate([p[1] for p in ordered])
+        counts = np.concatenate([p[2] for p in ordered])
+        blocks = np.concatenate([np.tile(np.asarray(p[0], dtype=np.int64), (p[1].size, 1)) for p in ordered])
     else:
         labels, counts, blocks = np.zeros(0, np.uint64), np.zeros(0, np.int64), np.zeros((0, 3), np.int64)
     order = np.argsort(labels, kind="stable")  # blocks stay z-major within a label
@@ -187,6 +183,29 @@ def build_base_index(read_block: Callable[[Box], npt.NDArray[Any]], grid: BlockG
     totals = np.add.reduceat(counts, first).astype(np.uint64) if labels.size else np.zeros(0, np.uint64)
     summary = IndexSummary(svs.astype(np.uint64), totals, int(svs[-1]) if svs.size else 0)
     return BaseIndex(summary, labels, blocks, counts, int(counts.sum()))
+
+
+def build_base_index(read_block: Callable[[Box], npt.NDArray[Any]], grid: BlockGrid, *, workers: int = 2,
+                     progress: Callable[[int, int], None] | None = None) -> BaseIndex:
+    """Index the base in one pass over its scale-0 blocks (``workers`` threads read and count).
+
+    ``read_block(box)`` returns the base's voxels in ``box``. Label 0 is background and not indexed.
+    ``progress(done, total)`` is called after each block (for a progress bar). For bases too large
+    for one machine's reading, :func:`~napari_shardscope.core.labelmap.index_job.build_label_index`
+    runs the same counting as a Dask job.
+    """
+    coords = list(grid.blocks_in(Box.of_shape(grid.shape)))
+
+    def count(c: Coord) -> BlockCounts:
+        return count_block(c, read_block(grid.box(c)))
+
+    parts: list[BlockCounts] = []
+    with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
+        for i, part in enumerate(pool.map(count, coords)):
+            parts.append(part)
+            if progress is not None:
+                progress(i + 1, len(coords))
+    return combine_counts(parts)
 
 
 def store_base_index(repo: Repository, instance: Instance, built: BaseIndex) -> None:

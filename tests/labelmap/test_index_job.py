@@ -1,0 +1,79 @@
+"""The base label index as a Dask job: byte-identical to the thread-built index, on threads and on a cluster."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from napari_shardscope.core.cli import run
+from napari_shardscope.core.errors import ArgumentError
+from napari_shardscope.core.labelmap import create_labelmap, open_labelmap
+from napari_shardscope.core.labelmap.index_job import build_label_index
+from napari_shardscope.core.versioned import create_repository, open_repository
+from tests.labelmap.volumes import voronoi_supervoxels, write_precomputed
+
+
+@pytest.fixture(scope="module")
+def base(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, np.ndarray]:
+    path = tmp_path_factory.mktemp("idx") / "seg"
+    data = voronoi_supervoxels((10, 36, 40), 20, seed=5)
+    write_precomputed(path, data, ((1, 1, 1), (1, 2, 2)), chunk_xyz=(16, 16, 4), sharded=True)
+    return path, data
+
+
+def stored_index(path: Path) -> list[tuple[bytes, bytes]]:
+    with open_repository(path) as repo:
+        return repo.scan_unversioned("seg", b"index/")
+
+
+def make(tmp_path: Path, name: str, base: Path, *, build: bool) -> Path:
+    repo = create_repository(tmp_path / name)
+    create_labelmap(repo, "seg", base, id_start=10**6, build_index=build, block=8)
+    repo.close()
+    return tmp_path / name
+
+
+def test_dask_index_equals_thread_index_and_is_correct(base: tuple[Path, np.ndarray], tmp_path: Path) -> None:
+    threads = make(tmp_path, "threads", base[0], build=True)  # the in-process thread pool, at creation
+    dask = make(tmp_path, "dask", base[0], build=False)
+    seen: list[tuple[int, int]] = []
+    built = build_label_index(str(dask), "seg", blocks_per_task=3, progress=lambda d, t, w: seen.append((d, t)))
+    assert seen and seen[-1][0] == seen[-1][1] > 1
+    assert stored_index(dask) == stored_index(threads)
+    ids, counts = np.unique(base[1], return_counts=True)
+    np.testing.assert_array_equal(built.summary.supervoxels, ids)
+    np.testing.assert_array_equal(built.summary.totals, counts)
+    with open_repository(dask) as repo:  # the labelmap uses it: sizes from the index
+        v = open_labelmap(repo, "seg").at("main")
+        assert v.supervoxel_size(int(ids[3])) == int(counts[3])
+
+
+def test_local_cluster_builds_the_same_index(base: tuple[Path, np.ndarray], tmp_path: Path) -> None:
+    from distributed import Client, LocalCluster
+
+    threads = make(tmp_path, "threads", base[0], build=True)
+    cluster_repo = make(tmp_path, "cluster", base[0], build=False)
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cluster, \
+            Client(cluster) as client:
+        build_label_index(str(cluster_repo), "seg", scheduler=client, blocks_per_task=4)
+    assert stored_index(cluster_repo) == stored_index(threads)
+
+
+def test_rebuild_refused_without_force_and_cli(base: tuple[Path, np.ndarray], tmp_path: Path,
+                                               capsys: pytest.CaptureFixture[str]) -> None:
+    path = make(tmp_path, "cli", base[0], build=False)
+    assert run(["index", str(path), "seg", "--json", "--quiet"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["built"] and out["supervoxels"] == len(np.unique(base[1])) and out["voxels"] == base[1].size
+    before = stored_index(path)
+    with pytest.raises(ArgumentError, match="already has"):
+        build_label_index(str(path), "seg")
+    assert run(["index", str(path), "seg", "--json"]) == 0  # reports the stored index, builds nothing
+    assert json.loads(capsys.readouterr().out)["built"] is False
+    assert run(["index", str(path), "seg", "--force", "--quiet", "--scheduler", "sync"]) == 0
+    assert stored_index(path) == before
+    assert run(["index", str(path), "nope"]) == 2
+    assert "nope" in capsys.readouterr().err
