@@ -231,3 +231,34 @@ def test_versions_panel_commit_branch_checkout_diff(proofread: tuple[Any, Proofr
     assert d.relation == "a is an ancestor of b" and d.only_a == ()
     assert [e.mutation.operation for e in d.only_b] == ["cleave"] and new in d.bodies_b
     assert versions.diff_tree.topLevelItemCount() == 1
+
+
+def test_versions_panel_merges_branches_with_a_choice_per_conflict(
+        proofread: tuple[Any, ProofreadingPanel, Path]) -> None:
+    viewer, panel, repo = proofread
+    versions = dock(viewer, "Versions")
+    session = session_for(viewer)
+    a, b, va, vb = two_bodies(panel)
+    root = versions.commit("base")
+    versions.new_branch("alt")
+    session.version.merge(b, [a])  # theirs: a into b
+    versions.commit("alt: a into b")
+    versions.new_branch(None, root.uuid)  # main continues from the base
+    session.version.merge(a, [b])  # ours: b into a — the same bodies: a conflict
+    versions.commit("main: b into a")
+    assert versions.theirs_combo.currentText() == "alt" and versions.merge_button.isEnabled()
+    plan = versions.plan_merge("alt")
+    keys = {c.key for c in plan.conflicts}
+    assert keys == {f"body:{a}", f"body:{b}"} and versions.conflict_tree.topLevelItemCount() == 2
+    versions._guard(lambda: versions.merge("alt", resolutions={}))  # unresolved: refused, nothing written
+    assert "edited on both sides" in versions.last_error
+    assert len(open_repository(repo).versions()) == 3  # base, alt, main: no merge version
+    for key in keys:
+        versions.choose(key, "theirs")
+    result = versions.merge("alt")
+    assert session.version.uuid == result.version.uuid and not result.version.locked
+    assert open_repository(repo).version(result.version.uuid).parents[1] == open_repository(repo).head("alt").uuid
+    stored = fresh(repo, result.version.uuid)
+    assert stored.body_at(va) == b and stored.body_at(vb) == b  # their merge kept, ours reverted
+    assert shown_level0_plane(panel)[va[1], va[2]] == b
+    assert panel.merge_button.isEnabled() or not panel.selected  # the merge version is open: edits allowed

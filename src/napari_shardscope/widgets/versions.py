@@ -18,6 +18,7 @@ from qtpy.QtCore import Qt
 from qtpy.QtGui import QFont
 from qtpy.QtWidgets import (
     QAbstractItemView,
+    QComboBox,
     QGroupBox,
     QHBoxLayout,
     QLabel,
@@ -30,6 +31,12 @@ from qtpy.QtWidgets import (
 )
 
 from napari_shardscope.core.errors import ArgumentError, ShardscopeError
+from napari_shardscope.core.labelmap.branch_merge import (
+    BranchMergePlan,
+    BranchMergeResult,
+    merge_branches,
+    plan_branch_merge,
+)
 from napari_shardscope.core.labelmap.diff import VersionDiff, diff_versions
 from napari_shardscope.core.versioned import Version
 from napari_shardscope.widgets.session import ProofreadingSession, session_for
@@ -50,6 +57,7 @@ class VersionsPanel(QWidget):  # type: ignore[misc]
         self.session: ProofreadingSession = session_for(viewer)
         self.last_error = ""
         self.last_diff: VersionDiff | None = None
+        self.last_plan: BranchMergePlan | None = None
         self._build()
         for signal in (self.session.connected, self.session.version_changed, self.session.dag_changed,
                        self.session.edited):
@@ -101,6 +109,28 @@ class VersionsPanel(QWidget):  # type: ignore[misc]
         brow.addWidget(self.branch_button)
         vbox.addWidget(branch_box)
 
+        merge_box = QGroupBox("Merge a branch into the checked-out (committed) version")
+        mv = QVBoxLayout(merge_box)
+        mrow = QHBoxLayout()
+        self.theirs_combo = QComboBox()
+        self.theirs_combo.setToolTip("their branch (its head is merged)")
+        self.plan_button = QPushButton("Check")
+        self.plan_button.setToolTip("list the bodies and supervoxels both branches edited (conflicts)")
+        self.plan_button.clicked.connect(lambda: self._guard(lambda: self.plan_merge(self.theirs_combo.currentText())))
+        self.merge_button = QPushButton("Merge")
+        self.merge_button.setToolTip("make the merge version, with the side chosen for each conflict")
+        self.merge_button.clicked.connect(lambda: self._guard(lambda: self.merge(self.theirs_combo.currentText())))
+        mrow.addWidget(self.theirs_combo, 1)
+        mrow.addWidget(self.plan_button)
+        mrow.addWidget(self.merge_button)
+        mv.addLayout(mrow)
+        self.conflict_tree = QTreeWidget()
+        self.conflict_tree.setColumnCount(4)
+        self.conflict_tree.setHeaderLabels(["Conflict", "Ours", "Theirs", "Keep"])
+        self.conflict_tree.setMaximumHeight(140)
+        mv.addWidget(self.conflict_tree)
+        vbox.addWidget(merge_box)
+
         self.diff_tree = QTreeWidget()
         self.diff_tree.setColumnCount(5)
         self.diff_tree.setHeaderLabels(["Side", "Mutation", "Operation", "Bodies", "User"])
@@ -145,6 +175,13 @@ class VersionsPanel(QWidget):  # type: ignore[misc]
             self.tree.addTopLevelItem(item)
         for col in (0, 1, 2, 4):
             self.tree.resizeColumnToContents(col)
+        current_branch = self.session.version.version.branch if self.session.version is not None else None
+        previous = self.theirs_combo.currentText()
+        self.theirs_combo.clear()
+        names = [b.name for b in repo.branches() if b.name != current_branch]
+        self.theirs_combo.addItems(names)
+        if previous in names:
+            self.theirs_combo.setCurrentText(previous)
         self._update_actions()
 
     def _own_edit_counts(self) -> dict[str, int]:
@@ -241,6 +278,61 @@ class VersionsPanel(QWidget):  # type: ignore[misc]
             f"{len(d.only_b)} only in {short_b} touching {len(d.bodies_b)} bodies")
         return d
 
+    # -- merging branches -------------------------------------------------------------------------------
+    def _ours(self) -> str:
+        if self.session.version is None:
+            raise ArgumentError("no version checked out")
+        return self.session.version.uuid
+
+    def plan_merge(self, theirs: str) -> BranchMergePlan:
+        """List the conflicts of merging ``theirs`` into the checked-out version, each with a side to keep."""
+        lm = self.session.labelmap
+        if lm is None:
+            raise ArgumentError("no repository")
+        plan = plan_branch_merge(lm, self._ours(), theirs)
+        self.last_plan = plan
+        self.conflict_tree.clear()
+        self._choices: dict[str, QComboBox] = {}
+        for c in plan.conflicts:
+            item = QTreeWidgetItem([c.key, ", ".join(map(str, c.ours)), ", ".join(map(str, c.theirs)), ""])
+            self.conflict_tree.addTopLevelItem(item)
+            combo = QComboBox()
+            combo.addItems(["ours", "theirs"])
+            self.conflict_tree.setItemWidget(item, 3, combo)
+            self._choices[c.key] = combo
+        self._ok(f"merging {theirs} into {plan.ours[:8]}: {len(plan.theirs_mutations)} of their mutation(s), "
+                 f"{len(plan.conflicts)} conflict(s)" + (" — choose a side for each, then Merge" if plan.conflicts
+                                                          else ""))
+        return plan
+
+    def choose(self, key: str, side: str) -> None:
+        """Set the side kept for conflict ``key`` (as the row's combo box does)."""
+        if key not in getattr(self, "_choices", {}):
+            raise ArgumentError(f"no conflict {key!r} listed: check the merge first")
+        self._choices[key].setCurrentText(side)
+
+    def merge(self, theirs: str, resolutions: dict[str, str] | None = None) -> BranchMergeResult:
+        """Merge branch ``theirs`` into the checked-out version and check out the (open) merge version.
+
+        ``resolutions`` (conflict key → side) default to the sides chosen in the conflict list.
+        """
+        lm = self.session.labelmap
+        if lm is None:
+            raise ArgumentError("no repository")
+        ours = self._ours()
+        if resolutions is None:
+            plan = self.plan_merge(theirs) if self.last_plan is None or self.last_plan.ours != ours else self.last_plan
+            choices = getattr(self, "_choices", {})
+            resolutions = {c.key: choices[c.key].currentText() for c in plan.conflicts if c.key in choices}
+        result = merge_branches(lm, ours, theirs, resolutions=resolutions)  # type: ignore[arg-type]
+        self.last_plan = None
+        self.conflict_tree.clear()
+        self.session.dag_changed.emit()
+        self.session.checkout(result.version.uuid)
+        self._ok(f"merge version {result.version.short} (open): {len(result.applied)} of their edits applied, "
+                 f"{len(result.reverted)} of ours reverted, {len(result.dropped)} of theirs dropped; commit it")
+        return result
+
     def _diff_clicked(self) -> None:
         sel = self._selected()
         if len(sel) == 2:
@@ -262,6 +354,11 @@ class VersionsPanel(QWidget):  # type: ignore[misc]
         target = sel[0] if len(sel) == 1 else (self.session.version.uuid if self.session.version else None)
         locked = bool(connected and repo is not None and target is not None and repo.version(target).locked)
         self.branch_button.setEnabled(locked)
+        ours_locked = bool(connected and self.session.version is not None and self.session.version.version.locked)
+        for b in (self.plan_button, self.merge_button):
+            b.setEnabled(ours_locked and self.theirs_combo.count() > 0)
+        if not ours_locked:
+            self.merge_button.setToolTip("commit the checked-out version first: a merge joins two committed heads")
         self.branch_button.setToolTip("" if locked else "a new version needs a committed parent: commit first")
 
     # -- messages ---------------------------------------------------------------------------------------
