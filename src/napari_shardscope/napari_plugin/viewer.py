@@ -79,8 +79,10 @@ def show_volumes(volumes: Sequence[Volume], *, screenshot: Path | None = None, a
 
     viewer = napari.Viewer(title=title, show=True)
     add_volumes(viewer, volumes)
-    for name in widgets:
-        viewer.window.add_plugin_dock_widget("napari-shardscope", name)
+    for i, name in enumerate(widgets):  # one dock area, one tab per panel: the canvas keeps its room
+        viewer.window.add_plugin_dock_widget("napari-shardscope", name, tabify=i > 0)
+    if widgets:
+        viewer.window.add_plugin_dock_widget("napari-shardscope", widgets[0])  # raise the first tab
     if screenshot is None:
         napari.run()
         return 0

@@ -211,7 +211,9 @@ class ProofreadingSession:
         common = {"scale": geometry.voxel_size, "translate": geometry.translate, "multiscale": len(bodies) > 1,
                   "axis_labels": ("z", "y", "x")}
         name = v.labelmap.name
-        self._hide_base_layers(v)
+        base = self._hide_base_layers(v)
+        if base is not None and getattr(base, "units", None) is not None:
+            common["units"] = tuple(base.units)[-3:]  # the same world units as the base's layer
         self.supervoxel_layer = self.viewer.add_labels(_data(svs), name=f"{name} supervoxels", visible=False,
                                                        metadata=dict(meta), **common)
         self.body_layer = self.viewer.add_labels(_data(bodies), name=f"{name} bodies", metadata=dict(meta),
@@ -220,13 +222,16 @@ class ProofreadingSession:
             layer.editable = False  # napari must never write into a lazy view of the store
         self.viewer.layers.selection.active = self.body_layer
 
-    def _hide_base_layers(self, v: LabelmapVersion) -> None:
-        """Hide the base segmentation's own layer: the body layer shows the same voxels, edited."""
+    def _hide_base_layers(self, v: LabelmapVersion) -> Any:
+        """Hide the base segmentation's own layer (the body layer shows the same voxels, edited); return it."""
         base = v.labelmap.config.base.rstrip("/")
+        found = None
         for layer in self.viewer.layers:
             meta = layer.metadata.get("shardscope") if hasattr(layer, "metadata") else None
             if isinstance(meta, dict) and str(meta.get("url", "")).rstrip("/") in (base, base.removeprefix("file://")):
                 layer.visible = False
+                found = layer
+        return found
 
     def refresh(self, event: EditEvent | None = None) -> None:
         """Show the checked-out version's current state after an edit.
