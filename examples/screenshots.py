@@ -6,8 +6,8 @@ Run on a machine without a screen under a virtual display::
     xvfb-run -a python examples/screenshots.py shard_browser --out /tmp
 
 Each panel is driven through its public methods, as a user would click it, so the pictures show
-what the panel really does with the sample (generated into the cache on first use). Panels added
-later (proofreading, versions) add a function to :data:`PANELS`.
+what the panel really does with the sample (generated into the cache on first use); each panel is
+a function in :data:`PANELS`.
 """
 
 from __future__ import annotations
@@ -67,6 +67,74 @@ def shard_browser(viewer: Any) -> None:
     _wait(viewer, lambda: True)
 
 
+def _two_large_bodies(v: Any, z: int) -> list[int]:
+    plane = v.read_bodies((z, slice(None), slice(None)))
+    import numpy as np
+
+    ids, counts = np.unique(plane[plane != 0], return_counts=True)
+    return [int(i) for i in ids[np.argsort(counts)[::-1]]]
+
+
+def _proofreading_session(viewer: Any, repo: Path) -> tuple[Any, Any]:
+    """Dock the Proofreading panel and create a repository over the sample's segmentation."""
+    from napari_shardscope.widgets.proofreading import ProofreadingPanel
+
+    panel = _dock(viewer, "Proofreading")
+    assert isinstance(panel, ProofreadingPanel)
+    panel.create_repository(repo)
+    _wait(viewer, lambda: not panel.busy and panel.session.is_connected)
+    viewer.dims.set_current_step(0, 32)
+    return panel, panel.session
+
+
+def proofreading(viewer: Any) -> None:
+    """Two bodies merged, a third selected with its info and history; keys in the panel's tooltip."""
+    import tempfile
+
+    panel, session = _proofreading_session(viewer, Path(tempfile.mkdtemp(prefix="shardscope-shot-")) / "repo")
+    order = _two_large_bodies(session.version, 32)
+    panel.select(order[0])
+    panel.select(order[1], add=True)
+    panel.merge_selected()
+    panel.select(order[0])
+    panel.isolate_check.setChecked(False)
+    viewer.layers["image"].visible = True
+    session.body_layer.opacity = 0.55
+    viewer.reset_view()
+    _wait(viewer, lambda: True)
+
+
+def versions(viewer: Any) -> None:
+    """A merge on main, a cleave on branch alt, merged back; the DAG and a diff shown."""
+    import tempfile
+
+    _, session = _proofreading_session(viewer, Path(tempfile.mkdtemp(prefix="shardscope-shot-")) / "repo")
+    from napari_shardscope.widgets.versions import VersionsPanel
+
+    vp = _dock(viewer, "Versions")
+    assert isinstance(vp, VersionsPanel)
+    order = _two_large_bodies(session.version, 32)
+    session.version.merge(order[0], [order[1]])
+    root = vp.commit("merge two bodies on plane 32")
+    vp.new_branch("alt")
+    session.version.merge(order[2], [order[3]])
+    alt = vp.commit("alt: merge two more")
+    vp.new_branch(None, root.uuid)
+    session.version.cleave(order[0], session.version.supervoxels(order[0])[:1])
+    vp.commit("main: cleave one supervoxel")
+    vp.merge("alt")
+    vp.commit("merge alt into main")
+    vp.diff(root.uuid, alt.uuid)
+    vp.select(alt.uuid)
+    from qtpy.QtWidgets import QDockWidget
+
+    for dock in viewer.window._qt_window.findChildren(QDockWidget):  # the picture is of the Versions panel
+        if dock.windowTitle().startswith("Proofreading"):
+            dock.hide()
+    viewer.reset_view()
+    _wait(viewer, lambda: True)
+
+
 def _close_notifications(viewer: Any) -> None:
     """Hide napari's toasts (e.g. the PyQt5 deprecation notice) so they do not cover the picture."""
     from napari._qt.dialogs.qt_notification import NapariQtNotification
@@ -84,7 +152,8 @@ def _save_small_png(image: Any, path: Path) -> None:
         path, optimize=True)
 
 
-PANELS: dict[str, Callable[[Any], None]] = {"shard_browser": shard_browser}
+PANELS: dict[str, Callable[[Any], None]] = {"shard_browser": shard_browser, "proofreading": proofreading,
+                                             "versions": versions}
 
 
 def render(name: str, out_dir: Path) -> Path:

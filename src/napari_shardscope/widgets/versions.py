@@ -70,6 +70,7 @@ class VersionsPanel(QWidget):  # type: ignore[misc]
         self.tree.setColumnCount(len(COLUMNS))
         self.tree.setHeaderLabels(list(COLUMNS))
         self.tree.setRootIsDecorated(False)
+        self.tree.setMinimumHeight(150)
         self.tree.setSelectionMode(QAbstractItemView.SelectionMode.ExtendedSelection)
         self.tree.itemDoubleClicked.connect(
             lambda item, _col: self._guard(lambda: self.checkout(item.data(0, UUID_ROLE))))
@@ -185,20 +186,30 @@ class VersionsPanel(QWidget):  # type: ignore[misc]
         self._update_actions()
 
     def _own_edit_counts(self) -> dict[str, int]:
-        """Mutations each version's own log holds (one log scan of the newest heads' ancestries)."""
+        """Mutations each version's own log holds.
+
+        A version's state holds the logs of its first-parent chain (a branch merge carries the
+        other side's edits in one record), so one state per chain tip covers every version:
+        newest first, each version not yet on a visited chain is a tip.
+        """
         lm = self.session.labelmap
         repo = self.session.repo
         if lm is None or repo is None:
             return {}
         counts: dict[str, int] = {}
         seen: set[int] = set()
+        covered: set[str] = set()
         for v in sorted(repo.versions(), key=lambda v: v.vid, reverse=True):
-            if repo.children(v):
-                continue  # leaves only: their ancestries cover every version
+            if v.uuid in covered:
+                continue
             for entry in lm.at(v.uuid).mutations():
                 if entry.mutation.mutation_id not in seen:
                     seen.add(entry.mutation.mutation_id)
                     counts[entry.version] = counts.get(entry.version, 0) + 1
+            cur: Version | None = v
+            while cur is not None and cur.uuid not in covered:
+                covered.add(cur.uuid)
+                cur = repo.version(cur.parents[0]) if cur.parents else None
         return counts
 
     def versions(self) -> list[str]:
