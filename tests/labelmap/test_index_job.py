@@ -77,3 +77,40 @@ def test_rebuild_refused_without_force_and_cli(base: tuple[Path, np.ndarray], tm
     assert stored_index(path) == before
     assert run(["index", str(path), "nope"]) == 2
     assert "nope" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("blocks_per_task", "ranges", "id_start"), [(1, 7, 10**6), (5, 3, 10**6), (64, 9, 1500)])
+def test_range_partitioned_combination_stores_the_same_bytes(base: tuple[Path, np.ndarray], tmp_path: Path,
+                                                             blocks_per_task: int, ranges: int, id_start: int) -> None:
+    """However the bricks and supervoxel-id ranges are cut (ids past id_start land in the last range), same bytes."""
+    threads = make(tmp_path, "threads", base[0], build=True)
+    repo = create_repository(tmp_path / "ranged")
+    create_labelmap(repo, "seg", base[0], id_start=max(id_start, int(base[1].max()) + 1), build_index=False, block=8)
+    repo.close()
+    report = build_label_index(str(tmp_path / "ranged"), "seg", blocks_per_task=blocks_per_task, ranges=ranges)
+    assert report.ranges == ranges and report.to_json()["supervoxels"] == len(np.unique(base[1]))
+    assert stored_index(tmp_path / "ranged") == stored_index(threads)
+
+
+def test_interrupted_rebuild_leaves_the_old_index(base: tuple[Path, np.ndarray], tmp_path: Path) -> None:
+    """A rebuild stores in one transaction: failing at the last range leaves the previous index, damage and all;
+    a complete rebuild repairs it."""
+    from napari_shardscope.core.labelmap.keys import base_index_key
+
+    path = make(tmp_path, "atomic", base[0], build=True)
+    good = stored_index(path)
+    first = int(np.unique(base[1])[1])  # in the first id range
+    with open_repository(path) as repo:
+        repo.put_unversioned("seg", [(base_index_key(first), b"damaged!")])
+    damaged = stored_index(path)
+    assert damaged != good
+
+    def fail_at_the_last_range(done: int, total: int, what: str) -> None:
+        if what == "combine ranges" and done == total - 1:
+            raise RuntimeError("interrupted")
+
+    with pytest.raises(RuntimeError, match="interrupted"):
+        build_label_index(str(path), "seg", overwrite=True, ranges=4, progress=fail_at_the_last_range)
+    assert stored_index(path) == damaged
+    build_label_index(str(path), "seg", overwrite=True, ranges=4)
+    assert stored_index(path) == good

@@ -12,7 +12,7 @@ order on any worker. ``scheduler`` chooses where they run:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, TypeVar
 
 from napari_shardscope.core.dataset import Progress
@@ -69,6 +69,68 @@ def run_tasks(
             if progress is not None:
                 progress(n, total, label)
         return results
+    finally:
+        if own:
+            client.close()
+
+
+def iter_tasks(
+    fn: Callable[[T], R],
+    tasks: Sequence[T],
+    *,
+    scheduler: Any = None,
+    num_workers: int | None = None,
+    progress: Progress | None = None,
+    label: str = "task",
+    batch: int | None = None,
+) -> Iterator[tuple[int, R]]:
+    """Run ``fn(task)`` for every task on Dask, yielding ``(task index, result)`` as results arrive.
+
+    Unlike :func:`run_tasks`, results are not collected: the caller consumes each one (writes it
+    out) before the next arrives, so a job whose results together exceed the client's memory can
+    still run. On a ``distributed`` cluster each result is released as soon as it is yielded; on
+    the threaded scheduler tasks run in batches of ``batch`` (default four per thread), so at
+    most one batch of results is held at once.
+    """
+    import os
+
+    if not tasks:
+        return
+    total = len(tasks)
+    if scheduler is None or scheduler in ("threads", "sync", "synchronous", "single-threaded"):
+        threads = num_workers or os.cpu_count() or 1
+        size = batch or max(1, 4 * threads)
+        done = 0
+        for start in range(0, total, size):
+            chunk = list(enumerate(tasks[start:start + size], start=start))
+            results = run_tasks(fn, [t for _, t in chunk], scheduler=scheduler, num_workers=num_workers, label=label)
+            for (i, _), result in zip(chunk, results, strict=True):
+                done += 1
+                if progress is not None:
+                    progress(done, total, label)
+                yield i, result
+            del results
+        return
+    import dask
+
+    client, own = _client_for(scheduler)
+    try:
+        from distributed import as_completed
+
+        delayed = [dask.delayed(fn, pure=False)(t, dask_key_name=f"{label}-{i}") for i, t in enumerate(tasks)]
+        futures = client.compute(delayed)
+        del delayed
+        index = {f.key: i for i, f in enumerate(futures)}
+        pending = as_completed(futures)
+        del futures  # as_completed holds the futures until each is yielded; then only we do
+        for n, future in enumerate(pending, start=1):
+            result = future.result()
+            i = index[future.key]
+            future.release()
+            del future
+            if progress is not None:
+                progress(n, total, label)
+            yield i, result
     finally:
         if own:
             client.close()

@@ -1,112 +1,269 @@
-"""The base label index as a Dask job: count every scale-0 block of the base on a cluster.
+"""The bulk label index: index a whole base segmentation as a Dask job, for bases too large to index lazily.
 
-Indexing reads the whole base once. In the GUI process a thread pool does it on first need
-(:meth:`~napari_shardscope.core.labelmap.labelmap.Labelmap.index_summary`); for a base too large
-for that, this job spreads the reading and counting over Dask — the threaded scheduler, or a
-``dask.distributed`` cluster whose workers read the base where it lives (a bucket URL) — and the
-client combines the per-block counts and stores them in the repository in one transaction.
-Only label counts travel back, never voxels: a 64³ block of uint64 (2 MiB) becomes a few hundred
-bytes. The stored index is byte-identical to the thread-built one (tested).
+:func:`~napari_shardscope.core.labelmap.label_index.build_base_index` indexes the base in one pass
+with threads in one process, holding every entry in memory. That is right for a sample and wrong
+for a petavoxel base: the counting must run on a cluster, and the client must never hold the
+whole index. The job therefore runs in two phases:
+
+1. **count** — one Dask task per *brick* (a box of whole scale-0 overlay blocks) reads the base and
+   returns, for every block of the brick, each supervoxel and its voxel count there. The tasks are
+   pure functions of a small picklable :class:`BrickTask` (the base URL and a block range); each
+   worker process opens the base volume once.
+2. **combine** — as each brick's counts arrive, the client splits them by *supervoxel-id range*
+   and appends each part to that range's scratch file, then forgets them. When every brick is in,
+   the ranges are combined one at a time (sorted, grouped per supervoxel) and their entries are
+   streamed into one write transaction, the summary and then ``index/meta`` last. One range is
+   in memory at a time; the only whole-volume structure is the summary (every supervoxel and its
+   total, 16 bytes each), which the labelmap keeps in memory anyway.
+
+The stored bytes are exactly those of the thread builder (same keys, same entry encoding, same
+block order within an entry, same summary and meta), so every reader of the base index
+(:meth:`Labelmap.base_entry`, :meth:`Labelmap.index_summary`) is unchanged. Because the whole
+store happens in one transaction, a rebuild (``overwrite=True``) replaces an existing index
+atomically: readers see the old index or the new, never a mix, and an interrupted job leaves the
+old one intact.
 """
 
 from __future__ import annotations
 
+import os
+import tempfile
 import threading
+import time
+from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
+
+import numpy as np
+import numpy.typing as npt
 
 from napari_shardscope.core.dataset import Progress
 from napari_shardscope.core.errors import ArgumentError
-from napari_shardscope.core.export.tasks import run_tasks
+from napari_shardscope.core.export.tasks import iter_tasks
 from napari_shardscope.core.labelmap.config import TYPE_NAME, LabelmapConfig
-from napari_shardscope.core.labelmap.geometry import Box, Coord
-from napari_shardscope.core.labelmap.keys import INDEX_META_KEY
-from napari_shardscope.core.labelmap.label_index import BaseIndex, BlockCounts, combine_counts, count_block
-from napari_shardscope.core.versioned.repository import Repository, open_repository
+from napari_shardscope.core.labelmap.geometry import BlockGrid, Box, Coord
+from napari_shardscope.core.labelmap.keys import INDEX_META_KEY, INDEX_SUMMARY_KEY
+from napari_shardscope.core.labelmap.label_index import BaseIndex, IndexSummary, count_block
+from napari_shardscope.core.versioned.repository import Repository
 
-#: Scale-0 blocks one task counts (a task then reads about 64 × 2 MiB of uint64 at 64³ blocks).
+#: One count: supervoxel, scale-0 block (z, y, x) and its voxels there (28 bytes, packed).
+RECORD_DTYPE = np.dtype([("sv", "<u8"), ("z", "<u4"), ("y", "<u4"), ("x", "<u4"), ("n", "<u8")])
+#: Default brick: about this many scale-0 blocks per task (64 blocks of 64³ uint64: 128 MiB read at once).
 BLOCKS_PER_TASK = 64
+#: Default number of scratch entries per supervoxel-id range (the most the client combines at once).
+RANGE_BLOCKS = 64
+MAX_RANGES = 256
 
-_BASES: dict[str, Any] = {}
-_BASES_LOCK = threading.Lock()
+Records = npt.NDArray[np.void]
 
 
 @dataclass(frozen=True)
-class CountTask:
-    """Count the labels of some scale-0 blocks of the base at ``base`` (picklable, opens the base once per process)."""
+class BrickTask:
+    """One count task: the blocks ``lo``..``hi`` (grid positions, hi exclusive) of the base at ``base``."""
 
     base: str
-    block: Coord
     shape: Coord
-    blocks: tuple[Coord, ...]
-
-    def __call__(self) -> list[BlockCounts]:
-        from napari_shardscope.core.labelmap.reading import BaseSource
-        from napari_shardscope.core.volumes.opening import open_volume
-
-        with _BASES_LOCK:
-            source = _BASES.get(self.base)
-            if source is None:
-                source = _BASES[self.base] = BaseSource(open_volume(self.base, kind="segmentation"))
-        out = []
-        for c in self.blocks:
-            lo = tuple(i * b for i, b in zip(c, self.block, strict=True))
-            hi = tuple(min(low + b, s) for low, b, s in zip(lo, self.block, self.shape, strict=True))
-            out.append(count_block(c, source.read(0, Box(lo, hi))))  # type: ignore[arg-type]
-        return out
+    block: Coord
+    lo: Coord
+    hi: Coord
 
 
-def _run(task: CountTask) -> list[BlockCounts]:
-    return task()
+@dataclass(frozen=True)
+class IndexJobReport:
+    """What a bulk index job stored: the summary (every supervoxel and its total) and how the job ran."""
+
+    labelmap: str
+    summary: IndexSummary
+    voxels: int
+    tasks: int
+    ranges: int
+    seconds: float
+
+    def to_json(self) -> dict[str, Any]:
+        return {"labelmap": self.labelmap, "supervoxels": int(self.summary.supervoxels.size),
+                "max_id": self.summary.max_id, "voxels": self.voxels, "tasks": self.tasks,
+                "ranges": self.ranges, "seconds": round(self.seconds, 3)}
 
 
-def plan_count_tasks(config: LabelmapConfig, blocks_per_task: int = BLOCKS_PER_TASK) -> list[CountTask]:
-    """Tasks covering every scale-0 block, in z-major runs of ``blocks_per_task`` blocks."""
+_OPEN_BASES: dict[str, Any] = {}
+_OPEN_LOCK = threading.Lock()
+
+
+def _base_reader(url: str) -> Any:
+    with _OPEN_LOCK:
+        reader = _OPEN_BASES.get(url)
+        if reader is None:
+            from napari_shardscope.core.labelmap.reading import BaseSource
+            from napari_shardscope.core.volumes import open_volume
+
+            reader = _OPEN_BASES[url] = BaseSource(open_volume(url, kind="segmentation"))
+    return reader
+
+
+def count_brick(task: BrickTask) -> Records:
+    """Per-block supervoxel counts of one brick (blocks z-major, supervoxels ascending in each; 0 skipped).
+
+    Reads the brick in one request (one round trip per brick rather than per block) and counts
+    each block of it in memory.
+    """
+    grid = BlockGrid(task.shape, task.block)
+    lo = (task.lo[0] * task.block[0], task.lo[1] * task.block[1], task.lo[2] * task.block[2])
+    hi = grid.box((task.hi[0] - 1, task.hi[1] - 1, task.hi[2] - 1)).hi
+    data = _base_reader(task.base).read(0, Box(lo, hi))
+    parts = []
+    for c in grid.blocks_in(Box(lo, hi)):
+        b = grid.box(c)
+        view = data[b.lo[0] - lo[0]:b.hi[0] - lo[0], b.lo[1] - lo[1]:b.hi[1] - lo[1], b.lo[2] - lo[2]:b.hi[2] - lo[2]]
+        _, labels, n = count_block(c, view)  # the thread build's counting
+        rec = np.zeros(labels.size, dtype=RECORD_DTYPE)
+        rec["sv"], rec["n"] = labels, n
+        rec["z"], rec["y"], rec["x"] = c
+        parts.append(rec)
+    return np.concatenate(parts) if parts else np.zeros(0, dtype=RECORD_DTYPE)
+
+
+def plan_bricks(base: str, grid: BlockGrid, blocks_per_task: int = BLOCKS_PER_TASK) -> list[BrickTask]:
+    """Bricks of at most ``blocks_per_task`` whole blocks, filling x, then y, then z (z-major order)."""
     if blocks_per_task < 1:
         raise ArgumentError(f"blocks_per_task must be >= 1, got {blocks_per_task}")
-    grid = config.grid(0)
-    coords = list(grid.blocks_in(Box.of_shape(grid.shape)))
-    return [CountTask(config.base, config.block, config.shape, tuple(coords[i:i + blocks_per_task]))
-            for i in range(0, len(coords), blocks_per_task)]
+    g = grid.grid
+    budget = blocks_per_task
+    nx = min(g[2], budget)
+    ny = min(g[1], max(1, budget // nx))
+    nz = min(g[0], max(1, budget // (nx * ny)))
+    return [BrickTask(base, grid.shape, grid.block, (z, y, x),
+                      (min(z + nz, g[0]), min(y + ny, g[1]), min(x + nx, g[2])))
+            for z in range(0, g[0], nz) for y in range(0, g[1], ny) for x in range(0, g[2], nx)]
 
 
-def build_label_index(repo: Repository | str, name: str, *, scheduler: Any = None, num_workers: int | None = None,
-                      progress: Progress | None = None, overwrite: bool = False,
-                      blocks_per_task: int = BLOCKS_PER_TASK) -> BaseIndex:
-    """Build and store the base label index of labelmap ``name`` as a Dask job; returns it.
+def range_bounds(id_start: int, ranges: int) -> npt.NDArray[np.uint64]:
+    """Inner bounds splitting supervoxel ids [1, id_start) into ``ranges`` ranges (ids above go to the last)."""
+    edges = np.linspace(1, max(2, id_start), ranges + 1)[1:-1]
+    return np.unique(np.ceil(edges).astype(np.uint64))
+
+
+def _combine_range(records: Records) -> BaseIndex:
+    """The entries of one range, ordered as the thread builder orders them (supervoxel, then block z-major)."""
+    order = np.lexsort((records["x"], records["y"], records["z"], records["sv"]))
+    rec = records[order]
+    labels = rec["sv"].astype(np.uint64)
+    counts = rec["n"].astype(np.int64)
+    blocks = np.stack([rec["z"], rec["y"], rec["x"]], axis=1).astype(np.int64).reshape(-1, 3)
+    svs, first = np.unique(labels, return_index=True)
+    totals = np.add.reduceat(counts, first).astype(np.uint64) if labels.size else np.zeros(0, np.uint64)
+    summary = IndexSummary(svs.astype(np.uint64), totals, int(svs[-1]) if svs.size else 0)
+    return BaseIndex(summary, labels, blocks, counts, int(counts.sum()))
+
+
+def build_label_index(repo: Repository | str | os.PathLike[str], name: str, *, scheduler: Any = None,
+                      num_workers: int | None = None, progress: Progress | None = None,
+                      overwrite: bool = False, blocks_per_task: int = BLOCKS_PER_TASK, ranges: int | None = None,
+                      scratch: str | os.PathLike[str] | None = None) -> IndexJobReport:
+    """Build the base label index of labelmap ``name`` as a Dask job and store it in the repository.
 
     Parameters
     ----------
     repo
         The repository, or its directory.
+    name
+        Labelmap instance name.
     scheduler
-        ``None``/``"threads"``, ``"sync"``, a ``distributed.Client`` or a scheduler address.
+        ``None``/``"threads"`` (Dask's threaded scheduler), ``"sync"``, a ``distributed.Client``,
+        or a scheduler address ``"tcp://host:8786"``. Workers must be able to open the base URL.
+    num_workers
+        Threads for the threaded scheduler.
+    progress
+        ``progress(done, total, what)`` after each counted brick and each combined range
+        (``total`` counts both).
     overwrite
-        Rebuild an index that is already stored (the base never changes, so this only repairs).
+        Replace an existing index (atomically). Without it an existing index is refused: the
+        base is immutable, so a complete index never needs rebuilding unless it is damaged.
+    blocks_per_task
+        At most how many scale-0 blocks one task reads (as one box).
+    ranges
+        How many supervoxel-id ranges the combination is split into (default: about one per 64
+        blocks, at most 256). More ranges, less client memory at once.
+    scratch
+        Directory for the scratch files of the combination (default: the system's temporary
+        directory); removed afterwards.
 
     Raises
     ------
     ArgumentError
-        The instance is not a labelmap, or its index exists and ``overwrite`` is false.
+        Not a labelmap, an index that exists without ``overwrite``, or a bad parameter.
     """
-    from napari_shardscope.core.labelmap.label_index import store_base_index
+    from napari_shardscope.core.versioned import open_repository
 
-    own = isinstance(repo, str)
-    r = open_repository(repo) if isinstance(repo, str) else repo
+    own = not isinstance(repo, Repository)
+    r: Repository = open_repository(repo) if not isinstance(repo, Repository) else repo
     try:
-        inst = r.instance(name)
-        if inst.type != TYPE_NAME:
-            raise ArgumentError(f"instance {name!r} is a {inst.type}, not a {TYPE_NAME}")
-        if r.get_unversioned(inst, INDEX_META_KEY) is not None and not overwrite:
-            raise ArgumentError(f"labelmap {name!r} already has a base label index; pass overwrite=True "
-                                f"(CLI: --force) to rebuild it")
-        config = LabelmapConfig.from_json(inst.config, name=name)
-        tasks = plan_count_tasks(config, blocks_per_task)
-        results = run_tasks(_run, tasks, scheduler=scheduler, num_workers=num_workers, progress=progress,
-                            label="index")
-        built = combine_counts(part for parts in results for part in parts)
-        store_base_index(r, inst, built)
-        return built
+        return _build(r, name, scheduler=scheduler, num_workers=num_workers, progress=progress,
+                      overwrite=overwrite, blocks_per_task=blocks_per_task, ranges=ranges, scratch=scratch)
     finally:
         if own:
             r.close()
+
+
+def _build(repo: Repository, name: str, *, scheduler: Any, num_workers: int | None, progress: Progress | None,
+           overwrite: bool, blocks_per_task: int, ranges: int | None,
+           scratch: str | os.PathLike[str] | None) -> IndexJobReport:
+    started = time.perf_counter()
+    inst = repo.instance(name)
+    if inst.type != TYPE_NAME:
+        raise ArgumentError(f"instance {name!r} is a {inst.type}, not a {TYPE_NAME}")
+    if ranges is not None and ranges < 1:
+        raise ArgumentError(f"ranges must be >= 1, got {ranges}")
+    if repo.get_unversioned(inst, INDEX_META_KEY) is not None and not overwrite:
+        raise ArgumentError(f"labelmap {name!r} already has a complete base label index; rebuild it only if it is "
+                            f"damaged: pass overwrite=True (CLI: --force)")
+    config = LabelmapConfig.from_json(inst.config, name=name)
+    grid = config.grid(0)
+    bricks = plan_bricks(config.base, grid, blocks_per_task)
+    n_blocks = grid.grid[0] * grid.grid[1] * grid.grid[2]
+    n_ranges = ranges if ranges is not None else max(1, min(MAX_RANGES, n_blocks // RANGE_BLOCKS))
+    bounds = range_bounds(config.id_start, n_ranges)
+    steps = len(bricks) + bounds.size + 1
+
+    def counted(done: int, total: int, what: str) -> None:
+        if progress is not None:
+            progress(done, steps, what)
+
+    with tempfile.TemporaryDirectory(prefix="shardscope-index-", dir=scratch) as tmp:
+        files = [Path(tmp) / f"range-{i:04d}.rec" for i in range(bounds.size + 1)]
+        handles = [f.open("wb") for f in files]
+        try:
+            for _, rec in iter_tasks(count_brick, bricks, scheduler=scheduler, num_workers=num_workers,
+                                     progress=counted, label="count bricks"):
+                which = np.searchsorted(bounds, rec["sv"], side="right")
+                order = np.argsort(which, kind="stable")
+                cuts = np.searchsorted(which[order], np.arange(1, bounds.size + 1))
+                for i, part in enumerate(np.split(rec[order], cuts)):
+                    if part.size:
+                        handles[i].write(part.tobytes())
+        finally:
+            for h in handles:
+                h.close()
+        summaries: list[IndexSummary] = []
+        voxels = [0]
+        stored: list[IndexSummary] = []
+
+        def items() -> Iterator[tuple[bytes, bytes]]:
+            for i, f in enumerate(files):
+                part = _combine_range(np.fromfile(f, dtype=RECORD_DTYPE))
+                f.unlink()
+                summaries.append(part.summary)
+                voxels[0] += part.voxels
+                yield from part.entries()
+                if progress is not None:
+                    progress(len(bricks) + i + 1, steps, "combine ranges")
+            svs = np.concatenate([s.supervoxels for s in summaries]).astype(np.uint64)
+            totals = np.concatenate([s.totals for s in summaries]).astype(np.uint64)
+            whole = BaseIndex(IndexSummary(svs, totals, int(svs[-1]) if svs.size else 0),
+                              np.zeros(0, np.uint64), np.zeros((0, 3), np.int64), np.zeros(0, np.int64), voxels[0])
+            stored.append(whole.summary)
+            yield INDEX_SUMMARY_KEY, whole.summary.to_bytes()
+            yield INDEX_META_KEY, whole.meta()  # last: the marker of a complete index
+
+        repo.put_unversioned(inst, items())
+    return IndexJobReport(name, stored[0], voxels[0], len(bricks), len(files), time.perf_counter() - started)
