@@ -27,6 +27,8 @@ from pathlib import Path
 import numpy as np
 import tensorstore as ts
 
+from blocky_base import write_blocky_base
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from napari_shardscope.core.export.precomputed import build_info, export_precomputed
@@ -42,22 +44,8 @@ SHAPE = (64, 512, 512)  # z, y, x
 
 
 def make_base(path: Path) -> np.ndarray:
-    """Blocky supervoxels (gzip does real work) as a 2-scale sharded precomputed volume."""
-    z, y, x = np.ogrid[0 : SHAPE[0], 0 : SHAPE[1], 0 : SHAPE[2]]
-    sv = (1 + (x // 23) + 31 * (y // 19) + 31 * 31 * (z // 11)).astype(np.uint64)
-    for i, f in enumerate((1, 2)):
-        level = sv[:, ::f, ::f]
-        spec = {"driver": "neuroglancer_precomputed", "kvstore": {"driver": "file", "path": str(path)},
-                "multiscale_metadata": {"type": "segmentation", "data_type": "uint64", "num_channels": 1},
-                "scale_metadata": {"size": [level.shape[2], level.shape[1], level.shape[0]],
-                                   "resolution": [8.0 * f, 8.0 * f, 40.0], "encoding": "raw",
-                                   "chunk_size": [64, 64, 64],
-                                   "sharding": {"@type": "neuroglancer_uint64_sharded_v1", "hash": "identity",
-                                                "preshift_bits": 3, "minishard_bits": 1, "shard_bits": 3,
-                                                "minishard_index_encoding": "gzip", "data_encoding": "gzip"}},
-                "create": True, "open": i > 0}
-        ts.open(spec).result()[..., 0].write(level.T).result()
-    return sv
+    """The benchmark's supervoxel base (blocky cells, 2 scales, sharded)."""
+    return write_blocky_base(path, SHAPE, (11, 19, 23), (64, 64, 64), 3)
 
 
 def write_ts(arrays: list[np.ndarray], info: dict, dest: Path) -> float:

@@ -32,27 +32,15 @@ os.environ["NAPARI_ASYNC"] = "0"
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import numpy as np
-import tensorstore as ts
+
+from blocky_base import write_blocky_base
 
 SHAPE = (16, 1024, 1024)
 
 
 def make_base(path: Path) -> np.ndarray:
-    z, y, x = np.ogrid[0 : SHAPE[0], 0 : SHAPE[1], 0 : SHAPE[2]]
-    sv = (1 + (x // 41) + 64 * (y // 37) + 64 * 64 * (z // 8)).astype(np.uint64)
-    for i, f in enumerate((1, 2)):
-        level = sv[:, ::f, ::f]
-        spec = {"driver": "neuroglancer_precomputed", "kvstore": {"driver": "file", "path": str(path)},
-                "multiscale_metadata": {"type": "segmentation", "data_type": "uint64", "num_channels": 1},
-                "scale_metadata": {"size": [level.shape[2], level.shape[1], level.shape[0]],
-                                   "resolution": [8.0 * f, 8.0 * f, 40.0], "encoding": "raw",
-                                   "chunk_size": [128, 128, 8],
-                                   "sharding": {"@type": "neuroglancer_uint64_sharded_v1", "hash": "identity",
-                                                "preshift_bits": 3, "minishard_bits": 1, "shard_bits": 2,
-                                                "minishard_index_encoding": "gzip", "data_encoding": "gzip"}},
-                "create": True, "open": i > 0}
-        ts.open(spec).result()[..., 0].write(level.T).result()
-    return sv
+    """The benchmark's supervoxel base (blocky cells, 2 scales, sharded)."""
+    return write_blocky_base(path, SHAPE, (8, 37, 41), (128, 128, 8), 2)
 
 
 def main() -> None:
