@@ -78,6 +78,14 @@ def shown_level0_plane(panel: ProofreadingPanel) -> np.ndarray:
     return np.asarray(layer.data[0][Z])
 
 
+def test_all_three_panels_are_in_the_plugins_menu(proofread: tuple[Any, ProofreadingPanel, Path]) -> None:
+    from tests.test_widget_shard_browser import plugin_menu_titles
+
+    titles = plugin_menu_titles()
+    for name in ("Shard browser", "Proofreading", "Versions"):
+        assert any(t.startswith(name) for t in titles), (name, titles)
+
+
 def test_create_shows_bodies_and_hides_base(proofread: tuple[Any, ProofreadingPanel, Path]) -> None:
     viewer, panel, repo = proofread
     s = panel.session

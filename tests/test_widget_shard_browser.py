@@ -63,13 +63,25 @@ def assert_outlines(viewer: Any, world_box: tuple[tuple[float, ...], tuple[float
         np.testing.assert_allclose(r[:, 1:].max(axis=0), hi[1:])
 
 
-def test_panel_is_in_the_plugins_menu_and_shows_the_sample(sample_viewer: tuple[Any, ShardBrowser]) -> None:
-    viewer, browser = sample_viewer
+def plugin_menu_titles() -> list[str]:
+    """Command titles in napari's Plugins menu, including a plugin's own submenu (several widgets)."""
     from napari._app_model import get_app_model
 
-    titles = [getattr(item, "command", None) and item.command.title
-              for item in get_app_model().menus.get_menu("napari/plugins")]
-    assert any("Shard browser" in str(t) for t in titles)
+    menus = get_app_model().menus
+    titles: list[str] = []
+    todo = ["napari/plugins"]
+    while todo:
+        for item in menus.get_menu(todo.pop()):
+            if getattr(item, "command", None) is not None:
+                titles.append(str(item.command.title))
+            elif getattr(item, "submenu", None) is not None:
+                todo.append(str(item.submenu))
+    return titles
+
+
+def test_panel_is_in_the_plugins_menu_and_shows_the_sample(sample_viewer: tuple[Any, ShardBrowser]) -> None:
+    viewer, browser = sample_viewer
+    assert any("Shard browser" in t for t in plugin_menu_titles())
     assert browser.layer is viewer.layers["segmentation"]
     tops = [browser.tree_widget.topLevelItem(i).text(0) for i in range(browser.tree_widget.topLevelItemCount())]
     assert tops == ["8_8_40", "16_16_40", "32_32_80", "64_64_160"]
