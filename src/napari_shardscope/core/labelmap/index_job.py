@@ -49,8 +49,9 @@ from napari_shardscope.core.versioned.repository import Repository
 
 #: One count: supervoxel, scale-0 block (z, y, x) and its voxels there (28 bytes, packed).
 RECORD_DTYPE = np.dtype([("sv", "<u8"), ("z", "<u4"), ("y", "<u4"), ("x", "<u4"), ("n", "<u8")])
-#: Default brick: about this many scale-0 blocks per task (64 blocks of 64³ uint64: 128 MiB read at once).
-BLOCKS_PER_TASK = 64
+#: Default brick: at most this many scale-0 blocks per task (16 blocks of 64³ uint64: 32 MiB read at once,
+#: well above Dask's per-task overhead, small enough to spread a modest base over a few workers).
+BLOCKS_PER_TASK = 16
 #: Default number of scratch entries per supervoxel-id range (the most the client combines at once).
 RANGE_BLOCKS = 64
 MAX_RANGES = 256
