@@ -1,4 +1,4 @@
-"""A synthetic supervoxel base for the labelmap benchmarks: blocky cells, 2 scales, sharded precomputed.
+"""A synthetic supervoxel base for the proofreading benchmark: blocky cells, 2 scales, sharded precomputed.
 
 Blocky labels make gzip do real work, and a base of a known size is written in seconds, so the
 benchmarks measure the labelmap, not the data generator.
