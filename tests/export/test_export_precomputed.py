@@ -17,7 +17,7 @@ from napari_shardscope.core.export.precomputed import export_precomputed
 from napari_shardscope.core.export.sharding_params import choose_sharding
 from napari_shardscope.core.export.source import ArraySource, VolumeSource
 from napari_shardscope.core.precomputed.inspector import PrecomputedInspector
-from napari_shardscope.core.precomputed.sharding import assign_chunk_ids
+from napari_shardscope.core.precomputed.sharding import ShardingSpec, assign_chunk_ids
 
 
 def _source(seed: int = 0) -> ArraySource:
@@ -127,3 +127,104 @@ def test_cli_export_then_validate(tmp_path: Path) -> None:
         assert subprocess.run([*base, "validate", str(dest), "--quiet"]).returncode == 0
         again = subprocess.run([*base, "export", str(seg), str(dest), "--format", fmt], capture_output=True, text=True)
         assert again.returncode == 2 and "--overwrite" in again.stderr
+
+
+def _read_tensorstore(path: Path, level: int) -> np.ndarray:
+    spec = {"driver": "neuroglancer_precomputed", "kvstore": {"driver": "file", "path": str(path)},
+            "scale_index": level}
+    return np.asarray(ts.open(spec).result()[..., 0].read().result().T)
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [
+        # murmurhash: shards are hash buckets, not id ranges
+        ShardingSpec(preshift_bits=1, hash="murmurhash3_x86_128", minishard_bits=2, shard_bits=2,
+                     minishard_index_encoding="gzip", data_encoding="gzip"),
+        # identity with fewer bits than the grid's Morton code: high ids wrap around into the same shards
+        ShardingSpec(preshift_bits=1, hash="identity", minishard_bits=1, shard_bits=1,
+                     minishard_index_encoding="raw", data_encoding="raw"),
+    ],
+    ids=["murmurhash", "identity-wrapping"],
+)
+def test_a_given_sharding_spec_stores_every_chunk(tmp_path: Path, spec: ShardingSpec) -> None:
+    source = _source(3)
+    report = export_precomputed(source, str(tmp_path / "out"), chunk_size=(16, 16, 8), sharding=spec)
+    assert all(sc["sharding"] == spec.to_json() for sc in report.info["scales"])
+    grid0 = [-(-s // c) for s, c in zip((90, 70, 37), (16, 16, 8), strict=True)]
+    assert sum(r.chunks for r in report.shards if r.scale == "4_4_40") == np.prod(grid0)
+    for level, expected in enumerate(source.arrays):
+        np.testing.assert_array_equal(_read_tensorstore(tmp_path / "out", level), expected)
+    assert list(PrecomputedInspector(LocalByteStore(tmp_path / "out")).validate()) == []
+
+
+def test_one_sharding_spec_per_scale(tmp_path: Path) -> None:
+    specs = [choose_sharding([6, 5, 5], 16 * 16 * 8 * 8, shard_bytes=1 << 16),
+             ShardingSpec(preshift_bits=0, hash="murmurhash3_x86_128", minishard_bits=1, shard_bits=1,
+                          minishard_index_encoding="raw", data_encoding="gzip"),
+             ShardingSpec(preshift_bits=0, hash="identity", minishard_bits=0, shard_bits=0,
+                          minishard_index_encoding="raw", data_encoding="raw")]
+    source = _source(4)
+    report = export_precomputed(source, str(tmp_path / "out"), chunk_size=(16, 16, 8), sharding=specs)
+    assert [sc["sharding"] for sc in report.info["scales"]] == [s.to_json() for s in specs]
+    for level, expected in enumerate(source.arrays):
+        np.testing.assert_array_equal(_read_tensorstore(tmp_path / "out", level), expected)
+    with pytest.raises(ArgumentError, match="got 2 specs for a source of 3 scales"):
+        export_precomputed(source, str(tmp_path / "other"), sharding=specs[:2])
+    assert not (tmp_path / "other").exists() or not any((tmp_path / "other").iterdir())
+
+
+def test_cli_sets_the_sharding(tmp_path: Path) -> None:
+    import json
+    import subprocess
+    import sys
+
+    from napari_shardscope.core.sample_data import ensure_sample_dataset
+
+    seg = ensure_sample_dataset(tmp_path / "cache").segmentation
+    base = [sys.executable, "-m", "napari_shardscope", "export", str(seg)]
+    spec = {"@type": "neuroglancer_uint64_sharded_v1", "preshift_bits": 2, "hash": "murmurhash3_x86_128",
+            "minishard_bits": 2, "shard_bits": 3, "minishard_index_encoding": "gzip", "data_encoding": "gzip"}
+    (tmp_path / "spec.json").write_text(json.dumps(spec))
+    for arg in (json.dumps(spec), f"@{tmp_path / 'spec.json'}"):
+        dest = tmp_path / f"out{len(arg)}"
+        run = subprocess.run([*base, str(dest), "--sharding", arg, "--json", "--quiet"], capture_output=True, text=True)
+        assert run.returncode == 0, run.stderr
+        info = json.loads((dest / "info").read_text())
+        assert all(sc["sharding"] == spec for sc in info["scales"])
+        validate = [sys.executable, "-m", "napari_shardscope", "validate", str(dest), "--quiet"]
+        assert subprocess.run(validate).returncode == 0
+    # a smaller shard budget for the default choice makes more, smaller shards
+    counts = {}
+    for size in ("2G", "64K"):
+        dest = tmp_path / f"budget{size}"
+        run = subprocess.run([*base, str(dest), "--shard-bytes", size, "--json", "--quiet"],
+                             capture_output=True, text=True)
+        assert run.returncode == 0, run.stderr
+        counts[size] = json.loads(run.stdout)["shard_files"]
+    assert counts["64K"] > counts["2G"]
+    bad = {
+        ("--sharding", "{not json"): "--sharding: not JSON",
+        ("--sharding", json.dumps({**spec, "shard_bits": 70})): "shard_bits must be in [0, 64], got 70",
+        ("--sharding", f"@{tmp_path / 'missing.json'}"): "cannot read",
+        ("--shard-bytes", "lots"): "expected a size like 512M",
+        ("--shard-shape", "64,64,64"): "--shard-shape is for --format zarr3",
+    }
+    for (opt, value), message in bad.items():
+        dest = tmp_path / "refused"
+        run = subprocess.run([*base, str(dest), opt, value], capture_output=True, text=True)
+        assert run.returncode == 2 and message in run.stderr, (opt, value, run.stderr)
+        assert not dest.exists()
+    run = subprocess.run([*base, str(tmp_path / "z"), "--format", "zarr3", "--sharding", json.dumps(spec)],
+                         capture_output=True, text=True)
+    assert run.returncode == 2 and "use --shard-shape" in run.stderr
+
+
+@given(st.lists(st.integers(1, 3000), min_size=3, max_size=3), st.integers(2**10, 2**24), st.integers(2**10, 2**32))
+def test_default_sharding_keeps_shards_under_the_budget(grid: list[int], chunk_bytes: int, shard_bytes: int) -> None:
+    spec = choose_sharding(grid, chunk_bytes, shard_bytes=shard_bytes)
+    chunks_per_shard = 1 << (spec.preshift_bits + spec.minishard_bits)
+    total_bits = sum(max(0, g - 1).bit_length() for g in grid)
+    # a shard holds at most the budget's worth of chunks (one chunk when a chunk alone exceeds it)
+    assert chunks_per_shard * chunk_bytes <= max(shard_bytes, chunk_bytes)
+    assert spec.preshift_bits + spec.minishard_bits + spec.shard_bits == total_bits

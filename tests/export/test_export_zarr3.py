@@ -5,9 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+import pytest
 import tensorstore as ts
 
 from napari_shardscope.core.bytestore import LocalByteStore
+from napari_shardscope.core.errors import ArgumentError
 from napari_shardscope.core.export.source import ArraySource
 from napari_shardscope.core.export.zarr3 import choose_shard_shape, export_zarr3
 from napari_shardscope.core.zarr3.inspector import Zarr3Inspector
@@ -41,3 +43,24 @@ def test_shard_shape_is_whole_inner_chunks_under_the_budget() -> None:
     assert all(s % 64 == 0 for s in shape)
     assert np.prod(shape) * 8 <= 1 << 28 and np.prod(shape) * 8 > 1 << 26
     assert choose_shard_shape((10, 10, 10), (10, 10, 10), 1) == (10, 10, 10)
+
+
+def test_shard_shape_and_budget_are_honoured_at_every_level(tmp_path: Path) -> None:
+    import zarr
+
+    rng = np.random.default_rng(5)
+    s0 = rng.integers(1, 9, size=(40, 70, 90), dtype=np.uint16)
+    s1 = s0[::4, ::4, ::4].copy()  # (10, 18, 23): shorter than the 32³ inner chunk on every axis
+    source = ArraySource((s0, s1), ((4.0, 4.0, 40.0), (16.0, 16.0, 160.0)))
+    export_zarr3(source, str(tmp_path / "given.zarr"), inner_chunk=(32, 32, 32), shard_shape=(32, 64, 64))
+    group = zarr.open_group(str(tmp_path / "given.zarr"), mode="r")
+    assert group["0"].shards == (32, 64, 64) and group["0"].chunks == (32, 32, 32)
+    assert group["1"].shards == group["1"].chunks == (10, 18, 23)
+    for level, expected in enumerate((s0, s1)):
+        np.testing.assert_array_equal(group[str(level)][...], expected)
+    budget = export_zarr3(source, str(tmp_path / "small.zarr"), inner_chunk=(16, 16, 16), shard_bytes=16**3 * 2 * 8)
+    default = export_zarr3(source, str(tmp_path / "large.zarr"), inner_chunk=(16, 16, 16))
+    assert zarr.open_group(str(tmp_path / "small.zarr"), mode="r")["0"].shards == (32, 32, 32)
+    assert len(budget.shards) > len(default.shards)
+    with pytest.raises(ArgumentError, match="multiples of the inner chunk"):
+        export_zarr3(source, str(tmp_path / "bad.zarr"), inner_chunk=(32, 32, 32), shard_shape=(48, 64, 64))

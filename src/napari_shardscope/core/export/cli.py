@@ -7,15 +7,17 @@ Runs as a Dask graph, one task per output shard: the threaded scheduler by defau
 from __future__ import annotations
 
 import argparse
+import json
 from pathlib import Path
 from typing import Any
 
 from napari_shardscope.core.cli import EXIT_OK, print_json
-from napari_shardscope.core.errors import ArgumentError
+from napari_shardscope.core.errors import ArgumentError, MetadataError
 from napari_shardscope.core.export.precomputed import export_precomputed
 from napari_shardscope.core.export.source import ExportSource, LabelmapSource, VolumeSource, labelmap_source
 from napari_shardscope.core.export.zarr3 import export_zarr3
 from napari_shardscope.core.inspect_cli import StderrProgress, parse_coords
+from napari_shardscope.core.precomputed.sharding import ShardingSpec, parse_sharding_spec
 from napari_shardscope.core.versioned.repository import MARKER_FILE
 
 
@@ -36,6 +38,27 @@ def register(sub: Any) -> None:
         type=parse_coords,
         metavar="X,Y,Z",
         help="chunk size (precomputed, x,y,z; default 64,64,64) or inner chunk (zarr3, z,y,x)",
+    )
+    p.add_argument(
+        "--sharding",
+        metavar="JSON",
+        help="precomputed: the sharding spec of every scale, as in an info file "
+        '(\'{"@type": "neuroglancer_uint64_sharded_v1", "preshift_bits": 9, "hash": "murmurhash3_x86_128", ...}\'), '
+        "a JSON list of one spec per scale, or @FILE holding either (default: identity hash + preshift, "
+        "about 1000 chunks per minishard)",
+    )
+    p.add_argument(
+        "--shard-bytes",
+        type=parse_size,
+        metavar="SIZE",
+        help="target uncompressed bytes per shard for the default sharding, e.g. 512M or 2G (default 2G)",
+    )
+    p.add_argument(
+        "--shard-shape",
+        type=parse_coords,
+        metavar="Z,Y,X",
+        help="zarr3: the shard shape in voxels, whole inner chunks "
+        "(default: grown from the inner chunk to --shard-bytes)",
     )
     p.add_argument(
         "--scheduler",
@@ -70,7 +93,56 @@ def export_source(args: argparse.Namespace) -> ExportSource:
                            labels="supervoxels" if args.supervoxels else "bodies", allow_open=args.allow_open)
 
 
+_SIZE_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+
+
+def parse_size(text: str) -> int:
+    """``"512M"`` → 536870912: a positive byte count with an optional K/M/G/T (binary) suffix."""
+    t = text.strip().upper().removesuffix("IB").removesuffix("B")
+    unit = t[-1:] if t[-1:] in _SIZE_UNITS else ""
+    try:
+        value = int(float(t[: len(t) - len(unit)]) * _SIZE_UNITS[unit])
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"expected a size like 512M or 2G, got {text!r}") from exc
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"a size must be positive, got {text!r}")
+    return value
+
+
+def parse_sharding_option(text: str) -> ShardingSpec | list[ShardingSpec]:
+    """``--sharding``: a spec object, a list of one spec per scale, or ``@FILE`` holding either.
+
+    Raises
+    ------
+    ArgumentError
+        Naming the file or the option and what is wrong (the spec's own field errors included).
+    """
+    where = "--sharding"
+    if text.startswith("@"):
+        path = Path(text[1:])
+        where = str(path)
+        try:
+            text = path.read_text()
+        except OSError as exc:
+            raise ArgumentError(f"--sharding: cannot read {path}: {exc.strerror or exc}") from exc
+    try:
+        obj = json.loads(text)
+    except (ValueError, RecursionError) as exc:
+        raise ArgumentError(f"{where}: not JSON: {exc}") from exc
+    try:
+        if isinstance(obj, list):
+            return [parse_sharding_spec(o, key=where, where=f"sharding[{i}]") for i, o in enumerate(obj)]
+        return parse_sharding_spec(obj, key=where)
+    except MetadataError as exc:
+        raise ArgumentError(str(exc)) from exc
+
+
 def cmd_export(args: argparse.Namespace) -> int:
+    if args.format == "zarr3" and args.sharding is not None:
+        raise ArgumentError("--sharding is a precomputed sharding spec; for --format zarr3 use --shard-shape")
+    if args.format == "precomputed" and args.shard_shape is not None:
+        raise ArgumentError("--shard-shape is for --format zarr3; for precomputed use --sharding or --shard-bytes")
+    sharding = None if args.sharding is None else parse_sharding_option(args.sharding)
     source = export_source(args)
     progress = None if args.quiet else StderrProgress("export")
     common: dict[str, Any] = {
@@ -79,10 +151,14 @@ def cmd_export(args: argparse.Namespace) -> int:
         "progress": progress,
         "overwrite": args.overwrite,
     }
+    if args.shard_bytes is not None:
+        common["shard_bytes"] = args.shard_bytes
     if args.format == "precomputed":
-        report = export_precomputed(source, args.dest, chunk_size=args.chunk or (64, 64, 64), **common)
+        report = export_precomputed(source, args.dest, chunk_size=args.chunk or (64, 64, 64), sharding=sharding,
+                                    **common)
     else:
-        report = export_zarr3(source, args.dest, inner_chunk=args.chunk or (64, 64, 64), **common)
+        report = export_zarr3(source, args.dest, inner_chunk=args.chunk or (64, 64, 64), shard_shape=args.shard_shape,
+                              **common)
     summary = report.to_json()
     if isinstance(source, LabelmapSource):
         summary["source"] = {"repository": source.repository, "labelmap": source.instance,

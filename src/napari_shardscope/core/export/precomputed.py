@@ -83,6 +83,25 @@ def scale_key(resolution: Sequence[float]) -> str:
     return "_".join(str(int(r)) if float(r).is_integer() else str(r) for r in resolution)
 
 
+def per_scale_sharding(
+    sharding: ShardingSpec | Sequence[ShardingSpec] | None, num_scales: int
+) -> list[ShardingSpec | None]:
+    """One spec (or ``None``: choose one) per scale; a single spec applies to every scale.
+
+    Raises
+    ------
+    ArgumentError
+        When a list of specs does not have one spec per scale of the source.
+    """
+    if sharding is None or isinstance(sharding, ShardingSpec):
+        return [sharding] * num_scales
+    specs = list(sharding)
+    if len(specs) != num_scales:
+        raise ArgumentError(f"sharding: got {len(specs)} specs for a source of {num_scales} scales "
+                            "(give one per scale, or a single spec for all)")
+    return list(specs)
+
+
 def build_info(
     source: ExportSource,
     *,
@@ -93,17 +112,13 @@ def build_info(
     """The output ``info`` (validated by our own parser) for ``source``."""
     desc = source.describe()
     dtype = np.dtype(desc.dtype)
+    specs = per_scale_sharding(sharding, len(desc.levels))
     scales = []
     for i, level in enumerate(desc.levels):
         size = (level.shape[2], level.shape[1], level.shape[0])
         chunk = tuple(min(int(c), s) for c, s in zip(chunk_size, size, strict=True))
         grid = tuple(math.ceil(s / c) for s, c in zip(size, chunk, strict=True))
-        if sharding is None:
-            spec = choose_sharding(grid, math.prod(chunk) * dtype.itemsize, shard_bytes=shard_bytes)
-        elif isinstance(sharding, ShardingSpec):
-            spec = sharding
-        else:
-            spec = list(sharding)[i]
+        spec = specs[i] or choose_sharding(grid, math.prod(chunk) * dtype.itemsize, shard_bytes=shard_bytes)
         scales.append(
             {
                 "key": scale_key(level.resolution),
@@ -137,14 +152,15 @@ def plan_shard_tasks(dest: str, info: dict[str, Any]) -> list[ShardTask]:
         spec = sc.sharding
         assert spec is not None
         total_bits = sum(bits_per_dimension(sc.grid_shape))
-        if spec.hash == "identity":
+        covered_bits = spec.preshift_bits + spec.minishard_bits + spec.shard_bits
+        if spec.hash == "identity" and covered_bits >= total_bits:  # each shard is one contiguous id range
             per_shard = 1 << (spec.preshift_bits + spec.minishard_bits)
             for shard in range(spec.num_shards):
                 lo = shard * per_shard
                 hi = min((shard + 1) * per_shard, 1 << total_bits)
                 if lo < hi:
                     tasks.append(ShardTask(dest, level, sc, shard, (lo, hi)))
-        else:
+        else:  # hashed, or identity with ids wrapping around the shard bits: group the grid's ids
             ids = sc.chunk_ids_of_grid()
             shards = assign_chunk_ids(spec, ids).shard
             for shard in np.unique(shards).tolist():

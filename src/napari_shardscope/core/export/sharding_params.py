@@ -3,10 +3,10 @@
 Google's pipelines shard volumes with the identity hash and a preshift, so a minishard is a run of
 Morton-consecutive chunks — a spatially compact brick — and a viewer panning through a region hits
 few minishard indexes. We follow that: about a thousand chunks per minishard (``preshift_bits`` =
-10, fewer for small grids), then as many minishards per shard as keep a shard's uncompressed data
-under a target size (2 GiB by default) and its shard index small (at most 2**9 minishards = 8 KiB),
-and the remaining bits for shards. Every chunk id of the grid then has a unique (shard, minishard)
-slot sequence and no shard is empty by construction.
+10, fewer for small grids or when fewer chunks fit the shard budget), then as many minishards per
+shard as keep a shard's uncompressed data under a target size (2 GiB by default) and its shard index
+small (at most 2**9 minishards = 8 KiB), and the remaining bits for shards. Every chunk id of the
+grid then has a unique (shard, minishard) slot sequence and no shard is empty by construction.
 """
 
 from __future__ import annotations
@@ -49,9 +49,10 @@ def choose_sharding(
     if chunk_bytes <= 0 or shard_bytes <= 0:
         raise ArgumentError("chunk_bytes and shard_bytes must be positive")
     total_bits = sum(bits_per_dimension(grid_shape))
-    preshift = min(total_bits, chunks_per_minishard_bits)
-    remaining = total_bits - preshift
     chunks_per_shard_bits = max(0, math.floor(math.log2(max(1, shard_bytes // chunk_bytes))))
+    # a minishard never outgrows the shard budget (a chunk larger than the budget gets a shard of its own)
+    preshift = min(total_bits, chunks_per_minishard_bits, chunks_per_shard_bits)
+    remaining = total_bits - preshift
     minishard_bits = max(0, min(remaining, MAX_MINISHARD_BITS, chunks_per_shard_bits - preshift))
     shard_bits = remaining - minishard_bits
     if data_encoding not in ("gzip", "raw"):

@@ -145,14 +145,21 @@ def export_zarr3(
         )
     desc = source.describe()
     dtype = np.dtype(desc.dtype)
+    if shard_shape is not None:
+        shard_shape = tuple(int(v) for v in shard_shape)
+        if len(shard_shape) != 3 or any(v <= 0 or v % int(c) for v, c in zip(shard_shape, inner_chunk, strict=True)):
+            raise ArgumentError(
+                f"shard_shape {list(shard_shape)} must be 3 positive multiples of the inner chunk {list(inner_chunk)}"
+            )
     tasks: list[ZarrShardTask] = []
     metas: list[dict[str, Any]] = []
     datasets = []
     for level, geo in enumerate(desc.levels):
         inner = tuple(min(int(c), s) for c, s in zip(inner_chunk, geo.shape, strict=True))
-        shard = tuple(shard_shape) if shard_shape is not None else choose_shard_shape(geo.shape, inner, dtype.itemsize)
-        if any(s % c for s, c in zip(shard, inner, strict=True)):
-            raise ArgumentError(f"shard shape {list(shard)} is not a multiple of the inner chunk {list(inner)}")
+        if shard_shape is None:
+            shard = choose_shard_shape(geo.shape, inner, dtype.itemsize, shard_bytes)
+        else:  # an axis shorter than the inner chunk (coarse levels) is one chunk, so one chunk per shard there
+            shard = tuple(sh if i == int(c) else i for sh, i, c in zip(shard_shape, inner, inner_chunk, strict=True))
         meta = array_metadata(geo.shape, dtype, shard, inner)
         parse_array_metadata(meta, key=f"{level}/zarr.json")
         metas.append(meta)
