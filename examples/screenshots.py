@@ -105,7 +105,7 @@ def proofreading(viewer: Any) -> None:
 
 
 def versions(viewer: Any) -> None:
-    """A merge on main, a cleave on branch alt, merged back; the DAG and a diff shown."""
+    """A merge on main, a cleave on branch alt, merged back; the DAG, a diff and an export shown."""
     import tempfile
 
     _, session = _proofreading_session(viewer, Path(tempfile.mkdtemp(prefix="shardscope-shot-")) / "repo")
@@ -123,8 +123,10 @@ def versions(viewer: Any) -> None:
     session.version.cleave(order[0], session.version.supervoxels(order[0])[:1])
     vp.commit("main: cleave one supervoxel")
     vp.merge("alt")
-    vp.commit("merge alt into main")
+    merged = vp.commit("merge alt into main")
     vp.diff(root.uuid, alt.uuid)
+    vp.export(ref=merged.uuid)  # in a worker, with napari's progress bar; the result opens as a hidden layer
+    _wait(viewer, lambda: vp.last_export is not None and not vp._exports)
     vp.select(alt.uuid)
     from qtpy.QtWidgets import QDockWidget
 

@@ -270,3 +270,52 @@ def test_versions_panel_merges_branches_with_a_choice_per_conflict(
     assert stored.body_at(va) == b and stored.body_at(vb) == b  # their merge kept, ours reverted
     assert shown_level0_plane(panel)[va[1], va[2]] == b
     assert panel.merge_button.isEnabled() or not panel.selected  # the merge version is open: edits allowed
+
+
+def test_versions_panel_exports_a_committed_version(proofread: tuple[Any, ProofreadingPanel, Path], qtbot: Any,
+                                                    tmp_path: Path) -> None:
+    import tensorstore as ts
+    import zarr
+
+    viewer, panel, repo = proofread
+    versions = dock(viewer, "Versions")
+    session = session_for(viewer)
+    a, b, va, vb = two_bodies(panel)
+    session.version.merge(a, [b])
+    # an open version is refused: the button says why, and a direct call writes nothing
+    assert not versions.export_button.isEnabled() and "commit first" in versions.export_button.toolTip()
+    versions._guard(lambda: versions.export(str(tmp_path / "open")))
+    assert "is open" in versions.last_error and not (tmp_path / "open").exists()
+    done = versions.commit("merged a and b")
+    assert versions.export_button.isEnabled()
+    # the button, as a user clicks it: default destination, precomputed, bodies; runs in a worker thread
+    active = viewer.layers.selection.active.name
+    assert active == session.body_layer.name
+    qtbot.mouseClick(versions.export_button, Qt.MouseButton.LeftButton)
+    assert versions._exports and not versions.export_button.isEnabled()  # the GUI thread is free meanwhile
+    qtbot.waitUntil(lambda: versions.last_export is not None and not versions._exports, timeout=120000)
+    assert versions.export_button.isEnabled() and versions.last_error == ""
+    dest = versions.default_export_dest(done.uuid)
+    assert versions.last_export.dest == str(dest) and dest.parent == repo.parent
+    expected = fresh(repo, done.uuid)
+    for level in range(len(expected.scales)):
+        t = ts.open({"driver": "neuroglancer_precomputed", "kvstore": {"driver": "file", "path": str(dest)},
+                     "scale_index": level}).result()
+        np.testing.assert_array_equal(t[..., 0].read().result().T, expected.read_bodies(..., level))
+    assert expected.body_at(va) == expected.body_at(vb) == a
+    layer = viewer.layers[f"export {done.short} bodies"]
+    assert not layer.visible and layer.multiscale and f"{done.short}" in versions.status_label.text()
+    assert viewer.layers.selection.active.name == active  # the body layer keeps the clicks
+    np.testing.assert_array_equal(np.asarray(layer.data[0][Z]), shown_level0_plane(panel))
+    # zarr v3 supervoxels to a chosen directory, without adding a layer
+    zdest = tmp_path / "sv.zarr"
+    versions.export(str(zdest), ref=done.uuid, fmt="zarr3", labels="supervoxels", show=False)
+    qtbot.waitUntil(lambda: versions.last_export.dest == str(zdest) and not versions._exports, timeout=120000)
+    group = zarr.open_group(str(zdest), mode="r")
+    np.testing.assert_array_equal(group["0"][Z], expected.read_supervoxels((Z, slice(None), slice(None))))
+    assert f"export {done.short} supervoxels" not in viewer.layers
+    # a destination that already holds a dataset: the worker's typed error is the status line, files untouched
+    before = (dest / "info").read_bytes()
+    versions.export(str(dest), ref=done.uuid)
+    qtbot.waitUntil(lambda: not versions._exports, timeout=60000)
+    assert "already holds a precomputed dataset" in versions.last_error and (dest / "info").read_bytes() == before

@@ -44,6 +44,7 @@ from qtpy.QtWidgets import (
 from napari_shardscope.core.errors import ArgumentError, ShardscopeError
 from napari_shardscope.core.labelmap import BodySplit, Mutation
 from napari_shardscope.widgets.session import ProofreadingSession, session_for
+from napari_shardscope.widgets.workers import GuiProgress, start_worker
 
 if TYPE_CHECKING:
     import napari
@@ -249,14 +250,7 @@ class ProofreadingPanel(QWidget):  # type: ignore[misc]
         agg = agglomeration if agglomeration is not None else (self.agglo_edit.text().strip() or None)
         url = str(layer.metadata[METADATA_KEY]["url"])
         self.repo_edit.setText(str(path))
-        from napari.utils import progress
-
-        pbar = progress(total=0, desc="indexing the base segmentation")
-
-        def report(done: int, total: int) -> None:
-            if pbar.total != total:
-                pbar.total = total
-            pbar.update(done - pbar.n)
+        pbar = GuiProgress("indexing the base segmentation")
 
         def run() -> None:
             from napari_shardscope.core.labelmap import create_labelmap
@@ -265,7 +259,7 @@ class ProofreadingPanel(QWidget):  # type: ignore[misc]
             # build here (off the GUI thread); attach the layers on the GUI thread afterwards
             repo = create_repository(path)
             try:
-                create_labelmap(repo, name, url, agglomeration=agg, progress=report)
+                create_labelmap(repo, name, url, agglomeration=agg, progress=pbar)
             finally:
                 repo.close()
 
@@ -485,9 +479,7 @@ class ProofreadingPanel(QWidget):  # type: ignore[misc]
         if len(groups) < 2:
             raise ArgumentError("paint at least two seed labels (1 and 2) before splitting")
         self._status(f"splitting body {body} …")
-        from napari.utils import progress
-
-        pbar = progress(total=0, desc=f"split body {body}")
+        pbar = GuiProgress(f"split body {body}")
 
         def done(out: BodySplit) -> None:
             pbar.close()
@@ -621,23 +613,13 @@ class ProofreadingPanel(QWidget):  # type: ignore[misc]
 
     def _start(self, func: Callable[[], Any], on_done: Callable[[Any], None], *,
                finished: Callable[[], None] | None = None) -> Any:
-        from napari.qt.threading import create_worker
-
-        worker = create_worker(func, _start_thread=False, _ignore_errors=True)
-        worker.returned.connect(on_done)
-        worker.errored.connect(self._on_worker_error)
-
         def end() -> None:
             if finished is not None:
                 finished()
-            if worker in self._workers:
-                self._workers.remove(worker)
             self._update_actions()
 
-        worker.finished.connect(end)
-        self._workers.append(worker)
+        worker = start_worker(func, on_done, self._on_worker_error, running=self._workers, finished=end)
         self._update_actions()
-        worker.start()
         return worker
 
     def _on_worker_error(self, exc: BaseException) -> None:

@@ -1,4 +1,4 @@
-"""The Versions panel: the DAG of versions, commit, new branch, checkout, what changed.
+"""The Versions panel: the DAG of versions, commit, new branch, checkout, what changed, export.
 
 A thin view over the shared session (:mod:`.session`) and core calls a notebook can make
 (``repo.versions()``, ``repo.commit``, ``repo.new_version``, ``lm.at``,
@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import datetime
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from qtpy.QtCore import Qt
@@ -31,6 +32,9 @@ from qtpy.QtWidgets import (
 )
 
 from napari_shardscope.core.errors import ArgumentError, ShardscopeError
+from napari_shardscope.core.export.precomputed import ExportReport, export_precomputed
+from napari_shardscope.core.export.source import labelmap_source
+from napari_shardscope.core.export.zarr3 import export_zarr3
 from napari_shardscope.core.labelmap.branch_merge import (
     BranchMergePlan,
     BranchMergeResult,
@@ -40,10 +44,13 @@ from napari_shardscope.core.labelmap.branch_merge import (
 from napari_shardscope.core.labelmap.diff import VersionDiff, diff_versions
 from napari_shardscope.core.versioned import Version
 from napari_shardscope.widgets.session import ProofreadingSession, session_for
+from napari_shardscope.widgets.workers import GuiProgress, start_worker
 
 if TYPE_CHECKING:
     import napari
 
+EXPORT_TIP = ("write the selected committed version (or the checked-out one) as a new sharded volume, "
+              "every scale, in a worker with napari's progress bar; the result opens as a hidden layer")
 COLUMNS = ("Version", "Branch", "State", "Message", "Edits", "Parents", "Created")
 UUID_ROLE = Qt.ItemDataRole.UserRole
 
@@ -58,6 +65,8 @@ class VersionsPanel(QWidget):  # type: ignore[misc]
         self.last_error = ""
         self.last_diff: VersionDiff | None = None
         self.last_plan: BranchMergePlan | None = None
+        self.last_export: ExportReport | None = None
+        self._exports: list[Any] = []
         self._build()
         for signal in (self.session.connected, self.session.version_changed, self.session.dag_changed,
                        self.session.edited):
@@ -131,6 +140,27 @@ class VersionsPanel(QWidget):  # type: ignore[misc]
         self.conflict_tree.setMaximumHeight(140)
         mv.addWidget(self.conflict_tree)
         vbox.addWidget(merge_box)
+
+        export_box = QGroupBox("Export the selected committed version to a sharded volume")
+        erow = QHBoxLayout(export_box)
+        self.export_dest_edit = QLineEdit()
+        self.export_dest_edit.setPlaceholderText("destination directory (empty: next to the repository)")
+        self.export_format_combo = QComboBox()
+        self.export_format_combo.addItems(["precomputed", "zarr3"])
+        self.export_format_combo.setToolTip("sharded Neuroglancer precomputed, or OME-Zarr 0.5 of sharded Zarr v3")
+        self.export_labels_combo = QComboBox()
+        self.export_labels_combo.addItems(["bodies", "supervoxels"])
+        self.export_labels_combo.setToolTip("body ids at the version, or supervoxel ids (the base patched by splits)")
+        self.export_button = QPushButton("Export")
+        self.export_button.setToolTip(EXPORT_TIP)
+        self.export_button.clicked.connect(lambda: self._guard(lambda: self.export(
+            self.export_dest_edit.text().strip() or None, fmt=self.export_format_combo.currentText(),
+            labels=self.export_labels_combo.currentText())))
+        erow.addWidget(self.export_dest_edit, 1)
+        erow.addWidget(self.export_format_combo)
+        erow.addWidget(self.export_labels_combo)
+        erow.addWidget(self.export_button)
+        vbox.addWidget(export_box)
 
         self.diff_tree = QTreeWidget()
         self.diff_tree.setColumnCount(5)
@@ -344,6 +374,70 @@ class VersionsPanel(QWidget):  # type: ignore[misc]
                  f"{len(result.reverted)} of ours reverted, {len(result.dropped)} of theirs dropped; commit it")
         return result
 
+    # -- exporting --------------------------------------------------------------------------------------
+    def default_export_dest(self, ref: str, fmt: str = "precomputed", labels: str = "bodies") -> Path:
+        """``<repo>-<version>-<labels>[.zarr]`` beside the repository directory."""
+        repo = self._repo()
+        where = Path(repo.path)
+        suffix = ".zarr" if fmt == "zarr3" else ""
+        return where.parent / f"{where.name}-{repo.version(ref).short}-{labels}{suffix}"
+
+    def export(self, dest: str | None = None, *, ref: str | None = None, fmt: str = "precomputed",
+               labels: str = "bodies", show: bool = True) -> Any:
+        """Export version ``ref`` (default: the selected one, else the checked-out one) in a worker thread.
+
+        The same call a notebook makes (``export_precomputed(labelmap_source(repo, name, ref), dest)``),
+        run off the GUI thread with napari's progress bar, one Dask task per shard on the threaded
+        scheduler. Only committed versions: an open one still changes, and an export should name a
+        version it reproduces. With ``show`` the result is opened (hidden) as a layer when done.
+        Returns the worker.
+        """
+        lm = self.session.labelmap
+        if lm is None:
+            raise ArgumentError("no repository: create or open one in the Proofreading panel")
+        if fmt not in ("precomputed", "zarr3"):
+            raise ArgumentError(f"format must be 'precomputed' or 'zarr3', got {fmt!r}")
+        if self._exports:
+            raise ArgumentError("an export is running: wait for it to finish")
+        repo = self._repo()
+        ref = ref or self._selected_or_current()
+        source = labelmap_source(repo.path, lm.name, ref, labels=labels)  # type: ignore[arg-type]
+        short = repo.version(source.version).short
+        target = str(dest) if dest else str(self.default_export_dest(source.version, fmt, labels))
+        pbar = GuiProgress(f"export {short} ({labels})")
+
+        def run() -> ExportReport:
+            write = export_zarr3 if fmt == "zarr3" else export_precomputed
+            return write(source, target, progress=pbar)
+
+        def done(report: ExportReport) -> None:
+            self.last_export = report
+            text = (f"exported {short} ({labels}) to {target}: {len(report.shards)} shard files, "
+                    f"{report.nbytes / 2**20:.1f} MiB")
+            if show:  # added hidden and not selected: the body layer keeps the clicks
+                active = self.viewer.layers.selection.active
+                layers = self.viewer.open(target, plugin="napari-shardscope", name=f"export {short} {labels}")
+                for layer in layers:
+                    layer.visible = False
+                if active is not None and active in self.viewer.layers:
+                    self.viewer.layers.selection.active = active
+                text += f"; added as layer {layers[0].name!r} (hidden)" if layers else ""
+            self._ok(text)
+
+        def failed(exc: BaseException) -> None:
+            self._error(f"export of {short} failed: {exc}")
+            if not isinstance(exc, ShardscopeError):
+                raise exc
+
+        def finished() -> None:
+            pbar.close()
+            self._update_actions()
+
+        self._ok(f"exporting {short} ({labels}) to {target} …")
+        worker = start_worker(run, done, failed, running=self._exports, finished=finished)
+        self._update_actions()
+        return worker
+
     def _diff_clicked(self) -> None:
         sel = self._selected()
         if len(sel) == 2:
@@ -371,6 +465,9 @@ class VersionsPanel(QWidget):  # type: ignore[misc]
         if not ours_locked:
             self.merge_button.setToolTip("commit the checked-out version first: a merge joins two committed heads")
         self.branch_button.setToolTip("" if locked else "a new version needs a committed parent: commit first")
+        self.export_button.setEnabled(locked and not self._exports)
+        self.export_button.setToolTip(EXPORT_TIP if locked else
+                                      "commit first: an export is a snapshot of a committed version")
 
     # -- messages ---------------------------------------------------------------------------------------
     def _repo(self) -> Any:
@@ -382,10 +479,13 @@ class VersionsPanel(QWidget):  # type: ignore[misc]
         try:
             return action()
         except ShardscopeError as exc:
-            self.last_error = str(exc)
-            self.status_label.setStyleSheet("color: #e06c75")
-            self.status_label.setText(str(exc))
+            self._error(str(exc))
             return None
+
+    def _error(self, message: str) -> None:
+        self.last_error = message
+        self.status_label.setStyleSheet("color: #e06c75")
+        self.status_label.setText(message)
 
     def _ok(self, message: str) -> None:
         self.last_error = ""

@@ -1,0 +1,71 @@
+"""Long panel work off the GUI thread: napari's worker threads and progress bar.
+
+Index builds, body splits and exports take seconds to minutes; the panels run them with
+napari's ``create_worker`` so the viewer keeps painting, and report progress in napari's own
+progress bar (the activity dock). Core calls report ``progress(done, total, ...)`` from the
+worker thread (or from Dask's callback thread); :class:`GuiProgress` moves each report to the
+GUI thread with a queued signal, since Qt widgets may only be touched there.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from qtpy.QtCore import QObject, Signal
+
+
+class GuiProgress(QObject):  # type: ignore[misc]
+    """A napari progress bar that any thread may advance: ``report(done, total, *what)``."""
+
+    _step = Signal(int, int)
+
+    def __init__(self, desc: str) -> None:
+        super().__init__()
+        from napari.utils import progress
+
+        self._pbar = progress(total=0, desc=desc)
+        self._step.connect(self._on_step)
+
+    def __call__(self, done: int, total: int, *_: Any) -> None:
+        self._step.emit(int(done), int(total))
+
+    def _on_step(self, done: int, total: int) -> None:
+        if self._pbar.total != total:
+            self._pbar.total = total
+        self._pbar.update(done - self._pbar.n)
+
+    def close(self) -> None:
+        self._pbar.close()
+
+
+def start_worker(
+    func: Callable[[], Any],
+    on_done: Callable[[Any], None],
+    on_error: Callable[[BaseException], None],
+    *,
+    running: list[Any],
+    finished: Callable[[], None] | None = None,
+) -> Any:
+    """Run ``func`` in a napari worker thread; ``on_done(result)`` or ``on_error(exc)`` on the GUI thread.
+
+    ``running`` holds the worker while it runs (a panel disables its actions while it is non-empty,
+    and keeping a reference stops Python from collecting a running worker); ``finished`` runs last
+    either way, after the worker has left ``running``.
+    """
+    from napari.qt.threading import create_worker
+
+    worker = create_worker(func, _start_thread=False, _ignore_errors=True)
+    worker.returned.connect(on_done)
+    worker.errored.connect(on_error)
+
+    def end() -> None:
+        if worker in running:
+            running.remove(worker)
+        if finished is not None:
+            finished()
+
+    worker.finished.connect(end)
+    running.append(worker)
+    worker.start()
+    return worker
