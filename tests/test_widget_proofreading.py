@@ -319,3 +319,158 @@ def test_versions_panel_exports_a_committed_version(proofread: tuple[Any, Proofr
     versions.export(str(dest), ref=done.uuid)
     qtbot.waitUntil(lambda: not versions._exports, timeout=60000)
     assert "already holds a precomputed dataset" in versions.last_error and (dest / "info").read_bytes() == before
+
+
+def _small_single_scale(tmp_path: Path, sample: SampleDataset) -> Path:  # noqa: F811
+    """A single-scale crop of the sample's supervoxels at another voxel size (4, 4, 20 nm)."""
+    from napari_shardscope.core.export.precomputed import export_precomputed
+    from napari_shardscope.core.export.source import ArraySource
+    from napari_shardscope.core.volumes import open_volume
+
+    crop = np.asarray(open_volume(str(sample.segmentation)).levels[0].array[:16, :96, :96].read())
+    dest = tmp_path / "small"
+    export_precomputed(ArraySource((crop,), ((4.0, 4.0, 20.0),)), str(dest), chunk_size=(32, 32, 16))
+    return dest
+
+
+def test_layers_follow_the_repository_and_stay_read_only(proofread: tuple[Any, ProofreadingPanel, Path],
+                                                         sample: SampleDataset, tmp_path: Path,  # noqa: F811
+                                                         qtbot: Any) -> None:
+    from napari_shardscope.core.errors import ReadOnlyVolumeError
+    from napari_shardscope.core.volumes import open_volume
+
+    viewer, panel, _ = proofread
+    versions = dock(viewer, "Versions")
+    small = _small_single_scale(tmp_path, sample)
+    (base_layer,) = add_volumes(viewer, [open_volume(str(small))])
+    with pytest.raises(ReadOnlyVolumeError, match="read-only"):  # napari's paint would write here
+        base_layer.data[0:1, 0:1, 0:1] = 7
+    # a second repository over a volume of another geometry: the layers take its geometry
+    panel.agglo_edit.setText("")  # no agglomeration: every supervoxel its own body
+    panel.create_repository(tmp_path / "small.repo", layer=base_layer)
+    qtbot.waitUntil(lambda: not panel.busy, timeout=60000)
+    layer = panel.session.body_layer
+    assert tuple(layer.scale) == (20.0, 4.0, 4.0) and not layer.multiscale and not layer.editable
+    assert [ly.name for ly in viewer.layers].count("seg bodies") == 1 and not base_layer.visible
+    v = panel.session.version
+    np.testing.assert_array_equal(np.asarray(layer.data[3]), v.read_bodies((3, slice(None), slice(None))))
+    # a checkout swaps the data of a single-scale layer: napari would make it paintable again
+    versions.commit("nothing")
+    versions.new_branch("alt")
+    assert panel.session.body_layer is layer and not layer.editable
+    # the user removes the body layer: the next checkout adds both layers again, no stale duplicates
+    viewer.layers.remove(layer)
+    versions.checkout("main")
+    names = [ly.name for ly in viewer.layers]
+    assert names.count("seg bodies") == 1 and names.count("seg supervoxels") == 1
+    assert viewer.layers.selection.active.name == "seg bodies"
+
+
+def test_closing_the_panels_takes_their_keys_and_callbacks(proofread: tuple[Any, ProofreadingPanel, Path],
+                                                           qtbot: Any) -> None:
+    viewer, panel, repo = proofread
+    browser_dock, browser = viewer.window.add_plugin_dock_widget("napari-shardscope", "Shard browser")
+    browser.set_cursor_mode(True)
+    assert browser._on_mouse_move in viewer.mouse_move_callbacks
+    a, b, _, _ = two_bodies(panel)
+    panel.select(a)
+    panel.select(b, add=True)
+    proof_dock = next(d for d in viewer.window._dock_widgets.values() if d.widget() is panel)
+    for dock_widget in (proof_dock, browser_dock):  # what the dock's × does
+        viewer.window.remove_dock_widget(dock_widget)
+    assert browser._on_mouse_move not in viewer.mouse_move_callbacks
+    assert browser._on_mouse_press not in viewer.mouse_drag_callbacks
+    assert panel._on_click not in panel.session.body_layer.mouse_drag_callbacks
+    canvas = viewer.window._qt_viewer.canvas.native
+    qtbot.keyClick(canvas, Qt.Key.Key_M, Qt.KeyboardModifier.ShiftModifier)
+    qtbot.wait(100)
+    assert fresh(repo, "main").mutations() == []  # Shift-M merges nothing once the panel is gone
+
+
+def test_merge_choices_belong_to_the_branch_they_were_made_for(
+        proofread: tuple[Any, ProofreadingPanel, Path]) -> None:
+    viewer, panel, repo = proofread
+    versions = dock(viewer, "Versions")
+    session = session_for(viewer)
+    a, b, _, _ = two_bodies(panel)
+    root = versions.commit("base")
+    for name, (target, other) in (("alt", (b, a)), ("alt2", (b, a))):
+        versions.new_branch(name, root.uuid)
+        session.version.merge(target, [other])
+        versions.commit(f"{name}: merge")
+    versions.new_branch(None, root.uuid)
+    session.version.merge(a, [b])
+    versions.commit("main: merge")
+    count = len(open_repository(repo).versions())
+    versions.theirs_combo.setCurrentText("alt")
+    plan = versions.plan_merge("alt")
+    for c in plan.conflicts:
+        versions.choose(c.key, "theirs")
+    versions.theirs_combo.setCurrentText("alt2")  # another branch: alt's choices do not carry over
+    assert versions.conflict_tree.topLevelItemCount() == 0
+    versions._guard(lambda: versions.merge("alt2"))
+    assert "conflict(s) listed" in versions.last_error and versions.conflict_tree.topLevelItemCount() == 2
+    versions._guard(lambda: versions.merge("alt2"))  # listed but no side chosen: still refused
+    assert "edited on both sides" in versions.last_error
+    assert len(open_repository(repo).versions()) == count  # nothing written
+    for c in versions.last_plan.conflicts:
+        versions.choose(c.key, "ours")
+    result = versions.merge("alt2")
+    assert open_repository(repo).version(result.version.uuid).parents[1] == open_repository(repo).head("alt2").uuid
+
+
+def test_locate_and_shard_map_leave_the_body_layer_active(proofread: tuple[Any, ProofreadingPanel, Path],
+                                                          qtbot: Any) -> None:
+    viewer, panel, _ = proofread
+    browser = dock(viewer, "Shard browser")
+    browser.layer_combo.setCurrentText("segmentation")
+    viewer.layers.selection.active = panel.session.body_layer
+    browser.locate_voxel([100, 30, 20])
+    assert browser.outline_layer is not None
+    assert viewer.layers.selection.active.name == "seg bodies"
+    browser.show_shard_map()
+    qtbot.waitUntil(lambda: browser.shard_map_layer is not None and not browser.busy, timeout=20000)
+    assert viewer.layers.selection.active.name == "seg bodies"
+
+
+def test_split_seeds_belong_to_their_version(proofread: tuple[Any, ProofreadingPanel, Path]) -> None:
+    viewer, panel, _ = proofread
+    versions = dock(viewer, "Versions")
+    a, _, _, _ = two_bodies(panel)
+    root = versions.commit("base")
+    versions.new_branch("alt")
+    panel.select(a)
+    seeds = panel.start_split()
+    assert tuple(seeds.units) == tuple(panel.session.body_layer.units)
+    assert seeds.metadata["split_version"] == panel.session.version.uuid
+    versions.new_branch("other", root.uuid)  # checks out another version: the split is cancelled
+    assert SEEDS_NAME not in viewer.layers and panel.seeds_layer is None
+    assert "cancelled" in panel.status_label.text()
+
+
+def test_panel_inputs_give_messages_not_tracebacks(proofread: tuple[Any, ProofreadingPanel, Path],
+                                                   sample: SampleDataset, tmp_path: Path,  # noqa: F811
+                                                   qtbot: Any) -> None:
+    from napari_shardscope.core.volumes import open_volume
+
+    viewer, panel, _ = proofread
+    panel.repo_edit.setText("")
+    qtbot.mouseClick(panel.create_button, Qt.MouseButton.LeftButton)
+    assert "directory" in panel.last_error
+    # another segmentation layer in the combo: the fields this panel filled follow it
+    small = _small_single_scale(tmp_path, sample)
+    (other,) = add_volumes(viewer, [open_volume(str(small))])
+    panel.agglo_edit.setText(str(sample.bodies))
+    panel._suggested[panel.agglo_edit] = str(sample.bodies)
+    panel.layer_combo.setCurrentText(other.name)
+    assert panel.repo_edit.text() == str(small.parent / "small.repo")
+    assert panel.agglo_edit.text() == ""  # the sample's bodies.json must not group another volume
+    panel.agglo_edit.setText("/typed/by/the/user.json")
+    panel.layer_combo.setCurrentText("segmentation")
+    assert panel.agglo_edit.text() == "/typed/by/the/user.json"
+    browser = dock(viewer, "Shard browser")
+    browser.layer_combo.setCurrentText("segmentation")
+    from napari_shardscope.core.errors import ArgumentError
+
+    with pytest.raises(ArgumentError, match="uint64"):  # what the locate box runs for a typed "-3"
+        browser.locate("-3", mode="chunk id")

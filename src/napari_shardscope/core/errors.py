@@ -17,6 +17,10 @@ class ArgumentError(ShardscopeError, ValueError):
     """A caller passed a bad argument (names the argument and the value)."""
 
 
+class ReadOnlyVolumeError(ShardscopeError, TypeError):
+    """A write into a lazy view of a stored volume: shardscope never writes into a source volume."""
+
+
 class NotADatasetError(ShardscopeError):
     """A path or URL holds none of the formats we read."""
 

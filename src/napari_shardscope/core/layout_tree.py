@@ -1032,6 +1032,8 @@ class _PrecomputedBackend(_Backend):
     # locate
     def grid_of_chunk_id(self, scale: str, chunk_id: int) -> tuple[int, ...]:
         sc = self.scale_info(scale)
+        if not 0 <= int(chunk_id) < 1 << 64:
+            raise ArgumentError(f"chunk id {chunk_id} is not a chunk of scale {scale!r}: chunk ids are uint64")
         try:
             pos = decode_morton(np.asarray([chunk_id], dtype=np.uint64), sc.grid_shape)[0]
         except ArgumentError as exc:

@@ -43,6 +43,7 @@ from qtpy.QtWidgets import (
 
 from napari_shardscope.core.errors import ArgumentError, ShardscopeError
 from napari_shardscope.core.labelmap import BodySplit, Mutation
+from napari_shardscope.widgets.lifecycle import on_removed
 from napari_shardscope.widgets.session import ProofreadingSession, session_for
 from napari_shardscope.widgets.workers import GuiProgress, start_worker
 
@@ -88,6 +89,7 @@ class ProofreadingPanel(QWidget):  # type: ignore[misc]
         self.last_error = ""
         self._workers: list[Any] = []
         self._hooked: Any = None
+        self._suggested: dict[QLineEdit, str] = {}  # what _suggest_paths last put in each field
         self._build()
         self.setToolTip(HELP)
         self.session.connected.connect(self._on_version)
@@ -96,6 +98,7 @@ class ProofreadingPanel(QWidget):  # type: ignore[misc]
         viewer.layers.events.inserted.connect(self._fill_layers)
         viewer.layers.events.removed.connect(self._fill_layers)
         self._bind_keys()
+        self.teardown = on_removed(self, self._teardown)
         self._fill_layers()
         self._on_version()
 
@@ -106,6 +109,7 @@ class ProofreadingPanel(QWidget):  # type: ignore[misc]
         form = QFormLayout(conn)
         self.layer_combo = QComboBox()
         self.layer_combo.setToolTip("the segmentation (supervoxel ids) to proofread")
+        self.layer_combo.currentTextChanged.connect(self._suggest_paths)
         form.addRow("Segmentation", self.layer_combo)
         self.repo_edit = QLineEdit()
         self.repo_edit.setPlaceholderText("repository directory")
@@ -116,7 +120,8 @@ class ProofreadingPanel(QWidget):  # type: ignore[misc]
         row = QHBoxLayout()
         self.create_button = QPushButton("Create for layer")
         self.create_button.setToolTip("a new repository with a labelmap over the selected segmentation")
-        self.create_button.clicked.connect(lambda: self.create_repository(self.repo_edit.text().strip() or None))
+        self.create_button.clicked.connect(
+            lambda: self._guard(lambda: self.create_repository(self.repo_edit.text().strip() or None)))
         self.open_button = QPushButton("Open…")
         self.open_button.setToolTip("open an existing repository (the directory in the field, or choose one)")
         self.open_button.clicked.connect(self._open_clicked)
@@ -218,18 +223,23 @@ class ProofreadingPanel(QWidget):  # type: ignore[misc]
             self.layer_combo.setCurrentText(current)
         self._suggest_paths()
 
-    def _suggest_paths(self) -> None:
+    def _suggest_paths(self, *_: Any) -> None:
+        """Fill the repository and agglomeration fields for the chosen layer's volume.
+
+        A field the user typed into is kept; one this panel filled for another layer is replaced
+        (a bodies.json of one volume must not group another volume's supervoxels).
+        """
         layer = self._chosen_layer()
         if layer is None:
             return
-        url = str(layer.metadata[METADATA_KEY]["url"])
-        local = Path(url.removeprefix("file://"))
-        if local.exists():
-            if not self.repo_edit.text():
-                self.repo_edit.setText(str(local.parent / f"{local.name}.repo"))
-            bodies = local.parent / "bodies.json"
-            if not self.agglo_edit.text() and bodies.is_file():
-                self.agglo_edit.setText(str(bodies))
+        local = Path(str(layer.metadata[METADATA_KEY]["url"]).removeprefix("file://"))
+        repo = str(local.parent / f"{local.name}.repo") if local.exists() else ""
+        bodies = local.parent / "bodies.json"
+        agglo = str(bodies) if local.exists() and bodies.is_file() else ""
+        for edit, value in ((self.repo_edit, repo), (self.agglo_edit, agglo)):
+            if edit.text() in ("", self._suggested.get(edit, "")):
+                edit.setText(value)
+            self._suggested[edit] = value
 
     def _chosen_layer(self) -> Any:
         name = self.layer_combo.currentText()
@@ -434,14 +444,20 @@ class ProofreadingPanel(QWidget):  # type: ignore[misc]
         body = self.selected[0]
         box = v.bbox(body, exact=False).intersect(_full_box(v))
         lo, hi = list(box.lo), list(box.hi)
-        if int(np.prod(np.subtract(hi, lo))) > MAX_SEED_VOXELS:
-            z = int(self.viewer.dims.current_step[0]) if self.viewer.dims.ndim >= 3 else lo[0]
-            lo[0], hi[0] = z, z + 1
         g = v.scales[0]
+        if int(np.prod(np.subtract(hi, lo))) > MAX_SEED_VOXELS:  # only the shown z plane, in scale-0 voxels
+            z = lo[0]
+            if self.viewer.dims.ndim >= 3:
+                world_z = float(self.viewer.dims.point[self.viewer.dims.ndim - 3])
+                z = min(max(round((world_z - g.translate[0]) / g.voxel_size[0]), lo[0]), hi[0] - 1)
+            lo[0], hi[0] = z, z + 1
         seeds = np.zeros(tuple(h - low for low, h in zip(lo, hi, strict=True)), dtype=np.uint8)
         translate = tuple(t + low * s for t, low, s in zip(g.translate, lo, g.voxel_size, strict=True))
-        self.seeds_layer = self.viewer.add_labels(seeds, name=SEEDS_NAME, scale=g.voxel_size, translate=translate,
-                                                  metadata={"split_origin": tuple(lo), "split_body": body})
+        units = getattr(self.session.body_layer, "units", None)
+        self.seeds_layer = self.viewer.add_labels(
+            seeds, name=SEEDS_NAME, scale=g.voxel_size, translate=translate,
+            metadata={"split_origin": tuple(lo), "split_body": body, "split_version": v.uuid},
+            **({"units": tuple(units)} if units is not None else {}))
         self.seeds_layer.brush_size = 6
         self.seeds_layer.selected_label = 1
         self.seeds_layer.mode = "paint"
@@ -474,6 +490,8 @@ class ProofreadingPanel(QWidget):  # type: ignore[misc]
         layer = self.seeds_layer
         if layer is None:
             raise ArgumentError("start a split first")
+        if layer.metadata.get("split_version") != v.uuid:
+            raise ArgumentError("these seeds were painted on another version: start the split again")
         body = int(layer.metadata["split_body"])
         groups = self.seed_groups()
         if len(groups) < 2:
@@ -570,6 +588,10 @@ class ProofreadingPanel(QWidget):  # type: ignore[misc]
             ver = v.version
             state = "committed (read-only)" if ver.locked else "open"
             self.version_label.setText(f"{ver.short} on branch {ver.branch!r}, {state}")
+        seeds = self.seeds_layer
+        if seeds is not None and (v is None or seeds.metadata.get("split_version") != v.uuid):
+            self._remove_seeds()  # seeds belong to the version they were painted on
+            self._status("split cancelled: another version is checked out")
         self._hook_layer()
         if v is not None:
             self.selected = [b for b in self.selected if v.exists(b)]
@@ -648,12 +670,17 @@ class ProofreadingPanel(QWidget):  # type: ignore[misc]
         self.status_label.setStyleSheet("color: #e06c75")
         self.status_label.setText(message)
 
-    def closeEvent(self, event: Any) -> None:
-        """Unbind the keys and the mouse callback when the dock is closed."""
+    def _teardown(self) -> None:
+        """The panel left the viewer: unbind its keys, its click hook and its signals."""
         self._unbind_keys()
         if self._hooked is not None and self._on_click in self._hooked.mouse_drag_callbacks:
             self._hooked.mouse_drag_callbacks.remove(self._on_click)
-        super().closeEvent(event)
+        self._hooked = None
+        self.session.connected.disconnect(self._on_version)
+        self.session.version_changed.disconnect(self._on_version)
+        self.session.edited.disconnect(self._on_edited)
+        self.viewer.layers.events.inserted.disconnect(self._fill_layers)
+        self.viewer.layers.events.removed.disconnect(self._fill_layers)
 
 
 _ACTION_TIPS = {

@@ -67,6 +67,7 @@ class ProofreadingSession:
         self.version: LabelmapVersion | None = None
         self.body_layer: Labels | None = None
         self.supervoxel_layer: Labels | None = None
+        self._layout: tuple[Any, ...] | None = None  # what the layers show: labelmap and geometry
         self._unsubscribe: Any = None
         self._bridge = _ToGuiThread()
         self._bridge.event.connect(self._on_edit)
@@ -196,18 +197,31 @@ class ProofreadingSession:
         return layer is not None and layer in self.viewer.layers
 
     def _show(self, v: LabelmapVersion) -> None:
-        """Point the body and supervoxel layers at ``v``'s arrays (adding them the first time)."""
+        """Point the body and supervoxel layers at ``v``'s arrays (adding them when needed).
+
+        A checkout of another version of the same labelmap swaps the layers' data, which keeps
+        the user's layer settings. Anything else — the first version shown, another repository or
+        labelmap (other geometry), or one of the two layers removed by the user — replaces both
+        layers, so a layer never shows one volume placed with another's scale and translate.
+        """
         bodies, svs = v.body_arrays(), v.supervoxel_arrays()
         meta = {LAYER_KEY: {"repository": str(self.repo.path) if self.repo and self.repo.path else None,
                             "labelmap": v.labelmap.name, "version": v.uuid}}
-        if self._layer_alive(self.body_layer) and self._layer_alive(self.supervoxel_layer):
+        geometry = v.scales[0]
+        layout = (meta[LAYER_KEY]["repository"], v.labelmap.name, tuple(geometry.voxel_size),
+                  tuple(geometry.translate), len(bodies))
+        alive = self._layer_alive(self.body_layer) and self._layer_alive(self.supervoxel_layer)
+        if alive and layout == self._layout:
             assert self.body_layer is not None and self.supervoxel_layer is not None
             self.supervoxel_layer.data = _data(svs)
             self.body_layer.data = _data(bodies)
-            self.body_layer.metadata.update(meta)
-            self.supervoxel_layer.metadata.update(meta)
+            for layer in (self.supervoxel_layer, self.body_layer):
+                layer.metadata.update(meta)
+                layer.editable = False  # napari's data setter turns single-scale layers editable again
             return
-        geometry = v.scales[0]
+        for old in (self.supervoxel_layer, self.body_layer):
+            if self._layer_alive(old):
+                self.viewer.layers.remove(old)
         common = {"scale": geometry.voxel_size, "translate": geometry.translate, "multiscale": len(bodies) > 1,
                   "axis_labels": ("z", "y", "x")}
         name = v.labelmap.name
@@ -219,7 +233,8 @@ class ProofreadingSession:
         self.body_layer = self.viewer.add_labels(_data(bodies), name=f"{name} bodies", metadata=dict(meta),
                                                  **common)
         for layer in (self.supervoxel_layer, self.body_layer):
-            layer.editable = False  # napari must never write into a lazy view of the store
+            keep_read_only(layer)  # napari must never write into a lazy view of the store
+        self._layout = layout
         self.viewer.layers.selection.active = self.body_layer
 
     def _hide_base_layers(self, v: LabelmapVersion) -> Any:
@@ -253,6 +268,22 @@ class ProofreadingSession:
         if self.version is not None and event.version == self.version.uuid:
             self.refresh(event)
         self.edited.emit(event)
+
+
+def keep_read_only(layer: Any) -> None:
+    """Make a Labels layer over a lazy store view read-only for good.
+
+    napari re-derives ``editable`` (``not multiscale``) whenever a layer's data is set, so a
+    single-scale layer would become paintable again after a checkout; the paint stroke would then
+    fail inside napari. Re-assert it on every change.
+    """
+    layer.editable = False
+
+    def again(_: Any = None) -> None:
+        if layer.editable:
+            layer.editable = False
+
+    layer.events.editable.connect(again)
 
 
 def _data(arrays: list[Any]) -> Any:

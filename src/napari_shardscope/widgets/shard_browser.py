@@ -61,6 +61,7 @@ from napari_shardscope.core.layout_tree import (
     format_ratio,
     parse_position,
 )
+from napari_shardscope.widgets.lifecycle import on_removed
 
 if TYPE_CHECKING:
     import napari
@@ -142,6 +143,7 @@ class ShardBrowser(QWidget):
         self._problem.connect(self._on_problem)
         self.viewer.layers.events.inserted.connect(self._refresh_layers)
         self.viewer.layers.events.removed.connect(self._refresh_layers)
+        self.teardown = on_removed(self, self._teardown)
         self._refresh_layers()
 
     # -- UI ------------------------------------------------------------------------------------------
@@ -555,6 +557,7 @@ class ShardBrowser(QWidget):
             if len(shapes) >= MAX_OUTLINE_PLANES:
                 break
         width = float(np.min(hi[list(rect)] - lo[list(rect)])) / 40
+        active = self.viewer.layers.selection.active  # adding the outline selects it; give the clicks back
         layer = self.outline_layer
         if layer is None or layer not in self.viewer.layers or layer.ndim != lo.size:
             if layer is not None and layer in self.viewer.layers:
@@ -569,7 +572,9 @@ class ShardBrowser(QWidget):
             layer.edge_width = [width] * len(shapes)
             layer.edge_color = "yellow"
             layer.face_color = "transparent"
-        if self.layer is not None:
+        if active is not None and active in self.viewer.layers and active is not layer:
+            self.viewer.layers.selection.active = active
+        elif self.layer is not None:
             self.viewer.layers.selection.active = self.layer
 
     def _units(self, ndim: int | None = None) -> dict[str, Any]:
@@ -673,10 +678,13 @@ class ShardBrowser(QWidget):
         if self.shard_map_layer is not None and self.shard_map_layer in self.viewer.layers:
             self.viewer.layers.remove(self.shard_map_layer)
         n = data.ndim
+        active = self.viewer.layers.selection.active  # the new layer would take the clicks (body picking)
         layer = self.viewer.add_labels(data, name=name, scale=smap.voxel_size[-n:], translate=smap.translate[-n:],
                                        opacity=0.45, colormap=colormap, **self._units(n),
                                        metadata={"shardscope_shard_map": {"scale": smap.scale, "by": smap.by}})
         self.shard_map_layer = layer
+        if active is not None and active in self.viewer.layers:
+            self.viewer.layers.selection.active = active
         if self.outline_layer is not None and self.outline_layer in self.viewer.layers:
             self.viewer.layers.move(self.viewer.layers.index(self.outline_layer), len(self.viewer.layers))
         self.status_label.setText(f"{name}: {int(np.unique(smap.values).size)} of {smap.num_values} "
@@ -807,8 +815,9 @@ class ShardBrowser(QWidget):
         target.setStyleSheet("color: #e06c75")
         target.setText(message)
 
-    def closeEvent(self, event: Any) -> None:
-        """Remove the viewer callbacks and stop workers when the dock is closed."""
+    def _teardown(self) -> None:
+        """The panel left the viewer: remove its mouse callbacks and layer-list hooks, stop workers."""
         self.set_cursor_mode(False)
         self.stop()
-        super().closeEvent(event)
+        self.viewer.layers.events.inserted.disconnect(self._refresh_layers)
+        self.viewer.layers.events.removed.disconnect(self._refresh_layers)

@@ -43,12 +43,14 @@ from napari_shardscope.core.labelmap.branch_merge import (
 )
 from napari_shardscope.core.labelmap.diff import VersionDiff, diff_versions
 from napari_shardscope.core.versioned import Version
+from napari_shardscope.widgets.lifecycle import on_removed
 from napari_shardscope.widgets.session import ProofreadingSession, session_for
 from napari_shardscope.widgets.workers import GuiProgress, start_worker
 
 if TYPE_CHECKING:
     import napari
 
+UNCHOSEN = "choose…"
 EXPORT_TIP = ("write the selected committed version (or the checked-out one) as a new sharded volume, "
               "every scale, in a worker with napari's progress bar; the result opens as a hidden layer")
 COLUMNS = ("Version", "Branch", "State", "Message", "Edits", "Parents", "Created")
@@ -68,10 +70,17 @@ class VersionsPanel(QWidget):  # type: ignore[misc]
         self.last_export: ExportReport | None = None
         self._exports: list[Any] = []
         self._build()
-        for signal in (self.session.connected, self.session.version_changed, self.session.dag_changed,
-                       self.session.edited):
+        self._signals = (self.session.connected, self.session.version_changed, self.session.dag_changed,
+                         self.session.edited)
+        for signal in self._signals:
             signal.connect(self._refresh_slot)
+        self.teardown = on_removed(self, self._teardown)
         self.refresh()
+
+    def _teardown(self) -> None:
+        """The panel left the viewer: stop following the session."""
+        for signal in self._signals:
+            signal.disconnect(self._refresh_slot)
 
     def _build(self) -> None:
         vbox = QVBoxLayout(self)
@@ -124,6 +133,7 @@ class VersionsPanel(QWidget):  # type: ignore[misc]
         mrow = QHBoxLayout()
         self.theirs_combo = QComboBox()
         self.theirs_combo.setToolTip("their branch (its head is merged)")
+        self.theirs_combo.currentTextChanged.connect(self._forget_plan)
         self.plan_button = QPushButton("Check")
         self.plan_button.setToolTip("list the bodies and supervoxels both branches edited (conflicts)")
         self.plan_button.clicked.connect(lambda: self._guard(lambda: self.plan_merge(self.theirs_combo.currentText())))
@@ -186,6 +196,8 @@ class VersionsPanel(QWidget):  # type: ignore[misc]
             self.status_label.setText("no repository: create or open one in the Proofreading panel")
             self._update_actions()
             return
+        if self.status_label.text().startswith("no repository"):
+            self._ok("")  # connected since: the hint is stale
         current = self.session.version.uuid if self.session.version is not None else None
         edits = self._own_edit_counts()
         bold = QFont()
@@ -338,13 +350,19 @@ class VersionsPanel(QWidget):  # type: ignore[misc]
             item = QTreeWidgetItem([c.key, ", ".join(map(str, c.ours)), ", ".join(map(str, c.theirs)), ""])
             self.conflict_tree.addTopLevelItem(item)
             combo = QComboBox()
-            combo.addItems(["ours", "theirs"])
+            combo.addItems([UNCHOSEN, "ours", "theirs"])  # no side until the user picks one
             self.conflict_tree.setItemWidget(item, 3, combo)
             self._choices[c.key] = combo
         self._ok(f"merging {theirs} into {plan.ours[:8]}: {len(plan.theirs_mutations)} of their mutation(s), "
                  f"{len(plan.conflicts)} conflict(s)" + (" — choose a side for each, then Merge" if plan.conflicts
                                                           else ""))
         return plan
+
+    def _forget_plan(self, *_: Any) -> None:
+        """Another branch to merge: the listed conflicts and choices were for the previous one."""
+        self.last_plan = None
+        self._choices = {}
+        self.conflict_tree.clear()
 
     def choose(self, key: str, side: str) -> None:
         """Set the side kept for conflict ``key`` (as the row's combo box does)."""
@@ -362,9 +380,15 @@ class VersionsPanel(QWidget):  # type: ignore[misc]
             raise ArgumentError("no repository")
         ours = self._ours()
         if resolutions is None:
-            plan = self.plan_merge(theirs) if self.last_plan is None or self.last_plan.ours != ours else self.last_plan
+            plan = self.last_plan
+            if plan is None or plan.ours != ours or plan.theirs != self._repo().version(theirs).uuid:
+                plan = self.plan_merge(theirs)  # the listed choices were for another merge: list this one's
+                if plan.conflicts:
+                    raise ArgumentError(f"merging {theirs}: {len(plan.conflicts)} conflict(s) listed — choose a "
+                                        "side for each, then Merge")
             choices = getattr(self, "_choices", {})
-            resolutions = {c.key: choices[c.key].currentText() for c in plan.conflicts if c.key in choices}
+            resolutions = {c.key: choices[c.key].currentText() for c in plan.conflicts
+                           if c.key in choices and choices[c.key].currentText() != UNCHOSEN}
         result = merge_branches(lm, ours, theirs, resolutions=resolutions)  # type: ignore[arg-type]
         self.last_plan = None
         self.conflict_tree.clear()

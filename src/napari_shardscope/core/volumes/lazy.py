@@ -63,6 +63,24 @@ class LazyArray:
         self._transform = transform
         self._dtype: np.dtype[Any] = np.dtype(dtype) if dtype is not None else np.dtype(store.dtype.numpy_dtype)
 
+    def __setitem__(self, index: Any, value: Any) -> None:
+        """Refuse: this is a read-only view of a stored volume (napari paints into arrays it can write).
+
+        Raises
+        ------
+        ReadOnlyVolumeError
+            Always, naming the volume; edits go through a labelmap (the Proofreading panel).
+        """
+        from napari_shardscope.core.errors import ReadOnlyVolumeError
+
+        try:
+            where = str(self._store.kvstore.url)
+        except Exception:  # virtual views (a labelmap's) have no kvstore
+            where = "this volume"
+        raise ReadOnlyVolumeError(
+            f"{where} is shown read-only: shardscope never writes into a source volume; edit bodies through a "
+            "repository (Proofreading panel), and paint split seeds in its seeds layer")
+
     # -- array metadata --------------------------------------------------------------------------
     @property
     def store(self) -> Any:
