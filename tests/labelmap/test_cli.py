@@ -88,3 +88,25 @@ def test_proofreading_session(base: Path, tmp_path: Path, capsys: pytest.Capture
     assert code == 1 and "committed" in str(text)
     code, text = call(capsys, "labelmap", "index", repo, "seg")
     assert code == 0 and "4 supervoxels" in str(text)
+
+
+def test_bad_counts_and_unknown_versions_are_usage_errors(base: Path, tmp_path: Path,
+                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    """``--workers`` below 1 is a one-line usage error (it was a ValueError traceback from the thread pool);
+    an unknown version is bad input (exit 2) for the branch commands as for the versioned CLI."""
+    repo = str(tmp_path / "repo")
+    assert call(capsys, "repo", "init", repo)[0] == 0
+    assert call(capsys, "labelmap", "create", repo, "seg", str(base), "--block", "8", "--no-index")[0] == 0
+    for bad in ("-1", "0", "two"):
+        with pytest.raises(SystemExit) as info:
+            run(["index", repo, "seg", "--workers", bad, "--quiet"])
+        assert info.value.code == 2
+        err = capsys.readouterr().err
+        assert "positive integer" in err and "Traceback" not in err
+    assert call(capsys, "index", repo, "seg", "--workers", "2", "--quiet")[0] == 0
+    assert call(capsys, "repo", "commit", repo, "main", "-m", "base")[0] == 0
+    code, text = call(capsys, "merge-branches", repo, "main", "nosuch", "seg", "--dry-run")
+    assert code == 2 and "nosuch" in str(text)
+    assert call(capsys, "merge-branches", repo, "nosuch", "main", "seg")[0] == 2
+    assert call(capsys, "diff", repo, "main", "abcdef12", "seg")[0] == 2
+    assert call(capsys, "repo", "log", repo, "nosuch")[0] == 2  # what the versioned CLI does

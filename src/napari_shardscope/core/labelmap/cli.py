@@ -29,7 +29,7 @@ import json
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import numpy.typing as npt
@@ -48,6 +48,9 @@ from napari_shardscope.core.versioned.errors import (
     UnknownVersionError,
 )
 from napari_shardscope.core.versioned.repository import Repository, open_repository
+
+if TYPE_CHECKING:
+    from napari_shardscope.core.labelmap.branch_merge import BranchMergeConflictError
 
 Handler = Callable[[argparse.Namespace], int]
 
@@ -161,10 +164,21 @@ def cmd_index(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _positive_int(text: str) -> int:
+    """An argparse type for counts: a usage error (exit 2, one line) instead of a traceback further down."""
+    try:
+        value = int(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from exc
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
+    return value
+
+
 def _index_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--scheduler", metavar="ADDR",
                    help="'threads' (default), 'sync' or a dask.distributed scheduler address like tcp://host:8786")
-    p.add_argument("--workers", type=int, metavar="N", help="threads for the threaded scheduler")
+    p.add_argument("--workers", type=_positive_int, metavar="N", help="threads for the threaded scheduler")
     p.add_argument("--force", action="store_true", help="rebuild an index that is already stored")
     p.add_argument("--quiet", action="store_true", help="no progress on stderr")
 
@@ -340,12 +354,33 @@ def _parse_resolutions(items: list[str]) -> dict[str, str]:
     return out
 
 
+def _report_conflict(args: argparse.Namespace, exc: BranchMergeConflictError) -> int:
+    """The conflicts a merge left unresolved: JSON on stdout with ``--json``, else lines on stderr; exit 1."""
+    if args.json:
+        out = exc.plan.to_json()
+        out["error"] = str(exc)
+        out["conflicts"] = [c.to_json() for c in exc.unresolved]
+        print_json(out)
+    else:
+        print(f"shardscope {args.command}: {exc}", file=sys.stderr)
+        for c in exc.unresolved:
+            print(f"  {c.key}: ours mutations {list(c.ours)}, theirs {list(c.theirs)}", file=sys.stderr)
+    return EXIT_FAILED
+
+
 @_bad_input_is_usage
 def cmd_merge_branches(args: argparse.Namespace) -> int:
+    """``shardscope merge-branches``; ``--dry-run`` checks the resolutions exactly as the merge would.
+
+    The dry run calls the same :func:`resolve_branch_merge` the merge runs before writing, so it
+    exits with the merge's code and message (1: conflicts left, 2: a resolution naming no
+    conflict) and only the write is skipped: a script can trust a dry run that exits 0.
+    """
     from napari_shardscope.core.labelmap.branch_merge import (
         BranchMergeConflictError,
         merge_branches,
         plan_branch_merge,
+        resolve_branch_merge,
     )
 
     resolutions = _parse_resolutions(args.resolve or [])
@@ -354,29 +389,28 @@ def cmd_merge_branches(args: argparse.Namespace) -> int:
         lm = open_labelmap(repo, args.name)
         if args.dry_run:
             plan = plan_branch_merge(lm, args.ours, args.theirs)
-            if args.json:
-                print_json(plan.to_json())
-            else:
+            if not args.json:
                 print(f"merge {plan.theirs[:8]} into {plan.ours[:8]} (base {plan.base[:8]}): "
                       f"{len(plan.ours_mutations)} / {len(plan.theirs_mutations)} mutation(s), "
                       f"{len(plan.conflicts)} conflict(s)")
                 for c in plan.conflicts:
                     print(f"  conflict {c.key}: ours {list(c.ours)}, theirs {list(c.theirs)}")
-            return EXIT_FAILED if plan.conflicts and args.policy == "fail" and not resolutions else EXIT_OK
+            try:
+                outcome = resolve_branch_merge(lm, plan, resolutions=resolutions,  # type: ignore[arg-type]
+                                               policy=args.policy)
+            except BranchMergeConflictError as exc:
+                return _report_conflict(args, exc)
+            if args.json:
+                print_json({**plan.to_json(), "dry_run": True, **outcome.to_json()})
+            else:
+                print(f"would apply {len(outcome.applied)} of their mutation(s), revert {len(outcome.reverted)} "
+                      f"of ours, drop {len(outcome.dropped)} (dry run: nothing written)")
+            return EXIT_OK
         try:
             result = merge_branches(lm, args.ours, args.theirs, resolutions=resolutions,  # type: ignore[arg-type]
                                     policy=args.policy, branch=args.branch, user=args.user)
         except BranchMergeConflictError as exc:
-            if args.json:
-                out = exc.plan.to_json()
-                out["error"] = str(exc)
-                out["conflicts"] = [c.to_json() for c in exc.unresolved]
-                print_json(out)
-            else:
-                print(f"shardscope {args.command}: {exc}", file=sys.stderr)
-                for c in exc.unresolved:
-                    print(f"  {c.key}: ours mutations {list(c.ours)}, theirs {list(c.theirs)}", file=sys.stderr)
-            return EXIT_FAILED
+            return _report_conflict(args, exc)
     if args.json:
         print_json(result.to_json())
     else:
