@@ -23,6 +23,7 @@ from napari_shardscope.core.export.source import labelmap_source
 from napari_shardscope.core.export.zarr3 import export_zarr3
 from napari_shardscope.core.labelmap import Labelmap, create_labelmap
 from napari_shardscope.core.versioned import Repository, create_repository
+from napari_shardscope.core.volumes import open_volume
 from tests.labelmap.volumes import voronoi_supervoxels, write_precomputed
 
 FACTORS = ((1, 1, 1), (1, 2, 2), (2, 4, 4))
@@ -89,6 +90,21 @@ def test_zarr3_export_equals_labelmap_reads(edited: tuple[Repository, Labelmap, 
     for scale in range(len(FACTORS)):
         np.testing.assert_array_equal(np.asarray(group[str(scale)][...]), v.read_bodies(scale=scale))
     assert run(["validate", str(out / "0"), "--quiet"]) == 0
+    assert open_volume(str(out)).kind == "segmentation"  # OME-Zarr image-label metadata: labels, not an image
+
+
+def test_export_into_the_repository_or_the_base_is_refused(edited: tuple[Repository, Labelmap, str, str],
+                                                           tmp_path: Path) -> None:
+    repo, lm, uuid, _ = edited
+    source = labelmap_source(repo, "seg", uuid)
+    base = Path(lm.config.base)
+    before = digests(base), digests(Path(repo.path))
+    for dest in (Path(repo.path), Path(repo.path) / "out", base, base / "out", base.parent):
+        with pytest.raises(ArgumentError, match="overlaps the source"):
+            export_precomputed(source, str(dest), overwrite=True)
+        with pytest.raises(ArgumentError, match="overlaps the source"):
+            export_zarr3(source, str(dest), overwrite=True)
+    assert (digests(base), digests(Path(repo.path))) == before
 
 
 def test_open_version_refused_unless_allowed(edited: tuple[Repository, Labelmap, str, str], tmp_path: Path) -> None:

@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import hashlib
+import json
+import subprocess
+import sys
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -14,6 +18,7 @@ from hypothesis import strategies as st
 from napari_shardscope.core.bytestore import LocalByteStore
 from napari_shardscope.core.errors import ArgumentError
 from napari_shardscope.core.export.precomputed import export_precomputed
+from napari_shardscope.core.export.prepare import claim_destination
 from napari_shardscope.core.export.sharding_params import choose_sharding
 from napari_shardscope.core.export.source import ArraySource, VolumeSource
 from napari_shardscope.core.precomputed.inspector import PrecomputedInspector
@@ -228,3 +233,139 @@ def test_default_sharding_keeps_shards_under_the_budget(grid: list[int], chunk_b
     # a shard holds at most the budget's worth of chunks (one chunk when a chunk alone exceeds it)
     assert chunks_per_shard * chunk_bytes <= max(shard_bytes, chunk_bytes)
     assert spec.preshift_bits + spec.minishard_bits + spec.shard_bits == total_bits
+
+
+def _identity(shard_bits: int, minishard_bits: int = 0) -> ShardingSpec:
+    return ShardingSpec(preshift_bits=0, hash="identity", minishard_bits=minishard_bits, shard_bits=shard_bits,
+                        minishard_index_encoding="raw", data_encoding="raw")
+
+
+def test_overwrite_with_another_sharding_leaves_only_the_new_dataset(tmp_path: Path) -> None:
+    source = _source(5)
+    export_precomputed(source, str(tmp_path / "out"), chunk_size=(16, 16, 8), shard_bytes=1 << 16)
+    export_precomputed(source, str(tmp_path / "fresh"), chunk_size=(32, 32, 16))
+    export_precomputed(source, str(tmp_path / "out"), chunk_size=(32, 32, 16), overwrite=True)
+    # byte for byte the dataset a fresh export writes: no shard file of the first sharding survives
+    assert _digests(tmp_path / "out") == _digests(tmp_path / "fresh")
+    assert list(PrecomputedInspector(LocalByteStore(tmp_path / "out")).validate()) == []
+
+
+@dataclass(frozen=True)
+class _FailingSource(ArraySource):
+    """Fails on the fifth chunk read, as a dying worker or an I/O error would part-way through an export."""
+
+    reads: list[int] = field(default_factory=list)
+
+    def read(self, level: int, box: tuple[slice, ...]) -> np.ndarray:
+        self.reads.append(level)
+        if len(self.reads) == 5:
+            raise OSError("simulated read failure")
+        return super().read(level, box)
+
+
+def test_a_failed_overwrite_leaves_no_info_over_old_shards(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    old, new = np.full((64, 64, 64), 1, np.uint32), np.full((64, 64, 64), 2, np.uint32)
+    spec = _identity(3)  # 8 shards of one 32³ chunk each
+    export_precomputed(ArraySource((old,), ((4, 4, 4),)), str(out), chunk_size=(32, 32, 32), sharding=spec)
+    with pytest.raises(OSError, match="simulated"):
+        export_precomputed(_FailingSource((new,), ((4, 4, 4),)), str(out), chunk_size=(32, 32, 32), sharding=spec,
+                           overwrite=True, scheduler="sync")
+    assert not (out / "info").exists()  # no reader takes the directory for a dataset
+    assert len(list(out.rglob("*.shard"))) == 4  # the four new shards written before the failure, no old one
+
+
+def test_export_onto_or_around_its_source_is_refused(tmp_path: Path) -> None:
+    src = tmp_path / "vol"
+    export_precomputed(_source(), str(src), chunk_size=(32, 32, 16))
+    before = _digests(src)
+    (tmp_path / "link").symlink_to(src)
+    for dest in (src, f"file://{src}", src / "sub", tmp_path, tmp_path / "link", tmp_path / "link" / "x"):
+        with pytest.raises(ArgumentError, match="overlaps the source"):
+            export_precomputed(VolumeSource(str(src)), str(dest), overwrite=True)
+    with pytest.raises(ArgumentError, match="overlaps the source"):  # a source given through a symbolic link
+        export_precomputed(VolumeSource(str(tmp_path / "link")), str(src), overwrite=True)
+    assert _digests(src) == before
+    for remote, dest in (("gs://bucket/a", "gs://bucket/a/b"), ("gs://bucket/a/b", "gs://bucket/a/")):
+        with pytest.raises(ArgumentError, match="overlaps the source"):
+            claim_destination(VolumeSource(remote), dest, LocalByteStore(tmp_path / "none"), "info", "x", False)
+    assert not claim_destination(VolumeSource("gs://bucket/a"), "gs://bucket/ab", LocalByteStore(tmp_path / "none"),
+                                 "info", "x", False)
+    export_precomputed(VolumeSource(str(src)), str(tmp_path / "vol2"), chunk_size=(32, 32, 16))  # a sibling is fine
+
+
+@pytest.mark.parametrize("dtype", ["float64", "int64", "bool"])
+def test_types_precomputed_cannot_store_are_refused(tmp_path: Path, dtype: str) -> None:
+    source = ArraySource((np.zeros((4, 8, 8), dtype=dtype),), ((1.0, 1.0, 1.0),), kind="image")
+    with pytest.raises(ArgumentError, match=f"data type {dtype} cannot be stored in precomputed.*--format zarr3"):
+        export_precomputed(source, str(tmp_path / "out"))
+    assert not (tmp_path / "out").exists()
+
+
+def test_big_endian_source_is_written_as_its_native_type(tmp_path: Path) -> None:
+    data = (np.arange(4 * 8 * 8).reshape(4, 8, 8) * 300).astype(">u2")
+    report = export_precomputed(ArraySource((data,), ((1.0, 1.0, 1.0),), kind="image"), str(tmp_path / "out"))
+    assert report.info["data_type"] == "uint16"
+    np.testing.assert_array_equal(_read_tensorstore(tmp_path / "out", 0), data)
+
+
+def test_chunk_size_must_be_three_positive_integers(tmp_path: Path) -> None:
+    for chunk in ((0, 64, 64), (64, 64), (64, -1, 64), (64.5, 64, 64)):
+        with pytest.raises(ArgumentError, match="chunk_size must be 3 positive integers"):
+            export_precomputed(_source(), str(tmp_path / "out"), chunk_size=chunk)  # type: ignore[arg-type]
+    assert not (tmp_path / "out").exists()
+
+
+def test_minishard_bits_that_would_exhaust_memory_are_refused(tmp_path: Path) -> None:
+    with pytest.raises(ArgumentError, match=r"sharding\.minishard_bits is 21; at most 20"):
+        export_precomputed(_source(), str(tmp_path / "big"), sharding=_identity(0, minishard_bits=21))
+    with pytest.raises(ArgumentError, match=r"sharding\[1\]\.minishard_bits is 24"):
+        export_precomputed(_source(), str(tmp_path / "big"), sharding=[_identity(0), _identity(0, 24), _identity(0)])
+    assert not (tmp_path / "big").exists()
+
+
+@pytest.fixture(scope="module")
+def small_volume(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("small") / "vol"
+    export_precomputed(_source(7), str(path), chunk_size=(32, 32, 16))
+    return path
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--chunk", "0,64,64"], "argument --chunk: expected 3 positive integers"),
+        (["--format", "zarr3", "--chunk", "0,64,64"], "argument --chunk: expected 3 positive integers"),
+        (["--chunk", "64,64"], "argument --chunk: expected 3 positive integers"),
+        (["--format", "zarr3", "--shard-shape", "64,64"], "argument --shard-shape: expected 3 positive integers"),
+        (["--shard-bytes", "inf"], "argument --shard-bytes: expected a finite size"),
+        (["--shard-bytes", "1e400"], "argument --shard-bytes: expected a finite size"),
+        (["--workers", "-1"], "argument --workers: expected a positive integer"),
+        (["--workers", "0"], "argument --workers: expected a positive integer"),
+        (["--supervoxels"], "--supervoxels: only for a labelmap export; add --labelmap NAME"),
+        (["--allow-open", "--version", "main"], "--version, --allow-open: only for a labelmap export"),
+        (["--sharding", json.dumps({**_identity(0, 40).to_json()})], "sharding.minishard_bits is 40; at most 20"),
+    ],
+)
+def test_cli_refuses_bad_arguments_without_a_traceback(small_volume: Path, tmp_path: Path, args: list[str],
+                                                       message: str) -> None:
+    dest = tmp_path / "out"
+    run = subprocess.run([sys.executable, "-m", "napari_shardscope", "export", str(small_volume), str(dest), *args],
+                         capture_output=True, text=True, timeout=120)
+    assert run.returncode == 2 and message in run.stderr, run.stderr
+    assert "Traceback" not in run.stderr and not dest.exists()
+
+
+def test_cli_huge_shard_bits_export_promptly(small_volume: Path, tmp_path: Path) -> None:
+    # one spec for every scale, with 2**40 shards: far more than any grid needs (a loop over all never ends);
+    # run in a subprocess so that a regression fails on the timeout instead of hanging the test session
+    dest = tmp_path / "out"
+    spec = json.dumps(_identity(40).to_json())
+    run = subprocess.run([sys.executable, "-m", "napari_shardscope", "export", str(small_volume), str(dest),
+                          "--sharding", spec, "--chunk", "32,32,16", "--json", "--quiet"], capture_output=True,
+                         text=True, timeout=60)
+    assert run.returncode == 0, run.stderr
+    assert json.loads(run.stdout)["chunks"] == 3 * 3 * 3 + 2 * 2 * 2 + 1 * 1 * 2  # one shard per chunk of each grid
+    for level, expected in enumerate(_source(7).arrays):
+        np.testing.assert_array_equal(_read_tensorstore(dest, level), expected)
+    assert list(PrecomputedInspector(LocalByteStore(dest)).validate()) == []

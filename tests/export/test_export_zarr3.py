@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -64,3 +65,41 @@ def test_shard_shape_and_budget_are_honoured_at_every_level(tmp_path: Path) -> N
     assert len(budget.shards) > len(default.shards)
     with pytest.raises(ArgumentError, match="multiples of the inner chunk"):
         export_zarr3(source, str(tmp_path / "bad.zarr"), inner_chunk=(32, 32, 32), shard_shape=(48, 64, 64))
+
+
+def test_overwrite_deletes_a_shard_the_new_export_leaves_all_zero(tmp_path: Path) -> None:
+    out = tmp_path / "out.zarr"
+    old = np.full((64, 64, 128), 7, np.uint8)  # z, y, x: two 64³ shards, both written
+    new = np.zeros_like(old)
+    new[:, :, :64] = 3  # the second shard is all zero: not written, so the old one must go
+    export_zarr3(ArraySource((old,), ((4.0, 4.0, 4.0),), kind="image"), str(out), inner_chunk=(32, 32, 32),
+                 shard_shape=(64, 64, 64))
+    assert (out / "0" / "c" / "0" / "0" / "1").is_file()
+    export_zarr3(ArraySource((new,), ((4.0, 4.0, 4.0),), kind="image"), str(out), inner_chunk=(32, 32, 32),
+                 shard_shape=(64, 64, 64), overwrite=True)
+    assert not (out / "0" / "c" / "0" / "0" / "1").exists()
+    t = ts.open({"driver": "zarr3", "kvstore": {"driver": "file", "path": str(out / "0")}}).result()
+    np.testing.assert_array_equal(t.read().result(), new)
+    assert list(Zarr3Inspector(LocalByteStore(out)).validate()) == []
+
+
+def test_inner_chunk_and_shard_shape_must_be_three_positive_integers(tmp_path: Path) -> None:
+    source = ArraySource((np.ones((8, 8, 8), np.uint8),), ((1.0, 1.0, 1.0),))
+    with pytest.raises(ArgumentError, match="inner_chunk must be 3 positive integers"):
+        export_zarr3(source, str(tmp_path / "out"), inner_chunk=(0, 64, 64))
+    with pytest.raises(ArgumentError, match="inner_chunk must be 3 positive integers"):
+        export_zarr3(source, str(tmp_path / "out"), inner_chunk=(64, 64))
+    with pytest.raises(ArgumentError, match="shard_shape must be 3 positive integers"):
+        export_zarr3(source, str(tmp_path / "out"), shard_shape=(64, 64))
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("kind", ["segmentation", "image"])
+def test_a_segmentation_opens_as_labels(tmp_path: Path, kind: str) -> None:
+    from napari_shardscope.core.volumes import open_volume
+
+    data = np.arange(8 * 8 * 8, dtype=np.uint32).reshape(8, 8, 8)
+    export_zarr3(ArraySource((data,), ((1.0, 1.0, 1.0),), kind=kind), str(tmp_path / "out"))  # type: ignore[arg-type]
+    ome = json.loads((tmp_path / "out" / "zarr.json").read_text())["attributes"]["ome"]
+    assert ("image-label" in ome) == (kind == "segmentation")
+    assert open_volume(str(tmp_path / "out")).kind == kind

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +36,7 @@ def register(sub: Any) -> None:
     p.add_argument("--format", choices=("precomputed", "zarr3"), default="precomputed")
     p.add_argument(
         "--chunk",
-        type=parse_coords,
+        type=parse_shape,
         metavar="X,Y,Z",
         help="chunk size (precomputed, x,y,z; default 64,64,64) or inner chunk (zarr3, z,y,x)",
     )
@@ -55,7 +56,7 @@ def register(sub: Any) -> None:
     )
     p.add_argument(
         "--shard-shape",
-        type=parse_coords,
+        type=parse_shape,
         metavar="Z,Y,X",
         help="zarr3: the shard shape in voxels, whole inner chunks "
         "(default: grown from the inner chunk to --shard-bytes)",
@@ -65,11 +66,11 @@ def register(sub: Any) -> None:
         metavar="ADDR",
         help="'threads' (default), 'sync' or a dask.distributed scheduler address like tcp://host:8786",
     )
-    p.add_argument("--workers", type=int, metavar="N", help="threads for the threaded scheduler")
+    p.add_argument("--workers", type=parse_positive_int, metavar="N", help="threads for the threaded scheduler")
     p.add_argument("--overwrite", action="store_true", help="replace an existing dataset at DEST")
     p.add_argument("--labelmap", metavar="NAME",
                    help="SOURCE is a repository: export this labelmap instance at --version")
-    p.add_argument("--version", metavar="REF", default="main",
+    p.add_argument("--version", metavar="REF",
                    help="version to export (branch name = its head, or a UUID prefix; default main)")
     p.add_argument("--supervoxels", action="store_true",
                    help="export supervoxel ids (the base patched by splits) instead of body ids")
@@ -84,12 +85,17 @@ def export_source(args: argparse.Namespace) -> ExportSource:
     """A volume, or with ``--labelmap`` a labelmap version of the repository at SOURCE."""
     is_repo = (Path(args.source) / MARKER_FILE).is_file()
     if args.labelmap is None:
+        given = [opt for opt, value in (("--version", args.version), ("--supervoxels", args.supervoxels),
+                                        ("--allow-open", args.allow_open)) if value]
+        if given:
+            raise ArgumentError(f"{', '.join(given)}: only for a labelmap export; add --labelmap NAME "
+                                "(with SOURCE a repository directory)")
         if is_repo:
             raise ArgumentError(f"{args.source} is a repository: name the labelmap to export with --labelmap NAME")
         return VolumeSource(args.source)
     if not is_repo:
         raise ArgumentError(f"--labelmap needs SOURCE to be a repository directory; {args.source} is not one")
-    return labelmap_source(args.source, args.labelmap, args.version,
+    return labelmap_source(args.source, args.labelmap, args.version or "main",
                            labels="supervoxels" if args.supervoxels else "bodies", allow_open=args.allow_open)
 
 
@@ -101,11 +107,33 @@ def parse_size(text: str) -> int:
     t = text.strip().upper().removesuffix("IB").removesuffix("B")
     unit = t[-1:] if t[-1:] in _SIZE_UNITS else ""
     try:
-        value = int(float(t[: len(t) - len(unit)]) * _SIZE_UNITS[unit])
+        number = float(t[: len(t) - len(unit)]) * _SIZE_UNITS[unit]
     except ValueError as exc:
         raise argparse.ArgumentTypeError(f"expected a size like 512M or 2G, got {text!r}") from exc
+    if not math.isfinite(number):  # "inf", "nan", "1e400": float() accepts them, int() does not
+        raise argparse.ArgumentTypeError(f"expected a finite size like 512M or 2G, got {text!r}")
+    value = int(number)
     if value <= 0:
         raise argparse.ArgumentTypeError(f"a size must be positive, got {text!r}")
+    return value
+
+
+def parse_shape(text: str) -> list[int]:
+    """``"64,64,32"`` → ``[64, 64, 32]``: exactly three positive integers (a chunk or shard shape)."""
+    values = parse_coords(text)
+    if len(values) != 3 or min(values) <= 0:
+        raise argparse.ArgumentTypeError(f"expected 3 positive integers like 64,64,64, got {text!r}")
+    return values
+
+
+def parse_positive_int(text: str) -> int:
+    """``"4"`` → 4; zero, negative numbers and non-integers are refused (``--workers``)."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
     return value
 
 

@@ -24,6 +24,7 @@ import numpy as np
 from napari_shardscope.core.bytestore import open_store
 from napari_shardscope.core.dataset import Progress
 from napari_shardscope.core.errors import ArgumentError
+from napari_shardscope.core.export.prepare import claim_destination, clear_dataset, positive_shape
 from napari_shardscope.core.export.sharding_params import DEFAULT_SHARD_BYTES, choose_sharding
 from napari_shardscope.core.export.source import ExportSource, LevelGeometry
 from napari_shardscope.core.export.tasks import run_tasks
@@ -33,6 +34,10 @@ from napari_shardscope.core.precomputed.shard_writer import write_shard
 from napari_shardscope.core.precomputed.sharding import ShardingSpec, assign_chunk_ids
 
 DEFAULT_CHUNK = (64, 64, 64)
+#: The voxel types of the precomputed spec: TensorStore and Neuroglancer refuse an ``info`` naming another.
+DATA_TYPES = ("uint8", "int8", "uint16", "int16", "uint32", "int32", "uint64", "float32")
+#: The writer allocates a shard index of ``16 * 2**minishard_bits`` bytes per shard: 16 MiB at this limit.
+MAX_MINISHARD_BITS = 20
 
 
 @dataclass(frozen=True)
@@ -91,15 +96,23 @@ def per_scale_sharding(
     Raises
     ------
     ArgumentError
-        When a list of specs does not have one spec per scale of the source.
+        When a list of specs does not have one spec per scale of the source, or a spec has more than
+        :data:`MAX_MINISHARD_BITS` minishard bits (its shard index alone would not fit in memory).
     """
     if sharding is None or isinstance(sharding, ShardingSpec):
-        return [sharding] * num_scales
-    specs = list(sharding)
-    if len(specs) != num_scales:
-        raise ArgumentError(f"sharding: got {len(specs)} specs for a source of {num_scales} scales "
-                            "(give one per scale, or a single spec for all)")
-    return list(specs)
+        specs: list[ShardingSpec | None] = [sharding] * num_scales
+        names = ["sharding"] * num_scales
+    else:
+        specs = list(sharding)
+        names = [f"sharding[{i}]" for i in range(len(specs))]
+        if len(specs) != num_scales:
+            raise ArgumentError(f"sharding: got {len(specs)} specs for a source of {num_scales} scales "
+                                "(give one per scale, or a single spec for all)")
+    for name, spec in zip(names, specs, strict=True):
+        if spec is not None and spec.minishard_bits > MAX_MINISHARD_BITS:
+            raise ArgumentError(f"{name}.minishard_bits is {spec.minishard_bits}; at most {MAX_MINISHARD_BITS} "
+                                "(a shard index of 16 * 2**minishard_bits bytes)")
+    return specs
 
 
 def build_info(
@@ -109,9 +122,19 @@ def build_info(
     sharding: ShardingSpec | Sequence[ShardingSpec] | None = None,
     shard_bytes: int = DEFAULT_SHARD_BYTES,
 ) -> dict[str, Any]:
-    """The output ``info`` (validated by our own parser) for ``source``."""
+    """The output ``info`` (validated by our own parser) for ``source``.
+
+    Raises
+    ------
+    ArgumentError
+        When the source's voxel type is not one of :data:`DATA_TYPES` (OME-Zarr stores the others).
+    """
     desc = source.describe()
     dtype = np.dtype(desc.dtype)
+    if dtype.name not in DATA_TYPES:
+        allowed = ", ".join(DATA_TYPES)
+        raise ArgumentError(f"data type {dtype.name} cannot be stored in precomputed (it allows {allowed}): "
+                            "export it as OME-Zarr instead (export_zarr3, CLI: --format zarr3)")
     specs = per_scale_sharding(sharding, len(desc.levels))
     scales = []
     for i, level in enumerate(desc.levels):
@@ -136,7 +159,7 @@ def build_info(
     info = {
         "@type": "neuroglancer_multiscale_volume",
         "type": desc.kind,
-        "data_type": desc.dtype,
+        "data_type": dtype.name,  # the native-order name: '>u2' is 'uint16' (chunks are written little endian)
         "num_channels": 1,
         "scales": scales,
     }
@@ -145,7 +168,11 @@ def build_info(
 
 
 def plan_shard_tasks(dest: str, info: dict[str, Any]) -> list[ShardTask]:
-    """One task per non-empty shard of every scale (reads nothing)."""
+    """One task per non-empty shard of every scale (reads nothing).
+
+    Only shards that can hold a chunk of the grid are visited: a spec with many shard bits (one spec for
+    every scale gives a small coarse scale more bits than it needs) must not loop over ``2**shard_bits``.
+    """
     parsed = parse_info(info)
     tasks: list[ShardTask] = []
     for level, sc in enumerate(parsed.scales):
@@ -155,11 +182,10 @@ def plan_shard_tasks(dest: str, info: dict[str, Any]) -> list[ShardTask]:
         covered_bits = spec.preshift_bits + spec.minishard_bits + spec.shard_bits
         if spec.hash == "identity" and covered_bits >= total_bits:  # each shard is one contiguous id range
             per_shard = 1 << (spec.preshift_bits + spec.minishard_bits)
-            for shard in range(spec.num_shards):
+            for shard in range(-(-(1 << total_bits) // per_shard)):  # the shards holding ids below 2**total_bits
                 lo = shard * per_shard
                 hi = min((shard + 1) * per_shard, 1 << total_bits)
-                if lo < hi:
-                    tasks.append(ShardTask(dest, level, sc, shard, (lo, hi)))
+                tasks.append(ShardTask(dest, level, sc, shard, (lo, hi)))
         else:  # hashed, or identity with ids wrapping around the shard bits: group the grid's ids
             ids = sc.chunk_ids_of_grid()
             shards = assign_chunk_ids(spec, ids).shard
@@ -206,18 +232,24 @@ def export_precomputed(
 ) -> ExportReport:
     """Export ``source`` to a sharded precomputed volume at ``dest`` (a path or a writable URL).
 
+    With ``overwrite``, a dataset already at ``dest`` is deleted (its ``info`` first) once the export is
+    planned, then the new shards are written and the new ``info`` last: no stale shard of the old dataset
+    survives, and a failed export leaves no ``info`` over a mix of old and new shards.
+
     Raises
     ------
     ArgumentError
-        When ``dest`` already holds a dataset and ``overwrite`` is false.
+        When ``dest`` already holds a dataset and ``overwrite`` is false; when ``dest`` overlaps the source;
+        for a ``chunk_size`` that is not 3 positive integers, a voxel type precomputed cannot store, or a
+        sharding spec that does not fit the source.
     """
+    chunk_size = positive_shape("chunk_size", chunk_size)
     store = open_store(dest)
-    if store.read("info") is not None and not overwrite:
-        raise ArgumentError(
-            f"{dest} already holds a precomputed dataset (info exists); pass overwrite=True (CLI: --overwrite)"
-        )
+    replacing = claim_destination(source, dest, store, "info", "precomputed", overwrite)
     info = build_info(source, chunk_size=chunk_size, sharding=sharding, shard_bytes=shard_bytes)
     tasks = plan_shard_tasks(dest, info)
+    if replacing:
+        clear_dataset(dest, "info")
     results = run_tasks(
         _TaskRunner(source), tasks, scheduler=scheduler, num_workers=num_workers, progress=progress, label="shard"
     )

@@ -47,6 +47,10 @@ class ExportSource(Protocol):
         """The voxels of ``box`` (slices along z, y, x) at scale ``level``."""
         ...
 
+    def locations(self) -> tuple[str, ...]:
+        """Paths or URLs the source reads from: an export refuses a destination overlapping any of them."""
+        ...
+
 
 @dataclass(frozen=True)
 class ArraySource:
@@ -63,10 +67,13 @@ class ArraySource:
             LevelGeometry(tuple(int(s) for s in a.shape), r)  # type: ignore[arg-type]
             for a, r in zip(self.arrays, self.resolutions, strict=True)
         )
-        return SourceDescription(self.kind, str(self.arrays[0].dtype), levels)
+        return SourceDescription(self.kind, self.arrays[0].dtype.name, levels)
 
     def read(self, level: int, box: Box) -> npt.NDArray[Any]:
         return np.asarray(self.arrays[level][box])
+
+    def locations(self) -> tuple[str, ...]:
+        return ()
 
 
 _OPEN_VOLUMES: dict[str, Any] = {}
@@ -111,10 +118,14 @@ class VolumeSource:
                     (offset[2], offset[1], offset[0]),
                 )
             )
-        return SourceDescription(vol.kind, str(vol.dtype), tuple(out))
+        # the name, not str(): a big-endian '>u2' is 'uint16', the only spelling the output formats know
+        return SourceDescription(vol.kind, np.dtype(vol.dtype).name, tuple(out))
 
     def read(self, level: int, box: Box) -> npt.NDArray[Any]:
         return np.asarray(self._levels()[level].array[box].read())
+
+    def locations(self) -> tuple[str, ...]:
+        return (self.url,)
 
 
 _OPEN_LABELMAPS: dict[tuple[str, str], Any] = {}
@@ -174,6 +185,10 @@ class LabelmapSource:
         v = self._labelmap().at(self.version)
         data = v.read_supervoxels(box, level) if self.labels == "supervoxels" else v.read_bodies(box, level)
         return np.asarray(data)
+
+    def locations(self) -> tuple[str, ...]:
+        """The base segmentation (read for every chunk) and the repository (the labelmap's overlay)."""
+        return (self._labelmap().config.base, self.repository)
 
 
 def labelmap_source(repository: str | Any, instance: str, ref: str, *, labels: LabelKind = "bodies",

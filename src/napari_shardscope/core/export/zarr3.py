@@ -22,6 +22,7 @@ from napari_shardscope.core.bytestore import join_key, open_store
 from napari_shardscope.core.dataset import Progress
 from napari_shardscope.core.errors import ArgumentError
 from napari_shardscope.core.export.precomputed import ExportReport, ShardResult
+from napari_shardscope.core.export.prepare import claim_destination, clear_dataset, positive_shape
 from napari_shardscope.core.export.source import ExportSource
 from napari_shardscope.core.export.tasks import run_tasks
 from napari_shardscope.core.zarr3.metadata import parse_array_metadata, parse_group_metadata
@@ -136,18 +137,27 @@ def export_zarr3(
 ) -> ExportReport:
     """Export ``source`` as an OME-Zarr 0.5 multiscale group of sharded Zarr v3 arrays at ``dest``.
 
-    Shards holding only zeros are not written (a missing shard reads as the fill value 0).
+    Shards holding only zeros are not written (a missing shard reads as the fill value 0). A segmentation
+    source gets OME-Zarr ``image-label`` metadata, so readers open the group as labels, not as an image.
+
+    With ``overwrite``, a dataset already at ``dest`` is deleted (its ``zarr.json`` first) once the export is
+    planned: a shard of the old dataset where the new one is all zero must not survive, since a missing
+    shard is what says "zero". The ``zarr.json`` documents are written last.
+
+    Raises
+    ------
+    ArgumentError
+        When ``dest`` already holds a dataset and ``overwrite`` is false; when ``dest`` overlaps the source;
+        for an ``inner_chunk`` or ``shard_shape`` that is not 3 positive integers (whole inner chunks).
     """
+    inner_chunk = positive_shape("inner_chunk", inner_chunk)
     store = open_store(dest)
-    if store.read("zarr.json") is not None and not overwrite:
-        raise ArgumentError(
-            f"{dest} already holds a zarr dataset (zarr.json exists); pass overwrite=True (CLI: --overwrite)"
-        )
+    replacing = claim_destination(source, dest, store, "zarr.json", "zarr", overwrite)
     desc = source.describe()
     dtype = np.dtype(desc.dtype)
     if shard_shape is not None:
-        shard_shape = tuple(int(v) for v in shard_shape)
-        if len(shard_shape) != 3 or any(v <= 0 or v % int(c) for v, c in zip(shard_shape, inner_chunk, strict=True)):
+        shard_shape = positive_shape("shard_shape", shard_shape)
+        if any(v % c for v, c in zip(shard_shape, inner_chunk, strict=True)):
             raise ArgumentError(
                 f"shard_shape {list(shard_shape)} must be 3 positive multiples of the inner chunk {list(inner_chunk)}"
             )
@@ -176,27 +186,26 @@ def export_zarr3(
                 ],
             }
         )
+    if replacing:
+        clear_dataset(dest, "zarr.json")
     results = run_tasks(
         _Runner(source), tasks, scheduler=scheduler, num_workers=num_workers, progress=progress, label="shard"
     )
     for level, meta in enumerate(metas):
         store.write(f"{level}/zarr.json", json.dumps(meta, indent=1).encode())
-    group = {
-        "zarr_format": 3,
-        "node_type": "group",
-        "attributes": {
-            "ome": {
-                "version": "0.5",
-                "multiscales": [
-                    {
-                        "name": name,
-                        "axes": [{"name": a, "type": "space", "unit": "nanometer"} for a in ("z", "y", "x")],
-                        "datasets": datasets,
-                    }
-                ],
+    ome: dict[str, Any] = {
+        "version": "0.5",
+        "multiscales": [
+            {
+                "name": name,
+                "axes": [{"name": a, "type": "space", "unit": "nanometer"} for a in ("z", "y", "x")],
+                "datasets": datasets,
             }
-        },
+        ],
     }
+    if desc.kind == "segmentation":
+        ome["image-label"] = {}  # every field of OME-Zarr 0.5 image-label is optional; its presence says "labels"
+    group = {"zarr_format": 3, "node_type": "group", "attributes": {"ome": ome}}
     parse_group_metadata(group, key="zarr.json")
     store.write("zarr.json", json.dumps(group, indent=1).encode())
     info = {"format": "ome-zarr", "scales": [{"key": str(i)} for i in range(len(metas))]}

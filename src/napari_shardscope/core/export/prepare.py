@@ -1,0 +1,109 @@
+"""What every export does before it writes a shard: check its arguments and make room at the destination.
+
+Shared by the precomputed and the OME-Zarr writers, so both refuse the same inputs with the same words:
+
+* a chunk or shard shape must be three positive integers (a zero divides by zero when the grid is laid out);
+* the destination must not overlap the source: an export onto its own source (or into or around it)
+  deletes or overwrites the voxels it is about to read;
+* an existing dataset is replaced only when the caller says so, and then *cleared* first. Writing over it
+  would leave the old dataset's shards wherever the new export writes none (another sharding, an all-zero
+  shard), and the old metadata document over a mix of old and new shards if the export fails.
+"""
+
+from __future__ import annotations
+
+import json
+import operator
+from collections.abc import Sequence
+from pathlib import Path
+
+from napari_shardscope.core.bytestore import ByteStore
+from napari_shardscope.core.errors import ArgumentError, StoreError
+from napari_shardscope.core.export.source import ExportSource
+from napari_shardscope.core.volumes.locate import parse_location
+
+
+def positive_shape(name: str, value: Sequence[int]) -> tuple[int, int, int]:
+    """``value`` as three positive integers, for a chunk or shard shape.
+
+    Raises
+    ------
+    ArgumentError
+        Naming ``name`` and the value, when it is not three positive integers.
+    """
+    try:
+        shape = tuple(operator.index(v) for v in value)
+    except TypeError:
+        shape = ()
+    if len(shape) != 3 or min(shape) <= 0:
+        raise ArgumentError(f"{name} must be 3 positive integers, got {value!r}")
+    return shape[0], shape[1], shape[2]
+
+
+def claim_destination(source: ExportSource, dest: str, store: ByteStore, metadata_key: str, fmt: str,
+                      overwrite: bool) -> bool:
+    """Check that ``source`` may be exported to ``dest``; whether ``dest`` holds a dataset to replace.
+
+    Call before planning; call :func:`clear_dataset` when this returns ``True``, once planning has checked
+    everything else, so that a refused export never deletes the old dataset.
+
+    Raises
+    ------
+    ArgumentError
+        When ``dest`` is, contains or lies inside a location of ``source``, or when it already holds a
+        dataset (``metadata_key`` exists) and ``overwrite`` is false.
+    """
+    for location in source.locations():
+        if _overlap(location, dest):
+            raise ArgumentError(f"dest {dest} overlaps the source {location}: an export cannot write where it "
+                                "reads; choose a destination outside the source")
+    exists = store.read(metadata_key) is not None
+    if exists and not overwrite:
+        raise ArgumentError(
+            f"{dest} already holds a {fmt} dataset ({metadata_key} exists); pass overwrite=True (CLI: --overwrite)"
+        )
+    return exists
+
+
+def clear_dataset(dest: str, metadata_key: str) -> None:
+    """Delete the dataset at ``dest``: its metadata document first, then every other key under ``dest``.
+
+    Deleting the metadata first means an export interrupted at any later point leaves a directory that no
+    reader mistakes for a dataset; the new metadata is written only after every shard.
+
+    The :class:`~napari_shardscope.core.bytestore.ByteStore` protocol has no delete, so this goes through
+    TensorStore's kvstore (local files and object stores alike); symbolic links are removed, not followed.
+
+    Raises
+    ------
+    StoreError
+        When the store refuses a deletion (a read-only store, missing permissions).
+    """
+    import tensorstore as ts
+
+    try:
+        kv = ts.KvStore.open(parse_location(dest).kvstore).result()
+        kv.delete_range(ts.KvStore.KeyRange(metadata_key, metadata_key + "\0")).result()
+        kv.delete_range(ts.KvStore.KeyRange()).result()
+    except Exception as exc:  # TensorStore raises ValueError / OSError-like errors with the cause in the text
+        raise StoreError(f"{dest}: cannot delete the dataset being replaced: {exc}") from exc
+
+
+def _overlap(a: str, b: str) -> bool:
+    """Whether the locations ``a`` and ``b`` are the same, or one lies inside the other."""
+    root_a, parts_a = _place(a)
+    root_b, parts_b = _place(b)
+    n = min(len(parts_a), len(parts_b))
+    return root_a == root_b and parts_a[:n] == parts_b[:n]
+
+
+def _place(url: str) -> tuple[str, tuple[str, ...]]:
+    """A store identity (the kvstore spec without its path) and the path's components.
+
+    Local paths are resolved (symbolic links, ``..``), so two spellings of one directory compare equal.
+    """
+    spec = dict(parse_location(url).kvstore)
+    path = str(spec.pop("path", ""))
+    if spec.get("driver") == "file":
+        return "file", Path(path).resolve().parts
+    return json.dumps(spec, sort_keys=True), tuple(p for p in path.split("/") if p)
