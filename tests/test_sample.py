@@ -182,7 +182,7 @@ def test_demo_screenshot(tmp_path: Path, sample: SampleDataset) -> None:  # noqa
                             env={**os.environ, "SHARDSCOPE_CACHE_DIR": str(sample.root.parent)})
     assert result.returncode == 0, result.stderr
     pixels = iio.imread(out)[..., :3]
-    assert pixels.shape[0] > 200 and pixels.shape[1] > 200
+    assert pixels.shape[:2] == (1000, 1600)  # the whole window (data and the docked panels), not a squeezed canvas
     assert pixels.std() > 20
     colours = np.unique(pixels.reshape(-1, 3), axis=0)
     assert len(colours) > 200  # grey EM texture under many label colours, not a blank canvas

@@ -62,6 +62,9 @@ def add_volumes(viewer: Any, volumes: Sequence[Volume]) -> list[Any]:
     return layers
 
 
+#: Window size of ``--screenshot`` pictures (pixels).
+SCREENSHOT_SIZE = (1600, 1000)
+
 #: The plugin's panels docked by ``shardscope open`` / ``demo`` (display names in napari.yaml).
 DOCKED_WIDGETS = ("Shard browser", "Proofreading", "Versions")
 
@@ -79,10 +82,14 @@ def show_volumes(volumes: Sequence[Volume], *, screenshot: Path | None = None, a
 
     viewer = napari.Viewer(title=title, show=True)
     add_volumes(viewer, volumes)
-    for i, name in enumerate(widgets):  # one dock area, one tab per panel: the canvas keeps its room
-        viewer.window.add_plugin_dock_widget("napari-shardscope", name, tabify=i > 0)
-    if widgets:
-        viewer.window.add_plugin_dock_widget("napari-shardscope", widgets[0])  # raise the first tab
+    docks = [viewer.window.add_plugin_dock_widget("napari-shardscope", name, tabify=i > 0)[0]
+             for i, name in enumerate(widgets)]  # one dock area, one tab per panel: the canvas keeps its room
+    if docks:  # the first panel's tab in front, once the tabs exist
+        from qtpy.QtWidgets import QApplication
+
+        QApplication.processEvents()
+        docks[0].show()
+        docks[0].raise_()
     if screenshot is None:
         napari.run()
         return 0
@@ -90,8 +97,23 @@ def show_volumes(volumes: Sequence[Volume], *, screenshot: Path | None = None, a
         screenshot.parent.mkdir(parents=True, exist_ok=True)
         from qtpy.QtWidgets import QApplication
 
+        # the whole window at a fixed size: the data with the panels beside it, as a user sees them
+        viewer.window.resize(*SCREENSHOT_SIZE)
         QApplication.processEvents()
-        viewer.screenshot(path=str(screenshot), canvas_only=True, flash=False)
+        viewer.reset_view()
+        _hide_notifications(viewer)
+        QApplication.processEvents()
+        viewer.screenshot(path=str(screenshot), canvas_only=False, flash=False)
     finally:
         viewer.close()
     return 0
+
+
+def _hide_notifications(viewer: Any) -> None:
+    """Hide napari's toasts (e.g. its PyQt5 deprecation notice) so they do not cover a screenshot."""
+    try:
+        from napari._qt.dialogs.qt_notification import NapariQtNotification
+    except ImportError:  # private module: a napari without it has nothing to hide here
+        return
+    for toast in viewer.window._qt_window.findChildren(NapariQtNotification):
+        toast.hide()
