@@ -323,6 +323,23 @@ def test_random_disjoint_map_edits_equal_sequential(base_volume: tuple[Path, np.
 # -- merging again: merge records stand for the edits they took in -------------------------------------
 
 
+def _one_edit_each(lm: Labelmap) -> tuple[list[int], Any, Any, Any]:
+    """A committed base, then one committed merge on each side: main svs[1] into svs[0], alt svs[11] into svs[10].
+
+    Returns the supervoxel ids, main's and alt's versions, and main's mutation.
+    """
+    repo = lm.repo
+    svs = [int(s) for s in lm.index_summary().supervoxels]
+    root = repo.commit(repo.root.uuid, "base")
+    m1 = repo.new_version(root.uuid)
+    main_edit = lm.at(m1.uuid).merge(svs[0], [svs[1]])
+    repo.commit(m1.uuid, "main edit 1")
+    a1 = repo.new_version(root.uuid, "alt")
+    lm.at(a1.uuid).merge(svs[10], [svs[11]])
+    repo.commit(a1.uuid, "alt edit 1")
+    return svs, m1, a1, main_edit
+
+
 def test_merging_a_branch_again_takes_only_its_new_edits(lm: Labelmap) -> None:
     """alt merged into main, then alt edits a body again: the second merge is clean and reverts nothing.
 
@@ -331,14 +348,7 @@ def test_merging_a_branch_again_takes_only_its_new_edits(lm: Labelmap) -> None:
     resolving it ``theirs`` reverted the whole first merge (alt's first edit lost).
     """
     repo = lm.repo
-    svs = [int(s) for s in lm.index_summary().supervoxels]
-    root = repo.commit(repo.root.uuid, "base")
-    m1 = repo.new_version(root.uuid)
-    main_edit = lm.at(m1.uuid).merge(svs[0], [svs[1]])
-    repo.commit(m1.uuid, "main edit")
-    a1 = repo.new_version(root.uuid, "alt")
-    lm.at(a1.uuid).merge(svs[10], [svs[11]])
-    repo.commit(a1.uuid, "alt edit 1")
+    svs, _, a1, main_edit = _one_edit_each(lm)
     repo.commit(merge_branches(lm, "main", "alt").version.uuid, "merge 1")
     a2 = repo.new_version(a1.uuid)
     alt_edit = lm.at(a2.uuid).merge(svs[10], [svs[12]])
@@ -359,14 +369,7 @@ def test_merging_a_branch_again_takes_only_its_new_edits(lm: Labelmap) -> None:
 def test_merging_back_a_branch_that_merged_ours(lm: Labelmap) -> None:
     """The other direction: alt took main in, main edits the same body again, then main merges alt."""
     repo = lm.repo
-    svs = [int(s) for s in lm.index_summary().supervoxels]
-    root = repo.commit(repo.root.uuid, "base")
-    m1 = repo.new_version(root.uuid)
-    lm.at(m1.uuid).merge(svs[0], [svs[1]])
-    repo.commit(m1.uuid, "main edit 1")
-    a1 = repo.new_version(root.uuid, "alt")
-    lm.at(a1.uuid).merge(svs[10], [svs[11]])
-    repo.commit(a1.uuid, "alt edit 1")
+    svs, m1, _, _ = _one_edit_each(lm)
     repo.commit(merge_branches(lm, "alt", "main").version.uuid, "alt takes main")
     a2 = repo.new_version("alt")
     lm.at(a2.uuid).merge(svs[10], [svs[12]])
@@ -388,14 +391,7 @@ def test_merging_back_a_branch_that_merged_ours(lm: Labelmap) -> None:
 def test_criss_cross_merges(lm: Labelmap) -> None:
     """Both branches merge each other from the same heads: merging again changes nothing, then edits merge."""
     repo = lm.repo
-    svs = [int(s) for s in lm.index_summary().supervoxels]
-    root = repo.commit(repo.root.uuid, "base")
-    m1 = repo.new_version(root.uuid)
-    lm.at(m1.uuid).merge(svs[0], [svs[1]])
-    repo.commit(m1.uuid, "main")
-    a1 = repo.new_version(root.uuid, "alt")
-    lm.at(a1.uuid).merge(svs[10], [svs[11]])
-    repo.commit(a1.uuid, "alt")
+    svs, m1, a1, _ = _one_edit_each(lm)
     mm = merge_branches(lm, m1.uuid, a1.uuid).version
     ma = merge_branches(lm, a1.uuid, m1.uuid).version
     repo.commit(mm.uuid, "main takes alt")
