@@ -143,8 +143,12 @@ def test_disjoint_edits_merge_cleanly_and_equal_applying_both(lm: Labelmap,
     again.repo.close()
 
 
-def conflicted(lm: Labelmap) -> tuple[str, list[int]]:
-    """Both branches edit body svs[0]: ours merges svs[1] into it, theirs merges it into svs[2]; our head."""
+def conflicted(lm: Labelmap, second: tuple[int, int] = (8, 9)) -> tuple[str, list[int]]:
+    """Both branches edit body svs[0]: ours merges svs[1] into it, theirs merges it into svs[2]; our head.
+
+    Ours also merges svs[6] into svs[5]; theirs merges svs[second[1]] into svs[second[0]] (a second
+    conflict when it names svs[5]).
+    """
     repo = lm.repo
     svs = lm.index_summary().supervoxels.tolist()
     root = repo.commit(repo.root.uuid, "base")
@@ -154,7 +158,7 @@ def conflicted(lm: Labelmap) -> tuple[str, list[int]]:
     repo.commit(a.uuid, "ours")
     b = repo.new_version(root.uuid, "alt")
     lm.at(b.uuid).merge(svs[2], [svs[0]])
-    lm.at(b.uuid).merge(svs[8], [svs[9]])
+    lm.at(b.uuid).merge(svs[second[0]], [svs[second[1]]])
     repo.commit(b.uuid, "theirs")
     return a.uuid, [int(s) for s in svs]
 
@@ -214,16 +218,7 @@ def test_cli_reports_conflicts_then_merges(lm: Labelmap, capsys: pytest.CaptureF
 def test_cli_dry_run_checks_resolutions_like_the_merge(lm: Labelmap, capsys: pytest.CaptureFixture[str]) -> None:
     """A dry run exits (and says) what the merge would: 1 while a conflict is left, 2 for a stray resolution."""
     repo = lm.repo
-    svs = [int(s) for s in lm.index_summary().supervoxels]
-    root = repo.commit(repo.root.uuid, "base")
-    a = repo.new_version(root.uuid)
-    lm.at(a.uuid).merge(svs[0], [svs[1]])
-    lm.at(a.uuid).merge(svs[5], [svs[6]])
-    repo.commit(a.uuid, "ours")
-    b = repo.new_version(root.uuid, "alt")
-    lm.at(b.uuid).merge(svs[2], [svs[0]])
-    lm.at(b.uuid).merge(svs[7], [svs[5]])
-    repo.commit(b.uuid, "theirs")
+    _, svs = conflicted(lm, second=(7, 5))  # two conflicts: bodies svs[0] and svs[5]
     path = str(repo.path)
     repo.close()
 
