@@ -113,3 +113,19 @@ def test_http_range_past_the_end_reads_only_the_part_that_exists(http_root: tupl
     assert store.read_range("missing.shard", 5, 10**9) is None
     assert server.bytes_sent <= 2 * 1000
     assert store.read_suffix("big.shard", 10**6) == blob  # a suffix longer than the value is all of it
+
+
+@pytest.mark.parametrize("kind", ["local", "tensorstore"])
+def test_delete_and_clear_remove_keys_but_not_what_links_point_to(tmp_path: Path, kind: str) -> None:
+    root, outside = tmp_path / "root", tmp_path / "outside"
+    _fill(root)
+    outside.mkdir()
+    (outside / "keep.bin").write_bytes(b"not ours")
+    (root / "linked").symlink_to(outside, target_is_directory=True)
+    store: ByteStore = LocalByteStore(root) if kind == "local" else TensorStoreByteStore(f"file://{root}/")
+    store.delete("a.bin")
+    store.delete("missing")  # deleting what is not there is no error
+    assert store.read("a.bin") is None and store.read("sub/b") == b"hello"
+    store.clear()
+    assert list(store.list()) == [] and store.read("sub/b") is None
+    assert (outside / "keep.bin").read_bytes() == b"not ours"  # a linked directory is unlinked, not emptied

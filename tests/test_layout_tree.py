@@ -82,6 +82,12 @@ class MemoryStore:
     def write(self, key: str, data: bytes) -> None:
         self.files[key] = bytes(data)
 
+    def delete(self, key: str) -> None:
+        self.files.pop(key, None)
+
+    def clear(self) -> None:
+        self.files.clear()
+
 
 MANY_SPEC = {"@type": "neuroglancer_uint64_sharded_v1", "preshift_bits": 0, "hash": "murmurhash3_x86_128",
              "minishard_bits": 2, "shard_bits": 14, "minishard_index_encoding": "raw", "data_encoding": "raw"}

@@ -84,6 +84,12 @@ class MemoryStore:
     def write(self, key: str, data: bytes) -> None:
         self.files[key] = data
 
+    def delete(self, key: str) -> None:
+        self.files.pop(key, None)
+
+    def clear(self) -> None:
+        self.files.clear()
+
 
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers(-(2**70), 2**70) | st.floats() | st.text(max_size=8),

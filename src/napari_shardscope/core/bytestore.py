@@ -96,6 +96,14 @@ class ByteStore(Protocol):
         """Replace ``key`` with ``data`` atomically: readers see the old or the new value."""
         ...
 
+    def delete(self, key: str) -> None:
+        """Remove ``key`` (nothing happens when it does not exist)."""
+        ...
+
+    def clear(self) -> None:
+        """Remove every key of the store (an export replacing a dataset; links are removed, not followed)."""
+        ...
+
 
 def join_key(*parts: str) -> str:
     """Join key parts with ``/``, ignoring empty parts (``join_key("", "info") == "info"``)."""
@@ -197,6 +205,31 @@ class LocalByteStore:
     def write(self, key: str, data: bytes) -> None:
         path = self._path(key)
         write_file_atomic(path, data)
+
+    def delete(self, key: str) -> None:
+        path = self._path(key)
+        try:
+            path.unlink()
+        except FileNotFoundError:
+            pass
+        except OSError as exc:
+            raise StoreError(f"{path}: cannot delete: {exc.strerror or exc}") from exc
+
+    def clear(self) -> None:
+        if not self.root.is_dir():
+            return
+        try:  # bottom up, never into a linked directory: a link is unlinked, its target left alone
+            for dirpath, dirnames, filenames in os.walk(self.root, topdown=False):
+                for name in filenames:
+                    os.unlink(os.path.join(dirpath, name))
+                for name in dirnames:
+                    path = os.path.join(dirpath, name)
+                    if os.path.islink(path):
+                        os.unlink(path)
+                    else:
+                        os.rmdir(path)
+        except OSError as exc:
+            raise StoreError(f"{self.root}: cannot delete: {exc.strerror or exc}") from exc
 
 
 def _is_dir(mode: int) -> bool:
@@ -347,6 +380,20 @@ class TensorStoreByteStore:
             self._kv.write(key, data).result()
         except Exception as exc:
             raise StoreError(f"{self.url}{key}: write failed: {exc}") from exc
+
+    def delete(self, key: str) -> None:
+        self._delete_range(key, key + "\0")  # exactly ``key``: the next possible key is key + NUL
+
+    def clear(self) -> None:
+        self._delete_range("", "")  # an empty bound is unbounded: every key
+
+    def _delete_range(self, first: str, end: str) -> None:
+        import tensorstore as ts
+
+        try:
+            self._kv.delete_range(ts.KvStore.KeyRange(first, end)).result()
+        except Exception as exc:
+            raise StoreError(f"{self.url}{first}: delete failed: {exc}") from exc
 
 
 def open_store(url: str | os.PathLike[str], context: Any = None) -> ByteStore:

@@ -17,7 +17,7 @@ from napari_shardscope.core.errors import ArgumentError, MetadataError
 from napari_shardscope.core.export.precomputed import export_precomputed
 from napari_shardscope.core.export.source import ExportSource, LabelmapSource, VolumeSource, labelmap_source
 from napari_shardscope.core.export.zarr3 import export_zarr3
-from napari_shardscope.core.inspect_cli import StderrProgress, parse_coords
+from napari_shardscope.core.inspect_cli import StderrProgress, parse_coords, parse_positive_int
 from napari_shardscope.core.precomputed.sharding import ShardingSpec, parse_sharding_spec
 from napari_shardscope.core.versioned.repository import MARKER_FILE
 
@@ -124,17 +124,6 @@ def parse_shape(text: str) -> list[int]:
     if len(values) != 3 or min(values) <= 0:
         raise argparse.ArgumentTypeError(f"expected 3 positive integers like 64,64,64, got {text!r}")
     return values
-
-
-def parse_positive_int(text: str) -> int:
-    """``"4"`` → 4; zero, negative numbers and non-integers are refused (``--workers``)."""
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
-    return value
 
 
 def parse_sharding_option(text: str) -> ShardingSpec | list[ShardingSpec]:

@@ -249,7 +249,7 @@ def export_precomputed(
     info = build_info(source, chunk_size=chunk_size, sharding=sharding, shard_bytes=shard_bytes)
     tasks = plan_shard_tasks(dest, info)
     if replacing:
-        clear_dataset(dest, "info")
+        clear_dataset(store, "info")
     results = run_tasks(
         _TaskRunner(source), tasks, scheduler=scheduler, num_workers=num_workers, progress=progress, label="shard"
     )

@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from napari_shardscope.core.bytestore import ByteStore
-from napari_shardscope.core.errors import ArgumentError, StoreError
+from napari_shardscope.core.errors import ArgumentError
 from napari_shardscope.core.export.source import ExportSource
 from napari_shardscope.core.volumes.locate import parse_location
 
@@ -65,28 +65,19 @@ def claim_destination(source: ExportSource, dest: str, store: ByteStore, metadat
     return exists
 
 
-def clear_dataset(dest: str, metadata_key: str) -> None:
-    """Delete the dataset at ``dest``: its metadata document first, then every other key under ``dest``.
+def clear_dataset(store: ByteStore, metadata_key: str) -> None:
+    """Delete the dataset in ``store``: its metadata document first, then every other key.
 
     Deleting the metadata first means an export interrupted at any later point leaves a directory that no
     reader mistakes for a dataset; the new metadata is written only after every shard.
-
-    The :class:`~napari_shardscope.core.bytestore.ByteStore` protocol has no delete, so this goes through
-    TensorStore's kvstore (local files and object stores alike); symbolic links are removed, not followed.
 
     Raises
     ------
     StoreError
         When the store refuses a deletion (a read-only store, missing permissions).
     """
-    import tensorstore as ts
-
-    try:
-        kv = ts.KvStore.open(parse_location(dest).kvstore).result()
-        kv.delete_range(ts.KvStore.KeyRange(metadata_key, metadata_key + "\0")).result()
-        kv.delete_range(ts.KvStore.KeyRange()).result()
-    except Exception as exc:  # TensorStore raises ValueError / OSError-like errors with the cause in the text
-        raise StoreError(f"{dest}: cannot delete the dataset being replaced: {exc}") from exc
+    store.delete(metadata_key)
+    store.clear()
 
 
 def _overlap(a: str, b: str) -> bool:

@@ -187,7 +187,7 @@ def export_zarr3(
             }
         )
     if replacing:
-        clear_dataset(dest, "zarr.json")
+        clear_dataset(store, "zarr.json")
     results = run_tasks(
         _Runner(source), tasks, scheduler=scheduler, num_workers=num_workers, progress=progress, label="shard"
     )
