@@ -31,6 +31,18 @@ def parse_coords(text: str) -> list[int]:
         raise argparse.ArgumentTypeError(f"expected comma-separated integers like 10,20,30, got {text!r}") from exc
 
 
+def parse_positive_int(text: str) -> int:
+    """``"4"`` → 4: an argparse type for counts (``--workers``); zero, negatives and non-integers are a
+    usage error (exit 2, one line) instead of a traceback further down."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return value
+
+
 def parse_uint64(text: str) -> int:
     try:
         value = int(text, 0)

@@ -36,6 +36,7 @@ import numpy.typing as npt
 
 from napari_shardscope.core.cli import EXIT_FAILED, EXIT_OK, EXIT_USAGE, print_json
 from napari_shardscope.core.errors import ArgumentError
+from napari_shardscope.core.inspect_cli import parse_positive_int
 from napari_shardscope.core.labelmap.errors import UnknownLabelError
 from napari_shardscope.core.labelmap.labelmap import Labelmap
 from napari_shardscope.core.labelmap.mutations import Mutation
@@ -164,21 +165,10 @@ def cmd_index(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _positive_int(text: str) -> int:
-    """An argparse type for counts: a usage error (exit 2, one line) instead of a traceback further down."""
-    try:
-        value = int(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from exc
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
-    return value
-
-
 def _index_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--scheduler", metavar="ADDR",
                    help="'threads' (default), 'sync' or a dask.distributed scheduler address like tcp://host:8786")
-    p.add_argument("--workers", type=_positive_int, metavar="N", help="threads for the threaded scheduler")
+    p.add_argument("--workers", type=parse_positive_int, metavar="N", help="threads for the threaded scheduler")
     p.add_argument("--force", action="store_true", help="rebuild an index that is already stored")
     p.add_argument("--quiet", action="store_true", help="no progress on stderr")
 
