@@ -215,9 +215,8 @@ class ProofreadingSession:
             assert self.body_layer is not None and self.supervoxel_layer is not None
             self.supervoxel_layer.data = _data(svs)
             self.body_layer.data = _data(bodies)
-            for layer in (self.supervoxel_layer, self.body_layer):
+            for layer in (self.supervoxel_layer, self.body_layer):  # keep_read_only undoes napari's editable
                 layer.metadata.update(meta)
-                layer.editable = False  # napari's data setter turns single-scale layers editable again
             return
         for old in (self.supervoxel_layer, self.body_layer):
             if self._layer_alive(old):

@@ -69,6 +69,7 @@ class VersionsPanel(QWidget):  # type: ignore[misc]
         self.last_plan: BranchMergePlan | None = None
         self.last_export: ExportReport | None = None
         self._exports: list[Any] = []
+        self._choices: dict[str, QComboBox] = {}  # conflict key -> the side chosen in the conflict list
         self._build()
         self._signals = (self.session.connected, self.session.version_changed, self.session.dag_changed,
                          self.session.edited)
@@ -345,7 +346,7 @@ class VersionsPanel(QWidget):  # type: ignore[misc]
         plan = plan_branch_merge(lm, self._ours(), theirs)
         self.last_plan = plan
         self.conflict_tree.clear()
-        self._choices: dict[str, QComboBox] = {}
+        self._choices = {}
         for c in plan.conflicts:
             item = QTreeWidgetItem([c.key, ", ".join(map(str, c.ours)), ", ".join(map(str, c.theirs)), ""])
             self.conflict_tree.addTopLevelItem(item)
@@ -366,7 +367,7 @@ class VersionsPanel(QWidget):  # type: ignore[misc]
 
     def choose(self, key: str, side: str) -> None:
         """Set the side kept for conflict ``key`` (as the row's combo box does)."""
-        if key not in getattr(self, "_choices", {}):
+        if key not in self._choices:
             raise ArgumentError(f"no conflict {key!r} listed: check the merge first")
         self._choices[key].setCurrentText(side)
 
@@ -386,7 +387,7 @@ class VersionsPanel(QWidget):  # type: ignore[misc]
                 if plan.conflicts:
                     raise ArgumentError(f"merging {theirs}: {len(plan.conflicts)} conflict(s) listed — choose a "
                                         "side for each, then Merge")
-            choices = getattr(self, "_choices", {})
+            choices = self._choices
             resolutions = {c.key: choices[c.key].currentText() for c in plan.conflicts
                            if c.key in choices and choices[c.key].currentText() != UNCHOSEN}
         result = merge_branches(lm, ours, theirs, resolutions=resolutions)  # type: ignore[arg-type]
