@@ -32,7 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from napari_shardscope.core.export.precomputed import build_info, export_precomputed
 from napari_shardscope.core.export.source import ArraySource
-from napari_shardscope.core.precomputed.sharding import ShardingSpec
+from napari_shardscope.core.formats.precomputed.sharding import ShardingSpec
 
 SHAPE = (128, 512, 512)  # z, y, x
 # 8 shards of 16 chunks (64^3), so there are several tasks to spread over workers.

@@ -27,10 +27,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from tests.http_range_server import RangeServer
 
 from napari_shardscope.core.bytestore import LocalByteStore, open_store
-from napari_shardscope.core.precomputed.info import parse_info
-from napari_shardscope.core.precomputed.inspector import PrecomputedInspector
-from napari_shardscope.core.precomputed.shard_reader import ShardedReader
-from napari_shardscope.core.precomputed.sharding import assign_chunk_ids
+from napari_shardscope.core.formats.precomputed.info import parse_info
+from napari_shardscope.core.formats.precomputed.inspector import PrecomputedInspector
+from napari_shardscope.core.formats.precomputed.shard_reader import ShardedReader
+from napari_shardscope.core.formats.precomputed.sharding import assign_chunk_ids
 
 SHARDING = {
     "@type": "neuroglancer_uint64_sharded_v1",

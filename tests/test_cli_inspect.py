@@ -95,8 +95,8 @@ def test_help_states_coordinate_convention() -> None:
 
 def test_locate_segment_follows_mesh_and_skeleton_dirs(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     from napari_shardscope.core.bytestore import LocalByteStore
-    from napari_shardscope.core.precomputed.shard_writer import write_shards
-    from napari_shardscope.core.precomputed.sharding import parse_sharding_spec
+    from napari_shardscope.core.formats.precomputed.shard_writer import write_shards
+    from napari_shardscope.core.formats.precomputed.sharding import parse_sharding_spec
 
     path = tmp_path / "seg"
     write_ts_volume(path, SHARDING_MURMUR_GZIP, scales=1)
@@ -154,9 +154,9 @@ def test_locate_segment_in_unsharded_mesh_and_skeleton_dirs(tmp_path: Path, caps
 def test_inspect_reads_each_index_once_when_they_outnumber_the_caches(tmp_path: Path) -> None:
     # 2048 shard files and 8192 minishard indexes, twice what a reader caches of each: inspect must
     # read every index exactly once.
-    from napari_shardscope.core.dataset import open_inspector
-    from napari_shardscope.core.precomputed.shard_writer import encode_shard, group_by_shard
-    from napari_shardscope.core.precomputed.sharding import format_shard_name, parse_sharding_spec
+    from napari_shardscope.core.formats import open_dataset
+    from napari_shardscope.core.formats.precomputed.shard_writer import encode_shard, group_by_shard
+    from napari_shardscope.core.formats.precomputed.sharding import format_shard_name, parse_sharding_spec
 
     spec_json = {"@type": "neuroglancer_uint64_sharded_v1", "preshift_bits": 0, "hash": "identity",
                  "minishard_bits": 2, "shard_bits": 11}
@@ -164,7 +164,7 @@ def test_inspect_reads_each_index_once_when_they_outnumber_the_caches(tmp_path: 
     (tmp_path / "info").write_text(json.dumps({"@type": "neuroglancer_skeletons", "sharding": spec_json}))
     for shard, ids in group_by_shard(spec, range(2**13)).items():
         (tmp_path / f"{format_shard_name(spec, shard)}.shard").write_bytes(encode_shard(spec, dict.fromkeys(ids, b"x")))
-    out = open_inspector(str(tmp_path)).inspect()
+    out = open_dataset(str(tmp_path)).inspector().inspect()
     (scale,) = out["scales"]
     assert scale["chunks"] == 2**13 and scale["shards_present"] == 2**11
     index_bytes = sum(sh["index_bytes"] for sh in scale["shards"])
@@ -175,7 +175,7 @@ def test_inspect_reads_each_index_once_when_they_outnumber_the_caches(tmp_path: 
 def test_ls_of_a_remote_unsharded_scale_downloads_no_chunk(tmp_path: Path) -> None:
     # Like locate (and N5's ls), sizes are null where a size would cost a download of the chunk.
     from napari_shardscope.core.bytestore import TensorStoreByteStore
-    from napari_shardscope.core.precomputed.inspector import PrecomputedInspector
+    from napari_shardscope.core.formats.precomputed.inspector import PrecomputedInspector
 
     path = tmp_path / "vol"
     write_ts_volume(path, None, scales=1)

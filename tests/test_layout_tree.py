@@ -18,8 +18,12 @@ import numpy as np
 import pytest
 
 from napari_shardscope.core.bytestore import LocalByteStore, ReadStats
-from napari_shardscope.core.dataset import open_inspector
 from napari_shardscope.core.errors import ArgumentError
+from napari_shardscope.core.formats import open_dataset
+from napari_shardscope.core.formats.precomputed.inspector import PrecomputedInspector
+from napari_shardscope.core.formats.precomputed.morton import encode_morton
+from napari_shardscope.core.formats.precomputed.shard_writer import write_shards
+from napari_shardscope.core.formats.precomputed.sharding import assign_chunk_ids, parse_sharding_spec
 from napari_shardscope.core.layout_tree import (
     LayoutNode,
     LayoutTree,
@@ -28,10 +32,6 @@ from napari_shardscope.core.layout_tree import (
     open_layout,
     parse_position,
 )
-from napari_shardscope.core.precomputed.inspector import PrecomputedInspector
-from napari_shardscope.core.precomputed.morton import encode_morton
-from napari_shardscope.core.precomputed.shard_writer import write_shards
-from napari_shardscope.core.precomputed.sharding import assign_chunk_ids, parse_sharding_spec
 from napari_shardscope.core.sample_data import SampleDataset
 from tests.precomputed_data import SHARDING_MURMUR_GZIP, write_ts_volume
 from tests.test_volume_support import FormatCase, format_cases, sample  # noqa: F401  (fixtures)
@@ -181,7 +181,7 @@ def test_locate_in_many_shards_reads_two_indexes_at_most(many_shards: tuple[Memo
 # -- the sample: tree vs inspect ------------------------------------------------------------------------
 def test_tree_matches_inspect_and_reads_only_expanded_indexes(sample: SampleDataset) -> None:  # noqa: F811
     url = str(sample.segmentation)
-    summary = open_inspector(url).inspect()
+    summary = open_dataset(url).inspector().inspect()
     tree = open_layout(url)
     stats = tree.inspector.store.stats
     roots = tree.roots()
@@ -215,7 +215,7 @@ def test_tree_matches_inspect_and_reads_only_expanded_indexes(sample: SampleData
 def test_locate_voxel_matches_inspector_and_world_box(sample: SampleDataset) -> None:  # noqa: F811
     url = str(sample.segmentation)
     tree = open_layout(url)
-    ins = open_inspector(url)
+    ins = open_dataset(url).inspector()
     rng = np.random.default_rng(1)
     for scale in tree.spatial_scales():
         geo = tree.geometry(scale)
@@ -340,7 +340,7 @@ def test_segment_sources_are_roots_and_locate_segment(tmp_path: Path) -> None:
 def test_zarr3_tree_locate_and_shard_map(format_cases: dict[str, FormatCase]) -> None:  # noqa: F811
     url = str(format_cases["zarr3"].path)
     tree = open_layout(url)
-    ins = open_inspector(url)
+    ins = open_dataset(url).inspector()
     (root,) = tree.roots()
     summary = ins.inspect()["scales"][0]
     shards = tree.children(root)
@@ -397,7 +397,7 @@ def test_n5_blocks_grouped_by_z(format_cases: dict[str, FormatCase], tmp_path: P
     assert all(b.stored_bytes == store.size(b.file or "") for b in blocks)
     assert blocks[0].raw_bytes == 16 * 16 * 8 * 8
     hit = tree.locate_voxel((35, 20, 9))
-    ref = open_inspector(url).locate_voxel((35, 20, 9))
+    ref = open_dataset(url).inspector().locate_voxel((35, 20, 9))
     assert hit.node.grid_position == tuple(ref["grid_position"]) and hit.node.file == ref["chunk_key"]
     assert hit.path == (("scale", "s0"), ("group", 1), ("chunk", (2, 1, 1)))
     # 4 nm in x, y and 40 nm in z (µm converted), no offset

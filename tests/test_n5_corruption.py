@@ -12,16 +12,17 @@ import pytest
 
 from napari_shardscope.core.bytestore import LocalByteStore
 from napari_shardscope.core.cli import run
-from napari_shardscope.core.dataset import Problem, open_inspector
 from napari_shardscope.core.errors import (
     ArgumentError,
     ChecksumError,
     ChunkDecodeError,
     MetadataError,
 )
-from napari_shardscope.core.n5.attributes import DatasetAttributes
-from napari_shardscope.core.n5.block import decode_block, encode_block, encode_varlength_block
-from napari_shardscope.core.n5.inspector import N5Inspector
+from napari_shardscope.core.formats import open_dataset
+from napari_shardscope.core.formats.api import Problem
+from napari_shardscope.core.formats.n5.attributes import DatasetAttributes
+from napari_shardscope.core.formats.n5.block import decode_block, encode_block, encode_varlength_block
+from napari_shardscope.core.formats.n5.inspector import N5Inspector
 from tests.test_n5_helpers import make_attributes, random_array, write_dataset
 
 SHAPE = (10, 9, 4)
@@ -211,11 +212,11 @@ def test_broken_attributes_json(tmp_path: Path) -> None:
     (tmp_path / "attributes.json").write_text(
         '{"dimensions": [4], "dataType": "uint8", "compression": {"type": "lz5"}}')
     with pytest.raises(MetadataError, match=r"'compression\.type' has unsupported value 'lz5'") as info:
-        open_inspector(str(tmp_path))
+        open_dataset(str(tmp_path)).inspector()
     assert info.value.key == "attributes.json"
     (tmp_path / "attributes.json").write_text('{"dimensions": [4], ')
-    with pytest.raises(MetadataError, match="not valid JSON") as info:
-        open_inspector(str(tmp_path))
+    with pytest.raises(MetadataError, match="invalid JSON") as info:
+        open_dataset(str(tmp_path)).inspector()
     assert info.value.offset == 20
 
 

@@ -11,13 +11,13 @@ import pytest
 
 from napari_shardscope.core.bytestore import LocalByteStore
 from napari_shardscope.core.errors import ArgumentError, ChunkDecodeError, MetadataError, NotADatasetError
-from napari_shardscope.core.n5.attributes import (
+from napari_shardscope.core.formats.n5.attributes import (
     decode_attributes_json,
     list_scales,
     parse_dataset_attributes,
     write_attributes,
 )
-from napari_shardscope.core.n5.block import (
+from napari_shardscope.core.formats.n5.block import (
     MODE_VARLENGTH,
     BlockHeader,
     decode_block,
@@ -28,8 +28,8 @@ from napari_shardscope.core.n5.block import (
     format_block_path,
     parse_block_path,
 )
-from napari_shardscope.core.n5.compression import Compression, make_compression, parse_compression
-from napari_shardscope.core.n5.lz4_stream import compute_xxh32, decode_lz4_stream, encode_lz4_stream
+from napari_shardscope.core.formats.n5.compression import Compression, make_compression, parse_compression
+from napari_shardscope.core.formats.n5.lz4_stream import compute_xxh32, decode_lz4_stream, encode_lz4_stream
 from tests.test_n5_helpers import make_attributes
 
 # The spec's worked example: a 1×2×3 uint16 block holding 1..6.

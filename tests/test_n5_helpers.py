@@ -15,8 +15,8 @@ import numpy as np
 import tensorstore as ts
 
 from napari_shardscope.core.bytestore import LocalByteStore
-from napari_shardscope.core.n5.attributes import DatasetAttributes, parse_dataset_attributes, write_attributes
-from napari_shardscope.core.n5.block import write_block
+from napari_shardscope.core.formats.n5.attributes import DatasetAttributes, parse_dataset_attributes, write_attributes
+from napari_shardscope.core.formats.n5.block import write_block
 
 #: Compressions TensorStore's n5 driver reads and writes (it has no lz4).
 TS_COMPRESSIONS: list[dict[str, Any]] = [

@@ -12,13 +12,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from napari_shardscope.core.errors import ShardscopeError
-from napari_shardscope.core.n5.attributes import (
+from napari_shardscope.core.formats.n5.attributes import (
     DATA_TYPES,
     decode_attributes_json,
     parse_dataset_attributes,
     parse_scales,
 )
-from napari_shardscope.core.n5.block import (
+from napari_shardscope.core.formats.n5.block import (
     BlockHeader,
     decode_block,
     decode_block_header,
@@ -28,14 +28,14 @@ from napari_shardscope.core.n5.block import (
     format_block_path,
     parse_block_path,
 )
-from napari_shardscope.core.n5.compression import (
+from napari_shardscope.core.formats.n5.compression import (
     COMPRESSION_TYPES,
     decode_payload,
     encode_payload,
     make_compression,
     parse_compression,
 )
-from napari_shardscope.core.n5.lz4_stream import compute_xxh32, decode_lz4_stream, encode_lz4_stream
+from napari_shardscope.core.formats.n5.lz4_stream import compute_xxh32, decode_lz4_stream, encode_lz4_stream
 from tests.test_n5_helpers import make_attributes
 
 FAST = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])

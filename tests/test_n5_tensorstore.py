@@ -15,10 +15,10 @@ import numpy as np
 import pytest
 
 from napari_shardscope.core.bytestore import LocalByteStore, TensorStoreByteStore
-from napari_shardscope.core.dataset import open_inspector
-from napari_shardscope.core.n5.attributes import write_attributes
-from napari_shardscope.core.n5.block import decode_block, decode_block_header
-from napari_shardscope.core.n5.inspector import N5Inspector
+from napari_shardscope.core.formats import open_dataset
+from napari_shardscope.core.formats.n5.attributes import write_attributes
+from napari_shardscope.core.formats.n5.block import decode_block, decode_block_header
+from napari_shardscope.core.formats.n5.inspector import N5Inspector
 from tests.http_range_server import RangeServer
 from tests.test_n5_helpers import (
     TS_COMPRESSIONS,
@@ -132,7 +132,7 @@ def test_multiscale_group_written_by_tensorstore(tmp_path: Path) -> None:
         (tmp_path / f"s{i}" / "attributes.json").write_text(json.dumps(doc))
     write_attributes(LocalByteStore(tmp_path), {"n5": "4.0.0", "pixelResolution": {"dimensions": [4, 4, 40],
                                                                                       "unit": "nm"}})
-    inspector = open_inspector(str(tmp_path))
+    inspector = open_dataset(str(tmp_path)).inspector()
     assert isinstance(inspector, N5Inspector) and inspector.format_name == "n5"
     assert inspector.scale_keys() == ["s0", "s1", "s2"] and inspector.multiscale
     report = inspector.inspect()
@@ -163,7 +163,7 @@ def test_inspector_over_http(tmp_path: Path) -> None:
     write_dataset(root, array, BLOCK, {"type": "gzip"}, skip=[(0, 0, 0)])
     server = RangeServer(root)
     try:
-        inspector = open_inspector(server.url)
+        inspector = open_dataset(server.url).inspector()
         assert isinstance(inspector, N5Inspector) and isinstance(inspector.store, TensorStoreByteStore)
         present = inspector.locate_voxel([5, 4, 6])
         assert present["present"] is True and present["size"] is None

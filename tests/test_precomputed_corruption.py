@@ -18,11 +18,11 @@ import pytest
 
 from napari_shardscope.core.bytestore import LocalByteStore
 from napari_shardscope.core.errors import ChunkDecodeError, IndexDecodeError, MetadataError, ShardscopeError
-from napari_shardscope.core.precomputed.inspector import PrecomputedInspector
-from napari_shardscope.core.precomputed.shard_index import decode_minishard_index, decode_shard_index
-from napari_shardscope.core.precomputed.shard_reader import ShardedReader
-from napari_shardscope.core.precomputed.shard_writer import encode_shard
-from napari_shardscope.core.precomputed.sharding import ShardingSpec, parse_sharding_spec
+from napari_shardscope.core.formats.precomputed.inspector import PrecomputedInspector
+from napari_shardscope.core.formats.precomputed.shard_index import decode_minishard_index, decode_shard_index
+from napari_shardscope.core.formats.precomputed.shard_reader import ShardedReader
+from napari_shardscope.core.formats.precomputed.shard_writer import encode_shard
+from napari_shardscope.core.formats.precomputed.sharding import ShardingSpec, parse_sharding_spec
 
 SPEC_JSON = {
     "@type": "neuroglancer_uint64_sharded_v1",
@@ -206,7 +206,7 @@ def test_absent_encodings_mean_raw() -> None:
 
 
 def test_info_errors(tmp_path: Path) -> None:
-    from napari_shardscope.core.precomputed.info import parse_info
+    from napari_shardscope.core.formats.precomputed.info import parse_info
 
     good = {
         "type": "image",
@@ -248,7 +248,7 @@ def test_errors_are_shardscope_errors() -> None:
 @pytest.mark.parametrize("blob", [b'{"type": ' + b"1" * 5000 + b"}", b"[" * 100_000], ids=["long-int", "deep"])
 def test_unusable_info_json_is_a_metadata_error(tmp_path: Path, blob: bytes) -> None:
     # json.loads raises plain ValueError (int digit limit) and RecursionError for these.
-    from napari_shardscope.core.precomputed.info import parse_info
+    from napari_shardscope.core.formats.precomputed.info import parse_info
 
     with pytest.raises(MetadataError, match="info: unusable JSON"):
         parse_info(blob)
@@ -268,7 +268,7 @@ def test_huge_shard_index_of_a_short_file_is_reported_not_allocated(tmp_path: Pa
 
 def test_info_sizes_beyond_what_chunk_ids_and_int64_hold(tmp_path: Path) -> None:
     # TensorStore refuses both; we used to accept them and overflow later in locate/ls/validate.
-    from napari_shardscope.core.precomputed.info import parse_info
+    from napari_shardscope.core.formats.precomputed.info import parse_info
 
     scale = {"key": "s0", "size": [2**64, 1, 1], "resolution": [1, 1, 1], "chunk_sizes": [[1, 1, 1]]}
     info = {"type": "image", "data_type": "uint8", "num_channels": 1, "scales": [dict(scale, encoding="raw")]}

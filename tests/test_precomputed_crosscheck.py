@@ -17,11 +17,11 @@ import pytest
 import tensorstore as ts
 
 from napari_shardscope.core.bytestore import LocalByteStore, open_store
-from napari_shardscope.core.precomputed.info import parse_info
-from napari_shardscope.core.precomputed.inspector import PrecomputedInspector
-from napari_shardscope.core.precomputed.shard_reader import ShardedReader
-from napari_shardscope.core.precomputed.shard_writer import write_shards
-from napari_shardscope.core.precomputed.sharding import assign_chunk_ids, parse_sharding_spec
+from napari_shardscope.core.formats.precomputed.info import parse_info
+from napari_shardscope.core.formats.precomputed.inspector import PrecomputedInspector
+from napari_shardscope.core.formats.precomputed.shard_reader import ShardedReader
+from napari_shardscope.core.formats.precomputed.shard_writer import write_shards
+from napari_shardscope.core.formats.precomputed.sharding import assign_chunk_ids, parse_sharding_spec
 from tests.precomputed_data import SHARDING_IDENTITY_RAW, SHARDING_MURMUR_GZIP, write_ts_volume
 
 SPECS = {"murmur-gzip": SHARDING_MURMUR_GZIP, "identity-raw": SHARDING_IDENTITY_RAW}

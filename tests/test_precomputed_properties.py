@@ -14,17 +14,17 @@ from hypothesis import strategies as st
 from napari_shardscope.core.bytestore import LocalByteStore
 from napari_shardscope.core.encoding import decode_bytes, encode_bytes, gunzip
 from napari_shardscope.core.errors import ArgumentError, ShardscopeError
-from napari_shardscope.core.precomputed.info import parse_info
-from napari_shardscope.core.precomputed.morton import decode_morton, encode_morton
-from napari_shardscope.core.precomputed.shard_index import (
+from napari_shardscope.core.formats.precomputed.info import parse_info
+from napari_shardscope.core.formats.precomputed.morton import decode_morton, encode_morton
+from napari_shardscope.core.formats.precomputed.shard_index import (
     decode_minishard_index,
     decode_shard_index,
     encode_minishard_index,
     encode_shard_index,
 )
-from napari_shardscope.core.precomputed.shard_reader import ShardedReader
-from napari_shardscope.core.precomputed.shard_writer import encode_shard, write_shards
-from napari_shardscope.core.precomputed.sharding import (
+from napari_shardscope.core.formats.precomputed.shard_reader import ShardedReader
+from napari_shardscope.core.formats.precomputed.shard_writer import encode_shard, write_shards
+from napari_shardscope.core.formats.precomputed.sharding import (
     ShardingSpec,
     assign_chunk_ids,
     format_shard_name,
@@ -32,7 +32,7 @@ from napari_shardscope.core.precomputed.sharding import (
     parse_shard_name,
     parse_sharding_spec,
 )
-from napari_shardscope.core.precomputed.validate import validate_shard_file
+from napari_shardscope.core.formats.precomputed.validate import validate_shard_file
 
 u64 = st.integers(0, 2**64 - 1)
 
@@ -279,7 +279,7 @@ def test_id_lists_mixing_small_and_large_ids(tmp_path_factory) -> None:  # type:
     st.data(),
 )
 def test_unsharded_chunk_names_round_trip(offset: list[int], size: list[int], data: st.DataObject) -> None:
-    from napari_shardscope.core.precomputed.info import ScaleInfo, parse_unsharded_chunk_name
+    from napari_shardscope.core.formats.precomputed.info import ScaleInfo, parse_unsharded_chunk_name
 
     sc = ScaleInfo("s", tuple(size), tuple(offset), (1.0, 1.0, 1.0), ((7, 5, 3),), "raw")  # type: ignore[arg-type]
     grid = [data.draw(st.integers(0, g - 1)) for g in sc.grid_shape]

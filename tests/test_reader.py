@@ -23,8 +23,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from napari_shardscope.core.bytestore import LocalByteStore
-from napari_shardscope.core.precomputed.info import parse_info
-from napari_shardscope.core.precomputed.shard_reader import ShardedReader
+from napari_shardscope.core.formats.precomputed.info import parse_info
+from napari_shardscope.core.formats.precomputed.shard_reader import ShardedReader
 from napari_shardscope.core.sample_data import SampleDataset
 from napari_shardscope.core.volumes import make_context, open_volume
 from napari_shardscope.napari_plugin.layers import METADATA_KEY, volume_layer_data
@@ -271,7 +271,7 @@ def run_cli(*args: str, env: dict[str, str] | None = None, timeout: float = 180)
 def test_cli_open_bad_path_fails_fast_without_napari(tmp_path: Path) -> None:
     result = run_cli("open", str(tmp_path / "nope"))
     assert result.returncode == 2
-    assert "not a precomputed, zarr v3 or N5 volume" in result.stderr
+    assert "not a precomputed, zarr v3 or N5 dataset" in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1
 
 

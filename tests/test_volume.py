@@ -22,7 +22,7 @@ from napari_shardscope.core.volumes import (
     make_context,
     open_volume,
     open_volumes,
-    parse_location,
+    parse_url,
     set_cache_pool_size,
     shared_context,
 )
@@ -243,9 +243,9 @@ def test_broken_ome_metadata_names_the_field(tmp_path: Path) -> None:
 
 
 def test_remote_urls_map_to_tensorstore_kvstores() -> None:
-    assert parse_location("gs://bucket/ds/seg").kvstore == {"driver": "gcs", "bucket": "bucket", "path": "ds/seg/"}
-    assert parse_location("s3://bucket/ds").kvstore["driver"] == "s3"
-    loc = parse_location("precomputed://https://host.org/a/b")
+    assert parse_url("gs://bucket/ds/seg").kvstore == {"driver": "gcs", "bucket": "bucket", "path": "ds/seg/"}
+    assert parse_url("s3://bucket/ds").kvstore["driver"] == "s3"
+    loc = parse_url("precomputed://https://host.org/a/b")
     assert loc.format_hint == "precomputed" and loc.kvstore["driver"] == "http"
     assert loc.child("s0").kvstore["path"] == "/a/b/s0/"
     assert loc.name == "b"
@@ -320,6 +320,6 @@ def test_dtype_helpers() -> None:
 
 
 @given(st.text(max_size=40))
-def test_parse_location_never_crashes_unexpectedly(text: str) -> None:
+def test_parse_url_never_crashes_unexpectedly(text: str) -> None:
     with contextlib.suppress(ArgumentError):
-        parse_location(text)
+        parse_url(text)

@@ -17,9 +17,9 @@ import pytest
 from napari.layers import Labels
 from qtpy.QtCore import QPoint, Qt
 
+from napari_shardscope.core.formats.precomputed.inspector import PrecomputedInspector
+from napari_shardscope.core.formats.precomputed.sharding import assign_chunk_ids
 from napari_shardscope.core.layout_tree import LayoutTree, format_bytes, open_layout
-from napari_shardscope.core.precomputed.inspector import PrecomputedInspector
-from napari_shardscope.core.precomputed.sharding import assign_chunk_ids
 from napari_shardscope.core.sample_data import SampleDataset
 from napari_shardscope.napari_plugin.sample import sample_volumes
 from napari_shardscope.napari_plugin.viewer import add_volumes

@@ -19,17 +19,17 @@ from napari_shardscope.core.errors import (
     MetadataError,
     NotADatasetError,
 )
-from napari_shardscope.core.zarr3.inspector import Zarr3Inspector
-from napari_shardscope.core.zarr3.metadata import ArrayMetadata, ChunkKeyEncoding, CodecSpec
-from napari_shardscope.core.zarr3.reader import Zarr3ArrayReader
-from napari_shardscope.core.zarr3.sharding import (
+from napari_shardscope.core.formats.zarr3.inspector import Zarr3Inspector
+from napari_shardscope.core.formats.zarr3.metadata import ArrayMetadata, ChunkKeyEncoding, CodecSpec
+from napari_shardscope.core.formats.zarr3.reader import Zarr3ArrayReader
+from napari_shardscope.core.formats.zarr3.sharding import (
     EMPTY,
     ShardIndex,
     decode_shard_index,
     encode_shard_index,
     index_span,
 )
-from napari_shardscope.core.zarr3.writer import write_array
+from napari_shardscope.core.formats.zarr3.writer import write_array
 
 SHAPE = (12, 16)
 SHARD = (8, 8)
@@ -306,7 +306,7 @@ def test_bad_metadata_of_a_scale_is_a_validate_problem(tmp_path: Path) -> None:
     (tmp_path / "s0" / "zarr.json").write_text("{not json")
     found = list(Zarr3Inspector(LocalByteStore(tmp_path)).validate())
     assert [(p.key, p.offset) for p in found] == [("s0/zarr.json", 1)]
-    assert "not valid JSON" in found[0].message
+    assert "invalid JSON" in found[0].message
 
 
 def test_not_a_dataset(tmp_path: Path) -> None:

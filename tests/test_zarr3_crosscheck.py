@@ -21,10 +21,10 @@ import tensorstore as ts
 import zarr
 
 from napari_shardscope.core.bytestore import LocalByteStore
-from napari_shardscope.core.dataset import open_inspector
-from napari_shardscope.core.zarr3.metadata import ArrayMetadata, ChunkKeyEncoding, CodecSpec
-from napari_shardscope.core.zarr3.reader import Zarr3ArrayReader
-from napari_shardscope.core.zarr3.writer import write_array
+from napari_shardscope.core.formats import open_dataset
+from napari_shardscope.core.formats.zarr3.metadata import ArrayMetadata, ChunkKeyEncoding, CodecSpec
+from napari_shardscope.core.formats.zarr3.reader import Zarr3ArrayReader
+from napari_shardscope.core.formats.zarr3.writer import write_array
 
 SHAPE = (21, 30, 13)  # not a multiple of the shard shape along any axis
 SHARD = (8, 16, 8)
@@ -127,7 +127,7 @@ def test_tensorstore_written_byte_ranges_decode_to_tensorstore_values(tmp_path: 
     codecs, key_encoding = TS_CASES[case]
     data = make_data()
     arr = ts_write(tmp_path, data, codecs, key_encoding)
-    inspector = open_inspector(str(tmp_path))
+    inspector = open_dataset(str(tmp_path)).inspector()
     reader = inspector.reader()  # type: ignore[attr-defined]
     assert reader.inner_chunk_shape == INNER
     present = 0
@@ -186,7 +186,7 @@ def test_zarr_python_written_index_start_and_end(tmp_path: Path) -> None:
             fill_value=0,
         )
         z[...] = data
-        inspector = open_inspector(str(path))
+        inspector = open_dataset(str(path)).inspector()
         reader = inspector.reader()  # type: ignore[attr-defined]
         assert reader.sharding.index_location == location
         seen = 0
@@ -300,7 +300,7 @@ def test_shards_we_write_read_back_in_tensorstore_and_zarr_python(tmp_path: Path
     theirs_zarr = zarr.open_array(str(tmp_path), mode="r")
     np.testing.assert_array_equal(theirs_zarr[...], data)
     # And our own reader agrees, with a clean validation.
-    inspector = open_inspector(str(tmp_path))
+    inspector = open_dataset(str(tmp_path)).inspector()
     assert list(inspector.validate()) == []
     reader = inspector.reader()  # type: ignore[attr-defined]
     for grid in [(0, 0, 0), (1, 1, 1), tuple(n - 1 for n in reader.inner_grid_shape)]:
@@ -313,8 +313,8 @@ def test_shards_we_write_read_back_in_tensorstore_and_zarr_python(tmp_path: Path
 
 def test_tensorstore_reads_a_single_shard_we_encode_by_hand(tmp_path: Path) -> None:
     """Index and chunks assembled with the low-level encoders, one shard, both index locations."""
-    from napari_shardscope.core.zarr3.codecs import encode_chunk, split_codec_chain
-    from napari_shardscope.core.zarr3.sharding import encode_shard, parse_sharding_config
+    from napari_shardscope.core.formats.zarr3.codecs import encode_chunk, split_codec_chain
+    from napari_shardscope.core.formats.zarr3.sharding import encode_shard, parse_sharding_config
 
     data = np.arange(8 * 16 * 8, dtype="uint16").reshape(8, 16, 8)
     for location in ("start", "end"):

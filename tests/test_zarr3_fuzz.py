@@ -15,9 +15,9 @@ from hypothesis import strategies as st
 
 from napari_shardscope.core.bytestore import ReadStats
 from napari_shardscope.core.errors import ShardscopeError
-from napari_shardscope.core.zarr3.codecs import decode_chunk, split_codec_chain
-from napari_shardscope.core.zarr3.inspector import Zarr3Inspector
-from napari_shardscope.core.zarr3.metadata import (
+from napari_shardscope.core.formats.zarr3.codecs import decode_chunk, split_codec_chain
+from napari_shardscope.core.formats.zarr3.inspector import Zarr3Inspector
+from napari_shardscope.core.formats.zarr3.metadata import (
     ArrayMetadata,
     ChunkKeyEncoding,
     CodecSpec,
@@ -25,15 +25,15 @@ from napari_shardscope.core.zarr3.metadata import (
     parse_group_metadata,
     parse_node_metadata,
 )
-from napari_shardscope.core.zarr3.reader import Zarr3ArrayReader
-from napari_shardscope.core.zarr3.sharding import (
+from napari_shardscope.core.formats.zarr3.reader import Zarr3ArrayReader
+from napari_shardscope.core.formats.zarr3.sharding import (
     decode_shard_array,
     decode_shard_index,
     find_index_problems,
     parse_sharding_config,
 )
-from napari_shardscope.core.zarr3.validate import validate_shard_bytes
-from napari_shardscope.core.zarr3.writer import write_array
+from napari_shardscope.core.formats.zarr3.validate import validate_shard_bytes
+from napari_shardscope.core.formats.zarr3.writer import write_array
 
 # SHARDSCOPE_FUZZ_EXAMPLES=5000 for a deep run; the default keeps the suite quick.
 FUZZ = settings(

@@ -13,11 +13,11 @@ import pytest
 import zarr
 
 from napari_shardscope.core.bytestore import LocalByteStore, TensorStoreByteStore
-from napari_shardscope.core.dataset import open_inspector
 from napari_shardscope.core.errors import ArgumentError, ChunkDecodeError
-from napari_shardscope.core.zarr3.inspector import Zarr3Inspector, parse_shard_filter
-from napari_shardscope.core.zarr3.metadata import ArrayMetadata, ChunkKeyEncoding, CodecSpec
-from napari_shardscope.core.zarr3.writer import write_array
+from napari_shardscope.core.formats import open_dataset
+from napari_shardscope.core.formats.zarr3.inspector import Zarr3Inspector, parse_shard_filter
+from napari_shardscope.core.formats.zarr3.metadata import ArrayMetadata, ChunkKeyEncoding, CodecSpec
+from napari_shardscope.core.formats.zarr3.writer import write_array
 from tests.http_range_server import RangeServer
 
 LE = {"name": "bytes", "configuration": {"endian": "little"}}
@@ -82,9 +82,9 @@ def ome_group(root: Path, location: str = "end") -> dict[str, np.ndarray]:
     return {"s0": s0, "s1": s1}
 
 
-def test_open_inspector_dispatches_to_zarr3(tmp_path: Path) -> None:
+def test_open_dataset_dispatches_to_zarr3(tmp_path: Path) -> None:
     ome_group(tmp_path)
-    inspector = open_inspector(str(tmp_path))
+    inspector = open_dataset(str(tmp_path)).inspector()
     assert isinstance(inspector, Zarr3Inspector)
     assert inspector.format_name == "zarr3"
     assert inspector.scale_keys() == ["s0", "s1"]

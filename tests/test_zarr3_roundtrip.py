@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from napari_shardscope.core.errors import ChecksumError, ChunkDecodeError, MetadataError
-from napari_shardscope.core.zarr3.codecs import (
+from napari_shardscope.core.formats.zarr3.codecs import (
     append_crc32c,
     decode_bytes_codec,
     decode_chunk,
@@ -24,7 +24,7 @@ from napari_shardscope.core.zarr3.codecs import (
     split_codec_chain,
     strip_crc32c,
 )
-from napari_shardscope.core.zarr3.metadata import (
+from napari_shardscope.core.formats.zarr3.metadata import (
     DATA_TYPES,
     ArrayMetadata,
     ChunkKeyEncoding,
@@ -34,7 +34,7 @@ from napari_shardscope.core.zarr3.metadata import (
     parse_group_metadata,
     parse_node_metadata,
 )
-from napari_shardscope.core.zarr3.sharding import (
+from napari_shardscope.core.formats.zarr3.sharding import (
     EMPTY,
     ShardIndex,
     decode_shard_array,

@@ -21,8 +21,8 @@ from napari_shardscope.core.export.precomputed import export_precomputed
 from napari_shardscope.core.export.prepare import claim_destination
 from napari_shardscope.core.export.sharding_params import choose_sharding
 from napari_shardscope.core.export.source import ArraySource, VolumeSource
-from napari_shardscope.core.precomputed.inspector import PrecomputedInspector
-from napari_shardscope.core.precomputed.sharding import ShardingSpec, assign_chunk_ids
+from napari_shardscope.core.formats.precomputed.inspector import PrecomputedInspector
+from napari_shardscope.core.formats.precomputed.sharding import ShardingSpec, assign_chunk_ids
 
 
 def _source(seed: int = 0) -> ArraySource:

@@ -13,7 +13,7 @@ from napari_shardscope.core.bytestore import LocalByteStore
 from napari_shardscope.core.errors import ArgumentError
 from napari_shardscope.core.export.source import ArraySource
 from napari_shardscope.core.export.zarr3 import choose_shard_shape, export_zarr3
-from napari_shardscope.core.zarr3.inspector import Zarr3Inspector
+from napari_shardscope.core.formats.zarr3.inspector import Zarr3Inspector
 
 
 def test_zarr_export_reads_back(tmp_path: Path) -> None:

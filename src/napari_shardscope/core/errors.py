@@ -1,35 +1,122 @@
-"""The one exception tree of napari-shardscope.
+"""The one exception tree of napari-shardscope, grouped by what a caller does about an error.
 
 Everything the package raises on purpose derives from :class:`ShardscopeError`, so a caller (the
-CLI, a widget, a notebook) can catch our errors without catching programming mistakes. Format
-errors carry the file/key and byte offset where the problem was found, because a user debugging a
-pipeline needs to know *where* a shard is broken, not only that it is.
+CLI, a widget, a notebook) can catch our errors without catching programming mistakes. Below the
+root sit seven *groups*, one per thing a caller can do:
+
+=====================  ====  ===============================================================
+group                  exit  what the caller does
+=====================  ====  ===============================================================
+ArgumentError          2     fix the argument it names (a value, a coordinate, an option)
+NotFoundError          3     check the path, URL, version, branch or id: nothing is there
+CorruptDataError       4     the bytes or metadata break their spec: repair or re-write them
+UnsupportedError       5     the data is valid but uses a feature shardscope does not read
+RefusedWriteError      6     the write is not allowed there (committed version, source volume,
+                             occupied destination): write somewhere else or branch first
+ConflictError          7     someone else changed the same thing (a merge conflict, a held
+                             lock, a lost compare-and-swap): resolve, wait or retry
+StoreError             8     the storage failed (I/O, network, permissions): retry or fix access
+=====================  ====  ===============================================================
+
+Exit code 1 means a check ran and found problems (``validate``); 0 is success. :data:`EXIT_CODES`
+and :func:`exit_code_for` are the single place that maps errors to exit codes: the CLI asks them,
+and the README quotes the table above.
+
+Format errors carry the file/key and byte offset where the problem was found, because a user
+debugging a pipeline needs to know *where* a shard is broken, not only that it is.
 """
 
 from __future__ import annotations
+
+EXIT_OK = 0
+#: A check ran and found problems (``validate``); not an error.
+EXIT_CHECK_FAILED = 1
 
 
 class ShardscopeError(Exception):
     """Root of every error napari-shardscope raises deliberately."""
 
 
+# -- the groups ---------------------------------------------------------------------------------------
 class ArgumentError(ShardscopeError, ValueError):
     """A caller passed a bad argument (names the argument and the value)."""
 
 
-class ReadOnlyVolumeError(ShardscopeError, TypeError):
-    """A write into a lazy view of a stored volume: shardscope never writes into a source volume."""
+class NotFoundError(ShardscopeError, LookupError):
+    """What was asked for is not there: a dataset, key, version, branch, data instance or label."""
 
 
-class NotADatasetError(ShardscopeError):
-    """A path or URL holds none of the formats we read."""
+class CorruptDataError(ShardscopeError):
+    """Stored bytes or metadata that break their spec, or a store whose parts do not fit together."""
+
+
+class UnsupportedError(ShardscopeError):
+    """Valid data that uses a feature shardscope does not implement (names the feature)."""
+
+
+class RefusedWriteError(ShardscopeError):
+    """A write that is not allowed where it was aimed (committed version, source volume, occupied path)."""
+
+
+class ConflictError(ShardscopeError):
+    """A change collided with another one: a merge conflict, a held lock, a lost compare-and-swap."""
 
 
 class StoreError(ShardscopeError):
-    """The byte store failed: an I/O error, a refused write, an unreachable URL."""
+    """The storage failed: an I/O error, a full disk, a refused permission, an unreachable URL."""
 
 
-class FormatError(ShardscopeError):
+#: Exit code of each group, most specific first; the one map from errors to exit codes.
+EXIT_CODES: tuple[tuple[type[ShardscopeError], int], ...] = (
+    (ArgumentError, 2),
+    (NotFoundError, 3),
+    (CorruptDataError, 4),
+    (UnsupportedError, 5),
+    (RefusedWriteError, 6),
+    (ConflictError, 7),
+    (StoreError, 8),
+)
+#: An error of ours that belongs to no group (should not happen; reported as a failure).
+EXIT_OTHER = 9
+#: A bug: an exception that is not ours reached the command line.
+EXIT_INTERNAL = 70
+
+
+def exit_code_for(exc: BaseException) -> int:
+    """The CLI exit code for ``exc`` (see the module docstring's table)."""
+    for group, code in EXIT_CODES:
+        if isinstance(exc, group):
+            return code
+    return EXIT_OTHER if isinstance(exc, ShardscopeError) else EXIT_INTERNAL
+
+
+def group_name(exc: BaseException) -> str:
+    """The group an error belongs to, as a word for ``--json`` output (``"not_found"`` …)."""
+    names = {
+        ArgumentError: "argument",
+        NotFoundError: "not_found",
+        CorruptDataError: "corrupt",
+        UnsupportedError: "unsupported",
+        RefusedWriteError: "refused_write",
+        ConflictError: "conflict",
+        StoreError: "store",
+    }
+    for group, name in names.items():
+        if isinstance(exc, group):
+            return name
+    return "internal" if not isinstance(exc, ShardscopeError) else "other"
+
+
+# -- specific errors ------------------------------------------------------------------------------------
+class NotADatasetError(NotFoundError):
+    """A path or URL holds none of the formats we read."""
+
+
+class ReadOnlyVolumeError(RefusedWriteError, TypeError):
+    """A write into a lazy view of a stored volume: shardscope never writes into a source volume."""
+
+
+class FormatError(CorruptDataError):
     """Bytes or metadata that break a format spec.
 
     Parameters
@@ -56,6 +143,13 @@ class FormatError(ShardscopeError):
             text = f"{text} at byte {self.offset}"
         return text
 
+    def __reduce__(self) -> tuple[object, ...]:  # keyword-only arguments survive pickling (Dask workers)
+        return (_rebuild_format_error, (type(self), self.message, self.key, self.offset))
+
+
+def _rebuild_format_error(cls: type[FormatError], message: str, key: str | None, offset: int | None) -> FormatError:
+    return cls(message, key=key, offset=offset)
+
 
 class MetadataError(FormatError):
     """A metadata document (``info``, ``zarr.json``, ``attributes.json``) violates its spec.
@@ -76,5 +170,24 @@ class ChecksumError(FormatError):
     """A stored checksum (zarr v3 ``crc32c``) does not match the bytes it covers."""
 
 
+class UnsupportedFeatureError(UnsupportedError):
+    """A format feature (codec, encoding, data type, layout) that is valid but not implemented here.
+
+    Parameters
+    ----------
+    feature
+        The feature by the name its spec gives it (``"zarr v2"``, ``"codec 'delta'"``).
+    key
+        The metadata file that asks for it, when there is one.
+    """
+
+    def __init__(self, feature: str, *, key: str | None = None, detail: str = "") -> None:
+        self.feature = feature
+        self.key = key
+        where = f"{key}: " if key else ""
+        more = f" ({detail})" if detail else ""
+        super().__init__(f"{where}{feature} is not supported{more}")
+
+
 class VersionError(ShardscopeError):
-    """A versioned-store operation is not allowed (e.g. writing to a committed version)."""
+    """A versioned-store rule was broken; each subclass also belongs to the group a caller acts on."""

@@ -14,8 +14,9 @@ import time
 from typing import Any
 
 from napari_shardscope.core.cli import EXIT_FAILED, EXIT_OK, print_json
-from napari_shardscope.core.dataset import DatasetInspector, open_inspector
 from napari_shardscope.core.errors import ArgumentError
+from napari_shardscope.core.formats import open_dataset
+from napari_shardscope.core.formats.api import DatasetInspector
 
 COORDS_HELP = (
     "coordinates: precomputed x,y,z (absolute voxels, the format's order); zarr v3 in the "
@@ -119,7 +120,7 @@ def register(sub: Any) -> None:
 
 
 def cmd_inspect(args: argparse.Namespace) -> int:
-    inspector = open_inspector(args.path)
+    inspector = open_dataset(args.path).inspector()
     result = inspector.inspect(args.scale)
     if args.json:
         print_json(result)
@@ -220,7 +221,7 @@ def print_record(record: Any) -> None:
 
 
 def cmd_locate(args: argparse.Namespace) -> int:
-    inspector = open_inspector(args.path)
+    inspector = open_dataset(args.path).inspector()
     result: Any
     if args.voxel is not None:
         result = inspector.locate_voxel(args.voxel, args.scale)
@@ -234,7 +235,7 @@ def cmd_locate(args: argparse.Namespace) -> int:
 
 
 def _locate_by_id(inspector: DatasetInspector, args: argparse.Namespace) -> Any:
-    from napari_shardscope.core.precomputed.inspector import PrecomputedInspector
+    from napari_shardscope.core.formats.precomputed.inspector import PrecomputedInspector
 
     if not isinstance(inspector, PrecomputedInspector):
         raise ArgumentError(f"--chunk-id and --segment apply to precomputed datasets, not {inspector.format_name}")
@@ -244,7 +245,7 @@ def _locate_by_id(inspector: DatasetInspector, args: argparse.Namespace) -> Any:
 
 
 def cmd_ls(args: argparse.Namespace) -> int:
-    inspector = open_inspector(args.path)
+    inspector = open_dataset(args.path).inspector()
     filters = {k: v for k, v in (("shard", args.shard), ("minishard", args.minishard)) if v is not None}
     out = sys.stdout
     for rec in inspector.list_chunks(args.scale, **filters):
@@ -290,7 +291,7 @@ class StderrProgress:
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
-    inspector = open_inspector(args.path)
+    inspector = open_dataset(args.path).inspector()
     progress = None if args.quiet else StderrProgress("validate")
     problems = []
     for problem in inspector.validate(args.scale, progress):

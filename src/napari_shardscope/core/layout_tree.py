@@ -49,21 +49,22 @@ from typing import Any, Literal
 import numpy as np
 import numpy.typing as npt
 
-from napari_shardscope.core.dataset import DatasetInspector, Problem, Progress, open_inspector
 from napari_shardscope.core.errors import ArgumentError, ShardscopeError, StoreError
-from napari_shardscope.core.n5.attributes import ScaleLevel as N5Level
-from napari_shardscope.core.n5.block import format_block_key, format_block_path, parse_block_path
-from napari_shardscope.core.n5.inspector import N5Inspector
-from napari_shardscope.core.precomputed.info import ScaleInfo, parse_unsharded_chunk_name
-from napari_shardscope.core.precomputed.inspector import PrecomputedInspector, Source
-from napari_shardscope.core.precomputed.morton import decode_morton, encode_morton
-from napari_shardscope.core.precomputed.shard_reader import ShardedReader
-from napari_shardscope.core.precomputed.sharding import assign_chunk_ids, format_shard_name, parse_shard_name
+from napari_shardscope.core.formats import open_dataset
+from napari_shardscope.core.formats.api import DatasetInspector, Problem, Progress
+from napari_shardscope.core.formats.n5.attributes import ScaleLevel as N5Level
+from napari_shardscope.core.formats.n5.block import format_block_key, format_block_path, parse_block_path
+from napari_shardscope.core.formats.n5.inspector import N5Inspector
+from napari_shardscope.core.formats.precomputed.info import ScaleInfo, parse_unsharded_chunk_name
+from napari_shardscope.core.formats.precomputed.inspector import PrecomputedInspector, Source
+from napari_shardscope.core.formats.precomputed.morton import decode_morton, encode_morton
+from napari_shardscope.core.formats.precomputed.shard_reader import ShardedReader
+from napari_shardscope.core.formats.precomputed.sharding import assign_chunk_ids, format_shard_name, parse_shard_name
+from napari_shardscope.core.formats.zarr3.inspector import Zarr3Inspector
+from napari_shardscope.core.formats.zarr3.reader import Zarr3ArrayReader
 from napari_shardscope.core.volumes.model import ScaleLevel as VolumeLevel
 from napari_shardscope.core.volumes.model import Volume
 from napari_shardscope.core.volumes.units import nm_per_unit
-from napari_shardscope.core.zarr3.inspector import Zarr3Inspector
-from napari_shardscope.core.zarr3.reader import Zarr3ArrayReader
 
 NodeKind = Literal["scale", "shard", "minishard", "group", "chunk", "error"]
 #: One step of a node's path: ``("shard", 3)``, ``("chunk", (1, 0, 2))``, ``("scale", "8_8_40")``.
@@ -405,12 +406,12 @@ def _with_totals(node: LayoutNode, children: Sequence[LayoutNode]) -> LayoutNode
 
 # -- the tree -----------------------------------------------------------------------------------------
 class LayoutTree:
-    """A lazily expanded tree over a :class:`~napari_shardscope.core.dataset.DatasetInspector`.
+    """A lazily expanded tree over a :class:`~napari_shardscope.core.formats.api.DatasetInspector`.
 
     Parameters
     ----------
     inspector
-        The dataset (:func:`~napari_shardscope.core.dataset.open_inspector`).
+        The dataset (:func:`~napari_shardscope.core.formats.open_dataset`).
     volume
         The same dataset opened with :func:`~napari_shardscope.core.volumes.open_volume`; gives
         each scale's voxel size and translate exactly as the viewer shows them. Without it they
@@ -427,7 +428,7 @@ class LayoutTree:
         self.inspector = inspector
         self.volume = volume
         self.url = url
-        self._backend = _make_backend(inspector)
+        self._backend = make_backend(inspector)
         self._expanded: dict[NodePath, Expansion] = {}
         self._roots: list[LayoutNode] | None = None
 
@@ -629,7 +630,7 @@ class LayoutTree:
         Runs on a fresh inspector when :attr:`url` is known, so it reads the files as they are now
         and can run in a worker thread while the tree is browsed.
         """
-        inspector = open_inspector(self.url) if self.url is not None else self.inspector
+        inspector = open_dataset(self.url).inspector() if self.url is not None else self.inspector
         return inspector.validate(scale, progress)
 
 
@@ -639,7 +640,7 @@ def open_layout(url: str, volume: Volume | None = None) -> LayoutTree:
     Without ``volume`` the volume is opened too (metadata only) so world boxes match a viewer;
     a dataset with nothing to view (a mesh directory) gets metadata-derived geometry.
     """
-    inspector = open_inspector(url)
+    inspector = open_dataset(url).inspector()
     if volume is None:
         try:
             from napari_shardscope.core.volumes import open_volume
@@ -691,7 +692,7 @@ class _Backend:
     format_name = ""
 
 
-def _make_backend(inspector: DatasetInspector) -> _Backend:
+def make_backend(inspector: DatasetInspector) -> _Backend:
     if isinstance(inspector, PrecomputedInspector):
         return _PrecomputedBackend(inspector)
     if isinstance(inspector, Zarr3Inspector):

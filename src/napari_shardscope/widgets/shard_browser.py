@@ -48,8 +48,9 @@ from qtpy.QtWidgets import (
     QWidget,
 )
 
-from napari_shardscope.core.dataset import Problem, open_inspector
 from napari_shardscope.core.errors import ArgumentError, ShardscopeError
+from napari_shardscope.core.formats import open_dataset
+from napari_shardscope.core.formats.api import Problem
 from napari_shardscope.core.layout_tree import (
     LayoutNode,
     LayoutTree,
@@ -282,7 +283,7 @@ class ShardBrowser(QWidget):
         meta = layer.metadata[METADATA_KEY]
         url = str(meta["url"])
         try:
-            tree = LayoutTree(open_inspector(url), meta.get("volume"), url=url)
+            tree = LayoutTree(open_dataset(url).inspector(), meta.get("volume"), url=url)
         except ShardscopeError as exc:
             self._error(f"cannot inspect {url}: {exc}")
             return

@@ -17,8 +17,8 @@ from napari_shardscope.core.errors import ArgumentError, MetadataError
 from napari_shardscope.core.export.precomputed import export_precomputed
 from napari_shardscope.core.export.source import ExportSource, LabelmapSource, VolumeSource, labelmap_source
 from napari_shardscope.core.export.zarr3 import export_zarr3
+from napari_shardscope.core.formats.precomputed.sharding import ShardingSpec, parse_sharding_spec
 from napari_shardscope.core.inspect_cli import StderrProgress, parse_coords, parse_positive_int
-from napari_shardscope.core.precomputed.sharding import ShardingSpec, parse_sharding_spec
 from napari_shardscope.core.versioned.repository import MARKER_FILE
 
 

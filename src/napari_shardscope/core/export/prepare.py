@@ -18,9 +18,9 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from napari_shardscope.core.bytestore import ByteStore
+from napari_shardscope.core.bytestore.url import parse_url
 from napari_shardscope.core.errors import ArgumentError
 from napari_shardscope.core.export.source import ExportSource
-from napari_shardscope.core.volumes.locate import parse_location
 
 
 def positive_shape(name: str, value: Sequence[int]) -> tuple[int, int, int]:
@@ -93,7 +93,7 @@ def _place(url: str) -> tuple[str, tuple[str, ...]]:
 
     Local paths are resolved (symbolic links, ``..``), so two spellings of one directory compare equal.
     """
-    spec = dict(parse_location(url).kvstore)
+    spec = dict(parse_url(url).kvstore)
     path = str(spec.pop("path", ""))
     if spec.get("driver") == "file":
         return "file", Path(path).resolve().parts

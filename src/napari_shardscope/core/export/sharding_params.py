@@ -15,8 +15,8 @@ import math
 from collections.abc import Sequence
 
 from napari_shardscope.core.errors import ArgumentError
-from napari_shardscope.core.precomputed.morton import bits_per_dimension
-from napari_shardscope.core.precomputed.sharding import ShardingSpec
+from napari_shardscope.core.formats.precomputed.morton import bits_per_dimension
+from napari_shardscope.core.formats.precomputed.sharding import ShardingSpec
 
 CHUNKS_PER_MINISHARD_BITS = 10  # ~1000 chunks per minishard
 MAX_MINISHARD_BITS = 9  # shard index of 8 KiB at most

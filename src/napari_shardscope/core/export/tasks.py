@@ -15,8 +15,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, TypeVar
 
-from napari_shardscope.core.dataset import Progress
 from napari_shardscope.core.errors import ArgumentError
+from napari_shardscope.core.formats.api import Progress
 
 T = TypeVar("T")
 R = TypeVar("R")

@@ -49,7 +49,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from napari_shardscope.core.errors import ArgumentError
+from napari_shardscope.core.errors import ArgumentError, ConflictError
 from napari_shardscope.core.labelmap.bodymap import MapDelta
 from napari_shardscope.core.labelmap.edits import EditPlan, Workspace, write_plan
 from napari_shardscope.core.labelmap.errors import LabelmapError, LabelmapStateError, MappingError
@@ -241,7 +241,7 @@ class BranchMergeResult:
                 "removed": list(self.removed), "restored": list(self.restored), "plan": self.plan.to_json()}
 
 
-class BranchMergeConflictError(LabelmapError):
+class BranchMergeConflictError(LabelmapError, ConflictError):
     """Labels edited on both branches and no resolution given for them; nothing was written."""
 
     def __init__(self, message: str, plan: BranchMergePlan, unresolved: Sequence[LabelConflict]) -> None:

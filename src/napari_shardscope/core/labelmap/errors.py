@@ -9,18 +9,24 @@ as a bug. Edits refused on a committed version raise the store's own
 
 from __future__ import annotations
 
-from napari_shardscope.core.errors import ShardscopeError
+from napari_shardscope.core.errors import (
+    ArgumentError,
+    CorruptDataError,
+    NotFoundError,
+    RefusedWriteError,
+    ShardscopeError,
+)
 
 
 class LabelmapError(ShardscopeError):
     """Root of the labelmap's own errors."""
 
 
-class MappingError(LabelmapError, ValueError):
+class MappingError(LabelmapError, ArgumentError):
     """An edit the current mapping does not allow (supervoxel not in the body, body merged away…)."""
 
 
-class UnknownLabelError(MappingError, LookupError):
+class UnknownLabelError(MappingError, NotFoundError):
     """No body or supervoxel with that id exists at the version (never did, or was split/merged away)."""
 
 
@@ -28,10 +34,10 @@ class SplitError(MappingError):
     """A split that would leave an empty part: no voxel selected, or every voxel selected (dvid#289)."""
 
 
-class NothingToUndoError(LabelmapError):
+class NothingToUndoError(LabelmapError, RefusedWriteError):
     """Undo (or redo) asked for, but the open version has no edit left to undo (or redo)."""
 
 
-class LabelmapStateError(LabelmapError):
+class LabelmapStateError(LabelmapError, CorruptDataError):
     """The store's labelmap data cannot be used: interrupted creation, or a store merge whose two
     sides edited the same labels (their mutation logs no longer replay one after the other)."""

@@ -38,9 +38,9 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from napari_shardscope.core.dataset import Progress
 from napari_shardscope.core.errors import ArgumentError
 from napari_shardscope.core.export.tasks import iter_tasks
+from napari_shardscope.core.formats.api import Progress
 from napari_shardscope.core.labelmap.config import TYPE_NAME, LabelmapConfig
 from napari_shardscope.core.labelmap.geometry import BlockGrid, Box, Coord
 from napari_shardscope.core.labelmap.keys import INDEX_META_KEY, INDEX_SUMMARY_KEY

@@ -11,34 +11,42 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from napari_shardscope.core.errors import ArgumentError, NotADatasetError, StoreError, VersionError
+from napari_shardscope.core.errors import (
+    ArgumentError,
+    ConflictError,
+    CorruptDataError,
+    NotADatasetError,
+    NotFoundError,
+    RefusedWriteError,
+    VersionError,
+)
 
 
-class CommittedVersionError(VersionError):
+class CommittedVersionError(VersionError, RefusedWriteError):
     """A write (data, log entry or commit) was aimed at a committed, hence locked, version."""
 
 
-class UncommittedVersionError(VersionError):
+class UncommittedVersionError(VersionError, RefusedWriteError):
     """An operation needs a committed version (e.g. making a child, merging) but got an open one."""
 
 
-class UnknownVersionError(VersionError, LookupError):
+class UnknownVersionError(VersionError, NotFoundError):
     """No version's UUID starts with the given text (and it names no branch)."""
 
 
-class AmbiguousVersionError(VersionError, LookupError):
+class AmbiguousVersionError(VersionError, ArgumentError, LookupError):
     """A UUID prefix matches several versions; a longer prefix is needed."""
 
 
-class UnknownBranchError(VersionError, LookupError):
+class UnknownBranchError(VersionError, NotFoundError):
     """No version carries the given branch name."""
 
 
-class BranchExistsError(VersionError):
+class BranchExistsError(VersionError, ConflictError):
     """A branch name is already used in the DAG, or a parent already has a child continuing its branch."""
 
 
-class NestedTransactionError(VersionError):
+class NestedTransactionError(VersionError, RefusedWriteError):
     """A thread opened a write transaction while already holding one (it would deadlock)."""
 
 
@@ -58,7 +66,7 @@ class MergeConflict:
     key: bytes
 
 
-class MergeConflictError(VersionError):
+class MergeConflictError(VersionError, ConflictError):
     """A merge with policy ``fail`` found conflicts; nothing was written.
 
     Attributes
@@ -72,11 +80,11 @@ class MergeConflictError(VersionError):
         super().__init__(message)
 
 
-class UnknownInstanceError(ArgumentError, LookupError):
+class UnknownInstanceError(NotFoundError, ArgumentError):
     """No data instance has the given name."""
 
 
-class InstanceExistsError(ArgumentError):
+class InstanceExistsError(ConflictError, ArgumentError):
     """A data instance with that name already exists in the repository."""
 
 
@@ -84,9 +92,9 @@ class NotARepositoryError(NotADatasetError):
     """A path is not a versioned repository (missing, a plain file, or another program's data)."""
 
 
-class StoreCorruptError(StoreError):
+class StoreCorruptError(CorruptDataError):
     """The repository's files exist but cannot be read as a consistent store."""
 
 
-class LockTimeoutError(StoreError):
+class LockTimeoutError(ConflictError):
     """Another writer held the repository's write lock for longer than the timeout."""

@@ -14,6 +14,7 @@ Every volume shares one TensorStore context (:func:`shared_context`), whose cach
 user sets with ``SHARDSCOPE_CACHE_MB`` or :func:`set_cache_pool_size`.
 """
 
+from napari_shardscope.core.bytestore.url import Location, is_remote, parse_url
 from napari_shardscope.core.volumes.context import (
     CACHE_ENV,
     cache_pool_bytes,
@@ -22,7 +23,6 @@ from napari_shardscope.core.volumes.context import (
     shared_context,
 )
 from napari_shardscope.core.volumes.lazy import LazyArray, ValueTransform
-from napari_shardscope.core.volumes.locate import Location, is_remote, parse_location
 from napari_shardscope.core.volumes.model import Kind, ScaleLevel, Volume, dtype_contrast_limits, guess_kind
 from napari_shardscope.core.volumes.opening import open_volume, open_volumes
 
@@ -41,7 +41,7 @@ __all__ = [
     "make_context",
     "open_volume",
     "open_volumes",
-    "parse_location",
+    "parse_url",
     "set_cache_pool_size",
     "shared_context",
 ]

@@ -1,6 +1,6 @@
 """Neuroglancer precomputed volumes (sharded or not) as :class:`Volume` objects.
 
-The ``info`` file is parsed by our strict parser (:mod:`napari_shardscope.core.precomputed.info`)
+The ``info`` file is parsed by our strict parser (:mod:`napari_shardscope.core.formats.precomputed.info`)
 for the geometry, and every scale is opened with TensorStore's ``neuroglancer_precomputed``
 driver for the voxels, so decoding, sharding and caching are TensorStore's and the metadata
 errors are ours (with the JSON path of the bad field).
@@ -14,10 +14,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from napari_shardscope.core.bytestore.kvreads import read_bytes
+from napari_shardscope.core.bytestore.url import Location
 from napari_shardscope.core.errors import MetadataError
-from napari_shardscope.core.precomputed.info import PrecomputedInfo, parse_info
+from napari_shardscope.core.formats.precomputed.info import PrecomputedInfo, parse_info
 from napari_shardscope.core.volumes.lazy import LazyArray
-from napari_shardscope.core.volumes.locate import Location, read_bytes
 from napari_shardscope.core.volumes.model import (
     Kind,
     ScaleLevel,

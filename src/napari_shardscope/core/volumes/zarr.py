@@ -18,9 +18,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from napari_shardscope.core.bytestore.kvreads import read_json
+from napari_shardscope.core.bytestore.url import Location
 from napari_shardscope.core.errors import MetadataError, NotADatasetError
 from napari_shardscope.core.volumes.lazy import LazyArray
-from napari_shardscope.core.volumes.locate import Location, read_json
 from napari_shardscope.core.volumes.model import (
     Kind,
     ScaleLevel,

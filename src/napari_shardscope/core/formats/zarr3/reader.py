@@ -27,9 +27,9 @@ import numpy.typing as npt
 from napari_shardscope.core.bytestore import ByteStore, join_key
 from napari_shardscope.core.cache import LruCache
 from napari_shardscope.core.errors import ArgumentError, IndexDecodeError, MetadataError, StoreError
-from napari_shardscope.core.zarr3.codecs import CodecChain, decode_chunk, split_codec_chain
-from napari_shardscope.core.zarr3.metadata import ArrayMetadata, parse_array_metadata
-from napari_shardscope.core.zarr3.sharding import (
+from napari_shardscope.core.formats.zarr3.codecs import CodecChain, decode_chunk, split_codec_chain
+from napari_shardscope.core.formats.zarr3.metadata import ArrayMetadata, parse_array_metadata
+from napari_shardscope.core.formats.zarr3.sharding import (
     EMPTY,
     ShardIndex,
     ShardingConfig,

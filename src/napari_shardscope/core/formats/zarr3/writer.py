@@ -16,10 +16,10 @@ import numpy.typing as npt
 
 from napari_shardscope.core.bytestore import ByteStore, join_key
 from napari_shardscope.core.errors import ArgumentError
-from napari_shardscope.core.zarr3.codecs import encode_chunk
-from napari_shardscope.core.zarr3.metadata import ArrayMetadata, parse_array_metadata
-from napari_shardscope.core.zarr3.reader import Zarr3ArrayReader
-from napari_shardscope.core.zarr3.sharding import encode_shard_array, is_all_value
+from napari_shardscope.core.formats.zarr3.codecs import encode_chunk
+from napari_shardscope.core.formats.zarr3.metadata import ArrayMetadata, parse_array_metadata
+from napari_shardscope.core.formats.zarr3.reader import Zarr3ArrayReader
+from napari_shardscope.core.formats.zarr3.sharding import encode_shard_array, is_all_value
 
 
 def encode_metadata(metadata: ArrayMetadata) -> bytes:

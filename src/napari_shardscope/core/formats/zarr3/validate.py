@@ -21,10 +21,10 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from napari_shardscope.core.dataset import Problem, Progress
 from napari_shardscope.core.errors import ShardscopeError
-from napari_shardscope.core.zarr3.reader import Zarr3ArrayReader
-from napari_shardscope.core.zarr3.sharding import decode_shard_index, find_index_problems, index_span
+from napari_shardscope.core.formats.api import Problem, Progress
+from napari_shardscope.core.formats.zarr3.reader import Zarr3ArrayReader
+from napari_shardscope.core.formats.zarr3.sharding import decode_shard_index, find_index_problems, index_span
 
 
 def validate_array(reader: Zarr3ArrayReader, progress: Progress | None = None) -> Iterator[Problem]:

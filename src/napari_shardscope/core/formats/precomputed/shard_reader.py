@@ -19,13 +19,13 @@ from napari_shardscope.core.bytestore import ByteStore, join_key
 from napari_shardscope.core.cache import LruCache
 from napari_shardscope.core.encoding import decode_bytes
 from napari_shardscope.core.errors import ArgumentError, IndexDecodeError
-from napari_shardscope.core.precomputed.shard_index import (
+from napari_shardscope.core.formats.precomputed.shard_index import (
     MinishardIndex,
     ShardIndex,
     decode_minishard_index,
     decode_shard_index,
 )
-from napari_shardscope.core.precomputed.sharding import ShardingSpec, assign_chunk_ids, format_shard_name
+from napari_shardscope.core.formats.precomputed.sharding import ShardingSpec, assign_chunk_ids, format_shard_name
 
 Layout = Literal["shard", "index+data"]
 
@@ -294,7 +294,7 @@ class ShardedReader:
 
     def existing_shards(self) -> list[int]:
         """Shard numbers that have a file, by listing the directory (local and listable stores)."""
-        from napari_shardscope.core.precomputed.sharding import parse_shard_name
+        from napari_shardscope.core.formats.precomputed.sharding import parse_shard_name
 
         prefix = f"{self.prefix}/" if self.prefix else ""
         found: set[int] = set()

@@ -21,7 +21,7 @@ import numpy.typing as npt
 
 from napari_shardscope.core.encoding import decode_bytes, encode_bytes
 from napari_shardscope.core.errors import ArgumentError, IndexDecodeError
-from napari_shardscope.core.precomputed.sharding import ShardingSpec
+from napari_shardscope.core.formats.precomputed.sharding import ShardingSpec
 
 U64 = npt.NDArray[np.uint64]
 

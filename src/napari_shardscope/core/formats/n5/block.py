@@ -35,8 +35,8 @@ import numpy.typing as npt
 
 from napari_shardscope.core.bytestore import ByteStore, join_key
 from napari_shardscope.core.errors import ArgumentError, ChunkDecodeError
-from napari_shardscope.core.n5.attributes import DatasetAttributes
-from napari_shardscope.core.n5.compression import decode_payload, encode_payload
+from napari_shardscope.core.formats.n5.attributes import DatasetAttributes
+from napari_shardscope.core.formats.n5.compression import decode_payload, encode_payload
 
 MODE_DEFAULT = 0
 MODE_VARLENGTH = 1

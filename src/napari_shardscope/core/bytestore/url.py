@@ -1,4 +1,4 @@
-"""Where a volume lives: turn what a user types into a TensorStore kvstore spec.
+"""The one URL grammar: turn what a user types into a :class:`Location` (a TensorStore kvstore spec).
 
 Accepted forms (the same for every format):
 
@@ -12,18 +12,20 @@ Accepted forms (the same for every format):
   ``AWS_PROFILE`` / ``AWS_ACCESS_KEY_ID`` …, ``AWS_REGION``). Public buckets need none.
 
 Any of these may carry a Neuroglancer-style format prefix — ``precomputed://``, ``zarr3://``
-(or ``zarr://``), ``n5://`` — which skips format detection, as in Neuroglancer's own URLs.
+(or ``zarr://``), ``n5://`` — or Neuroglancer's newer pipe suffix (``gs://bucket/ds|zarr3:``), which
+skips format detection, as in Neuroglancer's own URLs. A URL that names a metadata document itself
+(``…/info``, ``…/zarr.json``, ``…/attributes.json``) means its directory, with the format it implies:
+that is what a user who drags the file onto napari or copies its URL means.
 """
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import unquote, urlparse
 
-from napari_shardscope.core.errors import ArgumentError, MetadataError, StoreError
+from napari_shardscope.core.errors import ArgumentError
 
 #: Neuroglancer-style prefixes that name the format, and the format they select.
 FORMAT_PREFIXES: dict[str, str] = {
@@ -32,6 +34,15 @@ FORMAT_PREFIXES: dict[str, str] = {
     "zarr://": "zarr",
     "n5://": "n5",
 }
+#: Neuroglancer's pipe suffixes (``URL|zarr3:``) and the format they select.
+FORMAT_SUFFIXES: dict[str, str] = {
+    "|precomputed:": "precomputed",
+    "|zarr3:": "zarr",
+    "|zarr:": "zarr",
+    "|n5:": "n5",
+}
+#: Metadata documents that name their format when a URL points at them.
+METADATA_DOCUMENTS: dict[str, str] = {"info": "precomputed", "zarr.json": "zarr", "attributes.json": "n5"}
 REMOTE_SCHEMES = ("http", "https", "gs", "s3")
 
 
@@ -81,22 +92,51 @@ class Location:
         return Location(url=f"{self.url.rstrip('/')}/{rel}", kvstore=spec, format_hint=None)
 
 
-def parse_location(url: str | os.PathLike[str]) -> Location:
-    """Parse a path or URL (optionally prefixed with a format) into a :class:`Location`.
+def parse_url(url: str | os.PathLike[str] | Location) -> Location:
+    """Parse a path or URL (optionally with a format prefix or suffix) into a :class:`Location`.
+
+    A URL ending in a metadata document's name (``info``, ``zarr.json``, ``attributes.json``)
+    becomes its directory, with that document's format as the hint.
 
     Raises
     ------
     ArgumentError
         For an empty string or a URL scheme we cannot read.
     """
-    text = os.fspath(url).strip()
+    if isinstance(url, Location):
+        return url
+    text, hint = split_format(os.fspath(url))
     if not text:
-        raise ArgumentError("an empty path is not a volume")
-    hint = None
+        raise ArgumentError("an empty path is not a dataset")
+    loc = _parse_plain(text, hint)
+    document = loc.name
+    if document in METADATA_DOCUMENTS and not text.endswith("/") and _points_at_file(loc):
+        return Location(url=loc.parent().url, kvstore=loc.parent().kvstore,
+                        format_hint=hint or METADATA_DOCUMENTS[document])
+    return loc
+
+
+def split_format(text: str) -> tuple[str, str | None]:
+    """``text`` without its Neuroglancer format prefix or pipe suffix, and the format it names."""
+    text = text.strip()
+    lowered = text.lower()
     for prefix, fmt in FORMAT_PREFIXES.items():
-        if text.lower().startswith(prefix):
-            hint, text = fmt, text[len(prefix):]
-            break
+        if lowered.startswith(prefix):
+            return text[len(prefix):], fmt
+    for suffix, fmt in FORMAT_SUFFIXES.items():
+        if lowered.endswith(suffix):
+            return text[: -len(suffix)], fmt
+    return text, None
+
+
+def _points_at_file(loc: Location) -> bool:
+    """Whether a location named like a metadata document is that document (not a directory so named)."""
+    if loc.is_local:
+        return os.path.isfile(str(loc.kvstore["path"]).rstrip("/"))
+    return True  # a remote URL ending in /info names the document: buckets have no directories
+
+
+def _parse_plain(text: str, hint: str | None) -> Location:
     parsed = urlparse(text)
     scheme = parsed.scheme.lower()
     if scheme == "" or (len(scheme) == 1 and os.name == "nt"):
@@ -119,11 +159,7 @@ def parse_location(url: str | os.PathLike[str]) -> Location:
 
 def is_remote(url: str | os.PathLike[str]) -> bool:
     """Whether ``url`` (prefix allowed) names a remote store rather than the local disk."""
-    text = os.fspath(url).strip()
-    for prefix in FORMAT_PREFIXES:
-        if text.lower().startswith(prefix):
-            text = text[len(prefix):]
-            break
+    text, _ = split_format(os.fspath(url))
     return urlparse(text).scheme.lower() in REMOTE_SCHEMES
 
 
@@ -131,60 +167,3 @@ def _dir(path: str) -> str:
     return path if path.endswith("/") else path + "/"
 
 
-def read_bytes(loc: Location, key: str, context: Any) -> bytes | None:
-    """The bytes of ``key`` under ``loc``, or ``None`` when it does not exist."""
-    return read_keys(loc, [key], context)[key]
-
-
-def read_keys(loc: Location, keys: list[str], context: Any) -> dict[str, bytes | None]:
-    """The bytes of each of ``keys`` under ``loc`` (``None`` for missing ones), read concurrently.
-
-    Goes through TensorStore's kvstore (with the shared context), so local files, HTTP, GCS and
-    S3 behave the same and share connection pools with the voxel reads; concurrent reads make
-    format detection on a remote store cost one round-trip, not three.
-    """
-    import tensorstore as ts
-
-    try:
-        kv = ts.KvStore.open(loc.kvstore, context=context).result()
-    except Exception as exc:  # TensorStore raises ValueError for bad specs and unreachable stores
-        raise StoreError(f"{loc.url}: {exc}") from exc
-    futures = {key: kv.read(key) for key in keys}
-    out: dict[str, bytes | None] = {}
-    for key, future in futures.items():
-        try:
-            result = future.result()
-        except Exception as exc:  # I/O, auth and network failures
-            message = str(exc)
-            if "NOT_FOUND" in message or "404" in message or "Not a directory" in message:
-                out[key] = None
-                continue
-            raise StoreError(f"{loc.url.rstrip('/')}/{key}: {message}") from exc
-        out[key] = bytes(result.value) if result.state == "value" else None
-    return out
-
-
-def read_json(loc: Location, key: str, context: Any) -> dict[str, Any] | None:
-    """``key`` under ``loc`` parsed as a JSON object, ``None`` when absent.
-
-    Raises
-    ------
-    MetadataError
-        When the key exists but is not a JSON object (with the byte offset of a syntax error).
-    """
-    return parse_json_object(read_bytes(loc, key, context), f"{loc.url.rstrip('/')}/{key}")
-
-
-def parse_json_object(data: bytes | None, where: str) -> dict[str, Any] | None:
-    """``data`` parsed as a JSON object (``None`` passes through); errors name ``where``."""
-    if data is None:
-        return None
-    try:
-        obj = json.loads(data)
-    except UnicodeDecodeError as exc:
-        raise MetadataError("is not UTF-8 text", key=where, offset=exc.start) from None
-    except json.JSONDecodeError as exc:
-        raise MetadataError(f"invalid JSON ({exc.msg})", key=where, offset=exc.pos) from None
-    if not isinstance(obj, dict):
-        raise MetadataError(f"must be a JSON object, got {type(obj).__name__}", key=where)
-    return obj

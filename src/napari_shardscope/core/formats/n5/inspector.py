@@ -2,7 +2,7 @@
 
 An N5 dataset has no index: each block is its own file (key) named by its grid position, so
 "which blocks exist" is a listing of the store and "how big" is a stat. :class:`N5Inspector`
-satisfies :class:`napari_shardscope.core.dataset.DatasetInspector` over a dataset or a multiscale
+satisfies :class:`napari_shardscope.core.formats.api.DatasetInspector` over a dataset or a multiscale
 group (``s0``, ``s1``, …) at the root of a byte store.
 
 Coordinates are N5's own order, the order of ``dimensions`` in ``attributes.json`` (x, y, z: the
@@ -22,10 +22,10 @@ from dataclasses import replace
 from typing import Any
 
 from napari_shardscope.core.bytestore import ByteStore, join_key
-from napari_shardscope.core.dataset import Problem, Progress
 from napari_shardscope.core.errors import ArgumentError, FormatError, NotADatasetError, StoreError
-from napari_shardscope.core.n5.attributes import ATTRIBUTES_FILE, DatasetAttributes, ScaleLevel, list_scales
-from napari_shardscope.core.n5.block import (
+from napari_shardscope.core.formats.api import Problem, Progress
+from napari_shardscope.core.formats.n5.attributes import ATTRIBUTES_FILE, DatasetAttributes, ScaleLevel, list_scales
+from napari_shardscope.core.formats.n5.block import (
     DecodedBlock,
     decode_block,
     decode_block_header,

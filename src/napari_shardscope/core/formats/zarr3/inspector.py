@@ -1,4 +1,4 @@
-"""The Zarr v3 :class:`~napari_shardscope.core.dataset.DatasetInspector`.
+"""The Zarr v3 :class:`~napari_shardscope.core.formats.api.DatasetInspector`.
 
 Opens either a single array (its ``zarr.json`` at the store root; one scale named ``""``) or a
 group whose ``zarr.json`` lists arrays: the dataset paths of an OME-Zarr ``multiscales`` attribute
@@ -16,11 +16,11 @@ from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from napari_shardscope.core.bytestore import ByteStore, join_key
-from napari_shardscope.core.dataset import DatasetInspector, Problem, Progress
 from napari_shardscope.core.errors import ArgumentError, MetadataError, NotADatasetError, ShardscopeError
-from napari_shardscope.core.zarr3.metadata import ArrayMetadata, GroupMetadata, parse_node_metadata
-from napari_shardscope.core.zarr3.reader import Zarr3ArrayReader
-from napari_shardscope.core.zarr3.validate import validate_array
+from napari_shardscope.core.formats.api import DatasetInspector, Problem, Progress
+from napari_shardscope.core.formats.zarr3.metadata import ArrayMetadata, GroupMetadata, parse_node_metadata
+from napari_shardscope.core.formats.zarr3.reader import Zarr3ArrayReader
+from napari_shardscope.core.formats.zarr3.validate import validate_array
 
 
 class Zarr3Inspector:

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from napari_shardscope.core.errors import ArgumentError, ChunkDecodeError, MetadataError
-from napari_shardscope.core.n5.lz4_stream import (
+from napari_shardscope.core.formats.n5.lz4_stream import (
     DEFAULT_BLOCK_SIZE,
     MAX_BLOCK_SIZE,
     MIN_BLOCK_SIZE,

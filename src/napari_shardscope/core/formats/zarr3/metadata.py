@@ -13,7 +13,6 @@ Groups are parsed just enough to find the arrays under them: the dataset paths o
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -22,6 +21,7 @@ from typing import Any, Literal
 import numpy as np
 
 from napari_shardscope.core.errors import MetadataError
+from napari_shardscope.core.json_document import load_json_object
 
 #: The largest extent or chunk size we accept: what fits an int64 index.
 MAX_EXTENT = 2**63 - 1
@@ -179,25 +179,6 @@ def parse_node_metadata(data: bytes | Mapping[str, Any], *, key: str) -> ArrayMe
     if node_type == "group":
         return parse_group_metadata(doc, key=key)
     raise MetadataError(f"node_type must be 'array' or 'group', got {node_type!r}", key=key)
-
-
-def load_json_object(data: bytes | Mapping[str, Any], *, key: str) -> Mapping[str, Any]:
-    """Decode JSON bytes into an object, turning every failure into :class:`MetadataError`."""
-    if isinstance(data, Mapping):
-        return data
-    try:
-        doc = json.loads(data.decode("utf-8"))
-    except UnicodeDecodeError as exc:
-        raise MetadataError(f"not UTF-8 text ({exc.reason})", key=key, offset=exc.start) from exc
-    except json.JSONDecodeError as exc:
-        raise MetadataError(f"not valid JSON ({exc.msg})", key=key, offset=exc.pos) from exc
-    except RecursionError as exc:
-        raise MetadataError("JSON nested too deeply", key=key) from exc
-    except ValueError as exc:  # e.g. an integer with more digits than Python converts
-        raise MetadataError(f"unusable JSON ({exc})", key=key) from exc
-    if not isinstance(doc, dict):
-        raise MetadataError(f"top level must be a JSON object, got {type(doc).__name__}", key=key)
-    return doc
 
 
 def parse_array_metadata(data: bytes | Mapping[str, Any], *, key: str) -> ArrayMetadata:

@@ -11,7 +11,6 @@ Each sharded or unsharded piece is a :class:`Source`; the CLI's ``--scale`` name
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -21,14 +20,20 @@ from typing import Any
 import numpy as np
 
 from napari_shardscope.core.bytestore import ByteStore, join_key
-from napari_shardscope.core.dataset import Problem, Progress
 from napari_shardscope.core.errors import ArgumentError, FormatError, MetadataError, StoreError
-from napari_shardscope.core.precomputed.info import PrecomputedInfo, ScaleInfo, parse_info, parse_unsharded_chunk_name
-from napari_shardscope.core.precomputed.morton import decode_morton
-from napari_shardscope.core.precomputed.shard_index import ShardIndex
-from napari_shardscope.core.precomputed.shard_reader import ChunkLocation, ShardedReader, ShardFile
-from napari_shardscope.core.precomputed.sharding import ShardingSpec, parse_sharding_spec
-from napari_shardscope.core.precomputed.validate import ChunkCheck, validate_shard_file
+from napari_shardscope.core.formats.api import Problem, Progress
+from napari_shardscope.core.formats.precomputed.info import (
+    PrecomputedInfo,
+    ScaleInfo,
+    parse_info,
+    parse_unsharded_chunk_name,
+)
+from napari_shardscope.core.formats.precomputed.morton import decode_morton
+from napari_shardscope.core.formats.precomputed.shard_index import ShardIndex
+from napari_shardscope.core.formats.precomputed.shard_reader import ChunkLocation, ShardedReader, ShardFile
+from napari_shardscope.core.formats.precomputed.sharding import ShardingSpec, parse_sharding_spec
+from napari_shardscope.core.formats.precomputed.validate import ChunkCheck, validate_shard_file
+from napari_shardscope.core.json_document import load_json
 
 VOLUME_TYPE = "neuroglancer_multiscale_volume"
 SEGMENT_TYPES = ("neuroglancer_skeletons", "neuroglancer_multilod_draco", "neuroglancer_legacy_mesh")
@@ -57,14 +62,7 @@ def _load_json(store: ByteStore, key: str, data: bytes | None = None) -> Any:
         data = store.read(key)
     if data is None:
         raise MetadataError("not found", key=key)
-    try:
-        return json.loads(data)
-    except UnicodeDecodeError as exc:
-        raise MetadataError("is not UTF-8 text", key=key, offset=exc.start) from exc
-    except json.JSONDecodeError as exc:
-        raise MetadataError(f"invalid JSON ({exc.msg})", key=key, offset=exc.pos) from exc
-    except (ValueError, RecursionError) as exc:  # integers too long to convert, absurd nesting
-        raise MetadataError(f"unusable JSON ({exc})", key=key) from exc
+    return load_json(data, key=key)
 
 
 def read_segment_sources(store: ByteStore, prefix: str, name: str, doc: Any = None) -> list[Source]:
@@ -124,10 +122,10 @@ class PrecomputedInspector:
 
     format_name = "precomputed"
 
-    def __init__(self, store: ByteStore, info: bytes | None = None) -> None:
-        """Open the dataset at ``store``; ``info`` passes the ``info`` bytes when already read."""
+    def __init__(self, store: ByteStore, info: bytes | Mapping[str, Any] | None = None) -> None:
+        """Open the dataset at ``store``; ``info`` passes the ``info`` (bytes or parsed) when already read."""
         self.store = store
-        obj = _load_json(store, "info", info)
+        obj = info if isinstance(info, Mapping) else _load_json(store, "info", info)
         if not isinstance(obj, Mapping):
             raise MetadataError(f"must be a JSON object, got {type(obj).__name__}", key="info")
         self.volume: PrecomputedInfo | None = None
@@ -395,7 +393,7 @@ class PrecomputedInspector:
 
     def _unexpected_files(self, source: Source) -> Iterator[Problem]:
         """Files in a sharded directory that no reader would ever open (wrong name or number)."""
-        from napari_shardscope.core.precomputed.sharding import parse_shard_name
+        from napari_shardscope.core.formats.precomputed.sharding import parse_shard_name
 
         assert source.sharding is not None
         prefix = f"{source.prefix}/" if source.prefix else ""

@@ -25,7 +25,7 @@ import numpy as np
 import numpy.typing as npt
 
 from napari_shardscope.core.errors import ChunkDecodeError, IndexDecodeError, MetadataError
-from napari_shardscope.core.zarr3.codecs import (
+from napari_shardscope.core.formats.zarr3.codecs import (
     MAX_DECODED_BYTES,
     CodecChain,
     append_crc32c,
@@ -34,7 +34,7 @@ from napari_shardscope.core.zarr3.codecs import (
     split_codec_chain,
     strip_crc32c,
 )
-from napari_shardscope.core.zarr3.metadata import CodecSpec, parse_codec_list, parse_int_list
+from napari_shardscope.core.formats.zarr3.metadata import CodecSpec, parse_codec_list, parse_int_list
 
 U64 = npt.NDArray[np.uint64]
 

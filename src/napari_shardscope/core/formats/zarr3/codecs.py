@@ -34,7 +34,7 @@ import numpy.typing as npt
 
 from napari_shardscope.core.encoding import gunzip
 from napari_shardscope.core.errors import ChecksumError, ChunkDecodeError, MetadataError
-from napari_shardscope.core.zarr3.metadata import CodecSpec
+from napari_shardscope.core.formats.zarr3.metadata import CodecSpec
 
 CodecKind = Literal["array->array", "array->bytes", "bytes->bytes"]
 
@@ -214,7 +214,7 @@ def decode_chunk(
     if ab.name == "bytes":
         array = decode_bytes_to_array(data, ab, encoded_shape, dtype, key=key, offset=offset)
     else:  # sharding_indexed, nested inside an outer shard
-        from napari_shardscope.core.zarr3.sharding import decode_shard_array, parse_sharding_config
+        from napari_shardscope.core.formats.zarr3.sharding import decode_shard_array, parse_sharding_config
 
         config = parse_sharding_config(ab, encoded_shape, dtype, key=key)
         array = decode_shard_array(data, config, encoded_shape, dtype, fill_value, key=key, offset=offset)
@@ -332,7 +332,7 @@ def encode_chunk(array: npt.NDArray[Any], chain: CodecChain, fill_value: np.gene
     if ab.name == "bytes":
         data = encode_array_to_bytes(array, ab)
     else:
-        from napari_shardscope.core.zarr3.sharding import encode_shard_array, parse_sharding_config
+        from napari_shardscope.core.formats.zarr3.sharding import encode_shard_array, parse_sharding_config
 
         config = parse_sharding_config(ab, array.shape, array.dtype, key="<encode>")
         data = encode_shard_array(array, config, fill_value)

@@ -7,7 +7,6 @@ Coordinates here are in the format's own x, y, z order.
 
 from __future__ import annotations
 
-import json
 import math
 import re
 from collections.abc import Mapping, Sequence
@@ -18,8 +17,9 @@ import numpy as np
 import numpy.typing as npt
 
 from napari_shardscope.core.errors import ArgumentError, MetadataError
-from napari_shardscope.core.precomputed.morton import bits_per_dimension, encode_morton
-from napari_shardscope.core.precomputed.sharding import ShardingSpec, parse_sharding_spec
+from napari_shardscope.core.formats.precomputed.morton import bits_per_dimension, encode_morton
+from napari_shardscope.core.formats.precomputed.sharding import ShardingSpec, parse_sharding_spec
+from napari_shardscope.core.json_document import load_json
 
 DATA_TYPES = ("uint8", "int8", "uint16", "int16", "uint32", "int32", "uint64", "int64", "float32", "float64")
 VOLUME_TYPES = ("image", "segmentation")
@@ -228,14 +228,7 @@ def parse_info(data: bytes | str | Mapping[str, Any], *, key: str = "info") -> P
     if isinstance(data, Mapping):
         obj: Any = data
     else:
-        try:
-            obj = json.loads(data)
-        except UnicodeDecodeError as exc:
-            raise MetadataError("is not UTF-8 text", key=key, offset=exc.start) from exc
-        except json.JSONDecodeError as exc:
-            raise MetadataError(f"invalid JSON ({exc.msg})", key=key, offset=exc.pos) from exc
-        except (ValueError, RecursionError) as exc:  # integers too long to convert, absurd nesting
-            raise MetadataError(f"unusable JSON ({exc})", key=key) from exc
+        obj = load_json(data, key=key)
     if not isinstance(obj, Mapping):
         raise MetadataError(f"must be a JSON object, got {type(obj).__name__}", key=key)
     type_at = obj.get("@type", "neuroglancer_multiscale_volume")

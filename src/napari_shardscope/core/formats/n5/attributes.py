@@ -5,7 +5,7 @@ Axis order
 Everything here is in N5's own order, the order of ``dimensions`` in ``attributes.json``: the
 *fastest-varying axis first* — x, y, z for a 3-D volume. A block's elements are stored with x
 varying fastest, so a block read into numpy in C order has shape ``(z, y, x)``, the reverse
-(see :mod:`napari_shardscope.core.n5.block`). TensorStore's ``n5`` driver keeps N5's order for its
+(see :mod:`napari_shardscope.core.formats.n5.block`). TensorStore's ``n5`` driver keeps N5's order for its
 array axes, which is why our voxel coordinates and grid positions match TensorStore's indices.
 
 Datasets are parsed as the Java N5 reader does: a group is a dataset when it has ``dimensions`` and
@@ -36,7 +36,8 @@ import numpy as np
 
 from napari_shardscope.core.bytestore import ByteStore, join_key
 from napari_shardscope.core.errors import ArgumentError, MetadataError, NotADatasetError
-from napari_shardscope.core.n5.compression import Compression, parse_compression
+from napari_shardscope.core.formats.n5.compression import Compression, parse_compression
+from napari_shardscope.core.json_document import load_json_object
 
 ATTRIBUTES_FILE = "attributes.json"
 DATA_TYPES = ("uint8", "uint16", "uint32", "uint64", "int8", "int16", "int32", "int64", "float32", "float64")
@@ -178,20 +179,7 @@ def decode_attributes_json(data: bytes, *, key: str | None = None) -> dict[str, 
     MetadataError
         Not UTF-8, not JSON (with the byte offset of the syntax error), or not a JSON object.
     """
-    try:
-        text = bytes(data).decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise MetadataError(f"not UTF-8 text ({exc.reason})", key=key, offset=exc.start) from exc
-    try:
-        doc = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise MetadataError(f"not valid JSON ({exc.msg})", key=key,
-                            offset=len(text[: exc.pos].encode("utf-8"))) from exc
-    except (ValueError, RecursionError) as exc:  # e.g. integers too long to convert, absurd nesting
-        raise MetadataError(f"not usable JSON ({exc})", key=key) from exc
-    if not isinstance(doc, dict):
-        raise MetadataError(f"must hold a JSON object, got {type(doc).__name__}", key=key, offset=0)
-    return doc
+    return load_json_object(data, key=key or ATTRIBUTES_FILE)
 
 
 def read_attributes(store: ByteStore, path: str = "") -> dict[str, Any] | None:

@@ -16,8 +16,8 @@ import numpy as np
 from napari_shardscope.core.bytestore import ByteStore, join_key
 from napari_shardscope.core.encoding import encode_bytes
 from napari_shardscope.core.errors import ArgumentError
-from napari_shardscope.core.precomputed.shard_index import encode_minishard_index, encode_shard_index
-from napari_shardscope.core.precomputed.sharding import ShardingSpec, assign_chunk_ids, format_shard_name
+from napari_shardscope.core.formats.precomputed.shard_index import encode_minishard_index, encode_shard_index
+from napari_shardscope.core.formats.precomputed.sharding import ShardingSpec, assign_chunk_ids, format_shard_name
 
 
 def group_by_shard(spec: ShardingSpec, chunk_ids: object) -> dict[int, list[int]]:

@@ -1,0 +1,54 @@
+"""Byte access: one small interface over local files and remote object stores — the door to bytes.
+
+The format layer (shard indexes, minishard indexes, block headers) needs only a few operations:
+read a key, read a byte range of a key, know a key's size, list keys, write a key atomically.
+Keeping the interface this small is what lets index lookups read only the bytes they need — a
+shard index is ``16 * 2**minishard_bits`` bytes at the head of a file that may be gigabytes.
+
+* :mod:`.url` — the one URL grammar (:func:`parse_url`): local paths, ``file://``, ``http(s)://``,
+  ``gs://``, ``s3://``, Neuroglancer's format prefixes and pointing at a metadata file;
+* :class:`LocalByteStore` — ``os.pread`` on local files; writes go to a temporary file in the
+  same directory, are fsynced and renamed over the target, so a crash never leaves a half-written
+  file where a good one was;
+* :class:`TensorStoreByteStore` — TensorStore's kvstore drivers, which issue real HTTP range
+  requests for byte ranges.
+
+Every store counts the bytes it returned (:attr:`ByteStore.stats`), so ``shardscope inspect`` can
+report how little it read.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from napari_shardscope.core.bytestore.local import LocalByteStore, write_file_atomic
+from napari_shardscope.core.bytestore.protocol import ByteStore, ReadStats, join_key
+from napari_shardscope.core.bytestore.remote import TensorStoreByteStore
+from napari_shardscope.core.bytestore.url import Location, is_remote, parse_url
+
+__all__ = [
+    "ByteStore",
+    "LocalByteStore",
+    "Location",
+    "ReadStats",
+    "TensorStoreByteStore",
+    "is_remote",
+    "join_key",
+    "open_store",
+    "parse_url",
+    "write_file_atomic",
+]
+
+
+def open_store(url: str | os.PathLike[str] | Location, context: Any = None) -> ByteStore:
+    """Open the byte store rooted at ``url`` (anything :func:`parse_url` accepts, or a :class:`Location`).
+
+    Local paths and ``file://`` URLs use :class:`LocalByteStore` (``pread``, no TensorStore
+    overhead); ``gs://``, ``s3://`` and ``http(s)://`` go through TensorStore's kvstore. A format
+    prefix (``precomputed://`` …) is accepted and ignored here: the store is the same.
+    """
+    loc = url if isinstance(url, Location) else parse_url(url)
+    if loc.is_local:
+        return LocalByteStore(loc.kvstore["path"])
+    return TensorStoreByteStore(loc.kvstore, context=context, url=loc.url)

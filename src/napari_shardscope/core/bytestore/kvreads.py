@@ -1,0 +1,60 @@
+"""Reading several small keys at once through TensorStore's kvstore (metadata detection).
+
+Goes through TensorStore's kvstore with the shared context, so local files, HTTP, GCS and S3 behave
+the same and share connection pools with the voxel reads; concurrent reads make format detection
+on a remote store cost one round-trip, not three.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from napari_shardscope.core.bytestore.url import Location
+from napari_shardscope.core.errors import StoreError
+from napari_shardscope.core.json_document import load_json_object
+
+
+def read_bytes(loc: Location, key: str, context: Any) -> bytes | None:
+    """The bytes of ``key`` under ``loc``, or ``None`` when it does not exist."""
+    return read_keys(loc, [key], context)[key]
+
+
+def read_keys(loc: Location, keys: list[str], context: Any) -> dict[str, bytes | None]:
+    """The bytes of each of ``keys`` under ``loc`` (``None`` for missing ones), read concurrently."""
+    import tensorstore as ts
+
+    try:
+        kv = ts.KvStore.open(loc.kvstore, context=context).result()
+    except Exception as exc:  # TensorStore raises ValueError for bad specs and unreachable stores
+        raise StoreError(f"{loc.url}: {exc}") from exc
+    futures = {key: kv.read(key) for key in keys}
+    out: dict[str, bytes | None] = {}
+    for key, future in futures.items():
+        try:
+            result = future.result()
+        except Exception as exc:  # I/O, auth and network failures
+            message = str(exc)
+            if "NOT_FOUND" in message or "404" in message or "Not a directory" in message:
+                out[key] = None
+                continue
+            raise StoreError(f"{loc.url.rstrip('/')}/{key}: {message}") from exc
+        out[key] = bytes(result.value) if result.state == "value" else None
+    return out
+
+
+def read_json(loc: Location, key: str, context: Any) -> dict[str, Any] | None:
+    """``key`` under ``loc`` parsed as a JSON object, ``None`` when absent.
+
+    Raises
+    ------
+    MetadataError
+        When the key exists but is not a JSON object (with the byte offset of a syntax error).
+    """
+    return parse_json_object(read_bytes(loc, key, context), f"{loc.url.rstrip('/')}/{key}")
+
+
+def parse_json_object(data: bytes | None, where: str) -> dict[str, Any] | None:
+    """``data`` parsed as a JSON object (``None`` passes through); errors name ``where``."""
+    if data is None:
+        return None
+    return load_json_object(data, key=where)

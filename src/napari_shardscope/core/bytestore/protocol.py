@@ -1,0 +1,86 @@
+"""The :class:`ByteStore` protocol: what the format layer needs from storage, and its read counters."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Protocol, runtime_checkable
+
+
+@dataclass
+class ReadStats:
+    """Counters of what a store has returned; shared by all threads reading through it."""
+
+    bytes_read: int = 0
+    requests: int = 0
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
+
+    def add(self, nbytes: int) -> None:
+        with self._lock:
+            self.bytes_read += nbytes
+            self.requests += 1
+
+    def reset(self) -> None:
+        with self._lock:
+            self.bytes_read = 0
+            self.requests = 0
+
+
+@runtime_checkable
+class ByteStore(Protocol):
+    """What the format layer needs from storage. Keys are ``/``-separated, relative to the root."""
+
+    @property
+    def url(self) -> str:
+        """The root of the store, as a user would type it."""
+        ...
+
+    @property
+    def stats(self) -> ReadStats:
+        """Bytes and requests served so far."""
+        ...
+
+    @property
+    def cheap_size(self) -> bool:
+        """Whether :meth:`size` is a metadata call (a stat) rather than a read of the whole value."""
+        ...
+
+    def read(self, key: str) -> bytes | None:
+        """The whole value of ``key``, or ``None`` when it does not exist."""
+        ...
+
+    def read_range(self, key: str, start: int, end: int) -> bytes | None:
+        """Bytes ``[start, end)`` of ``key`` (shorter if the key ends first); ``None`` if missing."""
+        ...
+
+    def read_suffix(self, key: str, length: int) -> bytes | None:
+        """The last ``length`` bytes of ``key`` (all of it if shorter); ``None`` if missing."""
+        ...
+
+    def size(self, key: str) -> int | None:
+        """Size in bytes of ``key``, or ``None`` when it does not exist."""
+        ...
+
+    def list(self, prefix: str = "") -> Iterator[str]:
+        """Keys under ``prefix`` (a directory-like prefix ending in ``/`` or empty), sorted."""
+        ...
+
+    def write(self, key: str, data: bytes) -> None:
+        """Replace ``key`` with ``data`` atomically: readers see the old or the new value."""
+        ...
+
+    def delete(self, key: str) -> None:
+        """Remove ``key`` (nothing happens when it does not exist)."""
+        ...
+
+    def clear(self) -> None:
+        """Remove every key of the store (an export replacing a dataset; links are removed, not followed)."""
+        ...
+
+
+def join_key(*parts: str) -> str:
+    """Join key parts with ``/``, ignoring empty parts (``join_key("", "info") == "info"``)."""
+    return "/".join(p.strip("/") for p in parts if p and p.strip("/"))
+
+

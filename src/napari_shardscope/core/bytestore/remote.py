@@ -1,0 +1,146 @@
+"""The remote byte store: TensorStore's kvstore drivers (``gs://``, ``s3://``, ``http(s)://``, ``file://``)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+from napari_shardscope.core.bytestore.protocol import ReadStats
+from napari_shardscope.core.errors import ArgumentError, StoreError
+
+
+class TensorStoreByteStore:
+    """A remote (or local) store through TensorStore's kvstore drivers.
+
+    Parameters
+    ----------
+    spec
+        A kvstore URL (``gs://bucket/path/``, ``s3://…``, ``https://host/path/``, ``file:///…``)
+        or a TensorStore kvstore JSON spec.
+    context
+        An optional ``tensorstore.Context`` to share connection pools and credentials.
+    url
+        The root as the user typed it, for messages (default: the spec's URL).
+    """
+
+    def __init__(self, spec: str | dict[str, Any], context: Any = None, *, url: str | None = None) -> None:
+        import tensorstore as ts
+
+        if isinstance(spec, str) and not spec.endswith("/"):
+            spec = spec + "/"
+        self._spec = spec
+        self._url = None if url is None else url.rstrip("/") + "/"
+        try:
+            self._kv = ts.KvStore.open(spec, context=context).result()
+        except Exception as exc:  # TensorStore raises ValueError for bad specs and URLs
+            raise StoreError(f"cannot open kvstore {spec!r}: {exc}") from exc
+        self._stats = ReadStats()
+
+    def __repr__(self) -> str:
+        return f"TensorStoreByteStore({self.url!r})"
+
+    @property
+    def url(self) -> str:
+        if self._url is not None:
+            return self._url
+        return self._spec if isinstance(self._spec, str) else str(self._kv.url)
+
+    @property
+    def cheap_size(self) -> bool:
+        return False
+
+    @property
+    def stats(self) -> ReadStats:
+        return self._stats
+
+    def _read(self, key: str, byte_range: slice | None) -> bytes | None:
+        try:
+            result = self._kv.read(key, byte_range=byte_range).result()
+        except Exception as exc:
+            if byte_range is not None and "OUT_OF_RANGE" in str(exc):
+                # The range runs past the end of the value. Behave like a file: return what
+                # exists of it (index checks then report the truncation with its offset).
+                return self._read_existing_part(key, byte_range)
+            raise StoreError(f"{self.url}{key}: {exc}") from exc
+        if result.state != "value":
+            return None
+        data = bytes(result.value)
+        self._stats.add(len(data))
+        return data
+
+    def _read_existing_part(self, key: str, byte_range: slice) -> bytes | None:
+        """What exists of ``byte_range`` after the store refused it as running past the end.
+
+        ``[start, end)`` is re-read as ``[start, end of value)``, never the whole value: a corrupt
+        index claiming a range past the end of a large shard must not download the shard.
+        """
+        start = byte_range.start or 0
+        if start < 0 or byte_range.stop is None:  # a suffix longer than the value: all of it
+            return self._read(key, None)
+        try:
+            result = self._kv.read(key, byte_range=slice(start, None)).result()
+        except Exception as exc:
+            if "OUT_OF_RANGE" in str(exc):
+                return b""  # ``start`` is at or past the end of an existing value
+            raise StoreError(f"{self.url}{key}: {exc}") from exc
+        if result.state != "value":
+            return None
+        data = bytes(result.value)[: byte_range.stop - start]
+        self._stats.add(len(data))
+        return data
+
+    def read(self, key: str) -> bytes | None:
+        return self._read(key, None)
+
+    def read_range(self, key: str, start: int, end: int) -> bytes | None:
+        if start < 0 or end < start:
+            raise ArgumentError(f"byte range [{start}, {end}) of {key!r} is not a valid range")
+        if end == start:
+            return b"" if self._read(key, slice(0, 0)) is not None else None
+        return self._read(key, slice(start, end))
+
+    def read_suffix(self, key: str, length: int) -> bytes | None:
+        if length <= 0:
+            return b"" if self._read(key, slice(0, 0)) is not None else None
+        return self._read(key, slice(-length, None))
+
+    def size(self, key: str) -> int | None:
+        # Remote kvstores expose no stat call through TensorStore; the whole value is read.
+        data = self.read(key)
+        return None if data is None else len(data)
+
+    def list(self, prefix: str = "") -> Iterator[str]:
+        import tensorstore as ts
+
+        try:
+            if prefix:
+                rng = ts.KvStore.KeyRange(prefix, prefix[:-1] + chr(ord(prefix[-1]) + 1))
+                keys = self._kv.list(range=rng).result()
+            else:
+                keys = self._kv.list().result()
+        except Exception as exc:
+            raise StoreError(f"{self.url}: listing is not supported by this store: {exc}") from exc
+        return iter(sorted(k.decode() if isinstance(k, bytes) else str(k) for k in keys))
+
+    def write(self, key: str, data: bytes) -> None:
+        # Object stores replace a key atomically; the file driver writes through a temp file.
+        try:
+            self._kv.write(key, data).result()
+        except Exception as exc:
+            raise StoreError(f"{self.url}{key}: write failed: {exc}") from exc
+
+    def delete(self, key: str) -> None:
+        self._delete_range(key, key + "\0")  # exactly ``key``: the next possible key is key + NUL
+
+    def clear(self) -> None:
+        self._delete_range("", "")  # an empty bound is unbounded: every key
+
+    def _delete_range(self, first: str, end: str) -> None:
+        import tensorstore as ts
+
+        try:
+            self._kv.delete_range(ts.KvStore.KeyRange(first, end)).result()
+        except Exception as exc:
+            raise StoreError(f"{self.url}{first}: delete failed: {exc}") from exc
+
+

@@ -1,0 +1,140 @@
+"""What every format offers, whatever its spec: the :class:`Format` entry and the :class:`Dataset` it opens.
+
+A :class:`Dataset` is the one door to a stored volume. It parses its metadata once and hands each
+consumer what it needs, so the viewer, the CLI, the shard browser, export and the labelmap all see
+the same levels, voxel sizes, translations, axes and dtype:
+
+* :meth:`Dataset.open_volumes` — the lazy multiscale volumes (the viewer, export, the labelmap base);
+* :meth:`Dataset.inspector` — ``inspect``/``locate``/``ls``/``validate`` (:class:`DatasetInspector`);
+* :meth:`Dataset.layout_backend` — the format's part of the shard browser's tree.
+
+Records are plain JSON-ready dicts so ``--json`` output and the GUI share one shape.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol
+
+from napari_shardscope.core.bytestore import ByteStore, Location
+
+if TYPE_CHECKING:
+    from napari_shardscope.core.volumes.model import Kind, Volume
+
+#: Called as ``progress(done, total, what)`` while a long check runs.
+Progress = Callable[[int, int, str], None]
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One integrity problem found by ``validate``: where it is and what is wrong."""
+
+    key: str
+    message: str
+    offset: int | None = None
+
+    def __str__(self) -> str:
+        where = f" at byte {self.offset}" if self.offset is not None else ""
+        return f"{self.key}: {self.message}{where}"
+
+    def to_json(self) -> dict[str, Any]:
+        return {"key": self.key, "message": self.message, "offset": self.offset}
+
+
+class DatasetInspector(Protocol):
+    """Read-only view of a sharded dataset's layout: scales, shards, chunks, byte ranges."""
+
+    #: ``"precomputed"``, ``"zarr3"`` or ``"n5"``.
+    format_name: str
+    store: ByteStore
+
+    def scale_keys(self) -> list[str]:
+        """Names of the scales/arrays, finest first (a single array has one)."""
+        ...
+
+    def inspect(self, scale: str | None = None) -> dict[str, Any]:
+        """Summary of the layout (per scale: spec, shard files, chunk counts, bytes)."""
+        ...
+
+    def locate_voxel(self, voxel: Sequence[int], scale: str | None = None) -> dict[str, Any]:
+        """Where the chunk holding ``voxel`` is stored (format's own axis order)."""
+        ...
+
+    def list_chunks(self, scale: str | None = None, **filters: Any) -> Iterator[dict[str, Any]]:
+        """One record per stored chunk, with the same fields ``locate`` gives."""
+        ...
+
+    def validate(self, scale: str | None = None, progress: Progress | None = None) -> Iterator[Problem]:
+        """Check every shard/block and yield each problem found (nothing when clean)."""
+        ...
+
+
+class Dataset(Protocol):
+    """A stored dataset of one format, its metadata parsed once."""
+
+    #: The format's registry name (``"precomputed"``, ``"zarr3"``, ``"n5"``).
+    format_name: str
+    #: Where it lives (the one URL grammar's result).
+    location: Location
+
+    @property
+    def url(self) -> str:
+        """The dataset's root as the user typed it (format prefix removed)."""
+        ...
+
+    @property
+    def store(self) -> ByteStore:
+        """The byte store rooted at the dataset (opened on first use)."""
+        ...
+
+    def open_volumes(self, *, kind: Kind | None = None) -> list[Volume]:
+        """The lazy multiscale volumes: one, or an OME-Zarr image followed by its label images."""
+        ...
+
+    def inspector(self) -> DatasetInspector:
+        """The inspector for ``inspect``/``locate``/``ls``/``validate`` (made once, then shared)."""
+        ...
+
+    def layout_backend(self) -> Any:
+        """The format's backend of the shard browser's layout tree (made once, then shared)."""
+        ...
+
+
+#: ``open(location, metadata_bytes, context) -> Dataset``.
+DatasetOpener = Callable[[Location, bytes, Any], Dataset]
+
+
+@dataclass(frozen=True)
+class Format:
+    """One registry entry: how a format is recognised and opened.
+
+    Attributes
+    ----------
+    name
+        The format's name in records and ``--json`` output (``"precomputed"``, ``"zarr3"``).
+    title
+        The name people use for it in messages (``"zarr v3"``, ``"N5"``).
+    hints
+        The format names a URL may force it with (``precomputed://``, ``URL|zarr3:`` give
+        ``"precomputed"``/``"zarr"``; see :mod:`napari_shardscope.core.bytestore.url`).
+    metadata_key
+        The document whose presence at the root identifies the format (``info``).
+    opener
+        ``"module:function"`` of the :data:`DatasetOpener`, imported on first use so that a
+        format's code loads only when a dataset of that format is opened.
+    """
+
+    name: str
+    title: str
+    hints: tuple[str, ...]
+    metadata_key: str
+    opener: str
+
+    def open(self, location: Location, metadata: bytes, context: Any = None) -> Dataset:
+        """Open the dataset at ``location`` whose metadata document holds ``metadata``."""
+        import importlib
+
+        module, _, func = self.opener.partition(":")
+        opener: DatasetOpener = getattr(importlib.import_module(module), func)
+        return opener(location, metadata, context)

@@ -1,0 +1,63 @@
+"""What the per-format datasets share: the root, a lazily opened byte store, made-once consumers."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from napari_shardscope.core.bytestore import ByteStore, Location, open_store
+
+
+class DatasetBase:
+    """The parts of a :class:`~napari_shardscope.core.formats.api.Dataset` that no format changes.
+
+    Subclasses set :attr:`format_name` and :attr:`metadata_key`, parse their document in
+    ``__init__`` (once), and implement ``open_volumes``, ``_make_inspector`` and
+    ``_make_layout_backend``; the inspector and layout backend are made on first use and shared,
+    so the shard browser and the CLI reuse one set of index caches.
+    """
+
+    format_name: str = ""
+    metadata_key: str = ""
+
+    def __init__(self, location: Location, metadata: bytes, context: Any = None) -> None:
+        self.location = location
+        self.context = context
+        self._metadata_size = len(metadata)
+        self._store: ByteStore | None = None
+        self._inspector: Any = None
+        self._layout_backend: Any = None
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.url!r})"
+
+    @property
+    def url(self) -> str:
+        return self.location.url
+
+    @property
+    def metadata_url(self) -> str:
+        """The metadata document's URL, as errors name it."""
+        return f"{self.url.rstrip('/')}/{self.metadata_key}"
+
+    @property
+    def store(self) -> ByteStore:
+        if self._store is None:
+            self._store = open_store(self.location, context=self.context)
+            self._store.stats.add(self._metadata_size)  # the detection read belongs to this dataset
+        return self._store
+
+    def inspector(self) -> Any:
+        if self._inspector is None:
+            self._inspector = self._make_inspector()
+        return self._inspector
+
+    def layout_backend(self) -> Any:
+        if self._layout_backend is None:
+            self._layout_backend = self._make_layout_backend()
+        return self._layout_backend
+
+    def _make_inspector(self) -> Any:
+        raise NotImplementedError
+
+    def _make_layout_backend(self) -> Any:
+        raise NotImplementedError

@@ -1,0 +1,52 @@
+"""A Neuroglancer precomputed dataset behind the format registry: ``info`` parsed once."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from napari_shardscope.core.bytestore import Location
+from napari_shardscope.core.formats.base import DatasetBase
+from napari_shardscope.core.formats.precomputed.info import PrecomputedInfo, parse_info
+from napari_shardscope.core.json_document import load_json_object
+
+if TYPE_CHECKING:
+    from napari_shardscope.core.volumes.model import Kind, Volume
+
+
+class PrecomputedDataset(DatasetBase):
+    """A volume ``info``, or a segment-keyed directory's (meshes, skeletons, annotations)."""
+
+    format_name = "precomputed"
+    metadata_key = "info"
+
+    def __init__(self, location: Location, info: bytes, context: Any = None) -> None:
+        super().__init__(location, info, context)
+        self.document = load_json_object(info, key=self.metadata_url)
+        self._info: PrecomputedInfo | None = None
+
+    @property
+    def info(self) -> PrecomputedInfo:
+        """The volume's parsed ``info`` (MetadataError for a directory that is not a volume)."""
+        if self._info is None:
+            self._info = parse_info(self.document, key=self.metadata_url)
+        return self._info
+
+    def open_volumes(self, *, kind: Kind | None = None) -> list[Volume]:
+        from napari_shardscope.core.volumes.precomputed import open_precomputed
+
+        return [open_precomputed(self.location, self.context, kind=kind, info=self.info)]
+
+    def _make_inspector(self) -> Any:
+        from napari_shardscope.core.formats.precomputed.inspector import PrecomputedInspector
+
+        return PrecomputedInspector(self.store, self.document)
+
+    def _make_layout_backend(self) -> Any:
+        from napari_shardscope.core.layout_tree import make_backend
+
+        return make_backend(self.inspector())
+
+
+def open_dataset(location: Location, metadata: bytes, context: Any = None) -> PrecomputedDataset:
+    """The registry's opener for ``info``."""
+    return PrecomputedDataset(location, metadata, context)
