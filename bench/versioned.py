@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from napari_shardscope.core.versioned import Repository, Version, create_repository, open_repository
-from napari_shardscope.core.versioned.engine import open_engine
+from napari_shardscope.core.versioned.engines import open_engine
 
 BLOCK = 28 * 1024
 N_BLOCKS = 2000

@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from napari_shardscope.core.errors import ArgumentError
-from napari_shardscope.core.versioned.engine import OrderedKV, open_engine
+from napari_shardscope.core.versioned.engines import ENGINE_NAMES, ENGINES, OrderedKV, open_engine
 
 KEYS = [b"\x00", b"\x00\x00", b"\x00\xff", b"a", b"a\x00", b"a\x01", b"ab", b"b", b"\xff", b"\xff\xff"]
 
@@ -24,7 +24,7 @@ class Boom(Exception):
     pass
 
 
-@pytest.fixture(params=["memory", "lmdb", "sqlite"])
+@pytest.fixture(params=ENGINE_NAMES)  # every registered engine
 def engine_factory(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[str, Path]]:
     yield request.param, tmp_path
 
@@ -142,8 +142,8 @@ class TestEngineConformance:
 
     def test_reopen_keeps_data(self, engine_factory: tuple[str, Path]) -> None:
         name, tmp = engine_factory
-        if name == "memory":
-            pytest.skip("the memory engine keeps nothing")
+        if not ENGINES[name].keeps_files:
+            pytest.skip(f"the {name} engine keeps nothing")
         kv = make(name, tmp)
         fill(kv)
         kv.close()
@@ -174,3 +174,18 @@ class TestEngineConformance:
             assert list(r.scan(lo, hi)) == expect
             assert list(r.scan(lo, hi, reverse=True)) == expect[::-1]
             assert list(r.scan_keys(lo, hi)) == [k for k, _ in expect]
+
+
+def test_registry_names_every_engine_and_refuses_others(tmp_path: Path) -> None:
+    assert ENGINE_NAMES[0] == "lmdb"  # the default (bench/versioned.py measures why)
+    assert set(ENGINE_NAMES) == {"lmdb", "sqlite", "memory"}
+    for name in ENGINE_NAMES:
+        directory = tmp_path / name
+        directory.mkdir()
+        kv = open_engine(name, directory if ENGINES[name].keeps_files else None, create=True)
+        assert kv.name == name
+        kv.close()
+    with pytest.raises(ArgumentError, match="unknown engine 'rocksdb'; choose one of lmdb, sqlite, memory"):
+        open_engine("rocksdb", tmp_path, create=True)
+    with pytest.raises(ArgumentError, match="the sqlite engine needs a directory"):
+        open_engine("sqlite", None, create=True)

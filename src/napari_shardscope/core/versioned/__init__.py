@@ -13,10 +13,11 @@ Public API (the labelmap, the Versions widget and the CLI use these)::
         view.get(inst, b"key")
     repo.merge(a, b, policy="ours")
 
-Modules: :mod:`.engine` (Protocol + memory engine), :mod:`.lmdb_engine`, :mod:`.sqlite_engine`,
-:mod:`.keys` (key layout), :mod:`.dag` (versions, branches), :mod:`.instance`, :mod:`.view`
-(reads and writes at a version), :mod:`.merge`, :mod:`.writer_lock`, :mod:`.repository`
-(transactions, create/open), :mod:`.keyvalue` (the ``keyvalue`` type), :mod:`.cli`.
+Modules: :mod:`.engines` (the ordered key-value protocol; memory, LMDB and SQLite engines),
+:mod:`.keys` (key layout), :mod:`.dag` (versions, branches), :mod:`.instance`, :mod:`.view` (reads
+and writes at a version), :mod:`.merge`, :mod:`.writer_lock`, :mod:`.repository` (transactions,
+create/open), :mod:`.keyvalue` (the ``keyvalue`` type), :mod:`.cli`. They import each other
+without cycles and never take a name from this ``__init__``, so any of them can be imported first.
 """
 
 from napari_shardscope.core.versioned.dag import Branch, Note, Version

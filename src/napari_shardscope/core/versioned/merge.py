@@ -17,9 +17,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from napari_shardscope.core.versioned import keys as K
+import napari_shardscope.core.versioned.keys as K
 from napari_shardscope.core.versioned.dag import Dag, Version
-from napari_shardscope.core.versioned.engine import ReadTxn
+from napari_shardscope.core.versioned.engines.protocol import ReadTxn
 from napari_shardscope.core.versioned.errors import MergeConflict
 from napari_shardscope.core.versioned.instance import Instance
 from napari_shardscope.core.versioned.view import read_visible

@@ -25,9 +25,9 @@ from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from typing import Any
 
+import napari_shardscope.core.versioned.keys as K
 from napari_shardscope.core.bytestore import write_file_atomic
 from napari_shardscope.core.errors import ArgumentError
-from napari_shardscope.core.versioned import keys as K
 from napari_shardscope.core.versioned.dag import (
     ROOT_BRANCH,
     Branch,
@@ -38,7 +38,7 @@ from napari_shardscope.core.versioned.dag import (
     encode_version,
     new_uuid,
 )
-from napari_shardscope.core.versioned.engine import ENGINE_NAMES, OrderedKV, ReadTxn, WriteTxn, open_engine
+from napari_shardscope.core.versioned.engines import ENGINES, OrderedKV, ReadTxn, WriteTxn, engine_kind, open_engine
 from napari_shardscope.core.versioned.errors import (
     BranchExistsError,
     CommittedVersionError,
@@ -651,17 +651,16 @@ def create_repository(path: str | os.PathLike[str] | None, *, engine: str | None
         Seconds a writer waits for another writer before :class:`LockTimeoutError`.
     """
     name = engine or (DEFAULT_ENGINE if path is not None else "memory")
-    if name not in ENGINE_NAMES:
-        raise ArgumentError(f"unknown engine {name!r}; choose one of {', '.join(ENGINE_NAMES)}")
+    kind = engine_kind(name)
     directory: Path | None = None
     if path is not None:
-        if name == "memory":
-            raise ArgumentError("the memory engine keeps no files; pass path=None")
+        if not kind.keeps_files:
+            raise ArgumentError(f"the {name} engine keeps no files; pass path=None")
         directory = Path(path)
         if directory.exists() and (not directory.is_dir() or any(directory.iterdir())):
             raise ArgumentError(f"{directory} already exists and is not an empty directory")
         directory.mkdir(parents=True, exist_ok=True)
-    elif name != "memory":
+    elif kind.keeps_files:
         raise ArgumentError(f"the {name} engine needs a path")
     kv = open_engine(name, directory, create=True, durable=durable)
     repo = Repository(kv, directory, lock_timeout=lock_timeout)
@@ -708,9 +707,10 @@ def open_repository(path: str | os.PathLike[str], *, durable: bool = True,
     if marker.get("format") != FORMAT_NAME:
         raise NotARepositoryError(f"{marker_path}: not a napari-shardscope repository marker")
     name = marker.get("engine")
-    if name not in ("lmdb", "sqlite"):
+    kind = ENGINES.get(name) if isinstance(name, str) else None
+    if kind is None or not kind.keeps_files:
         raise StoreCorruptError(f"{marker_path}: unknown engine {name!r}")
-    kv = open_engine(str(name), directory, create=False, durable=durable)
+    kv = open_engine(kind.name, directory, create=False, durable=durable)
     repo = Repository(kv, directory, lock_timeout=lock_timeout)
     try:
         with kv.read() as txn:

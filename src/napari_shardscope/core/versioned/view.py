@@ -12,16 +12,33 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol
 
+import napari_shardscope.core.versioned.keys as K
 from napari_shardscope.core.errors import ArgumentError
-from napari_shardscope.core.versioned import keys as K
 from napari_shardscope.core.versioned.dag import Version
-from napari_shardscope.core.versioned.engine import ReadTxn, WriteTxn
+from napari_shardscope.core.versioned.engines.protocol import ReadTxn, WriteTxn
 from napari_shardscope.core.versioned.instance import Instance
 
-if TYPE_CHECKING:
-    from napari_shardscope.core.versioned.repository import Repository
+
+class Catalog(Protocol):
+    """What a view asks of its repository: instances by name and versions by id (the in-memory DAG).
+
+    :class:`~napari_shardscope.core.versioned.repository.Repository` is the one implementation; a
+    Protocol here because the repository builds views, so this module cannot import it back.
+    """
+
+    def instance(self, ref: Instance | str) -> Instance:
+        """The instance named ``ref`` (an :class:`Instance` is returned as is)."""
+        ...
+
+    def instances(self) -> list[Instance]:
+        """All data instances, by id."""
+        ...
+
+    def version_by_id(self, vid: int) -> Version:
+        """The version with repository-local id ``vid``."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -75,7 +92,7 @@ class VersionView:
     another process writes.
     """
 
-    def __init__(self, repo: Repository, version: Version, txn: ReadTxn, ancestors: frozenset[int]) -> None:
+    def __init__(self, repo: Catalog, version: Version, txn: ReadTxn, ancestors: frozenset[int]) -> None:
         self._repo = repo
         self.version = version
         self._txn = txn
@@ -197,7 +214,7 @@ class VersionWriter(VersionView):
     discarded if it ends with an exception.
     """
 
-    def __init__(self, repo: Repository, version: Version, txn: WriteTxn, ancestors: frozenset[int]) -> None:
+    def __init__(self, repo: Catalog, version: Version, txn: WriteTxn, ancestors: frozenset[int]) -> None:
         super().__init__(repo, version, txn, ancestors)
         self._wtxn = txn
 

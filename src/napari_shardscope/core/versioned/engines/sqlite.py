@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
-from napari_shardscope.core.versioned.engine import ReadTxn, WriteTxn, check_key, check_range
+from napari_shardscope.core.versioned.engines.protocol import ReadTxn, WriteTxn, check_key, check_range
 from napari_shardscope.core.versioned.errors import NotARepositoryError, StoreCorruptError
 
 DB_FILE = "store.sqlite"
@@ -85,7 +85,7 @@ class _SqliteWrite(_SqliteRead):
 
 
 class SqliteEngine:
-    """An :class:`~napari_shardscope.core.versioned.engine.OrderedKV` over one SQLite file in WAL mode.
+    """An :class:`~napari_shardscope.core.versioned.engines.protocol.OrderedKV` over one SQLite file in WAL mode.
 
     Parameters
     ----------

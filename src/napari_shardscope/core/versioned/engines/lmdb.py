@@ -22,7 +22,7 @@ from typing import Any
 
 import lmdb
 
-from napari_shardscope.core.versioned.engine import ReadTxn, WriteTxn, check_key, check_range
+from napari_shardscope.core.versioned.engines.protocol import ReadTxn, WriteTxn, check_key, check_range
 from napari_shardscope.core.versioned.errors import NotARepositoryError, StoreCorruptError
 
 #: Virtual size reserved for the map; LMDB grows the file only as data arrives (sparse on Linux).
@@ -153,7 +153,7 @@ class _LmdbWrite(_LmdbRead):
 
 
 class LmdbEngine:
-    """An :class:`~napari_shardscope.core.versioned.engine.OrderedKV` over one LMDB environment.
+    """An :class:`~napari_shardscope.core.versioned.engines.protocol.OrderedKV` over one LMDB environment.
 
     Parameters
     ----------
