@@ -14,7 +14,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -36,7 +36,7 @@ from napari_shardscope.core.labelmap.keys import (
 from napari_shardscope.core.labelmap.label_index import SvIndex
 from napari_shardscope.core.labelmap.mutations import BlockChange, Mutation, Operation
 from napari_shardscope.core.labelmap.reading import PatchedReader
-from napari_shardscope.core.labelmap.state import STAMP_KEY, encode_stamp
+from napari_shardscope.core.labelmap.state import STAMP_KEY, VersionState, encode_stamp
 from napari_shardscope.core.versioned.instance import Instance
 from napari_shardscope.core.versioned.view import VersionView, VersionWriter
 
@@ -145,6 +145,11 @@ class Workspace:
 
     def delta(self) -> MapDelta:
         return MapDelta.concat(self.deltas)
+
+
+T = TypeVar("T")
+#: Plans an edit inside the write transaction: ``(writer, state, workspace factory) -> (plan, result)``.
+Planner = Callable[[VersionWriter, VersionState, Callable[[bool], Workspace]], tuple[EditPlan, T]]
 
 
 def block_coords(keys: dict[bytes, bytes | None]) -> list[tuple[int, Coord]]:

@@ -21,7 +21,7 @@ import threading
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, TypeVar
+from typing import TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -32,7 +32,7 @@ from napari_shardscope.core.labelmap.config import (
     TYPE_NAME,
     LabelmapConfig,
 )
-from napari_shardscope.core.labelmap.edits import EditPlan, Workspace, write_plan
+from napari_shardscope.core.labelmap.edits import Planner, Workspace, write_plan
 from napari_shardscope.core.labelmap.errors import LabelmapStateError
 from napari_shardscope.core.labelmap.keys import (
     INDEX_META_KEY,
@@ -50,14 +50,12 @@ from napari_shardscope.core.labelmap.label_index import (
 from napari_shardscope.core.labelmap.mutations import Mutation
 from napari_shardscope.core.labelmap.reading import BaseSource, Fetch, PatchedReader
 from napari_shardscope.core.labelmap.state import STAMP_KEY, VersionState, decode_stamp, load_state
+from napari_shardscope.core.labelmap.version import LabelmapVersion
 from napari_shardscope.core.versioned.dag import Version
 from napari_shardscope.core.versioned.instance import Instance, register_instance_type
 from napari_shardscope.core.versioned.repository import Repository
 from napari_shardscope.core.versioned.view import VersionView, VersionWriter
 from napari_shardscope.core.volumes.model import Volume
-
-if TYPE_CHECKING:
-    from napari_shardscope.core.labelmap.version import LabelmapVersion
 
 register_instance_type(TYPE_NAME)
 
@@ -94,8 +92,6 @@ class EditEvent:
 
 
 Subscriber = Callable[[EditEvent], None]
-#: Plans an edit inside the write transaction: ``(writer, state, workspace factory) -> (plan, result)``.
-Planner = Callable[[VersionWriter, VersionState, Callable[[bool], Workspace]], tuple[EditPlan, T]]
 
 
 class Labelmap:
@@ -127,8 +123,6 @@ class Labelmap:
 
     def at(self, ref: str | Version) -> LabelmapVersion:
         """Reads and edits at one version (a branch name means its head *now*)."""
-        from napari_shardscope.core.labelmap.version import LabelmapVersion
-
         v = self.repo.version(ref)
         self.state(v)  # load (or refresh) now, so errors surface here
         return LabelmapVersion(self, v.uuid)

@@ -13,29 +13,80 @@ still come from the shared cache.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 import numpy as np
 import numpy.typing as npt
 
 from napari_shardscope.core.errors import ArgumentError
 from napari_shardscope.core.labelmap.body_split import BodySplit, split_body
-from napari_shardscope.core.labelmap.config import ScaleGeometry
-from napari_shardscope.core.labelmap.edits import EditPlan, Workspace, plan_inverse
+from napari_shardscope.core.labelmap.config import LabelmapConfig, ScaleGeometry
+from napari_shardscope.core.labelmap.edits import EditPlan, Planner, Workspace, plan_inverse
 from napari_shardscope.core.labelmap.errors import MappingError, NothingToUndoError, UnknownLabelError
 from napari_shardscope.core.labelmap.geometry import Box, Coord, VoxelMask, as_coord, box_from_key, voxel_mask
-from napari_shardscope.core.labelmap.labelmap import Labelmap
+from napari_shardscope.core.labelmap.label_index import IndexSummary, SvIndex
 from napari_shardscope.core.labelmap.mutations import Mutation
-from napari_shardscope.core.labelmap.reading import virtual_array
+from napari_shardscope.core.labelmap.reading import BaseSource, virtual_array
 from napari_shardscope.core.labelmap.splitting import split_supervoxel
 from napari_shardscope.core.labelmap.state import VersionState
 from napari_shardscope.core.versioned.dag import Version
+from napari_shardscope.core.versioned.instance import Instance
+from napari_shardscope.core.versioned.repository import Repository
 from napari_shardscope.core.versioned.view import VersionWriter
 from napari_shardscope.core.volumes.lazy import LazyArray
 
 U64 = npt.NDArray[np.uint64]
+T = TypeVar("T")
+
+
+class LabelmapBackend(Protocol):
+    """What a version handle asks of its labelmap: shared state, the label index and the edit transaction.
+
+    :class:`~napari_shardscope.core.labelmap.labelmap.Labelmap` is the one implementation. The handle
+    names it by this Protocol because the labelmap hands out handles (:meth:`Labelmap.at`), so this
+    module cannot import it back.
+    """
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def repo(self) -> Repository: ...
+
+    @property
+    def instance(self) -> Instance: ...
+
+    @property
+    def config(self) -> LabelmapConfig: ...
+
+    @property
+    def base(self) -> BaseSource: ...
+
+    def state(self, ref: str | Version) -> VersionState:
+        """The current in-memory state of a version."""
+        ...
+
+    def index_summary(self, progress: Callable[[int, int], None] | None = None) -> IndexSummary:
+        """The base index summary (every base supervoxel and its voxel count)."""
+        ...
+
+    def entry(self, state: VersionState, sv: int) -> SvIndex | None:
+        """Where supervoxel ``sv`` is at a version (None: it does not exist there)."""
+        ...
+
+    def exists(self, state: VersionState, svs: npt.ArrayLike) -> npt.NDArray[np.bool_]:
+        """Which of ``svs`` exist at a version."""
+        ...
+
+    def edit(self, version: str | Version, planner: Planner[T], user: str | None = None) -> tuple[Mutation, T]:
+        """Plan and write one edit at an open version as one transaction."""
+        ...
+
+    def new_ids(self, w: VersionWriter, count: int) -> range:
+        """``count`` new body/supervoxel ids reserved in ``w``'s transaction."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -61,7 +112,7 @@ class HistoryEntry:
 class LabelmapVersion:
     """A labelmap at one version (from :meth:`Labelmap.at`)."""
 
-    def __init__(self, labelmap: Labelmap, uuid: str) -> None:
+    def __init__(self, labelmap: LabelmapBackend, uuid: str) -> None:
         self.labelmap = labelmap
         self.uuid = uuid
 
