@@ -2,12 +2,12 @@
 
 Dask ships tasks to workers by pickling them; a live TensorStore view or a labelmap version's
 virtual view should not travel. A source is therefore a small frozen dataclass (a URL, a repository
-path…) whose ``open`` is cached per process, and tasks call :meth:`ExportSource.read` with a box.
+path…) that each worker process opens once (:func:`~napari_shardscope.core.jobs.open_once`), and
+tasks call :meth:`ExportSource.read` with a box.
 """
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
@@ -16,6 +16,10 @@ import numpy as np
 import numpy.typing as npt
 
 from napari_shardscope.core.errors import ArgumentError
+from napari_shardscope.core.jobs import open_once
+from napari_shardscope.core.labelmap import TYPE_NAME, Labelmap, open_labelmap
+from napari_shardscope.core.versioned import open_repository
+from napari_shardscope.core.volumes import Volume, open_volume
 
 Box = tuple[slice, ...]
 
@@ -76,10 +80,6 @@ class ArraySource:
         return ()
 
 
-_OPEN_VOLUMES: dict[str, Any] = {}
-_OPEN_LOCK = threading.Lock()
-
-
 @dataclass(frozen=True)
 class VolumeSource:
     """Any volume :func:`~napari_shardscope.core.volumes.open_volume` reads (format conversion).
@@ -90,14 +90,8 @@ class VolumeSource:
     url: str
     scales: Sequence[int] | None = field(default=None)
 
-    def _volume(self) -> Any:
-        with _OPEN_LOCK:
-            vol = _OPEN_VOLUMES.get(self.url)
-            if vol is None:
-                from napari_shardscope.core.volumes import open_volume
-
-                vol = _OPEN_VOLUMES[self.url] = open_volume(self.url)
-        return vol
+    def _volume(self) -> Volume:
+        return open_once(("volume", self.url), lambda: open_volume(self.url))
 
     def _levels(self) -> list[Any]:
         levels = list(self._volume().levels)
@@ -128,8 +122,6 @@ class VolumeSource:
         return (self.url,)
 
 
-_OPEN_LABELMAPS: dict[tuple[str, str], Any] = {}
-
 LabelKind = Literal["bodies", "supervoxels"]
 
 
@@ -158,16 +150,9 @@ class LabelmapSource:
     version: str
     labels: LabelKind = "bodies"
 
-    def _labelmap(self) -> Any:
-        key = (self.repository, self.instance)
-        with _OPEN_LOCK:
-            lm = _OPEN_LABELMAPS.get(key)
-            if lm is None:
-                from napari_shardscope.core.labelmap import open_labelmap
-                from napari_shardscope.core.versioned import open_repository
-
-                lm = _OPEN_LABELMAPS[key] = open_labelmap(open_repository(self.repository), self.instance)
-        return lm
+    def _labelmap(self) -> Labelmap:
+        return open_once(("labelmap", self.repository, self.instance),
+                         lambda: open_labelmap(open_repository(self.repository), self.instance))
 
     def describe(self) -> SourceDescription:
         lm = self._labelmap()
@@ -206,9 +191,6 @@ def labelmap_source(repository: str | Any, instance: str, ref: str, *, labels: L
     """
     if labels not in ("bodies", "supervoxels"):
         raise ArgumentError(f"labels must be 'bodies' or 'supervoxels', got {labels!r}")
-    from napari_shardscope.core.labelmap import TYPE_NAME
-    from napari_shardscope.core.versioned import open_repository
-
     path = str(getattr(repository, "path", repository))
     repo = open_repository(path)
     try:

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import os
 import tempfile
-import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -39,13 +38,15 @@ import numpy as np
 import numpy.typing as npt
 
 from napari_shardscope.core.errors import ArgumentError
-from napari_shardscope.core.export.tasks import iter_tasks
 from napari_shardscope.core.formats.api import Progress
+from napari_shardscope.core.jobs import iter_tasks, open_once
 from napari_shardscope.core.labelmap.config import TYPE_NAME, LabelmapConfig
 from napari_shardscope.core.labelmap.geometry import BlockGrid, Box, Coord
 from napari_shardscope.core.labelmap.keys import INDEX_META_KEY, INDEX_SUMMARY_KEY
 from napari_shardscope.core.labelmap.label_index import BaseIndex, IndexSummary, count_block
-from napari_shardscope.core.versioned.repository import Repository
+from napari_shardscope.core.labelmap.reading import BaseSource
+from napari_shardscope.core.versioned.repository import Repository, open_repository
+from napari_shardscope.core.volumes import open_volume
 
 #: One count: supervoxel, scale-0 block (z, y, x) and its voxels there (28 bytes, packed).
 RECORD_DTYPE = np.dtype([("sv", "<u8"), ("z", "<u4"), ("y", "<u4"), ("x", "<u4"), ("n", "<u8")])
@@ -87,19 +88,8 @@ class IndexJobReport:
                 "ranges": self.ranges, "seconds": round(self.seconds, 3)}
 
 
-_OPEN_BASES: dict[str, Any] = {}
-_OPEN_LOCK = threading.Lock()
-
-
-def _base_reader(url: str) -> Any:
-    with _OPEN_LOCK:
-        reader = _OPEN_BASES.get(url)
-        if reader is None:
-            from napari_shardscope.core.labelmap.reading import BaseSource
-            from napari_shardscope.core.volumes import open_volume
-
-            reader = _OPEN_BASES[url] = BaseSource(open_volume(url, kind="segmentation"))
-    return reader
+def _base_reader(url: str) -> BaseSource:
+    return open_once(("label-index base", url), lambda: BaseSource(open_volume(url, kind="segmentation")))
 
 
 def count_brick(task: BrickTask) -> Records:
@@ -194,8 +184,6 @@ def build_label_index(repo: Repository | str | os.PathLike[str], name: str, *, s
     ArgumentError
         Not a labelmap, an index that exists without ``overwrite``, or a bad parameter.
     """
-    from napari_shardscope.core.versioned import open_repository
-
     own = not isinstance(repo, Repository)
     r: Repository = open_repository(repo) if not isinstance(repo, Repository) else repo
     try:

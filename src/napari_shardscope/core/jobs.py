@@ -1,0 +1,191 @@
+"""The Dask job runner behind export and the bulk label index: one task per output, anywhere.
+
+Export writes one output shard per task and the label-index job counts one brick of the base per
+task; both are many independent tasks whose inputs are small picklable descriptions, so both run
+here, the same way. ``scheduler`` chooses where tasks run:
+
+* ``None`` or ``"threads"`` — Dask's threaded scheduler in this process (``num_workers`` threads);
+* ``"sync"`` — one at a time in this thread (debugging);
+* a ``distributed.Client`` — the user's cluster (left open afterwards);
+* a string with ``://`` (``"tcp://10.0.0.5:8786"``) — a client connected to that scheduler for the
+  duration of the job.
+
+:func:`run_tasks` returns every result in task order (export keeps one small record per shard);
+:func:`iter_tasks` streams results as they complete so the caller can write each one out before
+the next arrives (the label index, whose counts together exceed the client's memory). Both call
+``progress(done, total, label)`` after each task. Workers open what a task describes once per
+process through :func:`open_once`.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Callable, Hashable, Iterator, Sequence
+from typing import Any, TypeVar, cast
+
+from napari_shardscope.core.errors import ArgumentError
+from napari_shardscope.core.formats.api import Progress
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+#: Scheduler names that run in this process (Dask's local schedulers).
+LOCAL_SCHEDULERS = ("threads", "sync", "synchronous", "single-threaded")
+
+
+def run_tasks(
+    fn: Callable[[T], R],
+    tasks: Sequence[T],
+    *,
+    scheduler: Any = None,
+    num_workers: int | None = None,
+    progress: Progress | None = None,
+    label: str = "task",
+) -> list[R]:
+    """Run ``fn(task)`` for every task as a Dask graph; results in task order."""
+    if not tasks:
+        return []
+    if is_local(scheduler):
+        return _compute_local(fn, tasks, scheduler, num_workers, progress, label)
+    results: list[Any] = [None] * len(tasks)
+    for i, result in _stream_distributed(fn, tasks, scheduler, progress, label):
+        results[i] = result
+    return results
+
+
+def iter_tasks(
+    fn: Callable[[T], R],
+    tasks: Sequence[T],
+    *,
+    scheduler: Any = None,
+    num_workers: int | None = None,
+    progress: Progress | None = None,
+    label: str = "task",
+    batch: int | None = None,
+) -> Iterator[tuple[int, R]]:
+    """Run ``fn(task)`` for every task on Dask, yielding ``(task index, result)`` as results arrive.
+
+    Unlike :func:`run_tasks`, results are not collected: the caller consumes each one (writes it
+    out) before the next arrives, so a job whose results together exceed the client's memory can
+    still run. On a ``distributed`` cluster each result is released as soon as it is yielded; on
+    the threaded scheduler tasks run in batches of ``batch`` (default four per thread), so at
+    most one batch of results is held at once.
+    """
+    if not tasks:
+        return
+    if not is_local(scheduler):
+        yield from _stream_distributed(fn, tasks, scheduler, progress, label)
+        return
+    total = len(tasks)
+    threads = num_workers or os.cpu_count() or 1
+    size = batch or max(1, 4 * threads)
+    done = 0
+    for start in range(0, total, size):
+        chunk = tasks[start:start + size]
+        results = _compute_local(fn, chunk, scheduler, num_workers, None, label)
+        for i, result in enumerate(results, start=start):
+            done += 1
+            if progress is not None:
+                progress(done, total, label)
+            yield i, result
+        del results
+
+
+def is_local(scheduler: Any) -> bool:
+    """True when ``scheduler`` names one of Dask's in-process schedulers (or is None: threads)."""
+    return scheduler is None or (isinstance(scheduler, str) and scheduler in LOCAL_SCHEDULERS)
+
+
+_OPENED: dict[Hashable, Any] = {}
+_OPENED_LOCK = threading.Lock()
+
+
+def open_once(key: Hashable, opener: Callable[[], T]) -> T:
+    """What ``opener()`` returns, made once per process for ``key`` and shared by every task after.
+
+    Tasks travel to workers as small picklable descriptions (a URL, a repository path): a live
+    TensorStore view or an open repository should not be pickled. Each worker process therefore
+    opens what a task describes on first use and keeps it; ``key`` says what was opened (include
+    a kind, e.g. ``("volume", url)``, so two openers of one URL do not share an entry).
+    """
+    with _OPENED_LOCK:
+        if key not in _OPENED:
+            _OPENED[key] = opener()
+        return cast(T, _OPENED[key])
+
+
+def _delayed(fn: Callable[[T], R], tasks: Sequence[T], label: str) -> list[Any]:
+    import dask
+
+    return [dask.delayed(fn, pure=False)(t, dask_key_name=f"{label}-{i}") for i, t in enumerate(tasks)]
+
+
+def _compute_local(fn: Callable[[T], R], tasks: Sequence[T], scheduler: str | None, num_workers: int | None,
+                   progress: Progress | None, label: str) -> list[R]:
+    """All tasks as one graph on Dask's threaded (or synchronous) scheduler; results in task order."""
+    import dask
+    from dask.callbacks import Callback
+
+    total = len(tasks)
+    done = [0]
+
+    class _Progress(Callback):  # type: ignore[misc]  # dask is untyped here
+        def _posttask(self, key: Any, result: Any, dsk: Any, state: Any, worker_id: Any) -> None:
+            if isinstance(key, str) and key.startswith(f"{label}-"):
+                done[0] += 1
+                if progress is not None:
+                    progress(done[0], total, label)
+
+    name = "threads" if scheduler in (None, "threads") else "sync"
+    kwargs: dict[str, Any] = {"scheduler": name}
+    if num_workers is not None and name == "threads":
+        kwargs["num_workers"] = num_workers
+    with _Progress():
+        computed = dask.compute(*_delayed(fn, tasks, label), **kwargs)
+    return list(computed)
+
+
+def _stream_distributed(fn: Callable[[T], R], tasks: Sequence[T], scheduler: Any, progress: Progress | None,
+                        label: str) -> Iterator[tuple[int, R]]:
+    """``(task index, result)`` from a ``dask.distributed`` cluster as each task completes.
+
+    Each future is released as soon as its result is yielded, so the cluster forgets results the
+    caller has taken.
+    """
+    client, own = _client_for(scheduler)
+    try:
+        from distributed import as_completed
+
+        delayed = _delayed(fn, tasks, label)
+        futures = client.compute(delayed)
+        del delayed
+        index = {f.key: i for i, f in enumerate(futures)}
+        pending = as_completed(futures)
+        del futures  # as_completed holds the futures until each is yielded; then only we do
+        for n, future in enumerate(pending, start=1):
+            result = future.result()
+            i = index[future.key]
+            future.release()
+            del future
+            if progress is not None:
+                progress(n, len(tasks), label)
+            yield i, result
+    finally:
+        if own:
+            client.close()
+
+
+def _client_for(scheduler: Any) -> tuple[Any, bool]:
+    """The ``distributed`` client ``scheduler`` names, and whether this job owns (closes) it."""
+    if isinstance(scheduler, str):
+        if "://" not in scheduler:
+            raise ArgumentError(
+                f"scheduler {scheduler!r}: use 'threads', 'sync', a distributed.Client or an address like tcp://host:8786"
+            )
+        from distributed import Client
+
+        return Client(scheduler), True
+    if hasattr(scheduler, "compute") and hasattr(scheduler, "close"):
+        return scheduler, False
+    raise ArgumentError(f"scheduler must be 'threads', 'sync', an address or a distributed.Client, got {scheduler!r}")

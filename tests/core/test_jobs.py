@@ -1,0 +1,80 @@
+"""The one Dask job runner export and the bulk label index share: order, progress, streaming, schedulers."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from napari_shardscope.core.errors import ArgumentError
+from napari_shardscope.core.jobs import is_local, iter_tasks, open_once, run_tasks
+
+
+def square(x: int) -> int:
+    return x * x
+
+
+@pytest.mark.parametrize("scheduler", [None, "threads", "sync"])
+def test_run_tasks_returns_results_in_task_order_and_reports_each_task(scheduler: str | None) -> None:
+    seen: list[tuple[int, int, str]] = []
+    out = run_tasks(square, list(range(20)), scheduler=scheduler, num_workers=3,
+                    progress=lambda d, t, w: seen.append((d, t, w)), label="sq")
+    assert out == [x * x for x in range(20)]
+    assert [d for d, _, _ in seen] == list(range(1, 21)) and {(t, w) for _, t, w in seen} == {(20, "sq")}
+    assert run_tasks(square, [], scheduler=scheduler) == []
+
+
+def test_iter_tasks_streams_in_batches_so_at_most_one_batch_is_held() -> None:
+    started: list[int] = []
+    consumed: list[int] = []
+
+    def record(x: int) -> int:
+        started.append(x)
+        return x * x
+
+    seen: list[int] = []
+    for i, result in iter_tasks(record, list(range(10)), scheduler="sync", batch=4,
+                                progress=lambda d, t, w: seen.append(d)):
+        assert result == i * i
+        # tasks of later batches have not run yet while this result is consumed
+        assert max(started) < (i // 4 + 1) * 4
+        consumed.append(i)
+    assert sorted(consumed) == list(range(10)) and seen == list(range(1, 11))
+
+
+def test_schedulers_named_wrongly_are_argument_errors() -> None:
+    assert is_local(None) and is_local("threads") and is_local("sync") and not is_local("tcp://h:1")
+    with pytest.raises(ArgumentError, match="an address like tcp://host:8786"):
+        run_tasks(square, [1], scheduler="cluster")
+    with pytest.raises(ArgumentError, match=r"a distributed\.Client"):
+        list(iter_tasks(square, [1], scheduler=42))
+
+
+def test_a_scheduler_address_gets_its_own_client_for_the_job() -> None:
+    from distributed import Client, LocalCluster
+
+    with LocalCluster(n_workers=1, threads_per_worker=2, processes=False, dashboard_address=None) as cluster:
+        assert run_tasks(square, list(range(6)), scheduler=cluster.scheduler_address) == [x * x for x in range(6)]
+        with Client(cluster) as client:
+            got = dict(iter_tasks(square, list(range(6)), scheduler=client))
+            assert got == {x: x * x for x in range(6)}
+            assert client.status == "running"  # a client the caller passed stays open
+
+
+def test_open_once_opens_each_key_once_per_process() -> None:
+    calls: list[str] = []
+
+    def opener(name: str) -> object:
+        calls.append(name)
+        return object()
+
+    key = ("test-jobs", id(calls))
+    results: list[object] = []
+    threads = [threading.Thread(target=lambda: results.append(open_once(key, lambda: opener("a"))))
+               for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert calls == ["a"] and all(r is results[0] for r in results)
+    assert open_once((*key, "other"), lambda: opener("b")) is not results[0] and calls == ["a", "b"]
