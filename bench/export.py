@@ -113,7 +113,7 @@ LM_FACTORS = ((1, 1, 1), (1, 2, 2), (2, 4, 4))
 
 def make_labelmap(root: Path) -> tuple[object, str]:
     """A labelmap over a blocky 3-scale base with a merge, a cleave and a split, committed; (repo, uuid)."""
-    from tests.labelmap.volumes import write_precomputed
+    from tests.core.labelmap.volumes import write_precomputed
 
     from napari_shardscope.core.labelmap import create_labelmap
     from napari_shardscope.core.versioned import create_repository

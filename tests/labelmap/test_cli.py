@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from napari_shardscope.core.cli import run
-from tests.labelmap.test_labelmap import dumbbell
-from tests.labelmap.volumes import write_precomputed
+from tests.core.labelmap.test_labelmap import dumbbell
+from tests.core.labelmap.volumes import write_precomputed
 
 
 @pytest.fixture(scope="module")

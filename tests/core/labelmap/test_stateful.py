@@ -30,7 +30,7 @@ from napari_shardscope.core.labelmap import (
     open_labelmap,
 )
 from napari_shardscope.core.versioned import CommittedVersionError, Repository, create_repository
-from tests.labelmap.volumes import mode_downsample, voronoi_supervoxels, write_precomputed
+from tests.core.labelmap.volumes import mode_downsample, voronoi_supervoxels, write_precomputed
 
 SHAPE = (11, 21, 23)
 FACTORS = ((1, 1, 1), (1, 2, 2), (2, 4, 4))

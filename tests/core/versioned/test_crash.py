@@ -28,9 +28,9 @@ from pathlib import Path
 import pytest
 
 from napari_shardscope.core.versioned import Repository, Version, open_repository
-from tests.versioned.crash_writer import INSTANCE, setup
+from tests.core.versioned.crash_writer import INSTANCE, setup
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 KILLS = 50
 
 
@@ -59,7 +59,7 @@ def test_sigkill_during_writes_keeps_committed_versions(tmp_path: Path, engine: 
     reported: set[str] = set()
     killed_mid_work = 0
     for round_ in range(KILLS):
-        proc = subprocess.Popen([sys.executable, "-m", "tests.versioned.crash_writer", path, str(round_)],
+        proc = subprocess.Popen([sys.executable, "-m", "tests.core.versioned.crash_writer", path, str(round_)],
                                 cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                 env={**os.environ, "PYTHONPATH": str(ROOT)})
         assert proc.stdout is not None

@@ -1,4 +1,4 @@
-"""Worker processes for the concurrency tests (``python -m tests.versioned.concurrent_worker``).
+"""Worker processes for the concurrency tests (``python -m tests.core.versioned.concurrent_worker``).
 
 ``write REPO NAME N``: N read-modify-write increments of one shared counter (plus one own key
 each) in the repository's open version, and every 10th step a new committed branch off the root;

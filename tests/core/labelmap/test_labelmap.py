@@ -29,7 +29,7 @@ from napari_shardscope.core.labelmap.label_index import build_base_index
 from napari_shardscope.core.sample_data import SampleDataset, ensure_sample_dataset
 from napari_shardscope.core.versioned import CommittedVersionError, Repository, create_repository
 from napari_shardscope.core.volumes import open_volume
-from tests.labelmap.volumes import mode_downsample, write_precomputed
+from tests.core.labelmap.volumes import mode_downsample, write_precomputed
 
 
 @pytest.fixture(scope="module")

@@ -24,7 +24,7 @@ from napari_shardscope.core.export.zarr3 import export_zarr3
 from napari_shardscope.core.labelmap import Labelmap, create_labelmap
 from napari_shardscope.core.versioned import Repository, create_repository
 from napari_shardscope.core.volumes import open_volume
-from tests.labelmap.volumes import voronoi_supervoxels, write_precomputed
+from tests.core.labelmap.volumes import voronoi_supervoxels, write_precomputed
 
 FACTORS = ((1, 1, 1), (1, 2, 2), (2, 4, 4))
 

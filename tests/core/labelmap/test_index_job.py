@@ -13,7 +13,7 @@ from napari_shardscope.core.errors import ArgumentError
 from napari_shardscope.core.labelmap import create_labelmap, open_labelmap
 from napari_shardscope.core.labelmap.index_job import build_label_index
 from napari_shardscope.core.versioned import create_repository, open_repository
-from tests.labelmap.volumes import voronoi_supervoxels, write_precomputed
+from tests.core.labelmap.volumes import voronoi_supervoxels, write_precomputed
 
 
 @pytest.fixture(scope="module")

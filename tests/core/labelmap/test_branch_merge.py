@@ -27,7 +27,7 @@ from napari_shardscope.core.labelmap.branch_merge import (
 from napari_shardscope.core.labelmap.diff import diff_versions
 from napari_shardscope.core.labelmap.errors import UnknownLabelError
 from napari_shardscope.core.versioned import Repository, UncommittedVersionError, create_repository, open_repository
-from tests.labelmap.volumes import voronoi_supervoxels, write_precomputed
+from tests.core.labelmap.volumes import voronoi_supervoxels, write_precomputed
 
 FACTORS = ((1, 1, 1), (1, 2, 2), (2, 4, 4))
 SHAPE = (8, 32, 32)

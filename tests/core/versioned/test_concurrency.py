@@ -11,12 +11,12 @@ import pytest
 
 from napari_shardscope.core.versioned import LockTimeoutError, create_repository, open_repository
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 N = 120
 
 
 def spawn(*args: str) -> subprocess.Popen[bytes]:
-    return subprocess.Popen([sys.executable, "-m", "tests.versioned.concurrent_worker", *args], cwd=ROOT,
+    return subprocess.Popen([sys.executable, "-m", "tests.core.versioned.concurrent_worker", *args], cwd=ROOT,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             env={**os.environ, "PYTHONPATH": str(ROOT)})
 

@@ -1,6 +1,6 @@
 """A writer process for the crash test: a random stream of puts, deletes, commits and branches.
 
-Run as ``python -m tests.versioned.crash_writer REPO SEED``; the test SIGKILLs it at a random
+Run as ``python -m tests.core.versioned.crash_writer REPO SEED``; the test SIGKILLs it at a random
 moment. Every write transaction updates the data keys *and* a ``manifest`` key listing the digest
 of every key, so after any crash each version's contents must match its manifest exactly — a
 half-applied transaction would show up as a mismatch. A line ``committed UUID`` is printed (and
