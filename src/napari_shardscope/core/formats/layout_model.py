@@ -449,23 +449,20 @@ def chunk_file_node(
     chunk_id: int | None = None,
     present: bool = True,
 ) -> LayoutNode:
-    """A chunk stored as a file of its own (an N5 block, an unsharded precomputed chunk)."""
-    return LayoutNode(
-        "chunk",
+    """A chunk stored as a file of its own (an N5 block, an unsharded precomputed chunk): all of its bytes."""
+    node = chunk_in_file_node(
         scale,
         name,
         path,
-        detail=key if present else f"{key}: not stored",
-        chunks=1 if present else 0,
-        stored_bytes=size,
-        raw_bytes=raw_bytes,
         file=key,
-        file_size=size,
         byte_range=(0, size) if size is not None else None,
+        raw_bytes=raw_bytes,
         grid_position=grid_position,
         chunk_id=chunk_id,
         present=present,
+        file_size=size,
     )
+    return replace(node, detail=key if present else f"{key}: not stored")
 
 
 # -- unindexed chunk files, grouped in slabs -----------------------------------------------------------

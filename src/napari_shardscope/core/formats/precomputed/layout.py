@@ -42,7 +42,7 @@ from napari_shardscope.core.formats.layout_model import (
     probe_file,
     scale_node,
     shard_node,
-    sum_known,
+    with_totals,
 )
 from napari_shardscope.core.formats.precomputed.info import ScaleInfo
 from napari_shardscope.core.formats.precomputed.inspector import PrecomputedInspector, Source
@@ -269,14 +269,9 @@ class PrecomputedLayout:
                 )
             )
         ok = [c for c in children if c.kind == "minishard"]
-        updated = replace(
-            node,
-            file=file.display_key,
-            file_size=file.size,
-            chunks=sum(c.chunks or 0 for c in ok),
-            stored_bytes=sum(c.stored_bytes or 0 for c in ok),
-            raw_bytes=sum_known([c.raw_bytes for c in ok]) if len(ok) == len(children) else None,
-        )
+        updated = with_totals(replace(node, file=file.display_key, file_size=file.size), ok)
+        if len(ok) != len(children):  # a minishard index that cannot be read hides its chunks' raw size
+            updated = replace(updated, raw_bytes=None)
         return Expansion(updated, children)
 
     def _expand_minishard(self, node: LayoutNode, s: Source) -> Expansion:
