@@ -19,12 +19,12 @@ from qtpy.QtCore import QPoint, Qt
 
 from napari_shardscope.core.formats.precomputed.inspector import PrecomputedInspector
 from napari_shardscope.core.formats.precomputed.sharding import assign_chunk_ids
-from napari_shardscope.core.layout_tree import LayoutTree, format_bytes, open_layout
+from napari_shardscope.core.layout import LayoutTree, format_bytes, open_layout
 from napari_shardscope.core.sample_data import SampleDataset
 from napari_shardscope.napari_plugin.sample import sample_volumes
 from napari_shardscope.napari_plugin.viewer import add_volumes
 from napari_shardscope.widgets.shard_browser import OUTLINE_NAME, PAGE_SIZE, ShardBrowser, camera
-from tests.test_layout_tree import MemoryStore, many_shards  # noqa: F401  (fixture)
+from tests.core.test_layout import MemoryStore, many_shards  # noqa: F401  (fixture)
 from tests.test_volume_support import FormatCase, format_cases, sample  # noqa: F401  (fixtures)
 
 VOXEL_NM_ZYX = np.array([40.0, 8.0, 8.0])

@@ -1,6 +1,6 @@
 """The Shard browser panel: how a sharded volume is laid out, and where a chunk lives.
 
-A thin view over :class:`napari_shardscope.core.layout_tree.LayoutTree` — every answer it shows
+A thin view over :class:`napari_shardscope.core.layout.LayoutTree` — every answer it shows
 comes from a core call a notebook can make (``open_layout``, ``LayoutTree.expand``,
 ``locate_voxel``/``locate_chunk``/``locate_segment``/``locate_world``, ``shard_map``, ``validate``,
 ``locate_problem``). What lives here is only what needs a viewer:
@@ -49,9 +49,8 @@ from qtpy.QtWidgets import (
 )
 
 from napari_shardscope.core.errors import ArgumentError, ShardscopeError
-from napari_shardscope.core.formats import open_dataset
 from napari_shardscope.core.formats.api import Problem
-from napari_shardscope.core.layout_tree import (
+from napari_shardscope.core.layout import (
     LayoutNode,
     LayoutTree,
     Located,
@@ -60,6 +59,7 @@ from napari_shardscope.core.layout_tree import (
     ShardMapBy,
     format_bytes,
     format_ratio,
+    open_layout,
     parse_position,
 )
 from napari_shardscope.widgets.lifecycle import on_removed
@@ -283,7 +283,7 @@ class ShardBrowser(QWidget):
         meta = layer.metadata[METADATA_KEY]
         url = str(meta["url"])
         try:
-            tree = LayoutTree(open_dataset(url).inspector(), meta.get("volume"), url=url)
+            tree = open_layout(url, meta.get("volume"))
         except ShardscopeError as exc:
             self._error(f"cannot inspect {url}: {exc}")
             return

@@ -18,8 +18,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 from napari_shardscope.core.bytestore import ByteStore, Location
+from napari_shardscope.core.errors import UnsupportedFeatureError
 
 if TYPE_CHECKING:
+    from napari_shardscope.core.formats.layout_model import LayoutBackend
     from napari_shardscope.core.volumes.model import Kind, Volume
 
 #: Called as ``progress(done, total, what)`` while a long check runs.
@@ -96,8 +98,12 @@ class Dataset(Protocol):
         """The inspector for ``inspect``/``locate``/``ls``/``validate`` (made once, then shared)."""
         ...
 
-    def layout_backend(self) -> Any:
-        """The format's backend of the shard browser's layout tree (made once, then shared)."""
+    def new_inspector(self) -> DatasetInspector:
+        """An inspector with caches of its own, for a long check that must see the files as they are now."""
+        ...
+
+    def layout_backend(self) -> LayoutBackend:
+        """The format's backend of the shard browser's layout tree, over :meth:`inspector` (made once)."""
         ...
 
 
@@ -123,6 +129,9 @@ class Format:
     opener
         ``"module:function"`` of the :data:`DatasetOpener`, imported on first use so that a
         format's code loads only when a dataset of that format is opened.
+    layout
+        ``"module:class"`` of the format's layout backend, made from its inspector (imported on
+        first use, like :attr:`opener`).
     """
 
     name: str
@@ -130,11 +139,24 @@ class Format:
     hints: tuple[str, ...]
     metadata_key: str
     opener: str
+    layout: str = ""
 
     def open(self, location: Location, metadata: bytes, context: Any = None) -> Dataset:
         """Open the dataset at ``location`` whose metadata document holds ``metadata``."""
-        import importlib
-
-        module, _, func = self.opener.partition(":")
-        opener: DatasetOpener = getattr(importlib.import_module(module), func)
+        opener: DatasetOpener = _import_named(self.opener)
         return opener(location, metadata, context)
+
+    def layout_backend(self, inspector: DatasetInspector) -> LayoutBackend:
+        """The layout backend over an inspector of this format (one made without a :class:`Dataset`)."""
+        if not self.layout:
+            raise UnsupportedFeatureError(f"{self.title} datasets have no layout tree")
+        backend: Callable[[DatasetInspector], LayoutBackend] = _import_named(self.layout)
+        return backend(inspector)
+
+
+def _import_named(spec: str) -> Any:
+    """The object a ``"module:name"`` string names (the module imported on first use)."""
+    import importlib
+
+    module, _, name = spec.partition(":")
+    return getattr(importlib.import_module(module), name)

@@ -51,6 +51,10 @@ class DatasetBase:
             self._inspector = self._make_inspector()
         return self._inspector
 
+    def new_inspector(self) -> Any:
+        """An inspector with caches of its own (the shard browser validates on one in a worker thread)."""
+        return self._make_inspector()
+
     def layout_backend(self) -> Any:
         if self._layout_backend is None:
             self._layout_backend = self._make_layout_backend()

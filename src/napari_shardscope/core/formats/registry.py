@@ -20,9 +20,11 @@ _PKG = "napari_shardscope.core.formats"  # each opener is imported on first use
 
 #: Every format, in detection order; one line per format.
 FORMATS: tuple[Format, ...] = (
-    Format("precomputed", "precomputed", ("precomputed",), "info", f"{_PKG}.precomputed.dataset:open_dataset"),
-    Format("zarr3", "zarr v3", ("zarr",), "zarr.json", f"{_PKG}.zarr3.dataset:open_dataset"),
-    Format("n5", "N5", ("n5",), "attributes.json", f"{_PKG}.n5.dataset:open_dataset"),
+    Format("precomputed", "precomputed", ("precomputed",), "info", f"{_PKG}.precomputed.dataset:open_dataset",
+           f"{_PKG}.precomputed.layout:PrecomputedLayout"),
+    Format("zarr3", "zarr v3", ("zarr",), "zarr.json", f"{_PKG}.zarr3.dataset:open_dataset",
+           f"{_PKG}.zarr3.layout:Zarr3Layout"),
+    Format("n5", "N5", ("n5",), "attributes.json", f"{_PKG}.n5.dataset:open_dataset", f"{_PKG}.n5.layout:N5Layout"),
 )
 
 

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import math
 import struct
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -114,6 +114,30 @@ def parse_block_path(path: str, ndim: int | None = None) -> tuple[int, ...] | No
 def format_block_key(attributes: DatasetAttributes, grid_position: Sequence[int]) -> str:
     """The block's key in the store: the dataset path joined with the block path."""
     return join_key(attributes.path, format_block_path(grid_position))
+
+
+def parse_block_key(attributes: DatasetAttributes, key: str) -> tuple[int, ...] | None:
+    """The grid position a store key names as a block of this dataset (the inverse of :func:`format_block_key`).
+
+    ``None`` when the key is not under the dataset or is not a block path of its dimensionality;
+    the position may lie outside the block grid (``validate`` reports such blocks).
+    """
+    prefix = f"{attributes.path}/" if attributes.path else ""
+    if not key.startswith(prefix):
+        return None
+    return parse_block_path(key[len(prefix) :], attributes.ndim)
+
+
+def list_blocks(store: ByteStore, attributes: DatasetAttributes) -> Iterator[tuple[str, tuple[int, ...]]]:
+    """``(key, grid position)`` of every stored block of a dataset, in key order (one store listing).
+
+    Positions may lie outside the block grid; callers that show blocks filter with
+    :meth:`DatasetAttributes.contains_grid_position`.
+    """
+    for key in store.list(f"{attributes.path}/" if attributes.path else ""):
+        grid = parse_block_key(attributes, key)
+        if grid is not None:
+            yield key, grid
 
 
 # -- header ------------------------------------------------------------------------------------

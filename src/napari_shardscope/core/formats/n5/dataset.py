@@ -33,9 +33,9 @@ class N5Dataset(DatasetBase):
         return N5Inspector(self.store)
 
     def _make_layout_backend(self) -> Any:
-        from napari_shardscope.core.layout_tree import make_backend
+        from napari_shardscope.core.formats.n5.layout import N5Layout
 
-        return make_backend(self.inspector())
+        return N5Layout(self.inspector())
 
 
 def open_dataset(location: Location, metadata: bytes, context: Any = None) -> N5Dataset:

@@ -31,6 +31,7 @@ from napari_shardscope.core.formats.n5.block import (
     decode_block_header,
     format_block_key,
     format_block_path,
+    list_blocks,
     parse_block_path,
     read_block,
 )
@@ -124,7 +125,7 @@ class N5Inspector:
         out = lvl.to_json()
         out.update(grid_shape=list(attrs.grid_shape), num_blocks=attrs.num_blocks)
         try:
-            blocks = list(self._iter_blocks(attrs))
+            blocks = list(list_blocks(self.store, attrs))
         except StoreError as exc:  # e.g. plain HTTP cannot list
             out.update(blocks_present=None, data_bytes=None, listing_error=str(exc))
             return out
@@ -162,7 +163,7 @@ class N5Inspector:
         if used:
             raise ArgumentError(f"N5 datasets have no shards or minishards: {sorted(used)} do not apply")
         lvl = self.level(scale)
-        for key, grid in self._iter_blocks(lvl.attributes):
+        for key, grid in list_blocks(self.store, lvl.attributes):
             size = self.store.size(key) if self.store.cheap_size else None
             yield self._record(lvl, grid, key, True, size)
 
@@ -174,14 +175,6 @@ class N5Inspector:
     def _record(lvl: ScaleLevel, grid: Sequence[int], key: str, present: bool, size: int | None) -> dict[str, Any]:
         return {"scale": lvl.key, "grid_position": [int(g) for g in grid], "block_path": format_block_path(grid),
                 "chunk_key": key, "present": present, "size": size}
-
-    def _iter_blocks(self, attrs: DatasetAttributes) -> Iterator[tuple[str, tuple[int, ...]]]:
-        """``(key, grid_position)`` of every stored block of a dataset (positions may lie off-grid)."""
-        prefix = f"{attrs.path}/" if attrs.path else ""
-        for key in self.store.list(prefix):
-            grid = parse_block_path(key[len(prefix):], attrs.ndim)
-            if grid is not None:
-                yield key, grid
 
     # -- validate ----------------------------------------------------------------------------
     def validate(self, scale: str | None = None, progress: Progress | None = None) -> Iterator[Problem]:

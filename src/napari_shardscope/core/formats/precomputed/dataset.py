@@ -42,9 +42,9 @@ class PrecomputedDataset(DatasetBase):
         return PrecomputedInspector(self.store, self.document)
 
     def _make_layout_backend(self) -> Any:
-        from napari_shardscope.core.layout_tree import make_backend
+        from napari_shardscope.core.formats.precomputed.layout import PrecomputedLayout
 
-        return make_backend(self.inspector())
+        return PrecomputedLayout(self.inspector())
 
 
 def open_dataset(location: Location, metadata: bytes, context: Any = None) -> PrecomputedDataset:

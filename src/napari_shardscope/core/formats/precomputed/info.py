@@ -17,7 +17,7 @@ import numpy as np
 import numpy.typing as npt
 
 from napari_shardscope.core.errors import ArgumentError, MetadataError
-from napari_shardscope.core.formats.precomputed.morton import bits_per_dimension, encode_morton
+from napari_shardscope.core.formats.precomputed.morton import bits_per_dimension, decode_morton, encode_morton
 from napari_shardscope.core.formats.precomputed.sharding import ShardingSpec, parse_sharding_spec
 from napari_shardscope.core.json_document import load_json
 
@@ -76,11 +76,49 @@ class ScaleInfo:
         )
         return start, stop
 
+    def grid_position_of_chunk_id(self, chunk_id: int) -> tuple[int, int, int]:
+        """The grid position whose compressed Morton code is ``chunk_id`` (the inverse of :meth:`chunk_id`).
+
+        Raises
+        ------
+        ArgumentError
+            For an id that names no chunk of this scale (not a uint64, bits beyond the grid's).
+        """
+        if not 0 <= int(chunk_id) < 1 << 64:
+            raise ArgumentError(f"chunk id {chunk_id} is not a chunk of scale {self.key!r}: chunk ids are uint64")
+        try:
+            pos = decode_morton(np.asarray([chunk_id], dtype=np.uint64), self.grid_shape)[0]
+        except ArgumentError as exc:
+            raise ArgumentError(f"chunk id {chunk_id} is not a chunk of scale {self.key!r}: {exc}") from None
+        return int(pos[0]), int(pos[1]), int(pos[2])
+
+    def chunk_voxels(self, grid_positions: npt.ArrayLike) -> npt.NDArray[np.int64]:
+        """Voxels inside the volume of each chunk at ``grid_positions`` (shape ``(..., 3)``): edges are clipped."""
+        pos = np.asarray(grid_positions, dtype=np.int64)
+        chunk = np.asarray(self.chunk_size, dtype=np.int64)
+        start = pos * chunk
+        extent = np.minimum(start + chunk, np.asarray(self.size, dtype=np.int64)) - start
+        return np.asarray(extent.prod(axis=-1), dtype=np.int64)
+
     def unsharded_chunk_key(self, grid_position: Sequence[int]) -> str:
         """The file name of a chunk in an unsharded scale: ``x0-x1_y0-y1_z0-z1`` under ``key``."""
         start, stop = self.chunk_bounds(grid_position)
         name = "_".join(f"{a}-{b}" for a, b in zip(start, stop, strict=True))
         return f"{self.key}/{name}"
+
+    def grid_position_of_chunk_name(self, name: str) -> tuple[int, int, int] | None:
+        """The grid position an unsharded chunk file ``x0-x1_y0-y1_z0-z1`` names, or ``None``.
+
+        ``None`` also for a name whose bounds are not exactly a chunk of this scale's grid (a
+        reader would never look for it): the inverse of :meth:`unsharded_chunk_key`'s file name.
+        """
+        bounds = parse_unsharded_chunk_name(name) if "/" not in name else None
+        if bounds is None:
+            return None
+        grid = tuple((a - o) // c for a, o, c in zip(bounds[0], self.voxel_offset, self.chunk_size, strict=True))
+        if any(not 0 <= g < n for g, n in zip(grid, self.grid_shape, strict=True)) or self.chunk_bounds(grid) != bounds:
+            return None
+        return grid[0], grid[1], grid[2]
 
     def chunk_ids_of_grid(self) -> npt.NDArray[np.uint64]:
         """All chunk ids of the scale (grid in x-fastest order); for small grids and tests."""
@@ -123,6 +161,11 @@ class PrecomputedInfo:
     @property
     def dtype(self) -> np.dtype[Any]:
         return np.dtype(self.data_type).newbyteorder("<")
+
+    @property
+    def bytes_per_voxel(self) -> int:
+        """Decoded bytes of one voxel: item size × channels."""
+        return self.dtype.itemsize * self.num_channels
 
     def scale(self, key: str | None) -> ScaleInfo:
         """The scale named ``key`` (``None`` = the finest), or :class:`ArgumentError` listing the keys."""

@@ -11,7 +11,6 @@ Each sharded or unsharded piece is a :class:`Source`; the CLI's ``--scale`` name
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -413,7 +412,7 @@ class PrecomputedInspector:
         sc = source.scale
         if sc is None or self.volume is None:
             return None
-        itemsize = self.volume.dtype.itemsize * self.volume.num_channels
+        bytes_per_voxel = self.volume.bytes_per_voxel
         grid = sc.grid_shape
 
         def check(chunk_id: int, data: bytes) -> str | None:
@@ -423,8 +422,7 @@ class PrecomputedInspector:
                 return f"id is not the Morton code of a position in the {grid} chunk grid"
             if sc.encoding != "raw":
                 return None
-            start, stop = sc.chunk_bounds([int(p) for p in pos])
-            expected = math.prod(b - a for a, b in zip(start, stop, strict=True)) * itemsize
+            expected = int(sc.chunk_voxels(pos)) * bytes_per_voxel
             if len(data) != expected:
                 return f"raw chunk decodes to {len(data)} bytes, expected {expected}"
             return None
@@ -437,25 +435,19 @@ class PrecomputedInspector:
             return
         prefix = f"{source.prefix}/"
         keys = [k for k in self.store.list(prefix) if "/" not in k[len(prefix) :]]
-        itemsize = self.volume.dtype.itemsize * self.volume.num_channels
         for i, key in enumerate(keys):
             if progress is not None and i % 256 == 0:
                 progress(i, len(keys), f"{source.name} chunk files")
             name = key[len(prefix) :]
-            bounds = parse_unsharded_chunk_name(name)
-            if bounds is None:
+            if parse_unsharded_chunk_name(name) is None:
                 continue
-            start, stop = bounds
-            grid = [(a - o) // c for a, o, c in zip(start, sc.voxel_offset, sc.chunk_size, strict=True)]
-            if any(g < 0 or g >= n for g, n in zip(grid, sc.grid_shape, strict=True)) or sc.chunk_bounds(grid) != (
-                tuple(start),
-                tuple(stop),
-            ):
+            grid = sc.grid_position_of_chunk_name(name)
+            if grid is None:
                 yield Problem(key, "file name is not a chunk of this scale's grid")
                 continue
             if sc.encoding == "raw":
                 size = self.store.size(key)
-                expected = math.prod(b - a for a, b in zip(start, stop, strict=True)) * itemsize
+                expected = int(sc.chunk_voxels(grid)) * self.volume.bytes_per_voxel
                 if size is not None and size != expected:
                     yield Problem(key, f"raw chunk has {size} bytes, expected {expected}")
 

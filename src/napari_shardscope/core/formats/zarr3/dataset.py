@@ -33,9 +33,9 @@ class Zarr3Dataset(DatasetBase):
         return Zarr3Inspector(self.store)
 
     def _make_layout_backend(self) -> Any:
-        from napari_shardscope.core.layout_tree import make_backend
+        from napari_shardscope.core.formats.zarr3.layout import Zarr3Layout
 
-        return make_backend(self.inspector())
+        return Zarr3Layout(self.inspector())
 
 
 def open_dataset(location: Location, metadata: bytes, context: Any = None) -> Zarr3Dataset:

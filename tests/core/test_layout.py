@@ -24,7 +24,7 @@ from napari_shardscope.core.formats.precomputed.inspector import PrecomputedInsp
 from napari_shardscope.core.formats.precomputed.morton import encode_morton
 from napari_shardscope.core.formats.precomputed.shard_writer import write_shards
 from napari_shardscope.core.formats.precomputed.sharding import assign_chunk_ids, parse_sharding_spec
-from napari_shardscope.core.layout_tree import (
+from napari_shardscope.core.layout import (
     LayoutNode,
     LayoutTree,
     format_bytes,
