@@ -16,7 +16,8 @@ Public API (the labelmap, the Versions widget and the CLI use these)::
 Modules: :mod:`.engine` (Protocol + memory engine), :mod:`.lmdb_engine`, :mod:`.sqlite_engine`,
 :mod:`.keys` (key layout), :mod:`.dag` (versions, branches), :mod:`.instance`, :mod:`.view`
 (reads and writes at a version), :mod:`.merge`, :mod:`.writer_lock`, :mod:`.repository`
-(transactions, create/open), :mod:`.keyvalue` (the ``keyvalue`` type), :mod:`.cli`.
+(transactions, create/open), :mod:`.keyvalue` (the ``keyvalue`` type). Its command line is
+:mod:`napari_shardscope.core.cli.repo`.
 """
 
 from napari_shardscope.core.versioned.dag import Branch, Note, Version
