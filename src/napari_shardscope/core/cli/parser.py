@@ -15,7 +15,7 @@ from __future__ import annotations
 import argparse
 import importlib
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, NoReturn
 
 from napari_shardscope import __version__
@@ -92,7 +92,7 @@ class VerbGroup:
     name: str
     help: str
     description: str
-    verbs: tuple[Verb, ...] = field(default=())
+    verbs: tuple[Verb, ...] = ()
 
 
 class UsageError(ArgumentError):
