@@ -270,7 +270,7 @@ def run_cli(*args: str, env: dict[str, str] | None = None, timeout: float = 180)
 
 def test_cli_open_bad_path_fails_fast_without_napari(tmp_path: Path) -> None:
     result = run_cli("open", str(tmp_path / "nope"))
-    assert result.returncode == 2
+    assert result.returncode == 3  # not found
     assert "not a precomputed, zarr v3 or N5 dataset" in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1
 

@@ -1,9 +1,9 @@
 """Entry point of the ``shardscope`` console script.
 
-Assembles the core commands (:mod:`napari_shardscope.core.cli`) with the GUI ones (``open``,
-``demo``) from :mod:`napari_shardscope.napari_plugin`. Lives outside ``core`` so that ``core`` never
-imports napari; the GUI modules import napari only when their command runs, so the library and
-the inspection commands work without Qt installed.
+Runs the core command line (:mod:`napari_shardscope.core.cli`) with the GUI verbs (``open``,
+``demo``) of :mod:`napari_shardscope.napari_plugin.cli` added. Lives outside ``core`` so that ``core``
+never imports napari; the GUI module imports napari only when its verb runs, so the library and
+the other verbs work without Qt installed.
 """
 
 from __future__ import annotations
@@ -13,11 +13,12 @@ from collections.abc import Sequence
 
 from napari_shardscope.core.cli import run
 
-GUI_COMMAND_MODULES: tuple[str, ...] = ("napari_shardscope.napari_plugin.cli",)
+GUI_VERB_MODULES: tuple[str, ...] = ("napari_shardscope.napari_plugin.cli",)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    return run(argv, extra_modules=GUI_COMMAND_MODULES)
+    """``shardscope ARGS``: the exit code (the console script passes it to ``sys.exit``)."""
+    return run(argv, extra_modules=GUI_VERB_MODULES)
 
 
 if __name__ == "__main__":

@@ -1,8 +1,10 @@
 """GUI subcommands of ``shardscope``: ``open`` and ``demo``.
 
-Registered by :data:`napari_shardscope.cli.GUI_COMMAND_MODULES`. Volumes are opened (metadata
+Declared like the core verbs (a ``VERBS`` tuple for :mod:`napari_shardscope.core.cli.parser`) and
+added to the parser by :data:`napari_shardscope.cli.GUI_VERB_MODULES`. Volumes are opened (metadata
 only) *before* napari is imported, so a bad path fails in a fraction of a second with a one-line
-error and exit code 2 instead of after a window has appeared.
+error and the exit code of its group (3: not found) instead of after a window has appeared. They
+print nothing to parse, so they take no ``--json``.
 
 Usage::
 
@@ -14,41 +16,9 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from typing import Any
 
-from napari_shardscope.core.cli import EXIT_OK
-from napari_shardscope.core.errors import ArgumentError
-
-
-def register(subparsers: Any) -> None:
-    """Add ``open`` and ``demo`` to the ``shardscope`` parser."""
-    p = subparsers.add_parser(
-        "open", help="open volumes in napari (precomputed, zarr v3 / OME-Zarr, N5; paths or URLs)",
-        description="Open one or more volumes lazily in napari: only the chunks on screen are read. "
-        "PATH may be a local directory, file://, http(s)://, gs:// or s3:// URL, optionally "
-        "prefixed precomputed://, zarr3:// or n5://.",
-    )
-    p.add_argument("paths", nargs="+", metavar="PATH", help="volume path or URL")
-    _add_view_options(p)
-    p.set_defaults(func=run_open)
-    d = subparsers.add_parser(
-        "demo", help="open the synthetic EM sample (generated into the cache on first use)",
-        description="Generate (once) and open a synthetic EM image with its supervoxel segmentation, "
-        "stored as sharded precomputed.",
-    )
-    _add_view_options(d)
-    d.set_defaults(func=run_demo)
-
-
-def _add_view_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--screenshot", type=Path, metavar="FILE",
-                   help="render one frame to FILE (PNG) and exit, e.g. on a machine without a screen "
-                   "(run under xvfb-run -a)")
-    p.add_argument("--cache-mb", type=float, metavar="MB",
-                   help="TensorStore cache pool size in MiB (default: $SHARDSCOPE_CACHE_MB or 512)")
-    p.add_argument("--sync", action="store_true",
-                   help="slice on the GUI thread (default: napari's asynchronous slicing, which keeps "
-                   "the window responsive while chunks load)")
+from napari_shardscope.core.cli.parser import Arg, Verb, arg
+from napari_shardscope.core.errors import EXIT_OK, ArgumentError
 
 
 def _apply_cache(args: argparse.Namespace) -> None:
@@ -81,3 +51,26 @@ def run_demo(args: argparse.Namespace) -> int:
     show_volumes(sample_volumes(), screenshot=args.screenshot, async_slicing=not args.sync,
                  title="shardscope demo")
     return EXIT_OK
+
+
+#: How the window is shown: for both verbs.
+_VIEW: tuple[Arg, ...] = (
+    arg("--screenshot", type=Path, metavar="FILE",
+        help="render one frame to FILE (PNG) and exit, e.g. on a machine without a screen (run under xvfb-run -a)"),
+    arg("--cache-mb", type=float, metavar="MB",
+        help="TensorStore cache pool size in MiB (default: $SHARDSCOPE_CACHE_MB or 512)"),
+    arg("--sync", action="store_true",
+        help="slice on the GUI thread (default: napari's asynchronous slicing, which keeps the window responsive "
+        "while chunks load)"),
+)
+
+VERBS = (
+    Verb("open", run_open, "open volumes in napari (precomputed, zarr v3 / OME-Zarr, N5; paths or URLs)",
+         (arg("paths", nargs="+", metavar="PATH", help="volume path or URL"), *_VIEW),
+         description="Open one or more volumes lazily in napari: only the chunks on screen are read. PATH may be "
+         "a local directory, file://, http(s)://, gs:// or s3:// URL, optionally prefixed precomputed://, zarr3:// "
+         "or n5://.", machine_output=False),
+    Verb("demo", run_demo, "open the synthetic EM sample (generated into the cache on first use)", _VIEW,
+         description="Generate (once) and open a synthetic EM image with its supervoxel segmentation, stored as "
+         "sharded precomputed.", machine_output=False),
+)

@@ -209,7 +209,7 @@ def test_cli_sets_the_sharding(tmp_path: Path) -> None:
         counts[size] = json.loads(run.stdout)["shard_files"]
     assert counts["64K"] > counts["2G"]
     bad = {
-        ("--sharding", "{not json"): "--sharding: not JSON",
+        ("--sharding", "{not json"): "--sharding: invalid JSON",
         ("--sharding", json.dumps({**spec, "shard_bits": 70})): "shard_bits must be in [0, 64], got 70",
         ("--sharding", f"@{tmp_path / 'missing.json'}"): "cannot read",
         ("--shard-bytes", "lots"): "expected a size like 512M",

@@ -205,9 +205,11 @@ def test_cli_reports_conflicts_then_merges(lm: Labelmap, capsys: pytest.CaptureF
     _, svs = conflicted(lm)
     path = str(lm.repo.path)
     lm.repo.close()
-    assert run(["merge-branches", path, "main", "alt", "seg", "--json"]) == 1
-    out = json.loads(capsys.readouterr().out)
-    assert [c["key"] for c in out["conflicts"]] == [f"body:{svs[0]}"]
+    assert run(["merge-branches", path, "main", "alt", "seg", "--json"]) == 7  # conflict
+    captured = capsys.readouterr()
+    out = json.loads(captured.out)
+    assert [c["key"] for c in out["conflicts"]] == [f"body:{svs[0]}"] and out["error"]["group"] == "conflict"
+    assert len(captured.err.splitlines()) == 1
     assert run(["merge-branches", path, "main", "alt", "seg", "--resolve", f"body:{svs[0]}=theirs", "--json"]) == 0
     done = json.loads(capsys.readouterr().out)
     assert done["reverted"] and not done["dropped"]
@@ -216,7 +218,7 @@ def test_cli_reports_conflicts_then_merges(lm: Labelmap, capsys: pytest.CaptureF
 
 
 def test_cli_dry_run_checks_resolutions_like_the_merge(lm: Labelmap, capsys: pytest.CaptureFixture[str]) -> None:
-    """A dry run exits (and says) what the merge would: 1 while a conflict is left, 2 for a stray resolution."""
+    """A dry run exits (and says) what the merge would: 7 while a conflict is left, 2 for a stray resolution."""
     repo = lm.repo
     _, svs = conflicted(lm, second=(7, 5))  # two conflicts: bodies svs[0] and svs[5]
     path = str(repo.path)
@@ -228,15 +230,16 @@ def test_cli_dry_run_checks_resolutions_like_the_merge(lm: Labelmap, capsys: pyt
     before = stored(path)
     merge = ["merge-branches", path, "main", "alt", "seg"]
     one = ["--resolve", f"body:{svs[0]}=ours"]
-    for extra, code in (([], 1), (one, 1), (["--resolve", "body:1=ours"], 2), ([*one, "--policy", "fail"], 1)):
+    for extra, code in (([], 7), (one, 7), (["--resolve", "body:1=ours"], 2), ([*one, "--policy", "fail"], 7)):
         assert run([*merge, "--dry-run", *extra]) == code, extra
         dry = capsys.readouterr().err
         assert stored(path) == before
         assert run([*merge, *extra]) == code  # refused: writes nothing either
         assert capsys.readouterr().err == dry and stored(path) == before
-    assert run([*merge, "--dry-run", *one, "--json"]) == 1
+    assert run([*merge, "--dry-run", *one, "--json"]) == 7
     out = json.loads(capsys.readouterr().out)
-    assert [c["key"] for c in out["conflicts"]] == [f"body:{svs[5]}"] and "edited on both sides" in out["error"]
+    assert [c["key"] for c in out["conflicts"]] == [f"body:{svs[5]}"]
+    assert "edited on both sides" in out["error"]["message"]
     both = [*one, "--resolve", f"body:{svs[5]}=theirs"]
     assert run([*merge, "--dry-run", *both, "--json"]) == 0
     out = json.loads(capsys.readouterr().out)

@@ -71,13 +71,14 @@ def test_proofreading_session(base: Path, tmp_path: Path, capsys: pytest.Capture
     code, got = call(capsys, "labelmap", "info", repo, "seg", "main", "--json")
     assert isinstance(got, dict) and got["version"]["own_mutations"] == 6 and got["version"]["can_undo"]
 
-    # refused edits exit 1, bad input exits 2, one line on stderr
+    # edits the mapping does not allow and bad input exit 2, an unknown version 3, an edit of a
+    # committed version 6 (errors.exit_code_for), one line on stderr
     code, text = call(capsys, "cleave", repo, "main", "seg", "41", "40")
-    assert code == 1 and "not in body 41" in str(text)
+    assert code == 2 and "not in body 41" in str(text)
     code, text = call(capsys, "split-supervoxel", repo, "main", "seg", "40", str(npy))
-    assert code == 1 and "not in supervoxel 40" in str(text)
-    assert call(capsys, "size", repo, "main", "seg", "999")[0] == 2
-    assert call(capsys, "merge", repo, "nope", "seg", "5", "41")[0] == 2
+    assert code == 2 and "not in supervoxel 40" in str(text)
+    assert call(capsys, "size", repo, "main", "seg", "999")[0] == 2  # UnknownLabelError is also an ArgumentError
+    assert call(capsys, "merge", repo, "nope", "seg", "5", "41")[0] == 3
     assert call(capsys, "label", repo, "main", "nope", "0", "0", "0")[0] == 2
     assert call(capsys, "label", repo, "main", "seg", "99", "0", "0")[0] == 2
     bad = tmp_path / "bad.json"
@@ -85,7 +86,7 @@ def test_proofreading_session(base: Path, tmp_path: Path, capsys: pytest.Capture
     assert call(capsys, "split-supervoxel", repo, "main", "seg", "40", str(bad))[0] == 2
     assert call(capsys, "repo", "commit", repo, "main", "-m", "done")[0] == 0
     code, text = call(capsys, "merge", repo, "main", "seg", "5", "41")
-    assert code == 1 and "committed" in str(text)
+    assert code == 6 and "committed" in str(text)
     code, text = call(capsys, "labelmap", "index", repo, "seg")
     assert code == 0 and "4 supervoxels" in str(text)
 
@@ -93,20 +94,18 @@ def test_proofreading_session(base: Path, tmp_path: Path, capsys: pytest.Capture
 def test_bad_counts_and_unknown_versions_are_usage_errors(base: Path, tmp_path: Path,
                                                           capsys: pytest.CaptureFixture[str]) -> None:
     """``--workers`` below 1 is a one-line usage error (it was a ValueError traceback from the thread pool);
-    an unknown version is bad input (exit 2) for the branch commands as for the versioned CLI."""
+    an unknown version is "not found" (exit 3) for the branch commands as for the versioned CLI."""
     repo = str(tmp_path / "repo")
     assert call(capsys, "repo", "init", repo)[0] == 0
     assert call(capsys, "labelmap", "create", repo, "seg", str(base), "--block", "8", "--no-index")[0] == 0
     for bad in ("-1", "0", "two"):
-        with pytest.raises(SystemExit) as info:
-            run(["index", repo, "seg", "--workers", bad, "--quiet"])
-        assert info.value.code == 2
+        assert run(["index", repo, "seg", "--workers", bad, "--quiet"]) == 2
         err = capsys.readouterr().err
         assert "positive integer" in err and "Traceback" not in err
     assert call(capsys, "index", repo, "seg", "--workers", "2", "--quiet")[0] == 0
     assert call(capsys, "repo", "commit", repo, "main", "-m", "base")[0] == 0
     code, text = call(capsys, "merge-branches", repo, "main", "nosuch", "seg", "--dry-run")
-    assert code == 2 and "nosuch" in str(text)
-    assert call(capsys, "merge-branches", repo, "nosuch", "main", "seg")[0] == 2
-    assert call(capsys, "diff", repo, "main", "abcdef12", "seg")[0] == 2
-    assert call(capsys, "repo", "log", repo, "nosuch")[0] == 2  # what the versioned CLI does
+    assert code == 3 and "nosuch" in str(text)
+    assert call(capsys, "merge-branches", repo, "nosuch", "main", "seg")[0] == 3
+    assert call(capsys, "diff", repo, "main", "abcdef12", "seg")[0] == 3
+    assert call(capsys, "repo", "log", repo, "nosuch")[0] == 3  # what the versioned CLI does

@@ -62,18 +62,18 @@ def test_locate_and_ls_agree(volume: Path, capsys: pytest.CaptureFixture[str]) -
     assert len(capsys.readouterr().out.splitlines()) == 36
 
 
-def test_bad_arguments_exit_2(volume: Path) -> None:
+def test_bad_arguments_exit_2_and_a_missing_dataset_3(volume: Path) -> None:
     base = [sys.executable, "-m", "napari_shardscope"]
-    for argv in (
-        ["locate", str(volume), "--voxel", "1,2"],
-        ["locate", str(volume), "--voxel", "a,b,c"],
-        ["locate", str(volume)],
-        ["inspect", str(volume), "--scale", "nope"],
-        ["ls", str(volume), "--minishard", "1"],
-        ["inspect", str(volume.parent / "none")],
+    for argv, code in (
+        (["locate", str(volume), "--voxel", "1,2"], 2),
+        (["locate", str(volume), "--voxel", "a,b,c"], 2),
+        (["locate", str(volume)], 2),
+        (["inspect", str(volume), "--scale", "nope"], 2),
+        (["ls", str(volume), "--minishard", "1"], 2),
+        (["inspect", str(volume.parent / "none")], 3),
     ):
         proc = subprocess.run([*base, *argv], capture_output=True, text=True)
-        assert proc.returncode == 2, (argv, proc.stderr)
+        assert proc.returncode == code, (argv, proc.stderr)
         assert proc.stderr.strip() and "Traceback" not in proc.stderr
 
 

@@ -8,115 +8,25 @@ the format stores them (absolute, ``voxel_offset`` included); zarr v3 voxels fol
 from __future__ import annotations
 
 import argparse
-import json
 import sys
-import time
 from typing import Any
 
-from napari_shardscope.core.cli import EXIT_FAILED, EXIT_OK, print_json
-from napari_shardscope.core.errors import ArgumentError
-from napari_shardscope.core.formats import open_dataset
-from napari_shardscope.core.formats.api import DatasetInspector
+from napari_shardscope.core.cli.common import (
+    QUIET,
+    parse_coords,
+    parse_uint64,
+    print_json,
+    print_json_line,
+    progress_unless_quiet,
+)
+from napari_shardscope.core.cli.parser import Arg, OneOf, Verb, arg
+from napari_shardscope.core.errors import EXIT_CHECK_FAILED, EXIT_OK, ArgumentError
+from napari_shardscope.core.formats import DatasetInspector, open_dataset
 
 COORDS_HELP = (
     "coordinates: precomputed x,y,z (absolute voxels, the format's order); zarr v3 in the "
     "array's shape order; N5 in attributes.json 'dimensions' order (x,y,z)"
 )
-
-
-def parse_coords(text: str) -> list[int]:
-    """``"10,20,30"`` → ``[10, 20, 30]`` (argument errors name the value)."""
-    try:
-        return [int(v) for v in text.replace(" ", "").split(",") if v != ""]
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(f"expected comma-separated integers like 10,20,30, got {text!r}") from exc
-
-
-def parse_positive_int(text: str) -> int:
-    """``"4"`` → 4: an argparse type for counts (``--workers``); zero, negatives and non-integers are a
-    usage error (exit 2, one line) instead of a traceback further down."""
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
-    return value
-
-
-def parse_uint64(text: str) -> int:
-    try:
-        value = int(text, 0)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from exc
-    if not 0 <= value < 1 << 64:
-        raise argparse.ArgumentTypeError(f"{value} is not a uint64")
-    return value
-
-
-def register(sub: Any) -> None:
-    """Add the inspection subcommands to the ``shardscope`` parser."""
-    common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("path", help="dataset path or URL (local, file://, http(s)://, gs://, s3://)")
-    common.add_argument(
-        "--scale",
-        metavar="KEY",
-        help="scale key / array path (default: all for inspect and validate, the finest otherwise)",
-    )
-    common.add_argument("--json", action="store_true", help="machine-readable output")
-
-    p = sub.add_parser(
-        "inspect",
-        parents=[common],
-        help="summarise shards, minishards, chunks and bytes",
-        description="Summarise the sharded layout, reading only index bytes (the JSON reports bytes_read).",
-    )
-    p.set_defaults(func=cmd_inspect)
-
-    p = sub.add_parser(
-        "locate",
-        parents=[common],
-        help="where one chunk is stored",
-        description="Where the chunk holding a voxel (or a chunk id / segment id) is stored: "
-        "shard file, minishard and byte range [start, end). " + COORDS_HELP + ".",
-        epilog=COORDS_HELP,
-    )
-    what = p.add_mutually_exclusive_group(required=True)
-    what.add_argument("--voxel", type=parse_coords, metavar="X,Y,Z", help="a voxel (" + COORDS_HELP + ")")
-    what.add_argument(
-        "--chunk-id",
-        type=parse_uint64,
-        metavar="ID",
-        help="a precomputed chunk id (compressed Morton code of the grid position)",
-    )
-    what.add_argument(
-        "--segment",
-        type=parse_uint64,
-        metavar="ID",
-        help="a segment id: its mesh, skeleton or annotations (precomputed)",
-    )
-    p.set_defaults(func=cmd_locate)
-
-    p = sub.add_parser(
-        "ls",
-        parents=[common],
-        help="list stored chunks with their byte ranges",
-        description="One record per stored chunk. With --json, JSON Lines (one object a line).",
-    )
-    p.add_argument("--shard", type=int, metavar="N", help="only this shard")
-    p.add_argument("--minishard", type=int, metavar="M", help="only this minishard (needs --shard)")
-    p.set_defaults(func=cmd_ls)
-
-    p = sub.add_parser(
-        "validate",
-        parents=[common],
-        help="check every shard's indexes and data",
-        description="Check index ranges (inside the file, no overlaps), minishard indexes, "
-        "sorted unique ids that hash to the shard and minishard holding them, decodable data, "
-        "crc32c (zarr v3). Exit 0 clean, 1 with one line per problem, 2 bad arguments.",
-    )
-    p.add_argument("--quiet", action="store_true", help="no progress on stderr")
-    p.set_defaults(func=cmd_validate)
 
 
 def cmd_inspect(args: argparse.Namespace) -> int:
@@ -247,12 +157,11 @@ def _locate_by_id(inspector: DatasetInspector, args: argparse.Namespace) -> Any:
 def cmd_ls(args: argparse.Namespace) -> int:
     inspector = open_dataset(args.path).inspector()
     filters = {k: v for k, v in (("shard", args.shard), ("minishard", args.minishard)) if v is not None}
-    out = sys.stdout
     for rec in inspector.list_chunks(args.scale, **filters):
         if args.json:
-            out.write(json.dumps(rec, sort_keys=True) + "\n")
+            print_json_line(rec)
         else:
-            out.write(_ls_line(rec) + "\n")
+            print(_ls_line(rec))
     return EXIT_OK
 
 
@@ -268,31 +177,9 @@ def _ls_line(rec: dict[str, Any]) -> str:
     return f"{key} {rec.get('size')} bytes"
 
 
-class StderrProgress:
-    """Progress on stderr: a rewritten line on a terminal, a line every few seconds otherwise."""
-
-    def __init__(self, label: str) -> None:
-        self.label = label
-        self.tty = sys.stderr.isatty()
-        self.last = 0.0
-
-    def __call__(self, done: int, total: int, what: str) -> None:
-        now = time.monotonic()
-        final = done >= total
-        if not final and now - self.last < (0.1 if self.tty else 5.0):
-            return
-        self.last = now
-        text = f"{self.label}: {done}/{total} {what}"
-        if self.tty:
-            sys.stderr.write("\r" + text[:120].ljust(120) + ("\n" if final else ""))
-        else:
-            sys.stderr.write(text + "\n")
-        sys.stderr.flush()
-
-
 def cmd_validate(args: argparse.Namespace) -> int:
     inspector = open_dataset(args.path).inspector()
-    progress = None if args.quiet else StderrProgress("validate")
+    progress = progress_unless_quiet(args, "validate")
     problems = []
     for problem in inspector.validate(args.scale, progress):
         problems.append(problem)
@@ -302,4 +189,38 @@ def cmd_validate(args: argparse.Namespace) -> int:
         print_json({"ok": not problems, "problems": [p.to_json() for p in problems]})
     elif not problems and not args.quiet:
         print("validate: no problems found", file=sys.stderr)
-    return EXIT_FAILED if problems else EXIT_OK
+    return EXIT_CHECK_FAILED if problems else EXIT_OK
+
+
+#: The dataset and scale every inspection verb starts from.
+_DATASET: tuple[Arg, ...] = (
+    arg("path", help="dataset path or URL (local, file://, http(s)://, gs://, s3://)"),
+    arg("--scale", metavar="KEY",
+        help="scale key / array path (default: all for inspect and validate, the finest otherwise)"),
+)
+
+VERBS = (
+    Verb("inspect", cmd_inspect, "summarise shards, minishards, chunks and bytes", _DATASET,
+         description="Summarise the sharded layout, reading only index bytes (the JSON reports bytes_read)."),
+    Verb("locate", cmd_locate, "where one chunk is stored", (
+        *_DATASET,
+        OneOf((
+            arg("--voxel", type=parse_coords, metavar="X,Y,Z", help="a voxel (" + COORDS_HELP + ")"),
+            arg("--chunk-id", type=parse_uint64, metavar="ID",
+                help="a precomputed chunk id (compressed Morton code of the grid position)"),
+            arg("--segment", type=parse_uint64, metavar="ID",
+                help="a segment id: its mesh, skeleton or annotations (precomputed)"),
+        ), required=True),
+    ), description="Where the chunk holding a voxel (or a chunk id / segment id) is stored: "
+       "shard file, minishard and byte range [start, end). " + COORDS_HELP + ".", epilog=COORDS_HELP),
+    Verb("ls", cmd_ls, "list stored chunks with their byte ranges", (
+        *_DATASET,
+        arg("--shard", type=int, metavar="N", help="only this shard"),
+        arg("--minishard", type=int, metavar="M", help="only this minishard (needs --shard)"),
+    ), description="One record per stored chunk. With --json, JSON Lines (one object a line)."),
+    Verb("validate", cmd_validate, "check every shard's indexes and data", (*_DATASET, QUIET),
+         description="Check index ranges (inside the file, no overlaps), minishard indexes, "
+         "sorted unique ids that hash to the shard and minishard holding them, decodable data, "
+         "crc32c (zarr v3). Exit 0 clean, 1 with one line per problem; errors exit with the "
+         "code of their group (see the README)."),
+)

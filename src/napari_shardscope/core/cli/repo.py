@@ -2,47 +2,31 @@
 
 Every command takes the repository directory first and a version reference (a branch name, which
 means its head, or any unique UUID prefix) where one is needed; ``--json`` prints one JSON
-document. Exit codes follow the package convention: 0 ok, 1 the operation was refused (committed
-version, merge conflict, lock timeout, damaged store, missing key), 2 bad input (unknown
-version/branch/instance, a path that is not a repository).
+document. Errors exit with the code of their group (:func:`~napari_shardscope.core.errors.exit_code_for`):
+an unknown version, branch, key or repository is "not found", a write to a committed version a
+"refused write", a merge conflict or held lock a "conflict".
 """
 
 from __future__ import annotations
 
 import argparse
 import base64
-import functools
 import sys
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from napari_shardscope.core.cli import EXIT_FAILED, EXIT_OK, EXIT_USAGE, print_json
-from napari_shardscope.core.versioned.dag import Version
-from napari_shardscope.core.versioned.errors import (
-    AmbiguousVersionError,
-    UnknownBranchError,
-    UnknownVersionError,
+from napari_shardscope.core.cli.common import REPOSITORY, print_json, read_argument_file
+from napari_shardscope.core.cli.parser import Verb, VerbGroup, arg
+from napari_shardscope.core.errors import EXIT_CHECK_FAILED, EXIT_OK, ArgumentError, NotFoundError, ShardscopeError
+from napari_shardscope.core.versioned import (
+    MergeConflictError,
+    Repository,
+    Version,
+    create_repository,
+    open_keyvalue,
+    open_repository,
 )
-from napari_shardscope.core.versioned.keyvalue import decode_key, open_keyvalue
 from napari_shardscope.core.versioned.merge import MERGE_POLICIES
-from napari_shardscope.core.versioned.repository import Repository, create_repository, open_repository
-
-Handler = Callable[[argparse.Namespace], int]
-
-
-def _bad_refs_are_usage_errors(func: Handler) -> Handler:
-    """A version or branch that does not exist is bad input (exit 2), not a failed operation."""
-
-    @functools.wraps(func)
-    def wrapper(args: argparse.Namespace) -> int:
-        try:
-            return func(args)
-        except (UnknownVersionError, AmbiguousVersionError, UnknownBranchError) as exc:
-            print(f"shardscope {args.command}: {exc}", file=sys.stderr)
-            return EXIT_USAGE
-
-    return wrapper
 
 
 def _describe(v: Version) -> str:
@@ -78,7 +62,6 @@ def cmd_init(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-@_bad_refs_are_usage_errors
 def cmd_log(args: argparse.Namespace) -> int:
     with open_repository(args.path) as repo:
         versions = repo.versions()[::-1] if args.all else repo.ancestry(args.ref)
@@ -105,7 +88,6 @@ def cmd_branches(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-@_bad_refs_are_usage_errors
 def cmd_commit(args: argparse.Namespace) -> int:
     with open_repository(args.path) as repo:
         v = repo.commit(args.ref, args.message)
@@ -116,7 +98,6 @@ def cmd_commit(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-@_bad_refs_are_usage_errors
 def cmd_branch(args: argparse.Namespace) -> int:
     with open_repository(args.path) as repo:
         v = repo.new_version(args.parent, args.name)
@@ -127,7 +108,6 @@ def cmd_branch(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-@_bad_refs_are_usage_errors
 def cmd_checkout(args: argparse.Namespace) -> int:
     with open_repository(args.path) as repo:
         co = repo.checkout(args.ref, write=args.write)
@@ -144,7 +124,6 @@ def cmd_checkout(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-@_bad_refs_are_usage_errors
 def cmd_merge(args: argparse.Namespace) -> int:
     with open_repository(args.path) as repo:
         result = repo.merge(args.ours, args.theirs, policy=args.policy, branch=args.branch)
@@ -159,7 +138,6 @@ def cmd_merge(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-@_bad_refs_are_usage_errors
 def cmd_note(args: argparse.Namespace) -> int:
     with open_repository(args.path) as repo:
         note = repo.add_note(args.ref, args.text)
@@ -179,21 +157,17 @@ def cmd_verify(args: argparse.Namespace) -> int:
             for p in problems:
                 print(p)
             print("ok" if not problems else f"{len(problems)} problem(s)")
-    return EXIT_OK if not problems else EXIT_FAILED
+    return EXIT_OK if not problems else EXIT_CHECK_FAILED
 
 
 # -- kv -----------------------------------------------------------------------------------------
 
 
-@_bad_refs_are_usage_errors
 def cmd_kv_get(args: argparse.Namespace) -> int:
     with open_repository(args.path) as repo:
         value = open_keyvalue(repo, args.instance).get(args.ref, args.key)
     if value is None:
-        if args.json:
-            print_json({"key": args.key, "found": False})
-        print(f"shardscope kv: no key {args.key!r} in {args.instance} at {args.ref}", file=sys.stderr)
-        return EXIT_FAILED
+        raise NotFoundError(f"no key {args.key!r} in {args.instance} at {args.ref}")
     if args.json:
         print_json({"key": args.key, "found": True, **_value_json(value)})
     elif args.out:
@@ -205,12 +179,10 @@ def cmd_kv_get(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-@_bad_refs_are_usage_errors
 def cmd_kv_put(args: argparse.Namespace) -> int:
     if (args.value is None) == (args.file is None):
-        print("shardscope kv: give exactly one of VALUE or --file", file=sys.stderr)
-        return EXIT_USAGE
-    value = args.value.encode("utf-8") if args.value is not None else Path(args.file).read_bytes()
+        raise ArgumentError("give exactly one of VALUE or --file")
+    value = args.value.encode("utf-8") if args.value is not None else read_argument_file(args.file, "--file")
     with open_repository(args.path) as repo:
         kv = open_keyvalue(repo, args.instance, create=True)
         v = repo.version(args.ref)
@@ -222,7 +194,6 @@ def cmd_kv_put(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-@_bad_refs_are_usage_errors
 def cmd_kv_delete(args: argparse.Namespace) -> int:
     with open_repository(args.path) as repo:
         existed = open_keyvalue(repo, args.instance).delete(args.ref, args.key)
@@ -233,118 +204,76 @@ def cmd_kv_delete(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-@_bad_refs_are_usage_errors
 def cmd_kv_ls(args: argparse.Namespace) -> int:
     with open_repository(args.path) as repo:
         kv = open_keyvalue(repo, args.instance)
         if args.json:
             print_json([{"key": k, **_value_json(v)} for k, v in kv.items(args.ref, args.prefix)])
         else:
-            with repo.read(args.ref) as view:
-                for raw in view.keys(kv.instance, prefix=args.prefix.encode("utf-8")):
-                    print(decode_key(raw))
+            for key in kv.keys(args.ref, args.prefix):
+                print(key)
     return EXIT_OK
 
 
-# -- registration -------------------------------------------------------------------------------
+# -- verbs --------------------------------------------------------------------------------------
 
 
-def _common(p: argparse.ArgumentParser) -> None:
-    p.add_argument("path", help="repository directory")
-    p.add_argument("--json", action="store_true", help="machine-readable output")
+def merge_conflicts_json(exc: ShardscopeError) -> dict[str, Any]:
+    """With ``--json``, a merge refused for conflicts still lists them (to choose a ``--policy``)."""
+    if not isinstance(exc, MergeConflictError):
+        return {}
+    return {"conflicts": [{"instance": c.instance, "key": c.key.decode("utf-8", "backslashreplace")}
+                          for c in exc.conflicts]}
 
 
-def register(subparsers: Any) -> None:
-    """Add the ``repo`` and ``kv`` command groups."""
-    repo = subparsers.add_parser("repo", help="versioned repositories: versions, branches, merges",
-                                 description="Versioned repositories (DVID's model). REF is a branch "
-                                             "name (its head) or a unique UUID prefix.")
-    rsub = repo.add_subparsers(dest="repo_command", metavar="ACTION")
-    rsub.required = True
+REF = arg("ref", help="version: branch name (its head) or UUID prefix")
+_KV_KEY = (REPOSITORY, REF, arg("instance", help="keyvalue instance name"), arg("key"))
 
-    p = rsub.add_parser("init", help="create a repository (root version open on main)")
-    _common(p)
-    p.add_argument("--engine", choices=("lmdb", "sqlite"), default="lmdb", help="storage engine (default lmdb)")
-    p.set_defaults(func=cmd_init)
-
-    p = rsub.add_parser("log", help="ancestry of a version, newest first")
-    _common(p)
-    p.add_argument("ref", nargs="?", default="main", help="version (default: head of main)")
-    p.add_argument("--all", action="store_true", help="every version, newest first")
-    p.set_defaults(func=cmd_log)
-
-    p = rsub.add_parser("branches", help="branches and their heads")
-    _common(p)
-    p.set_defaults(func=cmd_branches)
-
-    p = rsub.add_parser("commit", help="commit (lock) an open version")
-    _common(p)
-    p.add_argument("ref")
-    p.add_argument("-m", "--message", required=True)
-    p.set_defaults(func=cmd_commit)
-
-    p = rsub.add_parser("branch", help="new open child of a committed version")
-    _common(p)
-    p.add_argument("parent", help="committed parent version")
-    p.add_argument("name", nargs="?", default=None, help="new branch name (default: continue the parent's)")
-    p.set_defaults(func=cmd_branch)
-
-    p = rsub.add_parser("checkout", help="show a version as it would be opened (--write: must be open)")
-    _common(p)
-    p.add_argument("ref")
-    p.add_argument("--write", action="store_true", help="fail unless the version accepts writes")
-    p.set_defaults(func=cmd_checkout)
-
-    p = rsub.add_parser("merge", help="new open version with two committed parents")
-    _common(p)
-    p.add_argument("ours")
-    p.add_argument("theirs")
-    p.add_argument("--policy", choices=MERGE_POLICIES, default="fail", help="conflict policy (default fail)")
-    p.add_argument("--branch", default=None, help="new branch for the merge (default: continue ours)")
-    p.set_defaults(func=cmd_merge)
-
-    p = rsub.add_parser("note", help="append a note to a version's log")
-    _common(p)
-    p.add_argument("ref")
-    p.add_argument("text")
-    p.set_defaults(func=cmd_note)
-
-    p = rsub.add_parser("verify", help="check the whole store (exit 1 on problems)")
-    _common(p)
-    p.set_defaults(func=cmd_verify)
-
-    kv = subparsers.add_parser("kv", help="keyvalue instances of a repository",
-                               description="String keys to bytes at any version of a repository.")
-    ksub = kv.add_subparsers(dest="kv_command", metavar="ACTION")
-    ksub.required = True
-
-    p = ksub.add_parser("get", help="print a value (raw bytes; exit 1 when absent)")
-    _common(p)
-    p.add_argument("ref")
-    p.add_argument("instance")
-    p.add_argument("key")
-    p.add_argument("--out", help="write the value to this file")
-    p.set_defaults(func=cmd_kv_get)
-
-    p = ksub.add_parser("put", help="store a value at an open version (creates the instance)")
-    _common(p)
-    p.add_argument("ref")
-    p.add_argument("instance")
-    p.add_argument("key")
-    p.add_argument("value", nargs="?", default=None, help="UTF-8 text value")
-    p.add_argument("--file", help="read the value from this file")
-    p.set_defaults(func=cmd_kv_put)
-
-    p = ksub.add_parser("delete", help="delete a key at an open version")
-    _common(p)
-    p.add_argument("ref")
-    p.add_argument("instance")
-    p.add_argument("key")
-    p.set_defaults(func=cmd_kv_delete)
-
-    p = ksub.add_parser("ls", help="list keys at a version")
-    _common(p)
-    p.add_argument("ref")
-    p.add_argument("instance")
-    p.add_argument("--prefix", default="")
-    p.set_defaults(func=cmd_kv_ls)
+VERBS = (
+    VerbGroup("repo", "versioned repositories: versions, branches, merges",
+              "Versioned repositories (DVID's model). REF is a branch name (its head) or a unique UUID prefix.", (
+        Verb("init", cmd_init, "create a repository (root version open on main)", (
+            REPOSITORY,
+            arg("--engine", choices=("lmdb", "sqlite"), default="lmdb", help="storage engine (default lmdb)"),
+        )),
+        Verb("log", cmd_log, "ancestry of a version, newest first", (
+            REPOSITORY,
+            arg("ref", nargs="?", default="main", help="version (default: head of main)"),
+            arg("--all", action="store_true", help="every version, newest first"),
+        )),
+        Verb("branches", cmd_branches, "branches and their heads", (REPOSITORY,)),
+        Verb("commit", cmd_commit, "commit (lock) an open version", (
+            REPOSITORY, REF, arg("-m", "--message", required=True),
+        )),
+        Verb("branch", cmd_branch, "new open child of a committed version", (
+            REPOSITORY,
+            arg("parent", help="committed parent version"),
+            arg("name", nargs="?", default=None, help="new branch name (default: continue the parent's)"),
+        )),
+        Verb("checkout", cmd_checkout, "show a version as it would be opened (--write: must be open)", (
+            REPOSITORY, REF, arg("--write", action="store_true", help="fail unless the version accepts writes"),
+        )),
+        Verb("merge", cmd_merge, "new open version with two committed parents", (
+            REPOSITORY,
+            arg("ours"),
+            arg("theirs"),
+            arg("--policy", choices=MERGE_POLICIES, default="fail", help="conflict policy (default fail)"),
+            arg("--branch", default=None, help="new branch for the merge (default: continue ours)"),
+        ), error_details=merge_conflicts_json),
+        Verb("note", cmd_note, "append a note to a version's log", (REPOSITORY, REF, arg("text"))),
+        Verb("verify", cmd_verify, "check the whole store (exit 1 on problems)", (REPOSITORY,)),
+    )),
+    VerbGroup("kv", "keyvalue instances of a repository",
+              "String keys to bytes at any version of a repository.", (
+        Verb("get", cmd_kv_get, "print a value (raw bytes; exit 3 when absent)", (
+            *_KV_KEY, arg("--out", help="write the value to this file"),
+        )),
+        Verb("put", cmd_kv_put, "store a value at an open version (creates the instance)", (
+            *_KV_KEY,
+            arg("value", nargs="?", default=None, help="UTF-8 text value"),
+            arg("--file", help="read the value from this file"),
+        )),
+        Verb("delete", cmd_kv_delete, "delete a key at an open version", _KV_KEY),
+        Verb("ls", cmd_kv_ls, "list keys at a version", (*_KV_KEY[:3], arg("--prefix", default=""))),
+    )),
+)

@@ -57,7 +57,11 @@ def test_repo_and_kv_commands(tmp_path: Path, capsys: pytest.CaptureFixture[str]
     assert len(cli_json(capsys, "repo", "log", path, "--all")) == 3
 
     code, _, err = cli(capsys, "repo", "merge", path, "main", "trial")
-    assert code == 1 and "changed on both sides" in err
+    assert code == 7 and "changed on both sides" in err
+    code, out, _ = cli(capsys, "repo", "merge", path, "main", "trial", "--json")
+    refused = json.loads(out)
+    assert code == 7 and refused["error"]["group"] == "conflict"
+    assert refused["conflicts"] == [{"instance": "notes", "key": "hello"}]
     merged = cli_json(capsys, "repo", "merge", path, "main", "trial", "--policy", "theirs")
     assert merged["conflicts"] == [{"instance": "notes", "key": "hello"}]
     assert cli_json(capsys, "kv", "get", path, merged["version"]["uuid"][:10], "notes", "hello")["value"] == "trial"
@@ -72,14 +76,15 @@ def test_errors_and_exit_codes(tmp_path: Path, capsys: pytest.CaptureFixture[str
     cli(capsys, "kv", "put", path, "main", "notes", "k", "v")
     cli(capsys, "repo", "commit", path, "main", "-m", "c")
     cases = [
-        (("kv", "put", path, "main", "notes", "k", "v2"), 1, "committed"),
-        (("kv", "get", path, "main", "notes", "missing"), 1, "no key"),
-        (("kv", "get", path, "nosuch", "notes", "k"), 2, "nosuch"),
-        (("kv", "get", path, "main", "nosuch", "k"), 2, "nosuch"),
-        (("repo", "branch", path, "main", "main"), 1, "already exists"),
-        (("repo", "checkout", path, "main", "--write"), 1, "committed"),
-        (("repo", "log", str(tmp_path / "nothing")), 2, "no such repository"),
+        (("kv", "put", path, "main", "notes", "k", "v2"), 6, "committed"),
+        (("kv", "get", path, "main", "notes", "missing"), 3, "no key"),
+        (("kv", "get", path, "nosuch", "notes", "k"), 3, "nosuch"),
+        (("kv", "get", path, "main", "nosuch", "k"), 2, "nosuch"),  # UnknownInstanceError is an ArgumentError too
+        (("repo", "branch", path, "main", "main"), 7, "already exists"),
+        (("repo", "checkout", path, "main", "--write"), 6, "committed"),
+        (("repo", "log", str(tmp_path / "nothing")), 3, "no such repository"),
         (("kv", "put", path, "main", "notes", "k"), 2, "exactly one"),
+        (("kv", "put", path, "main", "notes", "k", "--file", str(tmp_path / "absent")), 2, "--file: cannot read"),
     ]
     for argv, code, text in cases:
         got, _, err = cli(capsys, *argv)
@@ -96,4 +101,4 @@ def test_console_script_runs_in_a_subprocess(tmp_path: Path) -> None:
     done = subprocess.run([*cmd, "repo", "branches", path, "--json"], capture_output=True, text=True, timeout=60)
     assert json.loads(done.stdout)[0]["name"] == "main"
     done = subprocess.run([*cmd, "repo", "log", str(tmp_path)], capture_output=True, text=True, timeout=60)
-    assert done.returncode == 2 and "not a repository" in done.stderr
+    assert done.returncode == 3 and "not a repository" in done.stderr

@@ -1,9 +1,8 @@
-"""``shardscope labelmap ...`` and the proofreading commands, on a repository from a shell.
+"""``shardscope labelmap ...`` and the proofreading verbs, on a repository from a shell.
 
 Commands (REPO: repository directory; REF: branch name (its head) or UUID prefix; NAME: instance)::
 
     shardscope labelmap create REPO NAME BASE_URL [--agglomeration bodies.json] [--id-start N] [--block 64]
-    shardscope index REPO NAME [--scheduler ADDR] [--workers N] [--force]   # base label index on Dask
     shardscope labelmap info REPO NAME [REF]
     shardscope label REPO REF NAME Z Y X [--scale S]
     shardscope merge REPO REF NAME TARGET OTHER...
@@ -16,59 +15,41 @@ Commands (REPO: repository directory; REF: branch name (its head) or UUID prefix
     shardscope diff REPO A B NAME                             # mutations and bodies only in A / only in B
     shardscope merge-branches REPO OURS THEIRS NAME [--resolve body:123=ours ...] [--policy fail|ours|theirs]
 
-``--json`` prints one JSON document; ``--user`` names who edits (default ``$SHARDSCOPE_USER`` or the
-login). Exit codes: 0 ok; 1 the edit was refused (committed version, supervoxel not in the body,
-empty split, nothing to undo); 2 bad input (unknown version, instance, body or supervoxel; bad file).
+(``index`` / ``labelmap index``, a Dask job, lives in :mod:`.export`.) ``--json`` prints one JSON
+document; ``--user`` names who edits (default ``$SHARDSCOPE_USER`` or the login). Errors exit with
+the code of their group: an edit the mapping does not allow (supervoxel not in the body, empty
+split) or a bad file is a bad argument, an unknown version, instance or label "not found", an edit
+of a committed version or with nothing to undo a "refused write", labels edited on both branches
+of a merge a "conflict".
 """
 
 from __future__ import annotations
 
 import argparse
-import functools
-import json
+import io
 import sys
-from collections.abc import Callable
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import numpy.typing as npt
 
-from napari_shardscope.core.cli import EXIT_FAILED, EXIT_OK, EXIT_USAGE, print_json
-from napari_shardscope.core.errors import ArgumentError
-from napari_shardscope.core.inspect_cli import parse_positive_int
-from napari_shardscope.core.labelmap.errors import UnknownLabelError
-from napari_shardscope.core.labelmap.labelmap import Labelmap
-from napari_shardscope.core.labelmap.mutations import Mutation
-from napari_shardscope.core.labelmap.opening import create_labelmap, index_meta, open_labelmap
-from napari_shardscope.core.labelmap.version import HistoryEntry, LabelmapVersion
-from napari_shardscope.core.versioned.errors import (
-    AmbiguousVersionError,
-    UnknownBranchError,
-    UnknownInstanceError,
-    UnknownVersionError,
+from napari_shardscope.core.cli.common import REPOSITORY, print_json, read_argument_file
+from napari_shardscope.core.cli.parser import Arg, Verb, VerbGroup, arg
+from napari_shardscope.core.errors import EXIT_OK, ArgumentError, MetadataError, ShardscopeError
+from napari_shardscope.core.json_document import load_json, load_json_object
+from napari_shardscope.core.labelmap import (
+    HistoryEntry,
+    Labelmap,
+    LabelmapVersion,
+    Mutation,
+    create_labelmap,
+    open_labelmap,
 )
-from napari_shardscope.core.versioned.repository import Repository, open_repository
+from napari_shardscope.core.labelmap.opening import index_meta
+from napari_shardscope.core.versioned import Repository, open_repository
 
 if TYPE_CHECKING:
     from napari_shardscope.core.labelmap.branch_merge import BranchMergeConflictError
-
-Handler = Callable[[argparse.Namespace], int]
-
-
-def _bad_input_is_usage(func: Handler) -> Handler:
-    """Unknown versions, instances and labels are bad input (exit 2), not refused edits."""
-
-    @functools.wraps(func)
-    def wrapper(args: argparse.Namespace) -> int:
-        try:
-            return func(args)
-        except (UnknownVersionError, AmbiguousVersionError, UnknownBranchError, UnknownInstanceError,
-                UnknownLabelError) as exc:
-            print(f"shardscope {args.command}: {exc}", file=sys.stderr)
-            return EXIT_USAGE
-
-    return wrapper
 
 
 def mutation_json(m: Mutation, version: str | None = None) -> dict[str, Any]:
@@ -99,13 +80,15 @@ def _open(args: argparse.Namespace) -> tuple[Repository, Labelmap, LabelmapVersi
 
 def _read_voxels(path: str) -> npt.NDArray[np.int64]:
     """An (N, 3) z, y, x voxel list from ``.npy`` or JSON."""
-    p = Path(path)
+    data = read_argument_file(path, "voxels")
     try:
-        if p.suffix == ".npy":
-            arr = np.load(p, allow_pickle=False)
+        if path.endswith(".npy"):
+            arr = np.load(io.BytesIO(data), allow_pickle=False)
         else:
-            arr = np.asarray(json.loads(p.read_text()), dtype=np.int64)
-    except (OSError, ValueError) as exc:
+            arr = np.asarray(load_json(data, key=path), dtype=np.int64)
+    except MetadataError as exc:
+        raise ArgumentError(str(exc)) from exc
+    except ValueError as exc:
         raise ArgumentError(f"{path}: not a voxel list ({exc})") from exc
     if arr.size == 0:
         return np.zeros((0, 3), dtype=np.int64)
@@ -113,6 +96,18 @@ def _read_voxels(path: str) -> npt.NDArray[np.int64]:
         raise ArgumentError(f"{path}: voxels must be an (N, 3) integer list of z, y, x, got shape {arr.shape}")
     out: npt.NDArray[np.int64] = arr.astype(np.int64)
     return out
+
+
+def _read_seeds(path: str) -> dict[int, npt.NDArray[np.int64]]:
+    """Seed groups from JSON: ``{"1": [[z, y, x], ...], "2": [...]}``."""
+    data = read_argument_file(path, "seeds")
+    try:
+        doc = load_json_object(data, key=path)
+        return {int(g): np.asarray(vox, dtype=np.int64).reshape(-1, 3) for g, vox in doc.items()}
+    except MetadataError as exc:
+        raise ArgumentError(str(exc)) from exc
+    except ValueError as exc:
+        raise ArgumentError(f"{path}: not a seeds file ({exc})") from exc
 
 
 # -- labelmap instance commands ---------------------------------------------------------------------
@@ -139,41 +134,6 @@ def _info(repo: Repository, lm: Labelmap) -> dict[str, Any]:
     return {"name": lm.name, **lm.config.to_json(), "index": index_meta(repo, lm.name)}
 
 
-@_bad_input_is_usage
-def cmd_index(args: argparse.Namespace) -> int:
-    """``shardscope index`` (and ``labelmap index``): the base label index as a Dask job."""
-    from napari_shardscope.core.inspect_cli import StderrProgress
-    from napari_shardscope.core.labelmap.index_job import build_label_index
-
-    with open_repository(args.path) as repo:
-        if index_meta(repo, args.name) is not None and not args.force:
-            meta = index_meta(repo, args.name)
-            built = False
-        else:
-            progress = None if args.quiet else StderrProgress("index")
-            build_label_index(repo, args.name, scheduler=args.scheduler, num_workers=args.workers,
-                              progress=progress, overwrite=args.force)
-            meta = index_meta(repo, args.name)
-            built = True
-    assert meta is not None
-    if args.json:
-        print_json({**meta, "built": built})
-    else:
-        state = "built" if built else "already built (--force rebuilds it)"
-        print(f"base index of {args.name} {state}: {meta['supervoxels']} supervoxels, {meta['voxels']} voxels, "
-              f"largest id {meta['max_id']}")
-    return EXIT_OK
-
-
-def _index_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--scheduler", metavar="ADDR",
-                   help="'threads' (default), 'sync' or a dask.distributed scheduler address like tcp://host:8786")
-    p.add_argument("--workers", type=parse_positive_int, metavar="N", help="threads for the threaded scheduler")
-    p.add_argument("--force", action="store_true", help="rebuild an index that is already stored")
-    p.add_argument("--quiet", action="store_true", help="no progress on stderr")
-
-
-@_bad_input_is_usage
 def cmd_info(args: argparse.Namespace) -> int:
     with open_repository(args.path) as repo:
         lm = open_labelmap(repo, args.name)
@@ -200,7 +160,6 @@ def cmd_info(args: argparse.Namespace) -> int:
 # -- reads ----------------------------------------------------------------------------------------------
 
 
-@_bad_input_is_usage
 def cmd_label(args: argparse.Namespace) -> int:
     repo, _, v = _open(args)
     with repo:
@@ -217,7 +176,6 @@ def cmd_label(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-@_bad_input_is_usage
 def cmd_size(args: argparse.Namespace) -> int:
     repo, _, v = _open(args)
     with repo:
@@ -234,7 +192,6 @@ def cmd_size(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-@_bad_input_is_usage
 def cmd_history(args: argparse.Namespace) -> int:
     repo, _, v = _open(args)
     with repo:
@@ -258,7 +215,6 @@ def _edit_output(args: argparse.Namespace, v: LabelmapVersion, m: Mutation, extr
     return EXIT_OK
 
 
-@_bad_input_is_usage
 def cmd_merge(args: argparse.Namespace) -> int:
     repo, _, v = _open(args)
     with repo:
@@ -267,7 +223,6 @@ def cmd_merge(args: argparse.Namespace) -> int:
                         f"merged {', '.join(map(str, args.others))} into body {args.target} (mutation {m.mutation_id})")
 
 
-@_bad_input_is_usage
 def cmd_cleave(args: argparse.Namespace) -> int:
     repo, _, v = _open(args)
     with repo:
@@ -277,7 +232,6 @@ def cmd_cleave(args: argparse.Namespace) -> int:
                         f"cleaved {len(args.supervoxels)} supervoxel(s) off body {args.body} into new body {new}")
 
 
-@_bad_input_is_usage
 def cmd_split_supervoxel(args: argparse.Namespace) -> int:
     voxels = _read_voxels(args.voxels)
     repo, _, v = _open(args)
@@ -288,15 +242,8 @@ def cmd_split_supervoxel(args: argparse.Namespace) -> int:
                         f"split supervoxel {args.supervoxel}: {len(voxels)} voxel(s) -> {split}, rest -> {remainder}")
 
 
-@_bad_input_is_usage
 def cmd_split_body(args: argparse.Namespace) -> int:
-    try:
-        doc = json.loads(Path(args.seeds).read_text())
-        if not isinstance(doc, dict):
-            raise ValueError("expected an object of group -> voxel list")
-        seeds = {int(g): np.asarray(vox, dtype=np.int64).reshape(-1, 3) for g, vox in doc.items()}
-    except (OSError, ValueError) as exc:
-        raise ArgumentError(f"{args.seeds}: not a seeds file ({exc})") from exc
+    seeds = _read_seeds(args.seeds)
     repo, _, v = _open(args)
     with repo:
         out = v.split_body(args.body, seeds, user=args.user)
@@ -307,16 +254,14 @@ def cmd_split_body(args: argparse.Namespace) -> int:
     return _edit_output(args, v, m, extra, f"split body {args.body}: {parts}")
 
 
-@_bad_input_is_usage
 def cmd_undo(args: argparse.Namespace) -> int:
     repo, _, v = _open(args)
     with repo:
-        m = v.undo(user=args.user) if args.command == "undo" else v.redo(user=args.user)
-    text = f"{args.command} of mutation {m.args.get('mutation')} (mutation {m.mutation_id})"
+        m = v.undo(user=args.user) if args.verb == "undo" else v.redo(user=args.user)
+    text = f"{args.verb} of mutation {m.args.get('mutation')} (mutation {m.mutation_id})"
     return _edit_output(args, v, m, {}, text)
 
 
-@_bad_input_is_usage
 def cmd_diff(args: argparse.Namespace) -> int:
     from napari_shardscope.core.labelmap.diff import diff_versions
 
@@ -344,26 +289,28 @@ def _parse_resolutions(items: list[str]) -> dict[str, str]:
     return out
 
 
-def _report_conflict(args: argparse.Namespace, exc: BranchMergeConflictError) -> int:
-    """The conflicts a merge left unresolved: JSON on stdout with ``--json``, else lines on stderr; exit 1."""
-    if args.json:
-        out = exc.plan.to_json()
-        out["error"] = str(exc)
-        out["conflicts"] = [c.to_json() for c in exc.unresolved]
-        print_json(out)
-    else:
-        print(f"shardscope {args.command}: {exc}", file=sys.stderr)
+def _show_unresolved(args: argparse.Namespace, exc: BranchMergeConflictError) -> None:
+    """The conflicts a merge left unresolved, one line each on stdout (``--json`` lists them instead,
+    through :func:`branch_merge_conflicts_json`); the error itself is then reported like any other."""
+    if not args.json:
         for c in exc.unresolved:
-            print(f"  {c.key}: ours mutations {list(c.ours)}, theirs {list(c.theirs)}", file=sys.stderr)
-    return EXIT_FAILED
+            print(f"  unresolved {c.key}: ours mutations {list(c.ours)}, theirs {list(c.theirs)}")
 
 
-@_bad_input_is_usage
+def branch_merge_conflicts_json(exc: ShardscopeError) -> dict[str, Any]:
+    """With ``--json``, a merge refused for conflicts still prints its plan and the unresolved conflicts."""
+    from napari_shardscope.core.labelmap.branch_merge import BranchMergeConflictError
+
+    if not isinstance(exc, BranchMergeConflictError):
+        return {}
+    return {**exc.plan.to_json(), "conflicts": [c.to_json() for c in exc.unresolved]}
+
+
 def cmd_merge_branches(args: argparse.Namespace) -> int:
     """``shardscope merge-branches``; ``--dry-run`` checks the resolutions exactly as the merge would.
 
     The dry run calls the same :func:`resolve_branch_merge` the merge runs before writing, so it
-    exits with the merge's code and message (1: conflicts left, 2: a resolution naming no
+    exits with the merge's code and message (7: conflicts left, 2: a resolution naming no
     conflict) and only the write is skipped: a script can trust a dry run that exits 0.
     """
     from napari_shardscope.core.labelmap.branch_merge import (
@@ -389,7 +336,8 @@ def cmd_merge_branches(args: argparse.Namespace) -> int:
                 outcome = resolve_branch_merge(lm, plan, resolutions=resolutions,  # type: ignore[arg-type]
                                                policy=args.policy)
             except BranchMergeConflictError as exc:
-                return _report_conflict(args, exc)
+                _show_unresolved(args, exc)
+                raise
             if args.json:
                 print_json({**plan.to_json(), "dry_run": True, **outcome.to_json()})
             else:
@@ -400,7 +348,8 @@ def cmd_merge_branches(args: argparse.Namespace) -> int:
             result = merge_branches(lm, args.ours, args.theirs, resolutions=resolutions,  # type: ignore[arg-type]
                                     policy=args.policy, branch=args.branch, user=args.user)
         except BranchMergeConflictError as exc:
-            return _report_conflict(args, exc)
+            _show_unresolved(args, exc)
+            raise
     if args.json:
         print_json(result.to_json())
     else:
@@ -410,126 +359,82 @@ def cmd_merge_branches(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-# -- registration ------------------------------------------------------------------------------------
+# -- verbs ----------------------------------------------------------------------------------------------
+REF = arg("ref", help="version: branch name (its head) or UUID prefix")
+NAME = arg("name", help="labelmap instance name")
+USER = arg("--user", default=None, help="who edits (default $SHARDSCOPE_USER or the login name)")
+#: Where a read or an edit happens: a labelmap instance at a version of a repository.
+_AT: tuple[Arg, ...] = (REPOSITORY, REF, NAME)
+_EDIT: tuple[Arg, ...] = (*_AT, USER)
 
-
-def _common(p: argparse.ArgumentParser, *, ref: bool = True) -> None:
-    p.add_argument("path", help="repository directory")
-    if ref:
-        p.add_argument("ref", help="version: branch name (its head) or UUID prefix")
-    p.add_argument("name", help="labelmap instance name")
-    p.add_argument("--json", action="store_true", help="machine-readable output")
-
-
-def _edit_common(p: argparse.ArgumentParser) -> None:
-    _common(p)
-    p.add_argument("--user", default=None, help="who edits (default $SHARDSCOPE_USER or the login name)")
-
-
-def register(subparsers: Any) -> None:
-    """Add ``labelmap`` (create/index/info) and the proofreading commands."""
-    lm = subparsers.add_parser("labelmap", help="labelmap instances: supervoxel base + versioned edits",
-                               description="Labelmap instances (DVID's labelmap): a base supervoxel volume that is "
-                                           "never modified, and per-version edits in the repository.")
-    lsub = lm.add_subparsers(dest="labelmap_command", metavar="ACTION")
-    lsub.required = True
-    p = lsub.add_parser("create", help="create a labelmap over a base segmentation")
-    _common(p, ref=False)
-    p.add_argument("base", help="base supervoxel volume (path or URL of precomputed, zarr v3 or N5)")
-    p.add_argument("--agglomeration", default=None, help="bodies JSON (supervoxel -> body), e.g. the sample's")
-    p.add_argument("--id-start", type=int, default=None, help="first new id (default: above every base id)")
-    p.add_argument("--block", type=int, default=64, help="overlay block edge in voxels (default 64)")
-    p.add_argument("--no-index", action="store_true", help="build the base label index on first need instead")
-    p.set_defaults(func=cmd_create)
-    p = lsub.add_parser("index", help="build the base label index now (one pass over scale 0, on Dask)")
-    _common(p, ref=False)
-    _index_options(p)
-    p.set_defaults(func=cmd_index)
-    p = subparsers.add_parser(
-        "index", help="build a labelmap's base label index as a Dask job (threads or a distributed cluster)",
-        description="Count every scale-0 block of the labelmap's base segmentation as a Dask job (one task per run "
-                    "of blocks; the threaded scheduler unless --scheduler names a dask.distributed scheduler) and "
-                    "store the label index in the repository in one transaction.")
-    _common(p, ref=False)
-    _index_options(p)
-    p.set_defaults(func=cmd_index)
-    p = lsub.add_parser("info", help="configuration, index and (with REF) a version's edit counts")
-    _common(p, ref=False)
-    p.add_argument("ref", nargs="?", default=None, help="version to describe")
-    p.set_defaults(func=cmd_info)
-
-    p = subparsers.add_parser("label", help="supervoxel and body at a voxel (z y x)")
-    _common(p)
-    p.add_argument("z", type=int)
-    p.add_argument("y", type=int)
-    p.add_argument("x", type=int)
-    p.add_argument("--scale", type=int, default=0, help="scale index (default 0)")
-    p.set_defaults(func=cmd_label)
-
-    p = subparsers.add_parser("merge", help="merge bodies into a target body")
-    _edit_common(p)
-    p.add_argument("target", type=int)
-    p.add_argument("others", type=int, nargs="+")
-    p.set_defaults(func=cmd_merge)
-
-    p = subparsers.add_parser("cleave", help="move supervoxels of a body to a new body")
-    _edit_common(p)
-    p.add_argument("body", type=int)
-    p.add_argument("supervoxels", type=int, nargs="+")
-    p.set_defaults(func=cmd_cleave)
-
-    p = subparsers.add_parser("split-supervoxel", help="split a supervoxel by a voxel list (.npy or .json, z y x)")
-    _edit_common(p)
-    p.add_argument("supervoxel", type=int)
-    p.add_argument("voxels", help="file with an (N, 3) list of scale-0 voxels z, y, x")
-    p.set_defaults(func=cmd_split_supervoxel)
-
-    p = subparsers.add_parser("split-body", help="split a body by seed groups (JSON: group -> voxel list)")
-    _edit_common(p)
-    p.add_argument("body", type=int)
-    p.add_argument("seeds", help='JSON file {"1": [[z, y, x], ...], "2": [...]}')
-    p.set_defaults(func=cmd_split_body)
-
-    for action in ("undo", "redo"):
-        p = subparsers.add_parser(action, help=f"{action} the latest edit of an open version")
-        _edit_common(p)
-        p.set_defaults(func=cmd_undo)
-
-    p = subparsers.add_parser("size", help="voxel count, supervoxels and bounding box of a body")
-    _common(p)
-    p.add_argument("body", type=int)
-    p.add_argument("--coarse", action="store_true", help="block-granular bounding box (reads no voxels)")
-    p.set_defaults(func=cmd_size)
-
-    p = subparsers.add_parser("diff", help="what changed between two versions: mutations and bodies on each side")
-    p.add_argument("path", help="repository directory")
-    p.add_argument("a", help="first version (branch name or UUID prefix)")
-    p.add_argument("b", help="second version")
-    p.add_argument("name", help="labelmap instance name")
-    p.add_argument("--json", action="store_true", help="machine-readable output")
-    p.set_defaults(func=cmd_diff)
-
-    p = subparsers.add_parser(
-        "merge-branches", help="3-way merge of two branch heads' labelmap edits (a new open merge version)",
-        description="Merge the labelmap edits of committed version THEIRS into committed version OURS from their "
-                    "common ancestor. Edits of different bodies and supervoxels replay cleanly; a label edited on "
-                    "both sides is a conflict: exit 1 and a list (JSON with --json) until each is resolved with "
-                    "--resolve KIND:ID=ours|theirs or --policy. Nothing is written until then.")
-    p.add_argument("path", help="repository directory")
-    p.add_argument("ours", help="our branch (its head) or version; must be committed")
-    p.add_argument("theirs", help="their branch or version; must be committed")
-    p.add_argument("name", help="labelmap instance name")
-    p.add_argument("--resolve", action="append", metavar="KIND:ID=SIDE",
-                   help="resolve one conflict: body:123=ours or supervoxel:45=theirs (repeatable)")
-    p.add_argument("--policy", choices=("fail", "ours", "theirs"), default="fail",
-                   help="side for conflicts not resolved one by one (default: fail, report them)")
-    p.add_argument("--branch", default=None, help="start a new branch for the merge version")
-    p.add_argument("--dry-run", action="store_true", help="only report the plan and conflicts")
-    p.add_argument("--user", default=None, help="who merges (default $SHARDSCOPE_USER or the login name)")
-    p.add_argument("--json", action="store_true", help="machine-readable output")
-    p.set_defaults(func=cmd_merge_branches)
-
-    p = subparsers.add_parser("history", help="mutations that shaped a body, across the ancestry")
-    _common(p)
-    p.add_argument("body", type=int)
-    p.set_defaults(func=cmd_history)
+VERBS = (
+    VerbGroup("labelmap", "labelmap instances: supervoxel base + versioned edits",
+              "Labelmap instances (DVID's labelmap): a base supervoxel volume that is never modified, and "
+              "per-version edits in the repository.", (
+        Verb("create", cmd_create, "create a labelmap over a base segmentation", (
+            REPOSITORY,
+            NAME,
+            arg("base", help="base supervoxel volume (path or URL of precomputed, zarr v3 or N5)"),
+            arg("--agglomeration", default=None, help="bodies JSON (supervoxel -> body), e.g. the sample's"),
+            arg("--id-start", type=int, default=None, help="first new id (default: above every base id)"),
+            arg("--block", type=int, default=64, help="overlay block edge in voxels (default 64)"),
+            arg("--no-index", action="store_true", help="build the base label index on first need instead"),
+        )),
+        Verb("info", cmd_info, "configuration, index and (with REF) a version's edit counts", (
+            REPOSITORY, NAME, arg("ref", nargs="?", default=None, help="version to describe"),
+        )),
+    )),
+    Verb("label", cmd_label, "supervoxel and body at a voxel (z y x)", (
+        *_AT,
+        arg("z", type=int),
+        arg("y", type=int),
+        arg("x", type=int),
+        arg("--scale", type=int, default=0, help="scale index (default 0)"),
+    )),
+    Verb("merge", cmd_merge, "merge bodies into a target body", (
+        *_EDIT, arg("target", type=int), arg("others", type=int, nargs="+"),
+    )),
+    Verb("cleave", cmd_cleave, "move supervoxels of a body to a new body", (
+        *_EDIT, arg("body", type=int), arg("supervoxels", type=int, nargs="+"),
+    )),
+    Verb("split-supervoxel", cmd_split_supervoxel, "split a supervoxel by a voxel list (.npy or .json, z y x)", (
+        *_EDIT,
+        arg("supervoxel", type=int),
+        arg("voxels", help="file with an (N, 3) list of scale-0 voxels z, y, x"),
+    )),
+    Verb("split-body", cmd_split_body, "split a body by seed groups (JSON: group -> voxel list)", (
+        *_EDIT, arg("body", type=int), arg("seeds", help='JSON file {"1": [[z, y, x], ...], "2": [...]}'),
+    )),
+    Verb("undo", cmd_undo, "undo the latest edit of an open version", _EDIT),
+    Verb("redo", cmd_undo, "redo the latest edit of an open version", _EDIT),
+    Verb("size", cmd_size, "voxel count, supervoxels and bounding box of a body", (
+        *_AT,
+        arg("body", type=int),
+        arg("--coarse", action="store_true", help="block-granular bounding box (reads no voxels)"),
+    )),
+    Verb("diff", cmd_diff, "what changed between two versions: mutations and bodies on each side", (
+        REPOSITORY,
+        arg("a", help="first version (branch name or UUID prefix)"),
+        arg("b", help="second version"),
+        NAME,
+    )),
+    Verb("merge-branches", cmd_merge_branches,
+         "3-way merge of two branch heads' labelmap edits (a new open merge version)", (
+        REPOSITORY,
+        arg("ours", help="our branch (its head) or version; must be committed"),
+        arg("theirs", help="their branch or version; must be committed"),
+        NAME,
+        arg("--resolve", action="append", metavar="KIND:ID=SIDE",
+            help="resolve one conflict: body:123=ours or supervoxel:45=theirs (repeatable)"),
+        arg("--policy", choices=("fail", "ours", "theirs"), default="fail",
+            help="side for conflicts not resolved one by one (default: fail, report them)"),
+        arg("--branch", default=None, help="start a new branch for the merge version"),
+        arg("--dry-run", action="store_true", help="only report the plan and conflicts"),
+        arg("--user", default=None, help="who merges (default $SHARDSCOPE_USER or the login name)"),
+    ), description="Merge the labelmap edits of committed version THEIRS into committed version OURS from their "
+       "common ancestor. Edits of different bodies and supervoxels replay cleanly; a label edited on both sides "
+       "is a conflict: exit 7 and a list (with the plan, as JSON with --json) until each is resolved with "
+       "--resolve KIND:ID=ours|theirs or --policy. Nothing is written until then.",
+       error_details=branch_merge_conflicts_json),
+    Verb("history", cmd_history, "mutations that shaped a body, across the ancestry", (*_AT, arg("body", type=int))),
+)

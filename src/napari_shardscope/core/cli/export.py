@@ -1,0 +1,179 @@
+"""``shardscope export`` and ``shardscope index``: the Dask jobs over whole volumes.
+
+``export`` materialises a volume (or a labelmap version) as a new sharded precomputed or OME-Zarr v3
+volume; ``index`` counts a labelmap's base segmentation into its label index. Both run as Dask
+graphs: the threaded scheduler by default, or a ``dask.distributed`` scheduler given with
+``--scheduler tcp://host:8786``; progress on stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from napari_shardscope.core.cli.common import (
+    QUIET,
+    REPOSITORY,
+    SCHEDULER,
+    WORKERS,
+    parse_shape,
+    parse_size,
+    print_json,
+    progress_unless_quiet,
+    read_argument_file,
+)
+from napari_shardscope.core.cli.parser import Verb, arg
+from napari_shardscope.core.errors import EXIT_OK, ArgumentError, MetadataError
+from napari_shardscope.core.export.precomputed import export_precomputed
+from napari_shardscope.core.export.source import ExportSource, LabelmapSource, VolumeSource, labelmap_source
+from napari_shardscope.core.export.zarr3 import export_zarr3
+from napari_shardscope.core.formats.precomputed.sharding import ShardingSpec, parse_sharding_spec
+from napari_shardscope.core.json_document import load_json
+from napari_shardscope.core.labelmap.opening import index_meta
+from napari_shardscope.core.versioned import open_repository
+from napari_shardscope.core.versioned.repository import MARKER_FILE
+
+
+def export_source(args: argparse.Namespace) -> ExportSource:
+    """A volume, or with ``--labelmap`` a labelmap version of the repository at SOURCE."""
+    is_repo = (Path(args.source) / MARKER_FILE).is_file()
+    if args.labelmap is None:
+        given = [opt for opt, value in (("--version", args.version), ("--supervoxels", args.supervoxels),
+                                        ("--allow-open", args.allow_open)) if value]
+        if given:
+            raise ArgumentError(f"{', '.join(given)}: only for a labelmap export; add --labelmap NAME "
+                                "(with SOURCE a repository directory)")
+        if is_repo:
+            raise ArgumentError(f"{args.source} is a repository: name the labelmap to export with --labelmap NAME")
+        return VolumeSource(args.source)
+    if not is_repo:
+        raise ArgumentError(f"--labelmap needs SOURCE to be a repository directory; {args.source} is not one")
+    return labelmap_source(args.source, args.labelmap, args.version or "main",
+                           labels="supervoxels" if args.supervoxels else "bodies", allow_open=args.allow_open)
+
+
+def parse_sharding_option(text: str) -> ShardingSpec | list[ShardingSpec]:
+    """``--sharding``: a spec object, a list of one spec per scale, or ``@FILE`` holding either.
+
+    Raises
+    ------
+    ArgumentError
+        Naming the file or the option and what is wrong (the spec's own field errors included).
+    """
+    where = "--sharding"
+    document: str | bytes = text
+    if text.startswith("@"):
+        where = text[1:]
+        document = read_argument_file(where, "--sharding")
+    try:
+        obj = load_json(document, key=where)
+        if isinstance(obj, list):
+            return [parse_sharding_spec(o, key=where, where=f"sharding[{i}]") for i, o in enumerate(obj)]
+        return parse_sharding_spec(obj, key=where)
+    except MetadataError as exc:
+        raise ArgumentError(str(exc)) from exc
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    if args.format == "zarr3" and args.sharding is not None:
+        raise ArgumentError("--sharding is a precomputed sharding spec; for --format zarr3 use --shard-shape")
+    if args.format == "precomputed" and args.shard_shape is not None:
+        raise ArgumentError("--shard-shape is for --format zarr3; for precomputed use --sharding or --shard-bytes")
+    sharding = None if args.sharding is None else parse_sharding_option(args.sharding)
+    source = export_source(args)
+    progress = progress_unless_quiet(args, "export")
+    common: dict[str, Any] = {
+        "scheduler": args.scheduler,
+        "num_workers": args.workers,
+        "progress": progress,
+        "overwrite": args.overwrite,
+    }
+    if args.shard_bytes is not None:
+        common["shard_bytes"] = args.shard_bytes
+    if args.format == "precomputed":
+        report = export_precomputed(source, args.dest, chunk_size=args.chunk or (64, 64, 64), sharding=sharding,
+                                    **common)
+    else:
+        report = export_zarr3(source, args.dest, inner_chunk=args.chunk or (64, 64, 64), shard_shape=args.shard_shape,
+                              **common)
+    summary = report.to_json()
+    if isinstance(source, LabelmapSource):
+        summary["source"] = {"repository": source.repository, "labelmap": source.instance,
+                             "version": source.version, "labels": source.labels}
+    if args.json:
+        print_json(summary)
+    else:
+        print(
+            f"wrote {summary['shard_files']} shard files ({summary['bytes']} bytes) for scales "
+            f"{', '.join(summary['scales'])} to {summary['dest']}"
+        )
+    return EXIT_OK
+
+
+def cmd_index(args: argparse.Namespace) -> int:
+    """``shardscope index`` (and ``labelmap index``): the base label index as a Dask job."""
+    from napari_shardscope.core.labelmap.index_job import build_label_index
+
+    with open_repository(args.path) as repo:
+        if index_meta(repo, args.name) is not None and not args.force:
+            meta = index_meta(repo, args.name)
+            built = False
+        else:
+            build_label_index(repo, args.name, scheduler=args.scheduler, num_workers=args.workers,
+                              progress=progress_unless_quiet(args, "index"), overwrite=args.force)
+            meta = index_meta(repo, args.name)
+            built = True
+    assert meta is not None
+    if args.json:
+        print_json({**meta, "built": built})
+    else:
+        state = "built" if built else "already built (--force rebuilds it)"
+        print(f"base index of {args.name} {state}: {meta['supervoxels']} supervoxels, {meta['voxels']} voxels, "
+              f"largest id {meta['max_id']}")
+    return EXIT_OK
+
+
+VERBS = (
+    Verb("export", cmd_export, "write a volume as a new sharded volume (precomputed or OME-Zarr v3)", (
+        arg("source", help="volume path or URL to read, or a repository directory (with --labelmap)"),
+        arg("dest", help="new directory (or writable URL) to create"),
+        arg("--format", choices=("precomputed", "zarr3"), default="precomputed"),
+        arg("--chunk", type=parse_shape, metavar="X,Y,Z",
+            help="chunk size (precomputed, x,y,z; default 64,64,64) or inner chunk (zarr3, z,y,x)"),
+        arg("--sharding", metavar="JSON",
+            help="precomputed: the sharding spec of every scale, as in an info file "
+            '(\'{"@type": "neuroglancer_uint64_sharded_v1", "preshift_bits": 9, "hash": "murmurhash3_x86_128", '
+            "...}'), a JSON list of one spec per scale, or @FILE holding either (default: identity hash + "
+            "preshift, about 1000 chunks per minishard)"),
+        arg("--shard-bytes", type=parse_size, metavar="SIZE",
+            help="target uncompressed bytes per shard for the default sharding, e.g. 512M or 2G (default 2G)"),
+        arg("--shard-shape", type=parse_shape, metavar="Z,Y,X",
+            help="zarr3: the shard shape in voxels, whole inner chunks "
+            "(default: grown from the inner chunk to --shard-bytes)"),
+        SCHEDULER,
+        WORKERS,
+        arg("--overwrite", action="store_true", help="replace an existing dataset at DEST"),
+        arg("--labelmap", metavar="NAME", help="SOURCE is a repository: export this labelmap instance at --version"),
+        arg("--version", metavar="REF",
+            help="version to export (branch name = its head, or a UUID prefix; default main)"),
+        arg("--supervoxels", action="store_true",
+            help="export supervoxel ids (the base patched by splits) instead of body ids"),
+        arg("--allow-open", action="store_true",
+            help="export an open (uncommitted) version as it is now (default: committed versions only)"),
+        QUIET,
+    ), description="Materialise a volume (any format `shardscope open` reads) as a new sharded precomputed "
+       "volume or an OME-Zarr 0.5 group of sharding_indexed Zarr v3 arrays, every scale. One Dask task per "
+       "output shard (no two tasks write one file); the threaded scheduler unless --scheduler names a "
+       "dask.distributed scheduler."),
+    Verb("index", cmd_index, "build a labelmap's base label index as a Dask job (threads or a distributed cluster)", (
+        REPOSITORY,
+        arg("name", help="labelmap instance name"),
+        SCHEDULER,
+        WORKERS,
+        arg("--force", action="store_true", help="rebuild an index that is already stored"),
+        QUIET,
+    ), description="Count every scale-0 block of the labelmap's base segmentation as a Dask job (one task per run "
+       "of blocks; the threaded scheduler unless --scheduler names a dask.distributed scheduler) and "
+       "store the label index in the repository in one transaction.", also_in=("labelmap",)),
+)
