@@ -18,8 +18,8 @@ import napari_shardscope
 from napari_shardscope.cli import main as console_main
 from napari_shardscope.core.cli import run
 from napari_shardscope.core.errors import EXIT_CODES, exit_code_for
-from tests.labelmap.test_labelmap import dumbbell
-from tests.labelmap.volumes import write_precomputed
+from tests.core.labelmap.test_labelmap import dumbbell
+from tests.core.labelmap.volumes import write_precomputed
 from tests.precomputed_data import SHARDING_MURMUR_GZIP, write_ts_volume
 
 
