@@ -425,3 +425,28 @@ def test_id_counters_never_collide_across_branches(repo: Repository) -> None:
         raise ValueError("boom")
     assert repo.allocate_ids("label") == range(1006, 1007)
     assert repo.verify() == []
+
+
+def test_recreated_repository_never_reuses_the_deleted_ones_environment(tmp_path: Path) -> None:
+    # Issue 14: LMDB environments were cached by path, so a repository deleted and created again at
+    # the same path in one process (while a handle on the old one was still open) wrote into the
+    # deleted file's environment, and its committed version was gone when the repository reopened.
+    import shutil
+
+    path = tmp_path / "r"
+    old = create_repository(path, engine="lmdb")
+    shutil.rmtree(path)
+    new = create_repository(path, engine="lmdb")
+    new.create_instance("kv", "keyvalue")
+    with new.write("main") as w:
+        w.put("kv", b"k", b"v")
+    committed = new.commit("main", "after re-creation")
+    new.close()
+    old.close()
+    again = open_repository(path)
+    try:
+        assert again.version(committed.uuid).committed
+        with again.read(committed.uuid) as view:
+            assert view.get("kv", b"k") == b"v"
+    finally:
+        again.close()

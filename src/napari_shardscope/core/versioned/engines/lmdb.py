@@ -8,7 +8,10 @@ mutex is robust (a killed writer does not wedge it); the repository adds its own
 top so a waiting writer gets a clear error instead of blocking forever.
 
 LMDB forbids opening one environment twice in one process (closing either would drop the other's
-POSIX locks), so environments are shared per process and path with a reference count.
+POSIX locks), so environments are shared per process with a reference count. They are keyed by the
+data file's device and inode, not by its path: a repository deleted and created again at the same
+path is a new file, and handing it the deleted file's environment would send its commits into a
+file nobody can open again.
 """
 
 from __future__ import annotations
@@ -29,18 +32,28 @@ from napari_shardscope.core.versioned.errors import NotARepositoryError, StoreCo
 MAP_SIZE = 2**40
 DATA_FILE = "data.mdb"
 
-_ENVS: dict[tuple[int, str], list[Any]] = {}
+#: ``(pid, st_dev, st_ino)`` of an open data file -> ``[environment, reference count]``.
+_ENVS: dict[tuple[int, int, int], list[Any]] = {}
 _ENVS_LOCK = threading.Lock()
 
 
+def _file_key(data: Path) -> tuple[int, int, int] | None:
+    """The cache key of the data file at ``data``, ``None`` when there is none yet."""
+    try:
+        st = data.stat()
+    except FileNotFoundError:
+        return None
+    return (os.getpid(), st.st_dev, st.st_ino)
+
+
 def _acquire_env(directory: Path, *, create: bool, durable: bool) -> Any:
-    key = (os.getpid(), str(directory.resolve()))
+    data = directory / DATA_FILE
     with _ENVS_LOCK:
-        entry = _ENVS.get(key)
+        key = _file_key(data)
+        entry = _ENVS.get(key) if key is not None else None
         if entry is not None:
             entry[1] += 1
             return entry[0]
-        data = directory / DATA_FILE
         if not create:
             if not data.is_file():
                 raise NotARepositoryError(f"{directory}: no LMDB data file {DATA_FILE}")
@@ -55,7 +68,11 @@ def _acquire_env(directory: Path, *, create: bool, durable: bool) -> Any:
         except lmdb.Error as exc:
             raise StoreCorruptError(f"{data}: not a readable LMDB environment ({exc})") from exc
         env.reader_check()  # drop reader slots of processes that died (e.g. SIGKILLed)
-        _ENVS[key] = [env, 1]
+        opened = _file_key(data)
+        if opened is None:  # pragma: no cover - LMDB always creates the data file it opened
+            env.close()
+            raise StoreCorruptError(f"{data}: LMDB opened an environment without its data file")
+        _ENVS[opened] = [env, 1]
         return env
 
 
