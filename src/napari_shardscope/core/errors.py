@@ -66,15 +66,17 @@ class StoreError(ShardscopeError):
     """The storage failed: an I/O error, a full disk, a refused permission, an unreachable URL."""
 
 
-#: Exit code of each group, most specific first; the one map from errors to exit codes.
+#: Exit code of each group; the one map from errors to exit codes. An error in two groups (an
+#: unknown instance name is a bad argument *and* not found) takes the first that matches, so the
+#: catch-all ArgumentError comes last.
 EXIT_CODES: tuple[tuple[type[ShardscopeError], int], ...] = (
-    (ArgumentError, 2),
     (NotFoundError, 3),
     (CorruptDataError, 4),
     (UnsupportedError, 5),
     (RefusedWriteError, 6),
     (ConflictError, 7),
     (StoreError, 8),
+    (ArgumentError, 2),
 )
 #: An error of ours that belongs to no group (should not happen; reported as a failure).
 EXIT_OTHER = 9
@@ -92,18 +94,11 @@ def exit_code_for(exc: BaseException) -> int:
 
 def group_name(exc: BaseException) -> str:
     """The group an error belongs to, as a word for ``--json`` output (``"not_found"`` …)."""
-    names = {
-        ArgumentError: "argument",
-        NotFoundError: "not_found",
-        CorruptDataError: "corrupt",
-        UnsupportedError: "unsupported",
-        RefusedWriteError: "refused_write",
-        ConflictError: "conflict",
-        StoreError: "store",
-    }
-    for group, name in names.items():
+    names = {3: "not_found", 4: "corrupt", 5: "unsupported", 6: "refused_write", 7: "conflict", 8: "store",
+             2: "argument"}
+    for group, code in EXIT_CODES:
         if isinstance(exc, group):
-            return name
+            return names[code]
     return "internal" if not isinstance(exc, ShardscopeError) else "other"
 
 
@@ -114,6 +109,14 @@ class NotADatasetError(NotFoundError):
 
 class ReadOnlyVolumeError(RefusedWriteError, TypeError):
     """A write into a lazy view of a stored volume: shardscope never writes into a source volume."""
+
+
+class RefusedDestinationError(RefusedWriteError, ArgumentError):
+    """A write destination that already holds data or overlaps what is being read (an export's ``dest``).
+
+    It is the caller's argument that is wrong, so it is an :class:`ArgumentError` too; its exit code is the
+    refused write's.
+    """
 
 
 class FormatError(CorruptDataError):

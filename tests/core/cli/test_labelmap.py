@@ -77,9 +77,9 @@ def test_proofreading_session(base: Path, tmp_path: Path, capsys: pytest.Capture
     assert code == 2 and "not in body 41" in str(text)
     code, text = call(capsys, "split-supervoxel", repo, "main", "seg", "40", str(npy))
     assert code == 2 and "not in supervoxel 40" in str(text)
-    assert call(capsys, "size", repo, "main", "seg", "999")[0] == 2  # UnknownLabelError is also an ArgumentError
+    assert call(capsys, "size", repo, "main", "seg", "999")[0] == 3  # an unknown label is not found
     assert call(capsys, "merge", repo, "nope", "seg", "5", "41")[0] == 3
-    assert call(capsys, "label", repo, "main", "nope", "0", "0", "0")[0] == 2
+    assert call(capsys, "label", repo, "main", "nope", "0", "0", "0")[0] == 3  # no such labelmap
     assert call(capsys, "label", repo, "main", "seg", "99", "0", "0")[0] == 2
     bad = tmp_path / "bad.json"
     bad.write_text("[[1, 2]]")

@@ -79,7 +79,7 @@ def test_errors_and_exit_codes(tmp_path: Path, capsys: pytest.CaptureFixture[str
         (("kv", "put", path, "main", "notes", "k", "v2"), 6, "committed"),
         (("kv", "get", path, "main", "notes", "missing"), 3, "no key"),
         (("kv", "get", path, "nosuch", "notes", "k"), 3, "nosuch"),
-        (("kv", "get", path, "main", "nosuch", "k"), 2, "nosuch"),  # UnknownInstanceError is an ArgumentError too
+        (("kv", "get", path, "main", "nosuch", "k"), 3, "nosuch"),  # an unknown instance is not found
         (("repo", "branch", path, "main", "main"), 7, "already exists"),
         (("repo", "checkout", path, "main", "--write"), 6, "committed"),
         (("repo", "log", str(tmp_path / "nothing")), 3, "no such repository"),

@@ -131,7 +131,7 @@ def test_cli_export_then_validate(tmp_path: Path) -> None:
         assert json.loads(run.stdout)["shard_files"] > 0
         assert subprocess.run([*base, "validate", str(dest), "--quiet"]).returncode == 0
         again = subprocess.run([*base, "export", str(seg), str(dest), "--format", fmt], capture_output=True, text=True)
-        assert again.returncode == 2 and "--overwrite" in again.stderr
+        assert again.returncode == 6 and "--overwrite" in again.stderr  # a refused write
 
 
 def _read_tensorstore(path: Path, level: int) -> np.ndarray:

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from napari_shardscope.core.bytestore import ByteStore
 from napari_shardscope.core.bytestore.url import parse_url
-from napari_shardscope.core.errors import ArgumentError
+from napari_shardscope.core.errors import ArgumentError, RefusedDestinationError
 from napari_shardscope.core.export.source import ExportSource
 
 
@@ -49,17 +49,17 @@ def claim_destination(source: ExportSource, dest: str, store: ByteStore, metadat
 
     Raises
     ------
-    ArgumentError
+    RefusedDestinationError
         When ``dest`` is, contains or lies inside a location of ``source``, or when it already holds a
         dataset (``metadata_key`` exists) and ``overwrite`` is false.
     """
     for location in source.locations():
         if _overlap(location, dest):
-            raise ArgumentError(f"dest {dest} overlaps the source {location}: an export cannot write where it "
-                                "reads; choose a destination outside the source")
+            raise RefusedDestinationError(f"dest {dest} overlaps the source {location}: an export cannot write "
+                                          "where it reads; choose a destination outside the source")
     exists = store.read(metadata_key) is not None
     if exists and not overwrite:
-        raise ArgumentError(
+        raise RefusedDestinationError(
             f"{dest} already holds a {fmt} dataset ({metadata_key} exists); pass overwrite=True (CLI: --overwrite)"
         )
     return exists
