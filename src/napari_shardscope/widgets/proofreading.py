@@ -334,7 +334,7 @@ class ProofreadingPanel(QWidget):  # type: ignore[misc]
         """True while the panel follows the controller or takes clicks on the body layer."""
         layer = self.session.body_layer
         clicks = layer is not None and self._on_click in layer.mouse_drag_callbacks
-        return clicks or self._unsubscribe is not None
+        return clicks or self.controller.is_subscribed(self._render)
 
     # -- splitting ----------------------------------------------------------------------------------------
     @property

@@ -256,6 +256,11 @@ def test_branch_and_checkout_cancel_pending_seeds(c: ProofreadingController, rep
     assert "checked out" in c.state.status.text and "split cancelled" in c.state.status.text
     c.checkout("alt")
     c.start_split()
+    c.session.checkout(root.uuid)  # a checkout made on the session directly (a notebook): the controller follows
+    assert c.pending_split is None and c.state.status.level == "warning"
+    assert "split cancelled" in c.state.status.text
+    c.checkout("alt")
+    c.start_split()
     c.select_versions(root.uuid)
     other = c.branch("other")  # from the selected committed version, checked out: the split is cancelled
     assert c.pending_split is None and "split cancelled" in c.state.status.text

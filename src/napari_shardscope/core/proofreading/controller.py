@@ -150,11 +150,13 @@ class ProofreadingController:
 
     def _flush(self) -> None:
         if self._notes:  # side effects no message of the action mentioned (a split cancelled by a checkout)
+            notes, self._notes = self._notes, []
             if self._status.level == "error":
-                self._error("; ".join([self._status.text, *self._notes]))
-                self._notes = []
+                self._last_error = "; ".join([self._status.text, *notes])
+                self._status = Status(self._last_error, "error")
             else:
-                self._set_status("", "warning")
+                self._status = Status("; ".join(notes), "warning")
+            self._dirty = True
         if not self._dirty:
             return
         self._dirty = False
@@ -171,8 +173,9 @@ class ProofreadingController:
         try:
             return action(*args, **kwargs)
         except ShardscopeError as exc:
-            with self._action():
-                self._error(str(exc))
+            if not (self._status.level == "error" and self._status.text.startswith(str(exc))):
+                with self._action():  # raised outside the controller's actions (a view's own check)
+                    self._error(str(exc))
             return None
 
     # -- messages -------------------------------------------------------------------------------
