@@ -68,7 +68,7 @@ def main() -> None:
         viewer = napari.Viewer(show=True)
         viewer.window.resize(1800, 1400)
         session = session_for(viewer)
-        session.connect(root / "repo")
+        session.controller.connect(root / "repo")
         layer = session.body_layer
         viewer.dims.set_current_step(0, 4)
         viewer.reset_view()
@@ -80,7 +80,7 @@ def main() -> None:
         canvas = viewer.window._qt_viewer.canvas.native
         print(f"canvas {canvas.width()}x{canvas.height()} px, body layer level {layer.data_level}, "
               f"corner pixels {layer.corner_pixels.tolist()}")
-        v = session.version
+        v = session.controller.version
         plane = v.read_bodies((4, slice(None), slice(None)))
         a, b = int(plane[100, 100]), int(plane[600, 700])
         target = int(v.read_supervoxels((4, 300, 300)))

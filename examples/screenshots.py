@@ -76,30 +76,31 @@ def _two_large_bodies(v: Any, z: int) -> list[int]:
 
 
 def _proofreading_session(viewer: Any, repo: Path) -> tuple[Any, Any]:
-    """Dock the Proofreading panel and create a repository over the sample's segmentation."""
+    """Dock the Proofreading panel and create a repository over the sample's segmentation; the controller."""
     from napari_shardscope.widgets.proofreading import ProofreadingPanel
 
     panel = _dock(viewer, "Proofreading")
     assert isinstance(panel, ProofreadingPanel)
     panel.create_repository(repo)
-    _wait(viewer, lambda: not panel.busy and panel.session.is_connected)
+    c = panel.controller
+    _wait(viewer, lambda: not panel.busy and c.state.connected)
     viewer.dims.set_current_step(0, 32)
-    return panel, panel.session
+    return panel, c
 
 
 def proofreading(viewer: Any) -> None:
     """Two bodies merged, a third selected with its info and history; keys in the panel's tooltip."""
     import tempfile
 
-    panel, session = _proofreading_session(viewer, Path(tempfile.mkdtemp(prefix="shardscope-shot-")) / "repo")
-    order = _two_large_bodies(session.version, 32)
-    panel.select(order[0])
-    panel.select(order[1], add=True)
-    panel.merge_selected()
-    panel.select(order[0])
+    panel, c = _proofreading_session(viewer, Path(tempfile.mkdtemp(prefix="shardscope-shot-")) / "repo")
+    order = _two_large_bodies(c.version, 32)
+    c.select(order[0])
+    c.add_to_selection(order[1])
+    c.merge()
+    c.select(order[0])
     panel.isolate_check.setChecked(False)
     viewer.layers["image"].visible = True
-    session.body_layer.opacity = 0.55
+    panel.session.body_layer.opacity = 0.55
     viewer.reset_view()
     _wait(viewer, lambda: True)
 
@@ -108,25 +109,30 @@ def versions(viewer: Any) -> None:
     """A merge on main, a cleave on branch alt, merged back; the DAG, a diff and an export shown."""
     import tempfile
 
-    _, session = _proofreading_session(viewer, Path(tempfile.mkdtemp(prefix="shardscope-shot-")) / "repo")
+    _, c = _proofreading_session(viewer, Path(tempfile.mkdtemp(prefix="shardscope-shot-")) / "repo")
     from napari_shardscope.widgets.versions import VersionsPanel
 
     vp = _dock(viewer, "Versions")
     assert isinstance(vp, VersionsPanel)
-    order = _two_large_bodies(session.version, 32)
-    session.version.merge(order[0], [order[1]])
-    root = vp.commit("merge two bodies on plane 32")
-    vp.new_branch("alt")
-    session.version.merge(order[2], [order[3]])
-    alt = vp.commit("alt: merge two more")
-    vp.new_branch(None, root.uuid)
-    session.version.cleave(order[0], session.version.supervoxels(order[0])[:1])
-    vp.commit("main: cleave one supervoxel")
-    vp.merge("alt")
-    merged = vp.commit("merge alt into main")
-    vp.diff(root.uuid, alt.uuid)
+    order = _two_large_bodies(c.version, 32)
+    c.select(order[0])
+    c.add_to_selection(order[1])
+    c.merge()
+    root = c.commit("merge two bodies on plane 32")
+    c.branch("alt")
+    c.select(order[2])
+    c.add_to_selection(order[3])
+    c.merge()
+    alt = c.commit("alt: merge two more")
+    c.branch(None, root.uuid)
+    c.select(order[0])
+    c.cleave(c.version.supervoxels(order[0])[:1])
+    c.commit("main: cleave one supervoxel")
+    c.merge_branch("alt")
+    merged = c.commit("merge alt into main")
+    c.diff(root.uuid, alt.uuid)
     vp.export(ref=merged.uuid)  # in a worker, with napari's progress bar; the result opens as a hidden layer
-    _wait(viewer, lambda: vp.last_export is not None and not vp._exports)
+    _wait(viewer, lambda: c.last_export is not None and not vp.exporting)
     vp.select(alt.uuid)
     from qtpy.QtWidgets import QDockWidget
 

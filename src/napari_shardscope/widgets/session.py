@@ -1,42 +1,38 @@
-"""The proofreading session of one viewer: which repository, labelmap and version its layers show.
+"""The viewer binding of proofreading: napari layers that follow a Qt-free controller.
 
-The Proofreading and Versions panels are two views of one state: the version a proofreader has
-checked out. Keeping that state here — one session per viewer, found with :func:`session_for` —
-means a commit made in the Versions panel disables the edit buttons of the Proofreading panel at
-once, and a checkout switches the layers both panels act on. Everything else is core:
-:func:`~napari_shardscope.core.versioned.create_repository`,
-:func:`~napari_shardscope.core.labelmap.create_labelmap` / ``open_labelmap`` and a
-:class:`~napari_shardscope.core.labelmap.LabelmapVersion` for reads and edits.
+Proofreading state — repository, checked-out version, selection, pending split, messages — lives in
+:class:`~napari_shardscope.core.proofreading.ProofreadingController` (core, no Qt), so a notebook,
+the tests and both panels drive one object. What needs napari lives here, one binding per viewer
+(found with :func:`session_for`; the Proofreading and Versions panels share it):
 
-The layers: body ids at the checked-out version (the supervoxel array mapped through the live body
-map inside the lazy read, so a merge or cleave is shown by ``layer.refresh()`` with no chunk read
-again) and, hidden, the supervoxel ids. The base segmentation layer is never written to.
+* the layers: body ids at the checked-out version (the supervoxel array mapped through the live
+  body map inside the lazy read, so a merge or cleave is shown by ``layer.refresh()`` with no chunk
+  read again) and, hidden, the supervoxel ids; the base segmentation layer is hidden, never written;
+* swapping or replacing them on a checkout, refreshing them after an edit;
+* keeping them read-only (napari must never write into a lazy view of the store);
+* the thread hop: edits may run in worker threads; the session hands their news to
+  ``dispatch``, which queues it on the GUI thread (a queued Qt signal).
 
-Edits may run in worker threads; the core tells its subscribers in the editing thread, and the
-session hands the event to the GUI thread (a queued Qt signal) before it refreshes the layers and
-emits :attr:`ProofreadingSession.edited`.
+Notebook use::
+
+    c = session_for(viewer).controller
+    c.create("proofread.repo", segmentation_url, agglomeration="bodies.json")   # or c.connect(path)
+    c.select(a); c.add_to_selection(b); c.merge(); c.commit("merged a and b")
 """
 
 from __future__ import annotations
 
-import os
 import weakref
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 from psygnal import Signal
 from qtpy.QtCore import QObject
 from qtpy.QtCore import Signal as QtSignal  # type: ignore[attr-defined]
 
-from napari_shardscope.core.errors import ArgumentError
-from napari_shardscope.core.labelmap import (
-    TYPE_NAME,
-    EditEvent,
-    Labelmap,
-    LabelmapVersion,
-    create_labelmap,
-    open_labelmap,
-)
-from napari_shardscope.core.versioned import Repository, Version, create_repository, open_repository
+from napari_shardscope.core.labelmap import EditEvent, LabelmapVersion
+from napari_shardscope.core.proofreading import ProofreadingController, ProofreadingSession, SessionEvent
 
 if TYPE_CHECKING:
     import napari
@@ -47,30 +43,36 @@ LAYER_KEY = "shardscope_proofreading"
 
 
 class _ToGuiThread(QObject):  # type: ignore[misc]
-    """Carries edit events from any thread to the thread this object lives in (the GUI thread)."""
+    """Runs callables posted from any thread in the thread this object lives in (the GUI thread)."""
 
-    event = QtSignal(object)
+    call = QtSignal(object)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.call.connect(self._run)
+
+    def _run(self, func: Callable[[], None]) -> None:
+        func()
+
+    def post(self, func: Callable[[], None]) -> None:
+        self.call.emit(func)
 
 
-class ProofreadingSession:
-    """Per viewer: which repository / labelmap / version the proofreading layers show."""
+class ViewerSession:
+    """Per viewer: the controller, and the body and supervoxel layers that show its checked-out version."""
 
-    connected = Signal()
-    version_changed = Signal(str)
-    edited = Signal(object)
-    dag_changed = Signal()
+    #: Emitted after the body/supervoxel layers were added, replaced or given new data.
+    layers_changed = Signal()
 
     def __init__(self, viewer: napari.Viewer) -> None:
         self._viewer = weakref.ref(viewer)
-        self.repo: Repository | None = None
-        self.labelmap: Labelmap | None = None
-        self.version: LabelmapVersion | None = None
+        self._bridge = _ToGuiThread()
+        session = ProofreadingSession(dispatch=self._bridge.post)
+        session.subscribe(self._on_session)  # before the controller's: panels see the new layers
+        self.controller = ProofreadingController(session)
         self.body_layer: Labels | None = None
         self.supervoxel_layer: Labels | None = None
         self._layout: tuple[Any, ...] | None = None  # what the layers show: labelmap and geometry
-        self._unsubscribe: Any = None
-        self._bridge = _ToGuiThread()
-        self._bridge.event.connect(self._on_edit)
 
     @property
     def viewer(self) -> napari.Viewer:
@@ -79,120 +81,54 @@ class ProofreadingSession:
             raise RuntimeError("the viewer of this session was closed")
         return viewer
 
-    @property
-    def is_connected(self) -> bool:
-        return self.labelmap is not None and self.version is not None
+    # -- following the session ------------------------------------------------------------------
+    def _on_session(self, event: SessionEvent) -> None:
+        version = self.controller.session.version
+        if version is None:
+            return  # disconnected: the layers stay until the user removes them
+        if event.kind in ("connected", "checkout"):
+            self._show(version)
+        elif event.kind == "edited" and event.edit is not None and event.edit.version == version.uuid:
+            self.refresh(event.edit)
 
-    @property
-    def editable(self) -> bool:
-        """True when the checked-out version accepts edits (open, not committed)."""
-        return self.version is not None and not self.version.version.locked
+    def refresh(self, event: EditEvent | None = None) -> None:
+        """Show the checked-out version's current state after an edit.
 
-    def why_not_editable(self) -> str:
-        """A sentence for disabled edit actions ('' when edits are allowed)."""
-        if self.version is None:
-            return "connect to a repository first (Proofreading panel: create or open one)"
-        v = self.version.version
-        if v.locked:
-            return (f"version {v.short} (branch {v.branch!r}) is committed and read-only: "
-                    f"make a new branch from it in the Versions panel to edit")
-        return ""
-
-    # -- connecting -----------------------------------------------------------------------------
-
-    def create(self, path: str | os.PathLike[str], base_url: str, *, name: str = "seg",
-               agglomeration: Any = None, engine: str | None = None,
-               progress: Any = None) -> None:
-        """A new repository at ``path`` with a labelmap over ``base_url``; checks out ``main``.
-
-        ``agglomeration`` is the base's supervoxel → body grouping (a bodies JSON path or a mapping).
-        Building the base label index reads all of scale 0 once (``progress(done, total)``).
+        Merges and cleaves change only the body map, which the body arrays apply at read time: a
+        ``refresh()`` re-slices the visible tiles, whose supervoxel chunks come from the cache.
+        Splits rewrite overlay blocks: the layers get the version's new arrays (chunks the split
+        did not touch are still served from the cache).
         """
-        repo = create_repository(path, engine=engine)
-        try:
-            lm = create_labelmap(repo, name, base_url, agglomeration=agglomeration, progress=progress)
-        except BaseException:
-            repo.close()
-            raise
-        self._attach(repo, lm)
+        version = self.controller.session.version
+        if version is None:
+            return
+        if event is None or event.blocks_changed or not self._layer_alive(self.body_layer):
+            self._show(version)
+        else:
+            assert self.body_layer is not None
+            self.body_layer.refresh()
 
-    def connect(self, path: str | os.PathLike[str], *, instance: str | None = None) -> None:
-        """Open an existing repository and its labelmap (the only one, or ``instance``); checks out ``main``."""
-        repo = open_repository(path)
-        try:
-            names = [i.name for i in repo.instances() if i.type == TYPE_NAME]
-            if instance is None:
-                if len(names) != 1:
-                    raise ArgumentError(f"{path}: {len(names)} labelmap instances ({', '.join(names) or 'none'}); "
-                                        f"name the one to open")
-                instance = names[0]
-            lm = open_labelmap(repo, instance)
-        except BaseException:
-            repo.close()
-            raise
-        self._attach(repo, lm)
+    # -- picking --------------------------------------------------------------------------------
+    def voxel_at(self, world: Sequence[float]) -> tuple[int, int, int] | None:
+        """The scale-0 voxel (z, y, x) under a world position, or ``None`` outside the volume."""
+        layer, version = self.body_layer, self.controller.session.version
+        if layer is None or version is None:
+            return None
+        data = np.asarray(layer.world_to_data(list(world)), dtype=float)[-3:]
+        voxel = np.floor(data + 0.5).astype(int)
+        if np.any(voxel < 0) or np.any(voxel >= np.asarray(version.scales[0].shape)):
+            return None
+        return (int(voxel[0]), int(voxel[1]), int(voxel[2]))
 
-    def _attach(self, repo: Repository, lm: Labelmap) -> None:
-        self.disconnect()
-        self.repo, self.labelmap = repo, lm
-        self._unsubscribe = lm.subscribe(self._bridge.event.emit)
-        branches = {b.name for b in repo.branches()}
-        self.checkout("main" if "main" in branches else repo.root.uuid, emit=False)
-        self.connected.emit()
-        self.version_changed.emit(self.version.uuid if self.version else "")
-
-    def disconnect(self) -> None:
-        """Forget the repository (its layers stay until the user removes them)."""
-        if self._unsubscribe is not None:
-            self._unsubscribe()
-            self._unsubscribe = None
-        if self.repo is not None:
-            self.repo.close()
-        self.repo = self.labelmap = self.version = None
-
-    # -- versions -------------------------------------------------------------------------------
-
-    def _require(self) -> tuple[Repository, Labelmap]:
-        if self.repo is None or self.labelmap is None:
-            raise ArgumentError("no repository: create or open one in the Proofreading panel")
-        return self.repo, self.labelmap
-
-    def checkout(self, ref: str, *, emit: bool = True) -> LabelmapVersion:
-        """Show any version (a branch name means its head): the layers switch to its arrays."""
-        _, lm = self._require()
-        self.version = lm.at(ref)
-        self._show(self.version)
-        if emit:
-            self.version_changed.emit(self.version.uuid)
-        return self.version
-
-    def commit(self, message: str) -> Version:
-        """Commit the checked-out (open) version: it becomes read-only, and may have children."""
-        repo, _ = self._require()
-        if self.version is None:  # pragma: no cover - _require checked the labelmap
-            raise ArgumentError("no version checked out")
-        done = repo.commit(self.version.uuid, message)
-        self.dag_changed.emit()
-        self.version_changed.emit(done.uuid)
-        return done
-
-    def branch(self, name: str | None = None, parent: str | None = None) -> Version:
-        """A new open child of a committed version (default: the checked-out one), checked out.
-
-        ``name`` starts a new branch; ``None`` continues the parent's branch.
-        """
-        repo, _ = self._require()
-        if parent is None:
-            if self.version is None:  # pragma: no cover
-                raise ArgumentError("no version checked out")
-            parent = self.version.uuid
-        child = repo.new_version(parent, name)
-        self.dag_changed.emit()
-        self.checkout(child.uuid)
-        return child
+    def world_to_voxel_z(self, world_z: float) -> int:
+        """The scale-0 z index of a world z coordinate (the plane a split of a large body covers)."""
+        version = self.controller.session.version
+        if version is None:
+            return 0
+        g = version.scales[0]
+        return round((world_z - g.translate[0]) / g.voxel_size[0])
 
     # -- layers ---------------------------------------------------------------------------------
-
     def _layer_alive(self, layer: Labels | None) -> bool:
         return layer is not None and layer in self.viewer.layers
 
@@ -204,8 +140,9 @@ class ProofreadingSession:
         labelmap (other geometry), or one of the two layers removed by the user — replaces both
         layers, so a layer never shows one volume placed with another's scale and translate.
         """
+        repo = self.controller.session.repo
         bodies, svs = v.body_arrays(), v.supervoxel_arrays()
-        meta = {LAYER_KEY: {"repository": str(self.repo.path) if self.repo and self.repo.path else None,
+        meta = {LAYER_KEY: {"repository": str(repo.path) if repo is not None and repo.path else None,
                             "labelmap": v.labelmap.name, "version": v.uuid}}
         geometry = v.scales[0]
         layout = (meta[LAYER_KEY]["repository"], v.labelmap.name, tuple(geometry.voxel_size),
@@ -217,12 +154,13 @@ class ProofreadingSession:
             self.body_layer.data = _data(bodies)
             for layer in (self.supervoxel_layer, self.body_layer):  # keep_read_only undoes napari's editable
                 layer.metadata.update(meta)
+            self.layers_changed.emit()
             return
         for old in (self.supervoxel_layer, self.body_layer):
             if self._layer_alive(old):
                 self.viewer.layers.remove(old)
-        common = {"scale": geometry.voxel_size, "translate": geometry.translate, "multiscale": len(bodies) > 1,
-                  "axis_labels": ("z", "y", "x")}
+        common: dict[str, Any] = {"scale": geometry.voxel_size, "translate": geometry.translate,
+                                  "multiscale": len(bodies) > 1, "axis_labels": ("z", "y", "x")}
         name = v.labelmap.name
         base = self._hide_base_layers(v)
         if base is not None and getattr(base, "units", None) is not None:
@@ -235,6 +173,7 @@ class ProofreadingSession:
             keep_read_only(layer)  # napari must never write into a lazy view of the store
         self._layout = layout
         self.viewer.layers.selection.active = self.body_layer
+        self.layers_changed.emit()
 
     def _hide_base_layers(self, v: LabelmapVersion) -> Any:
         """Hide the base segmentation's own layer (the body layer shows the same voxels, edited); return it."""
@@ -246,27 +185,6 @@ class ProofreadingSession:
                 layer.visible = False
                 found = layer
         return found
-
-    def refresh(self, event: EditEvent | None = None) -> None:
-        """Show the checked-out version's current state after an edit.
-
-        Merges and cleaves change only the body map, which the body arrays apply at read time: a
-        ``refresh()`` re-slices the visible tiles, whose supervoxel chunks come from the cache.
-        Splits rewrite overlay blocks: the layers get the version's new arrays (chunks the split
-        did not touch are still served from the cache).
-        """
-        if self.version is None:
-            return
-        if event is None or event.blocks_changed:
-            self._show(self.version)
-        elif self._layer_alive(self.body_layer):
-            assert self.body_layer is not None
-            self.body_layer.refresh()
-
-    def _on_edit(self, event: EditEvent) -> None:
-        if self.version is not None and event.version == self.version.uuid:
-            self.refresh(event)
-        self.edited.emit(event)
 
 
 def keep_read_only(layer: Any) -> None:
@@ -289,12 +207,12 @@ def _data(arrays: list[Any]) -> Any:
     return arrays if len(arrays) > 1 else arrays[0]
 
 
-_SESSIONS: weakref.WeakKeyDictionary[Any, ProofreadingSession] = weakref.WeakKeyDictionary()
+_SESSIONS: weakref.WeakKeyDictionary[Any, ViewerSession] = weakref.WeakKeyDictionary()
 
 
-def session_for(viewer: napari.Viewer) -> ProofreadingSession:
-    """The proofreading session of ``viewer`` (made on first call; both panels share it)."""
+def session_for(viewer: napari.Viewer) -> ViewerSession:
+    """The proofreading binding of ``viewer`` (made on first call; both panels share it)."""
     session = _SESSIONS.get(viewer)
     if session is None:
-        session = _SESSIONS[viewer] = ProofreadingSession(viewer)
+        session = _SESSIONS[viewer] = ViewerSession(viewer)
     return session

@@ -619,6 +619,11 @@ class ShardBrowser(QWidget):
                     callbacks.remove(cb)
             self._hover_grid = None
 
+    def is_listening(self) -> bool:
+        """True while the panel's mouse callbacks are on the viewer (cursor mode on, panel not removed)."""
+        return (self._on_mouse_move in self.viewer.mouse_move_callbacks
+                or self._on_mouse_press in self.viewer.mouse_drag_callbacks)
+
     def locate_position(self, position: Sequence[float]) -> Located | None:
         """The chunk under a viewer world position, at the level the layer is showing (``None`` outside)."""
         if self.tree is None or self.layer is None:

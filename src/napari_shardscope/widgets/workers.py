@@ -4,7 +4,9 @@ Index builds, body splits and exports take seconds to minutes; the panels run th
 napari's ``create_worker`` so the viewer keeps painting, and report progress in napari's own
 progress bar (the activity dock). Core calls report ``progress(done, total, ...)`` from the
 worker thread (or from Dask's callback thread); :class:`GuiProgress` moves each report to the
-GUI thread with a queued signal, since Qt widgets may only be touched there.
+GUI thread with a queued signal, since Qt widgets may only be touched there. The proofreading
+controller hands its long work out as a :class:`~napari_shardscope.core.proofreading.Job`:
+:func:`start_job` runs its ``run`` in a worker and its ``finish``/``fail`` back on the GUI thread.
 """
 
 from __future__ import annotations
@@ -13,6 +15,9 @@ from collections.abc import Callable
 from typing import Any
 
 from qtpy.QtCore import QObject, Signal
+
+from napari_shardscope.core.errors import ShardscopeError
+from napari_shardscope.core.proofreading import Job
 
 
 class GuiProgress(QObject):  # type: ignore[misc]
@@ -69,3 +74,36 @@ def start_worker(
     running.append(worker)
     worker.start()
     return worker
+
+
+#: Workers of running jobs (a reference keeps Python from collecting a running worker).
+_JOBS: list[Any] = []
+
+
+def start_job(job: Job[Any], on_done: Callable[[Any], None] | None = None) -> Any:
+    """Run a controller job in a worker thread with napari's progress bar; returns the worker.
+
+    ``finish`` (or ``fail``) runs on the GUI thread; the controller turns typed errors into its
+    status line, other exceptions go on to napari's error handler. ``on_done(result)`` runs after
+    a successful ``finish``.
+    """
+    pbar = GuiProgress(job.description)
+
+    def done(result: Any) -> None:
+        try:
+            job.finish(result)
+        except ShardscopeError:
+            return  # the controller's status line says what went wrong
+        if on_done is not None:
+            on_done(result)
+
+    def failed(exc: BaseException) -> None:
+        job.fail(exc)
+        if not isinstance(exc, ShardscopeError):
+            raise exc
+
+    def finished() -> None:
+        pbar.close()
+        job.close()
+
+    return start_worker(lambda: job.run(pbar), done, failed, running=_JOBS, finished=finished)

@@ -65,7 +65,7 @@ def assert_outlines(viewer: Any, world_box: tuple[tuple[float, ...], tuple[float
 
 def plugin_menu_titles() -> list[str]:
     """Command titles in napari's Plugins menu, including a plugin's own submenu (several widgets)."""
-    from napari._app_model import get_app_model
+    from napari._app_model import get_app_model  # napari's documented accessor (its test fixture patches it)
 
     menus = get_app_model().menus
     titles: list[str] = []
@@ -165,7 +165,7 @@ def test_locate_under_cursor_with_real_mouse_events(make_napari_viewer: Any, sam
     viewer = make_napari_viewer(show=True)
     add_volumes(viewer, sample_volumes(sample))
     browser = open_panel(viewer)
-    assert browser.tree is not None
+    assert browser.tree is not None and not browser.is_listening()
     viewer.dims.set_point(0, 20 * 40.0)
     qtbot.mouseClick(browser.cursor_check, Qt.MouseButton.LeftButton,
                      pos=QPoint(8, browser.cursor_check.height() // 2))
@@ -189,8 +189,9 @@ def test_locate_under_cursor_with_real_mouse_events(make_napari_viewer: Any, sam
         rects = outline_rectangles(viewer)
         np.testing.assert_allclose(rects[0][:, 1:].min(axis=0), lo[1:])
         np.testing.assert_allclose(rects[0][:, 1:].max(axis=0), hi[1:])
+    assert browser.is_listening()
     browser.set_cursor_mode(False)
-    assert browser._on_mouse_move not in viewer.mouse_move_callbacks
+    assert not browser.is_listening()
 
 
 def test_shard_map_layer_values_are_the_shards(sample_viewer: tuple[Any, ShardBrowser], qtbot: Any) -> None:
