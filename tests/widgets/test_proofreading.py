@@ -437,6 +437,23 @@ def test_closing_the_panels_takes_their_keys_and_callbacks(proofread: Proofread,
     assert fresh(repo, "main").mutations() == []  # Shift-M merges nothing once the panel is gone
 
 
+def test_a_panel_docked_again_finds_the_same_session(proofread: Proofread, qtbot: Any) -> None:
+    # Each dock gets its own proxy of the viewer; the session must outlive the first panel's proxy.
+    import gc
+
+    viewer, panel, repo, proof_dock, c = proofread
+    viewer.window.remove_dock_widget(proof_dock)
+    del panel, proof_dock
+    gc.collect()
+    _, again = viewer.window.add_plugin_dock_widget("napari-shardscope", "Proofreading")
+    assert again.controller is c and again.controller.state.connected
+    a, b, _, _ = two_bodies(c)
+    again.controller.select(a)
+    again.controller.add_to_selection(b)
+    again.controller.merge()
+    assert [e.mutation.operation for e in fresh(repo, "main").mutations()] == ["merge"]
+
+
 def test_merge_choices_belong_to_the_branch_they_were_made_for(proofread: Proofread, qtbot: Any) -> None:
     viewer, _, repo, _, c = proofread
     versions = dock(viewer, "Versions")

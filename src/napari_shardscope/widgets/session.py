@@ -211,8 +211,14 @@ _SESSIONS: weakref.WeakKeyDictionary[Any, ViewerSession] = weakref.WeakKeyDictio
 
 
 def session_for(viewer: napari.Viewer) -> ViewerSession:
-    """The proofreading binding of ``viewer`` (made on first call; both panels share it)."""
-    session = _SESSIONS.get(viewer)
+    """The proofreading binding of ``viewer`` (made on first call; both panels share it).
+
+    napari hands each docked widget its own public-only proxy of the viewer; the binding is kept for
+    the viewer behind the proxy, so a panel docked again after another was closed (and its proxy
+    collected) finds the same session instead of a fresh, disconnected one.
+    """
+    real = getattr(viewer, "__wrapped__", viewer)
+    session = _SESSIONS.get(real)
     if session is None:
-        session = _SESSIONS[viewer] = ViewerSession(viewer)
+        session = _SESSIONS[real] = ViewerSession(real)
     return session
