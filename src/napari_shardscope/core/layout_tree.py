@@ -60,11 +60,12 @@ from napari_shardscope.core.formats.precomputed.inspector import PrecomputedInsp
 from napari_shardscope.core.formats.precomputed.morton import decode_morton, encode_morton
 from napari_shardscope.core.formats.precomputed.shard_reader import ShardedReader
 from napari_shardscope.core.formats.precomputed.sharding import assign_chunk_ids, format_shard_name, parse_shard_name
+from napari_shardscope.core.formats.units import nm_per_unit
+from napari_shardscope.core.formats.volume_spec import LevelSpec, VolumeSpec
 from napari_shardscope.core.formats.zarr3.inspector import Zarr3Inspector
 from napari_shardscope.core.formats.zarr3.reader import Zarr3ArrayReader
 from napari_shardscope.core.volumes.model import ScaleLevel as VolumeLevel
 from napari_shardscope.core.volumes.model import Volume
-from napari_shardscope.core.volumes.units import nm_per_unit
 
 NodeKind = Literal["scale", "shard", "minishard", "group", "chunk", "error"]
 #: One step of a node's path: ``("shard", 3)``, ``("chunk", (1, 0, 2))``, ``("scale", "8_8_40")``.
@@ -413,8 +414,9 @@ class LayoutTree:
     inspector
         The dataset (:func:`~napari_shardscope.core.formats.open_dataset`).
     volume
-        The same dataset opened with :func:`~napari_shardscope.core.volumes.open_volume`; gives
-        each scale's voxel size and translate exactly as the viewer shows them. Without it they
+        The same dataset's volume (:func:`~napari_shardscope.core.volumes.open_volume`) or its
+        volume spec (:meth:`~napari_shardscope.core.formats.api.Dataset.volume_specs`); gives each
+        scale's axes, voxel size and translate exactly as the viewer shows them. Without it they
         come from the format's metadata (precomputed resolution, N5 resolution, else 1).
     url
         Where the dataset is; validation then opens its own inspector, so it reads the files as
@@ -424,7 +426,8 @@ class LayoutTree:
     (:meth:`clear_cache` forgets them after files changed).
     """
 
-    def __init__(self, inspector: DatasetInspector, volume: Volume | None = None, url: str | None = None) -> None:
+    def __init__(self, inspector: DatasetInspector, volume: Volume | VolumeSpec | None = None,
+                 url: str | None = None) -> None:
         self.inspector = inspector
         self.volume = volume
         self.url = url
@@ -490,17 +493,18 @@ class LayoutTree:
         key = self._spatial_scale(scale)
         base = self._backend.geometry(key)
         level = self._volume_level(key)
-        if level is None:
+        if level is None or self.volume is None:
             return base
         n = base.ndim
         return replace(
             base,
+            axes=base.to_format_order(self.volume.axes[-n:]),
             voxel_size=tuple(float(v) for v in level.voxel_size[-n:]),
             translate=tuple(float(t) for t in level.translate[-n:]),
-            unit=self.volume.unit if self.volume is not None else base.unit,
+            unit=self.volume.unit,
         )
 
-    def _volume_level(self, key: str) -> VolumeLevel | None:
+    def _volume_level(self, key: str) -> VolumeLevel | LevelSpec | None:
         if self.volume is None:
             return None
         for level in self.volume.levels:
@@ -634,18 +638,18 @@ class LayoutTree:
         return inspector.validate(scale, progress)
 
 
-def open_layout(url: str, volume: Volume | None = None) -> LayoutTree:
+def open_layout(url: str, volume: Volume | VolumeSpec | None = None) -> LayoutTree:
     """Open the layout tree of the dataset at ``url`` (metadata only).
 
-    Without ``volume`` the volume is opened too (metadata only) so world boxes match a viewer;
-    a dataset with nothing to view (a mesh directory) gets metadata-derived geometry.
+    Without ``volume`` the dataset's volume spec is used (pure data, nothing opened) so axes and
+    world boxes match a viewer's; a dataset with nothing to view (a mesh directory) gets
+    metadata-derived geometry.
     """
-    inspector = open_dataset(url).inspector()
+    dataset = open_dataset(url)
+    inspector = dataset.inspector()
     if volume is None:
         try:
-            from napari_shardscope.core.volumes import open_volume
-
-            volume = open_volume(url)
+            volume = dataset.volume_specs()[0]
         except ShardscopeError:
             volume = None
     return LayoutTree(inspector, volume, url=url)
