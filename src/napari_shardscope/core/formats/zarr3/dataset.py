@@ -14,7 +14,7 @@ from napari_shardscope.core.bytestore import Location, join_key
 from napari_shardscope.core.errors import MetadataError, NotADatasetError
 from napari_shardscope.core.formats.base import DatasetBase
 from napari_shardscope.core.formats.zarr3.metadata import ArrayMetadata, GroupMetadata, parse_node_metadata
-from napari_shardscope.core.formats.zarr3.ome import label_names, ome_attributes, parse_multiscale
+from napari_shardscope.core.formats.zarr3.ome import label_names, ome_attributes
 from napari_shardscope.core.formats.zarr3.reader import read_array_metadata
 from napari_shardscope.core.json_document import load_json_object
 
@@ -63,7 +63,7 @@ class Zarr3Dataset(DatasetBase):
         node = self.node
         if isinstance(node, ArrayMetadata):
             return [array_volume_spec(self.location, node, self.document, kind=kind)]
-        ome = ome_attributes(node.attributes)
+        ome = node.ome
         if "multiscales" in ome:
             specs = [self._image_spec(kind=kind)]
             if "image-label" not in ome and kind != "segmentation":
@@ -79,10 +79,9 @@ class Zarr3Dataset(DatasetBase):
         node = self.node
         if not isinstance(node, GroupMetadata):
             raise MetadataError("an OME-Zarr image must be a group, this is an array", key=self.metadata_url)
-        ome = ome_attributes(node.attributes)
-        ms = parse_multiscale(ome, key=self.metadata_url)
+        ms = node.multiscale
         arrays = {path: self.array_metadata(path) for path in ms.paths}
-        return ome_volume_spec(self.location, ms, arrays, ome, kind=kind, name=name)
+        return ome_volume_spec(self.location, ms, arrays, node.ome, kind=kind, name=name)
 
     def _label_specs(self, prefix: str) -> list[VolumeSpec]:
         """The label images listed by the ``labels`` group at ``prefix`` (``""``: this group); none without one."""

@@ -27,7 +27,7 @@ from napari_shardscope.core.errors import (
 from napari_shardscope.core.formats.api import DatasetInspector, Problem, Progress
 from napari_shardscope.core.formats.volume_spec import LevelPlacement, VolumePlacement
 from napari_shardscope.core.formats.zarr3.metadata import ArrayMetadata, GroupMetadata
-from napari_shardscope.core.formats.zarr3.ome import OmeMultiscale, ome_attributes, parse_multiscale
+from napari_shardscope.core.formats.zarr3.ome import OmeMultiscale
 from napari_shardscope.core.formats.zarr3.reader import Zarr3ArrayReader, read_array_metadata
 from napari_shardscope.core.formats.zarr3.validate import validate_array
 from napari_shardscope.core.formats.zarr3.volume import array_axes, array_placement, ome_level_placement
@@ -61,7 +61,6 @@ class Zarr3Inspector:
         self.root = node
         self._load_array = load_array if load_array is not None else partial(read_array_metadata, store)
         self._readers: dict[str, Zarr3ArrayReader] = {}
-        self._ome: OmeMultiscale | None = None
         if isinstance(node, ArrayMetadata):
             self._scales: list[str] = [""]
             self._readers[""] = Zarr3ArrayReader(store, "", node)
@@ -95,7 +94,7 @@ class Zarr3Inspector:
         meta = self.reader(key).metadata
         if isinstance(self.root, GroupMetadata) and self.root.multiscale_paths:
             ms = self._multiscale()
-            return ome_level_placement(ms, ms.paths.index(key), meta, key="zarr.json")
+            return ome_level_placement(ms, ms.paths.index(key), meta, key=self.root.key)
         return array_placement(meta, key).levels[0]
 
     def _volume_json(self, scale: str) -> dict[str, Any]:
@@ -109,9 +108,7 @@ class Zarr3Inspector:
 
     def _multiscale(self) -> OmeMultiscale:
         assert isinstance(self.root, GroupMetadata)
-        if self._ome is None:
-            self._ome = parse_multiscale(ome_attributes(self.root.attributes), key="zarr.json")
-        return self._ome
+        return self.root.multiscale
 
     def _resolve(self, scale: str | None) -> str:
         if scale is None:

@@ -20,12 +20,13 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any, Literal
 
 import numpy as np
 
 from napari_shardscope.core.errors import MetadataError, UnsupportedFeatureError
-from napari_shardscope.core.formats.zarr3.ome import dataset_path, ome_attributes
+from napari_shardscope.core.formats.zarr3.ome import OmeMultiscale, dataset_path, ome_attributes, parse_multiscale
 from napari_shardscope.core.json_document import load_json_object
 
 #: The largest extent or chunk size we accept: what fits an int64 index.
@@ -167,11 +168,28 @@ class ArrayMetadata:
 
 @dataclass(frozen=True)
 class GroupMetadata:
-    """A parsed group ``zarr.json``: its attributes and the arrays it points at."""
+    """A parsed group ``zarr.json``: its attributes and the arrays it points at.
+
+    :attr:`multiscale` (the OME-Zarr axes and coordinate transforms) is parsed on first use and
+    kept, so the viewer's volume spec and the inspector share one parse, while a group whose
+    transforms are broken can still be validated shard by shard.
+    """
 
     attributes: Mapping[str, Any]
     multiscale_paths: tuple[str, ...] = ()
     consolidated_array_paths: tuple[str, ...] = ()
+    #: The document's key or URL, for messages.
+    key: str = field(default="zarr.json", compare=False)
+
+    @property
+    def ome(self) -> dict[str, Any]:
+        """The OME metadata (:func:`~.ome.ome_attributes`)."""
+        return ome_attributes(self.attributes)
+
+    @cached_property
+    def multiscale(self) -> OmeMultiscale:
+        """The first OME-Zarr multiscale image (MetadataError when it is absent or breaks the spec)."""
+        return parse_multiscale(self.ome, key=self.key)
 
 
 def parse_node_metadata(data: bytes | Mapping[str, Any], *, key: str) -> ArrayMetadata | GroupMetadata:
@@ -253,6 +271,7 @@ def parse_group_metadata(data: bytes | Mapping[str, Any], *, key: str) -> GroupM
         attributes=attributes,
         multiscale_paths=_multiscale_paths(attributes, key),
         consolidated_array_paths=_consolidated_array_paths(doc.get("consolidated_metadata"), key),
+        key=key,
     )
 
 
