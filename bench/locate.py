@@ -26,9 +26,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from tests.http_range_server import RangeServer
 
-from napari_shardscope.core.bytestore import LocalByteStore, open_store
+from napari_shardscope.core.bytestore import LocalByteStore
+from napari_shardscope.core.formats import open_dataset
 from napari_shardscope.core.formats.precomputed.info import parse_info
-from napari_shardscope.core.formats.precomputed.inspector import PrecomputedInspector
 from napari_shardscope.core.formats.precomputed.shard_reader import ShardedReader
 from napari_shardscope.core.formats.precomputed.sharding import assign_chunk_ids
 
@@ -110,7 +110,7 @@ def main() -> None:
         local_t, ts_local_t = [], []
         for _ in range(args.repeats):
             t0 = time.perf_counter()
-            n_local = PrecomputedInspector(LocalByteStore(root / "vol")).inspect()["scales"][0]["chunks"]
+            n_local = open_dataset(root / "vol").inspector().inspect()["scales"][0]["chunks"]
             local_t.append(time.perf_counter() - t0)
             t0 = time.perf_counter()
             kv = ts.KvStore.open(
@@ -138,7 +138,7 @@ def main() -> None:
             for _ in range(args.repeats):
                 server.bytes_sent = 0
                 t0 = time.perf_counter()
-                summary = PrecomputedInspector(open_store(server.url + "vol")).inspect()
+                summary = open_dataset(server.url + "vol").inspector().inspect()
                 ours_t.append(time.perf_counter() - t0)
                 ours_b.append(server.bytes_sent)
                 n_ours = summary["scales"][0]["chunks"]

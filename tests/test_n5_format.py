@@ -10,7 +10,13 @@ import numpy as np
 import pytest
 
 from napari_shardscope.core.bytestore import LocalByteStore
-from napari_shardscope.core.errors import ArgumentError, ChunkDecodeError, MetadataError, NotADatasetError
+from napari_shardscope.core.errors import (
+    ArgumentError,
+    ChunkDecodeError,
+    MetadataError,
+    NotADatasetError,
+    UnsupportedFeatureError,
+)
 from napari_shardscope.core.formats.n5.attributes import (
     decode_attributes_json,
     list_scales,
@@ -179,7 +185,6 @@ def test_missing_block_size_means_one_block() -> None:
     ({"dimensions": []}, "dimensions", "[]"),
     ({"blockSize": [5]}, "blockSize", "[5]"),
     ({"blockSize": [5, 0]}, "blockSize", "0"),
-    ({"compression": {"type": "snappy"}}, "compression.type", "snappy"),
     ({"compression": "gzip"}, "compression", "gzip"),
     ({"compression": {"type": "gzip", "level": 12}}, "compression.level", "12"),
     ({"compression": {"type": "gzip", "useZlib": "yes"}}, "compression.useZlib", "yes"),
@@ -199,9 +204,20 @@ def test_metadata_errors_name_field_and_value(doc: dict[str, Any], field: str, v
     assert info.value.key == "em/attributes.json"
 
 
+def test_unknown_compression_is_an_unsupported_feature() -> None:
+    # N5 compressions are open-ended (libraries register their own): valid metadata we cannot read,
+    # not a broken file. The error names the feature and the file.
+    base = {"dimensions": [1], "dataType": "uint8"}
+    with pytest.raises(UnsupportedFeatureError, match=r"em/attributes.json: N5 compression 'snappy'") as info:
+        parse_dataset_attributes({**base, "compression": {"type": "snappy"}}, path="em")
+    assert info.value.key == "em/attributes.json" and info.value.feature.startswith("N5 compression 'snappy'")
+    with pytest.raises(UnsupportedFeatureError, match=r"'compressionType\.type'"):
+        parse_dataset_attributes({**base, "compressionType": "snappy"})
+    with pytest.raises(MetadataError, match=r"'compression\.type' must be a compression name"):
+        parse_dataset_attributes({**base, "compression": {"type": 3}})
+
+
 def test_legacy_compression_type_errors() -> None:
-    with pytest.raises(MetadataError, match=r"'compressionType\.type' has unsupported value 'snappy'"):
-        parse_dataset_attributes({"dimensions": [1], "dataType": "uint8", "compressionType": "snappy"})
     with pytest.raises(MetadataError, match="'compression' is missing"):
         parse_dataset_attributes({"dimensions": [1], "dataType": "uint8"})
 

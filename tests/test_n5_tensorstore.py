@@ -16,7 +16,7 @@ import pytest
 
 from napari_shardscope.core.bytestore import LocalByteStore, TensorStoreByteStore
 from napari_shardscope.core.formats import open_dataset
-from napari_shardscope.core.formats.n5.attributes import write_attributes
+from napari_shardscope.core.formats.n5.attributes import list_scales, read_attributes, write_attributes
 from napari_shardscope.core.formats.n5.block import decode_block, decode_block_header
 from napari_shardscope.core.formats.n5.inspector import N5Inspector
 from tests.http_range_server import RangeServer
@@ -44,7 +44,7 @@ def test_tensorstore_blocks_decode_to_tensorstore_values(tmp_path: Path, compres
                                                          data_type: str) -> None:
     array = random_array(SHAPE, data_type, seed=len(compression))
     ts_array = ts_create(tmp_path, array, BLOCK, compression)
-    inspector = N5Inspector(LocalByteStore(tmp_path))
+    inspector = open_dataset(tmp_path).inspector()
     attrs = inspector.attributes()
     assert attrs.compression.to_json()["type"] == compression["type"]
     records = list(inspector.list_chunks())
@@ -71,7 +71,7 @@ def test_our_blocks_read_back_through_tensorstore(tmp_path: Path, compression: d
     array = random_array(SHAPE, data_type, seed=7)
     write_dataset(tmp_path, array, BLOCK, compression, full_end_blocks=full_end_blocks)
     np.testing.assert_array_equal(ts_read(tmp_path), array)
-    assert list(N5Inspector(LocalByteStore(tmp_path)).validate()) == []
+    assert list(open_dataset(tmp_path).inspector().validate()) == []
 
 
 def test_cropped_end_blocks_have_java_headers(tmp_path: Path) -> None:
@@ -89,7 +89,7 @@ def test_sparse_dataset(tmp_path: Path) -> None:
     for pos in skip:
         expected[tuple(slice(p * b, (p + 1) * b) for p, b in zip(pos, BLOCK, strict=True))] = 0
     np.testing.assert_array_equal(ts_read(tmp_path), expected)
-    inspector = N5Inspector(LocalByteStore(tmp_path))
+    inspector = open_dataset(tmp_path).inspector()
     summary = inspector.inspect()["scales"][0]
     assert summary["blocks_present"] == 32 - 3 and summary["num_blocks"] == 32
     assert summary["data_bytes"] == sum(p.stat().st_size for p in tmp_path.rglob("*") if p.name[0].isdigit()
@@ -109,7 +109,7 @@ def test_sparse_dataset(tmp_path: Path) -> None:
 def test_other_ranks_both_ways(tmp_path: Path, shape: tuple[int, ...], block: tuple[int, ...]) -> None:
     array = random_array(shape, "uint32", seed=3)
     ts_array = ts_create(tmp_path / "ts", array, block, {"type": "gzip"})
-    inspector = N5Inspector(LocalByteStore(tmp_path / "ts"))
+    inspector = open_dataset(tmp_path / "ts").inspector()
     attrs = inspector.attributes()
     for rec in inspector.list_chunks():
         decoded = inspector.read_block(rec["grid_position"])
@@ -180,7 +180,8 @@ def test_inspector_over_http(tmp_path: Path) -> None:
 def test_tensorstore_file_kvstore_store(tmp_path: Path) -> None:
     # The same dataset through TensorStore's kvstore (no cheap sizes): counts known, sizes null.
     write_dataset(tmp_path, random_array(SHAPE, "int32"), BLOCK, {"type": "zstd", "level": 1})
-    inspector = N5Inspector(TensorStoreByteStore(f"file://{tmp_path}/"))
+    store = TensorStoreByteStore(f"file://{tmp_path}/")
+    inspector = N5Inspector(store, list_scales(store), read_attributes(store) or {})
     summary = inspector.inspect()["scales"][0]
     assert summary["blocks_present"] == 32 and summary["data_bytes"] is None
     assert all(r["size"] is None for r in inspector.list_chunks())

@@ -18,7 +18,7 @@ import pytest
 
 from napari_shardscope.core.bytestore import LocalByteStore
 from napari_shardscope.core.errors import ChunkDecodeError, IndexDecodeError, MetadataError, ShardscopeError
-from napari_shardscope.core.formats.precomputed.inspector import PrecomputedInspector
+from napari_shardscope.core.formats import open_dataset
 from napari_shardscope.core.formats.precomputed.shard_index import decode_minishard_index, decode_shard_index
 from napari_shardscope.core.formats.precomputed.shard_reader import ShardedReader
 from napari_shardscope.core.formats.precomputed.shard_writer import encode_shard
@@ -46,7 +46,7 @@ def _make(tmp_path: Path, spec_json: dict[str, object] = SPEC_JSON) -> tuple[Pat
 
 
 def _problems(root: Path) -> list[str]:
-    return [str(p) for p in PrecomputedInspector(LocalByteStore(root)).validate()]
+    return [str(p) for p in open_dataset(root).inspector().validate()]
 
 
 def test_clean_file_validates(tmp_path: Path) -> None:
@@ -255,7 +255,7 @@ def test_unusable_info_json_is_a_metadata_error(tmp_path: Path, blob: bytes) -> 
         parse_info(blob)
     (tmp_path / "info").write_bytes(blob)
     with pytest.raises(MetadataError, match=message):
-        PrecomputedInspector(LocalByteStore(tmp_path))
+        open_dataset(tmp_path).inspector()
 
 
 def test_huge_shard_index_of_a_short_file_is_reported_not_allocated(tmp_path: Path) -> None:

@@ -16,7 +16,8 @@ import numpy as np
 import pytest
 import tensorstore as ts
 
-from napari_shardscope.core.bytestore import LocalByteStore, open_store
+from napari_shardscope.core.bytestore import LocalByteStore
+from napari_shardscope.core.formats import open_dataset
 from napari_shardscope.core.formats.precomputed.info import parse_info
 from napari_shardscope.core.formats.precomputed.inspector import PrecomputedInspector
 from napari_shardscope.core.formats.precomputed.shard_reader import ShardedReader
@@ -39,7 +40,7 @@ def test_byte_ranges_decode_to_tensorstore_chunks(tmp_path: Path, name: str) -> 
     store = LocalByteStore(path)
     info = parse_info(store.read("info") or b"")
     assert len(info.scales) == 3
-    inspector = PrecomputedInspector(store)
+    inspector = PrecomputedInspector(store, info)
     checked = 0
     for level, sc in enumerate(info.scales):
         assert sc.sharding is not None
@@ -78,7 +79,7 @@ def test_byte_ranges_decode_to_tensorstore_chunks(tmp_path: Path, name: str) -> 
 def test_voxel_locate_matches_tensorstore_grid(tmp_path: Path) -> None:
     path = tmp_path / "vol"
     write_ts_volume(path, SHARDING_MURMUR_GZIP, scales=1, offset=(-10, 4, 1))
-    inspector = PrecomputedInspector(LocalByteStore(path))
+    inspector = open_dataset(path).inspector()
     rec = inspector.locate_voxel([-10 + 17, 4 + 33, 1 + 20])
     assert rec["grid_position"] == [1, 2, 2]
     assert rec["present"] is True
@@ -113,7 +114,7 @@ def test_shards_we_write_read_back_in_tensorstore_and_cloudvolume(tmp_path: Path
 
     cv = CloudVolume(f"file://{path}", mip=0, progress=False, fill_missing=False)
     np.testing.assert_array_equal(np.asarray(cv[:, :, :])[..., 0], data)
-    assert list(PrecomputedInspector(store).validate()) == []
+    assert list(open_dataset(path).inspector().validate()) == []
 
 
 def test_obsolete_index_data_layout_reads_the_same(tmp_path: Path) -> None:
@@ -136,7 +137,7 @@ def test_obsolete_index_data_layout_reads_the_same(tmp_path: Path) -> None:
         assert old.read_chunk(cid) == value
     loc = old.locate(int(ids[0]))
     assert loc.shard_file.endswith(".index + " + loc.shard_file.split(" + ")[0][:-6] + ".data")
-    assert list(PrecomputedInspector(LocalByteStore(path)).validate()) == []
+    assert list(open_dataset(path).inspector().validate()) == []
 
 
 def test_cloudvolume_segment_shards_read_by_us_and_ours_by_cloudvolume(tmp_path: Path) -> None:
@@ -162,7 +163,7 @@ def test_cloudvolume_segment_shards_read_by_us_and_ours_by_cloudvolume(tmp_path:
     cv_spec = ShardingSpecification.from_dict(spec_json)
     for filename, blob in cv_spec.synthesize_shards(payload, progress=False).items():
         (cv_dir / filename).write_bytes(blob)
-    inspector = PrecomputedInspector(LocalByteStore(cv_dir))
+    inspector = open_dataset(cv_dir).inspector()
     reader = inspector.reader(inspector.sources[0])
     for label, value in payload.items():
         assert reader.read_chunk(label) == value
@@ -193,9 +194,8 @@ def test_remote_http_reads_only_index_ranges(tmp_path: Path, http_root: tuple[Pa
     root, server = http_root
     write_ts_volume(root / "vol", SHARDING_MURMUR_GZIP, scales=1)
     total = sum(p.stat().st_size for p in (root / "vol").rglob("*.shard"))
-    store = open_store(server.url + "vol")  # type: ignore[attr-defined]
-    inspector = PrecomputedInspector(store)
-    local = PrecomputedInspector(LocalByteStore(root / "vol"))
+    inspector = open_dataset(server.url + "vol").inspector()  # type: ignore[attr-defined]
+    local = open_dataset(root / "vol").inspector()
     remote_summary = inspector.inspect()
     local_summary = local.inspect()
     assert remote_summary["scales"][0]["chunks"] == local_summary["scales"][0]["chunks"] > 0

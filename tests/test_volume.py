@@ -15,6 +15,8 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 from napari_shardscope.core.errors import ArgumentError, MetadataError, NotADatasetError, ShardscopeError
+from napari_shardscope.core.formats import open_dataset
+from napari_shardscope.core.formats.volume_spec import dtype_contrast_limits, guess_kind
 from napari_shardscope.core.sample_data import SampleDataset
 from napari_shardscope.core.volumes import (
     LazyArray,
@@ -27,7 +29,6 @@ from napari_shardscope.core.volumes import (
     shared_context,
 )
 from napari_shardscope.core.volumes import context as context_module
-from napari_shardscope.core.volumes.model import dtype_contrast_limits, guess_kind
 from tests.test_volume_support import FormatCase, format_cases, sample  # noqa: F401  (fixtures)
 
 # -- LazyArray ---------------------------------------------------------------------------------------
@@ -186,6 +187,61 @@ def test_n5_levels_use_downsampling_factors(format_cases: dict[str, FormatCase])
     assert [lv.voxel_size for lv in vol.levels] == [(40.0, 4.0, 4.0), (40.0, 8.0, 8.0), (80.0, 16.0, 16.0)]
     bdv = open_volume(format_cases["n5-bdv"].path)
     assert bdv.levels[1].voxel_size == (4.0, 1.0, 1.0)
+
+
+def _n5_group(root: Path, group: dict[str, object], levels: list[dict[str, object]]) -> Path:
+    """An N5 multiscale group of empty uint8 datasets (every block missing reads as 0)."""
+    (root / "attributes.json").write_text(json.dumps(group))
+    for k, extra in enumerate(levels):
+        (root / f"s{k}").mkdir()
+        doc = {"dimensions": [16 >> k, 12 >> k, 8 >> k], "blockSize": [4, 4, 4], "dataType": "uint8",
+               "compression": {"type": "raw"}, **extra}
+        (root / f"s{k}" / "attributes.json").write_text(json.dumps(doc))
+    return root
+
+
+def _inspected_levels(url: Path) -> list[dict[str, object]]:
+    return [sc["volume"] for sc in open_dataset(url).inspector().inspect()["scales"]]
+
+
+def test_n5_scale_with_its_own_pixel_resolution_is_scaled_by_its_factors(tmp_path: Path) -> None:
+    # Bug fixed: the viewer took a scale's own pixelResolution as that scale's voxel size while
+    # inspect multiplied it by the factors. n5-ij (and n5-spark, which copies s0's pixelResolution
+    # onto every scale) read it as the full-resolution size: voxel size = pixelResolution x factors.
+    res = {"pixelResolution": {"dimensions": [4, 4, 40], "unit": "nm"}}
+    url = _n5_group(tmp_path, {"n5": "4.0.0"},
+                    [{**res, "downsamplingFactors": [1, 1, 1]}, {**res, "downsamplingFactors": [2, 2, 2]}])
+    vol = open_volume(url)
+    assert [lv.voxel_size for lv in vol.levels] == [(40.0, 4.0, 4.0), (80.0, 8.0, 8.0)]
+    assert [lv.downsampling_factors for lv in vol.levels] == [(1.0, 1.0, 1.0), (2.0, 2.0, 2.0)]
+    assert [tuple(v["voxel_size"]) for v in _inspected_levels(url)] == [lv.voxel_size for lv in vol.levels]
+
+
+def test_n5_group_factor_tables_are_read_one_way(tmp_path: Path) -> None:
+    # Bug fixed: with both group tables the viewer read 'scales' first and inspect
+    # 'downsamplingFactors' first; both now follow Neuroglancer ('scales' wins).
+    url = _n5_group(tmp_path, {"scales": [[1, 1, 1], [2, 2, 2]], "downsamplingFactors": [[1, 1, 1], [2, 2, 1]],
+                               "resolution": [1, 1, 10]}, [{}, {}])
+    vol = open_volume(url)
+    assert vol.levels[1].downsampling_factors == (2.0, 2.0, 2.0) and vol.levels[1].voxel_size == (20.0, 2.0, 2.0)
+    assert _inspected_levels(url)[1]["downsampling_factors"] == [2.0, 2.0, 2.0]
+    # A malformed table entry: the viewer skipped it and guessed from the shapes, inspect refused.
+    (tmp_path / "attributes.json").write_text(json.dumps({"scales": [[1, 1, 1], [2, 2]]}))
+    for call in (lambda: open_volume(url), lambda: open_dataset(url).inspector().inspect()):
+        with pytest.raises(MetadataError, match=r"'scales\[1\]' must list 3 positive numbers"):
+            call()
+
+
+@pytest.mark.parametrize("doc", [{"resolution": [4, 0, 40]}, {"pixelResolution": {"dimensions": [0, 4, 40],
+                                                                                   "unit": "nm"}},
+                                 {"scales": [[1, 1, 1], [2, 0, 2]]}])
+def test_n5_zero_resolution_or_factor_is_refused_by_every_reader(tmp_path: Path, doc: dict[str, object]) -> None:
+    # Bug fixed: open accepted a zero resolution (a zero voxel size) that inspect refused.
+    url = _n5_group(tmp_path, doc, [{}, {}])
+    with pytest.raises(MetadataError, match="positive numbers"):
+        open_volume(url)
+    with pytest.raises(MetadataError, match="positive numbers"):
+        open_dataset(url).inspector()
 
 
 def test_kind_can_be_forced(format_cases: dict[str, FormatCase]) -> None:  # noqa: F811

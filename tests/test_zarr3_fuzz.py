@@ -180,7 +180,7 @@ def test_metadata_parsers_and_reader_on_random_json(doc: Any) -> None:
     if reader is not None:  # a mutation that is still valid: everything else must work too
         only_our_errors(reader.locate_voxel, [0] * reader.metadata.ndim)
         only_our_errors(lambda: list(reader.list_inner_chunks()))
-    inspector = only_our_errors(Zarr3Inspector, store)
+    inspector = only_our_errors(lambda: Zarr3Inspector(store, parse_node_metadata(text, key="zarr.json")))
     if inspector is not None:
         only_our_errors(inspector.inspect)
         list(inspector.validate())  # validate reports, never raises on bad data
@@ -302,7 +302,7 @@ def test_mutated_shard_files(location: str, data: st.DataObject) -> None:
     reader = Zarr3ArrayReader(store)
     problems = list(validate_shard_bytes(reader, key, bytes(blob)))
     assert all(p.key == key and p.message for p in problems)
-    inspector = Zarr3Inspector(store)
+    inspector = Zarr3Inspector(store, parse_node_metadata(store.files["zarr.json"], key="zarr.json"))
     all_problems = list(inspector.validate())
     assert [str(p) for p in all_problems] == [str(p) for p in problems]
     for voxel in ([0, 0], [4, 5], [3, 3]):

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import zarr
 
-from napari_shardscope.core.bytestore import LocalByteStore, TensorStoreByteStore
+from napari_shardscope.core.bytestore import LocalByteStore
 from napari_shardscope.core.errors import ArgumentError, ChunkDecodeError
 from napari_shardscope.core.formats import open_dataset
 from napari_shardscope.core.formats.zarr3.inspector import Zarr3Inspector, parse_shard_filter
@@ -92,7 +92,7 @@ def test_open_dataset_dispatches_to_zarr3(tmp_path: Path) -> None:
 
 def test_inspect_reads_only_index_bytes(tmp_path: Path) -> None:
     ome_group(tmp_path)
-    inspector = Zarr3Inspector(LocalByteStore(tmp_path))
+    inspector = open_dataset(tmp_path).inspector()
     report = inspector.inspect()
     json.dumps(report)  # JSON-ready
     assert report["format"] == "zarr3" and report["node_type"] == "group"
@@ -120,13 +120,13 @@ def test_inspect_reads_only_index_bytes(tmp_path: Path) -> None:
     index_bytes = 16 * 16 + 4
     assert report["bytes_read"] == sum(meta_bytes.values()) + (18 + 4) * index_bytes
     assert inspector.inspect()["bytes_read"] == report["bytes_read"]  # metadata and indexes are cached
-    fresh = Zarr3Inspector(LocalByteStore(tmp_path)).inspect("s1")
+    fresh = open_dataset(tmp_path).inspector().inspect("s1")
     assert fresh["bytes_read"] == meta_bytes[""] + meta_bytes["s1"] + 4 * index_bytes
 
 
 def test_locate_and_list_records(tmp_path: Path) -> None:
     data = ome_group(tmp_path, "start")
-    inspector = Zarr3Inspector(LocalByteStore(tmp_path))
+    inspector = open_dataset(tmp_path).inspector()
     rec = inspector.locate_voxel([17, 9, 5])
     assert rec == {
         "scale": "s0",
@@ -179,7 +179,7 @@ def test_locate_and_list_records(tmp_path: Path) -> None:
 )
 def test_bad_arguments(tmp_path: Path, call: str, kwargs: dict[str, Any], match: str) -> None:
     ome_group(tmp_path)
-    inspector = Zarr3Inspector(LocalByteStore(tmp_path))
+    inspector = open_dataset(tmp_path).inspector()
     with pytest.raises(ArgumentError, match=match):
         result = getattr(inspector, call)(**kwargs)
         list(result) if call == "list_chunks" else result
@@ -190,7 +190,7 @@ def test_root_array_and_v2_keys(tmp_path: Path) -> None:
     data = np.arange(63, dtype="uint16").reshape(9, 7)
     write_array(LocalByteStore(tmp_path), "", meta, data)
     assert sorted(p.name for p in tmp_path.iterdir())[:3] == ["0.0", "0.1", "1.0"]
-    inspector = Zarr3Inspector(LocalByteStore(tmp_path))
+    inspector = open_dataset(tmp_path).inspector()
     assert inspector.scale_keys() == [""]
     assert inspector.locate_voxel([8, 6])["shard_key"] == "2.1"
     # 5 x 4 inner chunks hold data; those wholly past the edge of the edge shards are not stored.
@@ -205,7 +205,7 @@ def test_consolidated_group(tmp_path: Path) -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         zarr.consolidate_metadata(str(tmp_path))
-    inspector = Zarr3Inspector(LocalByteStore(tmp_path))
+    inspector = open_dataset(tmp_path).inspector()
     assert inspector.scale_keys() == ["raw"]
     assert inspector.locate_voxel([5, 5]) | {"byte_range": None, "nbytes": None} == {
         "scale": "raw",
@@ -231,7 +231,7 @@ def test_unsharded_array(tmp_path: Path) -> None:
     )
     data = np.arange(100, dtype="uint16").reshape(10, 10)
     write_array(LocalByteStore(tmp_path), "", meta, data)
-    inspector = Zarr3Inspector(LocalByteStore(tmp_path))
+    inspector = open_dataset(tmp_path).inspector()
     scale = inspector.inspect()["scales"][0]
     assert scale["sharded"] is False and scale["index_location"] is None
     assert scale["chunks_per_shard"] == [1, 1] and scale["shards_present"] == 9
@@ -258,7 +258,7 @@ def test_zero_dimensional_arrays(tmp_path: Path) -> None:
                 }
             )
         )
-        inspector = Zarr3Inspector(LocalByteStore(tmp_path))
+        inspector = open_dataset(tmp_path).inspector()
         rec = inspector.locate_voxel([])
         assert rec["shard_key"] == key and rec["present"] and rec["inner_chunk"] == []
         assert int(inspector.reader().read_inner_chunk(())) == 5
@@ -269,8 +269,8 @@ def test_zero_dimensional_arrays(tmp_path: Path) -> None:
 def test_remote_over_http_ranges(http_root: tuple[Path, RangeServer], location: str) -> None:
     root, server = http_root
     ome_group(root, location)
-    local = Zarr3Inspector(LocalByteStore(root))
-    remote = Zarr3Inspector(TensorStoreByteStore(server.url))
+    local = open_dataset(root).inspector()
+    remote = open_dataset(server.url).inspector()
     assert remote.scale_keys() == ["s0", "s1"]
     report = remote.inspect("s1")
     expected = local.inspect("s1")
@@ -291,7 +291,7 @@ def test_shard_numbers_of_a_grid_larger_than_intp(tmp_path: Path) -> None:
     # 2**124 shards: numpy's unravel_index refuses the grid (ValueError); C order still names shard N.
     meta = sharded((2**62, 2**62), (1, 1), (1, 1), dtype="uint8")
     (tmp_path / "zarr.json").write_text(json.dumps(meta.to_json()))
-    inspector = Zarr3Inspector(LocalByteStore(tmp_path))
+    inspector = open_dataset(tmp_path).inspector()
     reader = inspector.reader()
     assert parse_shard_filter(reader, 2**62 + 5) == (1, 5)
     assert list(inspector.list_chunks(shard=2**62 + 5)) == []

@@ -20,6 +20,7 @@ import pytest
 from napari_shardscope.core.bytestore import LocalByteStore, ReadStats
 from napari_shardscope.core.errors import ArgumentError
 from napari_shardscope.core.formats import open_dataset
+from napari_shardscope.core.formats.precomputed.info import parse_info
 from napari_shardscope.core.formats.precomputed.inspector import PrecomputedInspector
 from napari_shardscope.core.formats.precomputed.morton import encode_morton
 from napari_shardscope.core.formats.precomputed.shard_writer import write_shards
@@ -121,7 +122,7 @@ def test_ten_thousand_shards_open_and_list_without_reading_indexes(many_shards: 
                                                                                        dict[int, bytes]]) -> None:
     store, real, chunks = many_shards
     store.stats.reset()
-    tree = LayoutTree(PrecomputedInspector(store))
+    tree = LayoutTree(PrecomputedInspector(store, parse_info(store.read("info") or b"")))
     (scale,) = tree.roots()
     assert store.stats.requests == 1  # info
     assert scale.raw_bytes == math.prod(MANY_SIZE) * 8 and scale.chunks is None
@@ -164,7 +165,7 @@ def test_ten_thousand_shards_open_and_list_without_reading_indexes(many_shards: 
 def test_locate_in_many_shards_reads_two_indexes_at_most(many_shards: tuple[MemoryStore, int,
                                                                               dict[int, bytes]]) -> None:
     store, real, chunks = many_shards
-    tree = LayoutTree(PrecomputedInspector(store))
+    tree = LayoutTree(PrecomputedInspector(store, parse_info(store.read("info") or b"")))
     cid = sorted(chunks)[1]
     grid = tree.locate_chunk(cid).node.grid_position
     assert grid is not None

@@ -17,6 +17,7 @@ import pytest
 from napari.layers import Labels
 from qtpy.QtCore import QPoint, Qt
 
+from napari_shardscope.core.formats.precomputed.info import parse_info
 from napari_shardscope.core.formats.precomputed.inspector import PrecomputedInspector
 from napari_shardscope.core.formats.precomputed.sharding import assign_chunk_ids
 from napari_shardscope.core.layout import LayoutTree, format_bytes, open_layout
@@ -269,7 +270,7 @@ def test_ten_thousand_shards_page_in(make_napari_viewer: Any, qtbot: Any,
     viewer = make_napari_viewer()
     browser = ShardBrowser(viewer)
     store.stats.reset()
-    browser.set_tree(LayoutTree(PrecomputedInspector(store)))
+    browser.set_tree(LayoutTree(PrecomputedInspector(store, parse_info(store.read("info") or b""))))
     top = browser.tree_widget.topLevelItem(0)
     top.setExpanded(True)
     assert top.childCount() == PAGE_SIZE + 1 and "more of" in top.child(PAGE_SIZE).text(0)

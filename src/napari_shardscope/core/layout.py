@@ -59,6 +59,7 @@ from napari_shardscope.core.formats.layout_model import (
     format_bytes,
     format_part,
 )
+from napari_shardscope.core.formats.volume_spec import LevelSpec, VolumeSpec
 from napari_shardscope.core.volumes.model import ScaleLevel as VolumeLevel
 from napari_shardscope.core.volumes.model import Volume
 
@@ -106,9 +107,10 @@ class LayoutTree:
         The dataset's inspector (``open_dataset(url).inspector()``); the format's layout backend
         comes from its dataset, or, for an inspector made without one, from the format registry.
     volume
-        The same dataset's volume (``dataset.open_volumes()[0]``); gives each scale's voxel size
-        and translate exactly as the viewer shows them. Without it they come from the format's
-        metadata (precomputed resolution, N5 resolution, else 1).
+        The same dataset's volume (``dataset.open_volumes()[0]``) or its volume spec
+        (``dataset.volume_specs()[0]``); gives each scale's axes, voxel size and translate exactly as
+        the viewer shows them. Without it they come from the format's metadata (precomputed
+        resolution, N5 resolution, else 1).
     dataset
         The dataset ``inspector`` belongs to (:meth:`from_dataset` passes it): the tree then shares
         its layout backend, and validation runs on a new inspector of the same dataset, so it reads
@@ -119,7 +121,8 @@ class LayoutTree:
     """
 
     def __init__(
-        self, inspector: DatasetInspector, volume: Volume | None = None, *, dataset: Dataset | None = None
+        self, inspector: DatasetInspector, volume: Volume | VolumeSpec | None = None, *,
+        dataset: Dataset | None = None,
     ) -> None:
         if dataset is not None and dataset.inspector() is not inspector:
             raise ArgumentError("the inspector of a layout tree must be its dataset's (use LayoutTree.from_dataset)")
@@ -135,19 +138,20 @@ class LayoutTree:
         self._roots: list[LayoutNode] | None = None
 
     @classmethod
-    def from_dataset(cls, dataset: Dataset, volume: Volume | None = None) -> LayoutTree:
+    def from_dataset(cls, dataset: Dataset, volume: Volume | VolumeSpec | None = None) -> LayoutTree:
         """The tree of an opened dataset (metadata only).
 
-        Without ``volume`` the dataset's (first) volume is opened too, metadata only, so world boxes
-        match a viewer; a dataset with nothing to view (a mesh directory) gets metadata-derived geometry.
+        Without ``volume`` the dataset's (first) volume spec is used (pure data, nothing opened), so
+        axes and world boxes match a viewer's; a dataset with nothing to view (a mesh directory) gets
+        metadata-derived geometry.
         """
         inspector = dataset.inspector()
         if volume is None:
             try:
-                volumes = dataset.open_volumes()
+                specs = dataset.volume_specs()
             except ShardscopeError:
-                volumes = []
-            volume = volumes[0] if volumes else None
+                specs = []
+            volume = specs[0] if specs else None
         return cls(inspector, volume, dataset=dataset)
 
     def __repr__(self) -> str:
@@ -213,17 +217,18 @@ class LayoutTree:
         key = self._spatial_scale(scale)
         base = self._backend.geometry(key)
         level = self._volume_level(key)
-        if level is None:
+        if level is None or self.volume is None:
             return base
         n = base.ndim
         return replace(
             base,
+            axes=base.to_format_order(self.volume.axes[-n:]),
             voxel_size=tuple(float(v) for v in level.voxel_size[-n:]),
             translate=tuple(float(t) for t in level.translate[-n:]),
-            unit=self.volume.unit if self.volume is not None else base.unit,
+            unit=self.volume.unit,
         )
 
-    def _volume_level(self, key: str) -> VolumeLevel | None:
+    def _volume_level(self, key: str) -> VolumeLevel | LevelSpec | None:
         if self.volume is None:
             return None
         for level in self.volume.levels:
@@ -357,7 +362,7 @@ class LayoutTree:
         return inspector.validate(scale, progress)
 
 
-def open_layout(url: str | os.PathLike[str] | Location, volume: Volume | None = None) -> LayoutTree:
+def open_layout(url: str | os.PathLike[str] | Location, volume: Volume | VolumeSpec | None = None) -> LayoutTree:
     """Open the layout tree of the dataset at ``url`` (metadata only; see :meth:`LayoutTree.from_dataset`)."""
     return LayoutTree.from_dataset(open_dataset(url), volume)
 

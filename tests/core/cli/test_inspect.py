@@ -175,11 +175,12 @@ def test_inspect_reads_each_index_once_when_they_outnumber_the_caches(tmp_path: 
 def test_ls_of_a_remote_unsharded_scale_downloads_no_chunk(tmp_path: Path) -> None:
     # Like locate (and N5's ls), sizes are null where a size would cost a download of the chunk.
     from napari_shardscope.core.bytestore import TensorStoreByteStore
+    from napari_shardscope.core.formats.precomputed.info import parse_info
     from napari_shardscope.core.formats.precomputed.inspector import PrecomputedInspector
 
     path = tmp_path / "vol"
     write_ts_volume(path, None, scales=1)
     store = TensorStoreByteStore(f"file://{path}")  # a kvstore that lists but cannot stat
-    records = list(PrecomputedInspector(store).list_chunks())
+    records = list(PrecomputedInspector(store, parse_info(store.read("info") or b"")).list_chunks())
     assert len(records) == 4 * 3 * 3 and all(r["size"] is None for r in records)
     assert store.stats.bytes_read == len((path / "info").read_bytes())

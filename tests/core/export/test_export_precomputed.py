@@ -21,7 +21,7 @@ from napari_shardscope.core.export.precomputed import export_precomputed
 from napari_shardscope.core.export.prepare import claim_destination
 from napari_shardscope.core.export.sharding_params import choose_sharding
 from napari_shardscope.core.export.source import ArraySource, VolumeSource
-from napari_shardscope.core.formats.precomputed.inspector import PrecomputedInspector
+from napari_shardscope.core.formats import open_dataset
 from napari_shardscope.core.formats.precomputed.sharding import ShardingSpec, assign_chunk_ids
 
 
@@ -62,7 +62,7 @@ def test_export_reads_back_in_tensorstore_and_cloudvolume(tmp_path: Path) -> Non
         np.testing.assert_array_equal(store[..., 0].read().result().T, expected)
         cv = CloudVolume(f"file://{tmp_path / 'out'}", mip=level, progress=False, fill_missing=False)
         np.testing.assert_array_equal(np.asarray(cv[:, :, :])[..., 0].T, expected)
-    assert list(PrecomputedInspector(LocalByteStore(tmp_path / "out")).validate()) == []
+    assert list(open_dataset(tmp_path / "out").inspector().validate()) == []
 
 
 def test_distributed_cluster_writes_the_same_bytes(tmp_path: Path) -> None:
@@ -160,7 +160,7 @@ def test_a_given_sharding_spec_stores_every_chunk(tmp_path: Path, spec: Sharding
     assert sum(r.chunks for r in report.shards if r.scale == "4_4_40") == np.prod(grid0)
     for level, expected in enumerate(source.arrays):
         np.testing.assert_array_equal(_read_tensorstore(tmp_path / "out", level), expected)
-    assert list(PrecomputedInspector(LocalByteStore(tmp_path / "out")).validate()) == []
+    assert list(open_dataset(tmp_path / "out").inspector().validate()) == []
 
 
 def test_one_sharding_spec_per_scale(tmp_path: Path) -> None:
@@ -247,7 +247,7 @@ def test_overwrite_with_another_sharding_leaves_only_the_new_dataset(tmp_path: P
     export_precomputed(source, str(tmp_path / "out"), chunk_size=(32, 32, 16), overwrite=True)
     # byte for byte the dataset a fresh export writes: no shard file of the first sharding survives
     assert _digests(tmp_path / "out") == _digests(tmp_path / "fresh")
-    assert list(PrecomputedInspector(LocalByteStore(tmp_path / "out")).validate()) == []
+    assert list(open_dataset(tmp_path / "out").inspector().validate()) == []
 
 
 @dataclass(frozen=True)
@@ -368,4 +368,4 @@ def test_cli_huge_shard_bits_export_promptly(small_volume: Path, tmp_path: Path)
     assert json.loads(run.stdout)["chunks"] == 3 * 3 * 3 + 2 * 2 * 2 + 1 * 1 * 2  # one shard per chunk of each grid
     for level, expected in enumerate(_source(7).arrays):
         np.testing.assert_array_equal(_read_tensorstore(dest, level), expected)
-    assert list(PrecomputedInspector(LocalByteStore(dest)).validate()) == []
+    assert list(open_dataset(dest).inspector().validate()) == []

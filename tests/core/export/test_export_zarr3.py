@@ -9,11 +9,10 @@ import numpy as np
 import pytest
 import tensorstore as ts
 
-from napari_shardscope.core.bytestore import LocalByteStore
 from napari_shardscope.core.errors import ArgumentError
 from napari_shardscope.core.export.source import ArraySource
 from napari_shardscope.core.export.zarr3 import choose_shard_shape, export_zarr3
-from napari_shardscope.core.formats.zarr3.inspector import Zarr3Inspector
+from napari_shardscope.core.formats import open_dataset
 
 
 def test_zarr_export_reads_back(tmp_path: Path) -> None:
@@ -36,7 +35,7 @@ def test_zarr_export_reads_back(tmp_path: Path) -> None:
             {"driver": "zarr3", "kvstore": {"driver": "file", "path": str(tmp_path / "out.zarr" / str(level))}}
         ).result()
         np.testing.assert_array_equal(t.read().result(), expected)
-    assert list(Zarr3Inspector(LocalByteStore(tmp_path / "out.zarr")).validate()) == []
+    assert list(open_dataset(tmp_path / "out.zarr").inspector().validate()) == []
 
 
 def test_shard_shape_is_whole_inner_chunks_under_the_budget() -> None:
@@ -80,7 +79,7 @@ def test_overwrite_deletes_a_shard_the_new_export_leaves_all_zero(tmp_path: Path
     assert not (out / "0" / "c" / "0" / "0" / "1").exists()
     t = ts.open({"driver": "zarr3", "kvstore": {"driver": "file", "path": str(out / "0")}}).result()
     np.testing.assert_array_equal(t.read().result(), new)
-    assert list(Zarr3Inspector(LocalByteStore(out)).validate()) == []
+    assert list(open_dataset(out).inspector().validate()) == []
 
 
 def test_inner_chunk_and_shard_shape_must_be_three_positive_integers(tmp_path: Path) -> None:

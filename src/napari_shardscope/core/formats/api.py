@@ -4,7 +4,10 @@ A :class:`Dataset` is the one door to a stored volume. It parses its metadata on
 consumer what it needs, so the viewer, the CLI, the shard browser, export and the labelmap all see
 the same levels, voxel sizes, translations, axes and dtype:
 
-* :meth:`Dataset.open_volumes` — the lazy multiscale volumes (the viewer, export, the labelmap base);
+* :meth:`Dataset.volume_specs` — the volumes as pure data (levels, shapes, voxel sizes,
+  translations, axes, kind; :mod:`.volume_spec`), computed from the parsed metadata;
+* :meth:`Dataset.open_volumes` — those specs opened as lazy multiscale volumes (the viewer, export,
+  the labelmap base);
 * :meth:`Dataset.inspector` — ``inspect``/``locate``/``ls``/``validate`` (:class:`DatasetInspector`);
 * :meth:`Dataset.layout_backend` — the format's part of the shard browser's tree.
 
@@ -22,7 +25,8 @@ from napari_shardscope.core.errors import UnsupportedFeatureError
 
 if TYPE_CHECKING:
     from napari_shardscope.core.formats.layout_model import LayoutBackend
-    from napari_shardscope.core.volumes.model import Kind, Volume
+    from napari_shardscope.core.formats.volume_spec import Kind, VolumeSpec
+    from napari_shardscope.core.volumes.model import Volume
 
 #: Called as ``progress(done, total, what)`` while a long check runs.
 Progress = Callable[[int, int, str], None]
@@ -90,8 +94,16 @@ class Dataset(Protocol):
         """The byte store rooted at the dataset (opened on first use)."""
         ...
 
+    def volume_specs(self, kind: Kind | None = None) -> list[VolumeSpec]:
+        """The volumes as pure data: one, or an OME-Zarr image followed by its label images.
+
+        Nothing is opened: the specs are computed from the metadata the dataset parsed (reading
+        the metadata documents of the scales and label images it points at).
+        """
+        ...
+
     def open_volumes(self, *, kind: Kind | None = None) -> list[Volume]:
-        """The lazy multiscale volumes: one, or an OME-Zarr image followed by its label images."""
+        """:meth:`volume_specs` opened as lazy multiscale volumes (through TensorStore)."""
         ...
 
     def inspector(self) -> DatasetInspector:

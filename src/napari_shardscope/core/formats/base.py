@@ -2,18 +2,23 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from napari_shardscope.core.bytestore import ByteStore, Location, open_store
+
+if TYPE_CHECKING:
+    from napari_shardscope.core.formats.volume_spec import Kind, VolumeSpec
+    from napari_shardscope.core.volumes.model import Volume
 
 
 class DatasetBase:
     """The parts of a :class:`~napari_shardscope.core.formats.api.Dataset` that no format changes.
 
-    Subclasses set :attr:`format_name` and :attr:`metadata_key`, parse their document in
-    ``__init__`` (once), and implement ``open_volumes``, ``_make_inspector`` and
-    ``_make_layout_backend``; the inspector and layout backend are made on first use and shared,
-    so the shard browser and the CLI reuse one set of index caches.
+    Subclasses set :attr:`format_name` and :attr:`metadata_key`, parse their document once (on
+    first use), and implement ``volume_specs``, ``_make_inspector`` and ``_make_layout_backend``;
+    the inspector and layout backend are made on first use and shared, so the shard browser and
+    the CLI reuse one set of index caches. :meth:`open_volumes` is the same for every format: the
+    volume specs, opened by :mod:`napari_shardscope.core.volumes`.
     """
 
     format_name: str = ""
@@ -45,6 +50,15 @@ class DatasetBase:
             self._store = open_store(self.location, context=self.context)
             self._store.stats.add(self._metadata_size)  # the detection read belongs to this dataset
         return self._store
+
+    def volume_specs(self, kind: Kind | None = None) -> list[VolumeSpec]:
+        raise NotImplementedError
+
+    def open_volumes(self, *, kind: Kind | None = None) -> list[Volume]:
+        """The volumes of :meth:`volume_specs`, every level opened through TensorStore."""
+        from napari_shardscope.core.volumes.opening import open_volume_specs
+
+        return open_volume_specs(self.volume_specs(kind), self.context)
 
     def inspector(self) -> Any:
         if self._inspector is None:

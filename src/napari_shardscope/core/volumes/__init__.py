@@ -10,11 +10,16 @@ Public API::
     plane = arr[10, 0:512, 0:512]                         # still lazy
     data = np.asarray(plane)                              # reads only those chunks
 
+What a volume is made of — levels, shapes, voxel sizes, axes — is decided by the format packages
+(:meth:`~napari_shardscope.core.formats.api.Dataset.volume_specs`, pure data); this package only
+opens those specs through TensorStore (:func:`open_volume_specs`) and presents them lazily.
+
 Every volume shares one TensorStore context (:func:`shared_context`), whose cache pool size the
 user sets with ``SHARDSCOPE_CACHE_MB`` or :func:`set_cache_pool_size`.
 """
 
 from napari_shardscope.core.bytestore.url import Location, is_remote, parse_url
+from napari_shardscope.core.formats.volume_spec import Kind
 from napari_shardscope.core.volumes.context import (
     CACHE_ENV,
     cache_pool_bytes,
@@ -23,8 +28,8 @@ from napari_shardscope.core.volumes.context import (
     shared_context,
 )
 from napari_shardscope.core.volumes.lazy import LazyArray, ValueTransform
-from napari_shardscope.core.volumes.model import Kind, ScaleLevel, Volume, dtype_contrast_limits, guess_kind
-from napari_shardscope.core.volumes.opening import open_volume, open_volumes
+from napari_shardscope.core.volumes.model import ScaleLevel, Volume
+from napari_shardscope.core.volumes.opening import open_volume, open_volume_specs, open_volumes
 
 __all__ = [
     "CACHE_ENV",
@@ -35,11 +40,10 @@ __all__ = [
     "ValueTransform",
     "Volume",
     "cache_pool_bytes",
-    "dtype_contrast_limits",
-    "guess_kind",
     "is_remote",
     "make_context",
     "open_volume",
+    "open_volume_specs",
     "open_volumes",
     "parse_url",
     "set_cache_pool_size",

@@ -9,15 +9,14 @@ arrays are always presented in NumPy order with the slowest axis first, ``(z, y,
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Protocol, TypeVar
 
 import numpy as np
 
+from napari_shardscope.core.formats.volume_spec import FormatName, Kind
 from napari_shardscope.core.volumes.lazy import LazyArray
-
-Kind = Literal["image", "segmentation"]
-FormatName = Literal["precomputed", "zarr3", "ome-zarr", "n5"]
 
 
 @dataclass(frozen=True)
@@ -34,12 +33,15 @@ class ScaleLevel:
         World size of one voxel along each axis (``1.0`` on non-spatial axes).
     translate
         World position of the voxel with index 0 along each axis (``voxel_offset * voxel_size``).
+    downsampling_factors
+        Voxels of the finest scale per voxel of this one along each axis (``1.0`` for the finest).
     """
 
     key: str
     array: LazyArray
     voxel_size: tuple[float, ...]
     translate: tuple[float, ...]
+    downsampling_factors: tuple[float, ...]
 
     @property
     def shape(self) -> tuple[int, ...]:
@@ -125,38 +127,21 @@ class Volume:
         raise KeyError(f"no scale {key!r}; scales are {[lv.key for lv in self.levels]}")
 
 
-def dtype_contrast_limits(dtype: np.dtype[Any]) -> tuple[float, float]:
-    """A display range from the dtype alone: its full range for integers, ``(0, 1)`` for floats.
-
-    Why not the data range: computing it would read the whole volume, which is exactly what a
-    lazy reader must never do.
-    """
-    if dtype.kind in "iu":
-        info = np.iinfo(dtype)
-        return float(info.min), float(info.max)
-    if dtype.kind == "b":
-        return 0.0, 1.0
-    return 0.0, 1.0
+class _Shaped(Protocol):
+    @property
+    def shape(self) -> tuple[int, ...]: ...
 
 
-def guess_kind(dtype: np.dtype[Any]) -> Kind:
-    """Image or segmentation when the metadata does not say: 32/64-bit integers are labels.
-
-    EM images are 8- or 16-bit (or float); object ids need 32 or 64 bits. Callers can override
-    the guess with ``open_volume(url, kind=...)``.
-    """
-    if dtype.kind in "iu" and dtype.itemsize >= 4:
-        return "segmentation"
-    return "image"
+ShapedT = TypeVar("ShapedT", bound=_Shaped)
 
 
-def keep_decreasing(levels: list[ScaleLevel]) -> tuple[ScaleLevel, ...]:
+def keep_decreasing(levels: Sequence[ShapedT]) -> tuple[ShapedT, ...]:
     """Drop scales that are not strictly smaller than the previous kept one.
 
     napari requires a multiscale pyramid to shrink at every level; a format may list a
     duplicate or out-of-order scale, which would otherwise make the whole layer fail.
     """
-    kept: list[ScaleLevel] = []
+    kept: list[ShapedT] = []
     for level in sorted(levels, key=lambda lv: -int(np.prod(lv.shape, dtype=np.int64))):
         if kept:
             prev = kept[-1].shape

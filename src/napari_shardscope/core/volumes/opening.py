@@ -1,18 +1,28 @@
-"""The public entry points :func:`open_volume` / :func:`open_volumes`: the format registry's datasets as volumes.
+"""The public entry points :func:`open_volume` / :func:`open_volumes`, and the one way a spec becomes a volume.
 
-Detection is :func:`~napari_shardscope.core.formats.open_dataset`'s (metadata only, one round-trip);
-this module only asks the dataset for its volumes, so the viewer sees what ``inspect`` sees.
+Detection and metadata are the format registry's (:func:`~napari_shardscope.core.formats.open_dataset`
+parses each dataset's metadata once and turns it into
+:class:`~napari_shardscope.core.formats.volume_spec.VolumeSpec` records); this module only opens
+what a spec names through TensorStore (:func:`open_volume_specs`), so the viewer sees what
+``inspect`` and the shard browser see.
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
+
 from napari_shardscope.core.bytestore.url import Location, parse_url
+from napari_shardscope.core.errors import FormatError
 from napari_shardscope.core.formats import open_dataset
+from napari_shardscope.core.formats.volume_spec import ArrayTransform, Kind, LevelSpec, VolumeSpec
 from napari_shardscope.core.volumes.context import shared_context
-from napari_shardscope.core.volumes.model import Kind, Volume
+from napari_shardscope.core.volumes.lazy import LazyArray
+from napari_shardscope.core.volumes.model import ScaleLevel, Volume, keep_decreasing
+from napari_shardscope.core.volumes.tsopen import open_stores
 
 
 def open_volumes(url: str | os.PathLike[str], *, kind: Kind | None = None, context: Any = None) -> list[Volume]:
@@ -34,8 +44,8 @@ def open_volumes(url: str | os.PathLike[str], *, kind: Kind | None = None, conte
         When ``url`` holds none of the formats.
     ArgumentError
         For a URL scheme we cannot read.
-    MetadataError, FormatError, StoreError
-        For broken metadata or unreachable stores (with the key and the reason).
+    MetadataError, UnsupportedFeatureError, FormatError, StoreError
+        For broken or unsupported metadata or unreachable stores (with the key and the reason).
     """
     ctx = context if context is not None else shared_context()
     return open_dataset(url, context=ctx).open_volumes(kind=kind)
@@ -47,6 +57,52 @@ def open_volume(url: str | os.PathLike[str], *, kind: Kind | None = None, contex
     See :func:`open_volumes` for the accepted URLs and the errors.
     """
     return open_volumes(url, kind=kind, context=context)[0]
+
+
+def open_volume_specs(specs: Sequence[VolumeSpec], context: Any = None) -> list[Volume]:
+    """Open every level of every spec through TensorStore, all at once, and present them as volumes.
+
+    The levels are opened concurrently (one round-trip for a remote pyramid). Levels that do not
+    shrink are dropped (:func:`~.model.keep_decreasing`: napari needs a strictly decreasing
+    pyramid). Each opened array is checked against its spec: a shape or dtype TensorStore reads
+    differently from our metadata parse is a :class:`FormatError`, never a silent disagreement
+    between the viewer and ``inspect``.
+    """
+    ctx = context if context is not None else shared_context()
+    kept = [keep_decreasing(spec.levels) for spec in specs]
+    flat = [level for levels in kept for level in levels]
+    stores = open_stores([level.tensorstore for level in flat], ctx, where=specs[0].url if specs else "")
+    opened = iter(stores)
+    volumes = []
+    for spec, levels in zip(specs, kept, strict=True):
+        scale_levels = tuple(_scale_level(spec, level, next(opened)) for level in levels)
+        volumes.append(Volume(
+            url=spec.url, name=spec.name, format=spec.format, kind=spec.kind, axes=spec.axes, unit=spec.unit,
+            levels=scale_levels, contrast_limits=spec.contrast_limits, channel_axis=spec.channel_axis,
+            metadata=dict(spec.metadata),
+        ))
+    return volumes
+
+
+def _scale_level(spec: VolumeSpec, level: LevelSpec, store: Any) -> ScaleLevel:
+    array = LazyArray(apply_transform(store, level.transform))
+    if array.shape != level.shape or np.dtype(array.dtype).name != level.dtype:
+        raise FormatError(f"scale {level.key!r}: TensorStore reads {array.shape} {array.dtype.name} where the "
+                          f"metadata gives {level.shape} {level.dtype}", key=spec.url)
+    return ScaleLevel(key=level.key, array=array, voxel_size=level.voxel_size, translate=level.translate,
+                      downsampling_factors=level.downsampling_factors)
+
+
+def apply_transform(store: Any, transform: ArrayTransform) -> Any:
+    """``store`` with ``transform`` applied: a lazy TensorStore view, nothing read."""
+    import tensorstore as ts
+
+    view = store
+    for dim, index in sorted(transform.fixed, reverse=True):  # highest first: lower dims keep their numbers
+        view = view[ts.d[dim][index]]
+    if transform.order is not None:
+        view = view[ts.d[tuple(transform.order)].transpose[:]]
+    return view
 
 
 def location_of(url: str | os.PathLike[str]) -> Location:

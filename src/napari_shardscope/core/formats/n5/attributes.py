@@ -13,14 +13,38 @@ Datasets are parsed as the Java N5 reader does: a group is a dataset when it has
 pre-1.0 spelling with a top-level ``compressionType`` string (``"gzip"``) is accepted when there is
 no ``compression`` object. Anything else that is wrong raises :class:`MetadataError` naming the
 field and the value, because a broken ``attributes.json`` is usually a writer's bug that the user
-must find in a pipeline.
+must find in a pipeline; a compression we do not implement (N5 lets libraries add their own)
+raises :class:`~napari_shardscope.core.errors.UnsupportedFeatureError` instead.
 
-Multiscale groups follow the conventions of BigDataViewer, n5-viewer and Paintera: children
-``s0``, ``s1``, … each a dataset; downsampling factors (relative to ``s0``) from each ``sN``'s
-``downsamplingFactors``, else from the group's ``downsamplingFactors`` or older ``scales`` (a list
-per scale); voxel size from ``pixelResolution`` (``{"dimensions": [...], "unit": "nm"}`` or a
-plain list) or ``resolution`` on the dataset or the group, taken as the full-resolution voxel size
-and multiplied by each scale's factors (as n5-ij / n5-viewer do).
+Multiscale groups: the one reading of them
+------------------------------------------
+A group of datasets ``s0``, ``s1``, … as BigDataViewer, n5-viewer, n5-ij/n5-spark and Paintera
+write it. This is the only place shardscope interprets one (the viewer's volume spec, ``inspect``
+and the shard browser all take :class:`ScaleLevel` from here); where those writers' readers
+disagree, the choice is written down:
+
+* **Downsampling factors** of scale *k* (voxels of ``s0`` per voxel of ``sk``, per axis): the
+  dataset's own ``downsamplingFactors`` (n5-viewer, BigDataViewer, n5-spark write it on every
+  scale); else row *k* of the group's ``scales`` (n5-viewer's group attribute) or, when there is
+  none, of the group's ``downsamplingFactors`` (BigDataViewer's setup group) — Neuroglancer reads
+  both group tables and lets ``scales`` win when a group has both; else ``1`` for ``s0``; else,
+  as a last resort, the rounded ratio of the dimensions.
+* **Voxel size** of scale *k* = a base resolution × its factors. The base is the dataset's own
+  ``pixelResolution`` / ``resolution``, else the group's, else ``s0``'s own. A scale's own
+  ``pixelResolution`` is the *full-resolution* voxel size, not that scale's: n5-ij's
+  ``N5SingleScaleMetadataParser`` builds a scale's transform as ``pixelResolution`` ×
+  ``downsamplingFactors``, and n5-spark copies ``s0``'s ``pixelResolution`` onto every scale it
+  writes. (Taking it as the scale's own voxel size, as this project's viewer once did, made
+  ``open`` and ``inspect`` disagree on such scales.)
+* **Units**: ``pixelResolution`` is ``{"dimensions": [...], "unit": "nm"}`` (one unit for every
+  axis) or a bare list (no unit); ``resolution`` takes its units from the same document's
+  ``units`` (a list per axis, as Neuroglancer reads it, or one string for all).
+* **Validation** is Neuroglancer's: factors and resolutions are finite positive numbers; a zero,
+  a negative or a malformed table raises :class:`MetadataError` (nothing skips a bad entry
+  silently), so every reader of the group sees the same levels or the same error.
+* N5 has no offset field: every scale starts at the origin. (n5-ij and BigDataViewer add a
+  ``(f - 1) / 2`` half-voxel shift to downsampled scales; shardscope's volumes place every format's
+  scales at ``voxel_offset * voxel_size`` instead and do not apply it.)
 """
 
 from __future__ import annotations
@@ -152,20 +176,36 @@ class ScaleLevel:
         Voxels of ``s0`` per voxel of this scale, per axis (N5 order).
     resolution
         Physical voxel size of this scale (the base resolution × the factors), or ``None``.
-    unit
-        The unit of ``resolution`` when the metadata names one (``pixelResolution.unit``).
+    units
+        The unit of each axis of ``resolution`` as the metadata names it (``None``: none named).
     """
 
     key: str
     attributes: DatasetAttributes
     downsampling_factors: tuple[float, ...]
     resolution: tuple[float, ...] | None = None
-    unit: str | None = None
+    units: tuple[str, ...] | None = None
+
+    @property
+    def unit(self) -> str | None:
+        """The unit shared by every axis (``pixelResolution.unit``), ``None`` when axes differ or none is named."""
+        if not self.units or any(u != self.units[0] for u in self.units):
+            return None
+        return self.units[0] or None
 
     def to_json(self) -> dict[str, Any]:
         return {"key": self.key, "path": self.attributes.path, **self.attributes.to_json(),
                 "downsamplingFactors": list(self.downsampling_factors),
-                "resolution": None if self.resolution is None else list(self.resolution), "unit": self.unit}
+                "resolution": None if self.resolution is None else list(self.resolution), "unit": self.unit,
+                "units": None if self.units is None else list(self.units)}
+
+
+@dataclass(frozen=True)
+class Resolution:
+    """A ``pixelResolution`` or ``resolution`` attribute: voxel size per axis and the units it is in."""
+
+    values: tuple[float, ...]
+    units: tuple[str, ...] | None
 
 
 # -- documents ---------------------------------------------------------------------------------
@@ -260,10 +300,11 @@ def _int_list(doc: Mapping[str, Any], name: str, lo: int, hi: int, key: str) -> 
 # -- multiscale groups -------------------------------------------------------------------------
 
 
-def list_scales(store: ByteStore, path: str = "") -> list[ScaleLevel]:
+def list_scales(store: ByteStore, path: str = "", group_doc: Mapping[str, Any] | None = None) -> list[ScaleLevel]:
     """The scales at ``path``: a multiscale group's ``s0``, ``s1``, …, or a dataset's single scale.
 
-    Reads only ``attributes.json`` files: the group's, then ``s0/``, ``s1/``, … until one is missing.
+    Reads only ``attributes.json`` files: the group's (unless ``group_doc`` gives it, already
+    read), then ``s0/``, ``s1/``, … until one is missing.
 
     Parameters
     ----------
@@ -271,6 +312,8 @@ def list_scales(store: ByteStore, path: str = "") -> list[ScaleLevel]:
         The store holding the group.
     path
         The group (or dataset) key prefix in ``store``.
+    group_doc
+        The decoded ``attributes.json`` at ``path`` when the caller has it.
 
     Returns
     -------
@@ -283,8 +326,11 @@ def list_scales(store: ByteStore, path: str = "") -> list[ScaleLevel]:
         ``path`` is neither a dataset nor a group with an ``s0`` dataset.
     MetadataError
         A malformed document (naming the file, the field and the value).
+    UnsupportedFeatureError
+        A valid document asking for what we do not read (a compression, a data type).
     """
-    group_doc = read_attributes(store, path)
+    if group_doc is None:
+        group_doc = read_attributes(store, path)
     if group_doc is not None and is_dataset(group_doc):
         return parse_scales(group_doc, [], path=path)
     level_docs: list[Mapping[str, Any]] = []
@@ -306,14 +352,16 @@ def parse_scales(group_doc: Mapping[str, Any], level_docs: Sequence[Mapping[str,
     """The scales described by a group document and its ``sN`` children's documents.
 
     With no ``level_docs``, ``group_doc`` must itself be a dataset (a single scale, key ``""``).
+    The rules are the module docstring's.
     """
     if not level_docs:
         attrs = parse_dataset_attributes(group_doc, path=path)
-        base = _parse_resolution(group_doc, attrs.ndim, join_key(path, ATTRIBUTES_FILE))
+        own = parse_resolution(group_doc, attrs.ndim, join_key(path, ATTRIBUTES_FILE))
         ones = tuple(1 for _ in range(attrs.ndim))
-        return [ScaleLevel("", attrs, ones, base[0] if base else None, base[1] if base else None)]
+        return [ScaleLevel("", attrs, ones, *_resolution_fields(own, ones))]
     group_key = join_key(path, ATTRIBUTES_FILE)
     levels: list[ScaleLevel] = []
+    s0_resolution: Resolution | None = None
     for i, doc in enumerate(level_docs):
         name = f"s{i}"
         key = join_key(path, name, ATTRIBUTES_FILE)
@@ -326,22 +374,33 @@ def parse_scales(group_doc: Mapping[str, Any], level_docs: Sequence[Mapping[str,
                                 key=key)
         factors = _scale_factors(i, doc, group_doc, attrs, levels[0].attributes if levels else None,
                                  key, group_key)
-        base = (_parse_resolution(doc, attrs.ndim, key) or _parse_resolution(group_doc, attrs.ndim, group_key))
-        resolution = None if base is None else tuple(r * f for r, f in zip(base[0], factors, strict=True))
-        levels.append(ScaleLevel(name, attrs, factors, resolution, None if base is None else base[1]))
+        own = parse_resolution(doc, attrs.ndim, key)
+        if i == 0:
+            s0_resolution = own
+        base = own or parse_resolution(group_doc, attrs.ndim, group_key) or s0_resolution
+        levels.append(ScaleLevel(name, attrs, factors, *_resolution_fields(base, factors)))
     return levels
+
+
+def _resolution_fields(base: Resolution | None,
+                       factors: Sequence[float]) -> tuple[tuple[float, ...] | None, tuple[str, ...] | None]:
+    """``(resolution, units)`` of a scale: the base resolution times the scale's factors."""
+    if base is None:
+        return None, None
+    return tuple(r * f for r, f in zip(base.values, factors, strict=True)), base.units
 
 
 def _scale_factors(index: int, doc: Mapping[str, Any], group_doc: Mapping[str, Any], attrs: DatasetAttributes,
                    s0: DatasetAttributes | None, key: str, group_key: str) -> tuple[float, ...]:
-    """Factors of scale ``index``: its own attribute, the group's list, 1 for s0, else inferred.
+    """Factors of scale ``index``: its own attribute, the group's table, 1 for s0, else inferred.
 
-    The inference (``round(s0 dimension / this dimension)``) is the last resort for groups that
-    carry no factors at all; every writer we know records them.
+    The group's ``scales`` is read before its ``downsamplingFactors`` (Neuroglancer's precedence
+    when a group has both). The inference (``round(s0 dimension / this dimension)``) is the last
+    resort for groups that carry no factors at all; every writer we know records them.
     """
     if "downsamplingFactors" in doc:
         return _number_list(doc["downsamplingFactors"], "downsamplingFactors", attrs.ndim, key)
-    for name in ("downsamplingFactors", "scales"):
+    for name in ("scales", "downsamplingFactors"):
         table = group_doc.get(name)
         if table is None:
             continue
@@ -368,16 +427,35 @@ def _is_positive_number(value: Any) -> bool:
     return 0 < value <= MAX_NUMBER
 
 
-def _parse_resolution(doc: Mapping[str, Any], ndim: int, key: str) -> tuple[tuple[float, ...], str | None] | None:
-    """``pixelResolution`` (object or list) or ``resolution`` of a document, with its unit."""
+def parse_resolution(doc: Mapping[str, Any], ndim: int, key: str) -> Resolution | None:
+    """``pixelResolution`` (object or list) or ``resolution`` (+ ``units``) of a document, or ``None``.
+
+    Raises
+    ------
+    MetadataError
+        For a value that is not ``ndim`` positive numbers, or units that are neither a string nor
+        ``ndim`` strings.
+    """
     if "pixelResolution" in doc:
         value = doc["pixelResolution"]
         if isinstance(value, Mapping):
             unit = value.get("unit")
             if unit is not None and not isinstance(unit, str):
                 raise MetadataError(f"field 'pixelResolution.unit' must be a string, got {unit!r}", key=key)
-            return _number_list(value.get("dimensions"), "pixelResolution.dimensions", ndim, key), unit
-        return _number_list(value, "pixelResolution", ndim, key), None
+            dims = _number_list(value.get("dimensions"), "pixelResolution.dimensions", ndim, key)
+            return Resolution(dims, None if unit is None else (unit,) * ndim)
+        return Resolution(_number_list(value, "pixelResolution", ndim, key), None)
     if "resolution" in doc:
-        return _number_list(doc["resolution"], "resolution", ndim, key), None
+        return Resolution(_number_list(doc["resolution"], "resolution", ndim, key), _units(doc, ndim, key))
     return None
+
+
+def _units(doc: Mapping[str, Any], ndim: int, key: str) -> tuple[str, ...] | None:
+    units = doc.get("units")
+    if units is None:
+        return None
+    if isinstance(units, str):
+        return (units,) * ndim
+    if not isinstance(units, list) or len(units) != ndim or not all(isinstance(u, str) for u in units):
+        raise MetadataError(f"field 'units' must be a unit name or {ndim} unit names, got {units!r}", key=key)
+    return tuple(units)

@@ -23,7 +23,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from napari_shardscope.core.errors import ArgumentError, ChunkDecodeError, MetadataError
+from napari_shardscope.core.errors import ArgumentError, ChunkDecodeError, MetadataError, UnsupportedFeatureError
 from napari_shardscope.core.formats.n5.lz4_stream import (
     DEFAULT_BLOCK_SIZE,
     MAX_BLOCK_SIZE,
@@ -112,15 +112,19 @@ def parse_compression(value: Any, *, key: str | None = None, field: str = "compr
     Raises
     ------
     MetadataError
-        Naming the field and the value: not an object, unknown ``type``, a parameter of the wrong
-        type or out of range.
+        Naming the field and the value: not an object, no ``type``, a parameter of the wrong type
+        or out of range.
+    UnsupportedFeatureError
+        For a compression ``type`` we do not implement (N5 lets libraries add their own).
     """
     if not isinstance(value, Mapping):
         raise MetadataError(f"field {field!r} must be an object with a 'type', got {value!r}", key=key)
     kind = value.get("type")
-    if kind not in COMPRESSION_TYPES:
-        raise MetadataError(f"field '{field}.type' has unsupported value {kind!r}; "
-                            f"expected one of {list(COMPRESSION_TYPES)}", key=key)
+    if not isinstance(kind, str) or not kind:
+        raise MetadataError(f"field '{field}.type' must be a compression name, got {kind!r}", key=key)
+    if kind not in COMPRESSION_TYPES:  # N5 compressions are open-ended (n5-zstandard, n5-blosc, …)
+        raise UnsupportedFeatureError(f"N5 compression {kind!r} (field '{field}.type')", key=key,
+                                      detail=f"shardscope reads {', '.join(COMPRESSION_TYPES)}")
 
     def number(name: str, default: int, lo: int, hi: int) -> int:
         got = value.get(name, default)

@@ -1,4 +1,9 @@
-"""An N5 dataset or multiscale group behind the format registry: ``attributes.json`` parsed once."""
+"""An N5 dataset or multiscale group behind the format registry: ``attributes.json`` parsed once.
+
+The scales (:class:`~.attributes.ScaleLevel`: dataset attributes, downsampling factors, resolution)
+are parsed once, on first use, by :func:`~.attributes.list_scales` from the root document already
+read and the ``sN`` documents; that one list serves the volume spec and the inspector.
+"""
 
 from __future__ import annotations
 
@@ -6,10 +11,11 @@ from typing import TYPE_CHECKING, Any
 
 from napari_shardscope.core.bytestore import Location
 from napari_shardscope.core.formats.base import DatasetBase
+from napari_shardscope.core.formats.n5.attributes import ScaleLevel, list_scales
 from napari_shardscope.core.json_document import load_json_object
 
 if TYPE_CHECKING:
-    from napari_shardscope.core.volumes.model import Kind, Volume
+    from napari_shardscope.core.formats.volume_spec import Kind, VolumeSpec
 
 
 class N5Dataset(DatasetBase):
@@ -21,16 +27,24 @@ class N5Dataset(DatasetBase):
     def __init__(self, location: Location, metadata: bytes, context: Any = None) -> None:
         super().__init__(location, metadata, context)
         self.document = load_json_object(metadata, key=self.metadata_url)
+        self._levels: list[ScaleLevel] | None = None
 
-    def open_volumes(self, *, kind: Kind | None = None) -> list[Volume]:
-        from napari_shardscope.core.volumes.n5 import open_n5
+    @property
+    def levels(self) -> list[ScaleLevel]:
+        """The scales, finest first (one with key ``""`` for a plain dataset)."""
+        if self._levels is None:
+            self._levels = list_scales(self.store, "", self.document)
+        return self._levels
 
-        return [open_n5(self.location, self.context, kind=kind, attrs=self.document)]
+    def volume_specs(self, kind: Kind | None = None) -> list[VolumeSpec]:
+        from napari_shardscope.core.formats.n5.volume import volume_spec
+
+        return [volume_spec(self.location, self.levels, self.document, kind=kind)]
 
     def _make_inspector(self) -> Any:
         from napari_shardscope.core.formats.n5.inspector import N5Inspector
 
-        return N5Inspector(self.store)
+        return N5Inspector(self.store, self.levels, self.document)
 
     def _make_layout_backend(self) -> Any:
         from napari_shardscope.core.formats.n5.layout import N5Layout

@@ -16,7 +16,7 @@ sizes are reported as ``null`` rather than downloading every block to count its 
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from typing import Any
@@ -35,6 +35,7 @@ from napari_shardscope.core.formats.n5.block import (
     parse_block_path,
     read_block,
 )
+from napari_shardscope.core.formats.n5.volume import volume_placement
 
 #: Blocks checked concurrently by :meth:`N5Inspector.validate` (reads overlap on remote stores).
 VALIDATE_THREADS = 4
@@ -48,23 +49,23 @@ class N5Inspector:
     ----------
     store
         The byte store whose root (or ``path``) is the dataset or the multiscale group.
+    levels
+        Its scales, already parsed (:func:`~.attributes.list_scales`, which
+        :class:`~.dataset.N5Dataset` calls once for the viewer and the inspector).
+    root
+        The decoded ``attributes.json`` at ``path`` (its ``axes`` name the volume's axes).
     path
         Key prefix of the dataset or group inside ``store``.
-
-    Raises
-    ------
-    NotADatasetError
-        ``path`` holds neither a dataset nor a group with an ``s0`` dataset.
-    MetadataError
-        A malformed ``attributes.json``.
     """
 
     format_name = "n5"
 
-    def __init__(self, store: ByteStore, path: str = "") -> None:
+    def __init__(self, store: ByteStore, levels: Sequence[ScaleLevel], root: Mapping[str, Any],
+                 path: str = "") -> None:
         self.store = store
         self.path = path
-        self.levels: list[ScaleLevel] = list_scales(store, path)
+        self.levels: list[ScaleLevel] = list(levels)
+        self.placement = volume_placement(self.levels, root)
         self._other_levels: dict[str, ScaleLevel] = {}
 
     def __repr__(self) -> str:
@@ -110,8 +111,10 @@ class N5Inspector:
         """Per scale: geometry, data type, compression, blocks stored and their bytes.
 
         Reads the ``attributes.json`` files (at construction) and lists the store; block data is
-        never read. ``bytes_read`` / ``requests`` count everything read through this inspector's
-        store so far.
+        never read. Each scale of the dataset or group carries ``volume``: the scale as
+        ``open_volume`` presents it (axes, unit, shape, dtype, voxel_size, translate,
+        downsampling_factors; z, y, x order, nm when the metadata names length units).
+        ``bytes_read`` / ``requests`` count everything read through this inspector's store so far.
         """
         levels = [self.level(scale)] if scale is not None else self.levels
         result: dict[str, Any] = {"format": "n5", "url": self.store.url, "multiscale": self.multiscale,
@@ -123,7 +126,8 @@ class N5Inspector:
     def _inspect_level(self, lvl: ScaleLevel) -> dict[str, Any]:
         attrs = lvl.attributes
         out = lvl.to_json()
-        out.update(grid_shape=list(attrs.grid_shape), num_blocks=attrs.num_blocks)
+        out.update(grid_shape=list(attrs.grid_shape), num_blocks=attrs.num_blocks,
+                   volume=self.placement.level_json(lvl.key))
         try:
             blocks = list(list_blocks(self.store, attrs))
         except StoreError as exc:  # e.g. plain HTTP cannot list

@@ -28,7 +28,7 @@ from napari_shardscope.core.formats.layout_model import (
 from napari_shardscope.core.formats.n5.attributes import DatasetAttributes
 from napari_shardscope.core.formats.n5.block import format_block_key, format_block_path, list_blocks, parse_block_key
 from napari_shardscope.core.formats.n5.inspector import N5Inspector
-from napari_shardscope.core.volumes.units import nm_per_unit
+from napari_shardscope.core.formats.units import nm_per_unit
 
 #: Axis names of an N5 dataset in its own order (x first), up to five axes.
 AXIS_NAMES = ("x", "y", "z", "c", "t")

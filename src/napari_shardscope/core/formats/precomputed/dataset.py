@@ -10,7 +10,9 @@ from napari_shardscope.core.formats.precomputed.info import PrecomputedInfo, par
 from napari_shardscope.core.json_document import load_json_object
 
 if TYPE_CHECKING:
-    from napari_shardscope.core.volumes.model import Kind, Volume
+    from napari_shardscope.core.formats.volume_spec import Kind, VolumeSpec
+
+VOLUME_TYPE = "neuroglancer_multiscale_volume"
 
 
 class PrecomputedDataset(DatasetBase):
@@ -25,21 +27,27 @@ class PrecomputedDataset(DatasetBase):
         self._info: PrecomputedInfo | None = None
 
     @property
+    def is_volume(self) -> bool:
+        """Whether ``info`` describes a volume (not a mesh, skeleton or annotation directory)."""
+        return bool(self.document.get("@type", VOLUME_TYPE) == VOLUME_TYPE)
+
+    @property
     def info(self) -> PrecomputedInfo:
         """The volume's parsed ``info`` (MetadataError for a directory that is not a volume)."""
         if self._info is None:
             self._info = parse_info(self.document, key=self.metadata_url)
         return self._info
 
-    def open_volumes(self, *, kind: Kind | None = None) -> list[Volume]:
-        from napari_shardscope.core.volumes.precomputed import open_precomputed
+    def volume_specs(self, kind: Kind | None = None) -> list[VolumeSpec]:
+        """The one volume ``info`` describes (MetadataError for a segment-keyed directory)."""
+        from napari_shardscope.core.formats.precomputed.volume import volume_spec
 
-        return [open_precomputed(self.location, self.context, kind=kind, info=self.info)]
+        return [volume_spec(self.location, self.info, kind=kind)]
 
     def _make_inspector(self) -> Any:
         from napari_shardscope.core.formats.precomputed.inspector import PrecomputedInspector
 
-        return PrecomputedInspector(self.store, self.document)
+        return PrecomputedInspector(self.store, self.info if self.is_volume else self.document)
 
     def _make_layout_backend(self) -> Any:
         from napari_shardscope.core.formats.precomputed.layout import PrecomputedLayout

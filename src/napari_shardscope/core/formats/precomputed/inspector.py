@@ -32,6 +32,8 @@ from napari_shardscope.core.formats.precomputed.shard_index import ShardIndex
 from napari_shardscope.core.formats.precomputed.shard_reader import ChunkLocation, ShardedReader, ShardFile
 from napari_shardscope.core.formats.precomputed.sharding import ShardingSpec, parse_sharding_spec
 from napari_shardscope.core.formats.precomputed.validate import ChunkCheck, validate_shard_file
+from napari_shardscope.core.formats.precomputed.volume import volume_placement
+from napari_shardscope.core.formats.volume_spec import VolumePlacement
 from napari_shardscope.core.json_document import load_json
 
 VOLUME_TYPE = "neuroglancer_multiscale_volume"
@@ -56,9 +58,8 @@ class Source:
     info_type: str | None = None  # the "@type" of a segment-keyed directory's info
 
 
-def _load_json(store: ByteStore, key: str, data: bytes | None = None) -> Any:
-    if data is None:
-        data = store.read(key)
+def _load_json(store: ByteStore, key: str) -> Any:
+    data = store.read(key)
     if data is None:
         raise MetadataError("not found", key=key)
     return load_json(data, key=key)
@@ -121,18 +122,25 @@ class PrecomputedInspector:
 
     format_name = "precomputed"
 
-    def __init__(self, store: ByteStore, info: bytes | Mapping[str, Any] | None = None) -> None:
-        """Open the dataset at ``store``; ``info`` passes the ``info`` (bytes or parsed) when already read."""
+    def __init__(self, store: ByteStore, info: PrecomputedInfo | Mapping[str, Any]) -> None:
+        """Inspect the dataset at ``store`` whose ``info`` is already read.
+
+        ``info`` is the parsed volume ``info`` (what :class:`~.dataset.PrecomputedDataset` passes),
+        or the decoded document of a segment-keyed directory (meshes, skeletons, annotations); a
+        volume's decoded document is parsed here, for callers that hold only a store.
+        """
         self.store = store
-        obj = info if isinstance(info, Mapping) else _load_json(store, "info", info)
-        if not isinstance(obj, Mapping):
-            raise MetadataError(f"must be a JSON object, got {type(obj).__name__}", key="info")
         self.volume: PrecomputedInfo | None = None
-        if obj.get("@type", VOLUME_TYPE) == VOLUME_TYPE:
-            self.volume = parse_info(obj)
+        if isinstance(info, PrecomputedInfo):
+            self.volume = info
+        elif info.get("@type", VOLUME_TYPE) == VOLUME_TYPE:
+            self.volume = parse_info(info)
+        if self.volume is not None:
             self.sources = [Source(s.key, "volume", s.key, s.sharding, s) for s in self.volume.scales]
+            self.placement: VolumePlacement | None = volume_placement(self.volume)
         else:
-            self.sources = read_segment_sources(store, "", "", obj)
+            self.sources = read_segment_sources(store, "", "", info)
+            self.placement = None
         self._readers: dict[str, ShardedReader] = {}
 
     # -- sources -----------------------------------------------------------------------------
@@ -180,6 +188,9 @@ class PrecomputedInspector:
     def inspect(self, scale: str | None = None) -> dict[str, Any]:
         """Per scale: geometry, sharding spec, and per shard file its minishards, chunks and bytes.
 
+        A volume's scales also carry ``volume``: the scale as ``open_volume`` presents it (axes,
+        unit, shape, dtype, voxel_size, translate, downsampling_factors; z, y, x order, nm).
+
         Reads only shard indexes and minishard indexes. ``bytes_read``/``requests`` count
         everything the store returned since it was opened (``info`` included), so a fresh inspector
         reports exactly what one ``inspect`` costs.
@@ -207,6 +218,8 @@ class PrecomputedInspector:
                 encoding=sc.encoding,
                 num_chunks=sc.num_chunks,
             )
+            if self.placement is not None:
+                out["volume"] = self.placement.level_json(sc.key)
         if source.sharding is None:
             out["sharding"] = None
             keys = [k for k in self.store.list(f"{source.prefix}/" if source.prefix else "") if not k.endswith("info")]

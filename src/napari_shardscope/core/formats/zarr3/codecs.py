@@ -33,7 +33,7 @@ import numpy as np
 import numpy.typing as npt
 
 from napari_shardscope.core.encoding import gunzip
-from napari_shardscope.core.errors import ChecksumError, ChunkDecodeError, MetadataError
+from napari_shardscope.core.errors import ChecksumError, ChunkDecodeError, MetadataError, UnsupportedFeatureError
 from napari_shardscope.core.formats.zarr3.metadata import CodecSpec
 
 CodecKind = Literal["array->array", "array->bytes", "bytes->bytes"]
@@ -82,6 +82,30 @@ class CodecChain:
         return tuple(shape) if perm is None else tuple(shape[i] for i in perm)
 
 
+def check_codec_names(codecs: Sequence[CodecSpec], *, key: str, field: str = "codecs") -> None:
+    """Refuse a codec we do not implement, anywhere in the chain (inside ``sharding_indexed`` too).
+
+    The volume spec checks only this, not each codec's configuration: voxels are TensorStore's to
+    decode, but an array that ``inspect`` cannot read is reported the same way by ``open``.
+
+    Raises
+    ------
+    UnsupportedFeatureError
+        Naming the codec and where it is listed.
+    """
+    for codec in codecs:
+        if codec.name not in CODEC_KINDS:
+            raise UnsupportedFeatureError(f"zarr v3 codec {codec.name!r} (in {field})", key=key,
+                                          detail=f"known codecs: {', '.join(CODEC_KINDS)}")
+        if codec.name == "sharding_indexed":
+            for inner in ("codecs", "index_codecs"):
+                value = codec.configuration.get(inner)
+                if isinstance(value, list):
+                    names = [CodecSpec(c) if isinstance(c, str) else CodecSpec(str(c.get("name")))
+                             for c in value if isinstance(c, str | dict)]
+                    check_codec_names(names, key=key, field=f"sharding_indexed {inner}")
+
+
 def split_codec_chain(
     codecs: Sequence[CodecSpec], ndim: int, dtype: np.dtype[Any], *, key: str, field: str = "codecs"
 ) -> CodecChain:
@@ -90,18 +114,17 @@ def split_codec_chain(
     Raises
     ------
     MetadataError
-        For an unknown codec, a chain out of order, no or several array -> bytes codecs, or a
-        bad configuration (names ``field``, the codec and the value).
+        For a chain out of order, no or several array -> bytes codecs, or a bad configuration
+        (names ``field``, the codec and the value).
+    UnsupportedFeatureError
+        For a codec this package does not implement (names it and ``field``).
     """
     aa: list[CodecSpec] = []
     ab: CodecSpec | None = None
     bb: list[CodecSpec] = []
     for codec in codecs:
-        kind = CODEC_KINDS.get(codec.name)
-        if kind is None:
-            raise MetadataError(
-                f"{field}: codec {codec.name!r} is not supported (known: {', '.join(CODEC_KINDS)})", key=key
-            )
+        check_codec_names([codec], key=key, field=field)
+        kind = CODEC_KINDS[codec.name]
         check_codec_configuration(codec, ndim, dtype, key=key, field=field)
         if kind == "array->array":
             if ab is not None:

@@ -1,15 +1,25 @@
-"""A zarr v3 array or (OME-Zarr) group behind the format registry: ``zarr.json`` parsed once."""
+"""A zarr v3 array or (OME-Zarr) group behind the format registry: ``zarr.json`` parsed once.
+
+The root document is parsed on first use into :class:`~.metadata.ArrayMetadata` or
+:class:`~.metadata.GroupMetadata`; the arrays a group points at are parsed once each, on first use,
+by :meth:`Zarr3Dataset.array_metadata`, and that one parse serves both the volume specs (the
+viewer, export) and the inspector (``inspect``, the shard browser).
+"""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from napari_shardscope.core.bytestore import Location
+from napari_shardscope.core.bytestore import Location, join_key
+from napari_shardscope.core.errors import MetadataError, NotADatasetError
 from napari_shardscope.core.formats.base import DatasetBase
+from napari_shardscope.core.formats.zarr3.metadata import ArrayMetadata, GroupMetadata, parse_node_metadata
+from napari_shardscope.core.formats.zarr3.ome import label_names, ome_attributes
+from napari_shardscope.core.formats.zarr3.reader import read_array_metadata
 from napari_shardscope.core.json_document import load_json_object
 
 if TYPE_CHECKING:
-    from napari_shardscope.core.volumes.model import Kind, Volume
+    from napari_shardscope.core.formats.volume_spec import Kind, VolumeSpec
 
 
 class Zarr3Dataset(DatasetBase):
@@ -21,16 +31,83 @@ class Zarr3Dataset(DatasetBase):
     def __init__(self, location: Location, metadata: bytes, context: Any = None) -> None:
         super().__init__(location, metadata, context)
         self.document = load_json_object(metadata, key=self.metadata_url)
+        self._node: ArrayMetadata | GroupMetadata | None = None
+        self._arrays: dict[str, ArrayMetadata] = {}
 
-    def open_volumes(self, *, kind: Kind | None = None) -> list[Volume]:
-        from napari_shardscope.core.volumes.zarr import open_zarr
+    @property
+    def node(self) -> ArrayMetadata | GroupMetadata:
+        """The parsed root ``zarr.json``."""
+        if self._node is None:
+            self._node = parse_node_metadata(self.document, key=self.metadata_url)
+        return self._node
 
-        return open_zarr(self.location, self.context, kind=kind, meta=self.document)
+    def array_metadata(self, path: str) -> ArrayMetadata:
+        """The parsed ``zarr.json`` of the array at ``path`` (``""``: the root), read and parsed once."""
+        path = path.strip("/")
+        if not path and isinstance(self.node, ArrayMetadata):
+            return self.node
+        if path not in self._arrays:
+            self._arrays[path] = read_array_metadata(self.store, path)
+        return self._arrays[path]
+
+    def volume_specs(self, kind: Kind | None = None) -> list[VolumeSpec]:
+        """An array's one volume; an OME-Zarr image and its label images; a labels group's label images.
+
+        Raises
+        ------
+        NotADatasetError
+            For a group with neither OME-Zarr ``multiscales`` nor ``labels``.
+        """
+        from napari_shardscope.core.formats.zarr3.volume import array_volume_spec
+
+        node = self.node
+        if isinstance(node, ArrayMetadata):
+            return [array_volume_spec(self.location, node, self.document, kind=kind)]
+        ome = node.ome
+        if "multiscales" in ome:
+            specs = [self._image_spec(kind=kind)]
+            if "image-label" not in ome and kind != "segmentation":
+                specs.extend(self._label_specs("labels"))
+            return specs
+        if "labels" in ome:
+            return self._label_specs("")
+        raise NotADatasetError(f"{self.metadata_url}: a zarr group without OME-Zarr 'multiscales' or 'labels'")
+
+    def _image_spec(self, *, kind: Kind | None, name: str | None = None) -> VolumeSpec:
+        from napari_shardscope.core.formats.zarr3.volume import ome_volume_spec
+
+        node = self.node
+        if not isinstance(node, GroupMetadata):
+            raise MetadataError("an OME-Zarr image must be a group, this is an array", key=self.metadata_url)
+        ms = node.multiscale
+        arrays = {path: self.array_metadata(path) for path in ms.paths}
+        return ome_volume_spec(self.location, ms, arrays, node.ome, kind=kind, name=name)
+
+    def _label_specs(self, prefix: str) -> list[VolumeSpec]:
+        """The label images listed by the ``labels`` group at ``prefix`` (``""``: this group); none without one."""
+        if prefix:
+            data = self.store.read(join_key(prefix, "zarr.json"))
+            if data is None:
+                return []
+            doc = load_json_object(data, key=f"{self.location.child(prefix).url}/zarr.json")
+            ome = ome_attributes(doc.get("attributes"))
+        else:
+            ome = ome_attributes(self.document.get("attributes"))
+        specs = []
+        for label in label_names(ome):
+            path = join_key(prefix, label)
+            where = self.location.child(path)
+            data = self.store.read(join_key(path, "zarr.json"))
+            if data is None:
+                raise MetadataError(f"labels lists {label!r} but it has no zarr.json", key=f"{where.url}/zarr.json")
+            image = Zarr3Dataset(where, data, self.context)
+            specs.append(image._image_spec(kind="segmentation", name=label))
+        return specs
 
     def _make_inspector(self) -> Any:
         from napari_shardscope.core.formats.zarr3.inspector import Zarr3Inspector
 
-        return Zarr3Inspector(self.store)
+        return Zarr3Inspector(self.store, self.node, self.array_metadata)
 
     def _make_layout_backend(self) -> Any:
         from napari_shardscope.core.formats.zarr3.layout import Zarr3Layout

@@ -12,15 +12,25 @@ Voxel coordinates are in the array's own index order, the order of ``shape`` in 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from napari_shardscope.core.bytestore import ByteStore, join_key
-from napari_shardscope.core.errors import ArgumentError, MetadataError, NotADatasetError, ShardscopeError
+from napari_shardscope.core.errors import (
+    ArgumentError,
+    MetadataError,
+    NotADatasetError,
+    ShardscopeError,
+    UnsupportedFeatureError,
+)
 from napari_shardscope.core.formats.api import DatasetInspector, Problem, Progress
-from napari_shardscope.core.formats.zarr3.metadata import ArrayMetadata, GroupMetadata, parse_node_metadata
-from napari_shardscope.core.formats.zarr3.reader import Zarr3ArrayReader
+from napari_shardscope.core.formats.volume_spec import LevelPlacement, VolumePlacement
+from napari_shardscope.core.formats.zarr3.metadata import ArrayMetadata, GroupMetadata
+from napari_shardscope.core.formats.zarr3.ome import OmeMultiscale
+from napari_shardscope.core.formats.zarr3.reader import Zarr3ArrayReader, read_array_metadata
 from napari_shardscope.core.formats.zarr3.validate import validate_array
+from napari_shardscope.core.formats.zarr3.volume import array_axes, array_placement, ome_level_placement
 
 
 class Zarr3Inspector:
@@ -30,29 +40,32 @@ class Zarr3Inspector:
     ----------
     store
         The byte store whose root holds ``zarr.json``.
+    node
+        The root ``zarr.json``, parsed (what :class:`~.dataset.Zarr3Dataset` passes).
+    load_array
+        ``load_array(path)``: the parsed ``zarr.json`` of the array at ``path`` under the root.
+        The dataset passes its own (cached) loader so a scale's metadata is parsed once for the
+        viewer and the inspector; by default it is read from ``store`` when first needed.
 
     Raises
     ------
     NotADatasetError
-        When the root has no ``zarr.json``, or is a group that lists no arrays.
-    MetadataError
-        When ``zarr.json`` is invalid.
+        When the root is a group that lists no arrays.
     """
 
     format_name = "zarr3"
 
-    def __init__(self, store: ByteStore) -> None:
+    def __init__(self, store: ByteStore, node: ArrayMetadata | GroupMetadata,
+                 load_array: Callable[[str], ArrayMetadata] | None = None) -> None:
         self.store = store
-        raw = store.read("zarr.json")
-        if raw is None:
-            raise NotADatasetError(f"{store.url}: no zarr.json at the root")
-        self.root: ArrayMetadata | GroupMetadata = parse_node_metadata(raw, key="zarr.json")
+        self.root = node
+        self._load_array = load_array if load_array is not None else partial(read_array_metadata, store)
         self._readers: dict[str, Zarr3ArrayReader] = {}
-        if isinstance(self.root, ArrayMetadata):
+        if isinstance(node, ArrayMetadata):
             self._scales: list[str] = [""]
-            self._readers[""] = Zarr3ArrayReader(store, "", self.root)
+            self._readers[""] = Zarr3ArrayReader(store, "", node)
         else:
-            paths = self.root.multiscale_paths or self.root.consolidated_array_paths
+            paths = node.multiscale_paths or node.consolidated_array_paths
             if not paths:
                 raise NotADatasetError(
                     f"{store.url}: zarr.json is a group without OME-Zarr multiscales or consolidated "
@@ -69,8 +82,33 @@ class Zarr3Inspector:
         """The array reader of ``scale`` (default: the first, finest scale)."""
         key = self._resolve(scale)
         if key not in self._readers:
-            self._readers[key] = Zarr3ArrayReader(self.store, key)
+            self._readers[key] = Zarr3ArrayReader(self.store, key, self._load_array(key))
         return self._readers[key]
+
+    def placement(self, scale: str | None = None) -> LevelPlacement:
+        """How ``open_volume`` presents ``scale``: its OME-Zarr placement, or a lone array's.
+
+        Arrays listed by consolidated metadata are not one volume; each gets a lone array's placement.
+        """
+        key = self._resolve(scale)
+        meta = self.reader(key).metadata
+        if isinstance(self.root, GroupMetadata) and self.root.multiscale_paths:
+            ms = self._multiscale()
+            return ome_level_placement(ms, ms.paths.index(key), meta, key=self.root.key)
+        return array_placement(meta, key).levels[0]
+
+    def _volume_json(self, scale: str) -> dict[str, Any]:
+        level = self.placement(scale)
+        if isinstance(self.root, GroupMetadata) and self.root.multiscale_paths:
+            ms = self._multiscale()
+            axes, unit = ms.axes, ms.nm_factors()[1]
+        else:
+            axes, unit = array_axes(self.reader(scale).metadata), None
+        return VolumePlacement(axes, unit, (level,)).level_json(scale) or {}
+
+    def _multiscale(self) -> OmeMultiscale:
+        assert isinstance(self.root, GroupMetadata)
+        return self.root.multiscale
 
     def _resolve(self, scale: str | None) -> str:
         if scale is None:
@@ -90,10 +128,11 @@ class Zarr3Inspector:
         Field names shared with the other formats: per scale ``key``, ``shards_present``,
         ``num_shards``, ``chunks`` (stored inner chunks), ``data_bytes``, ``shards``; per shard
         ``shard`` (grid position), ``file``, ``file_size``, ``chunks``, ``data_bytes``,
-        ``index_bytes``. ``bytes_read``/``requests`` count everything the store returned since it
-        was opened (``zarr.json`` files included), so a fresh inspector reports exactly what one
-        ``inspect`` costs. A shard whose index cannot be read gets an ``error`` field instead of
-        counts.
+        ``index_bytes``; ``volume``: the scale as ``open_volume`` presents it (axes, unit, shape,
+        dtype, voxel_size, translate, downsampling_factors). ``bytes_read``/``requests`` count
+        everything the store returned since it was opened (``zarr.json`` files included), so a fresh
+        inspector reports exactly what one ``inspect`` costs. A shard whose index cannot be read
+        gets an ``error`` field instead of counts.
         """
         scales = [self._inspect_scale(key) for key in self._selected(scale)]
         return {
@@ -129,6 +168,10 @@ class Zarr3Inspector:
             "index_location": config.index_location if config is not None else None,
             "index_size": config.index_size if config is not None else None,
         }
+        try:
+            out["volume"] = self._volume_json(key)
+        except (MetadataError, UnsupportedFeatureError) as exc:  # the layout is still worth showing
+            out.update(volume=None, volume_error=str(exc))
         shards = []
         for shard_key, pos in reader.list_shard_files():
             if not reader.in_grid(pos):
@@ -203,6 +246,9 @@ class Zarr3Inspector:
                 reader = self.reader(key)
             except MetadataError as exc:
                 yield Problem(exc.key or join_key(key, "zarr.json"), exc.message, exc.offset)
+                continue
+            except UnsupportedFeatureError as exc:
+                yield Problem(exc.key or join_key(key, "zarr.json"), f"{exc.feature} is not supported")
                 continue
             yield from validate_array(reader, progress)
 

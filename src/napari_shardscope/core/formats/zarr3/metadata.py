@@ -4,11 +4,15 @@ Only what locating, listing and validating shards needs is interpreted: shape, d
 regular chunk grid, the chunk key encoding, the fill value and the codec list (kept as
 :class:`CodecSpec` records that :mod:`.codecs` and :mod:`.sharding` interpret). Anything that
 breaks the spec raises :class:`MetadataError` naming the field and the offending value, because a
-user staring at a broken dataset needs to know *which* line of ``zarr.json`` to fix.
+user staring at a broken dataset needs to know *which* line of ``zarr.json`` to fix; valid metadata
+asking for a feature we do not implement (another chunk grid, an extension data type, storage
+transformers) raises :class:`UnsupportedFeatureError` naming the feature instead, because there is
+nothing to fix in the file.
 
 Groups are parsed just enough to find the arrays under them: the dataset paths of an OME-Zarr
 ``multiscales`` attribute (``attributes["ome"]["multiscales"]``, NGFF 0.5; a top-level
 ``attributes["multiscales"]`` is accepted too), and the arrays of inline consolidated metadata.
+The rest of the OME metadata (axes, transforms, labels) is :mod:`.ome`'s.
 """
 
 from __future__ import annotations
@@ -16,11 +20,13 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any, Literal
 
 import numpy as np
 
-from napari_shardscope.core.errors import MetadataError
+from napari_shardscope.core.errors import MetadataError, UnsupportedFeatureError
+from napari_shardscope.core.formats.zarr3.ome import OmeMultiscale, dataset_path, ome_attributes, parse_multiscale
 from napari_shardscope.core.json_document import load_json_object
 
 #: The largest extent or chunk size we accept: what fits an int64 index.
@@ -162,11 +168,28 @@ class ArrayMetadata:
 
 @dataclass(frozen=True)
 class GroupMetadata:
-    """A parsed group ``zarr.json``: its attributes and the arrays it points at."""
+    """A parsed group ``zarr.json``: its attributes and the arrays it points at.
+
+    :attr:`multiscale` (the OME-Zarr axes and coordinate transforms) is parsed on first use and
+    kept, so the viewer's volume spec and the inspector share one parse, while a group whose
+    transforms are broken can still be validated shard by shard.
+    """
 
     attributes: Mapping[str, Any]
     multiscale_paths: tuple[str, ...] = ()
     consolidated_array_paths: tuple[str, ...] = ()
+    #: The document's key or URL, for messages.
+    key: str = field(default="zarr.json", compare=False)
+
+    @property
+    def ome(self) -> dict[str, Any]:
+        """The OME metadata (:func:`~.ome.ome_attributes`)."""
+        return ome_attributes(self.attributes)
+
+    @cached_property
+    def multiscale(self) -> OmeMultiscale:
+        """The first OME-Zarr multiscale image (MetadataError when it is absent or breaks the spec)."""
+        return parse_multiscale(self.ome, key=self.key)
 
 
 def parse_node_metadata(data: bytes | Mapping[str, Any], *, key: str) -> ArrayMetadata | GroupMetadata:
@@ -187,8 +210,11 @@ def parse_array_metadata(data: bytes | Mapping[str, Any], *, key: str) -> ArrayM
     Raises
     ------
     MetadataError
-        On any field that breaks the Zarr v3 spec or that we cannot interpret (a chunk grid other
-        than ``regular``, a data type outside the core set, storage transformers).
+        On any field that breaks the Zarr v3 spec (naming the field and the value).
+    UnsupportedFeatureError
+        For valid metadata asking for what we do not implement: a chunk grid other than
+        ``regular``, a data type outside the core set (or an extension data type object),
+        storage transformers.
     """
     doc = load_json_object(data, key=key)
     _check_zarr_format(doc, key)
@@ -196,10 +222,11 @@ def parse_array_metadata(data: bytes | Mapping[str, Any], *, key: str) -> ArrayM
         raise MetadataError(f"node_type must be 'array', got {doc.get('node_type')!r}", key=key)
     shape = parse_int_list(doc.get("shape"), "shape", key=key, minimum=0)
     data_type = doc.get("data_type")
+    if not isinstance(data_type, str) and not isinstance(data_type, dict):
+        raise MetadataError(f"data_type must be a data type name or object, got {data_type!r}", key=key)
     if not isinstance(data_type, str) or data_type not in DATA_TYPES:
-        raise MetadataError(
-            f"data_type {data_type!r} is not a supported Zarr v3 data type ({', '.join(DATA_TYPES)})", key=key
-        )
+        raise UnsupportedFeatureError(f"zarr v3 data_type {data_type!r}", key=key,
+                                      detail=f"shardscope reads {', '.join(DATA_TYPES)}")
     chunk_shape = _parse_chunk_grid(doc.get("chunk_grid"), len(shape), key)
     encoding = parse_chunk_key_encoding(doc.get("chunk_key_encoding"), key=key)
     if "fill_value" not in doc:
@@ -210,8 +237,11 @@ def parse_array_metadata(data: bytes | Mapping[str, Any], *, key: str) -> ArrayM
     if not codecs:
         raise MetadataError("codecs must list at least one codec (an array -> bytes codec)", key=key)
     transformers = doc.get("storage_transformers", [])
-    if transformers not in ([], None):
-        raise MetadataError(f"storage_transformers {transformers!r} are not supported", key=key)
+    if transformers is not None and not isinstance(transformers, list):
+        raise MetadataError(f"storage_transformers must be a list, got {transformers!r}", key=key)
+    if transformers:
+        raise UnsupportedFeatureError(f"zarr v3 storage_transformers {transformers!r}", key=key,
+                                      detail="no storage transformer is implemented")
     dimension_names = _parse_dimension_names(doc.get("dimension_names"), len(shape), key)
     attributes = doc.get("attributes", {})
     if not isinstance(attributes, dict):
@@ -241,6 +271,7 @@ def parse_group_metadata(data: bytes | Mapping[str, Any], *, key: str) -> GroupM
         attributes=attributes,
         multiscale_paths=_multiscale_paths(attributes, key),
         consolidated_array_paths=_consolidated_array_paths(doc.get("consolidated_metadata"), key),
+        key=key,
     )
 
 
@@ -353,8 +384,11 @@ def _check_zarr_format(doc: Mapping[str, Any], key: str) -> None:
 def _parse_chunk_grid(value: Any, ndim: int, key: str) -> tuple[int, ...]:
     if not isinstance(value, dict):
         raise MetadataError(f"chunk_grid must be an object, got {value!r}", key=key)
-    if value.get("name") != "regular":
-        raise MetadataError(f"chunk_grid name {value.get('name')!r} is not supported (only 'regular')", key=key)
+    name = value.get("name")
+    if not isinstance(name, str):
+        raise MetadataError(f"chunk_grid name must be a string, got {name!r}", key=key)
+    if name != "regular":
+        raise UnsupportedFeatureError(f"zarr v3 chunk_grid {name!r}", key=key, detail="only 'regular' grids are read")
     config = value.get("configuration")
     if not isinstance(config, dict):
         raise MetadataError(f"chunk_grid configuration must be an object, got {config!r}", key=key)
@@ -376,10 +410,7 @@ def _parse_dimension_names(value: Any, ndim: int, key: str) -> tuple[str | None,
 
 
 def _multiscale_paths(attributes: Mapping[str, Any], key: str) -> tuple[str, ...]:
-    ome = attributes.get("ome")
-    multiscales = ome.get("multiscales") if isinstance(ome, dict) else None
-    if multiscales is None:
-        multiscales = attributes.get("multiscales")
+    multiscales = ome_attributes(attributes).get("multiscales")
     if multiscales is None:
         return ()
     if not isinstance(multiscales, list) or not multiscales or not isinstance(multiscales[0], dict):
@@ -387,13 +418,10 @@ def _multiscale_paths(attributes: Mapping[str, Any], key: str) -> tuple[str, ...
     datasets = multiscales[0].get("datasets")
     if not isinstance(datasets, list) or not datasets:
         raise MetadataError(f"multiscales datasets must be a non-empty list, got {datasets!r}", key=key)
-    paths = []
-    for ds in datasets:
-        path = ds.get("path") if isinstance(ds, dict) else None
-        if not isinstance(path, str) or not path.strip("/") or ".." in path.split("/"):
-            raise MetadataError(f"multiscales dataset path must be a relative path, got {ds!r}", key=key)
-        paths.append(path.strip("/"))
-    return tuple(paths)
+    return tuple(
+        dataset_path(ds.get("path") if isinstance(ds, dict) else ds, f"multiscales[0].datasets[{i}]", key=key)
+        for i, ds in enumerate(datasets)
+    )
 
 
 def _consolidated_array_paths(value: Any, key: str) -> tuple[str, ...]:

@@ -26,7 +26,13 @@ import numpy.typing as npt
 
 from napari_shardscope.core.bytestore import ByteStore, join_key
 from napari_shardscope.core.cache import LruCache
-from napari_shardscope.core.errors import ArgumentError, IndexDecodeError, MetadataError, StoreError
+from napari_shardscope.core.errors import (
+    ArgumentError,
+    IndexDecodeError,
+    MetadataError,
+    StoreError,
+    UnsupportedFeatureError,
+)
 from napari_shardscope.core.formats.zarr3.codecs import CodecChain, decode_chunk, split_codec_chain
 from napari_shardscope.core.formats.zarr3.metadata import ArrayMetadata, parse_array_metadata
 from napari_shardscope.core.formats.zarr3.sharding import (
@@ -90,6 +96,23 @@ class LoadedIndex:
     file_size: int | None
 
 
+def read_array_metadata(store: ByteStore, path: str) -> ArrayMetadata:
+    """The parsed ``zarr.json`` of the array at ``path`` (errors name its key in the store).
+
+    Raises
+    ------
+    MetadataError
+        When it is missing or breaks the spec.
+    UnsupportedFeatureError
+        When it asks for a feature we do not implement.
+    """
+    key = join_key(path, "zarr.json")
+    raw = store.read(key)
+    if raw is None:
+        raise MetadataError("zarr.json not found", key=key)
+    return parse_array_metadata(raw, key=key)
+
+
 class Zarr3ArrayReader:
     """Read access to the shard layout of one Zarr v3 array.
 
@@ -107,8 +130,10 @@ class Zarr3ArrayReader:
     Raises
     ------
     MetadataError
-        When ``zarr.json`` is missing or invalid, or the codec chain cannot be located into
-        (bytes -> bytes codecs after ``sharding_indexed`` make byte ranges meaningless).
+        When ``zarr.json`` is missing or invalid.
+    UnsupportedFeatureError
+        When the codec chain cannot be located into (bytes -> bytes codecs after
+        ``sharding_indexed`` make byte ranges meaningless) or uses a codec we do not implement.
     """
 
     def __init__(
@@ -122,13 +147,8 @@ class Zarr3ArrayReader:
         self.store = store
         self.path = path.strip("/")
         self.metadata_key = join_key(self.path, "zarr.json")
-        if metadata is None:
-            raw = store.read(self.metadata_key)
-            if raw is None:
-                raise MetadataError("zarr.json not found", key=self.metadata_key)
-            metadata = parse_array_metadata(raw, key=self.metadata_key)
-        self.metadata = metadata
-        meta = metadata
+        meta = metadata if metadata is not None else read_array_metadata(store, self.path)
+        self.metadata = meta
         self.chain: CodecChain = split_codec_chain(meta.codecs, meta.ndim, meta.dtype, key=self.metadata_key)
         ab = self.chain.array_to_bytes
         self.sharding: ShardingConfig | None = None
@@ -137,11 +157,9 @@ class Zarr3ArrayReader:
         if ab.name == "sharding_indexed":
             if self.chain.bytes_to_bytes:
                 names = [c.name for c in self.chain.bytes_to_bytes]
-                raise MetadataError(
-                    f"codecs: bytes -> bytes codecs {names} after sharding_indexed encode whole shards; "
-                    f"inner chunks cannot be located",
-                    key=self.metadata_key,
-                )
+                raise UnsupportedFeatureError(
+                    f"zarr v3 bytes -> bytes codecs {names} after sharding_indexed", key=self.metadata_key,
+                    detail="they encode whole shards, so inner chunks cannot be located")
             self.sharding = parse_sharding_config(
                 ab, self.chain.encoded_shape(meta.chunk_shape), meta.dtype, key=self.metadata_key
             )

@@ -7,6 +7,8 @@ to nm lets an image and its segmentation from different formats overlay in one n
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 _NM_PER_UNIT: dict[str, float] = {
     "angstrom": 0.1, "å": 0.1,
     "picometer": 1e-3, "pm": 1e-3,
@@ -23,3 +25,16 @@ def nm_per_unit(unit: object) -> float | None:
     if not isinstance(unit, str):
         return None
     return _NM_PER_UNIT.get(unit.strip().lower())
+
+
+def nm_factors(units: Sequence[object]) -> tuple[float, ...] | None:
+    """Nanometres per unit of each axis, or ``None`` unless *every* unit is a length unit.
+
+    All or nothing: converting some axes and not others would leave a volume in a mix of units
+    that no viewer could label, so a volume with one unknown or non-length unit (``"s"``,
+    ``"pixel"``, missing) keeps its values as written and is reported unitless.
+    """
+    factors = [nm_per_unit(u) for u in units]
+    if not factors or any(f is None for f in factors):
+        return None
+    return tuple(float(f) for f in factors if f is not None)

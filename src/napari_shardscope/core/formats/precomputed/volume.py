@@ -1,0 +1,66 @@
+"""A precomputed volume's :class:`~napari_shardscope.core.formats.volume_spec.VolumeSpec`, from its parsed ``info``.
+
+Every scale is opened with TensorStore's ``neuroglancer_precomputed`` driver (``scale_index``),
+which presents it as ``(x, y, z, channel)`` with the domain starting at ``voxel_offset``. The
+presented array drops the channel of a single-channel volume and reverses the axes — a lazy view
+— to napari's slowest-first ``(z, y, x)`` or ``(c, z, y, x)``. Resolutions are nanometres by the
+spec; a scale's world offset is ``voxel_offset * resolution`` and its downsampling factors are its
+resolution over the first scale's, which is how Neuroglancer relates the scales too.
+"""
+
+from __future__ import annotations
+
+from napari_shardscope.core.bytestore import Location
+from napari_shardscope.core.formats.precomputed.info import PrecomputedInfo
+from napari_shardscope.core.formats.volume_spec import (
+    ArrayTransform,
+    Kind,
+    LevelPlacement,
+    LevelSpec,
+    VolumePlacement,
+    VolumeSpec,
+    image_contrast_limits,
+    ratios,
+)
+
+
+def volume_placement(info: PrecomputedInfo) -> VolumePlacement:
+    """Axes, unit (nm) and every scale's placement, from ``info`` alone."""
+    multichannel = info.num_channels > 1
+    base = tuple(reversed(info.scales[0].resolution))
+    levels = []
+    for scale in info.scales:
+        spatial = tuple(reversed(scale.resolution))
+        offset = tuple(float(o) * r for o, r in zip(reversed(scale.voxel_offset), spatial, strict=True))
+        shape = tuple(reversed(scale.size))
+        factors = ratios(spatial, base)
+        if multichannel:
+            shape, spatial, offset, factors = ((info.num_channels, *shape), (1.0, *spatial), (0.0, *offset),
+                                               (1.0, *factors))
+        levels.append(LevelPlacement(scale.key, shape, info.dtype.name, spatial, offset, factors))
+    axes = ("c", "z", "y", "x") if multichannel else ("z", "y", "x")
+    return VolumePlacement(axes, "nm", tuple(levels))
+
+
+def array_transform(info: PrecomputedInfo) -> ArrayTransform:
+    """``(x, y, z, c)`` → ``(z, y, x)`` (one channel, dropped) or ``(c, z, y, x)``."""
+    if info.num_channels > 1:
+        return ArrayTransform(order=(3, 2, 1, 0))
+    return ArrayTransform(fixed=((3, 0),), order=(2, 1, 0))
+
+
+def volume_spec(location: Location, info: PrecomputedInfo, *, kind: Kind | None = None) -> VolumeSpec:
+    """The volume at ``location`` whose parsed ``info`` is ``info``; ``kind`` overrides ``info.type``."""
+    placement = volume_placement(info)
+    transform = array_transform(info)
+    levels = tuple(
+        LevelSpec.of(level, {"driver": "neuroglancer_precomputed", "kvstore": location.kvstore, "scale_index": i},
+                     transform)
+        for i, level in enumerate(placement.levels)
+    )
+    volume_kind: Kind = kind or ("segmentation" if info.type == "segmentation" else "image")
+    return VolumeSpec(
+        url=location.url, name=location.name, format="precomputed", kind=volume_kind, axes=placement.axes,
+        unit=placement.unit, levels=levels, contrast_limits=image_contrast_limits(volume_kind, info.dtype),
+        channel_axis=0 if info.num_channels > 1 else None, metadata={"info": dict(info.raw)},
+    )

@@ -1,0 +1,224 @@
+"""What a dataset says about its volumes, as pure data: :class:`VolumeSpec` and :class:`LevelSpec`.
+
+A format package turns its parsed metadata (the same objects its inspector uses) into these
+records; :mod:`napari_shardscope.core.volumes` turns a :class:`VolumeSpec` into lazy arrays by
+opening each :attr:`LevelSpec.tensorstore` and applying :attr:`LevelSpec.transform`. Nothing here
+opens a store or reads a byte, so the viewer, ``inspect --json``, the shard browser and export can
+all be shown the same levels, shapes, voxel sizes, translations, axes, dtypes and downsampling
+factors: they come from one computation over one parse.
+
+Order and units: every per-axis tuple is in the *presented* order, the order of
+:attr:`VolumeSpec.axes` with the slowest axis first (``z, y, x`` or ``c, z, y, x``), whatever the
+format stores (precomputed and N5 list x first). Voxel sizes and translations are in nanometres
+when the metadata names length units (:attr:`VolumeSpec.unit` ``"nm"``), as written otherwise.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import numpy as np
+
+Kind = Literal["image", "segmentation"]
+FormatName = Literal["precomputed", "zarr3", "ome-zarr", "n5"]
+
+#: Default axis names, slowest first, when the metadata names none (the last three are z, y, x).
+DEFAULT_AXES = ("t", "c", "z", "y", "x")
+
+
+@dataclass(frozen=True)
+class ArrayTransform:
+    """How the array TensorStore opens becomes the presented array: a lazy index transform.
+
+    Attributes
+    ----------
+    fixed
+        ``(dimension, index)`` pairs of the stored array taken away first (precomputed's channel
+        dimension of a single-channel volume: ``((3, 0),)``).
+    order
+        For each presented axis, the stored dimension (numbered after ``fixed`` is applied) it
+        shows; ``None`` keeps the stored order. ``(2, 1, 0)`` turns x, y, z into z, y, x.
+    """
+
+    fixed: tuple[tuple[int, int], ...] = ()
+    order: tuple[int, ...] | None = None
+
+    def presented_shape(self, stored_shape: Sequence[int]) -> tuple[int, ...]:
+        """The shape an array of ``stored_shape`` has once transformed."""
+        gone = {dim for dim, _ in self.fixed}
+        kept = [int(n) for d, n in enumerate(stored_shape) if d not in gone]
+        return tuple(kept[i] for i in self.order) if self.order is not None else tuple(kept)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"fixed": [list(p) for p in self.fixed], "order": None if self.order is None else list(self.order)}
+
+
+@dataclass(frozen=True)
+class LevelPlacement:
+    """One scale's voxel grid and where it sits in the world (presented order).
+
+    Attributes
+    ----------
+    key
+        The format's name for the scale: precomputed ``"8_8_40"``, an OME-Zarr dataset path, N5
+        ``"s1"``; ``""`` for a lone zarr v3 array or N5 dataset (as ``inspect`` names it).
+    shape
+        Voxels per axis.
+    dtype
+        NumPy dtype name in native byte order (``"uint16"``), as the arrays are read.
+    voxel_size
+        World size of one voxel per axis (``1.0`` on non-spatial axes).
+    translate
+        World position of the voxel with index 0 per axis.
+    downsampling_factors
+        Voxels of the finest scale per voxel of this one, per axis (``1.0`` for the finest).
+    """
+
+    key: str
+    shape: tuple[int, ...]
+    dtype: str
+    voxel_size: tuple[float, ...]
+    translate: tuple[float, ...]
+    downsampling_factors: tuple[float, ...]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"key": self.key, "shape": list(self.shape), "dtype": self.dtype,
+                "voxel_size": list(self.voxel_size), "translate": list(self.translate),
+                "downsampling_factors": list(self.downsampling_factors)}
+
+
+@dataclass(frozen=True)
+class LevelSpec(LevelPlacement):
+    """A :class:`LevelPlacement` plus how to open its voxels.
+
+    Attributes
+    ----------
+    tensorstore
+        The TensorStore spec JSON to open read-only (driver, kvstore and driver options).
+    transform
+        What turns the opened array into :attr:`shape` order (see :class:`ArrayTransform`).
+    """
+
+    tensorstore: Mapping[str, Any]
+    transform: ArrayTransform
+
+    @classmethod
+    def of(cls, placement: LevelPlacement, tensorstore: Mapping[str, Any],
+           transform: ArrayTransform | None = None) -> LevelSpec:
+        """The spec of ``placement``'s level, opened with ``tensorstore`` through ``transform``."""
+        return cls(placement.key, placement.shape, placement.dtype, placement.voxel_size, placement.translate,
+                   placement.downsampling_factors, tensorstore,
+                   transform if transform is not None else ArrayTransform())
+
+
+@dataclass(frozen=True)
+class VolumePlacement:
+    """The axes, unit and level placements of one volume: what an inspector reports of it."""
+
+    axes: tuple[str, ...]
+    unit: str | None
+    levels: tuple[LevelPlacement, ...]
+
+    def level_json(self, key: str) -> dict[str, Any] | None:
+        """One level as ``inspect --json`` shows it (``None`` when ``key`` is not a level)."""
+        for level in self.levels:
+            if level.key == key:
+                fields = {k: v for k, v in level.to_json().items() if k != "key"}
+                return {"axes": list(self.axes), "unit": self.unit, **fields}
+        return None
+
+
+@dataclass(frozen=True)
+class VolumeSpec:
+    """One volume of a dataset, finest scale first, as pure data.
+
+    Attributes
+    ----------
+    url
+        Where the volume is (the dataset's root, or a label image's group).
+    name
+        A short display name (the last path component, or the OME name).
+    format
+        ``"precomputed"``, ``"zarr3"``, ``"ome-zarr"`` or ``"n5"``.
+    kind
+        ``"segmentation"`` (object ids) or ``"image"``.
+    axes
+        Axis names, slowest first.
+    unit
+        ``"nm"`` when voxel sizes were converted from named length units, ``None`` otherwise.
+    levels
+        The scales as the metadata lists them.
+    contrast_limits
+        The display range of an image, from metadata or the dtype (never from voxels).
+    channel_axis
+        Index of a channel axis in :attr:`axes`, if any.
+    metadata
+        The format's raw metadata document, for widgets that want it.
+    """
+
+    url: str
+    name: str
+    format: FormatName
+    kind: Kind
+    axes: tuple[str, ...]
+    unit: str | None
+    levels: tuple[LevelSpec, ...]
+    contrast_limits: tuple[float, float] | None = None
+    channel_axis: int | None = None
+    metadata: Mapping[str, Any] = field(default_factory=dict, compare=False, hash=False)
+
+    @property
+    def placement(self) -> VolumePlacement:
+        return VolumePlacement(self.axes, self.unit, tuple(self.levels))
+
+    def level(self, key: str) -> LevelSpec:
+        """The scale named ``key`` (KeyError listing the names when absent), as ``Volume.level``."""
+        for level in self.levels:
+            if level.key == key:
+                return level
+        raise KeyError(f"no scale {key!r}; scales are {[lv.key for lv in self.levels]}")
+
+
+def default_axes(ndim: int) -> tuple[str, ...]:
+    """Axis names, slowest first, when the metadata gives none: the last three are z, y, x."""
+    if ndim <= len(DEFAULT_AXES):
+        return DEFAULT_AXES[len(DEFAULT_AXES) - ndim:]
+    return tuple(f"d{i}" for i in range(ndim - 3)) + DEFAULT_AXES[-3:]
+
+
+def dtype_contrast_limits(dtype: np.dtype[Any]) -> tuple[float, float]:
+    """A display range from the dtype alone: its full range for integers, ``(0, 1)`` otherwise.
+
+    Why not the data range: computing it would read the whole volume, which is exactly what a
+    lazy reader must never do.
+    """
+    if dtype.kind in "iu":
+        info = np.iinfo(dtype)
+        return float(info.min), float(info.max)
+    return 0.0, 1.0
+
+
+def guess_kind(dtype: np.dtype[Any]) -> Kind:
+    """Image or segmentation when the metadata does not say: 32/64-bit integers are labels.
+
+    EM images are 8- or 16-bit (or float); object ids need 32 or 64 bits. Callers can override
+    the guess with ``open_volume(url, kind=...)``.
+    """
+    if dtype.kind in "iu" and dtype.itemsize >= 4:
+        return "segmentation"
+    return "image"
+
+
+def image_contrast_limits(kind: Kind, dtype: np.dtype[Any],
+                          window: tuple[float, float] | None = None) -> tuple[float, float] | None:
+    """An image's display range (``window`` from metadata, else the dtype's); ``None`` for labels."""
+    if kind != "image":
+        return None
+    return window or dtype_contrast_limits(dtype)
+
+
+def ratios(values: Sequence[float], base: Sequence[float]) -> tuple[float, ...]:
+    """``values / base`` per axis (1 where ``base`` is 0): a level's factors from voxel sizes."""
+    return tuple(float(v) / float(b) if b else 1.0 for v, b in zip(values, base, strict=True))

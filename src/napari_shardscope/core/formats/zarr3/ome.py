@@ -1,0 +1,226 @@
+"""OME-Zarr (NGFF 0.4/0.5) metadata in a zarr v3 group: multiscales, coordinate transforms, omero, labels.
+
+An image group's ``multiscales[0]`` lists its scales (``datasets``, finest first), the ``axes`` with
+their types and units, and per dataset a ``scale`` and an optional ``translation``, composed with
+the multiscale's own (``world = (index * s + t) * S + T``). A ``labels`` group lists label images,
+each itself a multiscale group with an ``image-label`` attribute. NGFF 0.5 puts all of this under
+``attributes["ome"]``; a bare ``attributes["multiscales"]`` (what pre-0.5 converters wrote into v3
+groups) is read the same way.
+
+Parsed strictly: a wrong field is reported with its path (``multiscales[0].datasets[1]...``), as
+the spec's own validators do.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from napari_shardscope.core.errors import MetadataError
+from napari_shardscope.core.formats.units import nm_factors
+
+#: Axis names taken as a channel axis when an array has no OME axis types.
+CHANNEL_NAMES = ("c", "channel", "channels")
+
+
+@dataclass(frozen=True)
+class OmeDataset:
+    """One ``datasets[i]`` entry: its path and its voxel size and offset in the metadata's units."""
+
+    path: str
+    scale: tuple[float, ...]
+    translation: tuple[float, ...]
+
+
+@dataclass(frozen=True)
+class OmeMultiscale:
+    """The first entry of ``multiscales``, coordinate transforms composed.
+
+    Attributes
+    ----------
+    name
+        The multiscale's ``name`` (``None`` when unnamed).
+    axes, axis_types, axis_units
+        Per axis, slowest first: name, type (``"space"``, ``"channel"``, ``"time"`` or ``""``) and unit.
+    datasets
+        The scales, finest first; ``scale`` and ``translation`` already composed with the
+        multiscale-level transforms.
+    is_label
+        Whether the group is a label image (``image-label`` present).
+    window
+        The first ``omero`` channel's display window, if any.
+    """
+
+    name: str | None
+    axes: tuple[str, ...]
+    axis_types: tuple[str, ...]
+    axis_units: tuple[object, ...]
+    datasets: tuple[OmeDataset, ...]
+    is_label: bool = False
+    window: tuple[float, float] | None = None
+
+    @property
+    def ndim(self) -> int:
+        return len(self.axes)
+
+    @property
+    def paths(self) -> tuple[str, ...]:
+        return tuple(ds.path for ds in self.datasets)
+
+    @property
+    def channel_axis(self) -> int | None:
+        return self.axis_types.index("channel") if "channel" in self.axis_types else None
+
+    def nm_factors(self) -> tuple[tuple[float, ...], str | None]:
+        """Per-axis factors to nanometres (space axes only) and the resulting unit.
+
+        The unit is ``"nm"`` only when every space axis names a length unit; otherwise values are
+        kept as written and the unit is ``None``.
+        """
+        space = [i for i, t in enumerate(self.axis_types) if t == "space"]
+        factors = nm_factors([self.axis_units[i] for i in space])
+        if factors is None:
+            return (1.0,) * self.ndim, None
+        out = [1.0] * self.ndim
+        for i, f in zip(space, factors, strict=True):
+            out[i] = f
+        return tuple(out), "nm"
+
+
+def ome_attributes(attributes: object) -> dict[str, Any]:
+    """The OME metadata of a group's attributes: ``attributes["ome"]`` (0.5), or the attributes themselves.
+
+    Accepting bare ``multiscales`` in v3 attributes keeps pre-0.5 converters' output readable.
+    """
+    if not isinstance(attributes, Mapping):
+        return {}
+    ome = attributes.get("ome")
+    return dict(ome) if isinstance(ome, Mapping) else dict(attributes)
+
+
+def is_label_array(attributes: object) -> bool:
+    """Whether a single array's attributes mark it as a label image (``image-label``)."""
+    return "image-label" in ome_attributes(attributes) or (
+        isinstance(attributes, Mapping) and "image-label" in attributes)
+
+
+def label_names(ome: Mapping[str, Any]) -> list[str]:
+    """The label images a ``labels`` group lists (non-strings are ignored, as viewers do)."""
+    names = ome.get("labels")
+    if not isinstance(names, list):
+        return []
+    return [n for n in names if isinstance(n, str) and n.strip("/")]
+
+
+def dataset_path(value: object, field: str, *, key: str) -> str:
+    """A ``datasets[i].path``: a relative path without ``..``, returned without surrounding slashes."""
+    if not isinstance(value, str) or not value.strip("/") or ".." in value.split("/"):
+        raise MetadataError(f"{field}.path must be a relative path, got {value!r}", key=key)
+    return value.strip("/")
+
+
+def parse_multiscale(ome: Mapping[str, Any], *, key: str) -> OmeMultiscale:
+    """The first multiscale image of a group's OME metadata.
+
+    Raises
+    ------
+    MetadataError
+        For ``multiscales``, ``axes``, ``datasets`` or ``coordinateTransformations`` that break the
+        spec (naming the field path and the value).
+    """
+    multiscales = ome.get("multiscales")
+    if not isinstance(multiscales, list) or not multiscales or not isinstance(multiscales[0], Mapping):
+        raise MetadataError(f"'multiscales' must be a non-empty list of objects, got {multiscales!r}", key=key)
+    ms = multiscales[0]
+    axes_meta = ms.get("axes")
+    if not isinstance(axes_meta, list) or not axes_meta:
+        raise MetadataError(f"multiscales[0].axes must be a non-empty list, got {axes_meta!r}", key=key)
+    axes = tuple(str(a.get("name")) if isinstance(a, Mapping) else str(a) for a in axes_meta)
+    types = tuple(str(a.get("type", "")) if isinstance(a, Mapping) else "" for a in axes_meta)
+    units = tuple(a.get("unit") if isinstance(a, Mapping) else None for a in axes_meta)
+    ndim = len(axes)
+    datasets = ms.get("datasets")
+    if not isinstance(datasets, list) or not datasets:
+        raise MetadataError(f"multiscales[0].datasets must be a non-empty list, got {datasets!r}", key=key)
+    g_scale, g_trans = parse_transforms(ms.get("coordinateTransformations"), ndim, key=key,
+                                        field="multiscales[0].coordinateTransformations")
+    parsed = []
+    for i, ds in enumerate(datasets):
+        field = f"multiscales[0].datasets[{i}]"
+        if not isinstance(ds, Mapping):
+            raise MetadataError(f"{field} must be an object, got {ds!r}", key=key)
+        path = dataset_path(ds.get("path"), field, key=key)
+        scale, trans = parse_transforms(ds.get("coordinateTransformations"), ndim, key=key,
+                                        field=f"{field}.coordinateTransformations", required=True)
+        parsed.append(OmeDataset(
+            path,
+            tuple(s * gs for s, gs in zip(scale, g_scale, strict=True)),
+            tuple(t * gs + gt for t, gs, gt in zip(trans, g_scale, g_trans, strict=True)),
+        ))
+    name = ms.get("name")
+    return OmeMultiscale(name=str(name) if name else None, axes=axes, axis_types=types, axis_units=units,
+                         datasets=tuple(parsed), is_label="image-label" in ome, window=omero_window(ome))
+
+
+def parse_transforms(obj: object, ndim: int, *, key: str, field: str,
+                     required: bool = False) -> tuple[tuple[float, ...], tuple[float, ...]]:
+    """``(scale, translation)`` from an OME ``coordinateTransformations`` list.
+
+    The spec allows one ``scale`` followed by at most one ``translation`` (or ``identity``);
+    anything else is reported with its field path. A scale must be finite and non-zero (a zero
+    voxel size places every voxel at one point), a translation finite.
+    """
+    scale = (1.0,) * ndim
+    trans = (0.0,) * ndim
+    if obj is None:
+        if required:
+            raise MetadataError(f"{field} is required", key=key)
+        return scale, trans
+    if not isinstance(obj, list):
+        raise MetadataError(f"{field} must be a list, got {obj!r}", key=key)
+    for i, t in enumerate(obj):
+        kind = t.get("type") if isinstance(t, Mapping) else None
+        if kind == "identity":
+            continue
+        if kind not in ("scale", "translation"):
+            raise MetadataError(f"{field}[{i}].type must be 'scale' or 'translation', got {kind!r}", key=key)
+        assert isinstance(t, Mapping)
+        values = t.get(kind)
+        if (not isinstance(values, list) or len(values) != ndim
+                or any(isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v)
+                       or (kind == "scale" and v == 0) for v in values)):
+            what = "non-zero numbers" if kind == "scale" else "numbers"
+            raise MetadataError(f"{field}[{i}].{kind} must be a list of {ndim} finite {what}, got {values!r}",
+                                key=key)
+        if kind == "scale":
+            scale = tuple(float(v) for v in values)
+        else:
+            trans = tuple(float(v) for v in values)
+    return scale, trans
+
+
+def omero_window(ome: Mapping[str, Any]) -> tuple[float, float] | None:
+    """The display window of the first ``omero`` channel, if the metadata has one."""
+    omero = ome.get("omero")
+    if not isinstance(omero, Mapping):
+        return None
+    channels = omero.get("channels")
+    if not isinstance(channels, list) or not channels or not isinstance(channels[0], Mapping):
+        return None
+    window = channels[0].get("window")
+    if not isinstance(window, Mapping):
+        return None
+    start, end = window.get("start"), window.get("end")
+    if isinstance(start, int | float) and isinstance(end, int | float) and end > start:
+        return float(start), float(end)
+    return None
+
+
+def channel_axis_by_name(axes: Sequence[str]) -> int | None:
+    """A channel axis named ``c``/``channel``/``channels``, for arrays whose axes have no types."""
+    for i, name in enumerate(axes):
+        if name.lower() in CHANNEL_NAMES:
+            return i
+    return None

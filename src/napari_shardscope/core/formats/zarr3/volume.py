@@ -1,0 +1,120 @@
+"""Zarr v3 arrays and OME-Zarr multiscale groups as :class:`~napari_shardscope.core.formats.volume_spec.VolumeSpec`.
+
+* A single zarr v3 array (sharded or not) is one single-scale volume. Axis names come from
+  ``dimension_names`` (all of them strings; otherwise the defaults, ending in z, y, x); zarr v3 has
+  no voxel-size field, so the unit is ``None`` and voxels are unit-sized.
+* An OME-Zarr image group is one multiscale volume: each ``datasets[i]`` is a scale, placed by its
+  composed coordinate transforms (:mod:`.ome`), with length units on ``space`` axes converted to
+  nanometres. A scale's downsampling factors are its ``scale`` over the first dataset's. Its
+  ``labels`` group adds one segmentation volume per label image, so opening an image brings its
+  labels along, as the OME-Zarr spec intends.
+
+Shapes and dtypes come from each array's parsed ``zarr.json`` (:class:`~.metadata.ArrayMetadata`,
+the object the inspector reads shards with); voxels are read by TensorStore's ``zarr3`` driver in
+the array's own axis order, which is already the presented order.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from napari_shardscope.core.bytestore import Location
+from napari_shardscope.core.errors import MetadataError
+from napari_shardscope.core.formats.volume_spec import (
+    Kind,
+    LevelPlacement,
+    LevelSpec,
+    VolumePlacement,
+    VolumeSpec,
+    default_axes,
+    guess_kind,
+    image_contrast_limits,
+    ratios,
+)
+from napari_shardscope.core.formats.zarr3.codecs import check_codec_names
+from napari_shardscope.core.formats.zarr3.metadata import ArrayMetadata
+from napari_shardscope.core.formats.zarr3.ome import (
+    OmeMultiscale,
+    channel_axis_by_name,
+    is_label_array,
+)
+
+
+def array_axes(meta: ArrayMetadata) -> tuple[str, ...]:
+    """``dimension_names`` when every one is a string, else the default names."""
+    names = meta.dimension_names
+    if names is not None and all(isinstance(n, str) for n in names):
+        return tuple(str(n) for n in names)
+    return default_axes(meta.ndim)
+
+
+def array_placement(meta: ArrayMetadata, key: str = "") -> VolumePlacement:
+    """A lone array: one scale of unit-sized voxels at the origin, unitless."""
+    n = meta.ndim
+    level = LevelPlacement(key, meta.shape, meta.dtype.name, (1.0,) * n, (0.0,) * n, (1.0,) * n)
+    return VolumePlacement(array_axes(meta), None, (level,))
+
+
+def ome_level_placement(ms: OmeMultiscale, index: int, meta: ArrayMetadata, *, key: str) -> LevelPlacement:
+    """Scale ``index`` of an OME multiscale whose array metadata is ``meta`` (``key``: the group's zarr.json).
+
+    Raises
+    ------
+    MetadataError
+        When the array's rank differs from the number of axes.
+    """
+    ds = ms.datasets[index]
+    if meta.ndim != ms.ndim:
+        raise MetadataError(f"dataset {ds.path!r} has {meta.ndim} dimensions but axes lists {ms.ndim}", key=key)
+    nm, _ = ms.nm_factors()
+    return LevelPlacement(
+        ds.path, meta.shape, meta.dtype.name,
+        tuple(s * f for s, f in zip(ds.scale, nm, strict=True)),
+        tuple(t * f for t, f in zip(ds.translation, nm, strict=True)),
+        ratios(ds.scale, ms.datasets[0].scale),
+    )
+
+
+def ome_placement(ms: OmeMultiscale, arrays: Mapping[str, ArrayMetadata], *, key: str) -> VolumePlacement:
+    """Every scale of an OME multiscale; ``arrays`` maps each dataset path to its parsed metadata."""
+    levels = tuple(ome_level_placement(ms, i, arrays[ds.path], key=key) for i, ds in enumerate(ms.datasets))
+    return VolumePlacement(ms.axes, ms.nm_factors()[1], levels)
+
+
+def array_volume_spec(location: Location, meta: ArrayMetadata, document: Mapping[str, Any], *,
+                      kind: Kind | None = None) -> VolumeSpec:
+    """A single zarr v3 array as a one-scale volume (``document``: its raw ``zarr.json``)."""
+    check_codec_names(meta.codecs, key=f"{location.url.rstrip('/')}/zarr.json")
+    placement = array_placement(meta)
+    volume_kind: Kind = kind or ("segmentation" if is_label_array(meta.attributes) else guess_kind(meta.dtype))
+    level = LevelSpec.of(placement.levels[0], {"driver": "zarr3", "kvstore": location.kvstore})
+    return VolumeSpec(
+        url=location.url, name=location.name, format="zarr3", kind=volume_kind, axes=placement.axes, unit=None,
+        levels=(level,), contrast_limits=image_contrast_limits(volume_kind, meta.dtype),
+        channel_axis=channel_axis_by_name(placement.axes) if volume_kind == "image" else None,
+        metadata={"zarr.json": dict(document)},
+    )
+
+
+def ome_volume_spec(location: Location, ms: OmeMultiscale, arrays: Mapping[str, ArrayMetadata],
+                    ome: Mapping[str, Any], *, kind: Kind | None = None, name: str | None = None) -> VolumeSpec:
+    """One OME-Zarr multiscale image or label image at ``location``.
+
+    ``arrays`` maps each dataset path to its parsed ``zarr.json``; ``ome`` is the group's OME
+    metadata (kept as the volume's metadata).
+    """
+    key = f"{location.url.rstrip('/')}/zarr.json"
+    for path, meta in arrays.items():
+        check_codec_names(meta.codecs, key=f"{location.child(path).url}/zarr.json")
+    placement = ome_placement(ms, arrays, key=key)
+    levels = tuple(LevelSpec.of(level, {"driver": "zarr3", "kvstore": location.child(level.key).kvstore})
+                   for level in placement.levels)
+    volume_kind: Kind = kind or ("segmentation" if ms.is_label else "image")
+    dtype = arrays[ms.datasets[0].path].dtype
+    return VolumeSpec(
+        url=location.url, name=name or ms.name or location.name, format="ome-zarr", kind=volume_kind,
+        axes=placement.axes, unit=placement.unit, levels=levels,
+        contrast_limits=image_contrast_limits(volume_kind, dtype, ms.window),
+        channel_axis=ms.channel_axis if volume_kind == "image" else None, metadata={"ome": dict(ome)},
+    )
