@@ -19,9 +19,9 @@ from napari_shardscope.core.errors import (
     UnsupportedFeatureError,
 )
 from napari_shardscope.core.formats import open_dataset
-from napari_shardscope.core.formats.api import Problem
 from napari_shardscope.core.formats.n5.attributes import DatasetAttributes
 from napari_shardscope.core.formats.n5.block import decode_block, encode_block, encode_varlength_block
+from napari_shardscope.core.formats.problem import Problem
 from tests.test_n5_helpers import make_attributes, random_array, write_dataset
 
 SHAPE = (10, 9, 4)

@@ -14,6 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
+from napari_shardscope.core.bytestore import context as context_module
 from napari_shardscope.core.errors import ArgumentError, MetadataError, NotADatasetError, ShardscopeError
 from napari_shardscope.core.formats import open_dataset
 from napari_shardscope.core.formats.volume_spec import dtype_contrast_limits, guess_kind
@@ -28,7 +29,6 @@ from napari_shardscope.core.volumes import (
     set_cache_pool_size,
     shared_context,
 )
-from napari_shardscope.core.volumes import context as context_module
 from tests.test_volume_support import FormatCase, format_cases, sample  # noqa: F401  (fixtures)
 
 # -- LazyArray ---------------------------------------------------------------------------------------

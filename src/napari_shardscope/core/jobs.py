@@ -25,7 +25,7 @@ from collections.abc import Callable, Hashable, Iterator, Sequence
 from typing import Any, TypeVar, cast
 
 from napari_shardscope.core.errors import ArgumentError
-from napari_shardscope.core.formats.api import Progress
+from napari_shardscope.core.progress import Progress
 
 T = TypeVar("T")
 R = TypeVar("R")

@@ -46,7 +46,7 @@ import numpy as np
 
 from napari_shardscope.core.bytestore import Location
 from napari_shardscope.core.errors import ArgumentError, ShardscopeError
-from napari_shardscope.core.formats import Dataset, DatasetInspector, Problem, Progress, format_named, open_dataset
+from napari_shardscope.core.formats import Dataset, DatasetInspector, Problem, format_named, open_dataset
 from napari_shardscope.core.formats.layout_model import (
     Expansion,
     LayoutBackend,
@@ -60,6 +60,7 @@ from napari_shardscope.core.formats.layout_model import (
     format_part,
 )
 from napari_shardscope.core.formats.volume_spec import LevelSpec, VolumeSpec
+from napari_shardscope.core.progress import Progress
 from napari_shardscope.core.volumes.model import ScaleLevel as VolumeLevel
 from napari_shardscope.core.volumes.model import Volume
 
@@ -107,7 +108,7 @@ class LayoutTree:
         The dataset's inspector (``open_dataset(url).inspector()``); the format's layout backend
         comes from its dataset, or, for an inspector made without one, from the format registry.
     volume
-        The same dataset's volume (``dataset.open_volumes()[0]``) or its volume spec
+        The same dataset's volume (``open_dataset_volumes(dataset)[0]``) or its volume spec
         (``dataset.volume_specs()[0]``); gives each scale's axes, voxel size and translate exactly as
         the viewer shows them. Without it they come from the format's metadata (precomputed
         resolution, N5 resolution, else 1).

@@ -147,7 +147,7 @@ def ensure_sample_dataset(cache_dir: str | os.PathLike[str] | None = None, *, se
 def write_sample_dataset(root: Path, *, seed: int = 0) -> None:
     """Generate the sample volume and write image, segmentation, bodies.json, then sample.json."""
     em = generate_synthetic_em(SAMPLE_SHAPE_ZYX, seed=seed)
-    from napari_shardscope.core.volumes.context import make_context
+    from napari_shardscope.core.bytestore.context import make_context
 
     context = make_context(0)
     write_precomputed_pyramid(root / "image", em.image, "image", SAMPLE_VOXEL_NM_XYZ, SAMPLE_FACTORS_XYZ,

@@ -49,7 +49,7 @@ from qtpy.QtWidgets import (
 )
 
 from napari_shardscope.core.errors import ArgumentError, ShardscopeError
-from napari_shardscope.core.formats.api import Problem
+from napari_shardscope.core.formats.problem import Problem
 from napari_shardscope.core.layout import (
     LayoutNode,
     LayoutTree,

@@ -27,7 +27,6 @@ from typing import Any
 
 import numpy as np
 import pytest
-from napari_shardscope.core.layout_tree import open_layout
 
 from napari_shardscope.core.cli import run
 from napari_shardscope.core.errors import (
@@ -42,6 +41,7 @@ from napari_shardscope.core.export.source import VolumeSource
 from napari_shardscope.core.formats import open_dataset
 from napari_shardscope.core.formats.units import nm_per_unit
 from napari_shardscope.core.formats.volume_spec import VolumeSpec
+from napari_shardscope.core.layout import open_layout
 from napari_shardscope.core.sample_data import SampleDataset
 from napari_shardscope.core.volumes import Volume, open_volumes
 from tests.test_volume_support import FormatCase, format_cases, sample  # noqa: F401  (fixtures)

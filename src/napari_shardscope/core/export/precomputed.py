@@ -26,12 +26,12 @@ from napari_shardscope.core.errors import ArgumentError
 from napari_shardscope.core.export.prepare import claim_destination, clear_dataset, positive_shape
 from napari_shardscope.core.export.sharding_params import DEFAULT_SHARD_BYTES, choose_sharding
 from napari_shardscope.core.export.source import ExportSource, LevelGeometry
-from napari_shardscope.core.formats.api import Progress
 from napari_shardscope.core.formats.precomputed.info import ScaleInfo, parse_info
 from napari_shardscope.core.formats.precomputed.morton import bits_per_dimension, decode_morton
 from napari_shardscope.core.formats.precomputed.shard_writer import write_shard
 from napari_shardscope.core.formats.precomputed.sharding import ShardingSpec, assign_chunk_ids
 from napari_shardscope.core.jobs import run_tasks
+from napari_shardscope.core.progress import Progress
 
 DEFAULT_CHUNK = (64, 64, 64)
 #: The voxel types of the precomputed spec: TensorStore and Neuroglancer refuse an ``info`` naming another.

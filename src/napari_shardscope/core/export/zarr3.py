@@ -23,11 +23,11 @@ from napari_shardscope.core.errors import ArgumentError
 from napari_shardscope.core.export.precomputed import ExportReport, ShardResult
 from napari_shardscope.core.export.prepare import claim_destination, clear_dataset, positive_shape
 from napari_shardscope.core.export.source import ExportSource
-from napari_shardscope.core.formats.api import Progress
 from napari_shardscope.core.formats.zarr3.metadata import parse_array_metadata, parse_group_metadata
 from napari_shardscope.core.formats.zarr3.reader import Zarr3ArrayReader
 from napari_shardscope.core.formats.zarr3.sharding import encode_shard_array
 from napari_shardscope.core.jobs import run_tasks
+from napari_shardscope.core.progress import Progress
 
 DEFAULT_INNER = (64, 64, 64)
 #: Shards of at most this many uncompressed bytes (whole inner chunks per axis).

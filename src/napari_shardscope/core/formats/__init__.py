@@ -6,9 +6,10 @@ the CLI, the shard browser and export all read. See :mod:`.api` for what a datas
 :mod:`.registry` for how a format is added.
 """
 
-from napari_shardscope.core.formats.api import Dataset, DatasetInspector, Format, Problem, Progress
+from napari_shardscope.core.formats.api import Dataset, DatasetInspector, Format
+from napari_shardscope.core.formats.problem import Problem
 from napari_shardscope.core.formats.registry import FORMATS, format_named, open_dataset
 from napari_shardscope.core.formats.volume_spec import LevelSpec, VolumeSpec
 
-__all__ = ["FORMATS", "Dataset", "DatasetInspector", "Format", "LevelSpec", "Problem", "Progress", "VolumeSpec",
+__all__ = ["FORMATS", "Dataset", "DatasetInspector", "Format", "LevelSpec", "Problem", "VolumeSpec",
            "format_named", "open_dataset"]

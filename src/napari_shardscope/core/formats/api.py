@@ -6,8 +6,8 @@ the same levels, voxel sizes, translations, axes and dtype:
 
 * :meth:`Dataset.volume_specs` — the volumes as pure data (levels, shapes, voxel sizes,
   translations, axes, kind; :mod:`.volume_spec`), computed from the parsed metadata;
-* :meth:`Dataset.open_volumes` — those specs opened as lazy multiscale volumes (the viewer, export,
-  the labelmap base);
+  :func:`napari_shardscope.core.volumes.open_dataset_volumes` opens them as lazy multiscale volumes
+  (the viewer, export, the labelmap base);
 * :meth:`Dataset.inspector` — ``inspect``/``locate``/``ls``/``validate`` (:class:`DatasetInspector`);
 * :meth:`Dataset.layout_backend` — the format's part of the shard browser's tree.
 
@@ -22,31 +22,12 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from napari_shardscope.core.bytestore import ByteStore, Location
 from napari_shardscope.core.errors import UnsupportedFeatureError
+from napari_shardscope.core.formats.problem import Problem
+from napari_shardscope.core.progress import Progress
 
 if TYPE_CHECKING:
     from napari_shardscope.core.formats.layout_model import LayoutBackend
     from napari_shardscope.core.formats.volume_spec import Kind, VolumeSpec
-    from napari_shardscope.core.volumes.model import Volume
-
-#: Called as ``progress(done, total, what)`` while a long check runs.
-Progress = Callable[[int, int, str], None]
-
-
-@dataclass(frozen=True)
-class Problem:
-    """One integrity problem found by ``validate``: where it is and what is wrong."""
-
-    key: str
-    message: str
-    offset: int | None = None
-
-    def __str__(self) -> str:
-        where = f" at byte {self.offset}" if self.offset is not None else ""
-        return f"{self.key}: {self.message}{where}"
-
-    def to_json(self) -> dict[str, Any]:
-        return {"key": self.key, "message": self.message, "offset": self.offset}
-
 
 class DatasetInspector(Protocol):
     """Read-only view of a sharded dataset's layout: scales, shards, chunks, byte ranges."""
@@ -83,6 +64,8 @@ class Dataset(Protocol):
     format_name: str
     #: Where it lives (the one URL grammar's result).
     location: Location
+    #: The ``tensorstore.Context`` it was opened with (shared with the volumes opened from it).
+    context: Any
 
     @property
     def url(self) -> str:
@@ -100,10 +83,6 @@ class Dataset(Protocol):
         Nothing is opened: the specs are computed from the metadata the dataset parsed (reading
         the metadata documents of the scales and label images it points at).
         """
-        ...
-
-    def open_volumes(self, *, kind: Kind | None = None) -> list[Volume]:
-        """:meth:`volume_specs` opened as lazy multiscale volumes (through TensorStore)."""
         ...
 
     def inspector(self) -> DatasetInspector:

@@ -8,7 +8,6 @@ from napari_shardscope.core.bytestore import ByteStore, Location, open_store
 
 if TYPE_CHECKING:
     from napari_shardscope.core.formats.volume_spec import Kind, VolumeSpec
-    from napari_shardscope.core.volumes.model import Volume
 
 
 class DatasetBase:
@@ -17,8 +16,8 @@ class DatasetBase:
     Subclasses set :attr:`format_name` and :attr:`metadata_key`, parse their document once (on
     first use), and implement ``volume_specs``, ``_make_inspector`` and ``_make_layout_backend``;
     the inspector and layout backend are made on first use and shared, so the shard browser and
-    the CLI reuse one set of index caches. :meth:`open_volumes` is the same for every format: the
-    volume specs, opened by :mod:`napari_shardscope.core.volumes`.
+    the CLI reuse one set of index caches. The volume specs are opened by
+    :mod:`napari_shardscope.core.volumes`, the layer above the formats.
     """
 
     format_name: str = ""
@@ -53,12 +52,6 @@ class DatasetBase:
 
     def volume_specs(self, kind: Kind | None = None) -> list[VolumeSpec]:
         raise NotImplementedError
-
-    def open_volumes(self, *, kind: Kind | None = None) -> list[Volume]:
-        """The volumes of :meth:`volume_specs`, every level opened through TensorStore."""
-        from napari_shardscope.core.volumes.opening import open_volume_specs
-
-        return open_volume_specs(self.volume_specs(kind), self.context)
 
     def inspector(self) -> Any:
         if self._inspector is None:

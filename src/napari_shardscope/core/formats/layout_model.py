@@ -26,7 +26,7 @@ import numpy.typing as npt
 
 from napari_shardscope.core.bytestore import ByteStore
 from napari_shardscope.core.errors import ArgumentError, StoreError
-from napari_shardscope.core.formats.api import Problem
+from napari_shardscope.core.formats.problem import Problem
 
 NodeKind = Literal["scale", "shard", "minishard", "group", "chunk", "error"]
 #: One step of a node's path: ``("shard", 3)``, ``("chunk", (1, 0, 2))``, ``("scale", "8_8_40")``.

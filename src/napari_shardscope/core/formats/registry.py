@@ -63,7 +63,7 @@ def open_dataset(url: str | os.PathLike[str] | Location, context: Any = None) ->
         For broken metadata or an unreachable store (with the key and the reason).
     """
     if context is None:
-        from napari_shardscope.core.volumes.context import shared_context
+        from napari_shardscope.core.bytestore.context import shared_context
 
         context = shared_context()
     location = parse_url(url)

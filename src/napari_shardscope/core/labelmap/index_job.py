@@ -38,13 +38,13 @@ import numpy as np
 import numpy.typing as npt
 
 from napari_shardscope.core.errors import ArgumentError
-from napari_shardscope.core.formats.api import Progress
 from napari_shardscope.core.jobs import iter_tasks, open_once
 from napari_shardscope.core.labelmap.config import TYPE_NAME, LabelmapConfig
 from napari_shardscope.core.labelmap.geometry import BlockGrid, Box, Coord
 from napari_shardscope.core.labelmap.keys import INDEX_META_KEY, INDEX_SUMMARY_KEY
 from napari_shardscope.core.labelmap.label_index import BaseIndex, IndexSummary, count_block
 from napari_shardscope.core.labelmap.reading import BaseSource
+from napari_shardscope.core.progress import Progress
 from napari_shardscope.core.versioned.repository import Repository, open_repository
 from napari_shardscope.core.volumes import open_volume
 

@@ -21,12 +21,12 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from napari_shardscope.core.bytestore.context import shared_context
 from napari_shardscope.core.cache import LruCache
 from napari_shardscope.core.labelmap.block_codec import decode_label_block
 from napari_shardscope.core.labelmap.config import LabelmapConfig
 from napari_shardscope.core.labelmap.geometry import Box, Coord
 from napari_shardscope.core.labelmap.keys import block_key
-from napari_shardscope.core.volumes.context import shared_context
 from napari_shardscope.core.volumes.lazy import LazyArray
 from napari_shardscope.core.volumes.model import Volume
 

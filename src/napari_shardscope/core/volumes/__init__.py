@@ -18,18 +18,18 @@ Every volume shares one TensorStore context (:func:`shared_context`), whose cach
 user sets with ``SHARDSCOPE_CACHE_MB`` or :func:`set_cache_pool_size`.
 """
 
-from napari_shardscope.core.bytestore.url import Location, is_remote, parse_url
-from napari_shardscope.core.formats.volume_spec import Kind
-from napari_shardscope.core.volumes.context import (
+from napari_shardscope.core.bytestore.context import (
     CACHE_ENV,
     cache_pool_bytes,
     make_context,
     set_cache_pool_size,
     shared_context,
 )
+from napari_shardscope.core.bytestore.url import Location, is_remote, parse_url
+from napari_shardscope.core.formats.volume_spec import Kind
 from napari_shardscope.core.volumes.lazy import LazyArray, ValueTransform
 from napari_shardscope.core.volumes.model import ScaleLevel, Volume
-from napari_shardscope.core.volumes.opening import open_volume, open_volume_specs, open_volumes
+from napari_shardscope.core.volumes.opening import open_dataset_volumes, open_volume, open_volume_specs, open_volumes
 
 __all__ = [
     "CACHE_ENV",
@@ -42,6 +42,7 @@ __all__ = [
     "cache_pool_bytes",
     "is_remote",
     "make_context",
+    "open_dataset_volumes",
     "open_volume",
     "open_volume_specs",
     "open_volumes",

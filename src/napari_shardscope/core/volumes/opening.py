@@ -15,11 +15,11 @@ from typing import Any
 
 import numpy as np
 
+from napari_shardscope.core.bytestore.context import shared_context
 from napari_shardscope.core.bytestore.url import Location, parse_url
 from napari_shardscope.core.errors import FormatError
-from napari_shardscope.core.formats import open_dataset
+from napari_shardscope.core.formats import Dataset, open_dataset
 from napari_shardscope.core.formats.volume_spec import ArrayTransform, Kind, LevelSpec, VolumeSpec
-from napari_shardscope.core.volumes.context import shared_context
 from napari_shardscope.core.volumes.lazy import LazyArray
 from napari_shardscope.core.volumes.model import ScaleLevel, Volume, keep_decreasing
 from napari_shardscope.core.volumes.tsopen import open_stores
@@ -48,7 +48,12 @@ def open_volumes(url: str | os.PathLike[str], *, kind: Kind | None = None, conte
         For broken or unsupported metadata or unreachable stores (with the key and the reason).
     """
     ctx = context if context is not None else shared_context()
-    return open_dataset(url, context=ctx).open_volumes(kind=kind)
+    return open_dataset_volumes(open_dataset(url, context=ctx), kind=kind)
+
+
+def open_dataset_volumes(dataset: Dataset, *, kind: Kind | None = None) -> list[Volume]:
+    """The volumes of an opened dataset: its volume specs, every level opened through TensorStore."""
+    return open_volume_specs(dataset.volume_specs(kind), dataset.context)
 
 
 def open_volume(url: str | os.PathLike[str], *, kind: Kind | None = None, context: Any = None) -> Volume:

@@ -23,7 +23,6 @@ from typing import Any
 
 from napari_shardscope.core.bytestore import ByteStore, join_key
 from napari_shardscope.core.errors import ArgumentError, FormatError, NotADatasetError, StoreError
-from napari_shardscope.core.formats.api import Problem, Progress
 from napari_shardscope.core.formats.n5.attributes import ATTRIBUTES_FILE, DatasetAttributes, ScaleLevel, list_scales
 from napari_shardscope.core.formats.n5.block import (
     DecodedBlock,
@@ -36,6 +35,8 @@ from napari_shardscope.core.formats.n5.block import (
     read_block,
 )
 from napari_shardscope.core.formats.n5.volume import volume_placement
+from napari_shardscope.core.formats.problem import Problem
+from napari_shardscope.core.progress import Progress
 
 #: Blocks checked concurrently by :meth:`N5Inspector.validate` (reads overlap on remote stores).
 VALIDATE_THREADS = 4

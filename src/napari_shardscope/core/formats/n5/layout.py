@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import math
 
-from napari_shardscope.core.formats.api import Problem
 from napari_shardscope.core.formats.layout_model import (
     BackendBase,
     ChunkFile,
@@ -28,6 +27,7 @@ from napari_shardscope.core.formats.layout_model import (
 from napari_shardscope.core.formats.n5.attributes import DatasetAttributes
 from napari_shardscope.core.formats.n5.block import format_block_key, format_block_path, list_blocks, parse_block_key
 from napari_shardscope.core.formats.n5.inspector import N5Inspector
+from napari_shardscope.core.formats.problem import Problem
 from napari_shardscope.core.formats.units import nm_per_unit
 
 #: Axis names of an N5 dataset in its own order (x first), up to five axes.

@@ -20,7 +20,6 @@ import numpy as np
 
 from napari_shardscope.core.bytestore import ByteStore, join_key
 from napari_shardscope.core.errors import ArgumentError, FormatError, MetadataError, StoreError
-from napari_shardscope.core.formats.api import Problem, Progress
 from napari_shardscope.core.formats.precomputed.info import (
     PrecomputedInfo,
     ScaleInfo,
@@ -33,8 +32,10 @@ from napari_shardscope.core.formats.precomputed.shard_reader import ChunkLocatio
 from napari_shardscope.core.formats.precomputed.sharding import ShardingSpec, parse_sharding_spec
 from napari_shardscope.core.formats.precomputed.validate import ChunkCheck, validate_shard_file
 from napari_shardscope.core.formats.precomputed.volume import volume_placement
+from napari_shardscope.core.formats.problem import Problem
 from napari_shardscope.core.formats.volume_spec import VolumePlacement
 from napari_shardscope.core.json_document import load_json
+from napari_shardscope.core.progress import Progress
 
 VOLUME_TYPE = "neuroglancer_multiscale_volume"
 SEGMENT_TYPES = ("neuroglancer_skeletons", "neuroglancer_multilod_draco", "neuroglancer_legacy_mesh")

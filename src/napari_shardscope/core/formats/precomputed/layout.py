@@ -20,7 +20,6 @@ import numpy as np
 import numpy.typing as npt
 
 from napari_shardscope.core.errors import ArgumentError, ShardscopeError, StoreError
-from napari_shardscope.core.formats.api import Problem
 from napari_shardscope.core.formats.layout_model import (
     ChunkFile,
     Expansion,
@@ -49,6 +48,7 @@ from napari_shardscope.core.formats.precomputed.inspector import PrecomputedInsp
 from napari_shardscope.core.formats.precomputed.morton import decode_morton
 from napari_shardscope.core.formats.precomputed.shard_reader import ShardedReader
 from napari_shardscope.core.formats.precomputed.sharding import assign_chunk_ids, format_shard_name, parse_shard_name
+from napari_shardscope.core.formats.problem import Problem
 
 #: Above this many shards a store that cannot list is not enumerated shard by shard.
 MAX_UNLISTED_SHARDS = 1 << 16

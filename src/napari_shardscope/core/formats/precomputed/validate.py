@@ -15,9 +15,9 @@ import numpy as np
 
 from napari_shardscope.core.encoding import decode_bytes
 from napari_shardscope.core.errors import FormatError
-from napari_shardscope.core.formats.api import Problem
 from napari_shardscope.core.formats.precomputed.shard_index import decode_minishard_index, decode_shard_index
 from napari_shardscope.core.formats.precomputed.sharding import ShardingSpec, assign_chunk_ids
+from napari_shardscope.core.formats.problem import Problem
 
 #: Given a chunk id and its decoded bytes, return a problem message or ``None`` when fine.
 ChunkCheck = Callable[[int, bytes], str | None]

@@ -19,7 +19,6 @@ import numpy as np
 import numpy.typing as npt
 
 from napari_shardscope.core.errors import ArgumentError, ShardscopeError, StoreError
-from napari_shardscope.core.formats.api import Problem
 from napari_shardscope.core.formats.layout_model import (
     BackendBase,
     Expansion,
@@ -36,6 +35,7 @@ from napari_shardscope.core.formats.layout_model import (
     shard_node,
     with_totals,
 )
+from napari_shardscope.core.formats.problem import Problem
 from napari_shardscope.core.formats.zarr3.inspector import Zarr3Inspector
 from napari_shardscope.core.formats.zarr3.reader import InnerChunkLocation, Zarr3ArrayReader
 

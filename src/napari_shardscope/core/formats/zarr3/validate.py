@@ -22,9 +22,10 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from napari_shardscope.core.errors import ShardscopeError
-from napari_shardscope.core.formats.api import Problem, Progress
+from napari_shardscope.core.formats.problem import Problem
 from napari_shardscope.core.formats.zarr3.reader import Zarr3ArrayReader
 from napari_shardscope.core.formats.zarr3.sharding import decode_shard_index, find_index_problems, index_span
+from napari_shardscope.core.progress import Progress
 
 
 def validate_array(reader: Zarr3ArrayReader, progress: Progress | None = None) -> Iterator[Problem]:
