@@ -35,7 +35,7 @@ from napari_shardscope.core.layout import (
 )
 from napari_shardscope.core.sample_data import SampleDataset
 from tests.precomputed_data import SHARDING_MURMUR_GZIP, write_ts_volume
-from tests.test_volume_support import FormatCase, format_cases, sample  # noqa: F401  (fixtures)
+from tests.volume_cases import FormatCase, format_cases, sample  # noqa: F401  (fixtures)
 
 
 # -- a 16 384-shard dataset in memory ----------------------------------------------------------------

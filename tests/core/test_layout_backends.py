@@ -17,7 +17,7 @@ from napari_shardscope.core.formats import format_named, open_dataset
 from napari_shardscope.core.formats.n5.block import format_block_key, list_blocks, parse_block_key
 from napari_shardscope.core.formats.precomputed.info import parse_info
 from napari_shardscope.core.layout import LayoutTree, open_layout
-from tests.test_volume_support import FormatCase, format_cases  # noqa: F401  (fixture)
+from tests.volume_cases import FormatCase, format_cases  # noqa: F401  (fixture)
 
 
 @pytest.mark.parametrize("name", ["precomputed", "zarr3", "ome-zarr", "n5-multiscale"])

@@ -28,7 +28,7 @@ from napari_shardscope.widgets.proofreading import SEEDS_NAME, ProofreadingPanel
 from napari_shardscope.widgets.session import session_for
 from napari_shardscope.widgets.shard_browser import camera
 from napari_shardscope.widgets.versions import UNCHOSEN, VersionsPanel
-from tests.test_volume_support import sample  # noqa: F401  (fixture)
+from tests.volume_cases import sample  # noqa: F401  (fixture)
 
 Z = 32  # the plane the tests look at
 LEFT = Qt.MouseButton.LeftButton

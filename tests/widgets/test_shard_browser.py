@@ -26,7 +26,7 @@ from napari_shardscope.napari_plugin.sample import sample_volumes
 from napari_shardscope.napari_plugin.viewer import add_volumes
 from napari_shardscope.widgets.shard_browser import OUTLINE_NAME, PAGE_SIZE, ShardBrowser, camera
 from tests.core.test_layout import MemoryStore, many_shards  # noqa: F401  (fixture)
-from tests.test_volume_support import FormatCase, format_cases, sample  # noqa: F401  (fixtures)
+from tests.volume_cases import FormatCase, format_cases, sample  # noqa: F401  (fixtures)
 
 VOXEL_NM_ZYX = np.array([40.0, 8.0, 8.0])
 

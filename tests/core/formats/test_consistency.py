@@ -44,7 +44,7 @@ from napari_shardscope.core.formats.volume_spec import VolumeSpec
 from napari_shardscope.core.layout import open_layout
 from napari_shardscope.core.sample_data import SampleDataset
 from napari_shardscope.core.volumes import Volume, open_volumes
-from tests.test_volume_support import FormatCase, format_cases, sample  # noqa: F401  (fixtures)
+from tests.volume_cases import FormatCase, format_cases, sample  # noqa: F401  (fixtures)
 
 REALDATA = Path(__file__).resolve().parents[3] / ".." / "shared" / "realdata"
 METADATA_DOCUMENTS = ("info", "zarr.json", "attributes.json", ".zarray", ".zgroup")

@@ -17,7 +17,7 @@ from napari_shardscope.core.formats.precomputed.dataset import PrecomputedDatase
 from napari_shardscope.core.formats.volume_spec import ArrayTransform, default_axes
 from napari_shardscope.core.formats.zarr3.dataset import Zarr3Dataset
 from napari_shardscope.core.volumes import open_volume_specs
-from tests.test_volume_support import FormatCase, format_cases  # noqa: F401  (fixture)
+from tests.volume_cases import FormatCase, format_cases  # noqa: F401  (fixture)
 
 CASES = ["precomputed", "precomputed-channels", "zarr3", "ome-zarr", "ome-zarr-labels", "n5", "n5-multiscale",
          "n5-bdv"]

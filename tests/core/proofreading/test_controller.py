@@ -25,7 +25,7 @@ from napari_shardscope.core.proofreading import (
     ProofreadingSession,
 )
 from napari_shardscope.core.versioned import Repository, create_repository, open_repository
-from tests.labelmap.volumes import write_precomputed
+from tests.core.labelmap.volumes import write_precomputed
 
 # sv 10: two blobs joined by a thin neck along x; sv 30 and 40 touch one blob each; sv 5 around
 BLOB_A, BLOB_B, NECK = (4, 8, 5), (4, 8, 25), (4, 8, 16)

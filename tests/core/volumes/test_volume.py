@@ -29,7 +29,7 @@ from napari_shardscope.core.volumes import (
     set_cache_pool_size,
     shared_context,
 )
-from tests.test_volume_support import FormatCase, format_cases, sample  # noqa: F401  (fixtures)
+from tests.volume_cases import FormatCase, format_cases, sample  # noqa: F401  (fixtures)
 
 # -- LazyArray ---------------------------------------------------------------------------------------
 BASE = np.arange(6 * 7 * 5, dtype=np.int32).reshape(6, 7, 5)

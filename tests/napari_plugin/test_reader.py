@@ -29,7 +29,7 @@ from napari_shardscope.core.sample_data import SampleDataset
 from napari_shardscope.core.volumes import make_context, open_volume
 from napari_shardscope.napari_plugin.layers import METADATA_KEY, volume_layer_data
 from napari_shardscope.napari_plugin.reader import get_reader, read_volumes
-from tests.test_volume_support import FormatCase, format_cases, sample  # noqa: F401  (fixtures)
+from tests.volume_cases import FormatCase, format_cases, sample  # noqa: F401  (fixtures)
 
 # -- get_reader ------------------------------------------------------------------------------------
 

@@ -36,7 +36,7 @@ from napari_shardscope.core.formats.n5.block import (
 )
 from napari_shardscope.core.formats.n5.compression import Compression, make_compression, parse_compression
 from napari_shardscope.core.formats.n5.lz4_stream import compute_xxh32, decode_lz4_stream, encode_lz4_stream
-from tests.test_n5_helpers import make_attributes
+from tests.n5_data import make_attributes
 
 # The spec's worked example: a 1×2×3 uint16 block holding 1..6.
 SPEC_HEADER = bytes.fromhex("0000" "0003" "00000001" "00000002" "00000003")

@@ -22,7 +22,7 @@ from napari_shardscope.core.formats import open_dataset
 from napari_shardscope.core.formats.n5.attributes import DatasetAttributes
 from napari_shardscope.core.formats.n5.block import decode_block, encode_block, encode_varlength_block
 from napari_shardscope.core.formats.problem import Problem
-from tests.test_n5_helpers import make_attributes, random_array, write_dataset
+from tests.n5_data import make_attributes, random_array, write_dataset
 
 SHAPE = (10, 9, 4)
 BLOCK = (4, 3, 4)  # grid (3, 3, 1); x end blocks hold 2 voxels

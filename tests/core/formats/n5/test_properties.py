@@ -36,7 +36,7 @@ from napari_shardscope.core.formats.n5.compression import (
     parse_compression,
 )
 from napari_shardscope.core.formats.n5.lz4_stream import compute_xxh32, decode_lz4_stream, encode_lz4_stream
-from tests.test_n5_helpers import make_attributes
+from tests.n5_data import make_attributes
 
 FAST = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 FUZZ = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])

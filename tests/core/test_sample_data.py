@@ -23,7 +23,7 @@ from napari_shardscope.core.sample_data import (
     write_body_map,
 )
 from napari_shardscope.core.volumes import open_volume
-from tests.test_volume_support import sample  # noqa: F401  (fixture)
+from tests.volume_cases import sample  # noqa: F401  (fixture)
 
 
 def test_layout_sharding_and_scales(sample: SampleDataset) -> None:  # noqa: F811

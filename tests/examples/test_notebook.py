@@ -20,7 +20,7 @@ import pytest
 nbformat = pytest.importorskip("nbformat")
 nbclient = pytest.importorskip("nbclient")
 
-NOTEBOOK = Path(__file__).resolve().parents[1] / "examples" / "proofreading.ipynb"
+NOTEBOOK = Path(__file__).resolve().parents[2] / "examples" / "proofreading.ipynb"
 CELL_TIMEOUT = 600
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 

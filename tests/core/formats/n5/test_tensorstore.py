@@ -20,7 +20,7 @@ from napari_shardscope.core.formats.n5.attributes import list_scales, read_attri
 from napari_shardscope.core.formats.n5.block import decode_block, decode_block_header
 from napari_shardscope.core.formats.n5.inspector import N5Inspector
 from tests.http_range_server import RangeServer
-from tests.test_n5_helpers import (
+from tests.n5_data import (
     TS_COMPRESSIONS,
     compression_id,
     random_array,
