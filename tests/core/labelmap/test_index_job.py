@@ -75,7 +75,7 @@ def test_rebuild_refused_without_force_and_cli(base: tuple[Path, np.ndarray], tm
     assert json.loads(capsys.readouterr().out)["built"] is False
     assert run(["index", str(path), "seg", "--force", "--quiet", "--scheduler", "sync"]) == 0
     assert stored_index(path) == before
-    assert run(["index", str(path), "nope"]) == 2
+    assert run(["index", str(path), "nope"]) == 3  # no such labelmap
     assert "nope" in capsys.readouterr().err
 
 
