@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from napari_shardscope.core.bytestore.url import Location
 from napari_shardscope.core.bytestore.tserrors import error_from_tensorstore, status_code
+from napari_shardscope.core.bytestore.url import Location
 from napari_shardscope.core.json_document import load_json_object
 
 

@@ -17,7 +17,8 @@ DATA_LOSS, FAILED_PRECONDITION,        reading: :class:`ChunkDecodeError` (corru
 OUT_OF_RANGE, INVALID_ARGUMENT         chunk or shard do not decode); opening: :class:`FormatError`
 NOT_FOUND                              :class:`NotFoundError`
 UNIMPLEMENTED                          :class:`UnsupportedFeatureError`
-UNAVAILABLE, DEADLINE_EXCEEDED         :class:`StoreUnreachableError` (within the configured limits)
+UNAVAILABLE, DEADLINE_EXCEEDED,        :class:`StoreUnreachableError` (within the configured limits)
+ABORTED after the retries
 PERMISSION_DENIED, UNAUTHENTICATED     :class:`StoragePermissionError`
 anything else (RESOURCE_EXHAUSTED,     :class:`StoreError`
 ABORTED, INTERNAL, UNKNOWN …)
@@ -97,7 +98,8 @@ def error_from_tensorstore(exc: BaseException, *, where: str, opening: bool = Fa
     detail = _STATUS.sub(r"\2", message) if code else message
     key = named_key(exc)
     text = detail if key is None or where in key else f"{where}: {detail}"
-    if code in UNREACHABLE_CODES:
+    if code in UNREACHABLE_CODES or (code == "ABORTED" and ("retry attempts failed" in detail
+                                                            or "CURL error" in detail)):
         return StoreUnreachableError(f"{detail} ({code}; see --timeout/--retries)", path=where)
     if code in PERMISSION_CODES:
         return StoragePermissionError(f"access refused: {detail}", path=where)
