@@ -92,7 +92,8 @@ def report_error(exc: Exception, prefix: str, *, as_json: bool, details: ErrorDe
         doc: dict[str, Any] = {}
         if isinstance(exc, ShardscopeError) and details is not None:
             doc.update(details(exc))
-        doc["error"] = {"group": group_name(exc), "message": str(exc), "key": _json_scalar(getattr(exc, "key", None)),
+        key = getattr(exc, "key", None) or getattr(exc, "path", None)  # a storage fault names its path
+        doc["error"] = {"group": group_name(exc), "message": str(exc), "key": _json_scalar(key),
                         "offset": _json_scalar(getattr(exc, "offset", None))}
         print_json(doc)
     return exit_code_for(exc)
