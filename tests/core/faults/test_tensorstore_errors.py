@@ -119,3 +119,15 @@ def test_metadata_errors_while_opening_stay_format_errors() -> None:
 def test_an_error_that_is_ours_passes_through() -> None:
     ours = StoreError("x")
     assert error_from_tensorstore(ours, where="y") is ours
+
+
+def test_a_damaged_base_chunk_under_a_labelmap_is_typed(tmp_path: Path) -> None:
+    from napari_shardscope.core.labelmap.geometry import Box
+    from napari_shardscope.core.labelmap.reading import BaseSource
+
+    case = write_zarr3_array(tmp_path)
+    chunk = _first_chunk(case)
+    chunk.write_bytes(_flip(chunk.read_bytes()))
+    base = BaseSource(open_volume(case.path))
+    with pytest.raises(ChunkDecodeError, match=str(chunk)):
+        base.read(0, Box((0, 0, 0), (4, 8, 8)))
