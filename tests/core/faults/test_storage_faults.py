@@ -9,6 +9,7 @@ allowed, with the reason.
 
 from __future__ import annotations
 
+import errno
 import os
 import subprocess
 import uuid
@@ -18,10 +19,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from napari_shardscope.core.bytestore.oserrors import storage_fault
 from napari_shardscope.core.errors import (
     CorruptDataError,
     DiskFullError,
     ReadOnlyStorageError,
+    StorageFaultError,
+    StoragePermissionError,
     StoreError,
 )
 from napari_shardscope.core.export.precomputed import export_precomputed
@@ -178,3 +182,33 @@ def test_creating_a_repository_on_a_full_or_read_only_filesystem_is_typed(small_
             create_repository(small_fs / "ro", engine=engine)
     finally:
         _remount(small_fs, "rw")
+
+
+@pytest.mark.parametrize(("exc", "kind"), [
+    (OSError(errno.ENOSPC, "No space left on device"), DiskFullError),
+    (OSError(errno.EDQUOT, "Disk quota exceeded"), DiskFullError),
+    (OSError(errno.EROFS, "Read-only file system"), ReadOnlyStorageError),
+    (PermissionError(errno.EACCES, "Permission denied"), StoragePermissionError),
+    (OSError(errno.EPERM, "Operation not permitted"), StoragePermissionError),
+    (Exception("database or disk is full"), DiskFullError),  # SQLite's words
+    (Exception("attempt to write a readonly database"), ReadOnlyStorageError),
+    (Exception("mdb_txn_commit: No space left on device"), DiskFullError),  # LMDB's
+])
+def test_each_storage_failure_has_its_typed_error(tmp_path: Path, exc: BaseException, kind: type[StoreError]) -> None:
+    fault = storage_fault(exc, tmp_path / "repo")
+    assert type(fault) is kind
+    assert fault.path == str(tmp_path / "repo") and str(tmp_path / "repo") in str(fault)
+    assert not isinstance(fault, CorruptDataError)
+
+
+def test_an_io_error_on_a_roomy_filesystem_stays_an_io_error(tmp_path: Path) -> None:
+    fault = storage_fault(OSError(errno.EIO, "Input/output error"), tmp_path)
+    assert type(fault) is StorageFaultError and "I/O error" in str(fault)
+
+
+def test_storage_faults_survive_pickling(tmp_path: Path) -> None:  # Dask workers send errors back
+    import pickle
+
+    fault = storage_fault(OSError(errno.ENOSPC, "full"), tmp_path / "x")
+    again = pickle.loads(pickle.dumps(fault))
+    assert type(again) is DiskFullError and again.path == fault.path and str(again) == str(fault)
