@@ -192,5 +192,45 @@ class UnsupportedFeatureError(UnsupportedError):
         super().__init__(f"{where}{feature} is not supported{more}")
 
 
+class StorageFaultError(StoreError):
+    """The storage under a path or URL failed; names the path so the user knows which disk or host to fix.
+
+    Parameters
+    ----------
+    message
+        What failed, in words (``"no space left on the device"``).
+    path
+        The file, directory or URL that could not be read or written (``None`` when unknown).
+    """
+
+    def __init__(self, message: str, *, path: str | None = None) -> None:
+        self.message = message
+        self.path = path
+        super().__init__(f"{path}: {message}" if path else message)
+
+    def __reduce__(self) -> tuple[object, ...]:  # keyword-only arguments survive pickling (Dask workers)
+        return (_rebuild_storage_fault, (type(self), self.message, self.path))
+
+
+def _rebuild_storage_fault(cls: type[StorageFaultError], message: str, path: str | None) -> StorageFaultError:
+    return cls(message, path=path)
+
+
+class DiskFullError(StorageFaultError):
+    """The filesystem (or a quota) has no room left: free space or write elsewhere; nothing is corrupt."""
+
+
+class ReadOnlyStorageError(StorageFaultError):
+    """The filesystem or file is read-only: the data is intact, it just cannot be written there."""
+
+
+class StoragePermissionError(StorageFaultError):
+    """Access to the path or URL was refused (file permissions, HTTP 401/403, missing credentials)."""
+
+
+class StoreUnreachableError(StorageFaultError):
+    """A remote store did not answer within the configured timeouts and retries, or is not reachable."""
+
+
 class VersionError(ShardscopeError):
     """A versioned-store rule was broken; each subclass also belongs to the group a caller acts on."""

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from napari_shardscope.core.bytestore import ByteStore, LocalByteStore, TensorStoreByteStore, open_store
-from napari_shardscope.core.errors import ArgumentError, StoreError
+from napari_shardscope.core.errors import ArgumentError, DiskFullError, StoreError
 from tests.http_range_server import RangeServer
 
 
@@ -65,8 +65,9 @@ def test_atomic_write_keeps_old_file_on_failure(tmp_path: Path, monkeypatch: pyt
         raise OSError("disk full")
 
     monkeypatch.setattr(os, "replace", broken_replace)
-    with pytest.raises(OSError, match="disk full"):
+    with pytest.raises(DiskFullError, match="disk full") as info:  # typed, naming the file (issue 14)
         store.write("d/x.shard", b"new")
+    assert str(tmp_path / "d" / "x.shard") in str(info.value)
     monkeypatch.undo()
     assert (tmp_path / "d" / "x.shard").read_bytes() == b"old"
     assert sorted(p.name for p in (tmp_path / "d").iterdir()) == ["x.shard"]  # no temp file left behind

@@ -11,12 +11,30 @@ The budget is the cache pool's ``total_bytes_limit``. It is read from the enviro
 :func:`set_cache_pool_size` (the ``--cache-mb`` option of ``shardscope open`` does this). A context
 cannot change its limit after creation, so setting a new size replaces the shared context: volumes
 opened afterwards use the new budget, volumes already open keep the cache they were opened with.
+
+Remote I/O has limits the user controls (:class:`RemoteLimits`), so that an unreachable host fails
+in about ten seconds and a stalled one never blocks forever (TensorStore's own defaults retry for
+minutes):
+
+* ``timeout_s`` (``SHARDSCOPE_TIMEOUT_S``, ``--timeout``): the connect timeout, and how long a
+  request may go without receiving a byte before it is abandoned. TensorStore reads these from
+  its ``TENSORSTORE_CURL_*`` environment variables once, when the process makes its first HTTP
+  request, so they are process-wide and must be set before then (the CLI sets them at start-up;
+  a variable the user set explicitly wins).
+* ``retries`` (``SHARDSCOPE_RETRIES``, ``--retries``): how many times a failed request is retried,
+  with backoff from 0.1 s up to 1 s; passed through the context's ``http_request_retries``,
+  ``gcs_request_retries`` and ``s3_request_retries`` resources, so every remote driver obeys it.
+
+The worst case for one request is ``(retries + 1) * timeout_s`` plus the backoff; the defaults
+(3 s, 2 retries) give about 10 s.
 """
 
 from __future__ import annotations
 
+import math
 import os
 import threading
+from dataclasses import dataclass
 from typing import Any
 
 from napari_shardscope.core.errors import ArgumentError
@@ -27,9 +45,58 @@ CACHE_ENV = "SHARDSCOPE_CACHE_MB"
 #: for a laptop running napari next to a browser.
 DEFAULT_CACHE_BYTES = 512 * 1024 * 1024
 
+#: Environment variable holding the remote timeout in seconds (connect, and longest stall).
+TIMEOUT_ENV = "SHARDSCOPE_TIMEOUT_S"
+#: Environment variable holding how many times a failed remote request is retried.
+RETRIES_ENV = "SHARDSCOPE_RETRIES"
+DEFAULT_TIMEOUT_S = 3.0
+DEFAULT_RETRIES = 2
+#: Backoff between retries (TensorStore doubles it from the first to the last).
+RETRY_INITIAL_DELAY_S = 0.1
+RETRY_MAX_DELAY_S = 1.0
+#: The context resources that carry the retry budget, one per remote driver.
+RETRY_RESOURCES = ("http_request_retries", "gcs_request_retries", "s3_request_retries")
+#: TensorStore's process-wide curl settings that carry the timeout.
+CURL_CONNECT_ENV = "TENSORSTORE_CURL_CONNECT_TIMEOUT_SECONDS"
+CURL_LOW_SPEED_TIME_ENV = "TENSORSTORE_CURL_LOW_SPEED_TIME_SECONDS"
+CURL_LOW_SPEED_BYTES_ENV = "TENSORSTORE_CURL_LOW_SPEED_LIMIT_BYTES"
+
+
+@dataclass(frozen=True)
+class RemoteLimits:
+    """How long a remote request may take and how often it is retried.
+
+    Attributes
+    ----------
+    timeout_s
+        Connect timeout, and the longest a request may go without receiving a byte.
+    retries
+        How many times a failed request is retried (0: one attempt only).
+    """
+
+    timeout_s: float = DEFAULT_TIMEOUT_S
+    retries: int = DEFAULT_RETRIES
+
+    def __post_init__(self) -> None:
+        if isinstance(self.timeout_s, bool) or not isinstance(self.timeout_s, int | float) \
+                or not math.isfinite(self.timeout_s) or self.timeout_s <= 0:
+            raise ArgumentError(f"the remote timeout must be a positive number of seconds, got {self.timeout_s!r}")
+        if isinstance(self.retries, bool) or not isinstance(self.retries, int) or self.retries < 0:
+            raise ArgumentError(f"the retry count must be a non-negative integer, got {self.retries!r}")
+
+    @property
+    def worst_case_s(self) -> float:
+        """The longest one request can block: every attempt times out, with the backoff between them."""
+        backoff = sum(min(RETRY_MAX_DELAY_S, RETRY_INITIAL_DELAY_S * 2.0**i) for i in range(self.retries))
+        return float((self.retries + 1) * self.timeout_s + backoff)
+
+
 _lock = threading.Lock()
 _context: Any = None
 _cache_bytes: int | None = None
+_limits: RemoteLimits | None = None
+#: The curl variables this module set (the user's own settings are never overwritten).
+_curl_set_here: set[str] = set()
 
 
 def cache_bytes_from_env() -> int:
@@ -52,27 +119,100 @@ def cache_bytes_from_env() -> int:
     return int(mib * 1024 * 1024)
 
 
-def make_context(cache_bytes: int) -> Any:
-    """A new ``tensorstore.Context`` whose cache pool holds at most ``cache_bytes`` bytes.
+def limits_from_env() -> RemoteLimits:
+    """The remote limits asked for by ``SHARDSCOPE_TIMEOUT_S`` and ``SHARDSCOPE_RETRIES``, or the defaults.
+
+    Raises
+    ------
+    ArgumentError
+        When a variable is set but is not a positive number of seconds / a non-negative integer.
+    """
+    timeout_text = os.environ.get(TIMEOUT_ENV, "").strip()
+    retries_text = os.environ.get(RETRIES_ENV, "").strip()
+    timeout_s, retries = DEFAULT_TIMEOUT_S, DEFAULT_RETRIES
+    if timeout_text:
+        try:
+            timeout_s = float(timeout_text)
+        except ValueError:
+            raise ArgumentError(f"{TIMEOUT_ENV}={timeout_text!r} is not a number of seconds") from None
+    if retries_text:
+        try:
+            retries = int(retries_text)
+        except ValueError:
+            raise ArgumentError(f"{RETRIES_ENV}={retries_text!r} is not a whole number of retries") from None
+    try:
+        return RemoteLimits(timeout_s, retries)
+    except ArgumentError as exc:
+        raise ArgumentError(f"{TIMEOUT_ENV}/{RETRIES_ENV}: {exc}") from None
+
+
+def apply_curl_timeouts(limits: RemoteLimits) -> None:
+    """Hand ``limits.timeout_s`` to TensorStore's HTTP transport (its ``TENSORSTORE_CURL_*`` variables).
+
+    Takes effect only if the process has not made an HTTP request through TensorStore yet (it reads
+    them once); a variable the user set explicitly is kept.
+    """
+    seconds = str(max(1, math.ceil(limits.timeout_s)))  # curl counts whole seconds
+    for name in (CURL_CONNECT_ENV, CURL_LOW_SPEED_TIME_ENV):
+        if name in _curl_set_here or not os.environ.get(name, "").strip():
+            os.environ[name] = seconds
+            _curl_set_here.add(name)
+    os.environ.setdefault(CURL_LOW_SPEED_BYTES_ENV, "1")
+
+
+def make_context(cache_bytes: int, limits: RemoteLimits | None = None) -> Any:
+    """A new ``tensorstore.Context``: a cache pool of at most ``cache_bytes`` bytes and the retry budget.
 
     ``0`` disables caching of decoded chunks (every read goes to storage), which is what a
-    benchmark of cold reads wants and what a viewer never wants.
+    benchmark of cold reads wants and what a viewer never wants. ``limits`` default to
+    :func:`remote_limits`.
     """
     import tensorstore as ts
 
     if cache_bytes < 0:
         raise ArgumentError(f"cache pool size must be >= 0 bytes, got {cache_bytes}")
-    return ts.Context({"cache_pool": {"total_bytes_limit": int(cache_bytes)}})
+    limits = limits if limits is not None else remote_limits()
+    apply_curl_timeouts(limits)
+    retry = {"max_retries": limits.retries, "initial_delay": f"{int(RETRY_INITIAL_DELAY_S * 1000)}ms",
+             "max_delay": f"{int(RETRY_MAX_DELAY_S * 1000)}ms"}
+    spec: dict[str, Any] = {"cache_pool": {"total_bytes_limit": int(cache_bytes)}}
+    spec.update({name: dict(retry) for name in RETRY_RESOURCES})
+    return ts.Context(spec)
+
+
+def remote_limits() -> RemoteLimits:
+    """The remote limits of the shared context (or of the one that will be created)."""
+    with _lock:
+        return _limits if _limits is not None else limits_from_env()
+
+
+def set_remote_limits(timeout_s: float | None = None, retries: int | None = None) -> RemoteLimits:
+    """Replace the shared context with one that has these remote limits (``None`` keeps the current one).
+
+    Volumes opened before the call keep their context; the timeout reaches TensorStore only if
+    no HTTP request was made yet in this process (see the module docstring).
+    """
+    global _context, _limits
+    current = remote_limits()
+    limits = RemoteLimits(current.timeout_s if timeout_s is None else timeout_s,
+                          current.retries if retries is None else retries)
+    new = make_context(cache_pool_bytes(), limits)
+    with _lock:
+        _context = new
+        _limits = limits
+    return limits
 
 
 def shared_context() -> Any:
     """The process-wide context (created on first use with :func:`cache_pool_bytes` bytes)."""
-    global _context, _cache_bytes
+    global _context, _cache_bytes, _limits
     with _lock:
         if _context is None:
             if _cache_bytes is None:
                 _cache_bytes = cache_bytes_from_env()
-            _context = make_context(_cache_bytes)
+            if _limits is None:
+                _limits = limits_from_env()
+            _context = make_context(_cache_bytes, _limits)
         return _context
 
 
@@ -91,7 +231,7 @@ def set_cache_pool_size(nbytes: int) -> None:
     global _context, _cache_bytes
     if isinstance(nbytes, bool) or not isinstance(nbytes, int) or nbytes < 0:
         raise ArgumentError(f"cache pool size must be a non-negative number of bytes, got {nbytes!r}")
-    new = make_context(nbytes)
+    new = make_context(nbytes, remote_limits())
     with _lock:
         _context = new
         _cache_bytes = nbytes

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from napari_shardscope.core.bytestore.tserrors import error_from_tensorstore, status_code
 from napari_shardscope.core.bytestore.url import Location
-from napari_shardscope.core.errors import StoreError
 from napari_shardscope.core.json_document import load_json_object
 
 
@@ -26,7 +26,7 @@ def read_keys(loc: Location, keys: list[str], context: Any) -> dict[str, bytes |
     try:
         kv = ts.KvStore.open(loc.kvstore, context=context).result()
     except Exception as exc:  # TensorStore raises ValueError for bad specs and unreachable stores
-        raise StoreError(f"{loc.url}: {exc}") from exc
+        raise error_from_tensorstore(exc, where=loc.url, opening=True) from exc
     futures = {key: kv.read(key) for key in keys}
     out: dict[str, bytes | None] = {}
     for key, future in futures.items():
@@ -34,10 +34,10 @@ def read_keys(loc: Location, keys: list[str], context: Any) -> dict[str, bytes |
             result = future.result()
         except Exception as exc:  # I/O, auth and network failures
             message = str(exc)
-            if "NOT_FOUND" in message or "404" in message or "Not a directory" in message:
+            if status_code(exc) == "NOT_FOUND" or "404" in message or "Not a directory" in message:
                 out[key] = None
                 continue
-            raise StoreError(f"{loc.url.rstrip('/')}/{key}: {message}") from exc
+            raise error_from_tensorstore(exc, where=f"{loc.url.rstrip('/')}/{key}") from exc
         out[key] = bytes(result.value) if result.state == "value" else None
     return out
 

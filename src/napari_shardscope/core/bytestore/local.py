@@ -8,6 +8,7 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
+from napari_shardscope.core.bytestore.oserrors import storage_fault
 from napari_shardscope.core.bytestore.protocol import ReadStats
 from napari_shardscope.core.errors import ArgumentError, StoreError
 
@@ -106,7 +107,10 @@ class LocalByteStore:
 
     def write(self, key: str, data: bytes) -> None:
         path = self._path(key)
-        write_file_atomic(path, data)
+        try:
+            write_file_atomic(path, data)
+        except OSError as exc:  # full disk, read-only mount, refused permission: the old file is intact
+            raise storage_fault(exc, path) from exc
 
     def delete(self, key: str) -> None:
         path = self._path(key)

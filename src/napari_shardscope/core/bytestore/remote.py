@@ -6,6 +6,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from napari_shardscope.core.bytestore.protocol import ReadStats
+from napari_shardscope.core.bytestore.tserrors import error_from_tensorstore, status_code
 from napari_shardscope.core.errors import ArgumentError, StoreError
 
 
@@ -33,7 +34,7 @@ class TensorStoreByteStore:
         try:
             self._kv = ts.KvStore.open(spec, context=context).result()
         except Exception as exc:  # TensorStore raises ValueError for bad specs and URLs
-            raise StoreError(f"cannot open kvstore {spec!r}: {exc}") from exc
+            raise error_from_tensorstore(exc, where=url or str(spec), opening=True, raw_bytes=True) from exc
         self._stats = ReadStats()
 
     def __repr__(self) -> str:
@@ -57,11 +58,11 @@ class TensorStoreByteStore:
         try:
             result = self._kv.read(key, byte_range=byte_range).result()
         except Exception as exc:
-            if byte_range is not None and "OUT_OF_RANGE" in str(exc):
+            if byte_range is not None and status_code(exc) == "OUT_OF_RANGE":
                 # The range runs past the end of the value. Behave like a file: return what
                 # exists of it (index checks then report the truncation with its offset).
                 return self._read_existing_part(key, byte_range)
-            raise StoreError(f"{self.url}{key}: {exc}") from exc
+            raise error_from_tensorstore(exc, where=f"{self.url}{key}", raw_bytes=True) from exc
         if result.state != "value":
             return None
         data = bytes(result.value)
@@ -80,9 +81,9 @@ class TensorStoreByteStore:
         try:
             result = self._kv.read(key, byte_range=slice(start, None)).result()
         except Exception as exc:
-            if "OUT_OF_RANGE" in str(exc):
+            if status_code(exc) == "OUT_OF_RANGE":
                 return b""  # ``start`` is at or past the end of an existing value
-            raise StoreError(f"{self.url}{key}: {exc}") from exc
+            raise error_from_tensorstore(exc, where=f"{self.url}{key}", raw_bytes=True) from exc
         if result.state != "value":
             return None
         data = bytes(result.value)[: byte_range.stop - start]
@@ -119,7 +120,9 @@ class TensorStoreByteStore:
             else:
                 keys = self._kv.list().result()
         except Exception as exc:
-            raise StoreError(f"{self.url}: listing is not supported by this store: {exc}") from exc
+            if isinstance(exc, NotImplementedError):  # plain HTTP has no listing
+                raise StoreError(f"{self.url}: listing is not supported by this store: {exc}") from exc
+            raise error_from_tensorstore(exc, where=f"{self.url} (listing)", raw_bytes=True) from exc
         return iter(sorted(k.decode() if isinstance(k, bytes) else str(k) for k in keys))
 
     def write(self, key: str, data: bytes) -> None:
@@ -127,7 +130,7 @@ class TensorStoreByteStore:
         try:
             self._kv.write(key, data).result()
         except Exception as exc:
-            raise StoreError(f"{self.url}{key}: write failed: {exc}") from exc
+            raise error_from_tensorstore(exc, where=f"{self.url}{key} (write)", raw_bytes=True) from exc
 
     def delete(self, key: str) -> None:
         self._delete_range(key, key + "\0")  # exactly ``key``: the next possible key is key + NUL
@@ -141,6 +144,6 @@ class TensorStoreByteStore:
         try:
             self._kv.delete_range(ts.KvStore.KeyRange(first, end)).result()
         except Exception as exc:
-            raise StoreError(f"{self.url}{first}: delete failed: {exc}") from exc
+            raise error_from_tensorstore(exc, where=f"{self.url}{first} (delete)", raw_bytes=True) from exc
 
 

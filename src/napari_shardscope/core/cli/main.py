@@ -24,6 +24,7 @@ import traceback
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from napari_shardscope.core.bytestore.context import remote_limits, set_remote_limits
 from napari_shardscope.core.cli.common import print_json
 from napari_shardscope.core.cli.parser import ErrorDetails, Handler, UsageError, build_parser
 from napari_shardscope.core.errors import EXIT_OK, ShardscopeError, exit_code_for, group_name
@@ -51,11 +52,23 @@ def run(argv: Sequence[str] | None = None, extra_modules: Iterable[str] = ()) ->
         return exc.code if isinstance(exc.code, int) else EXIT_OK
     handler: Handler = args.func
     try:
+        apply_global_options(args)
         return handler(args)
     except BrokenPipeError:  # output piped into `head`
         return EXIT_OK
     except Exception as exc:
         return report_error(exc, f"shardscope {args.verb}", as_json=args.json, details=args.error_details)
+
+
+def apply_global_options(args: Any) -> None:
+    """Apply the options that come before the verb (``--timeout``, ``--retries``) to the shared context.
+
+    Done before the verb runs, so the timeout reaches TensorStore before its first HTTP request.
+    """
+    if args.timeout is not None or args.retries is not None:
+        set_remote_limits(args.timeout, args.retries)
+    else:
+        remote_limits()  # a bad SHARDSCOPE_TIMEOUT_S / SHARDSCOPE_RETRIES is an argument error now, not mid-read
 
 
 def report_error(exc: Exception, prefix: str, *, as_json: bool, details: ErrorDetails | None = None) -> int:
@@ -79,7 +92,8 @@ def report_error(exc: Exception, prefix: str, *, as_json: bool, details: ErrorDe
         doc: dict[str, Any] = {}
         if isinstance(exc, ShardscopeError) and details is not None:
             doc.update(details(exc))
-        doc["error"] = {"group": group_name(exc), "message": str(exc), "key": _json_scalar(getattr(exc, "key", None)),
+        key = getattr(exc, "key", None) or getattr(exc, "path", None)  # a storage fault names its path
+        doc["error"] = {"group": group_name(exc), "message": str(exc), "key": _json_scalar(key),
                         "offset": _json_scalar(getattr(exc, "offset", None))}
         print_json(doc)
     return exit_code_for(exc)

@@ -121,6 +121,13 @@ def build_parser(extra_modules: Iterable[str] = ()) -> argparse.ArgumentParser:
         "(Neuroglancer precomputed, Zarr v3 sharding_indexed, N5).",
     )
     parser.add_argument("--version", action="version", version=f"shardscope {__version__}")
+    parser.add_argument("--timeout", type=float, metavar="SECONDS", default=None,
+                        help="remote I/O: connect timeout and the longest a request may stall without data "
+                             "(default: $SHARDSCOPE_TIMEOUT_S or 3)")
+    parser.add_argument("--retries", type=int, metavar="N", default=None,
+                        help="remote I/O: how many times a failed request is retried "
+                             "(default: $SHARDSCOPE_RETRIES or 2); an unreachable host fails after about "
+                             "(N + 1) x timeout seconds")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     sub.required = True
     groups: dict[str, Any] = {}

@@ -22,6 +22,7 @@ import numpy as np
 import numpy.typing as npt
 
 from napari_shardscope.core.bytestore.context import shared_context
+from napari_shardscope.core.bytestore.tserrors import error_from_tensorstore
 from napari_shardscope.core.cache import LruCache
 from napari_shardscope.core.labelmap.block_codec import decode_label_block
 from napari_shardscope.core.labelmap.config import LabelmapConfig
@@ -57,7 +58,10 @@ class BaseSource:
         """The base's supervoxel ids in ``box`` of ``scale`` (a new array)."""
         if box.empty:
             return np.zeros(box.shape, dtype=np.uint64)
-        return np.asarray(self.stores[scale][box.slices].read().result(), dtype=np.uint64)
+        try:
+            return np.asarray(self.stores[scale][box.slices].read().result(), dtype=np.uint64)
+        except Exception as exc:  # TensorStore raises ValueError for every failure kind
+            raise error_from_tensorstore(exc, where=self.volume.url) from exc
 
     def read_async(self, scale: int, box: Box) -> Any:
         """A TensorStore future of the same read (for virtual views)."""

@@ -27,6 +27,7 @@ from typing import Any
 
 import napari_shardscope.core.versioned.keys as K
 from napari_shardscope.core.bytestore import write_file_atomic
+from napari_shardscope.core.bytestore.oserrors import storage_fault
 from napari_shardscope.core.errors import ArgumentError
 from napari_shardscope.core.versioned.dag import (
     ROOT_BRANCH,
@@ -659,7 +660,10 @@ def create_repository(path: str | os.PathLike[str] | None, *, engine: str | None
         directory = Path(path)
         if directory.exists() and (not directory.is_dir() or any(directory.iterdir())):
             raise ArgumentError(f"{directory} already exists and is not an empty directory")
-        directory.mkdir(parents=True, exist_ok=True)
+        try:
+            directory.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:  # a read-only or full filesystem, a refused permission
+            raise storage_fault(exc, directory) from exc
     elif kind.keeps_files:
         raise ArgumentError(f"the {name} engine needs a path")
     kv = open_engine(name, directory, create=True, durable=durable)
@@ -673,7 +677,11 @@ def create_repository(path: str | os.PathLike[str] | None, *, engine: str | None
         txn.put(K.version_record_key(root.vid), encode_version(root))
     if directory is not None:
         marker = {"format": FORMAT_NAME, "version": FORMAT_VERSION, "engine": name, "root": root.uuid}
-        write_file_atomic(directory / MARKER_FILE, json.dumps(marker, indent=2).encode() + b"\n")
+        try:
+            write_file_atomic(directory / MARKER_FILE, json.dumps(marker, indent=2).encode() + b"\n")
+        except OSError as exc:
+            repo.close()
+            raise storage_fault(exc, directory / MARKER_FILE) from exc
     with kv.read() as txn:
         repo._load(txn)
     return repo

@@ -18,6 +18,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from napari_shardscope.core.bytestore.oserrors import storage_fault
 from napari_shardscope.core.versioned.errors import LockTimeoutError, NestedTransactionError
 
 LOCK_FILE = "writer.lock"
@@ -76,7 +77,10 @@ class WriterLock:
         if self._path is None:
             return
         if self._fd is None:
-            self._fd = os.open(self._path, os.O_RDWR | os.O_CREAT, 0o644)
+            try:
+                self._fd = os.open(self._path, os.O_RDWR | os.O_CREAT, 0o644)
+            except OSError as exc:  # a read-only or full filesystem, a refused permission
+                raise storage_fault(exc, self._path) from exc
         delay = 0.0005
         while True:
             try:
@@ -91,8 +95,11 @@ class WriterLock:
                 time.sleep(min(delay, deadline - now))
                 delay = min(delay * 2, 0.05)
             else:
-                os.ftruncate(self._fd, 0)
-                os.pwrite(self._fd, str(os.getpid()).encode(), 0)
+                try:  # the holder's pid, for the message another writer gets; best effort on a full disk
+                    os.ftruncate(self._fd, 0)
+                    os.pwrite(self._fd, str(os.getpid()).encode(), 0)
+                except OSError:
+                    pass
                 return
 
     def _holder(self) -> str:

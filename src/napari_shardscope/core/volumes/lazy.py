@@ -26,6 +26,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from napari_shardscope.core.bytestore.tserrors import error_from_tensorstore
+
 #: A function applied to every array read through a :class:`LazyArray` (elementwise, shape kept).
 ValueTransform = Callable[[npt.NDArray[Any]], npt.NDArray[Any]]
 
@@ -73,10 +75,7 @@ class LazyArray:
         """
         from napari_shardscope.core.errors import ReadOnlyVolumeError
 
-        try:
-            where = str(self._store.kvstore.url)
-        except Exception:  # virtual views (a labelmap's) have no kvstore
-            where = "this volume"
+        where = self._where()
         raise ReadOnlyVolumeError(
             f"{where} is shown read-only: shardscope never writes into a source volume; edit bodies through a "
             "repository (Proofreading panel), and paint split seeds in its seeds layer")
@@ -151,13 +150,32 @@ class LazyArray:
         except (ValueError, IndexError) as exc:
             raise IndexError(f"index {key!r} is invalid for shape {self.shape}: {exc}") from None
         if view.rank == 0:
-            return self._finish(np.asarray(view.read().result()))[()]
+            return self._finish(self._read_view(view))[()]
         view = view[ts.d[:].translate_to[0]]
         return LazyArray(view, transform=self._transform, dtype=self._dtype)
 
     def read(self) -> npt.NDArray[Any]:
-        """Read the whole view into a new NumPy array (only the chunks it intersects)."""
-        return self._finish(np.asarray(self._store.read().result()))
+        """Read the whole view into a new NumPy array (only the chunks it intersects).
+
+        Raises
+        ------
+        ChunkDecodeError, NotFoundError, StoreError
+            TensorStore's failure, translated at the door and naming the array and the chunk file.
+        """
+        return self._finish(self._read_view(self._store))
+
+    def _read_view(self, view: Any) -> npt.NDArray[Any]:
+        try:
+            return np.asarray(view.read().result())
+        except Exception as exc:  # TensorStore raises ValueError for every failure kind
+            raise error_from_tensorstore(exc, where=self._where()) from exc
+
+    def _where(self) -> str:
+        """The URL of the array behind this view, for messages (virtual views have none)."""
+        try:
+            return str(self._store.kvstore.url)
+        except Exception:  # virtual views (a labelmap's) have no kvstore
+            return "this volume"
 
     def __array__(self, dtype: npt.DTypeLike | None = None, copy: bool | None = None) -> npt.NDArray[Any]:
         data = self.read()

@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from napari_shardscope.core.errors import FormatError, StoreError
+from napari_shardscope.core.bytestore.tserrors import error_from_tensorstore
 
 #: Spec fields added to every driver spec we open.
 CACHE_POLICY: dict[str, Any] = {"recheck_cached_data": "open", "recheck_cached_metadata": "open"}
@@ -27,10 +27,9 @@ def open_stores(specs: Sequence[Mapping[str, Any]], context: Any, *, where: str)
 
     Raises
     ------
-    FormatError
-        When TensorStore rejects the metadata (names ``where``).
-    StoreError
-        When the store cannot be reached.
+    FormatError, NotFoundError, UnsupportedError, StoreError
+        TensorStore's failure translated by :func:`~..bytestore.tserrors.error_from_tensorstore`
+        (names ``where``).
     """
     import tensorstore as ts
 
@@ -43,9 +42,5 @@ def open_stores(specs: Sequence[Mapping[str, Any]], context: Any, *, where: str)
         try:
             stores.append(future.result())
         except Exception as exc:  # TensorStore raises ValueError for every failure kind
-            message = str(exc)
-            if any(code in message for code in ("UNAVAILABLE", "PERMISSION_DENIED", "UNAUTHENTICATED",
-                                                "DEADLINE_EXCEEDED")):
-                raise StoreError(f"{where}: {message}") from exc
-            raise FormatError(f"TensorStore cannot open it: {message}", key=where) from exc
+            raise error_from_tensorstore(exc, where=where, opening=True) from exc
     return stores

@@ -12,6 +12,12 @@ POSIX locks), so environments are shared per process with a reference count. The
 data file's device and inode, not by its path: a repository deleted and created again at the same
 path is a new file, and handing it the deleted file's environment would send its commits into a
 file nobody can open again.
+
+Storage faults are typed (:func:`~napari_shardscope.core.bytestore.oserrors.storage_fault`): a
+full disk during a commit aborts that commit (LMDB's meta page still points at the last good
+tree) and raises :class:`DiskFullError`. A repository on a read-only filesystem opens read-only
+(LMDB cannot create its lock file there, and no writer can exist): reads work, a write raises
+:class:`ReadOnlyStorageError` instead of the repository being reported as corrupt.
 """
 
 from __future__ import annotations
@@ -25,6 +31,8 @@ from typing import Any
 
 import lmdb
 
+from napari_shardscope.core.bytestore.oserrors import is_read_only_filesystem, storage_fault
+from napari_shardscope.core.errors import ReadOnlyStorageError, StorageFaultError
 from napari_shardscope.core.versioned.engines.protocol import ReadTxn, WriteTxn, check_key, check_range
 from napari_shardscope.core.versioned.errors import NotARepositoryError, StoreCorruptError
 
@@ -60,14 +68,20 @@ def _acquire_env(directory: Path, *, create: bool, durable: bool) -> Any:
             if data.stat().st_size == 0:
                 # LMDB would treat an empty file as a new environment and initialise it.
                 raise StoreCorruptError(f"{data}: empty LMDB data file")
+        read_only = not create and is_read_only_filesystem(directory)
         try:
             env = lmdb.open(
                 str(directory), subdir=True, map_size=MAP_SIZE, max_readers=1024, max_dbs=0,
-                readahead=False, sync=durable, metasync=durable, create=create, lock=True,
+                readahead=False, sync=durable, metasync=durable, create=create, lock=not read_only,
+                readonly=read_only,
             )
         except lmdb.Error as exc:
+            fault = storage_fault(exc, directory)
+            if type(fault) is not StorageFaultError:  # full, read-only or refused: not corrupt
+                raise fault from exc
             raise StoreCorruptError(f"{data}: not a readable LMDB environment ({exc})") from exc
-        env.reader_check()  # drop reader slots of processes that died (e.g. SIGKILLed)
+        if not read_only:
+            env.reader_check()  # drop reader slots of processes that died (e.g. SIGKILLed)
         opened = _file_key(data)
         if opened is None:  # pragma: no cover - LMDB always creates the data file it opened
             env.close()
@@ -183,7 +197,9 @@ class LmdbEngine:
     """
 
     def __init__(self, directory: Path, *, create: bool, durable: bool = True) -> None:
+        self._directory = directory
         self._env = _acquire_env(directory, create=create, durable=durable)
+        self._read_only = bool(self._env.flags().get("readonly"))
         self._closed = False
 
     @property
@@ -200,9 +216,18 @@ class LmdbEngine:
 
     @contextmanager
     def write(self) -> Iterator[WriteTxn]:
-        txn = self._env.begin(write=True)
+        if self._read_only:
+            raise ReadOnlyStorageError("the repository is on a read-only filesystem; it can be read but not "
+                                       "written", path=str(self._directory))
+        try:
+            txn = self._env.begin(write=True)
+        except lmdb.Error as exc:
+            raise storage_fault(exc, self._directory) from exc
         try:
             yield _LmdbWrite(txn)
+        except lmdb.Error as exc:  # a put that could not allocate pages
+            txn.abort()
+            raise storage_fault(exc, self._directory) from exc
         except BaseException:
             txn.abort()
             raise
@@ -210,13 +235,22 @@ class LmdbEngine:
             txn.commit()
         except lmdb.MapFullError as exc:  # pragma: no cover - needs a terabyte
             raise StoreCorruptError(f"LMDB map full ({MAP_SIZE} bytes): {exc}") from exc
+        except lmdb.Error as exc:  # the commit failed and was aborted: the last commit is intact
+            raise storage_fault(exc, self._directory) from exc
 
     def sync(self) -> None:
         """Flush to disk (needed after non-durable bulk writes)."""
-        self._env.sync(True)
+        if self._read_only:
+            return
+        try:
+            self._env.sync(True)
+        except lmdb.Error as exc:
+            raise storage_fault(exc, self._directory) from exc
 
     def close(self) -> None:
         if not self._closed:
             self._closed = True
-            self._env.sync(True)
-            _release_env(self._env)
+            try:
+                self.sync()
+            finally:
+                _release_env(self._env)

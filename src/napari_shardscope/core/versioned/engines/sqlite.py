@@ -11,6 +11,11 @@ slower.
 Connections: one writer connection shared under a lock, and one reader connection per thread
 (``sqlite3`` connections cannot run two transactions at once, and a reader iterating a scan must
 not be disturbed by a write).
+
+Storage faults are typed (:func:`~napari_shardscope.core.bytestore.oserrors.storage_fault`): a full
+disk rolls the transaction back and raises :class:`DiskFullError`. A database on a read-only
+filesystem is opened ``immutable`` (SQLite cannot create its ``-shm`` file there, and no writer can
+exist): reads work, a write raises :class:`ReadOnlyStorageError`, never "not a readable database".
 """
 
 from __future__ import annotations
@@ -21,6 +26,8 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
+from napari_shardscope.core.bytestore.oserrors import is_read_only_filesystem, storage_fault
+from napari_shardscope.core.errors import ReadOnlyStorageError, StorageFaultError
 from napari_shardscope.core.versioned.engines.protocol import ReadTxn, WriteTxn, check_key, check_range
 from napari_shardscope.core.versioned.errors import NotARepositoryError, StoreCorruptError
 
@@ -110,6 +117,7 @@ class SqliteEngine:
         self._all_lock = threading.Lock()
         self._write_lock = threading.Lock()
         self._closed = False
+        self._read_only = not create and is_read_only_filesystem(directory)
         try:
             self._writer = self._connect(create=create)
             if create:
@@ -123,13 +131,19 @@ class SqliteEngine:
                     raise StoreCorruptError(f"{self._path}: an SQLite database without the store's table")
         except sqlite3.DatabaseError as exc:
             self.close()
+            fault = storage_fault(exc, self._path)
+            if type(fault) is not StorageFaultError:  # full, read-only or refused: not corrupt
+                raise fault from exc
             raise StoreCorruptError(f"{self._path}: not a readable SQLite database ({exc})") from exc
+        except sqlite3.Error as exc:
+            self.close()
+            raise storage_fault(exc, self._path) from exc
         except StoreCorruptError:
             self.close()
             raise
 
     def _connect(self, *, create: bool = False) -> sqlite3.Connection:
-        mode = "rwc" if create else "rw"
+        mode = "rwc" if create else "ro&immutable=1" if self._read_only else "rw"
         conn = sqlite3.connect(
             f"file:{self._path}?mode={mode}", uri=True, isolation_level=None, check_same_thread=False,
             timeout=60.0,
@@ -169,15 +183,33 @@ class SqliteEngine:
 
     @contextmanager
     def write(self) -> Iterator[WriteTxn]:
+        if self._read_only:
+            raise ReadOnlyStorageError("the repository is on a read-only filesystem; it can be read but not "
+                                       "written", path=str(self._path))
         with self._write_lock:
             conn = self._writer
-            conn.execute("BEGIN IMMEDIATE")
+            try:
+                conn.execute("BEGIN IMMEDIATE")
+            except sqlite3.Error as exc:
+                raise storage_fault(exc, self._path) from exc
             try:
                 yield _SqliteWrite(conn)
+            except sqlite3.Error as exc:  # a put that could not be stored (full disk, I/O error)
+                self._rollback(conn)
+                raise storage_fault(exc, self._path) from exc
             except BaseException:
-                conn.execute("ROLLBACK")
+                self._rollback(conn)
                 raise
-            conn.execute("COMMIT")
+            try:
+                conn.execute("COMMIT")
+            except sqlite3.Error as exc:  # the commit failed: roll back, the last commit is intact
+                self._rollback(conn)
+                raise storage_fault(exc, self._path) from exc
+
+    @staticmethod
+    def _rollback(conn: sqlite3.Connection) -> None:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
 
     def close(self) -> None:
         if self._closed:
