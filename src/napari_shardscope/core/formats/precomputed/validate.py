@@ -16,6 +16,7 @@ import numpy as np
 from napari_shardscope.core.encoding import decode_bytes
 from napari_shardscope.core.errors import FormatError
 from napari_shardscope.core.formats.precomputed.shard_index import decode_minishard_index, decode_shard_index
+from napari_shardscope.core.formats.precomputed.shard_reader import DecodeBounds
 from napari_shardscope.core.formats.precomputed.sharding import ShardingSpec, assign_chunk_ids
 from napari_shardscope.core.formats.problem import Problem
 
@@ -24,7 +25,13 @@ ChunkCheck = Callable[[int, bytes], str | None]
 
 
 def validate_shard_file(
-    spec: ShardingSpec, data: bytes, *, key: str, shard: int, check_chunk: ChunkCheck | None = None
+    spec: ShardingSpec,
+    data: bytes,
+    *,
+    key: str,
+    shard: int,
+    check_chunk: ChunkCheck | None = None,
+    bounds: DecodeBounds | None = None,
 ) -> Iterator[Problem]:
     """Yield every problem of one (logical) shard file's bytes.
 
@@ -40,7 +47,10 @@ def validate_shard_file(
         The shard number the file name claims; every chunk id must hash to it.
     check_chunk
         Extra per-chunk check on decoded bytes (e.g. the expected size of a raw volume chunk).
+    bounds
+        Decoded sizes the metadata implies: indexes and chunks are never inflated past them.
     """
+    bounds = bounds or DecodeBounds()
     size = len(data)
     try:
         index = decode_shard_index(data[: spec.shard_index_size], spec, key=key)
@@ -59,7 +69,9 @@ def validate_shard_file(
             continue
         regions.append((start, end, f"minishard {m} index"))
         try:
-            mi = decode_minishard_index(data[start:end], spec, key=key, offset=start, file_size=size)
+            mi = decode_minishard_index(
+                data[start:end], spec, key=key, offset=start, file_size=size, max_entries=bounds.max_chunks
+            )
         except FormatError as exc:
             yield Problem(key, f"minishard {m}: {exc.message}", exc.offset)
             continue
@@ -87,11 +99,20 @@ def validate_shard_file(
             c_start, c_end = int(mi.starts[i]), int(mi.ends[i])
             cid = int(ids[i])
             regions.append((c_start, c_end, f"chunk {cid}"))
-            try:
-                decoded = decode_bytes(data[c_start:c_end], spec.data_encoding, key=key, offset=c_start)
-            except FormatError as exc:
-                yield Problem(key, f"chunk {cid}: {exc.message}", c_start)
-                continue
+            if spec.data_encoding == "raw":  # its size is check_chunk's to judge
+                decoded = data[c_start:c_end]
+            else:
+                try:
+                    decoded = decode_bytes(
+                        data[c_start:c_end],
+                        spec.data_encoding,
+                        key=key,
+                        offset=c_start,
+                        max_size=bounds.max_chunk_bytes,
+                    )
+                except FormatError as exc:
+                    yield Problem(key, f"chunk {cid}: {exc.message}", c_start)
+                    continue
             if check_chunk is not None:
                 message = check_chunk(cid, decoded)
                 if message is not None:
