@@ -146,3 +146,25 @@ def test_chunk_data_bomb_is_capped(tmp_path: Path) -> None:
     problems = [str(p) for p in inspector.validate("s")]
     assert any("chunk 0" in p and "more than 8 bytes" in p for p in problems), problems
     assert _peak(lambda: list(inspector.validate("s"))) < 16 << 20
+
+
+@pytest.mark.parametrize("where", ["prepended", "appended"])
+def test_validate_finds_bytes_no_index_entry_claims(tmp_path: Path, where: str) -> None:
+    # Prepending one shard index's worth of zeros leaves a valid-looking (empty) index at the head:
+    # every read then returns fill values, and validate used to report nothing.
+    spec = parse_sharding_spec(dict(SHARDING, minishard_index_encoding="raw"))
+    shard = encode_shard(spec, {i: bytes([i]) * 8 for i in range(8)})
+    extra = b"\0" * 16
+    SAVED = dict(SHARDING)
+    SHARDING["minishard_index_encoding"] = "raw"
+    try:
+        root = _volume(tmp_path / "v", extra + shard if where == "prepended" else shard + extra)
+    finally:
+        SHARDING.update(SAVED)
+    problems = [str(p) for p in open_dataset(root).inspector().validate("s")]
+    n = len(shard) if where == "prepended" else 16
+    start = 16 if where == "prepended" else len(shard)
+    assert problems == [
+        f"s/0.shard: {n} bytes [{start}, {start + n}) belong to no index entry (bytes prepended, appended or left "
+        f"behind) at byte {start}"
+    ]

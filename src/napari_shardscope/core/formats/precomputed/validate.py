@@ -4,7 +4,9 @@ Decoding (``shard_index``) rejects what makes an index unusable; validation goes
 reports everything a writer can get wrong while the file still half-works: overlapping ranges,
 unsorted or duplicate ids, ids stored in the wrong shard or minishard (a hash or preshift mismatch
 between writer and reader — the classic cause of "chunk missing" reports), undecodable data and raw
-chunks of the wrong size. Every problem names the file and the byte offset where it starts.
+chunks of the wrong size, and bytes no index entry claims (prepended, appended or left behind: a
+prepended block shifts every offset, so reads return other bytes or fill values). Every problem
+names the file and the byte offset where it starts.
 """
 
 from __future__ import annotations
@@ -60,9 +62,11 @@ def validate_shard_file(
 
     # (start, end, what, offset-of-the-entry-describing-it) of every occupied region.
     regions: list[tuple[int, int, str]] = [(0, spec.shard_index_size, "shard index")]
+    complete = True  # every index decoded, so ``regions`` holds every byte a reader would use
     for m in index.nonempty_minishards().tolist():
         start, end = index.minishard_range(m)
         if end > size:  # reported per entry, so the other minishards are still checked
+            complete = False
             yield Problem(
                 key, f"minishard {m} index range [{start}, {end}) runs past the end of the {size}-byte file", 16 * m
             )
@@ -73,6 +77,7 @@ def validate_shard_file(
                 data[start:end], spec, key=key, offset=start, file_size=size, max_entries=bounds.max_chunks
             )
         except FormatError as exc:
+            complete = False
             yield Problem(key, f"minishard {m}: {exc.message}", exc.offset)
             continue
         if len(mi) == 0:
@@ -118,6 +123,35 @@ def validate_shard_file(
                 if message is not None:
                     yield Problem(key, f"chunk {cid}: {message}", c_start)
     yield from _overlaps(regions, key)
+    if complete:
+        yield from _unclaimed(regions, size, key)
+
+
+def _unclaimed(regions: list[tuple[int, int, str]], size: int, key: str) -> Iterator[Problem]:
+    """Report bytes of the file no index entry claims.
+
+    Writers pack a shard with no gaps; unclaimed bytes mean the file was edited around its index
+    (bytes prepended shift every offset, so a read returns other bytes or fill values).
+    Only called when every index decoded: an undecodable one leaves its chunks unknown.
+    """
+    pos = 0
+    gaps = 0
+    for start, end, _ in sorted((s, e, what) for s, e, what in regions if e > s):
+        if start > pos:
+            gaps += 1
+            if gaps <= 16:
+                yield Problem(key, _gap_message(pos, start), pos)
+        pos = max(pos, end)
+    if size > pos:
+        gaps += 1
+        if gaps <= 16:
+            yield Problem(key, _gap_message(pos, size), pos)
+    if gaps > 16:
+        yield Problem(key, f"{gaps - 16} more byte ranges belong to no index entry")
+
+
+def _gap_message(start: int, end: int) -> str:
+    return f"{end - start} bytes [{start}, {end}) belong to no index entry (bytes prepended, appended or left behind)"
 
 
 def _overlaps(regions: list[tuple[int, int, str]], key: str) -> Iterator[Problem]:
