@@ -375,3 +375,12 @@ def test_unusable_json_is_a_metadata_error(tmp_path: Path) -> None:
     (tmp_path / "zarr.json").write_bytes(b'{"zarr_format": ' + b"3" * 5000 + b"}")
     with pytest.raises(MetadataError, match=r"zarr\.json: unusable JSON"):
         open_dataset(tmp_path).inspector()
+
+
+def test_a_shard_replaced_by_a_directory_is_reported(dataset: tuple[Path, Zarr3ArrayReader, str]) -> None:
+    # Every read of the shard returns fill values (no file there); validate used to report nothing.
+    root, _, _ = dataset
+    (root / KEY).unlink()
+    (root / KEY).mkdir()
+    (root / KEY / "stray").write_bytes(b"x")
+    assert problems(root) == [(KEY, "is a directory, not a shard file", None)]
