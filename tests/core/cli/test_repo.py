@@ -102,3 +102,16 @@ def test_console_script_runs_in_a_subprocess(tmp_path: Path) -> None:
     assert json.loads(done.stdout)[0]["name"] == "main"
     done = subprocess.run([*cmd, "repo", "log", str(tmp_path)], capture_output=True, text=True, timeout=60)
     assert done.returncode == 3 and "not a repository" in done.stderr
+
+
+def test_a_refused_kv_put_creates_no_instance(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # Putting into a committed version is refused; it used to create the instance first.
+    path = str(tmp_path / "repo")
+    cli(capsys, "repo", "init", path)
+    cli(capsys, "repo", "commit", path, "main", "-m", "c")
+    code, _, err = cli(capsys, "kv", "put", path, "main", "fresh", "k", "v")
+    assert code == 6 and "committed" in err
+    from napari_shardscope.core.versioned import open_repository
+
+    with open_repository(path) as repo:
+        assert [i.name for i in repo.instances()] == []

@@ -450,3 +450,13 @@ def test_recreated_repository_never_reuses_the_deleted_ones_environment(tmp_path
             assert view.get("kv", b"k") == b"v"
     finally:
         again.close()
+
+
+def test_a_refused_keyvalue_write_creates_no_instance(repo: Repository) -> None:
+    # The committed version refuses the write before the instance is created, not after.
+    repo.commit("main", "c")
+    before = snapshot(repo)
+    with pytest.raises(CommittedVersionError):
+        open_keyvalue(repo, "fresh", create=True, write_at="main")
+    assert snapshot(repo) == before
+    open_keyvalue(repo, "fresh", create=True)  # creating alone (no version named) still works

@@ -184,8 +184,8 @@ def cmd_kv_put(args: argparse.Namespace) -> int:
         raise ArgumentError("give exactly one of VALUE or --file")
     value = args.value.encode("utf-8") if args.value is not None else read_argument_file(args.file, "--file")
     with open_repository(args.path) as repo:
-        kv = open_keyvalue(repo, args.instance, create=True)
         v = repo.version(args.ref)
+        kv = open_keyvalue(repo, args.instance, create=True, write_at=v)
         kv.put(v, args.key, value)
     if args.json:
         print_json({"key": args.key, "version": v.uuid, "instance": args.instance, "size": len(value)})

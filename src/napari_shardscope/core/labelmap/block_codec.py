@@ -19,6 +19,7 @@ import zlib
 import numpy as np
 import numpy.typing as npt
 
+from napari_shardscope.core.encoding import MAX_DECODED_BYTES, inflate
 from napari_shardscope.core.errors import ArgumentError, ChunkDecodeError
 
 MAGIC = b"SSLB"
@@ -58,14 +59,10 @@ def decode_label_block(data: bytes, *, key: str | None = None) -> npt.NDArray[np
     pos += 4
     count = math.prod(shape)
     expected = 8 * n + itemsize * count
-    if expected > 1 << 34:
+    if expected > MAX_DECODED_BYTES:
         raise ChunkDecodeError(f"label block claims {expected} bytes", key=key, offset=_HEAD.size)
-    try:
-        dec = zlib.decompressobj()
-        payload = dec.decompress(data[pos:], expected + 1)
-    except zlib.error as exc:
-        raise ChunkDecodeError(f"bad zlib data in label block ({exc})", key=key, offset=pos) from exc
-    if len(payload) != expected or not dec.eof:
+    payload = inflate(data[pos:], what="label block zlib", key=key, offset=pos, max_size=expected)
+    if len(payload) != expected:
         raise ChunkDecodeError(f"label block payload is {len(payload)} bytes, expected {expected}", key=key, offset=pos)
     labels = np.frombuffer(payload, dtype="<u8", count=n).astype(np.uint64)
     indices = np.frombuffer(payload, dtype=f"<u{itemsize}", count=count, offset=8 * n)

@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from napari_shardscope.core.encoding import inflate
 from napari_shardscope.core.errors import FormatError
 from napari_shardscope.core.labelmap.geometry import BlockGrid, Box, Coord
 from napari_shardscope.core.labelmap.keys import INDEX_META_KEY, INDEX_SUMMARY_KEY, base_index_key
@@ -118,13 +119,14 @@ class IndexSummary:
     @classmethod
     def from_bytes(cls, data: bytes) -> IndexSummary:
         try:
-            raw = zlib.decompress(data)
+            # Bounded: the summary's size is only known once decoded, so the memory budget caps it.
+            raw = inflate(data, key="index/summary", error=IndexDecodeError)
             n, max_id = (int(v) for v in np.frombuffer(raw, dtype="<u8", count=2))
             if len(raw) != 16 + 16 * n:
                 raise ValueError(f"{len(raw)} bytes for {n} supervoxels")
             svs = np.frombuffer(raw, dtype="<u8", count=n, offset=16).astype(np.uint64)
             totals = np.frombuffer(raw, dtype="<u8", count=n, offset=16 + 8 * n).astype(np.uint64)
-        except (zlib.error, ValueError) as exc:
+        except ValueError as exc:
             raise IndexDecodeError(f"label index summary is damaged ({exc})", key="index/summary") from exc
         return cls(svs, totals, max_id)
 

@@ -18,7 +18,8 @@ from typing import Any
 
 import numpy as np
 
-from napari_shardscope.core.errors import ArgumentError
+from napari_shardscope.core.encoding import inflate
+from napari_shardscope.core.errors import ArgumentError, FormatError
 from napari_shardscope.core.labelmap.bodymap import BaseAgglomeration
 from napari_shardscope.core.labelmap.config import (
     DEFAULT_BLOCK,
@@ -45,13 +46,13 @@ def encode_agglomeration(agg: BaseAgglomeration) -> bytes:
 
 def decode_agglomeration(data: bytes) -> BaseAgglomeration:
     try:
-        raw = zlib.decompress(data)
+        raw = inflate(data, key="agglomeration")  # bounded by the memory budget
         n = int(np.frombuffer(raw, dtype="<u8", count=1)[0])
         if len(raw) != 8 + 16 * n:
             raise ValueError(f"{len(raw)} bytes for {n} entries")
         svs = np.frombuffer(raw, dtype="<u8", count=n, offset=8).astype(np.uint64)
         bodies = np.frombuffer(raw, dtype="<u8", count=n, offset=8 + 8 * n).astype(np.uint64)
-    except (zlib.error, ValueError) as exc:
+    except (FormatError, ValueError) as exc:
         raise LabelmapStateError(f"stored agglomeration is damaged ({exc})") from exc
     return BaseAgglomeration(svs, bodies)
 

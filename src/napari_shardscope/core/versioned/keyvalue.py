@@ -85,12 +85,21 @@ class KeyValue:
         return ((decode_key(k), v) for k, v in pairs)
 
 
-def open_keyvalue(repo: Repository, name: str, *, create: bool = False) -> KeyValue:
-    """The ``keyvalue`` instance ``name`` of ``repo``, created first when ``create`` and missing."""
+def open_keyvalue(
+    repo: Repository, name: str, *, create: bool = False, write_at: str | Version | None = None
+) -> KeyValue:
+    """The ``keyvalue`` instance ``name`` of ``repo``, created first when ``create`` and missing.
+
+    ``write_at`` names the version the caller is about to write: a committed one is refused
+    (:class:`CommittedVersionError`) before the instance is created, so a refused write leaves
+    the repository as it was.
+    """
     try:
         inst = repo.instance(name)
     except UnknownInstanceError:
         if not create:
             raise
+        if write_at is not None:
+            repo.checkout(write_at, write=True)  # raises for a committed version, writes nothing
         inst = repo.create_instance(name, TYPE_NAME)
     return KeyValue(repo, inst)

@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 import json
+import math
 import struct
 from typing import Any
 
 import lz4.frame
 import numpy as np
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from napari_shardscope.core.errors import ShardscopeError
+from napari_shardscope.core.errors import MetadataError, ShardscopeError
+from napari_shardscope.core.formats.budget import CHUNK_BUDGET_BYTES
 from napari_shardscope.core.formats.n5.attributes import (
     DATA_TYPES,
     decode_attributes_json,
@@ -133,8 +136,12 @@ def test_xxh32_matches_lz4_frame(data: bytes, seed: int) -> None:
 def test_attributes_round_trip(geometry: tuple[list[int], list[int]], data_type: str,
                                compression: dict[str, Any]) -> None:
     dims, block = geometry
-    attrs = parse_dataset_attributes({"dimensions": dims, "blockSize": block, "dataType": data_type,
-                                      "compression": compression})
+    doc = {"dimensions": dims, "blockSize": block, "dataType": data_type, "compression": compression}
+    if math.prod(block) * np.dtype(data_type).itemsize > CHUNK_BUDGET_BYTES:  # refused before any allocation
+        with pytest.raises(MetadataError, match=r"field 'blockSize' .* memory budget"):
+            parse_dataset_attributes(doc)
+        return
+    attrs = parse_dataset_attributes(doc)
     again = parse_dataset_attributes(json.loads(json.dumps(attrs.to_json())))
     assert again == attrs
     assert all(g * b >= d for g, b, d in zip(attrs.grid_shape, block, dims, strict=True))

@@ -118,13 +118,14 @@ def test_bad_gzip_chunk(tmp_path: Path) -> None:
 
 
 def test_bad_gzip_minishard_index(tmp_path: Path) -> None:
+    # An index that does not decode is an IndexDecodeError (it was a ChunkDecodeError: same group, exit code).
     spec_json = dict(SPEC_JSON, minishard_index_encoding="gzip")
     root, spec, _ = _make(tmp_path, spec_json)
     blob = bytearray((root / "0.shard").read_bytes())
     s, _ = struct.unpack_from("<QQ", blob, 0)
     blob[32 + s] ^= 0xFF  # break the gzip magic
     (root / "0.shard").write_bytes(bytes(blob))
-    with pytest.raises(ChunkDecodeError, match=rf"0\.shard: bad gzip data .* at byte {32 + s}"):
+    with pytest.raises(IndexDecodeError, match=rf"0\.shard: bad gzip data .* at byte {32 + s}"):
         ShardedReader(LocalByteStore(root), "", spec).read_chunk(2)
     assert any("minishard 0: bad gzip data" in p and p.endswith(f"at byte {32 + s}") for p in _problems(root))
 

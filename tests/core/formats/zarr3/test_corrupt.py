@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import gzip
 import json
 from collections.abc import Callable
 from pathlib import Path
@@ -375,3 +376,36 @@ def test_unusable_json_is_a_metadata_error(tmp_path: Path) -> None:
     (tmp_path / "zarr.json").write_bytes(b'{"zarr_format": ' + b"3" * 5000 + b"}")
     with pytest.raises(MetadataError, match=r"zarr\.json: unusable JSON"):
         open_dataset(tmp_path).inspector()
+
+
+def test_a_shard_replaced_by_a_directory_is_reported(dataset: tuple[Path, Zarr3ArrayReader, str]) -> None:
+    # Every read of the shard returns fill values (no file there); validate used to report nothing.
+    root, _, _ = dataset
+    (root / KEY).unlink()
+    (root / KEY).mkdir()
+    (root / KEY / "stray").write_bytes(b"x")
+    assert problems(root) == [(KEY, "is a directory, not a shard file", None)]
+
+
+@pytest.mark.parametrize("codec", ["gzip", "zstd"])
+def test_a_compression_bomb_is_capped_at_the_chunk_size(codec: str) -> None:
+    # 64 MB of zeros in place of a 2x2 uint16 chunk: decoding stops after 8 (+ slack per codec) bytes.
+    import tracemalloc
+
+    import zstandard
+
+    from napari_shardscope.core.errors import ChunkDecodeError
+    from napari_shardscope.core.formats.zarr3.codecs import decode_chunk, split_codec_chain
+
+    spec = CodecSpec(codec, {"level": 1})
+    chain = split_codec_chain((CodecSpec("bytes", {"endian": "little"}), spec), 2, np.dtype("uint16"), key="k")
+    zeros = b"\0" * (64 << 20)
+    bomb = gzip.compress(zeros, 9) if codec == "gzip" else zstandard.ZstdCompressor(level=19).compress(zeros)
+    tracemalloc.start()
+    try:
+        with pytest.raises(ChunkDecodeError, match=rf"k: {codec} data decodes to more than {8 + 4096} bytes at byte 5"):
+            decode_chunk(bomb, chain, (2, 2), np.dtype("uint16"), np.uint16(0), key="k", offset=5)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 8 << 20

@@ -60,6 +60,7 @@ import numpy as np
 
 from napari_shardscope.core.bytestore import ByteStore, join_key
 from napari_shardscope.core.errors import ArgumentError, MetadataError, NotADatasetError
+from napari_shardscope.core.formats.budget import check_chunk_budget
 from napari_shardscope.core.formats.n5.compression import Compression, parse_compression
 from napari_shardscope.core.json_document import load_json_object
 
@@ -276,6 +277,7 @@ def parse_dataset_attributes(doc: Mapping[str, Any], *, path: str = "", key: str
     if not isinstance(data_type, str) or data_type.lower() not in DATA_TYPES:
         raise MetadataError(f"field 'dataType' has unsupported value {data_type!r}; expected one of "
                             f"{list(DATA_TYPES)}", key=key)
+    check_chunk_budget(block, np.dtype(data_type.lower()).itemsize, field="field 'blockSize'", key=key)
     if "compression" in doc:
         compression = parse_compression(doc["compression"], key=key)
     elif "compressionType" in doc:  # N5 before 1.0: a bare type name with default parameters

@@ -17,6 +17,7 @@ import numpy as np
 import numpy.typing as npt
 
 from napari_shardscope.core.errors import ArgumentError, MetadataError
+from napari_shardscope.core.formats.budget import check_chunk_budget
 from napari_shardscope.core.formats.precomputed.morton import bits_per_dimension, decode_morton, encode_morton
 from napari_shardscope.core.formats.precomputed.sharding import ShardingSpec, parse_sharding_spec
 from napari_shardscope.core.json_document import load_json
@@ -290,6 +291,10 @@ def parse_info(data: bytes | str | Mapping[str, Any], *, key: str = "info") -> P
     if not isinstance(scales, list) or not scales:
         raise MetadataError(f"scales must be a non-empty list, got {scales!r}", key=key)
     parsed = tuple(parse_scale(s, i, key=key) for i, s in enumerate(scales))
+    bytes_per_voxel = np.dtype(dtype).itemsize * channels
+    for i, sc in enumerate(parsed):
+        for j, chunk in enumerate(sc.chunk_sizes):
+            check_chunk_budget(chunk, bytes_per_voxel, field=f"scales[{i}].chunk_sizes[{j}]", key=key)
     keys = [s.key for s in parsed]
     if len(set(keys)) != len(keys):
         raise MetadataError(f"scale keys must be unique, got {keys}", key=key)

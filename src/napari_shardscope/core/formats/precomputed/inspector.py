@@ -11,6 +11,7 @@ Each sharded or unsharded piece is a :class:`Source`; the CLI's ``--scale`` name
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -19,7 +20,8 @@ from typing import Any
 import numpy as np
 
 from napari_shardscope.core.bytestore import ByteStore, join_key
-from napari_shardscope.core.errors import ArgumentError, FormatError, MetadataError, StoreError
+from napari_shardscope.core.encoding import MAX_DECODED_BYTES
+from napari_shardscope.core.errors import ArgumentError, FormatError, IndexDecodeError, MetadataError, StoreError
 from napari_shardscope.core.formats.precomputed.info import (
     PrecomputedInfo,
     ScaleInfo,
@@ -28,7 +30,12 @@ from napari_shardscope.core.formats.precomputed.info import (
 )
 from napari_shardscope.core.formats.precomputed.morton import decode_morton
 from napari_shardscope.core.formats.precomputed.shard_index import ShardIndex
-from napari_shardscope.core.formats.precomputed.shard_reader import ChunkLocation, ShardedReader, ShardFile
+from napari_shardscope.core.formats.precomputed.shard_reader import (
+    ChunkLocation,
+    DecodeBounds,
+    ShardedReader,
+    ShardFile,
+)
 from napari_shardscope.core.formats.precomputed.sharding import ShardingSpec, parse_sharding_spec
 from napari_shardscope.core.formats.precomputed.validate import ChunkCheck, validate_shard_file
 from napari_shardscope.core.formats.precomputed.volume import volume_placement
@@ -160,8 +167,37 @@ class PrecomputedInspector:
         if source.sharding is None:
             raise ArgumentError(f"scale {source.name!r} is not sharded")
         if source.prefix not in self._readers:
-            self._readers[source.prefix] = ShardedReader(self.store, source.prefix, source.sharding)
+            self._readers[source.prefix] = ShardedReader(
+                self.store, source.prefix, source.sharding, bounds=self.decode_bounds(source)
+            )
         return self._readers[source.prefix]
+
+    def decode_bounds(self, source: Source) -> DecodeBounds:
+        """Decoded sizes a volume scale implies: its grid's chunk count and each chunk's bytes.
+
+        A raw chunk must decode to exactly its (edge-clipped) voxels x bytes per voxel; other
+        encodings (jpeg, compressed_segmentation, ...) are capped at a generous multiple of that
+        (compressed_segmentation's tables can outgrow the raw size a little, never fourfold).
+        """
+        sc, volume = source.scale, self.volume
+        if sc is None or volume is None:
+            return DecodeBounds()
+        bytes_per_voxel = volume.bytes_per_voxel
+        full = math.prod(sc.chunk_size) * bytes_per_voxel
+        grid = sc.grid_shape
+
+        def exact(chunk_id: int) -> int | None:
+            try:
+                pos = decode_morton(np.asarray([chunk_id], dtype=np.uint64), grid)[0]
+            except ArgumentError:
+                return None  # an id outside the grid: validate reports it
+            return int(sc.chunk_voxels(pos)) * bytes_per_voxel
+
+        return DecodeBounds(
+            max_chunks=sc.num_chunks,
+            max_chunk_bytes=min(MAX_DECODED_BYTES, full if sc.encoding == "raw" else 4 * full + 4096),
+            exact_chunk_bytes=exact if sc.encoding == "raw" else None,
+        )
 
     def segment_sources(self) -> list[Source]:
         """Segment-id-keyed sources: this directory's own, or the volume's mesh/skeletons dirs."""
@@ -259,7 +295,10 @@ class PrecomputedInspector:
                     totals[shard][0] += n
                     totals[shard][1] += nbytes
                 for shard, (file, index) in zip(batch, loaded, strict=True):
-                    assert file is not None and index is not None
+                    if file is None or index is None:
+                        raise IndexDecodeError(
+                            f"shard {shard} was listed but has no readable file", key=reader.shard_key(shard)
+                        )
                     nonempty = index.nonempty_minishards().tolist()
                     index_bytes = spec.shard_index_size + sum(e - s for s, e in map(index.minishard_range, nonempty))
                     per_shard.append(
@@ -304,7 +343,8 @@ class PrecomputedInspector:
         return rec
 
     def _locate_unsharded(self, source: Source, grid: Sequence[int], chunk_id: int) -> dict[str, Any]:
-        assert source.scale is not None
+        if source.scale is None:
+            raise ArgumentError(f"{source.name or 'this directory'} is keyed by id, not by chunk position")
         key = source.scale.unsharded_chunk_key(grid)
         size = self.store.size(key) if self.store.cheap_size else None
         present = size is not None if self.store.cheap_size else self.store.read_range(key, 0, 0) is not None
@@ -399,7 +439,7 @@ class PrecomputedInspector:
                     continue
                 data = reader.read_whole_file(file)
                 yield from validate_shard_file(
-                    source.sharding, data, key=file.display_key, shard=shard, check_chunk=check
+                    source.sharding, data, key=file.display_key, shard=shard, check_chunk=check, bounds=reader.bounds
                 )
             if progress is not None:
                 progress(len(shards), len(shards), f"{source.name} done")
@@ -408,7 +448,8 @@ class PrecomputedInspector:
         """Files in a sharded directory that no reader would ever open (wrong name or number)."""
         from napari_shardscope.core.formats.precomputed.sharding import parse_shard_name
 
-        assert source.sharding is not None
+        if source.sharding is None:
+            return
         prefix = f"{source.prefix}/" if source.prefix else ""
         try:
             keys = list(self.store.list(prefix))

@@ -19,11 +19,14 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from napari_shardscope.core.encoding import decode_bytes, encode_bytes
+from napari_shardscope.core.encoding import MAX_DECODED_BYTES, decode_bytes, encode_bytes
 from napari_shardscope.core.errors import ArgumentError, IndexDecodeError
 from napari_shardscope.core.formats.precomputed.sharding import ShardingSpec
 
 U64 = npt.NDArray[np.uint64]
+
+#: Bytes of one decoded minishard index entry (chunk id delta, offset delta, size: 3 x uint64).
+ENTRY_BYTES = 24
 
 
 @dataclass(frozen=True, eq=False)
@@ -142,7 +145,13 @@ def encode_shard_index(spec: ShardingSpec, starts: npt.ArrayLike, ends: npt.Arra
 
 
 def decode_minishard_index(
-    data: bytes, spec: ShardingSpec, *, key: str, offset: int, file_size: int | None = None
+    data: bytes,
+    spec: ShardingSpec,
+    *,
+    key: str,
+    offset: int,
+    file_size: int | None = None,
+    max_entries: int | None = None,
 ) -> MinishardIndex:
     """Decode one (encoded) minishard index.
 
@@ -156,8 +165,14 @@ def decode_minishard_index(
         Where the bytes are stored, for error messages.
     file_size
         When known, chunk ranges past it are reported.
+    max_entries
+        The most chunks the index can list (a volume scale's grid size); decoding stops, with an
+        error, before inflating more than ``24 * max_entries`` bytes.
     """
-    raw = decode_bytes(data, spec.minishard_index_encoding, key=key, offset=offset)
+    cap = MAX_DECODED_BYTES if max_entries is None else min(MAX_DECODED_BYTES, ENTRY_BYTES * max_entries)
+    raw = decode_bytes(
+        data, spec.minishard_index_encoding, key=key, offset=offset, max_size=cap, error=IndexDecodeError
+    )
     if len(raw) % 24:
         raise IndexDecodeError(
             f"minishard index decodes to {len(raw)} bytes, not a multiple of 24", key=key, offset=offset

@@ -8,17 +8,17 @@ the spec are read: the current ``<shard>.shard`` and the obsolete ``<shard>.inde
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 import numpy as np
 import numpy.typing as npt
 
 from napari_shardscope.core.bytestore import ByteStore, join_key
 from napari_shardscope.core.cache import LruCache
-from napari_shardscope.core.encoding import decode_bytes
-from napari_shardscope.core.errors import ArgumentError, IndexDecodeError
+from napari_shardscope.core.encoding import MAX_DECODED_BYTES, decode_bytes
+from napari_shardscope.core.errors import ArgumentError, ChunkDecodeError, FormatError, IndexDecodeError
 from napari_shardscope.core.formats.precomputed.shard_index import (
     MinishardIndex,
     ShardIndex,
@@ -28,6 +28,21 @@ from napari_shardscope.core.formats.precomputed.shard_index import (
 from napari_shardscope.core.formats.precomputed.sharding import ShardingSpec, assign_chunk_ids, format_shard_name
 
 Layout = Literal["shard", "index+data"]
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class DecodeBounds:
+    """What the metadata implies about the decoded sizes in one sharded directory.
+
+    A volume scale knows how many chunks exist (the grid) and how large each decodes; an id-keyed
+    directory (skeletons, meshes) knows neither, and gets the memory budget. Decoding stops at
+    these sizes, so a gzip bomb costs no more than the data it could legitimately hold.
+    """
+
+    max_chunks: int | None = None  # most chunks a minishard index can list
+    max_chunk_bytes: int = MAX_DECODED_BYTES  # most bytes one chunk may decode to
+    exact_chunk_bytes: Callable[[int], int | None] | None = None  # by chunk id, when the encoding fixes it
 
 
 @dataclass(frozen=True)
@@ -83,15 +98,28 @@ class ShardedReader:
         The directory's sharding spec.
     cache_size
         How many decoded minishard indexes to keep (shard indexes: a quarter of that).
+    bounds
+        Decoded sizes the metadata implies (default: only the memory budget).
+
+    Indexes that fail to decode are cached as their error, so a damaged index is read and
+    inflated once, not once per chunk looked up in it.
     """
 
-    def __init__(self, store: ByteStore, prefix: str, spec: ShardingSpec, cache_size: int = 4096) -> None:
+    def __init__(
+        self,
+        store: ByteStore,
+        prefix: str,
+        spec: ShardingSpec,
+        cache_size: int = 4096,
+        bounds: DecodeBounds | None = None,
+    ) -> None:
         self.store = store
         self.prefix = prefix.strip("/")
         self.spec = spec
+        self.bounds = bounds or DecodeBounds()
         self._files: LruCache[int, ShardFile | None] = LruCache(max(16, cache_size // 4))
-        self._shard_indexes: LruCache[int, ShardIndex | None] = LruCache(max(16, cache_size // 4))
-        self._minishards: LruCache[tuple[int, int], MinishardIndex] = LruCache(cache_size)
+        self._shard_indexes: LruCache[int, ShardIndex | FormatError | None] = LruCache(max(16, cache_size // 4))
+        self._minishards: LruCache[tuple[int, int], MinishardIndex | FormatError] = LruCache(cache_size)
 
     # -- files -------------------------------------------------------------------------------
     def shard_key(self, shard: int, suffix: str = "shard") -> str:
@@ -147,7 +175,7 @@ class ShardedReader:
     # -- indexes -----------------------------------------------------------------------------
     def shard_index(self, shard: int) -> ShardIndex | None:
         """The decoded shard index, or ``None`` when the shard file does not exist."""
-        return self._shard_indexes.get_or_load(shard, lambda: self._load_shard_index(shard))
+        return _raise_cached(self._shard_indexes.get_or_load(shard, lambda: _catch(self._load_shard_index, shard)))
 
     def _load_shard_index(self, shard: int) -> ShardIndex | None:
         file = self.shard_file(shard)
@@ -162,7 +190,9 @@ class ShardedReader:
         """The decoded minishard index (empty when the shard or minishard holds nothing)."""
         if not 0 <= minishard < self.spec.num_minishards:
             raise ArgumentError(f"minishard {minishard} out of range [0, {self.spec.num_minishards})")
-        return self._minishards.get_or_load((shard, minishard), lambda: self._load_minishard(shard, minishard))
+        return _raise_cached(
+            self._minishards.get_or_load((shard, minishard), lambda: _catch(self._load_minishard, shard, minishard))
+        )
 
     def _load_minishard(self, shard: int, minishard: int) -> MinishardIndex:
         index = self.shard_index(shard)
@@ -172,8 +202,7 @@ class ShardedReader:
         start, end = index.minishard_range(minishard)
         if end == start:
             return MinishardIndex(empty, empty, empty)
-        file = self.shard_file(shard)
-        assert file is not None
+        file = self._existing_file(shard)
         if file.size is not None and end > file.size:
             raise IndexDecodeError(
                 f"minishard {minishard} index range [{start}, {end}) runs past the end of the {file.size}-byte file",
@@ -187,7 +216,16 @@ class ShardedReader:
                 key=file.display_key,
                 offset=start + len(data),
             )
-        return decode_minishard_index(data, self.spec, key=file.display_key, offset=start, file_size=file.size)
+        return decode_minishard_index(
+            data, self.spec, key=file.display_key, offset=start, file_size=file.size, max_entries=self.bounds.max_chunks
+        )
+
+    def _existing_file(self, shard: int) -> ShardFile:
+        """The shard's file, which an index already read from (a typed error if it vanished since)."""
+        file = self.shard_file(shard)
+        if file is None:
+            raise IndexDecodeError(f"shard {shard} has an index but no file", key=self.shard_key(shard))
+        return file
 
     # -- lookups ------------------------------------------------------------------------------
     def locate(self, chunk_id: int) -> ChunkLocation:
@@ -273,8 +311,7 @@ class ShardedReader:
         index = self.shard_index(shard)
         if index is None:
             return
-        file = self.shard_file(shard)
-        assert file is not None
+        file = self._existing_file(shard)
         minishards = [minishard] if minishard is not None else [int(m) for m in index.nonempty_minishards()]
         for m in minishards:
             mi = self.minishard_index(shard, m)
@@ -312,8 +349,7 @@ class ShardedReader:
         loc = self.locate(chunk_id)
         if not loc.present or loc.byte_range is None:
             return None
-        file = self.shard_file(loc.shard)
-        assert file is not None
+        file = self._existing_file(loc.shard)
         start, end = loc.byte_range
         data = self.read_file_range(file, start, end)
         if len(data) < end - start:
@@ -322,9 +358,44 @@ class ShardedReader:
             )
         if not decode:
             return data
-        return decode_bytes(data, self.spec.data_encoding, key=file.display_key, offset=start)
+        return decode_chunk(self.spec, self.bounds, chunk_id, data, key=file.display_key, offset=start)
 
     def clear_cache(self) -> None:
         self._files.clear()
         self._shard_indexes.clear()
         self._minishards.clear()
+
+
+def decode_chunk(
+    spec: ShardingSpec, bounds: DecodeBounds, chunk_id: int, data: bytes, *, key: str, offset: int
+) -> bytes:
+    """Undo ``data_encoding`` on one chunk, capped and (when the encoding fixes it) size-checked.
+
+    A raw chunk of the wrong length would be silently reshaped or padded by a viewer; it is an error.
+    """
+    exact = bounds.exact_chunk_bytes(chunk_id) if bounds.exact_chunk_bytes is not None else None
+    if spec.data_encoding == "raw":
+        decoded = data  # already in memory: only its length is checked
+    else:
+        cap = bounds.max_chunk_bytes if exact is None else min(exact, bounds.max_chunk_bytes)
+        decoded = decode_bytes(data, spec.data_encoding, key=key, offset=offset, max_size=cap)
+    if exact is not None and len(decoded) != exact:
+        raise ChunkDecodeError(
+            f"chunk {chunk_id} decodes to {len(decoded)} bytes, expected {exact}", key=key, offset=offset
+        )
+    return decoded
+
+
+def _catch(load: Callable[..., T], *args: int) -> T | FormatError:
+    """``load(*args)``, or the format error it raised (so a cache keeps the failure too)."""
+    try:
+        return load(*args)
+    except FormatError as exc:
+        return exc
+
+
+def _raise_cached(value: T | FormatError) -> T:
+    """The cached value, or a fresh copy of the cached error (re-raising one object grows its traceback)."""
+    if isinstance(value, FormatError):
+        raise type(value)(value.message, key=value.key, offset=value.offset)
+    return value

@@ -4,7 +4,9 @@ Decoding (``shard_index``) rejects what makes an index unusable; validation goes
 reports everything a writer can get wrong while the file still half-works: overlapping ranges,
 unsorted or duplicate ids, ids stored in the wrong shard or minishard (a hash or preshift mismatch
 between writer and reader — the classic cause of "chunk missing" reports), undecodable data and raw
-chunks of the wrong size. Every problem names the file and the byte offset where it starts.
+chunks of the wrong size, and bytes no index entry claims (prepended, appended or left behind: a
+prepended block shifts every offset, so reads return other bytes or fill values). Every problem
+names the file and the byte offset where it starts.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import numpy as np
 from napari_shardscope.core.encoding import decode_bytes
 from napari_shardscope.core.errors import FormatError
 from napari_shardscope.core.formats.precomputed.shard_index import decode_minishard_index, decode_shard_index
+from napari_shardscope.core.formats.precomputed.shard_reader import DecodeBounds
 from napari_shardscope.core.formats.precomputed.sharding import ShardingSpec, assign_chunk_ids
 from napari_shardscope.core.formats.problem import Problem
 
@@ -24,7 +27,13 @@ ChunkCheck = Callable[[int, bytes], str | None]
 
 
 def validate_shard_file(
-    spec: ShardingSpec, data: bytes, *, key: str, shard: int, check_chunk: ChunkCheck | None = None
+    spec: ShardingSpec,
+    data: bytes,
+    *,
+    key: str,
+    shard: int,
+    check_chunk: ChunkCheck | None = None,
+    bounds: DecodeBounds | None = None,
 ) -> Iterator[Problem]:
     """Yield every problem of one (logical) shard file's bytes.
 
@@ -40,7 +49,10 @@ def validate_shard_file(
         The shard number the file name claims; every chunk id must hash to it.
     check_chunk
         Extra per-chunk check on decoded bytes (e.g. the expected size of a raw volume chunk).
+    bounds
+        Decoded sizes the metadata implies: indexes and chunks are never inflated past them.
     """
+    bounds = bounds or DecodeBounds()
     size = len(data)
     try:
         index = decode_shard_index(data[: spec.shard_index_size], spec, key=key)
@@ -50,17 +62,22 @@ def validate_shard_file(
 
     # (start, end, what, offset-of-the-entry-describing-it) of every occupied region.
     regions: list[tuple[int, int, str]] = [(0, spec.shard_index_size, "shard index")]
+    complete = True  # every index decoded, so ``regions`` holds every byte a reader would use
     for m in index.nonempty_minishards().tolist():
         start, end = index.minishard_range(m)
         if end > size:  # reported per entry, so the other minishards are still checked
+            complete = False
             yield Problem(
                 key, f"minishard {m} index range [{start}, {end}) runs past the end of the {size}-byte file", 16 * m
             )
             continue
         regions.append((start, end, f"minishard {m} index"))
         try:
-            mi = decode_minishard_index(data[start:end], spec, key=key, offset=start, file_size=size)
+            mi = decode_minishard_index(
+                data[start:end], spec, key=key, offset=start, file_size=size, max_entries=bounds.max_chunks
+            )
         except FormatError as exc:
+            complete = False
             yield Problem(key, f"minishard {m}: {exc.message}", exc.offset)
             continue
         if len(mi) == 0:
@@ -87,16 +104,54 @@ def validate_shard_file(
             c_start, c_end = int(mi.starts[i]), int(mi.ends[i])
             cid = int(ids[i])
             regions.append((c_start, c_end, f"chunk {cid}"))
-            try:
-                decoded = decode_bytes(data[c_start:c_end], spec.data_encoding, key=key, offset=c_start)
-            except FormatError as exc:
-                yield Problem(key, f"chunk {cid}: {exc.message}", c_start)
-                continue
+            if spec.data_encoding == "raw":  # its size is check_chunk's to judge
+                decoded = data[c_start:c_end]
+            else:
+                try:
+                    decoded = decode_bytes(
+                        data[c_start:c_end],
+                        spec.data_encoding,
+                        key=key,
+                        offset=c_start,
+                        max_size=bounds.max_chunk_bytes,
+                    )
+                except FormatError as exc:
+                    yield Problem(key, f"chunk {cid}: {exc.message}", c_start)
+                    continue
             if check_chunk is not None:
                 message = check_chunk(cid, decoded)
                 if message is not None:
                     yield Problem(key, f"chunk {cid}: {message}", c_start)
     yield from _overlaps(regions, key)
+    if complete:
+        yield from _unclaimed(regions, size, key)
+
+
+def _unclaimed(regions: list[tuple[int, int, str]], size: int, key: str) -> Iterator[Problem]:
+    """Report bytes of the file no index entry claims.
+
+    Writers pack a shard with no gaps; unclaimed bytes mean the file was edited around its index
+    (bytes prepended shift every offset, so a read returns other bytes or fill values).
+    Only called when every index decoded: an undecodable one leaves its chunks unknown.
+    """
+    pos = 0
+    gaps = 0
+    for start, end, _ in sorted((s, e, what) for s, e, what in regions if e > s):
+        if start > pos:
+            gaps += 1
+            if gaps <= 16:
+                yield Problem(key, _gap_message(pos, start), pos)
+        pos = max(pos, end)
+    if size > pos:
+        gaps += 1
+        if gaps <= 16:
+            yield Problem(key, _gap_message(pos, size), pos)
+    if gaps > 16:
+        yield Problem(key, f"{gaps - 16} more byte ranges belong to no index entry")
+
+
+def _gap_message(start: int, end: int) -> str:
+    return f"{end - start} bytes [{start}, {end}) belong to no index entry (bytes prepended, appended or left behind)"
 
 
 def _overlaps(regions: list[tuple[int, int, str]], key: str) -> Iterator[Problem]:

@@ -32,7 +32,7 @@ import crc32c as _crc32c
 import numpy as np
 import numpy.typing as npt
 
-from napari_shardscope.core.encoding import gunzip
+from napari_shardscope.core.encoding import MAX_DECODED_BYTES, gunzip
 from napari_shardscope.core.errors import ChecksumError, ChunkDecodeError, MetadataError, UnsupportedFeatureError
 from napari_shardscope.core.formats.zarr3.metadata import CodecSpec
 
@@ -48,11 +48,11 @@ CODEC_KINDS: dict[str, CodecKind] = {
     "crc32c": "bytes->bytes",
 }
 
-#: Refuse to materialise decoded chunks larger than this (a corrupt ``chunk_shape`` must not
-#: make ``validate`` allocate terabytes).
-MAX_DECODED_BYTES = 2**31
-
 BLOSC_SHUFFLES = {"noshuffle": 0, "shuffle": 1, "bitshuffle": 2}
+#: Bytes a bytes -> bytes codec may add to what it encodes (headers, checksums, incompressible
+#: input): decodes are capped at the chunk's bytes plus this much per codec.
+CODEC_SLACK_BYTES = 4096
+
 BLOSC_CNAMES = ("lz4", "lz4hc", "blosclz", "zstd", "snappy", "zlib")
 
 
@@ -230,10 +230,14 @@ def decode_chunk(
         raise ChunkDecodeError(
             f"chunk of shape {list(shape)} ({nbytes} bytes) is too large to decode", key=key, offset=offset
         )
-    for codec in reversed(chain.bytes_to_bytes):
-        data = decode_bytes_codec(data, codec, key=key, offset=offset)
-    encoded_shape = chain.encoded_shape(shape)
     ab = chain.array_to_bytes
+    # What the spec implies each bytes -> bytes decode may produce: the chunk's bytes plus, per
+    # codec still to undo, a checksum or a compressor's worst-case expansion of tiny inputs
+    # (a nested shard also holds its index: only the budget applies there).
+    cap = nbytes + CODEC_SLACK_BYTES * len(chain.bytes_to_bytes) if ab.name == "bytes" else MAX_DECODED_BYTES
+    for codec in reversed(chain.bytes_to_bytes):
+        data = decode_bytes_codec(data, codec, key=key, offset=offset, max_size=cap)
+    encoded_shape = chain.encoded_shape(shape)
     if ab.name == "bytes":
         array = decode_bytes_to_array(data, ab, encoded_shape, dtype, key=key, offset=offset)
     else:  # sharding_indexed, nested inside an outer shard
@@ -269,14 +273,16 @@ def decode_bytes_to_array(
     return np.frombuffer(data, dtype=stored).astype(dtype).reshape(tuple(shape))
 
 
-def decode_bytes_codec(data: bytes, codec: CodecSpec, *, key: str, offset: int | None = None) -> bytes:
-    """Undo one bytes -> bytes codec."""
+def decode_bytes_codec(
+    data: bytes, codec: CodecSpec, *, key: str, offset: int | None = None, max_size: int = MAX_DECODED_BYTES
+) -> bytes:
+    """Undo one bytes -> bytes codec, producing at most ``max_size`` bytes (else ChunkDecodeError)."""
     if codec.name == "gzip":
-        return gunzip(data, key=key, offset=offset)
+        return gunzip(data, key=key, offset=offset, max_size=max_size)
     if codec.name == "zstd":
-        return _zstd_decompress(data, key=key, offset=offset)
+        return _zstd_decompress(data, key=key, offset=offset, max_size=max_size)
     if codec.name == "blosc":
-        return _blosc_decompress(data, key=key, offset=offset)
+        return _blosc_decompress(data, key=key, offset=offset, max_size=max_size)
     if codec.name == "crc32c":
         return strip_crc32c(data, key=key, offset=offset)
     raise MetadataError(f"codec {codec.name!r} is not a bytes -> bytes codec we decode", key=key)
@@ -301,7 +307,7 @@ def strip_crc32c(data: bytes, *, key: str, offset: int | None = None) -> bytes:
     return body
 
 
-def _zstd_decompress(data: bytes, *, key: str, offset: int | None) -> bytes:
+def _zstd_decompress(data: bytes, *, key: str, offset: int | None, max_size: int) -> bytes:
     import zstandard
 
     if not data:
@@ -311,22 +317,24 @@ def _zstd_decompress(data: bytes, *, key: str, offset: int | None) -> bytes:
     try:
         # A stream reader, not decompress(): frames need not record their content size.
         reader = zstandard.ZstdDecompressor().stream_reader(io.BytesIO(data), read_across_frames=True)
-        while block := reader.read(1 << 20):
+        while block := reader.read(min(1 << 20, max_size + 1 - total)):
             total += len(block)
-            if total > MAX_DECODED_BYTES:
-                raise ChunkDecodeError("zstd data decompresses to more than 2 GiB", key=key, offset=offset)
+            if total > max_size:
+                raise ChunkDecodeError(f"zstd data decodes to more than {max_size} bytes", key=key, offset=offset)
             parts.append(block)
     except zstandard.ZstdError as exc:
         raise ChunkDecodeError(f"bad zstd data ({exc})", key=key, offset=offset) from exc
     return b"".join(parts)
 
 
-def _blosc_decompress(data: bytes, *, key: str, offset: int | None) -> bytes:
+def _blosc_decompress(data: bytes, *, key: str, offset: int | None, max_size: int) -> bytes:
     # Check the 16-byte header ourselves first: c-blosc trusts the sizes it finds there.
     if len(data) < 16:
         raise ChunkDecodeError(f"blosc: {len(data)} bytes cannot hold the 16-byte header", key=key, offset=offset)
     version, _versionlz, _flags, typesize, nbytes, _blocksize, cbytes = struct.unpack("<BBBBIII", data[:16])
-    if version == 0 or typesize == 0 or cbytes != len(data) or nbytes > MAX_DECODED_BYTES:
+    if nbytes > max_size:
+        raise ChunkDecodeError(f"blosc data decodes to {nbytes} bytes, more than {max_size}", key=key, offset=offset)
+    if version == 0 or typesize == 0 or cbytes != len(data):
         raise ChunkDecodeError(
             f"blosc: bad header (version {version}, typesize {typesize}, nbytes {nbytes}, cbytes {cbytes}) "
             f"for {len(data)} stored bytes",

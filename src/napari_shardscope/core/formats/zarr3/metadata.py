@@ -26,6 +26,7 @@ from typing import Any, Literal
 import numpy as np
 
 from napari_shardscope.core.errors import MetadataError, UnsupportedFeatureError
+from napari_shardscope.core.formats.budget import check_chunk_budget
 from napari_shardscope.core.formats.zarr3.ome import OmeMultiscale, dataset_path, ome_attributes, parse_multiscale
 from napari_shardscope.core.json_document import load_json_object
 
@@ -236,6 +237,7 @@ def parse_array_metadata(data: bytes | Mapping[str, Any], *, key: str) -> ArrayM
     codecs = parse_codec_list(doc.get("codecs"), "codecs", key=key)
     if not codecs:
         raise MetadataError("codecs must list at least one codec (an array -> bytes codec)", key=key)
+    _check_budget(chunk_shape, codecs, np.dtype(DATA_TYPES[data_type]).itemsize, key)
     transformers = doc.get("storage_transformers", [])
     if transformers is not None and not isinstance(transformers, list):
         raise MetadataError(f"storage_transformers must be a list, got {transformers!r}", key=key)
@@ -256,6 +258,23 @@ def parse_array_metadata(data: bytes | Mapping[str, Any], *, key: str) -> ArrayM
         dimension_names=dimension_names,
         attributes=attributes,
     )
+
+
+def _check_budget(chunk_shape: tuple[int, ...], codecs: tuple[CodecSpec, ...], itemsize: int, key: str) -> None:
+    """One decoded chunk, and a shard's index, within the memory budget.
+
+    With ``sharding_indexed`` the chunk grid's chunk is a shard, which may legitimately be far
+    larger than memory: readers allocate one inner chunk at a time, plus the shard index
+    (16 bytes per inner chunk), so those are what is checked.
+    """
+    inner = codecs[0].configuration.get("chunk_shape") if codecs[0].name == "sharding_indexed" else None
+    if not (isinstance(inner, list) and len(inner) == len(chunk_shape) and all(
+            isinstance(c, int) and not isinstance(c, bool) and c > 0 for c in inner)):
+        check_chunk_budget(chunk_shape, itemsize, field="chunk_grid chunk_shape", key=key)
+        return  # (a malformed inner chunk_shape is reported by the sharding codec's parser)
+    check_chunk_budget(inner, itemsize, field="sharding_indexed chunk_shape", key=key)
+    per_shard = [-(-s // c) for s, c in zip(chunk_shape, inner, strict=True)]
+    check_chunk_budget(per_shard, 16, field="shard index of chunks per shard", key=key)
 
 
 def parse_group_metadata(data: bytes | Mapping[str, Any], *, key: str) -> GroupMetadata:

@@ -24,9 +24,9 @@ from typing import Any, Literal, cast
 import numpy as np
 import numpy.typing as npt
 
+from napari_shardscope.core.encoding import MAX_DECODED_BYTES
 from napari_shardscope.core.errors import ChunkDecodeError, IndexDecodeError, MetadataError
 from napari_shardscope.core.formats.zarr3.codecs import (
-    MAX_DECODED_BYTES,
     CodecChain,
     append_crc32c,
     decode_chunk,

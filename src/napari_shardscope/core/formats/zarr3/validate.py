@@ -10,7 +10,8 @@ Each problem is reported with the file and the byte offset where it sits:
   that entry in the index;
 * two inner chunks whose byte ranges overlap — offset of the first shared byte;
 * an inner chunk that does not decode through its codec chain — offset of the chunk's first byte;
-* a shard file whose key lies outside the array's shard grid — no offset.
+* a shard file whose key lies outside the array's shard grid — no offset;
+* a directory where a shard file should be (every read of it returns fill values) — no offset.
 
 Inner chunks are named by their position inside the shard, in the array's axis order.
 
@@ -31,6 +32,9 @@ from napari_shardscope.core.progress import Progress
 def validate_array(reader: Zarr3ArrayReader, progress: Progress | None = None) -> Iterator[Problem]:
     """Check every shard file of the array; yield each problem found (nothing when clean)."""
     files = reader.list_shard_files()
+    what = "shard" if reader.sharding is not None else "chunk"
+    for key in reader.shard_directories():
+        yield Problem(key, f"is a directory, not a {what} file")
     total = len(files)
     for done, (key, shard) in enumerate(files):
         if progress is not None:
