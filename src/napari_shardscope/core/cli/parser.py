@@ -121,6 +121,10 @@ def build_parser(extra_modules: Iterable[str] = ()) -> argparse.ArgumentParser:
         "(Neuroglancer precomputed, Zarr v3 sharding_indexed, N5).",
     )
     parser.add_argument("--version", action="version", version=f"shardscope {__version__}")
+    parser.add_argument(
+        "--follow-symlinks", action="store_true",
+        help="read through symbolic links that lead out of a dataset (refused by default: a link planted in "
+             "a dataset could make any command read files elsewhere); writes never follow such links")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     sub.required = True
     groups: dict[str, Any] = {}
