@@ -107,6 +107,27 @@ class NotADatasetError(NotFoundError):
     """A path or URL holds none of the formats we read."""
 
 
+class OutsideRootError(ArgumentError):
+    """A key or path that would resolve outside the root of a byte store (dataset, export, repository).
+
+    Raised for keys with ``..``, ``.`` or empty components, absolute keys, NUL bytes and backslashes,
+    and for symbolic links whose target lies outside the root (unless links are followed on
+    purpose: ``follow_symlinks=True`` / ``--follow-symlinks``). Names the key and the root.
+    """
+
+    def __init__(self, message: str, *, key: str, root: str) -> None:
+        self.key = key
+        self.root = root
+        super().__init__(message)
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return (_rebuild_outside_root_error, (type(self), str(self), self.key, self.root))
+
+
+def _rebuild_outside_root_error(cls: type[OutsideRootError], message: str, key: str, root: str) -> OutsideRootError:
+    return cls(message, key=key, root=root)
+
+
 class ReadOnlyVolumeError(RefusedWriteError, TypeError):
     """A write into a lazy view of a stored volume: shardscope never writes into a source volume."""
 
@@ -158,6 +179,22 @@ class MetadataError(FormatError):
     """A metadata document (``info``, ``zarr.json``, ``attributes.json``) violates its spec.
 
     The message names the field and the offending value.
+    """
+
+
+class UnsafeMetadataPathError(MetadataError):
+    """A metadata document names a key or path that would resolve outside its dataset.
+
+    A precomputed scale ``key`` of ``../x``, an OME-Zarr ``datasets[i].path`` of ``/etc``, a mesh
+    directory with a backslash: damaged or hostile data, refused when the document is parsed so that
+    no consumer (voxel reads, ``inspect``, export, labelmap creation) ever reads there.
+    """
+
+
+class NotARegularFileError(FormatError):
+    """A FIFO, socket, device or directory where a chunk, shard or metadata file should be.
+
+    Refused before a byte is read: reading a FIFO blocks forever, a device may never end.
     """
 
 

@@ -22,6 +22,12 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from napari_shardscope.core.bytestore.containment import (
+    check_level_tree,
+    follow_symlinks,
+    follow_symlinks_enabled,
+    set_follow_symlinks,
+)
 from napari_shardscope.core.bytestore.local import LocalByteStore, write_file_atomic
 from napari_shardscope.core.bytestore.protocol import ByteStore, ReadStats, join_key
 from napari_shardscope.core.bytestore.remote import TensorStoreByteStore
@@ -33,10 +39,14 @@ __all__ = [
     "Location",
     "ReadStats",
     "TensorStoreByteStore",
+    "check_level_tree",
+    "follow_symlinks",
+    "follow_symlinks_enabled",
     "is_remote",
     "join_key",
     "open_store",
     "parse_url",
+    "set_follow_symlinks",
     "write_file_atomic",
 ]
 

@@ -4,13 +4,20 @@ from __future__ import annotations
 
 import contextlib
 import os
+import stat
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
+from napari_shardscope.core.bytestore.containment import (
+    check_key,
+    check_resolved_inside,
+    file_kind,
+    follow_symlinks_enabled,
+)
 from napari_shardscope.core.bytestore.oserrors import storage_fault
 from napari_shardscope.core.bytestore.protocol import ReadStats
-from napari_shardscope.core.errors import ArgumentError, StoreError
+from napari_shardscope.core.errors import ArgumentError, NotARegularFileError, StoreError
 
 
 class LocalByteStore:
@@ -20,11 +27,25 @@ class LocalByteStore:
     ----------
     root
         The directory; it need not exist until something is written.
+    follow_symlinks
+        Read through symbolic links that lead out of ``root`` (``None``: the process-wide setting,
+        :func:`~napari_shardscope.core.bytestore.containment.follow_symlinks_enabled`, off by
+        default). Links inside the root are always followed; writes never follow a link out.
+
+    Every key must name a file below ``root`` (:func:`~.containment.check_key`); only regular
+    files are read (:class:`NotARegularFileError` for a FIFO, socket, device or directory, found
+    with ``fstat`` on a descriptor opened ``O_NONBLOCK`` so a FIFO never blocks).
     """
 
-    def __init__(self, root: str | os.PathLike[str]) -> None:
+    def __init__(self, root: str | os.PathLike[str], *, follow_symlinks: bool | None = None) -> None:
         self.root = Path(root)
         self._stats = ReadStats()
+        self._follow = follow_symlinks
+
+    @property
+    def follow_symlinks(self) -> bool:
+        """Whether reads follow links leading out of the root."""
+        return self._follow if self._follow is not None else follow_symlinks_enabled()
 
     def __repr__(self) -> str:
         return f"LocalByteStore({str(self.root)!r})"
@@ -41,55 +62,107 @@ class LocalByteStore:
     def stats(self) -> ReadStats:
         return self._stats
 
-    def _path(self, key: str) -> Path:
-        if key.startswith("/") or ".." in Path(key).parts:
-            raise ArgumentError(f"key {key!r} escapes the store root {self.root}")
-        return self.root / key if key else self.root
+    def _path(self, key: str, *, writing: bool = False) -> Path:
+        """The file ``key`` names, refused unless it lies below the root (links resolved)."""
+        if not key:
+            return self.root
+        check_key(key, str(self.root))
+        path = self.root / key
+        if writing:  # the directory it lands in; a link *at* the key is replaced, never written through
+            check_resolved_inside(str(path.parent), str(self.root), key=key, follow=False)
+        else:
+            check_resolved_inside(str(path), str(self.root), key=key, follow=self.follow_symlinks)
+        return path
+
+    def _open_regular(self, key: str) -> int | None:
+        """A descriptor of the regular file ``key`` (``None`` when missing), never blocking on a FIFO."""
+        path = self._path(key)
+        try:
+            fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+        except IsADirectoryError:
+            raise NotARegularFileError("is a directory, not a regular file", key=key) from None
+        except OSError as exc:
+            raise StoreError(f"{path}: {exc.strerror or exc}") from exc
+        try:
+            mode = os.fstat(fd).st_mode
+        except OSError as exc:
+            os.close(fd)
+            raise StoreError(f"{path}: {exc.strerror or exc}") from exc
+        if not stat.S_ISREG(mode):
+            os.close(fd)
+            raise NotARegularFileError(f"is a {file_kind(mode)}, not a regular file", key=key)
+        return fd
 
     def read(self, key: str) -> bytes | None:
-        try:
-            data = self._path(key).read_bytes()
-        except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
+        fd = self._open_regular(key)
+        if fd is None:
             return None
+        try:
+            size = os.fstat(fd).st_size
+            chunks = []
+            offset = 0
+            while True:  # to the end, even if the file grew since fstat
+                part = os.pread(fd, max(size - offset, 1 << 16), offset)
+                if not part:
+                    break
+                chunks.append(part)
+                offset += len(part)
+            data = b"".join(chunks)
         except OSError as exc:
             raise StoreError(f"{self._path(key)}: {exc.strerror or exc}") from exc
+        finally:
+            os.close(fd)
         self._stats.add(len(data))
         return data
 
     def read_range(self, key: str, start: int, end: int) -> bytes | None:
         if start < 0 or end < start:
             raise ArgumentError(f"byte range [{start}, {end}) of {key!r} is not a valid range")
-        path = self._path(key)
-        try:
-            fd = os.open(path, os.O_RDONLY)
-        except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
+        fd = self._open_regular(key)
+        if fd is None:
             return None
-        except OSError as exc:
-            raise StoreError(f"{path}: {exc.strerror or exc}") from exc
         try:
             # Clamp to the file: pread allocates the requested count up front, and a corrupt index
             # can claim a range of terabytes (MemoryError) or beyond 2**63 (OverflowError).
             stop = min(end, os.fstat(fd).st_size)
             data = os.pread(fd, stop - start, start) if stop > start else b""
         except OSError as exc:
-            raise StoreError(f"{path}: {exc.strerror or exc} at byte {start}") from exc
+            raise StoreError(f"{self._path(key)}: {exc.strerror or exc} at byte {start}") from exc
         finally:
             os.close(fd)
         self._stats.add(len(data))
         return data
 
     def read_suffix(self, key: str, length: int) -> bytes | None:
-        size = self.size(key)
-        if size is None:
+        fd = self._open_regular(key)
+        if fd is None:
             return None
-        return self.read_range(key, max(0, size - length), size)
+        try:
+            size = os.fstat(fd).st_size
+            start = max(0, size - max(0, length))
+            data = os.pread(fd, size - start, start) if size > start else b""
+        except OSError as exc:
+            raise StoreError(f"{self._path(key)}: {exc.strerror or exc}") from exc
+        finally:
+            os.close(fd)
+        self._stats.add(len(data))
+        return data
 
     def size(self, key: str) -> int | None:
+        path = self._path(key)
         try:
-            st = self._path(key).stat()
+            st = path.stat()
         except (FileNotFoundError, NotADirectoryError):
             return None
-        return st.st_size if not _is_dir(st.st_mode) else None
+        except OSError as exc:
+            raise StoreError(f"{path}: {exc.strerror or exc}") from exc
+        if stat.S_ISDIR(st.st_mode):
+            return None  # a prefix, not a key (as object stores see it)
+        if not stat.S_ISREG(st.st_mode):
+            raise NotARegularFileError(f"is a {file_kind(st.st_mode)}, not a regular file", key=key)
+        return st.st_size
 
     def list(self, prefix: str = "") -> Iterator[str]:
         base = self._path(prefix.rstrip("/")) if prefix else self.root
@@ -106,14 +179,17 @@ class LocalByteStore:
         return iter(sorted(keys))
 
     def write(self, key: str, data: bytes) -> None:
-        path = self._path(key)
+        path = self._path(key, writing=True)
         try:
             write_file_atomic(path, data)
         except OSError as exc:  # full disk, read-only mount, refused permission: the old file is intact
             raise storage_fault(exc, path) from exc
+        # A link planted among the parents between the check and the write would have redirected
+        # mkdir/mkstemp; check again so such a race is at least reported.
+        self._path(key, writing=True)
 
     def delete(self, key: str) -> None:
-        path = self._path(key)
+        path = self._path(key, writing=True)
         try:
             path.unlink()
         except FileNotFoundError:
@@ -138,10 +214,18 @@ class LocalByteStore:
             raise StoreError(f"{self.root}: cannot delete: {exc.strerror or exc}") from exc
 
 
-def _is_dir(mode: int) -> bool:
-    import stat
-
-    return stat.S_ISDIR(mode)
+def current_umask() -> int:
+    """The process umask, read without changing it where the system allows (``/proc``)."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    old = os.umask(0o022)  # elsewhere: the classic set-and-restore (not thread-safe, but brief)
+    os.umask(old)
+    return old
 
 
 def write_file_atomic(path: Path, data: bytes) -> None:
@@ -149,10 +233,15 @@ def write_file_atomic(path: Path, data: bytes) -> None:
 
     A crash at any point leaves either the previous file or the complete new one, never a
     truncated file — the promise the product makes about everything it writes.
+
+    The file gets the modes a plain ``open(path, "w")`` would give (``0o666`` less the umask), not
+    ``mkstemp``'s private ``0o600``: exported datasets are meant to be shared. ``os.replace``
+    replaces a link at ``path`` by the new file and never writes through it.
     """
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=".shardscope-tmp-", dir=path.parent)
     try:
+        os.fchmod(fd, 0o666 & ~current_umask())
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
             fh.flush()

@@ -18,12 +18,14 @@ passes as an extra module so that ``core`` never imports napari.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import traceback
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from napari_shardscope.core.bytestore import follow_symlinks
 from napari_shardscope.core.bytestore.context import remote_limits, set_remote_limits
 from napari_shardscope.core.cli.common import print_json
 from napari_shardscope.core.cli.parser import ErrorDetails, Handler, UsageError, build_parser
@@ -51,9 +53,11 @@ def run(argv: Sequence[str] | None = None, extra_modules: Iterable[str] = ()) ->
     except SystemExit as exc:  # --help, --version
         return exc.code if isinstance(exc.code, int) else EXIT_OK
     handler: Handler = args.func
+    links = follow_symlinks(True) if getattr(args, "follow_symlinks", False) else contextlib.nullcontext()
     try:
         apply_global_options(args)
-        return handler(args)
+        with links:
+            return handler(args)
     except BrokenPipeError:  # output piped into `head`
         return EXIT_OK
     except Exception as exc:

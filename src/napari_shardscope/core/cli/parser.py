@@ -128,6 +128,10 @@ def build_parser(extra_modules: Iterable[str] = ()) -> argparse.ArgumentParser:
                         help="remote I/O: how many times a failed request is retried "
                              "(default: $SHARDSCOPE_RETRIES or 2); an unreachable host fails after about "
                              "(N + 1) x timeout seconds")
+    parser.add_argument(
+        "--follow-symlinks", action="store_true",
+        help="read through symbolic links that lead out of a dataset (refused by default: a link planted in "
+             "a dataset could make any command read files elsewhere); writes never follow such links")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     sub.required = True
     groups: dict[str, Any] = {}

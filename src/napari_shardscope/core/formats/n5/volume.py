@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from napari_shardscope.core.bytestore import Location
+from napari_shardscope.core.bytestore import Location, check_level_tree
 from napari_shardscope.core.formats.n5.attributes import ScaleLevel, is_dataset
 from napari_shardscope.core.formats.units import nm_factors
 from napari_shardscope.core.formats.volume_spec import (
@@ -81,6 +81,8 @@ def volume_spec(location: Location, levels: Sequence[ScaleLevel], root: Mapping[
     """The volume at ``location``: ``levels`` from :func:`~.attributes.list_scales`, ``root`` its attributes."""
     placement = volume_placement(levels, root)
     transform = ArrayTransform(order=tuple(reversed(range(levels[0].attributes.ndim))))
+    for level in levels:  # TensorStore reads <root>/<sN>/…: keep it inside the group
+        check_level_tree(location, level.attributes.path)
     specs = tuple(
         LevelSpec.of(placed, {"driver": "n5", "kvstore": location.child(level.attributes.path).kvstore}, transform)
         for placed, level in zip(placement.levels, levels, strict=True)

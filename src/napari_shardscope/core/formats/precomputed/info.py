@@ -16,7 +16,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from napari_shardscope.core.errors import ArgumentError, MetadataError
+from napari_shardscope.core.bytestore.containment import key_problem
+from napari_shardscope.core.errors import ArgumentError, MetadataError, UnsafeMetadataPathError
 from napari_shardscope.core.formats.budget import check_chunk_budget
 from napari_shardscope.core.formats.precomputed.morton import bits_per_dimension, decode_morton, encode_morton
 from napari_shardscope.core.formats.precomputed.sharding import ShardingSpec, parse_sharding_spec
@@ -222,6 +223,7 @@ def parse_scale(obj: object, index: int, *, key: str = "info") -> ScaleInfo:
     scale_key = obj.get("key")
     if not isinstance(scale_key, str) or not scale_key:
         raise MetadataError(f"{where}.key must be a non-empty string, got {scale_key!r}", key=key)
+    check_relative_path(scale_key, f"{where}.key", key=key)
     size = _triple(obj, "size", where, key, positive=True)
     offset = _triple(obj, "voxel_offset", where, key, default=(0, 0, 0))
     resolution = _triple(obj, "resolution", where, key, kind=float, positive=True)
@@ -261,6 +263,17 @@ def parse_scale(obj: object, index: int, *, key: str = "info") -> ScaleInfo:
     )
 
 
+def check_relative_path(value: str, field: str, *, key: str) -> None:
+    """Refuse a path from ``info`` that would lead outside the dataset (``..``, absolute, ``\\`` …).
+
+    Checked when the document is parsed, so that no consumer of the parsed info — TensorStore's
+    voxel reads, the inspector, export, labelmap creation — can be led out of the dataset by it.
+    """
+    problem = key_problem(value)
+    if problem is not None:
+        raise UnsafeMetadataPathError(f"{field} {value!r} {problem}: it must be a path inside the dataset", key=key)
+
+
 def parse_info(data: bytes | str | Mapping[str, Any], *, key: str = "info") -> PrecomputedInfo:
     """Parse and validate a precomputed volume ``info``.
 
@@ -295,6 +308,9 @@ def parse_info(data: bytes | str | Mapping[str, Any], *, key: str = "info") -> P
     for i, sc in enumerate(parsed):
         for j, chunk in enumerate(sc.chunk_sizes):
             check_chunk_budget(chunk, bytes_per_voxel, field=f"scales[{i}].chunk_sizes[{j}]", key=key)
+    for field in ("mesh", "skeletons"):  # directories a mesh or skeleton reader would list and read
+        if isinstance(obj.get(field), str):
+            check_relative_path(obj[field], field, key=key)
     keys = [s.key for s in parsed]
     if len(set(keys)) != len(keys):
         raise MetadataError(f"scale keys must be unique, got {keys}", key=key)

@@ -10,7 +10,7 @@ resolution over the first scale's, which is how Neuroglancer relates the scales 
 
 from __future__ import annotations
 
-from napari_shardscope.core.bytestore import Location
+from napari_shardscope.core.bytestore import Location, check_level_tree
 from napari_shardscope.core.formats.precomputed.info import PrecomputedInfo
 from napari_shardscope.core.formats.volume_spec import (
     ArrayTransform,
@@ -53,6 +53,8 @@ def volume_spec(location: Location, info: PrecomputedInfo, *, kind: Kind | None 
     """The volume at ``location`` whose parsed ``info`` is ``info``; ``kind`` overrides ``info.type``."""
     placement = volume_placement(info)
     transform = array_transform(info)
+    for level in placement.levels:  # TensorStore reads <root>/<key>/…: keep it inside the dataset
+        check_level_tree(location, level.key)
     levels = tuple(
         LevelSpec.of(level, {"driver": "neuroglancer_precomputed", "kvstore": location.kvstore, "scale_index": i},
                      transform)

@@ -18,7 +18,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from napari_shardscope.core.errors import MetadataError
+from napari_shardscope.core.bytestore.containment import key_problem
+from napari_shardscope.core.errors import MetadataError, UnsafeMetadataPathError
 from napari_shardscope.core.formats.units import nm_factors
 
 #: Axis names taken as a channel axis when an array has no OME axis types.
@@ -115,10 +116,19 @@ def label_names(ome: Mapping[str, Any]) -> list[str]:
 
 
 def dataset_path(value: object, field: str, *, key: str) -> str:
-    """A ``datasets[i].path``: a relative path without ``..``, returned without surrounding slashes."""
-    if not isinstance(value, str) or not value.strip("/") or ".." in value.split("/"):
+    """A ``datasets[i].path``: a relative path inside the group, returned without a trailing slash.
+
+    Anything that could lead outside the group — ``..``, an absolute path, empty or ``.``
+    components, NUL bytes, backslashes — is :class:`UnsafeMetadataPathError`: no consumer of the
+    parsed metadata may read there.
+    """
+    if not isinstance(value, str) or not value.strip("/"):
         raise MetadataError(f"{field}.path must be a relative path, got {value!r}", key=key)
-    return value.strip("/")
+    problem = key_problem(value.rstrip("/"))
+    if problem is not None:
+        raise UnsafeMetadataPathError(f"{field}.path must be a relative path inside the group, "
+                                      f"got {value!r} ({problem})", key=key)
+    return value.rstrip("/")
 
 
 def parse_multiscale(ome: Mapping[str, Any], *, key: str) -> OmeMultiscale:

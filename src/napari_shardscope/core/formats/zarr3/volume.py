@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from napari_shardscope.core.bytestore import Location
+from napari_shardscope.core.bytestore import Location, check_level_tree
 from napari_shardscope.core.errors import MetadataError
 from napari_shardscope.core.formats.volume_spec import (
     Kind,
@@ -88,6 +88,7 @@ def array_volume_spec(location: Location, meta: ArrayMetadata, document: Mapping
     check_codec_names(meta.codecs, key=f"{location.url.rstrip('/')}/zarr.json")
     placement = array_placement(meta)
     volume_kind: Kind = kind or ("segmentation" if is_label_array(meta.attributes) else guess_kind(meta.dtype))
+    check_level_tree(location, "")  # TensorStore reads the chunks below: no FIFO, no link out
     level = LevelSpec.of(placement.levels[0], {"driver": "zarr3", "kvstore": location.kvstore})
     return VolumeSpec(
         url=location.url, name=location.name, format="zarr3", kind=volume_kind, axes=placement.axes, unit=None,
@@ -108,6 +109,8 @@ def ome_volume_spec(location: Location, ms: OmeMultiscale, arrays: Mapping[str, 
     for path, meta in arrays.items():
         check_codec_names(meta.codecs, key=f"{location.child(path).url}/zarr.json")
     placement = ome_placement(ms, arrays, key=key)
+    for path in arrays:  # TensorStore reads <group>/<path>/…: keep it inside the group
+        check_level_tree(location, path)
     levels = tuple(LevelSpec.of(level, {"driver": "zarr3", "kvstore": location.child(level.key).kvstore})
                    for level in placement.levels)
     volume_kind: Kind = kind or ("segmentation" if ms.is_label else "image")

@@ -1,0 +1,176 @@
+"""Containment: every key and path resolves inside its root, and only links the user allowed are followed.
+
+A dataset is a directory (or a bucket prefix) and nothing else: a key from a caller or from a
+metadata document (a precomputed scale ``key``, an OME-Zarr dataset ``path``) names a file *below*
+the root. This module is the one place that says what such a key may look like
+(:func:`key_problem`) and whether a local path, once symbolic links are resolved, is still inside
+its root (:func:`check_resolved_inside`).
+
+Symbolic links leading out of the root are refused unless the user opts in — data that lives
+behind links (a scale directory linked from a scratch disk) is common enough to allow, and
+dangerous enough (a planted link reads ``~/.ssh``) not to allow silently. The opt-in is
+process-wide, like the TensorStore cache budget: :func:`set_follow_symlinks`, the
+:func:`follow_symlinks` context manager, the ``SHARDSCOPE_FOLLOW_SYMLINKS=1`` environment variable,
+or ``shardscope --follow-symlinks``; a single store can also be opened with
+``LocalByteStore(root, follow_symlinks=True)``. Writes never follow a link out of their root,
+opted in or not.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import stat
+import threading
+from collections.abc import Iterator
+
+from napari_shardscope.core.bytestore.url import Location
+from napari_shardscope.core.errors import NotARegularFileError, OutsideRootError
+
+#: Environment variable that turns following links out of a dataset on (``1``, ``true``, ``yes``).
+FOLLOW_SYMLINKS_ENV = "SHARDSCOPE_FOLLOW_SYMLINKS"
+#: What an error about a link tells the user to do when the link is intended.
+OPT_IN_HINT = "pass --follow-symlinks (follow_symlinks=True) if the data lives behind links on purpose"
+
+_lock = threading.Lock()
+_follow: bool | None = None
+
+
+def key_problem(key: str) -> str | None:
+    """Why ``key`` cannot name a file below a root, or ``None`` when it can.
+
+    A key is ``/``-separated, relative, and every component is a plain name: no ``..`` or ``.``,
+    no empty component (``a//b``, a leading or trailing ``/``), no NUL byte and no backslash (a
+    Windows separator, and a way to smuggle ``..\\`` past a ``/``-only check).
+    """
+    if "\x00" in key:
+        return "contains a NUL byte"
+    if "\\" in key:
+        return "contains a backslash"
+    if key.startswith("/"):
+        return "is absolute"
+    for part in key.split("/"):
+        if part in ("", ".", ".."):
+            return f"has a {part or 'empty'!r} component" if part else "has an empty component"
+    return None
+
+
+def check_key(key: str, root: str) -> None:
+    """Raise :class:`OutsideRootError` unless ``key`` names a file below ``root`` (see :func:`key_problem`)."""
+    problem = key_problem(key)
+    if problem is not None:
+        raise OutsideRootError(f"key {key!r} {problem}: it is not a relative key inside {root}", key=key, root=root)
+
+
+def follow_symlinks_enabled() -> bool:
+    """Whether links out of a dataset are followed in this process (default: no)."""
+    with _lock:
+        if _follow is not None:
+            return _follow
+    return os.environ.get(FOLLOW_SYMLINKS_ENV, "").strip().lower() in ("1", "true", "yes", "on")
+
+
+def set_follow_symlinks(value: bool | None) -> None:
+    """Follow links out of datasets (``True``), refuse them (``False``), or ask the environment (``None``)."""
+    global _follow
+    with _lock:
+        _follow = value
+
+
+@contextlib.contextmanager
+def follow_symlinks(value: bool = True) -> Iterator[None]:
+    """Follow (or refuse) links out of datasets inside the ``with`` block; the previous setting after it."""
+    global _follow
+    with _lock:
+        previous = _follow
+        _follow = value
+    try:
+        yield
+    finally:
+        with _lock:
+            _follow = previous
+
+
+def is_inside(path: str, root: str) -> bool:
+    """Whether ``path`` is ``root`` or below it (both already resolved)."""
+    return path == root or path.startswith(root.rstrip(os.sep) + os.sep)
+
+
+def check_resolved_inside(path: str, root: str, *, key: str, follow: bool, what: str = "key") -> None:
+    """Raise :class:`OutsideRootError` when ``path`` resolves (through links) outside ``root``.
+
+    ``root`` itself is resolved too: links *above* the root are the user's choice of path; only
+    links below it can lead a read somewhere the user did not name. Nothing is checked when
+    ``follow`` is true.
+    """
+    if follow:
+        return
+    real_root = os.path.realpath(root)
+    real = os.path.realpath(path)
+    if not is_inside(real, real_root):
+        raise OutsideRootError(
+            f"{what} {key!r} is a symbolic link (or lies below one) leading to {real}, outside {real_root}; "
+            f"{OPT_IN_HINT}", key=key, root=root)
+
+
+#: Entries of a level directory :func:`check_level_tree` looks at before it stops (a bound on the
+#: cost of opening a local volume: ``scandir`` reports file types without a ``stat`` per entry).
+LEVEL_SCAN_LIMIT = 50_000
+
+
+def check_level_tree(location: Location, rel: str, *, limit: int = LEVEL_SCAN_LIMIT) -> None:
+    """Check, before TensorStore reads it, the local directory ``rel`` below ``location`` (one scale's files).
+
+    TensorStore's ``file`` kvstore follows links and opens whatever it finds, so its reads are
+    guarded here, once per open: the directory must resolve inside the root, and (for the first
+    ``limit`` entries) no entry may be a link leading out of the root or a FIFO, socket or device —
+    a FIFO would block the read forever. Links are refused unless :func:`follow_symlinks_enabled`.
+    Remote locations are not checked (a bucket has no links or FIFOs).
+
+    Raises
+    ------
+    OutsideRootError
+        For a link (the directory or an entry in it) leading out of the root.
+    NotARegularFileError
+        For an entry that is neither a regular file, a directory nor an allowed link.
+    """
+    if not location.is_local:
+        return
+    root = str(location.kvstore["path"])
+    follow = follow_symlinks_enabled()
+    base = os.path.join(root, rel) if rel else root
+    check_resolved_inside(base, root, key=rel or ".", follow=follow, what="scale directory")
+    if not os.path.isdir(base):
+        return
+    pending = [base]
+    seen = 0
+    while pending and seen < limit:
+        try:
+            entries = list(os.scandir(pending.pop()))
+        except OSError:
+            continue  # unreadable: TensorStore reports it with the key when it reads
+        for entry in entries:
+            seen += 1
+            key = os.path.relpath(entry.path, root).replace(os.sep, "/")
+            if entry.is_symlink():
+                check_resolved_inside(entry.path, root, key=key, follow=follow)
+                try:
+                    mode = os.stat(entry.path).st_mode
+                except OSError:
+                    continue  # a dangling link reads as a missing chunk
+                if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
+                    raise NotARegularFileError(f"is a link to a {file_kind(mode)}, not a regular file", key=key)
+            elif entry.is_dir(follow_symlinks=False):
+                pending.append(entry.path)
+            elif not entry.is_file(follow_symlinks=False):
+                mode = entry.stat(follow_symlinks=False).st_mode
+                raise NotARegularFileError(f"is a {file_kind(mode)}, not a regular file", key=key)
+
+
+def file_kind(mode: int) -> str:
+    """A word for a file that is not a regular file, as an error names it."""
+    for test, word in ((stat.S_ISDIR, "directory"), (stat.S_ISFIFO, "FIFO"), (stat.S_ISSOCK, "socket"),
+                       (stat.S_ISCHR, "character device"), (stat.S_ISBLK, "block device")):
+        if test(mode):
+            return word
+    return "special file"
