@@ -43,8 +43,15 @@ def test_get_reader_declines_what_it_cannot_read(tmp_path: Path, http_root: Any)
     (tmp_path / "broken" / "info").write_text("{not json")
     _, server = http_root
     for path in [tmp_path / "missing", tmp_path / "notes.txt", tmp_path / "empty", tmp_path / "other",
-                 tmp_path / "broken", "", "ftp://example.org/x", server.url + "nothing-here"]:
+                 tmp_path / "broken", "", "ftp://example.org/x"]:
         assert get_reader(str(path)) is None, path
+    # Without a Qt application (a script), a remote URL is probed at once and declined when it is not
+    # a volume; in napari it is opened in the background (tests/napari_plugin/test_background_open.py).
+    probe = ("import sys; from napari_shardscope.napari_plugin.reader import get_reader; "
+             "sys.exit(0 if get_reader(sys.argv[1]) is None else 1)")
+    result = subprocess.run([sys.executable, "-c", probe, server.url + "nothing-here"], capture_output=True,
+                            timeout=120)
+    assert result.returncode == 0, result.stderr.decode()
     assert get_reader([str(tmp_path / "empty")]) is None
     assert get_reader([]) is None
     assert get_reader(None) is None  # type: ignore[arg-type]
