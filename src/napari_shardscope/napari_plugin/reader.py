@@ -34,7 +34,7 @@ from napari_shardscope.napari_plugin.layers import LayerData, volume_layer_data
 
 log = logging.getLogger(__name__)
 
-METADATA_FILES = ("info", "zarr.json", "attributes.json")
+METADATA_FILES = ("info", "zarr.json", "attributes.json", ".zarray", ".zgroup")
 ReaderFunction = Callable[[Any], list[LayerData]]
 
 
