@@ -31,7 +31,6 @@ import pytest
 from napari_shardscope.core.cli import run
 from napari_shardscope.core.errors import (
     ArgumentError,
-    FormatError,
     IndexDecodeError,
     MetadataError,
     NotADatasetError,
@@ -86,10 +85,6 @@ NOT_VOLUMES: dict[str, tuple[type[ShardscopeError], str]] = {
 #: Volumes one consumer cannot read yet: ``{dir: (consumer, error, reason)}``; every other consumer is checked.
 #: ``"voxels"`` is open_volume and export (both read through TensorStore); ``"inspect"`` is inspect and the tree.
 PARTIAL: dict[str, tuple[str, type[ShardscopeError], str]] = {
-    "n5java_zi/n5-java.n5/lz4": ("voxels", FormatError, "TensorStore's n5 driver has no lz4 (our own block "
-                                                        "reader, behind inspect and the tree, decodes it)"),
-    "n5java_backward/data-1.5.0.n5/raw": ("voxels", FormatError, "TensorStore's n5 driver does not read the "
-                                                                 "pre-1.0 'compressionType' attribute"),
     "ng_zarrita_v3/data.zarr/3d.chunked.mixed.i2.F": ("inspect", MetadataError, "transpose order 'F' is a pre-spec "
                                                       "spelling; zarr v3 requires a permutation (TensorStore "
                                                       "still accepts it, so the voxels open)"),

@@ -17,9 +17,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 import numpy as np
+import numpy.typing as npt
 
 Kind = Literal["image", "segmentation"]
 FormatName = Literal["precomputed", "zarr3", "zarr2", "ome-zarr", "n5"]
@@ -89,6 +90,39 @@ class LevelPlacement:
                 "downsampling_factors": list(self.downsampling_factors)}
 
 
+class ChunkSource(Protocol):
+    """A level's chunks decoded by the format's own code, for data no TensorStore driver reads.
+
+    TensorStore decodes voxels on the hot path wherever it can. Some data users have it cannot:
+    N5 ``lz4`` blocks and the N5 1.x ``compressionType`` attribute, zarr v2 ``lz4``/``lzma``
+    chunks, CloudVolume's ``NAME.gz`` chunk files. For those a format hands out a chunk source,
+    and the volumes layer wraps it in TensorStore's ``virtual_chunked`` driver, so the viewer gets
+    the same lazy views, shared cache and concurrency as for every other volume.
+
+    ``shape``, ``chunk_shape`` and :meth:`read_chunk` are in the source's own axis order (before
+    the level's :class:`ArrayTransform`), like the array a TensorStore driver would open.
+    """
+
+    @property
+    def shape(self) -> tuple[int, ...]: ...
+
+    @property
+    def dtype(self) -> np.dtype[Any]: ...
+
+    @property
+    def chunk_shape(self) -> tuple[int, ...]: ...
+
+    @property
+    def fill_value(self) -> Any: ...
+
+    def read_chunk(self, grid: tuple[int, ...]) -> npt.NDArray[Any] | None:
+        """The chunk at ``grid`` (its part inside the array, or the whole chunk), ``None`` when not stored.
+
+        Raises the format's typed errors (``ChunkDecodeError`` naming the key) for damaged bytes.
+        """
+        ...
+
+
 @dataclass(frozen=True)
 class LevelSpec(LevelPlacement):
     """A :class:`LevelPlacement` plus how to open its voxels.
@@ -99,18 +133,22 @@ class LevelSpec(LevelPlacement):
         The TensorStore spec JSON to open read-only (driver, kvstore and driver options).
     transform
         What turns the opened array into :attr:`shape` order (see :class:`ArrayTransform`).
+    chunk_source
+        When set, the voxels are read from it (:class:`ChunkSource`) instead of ``tensorstore``'s
+        driver; ``tensorstore`` then only says where the data lives.
     """
 
     tensorstore: Mapping[str, Any]
     transform: ArrayTransform
+    chunk_source: ChunkSource | None = field(default=None, compare=False, repr=False)
 
     @classmethod
     def of(cls, placement: LevelPlacement, tensorstore: Mapping[str, Any],
-           transform: ArrayTransform | None = None) -> LevelSpec:
-        """The spec of ``placement``'s level, opened with ``tensorstore`` through ``transform``."""
+           transform: ArrayTransform | None = None, chunk_source: ChunkSource | None = None) -> LevelSpec:
+        """The spec of ``placement``'s level, opened with ``tensorstore`` (or ``chunk_source``) via ``transform``."""
         return cls(placement.key, placement.shape, placement.dtype, placement.voxel_size, placement.translate,
                    placement.downsampling_factors, tensorstore,
-                   transform if transform is not None else ArrayTransform())
+                   transform if transform is not None else ArrayTransform(), chunk_source)
 
 
 @dataclass(frozen=True)

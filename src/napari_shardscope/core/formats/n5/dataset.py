@@ -39,7 +39,7 @@ class N5Dataset(DatasetBase):
     def volume_specs(self, kind: Kind | None = None) -> list[VolumeSpec]:
         from napari_shardscope.core.formats.n5.volume import volume_spec
 
-        return [volume_spec(self.location, self.levels, self.document, kind=kind)]
+        return [volume_spec(self.location, self.levels, self.document, kind=kind, store=self.store)]
 
     def _make_inspector(self) -> Any:
         from napari_shardscope.core.formats.n5.inspector import N5Inspector

@@ -7,19 +7,26 @@
 
 N5 lists dimensions fastest first (x, y, z) and TensorStore's ``n5`` driver keeps that order, so
 every array is presented reversed (a lazy transpose) as z, y, x, and so are the voxel sizes and
-factors. Voxel sizes are converted to nanometres when every axis names a length unit; otherwise
-they stay as written and the volume is unitless. N5 has no offset field: translate is 0.
+factors. What that driver does not read — ``lz4`` blocks, N5 before 1.0 (``compressionType``), a
+dataset without ``blockSize`` — is read block by block by :class:`N5ChunkSource` (our own block
+decoder behind TensorStore's ``virtual_chunked`` driver), the same way for the viewer and export.
+Voxel sizes are converted to nanometres when every axis names a length unit; otherwise they stay as
+written and the volume is unitless. N5 has no offset field: translate is 0.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
-from napari_shardscope.core.bytestore import Location, check_level_tree
-from napari_shardscope.core.formats.n5.attributes import ScaleLevel, is_dataset
+from napari_shardscope.core.bytestore import ByteStore, Location, check_level_tree
+from napari_shardscope.core.errors import UnsupportedFeatureError
+from napari_shardscope.core.formats.n5.attributes import DatasetAttributes, ScaleLevel, is_dataset
+from napari_shardscope.core.formats.n5.block import MODE_DEFAULT, format_block_key, read_block
 from napari_shardscope.core.formats.units import nm_factors
 from napari_shardscope.core.formats.volume_spec import (
     ArrayTransform,
@@ -76,15 +83,70 @@ def volume_placement(levels: Sequence[ScaleLevel], root: Mapping[str, Any]) -> V
     return VolumePlacement(volume_axes(levels, root), unit, placed)
 
 
+#: Compressions TensorStore's ``n5`` driver decodes; blocks compressed otherwise (``lz4``) are read by
+#: :class:`N5ChunkSource`, as are datasets written before N5 1.0 (``compressionType``) or without ``blockSize``.
+TENSORSTORE_COMPRESSIONS = ("raw", "gzip", "bzip2", "xz", "blosc", "zstd")
+
+
+@dataclass(frozen=True)
+class N5ChunkSource:
+    """The blocks of one N5 dataset decoded by :mod:`.block`, for what TensorStore's ``n5`` driver does not read.
+
+    A :class:`~napari_shardscope.core.formats.volume_spec.ChunkSource` in N5 order (x first), like
+    the array TensorStore's driver opens, so the level's transform reverses it the same way.
+    """
+
+    store: ByteStore
+    attributes: DatasetAttributes
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self.attributes.dimensions
+
+    @property
+    def dtype(self) -> np.dtype[Any]:
+        return np.dtype(self.attributes.data_type)
+
+    @property
+    def chunk_shape(self) -> tuple[int, ...]:
+        return self.attributes.block_size
+
+    @property
+    def fill_value(self) -> Any:
+        return 0
+
+    def read_chunk(self, grid: tuple[int, ...]) -> npt.NDArray[Any] | None:
+        block = read_block(self.store, self.attributes, grid)
+        if block is None:
+            return None
+        if block.header.mode != MODE_DEFAULT:
+            raise UnsupportedFeatureError("N5 varlength blocks in the viewer", key=format_block_key(self.attributes,
+                                                                                                     grid))
+        return block.data.T.astype(self.dtype)  # x first, native byte order
+
+
+def needs_own_reader(attributes: DatasetAttributes) -> bool:
+    """Whether TensorStore's ``n5`` driver cannot read this dataset (so :class:`N5ChunkSource` does)."""
+    extra = attributes.extra
+    return (attributes.compression.type not in TENSORSTORE_COMPRESSIONS or "compression" not in extra
+            or "blockSize" not in extra)
+
+
 def volume_spec(location: Location, levels: Sequence[ScaleLevel], root: Mapping[str, Any], *,
-                kind: Kind | None = None) -> VolumeSpec:
-    """The volume at ``location``: ``levels`` from :func:`~.attributes.list_scales`, ``root`` its attributes."""
+                kind: Kind | None = None, store: ByteStore | None = None) -> VolumeSpec:
+    """The volume at ``location``: ``levels`` from :func:`~.attributes.list_scales`, ``root`` its attributes.
+
+    ``store`` (rooted at ``location``) serves the levels TensorStore's driver cannot read
+    (:func:`needs_own_reader`); without it they are opened through the driver all the same.
+    """
     placement = volume_placement(levels, root)
     transform = ArrayTransform(order=tuple(reversed(range(levels[0].attributes.ndim))))
     for level in levels:  # TensorStore reads <root>/<sN>/…: keep it inside the group
         check_level_tree(location, level.attributes.path)
     specs = tuple(
-        LevelSpec.of(placed, {"driver": "n5", "kvstore": location.child(level.attributes.path).kvstore}, transform)
+        LevelSpec.of(placed, {"driver": "n5", "kvstore": location.child(level.attributes.path).kvstore}, transform,
+                     N5ChunkSource(store, level.attributes)
+                     if store is not None and needs_own_reader(level.attributes) else None)
         for placed, level in zip(placement.levels, levels, strict=True)
     )
     dtype = np.dtype(levels[0].attributes.data_type)
