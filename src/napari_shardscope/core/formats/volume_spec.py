@@ -219,6 +219,48 @@ class VolumeSpec:
         raise KeyError(f"no scale {key!r}; scales are {[lv.key for lv in self.levels]}")
 
 
+#: The reader's order of the spatial axes: slowest first, as napari and every array here present them.
+SPATIAL_AXES = ("z", "y", "x")
+
+
+def reader_order(axes: Sequence[str]) -> tuple[int, ...] | None:
+    """The permutation presenting ``axes`` in the reader's order, or ``None`` when they already are.
+
+    Axes named ``x`` and ``y`` (and ``z``) go last, as ``z, y, x``; every other axis (``t``, ``c``,
+    unnamed) keeps its place before them, in the order written. Datasets whose axes do not name
+    both ``x`` and ``y`` are presented as stored. Zarr ``dimension_names``/OME ``axes`` such as
+    ``c, x, y, z`` (webKnossos) become ``c, z, y, x``; each presented axis shows stored axis
+    ``order[i]``.
+    """
+    names = [str(a).lower() for a in axes]
+    if "x" not in names or "y" not in names or len(set(names)) != len(names):
+        return None
+    spatial = [names.index(n) for n in SPATIAL_AXES if n in names]
+    order = tuple([i for i in range(len(names)) if i not in spatial] + spatial)
+    return None if order == tuple(range(len(names))) else order
+
+
+def permute(values: Sequence[Any], order: Sequence[int] | None) -> tuple[Any, ...]:
+    """``values`` in presented order (``order`` from :func:`reader_order`; ``None`` keeps them)."""
+    return tuple(values) if order is None else tuple(values[i] for i in order)
+
+
+def reorder_level(level: LevelPlacement, order: Sequence[int] | None) -> LevelPlacement:
+    """``level`` with every per-axis field in presented order."""
+    if order is None:
+        return level
+    return LevelPlacement(level.key, permute(level.shape, order), level.dtype, permute(level.voxel_size, order),
+                          permute(level.translate, order), permute(level.downsampling_factors, order))
+
+
+def reorder_placement(placement: VolumePlacement, order: Sequence[int] | None) -> VolumePlacement:
+    """``placement`` (axes and every level) in presented order."""
+    if order is None:
+        return placement
+    return VolumePlacement(permute(placement.axes, order), placement.unit,
+                           tuple(reorder_level(level, order) for level in placement.levels))
+
+
 def default_axes(ndim: int) -> tuple[str, ...]:
     """Axis names, slowest first, when the metadata gives none: the last three are z, y, x."""
     if ndim <= len(DEFAULT_AXES):

@@ -20,6 +20,7 @@ from typing import Any
 from napari_shardscope.core.bytestore import ByteStore, Location, check_level_tree
 from napari_shardscope.core.formats.ome import OmeMultiscale, channel_axis_by_name, ome_placement
 from napari_shardscope.core.formats.volume_spec import (
+    ArrayTransform,
     Kind,
     LevelPlacement,
     LevelSpec,
@@ -28,6 +29,8 @@ from napari_shardscope.core.formats.volume_spec import (
     default_axes,
     guess_kind,
     image_contrast_limits,
+    reader_order,
+    reorder_placement,
 )
 from napari_shardscope.core.formats.zarr2.chunk import Zarr2ChunkSource
 from napari_shardscope.core.formats.zarr2.metadata import (
@@ -43,10 +46,10 @@ def array_axes(meta: Zarr2ArrayMetadata) -> tuple[str, ...]:
 
 
 def array_placement(meta: Zarr2ArrayMetadata, key: str = "") -> VolumePlacement:
-    """A lone array: one scale of unit-sized voxels at the origin, unitless."""
+    """A lone array: one scale of unit-sized voxels at the origin, unitless, axes in presented order."""
     n = meta.ndim
     level = LevelPlacement(key, meta.shape, meta.dtype.name, (1.0,) * n, (0.0,) * n, (1.0,) * n)
-    return VolumePlacement(array_axes(meta), None, (level,))
+    return reorder_placement(VolumePlacement(array_axes(meta), None, (level,)), reader_order(array_axes(meta)))
 
 
 def chunk_source(store: ByteStore, path: str, meta: Zarr2ArrayMetadata) -> Zarr2ChunkSource | None:
@@ -66,7 +69,9 @@ def array_volume_spec(location: Location, store: ByteStore, meta: Zarr2ArrayMeta
     labelled = "image-label" in meta.attributes
     volume_kind: Kind = kind or ("segmentation" if labelled else guess_kind(meta.dtype))
     check_level_tree(location, "")  # TensorStore reads the chunks below: no FIFO, no link out
-    level = LevelSpec.of(placement.levels[0], _tensorstore(location), chunk_source=chunk_source(store, "", meta))
+    order = reader_order(array_axes(meta))
+    level = LevelSpec.of(placement.levels[0], _tensorstore(location), ArrayTransform(order=order),
+                         chunk_source=chunk_source(store, "", meta))
     return VolumeSpec(
         url=location.url, name=location.name, format="zarr2", kind=volume_kind, axes=placement.axes, unit=None,
         levels=(level,), contrast_limits=image_contrast_limits(volume_kind, meta.dtype),
@@ -82,7 +87,7 @@ def ome_volume_spec(location: Location, store: ByteStore, ms: OmeMultiscale, arr
     placement = ome_placement(ms, arrays, key=f"{location.url.rstrip('/')}/.zattrs")
     for path in arrays:  # TensorStore reads <group>/<path>/…: keep it inside the group
         check_level_tree(location, path)
-    levels = tuple(LevelSpec.of(level, _tensorstore(location.child(level.key)),
+    levels = tuple(LevelSpec.of(level, _tensorstore(location.child(level.key)), ArrayTransform(order=ms.order),
                                 chunk_source=chunk_source(store, level.key, arrays[level.key]))
                    for level in placement.levels)
     volume_kind: Kind = kind or ("segmentation" if ms.is_label else "image")
