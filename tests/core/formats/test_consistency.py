@@ -85,9 +85,6 @@ NOT_VOLUMES: dict[str, tuple[type[ShardscopeError], str]] = {
 #: Volumes one consumer cannot read yet: ``{dir: (consumer, error, reason)}``; every other consumer is checked.
 #: ``"voxels"`` is open_volume and export (both read through TensorStore); ``"inspect"`` is inspect and the tree.
 PARTIAL: dict[str, tuple[str, type[ShardscopeError], str]] = {
-    "ng_zarrita_v3/data.zarr/3d.chunked.mixed.i2.F": ("inspect", MetadataError, "transpose order 'F' is a pre-spec "
-                                                      "spelling; zarr v3 requires a permutation (TensorStore "
-                                                      "still accepts it, so the voxels open)"),
     "ngscripts_sharded/zlib_as_gzip": ("inspect", IndexDecodeError, "non-conformant: zlib streams where the "
                                        "sharded spec says gzip, so its minishard indexes do not decode"),
 }
