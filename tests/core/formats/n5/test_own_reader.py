@@ -58,3 +58,13 @@ def test_a_damaged_lz4_block_names_its_key(tmp_path: Path) -> None:
     np.testing.assert_array_equal(vol.levels[0].array[:100, :100].read(), reference[:100, :100])
     with pytest.raises(ChunkDecodeError, match="0/1/1"):
         vol.levels[0].array[100:200, 100:200].read()
+
+
+def test_a_multiscale_group_without_attributes_of_its_own(tmp_path: Path) -> None:
+    """N5 groups need no attributes.json: a plain directory of s0 (, s1, …) datasets is a multiscale volume."""
+    shutil.copytree(ZI / "gzip", tmp_path / "pyramid" / "s0")
+    assert not (tmp_path / "pyramid" / "attributes.json").exists()
+    vol = open_volume(tmp_path / "pyramid")
+    assert vol.format == "n5" and [lv.key for lv in vol.levels] == ["s0"]
+    np.testing.assert_array_equal(vol.levels[0].array.read(), tensorstore_read(ZI / "gzip"))
+    assert open_dataset(tmp_path / "pyramid").inspector().scale_keys() == ["s0"]
