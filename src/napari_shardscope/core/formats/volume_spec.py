@@ -159,6 +159,13 @@ class VolumePlacement:
     unit: str | None
     levels: tuple[LevelPlacement, ...]
 
+    def level(self, key: str) -> LevelPlacement:
+        """The level called ``key`` (KeyError listing the names when absent)."""
+        for level in self.levels:
+            if level.key == key:
+                return level
+        raise KeyError(f"no scale {key!r}; scales are {[lv.key for lv in self.levels]}")
+
     def level_json(self, key: str) -> dict[str, Any] | None:
         """One level as ``inspect --json`` shows it (``None`` when ``key`` is not a level)."""
         for level in self.levels:

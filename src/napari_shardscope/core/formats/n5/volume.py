@@ -11,7 +11,8 @@ factors. What that driver does not read — ``lz4`` blocks, N5 before 1.0 (``com
 dataset without ``blockSize`` — is read block by block by :class:`N5ChunkSource` (our own block
 decoder behind TensorStore's ``virtual_chunked`` driver), the same way for the viewer and export.
 Voxel sizes are converted to nanometres when every axis names a length unit; otherwise they stay as
-written and the volume is unitless. N5 has no offset field: translate is 0.
+written and the volume is unitless. N5 has no offset field: translate is 0, unless a COSEM
+``transform`` gives one.
 """
 
 from __future__ import annotations
@@ -71,14 +72,27 @@ def volume_axes(levels: Sequence[ScaleLevel], root: Mapping[str, Any]) -> tuple[
     return default_axes(ndim)
 
 
+def offsets(levels: Sequence[ScaleLevel], unit: str | None) -> list[tuple[float, ...]]:
+    """Every scale's world position of voxel 0 (N5 order): a COSEM ``translate`` in the volume's unit, else 0."""
+    out = []
+    for level in levels:
+        n = level.attributes.ndim
+        if level.translate is None:
+            out.append((0.0,) * n)
+            continue
+        factors = nm_factors(level.units) if unit == "nm" and level.units is not None else None
+        out.append(tuple(t * f for t, f in zip(level.translate, factors or (1.0,) * n, strict=True)))
+    return out
+
+
 def volume_placement(levels: Sequence[ScaleLevel], root: Mapping[str, Any]) -> VolumePlacement:
     """Axes, unit and every scale's placement (presented z, y, x order)."""
     sizes, unit = voxel_sizes(levels)
     placed = tuple(
         LevelPlacement(level.key, tuple(reversed(level.attributes.dimensions)),
                        np.dtype(level.attributes.data_type).name, tuple(reversed(size)),
-                       (0.0,) * level.attributes.ndim, tuple(float(f) for f in reversed(level.downsampling_factors)))
-        for level, size in zip(levels, sizes, strict=True)
+                       tuple(reversed(offset)), tuple(float(f) for f in reversed(level.downsampling_factors)))
+        for level, size, offset in zip(levels, sizes, offsets(levels, unit), strict=True)
     )
     return VolumePlacement(volume_axes(levels, root), unit, placed)
 
