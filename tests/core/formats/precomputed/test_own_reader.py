@@ -115,3 +115,13 @@ def test_compresso_sharded(tmp_path: Path) -> None:
     assert "compresso" in problem.message
     with pytest.raises(ChunkDecodeError, match="compresso"):
         open_volume(root).levels[0].array.read()
+
+
+@pytest.mark.skipif(not (REALDATA / "cv_annotation").is_dir(), reason=f"no real datasets at {REALDATA}")
+def test_locate_segment_finds_cloudvolume_gz_annotation_files() -> None:
+    records = open_dataset(REALDATA / "cv_annotation").inspector().locate_segment(3867588737)
+    by_id = [r for r in records if r["source"] == "by_id"]
+    assert by_id == [{"source": "by_id", "kind": "annotation_by_id", "segment": 3867588737,
+                      "key": "by_id/3867588737.gz", "present": True, "sharded": False}]
+    related = open_dataset(REALDATA / "cv_annotation").inspector().locate_segment(243895108)
+    assert any(r["key"] == "skeleton_id/243895108.gz" and r["present"] for r in related)

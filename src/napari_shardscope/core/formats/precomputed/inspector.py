@@ -384,6 +384,8 @@ class PrecomputedInspector:
             if source.sharding is None:
                 key = join_key(source.prefix, _unsharded_segment_name(source, segment_id))
                 present = self.store.read_range(key, 0, 0) is not None
+                if not present and self.store.read_range(key + GZIP_SUFFIX, 0, 0) is not None:
+                    key, present = key + GZIP_SUFFIX, True  # CloudVolume's local layout
                 out.append(
                     {
                         "source": source.name,
