@@ -171,13 +171,16 @@ def check_native_inspect_fields(report: dict[str, Any], expected: list[Record]) 
             assert np.dtype(sc["dtype"]).name == want["dtype"]
         else:
             assert report["format"] == "n5"
-            assert tuple(reversed(sc["dimensions"])) == want["shape"]
-            assert tuple(float(f) for f in reversed(sc["downsamplingFactors"])) == want["downsampling_factors"]
+            names = sc["axes"]  # N5 order, fastest first; without names the order is reversed
+            def n5_presented(values: list[Any]) -> tuple[Any, ...]:
+                return presented(names, values) if names is not None else tuple(reversed(values))
+            assert n5_presented(sc["dimensions"]) == want["shape"]
+            assert tuple(float(f) for f in n5_presented(sc["downsamplingFactors"])) == want["downsampling_factors"]
             assert sc["dataType"] == want["dtype"]
             resolution = sc["resolution"] or [1.0] * len(sc["dimensions"])
             if want["unit"] == "nm":
                 resolution = [r * (nm_per_unit(u) or 0.0) for r, u in zip(resolution, sc["units"], strict=True)]
-            assert tuple(reversed(resolution)) == pytest.approx(want["voxel_size"])
+            assert n5_presented(resolution) == pytest.approx(want["voxel_size"])
 
 
 def tree_records(url: str, volume: Volume | None = None) -> list[Record]:

@@ -87,3 +87,32 @@ def test_zarr2_array_dimensions_and_ome_04_axes(tmp_path: Path) -> None:
     assert ome.axes == ("z", "y", "x") and ome.voxel_size == pytest.approx((40.0, 5.0, 4.0))
     np.testing.assert_array_equal(ome.levels[0].array.read(), data.T)
     assert json.loads((tmp_path / "ome.zarr" / ".zattrs").read_text())["multiscales"][0]["axes"][0]["name"] == "x"
+
+
+@pytest.mark.parametrize(("dims", "block", "names", "order"), [
+    ([3, 24, 20, 16], [1, 8, 8, 8], ("c", "z", "y", "x"), (0, 3, 2, 1)),  # webKnossos: channel fastest
+    ([24, 20, 16, 3], [8, 8, 8, 1], ("c", "z", "y", "x"), (3, 2, 1, 0)),  # x, y, z, c
+    ([24, 20, 16], [8, 8, 8], ("z", "y", "x"), (2, 1, 0)),
+])
+def test_n5_axes_by_layout_when_unnamed(tmp_path: Path, dims: list[int], block: list[int],
+                                        names: tuple[str, ...], order: tuple[int, ...]) -> None:
+    store = ts.open({"driver": "n5", "kvstore": f"file://{tmp_path}/d.n5/", "create": True,
+                     "metadata": {"dimensions": dims, "blockSize": block, "dataType": "uint16",
+                                  "compression": {"type": "raw"}}}).result()
+    data = np.arange(int(np.prod(dims)), dtype="u2").reshape(dims)  # N5 order, as TensorStore indexes it
+    store.write(data).result()
+    vol = open_volume(tmp_path / "d.n5")
+    assert vol.axes == names
+    np.testing.assert_array_equal(vol.levels[0].array.read(), data.transpose(order))
+    assert open_dataset(tmp_path / "d.n5").inspector().inspect()["scales"][0]["volume"]["axes"] == list(names)
+
+
+def test_n5_axes_attribute_is_read_in_n5_order(tmp_path: Path) -> None:
+    store = ts.open({"driver": "n5", "kvstore": f"file://{tmp_path}/a.n5/", "create": True,
+                     "metadata": {"dimensions": [4, 5, 6, 2], "blockSize": [4, 5, 6, 1], "dataType": "uint8",
+                                  "compression": {"type": "raw"}, "axes": ["x", "y", "z", "t"]}}).result()
+    data = np.arange(4 * 5 * 6 * 2, dtype="u1").reshape(4, 5, 6, 2)
+    store.write(data).result()
+    vol = open_volume(tmp_path / "a.n5")
+    assert vol.axes == ("t", "z", "y", "x")
+    np.testing.assert_array_equal(vol.levels[0].array.read(), data.transpose(3, 2, 1, 0))

@@ -66,11 +66,12 @@ class N5Layout(BackendBase):
         factor = nm_per_unit(lvl.unit) or 1.0
         return ScaleGeometry(
             scale=scale,
-            axes=AXIS_NAMES[:n] if n <= len(AXIS_NAMES) else tuple(f"d{i}" for i in range(n)),
+            axes=self.ins.stored_axes or (AXIS_NAMES[:n] if n <= len(AXIS_NAMES) else tuple(f"d{i}" for i in range(n))),
             shape=lvl.attributes.dimensions,
             origin=(0,) * n,
             chunk_shape=lvl.attributes.block_size,
             reversed_axes=True,
+            order=self.ins.presented_order,
             voxel_size=placed.voxel_size if placed is not None else tuple(
                 reversed([r * factor for r in lvl.resolution or (1.0,) * n])),
             translate=placed.translate if placed is not None else (0.0,) * n,

@@ -6,8 +6,9 @@
   rules, and why, are in :mod:`.attributes`).
 
 N5 lists dimensions fastest first (x, y, z) and TensorStore's ``n5`` driver keeps that order, so
-every array is presented reversed (a lazy transpose) as z, y, x, and so are the voxel sizes and
-factors. What that driver does not read — ``lz4`` blocks, N5 before 1.0 (``compressionType``), a
+every array is presented through a lazy transpose in the reader's order — reversed, z, y, x, for
+the usual x, y, z; a channel axis first (:func:`stored_axes` names the axes) — and so are the voxel
+sizes and factors. What that driver does not read — ``lz4`` blocks, N5 before 1.0 (``compressionType``), a
 dataset without ``blockSize`` — is read block by block by :class:`N5ChunkSource` (our own block
 decoder behind TensorStore's ``virtual_chunked`` driver), the same way for the viewer and export.
 Voxel sizes are converted to nanometres when every axis names a length unit; otherwise they stay as
@@ -39,6 +40,8 @@ from napari_shardscope.core.formats.volume_spec import (
     default_axes,
     guess_kind,
     image_contrast_limits,
+    permute,
+    reader_order,
 )
 
 
@@ -58,18 +61,54 @@ def voxel_sizes(levels: Sequence[ScaleLevel]) -> tuple[list[tuple[float, ...]], 
     return sizes, "nm"
 
 
-def volume_axes(levels: Sequence[ScaleLevel], root: Mapping[str, Any]) -> tuple[str, ...]:
-    """Axis names, slowest first: the ``axes`` attribute (N5 order, reversed), else the defaults.
+def stored_axes(levels: Sequence[ScaleLevel], root: Mapping[str, Any]) -> tuple[str, ...] | None:
+    """Axis names in N5 order (fastest first), as written or as the layout makes plain; ``None`` when unknown.
 
-    A group's ``axes`` is read before its ``s0``'s (Neuroglancer reads the multiscale group's).
+    The ``axes`` attribute when it names every axis (a group's is read before its ``s0``'s, as
+    Neuroglancer reads it). Without one, 2-D and 3-D datasets are ``x, y(, z)`` (N5's and Java's
+    convention); a 4-D dataset whose first or last axis is short (at most 16) with a block size of 1,
+    while the others are blocked, holds channels there — webKnossos writes ``c, x, y, z``, others
+    ``x, y, z, c`` — and is named so.
     """
-    ndim = levels[0].attributes.ndim
-    sources = [root] if is_dataset(root) else [root, levels[0].attributes.extra]
+    first = levels[0].attributes
+    ndim = first.ndim
+    sources = [root] if is_dataset(root) else [root, first.extra]
     for doc in sources:
         names = doc.get("axes")
         if isinstance(names, list) and len(names) == ndim and all(isinstance(n, str) for n in names):
-            return tuple(reversed([str(n) for n in names]))
-    return default_axes(ndim)
+            return tuple(str(n) for n in names)
+    if ndim in (2, 3):
+        return ("x", "y", "z")[:ndim]
+    if ndim == 4:
+        def channel_like(i: int) -> bool:
+            others = [b for j, b in enumerate(first.block_size) if j != i]
+            return first.block_size[i] == 1 and first.dimensions[i] <= 16 and min(others) > 1
+        if channel_like(0) and not channel_like(3):
+            return ("c", "x", "y", "z")
+        if channel_like(3) and not channel_like(0):
+            return ("x", "y", "z", "c")
+    return None
+
+
+def presented_order(levels: Sequence[ScaleLevel], root: Mapping[str, Any]) -> tuple[int, ...]:
+    """For each presented axis, the N5 axis it shows: the reader's order of the named axes, else reversed."""
+    names = stored_axes(levels, root)
+    ndim = levels[0].attributes.ndim
+    reversed_order = tuple(reversed(range(ndim)))
+    if names is None:
+        return reversed_order
+    order = reader_order(names)
+    if order is None:  # already slowest-first, or no x and y named: N5's order reversed, as always
+        return reversed_order if reader_order(tuple(reversed(names))) is None else tuple(range(ndim))
+    return order
+
+
+def volume_axes(levels: Sequence[ScaleLevel], root: Mapping[str, Any]) -> tuple[str, ...]:
+    """Axis names in presented order (:func:`presented_order`); the defaults when none can be told."""
+    names = stored_axes(levels, root)
+    if names is None:
+        return default_axes(levels[0].attributes.ndim)
+    return permute(names, presented_order(levels, root))
 
 
 def offsets(levels: Sequence[ScaleLevel], unit: str | None) -> list[tuple[float, ...]]:
@@ -88,10 +127,11 @@ def offsets(levels: Sequence[ScaleLevel], unit: str | None) -> list[tuple[float,
 def volume_placement(levels: Sequence[ScaleLevel], root: Mapping[str, Any]) -> VolumePlacement:
     """Axes, unit and every scale's placement (presented z, y, x order)."""
     sizes, unit = voxel_sizes(levels)
+    order = presented_order(levels, root)
     placed = tuple(
-        LevelPlacement(level.key, tuple(reversed(level.attributes.dimensions)),
-                       np.dtype(level.attributes.data_type).name, tuple(reversed(size)),
-                       tuple(reversed(offset)), tuple(float(f) for f in reversed(level.downsampling_factors)))
+        LevelPlacement(level.key, permute(level.attributes.dimensions, order),
+                       np.dtype(level.attributes.data_type).name, permute(size, order),
+                       permute(offset, order), permute(tuple(float(f) for f in level.downsampling_factors), order))
         for level, size, offset in zip(levels, sizes, offsets(levels, unit), strict=True)
     )
     return VolumePlacement(volume_axes(levels, root), unit, placed)
@@ -154,7 +194,7 @@ def volume_spec(location: Location, levels: Sequence[ScaleLevel], root: Mapping[
     (:func:`needs_own_reader`); without it they are opened through the driver all the same.
     """
     placement = volume_placement(levels, root)
-    transform = ArrayTransform(order=tuple(reversed(range(levels[0].attributes.ndim))))
+    transform = ArrayTransform(order=presented_order(levels, root))
     for level in levels:  # TensorStore reads <root>/<sN>/…: keep it inside the group
         check_level_tree(location, level.attributes.path)
     specs = tuple(
