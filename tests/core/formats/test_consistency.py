@@ -172,7 +172,7 @@ def check_native_inspect_fields(report: dict[str, Any], expected: list[Record]) 
         else:
             assert report["format"] == "n5"
             names = sc["axes"]  # N5 order, fastest first; without names the order is reversed
-            def n5_presented(values: list[Any]) -> tuple[Any, ...]:
+            def n5_presented(values: list[Any], names: list[str] | None = names) -> tuple[Any, ...]:
                 return presented(names, values) if names is not None else tuple(reversed(values))
             assert n5_presented(sc["dimensions"]) == want["shape"]
             assert tuple(float(f) for f in n5_presented(sc["downsamplingFactors"])) == want["downsampling_factors"]
