@@ -22,6 +22,7 @@ import logging
 import math
 from typing import Any
 
+from napari_shardscope.core.errors import UnsupportedFeatureError
 from napari_shardscope.core.volumes import Volume
 
 log = logging.getLogger(__name__)
@@ -37,7 +38,18 @@ METADATA_KEY = "shardscope"
 
 
 def volume_layer_data(volume: Volume) -> LayerData:
-    """The napari layer-data tuple showing ``volume``."""
+    """The napari layer-data tuple showing ``volume``.
+
+    Raises
+    ------
+    UnsupportedFeatureError
+        For a volume of fewer than two axes besides a channel: napari draws images of two or more.
+    """
+    spatial = volume.ndim - (1 if volume.channel_axis is not None else 0)
+    if spatial < 2:
+        raise UnsupportedFeatureError(f"showing a {spatial}-D array in napari", key=volume.url,
+                                      detail="napari draws images of 2 or more dimensions; inspect and read it "
+                                      "from Python instead")
     arrays = volume.arrays
     multiscale = len(arrays) > 1
     coarsest = volume.levels[-1].shape
