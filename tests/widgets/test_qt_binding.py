@@ -13,8 +13,6 @@ import sys
 import tomllib
 from pathlib import Path
 
-import pytest
-
 ROOT = Path(__file__).resolve().parents[2]
 BINDINGS = {"PyQt5": "pyqt5", "PyQt6": "pyqt6", "PySide2": "pyside2", "PySide6": "pyside6"}
 # A requirement that brings a binding: the binding itself, or napari/superqt with a binding extra.
