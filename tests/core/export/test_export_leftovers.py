@@ -11,7 +11,6 @@ the real command line; these reproduce it deterministically.)
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -21,27 +20,15 @@ from napari_shardscope.core.errors import RefusedDestinationError
 from napari_shardscope.core.export.precomputed import export_precomputed
 from napari_shardscope.core.export.source import ArraySource
 from napari_shardscope.core.export.zarr3 import export_zarr3
+from tests.core.export.test_export_precomputed import _FailingSource  # dies at its fifth read, as a killed export
 
 RES = ((4.0, 4.0, 40.0),)
-EXPORTS = {  # one 16³ chunk per shard file: an export dying at its fourth read has written some shards
+EXPORTS = {  # one 16³ chunk per shard file: an export dying at its fifth read has written some shards
     "precomputed": lambda source, dest, **kw: export_precomputed(source, dest, chunk_size=(16, 16, 16),
                                                                  shard_bytes=1 << 14, **kw),
     "zarr3": lambda source, dest, **kw: export_zarr3(source, dest, inner_chunk=(16, 16, 16),
                                                      shard_shape=(16, 16, 16), **kw),
 }
-
-
-@dataclass(frozen=True)
-class _DyingSource(ArraySource):
-    """Fails on its fourth read: an export that stops after writing a few shards, as a killed one does."""
-
-    reads: list[int] = field(default_factory=list)
-
-    def read(self, level: int, box: tuple[slice, ...]) -> np.ndarray:
-        self.reads.append(level)
-        if len(self.reads) == 4:
-            raise OSError("the export process died here")
-        return super().read(level, box)
 
 
 def _digests(root: Path) -> dict[str, str]:
@@ -62,8 +49,8 @@ def test_files_of_an_unfinished_export_are_refused_then_replaced(tmp_path: Path,
     old, new = _volumes()
     export = EXPORTS[fmt]
     dest = tmp_path / "dest"
-    with pytest.raises(OSError, match="died"):
-        export(_DyingSource((old,), RES), str(dest), scheduler="sync")
+    with pytest.raises(OSError, match="simulated"):
+        export(_FailingSource((old,), RES), str(dest), scheduler="sync")
     leftovers = _digests(dest)
     assert leftovers and "info" not in leftovers and "zarr.json" not in leftovers
 
