@@ -162,6 +162,9 @@ def check_native_inspect_fields(report: dict[str, Any], expected: list[Record]) 
             names = sc["dimension_names"]
             if names is not None and all(isinstance(a, str) for a in names):
                 assert tuple(names) == want["axes"]
+        elif report["format"] == "zarr2":
+            assert tuple(sc["shape"]) == want["shape"]
+            assert np.dtype(sc["dtype"]).name == want["dtype"]
         else:
             assert report["format"] == "n5"
             assert tuple(reversed(sc["dimensions"])) == want["shape"]
@@ -301,7 +304,7 @@ def test_segment_keyed_directories_agree_between_inspect_and_tree(rel: str,
 
 # -- the project's own test data ---------------------------------------------------------------------------
 OWN_CASES = ["precomputed", "precomputed-channels", "zarr3", "ome-zarr", "ome-zarr-labels", "n5", "n5-multiscale",
-             "n5-bdv"]
+             "n5-bdv", "zarr2", "ome-zarr-0.4", "ome-zarr-0.4-labels"]
 
 
 @pytest.mark.parametrize("name", OWN_CASES)

@@ -22,7 +22,7 @@ from typing import Any, Literal
 import numpy as np
 
 Kind = Literal["image", "segmentation"]
-FormatName = Literal["precomputed", "zarr3", "ome-zarr", "n5"]
+FormatName = Literal["precomputed", "zarr3", "zarr2", "ome-zarr", "n5"]
 
 #: Default axis names, slowest first, when the metadata names none (the last three are z, y, x).
 DEFAULT_AXES = ("t", "c", "z", "y", "x")

@@ -25,13 +25,13 @@ from napari_shardscope.core.errors import (
     UnsupportedFeatureError,
 )
 from napari_shardscope.core.formats.api import DatasetInspector
+from napari_shardscope.core.formats.ome import OmeMultiscale, ome_level_placement
 from napari_shardscope.core.formats.problem import Problem
 from napari_shardscope.core.formats.volume_spec import LevelPlacement, VolumePlacement
 from napari_shardscope.core.formats.zarr3.metadata import ArrayMetadata, GroupMetadata
-from napari_shardscope.core.formats.zarr3.ome import OmeMultiscale
 from napari_shardscope.core.formats.zarr3.reader import Zarr3ArrayReader, read_array_metadata
 from napari_shardscope.core.formats.zarr3.validate import validate_array
-from napari_shardscope.core.formats.zarr3.volume import array_axes, array_placement, ome_level_placement
+from napari_shardscope.core.formats.zarr3.volume import array_axes, array_placement
 from napari_shardscope.core.progress import Progress
 
 

@@ -20,7 +20,12 @@ from collections.abc import Mapping
 from typing import Any
 
 from napari_shardscope.core.bytestore import Location, check_level_tree
-from napari_shardscope.core.errors import MetadataError
+from napari_shardscope.core.formats.ome import (
+    OmeMultiscale,
+    channel_axis_by_name,
+    is_label_array,
+    ome_placement,
+)
 from napari_shardscope.core.formats.volume_spec import (
     Kind,
     LevelPlacement,
@@ -30,15 +35,9 @@ from napari_shardscope.core.formats.volume_spec import (
     default_axes,
     guess_kind,
     image_contrast_limits,
-    ratios,
 )
 from napari_shardscope.core.formats.zarr3.codecs import check_codec_names
 from napari_shardscope.core.formats.zarr3.metadata import ArrayMetadata
-from napari_shardscope.core.formats.zarr3.ome import (
-    OmeMultiscale,
-    channel_axis_by_name,
-    is_label_array,
-)
 
 
 def array_axes(meta: ArrayMetadata) -> tuple[str, ...]:
@@ -54,32 +53,6 @@ def array_placement(meta: ArrayMetadata, key: str = "") -> VolumePlacement:
     n = meta.ndim
     level = LevelPlacement(key, meta.shape, meta.dtype.name, (1.0,) * n, (0.0,) * n, (1.0,) * n)
     return VolumePlacement(array_axes(meta), None, (level,))
-
-
-def ome_level_placement(ms: OmeMultiscale, index: int, meta: ArrayMetadata, *, key: str) -> LevelPlacement:
-    """Scale ``index`` of an OME multiscale whose array metadata is ``meta`` (``key``: the group's zarr.json).
-
-    Raises
-    ------
-    MetadataError
-        When the array's rank differs from the number of axes.
-    """
-    ds = ms.datasets[index]
-    if meta.ndim != ms.ndim:
-        raise MetadataError(f"dataset {ds.path!r} has {meta.ndim} dimensions but axes lists {ms.ndim}", key=key)
-    nm, _ = ms.nm_factors()
-    return LevelPlacement(
-        ds.path, meta.shape, meta.dtype.name,
-        tuple(s * f for s, f in zip(ds.scale, nm, strict=True)),
-        tuple(t * f for t, f in zip(ds.translation, nm, strict=True)),
-        ratios(ds.scale, ms.datasets[0].scale),
-    )
-
-
-def ome_placement(ms: OmeMultiscale, arrays: Mapping[str, ArrayMetadata], *, key: str) -> VolumePlacement:
-    """Every scale of an OME multiscale; ``arrays`` maps each dataset path to its parsed metadata."""
-    levels = tuple(ome_level_placement(ms, i, arrays[ds.path], key=key) for i, ds in enumerate(ms.datasets))
-    return VolumePlacement(ms.axes, ms.nm_factors()[1], levels)
 
 
 def array_volume_spec(location: Location, meta: ArrayMetadata, document: Mapping[str, Any], *,

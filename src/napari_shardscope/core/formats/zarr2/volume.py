@@ -1,0 +1,98 @@
+"""Zarr v2 arrays and OME-Zarr 0.4 multiscale groups as :class:`~napari_shardscope.core.formats.volume_spec.VolumeSpec`.
+
+* A lone v2 array is one single-scale volume of unit-sized voxels; its axis names come from
+  xarray's ``_ARRAY_DIMENSIONS`` attribute when present (else the defaults, ending in z, y, x).
+* An OME-Zarr 0.4 image (a v2 group whose ``.zattrs`` hold ``multiscales``) is one multiscale
+  volume placed by its coordinate transforms (:mod:`napari_shardscope.core.formats.ome`, shared with
+  NGFF 0.5 in zarr v3), and its ``labels/`` group adds one segmentation per label image.
+
+Voxels are read by TensorStore's ``zarr`` driver (which reads ``.zarray`` itself: order,
+separator, compressor and fill value as the writer set them). Compressors it does not decode
+(``lz4``, ``lzma``) are refused here by name, not at the first read.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from napari_shardscope.core.bytestore import Location, check_level_tree
+from napari_shardscope.core.errors import UnsupportedFeatureError
+from napari_shardscope.core.formats.ome import OmeMultiscale, channel_axis_by_name, ome_placement
+from napari_shardscope.core.formats.volume_spec import (
+    Kind,
+    LevelPlacement,
+    LevelSpec,
+    VolumePlacement,
+    VolumeSpec,
+    default_axes,
+    guess_kind,
+    image_contrast_limits,
+)
+from napari_shardscope.core.formats.zarr2.metadata import (
+    ARRAY_FILE,
+    VIEWER_COMPRESSORS,
+    Zarr2ArrayMetadata,
+    array_dimension_names,
+)
+
+
+def array_axes(meta: Zarr2ArrayMetadata) -> tuple[str, ...]:
+    """``_ARRAY_DIMENSIONS`` when complete, else the default names."""
+    return array_dimension_names(meta) or default_axes(meta.ndim)
+
+
+def array_placement(meta: Zarr2ArrayMetadata, key: str = "") -> VolumePlacement:
+    """A lone array: one scale of unit-sized voxels at the origin, unitless."""
+    n = meta.ndim
+    level = LevelPlacement(key, meta.shape, meta.dtype.name, (1.0,) * n, (0.0,) * n, (1.0,) * n)
+    return VolumePlacement(array_axes(meta), None, (level,))
+
+
+def check_viewer_compressor(meta: Zarr2ArrayMetadata, *, key: str) -> None:
+    """Refuse, by name, a compressor TensorStore's zarr driver cannot decode (inspect/validate still can)."""
+    codec = meta.compressor_id
+    if codec is not None and codec not in VIEWER_COMPRESSORS:
+        raise UnsupportedFeatureError(f"viewing zarr v2 chunks compressed with {codec!r}", key=key,
+                                      detail="`shardscope inspect/validate` read them; the viewer decodes "
+                                      f"{', '.join(VIEWER_COMPRESSORS)}")
+
+
+def _tensorstore(location: Location) -> dict[str, Any]:
+    return {"driver": "zarr", "kvstore": location.kvstore}
+
+
+def array_volume_spec(location: Location, meta: Zarr2ArrayMetadata, document: Mapping[str, Any], *,
+                      kind: Kind | None = None) -> VolumeSpec:
+    """A lone v2 array as a one-scale volume (``document``: its raw ``.zarray``)."""
+    check_viewer_compressor(meta, key=f"{location.url.rstrip('/')}/{ARRAY_FILE}")
+    placement = array_placement(meta)
+    labelled = "image-label" in meta.attributes
+    volume_kind: Kind = kind or ("segmentation" if labelled else guess_kind(meta.dtype))
+    check_level_tree(location, "")  # TensorStore reads the chunks below: no FIFO, no link out
+    level = LevelSpec.of(placement.levels[0], _tensorstore(location))
+    return VolumeSpec(
+        url=location.url, name=location.name, format="zarr2", kind=volume_kind, axes=placement.axes, unit=None,
+        levels=(level,), contrast_limits=image_contrast_limits(volume_kind, meta.dtype),
+        channel_axis=channel_axis_by_name(placement.axes) if volume_kind == "image" else None,
+        metadata={".zarray": dict(document), ".zattrs": dict(meta.attributes)},
+    )
+
+
+def ome_volume_spec(location: Location, ms: OmeMultiscale, arrays: Mapping[str, Zarr2ArrayMetadata],
+                    ome: Mapping[str, Any], *, kind: Kind | None = None, name: str | None = None) -> VolumeSpec:
+    """One OME-Zarr 0.4 multiscale image or label image at ``location`` (``ome``: the group's ``.zattrs``)."""
+    for path, meta in arrays.items():
+        check_viewer_compressor(meta, key=f"{location.child(path).url}/{ARRAY_FILE}")
+    placement = ome_placement(ms, arrays, key=f"{location.url.rstrip('/')}/.zattrs")
+    for path in arrays:  # TensorStore reads <group>/<path>/…: keep it inside the group
+        check_level_tree(location, path)
+    levels = tuple(LevelSpec.of(level, _tensorstore(location.child(level.key))) for level in placement.levels)
+    volume_kind: Kind = kind or ("segmentation" if ms.is_label else "image")
+    dtype = arrays[ms.datasets[0].path].dtype
+    return VolumeSpec(
+        url=location.url, name=name or ms.name or location.name, format="ome-zarr", kind=volume_kind,
+        axes=placement.axes, unit=placement.unit, levels=levels,
+        contrast_limits=image_contrast_limits(volume_kind, dtype, ms.window),
+        channel_axis=ms.channel_axis if volume_kind == "image" else None, metadata={"ome": dict(ome)},
+    )
