@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import json
 import operator
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from napari_shardscope.core.bytestore import ByteStore, LocalByteStore
@@ -88,7 +88,8 @@ def make_room(store: ByteStore, dest: str, metadata_name: str, prefixes: Sequenc
         When the store refuses a deletion (a read-only store, missing permissions).
     """
     if replacing:
-        _delete_metadata_first(store, list(store.list()), metadata_name)
+        for key in _metadata_first(store.list(), metadata_name, only_metadata=True):
+            store.delete(key)
         store.clear()
         return
     leftovers = [key for prefix in prefixes for key in store.list(prefix)]
@@ -97,19 +98,22 @@ def make_room(store: ByteStore, dest: str, metadata_name: str, prefixes: Sequenc
             f"{dest} holds {len(leftovers)} files of an unfinished export ({leftovers[0]}, …) but no "
             f"{metadata_name}; pass overwrite=True (CLI: --overwrite) to replace them"
         )
-    _delete_metadata_first(store, leftovers, metadata_name)
-    for key in leftovers:
+    for key in _metadata_first(leftovers, metadata_name):
         store.delete(key)
     if isinstance(store, LocalByteStore):
         store.remove_temporaries()
 
 
-def _delete_metadata_first(store: ByteStore, keys: Sequence[str], metadata_name: str) -> None:
-    """Delete the top metadata document, then every other key named ``metadata_name`` among ``keys``."""
-    store.delete(metadata_name)
-    for key in keys:
-        if key.rsplit("/", 1)[-1] == metadata_name:
-            store.delete(key)
+def _metadata_first(keys: Iterable[str], metadata_name: str, *, only_metadata: bool = False) -> list[str]:
+    """``keys`` in a safe order of deletion: the metadata documents (outermost first), then the rest.
+
+    No reader ever finds a document standing over an array or dataset whose files are partly deleted.
+    """
+    def is_metadata(key: str) -> bool:
+        return key.rsplit("/", 1)[-1] == metadata_name
+
+    chosen = [k for k in keys if is_metadata(k) or not only_metadata]
+    return sorted(chosen, key=lambda k: (not is_metadata(k), k.count("/")))
 
 
 def _overlap(a: str, b: str) -> bool:
