@@ -294,3 +294,16 @@ def test_cli_open_screenshot(tmp_path: Path, format_cases: dict[str, FormatCase]
     pixels = iio.imread(out)
     assert pixels.ndim == 3 and pixels.shape[0] > 100 and pixels.shape[1] > 100
     assert pixels[..., :3].std() > 10
+
+
+@pytest.mark.parametrize("last", [3, 4])
+def test_a_thin_last_axis_is_not_taken_for_rgb(tmp_path: Path, make_napari_viewer: Any, last: int) -> None:
+    import zarr
+
+    data = (np.arange(40 * 40 * last) % 251).astype("u1").reshape(40, 40, last)  # napari would guess RGB(A)
+    z = zarr.create(shape=data.shape, chunks=(20, 20, last), dtype="u1", store=str(tmp_path / "thin.zarr"),
+                    zarr_format=2)
+    z[:] = data
+    viewer = make_napari_viewer()
+    (layer,) = viewer.open(str(tmp_path / "thin.zarr"), plugin="napari-shardscope")
+    assert not layer.rgb and layer.ndim == 3 and viewer.dims.nsteps == (40, 40, last)

@@ -12,7 +12,8 @@ Choices made here, and why:
 * ``contrast_limits`` are always passed for images (from metadata or the dtype); without them
   napari computes the data range, which would read the whole volume.
 * Segmentations become Labels layers; images become Image layers (a channel axis is split into
-  one layer per channel, as napari does for multichannel images).
+  one layer per channel, as napari does for multichannel images), never guessed to be RGB(A) from
+  a last axis of length 3 or 4.
 """
 
 from __future__ import annotations
@@ -67,6 +68,9 @@ def volume_layer_data(volume: Volume) -> LayerData:
     data: Any = arrays if multiscale else arrays[0]
     if volume.kind == "segmentation":
         return data, kwargs, "labels"
+    # Never napari's RGB guess (a last axis of 3 or 4): our formats' axes are spatial or named channels, and a
+    # thin volume taken for RGB(A) is drawn wrongly or crashes napari.
+    kwargs["rgb"] = False
     if volume.contrast_limits is not None:
         kwargs["contrast_limits"] = volume.contrast_limits
     if volume.channel_axis is not None:

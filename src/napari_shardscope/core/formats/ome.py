@@ -24,7 +24,14 @@ import numpy as np
 from napari_shardscope.core.bytestore.containment import key_problem
 from napari_shardscope.core.errors import MetadataError, UnsafeMetadataPathError
 from napari_shardscope.core.formats.units import nm_factors
-from napari_shardscope.core.formats.volume_spec import LevelPlacement, VolumePlacement, ratios
+from napari_shardscope.core.formats.volume_spec import (
+    LevelPlacement,
+    VolumePlacement,
+    permute,
+    ratios,
+    reader_order,
+    reorder_level,
+)
 
 #: Axis names taken as a channel axis when an array has no OME axis types.
 CHANNEL_NAMES = ("c", "channel", "channels")
@@ -76,7 +83,18 @@ class OmeMultiscale:
 
     @property
     def channel_axis(self) -> int | None:
-        return self.axis_types.index("channel") if "channel" in self.axis_types else None
+        """The channel axis in presented order (:attr:`order`)."""
+        types = permute(self.axis_types, self.order)
+        return types.index("channel") if "channel" in types else None
+
+    @property
+    def order(self) -> tuple[int, ...] | None:
+        """How the stored axes are presented: other axes first, then ``z, y, x`` (:func:`reader_order`)."""
+        return reader_order(self.axes)
+
+    @property
+    def presented_axes(self) -> tuple[str, ...]:
+        return permute(self.axes, self.order)
 
     def nm_factors(self) -> tuple[tuple[float, ...], str | None]:
         """Per-axis factors to nanometres (space axes only) and the resulting unit.
@@ -254,7 +272,8 @@ class ArrayShape(Protocol):
 
 
 def ome_level_placement(ms: OmeMultiscale, index: int, meta: ArrayShape, *, key: str) -> LevelPlacement:
-    """Scale ``index`` of an OME multiscale whose array metadata is ``meta`` (``key``: the group's document).
+    """Scale ``index`` of an OME multiscale whose array metadata is ``meta`` (``key``: the group's document),
+    in presented order (:attr:`OmeMultiscale.order`).
 
     Raises
     ------
@@ -265,15 +284,15 @@ def ome_level_placement(ms: OmeMultiscale, index: int, meta: ArrayShape, *, key:
     if meta.ndim != ms.ndim:
         raise MetadataError(f"dataset {ds.path!r} has {meta.ndim} dimensions but axes lists {ms.ndim}", key=key)
     nm, _ = ms.nm_factors()
-    return LevelPlacement(
+    return reorder_level(LevelPlacement(
         ds.path, meta.shape, meta.dtype.name,
         tuple(s * f for s, f in zip(ds.scale, nm, strict=True)),
         tuple(t * f for t, f in zip(ds.translation, nm, strict=True)),
         ratios(ds.scale, ms.datasets[0].scale),
-    )
+    ), ms.order)
 
 
 def ome_placement(ms: OmeMultiscale, arrays: Mapping[str, ArrayShape], *, key: str) -> VolumePlacement:
-    """Every scale of an OME multiscale; ``arrays`` maps each dataset path to its parsed metadata."""
+    """Every scale of an OME multiscale in presented order; ``arrays`` maps each dataset path to its metadata."""
     levels = tuple(ome_level_placement(ms, i, arrays[ds.path], key=key) for i, ds in enumerate(ms.datasets))
-    return VolumePlacement(ms.axes, ms.nm_factors()[1], levels)
+    return VolumePlacement(ms.presented_axes, ms.nm_factors()[1], levels)

@@ -10,6 +10,7 @@ would otherwise show a shifted or partly-filled chunk as if it were data.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -63,3 +64,37 @@ def looks_like_chunk(rel: str) -> bool:
 def chunk_store_key(path: str, meta: Zarr2ArrayMetadata, grid: tuple[int, ...]) -> str:
     """The store key of chunk ``grid`` of the array at ``path``."""
     return join_key(path, meta.chunk_key(grid))
+
+
+@dataclass(frozen=True)
+class Zarr2ChunkSource:
+    """The chunks of one v2 array decoded here, for compressors TensorStore's ``zarr`` driver lacks (``lz4``, ``lzma``).
+
+    A :class:`~napari_shardscope.core.formats.volume_spec.ChunkSource`: the volumes layer wraps it in
+    TensorStore's ``virtual_chunked`` driver.
+    """
+
+    store: ByteStore
+    path: str
+    meta: Zarr2ArrayMetadata
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self.meta.shape
+
+    @property
+    def dtype(self) -> np.dtype[Any]:
+        return self.meta.dtype
+
+    @property
+    def chunk_shape(self) -> tuple[int, ...]:
+        return self.meta.chunks
+
+    @property
+    def fill_value(self) -> Any:
+        return self.meta.fill_value
+
+    def read_chunk(self, grid: tuple[int, ...]) -> npt.NDArray[Any] | None:
+        key = chunk_store_key(self.path, self.meta, grid)
+        data = self.store.read(key)
+        return None if data is None else decode_chunk(data, self.meta, key=f"{self.store.url.rstrip('/')}/{key}")

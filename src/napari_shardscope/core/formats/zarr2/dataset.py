@@ -103,7 +103,7 @@ class Zarr2Dataset(DatasetBase):
         from napari_shardscope.core.formats.zarr2.volume import array_volume_spec
 
         if self.is_array:
-            return [array_volume_spec(self.location, self.array_metadata(), self.document, kind=kind)]
+            return [array_volume_spec(self.location, self.store, self.array_metadata(), self.document, kind=kind)]
         if self.multiscale is not None:
             specs = [self._image_spec(kind=kind)]
             if "image-label" not in self.attributes and kind != "segmentation":
@@ -119,7 +119,7 @@ class Zarr2Dataset(DatasetBase):
         ms = self.multiscale
         assert ms is not None
         arrays = {path: self.array_metadata(path) for path in ms.paths}
-        return ome_volume_spec(self.location, ms, arrays, self.attributes, kind=kind, name=name)
+        return ome_volume_spec(self.location, self.store, ms, arrays, self.attributes, kind=kind, name=name)
 
     def _label_specs(self, prefix: str) -> list[VolumeSpec]:
         """The label images listed by the ``labels`` group at ``prefix`` (``""``: this group); none without one."""

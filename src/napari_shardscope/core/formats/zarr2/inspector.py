@@ -23,7 +23,7 @@ from napari_shardscope.core.formats.problem import Problem
 from napari_shardscope.core.formats.volume_spec import LevelPlacement, VolumePlacement
 from napari_shardscope.core.formats.zarr2.chunk import chunk_store_key, decode_chunk, list_chunks, looks_like_chunk
 from napari_shardscope.core.formats.zarr2.metadata import ARRAY_FILE, Zarr2ArrayMetadata
-from napari_shardscope.core.formats.zarr2.volume import array_axes, array_placement
+from napari_shardscope.core.formats.zarr2.volume import array_placement
 from napari_shardscope.core.progress import Progress
 
 
@@ -90,7 +90,8 @@ class Zarr2Inspector:
 
     def _volume_json(self, scale: str) -> dict[str, Any] | None:
         ms = self.dataset.multiscale
-        axes, unit = (ms.axes, ms.nm_factors()[1]) if ms is not None else (array_axes(self.metadata(scale)), None)
+        axes, unit = ((ms.presented_axes, ms.nm_factors()[1]) if ms is not None
+                      else (array_placement(self.metadata(scale)).axes, None))
         return VolumePlacement(axes, unit, (self.placement(scale),)).level_json(scale)
 
     def _selected(self, scale: str | None) -> list[str]:

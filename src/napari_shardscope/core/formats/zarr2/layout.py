@@ -25,6 +25,7 @@ from napari_shardscope.core.formats.layout_model import (
     scale_node,
 )
 from napari_shardscope.core.formats.problem import Problem
+from napari_shardscope.core.formats.volume_spec import reader_order
 from napari_shardscope.core.formats.zarr2.chunk import chunk_store_key, list_chunks
 from napari_shardscope.core.formats.zarr2.inspector import Zarr2Inspector
 from napari_shardscope.core.formats.zarr2.metadata import Zarr2ArrayMetadata
@@ -60,7 +61,7 @@ class Zarr2Layout(BackendBase):
         return ScaleGeometry(
             scale=scale, axes=axes, shape=meta.shape, origin=(0,) * meta.ndim, chunk_shape=meta.chunks,
             reversed_axes=False, voxel_size=placement.voxel_size, translate=placement.translate,
-            unit=ms.nm_factors()[1] if ms is not None else None,
+            unit=ms.nm_factors()[1] if ms is not None else None, order=reader_order(axes),
         )
 
     def _chunks(self, scale: str) -> list[ChunkFile]:

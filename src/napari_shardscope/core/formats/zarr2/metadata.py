@@ -31,8 +31,8 @@ ARRAY_FILE = ".zarray"
 GROUP_FILE = ".zgroup"
 ATTRIBUTES_FILE = ".zattrs"
 
-#: numcodecs compressors TensorStore's ``zarr`` driver decodes (the viewer reads through it); the
-#: inspector decodes every one in :data:`~napari_shardscope.core.encoding.COMPRESSORS`.
+#: numcodecs compressors TensorStore's ``zarr`` driver decodes; chunks compressed otherwise are decoded
+#: by our own :class:`~.chunk.Zarr2ChunkSource` (every one in :data:`~napari_shardscope.core.encoding.COMPRESSORS`).
 VIEWER_COMPRESSORS = ("blosc", "bz2", "gzip", "zlib", "zstd")
 #: NumPy kinds of the data types read here: bool, signed and unsigned integers, floats, complex.
 NUMERIC_KINDS = "biufc"

@@ -27,6 +27,7 @@ from napari_shardscope.core.formats.ome import (
     ome_placement,
 )
 from napari_shardscope.core.formats.volume_spec import (
+    ArrayTransform,
     Kind,
     LevelPlacement,
     LevelSpec,
@@ -35,6 +36,8 @@ from napari_shardscope.core.formats.volume_spec import (
     default_axes,
     guess_kind,
     image_contrast_limits,
+    reader_order,
+    reorder_placement,
 )
 from napari_shardscope.core.formats.zarr3.codecs import check_codec_names
 from napari_shardscope.core.formats.zarr3.metadata import ArrayMetadata
@@ -49,10 +52,10 @@ def array_axes(meta: ArrayMetadata) -> tuple[str, ...]:
 
 
 def array_placement(meta: ArrayMetadata, key: str = "") -> VolumePlacement:
-    """A lone array: one scale of unit-sized voxels at the origin, unitless."""
+    """A lone array: one scale of unit-sized voxels at the origin, unitless, axes in presented order."""
     n = meta.ndim
     level = LevelPlacement(key, meta.shape, meta.dtype.name, (1.0,) * n, (0.0,) * n, (1.0,) * n)
-    return VolumePlacement(array_axes(meta), None, (level,))
+    return reorder_placement(VolumePlacement(array_axes(meta), None, (level,)), reader_order(array_axes(meta)))
 
 
 def array_volume_spec(location: Location, meta: ArrayMetadata, document: Mapping[str, Any], *,
@@ -62,7 +65,8 @@ def array_volume_spec(location: Location, meta: ArrayMetadata, document: Mapping
     placement = array_placement(meta)
     volume_kind: Kind = kind or ("segmentation" if is_label_array(meta.attributes) else guess_kind(meta.dtype))
     check_level_tree(location, "")  # TensorStore reads the chunks below: no FIFO, no link out
-    level = LevelSpec.of(placement.levels[0], {"driver": "zarr3", "kvstore": location.kvstore})
+    level = LevelSpec.of(placement.levels[0], {"driver": "zarr3", "kvstore": location.kvstore},
+                         ArrayTransform(order=reader_order(array_axes(meta))))
     return VolumeSpec(
         url=location.url, name=location.name, format="zarr3", kind=volume_kind, axes=placement.axes, unit=None,
         levels=(level,), contrast_limits=image_contrast_limits(volume_kind, meta.dtype),
@@ -84,7 +88,8 @@ def ome_volume_spec(location: Location, ms: OmeMultiscale, arrays: Mapping[str, 
     placement = ome_placement(ms, arrays, key=key)
     for path in arrays:  # TensorStore reads <group>/<path>/…: keep it inside the group
         check_level_tree(location, path)
-    levels = tuple(LevelSpec.of(level, {"driver": "zarr3", "kvstore": location.child(level.key).kvstore})
+    levels = tuple(LevelSpec.of(level, {"driver": "zarr3", "kvstore": location.child(level.key).kvstore},
+                                ArrayTransform(order=ms.order))
                    for level in placement.levels)
     volume_kind: Kind = kind or ("segmentation" if ms.is_label else "image")
     dtype = arrays[ms.datasets[0].path].dtype
