@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from napari_shardscope.core.bytestore import ByteStore, join_key
+from napari_shardscope.core.bytestore import ByteStore, join_key, read_document
 from napari_shardscope.core.encoding import MAX_DECODED_BYTES
 from napari_shardscope.core.errors import ArgumentError, FormatError, IndexDecodeError, MetadataError, StoreError
 from napari_shardscope.core.formats.precomputed.info import (
@@ -67,7 +67,7 @@ class Source:
 
 
 def _load_json(store: ByteStore, key: str) -> Any:
-    data = store.read(key)
+    data = read_document(store, key)
     if data is None:
         raise MetadataError("not found", key=key)
     return load_json(data, key=key)
@@ -205,7 +205,7 @@ class PrecomputedInspector:
             return [s for s in self.sources if s.kind in ("segment", "annotation_by_id", "annotation_relationship")]
         out: list[Source] = []
         for name in (self.volume.mesh_dir, self.volume.skeletons_dir):
-            if name and self.store.read(join_key(name, "info")) is not None:
+            if name and read_document(self.store, join_key(name, "info")) is not None:
                 out.extend(read_segment_sources(self.store, name, name))
         return out
 
@@ -437,7 +437,11 @@ class PrecomputedInspector:
                 file = reader.shard_file(shard)
                 if file is None:
                     continue
-                data = reader.read_whole_file(file)
+                try:
+                    data = reader.read_whole_file(file)
+                except FormatError as exc:  # larger than any valid shard: reported, not read
+                    yield Problem(exc.key or file.display_key, exc.message, exc.offset)
+                    continue
                 yield from validate_shard_file(
                     source.sharding, data, key=file.display_key, shard=shard, check_chunk=check, bounds=reader.bounds
                 )
