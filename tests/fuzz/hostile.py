@@ -78,6 +78,9 @@ INTERESTING_FIELDS = frozenset({
 CANARY_MARKER = b"SHARDSCOPE-CANARY-5f3c9e1d-OUTSIDE-THE-ROOT:"
 CANARY_BYTES = CANARY_MARKER * 1024
 
+#: Files larger than this (sparse files made by an earlier mutation) are not mutated again.
+MAX_MUTATED_FILE_BYTES = 64 << 20
+
 #: A gzip stream that inflates to this many bytes (4 GiB of zeros) from a few megabytes.
 BOMB_INFLATED_BYTES = 4 << 30
 
@@ -256,11 +259,15 @@ class _Target:
         self.bomb = bomb
 
     def files(self) -> list[Path]:
-        """Regular files of the dataset (not following links), sorted so the seed decides."""
+        """Regular files of the dataset (not following links, not the huge sparse files an earlier
+        mutation made: reading those whole is what the dataset must not make *us* do), sorted so the
+        seed decides."""
         out = []
         for dirpath, _dirnames, filenames in os.walk(self.root):
-            out.extend(Path(dirpath) / n for n in filenames if os.path.isfile(Path(dirpath) / n)
-                       and not os.path.islink(Path(dirpath) / n))
+            for name in filenames:
+                path = Path(dirpath) / name
+                if path.is_file() and not path.is_symlink() and path.stat().st_size <= MAX_MUTATED_FILE_BYTES:
+                    out.append(path)
         return sorted(out)
 
     def dirs(self) -> list[Path]:

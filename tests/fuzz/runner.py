@@ -12,6 +12,8 @@ outside the dataset root. Each rule has a detector here:
 * **memory** — a ``MemoryError`` (workers run under an address-space limit), or a worker whose peak
   resident memory passed ``rss_limit_mb`` during the case (then it is replaced, so the next case
   starts from a clean peak);
+* **generator_error** — building the case failed: a bug of the fuzzer itself, reported so that it
+  cannot hide damage it was meant to make;
 * **outside_read** — an audit hook saw Python open, list or change a path that resolves (links
   followed) outside the dataset root, or a canary outside the root was read (its access time moved:
   this catches TensorStore's C++ reads, which audit hooks do not see), or the canary's bytes came
@@ -47,7 +49,7 @@ from typing import Any
 from tests.fuzz.hostile import CANARY_MARKER, HostileCase, SeedDataset, canary_reads, make_case
 
 #: Outcome classes that break a rule: each occurrence is a finding.
-FINDING_CLASSES = ("untyped", "hang", "crash", "memory", "outside_read")
+FINDING_CLASSES = ("untyped", "hang", "crash", "memory", "outside_read", "generator_error")
 
 #: Bounds of the bounded operations (a hostile index may claim 2⁶⁴ chunks; we look at the first few).
 MAX_RECORDS = 200
@@ -335,7 +337,14 @@ def _worker_main(conn: Connection, seeds: list[SeedDataset], bomb: str | None, l
             seed = int(msg)
             case_dir = work / f"case-{seed}"
             try:
-                case = make_case(seed, seeds, case_dir, Path(bomb) if bomb else None)
+                try:
+                    case = make_case(seed, seeds, case_dir, Path(bomb) if bomb else None)
+                except Exception:  # a bug of the fuzzer, not of shardscope: reported, and the run goes on
+                    result = CaseResult(seed, "?", "?", [], [OpResult("make_case", "generator_error",
+                                                                      traceback.format_exc()[-300:],
+                                                                      traceback.format_exc()[-4000:])])
+                    conn.send(("done", seed, asdict(result)))
+                    continue
                 conn.send(("case", seed, (case.base, case.fmt, case.mutations)))
                 result = run_case(case, random.Random(seed ^ 0x5EED), watch,
                                   lambda op, s=seed: conn.send(("op", s, op)))
@@ -402,12 +411,12 @@ class Pool:
                 busy = [w for w in self.workers if w.seed is not None]
                 if not busy:
                     return
-                ready = wait([w.conn for w in busy], timeout=0.5)
+                ready = wait([w.conn for w in busy], timeout=min(0.5, self.limits.case_seconds))
                 for w in busy:
                     if w.conn in ready:
                         yield from self._receive(w)
-                    elif time.monotonic() - w.since > self.limits.case_seconds:
-                        yield self._lost(w, "hang", f"no result after {self.limits.case_seconds:.0f} s in {w.op}")
+                    if w.seed is not None and time.monotonic() - w.since > self.limits.case_seconds:
+                        yield self._lost(w, "hang", f"no result after {self.limits.case_seconds:g} s in {w.op}")
         finally:
             for w in self.workers:
                 with contextlib.suppress(Exception):
@@ -427,8 +436,9 @@ class Pool:
         if kind == "op":
             w.op = payload
             return
-        if kind == "case":
+        if kind == "case":  # the limit counts from here: the worker's start-up and our generator are not the case's
             w.case = payload
+            w.since = time.monotonic()
             return
         result = _result_from_dict(payload)
         w.seed = None

@@ -7,6 +7,7 @@ no hang, no unbounded allocation.
 
 from __future__ import annotations
 
+import json
 import os
 import threading
 from collections.abc import Callable
@@ -20,6 +21,7 @@ from napari_shardscope.core.bytestore.context import RemoteLimits
 from napari_shardscope.core.cli import run
 from napari_shardscope.core.errors import (
     ArgumentError,
+    FormatError,
     MetadataError,
     NotARegularFileError,
     OutsideRootError,
@@ -185,3 +187,41 @@ def test_an_absurd_timeout_is_an_argument_error(tmp_path: Path, value: str) -> N
     """A timeout past a day is a typo (and 1e308 s is no timeout at all)."""
     assert run(["--timeout", value, "inspect", str(tmp_path)]) == 2
 
+
+
+@pytest.mark.parametrize("url", ["file:///tmp/%00", "file:///tmp/ds%00/x", "/tmp/a\x00b"])
+def test_a_path_with_a_nul_byte_is_an_argument_error(url: str) -> None:
+    """Seed 10270: ``file://…/%00`` reached ``os.path.realpath`` (ValueError: embedded null byte, exit 70)."""
+    with pytest.raises(ArgumentError, match="NUL"):
+        open_dataset(url)
+    assert run(["inspect", url]) == 2
+
+
+@pytest.mark.parametrize("fmt", sorted(WRITERS))
+def test_a_huge_chunk_file_is_refused_before_tensorstore_reads_it(tmp_path: Path, fmt: str) -> None:
+    """Seed 10247: a 64 GiB sparse N5 block aborted the process inside TensorStore's allocator.
+
+    TensorStore reads a chunk file whole, so the check is made when a local volume is opened, with
+    the scan for links and special files: no chunk or shard file may exceed what its spec allows.
+    """
+    write, _doc = WRITERS[fmt]
+    ds = write(tmp_path)
+    huge = _huge_data_file(ds)
+    with pytest.raises(FormatError, match="larger than") as info:
+        open_volume(ds)
+    assert info.value.key is not None and huge.name in info.value.key
+
+
+def test_a_scale_key_too_long_for_the_file_system_is_a_typed_error(tmp_path: Path) -> None:
+    """Seed 102687: a 1 MB precomputed scale ``key`` made ``inspect`` raise OSError (ENAMETOOLONG) from ``list``."""
+    from napari_shardscope.core.bytestore import LocalByteStore
+
+    with pytest.raises(ShardscopeError, match="too long"):
+        list(LocalByteStore(tmp_path).list("x" * 5000))
+    ds = _precomputed(tmp_path)
+    info = json.loads((ds / "info").read_text())
+    info["scales"][0]["key"] = "x" * 5000
+    (ds / "info").write_text(json.dumps(info))
+    with pytest.raises(ShardscopeError):
+        open_dataset(ds).inspector().inspect()
+    assert run(["validate", str(ds)]) not in (0, 70)

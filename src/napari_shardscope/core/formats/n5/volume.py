@@ -20,6 +20,7 @@ import numpy as np
 
 from napari_shardscope.core.bytestore import Location, check_level_tree
 from napari_shardscope.core.formats.n5.attributes import ScaleLevel, is_dataset
+from napari_shardscope.core.formats.n5.block import max_block_bytes
 from napari_shardscope.core.formats.units import nm_factors
 from napari_shardscope.core.formats.volume_spec import (
     ArrayTransform,
@@ -82,7 +83,7 @@ def volume_spec(location: Location, levels: Sequence[ScaleLevel], root: Mapping[
     placement = volume_placement(levels, root)
     transform = ArrayTransform(order=tuple(reversed(range(levels[0].attributes.ndim))))
     for level in levels:  # TensorStore reads <root>/<sN>/…: keep it inside the group
-        check_level_tree(location, level.attributes.path)
+        check_level_tree(location, level.attributes.path, max_file_bytes=max_block_bytes(level.attributes))
     specs = tuple(
         LevelSpec.of(placed, {"driver": "n5", "kvstore": location.child(level.attributes.path).kvstore}, transform)
         for placed, level in zip(placement.levels, levels, strict=True)

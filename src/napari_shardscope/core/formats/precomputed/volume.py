@@ -10,8 +10,10 @@ resolution over the first scale's, which is how Neuroglancer relates the scales 
 
 from __future__ import annotations
 
+import math
+
 from napari_shardscope.core.bytestore import Location, check_level_tree
-from napari_shardscope.core.formats.precomputed.info import PrecomputedInfo
+from napari_shardscope.core.formats.precomputed.info import PrecomputedInfo, ScaleInfo
 from napari_shardscope.core.formats.volume_spec import (
     ArrayTransform,
     Kind,
@@ -49,12 +51,27 @@ def array_transform(info: PrecomputedInfo) -> ArrayTransform:
     return ArrayTransform(fixed=((3, 0),), order=(2, 1, 0))
 
 
+#: Room an encoding may add over a chunk's raw bytes (gzip, png, jpeg framing); the rest is slack.
+ENCODING_SLACK_BYTES = 1 << 16
+
+
+def max_file_bytes(info: PrecomputedInfo, scale: ScaleInfo) -> int:
+    """Most bytes a chunk file (unsharded) or shard file of ``scale`` can take: twice each raw chunk, plus slack.
+
+    A shard holds at most every chunk of the scale, each with a 24-byte minishard index entry.
+    """
+    chunk = math.prod(scale.chunk_size) * info.bytes_per_voxel
+    if scale.sharding is None:
+        return 2 * chunk + ENCODING_SLACK_BYTES
+    return (16 << scale.sharding.minishard_bits) + scale.num_chunks * (24 + 2 * chunk) + ENCODING_SLACK_BYTES
+
+
 def volume_spec(location: Location, info: PrecomputedInfo, *, kind: Kind | None = None) -> VolumeSpec:
     """The volume at ``location`` whose parsed ``info`` is ``info``; ``kind`` overrides ``info.type``."""
     placement = volume_placement(info)
     transform = array_transform(info)
-    for level in placement.levels:  # TensorStore reads <root>/<key>/…: keep it inside the dataset
-        check_level_tree(location, level.key)
+    for scale in info.scales:  # TensorStore reads <root>/<key>/…: keep it inside the dataset, files in bounds
+        check_level_tree(location, scale.key, max_file_bytes=max_file_bytes(info, scale))
     levels = tuple(
         LevelSpec.of(level, {"driver": "neuroglancer_precomputed", "kvstore": location.kvstore, "scale_index": i},
                      transform)

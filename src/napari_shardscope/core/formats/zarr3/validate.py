@@ -20,12 +20,12 @@ After a failed checksum the entries are not checked further: nothing in that ind
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterator
 
 from napari_shardscope.core.bytestore import read_bounded
 from napari_shardscope.core.errors import FormatError, ShardscopeError
 from napari_shardscope.core.formats.problem import Problem
+from napari_shardscope.core.formats.zarr3.metadata import max_chunk_file_bytes
 from napari_shardscope.core.formats.zarr3.reader import Zarr3ArrayReader
 from napari_shardscope.core.formats.zarr3.sharding import decode_shard_index, find_index_problems, index_span
 from napari_shardscope.core.progress import Progress
@@ -48,7 +48,8 @@ def validate_array(reader: Zarr3ArrayReader, progress: Progress | None = None) -
             )
             continue
         try:
-            data = read_bounded(reader.store, key, max_shard_bytes(reader), f"a {what} file of this array")
+            data = read_bounded(reader.store, key, max_chunk_file_bytes(reader.metadata),
+                                f"a {what} file of this array")
         except FormatError as exc:  # a (sparse) file far larger than the spec allows: reported, not read
             yield Problem(key, exc.message, exc.offset)
             continue
@@ -57,20 +58,6 @@ def validate_array(reader: Zarr3ArrayReader, progress: Progress | None = None) -
         yield from validate_shard_bytes(reader, key, data)
     if progress is not None:
         progress(total, total, "done")
-
-
-#: Room codecs may add over a chunk's raw bytes (compressor framing, a checksum); the rest is slack.
-CODEC_SLACK_BYTES = 1 << 16
-
-
-def max_shard_bytes(reader: Zarr3ArrayReader) -> int:
-    """Most bytes a valid shard (or chunk) file of the array can take, checked before validation reads it whole.
-
-    Twice the raw bytes plus slack per inner chunk (compressors add well under 1%), and the index.
-    """
-    raw = math.prod(reader.shard_shape) * reader.metadata.dtype.itemsize
-    inner = math.prod(reader.chunks_per_shard) if reader.sharded else 1
-    return 2 * raw + inner * (CODEC_SLACK_BYTES + 16) + CODEC_SLACK_BYTES
 
 
 def validate_shard_bytes(reader: Zarr3ArrayReader, key: str, data: bytes) -> Iterator[Problem]:
