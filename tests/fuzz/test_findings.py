@@ -225,3 +225,14 @@ def test_a_scale_key_too_long_for_the_file_system_is_a_typed_error(tmp_path: Pat
     with pytest.raises(ShardscopeError):
         open_dataset(ds).inspector().inspect()
     assert run(["validate", str(ds)]) not in (0, 70)
+
+
+@pytest.mark.parametrize("shuffle", [[], {}, ["shuffle"]])
+def test_a_blosc_shuffle_of_the_wrong_type_is_a_metadata_error(shuffle: Any) -> None:
+    """Seed 203427: ``"shuffle": []`` in a zarr v3 blosc codec was a TypeError (unhashable list)."""
+    from napari_shardscope.core.formats.zarr3.codecs import check_codec_configuration
+    from napari_shardscope.core.formats.zarr3.metadata import CodecSpec
+
+    codec = CodecSpec("blosc", {"cname": "lz4", "clevel": 5, "shuffle": shuffle, "typesize": 2})
+    with pytest.raises(MetadataError, match="shuffle"):
+        check_codec_configuration(codec, 1, np.dtype("int16"), key="zarr.json", field="codecs[1]")
