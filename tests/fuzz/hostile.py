@@ -470,15 +470,30 @@ def _json_nodes(doc: Any, path: tuple[Any, ...] = ()) -> list[tuple[tuple[Any, .
     return out
 
 
-def _mutate_metadata(t: _Target) -> str | None:
+def _random_document(t: _Target) -> tuple[Path, Any] | None:
+    """A metadata document of the dataset, chosen by the seed, and its parsed JSON (``None``: none usable)."""
     metas = t.metadata_files()
     if not metas:
         return None
     path = t.rng.choice(metas)
     try:
-        doc = json.loads(path.read_bytes())
+        return path, json.loads(path.read_bytes())
     except (ValueError, RecursionError):  # damaged by an earlier mutation (not JSON, or nested too deep)
         return None
+
+
+def _parent(doc: Any, where: tuple[Any, ...]) -> Any:
+    """The object or array holding the node at ``where``."""
+    for k in where[:-1]:
+        doc = doc[k]
+    return doc
+
+
+def _mutate_metadata(t: _Target) -> str | None:
+    found = _random_document(t)
+    if found is None:
+        return None
+    path, doc = found
     nodes = _json_nodes(doc)
     if not nodes:
         return None
@@ -486,9 +501,7 @@ def _mutate_metadata(t: _Target) -> str | None:
     where, old = t.rng.choice(interesting if interesting and t.rng.random() < 0.7 else nodes)
     action = t.rng.random()
     raw: str | None = None
-    parent = doc
-    for k in where[:-1]:
-        parent = parent[k]
+    parent = _parent(doc, where)
     if (action < 0.12 and isinstance(parent, dict)) or (action < 0.2 and isinstance(parent, list)):
         del parent[where[-1]]
         label = "deleted"
@@ -505,14 +518,10 @@ def _mutate_metadata(t: _Target) -> str | None:
 
 def _escape_paths(t: _Target) -> str | None:
     """Point a path the metadata names (scale key, OME dataset path, mesh dir) at the valid copy outside."""
-    metas = t.metadata_files()
-    if not metas:
+    found = _random_document(t)
+    if found is None:
         return None
-    path = t.rng.choice(metas)
-    try:
-        doc = json.loads(path.read_bytes())
-    except (ValueError, RecursionError):  # damaged by an earlier mutation (not JSON, or nested too deep)
-        return None
+    path, doc = found
     names = ("key", "path", "mesh", "skeletons", "segment_properties")
     nodes = [n for n in _json_nodes(doc) if isinstance(n[0][-1], str) and n[0][-1] in names
              and isinstance(n[1], str)]
@@ -523,10 +532,7 @@ def _escape_paths(t: _Target) -> str | None:
     up = "/".join([".."] * depth)
     new = t.rng.choice((f"{up}/canary_dir/{old}", str(t.case.canary_dir / old), f"{old}/../../canary_dir/{old}",
                         f"{up}/canary", "/etc", f"..\\canary_dir\\{old}"))
-    parent = doc
-    for k in where[:-1]:
-        parent = parent[k]
-    parent[where[-1]] = new
+    _parent(doc, where)[where[-1]] = new
     path.write_text(json.dumps(doc))
     return f"{t.rel(path)}:{'.'.join(map(str, where))}={new}"
 
