@@ -29,7 +29,7 @@ from napari_shardscope.core.bytestore.containment import (
     set_follow_symlinks,
 )
 from napari_shardscope.core.bytestore.local import LocalByteStore, write_file_atomic
-from napari_shardscope.core.bytestore.protocol import ByteStore, ReadStats, join_key
+from napari_shardscope.core.bytestore.protocol import ByteStore, ReadStats, join_key, read_bounded, read_document
 from napari_shardscope.core.bytestore.remote import TensorStoreByteStore
 from napari_shardscope.core.bytestore.url import Location, is_remote, parse_url
 
@@ -46,6 +46,8 @@ __all__ = [
     "join_key",
     "open_store",
     "parse_url",
+    "read_bounded",
+    "read_document",
     "set_follow_symlinks",
     "write_file_atomic",
 ]

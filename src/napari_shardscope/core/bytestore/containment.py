@@ -25,7 +25,7 @@ import threading
 from collections.abc import Iterator
 
 from napari_shardscope.core.bytestore.url import Location
-from napari_shardscope.core.errors import NotARegularFileError, OutsideRootError
+from napari_shardscope.core.errors import FormatError, NotARegularFileError, OutsideRootError
 
 #: Environment variable that turns following links out of a dataset on (``1``, ``true``, ``yes``).
 FOLLOW_SYMLINKS_ENV = "SHARDSCOPE_FOLLOW_SYMLINKS"
@@ -118,7 +118,8 @@ def check_resolved_inside(path: str, root: str, *, key: str, follow: bool, what:
 LEVEL_SCAN_LIMIT = 50_000
 
 
-def check_level_tree(location: Location, rel: str, *, limit: int = LEVEL_SCAN_LIMIT) -> None:
+def check_level_tree(location: Location, rel: str, *, limit: int = LEVEL_SCAN_LIMIT,
+                     max_file_bytes: int | None = None) -> None:
     """Check, before TensorStore reads it, the local directory ``rel`` below ``location`` (one scale's files).
 
     TensorStore's ``file`` kvstore follows links and opens whatever it finds, so its reads are
@@ -127,12 +128,19 @@ def check_level_tree(location: Location, rel: str, *, limit: int = LEVEL_SCAN_LI
     a FIFO would block the read forever. Links are refused unless :func:`follow_symlinks_enabled`.
     Remote locations are not checked (a bucket has no links or FIFOs).
 
+    ``max_file_bytes`` is the most a chunk or shard file of the level can take by its format's spec:
+    TensorStore reads a chunk file whole (and a shard's ranges as its index claims), so a terabyte
+    sparse file where a chunk should be aborts the process in its allocator. Metadata documents
+    (``*.json``, ``info``) are bounded by the JSON loader instead.
+
     Raises
     ------
     OutsideRootError
         For a link (the directory or an entry in it) leading out of the root.
     NotARegularFileError
         For an entry that is neither a regular file, a directory nor an allowed link.
+    FormatError
+        For a file larger than ``max_file_bytes``.
     """
     if not location.is_local:
         return
@@ -165,6 +173,18 @@ def check_level_tree(location: Location, rel: str, *, limit: int = LEVEL_SCAN_LI
             elif not entry.is_file(follow_symlinks=False):
                 mode = entry.stat(follow_symlinks=False).st_mode
                 raise NotARegularFileError(f"is a {file_kind(mode)}, not a regular file", key=key)
+            if max_file_bytes is not None and not entry.name.endswith(".json") and entry.name != "info":
+                _check_file_size(entry, key, max_file_bytes)
+
+
+def _check_file_size(entry: os.DirEntry[str], key: str, max_file_bytes: int) -> None:
+    try:
+        st = os.stat(entry.path)
+    except OSError:
+        return  # gone, or a dangling link: a missing chunk
+    if stat.S_ISREG(st.st_mode) and st.st_size > max_file_bytes:
+        raise FormatError(f"is {st.st_size} bytes, larger than the {max_file_bytes}-byte limit for a chunk or shard "
+                          "file of this scale", key=key)
 
 
 def file_kind(mode: int) -> str:

@@ -51,6 +51,10 @@ TIMEOUT_ENV = "SHARDSCOPE_TIMEOUT_S"
 RETRIES_ENV = "SHARDSCOPE_RETRIES"
 DEFAULT_TIMEOUT_S = 3.0
 DEFAULT_RETRIES = 2
+#: Bounds of the two limits: beyond them a value is a typo, not a choice (a day per stalled request,
+#: a hundred retries), and TensorStore's context takes a 64-bit retry count (a larger one overflowed).
+MAX_TIMEOUT_S = 86_400.0
+MAX_RETRIES = 100
 #: Backoff between retries (TensorStore doubles it from the first to the last).
 RETRY_INITIAL_DELAY_S = 0.1
 RETRY_MAX_DELAY_S = 1.0
@@ -79,10 +83,11 @@ class RemoteLimits:
 
     def __post_init__(self) -> None:
         if isinstance(self.timeout_s, bool) or not isinstance(self.timeout_s, int | float) \
-                or not math.isfinite(self.timeout_s) or self.timeout_s <= 0:
-            raise ArgumentError(f"the remote timeout must be a positive number of seconds, got {self.timeout_s!r}")
-        if isinstance(self.retries, bool) or not isinstance(self.retries, int) or self.retries < 0:
-            raise ArgumentError(f"the retry count must be a non-negative integer, got {self.retries!r}")
+                or not math.isfinite(self.timeout_s) or not 0 < self.timeout_s <= MAX_TIMEOUT_S:
+            raise ArgumentError(f"the remote timeout must be a positive number of seconds up to {MAX_TIMEOUT_S:g}, "
+                                f"got {self.timeout_s!r}")
+        if isinstance(self.retries, bool) or not isinstance(self.retries, int) or not 0 <= self.retries <= MAX_RETRIES:
+            raise ArgumentError(f"the retry count must be an integer from 0 to {MAX_RETRIES}, got {self.retries!r}")
 
     @property
     def worst_case_s(self) -> float:

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from napari_shardscope.core.bytestore.local import LocalByteStore
+from napari_shardscope.core.bytestore.protocol import read_document
 from napari_shardscope.core.bytestore.tserrors import error_from_tensorstore, status_code
 from napari_shardscope.core.bytestore.url import Location
 from napari_shardscope.core.json_document import load_json_object
@@ -20,7 +22,18 @@ def read_bytes(loc: Location, key: str, context: Any) -> bytes | None:
 
 
 def read_keys(loc: Location, keys: list[str], context: Any) -> dict[str, bytes | None]:
-    """The bytes of each of ``keys`` under ``loc`` (``None`` for missing ones), read concurrently."""
+    """The bytes of each of ``keys`` under ``loc`` (``None`` for missing ones), read concurrently.
+
+    The keys are metadata documents. A local one is read through :class:`LocalByteStore`, so it gets
+    the guards every other key gets before a byte is read: no link out of the root (unless links are
+    followed on purpose), regular files only (a FIFO would block TensorStore's read forever), and no
+    document over :data:`~napari_shardscope.core.json_document.MAX_JSON_BYTES` (TensorStore reads a
+    key whole: a 1 TiB sparse ``info`` aborts the process in its allocator).
+    """
+    if loc.is_local:
+        store = LocalByteStore(loc.kvstore["path"])
+        # size() is None for a directory too: a zarr child array named "info" is not a precomputed dataset
+        return {key: read_document(store, key) if store.size(key) is not None else None for key in keys}
     import tensorstore as ts
 
     try:

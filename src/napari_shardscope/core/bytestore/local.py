@@ -169,8 +169,11 @@ class LocalByteStore:
 
     def list(self, prefix: str = "") -> Iterator[str]:
         base = self._path(prefix.rstrip("/")) if prefix else self.root
-        if not base.is_dir():
-            return iter(())
+        try:
+            if not base.is_dir():
+                return iter(())
+        except OSError as exc:  # is_dir() passes on errors such as ENAMETOOLONG (a hostile scale key)
+            raise storage_fault(exc, base) from exc
         keys: list[str] = []
         for dirpath, dirnames, filenames in os.walk(base):
             dirnames.sort()

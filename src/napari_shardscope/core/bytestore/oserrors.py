@@ -37,19 +37,28 @@ _PERMISSION_WORDS = ("permission denied", "operation not permitted")
 
 def is_read_only_filesystem(path: str | os.PathLike[str]) -> bool:
     """Whether the filesystem holding ``path`` (or its nearest existing parent) is mounted read-only."""
-    here = Path(path)
-    while not here.exists() and here != here.parent:
-        here = here.parent
+    here = _existing_parent(Path(path))
     try:
         return bool(os.statvfs(here).f_flag & os.ST_RDONLY)
     except OSError:
         return False
 
 
-def _nearly_full(path: Path) -> bool:
+def _existing_parent(path: Path) -> Path:
+    """``path`` or its nearest existing parent; a path the OS cannot even look at (a name too long) counts as absent."""
     here = path
-    while not here.exists() and here != here.parent:
+    while here != here.parent:
+        try:
+            if here.exists():
+                break
+        except OSError:  # ENAMETOOLONG and friends, which Path.exists() passes on
+            pass
         here = here.parent
+    return here
+
+
+def _nearly_full(path: Path) -> bool:
+    here = _existing_parent(path)
     try:
         usage = shutil.disk_usage(here)
     except OSError:

@@ -7,6 +7,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
+from napari_shardscope.core.errors import FormatError, MetadataError
+from napari_shardscope.core.json_document import MAX_JSON_BYTES
+
 
 @dataclass
 class ReadStats:
@@ -84,3 +87,28 @@ def join_key(*parts: str) -> str:
     return "/".join(p.strip("/") for p in parts if p and p.strip("/"))
 
 
+
+
+def read_bounded(store: ByteStore, key: str, max_bytes: int, what: str,
+                 error: type[FormatError] = FormatError) -> bytes | None:
+    """The bytes of ``key`` (``None`` when absent), refused when the key holds more than ``max_bytes``.
+
+    A whole-key read allocates whatever the file holds, and a damaged or hostile dataset can hold
+    a terabyte (a sparse file) where its spec allows kilobytes: the read would fail with
+    ``MemoryError`` or take minutes. Where a size is cheap (local files) it is checked before a byte
+    is read; elsewhere after the read. ``what`` names the kind of file in the message ("a metadata
+    document"); ``error`` is the :class:`FormatError` subclass raised, naming the key.
+    """
+    if store.cheap_size:
+        size = store.size(key)  # refuses links out of the root and special files, like read()
+        if size is not None and size > max_bytes:
+            raise error(f"is {size} bytes, larger than the {max_bytes}-byte limit for {what}", key=key)
+    data = store.read(key)
+    if data is not None and len(data) > max_bytes:
+        raise error(f"is {len(data)} bytes, larger than the {max_bytes}-byte limit for {what}", key=key)
+    return data
+
+
+def read_document(store: ByteStore, key: str) -> bytes | None:
+    """A metadata document's bytes (``None`` when absent), refused over :data:`MAX_JSON_BYTES` before reading."""
+    return read_bounded(store, key, MAX_JSON_BYTES, "a metadata document", MetadataError)

@@ -143,10 +143,14 @@ def _parse_plain(text: str, hint: str | None) -> Location:
     parsed = urlparse(text)
     scheme = parsed.scheme.lower()
     if scheme == "" or (len(scheme) == 1 and os.name == "nt"):
+        if "\x00" in text:
+            raise ArgumentError(f"{text!r} contains a NUL byte, which no path can have")
         path = os.path.abspath(os.path.expanduser(text))
         return Location(url=text, kvstore={"driver": "file", "path": _dir(path)}, format_hint=hint)
     if scheme == "file":
         path = os.path.abspath(unquote(parsed.path))
+        if "\x00" in path:  # %00 in a file:// URL: no file has that name, and os calls raise ValueError
+            raise ArgumentError(f"{text!r} names a path with a NUL byte (%00), which no file can have")
         return Location(url=text, kvstore={"driver": "file", "path": _dir(path)}, format_hint=hint)
     if scheme in REMOTE_SCHEMES:
         import tensorstore as ts

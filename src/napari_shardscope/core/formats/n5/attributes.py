@@ -61,7 +61,7 @@ from typing import Any
 
 import numpy as np
 
-from napari_shardscope.core.bytestore import ByteStore, join_key
+from napari_shardscope.core.bytestore import ByteStore, join_key, read_document
 from napari_shardscope.core.errors import ArgumentError, MetadataError, NotADatasetError
 from napari_shardscope.core.formats.budget import check_chunk_budget
 from napari_shardscope.core.formats.n5.compression import Compression, parse_compression
@@ -234,7 +234,7 @@ def decode_attributes_json(data: bytes, *, key: str | None = None) -> dict[str, 
 def read_attributes(store: ByteStore, path: str = "") -> dict[str, Any] | None:
     """The ``attributes.json`` of the group or dataset at ``path``, or ``None`` when there is none."""
     key = join_key(path, ATTRIBUTES_FILE)
-    data = store.read(key)
+    data = read_document(store, key)
     return None if data is None else decode_attributes_json(data, key=key)
 
 

@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from napari_shardscope.core.bytestore import ByteStore, join_key
+from napari_shardscope.core.bytestore import ByteStore, join_key, read_bounded
 from napari_shardscope.core.errors import ArgumentError, ChunkDecodeError
 from napari_shardscope.core.formats.n5.attributes import DatasetAttributes
 from napari_shardscope.core.formats.n5.compression import decode_payload, encode_payload
@@ -42,6 +42,9 @@ MODE_DEFAULT = 0
 MODE_VARLENGTH = 1
 #: Java arrays hold at most 2**31 - 1 elements, so no valid N5 block holds more.
 MAX_BLOCK_ELEMENTS = (1 << 31) - 1
+#: Room a compressor may add over a block's raw bytes (gzip, bzip2, xz, lz4 and blosc add well under
+#: 1% plus a few hundred bytes of framing; the rest is slack).
+COMPRESSION_SLACK_BYTES = 1 << 16
 _UINT32_MAX = (1 << 32) - 1
 
 
@@ -272,8 +275,25 @@ def _encode_elements(arr: npt.NDArray[Any], attributes: DatasetAttributes) -> by
 def read_block(store: ByteStore, attributes: DatasetAttributes, grid_position: Sequence[int]) -> DecodedBlock | None:
     """Read and decode the block at ``grid_position`` (x first), or ``None`` when it is not stored."""
     key = format_block_key(attributes, grid_position)
-    data = store.read(key)
+    data = read_block_bytes(store, attributes, key)
     return None if data is None else decode_block(data, attributes, key=key)
+
+
+def max_block_bytes(attributes: DatasetAttributes) -> int:
+    """Most bytes a stored block of this dataset can take: a header, and twice the raw block plus slack.
+
+    Checked before a block file is read whole, so a damaged dataset with a terabyte (sparse) file
+    where a block should be costs a ``stat``, not an allocation. Varlength blocks may hold more
+    elements than ``blockSize`` (they are rare: lists, not voxels); they get the same bound.
+    """
+    header = 8 + 4 * attributes.ndim
+    raw = math.prod(attributes.block_size) * attributes.dtype.itemsize
+    return header + 2 * raw + COMPRESSION_SLACK_BYTES
+
+
+def read_block_bytes(store: ByteStore, attributes: DatasetAttributes, key: str) -> bytes | None:
+    """The stored bytes of the block at ``key`` (``None`` when absent); ChunkDecodeError when too large."""
+    return read_bounded(store, key, max_block_bytes(attributes), "a block of this dataset", ChunkDecodeError)
 
 
 def write_block(store: ByteStore, attributes: DatasetAttributes, grid_position: Sequence[int],

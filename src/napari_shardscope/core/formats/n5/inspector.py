@@ -33,6 +33,7 @@ from napari_shardscope.core.formats.n5.block import (
     list_blocks,
     parse_block_path,
     read_block,
+    read_block_bytes,
 )
 from napari_shardscope.core.formats.n5.volume import presented_order, stored_axes, volume_placement
 from napari_shardscope.core.formats.problem import Problem
@@ -224,7 +225,10 @@ class N5Inspector:
         in_grid = attrs.contains_grid_position(grid)
         if not in_grid:
             problems.append(Problem(key, f"grid position {grid} is outside the block grid {attrs.grid_shape}"))
-        data = self.store.read(key)
+        try:
+            data = read_block_bytes(self.store, attrs, key)
+        except FormatError as exc:
+            return [*problems, Problem(key, exc.message, exc.offset)]
         if data is None:
             return [*problems, Problem(key, "listed but could not be read")]
         try:

@@ -28,7 +28,7 @@ import numpy.typing as npt
 from napari_shardscope.core.bytestore import ByteStore, Location, check_level_tree
 from napari_shardscope.core.errors import UnsupportedFeatureError
 from napari_shardscope.core.formats.n5.attributes import DatasetAttributes, ScaleLevel, is_dataset
-from napari_shardscope.core.formats.n5.block import MODE_DEFAULT, format_block_key, read_block
+from napari_shardscope.core.formats.n5.block import MODE_DEFAULT, format_block_key, max_block_bytes, read_block
 from napari_shardscope.core.formats.units import nm_factors
 from napari_shardscope.core.formats.volume_spec import (
     ArrayTransform,
@@ -196,7 +196,7 @@ def volume_spec(location: Location, levels: Sequence[ScaleLevel], root: Mapping[
     placement = volume_placement(levels, root)
     transform = ArrayTransform(order=presented_order(levels, root))
     for level in levels:  # TensorStore reads <root>/<sN>/…: keep it inside the group
-        check_level_tree(location, level.attributes.path)
+        check_level_tree(location, level.attributes.path, max_file_bytes=max_block_bytes(level.attributes))
     specs = tuple(
         LevelSpec.of(placed, {"driver": "n5", "kvstore": location.child(level.attributes.path).kvstore}, transform,
                      N5ChunkSource(store, level.attributes)

@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from napari_shardscope.core.bytestore import ByteStore
+from napari_shardscope.core.bytestore import ByteStore, read_bounded
 from napari_shardscope.core.encoding import gunzip
 from napari_shardscope.core.errors import ChunkDecodeError, UnsupportedFeatureError
 from napari_shardscope.core.formats.precomputed.info import PrecomputedInfo, ScaleInfo
@@ -99,6 +99,11 @@ def _decode_compresso(data: bytes, dtype: np.dtype[Any], extent: tuple[int, int,
     return np.asarray(out, dtype=dtype).reshape((*extent, 1), order="F")
 
 
+def max_chunk_bytes(info: PrecomputedInfo, extent: tuple[int, int, int]) -> int:
+    """Most bytes a chunk of ``extent`` voxels can take stored or encoded: twice its raw size, plus slack."""
+    return 2 * math.prod(extent) * info.num_channels * info.dtype.itemsize + (1 << 16)
+
+
 def gzipped_layout(root: str | None, scale: ScaleInfo) -> bool:
     """Whether an unsharded scale on the local disk stores its chunk files as ``NAME.gz`` (CloudVolume's layout).
 
@@ -167,10 +172,10 @@ class PrecomputedChunkSource:
     def _read_file(self, name: str, extent: tuple[int, int, int]) -> tuple[bytes | None, str]:
         """A chunk file's bytes, gunzipped when it is stored as ``NAME.gz``; ``None`` when absent."""
         where = f"{self.store.url.rstrip('/')}/{name}"
-        data = self.store.read(name + GZIP_SUFFIX)
+        cap = max_chunk_bytes(self.info, extent)
+        data = read_bounded(self.store, name + GZIP_SUFFIX, cap, "a chunk file", ChunkDecodeError)
         if data is not None:
-            cap = max(1 << 20, 4 * math.prod(extent) * self.info.num_channels * self.info.dtype.itemsize)
             return gunzip(data, key=where + GZIP_SUFFIX, offset=0, max_size=cap), where + GZIP_SUFFIX
         if self.store.size(name + BROTLI_SUFFIX) is not None:
             raise UnsupportedFeatureError("brotli-compressed chunk files (NAME.br)", key=where + BROTLI_SUFFIX)
-        return self.store.read(name), where
+        return read_bounded(self.store, name, cap, "a chunk file", ChunkDecodeError), where

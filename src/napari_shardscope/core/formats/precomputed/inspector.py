@@ -19,14 +19,22 @@ from typing import Any
 
 import numpy as np
 
-from napari_shardscope.core.bytestore import ByteStore, join_key
+from napari_shardscope.core.bytestore import ByteStore, join_key, read_bounded, read_document
 from napari_shardscope.core.encoding import MAX_DECODED_BYTES, gunzip
-from napari_shardscope.core.errors import ArgumentError, FormatError, IndexDecodeError, MetadataError, StoreError
+from napari_shardscope.core.errors import (
+    ArgumentError,
+    ChunkDecodeError,
+    FormatError,
+    IndexDecodeError,
+    MetadataError,
+    StoreError,
+)
 from napari_shardscope.core.formats.precomputed.chunk_encoding import (
     BROTLI_SUFFIX,
     GZIP_SUFFIX,
     OWN_ENCODINGS,
     decode_chunk_encoding,
+    max_chunk_bytes,
 )
 from napari_shardscope.core.formats.precomputed.info import (
     PrecomputedInfo,
@@ -73,7 +81,7 @@ class Source:
 
 
 def _load_json(store: ByteStore, key: str) -> Any:
-    data = store.read(key)
+    data = read_document(store, key)
     if data is None:
         raise MetadataError("not found", key=key)
     return load_json(data, key=key)
@@ -211,7 +219,7 @@ class PrecomputedInspector:
             return [s for s in self.sources if s.kind in ("segment", "annotation_by_id", "annotation_relationship")]
         out: list[Source] = []
         for name in (self.volume.mesh_dir, self.volume.skeletons_dir):
-            if name and self.store.read(join_key(name, "info")) is not None:
+            if name and read_document(self.store, join_key(name, "info")) is not None:
                 out.extend(read_segment_sources(self.store, name, name))
         return out
 
@@ -448,7 +456,11 @@ class PrecomputedInspector:
                 file = reader.shard_file(shard)
                 if file is None:
                     continue
-                data = reader.read_whole_file(file)
+                try:
+                    data = reader.read_whole_file(file)
+                except FormatError as exc:  # larger than any valid shard: reported, not read
+                    yield Problem(exc.key or file.display_key, exc.message, exc.offset)
+                    continue
                 yield from validate_shard_file(
                     source.sharding, data, key=file.display_key, shard=shard, check_chunk=check, bounds=reader.bounds
                 )
@@ -542,12 +554,12 @@ class PrecomputedInspector:
         assert self.volume is not None
         start, stop = sc.chunk_bounds(grid)
         extent = (stop[0] - start[0], stop[1] - start[1], stop[2] - start[2])
-        data = self.store.read(key)
-        if data is None:
-            return Problem(key, "listed but could not be read")
+        cap = max_chunk_bytes(self.volume, extent)
         try:
+            data = read_bounded(self.store, key, cap, "a chunk file", ChunkDecodeError)
+            if data is None:
+                return Problem(key, "listed but could not be read")
             if stored_as == GZIP_SUFFIX:
-                cap = max(1 << 20, 4 * math.prod(extent) * self.volume.bytes_per_voxel)
                 data = gunzip(data, key=key, offset=0, max_size=cap)
             decode_chunk_encoding(data, self.volume, sc, extent, key=key)
         except FormatError as exc:

@@ -15,7 +15,7 @@ from typing import Any, Literal, TypeVar
 import numpy as np
 import numpy.typing as npt
 
-from napari_shardscope.core.bytestore import ByteStore, join_key
+from napari_shardscope.core.bytestore import ByteStore, join_key, read_bounded
 from napari_shardscope.core.cache import LruCache
 from napari_shardscope.core.encoding import MAX_DECODED_BYTES, decode_bytes
 from napari_shardscope.core.errors import ArgumentError, ChunkDecodeError, FormatError, IndexDecodeError
@@ -165,12 +165,33 @@ class ShardedReader:
         return b"".join(parts)
 
     def read_whole_file(self, file: ShardFile) -> bytes:
-        """The whole logical shard file (validation reads everything; lookups never do)."""
+        """The whole logical shard file (validation reads everything; lookups never do).
+
+        Raises :class:`IndexDecodeError` before reading a file larger than any valid shard of the
+        directory (:meth:`max_file_bytes`): a sparse terabyte file is reported, not allocated.
+        """
+        limit = self.max_file_bytes()
+        if limit is None:
+            read: Callable[[str], bytes | None] = self.store.read
+        else:
+            def read(key: str) -> bytes | None:
+                return read_bounded(self.store, key, limit, "a shard file of this scale", IndexDecodeError)
         if file.layout == "shard":
-            return self.store.read(file.key) or b""
-        head = self.store.read(file.key) or b""
-        data = self.store.read(file.data_key) if file.data_key else None
+            return read(file.key) or b""
+        head = read(file.key) or b""
+        data = read(file.data_key) if file.data_key else None
         return head + (data or b"")
+
+    def max_file_bytes(self) -> int | None:
+        """Most bytes a valid shard file can hold: its index, and every chunk of the scale at twice its size.
+
+        ``None`` for a directory that does not bound its chunk count (segment-keyed meshes, skeletons).
+        """
+        bounds = self.bounds
+        if bounds.max_chunks is None:
+            return None
+        index = 16 << self.spec.minishard_bits
+        return index + bounds.max_chunks * (24 + 2 * bounds.max_chunk_bytes) + (1 << 16)
 
     # -- indexes -----------------------------------------------------------------------------
     def shard_index(self, shard: int) -> ShardIndex | None:

@@ -13,6 +13,7 @@ read by :class:`~.chunk_encoding.PrecomputedChunkSource` in the same ``(x, y, z,
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from functools import partial
 
@@ -56,6 +57,21 @@ def array_transform(info: PrecomputedInfo) -> ArrayTransform:
     return ArrayTransform(fixed=((3, 0),), order=(2, 1, 0))
 
 
+#: Room an encoding may add over a chunk's raw bytes (gzip, png, jpeg framing); the rest is slack.
+ENCODING_SLACK_BYTES = 1 << 16
+
+
+def max_file_bytes(info: PrecomputedInfo, scale: ScaleInfo) -> int:
+    """Most bytes a chunk file (unsharded) or shard file of ``scale`` can take: twice each raw chunk, plus slack.
+
+    A shard holds at most every chunk of the scale, each with a 24-byte minishard index entry.
+    """
+    chunk = math.prod(scale.chunk_size) * info.bytes_per_voxel
+    if scale.sharding is None:
+        return 2 * chunk + ENCODING_SLACK_BYTES
+    return (16 << scale.sharding.minishard_bits) + scale.num_chunks * (24 + 2 * chunk) + ENCODING_SLACK_BYTES
+
+
 def chunk_source(location: Location, info: PrecomputedInfo, scale: ScaleInfo, store: ByteStore | None,
                  chunk_reader: Callable[[str, int], bytes | None] | None) -> PrecomputedChunkSource | None:
     """Our own reader for a scale TensorStore's driver does not read (compresso, CloudVolume's ``NAME.gz``)."""
@@ -78,8 +94,8 @@ def volume_spec(location: Location, info: PrecomputedInfo, *, kind: Kind | None 
     """
     placement = volume_placement(info)
     transform = array_transform(info)
-    for level in placement.levels:  # TensorStore reads <root>/<key>/…: keep it inside the dataset
-        check_level_tree(location, level.key)
+    for scale in info.scales:  # TensorStore reads <root>/<key>/…: keep it inside the dataset, files in bounds
+        check_level_tree(location, scale.key, max_file_bytes=max_file_bytes(info, scale))
     levels = tuple(
         LevelSpec.of(level, {"driver": "neuroglancer_precomputed", "kvstore": location.kvstore, "scale_index": i},
                      transform, chunk_source(location, info, scale, store, chunk_reader))

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from napari_shardscope.core.bytestore import ByteStore, join_key
+from napari_shardscope.core.bytestore import ByteStore, join_key, read_bounded
 from napari_shardscope.core.encoding import decompress
 from napari_shardscope.core.errors import ChunkDecodeError
 from napari_shardscope.core.formats.zarr2.metadata import ARRAY_FILE, ATTRIBUTES_FILE, Zarr2ArrayMetadata
@@ -39,6 +39,11 @@ def decode_chunk(data: bytes, meta: Zarr2ArrayMetadata, *, key: str) -> npt.NDAr
                                f"({'x'.join(map(str, meta.chunks))} x {meta.dtype.itemsize} bytes)",
                                key=key, offset=0)
     return np.frombuffer(raw, dtype=meta.dtype).reshape(meta.chunks, order=meta.order)
+
+
+def read_chunk_bytes(store: ByteStore, meta: Zarr2ArrayMetadata, key: str) -> bytes | None:
+    """A chunk's stored bytes (``None`` when absent); ChunkDecodeError when the file is larger than a chunk can be."""
+    return read_bounded(store, key, meta.max_chunk_file_bytes, "a chunk of this array", ChunkDecodeError)
 
 
 def list_chunks(store: ByteStore, path: str, meta: Zarr2ArrayMetadata) -> Iterator[tuple[str, tuple[int, ...]]]:
@@ -96,5 +101,5 @@ class Zarr2ChunkSource:
 
     def read_chunk(self, grid: tuple[int, ...]) -> npt.NDArray[Any] | None:
         key = chunk_store_key(self.path, self.meta, grid)
-        data = self.store.read(key)
+        data = read_chunk_bytes(self.store, self.meta, key)
         return None if data is None else decode_chunk(data, self.meta, key=f"{self.store.url.rstrip('/')}/{key}")

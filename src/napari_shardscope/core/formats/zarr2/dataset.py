@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from napari_shardscope.core.bytestore import ByteStore, Location, join_key
+from napari_shardscope.core.bytestore import ByteStore, Location, join_key, read_document
 from napari_shardscope.core.errors import MetadataError, NotADatasetError
 from napari_shardscope.core.formats.base import DatasetBase
 from napari_shardscope.core.formats.ome import OmeMultiscale, label_names, parse_multiscale
@@ -31,14 +31,14 @@ if TYPE_CHECKING:
 
 def read_attributes(store: ByteStore, path: str, *, url: str) -> dict[str, Any]:
     """The ``.zattrs`` of the node at ``path`` (empty when it has none)."""
-    data = store.read(join_key(path, ATTRIBUTES_FILE))
+    data = read_document(store, join_key(path, ATTRIBUTES_FILE))
     return {} if data is None else load_json_object(data, key=f"{url.rstrip('/')}/{ATTRIBUTES_FILE}")
 
 
 def read_array(store: ByteStore, path: str, *, url: str) -> Zarr2ArrayMetadata:
     """The parsed ``.zarray`` (with its ``.zattrs``) of the array at ``path`` under ``store``'s root."""
     key = f"{url.rstrip('/')}/{ARRAY_FILE}"
-    data = store.read(join_key(path, ARRAY_FILE))
+    data = read_document(store, join_key(path, ARRAY_FILE))
     if data is None:
         raise MetadataError(f"no {ARRAY_FILE}: the group lists an array that is not there", key=key)
     return parse_zarray(load_json_object(data, key=key), key=key,
@@ -129,7 +129,7 @@ class Zarr2Dataset(DatasetBase):
         for label in label_names(attributes):
             path = join_key(prefix, label)
             where = self.location.child(path)
-            data = self.store.read(join_key(path, GROUP_FILE))
+            data = read_document(self.store, join_key(path, GROUP_FILE))
             if data is None:
                 raise MetadataError(f"labels lists {label!r} but it has no {GROUP_FILE}",
                                     key=f"{where.url}/{GROUP_FILE}")

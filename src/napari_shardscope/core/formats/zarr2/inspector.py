@@ -21,7 +21,13 @@ from napari_shardscope.core.errors import ArgumentError, FormatError, MetadataEr
 from napari_shardscope.core.formats.ome import OmeMultiscale, ome_level_placement
 from napari_shardscope.core.formats.problem import Problem
 from napari_shardscope.core.formats.volume_spec import LevelPlacement, VolumePlacement
-from napari_shardscope.core.formats.zarr2.chunk import chunk_store_key, decode_chunk, list_chunks, looks_like_chunk
+from napari_shardscope.core.formats.zarr2.chunk import (
+    chunk_store_key,
+    decode_chunk,
+    list_chunks,
+    looks_like_chunk,
+    read_chunk_bytes,
+)
 from napari_shardscope.core.formats.zarr2.metadata import ARRAY_FILE, Zarr2ArrayMetadata
 from napari_shardscope.core.formats.zarr2.volume import array_placement
 from napari_shardscope.core.progress import Progress
@@ -207,8 +213,8 @@ class Zarr2Inspector:
         if not meta.contains_grid_position(grid):
             return [Problem(key, f"grid position {grid} is outside the chunk grid {meta.grid_shape}")]
         try:
-            data = self.store.read(key)
-        except FormatError as exc:  # a directory or special file where the chunk should be
+            data = read_chunk_bytes(self.store, meta, key)
+        except FormatError as exc:  # a directory or special file where the chunk should be, or too large
             return [Problem(key, exc.message, exc.offset)]
         if data is None:
             return [Problem(key, "listed but could not be read")]

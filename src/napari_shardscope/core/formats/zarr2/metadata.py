@@ -76,6 +76,15 @@ class Zarr2ArrayMetadata:
         """Bytes of one decoded chunk: every v2 chunk, edge chunks too, holds the full chunk shape."""
         return math.prod(self.chunks) * self.dtype.itemsize
 
+    @property
+    def max_chunk_file_bytes(self) -> int:
+        """Most bytes a stored chunk can take: twice the raw chunk (compressors add well under 1%), plus slack.
+
+        Checked before a chunk file is read whole (and before TensorStore reads a local array), so
+        a sparse terabyte file costs a ``stat``, not an allocation.
+        """
+        return 2 * self.chunk_nbytes + (1 << 16)
+
     def contains_grid_position(self, grid: Sequence[int]) -> bool:
         return len(grid) == self.ndim and all(0 <= g < n for g, n in zip(grid, self.grid_shape, strict=True))
 

@@ -68,7 +68,8 @@ def array_volume_spec(location: Location, store: ByteStore, meta: Zarr2ArrayMeta
     placement = array_placement(meta)
     labelled = "image-label" in meta.attributes
     volume_kind: Kind = kind or ("segmentation" if labelled else guess_kind(meta.dtype))
-    check_level_tree(location, "")  # TensorStore reads the chunks below: no FIFO, no link out
+    # TensorStore reads the chunks below: no FIFO, no link out, no file larger than a chunk can be
+    check_level_tree(location, "", max_file_bytes=meta.max_chunk_file_bytes)
     order = reader_order(array_axes(meta))
     level = LevelSpec.of(placement.levels[0], _tensorstore(location), ArrayTransform(order=order),
                          chunk_source=chunk_source(store, "", meta))
@@ -85,8 +86,8 @@ def ome_volume_spec(location: Location, store: ByteStore, ms: OmeMultiscale, arr
     """One OME-Zarr 0.4 multiscale image or label image at ``location`` (``ome``: the group's ``.zattrs``;
     ``store``: rooted at the group)."""
     placement = ome_placement(ms, arrays, key=f"{location.url.rstrip('/')}/.zattrs")
-    for path in arrays:  # TensorStore reads <group>/<path>/…: keep it inside the group
-        check_level_tree(location, path)
+    for path, meta in arrays.items():  # TensorStore reads <group>/<path>/…: keep it inside the group
+        check_level_tree(location, path, max_file_bytes=meta.max_chunk_file_bytes)
     levels = tuple(LevelSpec.of(level, _tensorstore(location.child(level.key)), ArrayTransform(order=ms.order),
                                 chunk_source=chunk_source(store, level.key, arrays[level.key]))
                    for level in placement.levels)

@@ -210,7 +210,7 @@ def _check_blosc_configuration(cfg: Any, where: str, key: str) -> None:
     if isinstance(clevel, bool) or not isinstance(clevel, int) or not 0 <= clevel <= 9:
         raise MetadataError(f"{where}: clevel must be an integer 0..9, got {clevel!r}", key=key)
     shuffle = cfg.get("shuffle")
-    if shuffle not in BLOSC_SHUFFLES:
+    if not isinstance(shuffle, str) or shuffle not in BLOSC_SHUFFLES:  # a list or object is unhashable
         raise MetadataError(f"{where}: shuffle must be one of {tuple(BLOSC_SHUFFLES)}, got {shuffle!r}", key=key)
     typesize = cfg.get("typesize", 1 if shuffle == "noshuffle" else None)
     if isinstance(typesize, bool) or not isinstance(typesize, int) or not 1 <= typesize <= 255:

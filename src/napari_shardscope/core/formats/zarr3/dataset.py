@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from napari_shardscope.core.bytestore import Location, join_key
+from napari_shardscope.core.bytestore import Location, join_key, read_document
 from napari_shardscope.core.errors import MetadataError, NotADatasetError
 from napari_shardscope.core.formats.base import DatasetBase
 from napari_shardscope.core.formats.ome import label_names, ome_attributes
@@ -86,7 +86,7 @@ class Zarr3Dataset(DatasetBase):
     def _label_specs(self, prefix: str) -> list[VolumeSpec]:
         """The label images listed by the ``labels`` group at ``prefix`` (``""``: this group); none without one."""
         if prefix:
-            data = self.store.read(join_key(prefix, "zarr.json"))
+            data = read_document(self.store, join_key(prefix, "zarr.json"))
             if data is None:
                 return []
             doc = load_json_object(data, key=f"{self.location.child(prefix).url}/zarr.json")
@@ -97,7 +97,7 @@ class Zarr3Dataset(DatasetBase):
         for label in label_names(ome):
             path = join_key(prefix, label)
             where = self.location.child(path)
-            data = self.store.read(join_key(path, "zarr.json"))
+            data = read_document(self.store, join_key(path, "zarr.json"))
             if data is None:
                 raise MetadataError(f"labels lists {label!r} but it has no zarr.json", key=f"{where.url}/zarr.json")
             image = Zarr3Dataset(where, data, self.context)

@@ -462,3 +462,25 @@ def _to_plain(value: Any) -> Any:
     if isinstance(value, list | tuple):
         return [_to_plain(v) for v in value]
     return value
+
+
+#: Room codecs may add over a chunk's raw bytes, per stored (inner) chunk and once per file.
+CODEC_SLACK_BYTES = 1 << 10
+FILE_SLACK_BYTES = 1 << 16
+
+
+def max_chunk_file_bytes(meta: ArrayMetadata) -> int:
+    """Most bytes a stored chunk file (or shard file) of the array can take by the spec.
+
+    Twice the raw bytes (compressors add well under 1%), plus per inner chunk its 16-byte index
+    entry and some framing. Checked before a file is read whole, by validation and before
+    TensorStore reads a local array, so a sparse terabyte file costs a ``stat``, not an allocation.
+    """
+    raw = math.prod(meta.chunk_shape) * meta.dtype.itemsize
+    inner = 1
+    for codec in meta.codecs:
+        shape = codec.configuration.get("chunk_shape") if codec.name == "sharding_indexed" else None
+        if isinstance(shape, Sequence) and len(shape) == len(meta.chunk_shape) \
+                and all(isinstance(c, int) and c > 0 for c in shape):
+            inner = math.prod(-(-s // c) for s, c in zip(meta.chunk_shape, shape, strict=True))
+    return 2 * raw + inner * (16 + CODEC_SLACK_BYTES) + FILE_SLACK_BYTES

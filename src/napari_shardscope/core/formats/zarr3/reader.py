@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from napari_shardscope.core.bytestore import ByteStore, join_key
+from napari_shardscope.core.bytestore import ByteStore, join_key, read_document
 from napari_shardscope.core.cache import LruCache
 from napari_shardscope.core.errors import (
     ArgumentError,
@@ -107,7 +107,7 @@ def read_array_metadata(store: ByteStore, path: str) -> ArrayMetadata:
         When it asks for a feature we do not implement.
     """
     key = join_key(path, "zarr.json")
-    raw = store.read(key)
+    raw = read_document(store, key)
     if raw is None:
         raise MetadataError("zarr.json not found", key=key)
     return parse_array_metadata(raw, key=key)

@@ -22,8 +22,10 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from napari_shardscope.core.errors import ShardscopeError
+from napari_shardscope.core.bytestore import read_bounded
+from napari_shardscope.core.errors import FormatError, ShardscopeError
 from napari_shardscope.core.formats.problem import Problem
+from napari_shardscope.core.formats.zarr3.metadata import max_chunk_file_bytes
 from napari_shardscope.core.formats.zarr3.reader import Zarr3ArrayReader
 from napari_shardscope.core.formats.zarr3.sharding import decode_shard_index, find_index_problems, index_span
 from napari_shardscope.core.progress import Progress
@@ -45,7 +47,12 @@ def validate_array(reader: Zarr3ArrayReader, progress: Progress | None = None) -
                 f"shard key {list(shard)} is outside the array's shard grid {list(reader.shard_grid_shape)}",
             )
             continue
-        data = reader.store.read(key)
+        try:
+            data = read_bounded(reader.store, key, max_chunk_file_bytes(reader.metadata),
+                                f"a {what} file of this array")
+        except FormatError as exc:  # a (sparse) file far larger than the spec allows: reported, not read
+            yield Problem(key, exc.message, exc.offset)
+            continue
         if data is None:  # removed while we were checking
             continue
         yield from validate_shard_bytes(reader, key, data)

@@ -40,7 +40,7 @@ from napari_shardscope.core.formats.volume_spec import (
     reorder_placement,
 )
 from napari_shardscope.core.formats.zarr3.codecs import check_codec_names
-from napari_shardscope.core.formats.zarr3.metadata import ArrayMetadata
+from napari_shardscope.core.formats.zarr3.metadata import ArrayMetadata, max_chunk_file_bytes
 
 
 def array_axes(meta: ArrayMetadata) -> tuple[str, ...]:
@@ -64,7 +64,8 @@ def array_volume_spec(location: Location, meta: ArrayMetadata, document: Mapping
     check_codec_names(meta.codecs, key=f"{location.url.rstrip('/')}/zarr.json")
     placement = array_placement(meta)
     volume_kind: Kind = kind or ("segmentation" if is_label_array(meta.attributes) else guess_kind(meta.dtype))
-    check_level_tree(location, "")  # TensorStore reads the chunks below: no FIFO, no link out
+    # TensorStore reads the chunks below: no FIFO, no link out, no file larger than the spec allows
+    check_level_tree(location, "", max_file_bytes=max_chunk_file_bytes(meta))
     level = LevelSpec.of(placement.levels[0], {"driver": "zarr3", "kvstore": location.kvstore},
                          ArrayTransform(order=reader_order(array_axes(meta))))
     return VolumeSpec(
@@ -86,8 +87,8 @@ def ome_volume_spec(location: Location, ms: OmeMultiscale, arrays: Mapping[str, 
     for path, meta in arrays.items():
         check_codec_names(meta.codecs, key=f"{location.child(path).url}/zarr.json")
     placement = ome_placement(ms, arrays, key=key)
-    for path in arrays:  # TensorStore reads <group>/<path>/…: keep it inside the group
-        check_level_tree(location, path)
+    for path, meta in arrays.items():  # TensorStore reads <group>/<path>/…: keep it inside the group
+        check_level_tree(location, path, max_file_bytes=max_chunk_file_bytes(meta))
     levels = tuple(LevelSpec.of(level, {"driver": "zarr3", "kvstore": location.child(level.key).kvstore},
                                 ArrayTransform(order=ms.order))
                    for level in placement.levels)

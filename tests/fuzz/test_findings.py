@@ -1,0 +1,238 @@
+"""Regression tests for the defects the fuzz suite found, one per door, each written before its fix.
+
+Each test names the fuzz seed that found the defect (``scripts/fuzz.py --replay SEED`` on the commit
+before the fix reproduces it) and checks the rule it broke: a typed error, no read outside the root,
+no hang, no unbounded allocation.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from napari_shardscope.core.bytestore.context import RemoteLimits
+from napari_shardscope.core.cli import run
+from napari_shardscope.core.errors import (
+    ArgumentError,
+    FormatError,
+    MetadataError,
+    NotARegularFileError,
+    OutsideRootError,
+    ShardscopeError,
+)
+from napari_shardscope.core.formats import open_dataset
+from napari_shardscope.core.volumes import open_volume
+from tests.n5_data import write_dataset as write_n5_dataset
+from tests.precomputed_data import SHARDING_IDENTITY_RAW, write_ts_volume
+from tests.volume_cases import write_ome_zarr, write_zarr3_array
+
+#: A sparse file this large cannot be read whole on any machine the tests run on.
+HUGE = 1 << 40
+
+
+def _aged(path: Path) -> float:
+    """Set ``path``'s access time before its modification time (so a read moves it, under relatime)."""
+    st = path.stat()
+    os.utime(path, (st.st_mtime - 3600, st.st_mtime))
+    return path.stat().st_atime
+
+
+def _precomputed(tmp_path: Path) -> Path:
+    ds = tmp_path / "pc"
+    write_ts_volume(ds, SHARDING_IDENTITY_RAW, size=(16, 16, 8), chunk=(8, 8, 8), scales=1)
+    return ds
+
+
+def _n5(tmp_path: Path) -> Path:
+    ds = tmp_path / "n5"
+    write_n5_dataset(ds, np.arange(8 * 8 * 4, dtype="uint16").reshape(8, 8, 4), [4, 4, 4], {"type": "gzip"})
+    return ds
+
+
+def _zarr3(tmp_path: Path) -> Path:
+    return write_zarr3_array(tmp_path).path
+
+
+WRITERS: dict[str, tuple[Callable[[Path], Path], str]] = {
+    "precomputed": (_precomputed, "info"),
+    "zarr3": (_zarr3, "zarr.json"),
+    "n5": (_n5, "attributes.json"),
+}
+
+
+# -- the metadata document is read through the same guards as every other key --------------------------
+@pytest.mark.parametrize("fmt", sorted(WRITERS))
+def test_a_metadata_document_linked_out_of_the_dataset_is_refused_unread(tmp_path: Path, fmt: str) -> None:
+    """Seeds 1024, 1284, 1514, 1599: ``info``/``zarr.json``/``attributes.json`` a link to a file outside.
+
+    Detection read the document through TensorStore, which follows links: the outside file was read
+    (its bytes then failed to parse, or were refused only afterwards).
+    """
+    write, doc = WRITERS[fmt]
+    ds = write(tmp_path)
+    outside = tmp_path / "outside.json"
+    outside.write_bytes((ds / doc).read_bytes())
+    (ds / doc).unlink()
+    (ds / doc).symlink_to(outside)
+    atime = _aged(outside)
+    with pytest.raises(OutsideRootError, match=doc):
+        open_dataset(ds)
+    assert run(["inspect", str(ds)]) == 2
+    assert outside.stat().st_atime == atime, "the file outside the dataset was read"
+
+
+@pytest.mark.parametrize("fmt", sorted(WRITERS))
+def test_a_fifo_in_place_of_the_metadata_document_does_not_hang(tmp_path: Path, fmt: str) -> None:
+    """Seed 1003: a FIFO named ``info`` blocked format detection forever."""
+    write, doc = WRITERS[fmt]
+    ds = write(tmp_path)
+    (ds / doc).unlink()
+    os.mkfifo(ds / doc)
+    outcome: list[BaseException | None] = []
+
+    def detect() -> None:
+        try:
+            open_dataset(ds)
+            outcome.append(None)
+        except BaseException as exc:
+            outcome.append(exc)
+
+    worker = threading.Thread(target=detect, daemon=True)
+    worker.start()
+    worker.join(30)
+    if worker.is_alive():  # release the blocked reader so the test process can end
+        fd = os.open(ds / doc, os.O_WRONLY | os.O_NONBLOCK)
+        os.close(fd)
+        pytest.fail("format detection blocked on a FIFO")
+    assert isinstance(outcome[0], NotARegularFileError), outcome
+
+
+# -- sizes are checked before a whole file is read ------------------------------------------------------
+@pytest.mark.parametrize("fmt", sorted(WRITERS))
+def test_a_huge_metadata_document_is_refused_before_it_is_read(tmp_path: Path, fmt: str) -> None:
+    """Seeds 1684 (crash: TensorStore aborted allocating 1 TiB), 2349 and 1716 (20 s reading 2 GiB)."""
+    write, doc = WRITERS[fmt]
+    ds = write(tmp_path)
+    os.truncate(ds / doc, HUGE)
+    with pytest.raises(MetadataError, match="larger than"):
+        open_dataset(ds)
+
+
+def test_a_huge_array_document_inside_an_ome_group_is_refused_before_it_is_read(tmp_path: Path) -> None:
+    """Seed 1893: a 1 TiB sparse ``scale1/zarr.json`` below an OME-Zarr group raised MemoryError."""
+    image, _labels = write_ome_zarr(tmp_path)
+    os.truncate(image.path / "1" / "zarr.json", HUGE)
+    with pytest.raises(MetadataError, match="larger than") as info:
+        open_dataset(image.path).volume_specs()
+    assert info.value.key is not None and "1/zarr.json" in info.value.key
+    with pytest.raises(MetadataError, match="larger than"):
+        open_volume(image.path)
+
+
+def _huge_data_file(ds: Path) -> Path:
+    """The first data file of ``ds`` (not a metadata document), made a 1 TiB sparse file."""
+    files = sorted(p for p in ds.rglob("*") if p.is_file() and p.name not in ("info", "zarr.json", "attributes.json"))
+    os.truncate(files[0], HUGE)
+    return files[0]
+
+
+@pytest.mark.parametrize("fmt", sorted(WRITERS))
+def test_validate_reports_a_huge_data_file_instead_of_allocating_it(tmp_path: Path, fmt: str) -> None:
+    """Seed 1392: ``validate`` read a 1 TiB sparse N5 block whole (MemoryError); shards likewise."""
+    write, _doc = WRITERS[fmt]
+    ds = write(tmp_path)
+    huge = _huge_data_file(ds)
+    problems = _validate_or_typed_error(ds)
+    assert any(huge.name in str(p) and "larger than" in str(p) for p in problems), problems
+
+
+def _validate_or_typed_error(ds: Path) -> list[Any]:
+    try:
+        return [str(p) for p in open_dataset(ds).inspector().validate()]
+    except ShardscopeError as exc:  # a typed refusal names the file too
+        return [str(exc)]
+
+
+def test_a_huge_n5_block_read_is_a_typed_error(tmp_path: Path) -> None:
+    """Reading a block through the format layer refuses a block file larger than its spec allows."""
+    from napari_shardscope.core.bytestore import LocalByteStore
+    from napari_shardscope.core.formats.n5.attributes import parse_dataset_attributes, read_attributes
+    from napari_shardscope.core.formats.n5.block import read_block
+
+    ds = _n5(tmp_path)
+    os.truncate(ds / "0" / "0" / "0", HUGE)
+    store = LocalByteStore(ds)
+    with pytest.raises(ShardscopeError, match="larger than"):
+        read_block(store, parse_dataset_attributes(read_attributes(store, "") or {}), (0, 0, 0))
+
+
+# -- global options ----------------------------------------------------------------------------------------
+@pytest.mark.parametrize("value", ["99999999999999999999999999", "18446744073709551615", "100000"])
+def test_an_absurd_retry_count_is_an_argument_error(tmp_path: Path, value: str) -> None:
+    """Seed 1002: ``--retries 99999999999999999999999999`` was an OverflowError (exit 70)."""
+    assert run(["--retries", value, "inspect", str(tmp_path)]) == 2
+    with pytest.raises(ArgumentError, match="retr"):
+        RemoteLimits(retries=int(value))
+
+
+@pytest.mark.parametrize("value", ["1e308", "86401"])
+def test_an_absurd_timeout_is_an_argument_error(tmp_path: Path, value: str) -> None:
+    """A timeout past a day is a typo (and 1e308 s is no timeout at all)."""
+    assert run(["--timeout", value, "inspect", str(tmp_path)]) == 2
+
+
+
+@pytest.mark.parametrize("url", ["file:///tmp/%00", "file:///tmp/ds%00/x", "/tmp/a\x00b"])
+def test_a_path_with_a_nul_byte_is_an_argument_error(url: str) -> None:
+    """Seed 10270: ``file://…/%00`` reached ``os.path.realpath`` (ValueError: embedded null byte, exit 70)."""
+    with pytest.raises(ArgumentError, match="NUL"):
+        open_dataset(url)
+    assert run(["inspect", url]) == 2
+
+
+@pytest.mark.parametrize("fmt", sorted(WRITERS))
+def test_a_huge_chunk_file_is_refused_before_tensorstore_reads_it(tmp_path: Path, fmt: str) -> None:
+    """Seed 10247: a 64 GiB sparse N5 block aborted the process inside TensorStore's allocator.
+
+    TensorStore reads a chunk file whole, so the check is made when a local volume is opened, with
+    the scan for links and special files: no chunk or shard file may exceed what its spec allows.
+    """
+    write, _doc = WRITERS[fmt]
+    ds = write(tmp_path)
+    huge = _huge_data_file(ds)
+    with pytest.raises(FormatError, match="larger than") as info:
+        open_volume(ds)
+    assert info.value.key is not None and huge.name in info.value.key
+
+
+def test_a_scale_key_too_long_for_the_file_system_is_a_typed_error(tmp_path: Path) -> None:
+    """Seed 102687: a 1 MB precomputed scale ``key`` made ``inspect`` raise OSError (ENAMETOOLONG) from ``list``."""
+    from napari_shardscope.core.bytestore import LocalByteStore
+
+    with pytest.raises(ShardscopeError, match="too long"):
+        list(LocalByteStore(tmp_path).list("x" * 5000))
+    ds = _precomputed(tmp_path)
+    info = json.loads((ds / "info").read_text())
+    info["scales"][0]["key"] = "x" * 5000
+    (ds / "info").write_text(json.dumps(info))
+    with pytest.raises(ShardscopeError):
+        open_dataset(ds).inspector().inspect()
+    assert run(["validate", str(ds)]) not in (0, 70)
+
+
+@pytest.mark.parametrize("shuffle", [[], {}, ["shuffle"]])
+def test_a_blosc_shuffle_of_the_wrong_type_is_a_metadata_error(shuffle: Any) -> None:
+    """Seed 203427: ``"shuffle": []`` in a zarr v3 blosc codec was a TypeError (unhashable list)."""
+    from napari_shardscope.core.formats.zarr3.codecs import check_codec_configuration
+    from napari_shardscope.core.formats.zarr3.metadata import CodecSpec
+
+    codec = CodecSpec("blosc", {"cname": "lz4", "clevel": 5, "shuffle": shuffle, "typesize": 2})
+    with pytest.raises(MetadataError, match="shuffle"):
+        check_codec_configuration(codec, 1, np.dtype("int16"), key="zarr.json", field="codecs[1]")

@@ -1,0 +1,151 @@
+"""The fuzz suite's seeded run in CI, the CLI-argument fuzz, and checks that its detectors detect.
+
+A fixed range of seeds builds damaged/hostile datasets of every format (``hostile.py``) and runs them
+through every entry point in two worker processes (``runner.py``): the run must end with zero
+findings — no untyped exception, hang, crash, unbounded allocation or read outside the dataset
+root. The long campaign is ``scripts/fuzz.py --minutes N`` (its figures are in the README).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+import random
+import shutil
+from pathlib import Path
+
+import pytest
+
+from napari_shardscope.cli import main
+from tests.fuzz.cliargs import random_argv
+from tests.fuzz.hostile import CANARY_BYTES, MUTATIONS, SeedDataset, build_seeds, canary_reads, make_case
+from tests.fuzz.runner import EXIT_CLASSES, FINDING_CLASSES, Limits, OutsideWatch, Report, classify, fuzz
+
+#: The seeds CI runs (about a minute on two cores); the slow test (``SHARDSCOPE_FUZZ_SLOW=1``) ten times as many.
+CI_SEEDS = range(0, 1000)
+SLOW_SEEDS = range(100_000, 110_000)
+
+
+@pytest.fixture(scope="session")
+def fuzz_seeds(tmp_path_factory: pytest.TempPathFactory) -> tuple[list[SeedDataset], Path]:
+    """The valid seed datasets (written once per session) and the gzip bomb."""
+    root = tmp_path_factory.getbasetemp() / "fuzz-seeds"
+    return build_seeds(root), root / "bomb.gz"
+
+
+@pytest.fixture(scope="module")
+def ci_report(fuzz_seeds: tuple[list[SeedDataset], Path]) -> Report:
+    seeds, bomb = fuzz_seeds
+    return fuzz(CI_SEEDS, seeds, bomb, workers=2)
+
+
+def _findings_text(report: Report) -> str:
+    return "\n".join(f"seed={f['seed']} {f['class']} in {f['op']} ({f['base']}, {f['mutations']}): {f['detail']}\n"
+                     f"{f['trace']}" for f in report.findings[:10])
+
+
+def test_a_seeded_fuzz_run_finds_nothing(ci_report: Report) -> None:
+    """Every hostile dataset ends in ``ok`` or a typed error, in every operation."""
+    assert ci_report.datasets == len(CI_SEEDS)
+    assert not ci_report.findings, _findings_text(ci_report)
+
+
+def test_the_seeded_run_covers_every_format_mutation_and_operation(ci_report: Report) -> None:
+    """A generator that stopped producing some kind of damage would make the run above pass vacuously."""
+    assert set(ci_report.by_format) == {"precomputed", "zarr3", "n5"}
+    assert {name for name, _ in MUTATIONS} <= set(ci_report.by_mutation)
+    assert set(ci_report.by_operation) == {"open_dataset", "inspect", "locate", "list_chunks", "validate",
+                                           "read_regions", "layout", "cli"}
+    for outcome in ("ok", "corrupt", "not_found", "argument"):
+        assert ci_report.outcomes[outcome] > 0, ci_report.outcomes
+    assert ci_report.operations >= 8 * len(CI_SEEDS)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not os.environ.get("SHARDSCOPE_FUZZ_SLOW"), reason="set SHARDSCOPE_FUZZ_SLOW=1 (about 10 minutes)")
+def test_a_longer_seeded_fuzz_run_finds_nothing(fuzz_seeds: tuple[list[SeedDataset], Path]) -> None:
+    seeds, bomb = fuzz_seeds
+    report = fuzz(SLOW_SEEDS, seeds, bomb, workers=2)
+    assert report.datasets == len(SLOW_SEEDS)
+    assert not report.findings, _findings_text(report)
+
+
+# -- the command line ---------------------------------------------------------------------------------------
+@pytest.mark.parametrize("fmt", ["precomputed", "zarr3", "n5"])
+def test_random_command_lines_exit_with_a_documented_code(fuzz_seeds: tuple[list[SeedDataset], Path],
+                                                          fmt: str) -> None:
+    """Random argv (bad coordinates, scales, ids, options, URLs) over valid datasets: never exit 70."""
+    seeds, _bomb = fuzz_seeds
+    datasets = [s for s in seeds if s.fmt == fmt]
+    rng = random.Random(fmt)
+    codes: list[int] = []
+    for i in range(150):
+        ds = datasets[i % len(datasets)]
+        argv = random_argv(rng, str(ds.path))
+        out, err = io.StringIO(), io.StringIO()
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            code = main(argv)
+        assert code in EXIT_CLASSES and EXIT_CLASSES[code] != "untyped", (argv, code, err.getvalue()[-2000:])
+        codes.append(code)
+    assert 0 in codes and 2 in codes  # some command lines were right, some wrong
+
+
+# -- the generator and the detectors ------------------------------------------------------------------------
+def test_a_seed_always_builds_the_same_case(fuzz_seeds: tuple[list[SeedDataset], Path], tmp_path: Path) -> None:
+    """``--replay SEED`` reproduces a finding only if a seed decides everything."""
+    seeds, bomb = fuzz_seeds
+    for seed in (3, 1514, 99_999):
+        a = make_case(seed, seeds, tmp_path / f"a{seed}", bomb)
+        b = make_case(seed, seeds, tmp_path / f"b{seed}", bomb)
+        assert (a.base, a.mutations) == (b.base, b.mutations)
+        assert [m.replace(str(tmp_path / f"a{seed}"), "") for m in a.mutations] == \
+               [m.replace(str(tmp_path / f"b{seed}"), "") for m in b.mutations]
+
+
+def test_the_canary_notices_a_read(fuzz_seeds: tuple[list[SeedDataset], Path], tmp_path: Path) -> None:
+    seeds, _bomb = fuzz_seeds
+    case = make_case(7, seeds, tmp_path / "case")
+    assert canary_reads(case) == []
+    assert case.canary_file.read_bytes() == CANARY_BYTES
+    assert canary_reads(case) == [str(case.canary_file)]
+    shutil.rmtree(tmp_path / "case")
+
+
+def test_the_audit_hook_flags_paths_outside_the_root_only(tmp_path: Path) -> None:
+    root, outside = tmp_path / "ds", tmp_path / "secret"
+    root.mkdir()
+    (root / "inside").write_text("x")
+    outside.write_text("y")
+    (root / "link").symlink_to(outside)
+    watch = OutsideWatch()
+    with watch.watching(root):
+        (root / "inside").read_text()
+        list((root).iterdir())
+    assert watch.seen == []
+    with watch.watching(root):
+        (root / "link").read_text()
+    assert len(watch.seen) == 1 and str(outside) in watch.seen[0]
+
+
+def test_untyped_errors_and_memory_errors_are_findings() -> None:
+    from napari_shardscope.core.errors import ChunkDecodeError, OutsideRootError
+
+    assert classify(ChunkDecodeError("bad", key="k")) == "corrupt"
+    assert classify(OutsideRootError("out", key="k", root="r")) == "argument"
+    assert classify(IndexError("x")) == "untyped" and classify(MemoryError()) == "memory"
+    assert {"untyped", "memory"} <= set(FINDING_CLASSES)
+
+
+def test_the_watchdog_reports_a_case_that_runs_past_its_limit(fuzz_seeds: tuple[list[SeedDataset], Path]) -> None:
+    """With a limit no case can meet, the case is reported as a hang and the run still ends."""
+    seeds, bomb = fuzz_seeds
+    report = fuzz(range(1), seeds, bomb, workers=1, limits=Limits(case_seconds=0.05))
+    assert report.datasets == 1 and [f["class"] for f in report.findings] == ["hang"]
+
+
+def test_a_worker_that_dies_is_reported_as_a_crash(fuzz_seeds: tuple[list[SeedDataset], Path]) -> None:
+    """An address-space limit too small to import anything kills the worker: the run reports it and ends."""
+    seeds, bomb = fuzz_seeds
+    report = fuzz(range(1), seeds, bomb, workers=1, limits=Limits(address_space_mb=64, case_seconds=60))
+    assert report.datasets == 1 and [f["class"] for f in report.findings] == ["crash"]
