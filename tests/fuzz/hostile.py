@@ -34,7 +34,8 @@ from pathlib import Path
 from typing import Any
 
 #: Where the real datasets of other software live (see its README).
-REALDATA = Path(os.environ.get("SHARDSCOPE_REALDATA", "/work/shared/realdata"))
+REALDATA = Path(os.environ.get("SHARDSCOPE_REALDATA",
+                               Path(__file__).resolve().parents[2] / ".." / "shared" / "realdata"))
 
 #: Small real datasets used as seeds: (name, format, path below REALDATA). Big ones (n5java_zi) are left
 #: out because every case copies its seed.
@@ -61,8 +62,8 @@ REALDATA_SEEDS: tuple[tuple[str, str, str], ...] = (
     ("rd_n5_ng_modern", "n5", "ng_n5_multiscale/n5_viewer_multiscale_modern"),
 )
 
-#: The metadata documents of the three formats (mutated as JSON, not as bytes, most of the time).
-METADATA_NAMES = frozenset({"info", "zarr.json", "attributes.json"})
+#: The metadata documents of the formats (mutated as JSON, not as bytes, most of the time).
+METADATA_NAMES = frozenset({"info", "zarr.json", "attributes.json", ".zarray", ".zgroup", ".zattrs"})
 #: Metadata fields whose hostile values are most likely to reach an allocation, a loop or a path.
 INTERESTING_FIELDS = frozenset({
     "size", "shape", "chunk_size", "chunk_sizes", "chunk_shape", "blockSize", "dimensions", "voxel_offset",
@@ -159,6 +160,8 @@ _OWN_SEEDS: tuple[tuple[str, str, str], ...] = (
     ("n5_dataset", "n5", "cases/single.n5/raw"),
     ("n5_viewer_group", "n5", "cases/seg.n5"),
     ("n5_bdv_group", "n5", "cases/bdv.n5/setup0/timepoint0"),
+    ("zarr2_array", "zarr2", "cases/v2labels.zarr"),
+    ("ome_zarr_04", "zarr2", "cases/image04.ome.zarr"),
 )
 
 

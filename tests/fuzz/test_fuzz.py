@@ -53,7 +53,7 @@ def test_a_seeded_fuzz_run_finds_nothing(ci_report: Report) -> None:
 
 def test_the_seeded_run_covers_every_format_mutation_and_operation(ci_report: Report) -> None:
     """A generator that stopped producing some kind of damage would make the run above pass vacuously."""
-    assert set(ci_report.by_format) == {"precomputed", "zarr3", "n5"}
+    assert set(ci_report.by_format) == {"precomputed", "zarr3", "n5", "zarr2"}
     assert {name for name, _ in MUTATIONS} <= set(ci_report.by_mutation)
     assert set(ci_report.by_operation) == {"open_dataset", "inspect", "locate", "list_chunks", "validate",
                                            "read_regions", "layout", "cli"}
@@ -72,7 +72,7 @@ def test_a_longer_seeded_fuzz_run_finds_nothing(fuzz_seeds: tuple[list[SeedDatas
 
 
 # -- the command line ---------------------------------------------------------------------------------------
-@pytest.mark.parametrize("fmt", ["precomputed", "zarr3", "n5"])
+@pytest.mark.parametrize("fmt", ["precomputed", "zarr3", "n5", "zarr2"])
 def test_random_command_lines_exit_with_a_documented_code(fuzz_seeds: tuple[list[SeedDataset], Path],
                                                           fmt: str) -> None:
     """Random argv (bad coordinates, scales, ids, options, URLs) over valid datasets: never exit 70."""
