@@ -21,9 +21,7 @@ and byte offset the bytes came from; unknown codecs are a :class:`MetadataError`
 from __future__ import annotations
 
 import gzip
-import io
 import math
-import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -32,7 +30,7 @@ import crc32c as _crc32c
 import numpy as np
 import numpy.typing as npt
 
-from napari_shardscope.core.encoding import MAX_DECODED_BYTES, gunzip
+from napari_shardscope.core.encoding import MAX_DECODED_BYTES, decompress, gunzip
 from napari_shardscope.core.errors import ChecksumError, ChunkDecodeError, MetadataError, UnsupportedFeatureError
 from napari_shardscope.core.formats.zarr3.metadata import CodecSpec
 
@@ -296,9 +294,9 @@ def decode_bytes_codec(
     if codec.name == "gzip":
         return gunzip(data, key=key, offset=offset, max_size=max_size)
     if codec.name == "zstd":
-        return _zstd_decompress(data, key=key, offset=offset, max_size=max_size)
+        return decompress("zstd", data, key=key, offset=offset, max_size=max_size)
     if codec.name == "blosc":
-        return _blosc_decompress(data, key=key, offset=offset, max_size=max_size)
+        return decompress("blosc", data, key=key, offset=offset, max_size=max_size)
     if codec.name == "crc32c":
         return strip_crc32c(data, key=key, offset=offset)
     raise MetadataError(f"codec {codec.name!r} is not a bytes -> bytes codec we decode", key=key)
@@ -321,51 +319,6 @@ def strip_crc32c(data: bytes, *, key: str, offset: int | None = None) -> bytes:
             offset=at,
         )
     return body
-
-
-def _zstd_decompress(data: bytes, *, key: str, offset: int | None, max_size: int) -> bytes:
-    import zstandard
-
-    if not data:
-        raise ChunkDecodeError("zstd data is empty", key=key, offset=offset)
-    parts: list[bytes] = []
-    total = 0
-    try:
-        # A stream reader, not decompress(): frames need not record their content size.
-        reader = zstandard.ZstdDecompressor().stream_reader(io.BytesIO(data), read_across_frames=True)
-        while block := reader.read(min(1 << 20, max_size + 1 - total)):
-            total += len(block)
-            if total > max_size:
-                raise ChunkDecodeError(f"zstd data decodes to more than {max_size} bytes", key=key, offset=offset)
-            parts.append(block)
-    except zstandard.ZstdError as exc:
-        raise ChunkDecodeError(f"bad zstd data ({exc})", key=key, offset=offset) from exc
-    return b"".join(parts)
-
-
-def _blosc_decompress(data: bytes, *, key: str, offset: int | None, max_size: int) -> bytes:
-    # Check the 16-byte header ourselves first: c-blosc trusts the sizes it finds there.
-    if len(data) < 16:
-        raise ChunkDecodeError(f"blosc: {len(data)} bytes cannot hold the 16-byte header", key=key, offset=offset)
-    version, _versionlz, _flags, typesize, nbytes, _blocksize, cbytes = struct.unpack("<BBBBIII", data[:16])
-    if nbytes > max_size:
-        raise ChunkDecodeError(f"blosc data decodes to {nbytes} bytes, more than {max_size}", key=key, offset=offset)
-    if version == 0 or typesize == 0 or cbytes != len(data):
-        raise ChunkDecodeError(
-            f"blosc: bad header (version {version}, typesize {typesize}, nbytes {nbytes}, cbytes {cbytes}) "
-            f"for {len(data)} stored bytes",
-            key=key,
-            offset=offset,
-        )
-    if nbytes == 0:  # c-blosc reports an error for an empty buffer it compressed itself
-        return b""
-    from numcodecs import blosc
-
-    try:
-        out = blosc.decompress(data)
-    except Exception as exc:  # numcodecs raises RuntimeError/ValueError with no common base
-        raise ChunkDecodeError(f"bad blosc data ({exc})", key=key, offset=offset) from exc
-    return bytes(out)
 
 
 # -- encoding ---------------------------------------------------------------------------------
