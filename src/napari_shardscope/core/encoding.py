@@ -16,7 +16,7 @@ import gzip
 import zlib
 from typing import Literal
 
-from napari_shardscope.core.errors import ArgumentError, ChunkDecodeError, FormatError
+from napari_shardscope.core.errors import ArgumentError, ChunkDecodeError, FormatError, UnsupportedFeatureError
 
 Encoding = Literal["raw", "gzip"]
 ENCODINGS: tuple[Encoding, ...] = ("raw", "gzip")
@@ -159,6 +159,31 @@ def decompress(
     if codec == "lz4":
         return _decode_lz4(data, key, offset, max_size)
     raise ArgumentError(f"unknown compressor {codec!r}; expected one of {COMPRESSORS}")
+
+
+def unbrotli(data: bytes, *, key: str | None = None, offset: int | None = None, max_size: int) -> bytes:
+    """Decompress a brotli stream (CloudVolume's ``NAME.br`` chunk files), at most ``max_size`` bytes.
+
+    The ``brotli`` package's output limit stops the decoder once the budget is reached, so a bomb
+    costs no more than the cap.
+    """
+    try:
+        import brotli
+    except ImportError as exc:  # pragma: no cover - brotli is in the codecs extra
+        raise UnsupportedFeatureError("brotli-compressed chunks need the 'brotli' package", key=key,
+                                      detail="pip install 'napari-shardscope[codecs]'") from exc
+    dec = brotli.Decompressor()
+    try:
+        out = dec.process(data, output_buffer_limit=max_size + 1)
+        while len(out) <= max_size and not dec.is_finished() and not dec.can_accept_more_data():
+            out += dec.process(b"", output_buffer_limit=max_size + 1 - len(out))
+    except brotli.error as exc:
+        raise ChunkDecodeError(f"bad brotli data ({exc})", key=key, offset=offset) from exc
+    if len(out) > max_size:
+        raise ChunkDecodeError(f"brotli data decodes to more than {max_size} bytes", key=key, offset=offset)
+    if not dec.is_finished():
+        raise ChunkDecodeError(f"brotli stream of {len(data)} bytes is truncated", key=key, offset=offset)
+    return bytes(out)
 
 
 def _decode_stream(data: bytes, make: type, errors: type[Exception] | tuple[type[Exception], ...], what: str,

@@ -125,3 +125,27 @@ def test_locate_segment_finds_cloudvolume_gz_annotation_files() -> None:
                       "key": "by_id/3867588737.gz", "present": True, "sharded": False}]
     related = open_dataset(REALDATA / "cv_annotation").inspector().locate_segment(243895108)
     assert any(r["key"] == "skeleton_id/243895108.gz" and r["present"] for r in related)
+
+
+def test_cloudvolume_brotli_files(tmp_path: Path) -> None:
+    """CloudVolume's ``compress="br"`` stores chunk files as ``NAME.br``."""
+    import brotli
+    from cloudvolume import CloudVolume
+
+    rng = np.random.default_rng(6)
+    image = rng.integers(0, 255, size=(40, 24, 10), dtype=np.uint8)  # x, y, z
+    info = CloudVolume.create_new_info(num_channels=1, layer_type="image", data_type="uint8", encoding="raw",
+                                       resolution=[4, 4, 40], voxel_offset=[0, 0, 0], chunk_size=[16, 16, 8],
+                                       volume_size=list(image.shape))
+    cv = CloudVolume(f"file://{tmp_path / 'img'}", info=info, compress="br", progress=False)
+    cv.commit_info()
+    cv[:, :, :] = image
+    assert any(p.suffix == ".br" for p in (tmp_path / "img" / "4_4_40").iterdir())
+    np.testing.assert_array_equal(open_volume(tmp_path / "img").levels[0].array.read(), image.T)
+    assert list(open_dataset(tmp_path / "img").inspector().validate()) == []
+    bomb = next((tmp_path / "img" / "4_4_40").glob("*.br"))
+    bomb.write_bytes(brotli.compress(b"\0" * (64 << 20)))  # 64 MiB where a chunk holds 2 KiB
+    (problem,) = open_dataset(tmp_path / "img").inspector().validate()
+    assert "brotli data decodes to more than" in problem.message
+    with pytest.raises(ChunkDecodeError, match="brotli"):
+        open_volume(tmp_path / "img").levels[0].array.read()

@@ -6,7 +6,8 @@ see :class:`PrecomputedChunkSource`):
 
 * ``compresso`` segmentation (Seung lab's codec, the ``compresso`` package), sharded or not;
 * CloudVolume's local layout: unsharded chunk files stored as ``NAME.gz`` (its default for
-  ``file://``), whose content is the chunk's ordinary encoding, gzipped.
+  ``file://``) or ``NAME.br`` (``compress="br"``), whose content is the chunk's ordinary encoding,
+  gzipped or brotli-compressed.
 
 Encodings read here: ``raw`` (x fastest, then channels), ``compressed_segmentation`` (the
 ``compressed-segmentation`` package) and ``compresso``. Each decode is checked against the chunk's
@@ -25,7 +26,7 @@ import numpy as np
 import numpy.typing as npt
 
 from napari_shardscope.core.bytestore import ByteStore, read_bounded
-from napari_shardscope.core.encoding import gunzip
+from napari_shardscope.core.encoding import gunzip, unbrotli
 from napari_shardscope.core.errors import ChunkDecodeError, UnsupportedFeatureError
 from napari_shardscope.core.formats.precomputed.info import PrecomputedInfo, ScaleInfo
 
@@ -176,6 +177,7 @@ class PrecomputedChunkSource:
         data = read_bounded(self.store, name + GZIP_SUFFIX, cap, "a chunk file", ChunkDecodeError)
         if data is not None:
             return gunzip(data, key=where + GZIP_SUFFIX, offset=0, max_size=cap), where + GZIP_SUFFIX
-        if self.store.size(name + BROTLI_SUFFIX) is not None:
-            raise UnsupportedFeatureError("brotli-compressed chunk files (NAME.br)", key=where + BROTLI_SUFFIX)
+        data = read_bounded(self.store, name + BROTLI_SUFFIX, cap, "a chunk file", ChunkDecodeError)
+        if data is not None:
+            return unbrotli(data, key=where + BROTLI_SUFFIX, offset=0, max_size=cap), where + BROTLI_SUFFIX
         return read_bounded(self.store, name, cap, "a chunk file", ChunkDecodeError), where

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from napari_shardscope.core.bytestore import ByteStore, join_key, read_bounded, read_document
-from napari_shardscope.core.encoding import MAX_DECODED_BYTES, gunzip
+from napari_shardscope.core.encoding import MAX_DECODED_BYTES, gunzip, unbrotli
 from napari_shardscope.core.errors import (
     ArgumentError,
     ChunkDecodeError,
@@ -362,9 +362,10 @@ class PrecomputedInspector:
         key = source.scale.unsharded_chunk_key(grid)
         size = self.store.size(key) if self.store.cheap_size else None
         present = size is not None if self.store.cheap_size else self.store.read_range(key, 0, 0) is not None
-        if not present and self.store.cheap_size and self.store.size(key + GZIP_SUFFIX) is not None:
-            key += GZIP_SUFFIX  # CloudVolume's local layout
-            size, present = self.store.size(key), True
+        stored = next((key + x for x in (GZIP_SUFFIX, BROTLI_SUFFIX)
+                       if not present and self.store.cheap_size and self.store.size(key + x) is not None), None)
+        if stored is not None:  # CloudVolume's local layout
+            key, size, present = stored, self.store.size(stored), True
         return {
             "scale": source.name,
             "chunk_id": chunk_id,
@@ -521,8 +522,8 @@ class PrecomputedInspector:
         """Each chunk file: its name a chunk of the grid, and its bytes decoding to exactly that chunk.
 
         Chunks in the encodings we decode ourselves (raw, compressed_segmentation, compresso) are
-        decoded; CloudVolume's ``NAME.gz`` files are gunzipped first (a ``NAME.br`` is reported as
-        not read); other encodings (jpeg, png) are left to TensorStore.
+        decoded; CloudVolume's ``NAME.gz`` and ``NAME.br`` files are decompressed first; other
+        encodings (jpeg, png) are left to TensorStore.
         """
         sc = source.scale
         if sc is None or self.volume is None:
@@ -541,9 +542,6 @@ class PrecomputedInspector:
             if grid is None:
                 yield Problem(key, "file name is not a chunk of this scale's grid")
                 continue
-            if stored_as == BROTLI_SUFFIX:
-                yield Problem(key, "brotli-compressed chunk files are not read by shardscope (not checked)")
-                continue
             if sc.encoding not in OWN_ENCODINGS:
                 continue
             problem = self._check_chunk_file(key, stored_as, sc, grid)
@@ -561,6 +559,8 @@ class PrecomputedInspector:
                 return Problem(key, "listed but could not be read")
             if stored_as == GZIP_SUFFIX:
                 data = gunzip(data, key=key, offset=0, max_size=cap)
+            elif stored_as == BROTLI_SUFFIX:
+                data = unbrotli(data, key=key, offset=0, max_size=cap)
             decode_chunk_encoding(data, self.volume, sc, extent, key=key)
         except FormatError as exc:
             return Problem(key, exc.message, exc.offset)
