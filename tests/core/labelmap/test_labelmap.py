@@ -342,3 +342,21 @@ def test_handed_out_body_arrays_follow_edits_made_elsewhere(dumbbell_lm: Labelma
     assert int(np.asarray(bodies[4, 14, 5])) == 10  # not seen until the version is looked at again
     dumbbell_lm.at("main")
     assert int(np.asarray(bodies[4, 14, 5])) == 5
+
+
+def test_a_zarr_v2_segmentation_is_a_labelmap_base(tmp_path: Path, repo: Repository) -> None:
+    """Issue 16: zarr v2 (and OME-Zarr 0.4) volumes serve as a labelmap's base like every other format."""
+    import zarr
+
+    base = np.zeros((8, 16, 16), dtype="<u4")
+    base[:, :, :8], base[:, :, 8:] = 11, 12
+    z = zarr.create(shape=base.shape, chunks=(4, 8, 8), dtype=base.dtype, store=str(tmp_path / "seg.zarr"),
+                    zarr_format=2, fill_value=0)
+    z[:] = base
+    z.attrs["_ARRAY_DIMENSIONS"] = ["z", "y", "x"]
+    lm = create_labelmap(repo, "v2", tmp_path / "seg.zarr", block=8)
+    v = lm.at("main")
+    np.testing.assert_array_equal(v.read_bodies(), base)
+    v.merge(11, [12])
+    np.testing.assert_array_equal(v.read_bodies(), np.full_like(base, 11))
+    np.testing.assert_array_equal(np.asarray(zarr.open(str(tmp_path / "seg.zarr"), mode="r")[:]), base)  # untouched
