@@ -137,5 +137,9 @@ def test_inspect_ls_and_validate_on_every_real_dataset(rel: str) -> None:
         return
     if rel == "zarrjava_ome05/labels":  # a labels group: its label images are the volumes the viewer opens
         assert codes == [3, 3, 3]
+        err = io.StringIO()
+        with contextlib.redirect_stderr(err):
+            run(["inspect", url])
+        assert "labels group" in err.getvalue() and "zarrjava_ome05/labels/nuclei" in err.getvalue()
         return
     assert codes == [0, 0, 0], (rel, outputs)

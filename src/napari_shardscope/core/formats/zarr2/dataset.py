@@ -87,6 +87,10 @@ class Zarr2Dataset(DatasetBase):
         if self.is_array:
             return [""]
         ms = self.multiscale
+        if ms is None and "labels" in self.attributes:
+            labels = ", ".join(self.location.child(n).url for n in label_names(self.attributes))
+            raise NotADatasetError(f"{self.metadata_url}: an OME-Zarr labels group; the viewer opens its label "
+                                   f"images, inspect one of them: {labels or '(none listed)'}")
         if ms is None:
             raise NotADatasetError(f"{self.metadata_url}: a zarr v2 group without OME-Zarr 'multiscales'; "
                                    "open one of its arrays or images directly")

@@ -107,7 +107,12 @@ class Zarr3Dataset(DatasetBase):
     def _make_inspector(self) -> Any:
         from napari_shardscope.core.formats.zarr3.inspector import Zarr3Inspector
 
-        return Zarr3Inspector(self.store, self.node, self.array_metadata)
+        node = self.node
+        if isinstance(node, GroupMetadata) and not node.multiscale_paths and "labels" in node.ome:
+            labels = ", ".join(f"{self.location.child(n).url}" for n in label_names(node.ome))
+            raise NotADatasetError(f"{self.metadata_url}: an OME-Zarr labels group; the viewer opens its label "
+                                   f"images, inspect one of them: {labels or '(none listed)'}")
+        return Zarr3Inspector(self.store, node, self.array_metadata)
 
     def _make_layout_backend(self) -> Any:
         from napari_shardscope.core.formats.zarr3.layout import Zarr3Layout
