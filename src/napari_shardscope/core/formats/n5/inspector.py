@@ -17,7 +17,6 @@ sizes are reported as ``null`` rather than downloading every block to count its 
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from typing import Any
 
@@ -36,12 +35,8 @@ from napari_shardscope.core.formats.n5.block import (
     read_block_bytes,
 )
 from napari_shardscope.core.formats.n5.volume import presented_order, stored_axes, volume_placement
-from napari_shardscope.core.formats.problem import Problem
+from napari_shardscope.core.formats.problem import Problem, check_files
 from napari_shardscope.core.progress import Progress
-
-#: Blocks checked concurrently by :meth:`N5Inspector.validate` (reads overlap on remote stores).
-VALIDATE_THREADS = 4
-_VALIDATE_BATCH = 64
 
 
 class N5Inspector:
@@ -202,19 +197,7 @@ class N5Inspector:
             prefix = f"{lvl.attributes.path}/" if lvl.attributes.path else ""
             work.extend((lvl.attributes, key, key[len(prefix):]) for key in self.store.list(prefix))
         work = [(a, key, rel) for a, key, rel in work if _looks_numeric(rel)]
-        total = len(work)
-        if progress is not None and total == 0:
-            progress(0, 0, "no blocks")
-        done = 0
-        with ThreadPoolExecutor(VALIDATE_THREADS) as pool:
-            for start in range(0, total, _VALIDATE_BATCH):
-                batch = work[start : start + _VALIDATE_BATCH]
-                for (_, key, _), problems in zip(batch, pool.map(lambda w: self._check_key(*w), batch),
-                                                 strict=True):
-                    yield from problems
-                    done += 1
-                    if progress is not None:
-                        progress(done, total, key)
+        yield from check_files(work, lambda w: w[1], lambda w: self._check_key(*w), progress, what="blocks")
 
     def _check_key(self, attrs: DatasetAttributes, key: str, rel: str) -> list[Problem]:
         grid = parse_block_path(rel, attrs.ndim)

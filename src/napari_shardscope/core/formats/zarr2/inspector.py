@@ -13,13 +13,12 @@ sizes are reported as ``null`` rather than downloading every chunk to count its 
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Protocol
 
 from napari_shardscope.core.bytestore import ByteStore
 from napari_shardscope.core.errors import ArgumentError, FormatError, MetadataError, StoreError, UnsupportedError
 from napari_shardscope.core.formats.ome import OmeMultiscale, ome_level_placement
-from napari_shardscope.core.formats.problem import Problem
+from napari_shardscope.core.formats.problem import Problem, check_files
 from napari_shardscope.core.formats.volume_spec import LevelPlacement, VolumePlacement
 from napari_shardscope.core.formats.zarr2.chunk import (
     chunk_store_key,
@@ -51,9 +50,6 @@ class Zarr2Node(Protocol):
 
     def scale_paths(self) -> list[str]: ...
 
-#: Chunks checked concurrently by :meth:`Zarr2Inspector.validate` (reads overlap on remote stores).
-VALIDATE_THREADS = 4
-_VALIDATE_BATCH = 64
 
 
 class Zarr2Inspector:
@@ -191,19 +187,7 @@ class Zarr2Inspector:
                         shadowed.add(where)
                         early.append(Problem(where, "a directory where a chunk file should be"))
         yield from early
-        total = len(work)
-        if progress is not None and total == 0:
-            progress(0, 0, "no chunks")
-        done = 0
-        with ThreadPoolExecutor(VALIDATE_THREADS) as pool:
-            for start in range(0, total, _VALIDATE_BATCH):
-                batch = work[start: start + _VALIDATE_BATCH]
-                for (_, key, _), problems in zip(batch, pool.map(lambda w: self._check_chunk(*w), batch),
-                                                 strict=True):
-                    yield from problems
-                    done += 1
-                    if progress is not None:
-                        progress(done, total, key)
+        yield from check_files(work, lambda w: w[1], lambda w: self._check_chunk(*w), progress, what="chunks")
 
     def _check_chunk(self, meta: Zarr2ArrayMetadata, key: str, rel: str) -> list[Problem]:
         grid = meta.parse_chunk_key(rel)
