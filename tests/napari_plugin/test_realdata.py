@@ -6,15 +6,12 @@ driver (``neuroglancer_precomputed``, ``zarr3``, ``n5``), CloudVolume for CloudV
 (TensorStore cannot read it), and for the two N5 datasets no independent library reads (lz4, N5 1.x)
 the same image that n5-java wrote again in a readable flavour. The reference is brought to the
 reader's order by the rule the README states (axes other than x, y, z first, then z, y, x), from
-the names the dataset itself writes. Then ``inspect``, ``ls`` and ``validate``: clean, except the
-non-conformant ``ngscripts_sharded/zlib_as_gzip`` (validate names gzip) and the stale off-grid chunk
-files CloudVolume left in ``noduli_seg_head``.
+the names the dataset itself writes. ``inspect``, ``ls`` and ``validate`` on each are in
+``tests/core/cli/test_realdata_cli.py``.
 """
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 from pathlib import Path
 from typing import Any
@@ -23,7 +20,6 @@ import numpy as np
 import pytest
 import tensorstore as ts
 
-from napari_shardscope.core.cli import run
 from napari_shardscope.core.errors import ChunkDecodeError, UnsupportedFeatureError
 from napari_shardscope.core.formats import open_dataset
 from napari_shardscope.core.volumes import open_volume
@@ -34,9 +30,6 @@ VOLUMES = [d for d in DIRS if d not in NOT_VOLUMES]
 #: N5 datasets no independent library reads, and a copy of the same image one does read.
 SAME_IMAGE = {"n5java_zi/n5-java.n5/lz4": "n5java_zi/n5-java.n5/gzip",
               "n5java_backward/data-1.5.0.n5/raw": "n5java_backward/data-2.5.1.n5/raw"}
-#: ``validate`` findings the datasets really have (see ../shared/realdata/README.md).
-KNOWN_PROBLEMS = {"ngscripts_sharded/zlib_as_gzip": "bad gzip data",
-                  "noduli_seg_head": "file name is not a chunk of this scale's grid"}
 
 
 def _read_ts(spec: dict[str, Any]) -> np.ndarray:
@@ -118,28 +111,3 @@ def test_every_real_dataset_in_napari_equals_an_independent_reader(make_napari_v
                 failures.append(f"{rel}: layer {index} differs from the independent reader "
                                 f"({[a.shape for a in g]} vs {[b.shape for b in e]})")
     assert failures == []
-
-
-@pytest.mark.skipif(not VOLUMES, reason=f"no real datasets at {REALDATA}")
-@pytest.mark.parametrize("rel", VOLUMES)
-def test_inspect_ls_and_validate_on_every_real_dataset(rel: str) -> None:
-    url = str(REALDATA / rel)
-    codes, outputs = [], []
-    for verb in ("inspect", "ls", "validate"):
-        out = io.StringIO()
-        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(io.StringIO()):
-            codes.append(run([verb, url]))
-        outputs.append(out.getvalue())
-    if rel in KNOWN_PROBLEMS:
-        assert codes[2] == 1 and KNOWN_PROBLEMS[rel] in outputs[2], outputs[2]
-        if rel == "ngscripts_sharded/zlib_as_gzip":
-            assert "gzip" in outputs[2]
-        return
-    if rel == "zarrjava_ome05/labels":  # a labels group: its label images are the volumes the viewer opens
-        assert codes == [3, 3, 3]
-        err = io.StringIO()
-        with contextlib.redirect_stderr(err):
-            run(["inspect", url])
-        assert "labels group" in err.getvalue() and "zarrjava_ome05/labels/nuclei" in err.getvalue()
-        return
-    assert codes == [0, 0, 0], (rel, outputs)
