@@ -1,14 +1,22 @@
 #!/usr/bin/env bash
-# Install napari-shardscope into ./.venv on a fresh Debian/Ubuntu machine.
+# Install napari-shardscope into ./.venv (./.venv-pyqt6 for the PyQt6 modes) on a fresh Debian/Ubuntu machine.
 #
-#   bash scripts/install.sh          # the library, CLI and napari (PyQt5): extra [all]
-#   bash scripts/install.sh test     # the same plus the test tools and cross-check libraries: extra [test]
+#   bash scripts/install.sh             # the library, CLI and napari (PyQt5) in .venv: extra [all]
+#   bash scripts/install.sh test        # the same plus the test tools and cross-check libraries: extra [test]
+#   bash scripts/install.sh test-pyqt6  # the test environment under PyQt6 instead, in .venv-pyqt6: [test-pyqt6]
+#   bash scripts/install.sh pyqt6       # the library, CLI and napari (PyQt6) in .venv-pyqt6: extra [pyqt6]
+#
+# One Qt binding per environment: the PyQt6 modes use their own venv, so no environment holds two bindings.
 #
 # System packages: Xvfb and the X/OpenGL libraries Qt needs to draw (napari renders through OpenGL;
 # without the xcb libraries Qt aborts the process). Only missing packages are installed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 extra="${1:-all}"
+case "$extra" in
+  pyqt6|test-pyqt6) venv=.venv-pyqt6 ;;
+  *) venv=.venv ;;
+esac
 
 apt_packages=(xvfb xauth libgl1 libegl1 libgl1-mesa-dri libglib2.0-0 libfontconfig1 libdbus-1-3
   libxkbcommon-x11-0 libxcb-cursor0 libxcb-icccm4 libxcb-image0 libxcb-keysyms1 libxcb-randr0
@@ -39,11 +47,11 @@ if ! command -v uv >/dev/null 2>&1; then
 fi
 if command -v uv >/dev/null 2>&1 || "$python" -m uv --version >/dev/null 2>&1; then
   uv_cmd=(uv); command -v uv >/dev/null 2>&1 || uv_cmd=("$python" -m uv)
-  [ -x .venv/bin/python ] || "${uv_cmd[@]}" venv -q -p "$python" .venv
-  "${uv_cmd[@]}" pip install -q -p .venv/bin/python -e ".[$extra]"
+  [ -x "$venv/bin/python" ] || "${uv_cmd[@]}" venv -q -p "$python" "$venv"
+  "${uv_cmd[@]}" pip install -q -p "$venv/bin/python" -e ".[$extra]"
 else
-  [ -x .venv/bin/python ] || "$python" -m venv .venv
-  .venv/bin/python -m pip install -q --upgrade pip
-  .venv/bin/python -m pip install -q -e ".[$extra]"
+  [ -x "$venv/bin/python" ] || "$python" -m venv "$venv"
+  "$venv/bin/python" -m pip install -q --upgrade pip
+  "$venv/bin/python" -m pip install -q -e ".[$extra]"
 fi
-echo "install.sh: ready: .venv/bin/shardscope ($(.venv/bin/python -c 'import napari_shardscope as m; print(m.__version__)'))"
+echo "install.sh: ready: $venv/bin/shardscope ($("$venv/bin/python" -c 'import napari_shardscope as m; print(m.__version__)'))"

@@ -1,7 +1,10 @@
-"""Shared fixtures: a range-capable HTTP server on loopback; the hypothesis profile."""
+"""Shared fixtures: a range-capable HTTP server on loopback; the hypothesis profile; the Qt binding of this
+environment for qtpy and pytest-qt alike; ``slow`` tests only on request (``-m slow``)."""
 
 from __future__ import annotations
 
+import importlib.util
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -9,6 +12,33 @@ import pytest
 from hypothesis import settings
 
 from tests.http_range_server import RangeServer
+
+#: The bindings qtpy and pytest-qt both know, in qtpy's order of preference.
+QT_BINDINGS = {"pyqt5": "PyQt5", "pyqt6": "PyQt6", "pyside6": "PySide6"}
+
+
+def qt_binding() -> str | None:
+    """The Qt binding the tests use: ``QT_API`` when set, else the one installed (PyQt5 first, as qtpy picks).
+
+    Nothing in the configuration names a binding: ``.venv`` has PyQt5 and ``.venv-pyqt6`` PyQt6, and each
+    test run follows its environment.
+    """
+    chosen = os.environ.get("QT_API", "").lower()
+    if chosen:
+        return chosen
+    return next((api for api, module in QT_BINDINGS.items() if importlib.util.find_spec(module)), None)
+
+
+# Decided before anything imports Qt (this conftest loads before pytest-qt configures itself), and put in the
+# environment so that qtpy, pytest-qt and every child process (the screenshot script, the notebook kernel,
+# `shardscope demo`) load the same binding.
+_BINDING = qt_binding()
+if _BINDING is not None:
+    os.environ.setdefault("QT_API", _BINDING)
+    os.environ.setdefault("PYTEST_QT_API", _BINDING)
+    if os.environ["PYTEST_QT_API"].lower() != os.environ["QT_API"].lower():
+        raise pytest.UsageError(f"PYTEST_QT_API={os.environ['PYTEST_QT_API']} and QT_API={os.environ['QT_API']} "
+                                "name different Qt bindings: pytest-qt and qtpy must load the same one")
 
 # No per-example deadline: the machine is shared and noisy, and tests never assert on timing.
 settings.register_profile("shardscope", deadline=None, print_blob=True)
@@ -25,3 +55,13 @@ def http_root(tmp_path: Path) -> Iterator[tuple[Path, RangeServer]]:
         yield root, server
     finally:
         server.close()
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Tests marked ``slow`` (long crash loops) run only when asked for: ``pytest -m slow``."""
+    if config.getoption("markexpr"):
+        return
+    skip = pytest.mark.skip(reason="slow: run with `pytest -m slow`")
+    for item in items:
+        if "slow" in item.keywords:
+            item.add_marker(skip)

@@ -12,16 +12,25 @@ import threading
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
+#: The longest a gated request waits for its test to open the gate.
+GATE_WAIT_S = 60.0
+
 _RANGE = re.compile(r"bytes=(\d*)-(\d*)$")
 
 
 class RangeServer:
-    """Serve ``root`` at ``self.url`` until :meth:`close`; ``self.requests`` lists (path, range)."""
+    """Serve ``root`` at ``self.url`` until :meth:`close`; ``self.requests`` lists (path, range).
 
-    def __init__(self, root: str | os.PathLike[str]) -> None:
+    With ``gate``, every request waits (at most :data:`GATE_WAIT_S`) until the event is set: a host
+    that has not answered yet, released by the test. ``self.held`` counts requests waiting at the gate.
+    """
+
+    def __init__(self, root: str | os.PathLike[str], *, gate: threading.Event | None = None) -> None:
         self.root = Path(root)
         self.requests: list[tuple[str, str | None]] = []
         self.bytes_sent = 0
+        self.held = 0
+        self._gate = gate
         server = self
 
         class Handler(SimpleHTTPRequestHandler):
@@ -32,6 +41,10 @@ class RangeServer:
                 pass
 
             def do_GET(self) -> None:
+                if gate is not None and not gate.is_set():
+                    server.held += 1
+                    gate.wait(GATE_WAIT_S)
+                    server.held -= 1
                 rng = self.headers.get("Range")
                 server.requests.append((self.path, rng))
                 path = Path(self.translate_path(self.path))
@@ -82,5 +95,7 @@ class RangeServer:
         self._thread.start()
 
     def close(self) -> None:
+        if self._gate is not None:
+            self._gate.set()  # release held requests: no handler outlives the server
         self._httpd.shutdown()
         self._httpd.server_close()

@@ -180,6 +180,53 @@ def write_ome_zarr(root: Path) -> tuple[FormatCase, FormatCase]:
     return image, labels
 
 
+def write_zarr2_array(root: Path) -> FormatCase:
+    """A zarr v2 uint64 array written by zarr-python: F order, ``/`` separator, zstd, xarray dimension names."""
+    import zarr
+    from numcodecs import Zstd
+
+    path = root / "v2labels.zarr"
+    data = _rng_volume((10, 36, 28), "uint64", 5) % 40
+    z = zarr.create(shape=data.shape, chunks=(4, 16, 16), dtype=data.dtype, compressor=Zstd(level=3), order="F",
+                    dimension_separator="/", store=str(path), zarr_format=2)
+    z[:] = data
+    z.attrs["_ARRAY_DIMENSIONS"] = ["z", "y", "x"]
+
+    def read(level: int) -> np.ndarray:
+        return np.asarray(zarr.open(str(path), mode="r")[:])
+
+    return FormatCase("zarr2", path, (10, 36, 28), (1.0, 1.0, 1.0), (0.0, 0.0, 0.0), "uint64", "segmentation",
+                      1, None, read)
+
+
+def write_ome_zarr_04(root: Path) -> tuple[FormatCase, FormatCase]:
+    """An OME-Zarr 0.4 image (zarr v2, 3 levels) with one label image, written by the ``ome-zarr`` package."""
+    import zarr
+    from ome_zarr.format import FormatV04
+    from ome_zarr.writer import write_image, write_labels
+
+    group = root / "image04.ome.zarr"
+    g = zarr.open_group(str(group), mode="w", zarr_format=2)
+    image = _rng_volume((8, 64, 48), "uint16", 30)
+    labels = _rng_volume((8, 64, 48), "uint32", 31) % 20
+    write_image(image=image, group=g, axes="zyx", fmt=FormatV04(), scale_factors=(2, 4),
+                storage_options={"chunks": (4, 16, 16)})
+    write_labels(labels=labels, group=g, name="cells", axes="zyx", fmt=FormatV04(), scale_factors=(2,))
+
+    def reference(paths: list[Path]) -> Callable[[int], np.ndarray]:
+        return lambda level: np.asarray(zarr.open(str(paths[level]), mode="r")[:])
+
+    def paths(where: Path) -> list[Path]:
+        attrs = json.loads((where / ".zattrs").read_text())
+        return [where / ds["path"] for ds in attrs["multiscales"][0]["datasets"]]
+
+    cells = group / "labels" / "cells"
+    return (FormatCase("ome-zarr-0.4", group, (8, 64, 48), (1.0, 1.0, 1.0), (0.0, 0.0, 0.0), "uint16", "image",
+                       len(paths(group)), None, reference(paths(group))),
+            FormatCase("ome-zarr-0.4-labels", cells, (8, 64, 48), (1.0, 1.0, 1.0), (0.0, 0.0, 0.0), "uint32",
+                       "segmentation", len(paths(cells)), None, reference(paths(cells))))
+
+
 def _n5_dataset(path: Path, data_zyx: np.ndarray, block_xyz: list[int], extra: dict[str, Any]) -> None:
     ts.open({"driver": "n5", "kvstore": f"file://{path}/", "create": True,
              "metadata": {"dimensions": list(reversed(data_zyx.shape)), "blockSize": block_xyz,
@@ -244,8 +291,9 @@ def build_format_cases(root: Path) -> dict[str, FormatCase]:
     if root not in _CASES:
         root.mkdir(parents=True, exist_ok=True)
         cases = [w(root) for w in (write_precomputed_unsharded, write_precomputed_channels, write_zarr3_array,
-                                   write_n5_single, write_n5_viewer_group, write_n5_bdv_group)]
+                                   write_n5_single, write_n5_viewer_group, write_n5_bdv_group, write_zarr2_array)]
         cases.extend(write_ome_zarr(root))
+        cases.extend(write_ome_zarr_04(root))
         _CASES[root] = {c.name: c for c in cases}
     return _CASES[root]
 

@@ -27,12 +27,11 @@ PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 def test_proofreading_notebook_runs_headless(tmp_path: Path) -> None:
     nb = nbformat.read(NOTEBOOK, as_version=4)
-    env = dict(os.environ)
+    env = dict(os.environ)  # with QT_API, set by tests/conftest.py to this environment's binding
     env.update({
         "NAPARI_APPLICATION_IPY_INTERACTIVE": "0",
         "SHARDSCOPE_NOTEBOOK_DIR": str(tmp_path / "work"),
         "SHARDSCOPE_CACHE_DIR": str(tmp_path / "cache"),
-        "QT_API": "pyqt5",
     })
     client = nbclient.NotebookClient(nb, timeout=CELL_TIMEOUT, kernel_name="python3",
                                      resources={"metadata": {"path": str(tmp_path)}})

@@ -28,7 +28,7 @@ def panels() -> list[str]:
 def test_screenshots_script_renders_every_panel(tmp_path: Path) -> None:
     names = panels()
     assert "shard_browser" in names
-    env = dict(os.environ, SHARDSCOPE_CACHE_DIR=str(tmp_path / "cache"), QT_API="pyqt5")
+    env = dict(os.environ, SHARDSCOPE_CACHE_DIR=str(tmp_path / "cache"))  # QT_API: tests/conftest.py
     done = subprocess.run([sys.executable, str(SCRIPT), "--out", str(tmp_path / "out")], env=env,
                           capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stderr[-3000:]

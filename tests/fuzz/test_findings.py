@@ -143,10 +143,19 @@ def _huge_data_file(ds: Path) -> Path:
     return files[0]
 
 
-@pytest.mark.parametrize("fmt", sorted(WRITERS))
+def _precomputed_unsharded(tmp_path: Path) -> Path:
+    ds = tmp_path / "pc_unsharded"
+    write_ts_volume(ds, None, size=(16, 16, 8), chunk=(8, 8, 8), scales=1)
+    return ds
+
+
+@pytest.mark.parametrize("fmt", [*sorted(WRITERS), "precomputed_unsharded"])
 def test_validate_reports_a_huge_data_file_instead_of_allocating_it(tmp_path: Path, fmt: str) -> None:
-    """Seed 1392: ``validate`` read a 1 TiB sparse N5 block whole (MemoryError); shards likewise."""
-    write, _doc = WRITERS[fmt]
+    """Seed 1392: ``validate`` read a 1 TiB sparse N5 block whole (MemoryError); shards likewise.
+
+    Seed 121 (after merging main's check of unsharded precomputed chunk files): the same for a chunk file.
+    """
+    write = _precomputed_unsharded if fmt == "precomputed_unsharded" else WRITERS[fmt][0]
     ds = write(tmp_path)
     huge = _huge_data_file(ds)
     problems = _validate_or_typed_error(ds)

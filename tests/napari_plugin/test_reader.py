@@ -43,8 +43,15 @@ def test_get_reader_declines_what_it_cannot_read(tmp_path: Path, http_root: Any)
     (tmp_path / "broken" / "info").write_text("{not json")
     _, server = http_root
     for path in [tmp_path / "missing", tmp_path / "notes.txt", tmp_path / "empty", tmp_path / "other",
-                 tmp_path / "broken", "", "ftp://example.org/x", server.url + "nothing-here"]:
+                 tmp_path / "broken", "", "ftp://example.org/x"]:
         assert get_reader(str(path)) is None, path
+    # Without a Qt application (a script), a remote URL is probed at once and declined when it is not
+    # a volume; in napari it is opened in the background (tests/napari_plugin/test_background_open.py).
+    probe = ("import sys; from napari_shardscope.napari_plugin.reader import get_reader; "
+             "sys.exit(0 if get_reader(sys.argv[1]) is None else 1)")
+    result = subprocess.run([sys.executable, "-c", probe, server.url + "nothing-here"], capture_output=True,
+                            timeout=120)
+    assert result.returncode == 0, result.stderr.decode()
     assert get_reader([str(tmp_path / "empty")]) is None
     assert get_reader([]) is None
     assert get_reader(None) is None  # type: ignore[arg-type]
@@ -78,7 +85,8 @@ def test_get_reader_layer_data(format_cases: dict[str, FormatCase], sample: Samp
 
 
 # -- real viewer ------------------------------------------------------------------------------------
-CASES = ["precomputed", "precomputed-channels", "zarr3", "ome-zarr", "ome-zarr-labels", "n5", "n5-multiscale",
+CASES = ["precomputed", "precomputed-channels", "zarr3", "ome-zarr", "ome-zarr-labels", "zarr2", "ome-zarr-0.4",
+         "ome-zarr-0.4-labels", "n5", "n5-multiscale",
          "n5-bdv"]
 
 
@@ -88,7 +96,7 @@ def test_every_format_opens_in_a_viewer(name: str, make_napari_viewer: Any,
     case = format_cases[name]
     viewer = make_napari_viewer()
     layers = viewer.open(str(case.path), plugin="napari-shardscope")
-    if name == "ome-zarr":
+    if name in ("ome-zarr", "ome-zarr-0.4"):  # an OME-Zarr image brings its label images
         assert [type(la).__name__ for la in layers] == ["Image", "Labels"]
         layers = layers[:1]
     channels = case.shape[0] if name == "precomputed-channels" else 1
@@ -271,7 +279,7 @@ def run_cli(*args: str, env: dict[str, str] | None = None, timeout: float = 180)
 def test_cli_open_bad_path_fails_fast_without_napari(tmp_path: Path) -> None:
     result = run_cli("open", str(tmp_path / "nope"))
     assert result.returncode == 3  # not found
-    assert "not a precomputed, zarr v3 or N5 dataset" in result.stderr
+    assert "not a precomputed, zarr v3, N5 or zarr v2 dataset" in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1
 
 
@@ -286,3 +294,16 @@ def test_cli_open_screenshot(tmp_path: Path, format_cases: dict[str, FormatCase]
     pixels = iio.imread(out)
     assert pixels.ndim == 3 and pixels.shape[0] > 100 and pixels.shape[1] > 100
     assert pixels[..., :3].std() > 10
+
+
+@pytest.mark.parametrize("last", [3, 4])
+def test_a_thin_last_axis_is_not_taken_for_rgb(tmp_path: Path, make_napari_viewer: Any, last: int) -> None:
+    import zarr
+
+    data = (np.arange(40 * 40 * last) % 251).astype("u1").reshape(40, 40, last)  # napari would guess RGB(A)
+    z = zarr.create(shape=data.shape, chunks=(20, 20, last), dtype="u1", store=str(tmp_path / "thin.zarr"),
+                    zarr_format=2)
+    z[:] = data
+    viewer = make_napari_viewer()
+    (layer,) = viewer.open(str(tmp_path / "thin.zarr"), plugin="napari-shardscope")
+    assert not layer.rgb and layer.ndim == 3 and viewer.dims.nsteps == (40, 40, last)

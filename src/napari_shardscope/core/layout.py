@@ -339,7 +339,7 @@ class LayoutTree:
                 f"scale {geo.scale!r} has {n} chunks, more than {max_chunks} for a shard map; choose a coarser scale"
             )
         values_fmt, num_values = self._backend.shard_values(geo.scale, by)
-        values = values_fmt.transpose() if geo.reversed_axes else values_fmt
+        values = np.transpose(values_fmt, geo.array_order)
         chunk = geo.to_array_order(geo.chunk_shape)
         voxel_size = tuple(c * v for c, v in zip(chunk, geo.voxel_size, strict=True))
         translate = tuple(t + (c / 2 - 0.5) * v for t, c, v in zip(geo.translate, chunk, geo.voxel_size, strict=True))

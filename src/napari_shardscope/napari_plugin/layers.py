@@ -12,7 +12,8 @@ Choices made here, and why:
 * ``contrast_limits`` are always passed for images (from metadata or the dtype); without them
   napari computes the data range, which would read the whole volume.
 * Segmentations become Labels layers; images become Image layers (a channel axis is split into
-  one layer per channel, as napari does for multichannel images).
+  one layer per channel, as napari does for multichannel images), never guessed to be RGB(A) from
+  a last axis of length 3 or 4.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import logging
 import math
 from typing import Any
 
+from napari_shardscope.core.errors import UnsupportedFeatureError
 from napari_shardscope.core.volumes import Volume
 
 log = logging.getLogger(__name__)
@@ -36,7 +38,18 @@ METADATA_KEY = "shardscope"
 
 
 def volume_layer_data(volume: Volume) -> LayerData:
-    """The napari layer-data tuple showing ``volume``."""
+    """The napari layer-data tuple showing ``volume``.
+
+    Raises
+    ------
+    UnsupportedFeatureError
+        For a volume of fewer than two axes besides a channel: napari draws images of two or more.
+    """
+    spatial = volume.ndim - (1 if volume.channel_axis is not None else 0)
+    if spatial < 2:
+        raise UnsupportedFeatureError(f"showing a {spatial}-D array in napari", key=volume.url,
+                                      detail="napari draws images of 2 or more dimensions; inspect and read it "
+                                      "from Python instead")
     arrays = volume.arrays
     multiscale = len(arrays) > 1
     coarsest = volume.levels[-1].shape
@@ -67,6 +80,9 @@ def volume_layer_data(volume: Volume) -> LayerData:
     data: Any = arrays if multiscale else arrays[0]
     if volume.kind == "segmentation":
         return data, kwargs, "labels"
+    # Never napari's RGB guess (a last axis of 3 or 4): our formats' axes are spatial or named channels, and a
+    # thin volume taken for RGB(A) is drawn wrongly or crashes napari.
+    kwargs["rgb"] = False
     if volume.contrast_limits is not None:
         kwargs["contrast_limits"] = volume.contrast_limits
     if volume.channel_axis is not None:

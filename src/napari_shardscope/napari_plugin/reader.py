@@ -5,11 +5,17 @@ whether it can read a path, on the GUI thread, for every file a user drops. So
 :func:`get_reader` must be fast and must never raise:
 
 * a local path is accepted only if it is a directory holding ``info``, ``zarr.json`` or
-  ``attributes.json`` (or is one of those files) — two or three ``stat`` calls, no TensorStore;
+  ``attributes.json`` (or is one of those files) — two or three ``stat`` calls — and its metadata
+  is opened there (local reads), so a directory that is not a volume is declined;
 * a remote URL (``http(s)://``, ``gs://``, ``s3://``, or with a ``precomputed://`` style prefix)
-  is probed by opening it (metadata only), so a URL that is not a volume is declined rather than
-  failing later;
-* anything that goes wrong returns ``None`` (logged at debug level), letting other readers try.
+  is accepted by its form alone when napari runs with its Qt event loop: the reader then opens it
+  in a worker thread (:mod:`.background`) with a progress bar and a Cancel button, adds the layers
+  when the metadata arrives and shows a napari notification if it fails — a slow or unreachable
+  host never freezes the window. It returns napari's "nothing to add now" sentinel ``[(None,)]``.
+  Without a Qt application (a script driving napari's reader API) the URL is probed synchronously,
+  as a local path is;
+* anything that goes wrong while deciding returns ``None`` (logged at debug level), letting other
+  readers try.
 
 The volumes opened during the check are what the returned reader function turns into layers,
 so metadata is read once.
@@ -22,13 +28,18 @@ import os
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from napari_shardscope.core.bytestore.url import split_format
 from napari_shardscope.core.volumes import Volume, is_remote, open_volumes
 from napari_shardscope.napari_plugin.layers import LayerData, volume_layer_data
 
 log = logging.getLogger(__name__)
 
-METADATA_FILES = ("info", "zarr.json", "attributes.json")
+METADATA_FILES = ("info", "zarr.json", "attributes.json", ".zarray", ".zgroup")
 ReaderFunction = Callable[[Any], list[LayerData]]
+
+
+#: What a reader returns when it added nothing itself (napari's null-layer sentinel).
+NOTHING_TO_ADD: list[Any] = [(None,)]
 
 
 def get_reader(path: str | Sequence[str]) -> ReaderFunction | None:
@@ -37,6 +48,8 @@ def get_reader(path: str | Sequence[str]) -> ReaderFunction | None:
         paths = _as_paths(path)
         if not paths or not all(could_be_volume(p) for p in paths):
             return None
+        if any(is_remote(p) for p in paths) and _gui_thread():
+            return _background_reader(paths)
         volumes: list[Volume] = []
         for p in paths:
             volumes.extend(open_volumes(p))
@@ -46,6 +59,33 @@ def get_reader(path: str | Sequence[str]) -> ReaderFunction | None:
 
     def read(_path: Any = None) -> list[LayerData]:
         return [volume_layer_data(v) for v in volumes]
+
+    return read
+
+
+def _gui_thread() -> bool:
+    """Whether we run on the thread of a Qt application (napari's GUI): the place not to wait."""
+    try:
+        from qtpy.QtCore import QCoreApplication, QThread
+    except Exception:  # no Qt binding: a script using the reader API without a GUI
+        return False
+    app = QCoreApplication.instance()
+    return app is not None and QThread.currentThread() is app.thread()
+
+
+def _background_reader(paths: list[str]) -> ReaderFunction:
+    """A reader that opens ``paths`` off the GUI thread and adds their layers when they arrive."""
+
+    def read(_path: Any = None) -> list[LayerData]:
+        import napari
+
+        from napari_shardscope.napari_plugin.background import open_in_background
+
+        viewer = napari.current_viewer()
+        if viewer is None:  # napari called the reader outside a viewer: open here, as a script would
+            return read_volumes(paths)
+        open_in_background(viewer, paths)
+        return NOTHING_TO_ADD
 
     return read
 
@@ -72,10 +112,7 @@ def could_be_volume(path: str) -> bool:
         return False
     if is_remote(path):
         return True
-    text = path
-    for prefix in ("precomputed://", "zarr3://", "zarr://", "n5://"):
-        if text.lower().startswith(prefix):
-            text = text[len(prefix):]
+    text, _ = split_format(path)
     if text.startswith("file://"):
         from urllib.parse import unquote, urlparse
 

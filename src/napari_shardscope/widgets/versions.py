@@ -106,25 +106,11 @@ class VersionsPanel(QWidget):  # type: ignore[misc]
         row.addWidget(self.diff_button)
         vbox.addLayout(row)
 
-        commit_box = QGroupBox("Commit the checked-out version")
-        crow = QHBoxLayout(commit_box)
-        self.message_edit = QLineEdit()
-        self.message_edit.setPlaceholderText("commit message")
-        self.commit_button = QPushButton("Commit")
-        self.commit_button.clicked.connect(self._commit_clicked)
-        crow.addWidget(self.message_edit)
-        crow.addWidget(self.commit_button)
-        vbox.addWidget(commit_box)
-
-        branch_box = QGroupBox("New version from the selected committed version")
-        brow = QHBoxLayout(branch_box)
-        self.branch_edit = QLineEdit()
-        self.branch_edit.setPlaceholderText("new branch name (empty: continue its branch)")
-        self.branch_button = QPushButton("New branch")
-        self.branch_button.clicked.connect(self._branch_clicked)
-        brow.addWidget(self.branch_edit)
-        brow.addWidget(self.branch_button)
-        vbox.addWidget(branch_box)
+        self.message_edit, self.commit_button = _text_and_button(
+            vbox, "Commit the checked-out version", "commit message", "Commit", self._commit_clicked)
+        self.branch_edit, self.branch_button = _text_and_button(
+            vbox, "New version from the selected committed version", "new branch name (empty: continue its branch)",
+            "New branch", self._branch_clicked)
 
         merge_box = QGroupBox("Merge a branch into the checked-out (committed) version")
         mv = QVBoxLayout(merge_box)
@@ -337,3 +323,17 @@ class VersionsPanel(QWidget):  # type: ignore[misc]
         for col in range(4):
             self.diff_tree.resizeColumnToContents(col)
 
+
+def _text_and_button(vbox: Any, title: str, placeholder: str, label: str,
+                     clicked: Callable[[], None]) -> tuple[QLineEdit, QPushButton]:
+    """A titled box of one line edit and the button that acts on it, added to ``vbox``."""
+    box = QGroupBox(title)
+    row = QHBoxLayout(box)
+    edit = QLineEdit()
+    edit.setPlaceholderText(placeholder)
+    button = QPushButton(label)
+    button.clicked.connect(clicked)
+    row.addWidget(edit)
+    row.addWidget(button)
+    vbox.addWidget(box)
+    return edit, button

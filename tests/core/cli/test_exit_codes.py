@@ -90,7 +90,7 @@ def test_a_bad_argument_value_exits_2(volume: Path, capsys: pytest.CaptureFixtur
 
 def test_a_missing_path_exits_3(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     code, out, err = shardscope(capsys, "inspect", str(tmp_path / "nothing"), "--json")
-    assert code == 3 and "not a precomputed, zarr v3 or N5 dataset" in one_line(err, "inspect")
+    assert code == 3 and "not a precomputed, zarr v3, N5 or zarr v2 dataset" in one_line(err, "inspect")
     error = json_error(out)
     assert error["group"] == "not_found" and "nothing" in str(error["message"])
     code, _, err = shardscope(capsys, "repo", "log", str(tmp_path / "nothing"))

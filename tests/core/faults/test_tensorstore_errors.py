@@ -131,3 +131,14 @@ def test_a_damaged_base_chunk_under_a_labelmap_is_typed(tmp_path: Path) -> None:
     base = BaseSource(open_volume(case.path))
     with pytest.raises(ChunkDecodeError, match=str(chunk)):
         base.read(0, Box((0, 0, 0), (4, 8, 8)))
+
+
+def test_a_bare_decoding_failure_is_corrupt_data_not_a_storage_fault() -> None:
+    """TensorStore's sharded reader quotes no status code for a minishard index it cannot decode."""
+    from napari_shardscope.core.bytestore.tserrors import error_from_tensorstore
+    from napari_shardscope.core.errors import ChunkDecodeError
+
+    exc = ValueError('Error reading chunk 3 in minishard 1 in local file "/d/16mm/1.shard": Error decoding '
+                     "existing minishard index for minishard 0: Error decoding zlib-compressed data")
+    err = error_from_tensorstore(exc, where="file:///d/")
+    assert isinstance(err, ChunkDecodeError) and "zlib" in str(err)

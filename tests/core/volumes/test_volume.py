@@ -122,7 +122,8 @@ def test_lazy_array_translates_domains_to_zero() -> None:
 
 
 # -- formats -------------------------------------------------------------------------------------------
-CASES = ["precomputed", "precomputed-channels", "zarr3", "ome-zarr", "ome-zarr-labels", "n5", "n5-multiscale",
+CASES = ["precomputed", "precomputed-channels", "zarr3", "ome-zarr", "ome-zarr-labels", "zarr2", "ome-zarr-0.4",
+         "ome-zarr-0.4-labels", "n5", "n5-multiscale",
          "n5-bdv"]
 
 

@@ -19,6 +19,9 @@ from napari_shardscope.core.bytestore.oserrors import storage_fault
 from napari_shardscope.core.bytestore.protocol import ReadStats
 from napari_shardscope.core.errors import ArgumentError, NotARegularFileError, StoreError
 
+#: The name prefix of the temporary file an atomic write renames into place. Never a key: listings skip it.
+TEMP_PREFIX = ".shardscope-tmp-"
+
 
 class LocalByteStore:
     """A directory on the local disk.
@@ -176,7 +179,7 @@ class LocalByteStore:
             dirnames.sort()
             rel = Path(dirpath).relative_to(self.root)
             for name in filenames:
-                if name.startswith(".shardscope-tmp-"):
+                if name.startswith(TEMP_PREFIX):
                     continue
                 keys.append((rel / name).as_posix() if str(rel) != "." else name)
         return iter(sorted(keys))
@@ -190,6 +193,27 @@ class LocalByteStore:
         # A link planted among the parents between the check and the write would have redirected
         # mkdir/mkstemp; check again so such a race is at least reported.
         self._path(key, writing=True)
+
+    def remove_temporaries(self) -> tuple[str, ...]:
+        """Delete the temporary files that atomic writes killed before their rename left; their paths.
+
+        A process killed between creating its temporary file and renaming it (SIGKILL, a crash, a power
+        cut) cannot remove it. Such a file is never listed or read as a key, but it takes space and would
+        accumulate: an export removes them before it writes. Not while another process writes here (its
+        temporary file in progress would go too).
+        """
+        if not self.root.is_dir():
+            return ()
+        removed: list[str] = []
+        try:
+            for dirpath, _, filenames in os.walk(self.root):
+                for name in filenames:
+                    if name.startswith(TEMP_PREFIX):
+                        os.unlink(os.path.join(dirpath, name))
+                        removed.append(os.path.join(dirpath, name))
+        except OSError as exc:
+            raise StoreError(f"{self.root}: cannot remove a temporary file: {exc.strerror or exc}") from exc
+        return tuple(removed)
 
     def delete(self, key: str) -> None:
         path = self._path(key, writing=True)
@@ -242,7 +266,7 @@ def write_file_atomic(path: Path, data: bytes) -> None:
     replaces a link at ``path`` by the new file and never writes through it.
     """
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".shardscope-tmp-", dir=path.parent)
+    fd, tmp = tempfile.mkstemp(prefix=TEMP_PREFIX, dir=path.parent)
     try:
         os.fchmod(fd, 0o666 & ~current_umask())
         with os.fdopen(fd, "wb") as fh:

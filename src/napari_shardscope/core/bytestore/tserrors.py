@@ -68,6 +68,11 @@ def named_key(exc: BaseException) -> str | None:
     return match.group(1) if match else None
 
 
+#: Words of a decoding failure in a TensorStore message that carries no status code (the sharded
+#: precomputed reader quotes "Error decoding existing minishard index ..." bare).
+_DECODE_FAILURE = re.compile(r"Error decoding|Error reading chunk .* in minishard")
+
+
 def error_from_tensorstore(exc: BaseException, *, where: str, opening: bool = False,
                            raw_bytes: bool = False) -> ShardscopeError:
     """Our typed error for a TensorStore failure ``exc`` that happened while working on ``where``.
@@ -107,6 +112,8 @@ def error_from_tensorstore(exc: BaseException, *, where: str, opening: bool = Fa
         return NotFoundError(f"{where}: {detail}")
     if code == "UNIMPLEMENTED":
         return UnsupportedFeatureError(detail, key=where)
+    if code is None and _DECODE_FAILURE.search(message):  # some paths quote no status code
+        code = "DATA_LOSS"
     if code in CORRUPT_CODES and not raw_bytes:
         if opening:
             return FormatError(f"TensorStore cannot open it: {text}", key=key or where)

@@ -30,19 +30,22 @@ from napari_shardscope.core.errors import ArgumentError
 #: Neuroglancer-style prefixes that name the format, and the format they select.
 FORMAT_PREFIXES: dict[str, str] = {
     "precomputed://": "precomputed",
-    "zarr3://": "zarr",
+    "zarr3://": "zarr3",
+    "zarr2://": "zarr2",
     "zarr://": "zarr",
     "n5://": "n5",
 }
 #: Neuroglancer's pipe suffixes (``URL|zarr3:``) and the format they select.
 FORMAT_SUFFIXES: dict[str, str] = {
     "|precomputed:": "precomputed",
-    "|zarr3:": "zarr",
+    "|zarr3:": "zarr3",
+    "|zarr2:": "zarr2",
     "|zarr:": "zarr",
     "|n5:": "n5",
 }
 #: Metadata documents that name their format when a URL points at them.
-METADATA_DOCUMENTS: dict[str, str] = {"info": "precomputed", "zarr.json": "zarr", "attributes.json": "n5"}
+METADATA_DOCUMENTS: dict[str, str] = {"info": "precomputed", "zarr.json": "zarr3", "attributes.json": "n5",
+                                      ".zarray": "zarr2", ".zgroup": "zarr2", ".zattrs": "zarr2"}
 REMOTE_SCHEMES = ("http", "https", "gs", "s3")
 
 

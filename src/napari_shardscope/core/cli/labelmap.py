@@ -374,7 +374,7 @@ VERBS = (
         Verb("create", cmd_create, "create a labelmap over a base segmentation", (
             REPOSITORY,
             NAME,
-            arg("base", help="base supervoxel volume (path or URL of precomputed, zarr v3 or N5)"),
+            arg("base", help="base supervoxel volume (path or URL of precomputed, zarr v3 / v2 or N5)"),
             arg("--agglomeration", default=None, help="bodies JSON (supervoxel -> body), e.g. the sample's"),
             arg("--id-start", type=int, default=None, help="first new id (default: above every base id)"),
             arg("--block", type=int, default=64, help="overlay block edge in voxels (default 64)"),

@@ -23,7 +23,7 @@ import numpy as np
 
 from napari_shardscope.core.bytestore import open_store
 from napari_shardscope.core.errors import ArgumentError
-from napari_shardscope.core.export.prepare import claim_destination, clear_dataset, positive_shape
+from napari_shardscope.core.export.prepare import claim_destination, make_room, positive_shape
 from napari_shardscope.core.export.sharding_params import DEFAULT_SHARD_BYTES, choose_sharding
 from napari_shardscope.core.export.source import ExportSource, LevelGeometry
 from napari_shardscope.core.formats.precomputed.info import ScaleInfo, parse_info
@@ -234,12 +234,15 @@ def export_precomputed(
 
     With ``overwrite``, a dataset already at ``dest`` is deleted (its ``info`` first) once the export is
     planned, then the new shards are written and the new ``info`` last: no stale shard of the old dataset
-    survives, and a failed export leaves no ``info`` over a mix of old and new shards.
+    survives, and a failed export leaves no ``info`` over a mix of old and new shards. The shard files an
+    unfinished export left in this export's scale directories are refused without ``overwrite`` and deleted
+    with it (:func:`~napari_shardscope.core.export.prepare.make_room`).
 
     Raises
     ------
     ArgumentError
-        When ``dest`` already holds a dataset and ``overwrite`` is false; when ``dest`` overlaps the source;
+        When ``dest`` already holds a dataset, or files of an unfinished export, and ``overwrite`` is false;
+        when ``dest`` overlaps the source;
         for a ``chunk_size`` that is not 3 positive integers, a voxel type precomputed cannot store, or a
         sharding spec that does not fit the source.
     """
@@ -248,8 +251,8 @@ def export_precomputed(
     replacing = claim_destination(source, dest, store, "info", "precomputed", overwrite)
     info = build_info(source, chunk_size=chunk_size, sharding=sharding, shard_bytes=shard_bytes)
     tasks = plan_shard_tasks(dest, info)
-    if replacing:
-        clear_dataset(store, "info")
+    make_room(store, dest, "info", [f"{sc['key']}/" for sc in info["scales"]], replacing=replacing,
+              overwrite=overwrite)
     results = run_tasks(
         _TaskRunner(source), tasks, scheduler=scheduler, num_workers=num_workers, progress=progress, label="shard"
     )

@@ -7,17 +7,22 @@ Shared by the precomputed and the OME-Zarr writers, so both refuse the same inpu
   deletes or overwrites the voxels it is about to read;
 * an existing dataset is replaced only when the caller says so, and then *cleared* first. Writing over it
   would leave the old dataset's shards wherever the new export writes none (another sharding, an all-zero
-  shard), and the old metadata document over a mix of old and new shards if the export fails.
+  shard), and the old metadata document over a mix of old and new shards if the export fails;
+* the files an unfinished (killed, failed) export left where this one writes — shards without metadata —
+  are the same danger: refused without ``overwrite``, deleted with it. The temporary files of writes killed
+  before their rename are never data and are always removed;
+* every metadata document goes before any shard, so an export killed while clearing never leaves a document
+  standing over a dataset with shards missing (OME-Zarr would read them as zeros).
 """
 
 from __future__ import annotations
 
 import json
 import operator
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 
-from napari_shardscope.core.bytestore import ByteStore
+from napari_shardscope.core.bytestore import ByteStore, LocalByteStore
 from napari_shardscope.core.bytestore.url import parse_url
 from napari_shardscope.core.errors import ArgumentError, RefusedDestinationError
 from napari_shardscope.core.export.source import ExportSource
@@ -44,7 +49,7 @@ def claim_destination(source: ExportSource, dest: str, store: ByteStore, metadat
                       overwrite: bool) -> bool:
     """Check that ``source`` may be exported to ``dest``; whether ``dest`` holds a dataset to replace.
 
-    Call before planning; call :func:`clear_dataset` when this returns ``True``, once planning has checked
+    Call before planning; then call :func:`make_room` with what this returns, once planning has checked
     everything else, so that a refused export never deletes the old dataset.
 
     Raises
@@ -65,19 +70,50 @@ def claim_destination(source: ExportSource, dest: str, store: ByteStore, metadat
     return exists
 
 
-def clear_dataset(store: ByteStore, metadata_key: str) -> None:
-    """Delete the dataset in ``store``: its metadata document first, then every other key.
+def make_room(store: ByteStore, dest: str, metadata_name: str, prefixes: Sequence[str], *, replacing: bool,
+              overwrite: bool) -> None:
+    """Clear the destination for the export about to write under ``prefixes``, metadata documents first.
 
-    Deleting the metadata first means an export interrupted at any later point leaves a directory that no
-    reader mistakes for a dataset; the new metadata is written only after every shard.
+    Call once planning has checked everything else, so that a refused export never deletes anything.
+    ``replacing`` (from :func:`claim_destination`) clears the whole old dataset. Otherwise the keys an
+    unfinished export left under ``prefixes`` (the scales or arrays this export writes) are refused without
+    ``overwrite`` and deleted with it. Either way every key named ``metadata_name`` goes first (the group's
+    and each array's ``zarr.json``), and a local destination loses the temporary files of killed writes.
 
     Raises
     ------
+    RefusedDestinationError
+        When files of an unfinished export are in the way and ``overwrite`` is false.
     StoreError
         When the store refuses a deletion (a read-only store, missing permissions).
     """
-    store.delete(metadata_key)
-    store.clear()
+    if replacing:
+        for key in _metadata_first(store.list(), metadata_name, only_metadata=True):
+            store.delete(key)
+        store.clear()
+        return
+    leftovers = [key for prefix in prefixes for key in store.list(prefix)]
+    if leftovers and not overwrite:
+        raise RefusedDestinationError(
+            f"{dest} holds {len(leftovers)} files of an unfinished export ({leftovers[0]}, …) but no "
+            f"{metadata_name}; pass overwrite=True (CLI: --overwrite) to replace them"
+        )
+    for key in _metadata_first(leftovers, metadata_name):
+        store.delete(key)
+    if isinstance(store, LocalByteStore):
+        store.remove_temporaries()
+
+
+def _metadata_first(keys: Iterable[str], metadata_name: str, *, only_metadata: bool = False) -> list[str]:
+    """``keys`` in a safe order of deletion: the metadata documents (outermost first), then the rest.
+
+    No reader ever finds a document standing over an array or dataset whose files are partly deleted.
+    """
+    def is_metadata(key: str) -> bool:
+        return key.rsplit("/", 1)[-1] == metadata_name
+
+    chosen = [k for k in keys if is_metadata(k) or not only_metadata]
+    return sorted(chosen, key=lambda k: (not is_metadata(k), k.count("/")))
 
 
 def _overlap(a: str, b: str) -> bool:

@@ -21,7 +21,7 @@ import numpy as np
 from napari_shardscope.core.bytestore import join_key, open_store
 from napari_shardscope.core.errors import ArgumentError
 from napari_shardscope.core.export.precomputed import ExportReport, ShardResult
-from napari_shardscope.core.export.prepare import claim_destination, clear_dataset, positive_shape
+from napari_shardscope.core.export.prepare import claim_destination, make_room, positive_shape
 from napari_shardscope.core.export.source import ExportSource
 from napari_shardscope.core.formats.zarr3.metadata import parse_array_metadata, parse_group_metadata
 from napari_shardscope.core.formats.zarr3.reader import Zarr3ArrayReader
@@ -140,14 +140,17 @@ def export_zarr3(
     Shards holding only zeros are not written (a missing shard reads as the fill value 0). A segmentation
     source gets OME-Zarr ``image-label`` metadata, so readers open the group as labels, not as an image.
 
-    With ``overwrite``, a dataset already at ``dest`` is deleted (its ``zarr.json`` first) once the export is
+    With ``overwrite``, a dataset already at ``dest`` is deleted (every ``zarr.json`` first) once the export is
     planned: a shard of the old dataset where the new one is all zero must not survive, since a missing
-    shard is what says "zero". The ``zarr.json`` documents are written last.
+    shard is what says "zero". For the same reason the shards an unfinished export left in this export's
+    array directories are refused without ``overwrite`` and deleted with it. The ``zarr.json`` documents
+    are written last.
 
     Raises
     ------
     ArgumentError
-        When ``dest`` already holds a dataset and ``overwrite`` is false; when ``dest`` overlaps the source;
+        When ``dest`` already holds a dataset, or files of an unfinished export, and ``overwrite`` is false;
+        when ``dest`` overlaps the source;
         for an ``inner_chunk`` or ``shard_shape`` that is not 3 positive integers (whole inner chunks).
     """
     inner_chunk = positive_shape("inner_chunk", inner_chunk)
@@ -186,8 +189,8 @@ def export_zarr3(
                 ],
             }
         )
-    if replacing:
-        clear_dataset(store, "zarr.json")
+    make_room(store, dest, "zarr.json", [f"{level}/" for level in range(len(metas))], replacing=replacing,
+              overwrite=overwrite)
     results = run_tasks(
         _Runner(source), tasks, scheduler=scheduler, num_workers=num_workers, progress=progress, label="shard"
     )

@@ -130,6 +130,9 @@ class ScaleGeometry:
     reversed_axes
         Whether the format's order is the reverse of the array order (precomputed and N5 list x
         first, arrays are z, y, x).
+    order
+        Any other permutation: for each array axis, the format axis it shows (zarr ``c, x, y, z``
+        presented as ``c, z, y, x``); overrides :attr:`reversed_axes` when set.
     voxel_size, translate
         Per array axis (the last ``len(shape)`` axes of the volume): world size of a voxel and
         world position of the centre of voxel 0.
@@ -146,6 +149,7 @@ class ScaleGeometry:
     voxel_size: tuple[float, ...]
     translate: tuple[float, ...]
     unit: str | None = None
+    order: tuple[int, ...] | None = None
 
     @property
     def ndim(self) -> int:
@@ -160,17 +164,29 @@ class ScaleGeometry:
         return self.to_array_order(self.axes)
 
     @property
+    def array_order(self) -> tuple[int, ...]:
+        """For each array (napari) axis, the format axis it shows."""
+        if self.order is not None:
+            return self.order
+        return tuple(reversed(range(self.ndim))) if self.reversed_axes else tuple(range(self.ndim))
+
+    @property
     def slab_axis(self) -> int:
-        """The slowest-varying axis (format order): z for precomputed and N5, the first for zarr."""
-        return self.ndim - 1 if self.reversed_axes else 0
+        """The format axis shown as the slowest spatial one (z): z for precomputed and N5, the first for zarr."""
+        order = self.array_order
+        return order[-3] if self.order is not None and self.ndim >= 3 else order[0]
 
     def to_array_order(self, values: Sequence[Any]) -> tuple[Any, ...]:
         """Format order → array (napari) order."""
-        return tuple(reversed(tuple(values))) if self.reversed_axes else tuple(values)
+        values = tuple(values)
+        return tuple(values[i] for i in self.array_order)
 
     def to_format_order(self, values: Sequence[Any]) -> tuple[Any, ...]:
         """Array (napari) order → format order."""
-        return self.to_array_order(values)  # a reversal is its own inverse
+        out: list[Any] = [None] * len(values)
+        for array_axis, format_axis in enumerate(self.array_order):
+            out[format_axis] = values[array_axis]
+        return tuple(out)
 
     def grid_position(self, voxel: Sequence[int]) -> tuple[int, ...]:
         """The chunk holding ``voxel`` (absolute, format order); :class:`ArgumentError` outside."""

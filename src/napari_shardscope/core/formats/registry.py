@@ -1,6 +1,8 @@
 """The format registry and :func:`open_dataset`, the one place a URL becomes a dataset.
 
-Adding a format is adding its package under ``core/formats/`` and one line to :data:`FORMATS`.
+Adding a format is adding its package under ``core/formats/`` and one line to :data:`FORMATS` (one per
+metadata document that identifies it: zarr v2 has two, ``.zarray`` for arrays and ``.zgroup`` for groups;
+N5 has a second for multiscale groups without attributes of their own, found by ``s0/attributes.json``).
 Detection reads only metadata, every candidate at once (one round-trip on a remote store), and
 the first format in :data:`FORMATS` whose document exists wins. A Neuroglancer format prefix or
 suffix (``precomputed://``, ``URL|zarr3:``) or a URL naming the document itself skips detection.
@@ -22,9 +24,15 @@ _PKG = "napari_shardscope.core.formats"  # each opener is imported on first use
 FORMATS: tuple[Format, ...] = (
     Format("precomputed", "precomputed", ("precomputed",), "info", f"{_PKG}.precomputed.dataset:open_dataset",
            f"{_PKG}.precomputed.layout:PrecomputedLayout"),
-    Format("zarr3", "zarr v3", ("zarr",), "zarr.json", f"{_PKG}.zarr3.dataset:open_dataset",
+    Format("zarr3", "zarr v3", ("zarr", "zarr3"), "zarr.json", f"{_PKG}.zarr3.dataset:open_dataset",
            f"{_PKG}.zarr3.layout:Zarr3Layout"),
     Format("n5", "N5", ("n5",), "attributes.json", f"{_PKG}.n5.dataset:open_dataset", f"{_PKG}.n5.layout:N5Layout"),
+    Format("zarr2", "zarr v2", ("zarr", "zarr2"), ".zarray", f"{_PKG}.zarr2.dataset:open_array",
+           f"{_PKG}.zarr2.layout:Zarr2Layout"),
+    Format("zarr2", "zarr v2", ("zarr", "zarr2"), ".zgroup", f"{_PKG}.zarr2.dataset:open_group",
+           f"{_PKG}.zarr2.layout:Zarr2Layout"),
+    Format("n5", "N5", ("n5",), "s0/attributes.json", f"{_PKG}.n5.dataset:open_scales_group",
+           f"{_PKG}.n5.layout:N5Layout"),
 )
 
 
@@ -73,8 +81,8 @@ def open_dataset(url: str | os.PathLike[str] | Location, context: Any = None) ->
         data = found.get(fmt.metadata_key)
         if data is not None:
             return fmt.open(location, data, context)
-    documents = _or([f.metadata_key for f in formats])
-    names = _or([f.title for f in formats])
+    documents = _or([f.metadata_key for f in formats if "/" not in f.metadata_key])
+    names = _or(list(dict.fromkeys(f.title for f in formats)))
     raise NotADatasetError(f"{location.url}: no {documents} here, so it is not a {names} dataset")
 
 

@@ -17,12 +17,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 import numpy as np
+import numpy.typing as npt
 
 Kind = Literal["image", "segmentation"]
-FormatName = Literal["precomputed", "zarr3", "ome-zarr", "n5"]
+FormatName = Literal["precomputed", "zarr3", "zarr2", "ome-zarr", "n5"]
 
 #: Default axis names, slowest first, when the metadata names none (the last three are z, y, x).
 DEFAULT_AXES = ("t", "c", "z", "y", "x")
@@ -89,6 +90,39 @@ class LevelPlacement:
                 "downsampling_factors": list(self.downsampling_factors)}
 
 
+class ChunkSource(Protocol):
+    """A level's chunks decoded by the format's own code, for data no TensorStore driver reads.
+
+    TensorStore decodes voxels on the hot path wherever it can. Some data users have it cannot:
+    N5 ``lz4`` blocks and the N5 1.x ``compressionType`` attribute, zarr v2 ``lz4``/``lzma``
+    chunks, CloudVolume's ``NAME.gz`` chunk files. For those a format hands out a chunk source,
+    and the volumes layer wraps it in TensorStore's ``virtual_chunked`` driver, so the viewer gets
+    the same lazy views, shared cache and concurrency as for every other volume.
+
+    ``shape``, ``chunk_shape`` and :meth:`read_chunk` are in the source's own axis order (before
+    the level's :class:`ArrayTransform`), like the array a TensorStore driver would open.
+    """
+
+    @property
+    def shape(self) -> tuple[int, ...]: ...
+
+    @property
+    def dtype(self) -> np.dtype[Any]: ...
+
+    @property
+    def chunk_shape(self) -> tuple[int, ...]: ...
+
+    @property
+    def fill_value(self) -> Any: ...
+
+    def read_chunk(self, grid: tuple[int, ...]) -> npt.NDArray[Any] | None:
+        """The chunk at ``grid`` (its part inside the array, or the whole chunk), ``None`` when not stored.
+
+        Raises the format's typed errors (``ChunkDecodeError`` naming the key) for damaged bytes.
+        """
+        ...
+
+
 @dataclass(frozen=True)
 class LevelSpec(LevelPlacement):
     """A :class:`LevelPlacement` plus how to open its voxels.
@@ -99,18 +133,22 @@ class LevelSpec(LevelPlacement):
         The TensorStore spec JSON to open read-only (driver, kvstore and driver options).
     transform
         What turns the opened array into :attr:`shape` order (see :class:`ArrayTransform`).
+    chunk_source
+        When set, the voxels are read from it (:class:`ChunkSource`) instead of ``tensorstore``'s
+        driver; ``tensorstore`` then only says where the data lives.
     """
 
     tensorstore: Mapping[str, Any]
     transform: ArrayTransform
+    chunk_source: ChunkSource | None = field(default=None, compare=False, repr=False)
 
     @classmethod
     def of(cls, placement: LevelPlacement, tensorstore: Mapping[str, Any],
-           transform: ArrayTransform | None = None) -> LevelSpec:
-        """The spec of ``placement``'s level, opened with ``tensorstore`` through ``transform``."""
+           transform: ArrayTransform | None = None, chunk_source: ChunkSource | None = None) -> LevelSpec:
+        """The spec of ``placement``'s level, opened with ``tensorstore`` (or ``chunk_source``) via ``transform``."""
         return cls(placement.key, placement.shape, placement.dtype, placement.voxel_size, placement.translate,
                    placement.downsampling_factors, tensorstore,
-                   transform if transform is not None else ArrayTransform())
+                   transform if transform is not None else ArrayTransform(), chunk_source)
 
 
 @dataclass(frozen=True)
@@ -120,6 +158,13 @@ class VolumePlacement:
     axes: tuple[str, ...]
     unit: str | None
     levels: tuple[LevelPlacement, ...]
+
+    def level(self, key: str) -> LevelPlacement:
+        """The level called ``key`` (KeyError listing the names when absent)."""
+        for level in self.levels:
+            if level.key == key:
+                return level
+        raise KeyError(f"no scale {key!r}; scales are {[lv.key for lv in self.levels]}")
 
     def level_json(self, key: str) -> dict[str, Any] | None:
         """One level as ``inspect --json`` shows it (``None`` when ``key`` is not a level)."""
@@ -179,6 +224,48 @@ class VolumeSpec:
             if level.key == key:
                 return level
         raise KeyError(f"no scale {key!r}; scales are {[lv.key for lv in self.levels]}")
+
+
+#: The reader's order of the spatial axes: slowest first, as napari and every array here present them.
+SPATIAL_AXES = ("z", "y", "x")
+
+
+def reader_order(axes: Sequence[str]) -> tuple[int, ...] | None:
+    """The permutation presenting ``axes`` in the reader's order, or ``None`` when they already are.
+
+    Axes named ``x`` and ``y`` (and ``z``) go last, as ``z, y, x``; every other axis (``t``, ``c``,
+    unnamed) keeps its place before them, in the order written. Datasets whose axes do not name
+    both ``x`` and ``y`` are presented as stored. Zarr ``dimension_names``/OME ``axes`` such as
+    ``c, x, y, z`` (webKnossos) become ``c, z, y, x``; each presented axis shows stored axis
+    ``order[i]``.
+    """
+    names = [str(a).lower() for a in axes]
+    if "x" not in names or "y" not in names or len(set(names)) != len(names):
+        return None
+    spatial = [names.index(n) for n in SPATIAL_AXES if n in names]
+    order = tuple([i for i in range(len(names)) if i not in spatial] + spatial)
+    return None if order == tuple(range(len(names))) else order
+
+
+def permute(values: Sequence[Any], order: Sequence[int] | None) -> tuple[Any, ...]:
+    """``values`` in presented order (``order`` from :func:`reader_order`; ``None`` keeps them)."""
+    return tuple(values) if order is None else tuple(values[i] for i in order)
+
+
+def reorder_level(level: LevelPlacement, order: Sequence[int] | None) -> LevelPlacement:
+    """``level`` with every per-axis field in presented order."""
+    if order is None:
+        return level
+    return LevelPlacement(level.key, permute(level.shape, order), level.dtype, permute(level.voxel_size, order),
+                          permute(level.translate, order), permute(level.downsampling_factors, order))
+
+
+def reorder_placement(placement: VolumePlacement, order: Sequence[int] | None) -> VolumePlacement:
+    """``placement`` (axes and every level) in presented order."""
+    if order is None:
+        return placement
+    return VolumePlacement(permute(placement.axes, order), placement.unit,
+                           tuple(reorder_level(level, order) for level in placement.levels))
 
 
 def default_axes(ndim: int) -> tuple[str, ...]:

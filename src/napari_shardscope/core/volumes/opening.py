@@ -22,7 +22,7 @@ from napari_shardscope.core.formats import Dataset, open_dataset
 from napari_shardscope.core.formats.volume_spec import ArrayTransform, Kind, LevelSpec, VolumeSpec
 from napari_shardscope.core.volumes.lazy import LazyArray
 from napari_shardscope.core.volumes.model import ScaleLevel, Volume, keep_decreasing
-from napari_shardscope.core.volumes.tsopen import open_stores
+from napari_shardscope.core.volumes.tsopen import open_chunk_source, open_stores
 
 
 def open_volumes(url: str | os.PathLike[str], *, kind: Kind | None = None, context: Any = None) -> list[Volume]:
@@ -76,8 +76,10 @@ def open_volume_specs(specs: Sequence[VolumeSpec], context: Any = None) -> list[
     ctx = context if context is not None else shared_context()
     kept = [keep_decreasing(spec.levels) for spec in specs]
     flat = [level for levels in kept for level in levels]
-    stores = open_stores([level.tensorstore for level in flat], ctx, where=specs[0].url if specs else "")
-    opened = iter(stores)
+    where = specs[0].url if specs else ""
+    drivers = iter(open_stores([lv.tensorstore for lv in flat if lv.chunk_source is None], ctx, where=where))
+    opened = iter([open_chunk_source(lv.chunk_source, ctx, where=f"{where.rstrip('/')}/{lv.key}".rstrip("/"))
+                   if lv.chunk_source is not None else next(drivers) for lv in flat])
     volumes = []
     for spec, levels in zip(specs, kept, strict=True):
         scale_levels = tuple(_scale_level(spec, level, next(opened)) for level in levels)

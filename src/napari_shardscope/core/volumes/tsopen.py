@@ -9,6 +9,9 @@ Two decisions live here so that no format module can forget them:
   here are read-only and treated as immutable for the life of the open; re-open to see changes.
 * every scale is opened concurrently (futures first, results after), so a remote pyramid
   opens in about one round-trip instead of one per scale.
+
+Levels whose format hands out a :class:`~napari_shardscope.core.formats.volume_spec.ChunkSource`
+(data no TensorStore driver reads) are opened with :func:`open_chunk_source`.
 """
 
 from __future__ import annotations
@@ -16,7 +19,11 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import numpy.typing as npt
+
 from napari_shardscope.core.bytestore.tserrors import error_from_tensorstore
+from napari_shardscope.core.errors import ChunkDecodeError
+from napari_shardscope.core.formats.volume_spec import ChunkSource
 
 #: Spec fields added to every driver spec we open.
 CACHE_POLICY: dict[str, Any] = {"recheck_cached_data": "open", "recheck_cached_metadata": "open"}
@@ -44,3 +51,31 @@ def open_stores(specs: Sequence[Mapping[str, Any]], context: Any, *, where: str)
         except Exception as exc:  # TensorStore raises ValueError for every failure kind
             raise error_from_tensorstore(exc, where=where, opening=True) from exc
     return stores
+
+
+def open_chunk_source(source: ChunkSource, context: Any, *, where: str) -> Any:
+    """A read-only TensorStore over ``source``'s chunks (``virtual_chunked``), cached in ``context``'s pool.
+
+    One call of :meth:`ChunkSource.read_chunk` fills one chunk-aligned request; the result is cached
+    like any driver's chunk (the source is immutable while open). A chunk the source does not store
+    reads as its fill value; a decoded chunk smaller than its place in the array (a damaged or
+    foreign writer's edge block) is a :class:`ChunkDecodeError` naming ``where``.
+    """
+    import tensorstore as ts
+
+    fill = source.fill_value
+    chunk_shape = source.chunk_shape
+
+    def read(domain: Any, array: npt.NDArray[Any], _params: Any) -> None:
+        grid = tuple(int(o) // c for o, c in zip(domain.origin, chunk_shape, strict=True))
+        chunk = source.read_chunk(grid)
+        if chunk is None:
+            array[...] = fill if fill is not None else 0
+            return
+        if any(have < want for have, want in zip(chunk.shape, array.shape, strict=True)):
+            raise ChunkDecodeError(f"chunk {grid} holds {chunk.shape} voxels where the array needs {array.shape}",
+                                   key=where)
+        array[...] = chunk[tuple(slice(0, n) for n in array.shape)]
+
+    return ts.virtual_chunked(read, dtype=source.dtype, shape=source.shape,
+                              chunk_layout=ts.ChunkLayout(read_chunk_shape=chunk_shape), context=context)

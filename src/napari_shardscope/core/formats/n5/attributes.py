@@ -36,6 +36,9 @@ disagree, the choice is written down:
   ``downsamplingFactors``, and n5-spark copies ``s0``'s ``pixelResolution`` onto every scale it
   writes. (Taking it as the scale's own voxel size, as this project's viewer once did, made
   ``open`` and ``inspect`` disagree on such scales.)
+* **COSEM transforms** (OpenOrganelle): a scale's own ``transform`` (``scale``, ``translate``,
+  ``units``, written slowest axis first) is that scale's voxel size and offset, and wins over the
+  rules above for that scale.
 * **Units**: ``pixelResolution`` is ``{"dimensions": [...], "unit": "nm"}`` (one unit for every
   axis) or a bare list (no unit); ``resolution`` takes its units from the same document's
   ``units`` (a list per axis, as Neuroglancer reads it, or one string for all).
@@ -179,6 +182,9 @@ class ScaleLevel:
         Physical voxel size of this scale (the base resolution × the factors), or ``None``.
     units
         The unit of each axis of ``resolution`` as the metadata names it (``None``: none named).
+    translate
+        Physical position of voxel 0 in ``units`` (COSEM ``transform.translate``), ``None`` when the
+        metadata gives none (N5 has no offset field of its own).
     """
 
     key: str
@@ -186,6 +192,7 @@ class ScaleLevel:
     downsampling_factors: tuple[float, ...]
     resolution: tuple[float, ...] | None = None
     units: tuple[str, ...] | None = None
+    translate: tuple[float, ...] | None = None
 
     @property
     def unit(self) -> str | None:
@@ -198,7 +205,8 @@ class ScaleLevel:
         return {"key": self.key, "path": self.attributes.path, **self.attributes.to_json(),
                 "downsamplingFactors": list(self.downsampling_factors),
                 "resolution": None if self.resolution is None else list(self.resolution), "unit": self.unit,
-                "units": None if self.units is None else list(self.units)}
+                "units": None if self.units is None else list(self.units),
+                "translate": None if self.translate is None else list(self.translate)}
 
 
 @dataclass(frozen=True)
@@ -358,8 +366,12 @@ def parse_scales(group_doc: Mapping[str, Any], level_docs: Sequence[Mapping[str,
     """
     if not level_docs:
         attrs = parse_dataset_attributes(group_doc, path=path)
-        own = parse_resolution(group_doc, attrs.ndim, join_key(path, ATTRIBUTES_FILE))
+        key = join_key(path, ATTRIBUTES_FILE)
         ones = tuple(1 for _ in range(attrs.ndim))
+        transform = parse_transform(group_doc, attrs.ndim, key)
+        if transform is not None:
+            return [ScaleLevel("", attrs, ones, transform[0].values, transform[0].units, transform[1])]
+        own = parse_resolution(group_doc, attrs.ndim, key)
         return [ScaleLevel("", attrs, ones, *_resolution_fields(own, ones))]
     group_key = join_key(path, ATTRIBUTES_FILE)
     levels: list[ScaleLevel] = []
@@ -376,12 +388,40 @@ def parse_scales(group_doc: Mapping[str, Any], level_docs: Sequence[Mapping[str,
                                 key=key)
         factors = _scale_factors(i, doc, group_doc, attrs, levels[0].attributes if levels else None,
                                  key, group_key)
+        transform = parse_transform(doc, attrs.ndim, key)
+        if transform is not None:  # COSEM: the scale's own voxel size and offset
+            levels.append(ScaleLevel(name, attrs, factors, transform[0].values, transform[0].units, transform[1]))
+            continue
         own = parse_resolution(doc, attrs.ndim, key)
         if i == 0:
             s0_resolution = own
         base = own or parse_resolution(group_doc, attrs.ndim, group_key) or s0_resolution
         levels.append(ScaleLevel(name, attrs, factors, *_resolution_fields(base, factors)))
     return levels
+
+
+def parse_transform(doc: Mapping[str, Any], ndim: int, key: str) -> tuple[Resolution, tuple[float, ...]] | None:
+    """A COSEM / OpenOrganelle ``transform`` of a dataset: ``(voxel size and units, offset)``, N5 order.
+
+    COSEM writes ``{"axes": ["z", "y", "x"], "scale": [...], "translate": [...], "units": [...]}`` in
+    C order (slowest first), the reverse of N5's ``dimensions``; the values are this scale's own
+    voxel size (not a base to multiply by factors) and the position of its voxel 0.
+    """
+    transform = doc.get("transform")
+    if transform is None:
+        return None
+    if not isinstance(transform, Mapping):
+        raise MetadataError(f"field 'transform' must be an object, got {transform!r}", key=key)
+    scale = _number_list(transform.get("scale"), "transform.scale", ndim, key)
+    translate = transform.get("translate", [0.0] * ndim)
+    if (not isinstance(translate, list) or len(translate) != ndim
+            or any(isinstance(v, bool) or not isinstance(v, int | float) or not abs(v) <= MAX_NUMBER
+                   for v in translate)):
+        raise MetadataError(f"field 'transform.translate' must list {ndim} finite numbers, got {translate!r}",
+                            key=key)
+    units = _units(transform, ndim, key)
+    return (Resolution(tuple(reversed(scale)), None if units is None else tuple(reversed(units))),
+            tuple(float(v) for v in reversed(translate)))
 
 
 def _resolution_fields(base: Resolution | None,

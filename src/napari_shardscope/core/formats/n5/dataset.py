@@ -39,7 +39,7 @@ class N5Dataset(DatasetBase):
     def volume_specs(self, kind: Kind | None = None) -> list[VolumeSpec]:
         from napari_shardscope.core.formats.n5.volume import volume_spec
 
-        return [volume_spec(self.location, self.levels, self.document, kind=kind)]
+        return [volume_spec(self.location, self.levels, self.document, kind=kind, store=self.store)]
 
     def _make_inspector(self) -> Any:
         from napari_shardscope.core.formats.n5.inspector import N5Inspector
@@ -55,3 +55,13 @@ class N5Dataset(DatasetBase):
 def open_dataset(location: Location, metadata: bytes, context: Any = None) -> N5Dataset:
     """The registry's opener for ``attributes.json``."""
     return N5Dataset(location, metadata, context)
+
+
+def open_scales_group(location: Location, metadata: bytes, context: Any = None) -> N5Dataset:
+    """The registry's opener for a multiscale group without an ``attributes.json`` of its own.
+
+    N5 does not require a group to have attributes; n5-spark and hand-made pyramids often leave a
+    plain directory of ``s0``, ``s1``, … datasets. The registry finds it by ``s0/attributes.json``
+    (``metadata``, read again by :func:`~.attributes.list_scales` with the other scales).
+    """
+    return N5Dataset(location, b"{}", context)

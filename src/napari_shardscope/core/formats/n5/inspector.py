@@ -35,7 +35,7 @@ from napari_shardscope.core.formats.n5.block import (
     read_block,
     read_block_bytes,
 )
-from napari_shardscope.core.formats.n5.volume import volume_placement
+from napari_shardscope.core.formats.n5.volume import presented_order, stored_axes, volume_placement
 from napari_shardscope.core.formats.problem import Problem
 from napari_shardscope.core.progress import Progress
 
@@ -68,6 +68,9 @@ class N5Inspector:
         self.path = path
         self.levels: list[ScaleLevel] = list(levels)
         self.placement = volume_placement(self.levels, root)
+        #: Axis names in N5 order, and each presented axis's N5 axis (the viewer's transpose).
+        self.stored_axes = stored_axes(self.levels, root)
+        self.presented_order = presented_order(self.levels, root)
         self._other_levels: dict[str, ScaleLevel] = {}
 
     def __repr__(self) -> str:
@@ -129,6 +132,7 @@ class N5Inspector:
         attrs = lvl.attributes
         out = lvl.to_json()
         out.update(grid_shape=list(attrs.grid_shape), num_blocks=attrs.num_blocks,
+                   axes=None if self.stored_axes is None else list(self.stored_axes),
                    volume=self.placement.level_json(lvl.key))
         try:
             blocks = list(list_blocks(self.store, attrs))

@@ -62,17 +62,20 @@ class N5Layout(BackendBase):
     def geometry(self, scale: str) -> ScaleGeometry:
         lvl = self.ins.level(scale)
         n = lvl.attributes.ndim
+        placed = self.ins.placement.level(scale) if scale in self.ins.scale_keys() else None
         factor = nm_per_unit(lvl.unit) or 1.0
         return ScaleGeometry(
             scale=scale,
-            axes=AXIS_NAMES[:n] if n <= len(AXIS_NAMES) else tuple(f"d{i}" for i in range(n)),
+            axes=self.ins.stored_axes or (AXIS_NAMES[:n] if n <= len(AXIS_NAMES) else tuple(f"d{i}" for i in range(n))),
             shape=lvl.attributes.dimensions,
             origin=(0,) * n,
             chunk_shape=lvl.attributes.block_size,
             reversed_axes=True,
-            voxel_size=tuple(reversed([r * factor for r in lvl.resolution or (1.0,) * n])),
-            translate=(0.0,) * n,
-            unit="nm" if nm_per_unit(lvl.unit) else None,
+            order=self.ins.presented_order,
+            voxel_size=placed.voxel_size if placed is not None else tuple(
+                reversed([r * factor for r in lvl.resolution or (1.0,) * n])),
+            translate=placed.translate if placed is not None else (0.0,) * n,
+            unit=self.ins.placement.unit if placed is not None else ("nm" if nm_per_unit(lvl.unit) else None),
         )
 
     def _blocks(self, scale: str) -> list[ChunkFile]:

@@ -17,8 +17,7 @@ with the ``lz4`` package doing the LZ4 *block* work. A stream is a sequence of b
 and ends with an empty block (both lengths 0, checksum 0). A block stored with method ``raw`` is
 the decompressed bytes themselves (the writer falls back to it when LZ4 does not shrink them).
 
-xxHash32 is implemented here (:func:`compute_xxh32`) because verifying the checksum is what catches a
-corrupted block, and no xxHash package is a dependency; blocks are small (64 KiB by default).
+The checksum is verified (it is what catches a corrupted block) with the ``xxhash`` package.
 """
 
 from __future__ import annotations
@@ -39,12 +38,6 @@ DEFAULT_BLOCK_SIZE = 1 << 16
 MIN_BLOCK_SIZE = 64
 MAX_BLOCK_SIZE = 1 << (LEVEL_BASE + 0x0F)
 
-_P1 = 0x9E3779B1
-_P2 = 0x85EBCA77
-_P3 = 0xC2B2AE3D
-_P4 = 0x27D4EB2F
-_P5 = 0x165667B1
-_M32 = 0xFFFFFFFF
 
 
 class UnsupportedCompressionError(ChunkDecodeError):
@@ -52,61 +45,17 @@ class UnsupportedCompressionError(ChunkDecodeError):
 
 
 def compute_xxh32(data: bytes, seed: int = 0) -> int:
-    """xxHash32 of ``data`` with ``seed`` (the algorithm of Yann Collet's reference, 32-bit).
+    """xxHash32 of ``data`` with ``seed`` (unsigned 32-bit), by the ``xxhash`` package (C).
 
-    Parameters
-    ----------
-    data
-        Bytes to hash.
-    seed
-        Unsigned 32-bit seed (lz4-java's block stream uses ``0x9747b28c``).
-
-    Returns
-    -------
-    int
-        The unsigned 32-bit hash.
+    lz4-java's block stream uses seed ``0x9747b28c``; a pure-Python xxHash32 made checksumming
+    2,000x slower than decoding (``bench/n5_lz4.py`` measures both).
     """
-    n = len(data)
-    seed &= _M32
-    pos = 0
-    if n >= 16:
-        v1 = (seed + _P1 + _P2) & _M32
-        v2 = (seed + _P2) & _M32
-        v3 = seed
-        v4 = (seed - _P1) & _M32
-        nwords = (n // 16) * 4
-        words = struct.unpack_from(f"<{nwords}I", data)
-        for i in range(0, nwords, 4):
-            a = (v1 + words[i] * _P2) & _M32
-            v1 = (((a << 13) | (a >> 19)) * _P1) & _M32
-            a = (v2 + words[i + 1] * _P2) & _M32
-            v2 = (((a << 13) | (a >> 19)) * _P1) & _M32
-            a = (v3 + words[i + 2] * _P2) & _M32
-            v3 = (((a << 13) | (a >> 19)) * _P1) & _M32
-            a = (v4 + words[i + 3] * _P2) & _M32
-            v4 = (((a << 13) | (a >> 19)) * _P1) & _M32
-        h = (_rotl(v1, 1) + _rotl(v2, 7) + _rotl(v3, 12) + _rotl(v4, 18)) & _M32
-        pos = nwords * 4
-    else:
-        h = (seed + _P5) & _M32
-    h = (h + n) & _M32
-    while pos + 4 <= n:
-        (word,) = struct.unpack_from("<I", data, pos)
-        h = (_rotl((h + word * _P3) & _M32, 17) * _P4) & _M32
-        pos += 4
-    while pos < n:
-        h = (_rotl((h + data[pos] * _P5) & _M32, 11) * _P1) & _M32
-        pos += 1
-    h ^= h >> 15
-    h = (h * _P2) & _M32
-    h ^= h >> 13
-    h = (h * _P3) & _M32
-    h ^= h >> 16
-    return h
-
-
-def _rotl(x: int, r: int) -> int:
-    return ((x << r) | (x >> (32 - r))) & _M32
+    try:
+        import xxhash
+    except ImportError as exc:  # pragma: no cover - xxhash is in the codecs extra
+        raise UnsupportedCompressionError("N5 lz4 blocks need the 'xxhash' package to check their checksums "
+                                          "(pip install 'napari-shardscope[codecs]')") from exc
+    return int(xxhash.xxh32_intdigest(data, seed & 0xFFFFFFFF))
 
 
 def compute_block_checksum(data: bytes) -> int:

@@ -6,21 +6,29 @@
   rules, and why, are in :mod:`.attributes`).
 
 N5 lists dimensions fastest first (x, y, z) and TensorStore's ``n5`` driver keeps that order, so
-every array is presented reversed (a lazy transpose) as z, y, x, and so are the voxel sizes and
-factors. Voxel sizes are converted to nanometres when every axis names a length unit; otherwise
-they stay as written and the volume is unitless. N5 has no offset field: translate is 0.
+every array is presented through a lazy transpose in the reader's order — reversed, z, y, x, for
+the usual x, y, z; a channel axis first (:func:`stored_axes` names the axes) — and so are the voxel
+sizes and factors. What that driver does not read — ``lz4`` blocks, N5 before 1.0 (``compressionType``), a
+dataset without ``blockSize`` — is read block by block by :class:`N5ChunkSource` (our own block
+decoder behind TensorStore's ``virtual_chunked`` driver), the same way for the viewer and export.
+Voxel sizes are converted to nanometres when every axis names a length unit; otherwise they stay as
+written and the volume is unitless. N5 has no offset field: translate is 0, unless a COSEM
+``transform`` gives one.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
-from napari_shardscope.core.bytestore import Location, check_level_tree
-from napari_shardscope.core.formats.n5.attributes import ScaleLevel, is_dataset
-from napari_shardscope.core.formats.n5.block import max_block_bytes
+from napari_shardscope.core.bytestore import ByteStore, Location, check_level_tree
+from napari_shardscope.core.errors import UnsupportedFeatureError
+from napari_shardscope.core.formats.n5.attributes import DatasetAttributes, ScaleLevel, is_dataset
+from napari_shardscope.core.formats.n5.block import MODE_DEFAULT, format_block_key, max_block_bytes, read_block
 from napari_shardscope.core.formats.units import nm_factors
 from napari_shardscope.core.formats.volume_spec import (
     ArrayTransform,
@@ -32,6 +40,8 @@ from napari_shardscope.core.formats.volume_spec import (
     default_axes,
     guess_kind,
     image_contrast_limits,
+    permute,
+    reader_order,
 )
 
 
@@ -51,41 +61,146 @@ def voxel_sizes(levels: Sequence[ScaleLevel]) -> tuple[list[tuple[float, ...]], 
     return sizes, "nm"
 
 
-def volume_axes(levels: Sequence[ScaleLevel], root: Mapping[str, Any]) -> tuple[str, ...]:
-    """Axis names, slowest first: the ``axes`` attribute (N5 order, reversed), else the defaults.
+def stored_axes(levels: Sequence[ScaleLevel], root: Mapping[str, Any]) -> tuple[str, ...] | None:
+    """Axis names in N5 order (fastest first), as written or as the layout makes plain; ``None`` when unknown.
 
-    A group's ``axes`` is read before its ``s0``'s (Neuroglancer reads the multiscale group's).
+    The ``axes`` attribute when it names every axis (a group's is read before its ``s0``'s, as
+    Neuroglancer reads it). Without one, 2-D and 3-D datasets are ``x, y(, z)`` (N5's and Java's
+    convention); a 4-D dataset whose first or last axis is short (at most 16) with a block size of 1,
+    while the others are blocked, holds channels there — webKnossos writes ``c, x, y, z``, others
+    ``x, y, z, c`` — and is named so.
     """
-    ndim = levels[0].attributes.ndim
-    sources = [root] if is_dataset(root) else [root, levels[0].attributes.extra]
+    first = levels[0].attributes
+    ndim = first.ndim
+    sources = [root] if is_dataset(root) else [root, first.extra]
     for doc in sources:
         names = doc.get("axes")
         if isinstance(names, list) and len(names) == ndim and all(isinstance(n, str) for n in names):
-            return tuple(reversed([str(n) for n in names]))
-    return default_axes(ndim)
+            return tuple(str(n) for n in names)
+    if ndim in (2, 3):
+        return ("x", "y", "z")[:ndim]
+    if ndim == 4:
+        def channel_like(i: int) -> bool:
+            others = [b for j, b in enumerate(first.block_size) if j != i]
+            return first.block_size[i] == 1 and first.dimensions[i] <= 16 and min(others) > 1
+        if channel_like(0) and not channel_like(3):
+            return ("c", "x", "y", "z")
+        if channel_like(3) and not channel_like(0):
+            return ("x", "y", "z", "c")
+    return None
+
+
+def presented_order(levels: Sequence[ScaleLevel], root: Mapping[str, Any]) -> tuple[int, ...]:
+    """For each presented axis, the N5 axis it shows: the reader's order of the named axes, else reversed."""
+    names = stored_axes(levels, root)
+    ndim = levels[0].attributes.ndim
+    reversed_order = tuple(reversed(range(ndim)))
+    if names is None:
+        return reversed_order
+    order = reader_order(names)
+    if order is None:  # already slowest-first, or no x and y named: N5's order reversed, as always
+        return reversed_order if reader_order(tuple(reversed(names))) is None else tuple(range(ndim))
+    return order
+
+
+def volume_axes(levels: Sequence[ScaleLevel], root: Mapping[str, Any]) -> tuple[str, ...]:
+    """Axis names in presented order (:func:`presented_order`); the defaults when none can be told."""
+    names = stored_axes(levels, root)
+    if names is None:
+        return default_axes(levels[0].attributes.ndim)
+    return permute(names, presented_order(levels, root))
+
+
+def offsets(levels: Sequence[ScaleLevel], unit: str | None) -> list[tuple[float, ...]]:
+    """Every scale's world position of voxel 0 (N5 order): a COSEM ``translate`` in the volume's unit, else 0."""
+    out = []
+    for level in levels:
+        n = level.attributes.ndim
+        if level.translate is None:
+            out.append((0.0,) * n)
+            continue
+        factors = nm_factors(level.units) if unit == "nm" and level.units is not None else None
+        out.append(tuple(t * f for t, f in zip(level.translate, factors or (1.0,) * n, strict=True)))
+    return out
 
 
 def volume_placement(levels: Sequence[ScaleLevel], root: Mapping[str, Any]) -> VolumePlacement:
     """Axes, unit and every scale's placement (presented z, y, x order)."""
     sizes, unit = voxel_sizes(levels)
+    order = presented_order(levels, root)
     placed = tuple(
-        LevelPlacement(level.key, tuple(reversed(level.attributes.dimensions)),
-                       np.dtype(level.attributes.data_type).name, tuple(reversed(size)),
-                       (0.0,) * level.attributes.ndim, tuple(float(f) for f in reversed(level.downsampling_factors)))
-        for level, size in zip(levels, sizes, strict=True)
+        LevelPlacement(level.key, permute(level.attributes.dimensions, order),
+                       np.dtype(level.attributes.data_type).name, permute(size, order),
+                       permute(offset, order), permute(tuple(float(f) for f in level.downsampling_factors), order))
+        for level, size, offset in zip(levels, sizes, offsets(levels, unit), strict=True)
     )
     return VolumePlacement(volume_axes(levels, root), unit, placed)
 
 
+#: Compressions TensorStore's ``n5`` driver decodes; blocks compressed otherwise (``lz4``) are read by
+#: :class:`N5ChunkSource`, as are datasets written before N5 1.0 (``compressionType``) or without ``blockSize``.
+TENSORSTORE_COMPRESSIONS = ("raw", "gzip", "bzip2", "xz", "blosc", "zstd")
+
+
+@dataclass(frozen=True)
+class N5ChunkSource:
+    """The blocks of one N5 dataset decoded by :mod:`.block`, for what TensorStore's ``n5`` driver does not read.
+
+    A :class:`~napari_shardscope.core.formats.volume_spec.ChunkSource` in N5 order (x first), like
+    the array TensorStore's driver opens, so the level's transform reverses it the same way.
+    """
+
+    store: ByteStore
+    attributes: DatasetAttributes
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self.attributes.dimensions
+
+    @property
+    def dtype(self) -> np.dtype[Any]:
+        return np.dtype(self.attributes.data_type)
+
+    @property
+    def chunk_shape(self) -> tuple[int, ...]:
+        return self.attributes.block_size
+
+    @property
+    def fill_value(self) -> Any:
+        return 0
+
+    def read_chunk(self, grid: tuple[int, ...]) -> npt.NDArray[Any] | None:
+        block = read_block(self.store, self.attributes, grid)
+        if block is None:
+            return None
+        if block.header.mode != MODE_DEFAULT:
+            raise UnsupportedFeatureError("N5 varlength blocks in the viewer", key=format_block_key(self.attributes,
+                                                                                                     grid))
+        return block.data.T.astype(self.dtype)  # x first, native byte order
+
+
+def needs_own_reader(attributes: DatasetAttributes) -> bool:
+    """Whether TensorStore's ``n5`` driver cannot read this dataset (so :class:`N5ChunkSource` does)."""
+    extra = attributes.extra
+    return (attributes.compression.type not in TENSORSTORE_COMPRESSIONS or "compression" not in extra
+            or "blockSize" not in extra)
+
+
 def volume_spec(location: Location, levels: Sequence[ScaleLevel], root: Mapping[str, Any], *,
-                kind: Kind | None = None) -> VolumeSpec:
-    """The volume at ``location``: ``levels`` from :func:`~.attributes.list_scales`, ``root`` its attributes."""
+                kind: Kind | None = None, store: ByteStore | None = None) -> VolumeSpec:
+    """The volume at ``location``: ``levels`` from :func:`~.attributes.list_scales`, ``root`` its attributes.
+
+    ``store`` (rooted at ``location``) serves the levels TensorStore's driver cannot read
+    (:func:`needs_own_reader`); without it they are opened through the driver all the same.
+    """
     placement = volume_placement(levels, root)
-    transform = ArrayTransform(order=tuple(reversed(range(levels[0].attributes.ndim))))
+    transform = ArrayTransform(order=presented_order(levels, root))
     for level in levels:  # TensorStore reads <root>/<sN>/…: keep it inside the group
         check_level_tree(location, level.attributes.path, max_file_bytes=max_block_bytes(level.attributes))
     specs = tuple(
-        LevelSpec.of(placed, {"driver": "n5", "kvstore": location.child(level.attributes.path).kvstore}, transform)
+        LevelSpec.of(placed, {"driver": "n5", "kvstore": location.child(level.attributes.path).kvstore}, transform,
+                     N5ChunkSource(store, level.attributes)
+                     if store is not None and needs_own_reader(level.attributes) else None)
         for placed, level in zip(placement.levels, levels, strict=True)
     )
     dtype = np.dtype(levels[0].attributes.data_type)

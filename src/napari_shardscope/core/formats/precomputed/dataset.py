@@ -25,6 +25,7 @@ class PrecomputedDataset(DatasetBase):
         super().__init__(location, info, context)
         self.document = load_json_object(info, key=self.metadata_url)
         self._info: PrecomputedInfo | None = None
+        self._volume_inspector: Any = None
 
     @property
     def is_volume(self) -> bool:
@@ -42,7 +43,15 @@ class PrecomputedDataset(DatasetBase):
         """The one volume ``info`` describes (MetadataError for a segment-keyed directory)."""
         from napari_shardscope.core.formats.precomputed.volume import volume_spec
 
-        return [volume_spec(self.location, self.info, kind=kind)]
+        return [volume_spec(self.location, self.info, kind=kind, store=self.store, chunk_reader=self._sharded_chunk)]
+
+    def _sharded_chunk(self, scale: str, chunk_id: int) -> bytes | None:
+        """One chunk's bytes (data encoding undone) of a sharded scale, for :class:`.PrecomputedChunkSource`."""
+        if self._volume_inspector is None:  # its own index caches: the viewer reads from worker threads
+            self._volume_inspector = self.new_inspector()
+        ins = self._volume_inspector
+        data: bytes | None = ins.reader(ins.source(scale)).read_chunk(chunk_id)
+        return data
 
     def _make_inspector(self) -> Any:
         from napari_shardscope.core.formats.precomputed.inspector import PrecomputedInspector

@@ -19,9 +19,22 @@ from typing import Any
 
 import numpy as np
 
-from napari_shardscope.core.bytestore import ByteStore, join_key, read_document
-from napari_shardscope.core.encoding import MAX_DECODED_BYTES
-from napari_shardscope.core.errors import ArgumentError, FormatError, IndexDecodeError, MetadataError, StoreError
+from napari_shardscope.core.bytestore import ByteStore, join_key, read_bounded, read_document
+from napari_shardscope.core.encoding import MAX_DECODED_BYTES, gunzip
+from napari_shardscope.core.errors import (
+    ArgumentError,
+    ChunkDecodeError,
+    FormatError,
+    IndexDecodeError,
+    MetadataError,
+    StoreError,
+)
+from napari_shardscope.core.formats.precomputed.chunk_encoding import (
+    BROTLI_SUFFIX,
+    GZIP_SUFFIX,
+    OWN_ENCODINGS,
+    decode_chunk_encoding,
+)
 from napari_shardscope.core.formats.precomputed.info import (
     PrecomputedInfo,
     ScaleInfo,
@@ -38,7 +51,7 @@ from napari_shardscope.core.formats.precomputed.shard_reader import (
 )
 from napari_shardscope.core.formats.precomputed.sharding import ShardingSpec, parse_sharding_spec
 from napari_shardscope.core.formats.precomputed.validate import ChunkCheck, validate_shard_file
-from napari_shardscope.core.formats.precomputed.volume import volume_placement
+from napari_shardscope.core.formats.precomputed.volume import max_file_bytes, volume_placement
 from napari_shardscope.core.formats.problem import Problem
 from napari_shardscope.core.formats.volume_spec import VolumePlacement
 from napari_shardscope.core.json_document import load_json
@@ -348,6 +361,9 @@ class PrecomputedInspector:
         key = source.scale.unsharded_chunk_key(grid)
         size = self.store.size(key) if self.store.cheap_size else None
         present = size is not None if self.store.cheap_size else self.store.read_range(key, 0, 0) is not None
+        if not present and self.store.cheap_size and self.store.size(key + GZIP_SUFFIX) is not None:
+            key += GZIP_SUFFIX  # CloudVolume's local layout
+            size, present = self.store.size(key), True
         return {
             "scale": source.name,
             "chunk_id": chunk_id,
@@ -375,6 +391,8 @@ class PrecomputedInspector:
             if source.sharding is None:
                 key = join_key(source.prefix, _unsharded_segment_name(source, segment_id))
                 present = self.store.read_range(key, 0, 0) is not None
+                if not present and self.store.read_range(key + GZIP_SUFFIX, 0, 0) is not None:
+                    key, present = key + GZIP_SUFFIX, True  # CloudVolume's local layout
                 out.append(
                     {
                         "source": source.name,
@@ -467,11 +485,13 @@ class PrecomputedInspector:
                 yield Problem(key, f"file name is not a shard of this spec (shard_bits={source.sharding.shard_bits})")
 
     def _chunk_check(self, source: Source) -> ChunkCheck | None:
-        """For volume scales: ids inside the grid, and raw chunks of exactly the clipped size."""
+        """For volume scales: ids inside the grid, raw chunks of exactly the clipped size, and chunks in
+        the encodings decoded here (compressed_segmentation, compresso) decoding to their chunk."""
         sc = source.scale
         if sc is None or self.volume is None:
             return None
         bytes_per_voxel = self.volume.bytes_per_voxel
+        volume = self.volume
         grid = sc.grid_shape
 
         def check(chunk_id: int, data: bytes) -> str | None:
@@ -479,6 +499,14 @@ class PrecomputedInspector:
                 pos = decode_morton(np.asarray([chunk_id], dtype=np.uint64), grid)[0]
             except ArgumentError:
                 return f"id is not the Morton code of a position in the {grid} chunk grid"
+            if sc.encoding in OWN_ENCODINGS and sc.encoding != "raw":  # decoded here: the bytes must decode
+                start, stop = sc.chunk_bounds(tuple(int(p) for p in pos))
+                extent = (stop[0] - start[0], stop[1] - start[1], stop[2] - start[2])
+                try:
+                    decode_chunk_encoding(data, volume, sc, extent, key=f"chunk {chunk_id}")
+                except FormatError as exc:
+                    return exc.message
+                return None
             if sc.encoding != "raw":
                 return None
             expected = int(sc.chunk_voxels(pos)) * bytes_per_voxel
@@ -489,6 +517,12 @@ class PrecomputedInspector:
         return check
 
     def _validate_unsharded(self, source: Source, progress: Progress | None) -> Iterator[Problem]:
+        """Each chunk file: its name a chunk of the grid, and its bytes decoding to exactly that chunk.
+
+        Chunks in the encodings we decode ourselves (raw, compressed_segmentation, compresso) are
+        decoded; CloudVolume's ``NAME.gz`` files are gunzipped first (a ``NAME.br`` is reported as
+        not read); other encodings (jpeg, png) are left to TensorStore.
+        """
         sc = source.scale
         if sc is None or self.volume is None:
             return
@@ -498,17 +532,42 @@ class PrecomputedInspector:
             if progress is not None and i % 256 == 0:
                 progress(i, len(keys), f"{source.name} chunk files")
             name = key[len(prefix) :]
+            stored_as = next((x for x in (GZIP_SUFFIX, BROTLI_SUFFIX) if name.endswith(x)), "")
+            name = name[: len(name) - len(stored_as)]
             if parse_unsharded_chunk_name(name) is None:
                 continue
             grid = sc.grid_position_of_chunk_name(name)
             if grid is None:
                 yield Problem(key, "file name is not a chunk of this scale's grid")
                 continue
-            if sc.encoding == "raw":
-                size = self.store.size(key)
-                expected = int(sc.chunk_voxels(grid)) * self.volume.bytes_per_voxel
-                if size is not None and size != expected:
-                    yield Problem(key, f"raw chunk has {size} bytes, expected {expected}")
+            if stored_as == BROTLI_SUFFIX:
+                yield Problem(key, "brotli-compressed chunk files are not read by shardscope (not checked)")
+                continue
+            if sc.encoding not in OWN_ENCODINGS:
+                continue
+            problem = self._check_chunk_file(key, stored_as, sc, grid)
+            if problem is not None:
+                yield problem
+
+    def _check_chunk_file(self, key: str, stored_as: str, sc: ScaleInfo, grid: tuple[int, int, int]) -> Problem | None:
+        assert self.volume is not None
+        start, stop = sc.chunk_bounds(grid)
+        extent = (stop[0] - start[0], stop[1] - start[1], stop[2] - start[2])
+        try:  # a (sparse) file larger than any chunk of the scale is reported, not read
+            data = read_bounded(self.store, key, max_file_bytes(self.volume, sc), "a chunk file of this scale",
+                                ChunkDecodeError)
+        except FormatError as exc:
+            return Problem(key, exc.message, exc.offset)
+        if data is None:
+            return Problem(key, "listed but could not be read")
+        try:
+            if stored_as == GZIP_SUFFIX:
+                cap = max(1 << 20, 4 * math.prod(extent) * self.volume.bytes_per_voxel)
+                data = gunzip(data, key=key, offset=0, max_size=cap)
+            decode_chunk_encoding(data, self.volume, sc, extent, key=key)
+        except FormatError as exc:
+            return Problem(key, exc.message, exc.offset)
+        return None
 
 
 def _unsharded_segment_name(source: Source, segment_id: int) -> str:

@@ -6,13 +6,19 @@ presented array drops the channel of a single-channel volume and reverses the ax
 — to napari's slowest-first ``(z, y, x)`` or ``(c, z, y, x)``. Resolutions are nanometres by the
 spec; a scale's world offset is ``voxel_offset * resolution`` and its downsampling factors are its
 resolution over the first scale's, which is how Neuroglancer relates the scales too.
+
+Scales that driver does not read — ``compresso`` chunks, CloudVolume's ``NAME.gz`` chunk files — are
+read by :class:`~.chunk_encoding.PrecomputedChunkSource` in the same ``(x, y, z, channel)`` shape.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
+from functools import partial
 
-from napari_shardscope.core.bytestore import Location, check_level_tree
+from napari_shardscope.core.bytestore import ByteStore, Location, check_level_tree
+from napari_shardscope.core.formats.precomputed.chunk_encoding import PrecomputedChunkSource, gzipped_layout
 from napari_shardscope.core.formats.precomputed.info import PrecomputedInfo, ScaleInfo
 from napari_shardscope.core.formats.volume_spec import (
     ArrayTransform,
@@ -66,16 +72,34 @@ def max_file_bytes(info: PrecomputedInfo, scale: ScaleInfo) -> int:
     return (16 << scale.sharding.minishard_bits) + scale.num_chunks * (24 + 2 * chunk) + ENCODING_SLACK_BYTES
 
 
-def volume_spec(location: Location, info: PrecomputedInfo, *, kind: Kind | None = None) -> VolumeSpec:
-    """The volume at ``location`` whose parsed ``info`` is ``info``; ``kind`` overrides ``info.type``."""
+def chunk_source(location: Location, info: PrecomputedInfo, scale: ScaleInfo, store: ByteStore | None,
+                 chunk_reader: Callable[[str, int], bytes | None] | None) -> PrecomputedChunkSource | None:
+    """Our own reader for a scale TensorStore's driver does not read (compresso, CloudVolume's ``NAME.gz``)."""
+    if store is None:
+        return None
+    root = str(location.kvstore["path"]) if location.is_local else None
+    if scale.encoding == "compresso" or gzipped_layout(root, scale):
+        reader = partial(chunk_reader, scale.key) if chunk_reader is not None else None
+        return PrecomputedChunkSource(store, info, scale, reader)
+    return None
+
+
+def volume_spec(location: Location, info: PrecomputedInfo, *, kind: Kind | None = None,
+                store: ByteStore | None = None,
+                chunk_reader: Callable[[str, int], bytes | None] | None = None) -> VolumeSpec:
+    """The volume at ``location`` whose parsed ``info`` is ``info``; ``kind`` overrides ``info.type``.
+
+    ``store`` (rooted at ``location``) and ``chunk_reader`` (``(scale key, chunk id) -> bytes`` of a
+    sharded scale) serve the scales TensorStore's driver does not read (:func:`chunk_source`).
+    """
     placement = volume_placement(info)
     transform = array_transform(info)
     for scale in info.scales:  # TensorStore reads <root>/<key>/…: keep it inside the dataset, files in bounds
         check_level_tree(location, scale.key, max_file_bytes=max_file_bytes(info, scale))
     levels = tuple(
         LevelSpec.of(level, {"driver": "neuroglancer_precomputed", "kvstore": location.kvstore, "scale_index": i},
-                     transform)
-        for i, level in enumerate(placement.levels)
+                     transform, chunk_source(location, info, scale, store, chunk_reader))
+        for i, (level, scale) in enumerate(zip(placement.levels, info.scales, strict=True))
     )
     volume_kind: Kind = kind or ("segmentation" if info.type == "segmentation" else "image")
     return VolumeSpec(

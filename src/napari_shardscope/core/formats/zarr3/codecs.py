@@ -106,6 +106,21 @@ def check_codec_names(codecs: Sequence[CodecSpec], *, key: str, field: str = "co
                     check_codec_names(names, key=key, field=f"sharding_indexed {inner}")
 
 
+def spelled_out_transpose(codec: CodecSpec, ndim: int) -> CodecSpec:
+    """A ``transpose`` whose ``order`` is the pre-spec ``"C"`` / ``"F"`` as the permutation it means.
+
+    Early zarr v3 writers (zarrita) wrote ``"order": "F"`` for the reversed axis order and ``"C"``
+    for the identity; the final spec requires the permutation. TensorStore still reads the letters,
+    so the viewer did; reading them here too keeps ``inspect`` and the viewer on one answer.
+    """
+    order = codec.configuration.get("order") if codec.name == "transpose" else None
+    if order == "C":
+        return CodecSpec("transpose", {**codec.configuration, "order": list(range(ndim))})
+    if order == "F":
+        return CodecSpec("transpose", {**codec.configuration, "order": list(reversed(range(ndim)))})
+    return codec
+
+
 def split_codec_chain(
     codecs: Sequence[CodecSpec], ndim: int, dtype: np.dtype[Any], *, key: str, field: str = "codecs"
 ) -> CodecChain:
@@ -124,6 +139,7 @@ def split_codec_chain(
     bb: list[CodecSpec] = []
     for codec in codecs:
         check_codec_names([codec], key=key, field=field)
+        codec = spelled_out_transpose(codec, ndim)
         kind = CODEC_KINDS[codec.name]
         check_codec_configuration(codec, ndim, dtype, key=key, field=field)
         if kind == "array->array":

@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING, Any
 from napari_shardscope.core.bytestore import Location, join_key, read_document
 from napari_shardscope.core.errors import MetadataError, NotADatasetError
 from napari_shardscope.core.formats.base import DatasetBase
+from napari_shardscope.core.formats.ome import label_names, ome_attributes
 from napari_shardscope.core.formats.zarr3.metadata import ArrayMetadata, GroupMetadata, parse_node_metadata
-from napari_shardscope.core.formats.zarr3.ome import label_names, ome_attributes
 from napari_shardscope.core.formats.zarr3.reader import read_array_metadata
 from napari_shardscope.core.json_document import load_json_object
 

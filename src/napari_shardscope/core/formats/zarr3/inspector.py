@@ -25,13 +25,13 @@ from napari_shardscope.core.errors import (
     UnsupportedFeatureError,
 )
 from napari_shardscope.core.formats.api import DatasetInspector
+from napari_shardscope.core.formats.ome import OmeMultiscale, ome_level_placement
 from napari_shardscope.core.formats.problem import Problem
 from napari_shardscope.core.formats.volume_spec import LevelPlacement, VolumePlacement
 from napari_shardscope.core.formats.zarr3.metadata import ArrayMetadata, GroupMetadata
-from napari_shardscope.core.formats.zarr3.ome import OmeMultiscale
 from napari_shardscope.core.formats.zarr3.reader import Zarr3ArrayReader, read_array_metadata
 from napari_shardscope.core.formats.zarr3.validate import validate_array
-from napari_shardscope.core.formats.zarr3.volume import array_axes, array_placement, ome_level_placement
+from napari_shardscope.core.formats.zarr3.volume import array_placement
 from napari_shardscope.core.progress import Progress
 
 
@@ -103,9 +103,9 @@ class Zarr3Inspector:
         level = self.placement(scale)
         if isinstance(self.root, GroupMetadata) and self.root.multiscale_paths:
             ms = self._multiscale()
-            axes, unit = ms.axes, ms.nm_factors()[1]
+            axes, unit = ms.presented_axes, ms.nm_factors()[1]
         else:
-            axes, unit = array_axes(self.reader(scale).metadata), None
+            axes, unit = array_placement(self.reader(scale).metadata).axes, None
         return VolumePlacement(axes, unit, (level,)).level_json(scale) or {}
 
     def _multiscale(self) -> OmeMultiscale:

@@ -36,6 +36,7 @@ from napari_shardscope.core.formats.layout_model import (
     with_totals,
 )
 from napari_shardscope.core.formats.problem import Problem
+from napari_shardscope.core.formats.volume_spec import reader_order
 from napari_shardscope.core.formats.zarr3.inspector import Zarr3Inspector
 from napari_shardscope.core.formats.zarr3.reader import InnerChunkLocation, Zarr3ArrayReader
 
@@ -81,15 +82,17 @@ class Zarr3Layout(BackendBase):
         r = self.reader(scale)
         meta = r.metadata
         names = meta.dimension_names or (None,) * meta.ndim
+        axes = tuple(n or f"d{i}" for i, n in enumerate(names))
         return ScaleGeometry(
             scale=scale,
-            axes=tuple(n or f"d{i}" for i, n in enumerate(names)),
+            axes=axes,
             shape=meta.shape,
             origin=(0,) * meta.ndim,
             chunk_shape=r.inner_chunk_shape,
             reversed_axes=False,
             voxel_size=(1.0,) * meta.ndim,
             translate=(0.0,) * meta.ndim,
+            order=reader_order(axes) if meta.dimension_names is not None else None,
         )
 
     # -- expand --------------------------------------------------------------------------------------

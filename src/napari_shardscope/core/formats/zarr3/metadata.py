@@ -27,7 +27,7 @@ import numpy as np
 
 from napari_shardscope.core.errors import MetadataError, UnsupportedFeatureError
 from napari_shardscope.core.formats.budget import check_chunk_budget
-from napari_shardscope.core.formats.zarr3.ome import OmeMultiscale, dataset_path, ome_attributes, parse_multiscale
+from napari_shardscope.core.formats.ome import OmeMultiscale, dataset_path, ome_attributes, parse_multiscale
 from napari_shardscope.core.json_document import load_json_object
 
 #: The largest extent or chunk size we accept: what fits an int64 index.

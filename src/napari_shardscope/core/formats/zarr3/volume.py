@@ -20,8 +20,14 @@ from collections.abc import Mapping
 from typing import Any
 
 from napari_shardscope.core.bytestore import Location, check_level_tree
-from napari_shardscope.core.errors import MetadataError
+from napari_shardscope.core.formats.ome import (
+    OmeMultiscale,
+    channel_axis_by_name,
+    is_label_array,
+    ome_placement,
+)
 from napari_shardscope.core.formats.volume_spec import (
+    ArrayTransform,
     Kind,
     LevelPlacement,
     LevelSpec,
@@ -30,15 +36,11 @@ from napari_shardscope.core.formats.volume_spec import (
     default_axes,
     guess_kind,
     image_contrast_limits,
-    ratios,
+    reader_order,
+    reorder_placement,
 )
 from napari_shardscope.core.formats.zarr3.codecs import check_codec_names
 from napari_shardscope.core.formats.zarr3.metadata import ArrayMetadata, max_chunk_file_bytes
-from napari_shardscope.core.formats.zarr3.ome import (
-    OmeMultiscale,
-    channel_axis_by_name,
-    is_label_array,
-)
 
 
 def array_axes(meta: ArrayMetadata) -> tuple[str, ...]:
@@ -50,36 +52,10 @@ def array_axes(meta: ArrayMetadata) -> tuple[str, ...]:
 
 
 def array_placement(meta: ArrayMetadata, key: str = "") -> VolumePlacement:
-    """A lone array: one scale of unit-sized voxels at the origin, unitless."""
+    """A lone array: one scale of unit-sized voxels at the origin, unitless, axes in presented order."""
     n = meta.ndim
     level = LevelPlacement(key, meta.shape, meta.dtype.name, (1.0,) * n, (0.0,) * n, (1.0,) * n)
-    return VolumePlacement(array_axes(meta), None, (level,))
-
-
-def ome_level_placement(ms: OmeMultiscale, index: int, meta: ArrayMetadata, *, key: str) -> LevelPlacement:
-    """Scale ``index`` of an OME multiscale whose array metadata is ``meta`` (``key``: the group's zarr.json).
-
-    Raises
-    ------
-    MetadataError
-        When the array's rank differs from the number of axes.
-    """
-    ds = ms.datasets[index]
-    if meta.ndim != ms.ndim:
-        raise MetadataError(f"dataset {ds.path!r} has {meta.ndim} dimensions but axes lists {ms.ndim}", key=key)
-    nm, _ = ms.nm_factors()
-    return LevelPlacement(
-        ds.path, meta.shape, meta.dtype.name,
-        tuple(s * f for s, f in zip(ds.scale, nm, strict=True)),
-        tuple(t * f for t, f in zip(ds.translation, nm, strict=True)),
-        ratios(ds.scale, ms.datasets[0].scale),
-    )
-
-
-def ome_placement(ms: OmeMultiscale, arrays: Mapping[str, ArrayMetadata], *, key: str) -> VolumePlacement:
-    """Every scale of an OME multiscale; ``arrays`` maps each dataset path to its parsed metadata."""
-    levels = tuple(ome_level_placement(ms, i, arrays[ds.path], key=key) for i, ds in enumerate(ms.datasets))
-    return VolumePlacement(ms.axes, ms.nm_factors()[1], levels)
+    return reorder_placement(VolumePlacement(array_axes(meta), None, (level,)), reader_order(array_axes(meta)))
 
 
 def array_volume_spec(location: Location, meta: ArrayMetadata, document: Mapping[str, Any], *,
@@ -90,7 +66,8 @@ def array_volume_spec(location: Location, meta: ArrayMetadata, document: Mapping
     volume_kind: Kind = kind or ("segmentation" if is_label_array(meta.attributes) else guess_kind(meta.dtype))
     # TensorStore reads the chunks below: no FIFO, no link out, no file larger than the spec allows
     check_level_tree(location, "", max_file_bytes=max_chunk_file_bytes(meta))
-    level = LevelSpec.of(placement.levels[0], {"driver": "zarr3", "kvstore": location.kvstore})
+    level = LevelSpec.of(placement.levels[0], {"driver": "zarr3", "kvstore": location.kvstore},
+                         ArrayTransform(order=reader_order(array_axes(meta))))
     return VolumeSpec(
         url=location.url, name=location.name, format="zarr3", kind=volume_kind, axes=placement.axes, unit=None,
         levels=(level,), contrast_limits=image_contrast_limits(volume_kind, meta.dtype),
@@ -112,7 +89,8 @@ def ome_volume_spec(location: Location, ms: OmeMultiscale, arrays: Mapping[str, 
     placement = ome_placement(ms, arrays, key=key)
     for path, meta in arrays.items():  # TensorStore reads <group>/<path>/…: keep it inside the group
         check_level_tree(location, path, max_file_bytes=max_chunk_file_bytes(meta))
-    levels = tuple(LevelSpec.of(level, {"driver": "zarr3", "kvstore": location.child(level.key).kvstore})
+    levels = tuple(LevelSpec.of(level, {"driver": "zarr3", "kvstore": location.child(level.key).kvstore},
+                                ArrayTransform(order=ms.order))
                    for level in placement.levels)
     volume_kind: Kind = kind or ("segmentation" if ms.is_label else "image")
     dtype = arrays[ms.datasets[0].path].dtype

@@ -1,11 +1,12 @@
-"""OME-Zarr (NGFF 0.4/0.5) metadata in a zarr v3 group: multiscales, coordinate transforms, omero, labels.
+"""OME-Zarr (NGFF 0.4/0.5) metadata: multiscales, coordinate transforms, omero, labels, and the placement of
+each scale. Shared by the zarr v2 (NGFF 0.4, in ``.zattrs``) and zarr v3 (NGFF 0.5) packages.
 
 An image group's ``multiscales[0]`` lists its scales (``datasets``, finest first), the ``axes`` with
 their types and units, and per dataset a ``scale`` and an optional ``translation``, composed with
 the multiscale's own (``world = (index * s + t) * S + T``). A ``labels`` group lists label images,
 each itself a multiscale group with an ``image-label`` attribute. NGFF 0.5 puts all of this under
 ``attributes["ome"]``; a bare ``attributes["multiscales"]`` (what pre-0.5 converters wrote into v3
-groups) is read the same way.
+groups) is read the same way, as are NGFF 0.4's ``.zattrs`` in a zarr v2 group.
 
 Parsed strictly: a wrong field is reported with its path (``multiscales[0].datasets[1]...``), as
 the spec's own validators do.
@@ -16,11 +17,21 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
+
+import numpy as np
 
 from napari_shardscope.core.bytestore.containment import key_problem
 from napari_shardscope.core.errors import MetadataError, UnsafeMetadataPathError
 from napari_shardscope.core.formats.units import nm_factors
+from napari_shardscope.core.formats.volume_spec import (
+    LevelPlacement,
+    VolumePlacement,
+    permute,
+    ratios,
+    reader_order,
+    reorder_level,
+)
 
 #: Axis names taken as a channel axis when an array has no OME axis types.
 CHANNEL_NAMES = ("c", "channel", "channels")
@@ -72,7 +83,18 @@ class OmeMultiscale:
 
     @property
     def channel_axis(self) -> int | None:
-        return self.axis_types.index("channel") if "channel" in self.axis_types else None
+        """The channel axis in presented order (:attr:`order`)."""
+        types = permute(self.axis_types, self.order)
+        return types.index("channel") if "channel" in types else None
+
+    @property
+    def order(self) -> tuple[int, ...] | None:
+        """How the stored axes are presented: other axes first, then ``z, y, x`` (:func:`reader_order`)."""
+        return reader_order(self.axes)
+
+    @property
+    def presented_axes(self) -> tuple[str, ...]:
+        return permute(self.axes, self.order)
 
     def nm_factors(self) -> tuple[tuple[float, ...], str | None]:
         """Per-axis factors to nanometres (space axes only) and the resulting unit.
@@ -234,3 +256,43 @@ def channel_axis_by_name(axes: Sequence[str]) -> int | None:
         if name.lower() in CHANNEL_NAMES:
             return i
     return None
+
+
+class ArrayShape(Protocol):
+    """What placing a scale needs of an array's parsed metadata (zarr v2 or v3)."""
+
+    @property
+    def ndim(self) -> int: ...
+
+    @property
+    def shape(self) -> tuple[int, ...]: ...
+
+    @property
+    def dtype(self) -> np.dtype[Any]: ...
+
+
+def ome_level_placement(ms: OmeMultiscale, index: int, meta: ArrayShape, *, key: str) -> LevelPlacement:
+    """Scale ``index`` of an OME multiscale whose array metadata is ``meta`` (``key``: the group's document),
+    in presented order (:attr:`OmeMultiscale.order`).
+
+    Raises
+    ------
+    MetadataError
+        When the array's rank differs from the number of axes.
+    """
+    ds = ms.datasets[index]
+    if meta.ndim != ms.ndim:
+        raise MetadataError(f"dataset {ds.path!r} has {meta.ndim} dimensions but axes lists {ms.ndim}", key=key)
+    nm, _ = ms.nm_factors()
+    return reorder_level(LevelPlacement(
+        ds.path, meta.shape, meta.dtype.name,
+        tuple(s * f for s, f in zip(ds.scale, nm, strict=True)),
+        tuple(t * f for t, f in zip(ds.translation, nm, strict=True)),
+        ratios(ds.scale, ms.datasets[0].scale),
+    ), ms.order)
+
+
+def ome_placement(ms: OmeMultiscale, arrays: Mapping[str, ArrayShape], *, key: str) -> VolumePlacement:
+    """Every scale of an OME multiscale in presented order; ``arrays`` maps each dataset path to its metadata."""
+    levels = tuple(ome_level_placement(ms, i, arrays[ds.path], key=key) for i, ds in enumerate(ms.datasets))
+    return VolumePlacement(ms.presented_axes, ms.nm_factors()[1], levels)

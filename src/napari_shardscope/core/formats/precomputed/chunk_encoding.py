@@ -1,0 +1,176 @@
+"""A precomputed chunk's ``encoding`` undone here, for chunks TensorStore's driver does not read.
+
+TensorStore decodes precomputed chunks on the viewer's hot path. Two kinds of data users have it
+does not read, so the format decodes them itself (behind TensorStore's ``virtual_chunked`` driver,
+see :class:`PrecomputedChunkSource`):
+
+* ``compresso`` segmentation (Seung lab's codec, the ``compresso`` package), sharded or not;
+* CloudVolume's local layout: unsharded chunk files stored as ``NAME.gz`` (its default for
+  ``file://``), whose content is the chunk's ordinary encoding, gzipped.
+
+Encodings read here: ``raw`` (x fastest, then channels), ``compressed_segmentation`` (the
+``compressed-segmentation`` package) and ``compresso``. Each decode is checked against the chunk's
+extent before anything is allocated from the stored sizes, and a chunk of the wrong size is a
+:class:`~napari_shardscope.core.errors.ChunkDecodeError` naming the key.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from napari_shardscope.core.bytestore import ByteStore
+from napari_shardscope.core.encoding import gunzip
+from napari_shardscope.core.errors import ChunkDecodeError, UnsupportedFeatureError
+from napari_shardscope.core.formats.precomputed.info import PrecomputedInfo, ScaleInfo
+
+#: Encodings :func:`decode_chunk_encoding` reads.
+OWN_ENCODINGS = ("raw", "compressed_segmentation", "compresso")
+#: Suffixes CloudVolume gives chunk files it compressed itself (its ``file://`` layout).
+GZIP_SUFFIX = ".gz"
+BROTLI_SUFFIX = ".br"
+
+
+def decode_chunk_encoding(data: bytes, info: PrecomputedInfo, scale: ScaleInfo, extent: tuple[int, int, int], *,
+                          key: str) -> npt.NDArray[Any]:
+    """The chunk of ``extent`` voxels (x, y, z) stored as ``data``, as an ``(x, y, z, channel)`` array.
+
+    Raises
+    ------
+    ChunkDecodeError
+        Bytes that do not decode, or decode to another extent than the chunk's.
+    UnsupportedFeatureError
+        An encoding not in :data:`OWN_ENCODINGS` (TensorStore reads those where the layout allows).
+    """
+    channels = info.num_channels
+    dtype = info.dtype
+    if scale.encoding == "raw":
+        expected = math.prod(extent) * channels * dtype.itemsize
+        if len(data) != expected:
+            raise ChunkDecodeError(f"raw chunk has {len(data)} bytes, expected {expected}", key=key, offset=0)
+        return np.frombuffer(data, dtype=dtype.newbyteorder("<")).reshape((*extent, channels), order="F")
+    if scale.encoding == "compressed_segmentation":
+        return _decode_compressed_segmentation(data, dtype, scale, extent, channels, key=key)
+    if scale.encoding == "compresso":
+        return _decode_compresso(data, dtype, extent, channels, key=key)
+    raise UnsupportedFeatureError(f"precomputed '{scale.encoding}' chunks in this layout", key=key,
+                                  detail=f"read here: {', '.join(OWN_ENCODINGS)}")
+
+
+def _decode_compressed_segmentation(data: bytes, dtype: np.dtype[Any], scale: ScaleInfo,
+                                    extent: tuple[int, int, int], channels: int, *, key: str) -> npt.NDArray[Any]:
+    import compressed_segmentation
+
+    block = scale.compressed_segmentation_block_size or (8, 8, 8)
+    try:
+        out = compressed_segmentation.decompress(bytes(data), (*extent, channels) if channels > 1 else extent,
+                                                 dtype, block_size=block, order="F")
+    except Exception as exc:  # the codec raises ValueError/RuntimeError/IndexError for bad bytes
+        raise ChunkDecodeError(f"bad compressed_segmentation data ({exc})", key=key, offset=0) from exc
+    return np.asarray(out).reshape((*extent, channels), order="F")
+
+
+def _decode_compresso(data: bytes, dtype: np.dtype[Any], extent: tuple[int, int, int], channels: int, *,
+                      key: str) -> npt.NDArray[Any]:
+    try:
+        import compresso
+    except ImportError as exc:  # pragma: no cover - compresso is in the codecs extra
+        raise UnsupportedFeatureError("precomputed 'compresso' chunks need the 'compresso' package", key=key,
+                                      detail="pip install 'napari-shardscope[codecs]'") from exc
+    if channels != 1:
+        raise UnsupportedFeatureError("compresso with more than one channel", key=key)
+    try:
+        head = compresso.header(bytes(data))
+    except Exception as exc:  # a short or foreign buffer
+        raise ChunkDecodeError(f"bad compresso header ({exc})", key=key, offset=0) from exc
+    shape = (int(head["sx"]), int(head["sy"]), int(head["sz"]))
+    if shape != extent or int(head["data_width"]) != dtype.itemsize:
+        raise ChunkDecodeError(f"compresso chunk of {shape} x {head['data_width']} bytes where the scale needs "
+                               f"{extent} x {dtype.itemsize}", key=key, offset=0)
+    try:
+        out = compresso.decompress(bytes(data))
+    except Exception as exc:
+        raise ChunkDecodeError(f"bad compresso data ({exc})", key=key, offset=0) from exc
+    return np.asarray(out, dtype=dtype).reshape((*extent, 1), order="F")
+
+
+def gzipped_layout(root: str | None, scale: ScaleInfo) -> bool:
+    """Whether an unsharded scale on the local disk stores its chunk files as ``NAME.gz`` (CloudVolume's layout).
+
+    Decided from the first chunk file found in the scale's directory (a ``scandir`` that stops at
+    once); remote stores are never in this layout (CloudVolume uploads gzip with a content encoding).
+    """
+    if root is None or scale.sharding is not None:
+        return False
+    try:
+        with os.scandir(os.path.join(root, scale.key)) as entries:
+            for entry in entries:
+                name = entry.name
+                if name.endswith((GZIP_SUFFIX, BROTLI_SUFFIX)):
+                    return True
+                if "_" in name and "-" in name:
+                    return False
+    except OSError:
+        return False
+    return False
+
+
+@dataclass(frozen=True)
+class PrecomputedChunkSource:
+    """One precomputed scale's chunks decoded here (:mod:`module docstring <.chunk_encoding>` says when).
+
+    A :class:`~napari_shardscope.core.formats.volume_spec.ChunkSource` shaped ``(x, y, z, channel)``
+    from 0, like the array TensorStore's driver opens (translated to 0), so the scale's transform
+    presents it the same way. ``read_sharded`` reads one chunk's bytes of a sharded scale (the
+    inspector's shard reader, data encoding undone).
+    """
+
+    store: ByteStore
+    info: PrecomputedInfo
+    scale: ScaleInfo
+    read_sharded: Any = field(default=None, compare=False)
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return (*self.scale.size, self.info.num_channels)
+
+    @property
+    def dtype(self) -> np.dtype[Any]:
+        return self.info.dtype
+
+    @property
+    def chunk_shape(self) -> tuple[int, ...]:
+        return (*self.scale.chunk_size, self.info.num_channels)
+
+    @property
+    def fill_value(self) -> Any:
+        return 0
+
+    def read_chunk(self, grid: tuple[int, ...]) -> npt.NDArray[Any] | None:
+        position = (grid[0], grid[1], grid[2])
+        start, stop = self.scale.chunk_bounds(position)
+        extent = (stop[0] - start[0], stop[1] - start[1], stop[2] - start[2])
+        if self.scale.sharding is not None:
+            data = self.read_sharded(self.scale.chunk_id(position))
+            key = f"{self.store.url.rstrip('/')}/{self.scale.key} chunk {self.scale.chunk_id(position)}"
+        else:
+            data, key = self._read_file(self.scale.unsharded_chunk_key(position), extent)
+        if data is None:
+            return None
+        return decode_chunk_encoding(data, self.info, self.scale, extent, key=key)
+
+    def _read_file(self, name: str, extent: tuple[int, int, int]) -> tuple[bytes | None, str]:
+        """A chunk file's bytes, gunzipped when it is stored as ``NAME.gz``; ``None`` when absent."""
+        where = f"{self.store.url.rstrip('/')}/{name}"
+        data = self.store.read(name + GZIP_SUFFIX)
+        if data is not None:
+            cap = max(1 << 20, 4 * math.prod(extent) * self.info.num_channels * self.info.dtype.itemsize)
+            return gunzip(data, key=where + GZIP_SUFFIX, offset=0, max_size=cap), where + GZIP_SUFFIX
+        if self.store.size(name + BROTLI_SUFFIX) is not None:
+            raise UnsupportedFeatureError("brotli-compressed chunk files (NAME.br)", key=where + BROTLI_SUFFIX)
+        return self.store.read(name), where

@@ -1,0 +1,249 @@
+"""SIGKILL ``shardscope export`` at random moments: the source never changes, the destination never lies.
+
+Each round starts ``shardscope export`` in a child process (``export_child``: the real command line,
+after a ``ready`` line once Python has loaded), sleeps a random time drawn from a seeded generator
+over the length of an uninterrupted export, and kills it with SIGKILL — no cleanup, possibly in the
+middle of a shard write, of the ``--overwrite`` clearing, or of the metadata. Rounds alternate
+between two different datasets exported to one destination (two volumes; a labelmap version's bodies
+and its supervoxels), so a killed export also lands on a complete or half-written other dataset.
+After every kill:
+
+* the source (volume directories, or the repository and its base segmentation) is byte-identical,
+  and a repository still verifies;
+* every file in the destination is byte-identical to the file of that name in a complete export of
+  one of the two datasets (exports are deterministic), or is one of our temporary files
+  (``.shardscope-tmp-*``) that no key listing shows: never a torn or truncated file;
+* a metadata document (precomputed ``info``; OME-Zarr ``zarr.json`` of the group or of one array)
+  stands only over a complete dataset or array of one kind: all its shard files present, none of
+  the other dataset's, and ``shardscope validate`` finds nothing wrong.
+
+After the last round the export is run again as a user would (``--overwrite`` when a dataset or the
+debris of an unfinished export is in the way): it completes, the destination holds exactly the files
+of a fresh export (no temporary file, no stale shard), and TensorStore reads the source's voxels.
+
+``ROUNDS`` kills per case run in CI; the ``slow`` variant (``pytest -m slow``) kills ``SLOW_ROUNDS``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pytest
+import tensorstore as ts
+
+from napari_shardscope.core.bytestore import LocalByteStore
+from napari_shardscope.core.cli import run
+from napari_shardscope.core.errors import RefusedDestinationError, exit_code_for
+from napari_shardscope.core.export.precomputed import export_precomputed
+from napari_shardscope.core.export.source import ArraySource
+from napari_shardscope.core.labelmap import create_labelmap
+from napari_shardscope.core.versioned import create_repository, open_repository
+from tests.core.labelmap.volumes import voronoi_supervoxels, write_precomputed
+
+ROOT = Path(__file__).resolve().parents[3]
+ROUNDS = 10
+SLOW_ROUNDS = 40
+TEMP_PREFIX = ".shardscope-tmp-"
+#: Small chunks and shards: each export writes tens of shard files, so kills land between and inside them.
+FORMAT_ARGS = {
+    "precomputed": ["--format", "precomputed", "--chunk", "16,16,16", "--shard-bytes", "64K"],
+    "zarr3": ["--format", "zarr3", "--chunk", "16,16,16", "--shard-shape", "16,32,32"],
+}
+
+
+@dataclass
+class Case:
+    """Two datasets exported to one destination: the CLI arguments, the voxels, what must not change."""
+
+    variants: dict[str, list[str]]  # name -> SOURCE and source options of `shardscope export`
+    expected: dict[str, list[np.ndarray]]  # name -> voxels (z, y, x) of every scale
+    protected: list[Path]  # directories the export reads and must leave byte-identical
+    repository: Path | None = None
+
+
+def digests(root: Path) -> dict[str, str]:
+    return {p.relative_to(root).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def source_digests(case: Case) -> dict[Path, dict[str, str]]:
+    """What the export reads, byte by byte; LMDB's ``lock.mdb`` is its table of live readers, not data."""
+    return {p: {k: v for k, v in digests(p).items() if k != "lock.mdb"} for p in case.protected}
+
+
+def _levels(data: np.ndarray) -> tuple[np.ndarray, ...]:
+    return data, data[:, ::2, ::2].copy(), data[::2, ::4, ::4].copy()
+
+
+@pytest.fixture(scope="module")
+def volume_case(tmp_path_factory: pytest.TempPathFactory) -> Case:
+    """Two precomputed volumes; in ``a`` the first 16 z-planes are zero (whole zarr shards stay unwritten)."""
+    root = tmp_path_factory.mktemp("crash-volumes")
+    rng = np.random.default_rng(11)
+    a = rng.integers(1, 1000, size=(32, 128, 128), dtype=np.uint64)
+    a[:16] = 0
+    b = rng.integers(1, 1000, size=(32, 128, 128), dtype=np.uint64)
+    resolutions = ((4.0, 4.0, 40.0), (8.0, 8.0, 40.0), (16.0, 16.0, 80.0))
+    for name, data in (("a", a), ("b", b)):
+        export_precomputed(ArraySource(_levels(data), resolutions), str(root / name), chunk_size=(64, 64, 16))
+    return Case({"a": [str(root / "a")], "b": [str(root / "b")]},
+                {"a": list(_levels(a)), "b": list(_levels(b))}, [root / "a", root / "b"])
+
+
+@pytest.fixture(scope="module")
+def labelmap_case(tmp_path_factory: pytest.TempPathFactory) -> Case:
+    """A committed labelmap version with a merge and a supervoxel split: its bodies, and its supervoxels."""
+    root = tmp_path_factory.mktemp("crash-labelmap")
+    base = voronoi_supervoxels((32, 96, 96), 40, seed=5)
+    write_precomputed(root / "seg", base, ((1, 1, 1), (1, 2, 2), (2, 4, 4)), chunk_xyz=(32, 32, 16), sharded=True)
+    with create_repository(root / "repo") as repo:
+        svs = [int(s) for s in np.unique(base)]
+        lm = create_labelmap(repo, "seg", root / "seg", agglomeration={s: s for s in svs}, block=16)
+        v = lm.at("main")
+        v.merge(svs[0], [svs[1], svs[2]])
+        mask = base == svs[5]
+        v.split_supervoxel(svs[5], np.argwhere(mask)[: int(mask.sum()) // 2])
+        uuid = repo.commit(v.uuid, "edits").uuid
+        done = lm.at(uuid)
+        expected = {"bodies": [done.read_bodies(scale=s) for s in range(3)],
+                    "supervoxels": [done.read_supervoxels(scale=s) for s in range(3)]}
+    source = [str(root / "repo"), "--labelmap", "seg", "--version", uuid]
+    return Case({"bodies": source, "supervoxels": [*source, "--supervoxels"]}, expected,
+               [root / "seg", root / "repo"], root / "repo")
+
+
+def _start(args: list[str]) -> subprocess.Popen[bytes]:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)}
+    proc = subprocess.Popen([sys.executable, "-m", "tests.core.export.export_child", *args], cwd=ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    assert proc.stdout is not None
+    ready = proc.stdout.readline()
+    if ready != b"ready\n":
+        _, err = proc.communicate()
+        pytest.fail(f"export child did not start: {ready!r} {err.decode()[-2000:]}")
+    return proc
+
+
+def _export(args: list[str]) -> tuple[int, str, float]:
+    """Run an export to the end: exit code, stderr, and seconds from ``ready`` to exit."""
+    proc = _start(args)
+    started = time.monotonic()
+    _, err = proc.communicate()
+    return proc.returncode, err.decode(), time.monotonic() - started
+
+
+def _read_back(dest: Path, fmt: str, level: int) -> np.ndarray:
+    if fmt == "precomputed":
+        spec = {"driver": "neuroglancer_precomputed", "kvstore": {"driver": "file", "path": str(dest)},
+                "scale_index": level}
+        return np.asarray(ts.open(spec).result()[..., 0].read().result()).T
+    spec = {"driver": "zarr3", "kvstore": {"driver": "file", "path": str(dest / str(level))}}
+    return np.asarray(ts.open(spec).result().read().result())
+
+
+def _metadata_scopes(fmt: str, files: set[str]) -> list[str]:
+    """The prefixes whose metadata document is present: each must hold a complete dataset or array."""
+    if fmt == "precomputed":
+        return [""] if "info" in files else []
+    return [name[: -len("zarr.json")] for name in sorted(files) if name.endswith("zarr.json")]
+
+
+def check_destination(dest: Path, fmt: str, refs: dict[str, dict[str, str]]) -> None:
+    """The invariants a killed export must leave (see the module docstring)."""
+    if not dest.exists():
+        return
+    files = digests(dest)
+    temps = [name for name in files if Path(name).name.startswith(TEMP_PREFIX)]
+    listed = set(LocalByteStore(dest).list())
+    assert not listed & set(temps), "a key listing shows a temporary file"
+    for name, digest in files.items():
+        if name in temps:
+            continue
+        assert any(ref.get(name) == digest for ref in refs.values()), \
+            f"{name}: not the complete file of either export (torn, truncated or foreign)"
+    data = {name: d for name, d in files.items() if name not in temps}
+    for scope in _metadata_scopes(fmt, set(data)):
+        present = {n: d for n, d in data.items() if n.startswith(scope)}
+        wanted = [{n: d for n, d in ref.items() if n.startswith(scope)} for ref in refs.values()]
+        assert present in wanted, f"metadata {scope or '/'}{'info' if fmt == 'precomputed' else 'zarr.json'} " \
+                                  f"stands over an incomplete or mixed dataset"
+        assert run(["validate", str(dest / scope), "--quiet"]) == 0
+
+
+def crash_loop(case: Case, fmt: str, tmp_path: Path, rounds: int, seed: int) -> None:
+    rng = random.Random(seed)
+    before = source_digests(case)
+    refs: dict[str, dict[str, str]] = {}
+    durations = []
+    for name, source in case.variants.items():
+        ref = tmp_path / f"ref-{name}"
+        code, err, took = _export([*source, str(ref), *FORMAT_ARGS[fmt], "--quiet"])
+        assert code == 0, err
+        refs[name] = digests(ref)
+        durations.append(took)
+        for level, expected in enumerate(case.expected[name]):
+            np.testing.assert_array_equal(_read_back(ref, fmt, level), expected)
+    first, second = refs.values()
+    assert first != second, "the two datasets must differ, or a mix of them would go unnoticed"
+    longest = max(durations)
+
+    dest = tmp_path / "dest"
+    killed = 0
+    for _ in range(rounds):
+        name = rng.choice(sorted(case.variants))
+        proc = _start([*case.variants[name], str(dest), *FORMAT_ARGS[fmt], "--overwrite", "--quiet"])
+        time.sleep(rng.uniform(0.0, 1.1 * longest))
+        if proc.poll() is None:
+            os.kill(proc.pid, signal.SIGKILL)
+        _, err = proc.communicate()
+        if proc.returncode == -signal.SIGKILL:
+            killed += 1
+        else:
+            assert proc.returncode == 0, err.decode()
+        assert source_digests(case) == before, "the export changed its source"
+        if case.repository is not None:
+            with open_repository(case.repository) as repo:
+                assert repo.verify() == []
+        check_destination(dest, fmt, refs)
+    assert killed > 0, "no round was killed before the export finished"
+
+    # the user's re-run: plain first; --overwrite when a dataset or an unfinished export is in the way
+    name = rng.choice(sorted(case.variants))
+    args = [*case.variants[name], str(dest), *FORMAT_ARGS[fmt], "--quiet"]
+    code, err, _ = _export(args)
+    if code != 0:
+        assert code == exit_code_for(RefusedDestinationError("")) and "--overwrite" in err, err
+        code, err, _ = _export([*args, "--overwrite"])
+    assert code == 0, err
+    assert digests(dest) == refs[name], "the re-run left other files than a fresh export writes"
+    for level, expected in enumerate(case.expected[name]):
+        np.testing.assert_array_equal(_read_back(dest, fmt, level), expected)
+    assert run(["validate", str(dest), "--quiet"]) == 0
+    assert source_digests(case) == before
+
+
+@pytest.mark.parametrize("fmt", ["precomputed", "zarr3"])
+def test_killed_volume_export(volume_case: Case, tmp_path: Path, fmt: str) -> None:
+    crash_loop(volume_case, fmt, tmp_path, ROUNDS, seed=1)
+
+
+@pytest.mark.parametrize("fmt", ["precomputed", "zarr3"])
+def test_killed_labelmap_export(labelmap_case: Case, tmp_path: Path, fmt: str) -> None:
+    crash_loop(labelmap_case, fmt, tmp_path, ROUNDS, seed=2)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", ["volume", "labelmap"])
+@pytest.mark.parametrize("fmt", ["precomputed", "zarr3"])
+def test_killed_export_many_rounds(request: pytest.FixtureRequest, tmp_path: Path, kind: str, fmt: str) -> None:
+    case = request.getfixturevalue(f"{kind}_case")
+    crash_loop(case, fmt, tmp_path, SLOW_ROUNDS, seed=3)

@@ -1,0 +1,64 @@
+"""One Qt binding per environment, the same for qtpy, pytest-qt and napari; none pinned by the package.
+
+CI runs the Qt tests twice: in ``.venv`` (PyQt5, ``[test]``) and in ``.venv-pyqt6`` (PyQt6, ``[test-pyqt6]``).
+These tests say which binding a run really used, and that the extras keep the two apart.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import re
+import sys
+import tomllib
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+BINDINGS = {"PyQt5": "pyqt5", "PyQt6": "pyqt6", "PySide2": "pyside2", "PySide6": "pyside6"}
+# A requirement that brings a binding: the binding itself, or napari/superqt with a binding extra.
+BINDING_REQUIREMENT = re.compile(r"^(pyqt[56]|pyside[26])\b|\[[^\]]*\b(pyqt[56]?|pyside[26]?|qt|all)\b[^\]]*\]",
+                                 re.IGNORECASE)
+
+
+def _extras() -> dict[str, list[str]]:
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    return {"<runtime>": project["dependencies"], **project["optional-dependencies"]}
+
+
+def _bindings_of(extra: str, extras: dict[str, list[str]]) -> set[str]:
+    """The binding requirements ``extra`` brings, following its ``napari-shardscope[...]`` references."""
+    found: set[str] = set()
+    for req in extras[extra]:
+        own = re.match(r"^napari-shardscope\[([^\]]+)\]", req)
+        if own:
+            for name in own.group(1).split(","):
+                found |= _bindings_of(name.strip(), extras)
+        elif BINDING_REQUIREMENT.search(req):
+            found.add(req)
+    return found
+
+
+def test_qtpy_pytest_qt_and_napari_use_the_one_installed_binding(qtbot: object) -> None:
+    import qtpy
+    from pytestqt.qt_compat import qt_api
+
+    installed = [name for name in BINDINGS if importlib.util.find_spec(name) is not None]
+    assert len(installed) == 1, f"one Qt binding per environment, found {installed}"
+    api = BINDINGS[installed[0]]
+    assert qtpy.API_NAME.lower() == api
+    assert qt_api.pytest_qt_api == api
+    assert os.environ["QT_API"].lower() == api  # what child processes (examples, `shardscope demo`) load
+    loaded = {name for name in BINDINGS if name in sys.modules}
+    assert loaded == {installed[0]}
+
+
+def test_no_extra_installs_two_bindings_and_the_runtime_names_none() -> None:
+    extras = _extras()
+    assert _bindings_of("<runtime>", extras) == set()
+    assert _bindings_of("gui", extras) == set() and _bindings_of("test-tools", extras) == set()
+    for extra in extras:
+        assert len(_bindings_of(extra, extras)) <= 1, (extra, _bindings_of(extra, extras))
+    assert _bindings_of("all", extras) == _bindings_of("test", extras) == {"napari[pyqt5]>=0.5"}
+    assert _bindings_of("pyqt6", extras) == _bindings_of("test-pyqt6", extras) == {"napari[pyqt6]>=0.5"}
+    pytest_config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["pytest"]["ini_options"]
+    assert "qt_api" not in pytest_config  # the run follows its environment (tests/conftest.py)
