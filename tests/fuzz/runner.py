@@ -154,8 +154,8 @@ class OutsideWatch:
                 if isinstance(arg, int) or arg is None:
                     continue
                 path = os.fsdecode(arg) if isinstance(arg, (str, bytes, os.PathLike)) else None
-                if path is None:
-                    continue
+                if path is None or (os.path.basename(path).startswith("<") and path.endswith(">")):
+                    continue  # linecache's pseudo-files ("<unknown>", "<frozen …>") while a traceback is formatted
                 real = os.path.realpath(os.path.abspath(path))
                 if self._inside(real, self.root) or any(self._inside(real, a) for a in self.allowed):
                     continue

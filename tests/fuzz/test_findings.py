@@ -143,10 +143,19 @@ def _huge_data_file(ds: Path) -> Path:
     return files[0]
 
 
-@pytest.mark.parametrize("fmt", sorted(WRITERS))
+def _precomputed_unsharded(tmp_path: Path) -> Path:
+    ds = tmp_path / "pc_unsharded"
+    write_ts_volume(ds, None, size=(16, 16, 8), chunk=(8, 8, 8), scales=1)
+    return ds
+
+
+@pytest.mark.parametrize("fmt", [*sorted(WRITERS), "precomputed_unsharded"])
 def test_validate_reports_a_huge_data_file_instead_of_allocating_it(tmp_path: Path, fmt: str) -> None:
-    """Seed 1392: ``validate`` read a 1 TiB sparse N5 block whole (MemoryError); shards likewise."""
-    write, _doc = WRITERS[fmt]
+    """Seed 1392: ``validate`` read a 1 TiB sparse N5 block whole (MemoryError); shards likewise.
+
+    Seed 121 (after merging main's check of unsharded precomputed chunk files): the same for a chunk file.
+    """
+    write = _precomputed_unsharded if fmt == "precomputed_unsharded" else WRITERS[fmt][0]
     ds = write(tmp_path)
     huge = _huge_data_file(ds)
     problems = _validate_or_typed_error(ds)
@@ -236,3 +245,62 @@ def test_a_blosc_shuffle_of_the_wrong_type_is_a_metadata_error(shuffle: Any) -> 
     codec = CodecSpec("blosc", {"cname": "lz4", "clevel": 5, "shuffle": shuffle, "typesize": 2})
     with pytest.raises(MetadataError, match="shuffle"):
         check_codec_configuration(codec, 1, np.dtype("int16"), key="zarr.json", field="codecs[1]")
+
+
+def test_a_minishard_index_range_larger_than_the_scale_allows_is_refused_unread(tmp_path: Path) -> None:
+    """Seed 1039424 (long run): a shard index entry claiming a multi-GB minishard index in a sparse shard
+    file made the shard browser read it whole (4.7 GB, then MemoryError)."""
+    import struct
+
+    from napari_shardscope.core.errors import IndexDecodeError
+    from napari_shardscope.core.layout import open_layout
+    from tests.precomputed_data import SHARDING_MURMUR_GZIP
+
+    ds = tmp_path / "pc"
+    write_ts_volume(ds, SHARDING_MURMUR_GZIP, size=(16, 16, 8), chunk=(8, 8, 8), scales=1)
+    shard = sorted((ds / "8_8_40").glob("*.shard"))[0]
+    data = bytearray(shard.read_bytes())
+    data[0:16] = struct.pack("<QQ", 0, 1 << 39)  # minishard 0: [index end, index end + 512 GiB)
+    shard.write_bytes(bytes(data))
+    os.truncate(shard, HUGE)
+    inspector = open_dataset(ds).inspector()
+    with pytest.raises(IndexDecodeError, match="minishard 0") as info:
+        list(inspector.list_chunks())
+    assert info.value.offset == 0
+    tree = open_layout(ds)  # the browser shows the damaged minishard as a node with its error, reading nothing
+    for root in tree.roots():
+        for node in tree.children(root):
+            tree.children(node)
+
+
+def test_damaged_compressed_segmentation_is_a_typed_error_not_a_segfault() -> None:
+    """Seed 1045209 (long run, after merging main's own compressed_segmentation decoding): gzip bytes
+    decoded as compressed_segmentation crashed the process (SIGSEGV) inside the C decoder."""
+    import gzip
+    import struct
+
+    import compressed_segmentation
+
+    from napari_shardscope.core.errors import ChunkDecodeError
+    from napari_shardscope.core.formats.precomputed.chunk_encoding import check_compressed_segmentation
+
+    rng = np.random.default_rng(0)
+    labels = rng.integers(0, 5, size=(16, 16, 8), dtype=np.uint32)
+    good = bytes(compressed_segmentation.compress(labels, block_size=(8, 8, 8), order="F"))
+    check_compressed_segmentation(good, (16, 16, 8), 1, (8, 8, 8), 4, key="k")  # valid data passes
+    for bad in (gzip.compress(good), good[:-4], good[:10] + b"\xff" * (len(good) - 10),
+                struct.pack("<I", 1) + struct.pack("<II", 0x20FFFFFF, 3) + good[12:]):
+        with pytest.raises(ChunkDecodeError, match="compressed_segmentation"):
+            check_compressed_segmentation(bad, (16, 16, 8), 1, (8, 8, 8), 4, key="k")
+    from napari_shardscope.core.formats.precomputed.chunk_encoding import decode_chunk_encoding
+    from napari_shardscope.core.formats.precomputed.info import parse_info
+
+    info = parse_info({"type": "segmentation", "data_type": "uint32", "num_channels": 1, "scales": [{
+        "key": "s", "size": [16, 16, 8], "resolution": [1, 1, 1], "chunk_sizes": [[16, 16, 8]],
+        "voxel_offset": [0, 0, 0], "encoding": "compressed_segmentation",
+        "compressed_segmentation_block_size": [8, 8, 8]}]})
+    decoded = decode_chunk_encoding(good, info, info.scales[0], (16, 16, 8), key="s/0-16_0-16_0-8")
+    expected = compressed_segmentation.decompress(good, (16, 16, 8), np.uint32, block_size=(8, 8, 8), order="F")
+    assert (decoded[..., 0] == expected).all()  # valid chunks decode as before
+    with pytest.raises(ChunkDecodeError):  # the whole door: before the fix, a segmentation fault
+        decode_chunk_encoding(gzip.compress(good), info, info.scales[0], (16, 16, 8), key="s/0-16_0-16_0-8")

@@ -87,8 +87,6 @@ def join_key(*parts: str) -> str:
     return "/".join(p.strip("/") for p in parts if p and p.strip("/"))
 
 
-
-
 def read_bounded(store: ByteStore, key: str, max_bytes: int, what: str,
                  error: type[FormatError] = FormatError) -> bytes | None:
     """The bytes of ``key`` (``None`` when absent), refused when the key holds more than ``max_bytes``.

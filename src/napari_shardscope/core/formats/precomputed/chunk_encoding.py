@@ -68,12 +68,67 @@ def _decode_compressed_segmentation(data: bytes, dtype: np.dtype[Any], scale: Sc
     import compressed_segmentation
 
     block = scale.compressed_segmentation_block_size or (8, 8, 8)
+    check_compressed_segmentation(data, extent, channels, block, dtype.itemsize, key=key)
     try:
         out = compressed_segmentation.decompress(bytes(data), (*extent, channels) if channels > 1 else extent,
                                                  dtype, block_size=block, order="F")
     except Exception as exc:  # the codec raises ValueError/RuntimeError/IndexError for bad bytes
         raise ChunkDecodeError(f"bad compressed_segmentation data ({exc})", key=key, offset=0) from exc
     return np.asarray(out).reshape((*extent, channels), order="F")
+
+
+#: Bit widths a compressed_segmentation block header may give its packed values.
+_CSEG_BITS = (0, 1, 2, 4, 8, 16, 32)
+
+
+def check_compressed_segmentation(data: bytes, extent: tuple[int, int, int], channels: int,
+                                  block: tuple[int, int, int], itemsize: int, *, key: str) -> None:
+    """Check that every offset a compressed_segmentation chunk holds stays inside it (ChunkDecodeError if not).
+
+    The ``compressed-segmentation`` decoder follows the channel offsets, block headers, packed values
+    and lookup tables without bounds checks: damaged bytes (or bytes of another encoding) made it
+    read past the buffer and crash the process with a segmentation fault. Checked here, with
+    numpy, before it is called: per channel, its offset and the block headers; per block, a known
+    bit width, packed values inside the channel, and a lookup table long enough for the largest
+    index the block uses (decoded only for blocks whose table could be too short).
+    """
+    if len(data) % 4:
+        raise ChunkDecodeError(f"compressed_segmentation chunk of {len(data)} bytes is not whole 32-bit words",
+                               key=key, offset=0)
+    words = np.frombuffer(data, dtype="<u4")
+    n = len(words)
+    grid = [-(-e // b) for e, b in zip(extent, block, strict=True)]
+    nblocks, block_voxels = math.prod(grid), math.prod(block)
+    entry_words = 2 if itemsize == 8 else 1
+    if n < channels:
+        raise ChunkDecodeError(f"compressed_segmentation chunk of {n} words cannot hold {channels} channel offsets",
+                               key=key, offset=0)
+    for c in range(channels):
+        start = int(words[c])
+        end = int(words[c + 1]) if c + 1 < channels else n
+        if not (channels <= start and start + 2 * nblocks <= end <= n):
+            raise ChunkDecodeError(f"compressed_segmentation channel {c} at word {start} (to {end}) does not hold "
+                                   f"its {nblocks} block headers inside the {n}-word chunk", key=key, offset=4 * c)
+        headers = words[start:start + 2 * nblocks].reshape(nblocks, 2).astype(np.int64)
+        table = (headers[:, 0] & 0xFFFFFF) + start
+        bits = headers[:, 0] >> 24
+        values = headers[:, 1] + start
+        bad = ~np.isin(bits, _CSEG_BITS) | (values + (block_voxels * bits + 31) // 32 > end) | (table >= end)
+        if bad.any():
+            i = int(np.flatnonzero(bad)[0])
+            raise ChunkDecodeError(f"compressed_segmentation block {i} of channel {c}: bad header (bits "
+                                   f"{int(bits[i])}, values at word {int(values[i])}, table at word {int(table[i])})",
+                                   key=key, offset=4 * (start + 2 * i))
+        for j in np.flatnonzero(table + entry_words * np.minimum(1 << np.minimum(bits, 40), block_voxels) > end):
+            i = int(j)
+            width = int(bits[i])
+            pos = np.arange(block_voxels, dtype=np.int64) * width
+            packed = words[int(values[i]) + pos // 32].astype(np.uint64) if width else np.zeros(1, np.uint64)
+            used = int(((packed >> (pos % 32).astype(np.uint64)) & np.uint64((1 << width) - 1)).max()) if width else 0
+            if int(table[i]) + entry_words * (used + 1) > end:
+                raise ChunkDecodeError(f"compressed_segmentation block {i} of channel {c}: lookup table at word "
+                                       f"{int(table[i])} is shorter than index {used} needs", key=key,
+                                       offset=4 * (start + 2 * i))
 
 
 def _decode_compresso(data: bytes, dtype: np.dtype[Any], extent: tuple[int, int, int], channels: int, *,

@@ -182,6 +182,13 @@ class ShardedReader:
         data = read(file.data_key) if file.data_key else None
         return head + (data or b"")
 
+    def max_minishard_index_bytes(self) -> int:
+        """Most stored bytes of one minishard index: 24 bytes per chunk the scale can hold (or the decode budget),
+        twice over for what gzip may add, plus slack."""
+        max_chunks = self.bounds.max_chunks
+        raw = MAX_DECODED_BYTES if max_chunks is None else min(MAX_DECODED_BYTES, 24 * max_chunks)
+        return 2 * raw + (1 << 16)
+
     def max_file_bytes(self) -> int | None:
         """Most bytes a valid shard file can hold: its index, and every chunk of the scale at twice its size.
 
@@ -224,6 +231,14 @@ class ShardedReader:
         if end == start:
             return MinishardIndex(empty, empty, empty)
         file = self._existing_file(shard)
+        limit = self.max_minishard_index_bytes()
+        if end - start > limit:  # refused before reading: a damaged entry can claim gigabytes of a sparse file
+            raise IndexDecodeError(
+                f"minishard {minishard} index range [{start}, {end}) is {end - start} bytes, more than the {limit} "
+                "bytes an index of this scale's chunks can take",
+                key=file.display_key,
+                offset=16 * minishard,
+            )
         if file.size is not None and end > file.size:
             raise IndexDecodeError(
                 f"minishard {minishard} index range [{start}, {end}) runs past the end of the {file.size}-byte file",
