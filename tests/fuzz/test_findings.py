@@ -304,3 +304,18 @@ def test_damaged_compressed_segmentation_is_a_typed_error_not_a_segfault() -> No
     assert (decoded[..., 0] == expected).all()  # valid chunks decode as before
     with pytest.raises(ChunkDecodeError):  # the whole door: before the fix, a segmentation fault
         decode_chunk_encoding(gzip.compress(good), info, info.scales[0], (16, 16, 8), key="s/0-16_0-16_0-8")
+
+
+def test_a_huge_compressed_segmentation_block_size_is_a_metadata_error() -> None:
+    """Fuzz seed 6005996: a 2**40-voxel block overflowed the offset checks (OverflowError) in validate."""
+    from napari_shardscope.core.errors import MetadataError
+    from napari_shardscope.core.formats.precomputed.info import parse_info
+
+    info = {"type": "segmentation", "data_type": "uint32", "num_channels": 1, "scales": [{
+        "key": "s0", "size": [16, 16, 16], "voxel_offset": [0, 0, 0], "resolution": [1, 1, 1],
+        "chunk_sizes": [[8, 8, 8]], "encoding": "compressed_segmentation",
+        "compressed_segmentation_block_size": [1 << 40, 1 << 40, 1 << 40]}]}
+    with pytest.raises(MetadataError, match="compressed_segmentation_block_size"):
+        parse_info(info, key="info")
+    info["scales"][0]["compressed_segmentation_block_size"] = [8, 8, 8]
+    assert parse_info(info, key="info").scales[0].compressed_segmentation_block_size == (8, 8, 8)

@@ -129,6 +129,10 @@ class ScaleInfo:
         return encode_morton(pos.reshape(-1, 3), self.grid_shape)
 
 
+#: The largest compressed_segmentation block accepted (voxels): blocks are small units of a chunk (8³ by
+#: convention); a huge one is damaged metadata, and its sizes would overflow the decoder's offsets.
+MAX_CSEG_BLOCK_VOXELS = 1 << 21
+
 _CHUNK_NAME_PART = re.compile(r"^(-?\d+)-(-?\d+)$")
 
 
@@ -251,6 +255,9 @@ def parse_scale(obj: object, index: int, *, key: str = "info") -> ScaleInfo:
     block = None
     if encoding == "compressed_segmentation":
         block = _triple(obj, "compressed_segmentation_block_size", where, key, positive=True)
+        if math.prod(block) > MAX_CSEG_BLOCK_VOXELS:  # a block is a unit of a chunk: 8³ by convention
+            raise MetadataError(f"{where}.compressed_segmentation_block_size {list(block)} holds more than "
+                                f"{MAX_CSEG_BLOCK_VOXELS} voxels", key=key)
     return ScaleInfo(
         key=scale_key,
         size=size,
