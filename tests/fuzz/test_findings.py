@@ -292,6 +292,9 @@ def test_damaged_compressed_segmentation_is_a_typed_error_not_a_segfault() -> No
                 struct.pack("<I", 1) + struct.pack("<II", 0x20FFFFFF, 3) + good[12:]):
         with pytest.raises(ChunkDecodeError, match="compressed_segmentation"):
             check_compressed_segmentation(bad, (16, 16, 8), 1, (8, 8, 8), 4, key="k")
+    for block in ((2**63, 8, 8), (0, 8, 8)):  # seed 1072477: an absurd block size overflowed the checker itself
+        with pytest.raises(ChunkDecodeError, match="block size"):
+            check_compressed_segmentation(good, (16, 16, 8), 1, block, 4, key="k")
     from napari_shardscope.core.formats.precomputed.chunk_encoding import decode_chunk_encoding
     from napari_shardscope.core.formats.precomputed.info import parse_info
 

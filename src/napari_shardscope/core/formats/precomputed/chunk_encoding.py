@@ -77,6 +77,9 @@ def _decode_compressed_segmentation(data: bytes, dtype: np.dtype[Any], scale: Sc
     return np.asarray(out).reshape((*extent, channels), order="F")
 
 
+#: Most voxels in one compressed_segmentation block (256³; writers use 8³): larger sizes are damage, and
+#: would overflow the 64-bit offset arithmetic below.
+MAX_CSEG_BLOCK_VOXELS = 1 << 24
 #: Bit widths a compressed_segmentation block header may give its packed values.
 _CSEG_BITS = (0, 1, 2, 4, 8, 16, 32)
 
@@ -97,6 +100,9 @@ def check_compressed_segmentation(data: bytes, extent: tuple[int, int, int], cha
                                key=key, offset=0)
     words = np.frombuffer(data, dtype="<u4")
     n = len(words)
+    if not all(b > 0 for b in block) or math.prod(block) > MAX_CSEG_BLOCK_VOXELS:
+        raise ChunkDecodeError(f"compressed_segmentation block size {list(block)} is not 1 to "
+                               f"{MAX_CSEG_BLOCK_VOXELS} voxels", key=key, offset=0)
     grid = [-(-e // b) for e, b in zip(extent, block, strict=True)]
     nblocks, block_voxels = math.prod(grid), math.prod(block)
     entry_words = 2 if itemsize == 8 else 1
