@@ -39,6 +39,28 @@ def contents(repo: Repository, v: Version) -> dict[bytes, bytes]:
         return dict(view.scan(INSTANCE))
 
 
+def wait_for_commit(proc: subprocess.Popen[bytes], timeout: float = 60.0) -> bytes:
+    """The writer's output up to and including its first ``committed`` line (bounded by ``timeout``).
+
+    The kill that follows then lands after at least one commit, so the check below that writers
+    committed many versions holds on a slow or loaded machine, not only on a fast one.
+    """
+    import select
+
+    assert proc.stdout is not None
+    fd = proc.stdout.fileno()
+    seen = b""
+    deadline = time.monotonic() + timeout
+    while b"committed " not in seen and time.monotonic() < deadline:
+        ready, _, _ = select.select([fd], [], [], 0.5)
+        if ready:
+            chunk = os.read(fd, 4096)
+            if not chunk:
+                break
+            seen += chunk
+    return seen
+
+
 def check_manifest(data: dict[bytes, bytes], v: Version) -> None:
     manifest = json.loads(data.get(b"manifest", b"{}"))
     actual = {k.decode(): hashlib.sha1(val).hexdigest() for k, val in data.items() if k != b"manifest"}
@@ -65,9 +87,13 @@ def test_sigkill_during_writes_keeps_committed_versions(tmp_path: Path, engine: 
         assert proc.stdout is not None
         ready = proc.stdout.readline()
         assert ready == b"ready\n", proc.stderr.read() if proc.stderr else ready
+        early = b""
+        if round_ % 2:  # every other round: let the writer commit once first, however slow the machine is
+            early = wait_for_commit(proc)
         time.sleep(rng.uniform(0.0, 0.08))
         os.kill(proc.pid, signal.SIGKILL)
         out, err = proc.communicate()
+        out = early + out
         assert proc.returncode == -signal.SIGKILL, err.decode()
         killed_mid_work += 1
         reported |= {line.split()[1] for line in out.decode().splitlines() if line.startswith("committed ")}
