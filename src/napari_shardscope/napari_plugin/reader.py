@@ -4,8 +4,8 @@ napari asks every reader whose filename pattern matches (ours is ``*``, director
 whether it can read a path, on the GUI thread, for every file a user drops. So
 :func:`get_reader` must be fast and must never raise:
 
-* a local path is accepted only if it is a directory holding ``info``, ``zarr.json`` or
-  ``attributes.json`` (or is one of those files) — two or three ``stat`` calls — and its metadata
+* a local path is accepted only if it is a directory holding ``info``, ``zarr.json``, ``.zarray``,
+  ``.zgroup`` or ``attributes.json`` (or is one of those files) — two or three ``stat`` calls — and its metadata
   is opened there (local reads), so a directory that is not a volume is declined;
 * a remote URL (``http(s)://``, ``gs://``, ``s3://``, or with a ``precomputed://`` style prefix)
   is accepted by its form alone when napari runs with its Qt event loop: the reader then opens it
