@@ -268,6 +268,15 @@ def reorder_placement(placement: VolumePlacement, order: Sequence[int] | None) -
                            tuple(reorder_level(level, order) for level in placement.levels))
 
 
+def lone_array_placement(axes: Sequence[str], shape: Sequence[int], dtype_name: str,
+                         key: str = "") -> VolumePlacement:
+    """A lone array (zarr v2 or v3, no OME metadata): one scale of unit-sized voxels at the origin,
+    unitless, with ``axes`` (stored order) presented in the reader's order."""
+    n = len(shape)
+    level = LevelPlacement(key, tuple(shape), dtype_name, (1.0,) * n, (0.0,) * n, (1.0,) * n)
+    return reorder_placement(VolumePlacement(tuple(axes), None, (level,)), reader_order(axes))
+
+
 def default_axes(ndim: int) -> tuple[str, ...]:
     """Axis names, slowest first, when the metadata gives none: the last three are z, y, x."""
     if ndim <= len(DEFAULT_AXES):

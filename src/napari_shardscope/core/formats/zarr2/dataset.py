@@ -54,13 +54,10 @@ class Zarr2Dataset(DatasetBase):
         super().__init__(location, metadata, context)
         self.is_array = is_array
         self.metadata_key = ARRAY_FILE if is_array else ATTRIBUTES_FILE
-        if is_array:
-            self.document = load_json_object(metadata, key=self.metadata_url)
-            self.attributes = read_attributes(self.store, "", url=self.url)
-        else:
-            load_json_object(metadata, key=f"{self.url.rstrip('/')}/{GROUP_FILE}")  # a JSON object, or refused
-            self.document = {}
-            self.attributes = read_attributes(self.store, "", url=self.url)
+        document_key = self.metadata_url if is_array else f"{self.url.rstrip('/')}/{GROUP_FILE}"
+        document = load_json_object(metadata, key=document_key)  # a JSON object, or refused
+        self.document = document if is_array else {}
+        self.attributes = read_attributes(self.store, "", url=self.url)
         self._arrays: dict[str, Zarr2ArrayMetadata] = {}
         self._multiscale: OmeMultiscale | None = None
 

@@ -22,15 +22,14 @@ from napari_shardscope.core.formats.ome import OmeMultiscale, channel_axis_by_na
 from napari_shardscope.core.formats.volume_spec import (
     ArrayTransform,
     Kind,
-    LevelPlacement,
     LevelSpec,
     VolumePlacement,
     VolumeSpec,
     default_axes,
     guess_kind,
     image_contrast_limits,
+    lone_array_placement,
     reader_order,
-    reorder_placement,
 )
 from napari_shardscope.core.formats.zarr2.chunk import Zarr2ChunkSource
 from napari_shardscope.core.formats.zarr2.metadata import (
@@ -47,9 +46,7 @@ def array_axes(meta: Zarr2ArrayMetadata) -> tuple[str, ...]:
 
 def array_placement(meta: Zarr2ArrayMetadata, key: str = "") -> VolumePlacement:
     """A lone array: one scale of unit-sized voxels at the origin, unitless, axes in presented order."""
-    n = meta.ndim
-    level = LevelPlacement(key, meta.shape, meta.dtype.name, (1.0,) * n, (0.0,) * n, (1.0,) * n)
-    return reorder_placement(VolumePlacement(array_axes(meta), None, (level,)), reader_order(array_axes(meta)))
+    return lone_array_placement(array_axes(meta), meta.shape, meta.dtype.name, key)
 
 
 def chunk_source(store: ByteStore, path: str, meta: Zarr2ArrayMetadata) -> Zarr2ChunkSource | None:

@@ -29,15 +29,14 @@ from napari_shardscope.core.formats.ome import (
 from napari_shardscope.core.formats.volume_spec import (
     ArrayTransform,
     Kind,
-    LevelPlacement,
     LevelSpec,
     VolumePlacement,
     VolumeSpec,
     default_axes,
     guess_kind,
     image_contrast_limits,
+    lone_array_placement,
     reader_order,
-    reorder_placement,
 )
 from napari_shardscope.core.formats.zarr3.codecs import check_codec_names
 from napari_shardscope.core.formats.zarr3.metadata import ArrayMetadata, max_chunk_file_bytes
@@ -53,9 +52,7 @@ def array_axes(meta: ArrayMetadata) -> tuple[str, ...]:
 
 def array_placement(meta: ArrayMetadata, key: str = "") -> VolumePlacement:
     """A lone array: one scale of unit-sized voxels at the origin, unitless, axes in presented order."""
-    n = meta.ndim
-    level = LevelPlacement(key, meta.shape, meta.dtype.name, (1.0,) * n, (0.0,) * n, (1.0,) * n)
-    return reorder_placement(VolumePlacement(array_axes(meta), None, (level,)), reader_order(array_axes(meta)))
+    return lone_array_placement(array_axes(meta), meta.shape, meta.dtype.name, key)
 
 
 def array_volume_spec(location: Location, meta: ArrayMetadata, document: Mapping[str, Any], *,
