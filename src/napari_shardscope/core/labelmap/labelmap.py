@@ -21,7 +21,7 @@ import threading
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import numpy as np
 import numpy.typing as npt
@@ -56,6 +56,10 @@ from napari_shardscope.core.versioned.instance import Instance, register_instanc
 from napari_shardscope.core.versioned.repository import Repository
 from napari_shardscope.core.versioned.view import VersionView, VersionWriter
 from napari_shardscope.core.volumes.model import Volume
+
+if TYPE_CHECKING:
+    from napari_shardscope.core.formats.precomputed.meshes import MeshData
+    from napari_shardscope.core.labelmap.meshes import BodyMesher
 
 register_instance_type(TYPE_NAME)
 
@@ -111,6 +115,7 @@ class Labelmap:
         self._summary: IndexSummary | None = None
         self._entries: LruCache[int, SvIndex | None] = LruCache(4096)
         self._subscribers: list[Subscriber] = []
+        self._meshers: dict[int, Any] = {}
 
     @property
     def name(self) -> str:
@@ -236,6 +241,23 @@ class Labelmap:
         return out
 
     # -- edits ----------------------------------------------------------------------------------
+
+    def mesher(self, lod: int = 0) -> BodyMesher:
+        """The body mesher of this labelmap for ``lod`` (one per level, sharing nothing but the repository cache)."""
+        from napari_shardscope.core.labelmap.meshes import BodyMesher
+
+        with self._states_lock:
+            mesher = self._meshers.get(lod)
+            if mesher is None:
+                mesher = self._meshers[lod] = BodyMesher(self, lod=lod)
+            return cast("BodyMesher", mesher)
+
+    def mesh(self, body: int, version: str | Version = "main", *, lod: int = 0) -> MeshData:
+        """The mesh of ``body`` at ``version``: vertices float32 (N, 3) x, y, z in nm, faces uint32 (M, 3).
+
+        True to every edit of that version (see :mod:`.meshes`); ``trimesh.Trimesh(m.vertices, m.faces)``.
+        """
+        return self.mesher(lod).mesh(body, self.at(version))
 
     def subscribe(self, callback: Subscriber) -> Callable[[], None]:
         """Call ``callback(event)`` after every edit made through this object; returns an unsubscribe.

@@ -88,6 +88,10 @@ class LabelmapBackend(Protocol):
         """``count`` new body/supervoxel ids reserved in ``w``'s transaction."""
         ...
 
+    def mesher(self, lod: int = 0) -> Any:
+        """The labelmap's :class:`~napari_shardscope.core.labelmap.meshes.BodyMesher` for ``lod``."""
+        ...
+
 
 @dataclass(frozen=True)
 class SparseVolume:
@@ -291,6 +295,11 @@ class LabelmapVersion:
         """Boolean mask of ``body`` within a region (a :class:`Box` or a key) at ``scale``."""
         members = self._members(self._state(), body)
         return np.isin(self.read_supervoxels(region, scale), members)
+
+    def mesh(self, body: int, *, lod: int = 0) -> Any:
+        """The body's mesh at this version (:class:`~napari_shardscope.core.formats.precomputed.meshes.MeshData`:
+        float32 x, y, z vertices in nm and uint32 faces, trimesh-compatible); see :mod:`.meshes`."""
+        return self.labelmap.mesher(lod).mesh(body, self)
 
     def mutations(self, *, own: bool = False) -> list[HistoryEntry]:
         """The mutation log of this version's ancestry, oldest first (``own``: this version's only)."""
