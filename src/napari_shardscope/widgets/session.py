@@ -73,6 +73,10 @@ class ViewerSession:
         self.body_layer: Labels | None = None
         self.supervoxel_layer: Labels | None = None
         self._layout: tuple[Any, ...] | None = None  # what the layers show: labelmap and geometry
+        from napari_shardscope.widgets.meshes import BodySurfaces
+
+        #: The selected bodies' meshes as Surface layers (widgets/meshes.py), following the controller.
+        self.surfaces = BodySurfaces(self)
 
     @property
     def viewer(self) -> napari.Viewer:
