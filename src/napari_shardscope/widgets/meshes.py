@@ -10,13 +10,14 @@ colour from the body layer.
 
 from __future__ import annotations
 
+import threading
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+from qtpy.QtCore import QTimer
 
-from napari_shardscope.core.errors import ShardscopeError
 from napari_shardscope.core.proofreading.meshes import BodySurface, SurfaceFollower, SurfacePlan
-from napari_shardscope.widgets.workers import GuiProgress, start_worker
+from napari_shardscope.widgets.workers import GuiProgress
 
 if TYPE_CHECKING:
     from napari_shardscope.widgets.session import ViewerSession
@@ -46,7 +47,15 @@ class BodySurfaces:
         self.error = ""
         self._running: list[Any] = []
         self._again = False
-        self._unsubscribe = session.controller.subscribe(lambda _state: self.sync())
+        self._scheduled = False
+        from napari_shardscope.widgets.session import _ToGuiThread
+
+        self._bridge = _ToGuiThread()
+        # Imported here, on the GUI thread: a first import inside the loading thread would take the import lock
+        # while napari's own threads start.
+        import DracoPy  # noqa: F401
+        import zmesh  # noqa: F401
+        self._unsubscribe = session.controller.subscribe(lambda _state: self.schedule())
 
     @property
     def busy(self) -> bool:
@@ -56,8 +65,31 @@ class BodySurfaces:
         self._unsubscribe()
 
     # -- following the controller ----------------------------------------------------------------
+    def schedule(self) -> None:
+        """Sync on the next turn of the event loop, once for any number of changes before it.
+
+        Controller changes arrive inside napari's mouse and key callbacks; starting a progress bar or
+        adding a layer there would run the event loop inside the callback (napari's mouse generators
+        are not re-entrant).
+        """
+        if not self._scheduled:
+            self._scheduled = True
+            QTimer.singleShot(0, self._scheduled_sync)
+
+    def _scheduled_sync(self) -> None:
+        self._scheduled = False
+        self.sync()
+
+    def alive(self) -> bool:
+        """Whether the viewer is open and shows a labelmap (a closed viewer's layers are gone)."""
+        viewer = self.session.viewer
+        layer = self.session.body_layer
+        return hasattr(viewer.window, "_qt_window") and layer is not None and layer in viewer.layers
+
     def sync(self) -> None:
         """Bring the layers in step with the controller (loads go to a worker thread)."""
+        if not self.alive():
+            return
         self._forget_removed_layers()
         if self._running:
             self._again = True  # planned again when the running load ends
@@ -70,31 +102,39 @@ class BodySurfaces:
             self._start(SurfacePlan(plan.load, ()))
 
     def _start(self, plan: SurfacePlan) -> None:
+        """Load ``plan`` in a daemon thread (not napari's worker pool: on a small machine its few threads
+        are the ones a split or an export needs); results come back through a queued signal."""
         pbar = GuiProgress(f"meshing {len(plan.load)} bod{'y' if len(plan.load) == 1 else 'ies'}")
+        self._running.append(plan)
 
-        def work() -> tuple[list[BodySurface], list[Any]]:
-            surfaces = self.follower.load(plan, pbar)
-            skeletons = [self.follower.skeleton(s.body) for s in surfaces] if self.skeletons else []
-            return surfaces, skeletons
+        def work() -> None:
+            try:
+                surfaces = self.follower.load(plan, pbar)
+                skeletons = [self.follower.skeleton(s.body) for s in surfaces] if self.skeletons else []
+            except BaseException as exc:  # handed to the GUI thread, which reports it
+                error = exc
+                self._bridge.post(lambda: self._finished(plan, pbar, None, error))
+                return
+            self._bridge.post(lambda: self._finished(plan, pbar, (surfaces, skeletons), None))
 
-        def done(result: tuple[list[BodySurface], list[Any]]) -> None:
-            surfaces, skeletons = result
-            self.error = ""
-            self._show(surfaces, skeletons)
+        threading.Thread(target=work, name="shardscope-meshes", daemon=True).start()
 
-        def failed(exc: BaseException) -> None:
+    def _finished(self, plan: SurfacePlan, pbar: GuiProgress, result: tuple[list[BodySurface], list[Any]] | None,
+                  exc: BaseException | None) -> None:
+        pbar.close()
+        if plan in self._running:
+            self._running.remove(plan)
+        if exc is not None:
             self.error = str(exc)
-            self.session.controller.report(f"meshes: {exc}", "error")
-            if not isinstance(exc, ShardscopeError):
-                raise exc
-
-        def finished() -> None:
-            pbar.close()
-            if self._again:
-                self._again = False
-                self.sync()
-
-        start_worker(work, done, failed, running=self._running, finished=finished)
+            if self.alive():
+                self.session.controller.report(f"meshes: {exc}", "error")
+        elif result is not None:
+            self.error = ""
+            if self.alive():  # the viewer may have closed while the meshes loaded
+                self._show(*result)
+        if self._again and self.alive():
+            self._again = False
+            self.sync()
 
     # -- layers ----------------------------------------------------------------------------------
     def _forget_removed_layers(self) -> None:
@@ -125,6 +165,8 @@ class BodySurfaces:
         viewer = self.session.viewer
         wanted = self.follower.wanted()
         current = []
+        active = viewer.layers.selection.active  # adding a layer makes it active; the user's choice is kept
+        placement = self._placement()
         for s in surfaces:
             if wanted.get(s.body) != s.key:
                 continue  # stale (the selection or the body changed while it loaded): the next sync reloads
@@ -138,7 +180,7 @@ class BodySurfaces:
                 layer.vertex_colors = colours
             else:
                 layer = viewer.add_surface(data, name=surface_name(s.body), vertex_colors=colours,
-                                           metadata={SURFACE_KEY: s.body})
+                                           metadata={SURFACE_KEY: s.body}, **placement)
                 self.layers[s.body] = layer
         for sk in skeletons:
             if sk is None or wanted.get(sk.body) != sk.key or not len(sk.edges):
@@ -151,10 +193,20 @@ class BodySurfaces:
             else:
                 self.skeleton_layers[sk.body] = viewer.add_vectors(
                     vectors, name=skeleton_name(sk.body), edge_color=self._colour(sk.body), edge_width=2,
-                    vector_style="line", metadata={SKELETON_KEY: sk.body})
+                    vector_style="line", metadata={SKELETON_KEY: sk.body}, **placement)
         self.follower.shown(current, [])
-        active = self.session.body_layer
-        if active is not None and active in viewer.layers:
-            viewer.layers.selection.active = active  # clicks keep going to the body layer
+        if active is not None and active in viewer.layers and viewer.layers.selection.active is not active:
+            viewer.layers.selection.active = active  # clicks keep going where they went (the body layer)
+
+    def _placement(self) -> dict[str, Any]:
+        """Axis labels and units of the body layer: layers that disagree on them get separate napari dims."""
+        layer = self.session.body_layer
+        if layer is None:
+            return {}
+        out: dict[str, Any] = {"axis_labels": tuple(layer.axis_labels)[-3:]}
+        units = getattr(layer, "units", None)
+        if units is not None:
+            out["units"] = tuple(units)[-3:]
+        return out
 
 

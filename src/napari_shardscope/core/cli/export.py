@@ -17,6 +17,7 @@ from napari_shardscope.core.cli.common import (
     REPOSITORY,
     SCHEDULER,
     WORKERS,
+    parse_coords,
     parse_shape,
     parse_size,
     print_json,
@@ -134,7 +135,43 @@ def cmd_index(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_export_meshes(args: argparse.Namespace) -> int:
+    """``shardscope export-meshes``: a version's changed bodies as sharded multilod Draco meshes."""
+    from napari_shardscope.core.export.meshes import export_meshes
+    from napari_shardscope.core.labelmap import open_labelmap
+
+    with open_repository(args.path) as repo:
+        names = [i.name for i in repo.instances() if i.type == "labelmap"]
+        name = args.labelmap or (names[0] if len(names) == 1 else None)
+        if name is None:
+            raise ArgumentError(f"the repository holds labelmaps {names}: name one with --labelmap NAME")
+        lm = open_labelmap(repo, name)
+        report = export_meshes(lm, args.version or "main", args.dest, bodies=args.bodies, overwrite=args.overwrite,
+                               lod=args.lod, progress=progress_unless_quiet(args, "export-meshes"))
+    if args.json:
+        print_json(report.to_json())
+    else:
+        linked = f"; {report.linked_info} now names it as its mesh" if report.linked_info else ""
+        print(f"wrote meshes of {len(report.bodies)} bodies ({report.shard_files} shard files, {report.bytes} bytes) "
+              f"to {report.dest}{linked}")
+    return EXIT_OK
+
+
 VERBS = (
+    Verb("export-meshes", cmd_export_meshes, "write a version's changed bodies as sharded multilod Draco meshes", (
+        REPOSITORY,
+        arg("dest", help="new mesh directory (inside an exported precomputed volume, its info is linked to it)"),
+        arg("--labelmap", metavar="NAME", help="labelmap instance (default: the repository's only one)"),
+        arg("--version", metavar="REF", help="version (branch name = its head, or a UUID prefix; default main)"),
+        arg("--bodies", type=parse_coords, metavar="ID,ID,...",
+            help="these bodies instead of the ones the version changed"),
+        arg("--lod", type=int, default=0, help="level of detail read from the base's mesh source (-1: coarsest)"),
+        arg("--overwrite", action="store_true", help="replace an existing mesh directory at DEST"),
+        QUIET,
+    ), description="Mesh every body the version's mutation log touched (or --bodies) as the union of its "
+       "supervoxels' meshes (the base's mesh source, or meshed from the labels) and write them as a sharded "
+       "neuroglancer_multilod_draco directory that Neuroglancer, CloudVolume and TensorStore read. Written to a "
+       "temporary directory and renamed into place."),
     Verb("export", cmd_export, "write a volume as a new sharded volume (precomputed or OME-Zarr v3)", (
         arg("source", help="volume path or URL to read, or a repository directory (with --labelmap)"),
         arg("dest", help="new directory (or writable URL) to create"),

@@ -19,7 +19,8 @@ import logging
 import os
 import threading
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
@@ -241,6 +242,17 @@ class Labelmap:
         return out
 
     # -- edits ----------------------------------------------------------------------------------
+
+    @contextmanager
+    def holding_edits(self) -> Iterator[None]:
+        """Edits of this labelmap wait while the block runs (re-entrant).
+
+        For a background reader of many blocks (meshing from the labels): an edit reads blocks
+        through TensorStore while holding the repository's writer lock, and read callbacks of a
+        concurrent reader that need the store could occupy TensorStore's few executor threads.
+        """
+        with self._edit_lock:
+            yield
 
     def mesher(self, lod: int = 0) -> BodyMesher:
         """The body mesher of this labelmap for ``lod`` (one per level, sharing nothing but the repository cache)."""

@@ -198,7 +198,8 @@ class BodyMesher:
                 out[sv] = m
             todo = [s for s in rest if s not in cached]
             if todo:
-                made = self._mesh_from_labels(todo, version)
+                with self.labelmap.holding_edits():  # see Labelmap.holding_edits
+                    made = self._mesh_from_labels(todo, version)
                 self._to_repository(made)
                 for sv, m in made.items():
                     self._keep(sv, m, "labels")

@@ -14,6 +14,7 @@ still come from the shared cache.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
@@ -86,6 +87,10 @@ class LabelmapBackend(Protocol):
 
     def new_ids(self, w: VersionWriter, count: int) -> range:
         """``count`` new body/supervoxel ids reserved in ``w``'s transaction."""
+        ...
+
+    def holding_edits(self) -> AbstractContextManager[None]:
+        """A context in which edits of the labelmap wait."""
         ...
 
     def mesher(self, lod: int = 0) -> Any:
