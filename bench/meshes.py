@@ -13,7 +13,7 @@ Per round, paired (the same ids, each side with fresh readers and caches, the or
    it holds (what the viewer does after an edit); CloudVolume has no notion of the edit, so its
    peer is fetching both ids' meshes and concatenating them (what a client without our cache does).
 
-Times are the core's (mesh ready for a layer), not GL drawing. Medians [min–max] over the rounds.
+Times are the core's (mesh ready for a layer), not GL drawing. Medians [min–max] over the rounds, after one unmeasured warm-up round.
 """
 
 from __future__ import annotations
@@ -73,7 +73,7 @@ def main() -> None:
         local = served / "pinky"
         server = RangeServer(served)
         try:
-            http = f"{server.url}/pinky"
+            http = f"{server.url.rstrip('/')}/pinky"
             repo = create_repository(tmp / "repo")
             lm = create_labelmap(repo, "seg", local)
             source = open_mesh_source(open_store(local), MESH_DIR)
@@ -85,7 +85,7 @@ def main() -> None:
 
             for where, root in (("local", str(local)), ("loopback HTTP", http)):
                 ours_t, cv_t = [], []
-                for r in range(args.rounds):
+                for r in range(-1, args.rounds):  # round -1 warms imports and the base index up, unmeasured
                     def ours(root: str = root) -> None:
                         src = open_mesh_source(open_store(root), MESH_DIR)
                         mesher = BodyMesher(lm, source=src)
@@ -98,7 +98,10 @@ def main() -> None:
                         for body in firsts:
                             cv.mesh.get(body, lod=0)
 
-                    if r % 2:
+                    if r < 0:
+                        ours()
+                        theirs()
+                    elif r % 2:
                         cv_t.append(timed(theirs))
                         ours_t.append(timed(ours))
                     else:

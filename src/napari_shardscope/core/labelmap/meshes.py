@@ -127,6 +127,7 @@ class BodyMesher:
         self._source: MultilodMeshSource | LegacyMeshSource | None = None
         self._source_ready = False
         self._lock = threading.Lock()
+        self._executor: ThreadPoolExecutor | None = None
         self._memory: LruCache[tuple[int, int], MeshData] = LruCache(MEMORY_CACHE)
         #: Where each supervoxel mesh came from, for tests and the status line: "source" | "labels" | "cache".
         self.origins: dict[int, str] = {}
@@ -181,16 +182,21 @@ class BodyMesher:
         from_source = [s for s in missing if source is not None and s < id_start]
         rest = [s for s in missing if not (source is not None and s < id_start)]
         if from_source and source is not None:
-            with ThreadPoolExecutor(max(1, min(self.workers, len(from_source)))) as pool:
-                for sv, m in zip(from_source, pool.map(lambda s: source.mesh(s, lod), from_source), strict=True):
-                    done += 1
-                    if m is None:  # the source lacks this supervoxel: mesh it from the labels
-                        rest.append(sv)
-                        continue
-                    out[sv] = m
-                    self._keep(sv, m, "source")
-                    if progress is not None:
-                        progress(done, total)
+            def read(s: int) -> MeshData | None:
+                return source.mesh(s, lod)
+
+            # Remote reads wait on round trips: overlap them. Local reads are microseconds: a pool costs more.
+            parallel = len(from_source) > 1 and not source.store.cheap_size
+            found = self._pool().map(read, from_source) if parallel else map(read, from_source)
+            for sv, m in zip(from_source, found, strict=True):
+                done += 1
+                if m is None:  # the source lacks this supervoxel: mesh it from the labels
+                    rest.append(sv)
+                    continue
+                out[sv] = m
+                self._keep(sv, m, "source")
+                if progress is not None:
+                    progress(done, total)
         if rest:
             cached = self._from_repository(rest)
             for sv, m in cached.items():
@@ -207,6 +213,12 @@ class BodyMesher:
         if progress is not None:
             progress(total, total)
         return out
+
+    def _pool(self) -> ThreadPoolExecutor:
+        with self._lock:
+            if self._executor is None:
+                self._executor = ThreadPoolExecutor(self.workers, thread_name_prefix="shardscope-mesh")
+            return self._executor
 
     def _keep(self, sv: int, mesh: MeshData, origin: str) -> None:
         self._memory.put((sv, self.lod), mesh)
