@@ -15,19 +15,27 @@ from typing import Any
 
 import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from napari_shardscope.core.bytestore import open_store
-from napari_shardscope.core.errors import ChunkDecodeError, IndexDecodeError, MetadataError
+from napari_shardscope.core.errors import ChunkDecodeError, FormatError, IndexDecodeError, MetadataError
 from napari_shardscope.core.formats import open_dataset
 from napari_shardscope.core.formats.precomputed.meshes import (
     LegacyMeshSource,
     MultilodMeshSource,
+    decode_legacy_fragment,
     decode_manifest,
     dump_manifest,
     mesh_source_of,
     open_mesh_source,
 )
-from napari_shardscope.core.formats.precomputed.skeletons import open_skeleton_source
+from napari_shardscope.core.formats.precomputed.skeletons import (
+    SkeletonInfo,
+    VertexAttribute,
+    decode_skeleton,
+    open_skeleton_source,
+)
 
 cloudvolume = pytest.importorskip("cloudvolume")
 
@@ -254,3 +262,34 @@ def test_damaged_skeleton(tmp_path: Path) -> None:
     (tmp_path / "4").write_bytes(struct.pack("<II", 100, 0))
     with pytest.raises(ChunkDecodeError, match="truncated"):
         open_skeleton_source(open_store(tmp_path), "").skeleton(4)
+
+
+# -- hostile bytes: typed errors only -------------------------------------------------------------------
+
+REAL_MANIFEST = (REALDATA / "crantb_mesh_unsharded" / "7.index").read_bytes()
+
+
+@given(st.binary(max_size=256), st.integers(0, len(REAL_MANIFEST)), st.binary(max_size=8))
+def test_damaged_manifests_give_typed_errors(noise: bytes, cut: int, insert: bytes) -> None:
+    for data in (noise, REAL_MANIFEST[:cut] + insert + REAL_MANIFEST[cut + len(insert):]):
+        try:
+            m = decode_manifest(data, key="k")
+        except IndexDecodeError as exc:
+            assert exc.key == "k" and exc.offset is not None
+        else:
+            assert m.num_lods == len(m.fragment_sizes) == len(m.fragment_positions)
+
+
+@given(st.binary(max_size=512))
+def test_random_legacy_fragments_and_skeletons_give_typed_errors(data: bytes) -> None:
+    try:
+        v, f = decode_legacy_fragment(data, key="k")
+        assert f.size == 0 or int(f.max()) < len(v)
+    except FormatError as exc:
+        assert exc.key == "k"
+    info = SkeletonInfo(vertex_attributes=(VertexAttribute("radius", "float32", 1),))
+    try:
+        sk = decode_skeleton(data, info, 1, key="k")
+        assert sk.edges.size == 0 or int(sk.edges.max()) < len(sk.vertices)
+    except FormatError as exc:
+        assert exc.key == "k"
