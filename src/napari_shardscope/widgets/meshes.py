@@ -10,6 +10,8 @@ colour from the body layer.
 
 from __future__ import annotations
 
+import contextlib
+import importlib
 import threading
 from typing import TYPE_CHECKING, Any
 
@@ -53,8 +55,9 @@ class BodySurfaces:
         self._bridge = _ToGuiThread()
         # Imported here, on the GUI thread: a first import inside the loading thread would take the import lock
         # while napari's own threads start.
-        import DracoPy  # noqa: F401
-        import zmesh  # noqa: F401
+        for module in ("DracoPy", "zmesh"):
+            with contextlib.suppress(ImportError):  # without them the load reports what is missing
+                importlib.import_module(module)
         self._unsubscribe = session.controller.subscribe(lambda _state: self.schedule())
 
     @property
