@@ -13,7 +13,8 @@ Per round, paired (the same ids, each side with fresh readers and caches, the or
    it holds (what the viewer does after an edit); CloudVolume has no notion of the edit, so its
    peer is fetching both ids' meshes and concatenating them (what a client without our cache does).
 
-Times are the core's (mesh ready for a layer), not GL drawing. Medians [min–max] over the rounds, after one unmeasured warm-up round.
+Times are the core's (mesh ready for a layer), not GL drawing. Medians [min–max] over the rounds, after
+one unmeasured warm-up round. ``--many``: bodies of 5120 supervoxels without a mesh source (no peer).
 """
 
 from __future__ import annotations
@@ -62,6 +63,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--bodies", type=int, default=8, help="bodies meshed per round")
+    parser.add_argument("--many", action="store_true",
+                        help="also: two bodies of 5120 supervoxels each (no mesh source), merge and undo updates")
     args = parser.parse_args()
     from cloudvolume import CloudVolume
 
@@ -136,8 +139,33 @@ def main() -> None:
             report(f"merge + merged body's mesh, {args.bodies} merges (ours includes the merge's own commit)",
                    ours_t, cv_t)
             repo.close()
+            if args.many:
+                many_supervoxels(tmp, args.rounds)
         finally:
             server.close()
+
+
+def many_supervoxels(tmp: Path, rounds: int) -> None:
+    """Bodies of 5120 supervoxels (blocky base, no mesh source): first mesh, then merge/undo updates (no peer:
+    CloudVolume has no per-version body meshes)."""
+    import numpy as np
+    from bench.blocky_base import write_blocky_base
+
+    sv = write_blocky_base(tmp / "many", (64, 320, 512), (4, 16, 16), (64, 64, 64), 1)
+    nx = 512 // 16
+    agg = {int(i): 1_000_000 + (1 if (int(i) - 1) % nx < nx // 2 else 2) for i in np.unique(sv)}
+    repo = create_repository(tmp / "many.repo")
+    lm = create_labelmap(repo, "seg", tmp / "many", agglomeration=agg)
+    v = lm.at("main")
+    a, b = 1_000_001, 1_000_002
+    first = timed(lambda: (lm.mesh(a, v.uuid), lm.mesh(b, v.uuid)))
+    merge_t, undo_t = [], []
+    for _ in range(rounds):
+        merge_t.append(timed(lambda: (v.merge(a, [b]), lm.mesh(a, v.uuid))))
+        undo_t.append(timed(lambda: (v.undo(), lm.mesh(a, v.uuid))))
+    print(f"bodies of {len(v.supervoxels(a))} supervoxels each, meshed from the labels (no source)\n"
+          f"  first mesh of both {first:.2f} s\n  merge + merged mesh {fmt(merge_t)}\n  undo + mesh {fmt(undo_t)}")
+    repo.close()
 
 
 def _as_mesh(m: object) -> object:

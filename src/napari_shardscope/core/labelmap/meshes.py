@@ -39,11 +39,14 @@ from napari_shardscope.core.formats.precomputed.meshes import (
     concatenate_meshes,
     empty_mesh,
 )
+from napari_shardscope.core.labelmap.config import ScaleGeometry
 from napari_shardscope.core.labelmap.geometry import Box
 from napari_shardscope.core.labelmap.version import LabelmapBackend, LabelmapVersion
 
 #: Most voxels read to mesh one supervoxel from the labels (a 128³ box): the scale is chosen to fit.
 MAX_MESH_VOXELS = 128**3
+#: Most voxels read at once to mesh a batch of supervoxels together (a 256³ box of uint64: 128 MB).
+BATCH_VOXELS = 256**3
 #: Supervoxel meshes kept in memory (a body of 10⁴ supervoxels fits several times over).
 MEMORY_CACHE = 65536
 CACHE_PREFIX = b"mesh/v1/"
@@ -245,11 +248,17 @@ class BodyMesher:
     # -- meshing from labels -------------------------------------------------------------------
 
     def _mesh_from_labels(self, svs: Sequence[int], version: LabelmapVersion) -> dict[int, MeshData]:
-        """Mesh supervoxels from the labels, each at the finest scale whose box fits the budget."""
+        """Mesh supervoxels from the labels, each at the finest scale whose box fits the budget.
+
+        Supervoxels meshed at the same scale are read and meshed together, a batch per region of
+        at most :data:`BATCH_VOXELS` (zmesh meshes every label of a block in one pass): a body of
+        thousands of supervoxels costs a few reads, not one per supervoxel.
+        """
         state = version._state()
         config = self.labelmap.config
         grid = config.grid(0)
         out: dict[int, MeshData] = {}
+        by_scale: dict[int, list[tuple[int, Box]]] = {}
         for sv in svs:
             entry = self.labelmap.entry(state, sv)
             if entry is None:
@@ -258,15 +267,40 @@ class BodyMesher:
             box = Box((0, 0, 0), (0, 0, 0))
             for c in entry.block_set():
                 box = box.union(grid.box(c))
-            out[sv] = self._mesh_one(sv, box, version)
+            by_scale.setdefault(self._scale_for(box), []).append((sv, box))
+        for scale, members in by_scale.items():
+            for batch in _batches(members, config.scales[scale]):
+                made = self._mesh_batch(batch, scale, version)
+                for sv, box0 in batch:
+                    mesh = made.get(sv)
+                    # a supervoxel too thin for its scale (lost to the mode downsampling) is meshed finer
+                    out[sv] = mesh if mesh is not None else self._mesh_one(sv, box0, version, scale - 1)
         return out
 
-    def _mesh_one(self, sv: int, box0: Box, version: LabelmapVersion) -> MeshData:
+    def _scale_for(self, box0: Box) -> int:
         scales = self.labelmap.config.scales
-        first = next((i for i, s in enumerate(scales) if _voxels(_scaled(box0, s.factors, s.shape)) <= MAX_MESH_VOXELS),
-                     len(scales) - 1)
+        return next((i for i, s in enumerate(scales) if _voxels(_scaled(box0, s.factors, s.shape)) <= MAX_MESH_VOXELS),
+                    len(scales) - 1)
+
+    def _mesh_batch(self, batch: Sequence[tuple[int, Box]], scale: int,
+                    version: LabelmapVersion) -> dict[int, MeshData]:
+        """Meshes of the batch's supervoxels present at ``scale`` in one read of their union box."""
+        s = self.labelmap.config.scales[scale]
+        box = Box((0, 0, 0), (0, 0, 0))
+        for _sv, box0 in batch:
+            box = box.union(_scaled(box0, s.factors, s.shape))
+        labels = version.read_supervoxels(box, scale=scale)
+        wanted = np.asarray([sv for sv, _ in batch], dtype=np.uint64)
+        present = [int(v) for v in np.intersect1d(np.unique(labels), wanted)]
+        if not present:
+            return {}
+        origin = [t + lo * vs for t, lo, vs in zip(s.translate, box.lo, s.voxel_size, strict=True)]
+        return mesh_labels(labels, present, voxel_size=s.voxel_size, origin=origin)
+
+    def _mesh_one(self, sv: int, box0: Box, version: LabelmapVersion, start: int | None = None) -> MeshData:
+        first = self._scale_for(box0) if start is None else start
         for i in range(first, -1, -1):  # a supervoxel too thin for a coarse scale is meshed finer
-            s = scales[i]
+            s = self.labelmap.config.scales[i]
             box = _scaled(box0, s.factors, s.shape)
             labels = version.read_supervoxels(box, scale=i)
             if not np.any(labels == sv):
@@ -286,6 +320,25 @@ def _scaled(box0: Box, factors: Sequence[int], shape: Sequence[int]) -> Box:
     lo = tuple(max(0, lo // f - 1) for lo, f in zip(box0.lo, factors, strict=True))
     hi = tuple(min(n, -(-h // f) + 1) for h, f, n in zip(box0.hi, factors, shape, strict=True))
     return Box((lo[0], lo[1], lo[2]), (hi[0], hi[1], hi[2]))
+
+
+def _batches(members: list[tuple[int, Box]], scale: ScaleGeometry) -> list[list[tuple[int, Box]]]:
+    """Split supervoxels (with their scale-0 boxes) into groups whose union box at ``scale`` fits :data:`BATCH_VOXELS`.
+
+    Halves along the axis the group spreads most, by box centre, until each group fits (or is one supervoxel).
+    """
+    box = Box((0, 0, 0), (0, 0, 0))
+    for _sv, b in members:
+        box = box.union(_scaled(b, scale.factors, scale.shape))
+    if len(members) == 1 or _voxels(box) <= BATCH_VOXELS:
+        return [members]
+    centres = np.asarray([[(lo + hi) / 2 for lo, hi in zip(b.lo, b.hi, strict=True)] for _sv, b in members])
+    axis = int(np.argmax(centres.max(axis=0) - centres.min(axis=0)))
+    order = np.argsort(centres[:, axis], kind="stable")
+    half = len(members) // 2
+    low = [members[i] for i in order[:half]]
+    high = [members[i] for i in order[half:]]
+    return _batches(low, scale) + _batches(high, scale)
 
 
 def _voxels(box: Box) -> int:
