@@ -51,11 +51,13 @@ class ConditionalStore:
         Anything :func:`~napari_shardscope.core.bytestore.parse_url` accepts. ``s3://`` gets
         ``use_conditional_write`` (one conditional PUT); ``http(s)://`` is read-only.
     context
-        An optional ``tensorstore.Context`` (credentials, retries, connection pool).
+        A ``tensorstore.Context`` (default: the shared one, with the user's timeout and retries).
     """
 
     def __init__(self, url: str | os.PathLike[str] | Location, context: Any = None) -> None:
         import tensorstore as ts
+
+        from napari_shardscope.core.bytestore.context import shared_context
 
         self.location = parse_url(url)
         spec = dict(self.location.kvstore)
@@ -63,7 +65,7 @@ class ConditionalStore:
             spec["use_conditional_write"] = True
         self.read_only = spec.get("driver") in ("http", "https")
         try:
-            self._kv = ts.KvStore.open(spec, context=context).result()
+            self._kv = ts.KvStore.open(spec, context=context if context is not None else shared_context()).result()
         except Exception as exc:
             raise error_from_tensorstore(exc, where=self.location.url, opening=True, raw_bytes=True) from exc
 

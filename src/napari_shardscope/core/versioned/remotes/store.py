@@ -26,6 +26,7 @@ from typing import Any
 
 from napari_shardscope.core.bytestore import ByteStore, open_store
 from napari_shardscope.core.bytestore.conditional import ConditionalStore, probe_cas
+from napari_shardscope.core.bytestore.context import shared_context
 from napari_shardscope.core.errors import ArgumentError
 from napari_shardscope.core.versioned.remotes.errors import (
     CorruptObjectError,
@@ -136,7 +137,7 @@ class RemoteStore:
     def __init__(self, url: str | os.PathLike[str], *, progress: Progress | None = None) -> None:
         self.url = os.fspath(url)
         self.cas = ConditionalStore(self.url)
-        self.objects: ByteStore = open_store(self.url)
+        self.objects: ByteStore = open_store(self.url, context=shared_context())
         self.transfer = Transfer()
         self._progress = progress
         self._cas_checked = False
