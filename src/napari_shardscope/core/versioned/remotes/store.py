@@ -232,6 +232,7 @@ class RemoteStore:
         if count < 1 or minimum < 0:
             raise ArgumentError(f"bad id reservation: count={count}, minimum={minimum}")
         self.check_cas()
+        self.require_refs()  # a directory remote that vanished (unmounted) must not start a fresh counter
         for _ in range(CAS_ATTEMPTS):
             got = self.cas.read_generation(IDS_KEY)
             if got.value is None:

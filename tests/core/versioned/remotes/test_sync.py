@@ -1,0 +1,209 @@
+"""push, fetch, pull, clone and status through a directory remote and a real S3 API (moto), in one process.
+
+"Bit-identical" means every committed version holds the same record, notes, log entries and
+key-values in both repositories (only the local branch name a diverged fetch gets may differ), and
+the labelmap reads the same body labels at every scale.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from napari_shardscope.core.cli import run
+from napari_shardscope.core.labelmap import open_labelmap
+from napari_shardscope.core.labelmap.remote import pull_merger
+from napari_shardscope.core.versioned import IdsExhaustedError, Repository, open_repository
+from napari_shardscope.core.versioned import remotes as R
+from napari_shardscope.core.versioned.remotes.pack import object_key
+from napari_shardscope.core.versioned.remotes.sync import remote_versions, verify_remote
+from tests.core.versioned.remotes.helpers import bodies_at, edit, make_repo, made_ids
+
+
+def same_node(a: Repository, b: Repository, uuid: str) -> bool:
+    x, y = a.read_node(uuid), b.read_node(uuid)
+    return dataclasses.replace(x, branch="") == dataclasses.replace(y, branch="")
+
+
+def test_push_clone_read_identical(base: Path, remote_url: str, tmp_path: Path) -> None:
+    a = make_repo(tmp_path / "a", base)
+    rng = np.random.default_rng(0)
+    edit(a, "merge", rng)
+    edit(a, "cleave", rng)
+    R.add_remote(a, "origin", remote_url)
+    pushed = R.push(a, "origin", "main")
+    assert len(pushed.sent) == 3 and pushed.transfer.objects_sent > 0
+    again = R.push(a, "origin", "main")
+    assert again.up_to_date and again.transfer.objects_sent == 0
+    path, fetched = R.clone(remote_url, tmp_path / "b")
+    b = open_repository(path)
+    assert {v.uuid for v in b.versions()} == {v.uuid for v in a.versions()}
+    for v in a.versions():
+        assert same_node(a, b, v.uuid)
+        assert b.version(v.uuid).branch == v.branch
+    for x, y in zip(bodies_at(a, "main"), bodies_at(b, "main"), strict=True):
+        assert np.array_equal(x, y)
+    with b.read("main") as view:
+        assert view.get("notes", b"about") == b"the base"
+    assert b.verify() == [] and verify_remote(remote_url) == []
+    # the clone reads its labelmap without rebuilding the base index (unversioned data came along)
+    assert open_labelmap(b, "seg").repo.get_unversioned("seg", b"index/summary") is not None
+    a.close()
+    b.close()
+
+
+def test_diverged_push_refused_then_pull_merge_push(base: Path, remote_url: str, tmp_path: Path) -> None:
+    a = make_repo(tmp_path / "a", base)
+    R.add_remote(a, "origin", remote_url)
+    R.push(a)
+    b = open_repository(R.clone(remote_url, tmp_path / "b")[0])
+    rng_a, rng_b = np.random.default_rng(1), np.random.default_rng(2)
+    lm = open_labelmap(a, "seg")
+    bodies = sorted(int(s) for s in lm.index_summary().supervoxels)
+    half = len(bodies) // 2
+    edit(a, "merge", rng_a, bodies[:half])
+    edit(b, "merge", rng_b, bodies[half:])
+    R.push(a)
+    with pytest.raises(R.NonFastForwardError, match="fetch and merge first"):
+        R.push(b)
+    st = {s.branch: s for s in R.status(b)}
+    assert st["main"].ahead == 1
+    pulled = R.pull(b, merge=pull_merger())
+    assert pulled.kind == "merge"
+    R.push(b)
+    assert R.pull(a, merge=pull_merger()).kind == "fast-forward"
+    assert a.head("main").uuid == b.head("main").uuid
+    for x, y in zip(bodies_at(a, "main"), bodies_at(b, "main"), strict=True):
+        assert np.array_equal(x, y)
+    on_remote = remote_versions(remote_url)
+    for uuid in on_remote:
+        assert same_node(a, b, uuid)
+    assert {s.branch: (s.ahead, s.behind) for s in R.status(a)}["main"] == (0, 0)
+    assert verify_remote(remote_url) == []
+    a.close()
+    b.close()
+
+
+def test_force_with_lease(base: Path, tmp_path: Path) -> None:
+    url = str(tmp_path / "remote")
+    a = make_repo(tmp_path / "a", base)
+    R.add_remote(a, "origin", url)
+    R.push(a)
+    b = open_repository(R.clone(url, tmp_path / "b")[0])
+    edit(a, "merge", np.random.default_rng(3))
+    edit(b, "merge", np.random.default_rng(4))
+    R.push(a)
+    with pytest.raises(R.NonFastForwardError):
+        R.push(b, force_with_lease=True)  # b never saw a's head: the lease does not hold
+    R.fetch(b)
+    forced = R.push(b, force_with_lease=True)  # now it does, and b's history replaces a's on the remote
+    assert forced.forced and R.sync.verify_remote(url) == []
+    assert remote_versions(url).keys() >= {b.head("main").uuid}
+    a.close()
+    b.close()
+
+
+def test_damaged_object_is_refused(base: Path, tmp_path: Path) -> None:
+    url = tmp_path / "remote"
+    a = make_repo(tmp_path / "a", base)
+    edit(a, "merge", np.random.default_rng(5))
+    R.add_remote(a, "origin", str(url))
+    R.push(a)
+    head = remote_versions(str(url))[a.head("main").uuid]
+    path = url / object_key(head)
+    data = bytearray(path.read_bytes())
+    data[-1] ^= 0xFF
+    path.write_bytes(bytes(data))
+    with pytest.raises(R.CorruptObjectError, match="does not match its hash"):
+        R.clone(str(url), tmp_path / "b")
+    assert not (tmp_path / "b").exists()
+    assert any("does not match" in p for p in verify_remote(str(url)))
+    a.close()
+
+
+def test_ids_never_collide_and_run_out_offline(base: Path, tmp_path: Path) -> None:
+    url = str(tmp_path / "remote")
+    a = make_repo(tmp_path / "a", base)
+    R.add_remote(a, "origin", url)
+    R.push(a)
+    b = open_repository(R.clone(url, tmp_path / "b")[0])
+    c = open_repository(R.clone(url, tmp_path / "c")[0])
+    rng = np.random.default_rng(6)
+    for _ in range(3):
+        for repo in (a, b, c):
+            edit(repo, "cleave", rng)
+    ids = [made_ids(r) for r in (a, b, c)]
+    for i in range(3):
+        for j in range(i + 1, 3):
+            assert not (ids[i][0] & ids[j][0]), "mutation ids collide"
+            assert not (ids[i][1] & ids[j][1]), "new body ids collide"
+    assert all(ids[i][1] for i in range(3))
+    # offline, a clone uses its reserved block; when it is spent the edit is refused, nothing written
+    os.replace(tmp_path / "remote", tmp_path / "remote-away")
+    counter = "labelmap/seg/labels"
+    left = R.remaining_ids(c)[counter]
+    assert left > 0
+    with c._writing() as p:  # spend every reserved id but one block too small to use
+        import napari_shardscope.core.versioned.keys as K
+
+        p.txn.put(K.RESERVATION_PREFIX + counter.encode(), b"")
+    before = len(c.versions())
+    with pytest.raises(IdsExhaustedError, match="ran out"):
+        edit(c, "cleave", rng)
+    assert c.verify() == [] and len(c.versions()) == before + 1  # the open version, no edit in it
+    for repo in (a, b, c):
+        repo.close()
+
+
+def test_http_remote_is_read_only(base: Path, tmp_path: Path) -> None:
+    from tests.http_range_server import RangeServer
+
+    url_dir = tmp_path / "remote"
+    a = make_repo(tmp_path / "a", base)
+    edit(a, "merge", np.random.default_rng(7))
+    R.add_remote(a, "origin", str(url_dir))
+    R.push(a)
+    server = RangeServer(tmp_path)
+    try:
+        path, _ = R.clone(f"{server.url.rstrip('/')}/remote", tmp_path / "b")
+        b = open_repository(path)
+        assert same_node(a, b, a.head("main").uuid)
+        edit(b, "merge", np.random.default_rng(8))
+        with pytest.raises(R.ReadOnlyRemoteError):
+            R.push(b)
+        b.close()
+    finally:
+        server.close()
+    a.close()
+
+
+def test_cli_round_trip(base: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    url = str(tmp_path / "remote")
+    a = make_repo(tmp_path / "a", base)
+    edit(a, "merge", np.random.default_rng(9))
+    a.close()
+    assert run(["remote", "add", str(tmp_path / "a"), "origin", url]) == 0
+    capsys.readouterr()
+    assert run(["remote", "list", str(tmp_path / "a"), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["remotes"] == {"origin": url}
+    assert run(["push", str(tmp_path / "a"), "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["branch"] == "main" and len(out["versions_sent"]) == 2
+    assert run(["clone", url, str(tmp_path / "b"), "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["branches"] == ["main"] and out["ids_left"]
+    assert run(["status", str(tmp_path / "b"), "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)["branches"]
+    assert rows == [{"branch": "main", "local": rows[0]["local"], "remote": rows[0]["local"], "ahead": 0,
+                     "behind": 0, "open_version": False}]
+    assert run(["push", str(tmp_path / "b"), "nowhere"]) == 3  # unknown remote: not found
+    assert run(["fetch", str(tmp_path / "b"), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["adopted"] == []
+    assert run(["ids", str(tmp_path / "b"), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["ids_from"] == "origin"
+    assert run(["remote", "remove", str(tmp_path / "b"), "origin"]) == 0
