@@ -56,6 +56,7 @@ def edit(repo: Repository, kind: str, rng: np.random.Generator, bodies: list[int
             a, b = (int(x) for x in rng.choice(pool, 2, replace=False))
             m = at.merge(a, [b])
             out.update(kind="merge", bodies=[a, b], mutation=m.mutation_id)
+    out["mutation"] = at.mutations(own=True)[-1].mutation.mutation_id
     repo.commit(v, f"{out['kind']} {out['bodies']}")
     return out
 
