@@ -22,7 +22,7 @@ from napari_shardscope.core.versioned import IdsExhaustedError, Repository, open
 from napari_shardscope.core.versioned import remotes as R
 from napari_shardscope.core.versioned.remotes.pack import object_key
 from napari_shardscope.core.versioned.remotes.sync import remote_versions, verify_remote
-from tests.core.versioned.remotes.helpers import bodies_at, edit, make_repo, made_ids
+from tests.core.versioned.remotes.helpers import bodies_at, edit, made_ids, make_repo
 
 
 def same_node(a: Repository, b: Repository, uuid: str) -> bool:
@@ -41,6 +41,7 @@ def test_push_clone_read_identical(base: Path, remote_url: str, tmp_path: Path) 
     again = R.push(a, "origin", "main")
     assert again.up_to_date and again.transfer.objects_sent == 0
     path, fetched = R.clone(remote_url, tmp_path / "b")
+    assert len(fetched.adopted) == 2  # the root came first, then both edits
     b = open_repository(path)
     assert {v.uuid for v in b.versions()} == {v.uuid for v in a.versions()}
     for v in a.versions():

@@ -42,10 +42,12 @@ def main(argv: list[str]) -> int:
                 deadline = time.monotonic() + GO_WAIT_S
                 while not Path(argv[2]).exists() and time.monotonic() < deadline:
                     time.sleep(0.005)
+            print(json.dumps({"ready": True}), flush=True)
             print(json.dumps(R.push(repo).to_json()))
         elif verb == "pull":
             print(json.dumps(R.pull(repo, merge=pull_merger()).to_json()))
         elif verb == "fetch":
+            print(json.dumps({"ready": True}), flush=True)
             print(json.dumps(R.fetch(repo).to_json()))
         else:
             raise SystemExit(f"unknown verb {verb}")
