@@ -18,7 +18,7 @@ from typing import Any
 
 from napari_shardscope.core.cli.common import REPOSITORY, print_json
 from napari_shardscope.core.cli.parser import Verb, VerbGroup, arg
-from napari_shardscope.core.errors import EXIT_OK
+from napari_shardscope.core.errors import EXIT_OK, ArgumentError
 from napari_shardscope.core.labelmap.branch_merge import BranchMergeConflictError
 from napari_shardscope.core.labelmap.remote import pull_merger
 from napari_shardscope.core.versioned import open_repository
@@ -167,8 +167,6 @@ def cmd_pull(args: argparse.Namespace) -> int:
 def _resolution(text: str) -> tuple[str, Any]:
     key, _, side = text.partition("=")
     if side not in ("ours", "theirs"):
-        from napari_shardscope.core.errors import ArgumentError
-
         raise ArgumentError(f"--resolve takes KIND:LABEL=ours|theirs, got {text!r}")
     return key, side
 
@@ -210,6 +208,27 @@ def cmd_ids(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_review(args: argparse.Namespace) -> int:
+    from napari_shardscope.core.labelmap import open_labelmap
+    from napari_shardscope.core.labelmap.config import TYPE_NAME
+    from napari_shardscope.core.labelmap.review import review_branch
+
+    with open_repository(args.path) as repo:
+        name = args.name
+        if name is None:
+            names = [i.name for i in repo.instances() if i.type == TYPE_NAME]
+            if len(names) != 1:
+                raise ArgumentError(f"name the labelmap with --name (this repository has {len(names)}: "
+                                    f"{', '.join(names) or 'none'})")
+            name = names[0]
+        review = review_branch(open_labelmap(repo, name), args.branch, args.target)
+    if args.json:
+        print_json(review.to_json())
+    else:
+        print(review.to_text())
+    return EXIT_OK
+
+
 REMOTE_ARG = arg("remote", nargs="?", default=C.DEFAULT_REMOTE, help="remote name (default origin)")
 BRANCH_ARG = arg("branch", nargs="?", default="main", help="branch (default main)")
 
@@ -243,6 +262,11 @@ VERBS = (
     ), error_details=pull_conflicts_json),
     Verb("status", cmd_status, "committed versions ahead of and behind the remote, per branch (as last fetched)", (
         REPOSITORY, REMOTE_ARG,
+    )),
+    Verb("review", cmd_review, "the bodies a branch changed against its target, like a pull request", (
+        REPOSITORY, arg("branch", help="the branch to review (e.g. origin/alice, after a fetch)"),
+        arg("--target", default="main", help="the branch it would merge into (default main)"),
+        arg("--name", default=None, help="labelmap instance (default: the only one)"),
     )),
     Verb("ids", cmd_ids, "ids left in this clone's reserved blocks (--reserve COUNTER: reserve more, online)", (
         REPOSITORY,

@@ -208,3 +208,41 @@ def test_cli_round_trip(base: Path, tmp_path: Path, capsys: pytest.CaptureFixtur
     assert run(["ids", str(tmp_path / "b"), "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["ids_from"] == "origin"
     assert run(["remote", "remove", str(tmp_path / "b"), "origin"]) == 0
+
+
+def test_review_a_fetched_branch(base: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from napari_shardscope.core.labelmap.review import review_branch
+
+    url = str(tmp_path / "remote")
+    a = make_repo(tmp_path / "a", base)
+    R.add_remote(a, "origin", url)
+    R.push(a)
+    b = open_repository(R.clone(url, tmp_path / "b")[0])
+    bodies = sorted(int(s) for s in open_labelmap(a, "seg").index_summary().supervoxels)
+    x, y, z, w = bodies[:4]
+    va = a.new_version("main")
+    lma = open_labelmap(a, "seg").at(va)
+    lma.merge(x, [y])  # touches x and y: y conflicts with b's edit below
+    lma.merge(z, [w])  # clean
+    a.commit(va, "alice")
+    vb = b.new_version("main")
+    open_labelmap(b, "seg").at(vb).merge(bodies[4], [y])
+    b.commit(vb, "bob")
+    R.push(a)
+    fetched = R.fetch(b)
+    assert list(fetched.renamed.values()) == ["origin/main"]
+    review = review_branch(open_labelmap(b, "seg"), "origin/main", "main")
+    by_body = {r.body: r for r in review.bodies}
+    assert set(by_body) == {x, y, z, w}
+    assert by_body[y].conflict and not by_body[z].conflict and not by_body[x].conflict
+    assert by_body[y].target_edits and "merged bodies" in by_body[y].target_edits[0]
+    assert by_body[z].after == by_body[z].before + by_body[w].before  # type: ignore[operator]
+    assert by_body[w].after is None and by_body[z].location is not None
+    assert "merged bodies" in by_body[z].branch_edits[0]
+    b.close()
+    a.close()
+    assert run(["review", str(tmp_path / "b"), "origin/main", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["conflicts"] == 1 and len(doc["bodies"]) == 4
+    assert run(["review", str(tmp_path / "b"), "origin/main"]) == 0
+    assert "CONFLICT body" in capsys.readouterr().out
