@@ -104,7 +104,8 @@ def cmd_remote_remove(args: argparse.Namespace) -> int:
 
 def cmd_clone(args: argparse.Namespace) -> int:
     progress = TransferProgress("clone", args.json)
-    path, result = S.clone(args.url, args.dest, branch=args.branch, engine=args.engine, progress=progress)
+    path, result = S.clone(args.url, args.dest, branch=args.branch, engine=args.engine, region=args.region,
+                           progress=progress)
     progress.done()
     with open_repository(path) as repo:
         branches = [b.name for b in repo.branches()]
@@ -243,6 +244,8 @@ VERBS = (
     Verb("clone", cmd_clone, "copy a remote repository into a new directory (origin configured)", (
         arg("url", help="remote URL"), arg("dest", help="new repository directory"),
         arg("--branch", default=None, help="fetch only this branch's history"),
+        arg("--region", default=None, metavar="Z0:Z1,Y0:Y1,X0:X1",
+            help="a region clone: labelmap edits only inside these scale-0 voxels (recorded on pushed branches)"),
         arg("--engine", choices=("lmdb", "sqlite"), default=None, help="storage engine (default lmdb)"),
     )),
     Verb("fetch", cmd_fetch, "download the remote's versions this repository lacks (remote-tracking heads)", (

@@ -51,11 +51,14 @@ from napari_shardscope.core.labelmap.label_index import (
 )
 from napari_shardscope.core.labelmap.mutations import Mutation
 from napari_shardscope.core.labelmap.reading import BaseSource, Fetch, PatchedReader
+from napari_shardscope.core.labelmap.region import check_edit_in_region, region_box
 from napari_shardscope.core.labelmap.state import STAMP_KEY, VersionState, decode_stamp, load_state
 from napari_shardscope.core.labelmap.version import LabelmapVersion
 from napari_shardscope.core.versioned.dag import Version
 from napari_shardscope.core.versioned.errors import IdsExhaustedError
 from napari_shardscope.core.versioned.instance import Instance, register_instance_type
+from napari_shardscope.core.versioned.remotes.config import region_of
+from napari_shardscope.core.versioned.remotes.errors import RegionError
 from napari_shardscope.core.versioned.remotes.sync import reserve_ids
 from napari_shardscope.core.versioned.repository import Repository
 from napari_shardscope.core.versioned.view import VersionView, VersionWriter
@@ -273,8 +276,12 @@ class Labelmap:
                     plan, result = planner(w, state, workspace)
                     with state.lock:
                         state.map.check(plan.delta)
+                    region = region_of(self.repo)
+                    if region is not None:
+                        check_edit_in_region(self.config, state, plan, region_box(region),
+                                             lambda sv: self.entry(state, sv))
                     mutation, data = write_plan(w, self.instance, self.name, plan, who)
-            except IdsExhaustedError:
+            except (IdsExhaustedError, RegionError):
                 # The transaction was discarded, but the planner may have changed the cached map:
                 # reload the version's state (in place, so arrays already handed out stay right).
                 with self.repo.read(version) as view:

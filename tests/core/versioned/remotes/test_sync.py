@@ -246,3 +246,34 @@ def test_review_a_fetched_branch(base: Path, tmp_path: Path, capsys: pytest.Capt
     assert doc["conflicts"] == 1 and len(doc["bodies"]) == 4
     assert run(["review", str(tmp_path / "b"), "origin/main"]) == 0
     assert "CONFLICT body" in capsys.readouterr().out
+
+
+def test_region_clone_refuses_edits_outside(base: Path, tmp_path: Path) -> None:
+    from napari_shardscope.core.versioned.remotes.errors import RegionError
+    from napari_shardscope.core.versioned.remotes.store import RemoteStore
+
+    url = str(tmp_path / "remote")
+    a = make_repo(tmp_path / "a", base)
+    R.add_remote(a, "origin", url)
+    R.push(a)
+    a.close()
+    assert run(["clone", url, str(tmp_path / "b"), "--region", "0:8,0:8,0:8"]) == 0
+    b = open_repository(tmp_path / "b")
+    lm = open_labelmap(b, "seg")
+    v = b.new_version("main")
+    at = lm.at(v)
+    supervoxels = at.read_supervoxels()
+    inside = {int(s) for s in np.unique(supervoxels[:8, :8, :8])}
+    outside = sorted({int(s) for s in np.unique(supervoxels)} - inside)
+    assert len(outside) >= 2 and len(inside) >= 2
+    before = at.read_bodies()
+    with pytest.raises(RegionError, match="outside it"):
+        at.merge(outside[0], [outside[1]])
+    assert np.array_equal(at.read_bodies(), before)  # refused: nothing changed
+    target, other = sorted(inside)[:2]
+    at.merge(target, [other])  # inside: fine
+    b.commit(v, "inside the region")
+    R.push(b)
+    refs, _ = RemoteStore(url).read_refs()
+    assert refs is not None and refs.regions["main"] == [[0, 8], [0, 8], [0, 8]]
+    b.close()

@@ -152,3 +152,37 @@ def load_state(repo: Repository, name: str) -> RemoteState:
 
 def save_state(repo: Repository, name: str, state: RemoteState) -> None:
     _write_json(_directory(repo) / STATE_DIR / f"{check_remote_name(name)}.json", state.to_json())
+
+
+REGION_FILE = "region.json"
+
+
+def parse_region(text: str) -> list[list[int]]:
+    """``"z0:z1,y0:y1,x0:x1"`` (voxels at scale 0, half-open) as ``[[z0, z1], [y0, y1], [x0, x1]]``."""
+    try:
+        parts = [p.split(":") for p in text.split(",")]
+        region = [[int(a), int(b)] for a, b in parts]
+    except ValueError:
+        raise ArgumentError(f"--region takes z0:z1,y0:y1,x0:x1 (integers), got {text!r}") from None
+    if len(region) != 3 or any(a < 0 or b <= a for a, b in region):
+        raise ArgumentError(f"--region needs three non-empty ranges z0:z1,y0:y1,x0:x1, got {text!r}")
+    return region
+
+
+def set_region(repo: Repository, region: list[list[int]]) -> None:
+    """Record that this repository (a region clone) edits only inside ``region``."""
+    _write_json(_directory(repo) / REGION_FILE, {"region": region})
+
+
+def region_of(repo: Repository) -> list[list[int]] | None:
+    """The region a region clone may edit (None: anywhere)."""
+    if repo.path is None:
+        return None
+    doc = _read_json(repo.path / REGION_FILE)
+    region = doc.get("region")
+    if region is None:
+        return None
+    try:
+        return [[int(a), int(b)] for a, b in region]
+    except (TypeError, ValueError) as exc:
+        raise StoreCorruptError(f"{repo.path / REGION_FILE}: unreadable region ({exc})") from exc

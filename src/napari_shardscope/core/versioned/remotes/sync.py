@@ -310,7 +310,7 @@ def _upload_history(repo: Repository, store: RemoteStore, head: Version, state: 
         content = repo.read_node(v)
         datas, instances = encode_data(content)
         names = [store.put_object(d, f"data of {v.short}") for d in datas]
-        node = encode_node(content, state.objects, names, instances)
+        node = encode_node(content, state.objects, names, instances, region=C.region_of(repo))
         state.objects[v.uuid] = store.put_object(node, f"version {v.short}")
         sent.append(v.uuid)
     return sent
@@ -368,7 +368,9 @@ def _push(repo: Repository, remote: str, store: RemoteStore, branch: str, force_
         if refs is None:
             root = repo.root
             refs = Refs(seq=0, writer=writer, root=NodeRef(root.uuid, state.objects[root.uuid]))
-        new = refs.bumped(writer, branches={**refs.branches, branch: ref}, instances=instances)
+        region = C.region_of(repo)
+        regions = {**refs.regions, branch: region} if region is not None else dict(refs.regions)
+        new = refs.bumped(writer, branches={**refs.branches, branch: ref}, instances=instances, regions=regions)
         if store.swap_refs(new, generation) is not None:
             state.tracking[branch] = ref
             C.save_state(repo, remote, state)
@@ -460,12 +462,16 @@ def status(repo: Repository, remote: str = C.DEFAULT_REMOTE) -> list[BranchStatu
 
 
 def clone(url: str, dest: str | os.PathLike[str], *, branch: str | None = None, engine: str | None = None,
-          remote: str = C.DEFAULT_REMOTE, progress: Progress | None = None) -> tuple[Path, FetchResult]:
+          remote: str = C.DEFAULT_REMOTE, region: str | None = None,
+          progress: Progress | None = None) -> tuple[Path, FetchResult]:
     """A new repository at ``dest`` holding the remote's branches (or ``branch``), with ``origin`` configured.
 
     Built in a hidden sibling directory and renamed into place when complete; reserves a block of
     ids per counter from a writable remote so offline edits never collide with other clones'.
+    ``region`` (``"z0:z1,y0:y1,x0:x1"``, scale-0 voxels) makes a region clone: its labelmap edits
+    are refused outside the region, and its pushes record the region on the branch.
     """
+    box = C.parse_region(region) if region is not None else None
     target = Path(dest)
     if target.exists() and (not target.is_dir() or any(target.iterdir())):
         raise ArgumentError(f"{target} already exists and is not an empty directory")
@@ -482,6 +488,8 @@ def clone(url: str, dest: str | os.PathLike[str], *, branch: str | None = None, 
     repo = create_repository(work, engine=engine, root=root)
     try:
         C.add_remote(repo, remote, url)
+        if box is not None:
+            C.set_region(repo, box)
         _sync_instances_in(repo, store, refs)
         repo.fill_root(root)
         result = _fetch(repo, remote, store, [branch] if branch else None)
