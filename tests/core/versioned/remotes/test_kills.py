@@ -153,8 +153,9 @@ def test_kill_s3_short(kind: str, pristine: Pristine, s3: S3Server, tmp_path: Pa
 @pytest.mark.slow
 @pytest.mark.parametrize("kind", ["push", "fetch"])
 def test_kill_many(kind: str, pristine: Pristine, s3: S3Server, tmp_path: Path) -> None:
-    """>= 100 kills in all: 40 per verb on a directory, 10 per verb on S3."""
-    killed = kill_rounds(kind, str(tmp_path / "remotes"), env_for(None), pristine, tmp_path / "d", rounds=40,
+    """>= 100 kills in all (>= 50 per verb): 60 rounds per verb on a directory, 15 on S3."""
+    killed = kill_rounds(kind, str(tmp_path / "remotes"), env_for(None), pristine, tmp_path / "d", rounds=60,
                          seed=10)
-    killed += kill_rounds(kind, s3.url(f"many-{kind}"), env_for(s3), pristine, tmp_path / "s", rounds=10, seed=11)
-    assert killed >= 25  # most kill points fall inside the operation
+    killed += kill_rounds(kind, s3.url(f"many-{kind}"), env_for(s3), pristine, tmp_path / "s", rounds=15, seed=11)
+    print(f"{kind}: {killed} of 75 rounds killed the worker mid-operation")
+    assert killed >= 50  # kill points are drawn over the operation's measured length: most land inside it
