@@ -104,8 +104,9 @@ def cmd_remote_remove(args: argparse.Namespace) -> int:
 
 def cmd_clone(args: argparse.Namespace) -> int:
     progress = TransferProgress("clone", args.json)
+    instances = [n for part in args.instances or [] for n in part.split(",") if n] or None
     path, result = S.clone(args.url, args.dest, branch=args.branch, engine=args.engine, region=args.region,
-                           progress=progress)
+                           instances=instances, progress=progress)
     progress.done()
     with open_repository(path) as repo:
         branches = [b.name for b in repo.branches()]
@@ -246,6 +247,8 @@ VERBS = (
         arg("--branch", default=None, help="fetch only this branch's history"),
         arg("--region", default=None, metavar="Z0:Z1,Y0:Y1,X0:X1",
             help="a region clone: labelmap edits only inside these scale-0 voxels (recorded on pushed branches)"),
+        arg("--instances", action="append", metavar="NAME[,NAME]",
+            help="a partial clone holding only these data instances"),
         arg("--engine", choices=("lmdb", "sqlite"), default=None, help="storage engine (default lmdb)"),
     )),
     Verb("fetch", cmd_fetch, "download the remote's versions this repository lacks (remote-tracking heads)", (

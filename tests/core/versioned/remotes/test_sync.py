@@ -277,3 +277,32 @@ def test_region_clone_refuses_edits_outside(base: Path, tmp_path: Path) -> None:
     refs, _ = RemoteStore(url).read_refs()
     assert refs is not None and refs.regions["main"] == [[0, 8], [0, 8], [0, 8]]
     b.close()
+
+
+def test_partial_clone_of_some_instances(base: Path, tmp_path: Path) -> None:
+    url = str(tmp_path / "remote")
+    a = make_repo(tmp_path / "a", base)
+    v = a.new_version("main")
+    with a.write(v) as w:
+        w.put("notes", b"more", b"text")
+    a.commit(v, "a note")
+    edit(a, "merge", np.random.default_rng(11))
+    R.add_remote(a, "origin", url)
+    R.push(a)
+    b = open_repository(R.clone(url, tmp_path / "b", instances=["notes"])[0])
+    assert [i.name for i in b.instances()] == ["notes"]
+    with b.read("main") as view:
+        assert view.get("notes", b"more") == b"text"
+    assert b.verify() == []
+    w2 = b.new_version("main")
+    with b.write(w2) as w:
+        w.put("notes", b"from b", b"partial")
+    b.commit(w2, "b's note")
+    R.push(b)
+    assert R.pull(a).kind == "fast-forward"
+    with a.read("main") as view:
+        assert view.get("notes", b"from b") == b"partial"
+    for x, y in zip(bodies_at(a, "main"), bodies_at(a, a.parents("main")[0]), strict=True):
+        assert np.array_equal(x, y)  # the labelmap, which b never had, is untouched
+    a.close()
+    b.close()

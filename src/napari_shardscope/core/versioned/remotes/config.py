@@ -186,3 +186,19 @@ def region_of(repo: Repository) -> list[list[int]] | None:
         return [[int(a), int(b)] for a, b in region]
     except (TypeError, ValueError) as exc:
         raise StoreCorruptError(f"{repo.path / REGION_FILE}: unreadable region ({exc})") from exc
+
+
+INSTANCES_FILE = "instances.json"
+
+
+def set_instances(repo: Repository, names: list[str]) -> None:
+    """Record that this clone holds only these data instances (fetches leave the others out)."""
+    _write_json(_directory(repo) / INSTANCES_FILE, {"instances": sorted(names)})
+
+
+def instances_of(repo: Repository) -> set[str] | None:
+    """The instances a partial clone holds (None: all)."""
+    if repo.path is None:
+        return None
+    names = _read_json(repo.path / INSTANCES_FILE).get("instances")
+    return None if names is None else {str(n) for n in names}

@@ -18,6 +18,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import uuid as uuidlib
 from collections.abc import Callable, Iterable, Sequence
@@ -25,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from napari_shardscope.core.errors import ArgumentError
+from napari_shardscope.core.errors import ArgumentError, UnsupportedError
 from napari_shardscope.core.versioned.dag import Version, check_branch_name
 from napari_shardscope.core.versioned.errors import (
     BranchExistsError,
@@ -34,7 +35,7 @@ from napari_shardscope.core.versioned.errors import (
     UnknownBranchError,
     UnknownVersionError,
 )
-from napari_shardscope.core.versioned.node import NodeEntry, NodeLog
+from napari_shardscope.core.versioned.node import NodeContent, NodeEntry, NodeLog
 from napari_shardscope.core.versioned.remotes import config as C
 from napari_shardscope.core.versioned.remotes.errors import (
     LostRaceError,
@@ -174,7 +175,10 @@ def _check_same(repo: Repository, refs: Refs, url: str) -> None:
 
 
 def _sync_instances_in(repo: Repository, store: RemoteStore, refs: Refs) -> None:
+    only = C.instances_of(repo)
     for name, ri in refs.instances.items():
+        if only is not None and name not in only:
+            continue
         repo.adopt_instance(name, ri.type, ri.config)
         if ri.unversioned is not None and len(repo.scan_unversioned(name)) < ri.keys:
             pairs = decode_pairs(ri.unversioned, store.get_object(ri.unversioned, f"unversioned data of {name}"))
@@ -195,6 +199,14 @@ def _instances_out(repo: Repository, store: RemoteStore, refs: Refs | None) -> d
 
 
 # -- fetch ----------------------------------------------------------------------------------------
+
+
+def _only(node: NodeContent, instances: set[str] | None) -> NodeContent:
+    """``node`` without the data of instances a partial clone leaves out."""
+    if instances is None:
+        return node
+    return dataclasses.replace(node, entries=tuple(e for e in node.entries if e.instance in instances),
+                               logs=tuple(g for g in node.logs if g.instance in instances))
 
 
 def _walk(repo: Repository, store: RemoteStore, starts: Iterable[NodeRef], known: dict[str, str]) -> _Walk:
@@ -278,13 +290,14 @@ def _fetch(repo: Repository, remote: str, store: RemoteStore, branches: Sequence
             cur = parents[0][0] if parents else None
     chosen: dict[str, str] = {}
     renamed: dict[str, str] = {}
+    only = C.instances_of(repo)
     for uuid in walk.order:
         obj, header = walk.headers[uuid]
         name = _local_branch(repo, remote, header, preferred.get(uuid), chosen, walk)
         records: list[NodeEntry | NodeLog] = []
         for data_name in header.data:
             records.extend(decode_data(data_name, store.get_object(data_name, "version data"), header.instances))
-        repo.adopt_node(node_content(header, records), branch=name)
+        repo.adopt_node(_only(node_content(header, records), only), branch=name)
         chosen[uuid] = name
         if name != header.branch:
             renamed[uuid] = name
@@ -304,9 +317,15 @@ def _fetch(repo: Repository, remote: str, store: RemoteStore, branches: Sequence
 def _upload_history(repo: Repository, store: RemoteStore, head: Version, state: C.RemoteState) -> list[str]:
     """Send every ancestor of ``head`` (itself included) the remote lacks, objects first; their UUIDs."""
     sent: list[str] = []
+    partial = C.instances_of(repo) is not None
     for v in reversed(repo.ancestry(head)):  # ascending local id: parents first
         if v.uuid in state.objects:
             continue
+        if partial and len(v.parents) > 1:
+            # a merge version must hold every key its parents disagree on, in every instance; a
+            # partial clone cannot write those of the instances it left out
+            raise UnsupportedError(f"merge version {v.short} was made in a partial clone (--instances), which "
+                                   f"cannot merge the instances it lacks; merge in a full clone and push from there")
         content = repo.read_node(v)
         datas, instances = encode_data(content)
         names = [store.put_object(d, f"data of {v.short}") for d in datas]
@@ -462,14 +481,15 @@ def status(repo: Repository, remote: str = C.DEFAULT_REMOTE) -> list[BranchStatu
 
 
 def clone(url: str, dest: str | os.PathLike[str], *, branch: str | None = None, engine: str | None = None,
-          remote: str = C.DEFAULT_REMOTE, region: str | None = None,
+          remote: str = C.DEFAULT_REMOTE, region: str | None = None, instances: Sequence[str] | None = None,
           progress: Progress | None = None) -> tuple[Path, FetchResult]:
     """A new repository at ``dest`` holding the remote's branches (or ``branch``), with ``origin`` configured.
 
     Built in a hidden sibling directory and renamed into place when complete; reserves a block of
     ids per counter from a writable remote so offline edits never collide with other clones'.
     ``region`` (``"z0:z1,y0:y1,x0:x1"``, scale-0 voxels) makes a region clone: its labelmap edits
-    are refused outside the region, and its pushes record the region on the branch.
+    are refused outside the region, and its pushes record the region on the branch. ``instances``
+    makes a partial clone holding only those data instances (its fetches leave the others out).
     """
     box = C.parse_region(region) if region is not None else None
     target = Path(dest)
@@ -479,17 +499,24 @@ def clone(url: str, dest: str | os.PathLike[str], *, branch: str | None = None, 
     refs, _ = store.read_refs()
     if refs is None:
         raise NoRemoteRepositoryError(f"{url}: no remote repository here")
+    if instances is not None:
+        unknown = sorted(set(instances) - set(refs.instances))
+        if unknown:
+            raise ArgumentError(f"{url} has no data instance {unknown[0]!r} "
+                                f"(instances: {', '.join(sorted(refs.instances)) or 'none'})")
     header = decode_node(refs.root.object, store.get_object(refs.root.object, "root version"))
     records: list[NodeEntry | NodeLog] = []
     for data_name in header.data:
         records.extend(decode_data(data_name, store.get_object(data_name, "root data"), header.instances))
-    root = node_content(header, records)
+    root = _only(node_content(header, records), set(instances) if instances is not None else None)
     work = target.parent / f".{target.name}.clone-{uuidlib.uuid4().hex[:8]}"
     repo = create_repository(work, engine=engine, root=root)
     try:
         C.add_remote(repo, remote, url)
         if box is not None:
             C.set_region(repo, box)
+        if instances is not None:
+            C.set_instances(repo, list(instances))
         _sync_instances_in(repo, store, refs)
         repo.fill_root(root)
         result = _fetch(repo, remote, store, [branch] if branch else None)
