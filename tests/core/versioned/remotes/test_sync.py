@@ -123,6 +123,7 @@ def test_damaged_object_is_refused(base: Path, tmp_path: Path) -> None:
     with pytest.raises(R.CorruptObjectError, match="does not match its hash"):
         R.clone(str(url), tmp_path / "b")
     assert not (tmp_path / "b").exists()
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".b.clone-")]  # nothing half-built left
     assert any("does not match" in p for p in verify_remote(str(url)))
     a.close()
 

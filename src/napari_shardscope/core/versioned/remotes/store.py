@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import json
 import os
-import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -119,7 +118,6 @@ class Transfer:
     objects_sent: int = 0
     objects_received: int = 0
     objects_skipped: int = 0
-    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
     def to_json(self) -> dict[str, int]:
         return {"bytes_sent": self.bytes_sent, "bytes_received": self.bytes_received,

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import shutil
 import uuid as uuidlib
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -511,6 +512,7 @@ def clone(url: str, dest: str | os.PathLike[str], *, branch: str | None = None, 
     root = _only(node_content(header, records), set(instances) if instances is not None else None)
     work = target.parent / f".{target.name}.clone-{uuidlib.uuid4().hex[:8]}"
     repo = create_repository(work, engine=engine, root=root)
+    ok = False
     try:
         C.add_remote(repo, remote, url)
         if box is not None:
@@ -525,8 +527,11 @@ def clone(url: str, dest: str | os.PathLike[str], *, branch: str | None = None, 
             for counter in _remote_counters(store):
                 repo.add_id_block(counter, store.reserve_ids(counter, ID_BLOCK, 0, writer))
             repo.set_id_source(remote)
+        ok = True
     finally:
         repo.close()
+        if not ok:  # a failed clone leaves nothing behind (a killed one leaves only the hidden directory)
+            shutil.rmtree(work, ignore_errors=True)
     if target.exists():
         target.rmdir()
     os.replace(work, target)
