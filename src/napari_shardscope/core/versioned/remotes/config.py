@@ -43,17 +43,17 @@ class RemoteState:
         Remote branch → its head when last fetched or pushed (``origin/<branch>``).
     objects
         Version UUID → its node object on the remote.
-    region
-        The region a region clone holds (``[[z0, z1], [y0, y1], [x0, x1]]``), or None.
+    cas_checked
+        The remote's compare-and-swap was probed and held (probed once per remote, not per push).
     """
 
     tracking: dict[str, NodeRef] = field(default_factory=dict)
     objects: dict[str, str] = field(default_factory=dict)
-    region: list[list[int]] | None = None
+    cas_checked: bool = False
 
     def to_json(self) -> dict[str, Any]:
         return {"tracking": {b: r.to_json() for b, r in sorted(self.tracking.items())},
-                "objects": dict(sorted(self.objects.items())), "region": self.region}
+                "objects": dict(sorted(self.objects.items())), "cas_checked": self.cas_checked}
 
 
 def _directory(repo: Repository) -> Path:
@@ -145,7 +145,7 @@ def load_state(repo: Repository, name: str) -> RemoteState:
         return RemoteState(tracking={str(b): NodeRef(str(r["node"]), str(r["object"]))
                                      for b, r in doc.get("tracking", {}).items()},
                            objects={str(k): str(v) for k, v in doc.get("objects", {}).items()},
-                           region=doc.get("region"))
+                           cas_checked=bool(doc.get("cas_checked", False)))
     except (KeyError, TypeError, AttributeError) as exc:
         raise StoreCorruptError(f"remote state of {name!r} is damaged ({exc}); delete it and fetch again") from exc
 

@@ -210,6 +210,12 @@ class RemoteStore:
                     f"other's commits; use a store with conditional writes (S3 with If-Match, GCS, a local disk)")
             self._cas_checked = True
 
+    def trust_cas(self) -> None:
+        """Skip the probe: it held for this remote before (recorded in the local remote state)."""
+        if self.read_only:
+            raise ReadOnlyRemoteError(f"{self.url} is read-only (http); push to s3://, gs:// or a directory")
+        self._cas_checked = True
+
     def swap_refs(self, refs: Refs, generation: bytes) -> bytes | None:
         """Write ``refs`` if the refs are still at ``generation``; the new generation or None (lost)."""
         self.check_cas()

@@ -352,10 +352,14 @@ def push(repo: Repository, remote: str = C.DEFAULT_REMOTE, branch: str = "main",
 
 
 def _push(repo: Repository, remote: str, store: RemoteStore, branch: str, force_with_lease: bool) -> PushResult:
-    store.check_cas()
     head = last_committed(repo, branch)
     writer = C.writer_id(repo)
     state = C.load_state(repo, remote)
+    if state.cas_checked:
+        store.trust_cas()
+    else:
+        store.check_cas()
+        state.cas_checked = True
     sent: list[str] = []
     for _ in range(CAS_ATTEMPTS):
         refs, generation = store.read_refs()
