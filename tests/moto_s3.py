@@ -10,6 +10,7 @@ endpoint through ``AWS_ENDPOINT_URL``, as a user's environment would point at a 
 
 from __future__ import annotations
 
+import json
 import os
 import threading
 import urllib.request
@@ -36,6 +37,15 @@ class S3Server:
 
     def url(self, prefix: str) -> str:
         return f"s3://{self.bucket}/{prefix}"
+
+    def make_public(self) -> None:
+        """Let anyone read this bucket (a bucket policy, as a lab publishing a dataset would set)."""
+        policy = {"Version": "2012-10-17", "Statement": [{
+            "Effect": "Allow", "Principal": "*", "Action": ["s3:GetObject", "s3:ListBucket"],
+            "Resource": [f"arn:aws:s3:::{self.bucket}", f"arn:aws:s3:::{self.bucket}/*"]}]}
+        req = urllib.request.Request(f"{self.endpoint}/{self.bucket}?policy", method="PUT",
+                                     data=json.dumps(policy).encode(), headers={"Content-Type": "application/json"})
+        urllib.request.urlopen(req, timeout=30).close()
 
     def new_bucket(self) -> str:
         name = f"b{uuid.uuid4().hex[:12]}"

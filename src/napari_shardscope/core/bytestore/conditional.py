@@ -52,14 +52,17 @@ class ConditionalStore:
         ``use_conditional_write`` (one conditional PUT); ``http(s)://`` is read-only.
     context
         A ``tensorstore.Context`` (default: the shared one, with the user's timeout and retries).
+    anonymous
+        Send no credentials (a public S3 bucket; see :func:`anonymous_location`).
     """
 
-    def __init__(self, url: str | os.PathLike[str] | Location, context: Any = None) -> None:
+    def __init__(self, url: str | os.PathLike[str] | Location, context: Any = None, *,
+                 anonymous: bool = False) -> None:
         import tensorstore as ts
 
         from napari_shardscope.core.bytestore.context import shared_context
 
-        self.location = parse_url(url)
+        self.location = anonymous_location(parse_url(url)) if anonymous else parse_url(url)
         spec = dict(self.location.kvstore)
         if spec.get("driver") == "s3":
             spec["use_conditional_write"] = True
@@ -117,6 +120,18 @@ class ConditionalStore:
             self._kv.delete_range(ts.KvStore.KeyRange(key, key + "\0")).result()
         except Exception as exc:
             raise error_from_tensorstore(exc, where=f"{self.url}{key} (delete)", raw_bytes=True) from exc
+
+
+def anonymous_location(loc: Location) -> Location:
+    """``loc`` read without credentials: S3 gets ``aws_credentials: anonymous`` (a public bucket, no account).
+
+    Other stores are unchanged: local paths and http(s) need no credentials, and TensorStore's gcs
+    driver reads a public bucket when no Google credentials are configured.
+    """
+    if loc.kvstore.get("driver") != "s3":
+        return loc
+    return Location(url=loc.url, kvstore={**loc.kvstore, "aws_credentials": {"type": "anonymous"}},
+                    format_hint=loc.format_hint)
 
 
 def probe_cas(store: ConditionalStore, prefix: str = "cas-probe/") -> bool:

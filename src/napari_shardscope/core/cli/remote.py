@@ -69,7 +69,7 @@ def _moved(t: Transfer) -> str:
 
 def cmd_remote_add(args: argparse.Namespace) -> int:
     with open_repository(args.path) as repo:
-        C.add_remote(repo, args.name, args.url)
+        C.add_remote(repo, args.name, args.url, anonymous=args.anonymous)
     if args.json:
         print_json({"remote": args.name, "url": args.url})
     else:
@@ -106,7 +106,7 @@ def cmd_clone(args: argparse.Namespace) -> int:
     progress = TransferProgress("clone", args.json)
     instances = [n for part in args.instances or [] for n in part.split(",") if n] or None
     path, result = S.clone(args.url, args.dest, branch=args.branch, engine=args.engine, region=args.region,
-                           instances=instances, progress=progress)
+                           instances=instances, anonymous=args.anonymous, progress=progress)
     progress.done()
     with open_repository(path) as repo:
         branches = [b.name for b in repo.branches()]
@@ -237,7 +237,10 @@ BRANCH_ARG = arg("branch", nargs="?", default="main", help="branch (default main
 VERBS = (
     VerbGroup("remote", "remotes of a repository (buckets, directories)",
               "Remotes: URLs (s3://, gs://, a directory, file://; http(s):// read-only) to push to and fetch from.", (
-        Verb("add", cmd_remote_add, "add a remote", (REPOSITORY, arg("name"), arg("url"))),
+        Verb("add", cmd_remote_add, "add a remote", (
+            REPOSITORY, arg("name"), arg("url"),
+            arg("--anonymous", action="store_true", help="a public bucket: send no credentials (s3)"),
+        )),
         Verb("list", cmd_remote_list, "list the remotes", (REPOSITORY,)),
         Verb("remove", cmd_remote_remove, "forget a remote (the remote itself is untouched)",
              (REPOSITORY, arg("name"))),
@@ -247,6 +250,7 @@ VERBS = (
         arg("--branch", default=None, help="fetch only this branch's history"),
         arg("--region", default=None, metavar="Z0:Z1,Y0:Y1,X0:X1",
             help="a region clone: labelmap edits only inside these scale-0 voxels (recorded on pushed branches)"),
+        arg("--anonymous", action="store_true", help="a public bucket: send no credentials (s3)"),
         arg("--instances", action="append", metavar="NAME[,NAME]",
             help="a partial clone holding only these data instances"),
         arg("--engine", choices=("lmdb", "sqlite"), default=None, help="storage engine (default lmdb)"),

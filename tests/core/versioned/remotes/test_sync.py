@@ -11,6 +11,7 @@ import dataclasses
 import json
 import os
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -307,3 +308,21 @@ def test_partial_clone_of_some_instances(base: Path, tmp_path: Path) -> None:
         assert np.array_equal(x, y)  # the labelmap, which b never had, is untouched
     a.close()
     b.close()
+
+
+def test_anonymous_clone_of_a_public_bucket(base: Path, s3: Any, tmp_path: Path) -> None:
+    url = s3.url("public/repo")
+    a = make_repo(tmp_path / "a", base)
+    edit(a, "merge", np.random.default_rng(12))
+    R.add_remote(a, "origin", url)
+    R.push(a)
+    assert run(["clone", url, str(tmp_path / "c"), "--anonymous"]) == 8  # private: refused, a storage error
+    s3.make_public()
+    assert run(["clone", url, str(tmp_path / "b"), "--anonymous", "--json"]) == 0
+    b = open_repository(tmp_path / "b")
+    assert same_node(a, b, a.head("main").uuid)
+    store = R.sync.open_remote(b, "origin")
+    assert store.cas.location.kvstore["aws_credentials"] == {"type": "anonymous"}
+    assert b.id_source() is None  # reading a public bucket reserves nothing there
+    b.close()
+    a.close()

@@ -104,14 +104,14 @@ def check_remote_name(name: str) -> str:
     return name
 
 
-def add_remote(repo: Repository, name: str, url: str) -> None:
-    """Configure remote ``name`` at ``url`` (any URL the byte-store door parses)."""
+def add_remote(repo: Repository, name: str, url: str, *, anonymous: bool = False) -> None:
+    """Configure remote ``name`` at ``url`` (any URL the byte-store door parses); ``anonymous``: no credentials."""
     check_remote_name(name)
     parse_url(url)  # a bad URL is an argument error now, not at the first fetch
     doc = load_config(repo)
     if name in doc["remotes"]:
         raise RemoteExistsError(f"a remote named {name!r} exists already ({doc['remotes'][name]['url']})")
-    doc["remotes"][name] = {"url": url}
+    doc["remotes"][name] = {"url": url, **({"anonymous": True} if anonymous else {})}
     _write_json(_directory(repo) / CONFIG_FILE, doc)
 
 
@@ -137,6 +137,12 @@ def remote_url(repo: Repository, name: str) -> str:
         shown = ", ".join(remotes) or "none"
         raise UnknownRemoteError(f"no remote named {name!r} (remotes: {shown}); add one with `remote add`")
     return remotes[name]
+
+
+def is_anonymous(repo: Repository, name: str) -> bool:
+    """Whether remote ``name`` is read without credentials (a public bucket)."""
+    remote_url(repo, name)
+    return bool(load_config(repo)["remotes"][name].get("anonymous", False))
 
 
 def load_state(repo: Repository, name: str) -> RemoteState:

@@ -132,10 +132,11 @@ Progress = Callable[[Transfer, str], None]
 class RemoteStore:
     """Objects, refs and id counters of one remote repository at ``url``."""
 
-    def __init__(self, url: str | os.PathLike[str], *, progress: Progress | None = None) -> None:
+    def __init__(self, url: str | os.PathLike[str], *, anonymous: bool = False,
+                 progress: Progress | None = None) -> None:
         self.url = os.fspath(url)
-        self.cas = ConditionalStore(self.url)
-        self.objects: ByteStore = open_store(self.url, context=shared_context())
+        self.cas = ConditionalStore(self.url, anonymous=anonymous)
+        self.objects: ByteStore = open_store(self.cas.location, context=shared_context())
         self.transfer = Transfer()
         self._progress = progress
         self._cas_checked = False

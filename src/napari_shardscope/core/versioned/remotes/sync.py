@@ -146,7 +146,7 @@ class _Walk:
 
 def open_remote(repo: Repository, remote: str, progress: Progress | None = None) -> RemoteStore:
     """The store of a configured remote."""
-    return RemoteStore(C.remote_url(repo, remote), progress=progress)
+    return RemoteStore(C.remote_url(repo, remote), anonymous=C.is_anonymous(repo, remote), progress=progress)
 
 
 def has_version(repo: Repository, uuid: str) -> bool:
@@ -487,7 +487,7 @@ def status(repo: Repository, remote: str = C.DEFAULT_REMOTE) -> list[BranchStatu
 
 def clone(url: str, dest: str | os.PathLike[str], *, branch: str | None = None, engine: str | None = None,
           remote: str = C.DEFAULT_REMOTE, region: str | None = None, instances: Sequence[str] | None = None,
-          progress: Progress | None = None) -> tuple[Path, FetchResult]:
+          anonymous: bool = False, progress: Progress | None = None) -> tuple[Path, FetchResult]:
     """A new repository at ``dest`` holding the remote's branches (or ``branch``), with ``origin`` configured.
 
     Built in a hidden sibling directory and renamed into place when complete; reserves a block of
@@ -495,12 +495,13 @@ def clone(url: str, dest: str | os.PathLike[str], *, branch: str | None = None, 
     ``region`` (``"z0:z1,y0:y1,x0:x1"``, scale-0 voxels) makes a region clone: its labelmap edits
     are refused outside the region, and its pushes record the region on the branch. ``instances``
     makes a partial clone holding only those data instances (its fetches leave the others out).
+    ``anonymous`` reads a public bucket without credentials (and remembers it for later fetches).
     """
     box = C.parse_region(region) if region is not None else None
     target = Path(dest)
     if target.exists() and (not target.is_dir() or any(target.iterdir())):
         raise ArgumentError(f"{target} already exists and is not an empty directory")
-    store = RemoteStore(url, progress=progress)
+    store = RemoteStore(url, anonymous=anonymous, progress=progress)
     refs, _ = store.read_refs()
     if refs is None:
         raise NoRemoteRepositoryError(f"{url}: no remote repository here")
@@ -518,7 +519,7 @@ def clone(url: str, dest: str | os.PathLike[str], *, branch: str | None = None, 
     repo = create_repository(work, engine=engine, root=root)
     ok = False
     try:
-        C.add_remote(repo, remote, url)
+        C.add_remote(repo, remote, url, anonymous=anonymous)
         if box is not None:
             C.set_region(repo, box)
         if instances is not None:
@@ -526,7 +527,7 @@ def clone(url: str, dest: str | os.PathLike[str], *, branch: str | None = None, 
         _sync_instances_in(repo, store, refs)
         repo.fill_root(root)
         result = _fetch(repo, remote, store, [branch] if branch else None)
-        if not store.read_only:
+        if not store.read_only and not anonymous:
             writer = C.writer_id(repo)
             for counter in _remote_counters(store):
                 repo.add_id_block(counter, store.reserve_ids(counter, ID_BLOCK, 0, writer))
