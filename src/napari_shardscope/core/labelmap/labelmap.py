@@ -18,6 +18,7 @@ import getpass
 import logging
 import os
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -73,6 +74,8 @@ _log = logging.getLogger(__name__)
 STATE_CACHE = 16
 #: A clone of a remote reserves more ids before an edit when fewer than this many are left.
 ID_LOW_WATER = 1024
+#: After a failed reservation (offline), edits use the ids left without asking again for this long.
+OFFLINE_RETRY_S = 60.0
 
 
 @dataclass(frozen=True)
@@ -120,6 +123,7 @@ class Labelmap:
         self._summary: IndexSummary | None = None
         self._entries: LruCache[int, SvIndex | None] = LruCache(4096)
         self._subscribers: list[Subscriber] = []
+        self._offline_until = 0.0
 
     @property
     def name(self) -> str:
@@ -329,13 +333,15 @@ class Labelmap:
             return left
         for counter, floor in self.id_floors().items():
             n = sum(max(0, b - max(a, floor)) for a, b in self.repo.id_blocks(counter))
-            if n < low_water:
+            if n < low_water and time.monotonic() >= self._offline_until:
                 try:
                     block = reserve_ids(self.repo, counter, minimum=floor)
                     n += len(block)
                 except ShardscopeError as exc:
-                    _log.warning("labelmap %s: could not reserve more ids of %s (%d left): %s",
-                                 self.name, counter, n, exc)
+                    # offline: do not make every following edit wait for the network's timeout
+                    self._offline_until = time.monotonic() + OFFLINE_RETRY_S
+                    _log.warning("labelmap %s: could not reserve more ids of %s (%d left; next try in %.0f s): %s",
+                                 self.name, counter, n, OFFLINE_RETRY_S, exc)
             left[counter] = n
         return left
 

@@ -151,6 +151,8 @@ def test_ids_never_collide_and_run_out_offline(base: Path, tmp_path: Path) -> No
     counter = "labelmap/seg/labels"
     left = R.remaining_ids(c)[counter]
     assert left > 0
+    edit(c, "cleave", rng)  # offline, from the reserved block
+    assert R.remaining_ids(c)[counter] == left - 1
     with c._writing() as p:  # spend every reserved id but one block too small to use
         import napari_shardscope.core.versioned.keys as K
 
