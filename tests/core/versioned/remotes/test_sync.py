@@ -153,10 +153,11 @@ def test_ids_never_collide_and_run_out_offline(base: Path, tmp_path: Path) -> No
     assert left > 0
     edit(c, "cleave", rng)  # offline, from the reserved block
     assert R.remaining_ids(c)[counter] == left - 1
-    with c._writing() as p:  # spend every reserved id but one block too small to use
+    with c._writing() as p:  # spend every reserved id
         import napari_shardscope.core.versioned.keys as K
 
-        p.txn.put(K.RESERVATION_PREFIX + counter.encode(), b"")
+        for name in (counter, "labelmap/seg/mutations"):  # every edit needs a mutation id
+            p.txn.put(K.RESERVATION_PREFIX + name.encode(), b"")
     before = len(c.versions())
     with pytest.raises(IdsExhaustedError, match="ran out"):
         edit(c, "cleave", rng)
