@@ -18,7 +18,7 @@ from typing import Any
 
 from napari_shardscope.core.cli.common import REPOSITORY, print_json
 from napari_shardscope.core.cli.parser import Verb, VerbGroup, arg
-from napari_shardscope.core.errors import EXIT_OK, ArgumentError
+from napari_shardscope.core.errors import EXIT_CHECK_FAILED, EXIT_OK, ArgumentError
 from napari_shardscope.core.labelmap.branch_merge import BranchMergeConflictError
 from napari_shardscope.core.labelmap.remote import pull_merger
 from napari_shardscope.core.versioned import open_repository
@@ -97,6 +97,19 @@ def cmd_remote_remove(args: argparse.Namespace) -> int:
     else:
         print(f"removed remote {args.name}")
     return EXIT_OK
+
+
+def cmd_remote_check(args: argparse.Namespace) -> int:
+    problems = S.verify_remote(args.url)
+    versions = len(S.remote_versions(args.url)) if not problems else None
+    if args.json:
+        print_json({"url": args.url, "problems": problems, "versions": versions})
+    elif problems:
+        for p in problems:
+            print(p)
+    else:
+        print(f"{args.url}: {versions} version(s), every object the refs reach is present and verified")
+    return EXIT_CHECK_FAILED if problems else EXIT_OK
 
 
 # -- clone, fetch, push, pull, status -------------------------------------------------------------
@@ -244,6 +257,8 @@ VERBS = (
         Verb("list", cmd_remote_list, "list the remotes", (REPOSITORY,)),
         Verb("remove", cmd_remote_remove, "forget a remote (the remote itself is untouched)",
              (REPOSITORY, arg("name"))),
+        Verb("check", cmd_remote_check, "verify a remote: every object its refs reach (exit 1 on problems)",
+             (arg("url", help="remote URL"),)),
     )),
     Verb("clone", cmd_clone, "copy a remote repository into a new directory (origin configured)", (
         arg("url", help="remote URL"), arg("dest", help="new repository directory"),

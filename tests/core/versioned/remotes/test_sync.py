@@ -329,3 +329,34 @@ def test_anonymous_clone_of_a_public_bucket(base: Path, s3: Any, tmp_path: Path)
     assert b.id_source() is None  # reading a public bucket reserves nothing there
     b.close()
     a.close()
+
+
+def test_cli_pull_conflict_and_remote_check(base: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    url = str(tmp_path / "remote")
+    a = make_repo(tmp_path / "a", base)
+    R.add_remote(a, "origin", url)
+    R.push(a)
+    b = open_repository(R.clone(url, tmp_path / "b")[0])
+    bodies = sorted(int(s) for s in open_labelmap(a, "seg").index_summary().supervoxels)
+    for repo, other in ((a, bodies[1]), (b, bodies[2])):
+        v = repo.new_version("main")
+        open_labelmap(repo, "seg").at(v).merge(bodies[0], [other])  # both edit body bodies[0]
+        repo.commit(v, "edit")
+    R.push(a)
+    a.close()
+    b.close()
+    capsys.readouterr()
+    assert run(["pull", str(tmp_path / "b"), "--json"]) == 7  # a conflict: nothing written
+    doc = json.loads(capsys.readouterr().out)
+    assert [c["key"] for c in doc["conflicts"]] == [f"body:{bodies[0]}"]
+    assert run(["pull", str(tmp_path / "b"), "--resolve", f"body:{bodies[0]}=theirs", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["kind"] == "merge"
+    assert run(["push", str(tmp_path / "b")]) == 0
+    capsys.readouterr()
+    assert run(["remote", "check", url, "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["problems"] == [] and doc["versions"] == 4  # root, both edits, the merge
+    with open_repository(tmp_path / "b") as b:
+        (Path(url) / object_key(remote_versions(url)[b.head("main").uuid])).unlink()
+    assert run(["remote", "check", url]) == 1
+    assert "missing" in capsys.readouterr().out
