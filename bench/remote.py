@@ -12,7 +12,10 @@ in the same round:
   (concurrent ``kvstore.write`` calls, no versioning);
 * **fetch** of it into the clone (ours: walk, verify hashes, adopt in one transaction) against the
   peer reading the K blocks back with TensorStore;
-* bytes sent per changed block (a push of k changed blocks moves O(k) bytes), for K and K/10.
+* bytes sent per changed block (a push of k changed blocks moves O(k) bytes), for K and K/10;
+* **clone --region** to first frame (clone a 16x128x128 region of a 32x256x256 base from the remote,
+  open its labelmap, read the region's bodies) against TensorStore reading the same region of the
+  base directly (the base stays where it is: a clone copies versions, not the base).
 
 Printed: median [min–max] over the rounds of each time and of the paired ratio ours/peer.
 """
@@ -117,6 +120,57 @@ def one_round(work: Path, bucket: str, i: int, k: int, rng: random.Random) -> di
             "push_objects": pushed.transfer.objects_sent}
 
 
+def write_base(path: Path, shape: tuple[int, int, int] = (32, 256, 256)) -> None:
+    """A blocky supervoxel volume (precomputed, one scale) written by TensorStore."""
+    import numpy as np
+    import tensorstore as ts
+
+    rng = np.random.default_rng(18)
+    cells = rng.integers(1, 5000, size=(shape[0] // 8, shape[1] // 32, shape[2] // 32), dtype=np.uint64)
+    data = np.kron(cells, np.ones((8, 32, 32), dtype=np.uint64))
+    spec = {"driver": "neuroglancer_precomputed", "kvstore": {"driver": "file", "path": str(path) + "/"},
+            "multiscale_metadata": {"type": "segmentation", "data_type": "uint64", "num_channels": 1},
+            "scale_metadata": {"size": [shape[2], shape[1], shape[0]], "resolution": [4, 4, 40],
+                               "chunk_size": [64, 64, 16], "encoding": "raw", "voxel_offset": [0, 0, 0]},
+            "create": True}
+    store = ts.open(spec).result()
+    store[ts.d["channel"][0]].translate_to[0, 0, 0].write(data.transpose(2, 1, 0)).result()
+
+
+def region_round(work: Path, bucket: str, base: Path, i: int) -> dict[str, float]:
+    """Clone a region and read its bodies (time to first frame) vs reading the region with TensorStore."""
+    import numpy as np
+    import tensorstore as ts
+
+    from napari_shardscope.core.labelmap import create_labelmap, open_labelmap
+    from napari_shardscope.core.versioned import create_repository, open_repository
+    from napari_shardscope.core.versioned import remotes as R
+
+    url = f"s3://{bucket}/region-{i}"
+    if i == 0 or not (work / "origin").exists():
+        origin = create_repository(work / "origin")
+        create_labelmap(origin, "seg", base, block=64)
+        origin.commit(origin.root, "base")
+        origin.close()
+    origin = open_repository(work / "origin")
+    R.add_remote(origin, f"r{i}", url)
+    R.push(origin, f"r{i}")
+    origin.close()
+    t0 = time.perf_counter()
+    path, _ = R.clone(url, work / f"region-{i}", region="0:16,0:128,0:128")
+    clone = open_repository(path)
+    frame = open_labelmap(clone, "seg").at("main").read_bodies((slice(0, 16), slice(0, 128), slice(0, 128)))
+    ours = time.perf_counter() - t0
+    clone.close()
+    t0 = time.perf_counter()
+    store = ts.open({"driver": "neuroglancer_precomputed",
+                     "kvstore": {"driver": "file", "path": str(base) + "/"}}).result()
+    peer = np.asarray(store[0:128, 0:128, 0:16, 0].read().result()).transpose(2, 1, 0)
+    peer_s = time.perf_counter() - t0
+    assert np.array_equal(frame, peer)  # identity agglomeration: bodies are the supervoxels
+    return {"region_s": ours, "peer_region_s": peer_s}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=5)
@@ -131,6 +185,8 @@ def main(argv: list[str] | None = None) -> int:
         urllib.request.urlopen(urllib.request.Request(f"{endpoint}/{bucket}", method="PUT"), timeout=30).close()
         rows = [one_round(Path(tmp), bucket, i, args.blocks, rng) for i in range(args.rounds)]
         small = one_round(Path(tmp), bucket, 999, max(1, args.blocks // 10), rng)
+        write_base(Path(tmp) / "base")
+        regions = [region_round(Path(tmp), bucket, Path(tmp) / "base", i) for i in range(args.rounds)]
     out = {
         "blocks": args.blocks, "block_bytes": BLOCK, "rounds": args.rounds,
         "push_s": [r["push_s"] for r in rows], "peer_write_s": [r["peer_write_s"] for r in rows],
@@ -141,6 +197,8 @@ def main(argv: list[str] | None = None) -> int:
         "push_bytes_per_block_small": small["push_bytes_per_block"],
         "fetch_bytes_per_block": rows[0]["fetch_bytes_per_block"],
         "push_objects": rows[0]["push_objects"],
+        "region_s": [r["region_s"] for r in regions], "peer_region_s": [r["peer_region_s"] for r in regions],
+        "region_ratio": [r["region_s"] / r["peer_region_s"] for r in regions],
     }
     if args.json:
         json.dump(out, sys.stdout, indent=2)
@@ -157,6 +215,8 @@ def main(argv: list[str] | None = None) -> int:
           f"{out['push_bytes_per_block_small']:.0f} with {max(1, args.blocks // 10)} "
           f"(block itself {BLOCK}); {out['push_objects']} objects per push")
     print(f"  bytes received per changed block: {out['fetch_bytes_per_block']:.0f}")
+    print(f"  clone --region 0:16,0:128,0:128 to first frame (bodies of the region) {summary(out['region_s'])} s   "
+          f"TensorStore reading the region {summary(out['peer_region_s'])} s   ratio {summary(out['region_ratio'])}")
     return 0
 
 
