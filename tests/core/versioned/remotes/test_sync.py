@@ -202,7 +202,10 @@ def test_cli_round_trip(base: Path, tmp_path: Path, capsys: pytest.CaptureFixtur
     assert out["branch"] == "main" and len(out["versions_sent"]) == 2
     assert run(["clone", url, str(tmp_path / "b"), "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
-    assert out["branches"] == ["main"] and out["ids_left"]
+    assert out["branches"] == ["main"]
+    # both labelmap counters are reserved at clone time (labels too, though the origin never cleaved)
+    assert set(out["ids_left"]) == {"labelmap/seg/labels", "labelmap/seg/mutations"}
+    assert all(n > 0 for n in out["ids_left"].values())
     assert run(["status", str(tmp_path / "b"), "--json"]) == 0
     rows = json.loads(capsys.readouterr().out)["branches"]
     assert rows == [{"branch": "main", "local": rows[0]["local"], "remote": rows[0]["local"], "ahead": 0,
