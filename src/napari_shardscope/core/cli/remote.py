@@ -22,7 +22,7 @@ from napari_shardscope.core.errors import EXIT_CHECK_FAILED, EXIT_OK, ArgumentEr
 from napari_shardscope.core.labelmap import open_labelmap
 from napari_shardscope.core.labelmap.branch_merge import BranchMergeConflictError
 from napari_shardscope.core.labelmap.config import TYPE_NAME
-from napari_shardscope.core.labelmap.remote import pull_merger
+from napari_shardscope.core.labelmap.remote import pull_merger, reserve_labelmap_ids
 from napari_shardscope.core.labelmap.review import review_branch
 from napari_shardscope.core.versioned import open_repository
 from napari_shardscope.core.versioned.remotes import config as C
@@ -126,11 +126,7 @@ def cmd_clone(args: argparse.Namespace) -> int:
     progress.done()
     with open_repository(path) as repo:
         branches = [b.name for b in repo.branches()]
-        if repo.id_source() is not None:
-            # reserve the labelmaps' ids now, while online, so a laptop can edit offline at once
-            for inst in repo.instances():
-                if inst.type == TYPE_NAME:
-                    open_labelmap(repo, inst.name).top_up_ids()
+        reserve_labelmap_ids(repo)  # now, while online: a laptop can edit offline straight away
         left = S.remaining_ids(repo)
     if args.json:
         print_json({"path": str(path), "branches": branches, "ids_left": left, **result.to_json()})

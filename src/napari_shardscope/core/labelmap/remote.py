@@ -34,3 +34,19 @@ def pull_merger(policy: MergePolicy = "fail", resolutions: Mapping[str, Resoluti
         return merge_branches(lm, ours, theirs, resolutions=resolutions, policy=policy, user=user).version
 
     return merge
+
+
+def reserve_labelmap_ids(repo: Repository) -> dict[str, int]:
+    """Reserve every labelmap's ids from the repository's remote now (while online); ids left per counter.
+
+    A clone reserves the counters the remote already knows; a labelmap whose origin never made a
+    new body has no such counter yet, and its first cleave would need the network. Call this right
+    after :func:`~napari_shardscope.core.versioned.remotes.clone` (``shardscope clone`` does).
+    """
+    left: dict[str, int] = {}
+    if repo.id_source() is None:
+        return left
+    for inst in repo.instances():
+        if inst.type == TYPE_NAME:
+            left.update(open_labelmap(repo, inst.name).top_up_ids())
+    return left
