@@ -61,11 +61,6 @@ def edit(repo: Repository, kind: str, rng: np.random.Generator, bodies: list[int
     return out
 
 
-def node_digest(repo: Repository, uuid: str) -> Any:
-    """Everything a version stored, comparable across repositories (no local ids)."""
-    return repo.read_node(uuid)
-
-
 def bodies_at(repo: Repository, ref: str) -> list[np.ndarray]:
     """The version's body labels at every scale."""
     lm = open_labelmap(repo, "seg")
