@@ -125,8 +125,30 @@ def open_in_neuroglancer(viewer: Viewer) -> str:
 # -- the other way -------------------------------------------------------------------------------
 
 
+def _location(url: str) -> str:
+    """A source URL without Neuroglancer's format prefix or suffix and trailing slash (for matching)."""
+    text = url.split("|", 1)[0]
+    head, sep, rest = text.partition("://")
+    if sep and "://" in rest:
+        text = rest
+    return text.rstrip("/")
+
+
+def name_layers(parsed: ParsedState, layers: Sequence[Any]) -> None:
+    """Give each layer the state's name of the source it came from (when one source gave one layer)."""
+    urls = [str(lay.metadata.get(METADATA_KEY, {}).get("url", "")).rstrip("/") for lay in layers]
+    for layer, url in zip(layers, urls, strict=True):
+        if not url or urls.count(url) != 1:
+            continue
+        for source in parsed.openable:
+            if source.open_url is not None and _location(source.open_url) == url:
+                layer.name = source.layer
+                break
+
+
 def apply_state(viewer: Any, parsed: ParsedState, layers: Sequence[Any]) -> None:
-    """Set position, zoom and selected segments of a parsed state on ``viewer`` (its layers added)."""
+    """Name the layers, set position, zoom and selected segments of a parsed state (its layers added)."""
+    name_layers(parsed, layers)
     ref = next((lay for lay in layers if isinstance(lay.metadata.get(METADATA_KEY), dict)), None)
     position = parsed.position
     if ref is not None:
@@ -164,34 +186,13 @@ def open_state(viewer: Any, text: str) -> Any:
     urls = [s.open_url for s in parsed.openable if s.open_url is not None]
     if not urls:
         raise ArgumentError("the Neuroglancer state has no source the project can open")
-    names = [s.layer for s in parsed.openable]
 
     def add(v: Any, volumes: Sequence[Volume]) -> list[Any]:
         added = add_volumes(v, volumes)
-        for layer, name in zip(added, _names_for(volumes, urls, names), strict=False):
-            if name:
-                layer.name = name
         apply_state(v, parsed, added)
         return added
 
     return BackgroundOpen(viewer, urls, add)
-
-
-def _names_for(volumes: Sequence[Volume], urls: Sequence[str], names: Sequence[str]) -> list[str | None]:
-    """The state's layer name of each volume (matched by URL; ``None`` when a source gave several)."""
-    from napari_shardscope.napari_plugin.viewer import order_for_display
-
-    by_url: dict[str, str] = {}
-    for url, name in zip(urls, names, strict=True):
-        by_url.setdefault(url.rstrip("/"), name)
-    counts: dict[str, int] = {}
-    for v in volumes:
-        counts[v.url] = counts.get(v.url, 0) + 1
-    out: list[str | None] = []
-    for v in order_for_display(volumes):
-        name = next((n for u, n in by_url.items() if u.endswith(v.url.rstrip("/"))), None)
-        out.append(name if counts[v.url] == 1 else None)
-    return out
 
 
 PROMPT = "A Neuroglancer link (https://…#!{…}) or state JSON:"

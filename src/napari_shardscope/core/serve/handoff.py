@@ -67,8 +67,11 @@ def mount_dataset(server: ShardServer, url: str | os.PathLike[str], *, name: str
         raise ArgumentError(f"{ds.url}: no volume to show")
     spec = specs[0]
     label = name or spec.name or Path(ds.url.rstrip("/")).name
-    mount_path = f"data/{len(server.mounts())}-{_slug(label)}"
-    base = server.mount(mount_path, StoreMount(ds.store))
+    existing = [p for p, m in server.mounts().items() if isinstance(m, StoreMount) and m.store.url == ds.store.url]
+    if existing:  # shown again (a second "Show in Neuroglancer"): the same URL, so the browser cache holds
+        base = f"{server.url}/{existing[0]}/"
+    else:  # the last part names the layer in readers that take a name from the URL
+        base = server.mount(f"data/{len(server.mounts())}/{_slug(label)}", StoreMount(ds.store))
     prefix = NG_PREFIX.get(ds.format_name, ds.format_name)
     level = spec.levels[0]
     vs = _spatial(level.voxel_size, spec.axes)
