@@ -128,7 +128,7 @@ def open_in_neuroglancer(viewer: Viewer) -> str:
 def _location(url: str) -> str:
     """A source URL without Neuroglancer's format prefix or suffix and trailing slash (for matching)."""
     text = url.split("|", 1)[0]
-    head, sep, rest = text.partition("://")
+    _, sep, rest = text.partition("://")
     if sep and "://" in rest:
         text = rest
     return text.rstrip("/")
