@@ -48,6 +48,13 @@ def test_binds_loopback_only() -> None:
         ShardServer(host="0.0.0.0")
 
 
+def test_client_paths_cannot_be_mounted_over(served: tuple[ShardServer, Path]) -> None:
+    server, root = served
+    for path in ("v/x", "events", "../up", ""):
+        with pytest.raises(ArgumentError):
+            server.mount(path, StoreMount(open_store(str(root))))
+
+
 def test_whole_range_suffix_and_head(served: tuple[ShardServer, Path]) -> None:
     server, root = served
     data = (root / "blob").read_bytes()
@@ -165,3 +172,16 @@ def test_merge_only_version_as_equivalences(edited: tuple[Repository, Labelmap, 
     v.cleave(svs[3], [svs[5]])
     with pytest.raises(UnsupportedError, match="cleave"):
         merge_equivalences(lm, v.uuid)
+
+
+def test_notebook_api_returns_a_link_that_serves(edited: tuple[Repository, Labelmap, np.ndarray, list[int]]) -> None:
+    from napari_shardscope.core.serve import serve
+
+    repo, _, _, _ = edited
+    with serve(str(repo.path), version="main") as handoff:
+        assert handoff.url.startswith(handoff.server.client_url + "#!")
+        state = handoff.state
+        source = state["layers"][0]["source"].removeprefix("precomputed://")
+        status, _, body = request(handoff.server, "GET", source.removeprefix(handoff.server.url) + "info")
+        assert status == 200 and json.loads(body)["type"] == "segmentation"
+    assert not handoff.server.running

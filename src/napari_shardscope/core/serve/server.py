@@ -45,6 +45,8 @@ CORS_HEADERS = (
     ("Access-Control-Expose-Headers", "content-range, content-length, accept-ranges, etag"),
 )
 _RANGE = re.compile(r"^bytes=(\d*)-(\d*)$")
+#: First path components the client's own routes use.
+RESERVED = ("v", "events")
 #: Seconds between keep-alive comments on an event stream (also how soon it notices a stop).
 EVENT_INTERVAL = 1.0
 
@@ -140,6 +142,8 @@ class ShardServer:
         path = path.strip("/")
         if not path or key_problem(path) is not None:
             raise ArgumentError(f"mount path {path!r} is not a plain relative path")
+        if path.split("/", 1)[0] in RESERVED:
+            raise ArgumentError(f"mount path {path!r} is taken by the client ({', '.join(RESERVED)} are reserved)")
         with self._lock:
             self._mounts[path] = mount
         return f"{self.url}/{path}/"
@@ -180,6 +184,9 @@ class ShardServer:
 class _Httpd(ThreadingHTTPServer):
     daemon_threads = True
     block_on_close = False
+    #: A browser or TensorStore opens dozens of connections at once; the default backlog of 5 drops
+    #: their SYNs and each dropped one costs a one-second retransmit.
+    request_queue_size = 128
 
     def __init__(self, address: tuple[str, int], handler: type[BaseHTTPRequestHandler], owner: ShardServer) -> None:
         self.owner = owner
@@ -188,6 +195,8 @@ class _Httpd(ThreadingHTTPServer):
 
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
+    #: Headers and body are two writes: with Nagle's algorithm the body waits for the client's delayed ACK.
+    disable_nagle_algorithm = True
     server: _Httpd
 
     def log_message(self, format: str, *args: object) -> None:

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import json
 import re
-import threading
 from typing import Any
 
 import numpy as np
@@ -69,7 +68,6 @@ class VersionMount:
         self.cacheable = bool(self.version.locked)
         self._info = json.dumps(version_info(labelmap)).encode()
         self._chunks: LruCache[str, bytes | None] = LruCache(CHUNK_CACHE)
-        self._lock = threading.Lock()
 
     def _compute(self, key: str) -> bytes | None:
         if key == "info":
