@@ -185,3 +185,26 @@ def test_notebook_api_returns_a_link_that_serves(edited: tuple[Repository, Label
         status, _, body = request(handoff.server, "GET", source.removeprefix(handoff.server.url) + "info")
         assert status == 200 and json.loads(body)["type"] == "segmentation"
     assert not handoff.server.running
+
+
+def test_merge_only_version_of_a_remote_base_as_a_link(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from urllib.parse import unquote
+
+    from napari_shardscope.core.cli import run
+
+    base = voronoi_supervoxels((4, 32, 32), 10, seed=8)
+    write_precomputed(tmp_path / "seg", base, ((1, 1, 1),), chunk_xyz=(16, 16, 4), sharded=True)
+    svs = [int(s) for s in np.unique(base)]
+    with ShardServer() as server:  # the "remote" base: over HTTP, as a public bucket would serve it
+        url = server.mount("data/seg", StoreMount(open_store(str(tmp_path / "seg"))))
+        repo = create_repository(tmp_path / "repo")
+        lm = create_labelmap(repo, "seg", url, block=16)
+        lm.at("main").merge(svs[0], [svs[1], svs[2]])
+        repo.close()
+        assert run(["serve", str(tmp_path / "repo"), "--equivalences", "--segments", str(svs[0]), "--json"]) == 0
+        out = json.loads(capsys.readouterr().out)
+        assert out["url"].startswith("https://neuroglancer-demo.appspot.com/#!")
+        state = json.loads(unquote(out["url"].split("#!", 1)[1]))
+        layer = state["layers"][0]
+        assert layer["source"] == f"precomputed://{url}" and layer["segments"] == [str(svs[0])]
+        assert layer["equivalences"] == [[str(s) for s in sorted(svs[:3])]]

@@ -7,8 +7,8 @@ Usage::
 
 Prints the Neuroglancer link (``--json``: the link and the state) and serves until Ctrl-C;
 ``--print-url`` prints the link and exits without serving. ``--equivalences`` prints, instead of
-serving, a state over the base itself with a merge-only version's merges as ``equivalences`` (for a
-remote public base: no server needed).
+serving, a link to the hosted Neuroglancer with a state over the base itself and a merge-only
+version's merges as ``equivalences`` (for a remote public base: no server needed).
 """
 
 from __future__ import annotations
@@ -30,6 +30,10 @@ def _segments(text: str | None) -> tuple[int, ...]:
         return tuple(int(s) for s in text.split(",") if s.strip())
     except ValueError as exc:
         raise ArgumentError(f"--segments takes comma-separated body ids, got {text!r}") from exc
+
+
+#: The hosted Neuroglancer a merge-only hand-off links to (it reads the public base itself).
+PUBLIC_CLIENT = "https://neuroglancer-demo.appspot.com/"
 
 
 def run_serve(args: argparse.Namespace) -> int:
@@ -58,7 +62,7 @@ def run_serve(args: argparse.Namespace) -> int:
 
 def _print_equivalences(args: argparse.Namespace) -> int:
     from napari_shardscope.core.serve.handoff import is_repository, labelmap_of
-    from napari_shardscope.core.serve.ngstate import LayerView, ViewDescription, build_state
+    from napari_shardscope.core.serve.ngstate import LayerView, ViewDescription, build_state, state_url
     from napari_shardscope.core.serve.version_source import merge_equivalences
     from napari_shardscope.core.versioned import open_repository
 
@@ -81,12 +85,11 @@ def _print_equivalences(args: argparse.Namespace) -> int:
         state = build_state(view)
     finally:
         repo.close()
+    url = state_url(PUBLIC_CLIENT, state)
     if args.json:
-        print_json({"state": state, "groups": len(groups)})
+        print_json({"url": url, "state": state, "groups": len(groups)})
     else:
-        import json
-
-        print(json.dumps(state))
+        print(url)
     return EXIT_OK
 
 
