@@ -154,3 +154,19 @@ def test_ome_zarr3_as_on_disk(tmp_path: Path, server: ShardServer, browser: Brow
     tz, ty, tx = level.translate
     rendered, _ = show(server, browser, layer, (tz + iz * vz, ty + iy * vy, tx + ix * vx))
     check_slice(rendered, data[iz].astype(np.uint64), (float(iy), float(ix)))
+
+
+def test_remote_ome_zarr3_relayed(tmp_path: Path, server: ShardServer, browser: Browser) -> None:
+    """A dataset that is remote for the project (served over HTTP elsewhere) is relayed through its byte store."""
+    data = voronoi_supervoxels((4, 48, 56), 20, seed=9).astype(np.uint32)
+    write_ome_zarr3(tmp_path / "seg.ome.zarr", data, (40.0, 8.0, 8.0), (0.0, 0.0, 0.0))
+    with ShardServer() as origin:
+        from napari_shardscope.core.bytestore import open_store
+        from napari_shardscope.core.serve.server import StoreMount
+
+        remote = origin.mount("data/seg.ome.zarr", StoreMount(open_store(str(tmp_path / "seg.ome.zarr"))))
+        layer = mount_dataset(server, remote)
+        assert layer.layer.source.startswith(f"zarr3://{server.url}/") and layer.layer.ome
+        iz, iy, ix = 1, 20, 30
+        rendered, _ = show(server, browser, layer, (iz * 40.0, iy * 8.0, ix * 8.0))
+        check_slice(rendered, data[iz].astype(np.uint64), (float(iy), float(ix)))

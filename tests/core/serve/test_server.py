@@ -208,3 +208,20 @@ def test_merge_only_version_of_a_remote_base_as_a_link(tmp_path: Path, capsys: p
         layer = state["layers"][0]
         assert layer["source"] == f"precomputed://{url}" and layer["segments"] == [str(svs[0])]
         assert layer["equivalences"] == [[str(s) for s in sorted(svs[:3])]]
+
+
+def test_a_remote_dataset_is_served_through_its_store(served: tuple[ShardServer, Path]) -> None:
+    """A dataset on another HTTP server: ranges need no size; HEAD and suffixes learn it once."""
+    origin, root = served
+    data = (root / "blob").read_bytes()
+    with ShardServer() as relay:
+        relay.mount("data/remote", StoreMount(open_store(origin.url + "/data/ds/")))
+        status, h, body = request(relay, "GET", "/data/remote/blob", {"Range": "bytes=10-19"})
+        assert (status, body, h["content-range"]) == (206, data[10:20], "bytes 10-19/*")
+        status, h, body = request(relay, "GET", "/data/remote/blob", {"Range": "bytes=-16"})
+        n = len(data)
+        assert (status, body, h["content-range"]) == (206, data[-16:], f"bytes {n - 16}-{n - 1}/{n}")
+        status, h, _ = request(relay, "HEAD", "/data/remote/blob")
+        assert (status, int(h["content-length"])) == (200, len(data))
+        status, h, _ = request(relay, "GET", "/data/remote/none", {"Range": "bytes=0-9"})
+        assert status == 404 and h["access-control-allow-origin"] == "*"

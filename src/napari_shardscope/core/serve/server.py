@@ -25,7 +25,7 @@ import re
 import secrets
 import threading
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Protocol
@@ -33,6 +33,7 @@ from urllib.parse import unquote
 
 from napari_shardscope.core.bytestore import ByteStore
 from napari_shardscope.core.bytestore.containment import key_problem
+from napari_shardscope.core.cache import LruCache
 from napari_shardscope.core.errors import ArgumentError, NotFoundError, ShardscopeError
 from napari_shardscope.core.serve.client import client_directory, client_file
 
@@ -57,6 +58,11 @@ class Mount(Protocol):
     #: Whether a response may be cached by the browser (a committed version or a dataset: yes).
     cacheable: bool
 
+    @property
+    def cheap_size(self) -> bool:
+        """Whether :meth:`size` is cheap; when not, a ``bytes=a-b`` range is answered without the total size."""
+        ...
+
     def size(self, key: str) -> int | None:
         """Length of ``key`` in bytes, or ``None`` when it does not exist."""
         ...
@@ -72,13 +78,24 @@ class Mount(Protocol):
 
 @dataclass
 class StoreMount:
-    """A dataset's byte store, served as it is stored (any format the project opens)."""
+    """A dataset's byte store, served as it is stored (any format the project opens).
+
+    A remote store has no stat call: its sizes (needed for ``HEAD`` and suffix ranges only) come
+    from one whole read of the key and are remembered.
+    """
 
     store: ByteStore
     cacheable: bool = True
+    _sizes: LruCache[str, int | None] = field(default_factory=lambda: LruCache(4096), repr=False)
+
+    @property
+    def cheap_size(self) -> bool:
+        return self.store.cheap_size
 
     def size(self, key: str) -> int | None:
-        return self.store.size(key) if self.store.cheap_size else _len(self.store.read(key))
+        if self.store.cheap_size:
+            return self.store.size(key)
+        return self._sizes.get_or_load(key, lambda: _len(self.store.read(key)))
 
     def read(self, key: str) -> bytes | None:
         return self.store.read(key)
@@ -308,6 +325,9 @@ class _Handler(BaseHTTPRequestHandler):
                 return
             self._send(200, data, ctype, head=head, cache=cache)
             return
+        if m.group(1) and m.group(2) and not mount.cheap_size:  # bytes=a-b without the total (RFC 9110 '*')
+            self._send_unsized_range(mount, key, int(m.group(1)), int(m.group(2)) + 1, ctype, cache, head)
+            return
         size = mount.size(key)
         if size is None:
             self._error(404, f"no key {key!r}")
@@ -333,6 +353,32 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_header("Content-Type", ctype)
         self.send_header("Content-Range", f"bytes {start}-{end - 1}/{size}")
         self.send_header("Content-Length", str(end - start))
+        self.send_header("Accept-Ranges", "bytes")
+        self.send_header("Cache-Control", cache)
+        self.end_headers()
+        if not head:
+            self.wfile.write(part)
+
+    def _send_unsized_range(self, mount: Mount, key: str, start: int, end: int, ctype: str, cache: str,
+                            head: bool) -> None:
+        if end <= start:
+            self._error(416, f"empty range of {key!r}")
+            return
+        part = mount.read_range(key, start, end)
+        if part is None:
+            self._error(404, f"no key {key!r}")
+            return
+        if not part:
+            self.send_response(416)
+            self._cors()
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return
+        self.send_response(206)
+        self._cors()
+        self.send_header("Content-Type", ctype)
+        self.send_header("Content-Range", f"bytes {start}-{start + len(part) - 1}/*")
+        self.send_header("Content-Length", str(len(part)))
         self.send_header("Accept-Ranges", "bytes")
         self.send_header("Cache-Control", cache)
         self.end_headers()
