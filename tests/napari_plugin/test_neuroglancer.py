@@ -88,3 +88,37 @@ def test_version_round_trip_keeps_selected_bodies(make_napari_viewer: Any, tmp_p
     finally:
         stop_server(first)
         session_for(first).controller.disconnect()
+
+
+def test_file_menu_show_and_open_neuroglancer_link(make_napari_viewer: Any, qtbot: Any) -> None:
+    """The menu actions as a user clicks them: the link lands on the clipboard, and pasting it opens the view."""
+    from napari._app_model import get_app_model  # napari's documented accessor
+    from qtpy.QtWidgets import QApplication, QInputDialog
+
+    first = make_napari_viewer(show=True)
+    try:
+        layers = add_volumes(first, open_volumes(str(REALDATA / "igneous_pinky_sharded")))
+        first.dims.point = tuple(float(t) + 8 * float(v) for t, v in zip(layers[0].translate, layers[0].scale,
+                                                                         strict=True))
+        first.camera.zoom = 0.8
+        app = get_app_model()
+        titles = [str(item.command.title) for item in app.menus.get_menu("napari/file/io_utilities")
+                  if getattr(item, "command", None) is not None]
+        for title in ("Show in Neuroglancer (copy link)", "Show in Neuroglancer (open in browser)",
+                      "Open Neuroglancer link..."):
+            assert any(t.startswith(title) for t in titles), (title, titles)
+        clipboard = QApplication.clipboard()
+        clipboard.setText("")
+        app.commands.execute_command("napari-shardscope.show_in_neuroglancer").result()
+        qtbot.waitUntil(lambda: clipboard.text().startswith(server_for(first).client_url + "#!"), timeout=30000)
+        link = clipboard.text()
+        second = make_napari_viewer(show=True)  # the newest viewer is the one menu commands act on
+        app.commands.execute_command("napari-shardscope.open_neuroglancer_link").result()
+        (dialog,) = [d for d in QApplication.topLevelWidgets() if isinstance(d, QInputDialog) and d.isVisible()]
+        dialog.setTextValue(link)
+        dialog.accept()
+        qtbot.waitUntil(lambda: len(second.layers) == 1, timeout=30000)
+        assert second.layers[0].name == layers[0].name
+        assert_same_view(first, second, tuple(float(v) for v in layers[0].scale))
+    finally:
+        stop_server(first)

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import contextlib
 import weakref
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
 from typing import Any
 
 from napari.viewer import Viewer
@@ -28,8 +29,14 @@ PROOFREADING_KEY = "shardscope_proofreading"
 _SERVERS: weakref.WeakKeyDictionary[Any, ShardServer] = weakref.WeakKeyDictionary()
 
 
+def _real(viewer: Any) -> Any:
+    """The viewer behind the proxy napari hands to commands (one server and session per real viewer)."""
+    return getattr(viewer, "__wrapped__", viewer)
+
+
 def server_for(viewer: Any) -> ShardServer:
     """The viewer's server (started on first use; stopped when the viewer's window closes)."""
+    viewer = _real(viewer)
     server = _SERVERS.get(viewer)
     if server is None or not server.running:
         server = ShardServer()
@@ -40,13 +47,37 @@ def server_for(viewer: Any) -> ShardServer:
 
 
 def stop_server(viewer: Any) -> None:
+    viewer = _real(viewer)
     server = _SERVERS.pop(viewer, None)
     if server is not None:
         server.stop()
 
 
-def _served_layers(viewer: Any, server: ShardServer) -> list[ServedLayer]:
-    out: list[ServedLayer] = []
+@dataclass(frozen=True)
+class _Wanted:
+    """One layer to hand over, read from the viewer on the GUI thread (mounting happens off it)."""
+
+    name: str
+    url: str | None = None
+    labelmap: Any = None
+    version: str | None = None
+    segments: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
+class ViewSnapshot:
+    """What the viewer shows, taken on the GUI thread: layers, position (z, y, x), zoom, layout."""
+
+    layers: tuple[_Wanted, ...]
+    position: tuple[float, float, float]
+    zoom: float
+    layout: str
+
+
+def snapshot(viewer: Any) -> ViewSnapshot:
+    """Read the viewer's visible shardscope layers and camera (cheap: no I/O)."""
+    viewer = _real(viewer)
+    wanted: list[_Wanted] = []
     seen: set[str] = set()
     for layer in viewer.layers:
         if not layer.visible:
@@ -61,37 +92,39 @@ def _served_layers(viewer: Any, server: ShardServer) -> list[ServedLayer]:
             if labelmap is None or str(proof["version"]) in seen:
                 continue
             seen.add(str(proof["version"]))
-            out.append(mount_version(server, labelmap, str(proof["version"]), name=layer.name,
-                                     segments=controller.selected))
+            wanted.append(_Wanted(layer.name, labelmap=labelmap, version=str(proof["version"]),
+                                  segments=tuple(int(b) for b in controller.selected)))
             continue
         info = meta.get(METADATA_KEY)
-        if isinstance(info, dict) and info.get("url"):
-            url = str(info["url"])
-            if url in seen:
-                continue
-            seen.add(url)
-            served = mount_dataset(server, url, name=layer.name)
-            segments = tuple(int(s) for s in info.get("segments", ()))
-            if segments:
-                from dataclasses import replace
+        if isinstance(info, dict) and info.get("url") and str(info["url"]) not in seen:
+            seen.add(str(info["url"]))
+            wanted.append(_Wanted(layer.name, url=str(info["url"]),
+                                  segments=tuple(int(s) for s in info.get("segments", ()))))
+    if not wanted:
+        raise ArgumentError("no shardscope layer is visible: open a volume or check out a version first")
+    point = tuple(float(p) for p in viewer.dims.point[-3:])
+    return ViewSnapshot(tuple(wanted), (point[0], point[1], point[2]), float(viewer.camera.zoom),
+                        "3d" if viewer.dims.ndisplay == 3 else "xy")
 
-                served = replace(served, layer=replace(served.layer, segments=segments))
-            out.append(served)
-    out.sort(key=lambda s: 0 if s.layer.kind == "image" else 1)
-    return out
+
+def state_of(snap: ViewSnapshot, server: ShardServer) -> dict[str, Any]:
+    """Mount what ``snap`` shows on ``server`` (reads metadata: run it off the GUI thread) and build the state."""
+    served: list[ServedLayer] = []
+    for w in snap.layers:
+        if w.labelmap is not None and w.version is not None:
+            served.append(mount_version(server, w.labelmap, w.version, name=w.name, segments=w.segments))
+        elif w.url is not None:
+            got = mount_dataset(server, w.url, name=w.name)
+            if w.segments:
+                got = replace(got, layer=replace(got.layer, segments=w.segments))
+            served.append(got)
+    served.sort(key=lambda s: 0 if s.layer.kind == "image" else 1)
+    return build_state(default_view(served, position=snap.position, zoom=snap.zoom, layout=snap.layout))
 
 
 def view_state(viewer: Any, server: ShardServer | None = None) -> dict[str, Any]:
-    """The Neuroglancer state of what ``viewer`` shows (its shardscope layers, position, zoom)."""
-    server = server or server_for(viewer)
-    layers = _served_layers(viewer, server)
-    if not layers:
-        raise ArgumentError("no shardscope layer is visible: open a volume or check out a version first")
-    point = tuple(float(p) for p in viewer.dims.point[-3:])
-    layout = "3d" if viewer.dims.ndisplay == 3 else "xy"
-    view = default_view(layers, position=(point[0], point[1], point[2]), zoom=float(viewer.camera.zoom),
-                        layout=layout)
-    return build_state(view)
+    """The Neuroglancer state of what ``viewer`` shows (blocking; :func:`request_link` does it off the GUI thread)."""
+    return state_of(snapshot(viewer), server or server_for(viewer))
 
 
 def neuroglancer_url(viewer: Any) -> str:
@@ -100,26 +133,50 @@ def neuroglancer_url(viewer: Any) -> str:
     return state_url(server.client_url, view_state(viewer, server))
 
 
-def show_in_neuroglancer(viewer: Viewer) -> str:
-    """Layers › Show in Neuroglancer: copy the link to the clipboard and say so; returns the link."""
+def request_link(viewer: Any, deliver: Callable[[str], None]) -> Any:
+    """Build the viewer's link in a worker thread, then call ``deliver(url)`` on the GUI thread.
+
+    Returns the started worker (its ``finished`` signal fires after delivery or a reported error).
+    """
+    from napari.qt.threading import create_worker
+    from napari.utils.notifications import show_error
+
+    viewer = _real(viewer)
+    snap = snapshot(viewer)  # on the GUI thread: layers and camera
+    server = server_for(viewer)
+    worker = create_worker(lambda: state_url(server.client_url, state_of(snap, server)), _start_thread=False,
+                           _ignore_errors=True)
+    worker.returned.connect(deliver)
+    worker.errored.connect(lambda exc: show_error(f"napari-shardscope: Show in Neuroglancer: {exc}"))
+    _WORKERS.append(worker)
+    worker.finished.connect(lambda: _WORKERS.remove(worker) if worker in _WORKERS else None)
+    worker.start()
+    return worker
+
+
+_WORKERS: list[Any] = []
+
+
+def copy_link(url: str) -> None:
     from napari.utils.notifications import show_info
     from qtpy.QtWidgets import QApplication
 
-    url = neuroglancer_url(viewer)
     clipboard = QApplication.clipboard()
     if clipboard is not None:
         clipboard.setText(url)
     show_info("Neuroglancer link copied to the clipboard (served from this napari until it closes)")
-    return url
 
 
-def open_in_neuroglancer(viewer: Viewer) -> str:
-    """Layers › Open in Neuroglancer: open the link in the system browser; returns the link."""
+def show_in_neuroglancer(viewer: Viewer) -> Any:
+    """File › IO Utilities › Show in Neuroglancer (copy link): the link goes to the clipboard."""
+    return request_link(viewer, copy_link)
+
+
+def open_in_neuroglancer(viewer: Viewer) -> Any:
+    """File › IO Utilities › Show in Neuroglancer (open in browser): the system browser opens the link."""
     import webbrowser
 
-    url = neuroglancer_url(viewer)
-    webbrowser.open(url)
-    return url
+    return request_link(viewer, webbrowser.open)
 
 
 # -- the other way -------------------------------------------------------------------------------
@@ -199,7 +256,7 @@ PROMPT = "A Neuroglancer link (https://…#!{…}) or state JSON:"
 
 
 def ask_and_open_state(viewer: Viewer) -> Any:
-    """Layers › Open Neuroglancer link…: ask for a link (non-blocking dialog), then open it."""
+    """File › IO Utilities › Open Neuroglancer link…: ask for a link (non-blocking dialog), then open it."""
     from napari.utils.notifications import show_error
     from qtpy.QtWidgets import QInputDialog, QLineEdit
 
