@@ -122,3 +122,17 @@ def test_file_menu_show_and_open_neuroglancer_link(make_napari_viewer: Any, qtbo
         assert_same_view(first, second, tuple(float(v) for v in layers[0].scale))
     finally:
         stop_server(first)
+
+
+def test_server_stops_with_the_viewer(make_napari_viewer: Any, qtbot: Any) -> None:
+    import http.client
+
+    viewer = make_napari_viewer(show=True)
+    server = server_for(viewer)
+    assert server.running and server_for(viewer) is server
+    viewer.close()
+    qtbot.waitUntil(lambda: not server.running, timeout=10000)
+    conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=5)
+    with pytest.raises(OSError):
+        conn.request("GET", f"/v/{server.token}/")
+        conn.getresponse()
