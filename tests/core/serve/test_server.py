@@ -48,6 +48,14 @@ def test_binds_loopback_only() -> None:
         ShardServer(host="0.0.0.0")
 
 
+def test_foreign_host_names_are_refused(served: tuple[ShardServer, Path]) -> None:
+    server, _ = served
+    status, _, body = request(server, "GET", "/data/ds/blob", {"Host": f"attacker.example:{server.port}"})
+    assert status == 421 and bytes(range(16)) not in body
+    status, _, _ = request(server, "GET", "/data/ds/blob", {"Host": f"localhost:{server.port}"})
+    assert status == 200
+
+
 def test_client_paths_cannot_be_mounted_over(served: tuple[ShardServer, Path]) -> None:
     server, root = served
     for path in ("v/x", "events", "../up", ""):

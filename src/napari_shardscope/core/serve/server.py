@@ -46,6 +46,8 @@ CORS_HEADERS = (
     ("Access-Control-Expose-Headers", "content-range, content-length, accept-ranges, etag"),
 )
 _RANGE = re.compile(r"^bytes=(\d*)-(\d*)$")
+#: Host names a request may use (anything else is a DNS-rebinding attempt on the loopback server).
+LOOPBACK_NAMES = ("127.0.0.1", "localhost", "[::1]")
 #: First path components the client's own routes use.
 RESERVED = ("v", "events")
 #: Seconds between keep-alive comments on an event stream (also how soon it notices a stop).
@@ -237,6 +239,10 @@ class _Handler(BaseHTTPRequestHandler):
     def _dispatch(self, *, head: bool) -> None:
         owner = self.server.owner
         path = unquote(self.path.split("?", 1)[0].split("#", 1)[0])
+        host = (self.headers.get("Host") or "").lower()
+        if host not in {f"{name}:{owner.port}" for name in LOOPBACK_NAMES}:  # DNS rebinding: a foreign name
+            self._error(421, f"this server answers only to 127.0.0.1:{owner.port}, not {host!r}")
+            return
         try:
             if path.startswith("/v/"):
                 self._client(path, head)
