@@ -144,8 +144,11 @@ def request_link(viewer: Any, deliver: Callable[[str], None]) -> Any:
     viewer = _real(viewer)
     snap = snapshot(viewer)  # on the GUI thread: layers and camera
     server = server_for(viewer)
-    worker = create_worker(lambda: state_url(server.client_url, state_of(snap, server)), _start_thread=False,
-                           _ignore_errors=True)
+    def build() -> str:
+        server.client_root()  # no neuroglancer package: an error now, not a 404 in the browser
+        return state_url(server.client_url, state_of(snap, server))
+
+    worker = create_worker(build, _start_thread=False, _ignore_errors=True)
     worker.returned.connect(deliver)
     worker.errored.connect(lambda exc: show_error(f"napari-shardscope: Show in Neuroglancer: {exc}"))
     _WORKERS.append(worker)

@@ -176,6 +176,7 @@ def serve(targets: str | os.PathLike[str] | Sequence[str | os.PathLike[str]], *,
     server = ShardServer(port)
     closers: list[Any] = []
     try:
+        server.client_root()  # no neuroglancer package: say so now, not as a 404 in the browser
         layers: list[ServedLayer] = []
         for item in items:
             if is_repository(item):
