@@ -215,6 +215,8 @@ def apply_state(viewer: Any, parsed: ParsedState, layers: Sequence[Any]) -> None
         meta = ref.metadata[METADATA_KEY]
         fmt = str(meta.get("format", ""))
         position = parsed.position_for(fmt, ome=fmt.startswith("zarr") and meta.get("unit") is not None) or position
+    if parsed.layout == "3d":  # the other layouts show cross sections: napari's 2-D view
+        viewer.dims.ndisplay = 3
     if position is not None:
         point = list(viewer.dims.point)
         point[-3:] = position

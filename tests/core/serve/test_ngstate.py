@@ -77,7 +77,7 @@ def test_parse_names_what_it_cannot_open() -> None:
         ],
     }
     parsed = parse_state(state)
-    assert [(s.layer, s.open_url) for s in parsed.openable] == [("em", "gs://bucket/em|zarr3:"),
+    assert [(s.layer, s.open_url) for s in parsed.openable] == [("em", "zarr3://gs://bucket/em"),
                                                                  ("seg", "precomputed://s3://b/seg")]
     assert [s.layer for s in parsed.not_opened] == ["chunkedgraph", "notes", "mri"]
     assert all(s.reason for s in parsed.not_opened)
@@ -104,7 +104,9 @@ def test_bad_links(text: str) -> None:
 @pytest.mark.parametrize(("url", "ok"), [("precomputed://gs://b/x", True), ("zarr3://https://h/x", True),
                                          ("n5://s3://b/x", True), ("https://h/x/", True), ("gs://b/x|n5:", True),
                                          ("boss://x", False), ("precomputed://local/x", False),
-                                         ("gs://b/x|deepzoom:", False), ("plain", False)])
+                                         ("gs://b/x|deepzoom:", False), ("plain", False),
+                                         ("https://h/x/|neuroglancer-precomputed:", True),
+                                         ("gs://b/x.zip|zip:|zarr3:", False)])
 def test_openable_urls(url: str, ok: bool) -> None:
     got, why = openable_url(url)
     assert (got is not None) == ok and (ok or why)

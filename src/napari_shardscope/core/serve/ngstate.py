@@ -34,6 +34,8 @@ LayerKind = Literal["image", "segmentation"]
 LAYOUTS = ("xy", "yz", "xz", "4panel", "3d", "xy-3d", "xz-3d", "yz-3d")
 #: Neuroglancer source prefixes the project reads, and the format they name.
 READABLE_PREFIXES = {"precomputed": "precomputed", "zarr": "zarr", "zarr2": "zarr2", "zarr3": "zarr3", "n5": "n5"}
+#: Neuroglancer's pipeline names (``URL|neuroglancer-precomputed:``) for the project's formats.
+PIPELINE_FORMATS = {"neuroglancer-precomputed": "precomputed"}
 NM_PER_M = 1e9
 _UNITS_TO_NM = {"": 1.0, "m": 1e9, "mm": 1e6, "um": 1e3, "µm": 1e3, "nm": 1.0, "pm": 1e-3}
 
@@ -236,10 +238,11 @@ def openable_url(url: str) -> tuple[str | None, str]:
     text = url.strip()
     if "|" in text:  # Neuroglancer's newer pipeline syntax: gs://bucket/path|zarr3:
         base, _, rest = text.partition("|")
-        fmt = rest.split(":", 1)[0].split("|", 1)[0]
-        if fmt in READABLE_PREFIXES:
-            return f"{base}|{fmt}:", ""
-        return None, f"Neuroglancer format {fmt!r} is not one the project reads"
+        steps = [step.split(":", 1)[0] for step in rest.split("|") if step]
+        fmt = PIPELINE_FORMATS.get(steps[0], steps[0]) if steps else ""
+        if len(steps) == 1 and fmt in READABLE_PREFIXES:
+            return f"{fmt}://{base}", ""
+        return None, f"Neuroglancer pipeline {rest!r} is not one the project reads"
     scheme, sep, rest = text.partition("://")
     if not sep:
         return None, "not a URL"
