@@ -85,15 +85,13 @@ def snapshot(viewer: Any) -> ViewSnapshot:
         meta = getattr(layer, "metadata", {}) or {}
         proof = meta.get(PROOFREADING_KEY)
         if isinstance(proof, dict) and proof.get("version"):
-            from napari_shardscope.widgets.session import session_for
-
-            controller = session_for(viewer).controller
-            labelmap = controller.session.labelmap
+            controller = proof.get("controller")  # the proofreading session's (widgets put it there)
+            labelmap = getattr(getattr(controller, "session", None), "labelmap", None)
             if labelmap is None or str(proof["version"]) in seen:
                 continue
             seen.add(str(proof["version"]))
             wanted.append(_Wanted(layer.name, labelmap=labelmap, version=str(proof["version"]),
-                                  segments=tuple(int(b) for b in controller.selected)))
+                                  segments=tuple(int(b) for b in getattr(controller, "selected", ()))))
             continue
         info = meta.get(METADATA_KEY)
         if isinstance(info, dict) and info.get("url") and str(info["url"]) not in seen:
