@@ -1,0 +1,77 @@
+"""The allocator settings and the cache size the default context gets.
+
+The fault count is measured in a fresh child process (mallopt is process-wide and the parent's
+heap history would blur it): with the settings, a second cold read of a plane through a new cache
+reuses the first one's freed memory instead of faulting in fresh pages.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from napari_shardscope.core.allocator import available_memory, tune_malloc
+from napari_shardscope.core.bytestore import context as context_module
+
+CHILD = textwrap.dedent("""
+    import resource, sys
+    import numpy as np
+    from napari_shardscope.core.volumes import make_context, open_volume
+    path = sys.argv[1]
+    faults = []
+    for z in (5, 40, 70, 100, 20):
+        arr = open_volume(path, context=make_context(256 << 20)).levels[0].array  # a cold cache each time
+        f0 = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+        plane = np.asarray(arr[z].read())
+        faults.append(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - f0)
+        del arr
+    print(min(faults[2:]))
+""")
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc malloc settings")
+def test_cold_reads_reuse_memory_instead_of_faulting(tmp_path: Path) -> None:
+    ts = pytest.importorskip("tensorstore")
+    n = 192
+    sharding = {"@type": "neuroglancer_uint64_sharded_v1", "preshift_bits": 3, "hash": "murmurhash3_x86_128",
+                "minishard_bits": 3, "shard_bits": 3, "minishard_index_encoding": "gzip", "data_encoding": "gzip"}
+    store = ts.open({"driver": "neuroglancer_precomputed", "kvstore": f"file://{tmp_path}/v",
+                     "multiscale_metadata": {"type": "segmentation", "data_type": "uint64", "num_channels": 1},
+                     "scale_metadata": {"size": [n, n, n], "resolution": [8, 8, 8], "chunk_size": [64, 64, 64],
+                                        "encoding": "raw", "sharding": sharding}, "create": True}).result()
+    store[..., 0] = (np.arange(n ** 3, dtype=np.uint64) // 7).reshape(n, n, n)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    counts = {}
+    for tuning in ("1", "0"):
+        out = subprocess.run([sys.executable, "-c", CHILD, str(tmp_path / "v")], capture_output=True, text=True,
+                             env={**env, "SHARDSCOPE_MALLOC_TUNING": tuning}, timeout=120, check=True)
+        counts[tuning] = int(out.stdout.split()[-1])
+    # a plane crosses nine 2 MiB chunks: without the settings each is faulted in afresh (~500 pages each)
+    assert counts["0"] > 2000
+    assert counts["1"] < counts["0"] / 4, counts
+
+
+def test_tuning_is_idempotent_and_memory_is_known() -> None:
+    assert tune_malloc() == tune_malloc()
+    avail = available_memory()
+    assert avail is None or avail > 0
+
+
+def test_default_cache_is_sized_from_available_memory(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("SHARDSCOPE_CACHE_MB", raising=False)
+    monkeypatch.setattr("napari_shardscope.core.allocator.available_memory", lambda: 8 << 30)
+    assert context_module.cache_bytes_from_env() == 1 << 30
+    monkeypatch.setattr("napari_shardscope.core.allocator.available_memory", lambda: 1 << 30)
+    assert context_module.cache_bytes_from_env() == context_module.MIN_DEFAULT_CACHE_BYTES
+    monkeypatch.setattr("napari_shardscope.core.allocator.available_memory", lambda: 1 << 40)
+    assert context_module.cache_bytes_from_env() == context_module.MAX_DEFAULT_CACHE_BYTES
+    monkeypatch.setattr("napari_shardscope.core.allocator.available_memory", lambda: None)
+    assert context_module.cache_bytes_from_env() == context_module.DEFAULT_CACHE_BYTES
+    monkeypatch.setenv("SHARDSCOPE_CACHE_MB", "64")
+    assert context_module.cache_bytes_from_env() == 64 << 20
