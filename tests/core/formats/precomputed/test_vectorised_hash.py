@@ -19,7 +19,9 @@ from hypothesis.extra import numpy as hnp
 
 from napari_shardscope.core.formats import open_dataset
 from napari_shardscope.core.formats.precomputed import sharding as sharding_mod
+from napari_shardscope.core.formats.precomputed.chunk_table import ChunkTable
 from napari_shardscope.core.formats.precomputed.inspector import PrecomputedInspector
+from napari_shardscope.core.formats.precomputed.shard_index import MinishardIndex
 from napari_shardscope.core.formats.precomputed.sharding import (
     assign_chunk_ids,
     murmurhash3_x86_128_low64,
@@ -119,3 +121,54 @@ def test_real_sharded_datasets_map_every_stored_id_home(dataset: str, source_nam
             np.testing.assert_array_equal(ends, mi.ends)
             seen += len(mi)
     assert seen > 0
+
+
+def _reference_lookup(tables: dict[int, MinishardIndex], ids: np.ndarray, groups: np.ndarray) -> tuple:
+    """Per id: the first entry (storage order) of its own group's minishard with that id."""
+    starts, ends, present = [], [], []
+    for cid, g in zip(ids.tolist(), groups.tolist(), strict=True):
+        ix = tables.get(g)
+        hits = [] if ix is None else np.flatnonzero(ix.chunk_ids == np.uint64(cid)).tolist()
+        present.append(bool(hits))
+        starts.append(int(ix.starts[hits[0]]) if hits else 0)
+        ends.append(int(ix.ends[hits[0]]) if hits else 0)
+    return starts, ends, present
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.dictionaries(st.integers(0, 40), st.lists(st.integers(0, 60), max_size=30), max_size=8),
+       st.lists(st.tuples(st.integers(0, 70), st.integers(0, 45)), max_size=200))
+def test_chunk_table_finds_what_a_per_minishard_search_finds(groups: dict, queries: list) -> None:
+    """Duplicates, ids listed in another group's minishard, absent ids: the table agrees with a scan."""
+    tables = {}
+    for n, (g, ids) in enumerate(sorted(groups.items())):
+        k = len(ids)
+        starts = np.arange(k, dtype=np.uint64) * np.uint64(10) + np.uint64(1000 * n)
+        tables[g] = MinishardIndex(np.asarray(ids, dtype=np.uint64), starts, starts + np.uint64(3))
+    table = ChunkTable(list(tables), list(tables.values()))
+    q_ids = np.asarray([q[0] for q in queries], dtype=np.uint64)
+    q_groups = np.asarray([q[1] for q in queries], dtype=np.uint64)
+    s, e, p = table.lookup(q_ids, q_groups)
+    rs, re_, rp = _reference_lookup(tables, q_ids, q_groups)
+    assert p.tolist() == rp and s.tolist() == rs and e.tolist() == re_
+
+
+def test_locate_arrays_agrees_with_locate_many_on_a_written_shard(tmp_path: Path) -> None:
+    from napari_shardscope.core.bytestore import LocalByteStore
+    from napari_shardscope.core.formats.precomputed.shard_reader import ShardedReader
+    from napari_shardscope.core.formats.precomputed.shard_writer import write_shards
+
+    spec = parse_sharding_spec({"@type": "neuroglancer_uint64_sharded_v1", "preshift_bits": 1,
+                                "hash": "murmurhash3_x86_128", "minishard_bits": 3, "shard_bits": 2,
+                                "minishard_index_encoding": "gzip", "data_encoding": "gzip"})
+    stored = {int(i): bytes([i % 251]) * (i % 17 + 1) for i in range(0, 3000, 3)}
+    write_shards(LocalByteStore(tmp_path), "s", spec, stored)
+    reader = ShardedReader(LocalByteStore(tmp_path), "s", spec)
+    ids = np.arange(0, 3100, dtype=np.uint64)
+    a = assign_chunk_ids(spec, ids)
+    starts, ends, present = reader.locate_arrays(a.chunk_ids, a.shard, a.minishard)
+    assert present.tolist() == [int(i) in stored for i in ids.tolist()]
+    for cid in (0, 3, 2997, 1500):
+        loc = reader.locate(cid)
+        assert loc.byte_range == (int(starts[cid]), int(ends[cid]))
+        assert reader.read_chunk(cid) == stored[cid]

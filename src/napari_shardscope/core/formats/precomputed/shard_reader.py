@@ -15,10 +15,12 @@ from typing import Any, Literal, TypeVar
 import numpy as np
 import numpy.typing as npt
 
+from napari_shardscope.core.allocator import tune_malloc
 from napari_shardscope.core.bytestore import ByteStore, join_key, read_bounded
 from napari_shardscope.core.cache import LruCache
 from napari_shardscope.core.encoding import MAX_DECODED_BYTES, decode_bytes
 from napari_shardscope.core.errors import ArgumentError, ChunkDecodeError, FormatError, IndexDecodeError
+from napari_shardscope.core.formats.precomputed.chunk_table import ChunkTable
 from napari_shardscope.core.formats.precomputed.shard_index import (
     MinishardIndex,
     ShardIndex,
@@ -113,6 +115,7 @@ class ShardedReader:
         cache_size: int = 4096,
         bounds: DecodeBounds | None = None,
     ) -> None:
+        tune_malloc()  # bulk lookups allocate arrays of millions of ids: see core.allocator
         self.store = store
         self.prefix = prefix.strip("/")
         self.spec = spec
@@ -294,35 +297,27 @@ class ShardedReader:
     ) -> tuple[npt.NDArray[np.uint64], npt.NDArray[np.uint64], npt.NDArray[np.bool_]]:
         """Vectorised byte ranges for already-assigned ids: ``(starts, ends, present)``.
 
-        Ids are grouped by (shard, minishard) with one sort; each group is resolved against its
-        cached minishard index with ``searchsorted``.
+        The minishard indexes the ids fall in are loaded (cached) once each, then every id is
+        resolved at once through a :class:`~.chunk_table.ChunkTable` (no sort of the ids).
         """
         n = chunk_ids.size
-        starts = np.zeros(n, dtype=np.uint64)
-        ends = np.zeros(n, dtype=np.uint64)
-        present = np.zeros(n, dtype=bool)
         if n == 0:
-            return starts, ends, present
-        group = (shards << np.uint64(self.spec.minishard_bits)) | minishards if self.spec.shard_bits else minishards
-        order = np.argsort(group, kind="stable")
-        sorted_group = group[order]
-        cuts = np.flatnonzero(sorted_group[1:] != sorted_group[:-1]) + 1
-        bounds = np.concatenate([[0], cuts, [n]])
-        for b0, b1 in zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=True):
-            members = order[b0:b1]
-            first = members[0]
-            index = self.minishard_index(int(shards[first]), int(minishards[first]))
-            if len(index) == 0:
-                continue
-            sorter, sorted_ids = index.sorted_view()
-            wanted = chunk_ids[members]
-            pos = np.minimum(np.searchsorted(sorted_ids, wanted), sorted_ids.size - 1)
-            hit = sorted_ids[pos] == wanted
-            src = sorter[pos[hit]]
-            starts[members[hit]] = index.starts[src]
-            ends[members[hit]] = index.ends[src]
-            present[members[hit]] = True
-        return starts, ends, present
+            empty = np.zeros(0, dtype=np.uint64)
+            return empty, empty.copy(), np.zeros(0, dtype=bool)
+        spec = self.spec
+        group = (shards << np.uint64(spec.minishard_bits)) | minishards if spec.shard_bits else minishards
+        if spec.shard_bits + spec.minishard_bits <= 22:  # counting beats sorting a million ids
+            needed = np.flatnonzero(np.bincount(group.astype(np.intp))).astype(np.uint64)
+        else:
+            needed = np.unique(group)
+        indexes = []
+        for g in needed.tolist():
+            if spec.shard_bits:  # then minishard_bits < 64
+                shard, minishard = g >> spec.minishard_bits, g & (spec.num_minishards - 1)
+            else:
+                shard, minishard = 0, g
+            indexes.append(self.minishard_index(shard, minishard))
+        return ChunkTable(needed.tolist(), indexes).lookup(chunk_ids, group)
 
     def prefetch_indexes(self, shards: list[int], workers: int = 32) -> None:
         """Load the shard indexes and every non-empty minishard index of ``shards`` concurrently.
