@@ -287,7 +287,9 @@ class PrecomputedInspector:
         # files and indexes stay cached while its minishard indexes load; totals are taken from the
         # pool's results, never re-read through the LRU caches, which a dataset may outgrow.
         def load(shard: int) -> tuple[ShardFile | None, ShardIndex | None]:
-            return reader.shard_file(shard), reader.shard_index(shard)
+            file, index = reader.shard_file(shard), reader.shard_index(shard)
+            reader.prefetch_minishards(shard)  # remote: the shard's indexes in few range requests
+            return file, index
 
         def count(job: tuple[int, int]) -> tuple[int, int]:
             mi = reader.minishard_index(*job)

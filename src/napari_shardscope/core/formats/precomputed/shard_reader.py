@@ -8,8 +8,9 @@ the spec are read: the current ``<shard>.shard`` and the obsolete ``<shard>.inde
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, Literal, TypeVar
 
 import numpy as np
@@ -30,6 +31,11 @@ from napari_shardscope.core.formats.precomputed.shard_index import (
 from napari_shardscope.core.formats.precomputed.sharding import ShardingSpec, assign_chunk_ids, format_shard_name
 
 Layout = Literal["shard", "index+data"]
+#: Minishard indexes of one shard closer than this are fetched from a remote store as one range: with
+#: 32 requests in flight a request costs ~1 ms of a 30 ms bucket round trip, the time 64 KiB takes at 100 MB/s.
+COALESCE_GAP = 64 << 10
+#: The longest range one coalesced fetch may span.
+COALESCE_SPAN = 16 << 20
 T = TypeVar("T")
 
 
@@ -225,7 +231,47 @@ class ShardedReader:
             self._minishards.get_or_load((shard, minishard), lambda: _catch(self._load_minishard, shard, minishard))
         )
 
-    def _load_minishard(self, shard: int, minishard: int) -> MinishardIndex:
+    def prefetch_minishards(self, shard: int, minishards: Sequence[int] | None = None) -> None:
+        """Load these minishard indexes of ``shard`` (default: every non-empty one) in few requests.
+
+        On a remote store each range read is a round trip. Index ranges of one shard that lie within
+        :data:`COALESCE_GAP` bytes of each other are fetched as one range (up to :data:`COALESCE_SPAN`
+        bytes) and split; local stores read each index alone (a read there costs no round trip).
+        Indexes already cached are skipped; failures are cached like any load's.
+        """
+        index = self.shard_index(shard)
+        if index is None or self.store.cheap_size:
+            return
+        wanted = index.nonempty_minishards().tolist() if minishards is None else list(minishards)
+        limit = min(COALESCE_SPAN, self.max_minishard_index_bytes())
+        ranges = sorted(
+            (start, end, m)
+            for m in wanted
+            if not self._minishards.contains((shard, m))
+            for start, end in [index.minishard_range(m)]
+            if 0 < end - start <= limit  # an implausible range is left to the checks of the ordinary load
+        )
+        groups: list[tuple[int, int, list[tuple[int, int, int]]]] = []  # (lo, hi, members)
+        for r in ranges:
+            near = groups and r[0] - groups[-1][1] <= COALESCE_GAP
+            if near and max(r[1], groups[-1][1]) - groups[-1][0] <= COALESCE_SPAN:
+                lo, hi, members = groups[-1]
+                members.append(r)
+                groups[-1] = (lo, max(hi, r[1]), members)
+            else:
+                groups.append((r[0], r[1], [r]))
+        file = self.shard_file(shard)
+        if file is None:
+            return
+        for lo, hi, group in groups:
+            if len(group) == 1:
+                continue  # one index alone: read it the ordinary way, when asked for
+            data = self.read_file_range(file, lo, hi)
+            for start, end, m in group:
+                self._minishards.get_or_load((shard, m), partial(_catch_load, self._load_minishard, shard, m,
+                                                                 data[start - lo : end - lo]))
+
+    def _load_minishard(self, shard: int, minishard: int, prefetched: bytes | None = None) -> MinishardIndex:
         index = self.shard_index(shard)
         empty = np.zeros(0, dtype=np.uint64)
         if index is None:
@@ -248,7 +294,7 @@ class ShardedReader:
                 key=file.display_key,
                 offset=16 * minishard,
             )
-        data = self.read_file_range(file, start, end)
+        data = self.read_file_range(file, start, end) if prefetched is None else prefetched
         if len(data) < end - start:
             raise IndexDecodeError(
                 f"minishard {minishard} index [{start}, {end}) truncated: file ends after {start + len(data)} bytes",
@@ -344,6 +390,7 @@ class ShardedReader:
             return
         file = self._existing_file(shard)
         minishards = [minishard] if minishard is not None else [int(m) for m in index.nonempty_minishards()]
+        self.prefetch_minishards(shard, minishards)
         for m in minishards:
             mi = self.minishard_index(shard, m)
             if len(mi) == 0:
@@ -415,6 +462,14 @@ def decode_chunk(
             f"chunk {chunk_id} decodes to {len(decoded)} bytes, expected {exact}", key=key, offset=offset
         )
     return decoded
+
+
+def _catch_load(load: Callable[..., T], *args: Any) -> T | FormatError:
+    """:func:`_catch` for loads taking more than ints (the prefetched bytes)."""
+    try:
+        return load(*args)
+    except FormatError as exc:
+        return exc
 
 
 def _catch(load: Callable[..., T], *args: int) -> T | FormatError:
