@@ -363,7 +363,11 @@ class ShardedReader:
             else:
                 shard, minishard = 0, g
             indexes.append(self.minishard_index(shard, minishard))
-        return ChunkTable(needed.tolist(), indexes).lookup(chunk_ids, group)
+        def group_of(ids: npt.NDArray[np.uint64]) -> npt.NDArray[np.uint64]:
+            a = assign_chunk_ids(spec, ids)
+            return (a.shard << np.uint64(spec.minishard_bits)) | a.minishard if spec.shard_bits else a.minishard
+
+        return ChunkTable(needed.tolist(), indexes, group_of).lookup(chunk_ids)
 
     def prefetch_indexes(self, shards: list[int], workers: int = 32) -> None:
         """Load the shard indexes and every non-empty minishard index of ``shards`` concurrently.
