@@ -30,14 +30,14 @@ import tensorstore as ts
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import Paired, paired_rounds, rate, record, record_pair, Row, save, spread  # noqa: E402
-from tests.http_range_server import RangeServer  # noqa: E402
+from tests.http_range_server import RangeServer
 
-from napari_shardscope.core.bytestore import LocalByteStore  # noqa: E402
-from napari_shardscope.core.formats import open_dataset  # noqa: E402
-from napari_shardscope.core.formats.precomputed.info import parse_info  # noqa: E402
-from napari_shardscope.core.formats.precomputed.shard_reader import ShardedReader  # noqa: E402
-from napari_shardscope.core.formats.precomputed.sharding import (  # noqa: E402
+from common import Row, paired_rounds, rate, record, record_pair, save, spread
+from napari_shardscope.core.bytestore import LocalByteStore
+from napari_shardscope.core.formats import open_dataset
+from napari_shardscope.core.formats.precomputed.info import parse_info
+from napari_shardscope.core.formats.precomputed.shard_reader import ShardedReader
+from napari_shardscope.core.formats.precomputed.sharding import (
     assign_chunk_ids,
     low_bits,
     murmurhash3_x86_128_low64_mmh3,
@@ -78,7 +78,8 @@ def make_volume(path: Path) -> None:
 def previous_assign(spec, ids):  # type: ignore[no-untyped-def]
     """The implementation before issue 20: one mmh3 call per id."""
     hashed = murmurhash3_x86_128_low64_mmh3(shift_right(ids, spec.preshift_bits))
-    return hashed, low_bits(shift_right(hashed, spec.minishard_bits), spec.shard_bits), low_bits(hashed, spec.minishard_bits)
+    shard = low_bits(shift_right(hashed, spec.minishard_bits), spec.shard_bits)
+    return hashed, shard, low_bits(hashed, spec.minishard_bits)
 
 
 def previous_locate(reader: ShardedReader, chunk_ids, shards, minishards):  # type: ignore[no-untyped-def]
@@ -147,7 +148,7 @@ def main() -> None:
             assert reader.locate_arrays(b.chunk_ids, b.shard, b.minishard)[2].all()
 
         def prev_full() -> None:
-            h, s, m = previous_assign(spec, ids)
+            _, s, m = previous_assign(spec, ids)
             assert previous_locate(reader, ids, s, m)[2].all()
 
         pair = paired_rounds(ours_full, prev_full, args.rounds)
