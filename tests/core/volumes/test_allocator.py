@@ -75,3 +75,31 @@ def test_default_cache_is_sized_from_available_memory(monkeypatch: pytest.Monkey
     assert context_module.cache_bytes_from_env() == context_module.DEFAULT_CACHE_BYTES
     monkeypatch.setenv("SHARDSCOPE_CACHE_MB", "64")
     assert context_module.cache_bytes_from_env() == 64 << 20
+
+
+def test_bulk_reads_bypass_the_chunk_cache_and_return_the_same_voxels(tmp_path: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """A read above BULK_READ_BYTES goes through an uncached twin of the view: same voxels, cache untouched."""
+    ts = pytest.importorskip("tensorstore")
+    from napari_shardscope.core.volumes import lazy, make_context, open_volume
+
+    data = (np.arange(64 * 96 * 80, dtype=np.uint64) * 2654435761 % 1000).reshape(64, 96, 80)  # z, y, x
+    ts.open({"driver": "neuroglancer_precomputed", "kvstore": f"file://{tmp_path}/v",
+             "multiscale_metadata": {"type": "segmentation", "data_type": "uint64", "num_channels": 1},
+             "scale_metadata": {"size": [80, 96, 64], "resolution": [8, 8, 8], "chunk_size": [32, 32, 32],
+                                "encoding": "raw"}, "create": True}).result()[..., 0].write(data.T).result()
+    monkeypatch.setattr(lazy, "BULK_READ_BYTES", 1 << 16)
+    arr = open_volume(tmp_path / "v", context=make_context(64 << 20)).levels[0].array
+
+    def hits() -> int:
+        found = ts.experimental_collect_matching_metrics("/tensorstore/cache/hit_count")
+        return sum(v["value"] for m in found for v in m["values"])
+
+    before = hits()
+    for _ in range(2):  # bulk: through the uncached twin, so the second read finds nothing cached
+        np.testing.assert_array_equal(arr.read(), data)
+        np.testing.assert_array_equal(arr[3:40, 5:90, 7:].read(), data[3:40, 5:90, 7:])
+    assert hits() == before
+    for _ in range(2):  # a small read (4 KiB) stays on the cached store: the second one hits the cache
+        np.testing.assert_array_equal(arr[10, :8, :64].read(), data[10, :8, :64])
+    assert hits() > before
