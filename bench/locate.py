@@ -10,7 +10,7 @@ renders the table in ``bench/README.md``).
 2. ``inspect`` of the same volume from local disk and over loopback HTTP (real range requests),
    against TensorStore's ``neuroglancer_uint64_sharded`` kvstore ``list()`` of the same directory (the
    only way TensorStore enumerates a shard's chunks). Goal: HTTP inspect <= 3x the TensorStore list.
-   The loopback server is Python's (about one request per millisecond), so request count dominates.
+   The loopback server (``tests/http_range_server.py``) runs in its own process.
 
 Chunk ids do not depend on the voxel type; the volume is uint8. Defaults everywhere (the shared
 context, the reader's caches); ids are located with warm minishard caches, as a viewer's are.
@@ -30,7 +30,6 @@ import tensorstore as ts
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from tests.http_range_server import RangeServer
 
 from common import Row, paired_rounds, rate, record, record_pair, save, spread
 from napari_shardscope.core.bytestore import LocalByteStore
@@ -110,6 +109,42 @@ def previous_locate(reader: ShardedReader, chunk_ids, shards, minishards):  # ty
     return starts, ends, present
 
 
+class ServerProcess:
+    """tests/http_range_server.RangeServer in a child process; :meth:`bytes_sent` reads and resets its count."""
+
+    CODE = (
+        "import sys\n"
+        "from tests.http_range_server import RangeServer\n"
+        "s = RangeServer(sys.argv[1])\n"
+        "print(s.url, flush=True)\n"
+        "for line in sys.stdin:\n"
+        "    if line.strip() != 'bytes':\n"
+        "        break\n"
+        "    print(s.bytes_sent, flush=True)\n"
+        "    s.bytes_sent = 0\n"
+        "s.close()\n"
+    )
+
+    def __init__(self, root: Path) -> None:
+        import subprocess
+
+        self.proc = subprocess.Popen([sys.executable, "-c", self.CODE, str(root)], stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, text=True, cwd=Path(__file__).resolve().parents[1])
+        assert self.proc.stdout is not None
+        self.url = self.proc.stdout.readline().strip()
+
+    def bytes_sent(self) -> int:
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self.proc.stdin.write("bytes\n")
+        self.proc.stdin.flush()
+        return int(self.proc.stdout.readline())
+
+    def close(self) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.close()
+        self.proc.wait(timeout=30)
+
+
 def ts_list(base: str) -> int:
     kv = ts.KvStore.open({"driver": "neuroglancer_uint64_sharded", "base": base, "metadata": SHARDING}).result()
     return len(kv.list().result())
@@ -167,15 +202,15 @@ def main() -> None:
         record_pair(BENCH, "inspect, local disk (4096 chunks, 16 shards)", "-", pair, "TensorStore kvstore list()",
                     None)
 
-        server = RangeServer(root)
+        server = ServerProcess(root)  # in its own process, as a real server is: it takes no GIL from either side
         try:
             sent: dict[str, list[int]] = {"ours": [], "ts": []}
 
             def over_http(fn, who):  # type: ignore[no-untyped-def]
                 def run() -> None:
-                    server.bytes_sent = 0
+                    server.bytes_sent()
                     fn()
-                    sent[who].append(server.bytes_sent)
+                    sent[who].append(server.bytes_sent())
                 return run
 
             pair = paired_rounds(over_http(lambda: ours_inspect(server.url + "vol"), "ours"),

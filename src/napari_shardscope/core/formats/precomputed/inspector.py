@@ -307,7 +307,9 @@ class PrecomputedInspector:
                     for m in index.nonempty_minishards()
                 ]
                 totals = {shard: [0, 0] for shard in batch}
-                for (shard, _), (n, nbytes) in zip(jobs, pool.map(count, jobs), strict=True):
+                # Local reads and prefetched (remote) indexes cost less than a thread hand-off each.
+                counted = map(count, jobs) if self.store.cheap_size or reader.prefetches else pool.map(count, jobs)
+                for (shard, _), (n, nbytes) in zip(jobs, counted, strict=True):
                     totals[shard][0] += n
                     totals[shard][1] += nbytes
                 for shard, (file, index) in zip(batch, loaded, strict=True):

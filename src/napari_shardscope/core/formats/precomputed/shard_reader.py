@@ -231,6 +231,11 @@ class ShardedReader:
             self._minishards.get_or_load((shard, minishard), lambda: _catch(self._load_minishard, shard, minishard))
         )
 
+    @property
+    def prefetches(self) -> bool:
+        """Whether :meth:`prefetch_minishards` fetches anything (remote stores) or leaves loads to lookups."""
+        return COALESCE_GAP > 0 and not self.store.cheap_size
+
     def prefetch_minishards(self, shard: int, minishards: Sequence[int] | None = None) -> None:
         """Load these minishard indexes of ``shard`` (default: every non-empty one) in few requests.
 
