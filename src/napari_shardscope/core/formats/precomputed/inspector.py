@@ -42,7 +42,7 @@ from napari_shardscope.core.formats.precomputed.info import (
     parse_info,
     parse_unsharded_chunk_name,
 )
-from napari_shardscope.core.formats.precomputed.morton import decode_morton
+from napari_shardscope.core.formats.precomputed.morton import bits_per_dimension, decode_morton
 from napari_shardscope.core.formats.precomputed.shard_index import ShardIndex
 from napari_shardscope.core.formats.precomputed.shard_reader import (
     ChunkLocation,
@@ -436,8 +436,22 @@ class PrecomputedInspector:
         reader = self.reader(source)
         shards = [int(shard)] if shard is not None else self.shards_present(source)
         for s in shards:
-            for loc in reader.iter_chunks(s, None if minishard is None else int(minishard)):
-                yield self._volume_record(source, loc)
+            locs = list(reader.iter_chunks(s, None if minishard is None else int(minishard)))
+            for loc, pos in zip(locs, self._grid_positions(source, locs), strict=True):
+                yield {"scale": source.name, **loc.to_json(), **({} if pos is False else {"grid_position": pos})}
+
+    def _grid_positions(self, source: Source, locs: list[ChunkLocation]) -> list[list[int] | bool | None]:
+        """Each chunk's grid position (``None`` off the grid; ``False`` for id-keyed data), decoded in one pass."""
+        if source.scale is None:
+            return [False] * len(locs)
+        grid = source.scale.grid_shape
+        ids = np.asarray([loc.chunk_id for loc in locs], dtype=np.uint64)
+        pos = decode_morton(ids, grid, check=False)
+        bits = sum(bits_per_dimension(grid))
+        off = np.any(pos >= np.asarray(grid, dtype=np.int64), axis=1) if ids.size else np.zeros(0, dtype=bool)
+        if bits < 64:
+            off |= (ids >> np.uint64(bits)) != 0
+        return [None if o else p for o, p in zip(off.tolist(), pos.tolist(), strict=True)]
 
     # -- validate ----------------------------------------------------------------------------
     def validate(self, scale: str | None = None, progress: Progress | None = None) -> Iterator[Problem]:
