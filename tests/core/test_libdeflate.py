@@ -137,3 +137,28 @@ def test_zarr3_gzip_both_ways_with_zarr_python(tmp_path: Path) -> None:
     assert np.frombuffer(decode_bytes_codec(chunk, codec, key="c/0/0"), "<u2").reshape(64, 64).tolist() == data.tolist()
     (tmp_path / "a.zarr" / "c" / "0" / "0").write_bytes(ours)  # zarr-python reads libdeflate's stream
     np.testing.assert_array_equal(zarr.open_array(str(tmp_path / "a.zarr"))[:], data)
+
+
+def test_cli_export_gzip_level(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``shardscope export --gzip-level``: the level reaches the shards; a level outside 0-9 exits 2, naming it."""
+    ts = pytest.importorskip("tensorstore")
+    from napari_shardscope.core.cli import run
+    from tests.precomputed_data import SHARDING_MURMUR_GZIP, write_ts_volume
+
+    src = tmp_path / "src"
+    write_ts_volume(src, SHARDING_MURMUR_GZIP, scales=1)
+    sharding = '{"@type": "neuroglancer_uint64_sharded_v1", "preshift_bits": 0, "hash": "murmurhash3_x86_128", ' \
+               '"minishard_bits": 1, "shard_bits": 1, "minishard_index_encoding": "gzip", "data_encoding": "gzip"}'
+    sizes = {}
+    for level in ("0", "9"):
+        dest = tmp_path / f"out{level}"
+        assert run(["export", str(src), str(dest), "--sharding", sharding, "--gzip-level", level, "--quiet"]) == 0
+        sizes[level] = sum(p.stat().st_size for p in dest.rglob("*.shard"))
+        a = ts.open({"driver": "neuroglancer_precomputed", "kvstore": f"file://{dest}"}).result().read().result()
+        b = ts.open({"driver": "neuroglancer_precomputed", "kvstore": f"file://{src}"}).result().read().result()
+        np.testing.assert_array_equal(a, b)
+    assert sizes["0"] > sizes["9"]
+    capsys.readouterr()
+    assert run(["export", str(src), str(tmp_path / "bad"), "--gzip-level", "10"]) == 2
+    assert "compression level" in capsys.readouterr().err
+    assert not (tmp_path / "bad" / "info").exists()
