@@ -32,6 +32,7 @@ CORE_VERB_MODULES: tuple[str, ...] = (
     "napari_shardscope.core.cli.repo",
     "napari_shardscope.core.cli.export",
     "napari_shardscope.core.cli.labelmap",
+    "napari_shardscope.core.cli.serve",
     "napari_shardscope.core.cli.remote",
 )
 
