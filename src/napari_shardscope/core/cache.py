@@ -53,6 +53,11 @@ class LruCache(Generic[K, V]):
             while len(self._data) > self.capacity:
                 self._data.popitem(last=False)
 
+    def contains(self, key: K) -> bool:
+        """Whether ``key`` is cached (without touching its recency)."""
+        with self._lock:
+            return key in self._data
+
     def clear(self) -> None:
         with self._lock:
             self._data.clear()
