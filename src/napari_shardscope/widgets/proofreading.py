@@ -470,11 +470,10 @@ class ProofreadingPanel(QWidget):  # type: ignore[misc]
         labels["id"].setText(str(info.id))
         labels["size"].setText(f"{info.size:,} voxels")
         labels["supervoxels"].setText(str(info.supervoxels))
-        lo, hi = info.bounds
-        labels["bounds"].setText(f"z {lo[0]}–{hi[0]}, y {lo[1]}–{hi[1]}, x {lo[2]}–{hi[2]} (blocks)")
+        labels["bounds"].setText(info.bounds_text)
         labels["history"].setText("<br>".join(
-            f"{op} by {user}, {datetime.fromtimestamp(t).strftime('%H:%M:%S')}" for op, user, t, _ in info.history)
-            or "no edits")
+            f"{what} by {user}, {datetime.fromtimestamp(t).strftime('%H:%M:%S')}"
+            for what, (_, user, t, _) in zip(info.edits, info.history, strict=True)) or "no edits")
 
     def _teardown(self) -> None:
         """The panel left the viewer: unbind its keys, its click hook and its listeners."""

@@ -41,6 +41,7 @@ from napari_shardscope.core.labelmap.branch_merge import (
     plan_branch_merge,
 )
 from napari_shardscope.core.labelmap.diff import VersionDiff, diff_versions
+from napari_shardscope.core.proofreading.wording import committed_block
 from napari_shardscope.core.versioned import Repository, Version, create_repository, open_repository
 
 EventKind = Literal["connected", "disconnected", "checkout", "dag", "edited"]
@@ -157,8 +158,7 @@ class ProofreadingSession:
             return "connect to a repository first (create or open one)"
         v = self._version.version
         if v.locked:
-            return (f"version {v.short} (branch {v.branch!r}) is committed and read-only: "
-                    f"make a new branch from it to edit (Versions panel: New branch)")
+            return committed_block(v.short, v.branch)
         return ""
 
     def require(self) -> tuple[Repository, Labelmap, LabelmapVersion]:
@@ -258,6 +258,19 @@ class ProofreadingSession:
         self._emit("dag")
         return done
 
+    def commit_and_continue(self, message: str) -> tuple[Version, Version]:
+        """Commit the checked-out version and check out a new open child on the same branch.
+
+        Returns ``(committed, child)``. The child is made right after the commit; should making it
+        fail, the commit stands and the committed version stays checked out (read-only).
+        """
+        done = self.commit(message)
+        repo, _, _ = self.require()
+        child = repo.new_version(done.uuid)
+        self._emit("dag")
+        self.checkout(child.uuid)
+        return done, child
+
     def branch(self, name: str | None = None, parent: str | None = None) -> Version:
         """A new open child of a committed version (default: the checked-out one), checked out.
 
@@ -280,8 +293,16 @@ class ProofreadingSession:
         ``resolutions`` maps each conflict key (``"body:12"``) to the side kept; an unresolved
         conflict refuses the merge and writes nothing.
         """
+        return self.show_branch_merge(self.write_branch_merge(theirs, resolutions))
+
+    def write_branch_merge(self, theirs: str,
+                           resolutions: Mapping[str, Resolution] | None = None) -> BranchMergeResult:
+        """The store half of :meth:`merge_branch`: writes the merge version, tells no listener (any thread)."""
         _, lm, v = self.require()
-        result = merge_branches(lm, v.uuid, theirs, resolutions=resolutions)
+        return merge_branches(lm, v.uuid, theirs, resolutions=resolutions)
+
+    def show_branch_merge(self, result: BranchMergeResult) -> BranchMergeResult:
+        """The listeners' half of :meth:`merge_branch`: the DAG changed, the merge version is checked out."""
         self._emit("dag")
         self.checkout(result.version.uuid)
         return result
