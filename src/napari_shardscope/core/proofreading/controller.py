@@ -377,26 +377,47 @@ class ProofreadingController:
         assert self.session.version is not None
         return self.session.version
 
-    def create_job(self, path: str | os.PathLike[str] | None, base_url: str, *, name: str = "seg",
-                   agglomeration: Any = None, engine: str | None = None) -> Job[None]:
-        """:meth:`create` as a job: ``run`` builds the repository and its index, ``finish`` connects."""
+    def create_job(self, path: str | os.PathLike[str] | None, base_url: str | None, *, name: str = "seg",
+                   agglomeration: Any = None, engine: str | None = None, labels: Any = None,
+                   labels_name: str = "labels", voxel_size: Sequence[float] = (1.0, 1.0, 1.0),
+                   translate: Sequence[float] = (0.0, 0.0, 0.0)) -> Job[None]:
+        """:meth:`create` as a job: ``run`` builds the repository and its index, ``finish`` connects.
+
+        ``labels``: the segmentation's own array, imported into the repository when ``base_url`` is
+        ``None`` or is no volume shardscope reads (see :meth:`create_from_labels`).
+        """
         with self._action():
             if path is None or not str(path).strip():
                 raise ArgumentError("give the new repository's directory")
             if self.busy:
                 raise ArgumentError(f"wait: {self._jobs[0].description} is running")
+            what = base_url or f"the labels {labels_name!r}"
+            bases: list[str] = []
 
             def work(progress: JobProgress | None) -> None:
-                create_labelmap_repository(path, base_url, name=name, agglomeration=agglomeration,
-                                           engine=engine, progress=progress)
+                bases.append(create_labelmap_repository(
+                    path, base_url, name=name, agglomeration=agglomeration, engine=engine, progress=progress,
+                    labels=labels, labels_name=labels_name, voxel_size=voxel_size, translate=translate))
 
             def done(_: None) -> str:
                 self.session.connect(path, instance=name)
-                return f"created {path} over {base_url}"
+                base = bases[0] if bases else what
+                kept = "" if base == base_url else f" (stored in the repository as {base})"
+                return f"created {path} over {what}{kept}"
 
             job = self._begin_job("create", f"creating {path}", work, done)
-            self._set_status(f"creating {path}: indexing {base_url} …", "info")
+            self._set_status(f"creating {path}: indexing {what} …", "info")
             return job
+
+    def create_from_labels(self, path: str | os.PathLike[str], labels: Any, *, labels_name: str = "labels",
+                           voxel_size: Sequence[float] = (1.0, 1.0, 1.0),
+                           translate: Sequence[float] = (0.0, 0.0, 0.0), name: str = "seg",
+                           agglomeration: Any = None, engine: str | None = None) -> LabelmapVersion:
+        """A new repository whose base is ``labels`` (a numpy array, z y x), stored inside the repository."""
+        self.create_job(path, None, name=name, agglomeration=agglomeration, engine=engine, labels=labels,
+                        labels_name=labels_name, voxel_size=voxel_size, translate=translate).run_here()
+        assert self.session.version is not None
+        return self.session.version
 
     def connect(self, path: str | os.PathLike[str], *, instance: str | None = None) -> LabelmapVersion:
         """Open an existing repository (its only labelmap, or ``instance``) and check out ``main``."""
