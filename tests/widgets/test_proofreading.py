@@ -541,7 +541,7 @@ def test_panel_inputs_give_messages_not_tracebacks(proofread: Proofread, sample:
     (other,) = add_volumes(viewer, [open_volume(str(small))])
     assert panel.agglo_edit.text() == str(sample.bodies)  # filled by the panel for the sample
     panel.layer_combo.setCurrentText(other.name)
-    assert panel.repo_edit.text() == str(small.parent / "small.repo")
+    assert panel.repo_edit.text() == str(small.parent / "small.shardscope" / "small.repo")  # beside the data
     assert panel.agglo_edit.text() == ""  # the sample's bodies.json must not group another volume
     panel.agglo_edit.setText("/typed/by/the/user.json")
     panel.layer_combo.setCurrentText("segmentation")

@@ -76,7 +76,8 @@ def test_an_imported_labels_layer_is_merged_committed_and_reopens(labels_day: An
     child = c.version.version
     assert child.uuid != committed.uuid and child.branch == committed.branch == "main" and not child.locked
     assert panel.merge_button.isEnabled() is False and "two or more" in panel.merge_button.toolTip()  # open: edits ok
-    assert notes(start)[-1] == f'committed {committed.short} ("cells 3 and 7 are one"); now editing {child.short} on main'
+    said = f'committed {committed.short} ("cells 3 and 7 are one"); now editing {child.short} on main'
+    assert notes(start)[-1] == said
     r = open_repository(repo)
     assert r.version(committed.uuid).locked and r.version(child.uuid).parents == (committed.uuid,)
     r.close()

@@ -315,9 +315,12 @@ class ProofreadingPanel(QWidget):  # type: ignore[misc]
         return start_job(job, hide_source)
 
     def _ask_for_place(self, layer: Any) -> Path | None:
-        """No repository directory given and no default place: ask for a folder once, and remember it."""
+        """No repository directory given: suggest the default place, or (none yet) ask for a folder once."""
         where = default_repository(self.layer_url(layer), layer.name)
-        if where is None:
+        if where is not None:
+            self.repo_edit.setText(str(where))
+            raise ArgumentError(f"give the new repository's directory (suggested: {where})")
+        else:
             folder = QFileDialog.getExistingDirectory(
                 self, "Choose a folder for proofreading repositories and exports (asked once)", str(Path.home()))
             if not folder:

@@ -40,7 +40,8 @@ def test_an_array_becomes_a_base_inside_the_repository_and_reopens(tmp_path: Pat
     c.create_from_labels(repo, labels, labels_name="cells [painted]", voxel_size=(40.0, 8.0, 8.0),
                          translate=(80.0, 0.0, 16.0))
     base = repo / IMPORTED_DIR / "cells-painted"
-    assert c.state.status.text == f"created {repo} over the labels 'cells [painted]' (stored in the repository as {base})"
+    assert c.state.status.text == (f"created {repo} over the labels 'cells [painted]' "
+                                   f"(stored in the repository as {base})")
     stored = zarr.open_group(str(base), mode="r")
     assert np.array_equal(stored["0"][...], labels)  # zarr-python reads the base back as written
     ome = dict(stored.attrs)["ome"]
@@ -89,7 +90,8 @@ def test_default_places(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None
     data.mkdir(parents=True)
     # local, writable data: a visible folder beside it
     assert default_repository(str(data), "seg") == tmp_path / "data" / "seg.shardscope" / "seg.repo"
-    assert default_repository(f"precomputed://file://{data}", "seg") == tmp_path / "data" / "seg.shardscope" / "seg.repo"
+    beside = tmp_path / "data" / "seg.shardscope" / "seg.repo"
+    assert default_repository(f"precomputed://file://{data}", "seg") == beside
     # remote data or an array: nothing until a folder is chosen once, then that folder
     assert remembered_folder() is None and default_repository("gs://bucket/fafb/seg", "seg") is None
     assert default_repository(None, "cells") is None

@@ -90,6 +90,7 @@ def import_labels(repository: str | os.PathLike[str], name: str, data: Any, *,
     arr = labels_array(data)
     vs = [float(v) for v in list(voxel_size)[-3:]]
     tr = [float(t) for t in list(translate)[-3:]]
+    vs, tr = [1.0] * (3 - len(vs)) + vs, [0.0] * (3 - len(tr)) + tr  # a 2-D layer: one plane of unit depth
     if len(vs) != 3 or len(tr) != 3 or min(vs) <= 0:
         raise ArgumentError(f"voxel size must be 3 positive numbers (z, y, x), got {tuple(voxel_size)}")
     offset = [round(t / v) for t, v in zip(tr, vs, strict=True)]

@@ -102,5 +102,6 @@ def default_repository(url: str | None, name: str) -> Path | None:
     remembered = remembered_folder()
     if remembered is None:
         return None
-    stem = safe_name(dataset.name if dataset is not None else (str(url).rstrip("/").rsplit("/", 1)[-1] if url else name))
+    last = str(url).rstrip("/").rsplit("/", 1)[-1] if url else name
+    stem = safe_name(dataset.name if dataset is not None else last)
     return remembered / f"{stem}{WORKSPACE_SUFFIX}" / f"{stem}.repo"
