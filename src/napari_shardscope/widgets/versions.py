@@ -37,7 +37,14 @@ from qtpy.QtWidgets import (
 from napari_shardscope.core.export.precomputed import ExportReport
 from napari_shardscope.core.proofreading import ControllerState, MergePlanState
 from napari_shardscope.core.proofreading.session import ExportFormat, LabelKind
-from napari_shardscope.core.proofreading.wording import SIDE_WORDS, conflict_body, describe_conflicts
+from napari_shardscope.core.proofreading.wording import (
+    SIDE_WORDS,
+    conflict_body,
+    describe_conflicts,
+    describe_undo,
+    edit_phrase,
+    id_list,
+)
 from napari_shardscope.widgets.lifecycle import on_removed
 from napari_shardscope.widgets.session import ViewerSession, session_for
 from napari_shardscope.widgets.workers import start_job
@@ -164,8 +171,8 @@ class VersionsPanel(QWidget):  # type: ignore[misc]
         vbox.addWidget(export_box)
 
         self.diff_tree = QTreeWidget()
-        self.diff_tree.setColumnCount(5)
-        self.diff_tree.setHeaderLabels(["Side", "Mutation", "Operation", "Bodies", "User"])
+        self.diff_tree.setColumnCount(4)
+        self.diff_tree.setHeaderLabels(["Only in", "Edit", "Bodies", "By"])
         self.diff_label = QLabel("")
         self.diff_label.setWordWrap(True)
         vbox.addWidget(self.diff_label)
@@ -361,12 +368,14 @@ class VersionsPanel(QWidget):  # type: ignore[misc]
         if d is None:
             return
         short_a, short_b = d.a[:8], d.b[:8]
+        records = {e.mutation.mutation_id: e.mutation for e in (*d.only_a, *d.only_b)}
         for side, entries in ((short_a, d.only_a), (short_b, d.only_b)):
             for e in entries:
                 m = e.mutation
-                self.diff_tree.addTopLevelItem(QTreeWidgetItem([
-                    side, str(m.mutation_id), m.operation, ", ".join(map(str, m.bodies)), m.user]))
-        for col in range(4):
+                original = records.get(int(m.args.get("mutation", m.target or 0)))
+                words = describe_undo(m, original) if m.operation in ("undo", "redo") else edit_phrase(m)
+                self.diff_tree.addTopLevelItem(QTreeWidgetItem([side, words, id_list(m.bodies), m.user]))
+        for col in range(3):
             self.diff_tree.resizeColumnToContents(col)
 
 

@@ -61,6 +61,7 @@ from napari_shardscope.core.labelmap import (
     open_labelmap,
 )
 from napari_shardscope.core.labelmap.opening import index_meta
+from napari_shardscope.core.proofreading.wording import describe_bounds, describe_branch_merge, plural
 from napari_shardscope.core.versioned import Repository, open_repository
 
 if TYPE_CHECKING:
@@ -150,7 +151,7 @@ def cmd_create(args: argparse.Namespace) -> int:
     if args.json:
         print_json(info)
     else:
-        print(f"created labelmap {args.name} over {lm.config.base}: {len(lm.config.scales)} scale(s), "
+        print(f"created labelmap {args.name} over {lm.config.base}: {plural(len(lm.config.scales), 'scale')}, "
               f"new ids from {lm.config.id_start}")
     return EXIT_OK
 
@@ -176,8 +177,8 @@ def cmd_info(args: argparse.Namespace) -> int:
             print(f"  scale {s['key']}: shape {s['shape']} factors {s['factors']}")
         if "version" in info:
             vi = info["version"]
-            print(f"  version {vi['uuid'][:8]} ({vi['branch']}): {vi['mutations']} mutation(s), "
-                  f"{vi['own_mutations']} own; undo {'yes' if vi['can_undo'] else 'no'}, "
+            print(f"  version {vi['uuid'][:8]} ({vi['branch']}): {plural(vi['mutations'], 'edit')} in its history, "
+                  f"{vi['own_mutations']} its own; undo {'yes' if vi['can_undo'] else 'no'}, "
                   f"redo {'yes' if vi['can_redo'] else 'no'}")
     return EXIT_OK
 
@@ -215,8 +216,8 @@ def cmd_size(args: argparse.Namespace) -> int:
         print_json(out)
     else:
         box = out["bbox"]
-        print(f"body {args.body}: {out['voxels']} voxels, {len(svs)} supervoxel(s), {out['blocks']} block(s), "
-              f"bbox z,y,x {box['lo']}..{box['hi']}")
+        print(f"body {args.body}: {plural(out['voxels'], 'voxel')}, {plural(len(svs), 'supervoxel')} in "
+              f"{plural(out['blocks'], 'block')}, bounds {describe_bounds(box['lo'], box['hi'])} (scale 0)")
     return EXIT_OK
 
 
@@ -390,8 +391,9 @@ def cmd_merge_branches(args: argparse.Namespace) -> int:
             if args.json:
                 print_json({**plan.to_json(), "dry_run": True, **outcome.to_json()})
             else:
-                print(f"would apply {len(outcome.applied)} of their mutation(s), revert {len(outcome.reverted)} "
-                      f"of ours, drop {len(outcome.dropped)} (dry run: nothing written)")
+                print(f"would apply {plural(len(outcome.applied), 'edit')} of theirs, take back "
+                      f"{plural(len(outcome.reverted), 'edit')} of mine, leave out {len(outcome.dropped)} of theirs "
+                      f"(dry run: nothing written)")
             return EXIT_OK
         try:
             result = merge_branches(lm, args.ours, args.theirs, resolutions=resolutions,  # type: ignore[arg-type]
@@ -402,9 +404,8 @@ def cmd_merge_branches(args: argparse.Namespace) -> int:
     if args.json:
         print_json(result.to_json())
     else:
-        print(f"merge version {result.version.short} on branch {result.version.branch!r} (open; commit it): "
-              f"{len(result.applied)} of their mutation(s) applied, {len(result.reverted)} of ours reverted, "
-              f"{len(result.dropped)} dropped")
+        print(describe_branch_merge(args.theirs, args.ours, len(result.applied), len(result.reverted),
+                                    len(result.dropped), result.mutation.bodies, result.version.short))
     return EXIT_OK
 
 
