@@ -136,3 +136,32 @@ def test_branch_merge_conflicts_in_plain_words_and_keep_both(
     assert text.startswith("merged alt into main") and "1 edit of theirs applied" in text and "bodies 10 and 40" in text
     with fresh(repo_path, result.version.uuid) as stored:
         assert stored.body_of(30) == 10 and stored.body_of(40) == 10  # both edits kept
+
+
+def test_keep_both_is_refused_when_their_edits_no_longer_fit(c: ProofreadingController, repo_path: Path) -> None:
+    root = c.commit("base")
+    c.branch("alt")
+    c.select(40)
+    c.add_to_selection(30)
+    c.merge()  # theirs: 30 into 40
+    c.commit("alt: 30 into 40")
+    c.branch(None, root.uuid)
+    c.select(10)
+    c.add_to_selection(30)
+    c.merge()  # mine: 30 into 10 — body 30 is gone here
+    c.commit("main: 30 into 10")
+    c.plan_branch_merge("alt")
+    for key in c.merge_plan.choices:  # type: ignore[union-attr]
+        c.choose(key, "both")
+    with fresh_repo(repo_path) as r:
+        count = len(r.versions())
+    with pytest.raises(Exception, match="do not replay") as refused:
+        c.merge_branch()
+    assert c.last_error == str(refused.value)
+    with fresh_repo(repo_path) as r:
+        assert len(r.versions()) == count  # nothing written
+    for key in c.merge_plan.choices:  # type: ignore[union-attr]
+        c.choose(key, "ours")
+    c.merge_branch()
+    with fresh(repo_path, c.version.uuid) as stored:  # type: ignore[union-attr]
+        assert stored.body_of(30) == 10 and stored.body_of(40) == 40
