@@ -206,3 +206,17 @@ def test_locate_takes_the_readers_zyx_and_neuroglancers_xyz(tmp_path: Path,
     assert isinstance(coarse, dict) and coarse["voxel"] == [8 + 1, 8 + 2, 3 + 3] and coarse["voxel_zyx"] == [3, 8, 8]
     assert run(["locate", str(path), "--voxel", "0,0,50"]) == 2  # x 50 is past the 50 voxels of x
     assert "outside" in capsys.readouterr().err
+
+
+def test_locate_a_2d_array_takes_two_coordinates(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A fuzz finding: three coordinates for a 2-D array were an internal error (exit 70); now a bad argument."""
+    import tensorstore as ts
+
+    ts.open({"driver": "zarr3", "kvstore": {"driver": "file", "path": str(tmp_path / "a")},
+             "metadata": {"shape": [10, 12], "data_type": "uint8", "chunk_grid": {
+                 "name": "regular", "configuration": {"chunk_shape": [5, 6]}}}, "create": True}).result()
+    for voxel in ("2147483648,0,0", "2,56,9223372036854775808"):
+        assert run(["locate", str(tmp_path / "a"), "--voxel", voxel]) == 2
+        assert "takes 2 coordinates" in capsys.readouterr().err
+    loc = _json(capsys, ["locate", str(tmp_path / "a"), "--voxel", "3,7", "--json"])
+    assert isinstance(loc, dict) and loc["voxel"] == [3, 7] and loc["voxel_zyx"] == [3, 7]

@@ -154,8 +154,10 @@ def _native_voxel(args: argparse.Namespace) -> tuple[list[int], tuple[int, ...]]
 
     geo = open_layout(args.path).geometry(args.scale)
     values = [int(v) for v in args.voxel]
-    if len(values) not in (3, geo.ndim):
-        raise ArgumentError(f"--voxel takes 3 coordinates ({'x,y,z' if args.xyz else 'z,y,x'}), got {args.voxel}")
+    wanted = geo.ndim if geo.ndim <= 3 else 3  # a channel axis before z, y, x is taken at 0
+    if len(values) not in (wanted, geo.ndim):
+        order = ",".join(reversed(geo.array_axes[-wanted:]) if args.xyz else geo.array_axes[-wanted:])
+        raise ArgumentError(f"--voxel takes {wanted} coordinates ({order}) for scale {geo.scale!r}, got {args.voxel}")
     if args.xyz:
         values.reverse()
         values = [0] * (geo.ndim - len(values)) + values
