@@ -27,7 +27,7 @@ from napari_shardscope.napari_plugin.viewer import add_volumes
 from napari_shardscope.widgets.proofreading import SEEDS_NAME, ProofreadingPanel
 from napari_shardscope.widgets.session import session_for
 from napari_shardscope.widgets.shard_browser import camera
-from napari_shardscope.widgets.versions import UNCHOSEN, VersionsPanel
+from napari_shardscope.widgets.versions import KEEP_COLUMN, UNCHOSEN, VersionsPanel
 from tests.volume_cases import sample  # noqa: F401  (fixture)
 
 Z = 32  # the plane the tests look at
@@ -105,7 +105,7 @@ def conflict_combo(versions: VersionsPanel, key: str) -> Any:
     for i in range(tree.topLevelItemCount()):
         item = tree.topLevelItem(i)
         if item.data(0, Qt.ItemDataRole.UserRole) == key:  # the row shows "body 12", it records "body:12"
-            return tree.itemWidget(item, 3)
+            return tree.itemWidget(item, KEEP_COLUMN)
     raise AssertionError(f"conflict {key} not listed")
 
 

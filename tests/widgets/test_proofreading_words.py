@@ -21,7 +21,7 @@ from napari_shardscope.core.proofreading import ProofreadingController
 from napari_shardscope.core.proofreading.imported import IMPORTED_DIR
 from napari_shardscope.core.versioned import open_repository
 from napari_shardscope.widgets.proofreading import ProofreadingPanel
-from napari_shardscope.widgets.versions import VersionsPanel
+from napari_shardscope.widgets.versions import KEEP_COLUMN, SHOW_COLUMN, VersionsPanel
 
 LEFT = Qt.MouseButton.LeftButton
 
@@ -124,11 +124,12 @@ def test_a_conflict_in_plain_words_jumps_to_its_body(labels_day: Any, qtbot: Any
     tree = versions.conflict_tree
     assert tree.topLevelItemCount() == 1
     row = tree.topLevelItem(0)
-    assert [row.text(i) for i in range(3)] == ["body 9", "merge of 7 into 9", "merge of 3 into 9"]
-    keep = tree.itemWidget(row, 3)
+    assert [row.text(i) for i in (0, 3, 4)] == ["body 9", "merge of 7 into 9", "merge of 3 into 9"]
+    assert versions.conflict_label.text() == "body 9: you did merge of 7 into 9; alt did merge of 3 into 9"
+    keep = tree.itemWidget(row, KEEP_COLUMN)
     assert [keep.itemText(i) for i in range(keep.count())][1:] == ["keep mine", "keep theirs", "keep both"]
     viewer.camera.center = (0.0, 0.0)
-    qtbot.mouseClick(tree.itemWidget(row, 4), LEFT)  # Show
+    qtbot.mouseClick(tree.itemWidget(row, SHOW_COLUMN), LEFT)  # Show
     box = c.version.bbox(9, exact=False)  # type: ignore[union-attr]
     mid_y, mid_x = [(lo + hi) / 2 * 8.0 for lo, hi in zip(box.lo[1:], box.hi[1:], strict=True)]
     assert viewer.camera.center[-2:] == pytest.approx((mid_y, mid_x)) and c.selected == (9,)

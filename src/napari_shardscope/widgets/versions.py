@@ -55,6 +55,8 @@ if TYPE_CHECKING:
 UNCHOSEN = "choose…"
 #: The Keep box of a conflict: what it shows → the side the controller records.
 KEEP_CHOICES = {words: side for side, words in SIDE_WORDS.items()}
+#: Columns of the conflict list holding the Keep box and the Show button.
+KEEP_COLUMN, SHOW_COLUMN = 1, 2
 EXPORT_TIP = ("write the selected committed version (or the checked-out one) as a new sharded volume, "
               "every scale, in a worker with napari's progress bar; the result opens as a hidden layer")
 COLUMNS = ("Version", "Branch", "State", "Message", "Edits", "Parents", "Created")
@@ -143,11 +145,16 @@ class VersionsPanel(QWidget):  # type: ignore[misc]
         mv.addLayout(mrow)
         self.conflict_tree = QTreeWidget()
         self.conflict_tree.setColumnCount(5)
-        self.conflict_tree.setHeaderLabels(["Conflict", "Mine", "Theirs", "Keep", ""])
+        self.conflict_tree.setHeaderLabels(["Conflict", "Keep", "", "Mine", "Theirs"])  # the choices first: visible
         self.conflict_tree.setMaximumHeight(160)
+        self.conflict_tree.setMinimumHeight(64)  # a row stays visible however crowded the dock
         self.conflict_tree.itemDoubleClicked.connect(
             lambda item, _col: self.show_conflict(str(item.data(0, UUID_ROLE))))
         mv.addWidget(self.conflict_tree)
+        self.conflict_label = QLabel("")  # the current conflict in a sentence (the columns are narrow in a dock)
+        self.conflict_label.setWordWrap(True)
+        mv.addWidget(self.conflict_label)
+        self.conflict_tree.currentItemChanged.connect(lambda item, _old: self._say_conflict(item))
         vbox.addWidget(merge_box)
 
         export_box = QGroupBox("Export the selected committed version to a sharded volume")
@@ -313,16 +320,17 @@ class VersionsPanel(QWidget):  # type: ignore[misc]
             return
         self._plan_shown = plan
         self.conflict_tree.clear()
+        self.conflict_label.setText("")
         self._choices = {}
         if plan is None:
             return
         c = self.controller
         for words in describe_conflicts(plan.plan):
-            item = QTreeWidgetItem([words.label, words.mine, words.theirs, "", ""])
+            item = QTreeWidgetItem([words.label, "", "", words.mine, words.theirs])
             item.setData(0, UUID_ROLE, words.key)
             item.setToolTip(0, words.sentence(plan.theirs))
-            item.setToolTip(1, f"mine: {words.mine}")
-            item.setToolTip(2, f"{plan.theirs}: {words.theirs}")
+            item.setToolTip(3, f"mine: {words.mine}")
+            item.setToolTip(4, f"{plan.theirs}: {words.theirs}")
             self.conflict_tree.addTopLevelItem(item)
             combo = QComboBox()
             combo.addItems([UNCHOSEN, *KEEP_CHOICES])  # no side until the user picks one
@@ -332,14 +340,19 @@ class VersionsPanel(QWidget):  # type: ignore[misc]
                              "keep both: their edits after mine (refused if they no longer fit)")
             combo.currentTextChanged.connect(
                 lambda text, key=words.key: c.attempt(c.choose, key, KEEP_CHOICES.get(text)))
-            self.conflict_tree.setItemWidget(item, 3, combo)
+            self.conflict_tree.setItemWidget(item, KEEP_COLUMN, combo)
             show = QPushButton("Show")
             show.setToolTip("centre the view on the body and select it")
             show.clicked.connect(lambda _=False, key=words.key: self.show_conflict(key))
-            self.conflict_tree.setItemWidget(item, 4, show)
+            self.conflict_tree.setItemWidget(item, SHOW_COLUMN, show)
             self._choices[words.key] = combo
-        for col in (0, 4):
+        for col in (0, KEEP_COLUMN, SHOW_COLUMN):
             self.conflict_tree.resizeColumnToContents(col)
+        if self.conflict_tree.topLevelItemCount():
+            self.conflict_tree.setCurrentItem(self.conflict_tree.topLevelItem(0))
+
+    def _say_conflict(self, item: Any) -> None:
+        self.conflict_label.setText(item.toolTip(0) if item is not None else "")
 
     def show_conflict(self, key: str) -> int | None:
         """Jump to conflict ``key``: centre the view on its body and select it (where it still exists).
@@ -380,19 +393,26 @@ class VersionsPanel(QWidget):  # type: ignore[misc]
 
 
 def centre_on_body(viewer: Any, controller: Any, body: int) -> None:
-    """Centre the 2-D view on ``body`` (its block bounds from the label index) and show its middle plane."""
+    """Centre the view on ``body`` (its block bounds from the label index) at a zoom that shows it whole.
+
+    Public API only: ``reset_view`` gives the zoom that fits everything, scaled by how much smaller
+    the body is than everything.
+    """
     version = controller.version
     box = version.bbox(body, exact=False)
     g = version.scales[0]
     centre = [t + (lo + hi) / 2 * s for t, lo, hi, s in zip(g.translate, box.lo, box.hi, g.voxel_size, strict=True)]
     dims = viewer.dims
     dims.set_point(tuple(range(dims.ndim - 3, dims.ndim)), tuple(centre))
-    viewer.camera.center = tuple(centre[-2:]) if dims.ndisplay == 2 else tuple(centre)
-    extent = max((hi - lo) * s for lo, hi, s in zip(box.lo[1:], box.hi[1:], g.voxel_size[1:], strict=True))
-    canvas = getattr(getattr(viewer.window, "_qt_viewer", None), "canvas", None)
-    size = min(canvas.size) if canvas is not None and hasattr(canvas, "size") else 600
-    if extent > 0:
-        viewer.camera.zoom = 0.8 * size / extent
+    shown = list(dims.displayed)
+    extent = viewer.layers.extent.world
+    whole = max(float(extent[1][d] - extent[0][d]) for d in shown)
+    size = [(hi - lo) * s for lo, hi, s in zip(box.lo, box.hi, g.voxel_size, strict=True)]
+    part = max(size[d - (dims.ndim - 3)] for d in shown if d >= dims.ndim - 3)
+    viewer.reset_view()
+    if part > 0 and whole > part:
+        viewer.camera.zoom = viewer.camera.zoom * 0.8 * whole / part
+    viewer.camera.center = tuple(centre[d - (dims.ndim - 3)] for d in shown if d >= dims.ndim - 3)
 
 
 def _text_and_button(vbox: Any, title: str, placeholder: str, label: str,
