@@ -239,3 +239,17 @@ def test_an_error_in_no_group_exits_9(capsys: pytest.CaptureFixture[str]) -> Non
     code, out, err = shardscope(capsys, "groupless", "--json", extra=("tests.core.cli.broken_verbs",))
     assert code == 9 and one_line(err, "groupless") == "shardscope groupless: an error of ours in no group"
     assert json_error(out)["group"] == "other"
+
+
+def test_repo_verify_with_problems_exits_1(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The README's row 1 for ``repo verify``: a consistent store exits 0, one with a stray key 1 (not an error)."""
+    import sqlite3
+
+    repo = str(tmp_path / "repo")
+    assert shardscope(capsys, "repo", "init", repo, "--engine", "sqlite")[0] == 0
+    assert shardscope(capsys, "kv", "put", repo, "main", "notes", "k", "v")[0] == 0
+    assert shardscope(capsys, "repo", "verify", repo)[0] == 0
+    with sqlite3.connect(tmp_path / "repo" / "store.sqlite") as db:  # a data key no version owns
+        db.execute("INSERT INTO kv VALUES (?, ?)", (b"\xff" * 3 + b"stray", b"x"))
+    code, out, err = shardscope(capsys, "repo", "verify", repo)
+    assert code == 1 and err == "" and "problem" in out
