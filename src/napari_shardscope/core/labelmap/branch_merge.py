@@ -469,10 +469,12 @@ def resolve_branch_merge(lm: Labelmap, plan: BranchMergePlan, *, resolutions: Ma
             raise ArgumentError(f"resolution of {key} must be 'ours', 'theirs' or 'both', got {side!r}")
     unresolved = [c for c in plan.conflicts if c.key not in chosen and policy == "fail"]
     if unresolved:
-        shown = ", ".join(c.key for c in unresolved[:5]) + (", …" if len(unresolved) > 5 else "")
+        shown = ", ".join(f"{c.kind} {c.label}" for c in unresolved[:5]) + (", …" if len(unresolved) > 5 else "")
+        what = "a body or supervoxel was" if len(unresolved) == 1 else f"{len(unresolved)} bodies or supervoxels were"
         raise BranchMergeConflictError(
-            f"merging {plan.theirs[:8]} into {plan.ours[:8]}: {len(unresolved)} label(s) edited on both sides "
-            f"since {plan.base[:8]} ({shown}); choose ours or theirs for each", plan, unresolved)
+            f"merging {plan.theirs[:8]} into {plan.ours[:8]}: {what} edited on both sides since {plan.base[:8]} "
+            f"({shown}); choose for each: keep mine (ours), keep theirs (theirs) or keep both (both)",
+            plan, unresolved)
     sides: dict[str, Resolution] = {c.key: _side(chosen.get(c.key, policy)) for c in plan.conflicts}
     mine, other = plan.ours_changes, plan.theirs_changes
     drop_seed: set[int] = set()
