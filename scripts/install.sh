@@ -21,6 +21,10 @@ esac
 apt_packages=(xvfb xauth libgl1 libegl1 libgl1-mesa-dri libglib2.0-0 libfontconfig1 libdbus-1-3
   libxkbcommon-x11-0 libxcb-cursor0 libxcb-icccm4 libxcb-image0 libxcb-keysyms1 libxcb-randr0
   libxcb-render-util0 libxcb-shape0 libxcb-xfixes0 libxcb-xinerama0 libxcb-xkb1)
+# The Neuroglancer hand-off test drives Debian's chromium through Playwright (never `playwright install`).
+case "$extra" in
+  test|test-pyqt6) apt_packages+=(chromium) ;;
+esac
 
 if command -v dpkg >/dev/null 2>&1; then
   missing=()

@@ -37,6 +37,11 @@ class LruCache(Generic[K, V]):
                 self._data.popitem(last=False)
         return value
 
+    def contains(self, key: K) -> bool:
+        """Whether ``key`` is cached (without touching its recency)."""
+        with self._lock:
+            return key in self._data
+
     def clear(self) -> None:
         with self._lock:
             self._data.clear()

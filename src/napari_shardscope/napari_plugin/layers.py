@@ -11,6 +11,8 @@ Choices made here, and why:
   different formats or resolutions overlay in one world.
 * ``contrast_limits`` are always passed for images (from metadata or the dtype); without them
   napari computes the data range, which would read the whole volume.
+* Each level of a 3-D volume prefetches the chunk layers next to the plane shown
+  (:mod:`napari_shardscope.core.volumes.prefetch`), on worker threads, never the GUI thread.
 * Segmentations become Labels layers; images become Image layers (a channel axis is split into
   one layer per channel, as napari does for multichannel images), never guessed to be RGB(A) from
   a last axis of length 3 or 4.
@@ -51,6 +53,8 @@ def volume_layer_data(volume: Volume) -> LayerData:
                                       detail="napari draws images of 2 or more dimensions; inspect and read it "
                                       "from Python instead")
     arrays = volume.arrays
+    if volume.ndim == 3 and volume.channel_axis is None:
+        arrays = [a.with_prefetch() for a in arrays]  # z steps find the next chunk layer decoded
     multiscale = len(arrays) > 1
     coarsest = volume.levels[-1].shape
     if len(coarsest) >= 2 and math.prod(coarsest[-2:]) > COARSEST_PLANE_LIMIT:

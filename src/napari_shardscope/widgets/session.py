@@ -165,7 +165,10 @@ class ViewerSession:
         """
         repo = self.controller.session.repo
         bodies, svs = v.body_arrays(), v.supervoxel_arrays()
-        meta = {LAYER_KEY: {"repository": str(repo.path) if repo is not None and repo.path else None,
+        # "controller": the Qt-free controller, for code that must not import widgets (napari_plugin's
+        # "Show in Neuroglancer" reads its labelmap and selected bodies)
+        meta = {LAYER_KEY: {"controller": self.controller,
+                            "repository": str(repo.path) if repo is not None and repo.path else None,
                             "labelmap": v.labelmap.name, "version": v.uuid}}
         geometry = v.scales[0]
         layout = (meta[LAYER_KEY]["repository"], v.labelmap.name, tuple(geometry.voxel_size),

@@ -24,6 +24,7 @@ from napari_shardscope.core.cli.common import (
     read_argument_file,
 )
 from napari_shardscope.core.cli.parser import Verb, arg
+from napari_shardscope.core.encoding import DEFAULT_GZIP_LEVEL
 from napari_shardscope.core.errors import EXIT_OK, ArgumentError, MetadataError
 from napari_shardscope.core.export.precomputed import export_precomputed
 from napari_shardscope.core.export.source import ExportSource, LabelmapSource, VolumeSource, labelmap_source
@@ -102,7 +103,8 @@ def cmd_export(args: argparse.Namespace) -> int:
     chunk_zyx = _zyx(args.chunk, args.xyz) or (64, 64, 64)
     if args.format == "precomputed":
         chunk_xyz = (chunk_zyx[2], chunk_zyx[1], chunk_zyx[0])  # the info file's order
-        report = export_precomputed(source, args.dest, chunk_size=chunk_xyz, sharding=sharding, **common)
+        report = export_precomputed(source, args.dest, chunk_size=chunk_xyz, sharding=sharding,
+                                    gzip_level=args.gzip_level, **common)
     else:
         report = export_zarr3(source, args.dest, inner_chunk=chunk_zyx, shard_shape=_zyx(args.shard_shape, args.xyz),
                               **common)
@@ -157,6 +159,9 @@ VERBS = (
             "preshift, about 1000 chunks per minishard)"),
         arg("--shard-bytes", type=parse_size, metavar="SIZE",
             help="target uncompressed bytes per shard for the default sharding, e.g. 512M or 2G (default 2G)"),
+        arg("--gzip-level", type=int, default=DEFAULT_GZIP_LEVEL, metavar="0-9",
+            help="precomputed: gzip level of gzip-encoded chunks and minishard indexes "
+            f"(default {DEFAULT_GZIP_LEVEL}, TensorStore's)"),
         arg("--shard-shape", type=parse_shape, metavar="Z,Y,X",
             help="zarr3: the shard shape in voxels, whole inner chunks "
             "(default: grown from the inner chunk to --shard-bytes)"),

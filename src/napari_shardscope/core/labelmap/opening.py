@@ -11,14 +11,13 @@ from __future__ import annotations
 
 import json
 import os
-import zlib
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from napari_shardscope.core.encoding import inflate
+from napari_shardscope.core.encoding import inflate, zlib_compress
 from napari_shardscope.core.errors import ArgumentError, FormatError
 from napari_shardscope.core.labelmap.bodymap import BaseAgglomeration
 from napari_shardscope.core.labelmap.config import (
@@ -41,7 +40,7 @@ from napari_shardscope.core.volumes.opening import open_volume
 
 def encode_agglomeration(agg: BaseAgglomeration) -> bytes:
     n = np.array([agg.supervoxels.size], dtype="<u8").tobytes()
-    return zlib.compress(n + agg.supervoxels.astype("<u8").tobytes() + agg.bodies.astype("<u8").tobytes(), 1)
+    return zlib_compress(n + agg.supervoxels.astype("<u8").tobytes() + agg.bodies.astype("<u8").tobytes(), 1)
 
 
 def decode_agglomeration(data: bytes) -> BaseAgglomeration:
