@@ -32,7 +32,13 @@ from qtpy.QtCore import QObject
 from qtpy.QtCore import Signal as QtSignal  # type: ignore[attr-defined]
 
 from napari_shardscope.core.labelmap import EditEvent, LabelmapVersion
-from napari_shardscope.core.proofreading import ProofreadingController, ProofreadingSession, SessionEvent
+from napari_shardscope.core.proofreading import (
+    ControllerState,
+    ProofreadingController,
+    ProofreadingSession,
+    SessionEvent,
+    Status,
+)
 
 if TYPE_CHECKING:
     import napari
@@ -70,6 +76,8 @@ class ViewerSession:
         session = ProofreadingSession(dispatch=self._bridge.post)
         session.subscribe(self._on_session)  # before the controller's: panels see the new layers
         self.controller = ProofreadingController(session)
+        self._told: Status | None = self.controller.status
+        self.controller.subscribe(self._notify)
         self.body_layer: Labels | None = None
         self.supervoxel_layer: Labels | None = None
         self._layout: tuple[Any, ...] | None = None  # what the layers show: labelmap and geometry
@@ -77,6 +85,21 @@ class ViewerSession:
 
         #: The selected bodies' meshes as Surface layers (widgets/meshes.py), following the controller.
         self.surfaces = BodySurfaces(self)
+
+    def _notify(self, state: ControllerState) -> None:
+        """Each new result or refusal once as a napari notification (the panels keep it in their status line).
+
+        Messages of work starting ("merging alt …") are left to the progress bar of the work itself.
+        """
+        status = state.status
+        if status is self._told or not status.text:
+            return
+        self._told = status
+        from napari.utils.notifications import show_error, show_info, show_warning
+
+        show = {"ok": show_info, "warning": show_warning, "error": show_error}.get(status.level)
+        if show is not None:
+            show(status.text)
 
     @property
     def viewer(self) -> napari.Viewer:

@@ -77,6 +77,13 @@ def parse_sharding_option(text: str) -> ShardingSpec | list[ShardingSpec]:
         raise ArgumentError(str(exc)) from exc
 
 
+def _zyx(shape: list[int] | None, xyz: bool) -> tuple[int, int, int] | None:
+    if shape is None:
+        return None
+    a, b, c = shape
+    return (c, b, a) if xyz else (a, b, c)
+
+
 def cmd_export(args: argparse.Namespace) -> int:
     if args.format == "zarr3" and args.sharding is not None:
         raise ArgumentError("--sharding is a precomputed sharding spec; for --format zarr3 use --shard-shape")
@@ -93,11 +100,14 @@ def cmd_export(args: argparse.Namespace) -> int:
     }
     if args.shard_bytes is not None:
         common["shard_bytes"] = args.shard_bytes
+    # --chunk and --shard-shape are z,y,x like every shape and voxel of the command line (x,y,z with --xyz)
+    chunk_zyx = _zyx(args.chunk, args.xyz) or (64, 64, 64)
     if args.format == "precomputed":
-        report = export_precomputed(source, args.dest, chunk_size=args.chunk or (64, 64, 64), sharding=sharding,
+        chunk_xyz = (chunk_zyx[2], chunk_zyx[1], chunk_zyx[0])  # the info file's order
+        report = export_precomputed(source, args.dest, chunk_size=chunk_xyz, sharding=sharding,
                                     gzip_level=args.gzip_level, **common)
     else:
-        report = export_zarr3(source, args.dest, inner_chunk=args.chunk or (64, 64, 64), shard_shape=args.shard_shape,
+        report = export_zarr3(source, args.dest, inner_chunk=chunk_zyx, shard_shape=_zyx(args.shard_shape, args.xyz),
                               **common)
     summary = report.to_json()
     if isinstance(source, LabelmapSource):
@@ -177,8 +187,8 @@ VERBS = (
         arg("source", help="volume path or URL to read, or a repository directory (with --labelmap)"),
         arg("dest", help="new directory (or writable URL) to create"),
         arg("--format", choices=("precomputed", "zarr3"), default="precomputed"),
-        arg("--chunk", type=parse_shape, metavar="X,Y,Z",
-            help="chunk size (precomputed, x,y,z; default 64,64,64) or inner chunk (zarr3, z,y,x)"),
+        arg("--chunk", type=parse_shape, metavar="Z,Y,X",
+            help="chunk size (precomputed) or inner chunk (zarr3), z,y,x like every shape here (default 64,64,64)"),
         arg("--sharding", metavar="JSON",
             help="precomputed: the sharding spec of every scale, as in an info file "
             '(\'{"@type": "neuroglancer_uint64_sharded_v1", "preshift_bits": 9, "hash": "murmurhash3_x86_128", '
@@ -195,6 +205,7 @@ VERBS = (
         SCHEDULER,
         WORKERS,
         arg("--overwrite", action="store_true", help="replace an existing dataset at DEST"),
+        arg("--xyz", action="store_true", help="--chunk and --shard-shape in Neuroglancer's x,y,z order"),
         arg("--labelmap", metavar="NAME", help="SOURCE is a repository: export this labelmap instance at --version"),
         arg("--version", metavar="REF",
             help="version to export (branch name = its head, or a UUID prefix; default main)"),

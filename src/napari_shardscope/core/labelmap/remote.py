@@ -29,7 +29,7 @@ def pull_merger(policy: MergePolicy = "fail", resolutions: Mapping[str, Resoluti
             return default_merge(repo, ours, theirs)
         if len(labelmaps) > 1:
             raise ArgumentError(f"pull merges one labelmap at a time; this repository has {', '.join(labelmaps)} "
-                                f"(fetch, then merge-branches each)")
+                                f"(fetch, then branch merge each)")
         lm = open_labelmap(repo, labelmaps[0])
         return merge_branches(lm, ours, theirs, resolutions=resolutions, policy=policy, user=user).version
 

@@ -303,8 +303,8 @@ class Repository:
         v = self._fresh(ref)
         if v.locked:
             raise CommittedVersionError(
-                f"version {v.short} (branch {v.branch!r}) is committed and read-only; "
-                f"make a child with new_version to change data"
+                f"version {v.short} on {v.branch} is committed (read-only): start a new version after it "
+                f"to change data (shardscope repo branch, or New version in the Versions panel)"
             )
         return v
 
@@ -499,8 +499,8 @@ class Repository:
         v = self.version(ref)
         if write and v.locked:
             raise CommittedVersionError(
-                f"version {v.short} (branch {v.branch!r}) is committed; only open versions can be "
-                f"checked out for writing (make one with new_version)"
+                f"version {v.short} on {v.branch} is committed; only open versions can be "
+                f"checked out for writing (start one after it: shardscope repo branch)"
             )
         return Checkout(self, v, writable=write)
 
