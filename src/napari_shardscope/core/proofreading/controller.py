@@ -738,8 +738,8 @@ class ProofreadingController:
         with self._action():
             if self._plan is None or key not in self._plan.choices:
                 raise ArgumentError(f"no conflict {key!r} listed: check the merge first")
-            if side not in ("ours", "theirs", None):
-                raise ArgumentError(f"a conflict is resolved 'ours' or 'theirs', got {side!r}")
+            if side not in ("ours", "theirs", "both", None):
+                raise ArgumentError(f"a conflict is resolved 'ours', 'theirs' or 'both', got {side!r}")
             self._plan = replace(self._plan, choices={**self._plan.choices, key: side})  # type: ignore[dict-item]
             self._touch()
 
