@@ -23,7 +23,7 @@ from typing import Any
 from napari_shardscope.core.bytestore.local import write_file_atomic
 from napari_shardscope.core.errors import ArgumentError
 from napari_shardscope.core.formats import open_dataset
-from napari_shardscope.core.labelmap.config import LabelmapConfig
+from napari_shardscope.core.labelmap.config import TYPE_NAME, LabelmapConfig
 from napari_shardscope.core.versioned.repository import Repository
 
 CACHE_FILE = "base-cache.json"
@@ -90,9 +90,10 @@ def prefetch_base(repo: Repository, name: str, region: Sequence[Sequence[int]] |
     """
     if repo.path is None:
         raise ArgumentError("a prefetch needs a repository on disk")
-    from napari_shardscope.core.labelmap.opening import labelmap_config
-
-    config = labelmap_config(repo, name)
+    inst = repo.instance(name)
+    if inst.type != TYPE_NAME:
+        raise ArgumentError(f"instance {name!r} is a {inst.type}, not a {TYPE_NAME}")
+    config = LabelmapConfig.from_json(inst.config, name=name)
     dataset = open_dataset(config.base)
     top = {str(getattr(dataset, "metadata_key", "")), ".zattrs", "zarr.json", "attributes.json"} - {""}
     keys = sorted(_region_keys(dataset, config, region) | top)
