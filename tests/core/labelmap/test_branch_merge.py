@@ -455,3 +455,14 @@ def test_a_split_reverted_by_a_merge_stays_reverted_when_merged_on(lm: Labelmap,
                 merged.supervoxel_size(part)
         repo.commit(result.version.uuid, "merged")
         assert_same_everywhere(lm.at(result.version.uuid), lm.at(seq.uuid))
+
+
+def test_keeping_both_sides_of_a_conflict(lm: Labelmap) -> None:
+    """``both`` keeps our merge and theirs: their delta is replayed after ours where it applies."""
+    _, svs = conflicted(lm)
+    key = f"body:{svs[0]}"
+    both = merge_branches(lm, "main", "alt", resolutions={key: "both"}, branch="m-both")
+    assert both.dropped == () and both.reverted == ()
+    v = lm.at(both.version.uuid)
+    assert v.body_of(svs[0]) == v.body_of(svs[1]) == svs[2]  # ours merged 1 into 0, theirs 0 into 2: all one
+    assert v.body_of(svs[9]) == svs[8] and v.body_of(svs[6]) == svs[5]

@@ -22,7 +22,7 @@ from napari_shardscope.core.errors import EXIT_CHECK_FAILED, EXIT_OK, ArgumentEr
 from napari_shardscope.core.labelmap import open_labelmap
 from napari_shardscope.core.labelmap.branch_merge import BranchMergeConflictError
 from napari_shardscope.core.labelmap.config import TYPE_NAME
-from napari_shardscope.core.labelmap.remote import pull_merger, reserve_labelmap_ids
+from napari_shardscope.core.labelmap.remote import prefetch_labelmaps, pull_merger, reserve_labelmap_ids
 from napari_shardscope.core.labelmap.review import review_branch
 from napari_shardscope.core.versioned import open_repository
 from napari_shardscope.core.versioned.remotes import config as C
@@ -128,11 +128,15 @@ def cmd_clone(args: argparse.Namespace) -> int:
         branches = [b.name for b in repo.branches()]
         reserve_labelmap_ids(repo)  # now, while online: a laptop can edit offline straight away
         left = S.remaining_ids(repo)
+        prefetched = prefetch_labelmaps(repo) if args.prefetch else []
     if args.json:
-        print_json({"path": str(path), "branches": branches, "ids_left": left, **result.to_json()})
+        print_json({"path": str(path), "branches": branches, "ids_left": left, **result.to_json(),
+                    **({"prefetched": [p.to_json() for p in prefetched]} if args.prefetch else {})})
     else:
         print(f"cloned {args.url} into {path}: {len(result.adopted) + 1} version(s), branches {', '.join(branches)}; "
               f"{_moved(result.transfer)}")
+        for p in prefetched:
+            print(f"prefetched {p.labelmap}'s base: {p.objects} object(s), {p.bytes} bytes into {p.path}")
     return EXIT_OK
 
 
@@ -269,6 +273,8 @@ VERBS = (
         arg("--instances", action="append", metavar="NAME[,NAME]",
             help="a partial clone holding only these data instances"),
         arg("--engine", choices=("lmdb", "sqlite"), default=None, help="storage engine (default lmdb)"),
+        arg("--prefetch", action="store_true",
+            help="copy the base segmentation's objects holding the region (or all of it) for offline work"),
     )),
     Verb("fetch", cmd_fetch, "download the remote's versions this repository lacks (remote-tracking heads)", (
         REPOSITORY, REMOTE_ARG, arg("--branch", action="append", help="only this branch (repeatable)"),

@@ -476,6 +476,10 @@ def resolve_branch_merge(lm: Labelmap, plan: BranchMergePlan, *, resolutions: Ma
             f"({shown}); choose for each: keep mine (ours), keep theirs (theirs) or keep both (both)",
             plan, unresolved)
     sides: dict[str, Resolution] = {c.key: _side(chosen.get(c.key, policy)) for c in plan.conflicts}
+    both = {(c.kind, c.label) for c in plan.conflicts if sides[c.key] == "both"}
+    if any(kind == "supervoxel" for kind, _ in both):
+        kind, label = sorted(k for k in both if k[0] == "supervoxel")[0]
+        raise ArgumentError(f"{kind} {label} was split on both sides; keep ours or theirs (not both)")
     mine, other = plan.ours_changes, plan.theirs_changes
     drop_seed: set[int] = set()
     revert_seed: set[int] = set()
@@ -484,7 +488,6 @@ def resolve_branch_merge(lm: Labelmap, plan: BranchMergePlan, *, resolutions: Ma
             drop_seed.update(c.theirs)
         elif sides[c.key] == "theirs":
             revert_seed.update(c.ours)
-    both = {(c.kind, c.label) for c in plan.conflicts if sides[c.key] == "both"}
     dropped = _closure(other, drop_seed)
     reverted = _closure(mine, revert_seed)
     kept = tuple(c for c in other if c.mutation_id not in dropped)

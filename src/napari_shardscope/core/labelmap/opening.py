@@ -127,13 +127,24 @@ def create_labelmap(repo: Repository, name: str, base: str | os.PathLike[str], *
     return lm
 
 
-def open_labelmap(repo: Repository, name: str) -> Labelmap:
-    """Open an existing labelmap instance (its base volume is opened, no voxel is read)."""
+def labelmap_config(repo: Repository, name: str) -> LabelmapConfig:
+    """The stored configuration of labelmap instance ``name``."""
     inst = repo.instance(name)
     if inst.type != TYPE_NAME:
         raise ArgumentError(f"instance {name!r} is a {inst.type}, not a {TYPE_NAME}")
-    config = LabelmapConfig.from_json(inst.config, name=name)
-    volume = open_volume(config.base, kind="segmentation")
+    return LabelmapConfig.from_json(inst.config, name=name)
+
+
+def open_labelmap(repo: Repository, name: str) -> Labelmap:
+    """Open an existing labelmap instance (its base volume is opened, no voxel is read).
+
+    The base is read from its local copy when ``clone --prefetch`` made one (offline work).
+    """
+    from napari_shardscope.core.labelmap.prefetch import local_base
+
+    inst = repo.instance(name)
+    config = labelmap_config(repo, name)
+    volume = open_volume(local_base(repo, name) or config.base, kind="segmentation")
     check_geometry(config, volume)
     agg = BaseAgglomeration.identity()
     if config.agglomeration:

@@ -14,6 +14,7 @@ from napari_shardscope.core.errors import ArgumentError
 from napari_shardscope.core.labelmap.branch_merge import MergePolicy, Resolution, merge_branches
 from napari_shardscope.core.labelmap.config import TYPE_NAME
 from napari_shardscope.core.labelmap.opening import open_labelmap
+from napari_shardscope.core.labelmap.prefetch import PrefetchReport, prefetch_base
 from napari_shardscope.core.versioned.dag import Version
 from napari_shardscope.core.versioned.remotes.sync import Merger, default_merge
 from napari_shardscope.core.versioned.repository import Repository
@@ -50,3 +51,14 @@ def reserve_labelmap_ids(repo: Repository) -> dict[str, int]:
         if inst.type == TYPE_NAME:
             left.update(open_labelmap(repo, inst.name).top_up_ids())
     return left
+
+
+def prefetch_labelmaps(repo: Repository) -> list[PrefetchReport]:
+    """Copy every labelmap's base objects holding the clone's region (or the whole base) for offline work.
+
+    ``shardscope clone --prefetch`` calls it right after the clone, while the network is there.
+    """
+    from napari_shardscope.core.versioned.remotes.config import region_of
+
+    region = region_of(repo)
+    return [prefetch_base(repo, inst.name, region) for inst in repo.instances() if inst.type == TYPE_NAME]

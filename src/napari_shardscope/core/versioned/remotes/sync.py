@@ -21,6 +21,8 @@ from __future__ import annotations
 import dataclasses
 import os
 import shutil
+import socket
+import time
 import uuid as uuidlib
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -499,6 +501,7 @@ def clone(url: str, dest: str | os.PathLike[str], *, branch: str | None = None, 
     """
     box = C.parse_region(region) if region is not None else None
     target = Path(dest)
+    remove_stale_clones(target)
     if target.exists() and (not target.is_dir() or any(target.iterdir())):
         raise ArgumentError(f"{target} already exists and is not an empty directory")
     store = RemoteStore(url, anonymous=anonymous, progress=progress)
@@ -519,6 +522,7 @@ def clone(url: str, dest: str | os.PathLike[str], *, branch: str | None = None, 
     repo = create_repository(work, engine=engine, root=root)
     ok = False
     try:
+        (work / CLONE_OWNER).write_text(f"{socket.gethostname()} {os.getpid()}\n")
         C.add_remote(repo, remote, url, anonymous=anonymous)
         if box is not None:
             C.set_region(repo, box)
@@ -537,10 +541,50 @@ def clone(url: str, dest: str | os.PathLike[str], *, branch: str | None = None, 
         repo.close()
         if not ok:  # a failed clone leaves nothing behind (a killed one leaves only the hidden directory)
             shutil.rmtree(work, ignore_errors=True)
+    (work / CLONE_OWNER).unlink(missing_ok=True)
     if target.exists():
         target.rmdir()
     os.replace(work, target)
     return target, result
+
+
+CLONE_OWNER = "clone-owner"  # "host pid" of the process building a hidden clone directory
+
+
+def _owner_alive(work: Path) -> bool:
+    """Is the process that is building ``work`` still running (on this host)? Unknown owners count as alive
+    for a minute (a clone between creating its directory and naming itself)."""
+    try:
+        host, pid = (work / CLONE_OWNER).read_text().split()
+    except (OSError, ValueError):
+        try:
+            return time.time() - work.stat().st_mtime < 60
+        except OSError:
+            return False
+    if host != socket.gethostname():
+        return True  # another machine's clone on a shared disk: not ours to judge
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, ValueError):
+        return True
+    return True
+
+
+def remove_stale_clones(target: Path) -> list[Path]:
+    """Remove the hidden ``.DEST.clone-*`` directories killed clones to ``target`` left; return them.
+
+    A clone builds in such a directory and renames it into place when complete, so one whose
+    builder is gone holds nothing worth resuming beyond what a new clone fetches again (objects
+    are content-addressed and small per node); a clone still running elsewhere is left alone.
+    """
+    removed = []
+    for work in target.parent.glob(f".{target.name}.clone-*"):
+        if work.is_dir() and not _owner_alive(work):
+            shutil.rmtree(work, ignore_errors=True)
+            removed.append(work)
+    return removed
 
 
 def _remote_counters(store: RemoteStore) -> list[str]:
