@@ -165,6 +165,14 @@ def many_supervoxels(tmp: Path, rounds: int) -> None:
         undo_t.append(timed(lambda: (v.undo(), lm.mesh(a, v.uuid))))
     print(f"bodies of {len(v.supervoxels(a))} supervoxels each, meshed from the labels (no source)\n"
           f"  first mesh of both {first:.2f} s\n  merge + merged mesh {fmt(merge_t)}\n  undo + mesh {fmt(undo_t)}")
+    # faces of the merged body: simplified (the default) against marching cubes' raw output
+    v.merge(a, [b])
+    simplified = lm.mesh(a, v.uuid)
+    raw_t = time.perf_counter()
+    raw = BodyMesher(lm, source=None, simplify=False).mesh(a, v)
+    raw_t = time.perf_counter() - raw_t
+    print(f"  merged body faces: simplified {len(simplified.faces):,} vs raw {len(raw.faces):,} "
+          f"({len(raw.faces) / max(1, len(simplified.faces)):.1f}x fewer; raw meshing took {raw_t:.2f} s)")
     repo.close()
 
 
