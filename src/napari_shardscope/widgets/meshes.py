@@ -59,6 +59,11 @@ class BodySurfaces:
             with contextlib.suppress(ImportError):  # without them the load reports what is missing
                 importlib.import_module(module)
         self._unsubscribe = session.controller.subscribe(lambda _state: self.schedule())
+        # The level of detail follows the zoom: a zoom crossing a level boundary plans again (the
+        # plan sees the new level in the surfaces' keys); scrolling coalesces into one sync per turn.
+        camera = session.viewer.camera
+        self.follower.set_zoom(float(camera.zoom))
+        camera.events.zoom.connect(self._on_zoom)
 
     @property
     def busy(self) -> bool:
@@ -66,6 +71,12 @@ class BodySurfaces:
 
     def close(self) -> None:
         self._unsubscribe()
+        with contextlib.suppress(RuntimeError, TypeError, ValueError):  # a closed viewer's camera
+            self.session.viewer.camera.events.zoom.disconnect(self._on_zoom)
+
+    def _on_zoom(self, _event: Any = None) -> None:
+        if self.follower.set_zoom(float(self.session.viewer.camera.zoom)):
+            self.schedule()
 
     # -- following the controller ----------------------------------------------------------------
     def schedule(self) -> None:
@@ -110,6 +121,8 @@ class BodySurfaces:
         pbar = GuiProgress(f"meshing {len(plan.load)} bod{'y' if len(plan.load) == 1 else 'ies'}")
         self._running.append(plan)
 
+        knew_levels = self.follower.lod_scales is not None
+
         def work() -> None:
             try:
                 surfaces = self.follower.load(plan, pbar)
@@ -118,6 +131,8 @@ class BodySurfaces:
                 error = exc
                 self._bridge.post(lambda: self._finished(plan, pbar, None, error))
                 return
+            if not knew_levels and self.follower.lod_scales and self.follower.view_lod() != 0:
+                self._again = True  # the levels were learnt in this load: the zoom may want another one
             self._bridge.post(lambda: self._finished(plan, pbar, (surfaces, skeletons), None))
 
         threading.Thread(target=work, name="shardscope-meshes", daemon=True).start()

@@ -111,6 +111,8 @@ def mesh_labels(labels: npt.NDArray[Any], wanted: Sequence[int], *, voxel_size: 
         m = (mesher.get(int(label), normals=False, reduction_factor=SIMPLIFY_REDUCTION,
                         max_error=simplify_max_error(voxel_size)) if simplify
              else mesher.get(int(label), normals=False))
+        if simplify and m is not None and not np.isfinite(m.vertices).all():  # a simplifier failure: unsimplified
+            m = mesher.get(int(label), normals=False)
         if m is None or len(m.faces) == 0:
             out[int(label)] = empty_mesh(int(label))
             continue
@@ -209,6 +211,8 @@ class BodyMesher:
         rest = [s for s in missing if not (source is not None and s < id_start)]
         if from_source and source is not None:
             def read(s: int) -> MeshData | None:
+                if isinstance(source, MultilodMeshSource):  # supervoxels may have fewer levels than asked
+                    return source.mesh(s, lod, clamp=True)
                 return source.mesh(s, lod)
 
             # Remote reads wait on round trips: overlap them. Local reads are microseconds: a pool costs more.
