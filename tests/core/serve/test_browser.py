@@ -191,7 +191,7 @@ def test_version_body_meshes_in_the_3d_panel(tmp_path: Path, server: ShardServer
             state.update({"showAxisLines": False, "showScaleBar": False, "showDefaultAnnotations": False,
                           "showSlices": False})
             rendered = browser.render(state_url(server.client_url, state))
-            x, y, w, h = (int(round(a)) for a in rendered.panel)
+            x, y, w, h = (round(a) for a in rendered.panel)
             # the panel's middle (its corners hold the axis names and a button)
             panel = rendered.pixels[y + h // 5:y + h - h // 5, x + w // 5:x + w - w // 5, :3].astype(int)
             return int((panel.sum(axis=2) > 30).sum())
