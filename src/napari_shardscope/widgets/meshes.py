@@ -109,11 +109,13 @@ class BodySurfaces:
             self._again = True  # planned again when the running load ends
             return
         plan = self.follower.plan()
-        if plan.remove:
+        if plan.load:
+            # Removals wait for the load: napari's layer removal runs a full gc.collect() on the GUI
+            # thread (~0.5 s per layer with a big heap), so after a merge the merged surface shows first.
+            self._start(plan)
+        elif plan.remove:
             self._remove(plan.remove)
             self.follower.shown([], plan.remove)
-        if plan.load:
-            self._start(SurfacePlan(plan.load, ()))
 
     def _start(self, plan: SurfacePlan) -> None:
         """Load ``plan`` in a daemon thread (not napari's worker pool: on a small machine its few threads
@@ -150,6 +152,8 @@ class BodySurfaces:
             self.error = ""
             if self.alive():  # the viewer may have closed while the meshes loaded
                 self._show(*result)
+        if plan.remove:  # on a later turn, so the updated surfaces are drawn before napari's gc pause
+            QTimer.singleShot(20, lambda: self._remove_later(plan.remove))
         if self._again and self.alive():
             self._again = False
             self.sync()
@@ -163,6 +167,14 @@ class BodySurfaces:
                     del store[body]
                     if store is self.layers:
                         self.follower.shown([], [body])  # the user removed it: shown again if still selected
+
+    def _remove_later(self, bodies: tuple[int, ...]) -> None:
+        if not self.alive():
+            return
+        wanted = self.follower.wanted()
+        gone = tuple(b for b in bodies if b not in wanted)  # selected again meanwhile: kept
+        self._remove(gone)
+        self.follower.shown([], gone)
 
     def _remove(self, bodies: tuple[int, ...]) -> None:
         viewer = self.session.viewer
