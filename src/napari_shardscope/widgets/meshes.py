@@ -213,7 +213,10 @@ class BodySurfaces:
                                            metadata={SURFACE_KEY: s.body}, **placement)
                 self.layers[s.body] = layer
         for sk in skeletons:
-            if sk is None or wanted.get(sk.body) != sk.key or not len(sk.edges):
+            want = wanted.get(sk.body) if sk is not None else None
+            # a skeleton has one level: it is current while the body's version and supervoxels are
+            if sk is None or want is None or (want.version, want.supervoxels) != (sk.key.version, sk.key.supervoxels) \
+                    or not len(sk.edges):
                 continue
             start = sk.vertices[sk.edges[:, 0]]
             vectors = np.stack([start, sk.vertices[sk.edges[:, 1]] - start], axis=1)
