@@ -63,6 +63,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--bodies", type=int, default=8, help="bodies meshed per round")
+    parser.add_argument("--napari", action="store_true",
+                        help="also: merge to updated Surface layer in a real napari viewer (needs a display)")
     parser.add_argument("--many", action="store_true",
                         help="also: two bodies of 5120 supervoxels each (no mesh source), merge and undo updates")
     args = parser.parse_args()
@@ -139,10 +141,79 @@ def main() -> None:
             report(f"merge + merged body's mesh, {args.bodies} merges (ours includes the merge's own commit)",
                    ours_t, cv_t)
             repo.close()
+            if args.napari:
+                napari_update(tmp, local, ids[0], ids[1], args.rounds)
             if args.many:
                 many_supervoxels(tmp, args.rounds)
         finally:
             server.close()
+
+
+def napari_update(tmp: Path, local: Path, a: int, b: int, rounds: int) -> None:
+    """Merge (the panel's action on a two-body selection) to the merged body's Surface layer holding the
+    merged mesh, in a real napari viewer (3-D), against a plain napari Surface layer fed by CloudVolume
+    (fetch both ids, concatenate, set the layer's data): both end when the layer's data changed."""
+    import napari
+    from cloudvolume import CloudVolume
+    from qtpy.QtWidgets import QApplication
+
+    from napari_shardscope.widgets.session import session_for
+
+    def wait(cond: Callable[[], bool], timeout: float = 120.0) -> None:
+        deadline = time.perf_counter() + timeout
+        while not cond():
+            if time.perf_counter() > deadline:
+                raise TimeoutError("napari did not update within the bound")
+            QApplication.processEvents()
+            time.sleep(0.001)
+
+    path = tmp / "napari.repo"
+    repo = create_repository(path)
+    lm = create_labelmap(repo, "seg", local)
+    v = lm.at("main")
+    v.merge(a, [b])
+    merged_faces = len(lm.mesh(a, v.uuid).faces)
+    v.undo()
+    repo.close()
+    viewer = napari.Viewer(show=True)
+    session = session_for(viewer)
+    c = session.controller
+    c.connect(path)
+    wait(lambda: session.body_layer is not None)
+    viewer.dims.ndisplay = 3
+    cv = CloudVolume(f"file://{local}", progress=False, cache=False, mesh_dir=MESH_DIR)
+    got = cv.mesh.get([a, b], lod=0)
+    plain = viewer.add_surface((got[a].vertices.astype("float32"), got[a].faces.astype("uint32")), name="plain")
+
+    def faces_of(body: int) -> int:
+        layer = session.surfaces.layers.get(body)
+        return -1 if layer is None else len(layer.data[1])
+
+    ours_t: list[float] = []
+    cv_t: list[float] = []
+    for r in range(-1, rounds):  # round -1 warms up, unmeasured
+        c.select(a)
+        c.select(b, add=True)
+        wait(lambda: not session.surfaces.busy and faces_of(a) > 0 and faces_of(b) > 0)
+        t = time.perf_counter()
+        c.merge()
+        wait(lambda: faces_of(a) == merged_faces)
+        ours = time.perf_counter() - t
+        plain.data = (got[a].vertices.astype("float32"), got[a].faces.astype("uint32"))
+        t = time.perf_counter()
+        both = cv.mesh.get([a, b], lod=0)
+        m = concatenate_meshes(a, [_as_mesh(both[a]), _as_mesh(both[b])])
+        plain.data = (m.vertices, m.faces)
+        wait(lambda: len(plain.data[1]) == merged_faces)
+        theirs = time.perf_counter() - t
+        if r >= 0:
+            ours_t.append(ours)
+            cv_t.append(theirs)
+        c.undo()
+        wait(lambda: not session.surfaces.busy)
+    report(f"napari: merge to the merged body's Surface layer updated ({merged_faces} faces), "
+           "vs a plain Surface layer fed by CloudVolume (fetch both ids + concatenate + set data)", ours_t, cv_t)
+    viewer.close()
 
 
 def many_supervoxels(tmp: Path, rounds: int) -> None:
@@ -165,6 +236,14 @@ def many_supervoxels(tmp: Path, rounds: int) -> None:
         undo_t.append(timed(lambda: (v.undo(), lm.mesh(a, v.uuid))))
     print(f"bodies of {len(v.supervoxels(a))} supervoxels each, meshed from the labels (no source)\n"
           f"  first mesh of both {first:.2f} s\n  merge + merged mesh {fmt(merge_t)}\n  undo + mesh {fmt(undo_t)}")
+    # faces of the merged body: simplified (the default) against marching cubes' raw output
+    v.merge(a, [b])
+    simplified = lm.mesh(a, v.uuid)
+    raw_t = time.perf_counter()
+    raw = BodyMesher(lm, source=None, simplify=False).mesh(a, v)
+    raw_t = time.perf_counter() - raw_t
+    print(f"  merged body faces: simplified {len(simplified.faces):,} vs raw {len(raw.faces):,} "
+          f"({len(raw.faces) / max(1, len(simplified.faces)):.1f}x fewer; raw meshing took {raw_t:.2f} s)")
     repo.close()
 
 

@@ -146,3 +146,38 @@ def test_source_meshes_and_skeletons_of_a_real_base(make_napari_viewer: Any, tmp
     c.clear_selection()
     qtbot.waitUntil(lambda: not surfaces(viewer) and not [la for la in viewer.layers if SKELETON_KEY in la.metadata],
                     timeout=10000)
+
+
+def test_zooming_out_reloads_a_coarser_level(make_napari_viewer: Any, tmp_path: Path, qtbot: Any) -> None:
+    """A two-level multilod base: zooming out past the level boundary swaps the surface for level 1, zooming in back."""
+    from napari_shardscope.core.formats import open_dataset
+    from napari_shardscope.core.formats.precomputed.meshes import mesh_source_of
+    from tests.mesh_lod_base import write_two_level_pinky
+
+    coarse_faces = write_two_level_pinky(tmp_path / "pinky")
+    source = mesh_source_of(open_dataset(tmp_path / "pinky"))
+    assert source is not None
+    body = max(coarse_faces, key=lambda s: len(source.mesh(s).faces))  # type: ignore[union-attr]
+    fine_faces = len(source.mesh(body, 0).faces)  # type: ignore[union-attr]
+    assert coarse_faces[body] < fine_faces
+    repo = create_repository(tmp_path / "repo")
+    create_labelmap(repo, "seg", tmp_path / "pinky")
+    repo.close()
+
+    viewer = make_napari_viewer(show=True)
+    s = session_for(viewer)
+    c = s.controller
+    c.connect(tmp_path / "repo")
+    qtbot.waitUntil(lambda: s.body_layer is not None, timeout=30000)
+    viewer.dims.ndisplay = 3
+    viewer.camera.zoom = 1.0  # 1 px per nm: a 40 nm voxel is 40 px, the finest level
+    c.select(body)
+    qtbot.waitUntil(lambda: body in surfaces(viewer) and not s.surfaces.busy
+                    and len(surfaces(viewer)[body].data[1]) == fine_faces, timeout=60000)
+    viewer.camera.zoom = 0.005  # level 1 (4 voxels of 40 nm) is 0.8 px on screen: the coarse level
+    qtbot.waitUntil(lambda: not s.surfaces.busy and len(surfaces(viewer)[body].data[1]) == coarse_faces[body],
+                    timeout=60000)
+    viewer.camera.zoom = 2.0
+    qtbot.waitUntil(lambda: not s.surfaces.busy and len(surfaces(viewer)[body].data[1]) == fine_faces, timeout=60000)
+    c.clear_selection()
+    qtbot.waitUntil(lambda: not surfaces(viewer), timeout=10000)

@@ -59,6 +59,11 @@ class BodySurfaces:
             with contextlib.suppress(ImportError):  # without them the load reports what is missing
                 importlib.import_module(module)
         self._unsubscribe = session.controller.subscribe(lambda _state: self.schedule())
+        # The level of detail follows the zoom: a zoom crossing a level boundary plans again (the
+        # plan sees the new level in the surfaces' keys); scrolling coalesces into one sync per turn.
+        camera = session.viewer.camera
+        self.follower.set_zoom(float(camera.zoom))
+        camera.events.zoom.connect(self._on_zoom)
 
     @property
     def busy(self) -> bool:
@@ -66,6 +71,12 @@ class BodySurfaces:
 
     def close(self) -> None:
         self._unsubscribe()
+        with contextlib.suppress(RuntimeError, TypeError, ValueError):  # a closed viewer's camera
+            self.session.viewer.camera.events.zoom.disconnect(self._on_zoom)
+
+    def _on_zoom(self, _event: Any = None) -> None:
+        if self.follower.set_zoom(float(self.session.viewer.camera.zoom)):
+            self.schedule()
 
     # -- following the controller ----------------------------------------------------------------
     def schedule(self) -> None:
@@ -98,17 +109,21 @@ class BodySurfaces:
             self._again = True  # planned again when the running load ends
             return
         plan = self.follower.plan()
-        if plan.remove:
+        if plan.load:
+            # Removals wait for the load: napari's layer removal runs a full gc.collect() on the GUI
+            # thread (~0.5 s per layer with a big heap), so after a merge the merged surface shows first.
+            self._start(plan)
+        elif plan.remove:
             self._remove(plan.remove)
             self.follower.shown([], plan.remove)
-        if plan.load:
-            self._start(SurfacePlan(plan.load, ()))
 
     def _start(self, plan: SurfacePlan) -> None:
         """Load ``plan`` in a daemon thread (not napari's worker pool: on a small machine its few threads
         are the ones a split or an export needs); results come back through a queued signal."""
         pbar = GuiProgress(f"meshing {len(plan.load)} bod{'y' if len(plan.load) == 1 else 'ies'}")
         self._running.append(plan)
+
+        knew_levels = self.follower.lod_scales is not None
 
         def work() -> None:
             try:
@@ -118,6 +133,8 @@ class BodySurfaces:
                 error = exc
                 self._bridge.post(lambda: self._finished(plan, pbar, None, error))
                 return
+            if not knew_levels and self.follower.lod_scales and self.follower.view_lod() != 0:
+                self._again = True  # the levels were learnt in this load: the zoom may want another one
             self._bridge.post(lambda: self._finished(plan, pbar, (surfaces, skeletons), None))
 
         threading.Thread(target=work, name="shardscope-meshes", daemon=True).start()
@@ -135,6 +152,8 @@ class BodySurfaces:
             self.error = ""
             if self.alive():  # the viewer may have closed while the meshes loaded
                 self._show(*result)
+        if plan.remove:  # on a later turn, so the updated surfaces are drawn before napari's gc pause
+            QTimer.singleShot(20, lambda: self._remove_later(plan.remove))
         if self._again and self.alive():
             self._again = False
             self.sync()
@@ -148,6 +167,14 @@ class BodySurfaces:
                     del store[body]
                     if store is self.layers:
                         self.follower.shown([], [body])  # the user removed it: shown again if still selected
+
+    def _remove_later(self, bodies: tuple[int, ...]) -> None:
+        if not self.alive():
+            return
+        wanted = self.follower.wanted()
+        gone = tuple(b for b in bodies if b not in wanted)  # selected again meanwhile: kept
+        self._remove(gone)
+        self.follower.shown([], gone)
 
     def _remove(self, bodies: tuple[int, ...]) -> None:
         viewer = self.session.viewer
@@ -186,7 +213,10 @@ class BodySurfaces:
                                            metadata={SURFACE_KEY: s.body}, **placement)
                 self.layers[s.body] = layer
         for sk in skeletons:
-            if sk is None or wanted.get(sk.body) != sk.key or not len(sk.edges):
+            want = wanted.get(sk.body) if sk is not None else None
+            # a skeleton has one level: it is current while the body's version and supervoxels are
+            if sk is None or want is None or (want.version, want.supervoxels) != (sk.key.version, sk.key.supervoxels) \
+                    or not len(sk.edges):
                 continue
             start = sk.vertices[sk.edges[:, 0]]
             vectors = np.stack([start, sk.vertices[sk.edges[:, 1]] - start], axis=1)

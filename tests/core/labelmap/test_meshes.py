@@ -14,7 +14,14 @@ import pytest
 
 from napari_shardscope.core.errors import IndexDecodeError
 from napari_shardscope.core.labelmap import UnknownLabelError, create_labelmap, open_labelmap
-from napari_shardscope.core.labelmap.meshes import BodyMesher, cache_key, decode_mesh, encode_mesh, mesh_labels
+from napari_shardscope.core.labelmap.meshes import (
+    BodyMesher,
+    cache_key,
+    decode_mesh,
+    encode_mesh,
+    mesh_labels,
+    simplify_max_error,
+)
 from napari_shardscope.core.versioned import create_repository, open_repository
 
 REALDATA = Path(__file__).resolve().parents[3] / ".." / "shared" / "realdata"
@@ -127,19 +134,46 @@ def test_labels_only_mesher_agrees_with_the_source(pinky) -> None:  # type: igno
     for body in (a, b):
         ours, theirs = from_labels.mesh(body, v), lm.mesh(body, "main")
         assert from_labels.origins[body] == "labels"
-        np.testing.assert_allclose(bounds(ours)[0], bounds(theirs)[0], atol=float(voxel.max()))
-        np.testing.assert_allclose(bounds(ours)[1], bounds(theirs)[1], atol=float(voxel.max()))
+        # ours are simplified (no vertex moved more than simplify_max_error) and igneous's are too (40 nm):
+        # the extents agree within a voxel of the coarsest axis plus our simplifier's bound
+        tol = float(voxel.max()) + simplify_max_error(lm.config.scales[0].voxel_size)
+        np.testing.assert_allclose(bounds(ours)[0], bounds(theirs)[0], atol=tol)
+        np.testing.assert_allclose(bounds(ours)[1], bounds(theirs)[1], atol=tol)
 
 
 def test_mesh_labels_places_a_box() -> None:
     labels = np.zeros((6, 8, 10), dtype=np.uint64)
     labels[1:4, 2:6, 3:9] = 5  # z, y, x
-    m = mesh_labels(labels, [5], voxel_size=(40, 8, 4), origin=(1000, 100, 10))[5]
-    lo, hi = bounds(m)
+    raw = mesh_labels(labels, [5], voxel_size=(40, 8, 4), origin=(1000, 100, 10), simplify=False)[5]
     # x spans voxels 3..8, y 2..5, z 1..3; voxel i covers [i, i + 1) * size from the origin (precomputed's
     # convention); marching cubes cuts halfway between an inside and an outside voxel
-    np.testing.assert_allclose(lo, [10 + 3 * 4, 100 + 2 * 8, 1000 + 1 * 40])
-    np.testing.assert_allclose(hi, [10 + 9 * 4, 100 + 6 * 8, 1000 + 4 * 40])
+    want_lo, want_hi = [10 + 3 * 4, 100 + 2 * 8, 1000 + 1 * 40], [10 + 9 * 4, 100 + 6 * 8, 1000 + 4 * 40]
+    np.testing.assert_allclose(bounds(raw)[0], want_lo)
+    np.testing.assert_allclose(bounds(raw)[1], want_hi)
+    # simplified (the default): fewer faces, no corner moved further than the simplifier's bound (one 4 nm voxel)
+    m = mesh_labels(labels, [5], voxel_size=(40, 8, 4), origin=(1000, 100, 10))[5]
+    assert simplify_max_error((40, 8, 4)) == 4.0
+    assert 0 < len(m.faces) < len(raw.faces)
+    np.testing.assert_allclose(bounds(m)[0], want_lo, atol=4.0)
+    np.testing.assert_allclose(bounds(m)[1], want_hi, atol=4.0)
+
+
+def test_simplified_sphere_stays_within_the_error_bound() -> None:
+    z, y, x = np.mgrid[:40, :40, :40]
+    labels = (((z - 19.5) ** 2 + (y - 19.5) ** 2 + (x - 19.5) ** 2) < 15.0**2).astype(np.uint64) * 7
+    raw = mesh_labels(labels, [7], voxel_size=(2, 2, 2), origin=(0, 0, 0), simplify=False)[7]
+    m = mesh_labels(labels, [7], voxel_size=(2, 2, 2), origin=(0, 0, 0))[7]
+    assert len(m.faces) * 4 < len(raw.faces)  # a curved surface under a one-voxel bound: >4x fewer faces (6.4x)
+    centre = np.array([40.0, 40.0, 40.0])  # voxel 19.5 of 2 nm, cell-corner convention: (19.5 + 0.5) * 2
+    r_raw = np.linalg.norm(raw.vertices - centre, axis=1)
+    r = np.linalg.norm(m.vertices - centre, axis=1)
+    bound = simplify_max_error((2, 2, 2))  # one voxel
+    assert r.min() >= r_raw.min() - bound - 1e-3
+    assert r.max() <= r_raw.max() + bound + 1e-3
+    # closed: every edge is shared by exactly two faces
+    edges = np.sort(np.concatenate([m.faces[:, [0, 1]], m.faces[:, [1, 2]], m.faces[:, [2, 0]]]), axis=1)
+    _, counts = np.unique(edges, axis=0, return_counts=True)
+    assert set(counts.tolist()) == {2}
 
 
 def test_cached_mesh_codec() -> None:

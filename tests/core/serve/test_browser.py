@@ -170,3 +170,34 @@ def test_remote_ome_zarr3_relayed(tmp_path: Path, server: ShardServer, browser: 
         iz, iy, ix = 1, 20, 30
         rendered, _ = show(server, browser, layer, (iz * 40.0, iy * 8.0, ix * 8.0))
         check_slice(rendered, data[iz].astype(np.uint64), (float(iy), float(ix)))
+
+
+def test_version_body_meshes_in_the_3d_panel(tmp_path: Path, server: ShardServer, browser: Browser) -> None:
+    """A merged body of a served version is drawn in Neuroglancer's 3-D panel from the served meshes."""
+    base = voronoi_supervoxels((16, 48, 48), 12, seed=5)
+    write_precomputed(tmp_path / "seg", base, ((1, 1, 1), (1, 2, 2)), chunk_xyz=(16, 16, 16), sharded=True)
+    repo = create_repository(tmp_path / "repo")
+    try:
+        lm = create_labelmap(repo, "seg", tmp_path / "seg", block=16)
+        v = lm.at("main")
+        svs = [int(s) for s in np.unique(base)]
+        v.merge(svs[0], [svs[1]])
+        assert len(lm.mesh(svs[0], v.uuid).faces) > 0
+
+        def nonblack(segments: tuple[int, ...]) -> int:
+            layer = mount_version(server, lm, v.uuid, segments=segments)
+            view = default_view([layer], zoom=PX / layer.voxel_size[2], layout="3d")
+            state = build_state(view)
+            state.update({"showAxisLines": False, "showScaleBar": False, "showDefaultAnnotations": False,
+                          "showSlices": False})
+            rendered = browser.render(state_url(server.client_url, state))
+            x, y, w, h = (round(a) for a in rendered.panel)
+            # the panel's middle (its corners hold the axis names and a button)
+            panel = rendered.pixels[y + h // 5:y + h - h // 5, x + w // 5:x + w - w // 5, :3].astype(int)
+            return int((panel.sum(axis=2) > 30).sum())
+
+        # no body selected: slices hidden, nothing in 3-D; the merged body selected: its mesh is drawn
+        assert nonblack(()) == 0
+        assert nonblack((svs[0],)) > 500
+    finally:
+        repo.close()

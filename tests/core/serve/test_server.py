@@ -233,3 +233,40 @@ def test_a_remote_dataset_is_served_through_its_store(served: tuple[ShardServer,
         assert (status, int(h["content-length"])) == (200, len(data))
         status, h, _ = request(relay, "GET", "/data/remote/none", {"Range": "bytes=0-9"})
         assert status == 404 and h["access-control-allow-origin"] == "*"
+
+
+def test_version_meshes_are_served_as_legacy_meshes(edited: tuple[Repository, Labelmap, np.ndarray, list[int]]
+                                                    ) -> None:
+    """Bodies' meshes at the version through the server: our reader and CloudVolume's read what Labelmap.mesh gives."""
+    from cloudvolume import CloudVolume
+
+    from napari_shardscope.core.formats.precomputed.meshes import open_mesh_source
+
+    repo, lm, _, svs = edited
+    v = lm.at("main")
+    v.merge(svs[0], [svs[1], svs[2]])
+    cleaved = v.cleave(svs[0], [svs[2]])
+    committed = repo.commit(v.uuid, "edits")
+    with ShardServer() as server:
+        layer = mount_version(server, lm, committed.uuid)
+        url = layer.layer.source.removeprefix("precomputed://")
+        base = url.removeprefix(server.url)
+        status, _, body = request(server, "GET", base + "info")
+        assert json.loads(body)["mesh"] == "mesh"
+        source = open_mesh_source(open_store(url), "mesh")
+        assert type(source).__name__ == "LegacyMeshSource"
+        for body_id in (svs[0], cleaved, svs[5]):
+            want = lm.mesh(body_id, committed.uuid)
+            assert len(want.faces) > 0
+            got = source.mesh(body_id)
+            assert got is not None
+            np.testing.assert_array_equal(got.vertices, want.vertices)
+            np.testing.assert_array_equal(got.faces, want.faces)
+        merged = lm.mesh(svs[0], committed.uuid)  # svs[0] and svs[1] as one body
+        status, _, _ = request(server, "GET", f"{base}mesh/{svs[1]}:0")  # merged away at the version: no body
+        assert status == 404
+        cv = CloudVolume(url, progress=False, use_https=False, cache=False)
+        m = cv.mesh.get(svs[0], remove_duplicate_vertices=False)
+        m = m[svs[0]] if isinstance(m, dict) else m
+        np.testing.assert_allclose(np.asarray(m.vertices), merged.vertices, atol=1e-3)
+        np.testing.assert_array_equal(np.asarray(m.faces), merged.faces)

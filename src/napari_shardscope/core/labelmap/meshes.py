@@ -49,7 +49,15 @@ MAX_MESH_VOXELS = 128**3
 BATCH_VOXELS = 256**3
 #: Supervoxel meshes kept in memory (a body of 10⁴ supervoxels fits several times over).
 MEMORY_CACHE = 65536
-CACHE_PREFIX = b"mesh/v1/"
+#: Meshes from labels are simplified (quadric edge collapse, zmesh's simplifier) towards this many
+#: times fewer faces: marching cubes gives ~2 faces per surface voxel, most of them coplanar.
+SIMPLIFY_REDUCTION = 100
+#: ... but no vertex moves further than this many voxels (the smallest side of the meshed scale's voxel).
+SIMPLIFY_MAX_ERROR_VOXELS = 1.0
+#: v2: simplified meshes (v1 held marching cubes' raw output; those entries are ignored, not reused).
+CACHE_PREFIX = b"mesh/v2/"
+#: Unsimplified meshes (``BodyMesher(simplify=False)``, for comparisons) are cached apart.
+RAW_CACHE_PREFIX = b"mesh/v2-raw/"
 Progress = Callable[[int, int], None]
 
 
@@ -72,18 +80,22 @@ def decode_mesh(segment_id: int, data: bytes, *, key: str) -> MeshData:
     return MeshData(segment_id, vertices, faces)
 
 
-def cache_key(sv: int) -> bytes:
-    return CACHE_PREFIX + struct.pack(">Q", sv)
+def cache_key(sv: int, *, simplified: bool = True) -> bytes:
+    return (CACHE_PREFIX if simplified else RAW_CACHE_PREFIX) + struct.pack(">Q", sv)
 
 
 def mesh_labels(labels: npt.NDArray[Any], wanted: Sequence[int], *, voxel_size: Sequence[float],
-                origin: Sequence[float]) -> dict[int, MeshData]:
+                origin: Sequence[float], simplify: bool = True) -> dict[int, MeshData]:
     """Meshes of the ``wanted`` labels of a (z, y, x) block: vertices x, y, z in world units.
 
     ``voxel_size`` and ``origin`` (world position of the block's first voxel) are (z, y, x). Positions
     follow the precomputed convention the mesh sources use (voxel ``i`` spans ``[i, i + 1) * size``
     from ``origin``), so meshed and stored supervoxels line up. The meshes are closed where a label
     touches the block's edge (zmesh's ``close`` pads the block by one voxel, which is taken back).
+
+    With ``simplify`` (default) the meshes are simplified towards :data:`SIMPLIFY_REDUCTION` times
+    fewer faces, moving no vertex more than :func:`simplify_max_error` (a voxel): a body of 10⁴
+    supervoxels drops from millions of faces to what napari draws interactively.
     """
     import zmesh
 
@@ -96,7 +108,11 @@ def mesh_labels(labels: npt.NDArray[Any], wanted: Sequence[int], *, voxel_size: 
     shift = np.asarray([origin[2], origin[1], origin[0]], dtype=np.float64) - 0.5 * size  # undo close's pad
     out = {}
     for label in wanted:
-        m = mesher.get(int(label), normals=False)
+        m = (mesher.get(int(label), normals=False, reduction_factor=SIMPLIFY_REDUCTION,
+                        max_error=simplify_max_error(voxel_size)) if simplify
+             else mesher.get(int(label), normals=False))
+        if simplify and m is not None and not np.isfinite(m.vertices).all():  # a simplifier failure: unsimplified
+            m = mesher.get(int(label), normals=False)
         if m is None or len(m.faces) == 0:
             out[int(label)] = empty_mesh(int(label))
             continue
@@ -104,6 +120,11 @@ def mesh_labels(labels: npt.NDArray[Any], wanted: Sequence[int], *, voxel_size: 
                                    np.asarray(m.faces, dtype=np.uint32).reshape(-1, 3))
     mesher.clear()
     return out
+
+
+def simplify_max_error(voxel_size: Sequence[float]) -> float:
+    """The simplifier's bound on a vertex's displacement, in world units: :data:`SIMPLIFY_MAX_ERROR_VOXELS` voxels."""
+    return SIMPLIFY_MAX_ERROR_VOXELS * float(min(voxel_size))
 
 
 class BodyMesher:
@@ -118,12 +139,16 @@ class BodyMesher:
         ``info`` names, ``None`` meshes everything from the labels.
     lod
         Level of detail read from a multi-resolution source (``-1``: the coarsest).
+    simplify
+        Simplify meshes made from the labels (see :func:`mesh_labels`); ``False`` keeps marching
+        cubes' raw output (millions of faces for a big body), for comparisons.
     """
 
     def __init__(self, labelmap: LabelmapBackend, *,
                  source: MultilodMeshSource | LegacyMeshSource | str | None = "auto", lod: int = 0,
-                 workers: int = 8) -> None:
+                 workers: int = 8, simplify: bool = True) -> None:
         self.labelmap = labelmap
+        self.simplify = simplify
         self.lod = lod
         self.workers = workers
         self._source_arg = source
@@ -186,6 +211,8 @@ class BodyMesher:
         rest = [s for s in missing if not (source is not None and s < id_start)]
         if from_source and source is not None:
             def read(s: int) -> MeshData | None:
+                if isinstance(source, MultilodMeshSource):  # supervoxels may have fewer levels than asked
+                    return source.mesh(s, lod, clamp=True)
                 return source.mesh(s, lod)
 
             # Remote reads wait on round trips: overlap them. Local reads are microseconds: a pool costs more.
@@ -233,7 +260,7 @@ class BodyMesher:
         repo, inst = self.labelmap.repo, self.labelmap.instance
         out = {}
         for sv in svs:
-            raw = repo.get_unversioned(inst, cache_key(sv))
+            raw = repo.get_unversioned(inst, cache_key(sv, simplified=self.simplify))
             if raw is not None:
                 out[sv] = decode_mesh(sv, raw, key=f"{self.labelmap.name} mesh cache {sv}")
         return out
@@ -242,8 +269,8 @@ class BodyMesher:
         if not meshes:
             return
         with contextlib.suppress(ShardscopeError):  # a read-only repository: the meshes stay in memory only
-            self.labelmap.repo.put_unversioned(self.labelmap.instance,
-                                               [(cache_key(sv), encode_mesh(m)) for sv, m in meshes.items()])
+            items = [(cache_key(sv, simplified=self.simplify), encode_mesh(m)) for sv, m in meshes.items()]
+            self.labelmap.repo.put_unversioned(self.labelmap.instance, items)
 
     # -- meshing from labels -------------------------------------------------------------------
 
@@ -295,7 +322,7 @@ class BodyMesher:
         if not present:
             return {}
         origin = [t + lo * vs for t, lo, vs in zip(s.translate, box.lo, s.voxel_size, strict=True)]
-        return mesh_labels(labels, present, voxel_size=s.voxel_size, origin=origin)
+        return mesh_labels(labels, present, voxel_size=s.voxel_size, origin=origin, simplify=self.simplify)
 
     def _mesh_one(self, sv: int, box0: Box, version: LabelmapVersion, start: int | None = None) -> MeshData:
         first = self._scale_for(box0) if start is None else start
@@ -306,7 +333,7 @@ class BodyMesher:
             if not np.any(labels == sv):
                 continue
             origin = [t + lo * vs for t, lo, vs in zip(s.translate, box.lo, s.voxel_size, strict=True)]
-            return mesh_labels(labels, [sv], voxel_size=s.voxel_size, origin=origin)[sv]
+            return mesh_labels(labels, [sv], voxel_size=s.voxel_size, origin=origin, simplify=self.simplify)[sv]
         return empty_mesh(sv)
 
     def forget(self) -> None:
@@ -346,4 +373,4 @@ def _voxels(box: Box) -> int:
     return z * y * x
 
 
-__all__ = ["BodyMesher", "decode_mesh", "encode_mesh", "mesh_labels"]
+__all__ = ["BodyMesher", "decode_mesh", "encode_mesh", "mesh_labels", "simplify_max_error"]

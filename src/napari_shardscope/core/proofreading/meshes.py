@@ -8,6 +8,12 @@ what to remove; :meth:`SurfaceFollower.load` computes the meshes (any thread: it
 touches no controller state); :meth:`SurfaceFollower.shown` records what the view now shows. A GUI
 runs ``load`` in a worker; a notebook calls the three in a row (:meth:`SurfaceFollower.update`).
 
+The level of detail read from a multi-resolution (``neuroglancer_multilod_draco``) source follows the
+view: :meth:`SurfaceFollower.set_zoom` takes the camera's zoom (screen pixels per world unit) and
+:func:`lod_for_zoom` picks the coarsest level whose error on screen stays under
+:data:`LOD_PIXEL_ERROR` pixels (a coarse level when a voxel is far smaller than a pixel). The level is
+part of a surface's key, so crossing a level boundary makes the next plan reload the surfaces.
+
 Vertices are handed out in the viewer's world order and convention: (z, y, x), a voxel centred on
 its index (napari's), whereas mesh sources use x, y, z with voxel ``i`` spanning ``[i, i + 1)``.
 """
@@ -16,7 +22,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -33,6 +39,27 @@ if TYPE_CHECKING:
 Progress = Callable[[int, int], None]
 #: Bodies with more supervoxels than this are shown at the source's coarsest level of detail.
 FINE_LOD_SUPERVOXELS = 2000
+#: A level of detail is fine enough while its error on screen stays under this many pixels.
+LOD_PIXEL_ERROR = 2.0
+
+
+def lod_for_zoom(lod_scales: Sequence[float], zoom: float, *, world_per_unit: float = 1.0,
+                 max_pixels: float = LOD_PIXEL_ERROR) -> int:
+    """The coarsest level of detail whose error on screen stays under ``max_pixels``.
+
+    ``lod_scales`` are a multilod manifest's (level ``i``'s spacing in stored model units, ``1`` for
+    level 0 by convention), ``world_per_unit`` the size of a model unit in world units (the mesh
+    transform's largest axis scale: nm per voxel), ``zoom`` screen pixels per world unit (napari's
+    ``camera.zoom``). Level ``i`` shows detail of ``lod_scales[i] * world_per_unit * zoom`` pixels;
+    the finest level (0) when every level is coarser than that, or the zoom is not positive.
+    """
+    if not (zoom > 0) or not len(lod_scales):
+        return 0
+    best = 0
+    for i, scale in enumerate(lod_scales):
+        if float(scale) * world_per_unit * zoom <= max_pixels:
+            best = i
+    return best
 
 
 @dataclass(frozen=True)
@@ -42,6 +69,7 @@ class SurfaceKey:
     version: str
     supervoxels: str
     count: int
+    lod: int = 0  # the level of detail asked of the mesh source (-1: its coarsest)
 
 
 @dataclass(frozen=True, eq=False)
@@ -96,7 +124,11 @@ class SurfaceFollower:
 
     def __init__(self, controller: ProofreadingController, *, lod: int | None = None) -> None:
         self.controller = controller
-        self.lod = lod  # None: the finest, or the coarsest for bodies of many supervoxels
+        self.lod = lod  # None: from the view's zoom, or the coarsest for bodies of many supervoxels
+        self.zoom: float | None = None  # screen pixels per world unit (set_zoom)
+        #: (lod_scales, world units per model unit) of the base's multilod source; None: not looked up yet;
+        #: () scales: no multilod source (one level)
+        self._lod_scales: tuple[tuple[float, ...], float] | None = None
         self._shown: dict[int, SurfaceKey] = {}
         self._skeletons: Any = None  # SkeletonSource | None | False (not looked up yet: None)
         self._skeletons_ready = False
@@ -113,10 +145,59 @@ class SurfaceFollower:
         out = {}
         for body in self.controller.selected:
             try:
-                out[int(body)] = surface_key(v, int(body))
+                key = surface_key(v, int(body))
+                out[int(body)] = replace(key, lod=self.lod_for(key.count))
             except ShardscopeError:  # selected, then merged away or split off: not shown
                 continue
         return out
+
+    # -- level of detail -------------------------------------------------------------------------
+    @property
+    def lod_scales(self) -> tuple[tuple[float, ...], float] | None:
+        """The base source's level scales and world units per model unit, once :meth:`load` looked them up."""
+        return self._lod_scales
+
+    def view_lod(self) -> int:
+        """The level the current zoom asks for (0 until the zoom and the source's levels are known)."""
+        if self.zoom is None or not self._lod_scales:
+            return 0
+        scales, per_unit = self._lod_scales
+        return lod_for_zoom(scales, self.zoom, world_per_unit=per_unit)
+
+    def lod_for(self, count: int) -> int:
+        """The level to read for a body of ``count`` supervoxels."""
+        if self.lod is not None:
+            return self.lod
+        if count > FINE_LOD_SUPERVOXELS:
+            return -1
+        return self.view_lod()
+
+    def set_zoom(self, zoom: float) -> bool:
+        """Record the view's zoom; ``True`` when it crossed a level boundary (the surfaces should reload)."""
+        before = self.view_lod()
+        self.zoom = float(zoom)
+        return self.view_lod() != before
+
+    def _look_up_lod_scales(self, v: LabelmapVersion, bodies: Sequence[int]) -> None:
+        """The levels of the base's multilod source, from the manifest of one of ``bodies``' supervoxels."""
+        if self._lod_scales is not None:
+            return
+        from napari_shardscope.core.formats.precomputed.meshes import MultilodMeshSource
+
+        source = v.labelmap.mesher().source
+        if not isinstance(source, MultilodMeshSource):
+            self._lod_scales = ((), 1.0)
+            return
+        per_unit = float(np.linalg.norm(source.info.transform_matrix()[:3, :3], axis=0).max())
+        for body in bodies:
+            for sv in sorted(v.supervoxels(body)):
+                if sv >= v.labelmap.config.id_start:
+                    continue
+                found = source.manifest(int(sv))
+                if found is not None and found[0].num_lods:
+                    self._lod_scales = (tuple(float(x) for x in found[0].lod_scales), per_unit)
+                    return
+        # none of these bodies has a manifest: asked again with the next bodies
 
     def plan(self) -> SurfacePlan:
         want = self.wanted()
@@ -130,12 +211,12 @@ class SurfaceFollower:
         if v is None or not plan.load:
             return []
         voxel = v.scales[0].voxel_size
+        self._look_up_lod_scales(v, [b for b, _k in plan.load])
         out = []
         for i, (body, key) in enumerate(plan.load):
             if key.version != v.uuid:
                 continue  # the version changed since the plan: the next plan asks again
-            lod = self.lod if self.lod is not None else (0 if key.count <= FINE_LOD_SUPERVOXELS else -1)
-            mesh: MeshData = v.labelmap.mesher(lod).mesh(body, v)
+            mesh: MeshData = v.labelmap.mesher(key.lod).mesh(body, v)
             out.append(BodySurface(body, key, to_world(mesh.vertices, voxel), mesh.faces))
             if progress is not None:
                 progress(i + 1, len(plan.load))

@@ -1,11 +1,17 @@
 """A labelmap version as an unsharded Neuroglancer precomputed segmentation, computed on request.
 
 Nothing is exported: ``info`` describes the base's scales (uint64 body ids, ``raw`` encoding, one
-chunk per overlay block), and each chunk request is answered with
+chunk per overlay block) and names a ``mesh`` directory; each chunk request is answered with
 :meth:`~napari_shardscope.core.labelmap.version.LabelmapVersion.read_bodies` of that box — the base
 blocks patched by the version's overlay and mapped through its body map, the very reads napari
 shows and export writes. The version's UUID is part of the URL, so a browser cache never serves
 one version's chunk for another; an open version is sent ``no-store`` (it can still change).
+
+The ``mesh`` directory is ``neuroglancer_legacy_mesh`` computed on request too: ``mesh/<body>:0``
+is a manifest naming one fragment, ``mesh/<body>:0:body`` that fragment — the body's mesh at the
+version (:meth:`~napari_shardscope.core.labelmap.Labelmap.mesh`: the union of its supervoxels'
+meshes, from the base's mesh source or meshed from the labels and cached), so Neuroglancer's 3-D
+panel shows edited bodies as they are at the version.
 
 :func:`merge_equivalences` is the server-less hand-over of a version whose edits are only merges:
 Neuroglancer's ``equivalences`` over the base's own ids.
@@ -21,10 +27,14 @@ import numpy as np
 
 from napari_shardscope.core.cache import LruCache
 from napari_shardscope.core.errors import ArgumentError, NotFoundError, UnsupportedError
-from napari_shardscope.core.labelmap import Labelmap
+from napari_shardscope.core.labelmap import Labelmap, UnknownLabelError
 from napari_shardscope.core.labelmap.geometry import Box
 
 _CHUNK = re.compile(r"^(\d+)-(\d+)_(\d+)-(\d+)_(\d+)-(\d+)$")
+_MESH_MANIFEST = re.compile(r"^(\d+):0$")
+_MESH_FRAGMENT = re.compile(r"^(\d+):0:body$")
+#: The mesh directory named by a served version's ``info``.
+MESH_DIR = "mesh"
 #: Computed chunks kept per committed version (2 MiB each at 64³ uint64).
 CHUNK_CACHE = 64
 
@@ -51,7 +61,14 @@ def version_info(labelmap: Labelmap) -> dict[str, Any]:
             "encoding": "raw",
         })
     return {"@type": "neuroglancer_multiscale_volume", "type": "segmentation", "data_type": "uint64",
-            "num_channels": 1, "scales": scales}
+            "num_channels": 1, "scales": scales, "mesh": MESH_DIR}
+
+
+def encode_legacy_fragment(vertices: Any, faces: Any) -> bytes:
+    """A ``neuroglancer_legacy_mesh`` fragment: ``uint32`` vertex count, float32 x, y, z, uint32 triangles."""
+    v = np.ascontiguousarray(vertices, dtype="<f4").reshape(-1, 3)
+    f = np.ascontiguousarray(faces, dtype="<u4").reshape(-1, 3)
+    return np.asarray([len(v)], dtype="<u4").tobytes() + v.tobytes() + f.tobytes()
 
 
 class VersionMount:
@@ -77,6 +94,8 @@ class VersionMount:
         if key == "info":
             return self._info
         scale_name, _, name = key.partition("/")
+        if scale_name == MESH_DIR:
+            return self._mesh(name)
         cfg = self.labelmap.config
         index = next((i for i in range(len(cfg.scales)) if scale_key(i) == scale_name), None)
         m = _CHUNK.match(name)
@@ -92,6 +111,24 @@ class VersionMount:
         data = self.labelmap.at(self.uuid).read_bodies(Box(lo, hi), index)
         # precomputed raw chunks are x fastest: (z, y, x) C order is exactly that
         return np.ascontiguousarray(data, dtype="<u8").tobytes()
+
+    def _mesh(self, name: str) -> bytes | None:
+        """The legacy mesh directory's files (``info``, a body's manifest, its one fragment); ``None``: no body."""
+        if name == "info":
+            return json.dumps({"@type": "neuroglancer_legacy_mesh"}).encode()
+        manifest, fragment = _MESH_MANIFEST.match(name), _MESH_FRAGMENT.match(name)
+        if manifest is None and fragment is None:
+            return None
+        body = int((manifest or fragment).group(1))  # type: ignore[union-attr]
+        v = self.labelmap.at(self.uuid)
+        try:
+            if manifest is not None:
+                v.supervoxels(body)  # an unknown body: no manifest (Neuroglancer shows nothing for it)
+                return json.dumps({"fragments": [f"{body}:0:body"]}).encode()
+            mesh = self.labelmap.mesh(body, self.uuid)
+        except UnknownLabelError:
+            return None
+        return encode_legacy_fragment(mesh.vertices, mesh.faces)
 
     def read(self, key: str) -> bytes | None:
         if not self.cacheable:

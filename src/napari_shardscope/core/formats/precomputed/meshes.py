@@ -369,14 +369,16 @@ class MultilodMeshSource(_Base):
         found = self.manifest(segment_id)
         return 0 if found is None else found[0].num_lods
 
-    def mesh(self, segment_id: int, lod: int = 0) -> MeshData | None:
+    def mesh(self, segment_id: int, lod: int = 0, *, clamp: bool = False) -> MeshData | None:
+        """The segment's mesh at ``lod`` (``-1``: the coarsest; ``clamp``: a level past the segment's
+        coarsest is read as its coarsest, for bodies whose supervoxels have different numbers of levels)."""
         found = self.manifest(segment_id)
         if found is None:
             return None
         manifest, data_start, data_key, file = found
         if manifest.num_lods == 0:
             return empty_mesh(segment_id, lod)
-        if lod == -1:
+        if lod == -1 or (clamp and lod >= manifest.num_lods):
             lod = manifest.num_lods - 1
         if not 0 <= lod < manifest.num_lods:
             raise ArgumentError(f"lod {lod} out of range: segment {segment_id} has {manifest.num_lods} levels")
