@@ -19,6 +19,8 @@ Why a wrapper and not the TensorStore object itself:
 
 from __future__ import annotations
 
+import itertools
+import math
 import numbers
 import threading
 from collections.abc import Callable, Sequence
@@ -182,7 +184,7 @@ class LazyArray:
             TensorStore's failure, translated at the door and naming the array and the chunk file.
         """
         view = self._read_through() if self._read_through is not None else None
-        data = self._finish(self._read_view(self._store if view is None else view))
+        data = self._finish(self._read_view(self._store) if view is None else self._read_view(view, bulk=False))
         if self._after is not None:
             self._after()  # after the plane is read: prefetch never competes with the read it follows
         return data
@@ -205,9 +207,9 @@ class LazyArray:
         """The prefetcher of this array, if :meth:`with_prefetch` made one."""
         return self._prefetch
 
-    def _read_view(self, view: Any) -> npt.NDArray[Any]:
+    def _read_view(self, view: Any, *, bulk: bool = True) -> npt.NDArray[Any]:
         try:
-            return np.asarray(_bulk_view(view).read().result())
+            return np.asarray((_bulk_view(view) if bulk else view).read().result())
         except Exception as exc:  # TensorStore raises ValueError for every failure kind
             raise error_from_tensorstore(exc, where=self._where()) from exc
 
@@ -243,42 +245,49 @@ class LazyArray:
 
 
 class CacheAdmission:
-    """Which reads of a script's array go through the chunk cache: chunks read a second time.
+    """Which reads of a script's array go through the chunk cache: those touching a chunk read before.
 
     Why: a decoded chunk put in the cache is memory the allocator faults in fresh and keeps, where an
     uncached read reuses one buffer. A cold z plane of a 512³ uint64 volume in 64³ chunks decodes
     128 MiB of chunks; caching them made the first plane 2x slower than TensorStore's uncached read
-    and the process 2.6x larger, for chunks a script reading one plane never reads again. So a view
-    whose chunk-aligned box has not been read before is read from an uncached twin of the store (as
-    fast as TensorStore's default), and the second read of the same box goes through the cache and
-    fills it, so a loop over the planes of a chunk layer still decodes each chunk at most twice.
+    and the process 2.6x larger, for chunks a script reading one plane never reads again. So a read
+    none of whose chunks has been read before goes to an uncached twin of the store (as fast as
+    TensorStore's default), and a read touching any chunk read before goes through the cache and
+    fills it: a loop over the planes of a chunk layer decodes each chunk at most twice.
     A viewer's levels (:meth:`LazyArray.with_prefetch`) always read through the cache: browsing
     revisits chunk layers and the prefetcher warms them ahead of the view.
     """
 
-    #: Boxes remembered per array (the oldest are forgotten first).
-    MAX_BOXES = 4096
+    #: Chunk positions remembered per array (the oldest are forgotten first).
+    MAX_CHUNKS = 1 << 16
+    #: Reads spanning more chunks than this are not tracked (they take the cached or bulk path, as before).
+    MAX_CHUNKS_PER_READ = 4096
 
     def __init__(self, store: Any, chunks: tuple[int, ...] | None) -> None:
         self._store = store
         self._chunks = chunks
-        self._seen: dict[tuple[tuple[int, int], ...], None] = {}
+        self._seen: dict[tuple[int, ...], None] = {}
         self._twin: Any = None
         self._lock = threading.Lock()
 
     def reader_for(self, index: tuple[Any, ...]) -> Callable[[], Any] | None:
         """For a view of ``index``: a function giving the view to read at read time (``None``: the cached view)."""
         box = self._box(index)
-        if box is None:
+        if box is None or math.prod(hi - lo for lo, hi in box) > self.MAX_CHUNKS_PER_READ:
             return None
 
         def choose() -> Any:
+            cells = list(itertools.product(*(range(lo, hi) for lo, hi in box)))
             with self._lock:
-                if box in self._seen:
-                    return None  # second touch: through the cache, which keeps the chunks
-                self._seen[box] = None
-                if len(self._seen) > self.MAX_BOXES:
-                    del self._seen[next(iter(self._seen))]
+                seen = self._seen
+                first = not any(c in seen for c in cells)
+                for c in cells:
+                    seen.pop(c, None)
+                    seen[c] = None
+                while len(seen) > self.MAX_CHUNKS:
+                    del seen[next(iter(seen))]
+            if not first:
+                return None  # a chunk read before: through the cache, which keeps them
             twin = self._uncached_twin()
             if twin is None:
                 return None
