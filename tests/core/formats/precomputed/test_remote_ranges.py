@@ -64,7 +64,7 @@ def test_inspect_issues_its_range_requests_together(gated: tuple[Path, RangeServ
     worker.start()
     try:
         # every possible shard's index probe is at the server before any is answered
-        assert wait_for_held(server, spec.num_shards) == spec.num_shards
+        assert wait_for_held(server, spec.num_shards) >= spec.num_shards
         server.requests.clear()
     finally:
         gate.set()
