@@ -85,3 +85,16 @@ def test_values_match_across_many_reads_and_views(volume_path: Path) -> None:
         view = level[z0 : z0 + 6, y0:, x0 : x0 + 3]
         np.testing.assert_array_equal(np.asarray(view), expected[z0 : z0 + 6, y0:, x0 : x0 + 3])
         np.testing.assert_array_equal(np.asarray(view[2]), expected[z0 + 2, y0:, x0 : x0 + 3])
+
+
+def test_views_of_a_viewer_level_indexed_again_read_through_the_cache(volume_path: Path) -> None:
+    """napari indexes a level's plane view a second time (the visible region): that read keeps the cache."""
+    level = open_volume(volume_path, context=make_context(256 << 20)).levels[0].array
+    viewer_level = level.with_prefetch()
+    region = viewer_level[70][:, :32]
+    np.testing.assert_array_equal(np.asarray(region), _expected()[70, :, :32])
+    misses = _metric("/tensorstore/cache/miss_count")
+    level.store[71, :, :32].read().result()
+    assert _metric("/tensorstore/cache/miss_count") == misses
+    assert viewer_level.prefetcher is not None
+    viewer_level.prefetcher.close()

@@ -59,12 +59,12 @@ class LazyArray:
     ``get_value`` treat the result as a value.
     """
 
-    __slots__ = ("_admission", "_after", "_dtype", "_prefetch", "_read_through", "_store", "_transform")
+    __slots__ = ("_admission", "_after", "_dtype", "_prefetch", "_read_through", "_store", "_track", "_transform")
 
     def __init__(self, store: Any, *, transform: ValueTransform | None = None,
                  dtype: npt.DTypeLike | None = None, prefetch: PlanePrefetcher | None = None,
                  after_read: Callable[[], None] | None = None,
-                 read_through: Callable[[], Any] | None = None) -> None:
+                 read_through: Callable[[], Any] | None = None, track: bool = True) -> None:
         if any(int(o) != 0 for o in store.domain.origin):
             import tensorstore as ts
 
@@ -77,6 +77,9 @@ class LazyArray:
         # twin on a first touch of its chunks, see CacheAdmission), or None to read through the cache.
         self._read_through = read_through
         self._admission: CacheAdmission | None = None  # made on the first view of this array
+        # Only an opened array tracks which of its chunks were read (CacheAdmission); its views do not:
+        # a view of a viewer's level (napari indexes twice) must keep reading through the cache.
+        self._track = track
         self._dtype: np.dtype[Any] = np.dtype(dtype) if dtype is not None else np.dtype(store.dtype.numpy_dtype)
 
     def __setitem__(self, index: Any, value: Any) -> None:
@@ -166,14 +169,15 @@ class LazyArray:
         if view.rank == 0:
             return self._finish(self._read_view(view))[()]
         through = None
-        if self._prefetch is None and self._read_through is None:
+        if self._track and self._prefetch is None:
             if self._admission is None:
                 self._admission = CacheAdmission(self._store, self.chunks)
             through = self._admission.reader_for(index)
         view = view[ts.d[:].translate_to[0]]
         prefetch = self._prefetch
         after = None if prefetch is None else (lambda: prefetch.after_read(index))
-        return LazyArray(view, transform=self._transform, dtype=self._dtype, after_read=after, read_through=through)
+        return LazyArray(view, transform=self._transform, dtype=self._dtype, after_read=after, read_through=through,
+                         track=False)
 
     def read(self) -> npt.NDArray[Any]:
         """Read the whole view into a new NumPy array (only the chunks it intersects).
