@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import re
 import threading
+import time
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
@@ -23,15 +24,18 @@ class RangeServer:
 
     With ``gate``, every request waits (at most :data:`GATE_WAIT_S`) until the event is set: a host
     that has not answered yet, released by the test. ``self.held`` counts requests waiting at the gate.
+    With ``delay``, every request is answered ``delay`` seconds late (a remote bucket's latency).
     """
 
-    def __init__(self, root: str | os.PathLike[str], *, gate: threading.Event | None = None) -> None:
+    def __init__(self, root: str | os.PathLike[str], *, gate: threading.Event | None = None,
+                 delay: float = 0.0) -> None:
         self.root = Path(root)
         self.requests: list[tuple[str, str | None]] = []
         self.bytes_sent = 0
         self.held = 0
         self._gate = gate
         server = self
+        held_lock = threading.Lock()
 
         class Handler(SimpleHTTPRequestHandler):
             def __init__(self, *args, **kwargs):  # type: ignore[no-untyped-def]
@@ -41,10 +45,14 @@ class RangeServer:
                 pass
 
             def do_GET(self) -> None:
+                if delay > 0:
+                    time.sleep(delay)  # a bucket's round trip (each request on its own thread)
                 if gate is not None and not gate.is_set():
-                    server.held += 1
+                    with held_lock:  # handlers run on threads of their own: += is not atomic
+                        server.held += 1
                     gate.wait(GATE_WAIT_S)
-                    server.held -= 1
+                    with held_lock:
+                        server.held -= 1
                 rng = self.headers.get("Range")
                 server.requests.append((self.path, rng))
                 path = Path(self.translate_path(self.path))

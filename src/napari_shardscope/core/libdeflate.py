@@ -41,12 +41,15 @@ def _load() -> Any:
         candidates.append(str(ext.__file__))
     except ImportError:  # pragma: no cover - the deflate package is a dependency
         pass
-    import ctypes.util
+    for path in [*candidates, None]:
+        if path is None:
+            # Only when the package's module lacks the symbols: find_library runs ldconfig (and a
+            # compiler) in subprocesses, 10+ ms of every process start.
+            from ctypes.util import find_library
 
-    found = ctypes.util.find_library("deflate")
-    if found:  # pragma: no cover - only when the package's module lacks the symbols
-        candidates.append(found)
-    for path in candidates:
+            path = find_library("deflate")  # pragma: no cover
+            if not path:
+                break
         try:
             lib = ctypes.CDLL(path)
             alloc = lib.libdeflate_alloc_decompressor

@@ -29,7 +29,14 @@ from napari_shardscope.core.bytestore.containment import (
     set_follow_symlinks,
 )
 from napari_shardscope.core.bytestore.local import LocalByteStore, write_file_atomic
-from napari_shardscope.core.bytestore.protocol import ByteStore, ReadStats, join_key, read_bounded, read_document
+from napari_shardscope.core.bytestore.protocol import (
+    ByteStore,
+    ReadStats,
+    join_key,
+    read_bounded,
+    read_document,
+    read_ranges,
+)
 from napari_shardscope.core.bytestore.remote import TensorStoreByteStore
 from napari_shardscope.core.bytestore.url import Location, is_remote, parse_url
 
@@ -48,6 +55,7 @@ __all__ = [
     "parse_url",
     "read_bounded",
     "read_document",
+    "read_ranges",
     "set_follow_symlinks",
     "write_file_atomic",
 ]

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
@@ -110,3 +110,17 @@ def read_bounded(store: ByteStore, key: str, max_bytes: int, what: str,
 def read_document(store: ByteStore, key: str) -> bytes | None:
     """A metadata document's bytes (``None`` when absent), refused over :data:`MAX_JSON_BYTES` before reading."""
     return read_bounded(store, key, MAX_JSON_BYTES, "a metadata document", MetadataError)
+
+
+def read_ranges(store: ByteStore, requests: Sequence[tuple[str, int, int]]) -> list[bytes | None]:
+    """:meth:`ByteStore.read_range` of each ``(key, start, end)``, concurrently where the store can.
+
+    Remote stores (:class:`~napari_shardscope.core.bytestore.remote.TensorStoreByteStore`) issue
+    the requests together, so many small ranges cost a few round trips; local stores read them one
+    after another (a local read costs no round trip, and a thread hand-off costs more than the read).
+    """
+    batch = getattr(store, "read_ranges", None)
+    if batch is not None:
+        result: list[bytes | None] = batch(requests)
+        return result
+    return [store.read_range(key, start, end) for key, start, end in requests]

@@ -224,7 +224,7 @@ def write_shard_task(task: ShardTask, source: ExportSource) -> ShardResult:
         box = tuple(slice(a - o, b - o) for a, b, o in zip(start, stop, sc.voxel_offset, strict=True))[::-1]
         block = source.read(task.level, box)
         dtype = dtype or block.dtype.newbyteorder("<")
-        chunks[int(cid)] = np.ascontiguousarray(block, dtype=dtype).tobytes()
+        chunks[int(cid)] = block.astype(dtype, copy=False).tobytes()  # one copy (C order), not two
     store = open_store(task.dest)
     key = write_shard(store, sc.key, sc.sharding, task.shard, chunks, level=task.level_gzip)
     return ShardResult(sc.key, task.shard, key, len(chunks), store.size(key) or 0)

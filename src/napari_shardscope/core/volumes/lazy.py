@@ -19,7 +19,10 @@ Why a wrapper and not the TensorStore object itself:
 
 from __future__ import annotations
 
+import itertools
+import math
 import numbers
+import threading
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -56,11 +59,12 @@ class LazyArray:
     ``get_value`` treat the result as a value.
     """
 
-    __slots__ = ("_after", "_dtype", "_prefetch", "_store", "_transform")
+    __slots__ = ("_admission", "_after", "_dtype", "_prefetch", "_read_through", "_store", "_track", "_transform")
 
     def __init__(self, store: Any, *, transform: ValueTransform | None = None,
                  dtype: npt.DTypeLike | None = None, prefetch: PlanePrefetcher | None = None,
-                 after_read: Callable[[], None] | None = None) -> None:
+                 after_read: Callable[[], None] | None = None,
+                 read_through: Callable[[], Any] | None = None, track: bool = True) -> None:
         if any(int(o) != 0 for o in store.domain.origin):
             import tensorstore as ts
 
@@ -69,6 +73,13 @@ class LazyArray:
         self._transform = transform
         self._prefetch = prefetch  # set on a viewer's level: views read through it warm the next chunk layers
         self._after = after_read
+        # For a view of a script's array: at read time, the view to read instead of ``store`` (an uncached
+        # twin on a first touch of its chunks, see CacheAdmission), or None to read through the cache.
+        self._read_through = read_through
+        self._admission: CacheAdmission | None = None  # made on the first view of this array
+        # Only an opened array tracks which of its chunks were read (CacheAdmission); its views do not:
+        # a view of a viewer's level (napari indexes twice) must keep reading through the cache.
+        self._track = track
         self._dtype: np.dtype[Any] = np.dtype(dtype) if dtype is not None else np.dtype(store.dtype.numpy_dtype)
 
     def __setitem__(self, index: Any, value: Any) -> None:
@@ -157,10 +168,16 @@ class LazyArray:
             raise IndexError(f"index {key!r} is invalid for shape {self.shape}: {exc}") from None
         if view.rank == 0:
             return self._finish(self._read_view(view))[()]
+        through = None
+        if self._track and self._prefetch is None:
+            if self._admission is None:
+                self._admission = CacheAdmission(self._store, self.chunks)
+            through = self._admission.reader_for(index)
         view = view[ts.d[:].translate_to[0]]
         prefetch = self._prefetch
         after = None if prefetch is None else (lambda: prefetch.after_read(index))
-        return LazyArray(view, transform=self._transform, dtype=self._dtype, after_read=after)
+        return LazyArray(view, transform=self._transform, dtype=self._dtype, after_read=after, read_through=through,
+                         track=False)
 
     def read(self) -> npt.NDArray[Any]:
         """Read the whole view into a new NumPy array (only the chunks it intersects).
@@ -170,7 +187,8 @@ class LazyArray:
         ChunkDecodeError, NotFoundError, StoreError
             TensorStore's failure, translated at the door and naming the array and the chunk file.
         """
-        data = self._finish(self._read_view(self._store))
+        view = self._read_through() if self._read_through is not None else None
+        data = self._finish(self._read_view(self._store) if view is None else self._read_view(view, bulk=False))
         if self._after is not None:
             self._after()  # after the plane is read: prefetch never competes with the read it follows
         return data
@@ -193,9 +211,9 @@ class LazyArray:
         """The prefetcher of this array, if :meth:`with_prefetch` made one."""
         return self._prefetch
 
-    def _read_view(self, view: Any) -> npt.NDArray[Any]:
+    def _read_view(self, view: Any, *, bulk: bool = True) -> npt.NDArray[Any]:
         try:
-            return np.asarray(_bulk_view(view).read().result())
+            return np.asarray((_bulk_view(view) if bulk else view).read().result())
         except Exception as exc:  # TensorStore raises ValueError for every failure kind
             raise error_from_tensorstore(exc, where=self._where()) from exc
 
@@ -228,6 +246,93 @@ class LazyArray:
                 raise ValueError(f"value transform changed the shape {data.shape} -> {out.shape}")
             return out.astype(self._dtype, copy=False)
         return data
+
+
+class CacheAdmission:
+    """Which reads of a script's array go through the chunk cache: those touching a chunk read before.
+
+    Why: a decoded chunk put in the cache is memory the allocator faults in fresh and keeps, where an
+    uncached read reuses one buffer. A cold z plane of a 512³ uint64 volume in 64³ chunks decodes
+    128 MiB of chunks; caching them made the first plane 2x slower than TensorStore's uncached read
+    and the process 2.6x larger, for chunks a script reading one plane never reads again. So a read
+    none of whose chunks has been read before goes to an uncached twin of the store (as fast as
+    TensorStore's default), and a read touching any chunk read before goes through the cache and
+    fills it: a loop over the planes of a chunk layer decodes each chunk at most twice.
+    A viewer's levels (:meth:`LazyArray.with_prefetch`) always read through the cache: browsing
+    revisits chunk layers and the prefetcher warms them ahead of the view.
+    """
+
+    #: Chunk positions remembered per array (the oldest are forgotten first).
+    MAX_CHUNKS = 1 << 16
+    #: Reads spanning more chunks than this are not tracked (they take the cached or bulk path, as before).
+    MAX_CHUNKS_PER_READ = 4096
+
+    def __init__(self, store: Any, chunks: tuple[int, ...] | None) -> None:
+        self._store = store
+        self._chunks = chunks
+        self._seen: dict[tuple[int, ...], None] = {}
+        self._twin: Any = None
+        self._lock = threading.Lock()
+
+    def reader_for(self, index: tuple[Any, ...]) -> Callable[[], Any] | None:
+        """For a view of ``index``: a function giving the view to read at read time (``None``: the cached view)."""
+        box = self._box(index)
+        if box is None or math.prod(hi - lo for lo, hi in box) > self.MAX_CHUNKS_PER_READ:
+            return None
+
+        def choose() -> Any:
+            cells = list(itertools.product(*(range(lo, hi) for lo, hi in box)))
+            with self._lock:
+                seen = self._seen
+                first = not any(c in seen for c in cells)
+                for c in cells:
+                    seen.pop(c, None)
+                    seen[c] = None
+                while len(seen) > self.MAX_CHUNKS:
+                    del seen[next(iter(seen))]
+            if not first:
+                return None  # a chunk read before: through the cache, which keeps them
+            twin = self._uncached_twin()
+            if twin is None:
+                return None
+            import tensorstore as ts
+
+            return twin[index][ts.d[:].translate_to[0]]
+
+        return choose
+
+    def _box(self, index: tuple[Any, ...]) -> tuple[tuple[int, int], ...] | None:
+        """The chunk-grid box a normalised index covers, or ``None`` unless it is integers and slices only."""
+        chunks = self._chunks
+        if chunks is None or len(index) != len(chunks):
+            return None  # index arrays, new axes, unaligned grids: the cached path, as before
+        box = []
+        for key, c in zip(index, chunks, strict=True):
+            if isinstance(key, numbers.Integral):
+                lo, hi = int(key), int(key) + 1
+            elif isinstance(key, slice) and isinstance(key.start, int) and isinstance(key.stop, int):
+                lo, hi = key.start, max(key.start, key.stop)
+            else:
+                return None
+            box.append((lo // c, -(-hi // c)))
+        return tuple(box)
+
+    def _uncached_twin(self) -> Any:
+        with self._lock:
+            if self._twin is None:
+                self._twin = _reopen_uncached(self._store) or False
+            return self._twin or None
+
+
+def _reopen_uncached(store: Any) -> Any:
+    """``store`` reopened on a context without a chunk cache, or ``None`` (virtual views cannot reopen)."""
+    try:
+        import tensorstore as ts
+
+        spec = store.spec(retain_context=False)
+        return ts.open(spec, read=True, context=_uncached_context()).result()
+    except Exception:
+        return None
 
 
 #: A read producing at least this many bytes bypasses the chunk cache (see :func:`_bulk_view`).

@@ -231,8 +231,7 @@ class PrecomputedInspector:
         except StoreError:
             if source.sharding is None or source.sharding.num_shards > MAX_PROBED_SHARDS:
                 raise
-            with ThreadPoolExecutor(32) as pool:
-                found = list(pool.map(reader.shard_file, range(source.sharding.num_shards)))
+            found = reader.load_shard_files(range(source.sharding.num_shards))  # probes in flight together
             return [f.shard for f in found if f is not None]
 
     # -- inspect -----------------------------------------------------------------------------
@@ -287,9 +286,14 @@ class PrecomputedInspector:
         # files and indexes stay cached while its minishard indexes load; totals are taken from the
         # pool's results, never re-read through the LRU caches, which a dataset may outgrow.
         def load(shard: int) -> tuple[ShardFile | None, ShardIndex | None]:
-            file, index = reader.shard_file(shard), reader.shard_index(shard)
-            reader.prefetch_minishards(shard)  # remote: the shard's indexes in few range requests
-            return file, index
+            return reader.shard_file(shard), reader.shard_index(shard)
+
+        def load_batch(batch: list[int]) -> list[tuple[ShardFile | None, ShardIndex | None]]:
+            if self.store.cheap_size:
+                return list(pool.map(load, batch))
+            # Remote: the batch's shard files and every minishard index with requests in flight together.
+            reader.prefetch_minishards_of(batch)
+            return [load(shard) for shard in batch]
 
         def count(job: tuple[int, int]) -> tuple[int, int]:
             mi = reader.minishard_index(*job)
@@ -299,7 +303,7 @@ class PrecomputedInspector:
         with ThreadPoolExecutor(8 if self.store.cheap_size else 32) as pool:
             for first in range(0, len(shards), INSPECT_BATCH):
                 batch = shards[first : first + INSPECT_BATCH]
-                loaded = list(pool.map(load, batch))
+                loaded = load_batch(batch)
                 jobs = [
                     (shard, int(m))
                     for shard, (_, index) in zip(batch, loaded, strict=True)

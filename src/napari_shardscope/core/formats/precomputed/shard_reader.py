@@ -17,7 +17,7 @@ import numpy as np
 import numpy.typing as npt
 
 from napari_shardscope.core.allocator import tune_malloc
-from napari_shardscope.core.bytestore import ByteStore, join_key, read_bounded
+from napari_shardscope.core.bytestore import ByteStore, join_key, read_bounded, read_ranges
 from napari_shardscope.core.cache import LruCache
 from napari_shardscope.core.encoding import MAX_DECODED_BYTES, decode_bytes
 from napari_shardscope.core.errors import ArgumentError, ChunkDecodeError, FormatError, IndexDecodeError
@@ -31,9 +31,11 @@ from napari_shardscope.core.formats.precomputed.shard_index import (
 from napari_shardscope.core.formats.precomputed.sharding import ShardingSpec, assign_chunk_ids, format_shard_name
 
 Layout = Literal["shard", "index+data"]
-#: Minishard indexes of one shard closer than this are fetched from a remote store as one range: with
-#: 32 requests in flight a request costs ~1 ms of a 30 ms bucket round trip, the time 64 KiB takes at 100 MB/s.
-COALESCE_GAP = 64 << 10
+#: Minishard indexes of one shard at most this far apart may be fetched from a remote store as one
+#: range, and only while the bytes skipped stay below the index bytes wanted (:func:`coalesce_ranges`):
+#: with the requests in flight together a request costs little, so a merge may never fetch much more
+#: than it needs (merging on gap alone fetched whole small shards, 200x the index bytes).
+COALESCE_GAP = 16 << 10
 #: The longest range one coalesced fetch may span.
 COALESCE_SPAN = 16 << 20
 T = TypeVar("T")
@@ -234,47 +236,70 @@ class ShardedReader:
     @property
     def prefetches(self) -> bool:
         """Whether :meth:`prefetch_minishards` fetches anything (remote stores) or leaves loads to lookups."""
-        return COALESCE_GAP > 0 and not self.store.cheap_size
+        return not self.store.cheap_size
 
     def prefetch_minishards(self, shard: int, minishards: Sequence[int] | None = None) -> None:
-        """Load these minishard indexes of ``shard`` (default: every non-empty one) in few requests.
+        """Load these minishard indexes of ``shard`` (default: every non-empty one) with requests in flight together."""
+        self.prefetch_minishards_of([shard], None if minishards is None else {shard: minishards})
 
-        On a remote store each range read is a round trip. Index ranges of one shard that lie within
-        :data:`COALESCE_GAP` bytes of each other are fetched as one range (up to :data:`COALESCE_SPAN`
-        bytes) and split; local stores read each index alone (a read there costs no round trip).
-        Indexes already cached are skipped; failures are cached like any load's.
+    def load_shard_files(self, shards: Sequence[int]) -> list[ShardFile | None]:
+        """:meth:`shard_file` of each shard; on a remote store the existence probes (shard-index reads) go together.
+
+        A remote store has no cheap stat, so finding which of ``n`` possible shards exist costs ``n``
+        range reads; issued together they cost a few round trips. Results are cached like
+        :meth:`shard_file`'s.
         """
-        index = self.shard_index(shard)
-        if index is None or self.store.cheap_size:
+        if not self.store.cheap_size:
+            n = self.spec.shard_index_size
+            todo = [s for s in dict.fromkeys(shards) if not self._files.contains(s)]
+            heads = read_ranges(self.store, [(self.shard_key(s), 0, n) for s in todo])
+            found: dict[int, ShardFile | None] = {
+                s: ShardFile(s, "shard", self.shard_key(s), head=h) for s, h in zip(todo, heads, strict=True)
+                if h is not None
+            }
+            rest = [s for s in todo if s not in found]  # the obsolete .index + .data pair, or no file
+            heads = read_ranges(self.store, [(self.shard_key(s, "index"), 0, n) for s in rest])
+            for s, h in zip(rest, heads, strict=True):
+                found[s] = None if h is None else ShardFile(
+                    s, "index+data", self.shard_key(s, "index"), self.shard_key(s, "data"), head=h)
+            for s, f in found.items():
+                self._files.get_or_load(s, partial(_identity, f))
+        return [self.shard_file(s) for s in shards]
+
+    def prefetch_minishards_of(self, shards: Sequence[int], minishards: dict[int, Sequence[int]] | None = None) -> None:
+        """Load the minishard indexes of ``shards`` (default: every non-empty one) in few round trips.
+
+        On a remote store each range read is a round trip: all of them are issued together
+        (:func:`~napari_shardscope.core.bytestore.read_ranges`), and index ranges of one shard that
+        :func:`coalesce_ranges` merges come as one. Local stores leave each load to the lookup that
+        needs it (a local read costs no round trip). Indexes already cached are skipped; failures are
+        cached like any load's.
+        """
+        if self.store.cheap_size:
             return
-        wanted = index.nonempty_minishards().tolist() if minishards is None else list(minishards)
         limit = min(COALESCE_SPAN, self.max_minishard_index_bytes())
-        ranges = sorted(
-            (start, end, m)
-            for m in wanted
-            if not self._minishards.contains((shard, m))
-            for start, end in [index.minishard_range(m)]
-            if 0 < end - start <= limit  # an implausible range is left to the checks of the ordinary load
-        )
-        groups: list[tuple[int, int, list[tuple[int, int, int]]]] = []  # (lo, hi, members)
-        for r in ranges:
-            near = groups and r[0] - groups[-1][1] <= COALESCE_GAP
-            if near and max(r[1], groups[-1][1]) - groups[-1][0] <= COALESCE_SPAN:
-                lo, hi, members = groups[-1]
-                members.append(r)
-                groups[-1] = (lo, max(hi, r[1]), members)
-            else:
-                groups.append((r[0], r[1], [r]))
-        file = self.shard_file(shard)
-        if file is None:
-            return
-        for lo, hi, group in groups:
-            if len(group) == 1:
-                continue  # one index alone: read it the ordinary way, when asked for
-            data = self.read_file_range(file, lo, hi)
-            for start, end, m in group:
-                self._minishards.get_or_load((shard, m), partial(_catch_load, self._load_minishard, shard, m,
-                                                                 data[start - lo : end - lo]))
+        requests: list[tuple[str, int, int]] = []
+        groups: list[tuple[int, int, list[tuple[int, int, int]]]] = []  # (shard, lo, members)
+        for shard, file in zip(shards, self.load_shard_files(shards), strict=True):
+            index = self.shard_index(shard) if file is not None else None
+            if file is None or index is None or file.layout != "shard":
+                continue  # the obsolete split layout is left to ordinary loads
+            wanted = index.nonempty_minishards().tolist() if minishards is None else list(minishards.get(shard, ()))
+            ranges = sorted(
+                (start, end, m)
+                for m in wanted
+                if not self._minishards.contains((shard, m))
+                for start, end in [index.minishard_range(m)]
+                if 0 < end - start <= limit  # an implausible range is left to the checks of the ordinary load
+            )
+            for members in coalesce_ranges(ranges):
+                lo, hi = members[0][0], max(r[1] for r in members)
+                requests.append((file.key, lo, hi))
+                groups.append((shard, lo, members))
+        for (shard, lo, members), data in zip(groups, read_ranges(self.store, requests), strict=True):
+            for start, end, m in members:
+                part = (data or b"")[start - lo : end - lo]
+                self._minishards.get_or_load((shard, m), partial(_catch_load, self._load_minishard, shard, m, part))
 
     def _load_minishard(self, shard: int, minishard: int, prefetched: bytes | None = None) -> MinishardIndex:
         index = self.shard_index(shard)
@@ -380,6 +405,9 @@ class ShardedReader:
         Remote stores answer each small range request with a round trip; issuing them all at once
         is what makes ``inspect`` of a bucket fast.
         """
+        if not self.store.cheap_size:
+            self.prefetch_minishards_of(shards)  # requests in flight together, no thread each
+            return
         from concurrent.futures import ThreadPoolExecutor
 
         with ThreadPoolExecutor(workers) as pool:
@@ -471,6 +499,38 @@ def decode_chunk(
             f"chunk {chunk_id} decodes to {len(decoded)} bytes, expected {exact}", key=key, offset=offset
         )
     return decoded
+
+
+def coalesce_ranges(ranges: Sequence[tuple[int, int, int]]) -> list[list[tuple[int, int, int]]]:
+    """Sorted ``(start, end, tag)`` ranges grouped into the ranges one request each should fetch.
+
+    A range joins the group before it when the gap between them is at most :data:`COALESCE_GAP`,
+    the group would span at most :data:`COALESCE_SPAN`, and the bytes skipped in the group stay at
+    most the bytes wanted: a merged request never transfers more than twice what it needs.
+    """
+    groups: list[list[tuple[int, int, int]]] = []
+    lo = hi = wanted = skipped = 0
+    for r in ranges:
+        start, end, _ = r
+        gap = max(0, start - hi)
+        if (
+            groups
+            and gap <= COALESCE_GAP
+            and max(end, hi) - lo <= COALESCE_SPAN
+            and skipped + gap <= wanted + (end - start)
+        ):
+            groups[-1].append(r)
+            skipped += gap
+            wanted += end - start
+            hi = max(hi, end)
+        else:
+            groups.append([r])
+            lo, hi, wanted, skipped = start, end, end - start, 0
+    return groups
+
+
+def _identity(value: T) -> T:
+    return value
 
 
 def _catch_load(load: Callable[..., T], *args: Any) -> T | FormatError:
