@@ -24,16 +24,16 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 import numpy as np
 import numpy.typing as npt
 
-from napari_shardscope.core.bytestore import ByteStore, join_key, read_bounded, read_document
-from napari_shardscope.core.encoding import gunzip
+from napari_shardscope.core.bytestore import ByteStore, join_key, read_document
 from napari_shardscope.core.errors import ArgumentError, ChunkDecodeError, IndexDecodeError, MetadataError
-from napari_shardscope.core.formats.precomputed.shard_reader import DecodeBounds, ShardedReader, ShardFile
+from napari_shardscope.core.formats.precomputed.segment_files import MAX_SEGMENT_FILE_BYTES, SegmentFiles
+from napari_shardscope.core.formats.precomputed.shard_reader import ShardFile
 from napari_shardscope.core.formats.precomputed.sharding import ShardingSpec, parse_sharding_spec
 from napari_shardscope.core.json_document import load_json
 
@@ -42,15 +42,13 @@ U32 = npt.NDArray[np.uint32]
 
 LEGACY = "neuroglancer_legacy_mesh"
 MULTILOD = "neuroglancer_multilod_draco"
-#: Most bytes one mesh file, manifest or a segment's fragment data may take (a whole neuron's
-#: finest level is tens of MB; a damaged manifest claiming more is refused before the read).
-MAX_MESH_BYTES = 1 << 30
+#: Most bytes one mesh file, manifest or a segment's fragment data may take.
+MAX_MESH_BYTES = MAX_SEGMENT_FILE_BYTES
 #: Most bytes a manifest may take (legacy JSON or a multilod binary manifest).
 MAX_MANIFEST_BYTES = 64 << 20
 #: Most levels of detail and fragments per level a multilod manifest may claim.
 MAX_LODS = 64
 MAX_FRAGMENTS = 1 << 22
-GZIP_SUFFIX = ".gz"
 
 
 @dataclass(frozen=True, eq=False)
@@ -287,55 +285,10 @@ class MeshSource(Protocol):
         ...
 
 
-@dataclass
-class _Base:
-    store: ByteStore
-    prefix: str
-    info: MeshInfo
-    reader: ShardedReader | None = field(default=None, init=False)
-
-    def __post_init__(self) -> None:
-        if self.info.sharding is not None:
-            self.reader = ShardedReader(self.store, self.prefix, self.info.sharding,
-                                        bounds=DecodeBounds(max_chunk_bytes=MAX_MESH_BYTES))
-
-    def where(self, name: str) -> str:
-        return f"{self.store.url.rstrip('/')}/{join_key(self.prefix, name)}"
-
-    def read_file(self, name: str, limit: int) -> tuple[bytes, str] | None:
-        """A file's bytes and where they came from, gunzipped when stored as ``NAME.gz``."""
-        key = join_key(self.prefix, name)
-        data = read_bounded(self.store, key + GZIP_SUFFIX, limit, "a mesh file", ChunkDecodeError)
-        if data is not None:
-            where = self.where(name + GZIP_SUFFIX)
-            return gunzip(data, key=where, offset=0, max_size=limit), where
-        data = read_bounded(self.store, key, limit, "a mesh file", ChunkDecodeError)
-        return None if data is None else (data, self.where(name))
-
-    def segment_ids(self) -> list[int]:
-        if self.reader is not None:
-            ids: set[int] = set()
-            for shard in self.reader.existing_shards():
-                ids.update(loc.chunk_id for loc in self.reader.iter_chunks(shard))
-            return sorted(ids)
-        return sorted(self._unsharded_ids())
-
-    def _unsharded_ids(self) -> set[int]:
-        prefix = f"{self.prefix}/" if self.prefix else ""
-        out: set[int] = set()
-        for key in self.store.list(prefix):
-            name = key[len(prefix):]
-            found = self._id_of_name(name)
-            if found is not None:
-                out.add(found)
-        return out
-
-    def _id_of_name(self, name: str) -> int | None:  # pragma: no cover - overridden
-        raise NotImplementedError
-
-
-class MultilodMeshSource(_Base):
+class MultilodMeshSource(SegmentFiles[MeshInfo]):
     """A ``neuroglancer_multilod_draco`` directory, sharded or not."""
+
+    file_kind = "a mesh file"
 
     def manifest(self, segment_id: int) -> tuple[MultilodManifest, int, str, ShardFile | None] | None:
         """The manifest, the byte offset its fragment data starts at, the key holding that data, the shard file."""
@@ -420,15 +373,17 @@ class MultilodMeshSource(_Base):
                                    key=self.where(str(segment_id)))
         return found
 
-    def _id_of_name(self, name: str) -> int | None:
+    def id_of_name(self, name: str) -> int | None:
         for suffix in (".index.gz", ".index"):
             if name.endswith(suffix) and name[: -len(suffix)].isdigit():
                 return int(name[: -len(suffix)])
         return None
 
 
-class LegacyMeshSource(_Base):
+class LegacyMeshSource(SegmentFiles[MeshInfo]):
     """A ``neuroglancer_legacy_mesh`` directory: ``<id>:0`` manifests + fragments, or sharded fragments."""
+
+    file_kind = "a mesh file"
 
     def fragment_names(self, segment_id: int) -> list[str] | None:
         found = self.read_file(f"{segment_id}:0", MAX_MANIFEST_BYTES)
@@ -474,7 +429,7 @@ class LegacyMeshSource(_Base):
             parts.append(MeshData(segment_id, apply_transform(v.astype(np.float64), transform), f, 0))
         return concatenate_meshes(segment_id, parts, 0)
 
-    def _id_of_name(self, name: str) -> int | None:
+    def id_of_name(self, name: str) -> int | None:
         for suffix in (":0.gz", ":0"):
             if name.endswith(suffix) and name[: -len(suffix)].isdigit():
                 return int(name[: -len(suffix)])

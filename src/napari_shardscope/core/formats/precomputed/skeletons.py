@@ -18,11 +18,10 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from napari_shardscope.core.bytestore import ByteStore, join_key, read_bounded, read_document
-from napari_shardscope.core.encoding import gunzip
+from napari_shardscope.core.bytestore import ByteStore, join_key, read_document
 from napari_shardscope.core.errors import ChunkDecodeError, MetadataError
-from napari_shardscope.core.formats.precomputed.meshes import GZIP_SUFFIX, MAX_MESH_BYTES, parse_transform
-from napari_shardscope.core.formats.precomputed.shard_reader import DecodeBounds, ShardedReader
+from napari_shardscope.core.formats.precomputed.meshes import parse_transform
+from napari_shardscope.core.formats.precomputed.segment_files import MAX_SEGMENT_FILE_BYTES, SegmentFiles
 from napari_shardscope.core.formats.precomputed.sharding import ShardingSpec, parse_sharding_spec
 from napari_shardscope.core.json_document import load_json
 
@@ -106,19 +105,10 @@ def decode_skeleton(data: bytes, info: SkeletonInfo, segment_id: int, *, key: st
     return SkeletonData(segment_id, model, edges, attrs)
 
 
-@dataclass
-class SkeletonSource:
+class SkeletonSource(SegmentFiles[SkeletonInfo]):
     """A ``neuroglancer_skeletons`` directory."""
 
-    store: ByteStore
-    prefix: str
-    info: SkeletonInfo
-    reader: ShardedReader | None = field(default=None, init=False)
-
-    def __post_init__(self) -> None:
-        if self.info.sharding is not None:
-            self.reader = ShardedReader(self.store, self.prefix, self.info.sharding,
-                                        bounds=DecodeBounds(max_chunk_bytes=MAX_MESH_BYTES))
+    file_kind = "a skeleton file"
 
     def skeleton(self, segment_id: int) -> SkeletonData | None:
         """The segment's skeleton, ``None`` when the source has none."""
@@ -128,29 +118,8 @@ class SkeletonSource:
             if data is None or loc.byte_range is None:
                 return None
             return decode_skeleton(data, self.info, segment_id, key=loc.shard_file, offset=loc.byte_range[0])
-        key = join_key(self.prefix, str(segment_id))
-        where = f"{self.store.url.rstrip('/')}/{key}"
-        raw = read_bounded(self.store, key + GZIP_SUFFIX, MAX_MESH_BYTES, "a skeleton file", ChunkDecodeError)
-        if raw is not None:
-            where += GZIP_SUFFIX
-            raw = gunzip(raw, key=where, offset=0, max_size=MAX_MESH_BYTES)
-        else:
-            raw = read_bounded(self.store, key, MAX_MESH_BYTES, "a skeleton file", ChunkDecodeError)
-        return None if raw is None else decode_skeleton(raw, self.info, segment_id, key=where)
-
-    def segment_ids(self) -> list[int]:
-        if self.reader is not None:
-            ids: set[int] = set()
-            for shard in self.reader.existing_shards():
-                ids.update(loc.chunk_id for loc in self.reader.iter_chunks(shard))
-            return sorted(ids)
-        prefix = f"{self.prefix}/" if self.prefix else ""
-        out = set()
-        for k in self.store.list(prefix):
-            name = k[len(prefix):].removesuffix(GZIP_SUFFIX)
-            if name.isdigit():
-                out.add(int(name))
-        return sorted(out)
+        found = self.read_file(str(segment_id), MAX_SEGMENT_FILE_BYTES)
+        return None if found is None else decode_skeleton(found[0], self.info, segment_id, key=found[1])
 
 
 def open_skeleton_source(store: ByteStore, prefix: str) -> SkeletonSource:
