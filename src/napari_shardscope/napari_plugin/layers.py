@@ -11,6 +11,8 @@ Choices made here, and why:
   different formats or resolutions overlay in one world.
 * ``contrast_limits`` are always passed for images (from metadata or the dtype); without them
   napari computes the data range, which would read the whole volume.
+* The arrays are wrapped in :class:`~napari_shardscope.napari_plugin.shown.ShownArray`: a chunk that
+  does not decode is drawn as background and reported, instead of an error inside napari's slicing.
 * Segmentations become Labels layers; images become Image layers (a channel axis is split into
   one layer per channel, as napari does for multichannel images), never guessed to be RGB(A) from
   a last axis of length 3 or 4.
@@ -24,6 +26,7 @@ from typing import Any
 
 from napari_shardscope.core.errors import UnsupportedFeatureError
 from napari_shardscope.core.volumes import Volume
+from napari_shardscope.napari_plugin.shown import shown
 
 log = logging.getLogger(__name__)
 
@@ -50,7 +53,7 @@ def volume_layer_data(volume: Volume) -> LayerData:
         raise UnsupportedFeatureError(f"showing a {spatial}-D array in napari", key=volume.url,
                                       detail="napari draws images of 2 or more dimensions; inspect and read it "
                                       "from Python instead")
-    arrays = volume.arrays
+    arrays = shown(list(volume.arrays))  # a damaged chunk is drawn empty and reported, not raised into napari
     multiscale = len(arrays) > 1
     coarsest = volume.levels[-1].shape
     if len(coarsest) >= 2 and math.prod(coarsest[-2:]) > COARSEST_PLANE_LIMIT:
