@@ -52,12 +52,11 @@ def test_locate_outline_has_the_volumes_voxel_size(make_napari_viewer: Any, samp
     # the outline is drawn on the plane the view moved to (with scale 1 it fell between the volume's planes)
     z_world = viewer.dims.point[0]
     assert lo[0] < z_world < hi[0]
-    qtbot.wait(50)
+    viewer.screenshot(canvas_only=True, flash=False)  # the docked panel has settled the canvas size
     shown = viewer.screenshot(canvas_only=True, flash=False)
     outline.visible = False
-    qtbot.wait(50)
     hidden = viewer.screenshot(canvas_only=True, flash=False)
-    assert np.any(shown != hidden)
+    assert shown.shape == hidden.shape and np.any(shown != hidden)
 
 
 def test_clicking_a_problem_on_a_damaged_chunk_goes_there_without_error(

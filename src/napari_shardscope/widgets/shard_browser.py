@@ -64,6 +64,7 @@ from napari_shardscope.core.layout import (
     parse_position,
 )
 from napari_shardscope.widgets.lifecycle import on_removed
+from napari_shardscope.widgets.scrolling import scroll_body, wrapping
 
 if TYPE_CHECKING:
     import napari
@@ -152,7 +153,7 @@ class ShardBrowser(QWidget):
     def _build_ui(self) -> None:
         self.setToolTip(HELP)
         self.setMinimumWidth(440)
-        layout = QVBoxLayout(self)
+        layout = QVBoxLayout(scroll_body(self))  # scrolls in a short dock instead of overlapping
         top = QHBoxLayout()
         top.addWidget(QLabel("Layer:"))
         self.layer_combo = QComboBox()
@@ -180,7 +181,7 @@ class ShardBrowser(QWidget):
         self.tree_widget.itemClicked.connect(self._on_item_clicked)
         self.tree_widget.setMinimumHeight(220)
         layout.addWidget(self.tree_widget, stretch=4)
-        self.detail_label = QLabel("")
+        self.detail_label = wrapping(QLabel(""))  # a long path wraps in the panel's width, never over the tree
         self.detail_label.setWordWrap(True)
         self.detail_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         layout.addWidget(self.detail_label)
@@ -205,7 +206,7 @@ class ShardBrowser(QWidget):
         self.cursor_check = QCheckBox("Locate under cursor (move: show, click: outline)")
         self.cursor_check.toggled.connect(self.set_cursor_mode)
         form.addRow(self.cursor_check)
-        self.locate_label = QLabel("")
+        self.locate_label = wrapping(QLabel(""))
         self.locate_label.setWordWrap(True)
         self.locate_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         form.addRow(self.locate_label)

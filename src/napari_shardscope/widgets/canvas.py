@@ -1,0 +1,269 @@
+"""The canvas side of proofreading: the selection drawn on the volume, hover text, the view moved by go-to.
+
+One binding per viewer (:func:`canvas_for`; the Proofreading and Navigate panels share it). What
+it draws comes from the Qt-free core (:mod:`napari_shardscope.core.proofreading.highlight`,
+:mod:`~napari_shardscope.core.proofreading.navigation`); what lives here needs napari:
+
+* two overlay Labels layers over the body layer, lazy like it (a selection change is a re-slice
+  of cached chunks): *selection* — the first selected body yellow, the others cyan, picked
+  supervoxels magenta; outlined in 2-D, filled in 3-D (napari draws no contours in 3-D) — and
+  *selected supervoxels* — the supervoxel boundaries within the selected bodies, shown in
+  supervoxel mode;
+* *dim the others*: the body layer faded, the selection filled, so only the selection stands out;
+* hover: body and supervoxel id, size and last edit of what is under the cursor, in napari's
+  status bar (as the body layer's features for the body there) and in :attr:`hover`;
+* go-to: the camera centred on the target's box and zoomed to fit it, the dims on its plane.
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+from psygnal import Signal
+
+from napari_shardscope.core.errors import ShardscopeError
+from napari_shardscope.core.proofreading import ControllerState
+from napari_shardscope.core.proofreading.highlight import (
+    FIRST,
+    OTHER,
+    PICKED,
+    HoverCache,
+    HoverInfo,
+    ShownSelection,
+    selection_arrays,
+    supervoxel_arrays,
+)
+from napari_shardscope.core.proofreading.navigation import NavTarget
+from napari_shardscope.widgets.session import LAYER_KEY, ViewerSession, keep_read_only, session_for
+from napari_shardscope.widgets.shard_browser import camera
+
+if TYPE_CHECKING:
+    import napari
+    from napari.layers import Labels
+
+#: Overlay colours (RGBA): the body merged into / cleaved / split, the other selected bodies, picked supervoxels.
+COLOURS = {FIRST: (1.0, 0.85, 0.0, 1.0), OTHER: (0.0, 0.9, 1.0, 1.0), PICKED: (1.0, 0.1, 0.9, 1.0)}
+#: Body layer opacity while the others are dimmed.
+DIMMED_OPACITY = 0.15
+#: Outline width (screen-independent: data pixels of the level shown) of the selection in 2-D.
+CONTOUR = 2
+#: The target's box fills this fraction of the canvas after a go-to.
+FIT = 0.8
+
+
+class CanvasBinding:
+    """Per viewer: selection overlays, the dim toggle, hover text and go-to camera moves."""
+
+    #: Emitted with the :class:`HoverInfo` under the cursor (``None`` off the volume).
+    hovered = Signal(object)
+    #: Emitted after the dim toggle changed (its new value).
+    dimmed = Signal(bool)
+
+    def __init__(self, session: ViewerSession) -> None:
+        self.session = session
+        self.controller = session.controller
+        self._viewer = weakref.ref(session.viewer)
+        self.shown = ShownSelection()
+        self.selection_layer: Labels | None = None
+        self.supervoxel_layer: Labels | None = None
+        self._layers_for: Any = None
+        self._dim = False
+        self._body_opacity: float | None = None
+        self._hover_cache = HoverCache()
+        self.hover: HoverInfo | None = None
+        self._hover_key: tuple[Any, ...] | None = None
+        self.last_target: NavTarget | None = None
+        self._revision = -1
+        session.layers_changed.connect(self._on_layers)
+        self.controller.subscribe(self._render)
+        self.controller.on_navigate(self.move_to)
+        viewer = session.viewer
+        viewer.dims.events.ndisplay.connect(self._on_ndisplay, position="first")  # styled before napari slices
+        viewer.mouse_move_callbacks.append(self._on_mouse_move)
+        self._on_layers()
+
+    @property
+    def viewer(self) -> napari.Viewer:
+        return self.session.viewer
+
+    # -- overlays -------------------------------------------------------------------------------------
+    def _alive(self, layer: Any) -> bool:
+        return layer is not None and layer in self.viewer.layers
+
+    def _on_layers(self) -> None:
+        """The body layer was added or given new data: point the overlays at the same version."""
+        body = self.session.body_layer
+        version = self.controller.version
+        if body is None or version is None or not self._alive(body):
+            return
+        sel, svs = selection_arrays(version, self.shown), supervoxel_arrays(version, self.shown)
+        data_sel: Any = sel if len(sel) > 1 else sel[0]
+        data_svs: Any = svs if len(svs) > 1 else svs[0]
+        if (self._layers_for is body and self._alive(self.selection_layer) and self._alive(self.supervoxel_layer)
+                and self.selection_layer is not None and self.supervoxel_layer is not None):
+            self.selection_layer.data = data_sel
+            self.supervoxel_layer.data = data_svs
+        else:
+            self._add_overlays(body, data_sel, data_svs)
+        self._render(self.controller.state)
+
+    def _add_overlays(self, body: Labels, data_sel: Any, data_svs: Any) -> None:
+        from napari.utils.colormaps import DirectLabelColormap
+
+        viewer = self.viewer
+        for old in (self.selection_layer, self.supervoxel_layer):
+            if self._alive(old):
+                viewer.layers.remove(old)
+        active = viewer.layers.selection.active
+        common: dict[str, Any] = {"scale": tuple(body.scale), "translate": tuple(body.translate),
+                                  "multiscale": bool(body.multiscale), "axis_labels": tuple(body.axis_labels),
+                                  "units": tuple(body.units), "metadata": {LAYER_KEY: {"overlay": True}}}
+        name = body.name.removesuffix(" bodies")
+        self.supervoxel_layer = viewer.add_labels(data_svs, name=f"{name} selected supervoxels", visible=False,
+                                                  opacity=1.0, **common)
+        colours: dict[int | None, Any] = {0: (0, 0, 0, 0), None: (0, 0, 0, 0), **COLOURS}
+        self.selection_layer = viewer.add_labels(data_sel, name=f"{name} selection", opacity=0.9,
+                                                 colormap=DirectLabelColormap(color_dict=colours), **common)
+        for layer in (self.supervoxel_layer, self.selection_layer):
+            keep_read_only(layer)
+        self._layers_for = body
+        self._style()
+        viewer.layers.selection.active = body if self._alive(body) else active  # clicks stay on the body layer
+
+    def _style(self) -> None:
+        """Outline in 2-D (filled while the others are dimmed, and in 3-D); supervoxel contours in 2-D."""
+        three_d = self.viewer.dims.ndisplay == 3
+        if self._alive(self.selection_layer):
+            assert self.selection_layer is not None
+            self.selection_layer.contour = 0 if (three_d or self._dim) else CONTOUR
+            self.selection_layer.opacity = 0.55 if (self._dim and not three_d) else 0.9
+            # in 3-D the overlay's surface is the body's own: drawn without the depth test it shows (through
+            # whatever hides it, which is what a highlight is for)
+            self.selection_layer.blending = "translucent_no_depth" if three_d else "translucent"
+        if self._alive(self.supervoxel_layer):
+            assert self.supervoxel_layer is not None
+            self.supervoxel_layer.contour = 0 if three_d else 1
+
+    def _on_ndisplay(self, *_: Any) -> None:
+        self._style()
+
+    def _render(self, state: ControllerState) -> None:
+        """Follow the selection, the picked supervoxels and the click mode."""
+        changed = self.shown.update(state.selected, state.picked)
+        if state.revision != self._revision:  # an edit (an undo too) changed which supervoxels a body holds
+            self._revision = state.revision
+            changed = True
+        sel, svs = self.selection_layer, self.supervoxel_layer
+        if self._alive(svs):
+            assert svs is not None
+            want = state.mode == "supervoxels" and bool(state.selected)
+            if svs.visible != want:
+                svs.visible = want
+            elif changed and want:
+                svs.refresh()
+        if changed and self._alive(sel):
+            assert sel is not None
+            sel.refresh()
+
+    def refresh(self) -> None:
+        """Re-draw the overlays (after an edit changed which supervoxels a body holds)."""
+        for layer in (self.selection_layer, self.supervoxel_layer):
+            if self._alive(layer) and layer is not None and layer.visible:
+                layer.refresh()
+
+    # -- dimming --------------------------------------------------------------------------------------
+    @property
+    def dim_others(self) -> bool:
+        return self._dim
+
+    def set_dim_others(self, on: bool) -> None:
+        """Fade every body but the selected ones (the body layer's opacity; the selection filled)."""
+        on = bool(on)
+        body = self.session.body_layer
+        if on == self._dim:
+            return
+        self._dim = on
+        if body is not None and self._alive(body):
+            if on:
+                self._body_opacity = float(body.opacity)
+                body.opacity = DIMMED_OPACITY
+            else:
+                body.opacity = self._body_opacity if self._body_opacity is not None else 0.7
+        self._style()
+        self.dimmed.emit(on)
+
+    def toggle_dim_others(self) -> bool:
+        self.set_dim_others(not self._dim)
+        return self._dim
+
+    # -- hover ----------------------------------------------------------------------------------------
+    def describe_at(self, world: Sequence[float]) -> HoverInfo | None:
+        """What is at a world position (2-D: the plane shown), or ``None`` off the volume."""
+        version = self.controller.version
+        voxel = self.session.voxel_at(world)
+        if version is None or voxel is None:
+            return None
+        return self._hover_cache.describe(version, voxel, self.controller.session.revision)
+
+    def _on_mouse_move(self, viewer: Any, event: Any) -> None:
+        if self.controller.version is None or viewer.dims.ndisplay != 2:
+            return
+        try:
+            info = self.describe_at(event.position)
+        except ShardscopeError:
+            info = None
+        self.show_hover(info)
+
+    def show_hover(self, info: HoverInfo | None) -> None:
+        """Publish hover text: the panel's label, and napari's status bar (the body layer's features)."""
+        key = None if info is None else (info.body, info.supervoxel, info.size, info.last_edit)
+        if key == self._hover_key:
+            return
+        self._hover_key = key
+        self.hover = info
+        body = self.session.body_layer
+        if info is not None and info.body and body is not None and self._alive(body):
+            body.features = info.features()  # napari's status bar: "…: 12; supervoxel: 345, size: …"
+            if self.viewer.layers.selection.active is body:
+                self.viewer.update_status_from_cursor()  # napari computed it before the features were set
+        self.hovered.emit(info)
+
+    # -- go to --------------------------------------------------------------------------------------
+    def move_to(self, target: NavTarget) -> None:
+        """Centre the view on ``target``'s box, zoomed to fit it, on the plane of its focus voxel."""
+        version = self.controller.version
+        if version is None:
+            return
+        self.last_target = target
+        g = version.scales[0]
+        lo, hi = (np.asarray(b) for b in target.world_box(g))
+        focus = np.asarray(target.world_focus(g))
+        viewer = self.viewer
+        offset = viewer.dims.ndim - 3
+        displayed = [d - offset for d in viewer.dims.displayed if d >= offset]
+        for axis in range(3):
+            if axis not in displayed:
+                viewer.dims.set_point(axis + offset, float(focus[axis]))
+        centre = (lo + hi) / 2
+        cam = camera(viewer)
+        cam.center = tuple(float(centre[d]) for d in displayed)
+        size = getattr(getattr(viewer, "canvas", None), "size", None) or (600, 800)
+        extent = np.maximum(hi - lo, 1e-9)
+        shown = displayed[-2:]
+        cam.zoom = float(FIT * min(size[0] / extent[shown[0]], size[1] / extent[shown[1]]))
+        self.refresh()
+
+
+_BINDINGS: weakref.WeakKeyDictionary[Any, CanvasBinding] = weakref.WeakKeyDictionary()
+
+
+def canvas_for(viewer: napari.Viewer) -> CanvasBinding:
+    """The canvas binding of ``viewer`` (made on first call; the panels share it)."""
+    session = session_for(viewer)
+    binding = _BINDINGS.get(session)
+    if binding is None:
+        binding = _BINDINGS[session] = CanvasBinding(session)
+    return binding
