@@ -139,10 +139,11 @@ def test_dim_the_others_and_supervoxel_boundaries(proofread: Proofread, qtbot: A
     assert not nav.dim_check.isChecked() and body_layer.opacity > DIMMED_OPACITY
 
     # supervoxel mode (Shift-T): the supervoxel boundaries inside the selected body are drawn
-    svs_layer = canvas_for(viewer).supervoxel_layer
-    assert svs_layer is not None and not svs_layer.visible
+    assert canvas_for(viewer).supervoxel_layer is None  # made the first time supervoxel mode shows a selection
     before = shot(viewer, qtbot)
     qtbot.keyClick(canvas_of(viewer), Qt.Key.Key_T, SHIFT)
+    svs_layer = canvas_for(viewer).supervoxel_layer
+    assert svs_layer is not None
     assert c.mode == "supervoxels" and svs_layer.visible and svs_layer.contour >= 1
     after = shot(viewer, qtbot)
     assert np.any(before != after)
@@ -177,6 +178,17 @@ def test_hover_shows_body_supervoxel_size_and_last_edit(proofread: Proofread, qt
     # napari's own status bar shows it too (the body layer's features for the body under the cursor)
     qtbot.waitUntil(lambda: "supervoxel" in str(viewer.status), timeout=5000)
     assert str(hover.supervoxel) in str(viewer.status) and "last edit" in str(viewer.status)
+
+    # 3-D: the body the cursor's ray meets first (no supervoxel: napari picks at the level it shows)
+    viewer.dims.ndisplay = 3
+    camera(viewer).zoom = 1.0
+    for dx in (2, 0):
+        qtbot.mouseMove(canvas, centre - QPoint(dx, 0))
+    qtbot.waitUntil(lambda: canvas_for(viewer).hover is not None and canvas_for(viewer).hover.supervoxel == 0,
+                    timeout=5000)
+    ray = canvas_for(viewer).hover
+    assert ray is not None and ray.body != 0 and ray.size == fresh(repo, "main").size(ray.body)
+    assert f"body {ray.body}" in nav.hover_label.text()
 
 
 def test_go_to_centres_and_zooms_on_the_label_index_box(proofread: Proofread, qtbot: Any) -> None:  # noqa: F811

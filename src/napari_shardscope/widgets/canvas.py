@@ -11,7 +11,8 @@ it draws comes from the Qt-free core (:mod:`napari_shardscope.core.proofreading.
   supervoxel mode;
 * *dim the others*: the body layer faded, the selection filled, so only the selection stands out;
 * hover: body and supervoxel id, size and last edit of what is under the cursor, in napari's
-  status bar (as the body layer's features for the body there) and in :attr:`hover`;
+  status bar (as the body layer's features for the body there) and in :attr:`hover`; in 3-D the
+  body the cursor's ray meets first (napari's pick), without a supervoxel;
 * go-to: the camera centred on the target's box and zoomed to fit it, the dims on its plane.
 """
 
@@ -23,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from psygnal import Signal
+from qtpy.QtCore import QTimer
 
 from napari_shardscope.core.errors import ShardscopeError
 from napari_shardscope.core.proofreading import ControllerState
@@ -50,6 +52,8 @@ COLOURS = {FIRST: (1.0, 0.85, 0.0, 1.0), OTHER: (0.0, 0.9, 1.0, 1.0), PICKED: (1
 DIMMED_OPACITY = 0.15
 #: Outline width (screen-independent: data pixels of the level shown) of the selection in 2-D.
 CONTOUR = 2
+#: Suffix of overlay layers left hidden when the body layer moved to another volume.
+RETIRED = " (previous volume)"
 #: The target's box fills this fraction of the canvas after a go-to.
 FIT = 0.8
 
@@ -77,13 +81,15 @@ class CanvasBinding:
         self._hover_key: tuple[Any, ...] | None = None
         self.last_target: NavTarget | None = None
         self._revision = -1
+        self._rebuild_pending = False
+        self._shown_for: tuple[Any, str] | None = None
         session.layers_changed.connect(self._on_layers)
         self.controller.subscribe(self._render)
         self.controller.on_navigate(self.move_to)
         viewer = session.viewer
         viewer.dims.events.ndisplay.connect(self._on_ndisplay, position="first")  # styled before napari slices
         viewer.mouse_move_callbacks.append(self._on_mouse_move)
-        self._on_layers()
+        self._rebuild()
 
     @property
     def viewer(self) -> napari.Viewer:
@@ -94,44 +100,127 @@ class CanvasBinding:
         return layer is not None and layer in self.viewer.layers
 
     def _on_layers(self) -> None:
-        """The body layer was added or given new data: point the overlays at the same version."""
+        """The body layer was added or given new data: point the overlays at the same version — soon.
+
+        The session tells this from inside its own layer changes (a layer removed, another added); removing
+        and adding the overlays there too, nested in napari's layer-list events, crashed Mesa's OpenGL in
+        the next draw. The overlays follow from the event loop, once per burst of changes.
+        """
+        if not self._shows_current():
+            self._hide_overlays()  # their arrays may read a repository the session just closed
+        if not self._rebuild_pending:
+            self._rebuild_pending = True
+            QTimer.singleShot(0, self._rebuild)
+
+    def _current(self) -> tuple[Any, str] | None:
+        version = self.controller.version
+        return None if version is None else (self.controller.session.repo, version.uuid)
+
+    def _shows_current(self) -> bool:
+        """The overlays' arrays are those of the checked-out version of the open repository."""
+        return self._shown_for is not None and self._shown_for == self._current()
+
+    def _hide_overlays(self) -> None:
+        for layer in (self.selection_layer, self.supervoxel_layer):
+            if self._alive(layer) and layer is not None and layer.visible:
+                layer.visible = False
+
+    def _rebuild(self) -> None:
+        self._rebuild_pending = False
+        if self._viewer() is None:
+            return
         body = self.session.body_layer
         version = self.controller.version
         if body is None or version is None or not self._alive(body):
             return
-        sel, svs = selection_arrays(version, self.shown), supervoxel_arrays(version, self.shown)
+        sel = selection_arrays(version, self.shown)
         data_sel: Any = sel if len(sel) > 1 else sel[0]
-        data_svs: Any = svs if len(svs) > 1 else svs[0]
-        if (self._layers_for is body and self._alive(self.selection_layer) and self._alive(self.supervoxel_layer)
-                and self.selection_layer is not None and self.supervoxel_layer is not None):
+        same = (self._alive(self.selection_layer) and self.selection_layer is not None
+                and bool(self.selection_layer.multiscale) == bool(body.multiscale)
+                and tuple(self.selection_layer.scale) == tuple(body.scale)
+                and tuple(self.selection_layer.translate) == tuple(body.translate)
+                and self.selection_layer.level_shapes[0].tolist() == list(body.level_shapes[0]))
+        if same:
+            assert self.selection_layer is not None
             self.selection_layer.data = data_sel
-            self.supervoxel_layer.data = data_svs
+            self.selection_layer.visible = True
+            if self._alive(self.supervoxel_layer):
+                assert self.supervoxel_layer is not None
+                svs = supervoxel_arrays(version, self.shown)
+                self.supervoxel_layer.data = svs if len(svs) > 1 else svs[0]
+            self._keep_on_top(body)
         else:
-            self._add_overlays(body, data_sel, data_svs)
+            self._retire_overlays()  # the new ones come with the next selection (see _render)
+        self._layers_for = body
+        self._shown_for = self._current()
+        self._revision = -1  # draw the new arrays
         self._render(self.controller.state)
 
-    def _add_overlays(self, body: Labels, data_sel: Any, data_svs: Any) -> None:
+    def _keep_on_top(self, body: Labels) -> None:
+        """The overlays just above the body layer (a new body layer is added on top of them)."""
+        layers = self.viewer.layers
+        for layer in (self.supervoxel_layer, self.selection_layer):
+            if layer is not None and layers.index(layer) < layers.index(body):
+                layers.move(layers.index(layer), layers.index(body) + 1)
+
+    def _retire_overlays(self) -> None:
+        """Overlays of another volume: hidden and renamed, not removed.
+
+        napari 0.9 on Mesa's OpenGL (llvmpipe, what CI runs) crashed in a later draw when these Labels
+        layers were removed while the session replaced its own (it passed without them); hidden layers
+        are neither sliced nor drawn, and the user may delete them.
+        """
+        for layer in (self.selection_layer, self.supervoxel_layer):
+            if self._alive(layer) and layer is not None:
+                layer.visible = False
+                if not layer.name.endswith(RETIRED):
+                    layer.name = f"{layer.name}{RETIRED}"
+        self.selection_layer = self.supervoxel_layer = None
+
+    def _common(self, body: Labels) -> dict[str, Any]:
+        return {"scale": tuple(body.scale), "translate": tuple(body.translate), "multiscale": bool(body.multiscale),
+                "axis_labels": tuple(body.axis_labels), "units": tuple(body.units),
+                "metadata": {LAYER_KEY: {"overlay": True}}}
+
+    def _add_selection_layer(self, body: Labels, data_sel: Any) -> None:
+        """The selection overlay over ``body``: made with the first selection, reused while the volume stays.
+
+        Made on demand (not with the body layer) and never removed (see :meth:`_retire_overlays`): on
+        Mesa's OpenGL, napari 0.9 crashed in a later draw when Labels layers came and went while the
+        session replaced its own; the fewer layer changes there, the fewer chances.
+        """
         from napari.utils.colormaps import DirectLabelColormap
 
         viewer = self.viewer
-        for old in (self.selection_layer, self.supervoxel_layer):
-            if self._alive(old):
-                viewer.layers.remove(old)
         active = viewer.layers.selection.active
-        common: dict[str, Any] = {"scale": tuple(body.scale), "translate": tuple(body.translate),
-                                  "multiscale": bool(body.multiscale), "axis_labels": tuple(body.axis_labels),
-                                  "units": tuple(body.units), "metadata": {LAYER_KEY: {"overlay": True}}}
-        name = body.name.removesuffix(" bodies")
-        self.supervoxel_layer = viewer.add_labels(data_svs, name=f"{name} selected supervoxels", visible=False,
-                                                  opacity=1.0, **common)
         colours: dict[int | None, Any] = {0: (0, 0, 0, 0), None: (0, 0, 0, 0), **COLOURS}
+        name = body.name.removesuffix(" bodies")
         self.selection_layer = viewer.add_labels(data_sel, name=f"{name} selection", opacity=0.9,
-                                                 colormap=DirectLabelColormap(color_dict=colours), **common)
-        for layer in (self.supervoxel_layer, self.selection_layer):
-            keep_read_only(layer)
-        self._layers_for = body
+                                                 colormap=DirectLabelColormap(color_dict=colours),
+                                                 **self._common(body))
+        keep_read_only(self.selection_layer)
         self._style()
         viewer.layers.selection.active = body if self._alive(body) else active  # clicks stay on the body layer
+
+    def _add_supervoxel_layer(self) -> None:
+        """The supervoxel boundaries overlay, made the first time supervoxel mode shows a selection.
+
+        Made on demand, not with the selection overlay: one Labels layer fewer for napari to draw
+        and, on Mesa's OpenGL, one fewer in the layer changes that crashed a later draw.
+        """
+        body, version = self.session.body_layer, self.controller.version
+        if body is None or version is None or not self._alive(body):
+            return
+        viewer = self.viewer
+        active = viewer.layers.selection.active
+        svs = supervoxel_arrays(version, self.shown)
+        name = body.name.removesuffix(" bodies")
+        self.supervoxel_layer = viewer.add_labels(svs if len(svs) > 1 else svs[0],
+                                                  name=f"{name} selected supervoxels", opacity=1.0,
+                                                  **self._common(body))
+        keep_read_only(self.supervoxel_layer)
+        self._style()
+        viewer.layers.selection.active = body if self._alive(body) else active
 
     def _style(self) -> None:
         """Outline in 2-D (filled while the others are dimmed, and in 3-D); supervoxel contours in 2-D."""
@@ -152,14 +241,25 @@ class CanvasBinding:
 
     def _render(self, state: ControllerState) -> None:
         """Follow the selection, the picked supervoxels and the click mode."""
+        if not self._shows_current():
+            self._hide_overlays()  # disconnected, or another repository: never read a closed one
+            return
         changed = self.shown.update(state.selected, state.picked)
         if state.revision != self._revision:  # an edit (an undo too) changed which supervoxels a body holds
             self._revision = state.revision
             changed = True
+        body = self.session.body_layer
+        if (state.selected or state.picked) and not self._alive(self.selection_layer) and body is not None:
+            version = self.controller.version
+            assert version is not None
+            sel_arrays = selection_arrays(version, self.shown)
+            self._add_selection_layer(body, sel_arrays if len(sel_arrays) > 1 else sel_arrays[0])
+        want = state.mode == "supervoxels" and bool(state.selected)
+        if want and not self._alive(self.supervoxel_layer):
+            self._add_supervoxel_layer()
         sel, svs = self.selection_layer, self.supervoxel_layer
         if self._alive(svs):
             assert svs is not None
-            want = state.mode == "supervoxels" and bool(state.selected)
             if svs.visible != want:
                 svs.visible = want
             elif changed and want:
@@ -170,6 +270,8 @@ class CanvasBinding:
 
     def refresh(self) -> None:
         """Re-draw the overlays (after an edit changed which supervoxels a body holds)."""
+        if not self._shows_current():
+            return
         for layer in (self.selection_layer, self.supervoxel_layer):
             if self._alive(layer) and layer is not None and layer.visible:
                 layer.refresh()
@@ -208,11 +310,23 @@ class CanvasBinding:
             return None
         return self._hover_cache.describe(version, voxel, self.controller.session.revision)
 
+    def describe_ray(self, event: Any) -> HoverInfo | None:
+        """3-D: the body the cursor's ray meets first (napari's pick at the level shown; no supervoxel)."""
+        version, body = self.controller.version, self.session.body_layer
+        if version is None or body is None or not self._alive(body):
+            return None
+        value = body.get_value(event.position, view_direction=event.view_direction,
+                               dims_displayed=event.dims_displayed, world=True)
+        label = value[1] if isinstance(value, tuple) else value
+        if label is None:
+            return None
+        return self._hover_cache.describe_body(version, int(label), self.controller.session.revision)
+
     def _on_mouse_move(self, viewer: Any, event: Any) -> None:
-        if self.controller.version is None or viewer.dims.ndisplay != 2:
+        if self.controller.version is None:
             return
         try:
-            info = self.describe_at(event.position)
+            info = self.describe_at(event.position) if viewer.dims.ndisplay == 2 else self.describe_ray(event)
         except ShardscopeError:
             info = None
         self.show_hover(info)

@@ -108,15 +108,18 @@ class HoverInfo:
 
     def text(self) -> str:
         """"body 12 · supervoxel 345 · 12,345 voxels · last edit: merge by ann at 14:02:11"."""
-        if self.supervoxel == 0:
+        if self.body == 0:
             return "background"
-        return (f"body {self.body} · supervoxel {self.supervoxel} · {self.size:,} voxels · "
-                f"last edit: {self.last_edit}")
+        sv = f" · supervoxel {self.supervoxel}" if self.supervoxel else ""
+        return f"body {self.body}{sv} · {self.size:,} voxels · last edit: {self.last_edit}"
 
     def features(self) -> dict[str, Any]:
         """One row of napari layer features (the status bar shows them after the label)."""
-        return {"index": [self.body], "supervoxel": [self.supervoxel], "size": [f"{self.size:,} voxels"],
-                "last edit": [self.last_edit]}
+        row: dict[str, Any] = {"index": [self.body]}
+        if self.supervoxel:
+            row["supervoxel"] = [self.supervoxel]
+        row.update({"size": [f"{self.size:,} voxels"], "last edit": [self.last_edit]})
+        return row
 
 
 class HoverCache:
@@ -134,7 +137,12 @@ class HoverCache:
         """The :class:`HoverInfo` of scale-0 voxel ``voxel`` (z, y, x) at ``version``."""
         sv = version.supervoxel_at(voxel)
         body = version.body_of(sv) if sv else 0
-        if body == 0:
+        return self.describe_body(version, body, revision, voxel=voxel, supervoxel=sv)
+
+    def describe_body(self, version: LabelmapVersion, body: int, revision: int = 0, *,
+                      voxel: tuple[int, int, int] = (-1, -1, -1), supervoxel: int = 0) -> HoverInfo:
+        """The :class:`HoverInfo` of a body picked without a voxel (a 3-D view names the body only)."""
+        if body == 0 or not version.exists(body):
             return HoverInfo(voxel, 0, 0, 0, "")
         key = (version.uuid, revision, body)
         known = self._known.get(key)
@@ -150,7 +158,7 @@ class HoverCache:
             if len(self._known) >= self._limit:
                 self._known.clear()
             self._known[key] = known
-        return HoverInfo(voxel, body, sv, known[0], known[1])
+        return HoverInfo(voxel, body, supervoxel, known[0], known[1])
 
 
 def describe_voxel(version: LabelmapVersion, voxel: tuple[int, int, int]) -> HoverInfo:
