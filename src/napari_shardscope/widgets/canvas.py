@@ -4,8 +4,9 @@ One binding per viewer (:func:`canvas_for`; the Proofreading and Navigate panels
 it draws comes from the Qt-free core (:mod:`napari_shardscope.core.proofreading.highlight`,
 :mod:`~napari_shardscope.core.proofreading.navigation`); what lives here needs napari:
 
-* two overlay Labels layers over the body layer, lazy like it (a selection change is a re-slice
-  of cached chunks): *selection* — the first selected body yellow, the others cyan, picked
+* two overlay Labels layers over the body layer, made on demand (the first selection; supervoxel
+  mode) and reused while the volume stays, lazy like it (a selection change is a re-slice of cached
+  chunks): *selection* — the first selected body yellow, the others cyan, picked
   supervoxels magenta; outlined in 2-D, filled in 3-D (napari draws no contours in 3-D) — and
   *selected supervoxels* — the supervoxel boundaries within the selected bodies, shown in
   supervoxel mode;
