@@ -1,18 +1,19 @@
-"""Benchmark: export throughput against TensorStore writing the same array directly; 1 vs 2 workers.
+"""Benchmark: export throughput against TensorStore writing the same array; 1 vs 2 workers; the index job.
 
-Run: ``.venv/bin/python bench/export.py [--repeats 3] [--part volume|labelmap|index|all]``
+Run: ``python bench/export.py [--rounds 5] [--part volume|labelmap|index|all]`` (writes
+``bench/results/export.json``; ``python bench/table.py`` renders ``bench/README.md``).
 
-* ``volume``: an in-memory uint64 segmentation (blocky labels, so gzip does real work); both sides
-  write the same sharded precomputed layout (our default sharding spec, raw chunks, gzip data).
-* ``labelmap``: the bodies of a committed labelmap version (a merge, a cleave and a supervoxel
-  split over a 3-scale sharded base of ~33k supervoxels), every scale, exported through the labelmap's reads, against
-  TensorStore writing the same arrays (already in memory) with the same info and sharding.
-* ``index``: the base label index of that labelmap: the in-process thread builder
-  (``build_base_index`` + ``store_base_index``, 2 threads) against the Dask job
-  (``build_label_index``) with 1 and 2 threads, and on a 2-process ``LocalCluster``.
-
-Goal: export ≥ 0.5× TensorStore's throughput. Medians of several runs (interleaved); the machine
-is shared.
+* ``volume``: an in-memory uint64 segmentation (blocky labels) and a uint8 image, exported with the
+  defaults (``export_precomputed(source, dest)``: default sharding, gzip data and indexes at the default
+  level, default workers) against TensorStore writing the same ``info`` (same sharding; its gzip level
+  is fixed at 9, our default) with its default context. Per round: time ratio and output-size ratio.
+  Goals (issue 20): >= 1.0x TensorStore, output size within 5%.
+* scaling: the same uint64 export with 8 shards (a non-default spec, so there are tasks to spread),
+  1 worker against 2, paired per round. Goal: 2 workers >= 1.8x one.
+* ``labelmap``: the bodies of a committed labelmap version (a merge, a cleave and a supervoxel split over
+  a 3-scale sharded base), every scale, against TensorStore writing the same arrays (already in memory).
+* ``index``: the base label index: the Dask job (``build_label_index``, default threads) against the
+  in-process thread builder (``build_base_index`` + ``store_base_index``, 2 threads). Goal: >= 1.0x.
 """
 
 from __future__ import annotations
@@ -22,18 +23,20 @@ import shutil
 import statistics
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import numpy as np
 import tensorstore as ts
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from common import Row, paired_rounds, record, record_pair, save, spread
 from napari_shardscope.core.export.precomputed import build_info, export_precomputed
 from napari_shardscope.core.export.source import ArraySource
 from napari_shardscope.core.formats.precomputed.sharding import ShardingSpec
 
+BENCH = "export"
 SHAPE = (128, 512, 512)  # z, y, x
 # 8 shards of 16 chunks (64^3), so there are several tasks to spread over workers.
 SPEC = ShardingSpec(
@@ -51,12 +54,19 @@ def make_labels() -> np.ndarray:
     return (1 + (x // 37) + 11 * (y // 29) + 131 * (z // 17)).astype(np.uint64)
 
 
-def time_ts(data: np.ndarray, info: dict, dest: Path, concurrency: int) -> float:
+def make_image() -> np.ndarray:
+    z, y, x = np.ogrid[0 : SHAPE[0], 0 : SHAPE[1], 0 : SHAPE[2]]
+    noise = np.random.default_rng(0).integers(0, 12, SHAPE, dtype=np.uint8)
+    return (((x * 3 + y * 5 + z * 7) // 9) % 200 + noise).astype(np.uint8)
+
+
+def ts_write(data: np.ndarray, info: dict, dest: Path, concurrency: int | None = None) -> None:
+    """TensorStore writing ``data`` (z, y, x) with ``info``'s first scale; its default context unless limited."""
     scale = info["scales"][0]
     spec = {
         "driver": "neuroglancer_precomputed",
         "kvstore": {"driver": "file", "path": str(dest)},
-        "multiscale_metadata": {"type": "segmentation", "data_type": "uint64", "num_channels": 1},
+        "multiscale_metadata": {"type": info["type"], "data_type": info["data_type"], "num_channels": 1},
         "scale_metadata": {
             "size": scale["size"],
             "resolution": scale["resolution"],
@@ -66,45 +76,53 @@ def time_ts(data: np.ndarray, info: dict, dest: Path, concurrency: int) -> float
         },
         "create": True,
         "delete_existing": True,
-        "context": {"data_copy_concurrency": {"limit": concurrency}, "file_io_concurrency": {"limit": concurrency}},
     }
-    t0 = time.perf_counter()
+    if concurrency is not None:
+        spec["context"] = {"data_copy_concurrency": {"limit": concurrency},
+                           "file_io_concurrency": {"limit": concurrency}}
     store = ts.open(spec).result()
     store[..., 0] = data.T
-    return time.perf_counter() - t0
 
 
-def bench_volume(repeats: int) -> None:
+def shard_bytes(root: Path) -> int:
+    return sum(p.stat().st_size for p in root.rglob("*.shard"))
+
+
+def bench_volume(rounds: int, root: Path) -> None:
+    for dtype, data, kind in (("uint64", make_labels(), "segmentation"), ("uint8", make_image(), "image")):
+        source = ArraySource((data,), ((8.0, 8.0, 40.0),), kind=kind)  # type: ignore[arg-type]
+        info = build_info(source)  # the default sharding the export chooses
+        sizes: dict[str, list[int]] = {"ours": [], "ts": []}
+
+        def ours(source: ArraySource = source, sizes: dict[str, list[int]] = sizes) -> None:
+            export_precomputed(source, str(root / "ours"), overwrite=True)
+            sizes["ours"].append(shard_bytes(root / "ours"))
+
+        def peer(data: np.ndarray = data, info: dict = info, sizes: dict[str, list[int]] = sizes) -> None:
+            ts_write(data, info, root / "ts")
+            sizes["ts"].append(shard_bytes(root / "ts"))
+
+        pair = paired_rounds(ours, peer, rounds)
+        size_ratio = [o / t for o, t in zip(sizes["ours"], sizes["ts"], strict=True)]
+        mb = data.nbytes / 2**20
+        record_pair(BENCH, f"export {SHAPE[::-1]} x,y,z ({mb:.0f} MiB) to sharded precomputed", dtype, pair,
+                    "TensorStore write", 1.0, unit="s", scale=1.0,
+                    setting=f"defaults (sharding {info['scales'][0]['sharding']['hash']}, gzip 9 both); "
+                            f"size ours/TensorStore {spread(size_ratio, '{:.3f}')}")
+        record(Row(BENCH, "output size ours / TensorStore", dtype, spread(sizes["ours"], "{:.0f}") + " B",
+                   "TensorStore", spread(sizes["ts"], "{:.0f}") + " B", spread(size_ratio, "{:.3f}") + "x",
+                   "within 5%", abs(statistics.median(size_ratio) - 1) <= 0.05, rounds))
+        shutil.rmtree(root / "ours", ignore_errors=True)
+        shutil.rmtree(root / "ts", ignore_errors=True)
+
     data = make_labels()
     source = ArraySource((data,), ((8.0, 8.0, 40.0),))
-    info = build_info(source, sharding=SPEC)
-    mb = data.nbytes / 2**20
-    rows: dict[str, list[float]] = {
-        "tensorstore (2 threads)": [],
-        "shardscope threads x2": [],
-        "shardscope threads x1": [],
-        "tensorstore (1 thread)": [],
-    }
-    with tempfile.TemporaryDirectory() as tmp:
-        root = Path(tmp)
-        for r in range(repeats):  # interleaved, so drift hits every row alike
-            rows["tensorstore (2 threads)"].append(time_ts(data, info, root / f"ts{r}", 2))
-            rows["tensorstore (1 thread)"].append(time_ts(data, info, root / f"ts1{r}", 1))
-            for workers in (2, 1):
-                dest = root / f"ours{workers}_{r}"
-                t0 = time.perf_counter()
-                export_precomputed(source, str(dest), num_workers=workers, sharding=SPEC)
-                rows[f"shardscope threads x{workers}"].append(time.perf_counter() - t0)
-                shutil.rmtree(dest)
-    med = {k: statistics.median(v) for k, v in rows.items()}
-    print(f"export of a {SHAPE} uint64 segmentation ({mb:.0f} MiB), sharding {info['scales'][0]['sharding']}")
-    for name, t in med.items():
-        print(f"  {name:26s} {t:7.2f} s  {mb / t:7.1f} MiB/s")
-    two = med["tensorstore (2 threads)"] / med["shardscope threads x2"]
-    one = med["tensorstore (1 thread)"] / med["shardscope threads x1"]
-    print(f"  ratio shardscope/tensorstore (2 workers each): {two:.2f}x  (goal >= 0.5x)")
-    print(f"  ratio shardscope/tensorstore (1 worker each):  {one:.2f}x")
-    print(f"  shardscope speed-up 2 vs 1 workers: {med['shardscope threads x1'] / med['shardscope threads x2']:.2f}x")
+    pair = paired_rounds(lambda: export_precomputed(source, str(root / "w2"), num_workers=2, sharding=SPEC,
+                                                    overwrite=True),
+                         lambda: export_precomputed(source, str(root / "w1"), num_workers=1, sharding=SPEC,
+                                                    overwrite=True), rounds)
+    record_pair(BENCH, "export scaling: 2 workers vs 1", "uint64", pair, "same export, 1 worker", 1.8, unit="s",
+                scale=1.0, setting="8 shards (identity hash, preshift 3), gzip 9")
 
 
 LM_SHAPE = (128, 512, 512)  # z, y, x
@@ -133,7 +151,7 @@ def make_labelmap(root: Path) -> tuple[object, str]:
     return repo, repo.commit(v.uuid, "bench edits").uuid
 
 
-def bench_labelmap(root: Path, repo: object, uuid: str, repeats: int) -> None:
+def bench_labelmap(root: Path, repo: object, uuid: str, rounds: int) -> None:
     from napari_shardscope.core.export.source import labelmap_source
     from napari_shardscope.core.labelmap import open_labelmap
 
@@ -142,90 +160,64 @@ def bench_labelmap(root: Path, repo: object, uuid: str, repeats: int) -> None:
     v = open_labelmap(repo, "seg").at(uuid)  # type: ignore[arg-type]
     arrays = [np.asarray(v.read_bodies(scale=s)) for s in range(len(LM_FACTORS))]
     mb = sum(a.nbytes for a in arrays) / 2**20
-    rows: dict[str, list[float]] = {"tensorstore (2 threads)": [], "shardscope threads x2": [],
-                                    "shardscope threads x1": [], "tensorstore (1 thread)": []}
 
-    def ts_all(dest: Path, concurrency: int) -> float:
-        t = 0.0
+    def ts_all() -> None:
         for s, a in enumerate(arrays):
-            one = dict(info, scales=[info["scales"][s]])
-            t += time_ts(a, one, dest / str(s), concurrency)
-        return t
+            ts_write(a, dict(info, scales=[info["scales"][s]]), root / "lts" / str(s))
 
-    export_precomputed(source, str(root / "warm-up"), sharding=SPEC)  # opens the labelmap once, untimed
-    shutil.rmtree(root / "warm-up")
-    for r in range(repeats):
-        rows["tensorstore (2 threads)"].append(ts_all(root / f"lts{r}", 2))
-        rows["tensorstore (1 thread)"].append(ts_all(root / f"lts1{r}", 1))
-        for workers in (2, 1):
-            dest = root / f"lm{workers}_{r}"
-            t0 = time.perf_counter()
-            report = export_precomputed(source, str(dest), num_workers=workers, sharding=SPEC)
-            rows[f"shardscope threads x{workers}"].append(time.perf_counter() - t0)
-            shutil.rmtree(dest)
-    med = {k: statistics.median(v) for k, v in rows.items()}
-    print(f"export of labelmap bodies at a committed version, {LM_SHAPE} base, {len(arrays)} scales ({mb:.0f} MiB), "
-          f"{len(report.shards)} shard files (one task each)")
-    for name, t in med.items():
-        print(f"  {name:26s} {t:7.2f} s  {mb / t:7.1f} MiB/s")
-    print(f"  ratio shardscope/tensorstore (2 workers each): "
-          f"{med['tensorstore (2 threads)'] / med['shardscope threads x2']:.2f}x  (goal >= 0.5x)")
-    print(f"  ratio shardscope/tensorstore (1 worker each):  "
-          f"{med['tensorstore (1 thread)'] / med['shardscope threads x1']:.2f}x")
-    print(f"  shardscope speed-up 2 vs 1 workers: {med['shardscope threads x1'] / med['shardscope threads x2']:.2f}x")
+    export_precomputed(source, str(root / "lm"), sharding=SPEC, overwrite=True)  # opens the labelmap once, untimed
+    pair = paired_rounds(lambda: export_precomputed(source, str(root / "lm"), sharding=SPEC, overwrite=True),
+                         ts_all, rounds)
+    record_pair(BENCH, f"labelmap version export, {len(arrays)} scales ({mb:.0f} MiB of bodies)", "uint64", pair,
+                "TensorStore write of the arrays in memory", 1.0, unit="s", scale=1.0,
+                setting="8+2+1 shards (identity, preshift 3), gzip 9; default workers")
+    pair = paired_rounds(lambda: export_precomputed(source, str(root / "lm2"), sharding=SPEC, num_workers=2,
+                                                    overwrite=True),
+                         lambda: export_precomputed(source, str(root / "lm1"), sharding=SPEC, num_workers=1,
+                                                    overwrite=True), rounds)
+    record_pair(BENCH, "labelmap version export scaling: 2 workers vs 1", "uint64", pair, "same export, 1 worker",
+                1.8, unit="s", scale=1.0, setting="8+2+1 shards")
 
 
-def bench_index(repo: object, repeats: int) -> None:
-    from distributed import Client, LocalCluster
-
+def bench_index(repo: object, rounds: int) -> None:
     from napari_shardscope.core.labelmap import open_labelmap
     from napari_shardscope.core.labelmap.index_job import build_label_index
     from napari_shardscope.core.labelmap.label_index import build_base_index, store_base_index
 
     lm = open_labelmap(repo, "seg")  # type: ignore[arg-type]
-    rows: dict[str, list[float]] = {"thread builder (2 threads)": [], "dask job threads x2": [],
-                                    "dask job threads x1": [], "dask job LocalCluster 2 procs": []}
-    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cluster, \
-            Client(cluster) as client:
-        for scheduler in (None, client):  # warm-up, untimed: each process opens the base once
-            build_label_index(repo, "seg", scheduler=scheduler, overwrite=True)  # type: ignore[arg-type]
-        for _ in range(repeats):
-            t0 = time.perf_counter()
-            built = build_base_index(lambda box: lm.base.read(0, box), lm.config.grid(0), workers=2)
-            store_base_index(repo, lm.instance, built)  # type: ignore[arg-type]
-            rows["thread builder (2 threads)"].append(time.perf_counter() - t0)
-            for workers in (2, 1):
-                t0 = time.perf_counter()
-                build_label_index(repo, "seg", num_workers=workers, overwrite=True)  # type: ignore[arg-type]
-                rows[f"dask job threads x{workers}"].append(time.perf_counter() - t0)
-            t0 = time.perf_counter()
-            build_label_index(repo, "seg", scheduler=client, overwrite=True)  # type: ignore[arg-type]
-            rows["dask job LocalCluster 2 procs"].append(time.perf_counter() - t0)
-    med = {k: statistics.median(v) for k, v in rows.items()}
+    build_label_index(repo, "seg", overwrite=True)  # type: ignore[arg-type]  # warm-up, untimed
+
+    def threaded() -> None:
+        built = build_base_index(lambda box: lm.base.read(0, box), lm.config.grid(0), workers=2)
+        store_base_index(repo, lm.instance, built)  # type: ignore[arg-type]
+
+    pair = paired_rounds(lambda: build_label_index(repo, "seg", overwrite=True),  # type: ignore[arg-type]
+                         threaded, rounds)
     mb = int(np.prod(LM_SHAPE)) * 8 / 2**20
-    print(f"base label index of a {LM_SHAPE} uint64 base ({mb:.0f} MiB, {len(built.summary.supervoxels)} supervoxels)")
-    for name, t in med.items():
-        print(f"  {name:30s} {t:7.2f} s  {mb / t:7.1f} MiB/s")
-    ratio = med["thread builder (2 threads)"] / med["dask job threads x2"]
-    print(f"  ratio dask job x2 / thread builder: {ratio:.2f}x")
-    print(f"  dask job speed-up 2 vs 1 workers: {med['dask job threads x1'] / med['dask job threads x2']:.2f}x")
+    record_pair(BENCH, f"base label index of a {LM_SHAPE[::-1]} x,y,z base ({mb:.0f} MiB): Dask job",
+                "uint64", pair, "thread builder (2 threads)", 1.0, unit="s", scale=1.0,
+                setting="defaults (Dask threaded scheduler)")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--part", choices=("volume", "labelmap", "index", "all"), default="all")
     args = parser.parse_args()
-    if args.part in ("volume", "all"):
-        bench_volume(args.repeats)
-    if args.part in ("labelmap", "index", "all"):
-        with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory() as tmp:
+        if args.part in ("volume", "all"):
+            print("export, volume")
+            bench_volume(args.rounds, Path(tmp))
+        if args.part in ("labelmap", "index", "all"):
             repo, uuid = make_labelmap(Path(tmp))
             if args.part in ("labelmap", "all"):
-                bench_labelmap(Path(tmp), repo, uuid, args.repeats)
+                print("export, labelmap")
+                bench_labelmap(Path(tmp), repo, uuid, args.rounds)
             if args.part in ("index", "all"):
-                bench_index(repo, args.repeats)
+                print("label index")
+                bench_index(repo, args.rounds)
             repo.close()  # type: ignore[attr-defined]
+    save(BENCH)
 
 
 if __name__ == "__main__":

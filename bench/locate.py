@@ -1,13 +1,19 @@
-"""Benchmark: locating chunks, and ``inspect`` against TensorStore's kvstore listing.
+"""Benchmark: locating chunk ids in bulk, and ``inspect`` against TensorStore's kvstore listing.
 
-Run: ``.venv/bin/python bench/locate.py [--repeats 5]``
+Run: ``python bench/locate.py [--rounds 5]`` (writes ``bench/results/locate.json``; ``python bench/table.py``
+renders the table in ``bench/README.md``).
 
-1. Chunk ids located per second: hashing + shard/minishard assignment alone, and full locates
-   (byte ranges from the cached minishard indexes), vectorised over 10^6 ids. Goal >= 1 M/s.
-2. ``inspect`` of a sharded volume served over loopback HTTP (real range requests), against
-   TensorStore's ``neuroglancer_uint64_sharded`` kvstore ``list()`` of the same directory — the only
-   way TensorStore offers to enumerate a shard's chunks. Bytes are counted by the HTTP server, so
-   both sides are measured the same way. Medians of several runs; the machine is shared and noisy.
+1. Chunk ids per second, 10^6 ids of a 1024 x 1024 x 128 volume (32³ chunks, murmurhash3, 16 shards x
+   16 minishards): hashing + shard/minishard assignment, and full locates (byte ranges from the cached
+   minishard indexes). The peer, in the same process and round, is the previous implementation: one
+   ``mmh3`` call per id, then an argsort and a ``searchsorted`` per minishard. Goal (issue 20): >= 30 M ids/s.
+2. ``inspect`` of the same volume from local disk and over loopback HTTP (real range requests),
+   against TensorStore's ``neuroglancer_uint64_sharded`` kvstore ``list()`` of the same directory (the
+   only way TensorStore enumerates a shard's chunks). Goal: HTTP inspect <= 3x the TensorStore list.
+   The loopback server (``tests/http_range_server.py``) runs in its own process.
+
+Chunk ids do not depend on the voxel type; the volume is uint8. Defaults everywhere (the shared
+context, the reader's caches); ids are located with warm minishard caches, as a viewer's are.
 """
 
 from __future__ import annotations
@@ -16,22 +22,29 @@ import argparse
 import statistics
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import numpy as np
 import tensorstore as ts
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from tests.http_range_server import RangeServer
 
+from common import Row, paired_rounds, rate, record, record_pair, save, spread
 from napari_shardscope.core.bytestore import LocalByteStore
 from napari_shardscope.core.formats import open_dataset
 from napari_shardscope.core.formats.precomputed.info import parse_info
 from napari_shardscope.core.formats.precomputed.shard_reader import ShardedReader
-from napari_shardscope.core.formats.precomputed.sharding import assign_chunk_ids
+from napari_shardscope.core.formats.precomputed.sharding import (
+    assign_chunk_ids,
+    low_bits,
+    murmurhash3_x86_128_low64_mmh3,
+    shift_right,
+)
 
+BENCH = "locate"
+GOAL_IDS = 30.0  # M ids/s
 SHARDING = {
     "@type": "neuroglancer_uint64_sharded_v1",
     "preshift_bits": 0,
@@ -49,13 +62,8 @@ def make_volume(path: Path) -> None:
         "driver": "neuroglancer_precomputed",
         "kvstore": {"driver": "file", "path": str(path)},
         "multiscale_metadata": {"type": "image", "data_type": "uint8", "num_channels": 1},
-        "scale_metadata": {
-            "size": [1024, 1024, 128],
-            "resolution": [8, 8, 40],
-            "chunk_size": [32, 32, 32],
-            "encoding": "raw",
-            "sharding": SHARDING,
-        },
+        "scale_metadata": {"size": [1024, 1024, 128], "resolution": [8, 8, 40], "chunk_size": [32, 32, 32],
+                           "encoding": "raw", "sharding": SHARDING},
         "create": True,
     }
     store = ts.open(spec).result()
@@ -66,109 +74,155 @@ def make_volume(path: Path) -> None:
         store[x0 : x0 + 256, :, :, 0] = ((x * 7 + y * 3 + z * 11) % 251).astype(np.uint8)
 
 
-def median_time(fn, repeats: int) -> float:  # type: ignore[no-untyped-def]
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
+def previous_assign(spec, ids):  # type: ignore[no-untyped-def]
+    """The implementation before issue 20: one mmh3 call per id."""
+    hashed = murmurhash3_x86_128_low64_mmh3(shift_right(ids, spec.preshift_bits))
+    shard = low_bits(shift_right(hashed, spec.minishard_bits), spec.shard_bits)
+    return hashed, shard, low_bits(hashed, spec.minishard_bits)
+
+
+def previous_locate(reader: ShardedReader, chunk_ids, shards, minishards):  # type: ignore[no-untyped-def]
+    """The implementation before issue 20: sort by (shard, minishard), searchsorted per minishard."""
+    n = chunk_ids.size
+    starts = np.zeros(n, dtype=np.uint64)
+    ends = np.zeros(n, dtype=np.uint64)
+    present = np.zeros(n, dtype=bool)
+    group = (shards << np.uint64(reader.spec.minishard_bits)) | minishards
+    order = np.argsort(group, kind="stable")
+    sorted_group = group[order]
+    cuts = np.flatnonzero(sorted_group[1:] != sorted_group[:-1]) + 1
+    bounds = np.concatenate([[0], cuts, [n]])
+    for b0, b1 in zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=True):
+        members = order[b0:b1]
+        first = members[0]
+        index = reader.minishard_index(int(shards[first]), int(minishards[first]))
+        if len(index) == 0:
+            continue
+        sorter, sorted_ids = index.sorted_view()
+        wanted = chunk_ids[members]
+        pos = np.minimum(np.searchsorted(sorted_ids, wanted), sorted_ids.size - 1)
+        hit = sorted_ids[pos] == wanted
+        src = sorter[pos[hit]]
+        starts[members[hit]] = index.starts[src]
+        ends[members[hit]] = index.ends[src]
+        present[members[hit]] = True
+    return starts, ends, present
+
+
+class ServerProcess:
+    """tests/http_range_server.RangeServer in a child process; :meth:`bytes_sent` reads and resets its count."""
+
+    CODE = (
+        "import sys\n"
+        "from tests.http_range_server import RangeServer\n"
+        "s = RangeServer(sys.argv[1])\n"
+        "print(s.url, flush=True)\n"
+        "for line in sys.stdin:\n"
+        "    if line.strip() != 'bytes':\n"
+        "        break\n"
+        "    print(s.bytes_sent, flush=True)\n"
+        "    s.bytes_sent = 0\n"
+        "s.close()\n"
+    )
+
+    def __init__(self, root: Path) -> None:
+        import subprocess
+
+        self.proc = subprocess.Popen([sys.executable, "-c", self.CODE, str(root)], stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, text=True, cwd=Path(__file__).resolve().parents[1])
+        assert self.proc.stdout is not None
+        self.url = self.proc.stdout.readline().strip()
+
+    def bytes_sent(self) -> int:
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self.proc.stdin.write("bytes\n")
+        self.proc.stdin.flush()
+        return int(self.proc.stdout.readline())
+
+    def close(self) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.close()
+        self.proc.wait(timeout=30)
+
+
+def ts_list(base: str) -> int:
+    kv = ts.KvStore.open({"driver": "neuroglancer_uint64_sharded", "base": base, "metadata": SHARDING}).result()
+    return len(kv.list().result())
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--rounds", type=int, default=5)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         make_volume(root / "vol")
         store = LocalByteStore(root / "vol")
         sc = parse_info(store.read("info") or b"").scales[0]
-        assert sc.sharding is not None
+        spec = sc.sharding
+        assert spec is not None
         all_ids = sc.chunk_ids_of_grid()
         ids = np.resize(all_ids, 1_000_000)
-        reader = ShardedReader(store, sc.key, sc.sharding)
-        reader.locate_arrays(all_ids, *(lambda a: (a.shard, a.minishard))(assign_chunk_ids(sc.sharding, all_ids)))
+        reader = ShardedReader(store, sc.key, spec)
+        a = assign_chunk_ids(spec, ids)
+        ours_loc, prev_loc = reader.locate_arrays(a.chunk_ids, a.shard, a.minishard), previous_locate(
+            reader, a.chunk_ids, a.shard, a.minishard)
+        assert all(np.array_equal(x, y) for x, y in zip(ours_loc, prev_loc, strict=True)) and ours_loc[2].all()
+        n = ids.size
+        print(f"locate: {n} ids, murmurhash3, {spec.num_shards} shards x {spec.num_minishards} minishards, "
+              f"{args.rounds} rounds")
 
-        t_assign = median_time(lambda: assign_chunk_ids(sc.sharding, ids), args.repeats)
+        pair = paired_rounds(lambda: assign_chunk_ids(spec, ids), lambda: previous_assign(spec, ids), args.rounds)
+        ours_rate = statistics.median([n / t / 1e6 for t in pair.ours])
+        record(Row(BENCH, "hash + shard/minishard of 10^6 ids", "-", rate(n, pair.ours, "M ids/s"),
+                   "mmh3 per id (previous code)", rate(n, pair.peer, "M ids/s"), spread(pair.ratios) + "x",
+                   f">= {GOAL_IDS:.0f} M ids/s", ours_rate >= GOAL_IDS, args.rounds))
 
-        def full_locate() -> None:
-            a = assign_chunk_ids(sc.sharding, ids)
-            _, _, present = reader.locate_arrays(a.chunk_ids, a.shard, a.minishard)
-            assert present.all()
+        def ours_full() -> None:
+            b = assign_chunk_ids(spec, ids)
+            assert reader.locate_arrays(b.chunk_ids, b.shard, b.minishard)[2].all()
 
-        t_locate = median_time(full_locate, args.repeats)
-        print(
-            f"locate: {len(ids)} ids (murmurhash3, {sc.sharding.num_shards} shards x "
-            f"{sc.sharding.num_minishards} minishards), median of {args.repeats}"
-        )
-        print(f"  hash + shard/minishard assignment: {len(ids) / t_assign / 1e6:6.2f} M ids/s")
-        print(
-            f"  full locate (byte ranges, warm index cache): {len(ids) / t_locate / 1e6:6.2f} M ids/s  (goal >= 1 M/s)"
-        )
+        def prev_full() -> None:
+            _, s, m = previous_assign(spec, ids)
+            assert previous_locate(reader, ids, s, m)[2].all()
 
-        local_t, ts_local_t = [], []
-        for _ in range(args.repeats):
-            t0 = time.perf_counter()
-            n_local = open_dataset(root / "vol").inspector().inspect()["scales"][0]["chunks"]
-            local_t.append(time.perf_counter() - t0)
-            t0 = time.perf_counter()
-            kv = ts.KvStore.open(
-                {
-                    "driver": "neuroglancer_uint64_sharded",
-                    "base": f"file://{root}/vol/{sc.key}/",
-                    "metadata": SHARDING,
-                    "context": {"cache_pool": {"total_bytes_limit": 0}},
-                }
-            ).result()
-            n_ts_local = len(kv.list().result())
-            ts_local_t.append(time.perf_counter() - t0)
-        assert n_local == n_ts_local == len(all_ids)
-        lo, lt = statistics.median(local_t), statistics.median(ts_local_t)
-        print(
-            f"inspect on local disk: shardscope {lo * 1e3:.1f} ms vs tensorstore list() {lt * 1e3:.1f} ms "
-            f"(ratio tensorstore/shardscope {lt / lo:.2f}x)"
-        )
+        pair = paired_rounds(ours_full, prev_full, args.rounds)
+        ours_rate = statistics.median([n / t / 1e6 for t in pair.ours])
+        record(Row(BENCH, "full locate of 10^6 ids (byte ranges, warm index cache)", "-",
+                   rate(n, pair.ours, "M ids/s"), "previous code", rate(n, pair.peer, "M ids/s"),
+                   spread(pair.ratios) + "x", f">= {GOAL_IDS:.0f} M ids/s", ours_rate >= GOAL_IDS, args.rounds))
 
-        server = RangeServer(root)
+        counts: list[tuple[int, int]] = []
+
+        def ours_inspect(url: str) -> None:
+            counts.append((open_dataset(url).inspector().inspect()["scales"][0]["chunks"], 0))
+
+        pair = paired_rounds(lambda: ours_inspect(str(root / "vol")),
+                             lambda: ts_list(f"file://{root}/vol/{sc.key}/"), args.rounds)
+        record_pair(BENCH, "inspect, local disk (4096 chunks, 16 shards)", "-", pair, "TensorStore kvstore list()",
+                    None)
+
+        server = ServerProcess(root)  # in its own process, as a real server is: it takes no GIL from either side
         try:
-            total = sum(p.stat().st_size for p in (root / "vol").rglob("*.shard"))
-            ours_t, ours_b, ts_t, ts_b = [], [], [], []
-            n_ours = n_ts = 0
-            for _ in range(args.repeats):
-                server.bytes_sent = 0
-                t0 = time.perf_counter()
-                summary = open_dataset(server.url + "vol").inspector().inspect()
-                ours_t.append(time.perf_counter() - t0)
-                ours_b.append(server.bytes_sent)
-                n_ours = summary["scales"][0]["chunks"]
+            sent: dict[str, list[int]] = {"ours": [], "ts": []}
 
-                server.bytes_sent = 0
-                t0 = time.perf_counter()
-                kv = ts.KvStore.open(
-                    {
-                        "driver": "neuroglancer_uint64_sharded",
-                        "base": f"{server.url}vol/{sc.key}/",
-                        "metadata": SHARDING,
-                        "context": {"cache_pool": {"total_bytes_limit": 0}},
-                    }
-                ).result()
-                n_ts = len(kv.list().result())
-                ts_t.append(time.perf_counter() - t0)
-                ts_b.append(server.bytes_sent)
+            def over_http(fn, who):  # type: ignore[no-untyped-def]
+                def run() -> None:
+                    server.bytes_sent()
+                    fn()
+                    sent[who].append(server.bytes_sent())
+                return run
+
+            pair = paired_rounds(over_http(lambda: ours_inspect(server.url + "vol"), "ours"),
+                                 over_http(lambda: ts_list(f"{server.url}vol/{sc.key}/"), "ts"), args.rounds)
         finally:
             server.close()
-        assert n_ours == n_ts == len(all_ids), (n_ours, n_ts)
-        mo, mt = statistics.median(ours_t), statistics.median(ts_t)
-        bo, bt = statistics.median(ours_b), statistics.median(ts_b)
-        print(f"inspect over loopback HTTP: {len(all_ids)} chunks in 16 shard files, {total} bytes on disk")
-        print(f"  shardscope inspect : {mo * 1e3:8.1f} ms, {bo:>10} bytes transferred")
-        print(f"  tensorstore list() : {mt * 1e3:8.1f} ms, {bt:>10} bytes transferred")
-        print(f"  ratio (tensorstore / shardscope): time {mt / mo:5.2f}x, bytes {bt / max(bo, 1):7.1f}x")
-        print(
-            "  (loopback has no bandwidth cost and the test server handles ~1 request/ms in Python; on a bucket"
-            " the bytes column is what scales with shard size)"
-        )
+        assert all(c == len(all_ids) for c, _ in counts), counts
+        record_pair(BENCH, "inspect over loopback HTTP", "-", pair, "TensorStore kvstore list()", 1 / 3,
+                    goal_text="ours <= 3x TensorStore (ratio >= 0.33x)",
+                    setting=f"bytes: ours {statistics.median(sent['ours']):.0f}, TensorStore "
+                            f"{statistics.median(sent['ts']):.0f}")
+    save(BENCH)
 
 
 if __name__ == "__main__":

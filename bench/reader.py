@@ -45,6 +45,8 @@ from typing import Any
 
 import numpy as np
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
 from napari_shardscope.core.sample_data import (
     SAMPLE_VOXEL_NM_XYZ,
     ensure_sample_dataset,
@@ -140,38 +142,45 @@ def ratio_line(label: str, ours: list[float], peer: list[float], peer_name: str)
 
 
 # -- 1 + 2: readers -----------------------------------------------------------------------------------
-def readers(paths: dict[str, Path]) -> dict[str, dict[str, Callable[[], Callable[[int | None], Any]]]]:
-    """Factories of ``read(z)`` functions (``z=None`` reads the whole volume), per data set and reader.
+Factory = Callable[[], Callable[[int | None], Any]]
 
-    Each factory opens its reader once (opening is not timed); chunk caches are off everywhere
-    (TensorStore cache pool 0, CloudVolume's default of no cache, zarr-python has none) so each
-    read decodes its chunks. CloudVolume keeps shard indexes in memory across reads, which
-    favours it slightly.
+
+def readers(paths: dict[str, Path]) -> dict[str, tuple[str, dict[str, Factory]]]:
+    """Per data set: its dtype and a factory per reader; each factory opens a reader with its defaults.
+
+    Defaults as users get them: ours through ``open_volume`` with a context of the default cache size
+    (:func:`default_cache_bytes`; a fresh context per round, so every timed read is cold, as the first
+    visit of a plane is), TensorStore with its default context, CloudVolume and zarr-python with theirs.
+    Opening is not timed.
     """
     import tensorstore as ts
 
-    def ours(path: Path) -> Callable[[], Callable[[int | None], Any]]:
+    from napari_shardscope.core.bytestore.context import default_cache_bytes
+
+    def ours(path: Path) -> Factory:
         def make() -> Callable[[int | None], Any]:
-            arr = open_volume(path, context=make_context(0)).levels[0].array
-            return lambda z: np.asarray(arr if z is None else arr[z])
+            arr = open_volume(path, context=make_context(default_cache_bytes())).levels[0].array
+            return lambda z: np.asarray(arr.read() if z is None else arr[z].read())
         return make
 
-    def ts_precomputed() -> Callable[[int | None], Any]:
-        store = ts.open({"driver": "neuroglancer_precomputed", "scale_index": 0,
-                         "kvstore": {"driver": "file", "path": str(paths["image"]) + "/"}},
-                        context=make_context(0)).result()
-        view = store[..., 0].T
-        return lambda z: view.read().result() if z is None else view[z].read().result()
+    def ts_precomputed(path: Path) -> Factory:
+        def make() -> Callable[[int | None], Any]:
+            store = ts.open({"driver": "neuroglancer_precomputed", "scale_index": 0,
+                             "kvstore": {"driver": "file", "path": str(path) + "/"}}).result()
+            view = store[..., 0].T
+            return lambda z: view.read().result() if z is None else view[z].read().result()
+        return make
 
-    def cloudvolume() -> Callable[[int | None], Any]:
-        from cloudvolume import CloudVolume
+    def cloudvolume(path: Path) -> Factory:
+        def make() -> Callable[[int | None], Any]:
+            from cloudvolume import CloudVolume
 
-        cv = CloudVolume(f"file://{paths['image']}", mip=0, progress=False, parallel=1)
-        return lambda z: np.asarray(cv[:, :, :] if z is None else cv[:, :, z:z + 1])
+            cv = CloudVolume(f"file://{path}", mip=0, progress=False)
+            return lambda z: np.asarray(cv[:, :, :] if z is None else cv[:, :, z:z + 1])
+        return make
 
     def ts_zarr() -> Callable[[int | None], Any]:
-        store = ts.open({"driver": "zarr3", "kvstore": {"driver": "file", "path": str(paths["zarr"]) + "/"}},
-                        context=make_context(0)).result()
+        store = ts.open({"driver": "zarr3", "kvstore": {"driver": "file", "path": str(paths["zarr"]) + "/"}}).result()
         return lambda z: store.read().result() if z is None else store[z].read().result()
 
     def zarr_python() -> Callable[[int | None], Any]:
@@ -181,43 +190,49 @@ def readers(paths: dict[str, Path]) -> dict[str, dict[str, Callable[[], Callable
         return lambda z: arr[:] if z is None else arr[z]
 
     return {
-        "precomputed (sharded)": {"ours": ours(paths["image"]), "TensorStore": ts_precomputed,
-                                  "CloudVolume": cloudvolume},
-        "zarr v3 (sharded)": {"ours": ours(paths["zarr"]), "TensorStore": ts_zarr, "zarr-python": zarr_python},
+        "precomputed uint64 segmentation (sharded)": ("uint64", {
+            "ours": ours(paths["segmentation"]), "TensorStore": ts_precomputed(paths["segmentation"]),
+            "CloudVolume": cloudvolume(paths["segmentation"])}),
+        "precomputed uint8 image (sharded)": ("uint8", {
+            "ours": ours(paths["image"]), "TensorStore": ts_precomputed(paths["image"]),
+            "CloudVolume": cloudvolume(paths["image"])}),
+        "zarr v3 uint8 image (sharded)": ("uint8", {
+            "ours": ours(paths["zarr"]), "TensorStore": ts_zarr, "zarr-python": zarr_python}),
     }
 
 
-def bench_readers(paths: dict[str, Path], repeat: int, full_repeat: int) -> dict[str, Any]:
-    results: dict[str, Any] = {}
-    nbytes = SIZE**3
-    for dataset, group in readers(paths).items():
-        print(f"\n{dataset}: 512³ uint8, 64³ chunks, gzip")
+#: Goals of issue 20, as ratios peer time / our time: (plane, full read).
+GOALS = {"TensorStore": (1.0, 1.0), "CloudVolume": (15.0, 3.0)}
+
+
+def bench_readers(paths: dict[str, Path], rounds: int) -> None:
+    """Cold z-plane and full reads, every reader opened afresh each round; ratios per round."""
+    from common import Paired, record_pair
+
+    for dataset, (dtype, group) in readers(paths).items():
+        print(f"\n{dataset}: 512³ {dtype}, 64³ chunks, gzip")
         fns = {name: make() for name, make in group.items()}
-        # check every reader returns the same plane before timing anything
         ref = np.asarray(fns["ours"](300)).reshape(SIZE, SIZE)
-        for name, fn in fns.items():
+        for name, fn in fns.items():  # every reader returns the same plane before anything is timed
             got = np.asarray(fn(300)).reshape(-1)
             plane = got.reshape(SIZE, SIZE).T if name == "CloudVolume" else got.reshape(SIZE, SIZE)
             assert np.array_equal(plane, ref), f"{name} returned different voxels"
-        # Readers take turns (round-robin) so load from other processes hits them alike; every reader
-        # reads the same sequence of planes, each in a different chunk row.
-        planes = list(range(40, 460, 37))
-        slice_t = interleaved({name: (lambda fn=fn, planes=planes: [fn(z) for z in planes])
-                               for name, fn in fns.items()}, repeat)
-        slice_t = {name: [t / len(planes) for t in ts_] for name, ts_ in slice_t.items()}
-        full_t = interleaved({name: (lambda fn=fn: fn(None)) for name, fn in fns.items()}, full_repeat)
-        print(f" 2-D slice latency (one z-plane, cold chunks; median of {repeat} x {len(planes)} planes):")
-        for name in fns:
-            if name != "ours":
-                print(ratio_line(f"vs {name}", slice_t["ours"], slice_t[name], name))
-        print(f" full-read throughput (whole volume, median of {full_repeat}):")
-        for name in fns:
-            med, best, ours = statistics.median(full_t[name]), min(full_t[name]), full_t["ours"]
-            print(f"  {name:<14} {nbytes / med / 1e6:8.1f} MB/s   ({med:.2f} s)"
-                  + ("" if name == "ours" else f"   speed ratio {med / statistics.median(ours):5.2f}x "
-                     f"(best runs {best / min(ours):5.2f}x)"))
-        results[dataset] = {"slice_s": slice_t, "full_s": full_t}
-    return results
+        names = list(group)
+        for what, z_of, n in (("cold z plane", lambda r: 40 + 37 * r % 420, rounds),
+                              ("full read (cold)", lambda r: None, rounds)):
+            times: dict[str, list[float]] = {name: [] for name in names}
+            for r in range(n):
+                opened = {name: group[name]() for name in names}  # fresh readers, fresh caches: cold
+                for name in names if r % 2 == 0 else names[::-1]:
+                    t0 = time.perf_counter()
+                    opened[name](z_of(r))
+                    times[name].append(time.perf_counter() - t0)
+                del opened
+            for peer in names[1:]:
+                goal = GOALS.get(peer)
+                goal_ratio = None if goal is None else goal[0 if z_of(0) is not None else 1]
+                record_pair("reader", f"{what}, {dataset}", dtype, Paired(times["ours"], times[peer]), peer,
+                            goal_ratio, setting="defaults (ours: default cache size, cold)")
 
 
 # -- 3: napari ------------------------------------------------------------------------------------------
@@ -405,8 +420,8 @@ def bench_responsiveness() -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--repeat", type=int, default=9, help="runs per slice measurement (median)")
-    parser.add_argument("--full-repeat", type=int, default=5, help="runs per full-volume read (median)")
+    parser.add_argument("--repeat", type=int, default=9, help="runs per napari measurement (median)")
+    parser.add_argument("--rounds", type=int, default=5, help="paired rounds per reader measurement")
     parser.add_argument("--no-gui", action="store_true", help="skip the napari measurements")
     parser.add_argument("--no-peers", action="store_true", help="skip the reader comparison")
     parser.add_argument("--_probe", help=argparse.SUPPRESS)
@@ -421,7 +436,10 @@ def main(argv: list[str] | None = None) -> int:
     paths = build_data(bench_dir())
     results: dict[str, Any] = {}
     if not args.no_peers:
-        results["readers"] = bench_readers(paths, args.repeat, args.full_repeat)
+        bench_readers(paths, args.rounds)
+        from common import save
+
+        save("reader")
     if not args.no_gui:
         if sys.platform.startswith("linux") and not os.environ.get("DISPLAY"):
             print("\nno display: skipping napari figures (run under xvfb-run -a)")

@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
-# Install napari-shardscope into ./.venv (./.venv-pyqt6 for the PyQt6 modes) on a fresh Debian/Ubuntu machine.
+# Install napari-shardscope into ./.venv (./.venv-pyqt5 for the PyQt5 modes) on a fresh Debian/Ubuntu machine.
 #
-#   bash scripts/install.sh             # the library, CLI and napari (PyQt5) in .venv: extra [all]
+#   bash scripts/install.sh             # the library, CLI and napari with its default binding (PyQt6) in .venv: [all]
 #   bash scripts/install.sh test        # the same plus the test tools and cross-check libraries: extra [test]
-#   bash scripts/install.sh test-pyqt6  # the test environment under PyQt6 instead, in .venv-pyqt6: [test-pyqt6]
-#   bash scripts/install.sh pyqt6       # the library, CLI and napari (PyQt6) in .venv-pyqt6: extra [pyqt6]
+#   bash scripts/install.sh test-pyqt5  # the test environment under PyQt5 instead, in .venv-pyqt5: [test-pyqt5]
+#   bash scripts/install.sh pyqt5       # the library, CLI and napari (PyQt5) in .venv-pyqt5: extra [pyqt5]
 #
-# One Qt binding per environment: the PyQt6 modes use their own venv, so no environment holds two bindings.
+# One Qt binding per environment: the PyQt5 modes use their own venv, so no environment holds two bindings.
 #
 # System packages: Xvfb and the X/OpenGL libraries Qt needs to draw (napari renders through OpenGL;
 # without the xcb libraries Qt aborts the process). Only missing packages are installed.
@@ -14,13 +14,17 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 extra="${1:-all}"
 case "$extra" in
-  pyqt6|test-pyqt6) venv=.venv-pyqt6 ;;
+  pyqt5|test-pyqt5) venv=.venv-pyqt5 ;;
   *) venv=.venv ;;
 esac
 
 apt_packages=(xvfb xauth libgl1 libegl1 libgl1-mesa-dri libglib2.0-0 libfontconfig1 libdbus-1-3
   libxkbcommon-x11-0 libxcb-cursor0 libxcb-icccm4 libxcb-image0 libxcb-keysyms1 libxcb-randr0
   libxcb-render-util0 libxcb-shape0 libxcb-xfixes0 libxcb-xinerama0 libxcb-xkb1)
+# The Neuroglancer hand-off test drives Debian's chromium through Playwright (never `playwright install`).
+case "$extra" in
+  test|test-pyqt6) apt_packages+=(chromium) ;;
+esac
 
 if command -v dpkg >/dev/null 2>&1; then
   missing=()

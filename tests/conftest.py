@@ -20,7 +20,7 @@ QT_BINDINGS = {"pyqt5": "PyQt5", "pyqt6": "PyQt6", "pyside6": "PySide6"}
 def qt_binding() -> str | None:
     """The Qt binding the tests use: ``QT_API`` when set, else the one installed (PyQt5 first, as qtpy picks).
 
-    Nothing in the configuration names a binding: ``.venv`` has PyQt5 and ``.venv-pyqt6`` PyQt6, and each
+    Nothing in the configuration names a binding: ``.venv`` has PyQt6 and ``.venv-pyqt5`` PyQt5, and each
     test run follows its environment.
     """
     chosen = os.environ.get("QT_API", "").lower()

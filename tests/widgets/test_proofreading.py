@@ -27,7 +27,7 @@ from napari_shardscope.napari_plugin.viewer import add_volumes
 from napari_shardscope.widgets.proofreading import SEEDS_NAME, ProofreadingPanel
 from napari_shardscope.widgets.session import session_for
 from napari_shardscope.widgets.shard_browser import camera
-from napari_shardscope.widgets.versions import UNCHOSEN, VersionsPanel
+from napari_shardscope.widgets.versions import KEEP_COLUMN, UNCHOSEN, VersionsPanel
 from tests.volume_cases import sample  # noqa: F401  (fixture)
 
 Z = 32  # the plane the tests look at
@@ -104,8 +104,8 @@ def conflict_combo(versions: VersionsPanel, key: str) -> Any:
     tree = versions.conflict_tree
     for i in range(tree.topLevelItemCount()):
         item = tree.topLevelItem(i)
-        if item.text(0) == key:
-            return tree.itemWidget(item, 3)
+        if item.data(0, Qt.ItemDataRole.UserRole) == key:  # the row shows "body 12", it records "body:12"
+            return tree.itemWidget(item, KEEP_COLUMN)
     raise AssertionError(f"conflict {key} not listed")
 
 
@@ -239,6 +239,7 @@ def test_committed_version_disables_edits(proofread: Proofread, qtbot: Any) -> N
     c.add_to_selection(b)
     versions = dock(viewer, "Versions")
     assert isinstance(versions, VersionsPanel)
+    versions.continue_check.setChecked(False)  # commit only: the version stays checked out, read-only
     versions.message_edit.setText("nothing yet")
     qtbot.mouseClick(versions.commit_button, LEFT)
     assert versions.message_edit.text() == "" and not versions.commit_button.isEnabled()
@@ -308,17 +309,18 @@ def test_versions_panel_merges_branches_with_a_choice_per_conflict(proofread: Pr
     plan = c.merge_plan
     keys = set(plan.choices)  # type: ignore[union-attr]
     assert keys == {f"body:{a}", f"body:{b}"} and versions.conflict_tree.topLevelItemCount() == 2
-    assert "choose a side" in versions.status_label.text()
+    assert "choose keep mine, keep theirs or keep both" in versions.status_label.text()
     with pytest.raises(ConflictError, match="edited on both sides"):  # unresolved: refused, nothing written
         c.merge_branch("alt", resolutions={})
     assert "edited on both sides" in versions.status_label.text()
     assert len(open_repository(repo).versions()) == 3  # base, alt, main: no merge version
     for key in keys:
-        conflict_combo(versions, key).setCurrentText("theirs")  # the row's Keep box forwards the choice
+        conflict_combo(versions, key).setCurrentText("keep theirs")  # the row's Keep box forwards the choice
     assert c.merge_plan.unresolved == ()  # type: ignore[union-attr]
     qtbot.mouseClick(versions.merge_button, LEFT)
+    qtbot.waitUntil(lambda: c.idle, timeout=60000)  # the merge runs in a worker
     result_uuid = c.version.uuid
-    assert c.last_error == "" and not c.version.version.locked and "merge version" in versions.status_label.text()
+    assert c.last_error == "" and not c.version.version.locked and "merged alt into" in versions.status_label.text()
     assert open_repository(repo).version(result_uuid).parents[1] == open_repository(repo).head("alt").uuid
     stored = fresh(repo, result_uuid)
     assert stored.body_at(va) == b and stored.body_at(vb) == b  # their merge kept, ours reverted
@@ -470,19 +472,22 @@ def test_merge_choices_belong_to_the_branch_they_were_made_for(proofread: Proofr
     versions.theirs_combo.setCurrentText("alt")
     qtbot.mouseClick(versions.plan_button, LEFT)
     for key in c.merge_plan.choices:  # type: ignore[union-attr]
-        conflict_combo(versions, key).setCurrentText("theirs")
+        conflict_combo(versions, key).setCurrentText("keep theirs")
     versions.theirs_combo.setCurrentText("alt2")  # another branch: alt's choices do not carry over
     assert versions.conflict_tree.topLevelItemCount() == 0 and c.merge_plan is None
     qtbot.mouseClick(versions.merge_button, LEFT)
-    assert "conflict(s) listed" in c.last_error and versions.conflict_tree.topLevelItemCount() == 2
+    qtbot.waitUntil(lambda: c.idle, timeout=60000)  # the merge runs in a worker
+    assert "conflicts listed" in c.last_error and versions.conflict_tree.topLevelItemCount() == 2
     assert all(conflict_combo(versions, k).currentText() == UNCHOSEN for k in c.merge_plan.choices)  # type: ignore[union-attr]
     qtbot.mouseClick(versions.merge_button, LEFT)  # listed but no side chosen: still refused
+    qtbot.waitUntil(lambda: c.idle, timeout=60000)  # the merge runs in a worker
     assert "edited on both sides" in c.last_error
     assert len(open_repository(repo).versions()) == count  # nothing written
     for key in c.merge_plan.choices:  # type: ignore[union-attr]
         c.choose(key, "ours")
-    assert all(conflict_combo(versions, k).currentText() == "ours" for k in c.merge_plan.choices)  # type: ignore[union-attr]
+    assert all(conflict_combo(versions, k).currentText() == "keep mine" for k in c.merge_plan.choices)  # type: ignore[union-attr]
     qtbot.mouseClick(versions.merge_button, LEFT)
+    qtbot.waitUntil(lambda: c.idle, timeout=60000)  # the merge runs in a worker
     assert c.last_error == ""
     assert open_repository(repo).version(c.version.uuid).parents[1] == open_repository(repo).head("alt2").uuid
 
@@ -536,7 +541,7 @@ def test_panel_inputs_give_messages_not_tracebacks(proofread: Proofread, sample:
     (other,) = add_volumes(viewer, [open_volume(str(small))])
     assert panel.agglo_edit.text() == str(sample.bodies)  # filled by the panel for the sample
     panel.layer_combo.setCurrentText(other.name)
-    assert panel.repo_edit.text() == str(small.parent / "small.repo")
+    assert panel.repo_edit.text() == str(small.parent / "small.shardscope" / "small.repo")  # beside the data
     assert panel.agglo_edit.text() == ""  # the sample's bodies.json must not group another volume
     panel.agglo_edit.setText("/typed/by/the/user.json")
     panel.layer_combo.setCurrentText("segmentation")

@@ -1,7 +1,8 @@
 """One Qt binding per environment, the same for qtpy, pytest-qt and napari; none pinned by the package.
 
-CI runs the Qt tests twice: in ``.venv`` (PyQt5, ``[test]``) and in ``.venv-pyqt6`` (PyQt6, ``[test-pyqt6]``).
-These tests say which binding a run really used, and that the extras keep the two apart.
+CI runs the Qt tests twice: in ``.venv`` (napari's default PyQt6, ``[test]``) and in ``.venv-pyqt5`` (PyQt5,
+``[test-pyqt5]``). These tests say which binding a run really used, that the extras keep the two apart, and that
+CI really runs both lanes.
 """
 
 from __future__ import annotations
@@ -58,7 +59,23 @@ def test_no_extra_installs_two_bindings_and_the_runtime_names_none() -> None:
     assert _bindings_of("gui", extras) == set() and _bindings_of("test-tools", extras) == set()
     for extra in extras:
         assert len(_bindings_of(extra, extras)) <= 1, (extra, _bindings_of(extra, extras))
-    assert _bindings_of("all", extras) == _bindings_of("test", extras) == {"napari[pyqt5]>=0.5"}
-    assert _bindings_of("pyqt6", extras) == _bindings_of("test-pyqt6", extras) == {"napari[pyqt6]>=0.5"}
+    # [all] is napari's default binding (napari 0.9: PyQt6), [pyqt5] the other one
+    assert _bindings_of("all", extras) == _bindings_of("test", extras) == {"napari[pyqt6]>=0.5"}
+    assert _bindings_of("pyqt6", extras) == {"napari[pyqt6]>=0.5"}
+    assert _bindings_of("pyqt5", extras) == _bindings_of("test-pyqt5", extras) == {"napari[pyqt5]>=0.5"}
     pytest_config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["pytest"]["ini_options"]
     assert "qt_api" not in pytest_config  # the run follows its environment (tests/conftest.py)
+
+
+def test_ci_runs_the_qt_tests_under_both_bindings() -> None:
+    """``.ci/run``: the main lane installs ``[test]`` (PyQt6) in ``.venv`` and runs everything; the second lane
+    installs ``[test-pyqt5]`` in ``.venv-pyqt5`` and runs every Qt test with ``QT_API=pyqt5``."""
+    ci = (ROOT / ".ci" / "run").read_text()
+    install = (ROOT / "scripts" / "install.sh").read_text()
+    assert "bash scripts/install.sh test\n" in ci and ".venv/bin/python -m pytest\n" in ci
+    assert "bash scripts/install.sh test-pyqt5" in ci
+    lane = next(line for line in ci.splitlines() if line.startswith("QT_API=pyqt5"))
+    assert ".venv-pyqt5/bin/python -m pytest tests/widgets tests/napari_plugin tests/examples" in lane
+    assert "pyqt5|test-pyqt5) venv=.venv-pyqt5" in install
+    extras = _extras()
+    assert _bindings_of("test", extras) != _bindings_of("test-pyqt5", extras)  # two lanes, two bindings

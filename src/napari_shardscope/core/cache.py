@@ -37,6 +37,27 @@ class LruCache(Generic[K, V]):
                 self._data.popitem(last=False)
         return value
 
+    def get(self, key: K) -> V | None:
+        """The cached value of ``key`` (``None`` when absent), marked as recently used."""
+        with self._lock:
+            if key not in self._data:
+                return None
+            self._data.move_to_end(key)
+            return self._data[key]
+
+    def put(self, key: K, value: V) -> None:
+        """Store ``value`` under ``key``, evicting the least recently used entries over capacity."""
+        with self._lock:
+            self._data[key] = value
+            self._data.move_to_end(key)
+            while len(self._data) > self.capacity:
+                self._data.popitem(last=False)
+
+    def contains(self, key: K) -> bool:
+        """Whether ``key`` is cached (without touching its recency)."""
+        with self._lock:
+            return key in self._data
+
     def clear(self) -> None:
         with self._lock:
             self._data.clear()

@@ -118,7 +118,7 @@ def open_once(key: Hashable, opener: Callable[[], T]) -> T:
 def _delayed(fn: Callable[[T], R], tasks: Sequence[T], label: str) -> list[Any]:
     import dask
 
-    return [dask.delayed(fn, pure=False)(t, dask_key_name=f"{label}-{i}") for i, t in enumerate(tasks)]
+    return [dask.delayed(fn, pure=False)(t, dask_key_name=f"{label}-{i:09d}") for i, t in enumerate(tasks)]
 
 
 def _compute_local(fn: Callable[[T], R], tasks: Sequence[T], scheduler: str | None, num_workers: int | None,

@@ -31,14 +31,55 @@ def _apply_cache(args: argparse.Namespace) -> None:
     set_cache_pool_size(int(args.cache_mb * 1024 * 1024))
 
 
+def neuroglancer_state_text(path: str) -> str | None:
+    """The Neuroglancer state text ``path`` holds: a link with ``#!{…}``, or a JSON file of a state."""
+    if "#!" in path or path.lstrip().startswith("{"):
+        return path
+    if path.endswith(".json") and "://" not in path:
+        file = Path(path)
+        if file.is_file() and file.stat().st_size < (64 << 20) and file.name not in ("zarr.json", "attributes.json"):
+            text = file.read_text(encoding="utf-8", errors="replace")
+            if '"layers"' in text:
+                return text
+    return None
+
+
 def run_open(args: argparse.Namespace) -> int:
-    """``shardscope open``: open every PATH, then show them."""
+    """``shardscope open``: open every PATH (or the sources of a Neuroglancer link / state file), then show them."""
+    import sys
+
+    from napari_shardscope.core.serve.ngstate import parse_state, state_from_text
     from napari_shardscope.core.volumes import open_volumes
     from napari_shardscope.napari_plugin.viewer import show_volumes
 
     _apply_cache(args)
-    volumes = [v for path in args.paths for v in open_volumes(path)]
-    show_volumes(volumes, screenshot=args.screenshot, async_slicing=not args.sync)
+    volumes = []
+    states = []
+    for path in args.paths:
+        text = neuroglancer_state_text(path)
+        if text is None:
+            volumes.extend(open_volumes(path))
+            continue
+        parsed = parse_state(state_from_text(text))
+        for s in parsed.not_opened:
+            print(f"shardscope open: not opened: layer {s.layer!r} ({s.url or 'no source'}): {s.reason}",
+                  file=sys.stderr)
+        for problem in parsed.problems:
+            print(f"shardscope open: {problem}", file=sys.stderr)
+        for s in parsed.openable:
+            assert s.open_url is not None
+            volumes.extend(open_volumes(s.open_url))
+        states.append(parsed)
+    if not volumes:
+        raise ArgumentError("nothing to open: the Neuroglancer state has no source the project can read")
+    prepare = None
+    if states:
+        from napari_shardscope.napari_plugin.neuroglancer import apply_state
+
+        def prepare(viewer: object, layers: list[object]) -> None:
+            apply_state(viewer, states[0], layers)
+
+    show_volumes(volumes, screenshot=args.screenshot, async_slicing=not args.sync, prepare=prepare)
     return EXIT_OK
 
 
@@ -66,10 +107,13 @@ _VIEW: tuple[Arg, ...] = (
 
 VERBS = (
     Verb("open", run_open, "open volumes in napari (precomputed, zarr v3 / OME-Zarr, N5; paths or URLs)",
-         (arg("paths", nargs="+", metavar="PATH", help="volume path or URL"), *_VIEW),
+         (arg("paths", nargs="+", metavar="PATH", help="volume path or URL, or a Neuroglancer link / state file"),
+          *_VIEW),
          description="Open one or more volumes lazily in napari: only the chunks on screen are read. PATH may be "
          "a local directory, file://, http(s)://, gs:// or s3:// URL, optionally prefixed precomputed://, zarr3:// "
-         "or n5://.", machine_output=False),
+         "or n5://; or a Neuroglancer link ('https://…#!{…}', quoted) or a state JSON file: its readable sources "
+         "open at its position, zoom and selected segments, and the sources it could not open are named.",
+         machine_output=False),
     Verb("demo", run_demo, "open the synthetic EM sample (generated into the cache on first use)", _VIEW,
          description="Generate (once) and open a synthetic EM image with its supervoxel segmentation, stored as "
          "sharded precomputed.", machine_output=False),

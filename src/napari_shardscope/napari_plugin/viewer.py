@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -70,9 +70,11 @@ DOCKED_WIDGETS = ("Shard browser", "Proofreading", "Versions")
 
 
 def show_volumes(volumes: Sequence[Volume], *, screenshot: Path | None = None, async_slicing: bool = True,
-                 title: str = "shardscope", widgets: Sequence[str] = DOCKED_WIDGETS) -> int:
+                 title: str = "shardscope", widgets: Sequence[str] = DOCKED_WIDGETS,
+                 prepare: Callable[[Any, list[Any]], None] | None = None) -> int:
     """Open a napari window with ``volumes`` and the plugin's ``widgets`` docked (as the Plugins menu
-    would); with ``screenshot``, write one frame and exit.
+    would); with ``screenshot``, write one frame and exit. ``prepare(viewer, layers)`` runs once the
+    layers are in (e.g. to go to the position of a Neuroglancer state).
 
     Returns the process exit code (0).
     """
@@ -81,7 +83,7 @@ def show_volumes(volumes: Sequence[Volume], *, screenshot: Path | None = None, a
     import napari
 
     viewer = napari.Viewer(title=title, show=True)
-    add_volumes(viewer, volumes)
+    layers = add_volumes(viewer, volumes)
     docks = [viewer.window.add_plugin_dock_widget("napari-shardscope", name, tabify=i > 0)[0]
              for i, name in enumerate(widgets)]  # one dock area, one tab per panel: the canvas keeps its room
     if docks:  # the first panel's tab in front, once the tabs exist
@@ -90,6 +92,8 @@ def show_volumes(volumes: Sequence[Volume], *, screenshot: Path | None = None, a
         QApplication.processEvents()
         docks[0].show()
         docks[0].raise_()
+    if prepare is not None:
+        prepare(viewer, layers)
     if screenshot is None:
         napari.run()
         return 0
@@ -100,7 +104,8 @@ def show_volumes(volumes: Sequence[Volume], *, screenshot: Path | None = None, a
         # the whole window at a fixed size: the data with the panels beside it, as a user sees them
         viewer.window.resize(*SCREENSHOT_SIZE)
         QApplication.processEvents()
-        viewer.reset_view()
+        if prepare is None:
+            viewer.reset_view()
         _hide_notifications(viewer)
         QApplication.processEvents()
         viewer.screenshot(path=str(screenshot), canvas_only=False, flash=False)

@@ -239,6 +239,12 @@ class CanvasBinding:
 
     def _on_ndisplay(self, *_: Any) -> None:
         self._style()
+        body = self.session.body_layer
+        if self.viewer.dims.ndisplay == 3 and body is not None and self._alive(body) and len(body.features):
+            # napari 0.9 computes a 3-D status of a Labels layer with features through a ray it may not have
+            # yet (a TypeError in its status bar): the hover text stays in the Navigate panel in 3-D
+            body.features = {}
+            self._hover_key = None
 
     def _render(self, state: ControllerState) -> None:
         """Follow the selection, the picked supervoxels and the click mode."""
@@ -340,7 +346,8 @@ class CanvasBinding:
         self._hover_key = key
         self.hover = info
         body = self.session.body_layer
-        if info is not None and info.body and body is not None and self._alive(body):
+        in_2d = self.viewer.dims.ndisplay == 2  # napari 0.9's status of a 3-D Labels layer with features fails
+        if info is not None and info.body and body is not None and self._alive(body) and in_2d:
             body.features = info.features()  # napari's status bar: "…: 12; supervoxel: 345, size: …"
             if self.viewer.layers.selection.active is body:
                 self.viewer.update_status_from_cursor()  # napari computed it before the features were set

@@ -44,10 +44,11 @@ from qtpy.QtWidgets import (
 
 from napari_shardscope.core.errors import ArgumentError, ShardscopeError
 from napari_shardscope.core.proofreading import MODES, ControllerState, PendingSplit
+from napari_shardscope.core.proofreading.places import default_repository, local_dataset, remember_folder
 from napari_shardscope.widgets.canvas import canvas_for
 from napari_shardscope.widgets.lifecycle import on_removed
 from napari_shardscope.widgets.scrolling import scroll_body
-from napari_shardscope.widgets.session import ViewerSession, session_for
+from napari_shardscope.widgets.session import LAYER_KEY, ViewerSession, session_for
 from napari_shardscope.widgets.workers import start_job
 
 if TYPE_CHECKING:
@@ -135,9 +136,10 @@ class ProofreadingPanel(QWidget):  # type: ignore[misc]
         form.addRow("Agglomeration", self.agglo_edit)
         row = QHBoxLayout()
         self.create_button = QPushButton("Create for layer")
-        self.create_button.setToolTip("a new repository with a labelmap over the selected segmentation")
         self.create_button.clicked.connect(
             lambda: c.attempt(lambda: self.create_repository(self.repo_edit.text().strip() or None)))
+        self.create_button.setToolTip("a new repository over the chosen labels layer (its file or URL, or the "
+                                      "labels themselves, stored inside the repository)")
         self.open_button = QPushButton("Open…")
         self.open_button.setToolTip("open an existing repository (the directory in the field, or choose one)")
         self.open_button.clicked.connect(self._open_clicked)
@@ -226,13 +228,31 @@ class ProofreadingPanel(QWidget):  # type: ignore[misc]
 
     # -- connecting -------------------------------------------------------------------------------------
     def segmentation_layers(self) -> list[Any]:
-        """Layers our reader opened as segmentations (their metadata names the source URL)."""
+        """Layers that can be proofread: our reader's segmentations and any other labels layer.
+
+        A labels layer from another source (napari's own reader, napari-ome-zarr, an array added in a
+        notebook) is offered too; the proofreading session's own layers and the split seeds are not.
+        """
+        from napari.layers import Labels
+
         out = []
         for layer in self.viewer.layers:
             meta = layer.metadata.get(METADATA_KEY) if hasattr(layer, "metadata") else None
-            if isinstance(meta, dict) and meta.get("kind") == "segmentation" and meta.get("url"):
+            ours = isinstance(meta, dict) and meta.get("kind") == "segmentation" and meta.get("url")
+            session_layer = LAYER_KEY in getattr(layer, "metadata", {}) or layer is self._seeds_layer
+            if ours or (isinstance(layer, Labels) and not session_layer and layer.name != SEEDS_NAME):
                 out.append(layer)
         return out
+
+    @staticmethod
+    def layer_url(layer: Any) -> str | None:
+        """The path or URL a layer was read from: our reader's URL, else napari's ``layer.source.path``."""
+        meta = layer.metadata.get(METADATA_KEY) if hasattr(layer, "metadata") else None
+        if isinstance(meta, dict) and meta.get("url"):
+            return str(meta["url"])
+        source = getattr(layer, "source", None)
+        path = getattr(source, "path", None)
+        return str(path) if path else None
 
     def _fill_layers(self, *_: Any) -> None:
         current = self.layer_combo.currentText()
@@ -258,10 +278,12 @@ class ProofreadingPanel(QWidget):  # type: ignore[misc]
         layer = self._chosen_layer()
         if layer is None:
             return
-        local = Path(str(layer.metadata[METADATA_KEY]["url"]).removeprefix("file://"))
-        repo = str(local.parent / f"{local.name}.repo") if local.exists() else ""
-        bodies = local.parent / "bodies.json"
-        agglo = str(bodies) if local.exists() and bodies.is_file() else ""
+        url = self.layer_url(layer)
+        where = default_repository(url, layer.name)
+        repo = str(where) if where is not None else ""
+        local = local_dataset(url)
+        bodies = local.parent / "bodies.json" if local is not None else None
+        agglo = str(bodies) if bodies is not None and bodies.is_file() else ""
         for edit, value in ((self.repo_edit, repo), (self.agglo_edit, agglo)):
             if edit.text() in ("", self._suggested.get(edit, "")):
                 edit.setText(value)
@@ -280,12 +302,40 @@ class ProofreadingPanel(QWidget):  # type: ignore[misc]
         """
         layer = layer if layer is not None else self._chosen_layer()
         if layer is None:
-            raise ArgumentError("no segmentation layer: open a segmentation (File › Open, or shardscope open)")
+            raise ArgumentError("no segmentation layer: open a segmentation (File › Open, or shardscope open) "
+                                "or add a labels layer")
         agg = agglomeration if agglomeration is not None else (self.agglo_edit.text().strip() or None)
-        url = str(layer.metadata[METADATA_KEY]["url"])
-        job = self.controller.create_job(path, url, name=name, agglomeration=agg)
+        if path is None:
+            path = self._ask_for_place(layer)
+        url = self.layer_url(layer)
+        meta = layer.metadata.get(METADATA_KEY) if hasattr(layer, "metadata") else None
+        ours = isinstance(meta, dict) and meta.get("url")
+        labels = None if ours else (layer.data[0] if getattr(layer, "multiscale", False) else layer.data)
+        job = self.controller.create_job(
+            path, url, name=name, agglomeration=agg, labels=labels, labels_name=layer.name,
+            voxel_size=tuple(layer.scale[-3:]), translate=tuple(layer.translate[-3:]))
         self.repo_edit.setText(str(path))
-        return start_job(job)
+
+        def hide_source(_: Any) -> None:
+            if layer in self.viewer.layers and not ours:
+                layer.visible = False  # the body layer shows the same labels, edited
+
+        return start_job(job, hide_source)
+
+    def _ask_for_place(self, layer: Any) -> Path | None:
+        """No repository directory given: suggest the default place, or (none yet) ask for a folder once."""
+        where = default_repository(self.layer_url(layer), layer.name)
+        if where is not None:
+            self.repo_edit.setText(str(where))
+            raise ArgumentError(f"give the new repository's directory (suggested: {where})")
+        else:
+            folder = QFileDialog.getExistingDirectory(
+                self, "Choose a folder for proofreading repositories and exports (asked once)", str(Path.home()))
+            if not folder:
+                raise ArgumentError("choose where the repository goes (the Repository field)")
+            remember_folder(folder)
+            where = default_repository(self.layer_url(layer), layer.name)
+        return where
 
     def open_repository(self, path: str | Path, instance: str | None = None) -> None:
         """Open an existing repository and check out its ``main`` branch."""
@@ -478,11 +528,10 @@ class ProofreadingPanel(QWidget):  # type: ignore[misc]
         labels["id"].setText(str(info.id))
         labels["size"].setText(f"{info.size:,} voxels")
         labels["supervoxels"].setText(str(info.supervoxels))
-        lo, hi = info.bounds
-        labels["bounds"].setText(f"z {lo[0]}–{hi[0]}, y {lo[1]}–{hi[1]}, x {lo[2]}–{hi[2]} (blocks)")
+        labels["bounds"].setText(info.bounds_text)
         labels["history"].setText("<br>".join(
-            f"{op} by {user}, {datetime.fromtimestamp(t).strftime('%H:%M:%S')}" for op, user, t, _ in info.history)
-            or "no edits")
+            f"{what} by {user}, {datetime.fromtimestamp(t).strftime('%H:%M:%S')}"
+            for what, (_, user, t, _) in zip(info.edits, info.history, strict=True)) or "no edits")
 
     def _teardown(self) -> None:
         """The panel left the viewer: unbind its keys, its click hook and its listeners."""

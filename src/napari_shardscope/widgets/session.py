@@ -32,7 +32,13 @@ from qtpy.QtCore import QObject
 from qtpy.QtCore import Signal as QtSignal  # type: ignore[attr-defined]
 
 from napari_shardscope.core.labelmap import EditEvent, LabelmapVersion
-from napari_shardscope.core.proofreading import ProofreadingController, ProofreadingSession, SessionEvent
+from napari_shardscope.core.proofreading import (
+    ControllerState,
+    ProofreadingController,
+    ProofreadingSession,
+    SessionEvent,
+    Status,
+)
 
 if TYPE_CHECKING:
     import napari
@@ -70,9 +76,30 @@ class ViewerSession:
         session = ProofreadingSession(dispatch=self._bridge.post)
         session.subscribe(self._on_session)  # before the controller's: panels see the new layers
         self.controller = ProofreadingController(session)
+        self._told: Status | None = self.controller.status
+        self.controller.subscribe(self._notify)
         self.body_layer: Labels | None = None
         self.supervoxel_layer: Labels | None = None
         self._layout: tuple[Any, ...] | None = None  # what the layers show: labelmap and geometry
+        from napari_shardscope.widgets.meshes import BodySurfaces
+
+        #: The selected bodies' meshes as Surface layers (widgets/meshes.py), following the controller.
+        self.surfaces = BodySurfaces(self)
+
+    def _notify(self, state: ControllerState) -> None:
+        """Each new result or refusal once as a napari notification (the panels keep it in their status line).
+
+        Messages of work starting ("merging alt …") are left to the progress bar of the work itself.
+        """
+        status = state.status
+        if status is self._told or not status.text:
+            return
+        self._told = status
+        from napari.utils.notifications import show_error, show_info, show_warning
+
+        show = {"ok": show_info, "warning": show_warning, "error": show_error}.get(status.level)
+        if show is not None:
+            show(status.text)
 
     @property
     def viewer(self) -> napari.Viewer:
@@ -142,7 +169,10 @@ class ViewerSession:
         """
         repo = self.controller.session.repo
         bodies, svs = v.body_arrays(), v.supervoxel_arrays()
-        meta = {LAYER_KEY: {"repository": str(repo.path) if repo is not None and repo.path else None,
+        # "controller": the Qt-free controller, for code that must not import widgets (napari_plugin's
+        # "Show in Neuroglancer" reads its labelmap and selected bodies)
+        meta = {LAYER_KEY: {"controller": self.controller,
+                            "repository": str(repo.path) if repo is not None and repo.path else None,
                             "labelmap": v.labelmap.name, "version": v.uuid}}
         geometry = v.scales[0]
         layout = (meta[LAYER_KEY]["repository"], v.labelmap.name, tuple(geometry.voxel_size),

@@ -21,6 +21,7 @@ from qtpy.QtCore import Qt
 from qtpy.QtGui import QFont
 from qtpy.QtWidgets import (
     QAbstractItemView,
+    QCheckBox,
     QComboBox,
     QGroupBox,
     QHBoxLayout,
@@ -36,6 +37,14 @@ from qtpy.QtWidgets import (
 from napari_shardscope.core.export.precomputed import ExportReport
 from napari_shardscope.core.proofreading import ControllerState, MergePlanState
 from napari_shardscope.core.proofreading.session import ExportFormat, LabelKind
+from napari_shardscope.core.proofreading.wording import (
+    SIDE_WORDS,
+    conflict_body,
+    describe_conflicts,
+    describe_undo,
+    edit_phrase,
+    id_list,
+)
 from napari_shardscope.widgets.lifecycle import on_removed
 from napari_shardscope.widgets.scrolling import scroll_body
 from napari_shardscope.widgets.session import ViewerSession, session_for
@@ -45,6 +54,10 @@ if TYPE_CHECKING:
     import napari
 
 UNCHOSEN = "choose…"
+#: The Keep box of a conflict: what it shows → the side the controller records.
+KEEP_CHOICES = {words: side for side, words in SIDE_WORDS.items()}
+#: Columns of the conflict list holding the Keep box and the Show button.
+KEEP_COLUMN, SHOW_COLUMN = 1, 2
 EXPORT_TIP = ("write the selected committed version (or the checked-out one) as a new sharded volume, "
               "every scale, in a worker with napari's progress bar; the result opens as a hidden layer")
 COLUMNS = ("Version", "Branch", "State", "Message", "Edits", "Parents", "Created")
@@ -53,8 +66,8 @@ UUID_ROLE = Qt.ItemDataRole.UserRole
 _ACTION_TIPS = {
     "checkout": "show the selected version in the layers (double-click a row does too)",
     "diff": "what changed between the two selected versions (or the selected and the current)",
-    "commit": "commit the checked-out version with the message",
-    "branch": "a new open version from the selected committed version (or the checked-out one)",
+    "commit": "commit the checked-out version with the message (and go on editing a new version after it)",
+    "branch": "a new open version after the selected committed version (or the checked-out one)",
     "plan_merge": "list the bodies and supervoxels both branches edited (conflicts)",
     "merge_branch": "make the merge version, with the side chosen for each conflict",
     "export": EXPORT_TIP,
@@ -109,9 +122,13 @@ class VersionsPanel(QWidget):  # type: ignore[misc]
 
         self.message_edit, self.commit_button = _text_and_button(
             vbox, "Commit the checked-out version", "commit message", "Commit", self._commit_clicked)
+        self.continue_check = QCheckBox("then go on editing (a new version after it, same branch)")
+        self.continue_check.setChecked(True)
+        self.continue_check.setToolTip("commit locks the version; with this, a fresh open version follows it at once")
+        vbox.addWidget(self.continue_check)
         self.branch_edit, self.branch_button = _text_and_button(
-            vbox, "New version from the selected committed version", "new branch name (empty: continue its branch)",
-            "New branch", self._branch_clicked)
+            vbox, "New version after the selected committed version", "new branch name (empty: same branch)",
+            "New version", self._branch_clicked)
 
         merge_box = QGroupBox("Merge a branch into the checked-out (committed) version")
         mv = QVBoxLayout(merge_box)
@@ -122,16 +139,23 @@ class VersionsPanel(QWidget):  # type: ignore[misc]
         self.plan_button = QPushButton("Check")
         self.plan_button.clicked.connect(lambda: c.attempt(c.plan_branch_merge, self.theirs_combo.currentText()))
         self.merge_button = QPushButton("Merge")
-        self.merge_button.clicked.connect(lambda: c.attempt(c.merge_branch, self.theirs_combo.currentText()))
+        self.merge_button.clicked.connect(lambda: c.attempt(self.merge_branch, self.theirs_combo.currentText()))
         mrow.addWidget(self.theirs_combo, 1)
         mrow.addWidget(self.plan_button)
         mrow.addWidget(self.merge_button)
         mv.addLayout(mrow)
         self.conflict_tree = QTreeWidget()
-        self.conflict_tree.setColumnCount(4)
-        self.conflict_tree.setHeaderLabels(["Conflict", "Ours", "Theirs", "Keep"])
-        self.conflict_tree.setMaximumHeight(140)
+        self.conflict_tree.setColumnCount(5)
+        self.conflict_tree.setHeaderLabels(["Conflict", "Keep", "", "Mine", "Theirs"])  # the choices first: visible
+        self.conflict_tree.setMaximumHeight(160)
+        self.conflict_tree.setMinimumHeight(64)  # a row stays visible however crowded the dock
+        self.conflict_tree.itemDoubleClicked.connect(
+            lambda item, _col: self.show_conflict(str(item.data(0, UUID_ROLE))))
         mv.addWidget(self.conflict_tree)
+        self.conflict_label = QLabel("")  # the current conflict in a sentence (the columns are narrow in a dock)
+        self.conflict_label.setWordWrap(True)
+        mv.addWidget(self.conflict_label)
+        self.conflict_tree.currentItemChanged.connect(lambda item, _old: self._say_conflict(item))
         vbox.addWidget(merge_box)
 
         export_box = QGroupBox("Export the selected committed version to a sharded volume")
@@ -155,8 +179,8 @@ class VersionsPanel(QWidget):  # type: ignore[misc]
         vbox.addWidget(export_box)
 
         self.diff_tree = QTreeWidget()
-        self.diff_tree.setColumnCount(5)
-        self.diff_tree.setHeaderLabels(["Side", "Mutation", "Operation", "Bodies", "User"])
+        self.diff_tree.setColumnCount(4)
+        self.diff_tree.setHeaderLabels(["Only in", "Edit", "Bodies", "By"])
         self.diff_label = QLabel("")
         self.diff_label.setWordWrap(True)
         vbox.addWidget(self.diff_label)
@@ -168,7 +192,9 @@ class VersionsPanel(QWidget):  # type: ignore[misc]
 
     # -- forwarding -------------------------------------------------------------------------------------
     def _commit_clicked(self) -> None:
-        if self.controller.attempt(self.controller.commit, self.message_edit.text()) is not None:
+        c = self.controller
+        commit = c.commit_and_continue if self.continue_check.isChecked() else c.commit
+        if c.attempt(commit, self.message_edit.text()) is not None:
             self.message_edit.clear()
 
     def _branch_clicked(self) -> None:
@@ -182,6 +208,10 @@ class VersionsPanel(QWidget):  # type: ignore[misc]
     def versions(self) -> list[str]:
         """UUIDs in the list, top (newest) first."""
         return [str(self.tree.topLevelItem(i).data(0, UUID_ROLE)) for i in range(self.tree.topLevelItemCount())]
+
+    def merge_branch(self, theirs: str | None = None) -> Any:
+        """Merge branch ``theirs`` with the sides chosen, in a worker with napari's progress; returns the worker."""
+        return start_job(self.controller.merge_branch_job(theirs or None))
 
     # -- exporting --------------------------------------------------------------------------------------
     @property
@@ -228,13 +258,14 @@ class VersionsPanel(QWidget):  # type: ignore[misc]
         self._fill_theirs(state)
         self._fill_conflicts(state.merge_plan)
         self._fill_diff(state)
+        commit = "commit_continue" if self.continue_check.isChecked() else "commit"
         for name, button in (("checkout", self.checkout_button), ("diff", self.diff_button),
-                             ("commit", self.commit_button), ("branch", self.branch_button),
+                             (commit, self.commit_button), ("branch", self.branch_button),
                              ("plan_merge", self.plan_button), ("merge_branch", self.merge_button),
                              ("export", self.export_button)):
             action = state.actions[name]
             button.setEnabled(action.enabled)
-            button.setToolTip(action.reason or _ACTION_TIPS[name])
+            button.setToolTip(action.reason or _ACTION_TIPS.get(name, _ACTION_TIPS["commit"]))
         self.status_label.setStyleSheet("color: #e06c75" if state.status.level == "error" else "")
         self.status_label.setText(state.status.render())
 
@@ -284,27 +315,62 @@ class VersionsPanel(QWidget):  # type: ignore[misc]
             for key, side in plan.choices.items():  # the same conflicts: only a choice changed
                 combo = self._choices[key]
                 combo.blockSignals(True)
-                combo.setCurrentText(side or UNCHOSEN)
+                combo.setCurrentText(SIDE_WORDS[side] if side else UNCHOSEN)
                 combo.blockSignals(False)
             self._plan_shown = plan
             return
         self._plan_shown = plan
         self.conflict_tree.clear()
+        self.conflict_label.setText("")
         self._choices = {}
         if plan is None:
             return
         c = self.controller
-        for conflict in plan.plan.conflicts:
-            item = QTreeWidgetItem([conflict.key, ", ".join(map(str, conflict.ours)),
-                                    ", ".join(map(str, conflict.theirs)), ""])
+        for words in describe_conflicts(plan.plan):
+            item = QTreeWidgetItem([words.label, "", "", words.mine, words.theirs])
+            item.setData(0, UUID_ROLE, words.key)
+            item.setToolTip(0, words.sentence(plan.theirs))
+            item.setToolTip(3, f"mine: {words.mine}")
+            item.setToolTip(4, f"{plan.theirs}: {words.theirs}")
             self.conflict_tree.addTopLevelItem(item)
             combo = QComboBox()
-            combo.addItems([UNCHOSEN, "ours", "theirs"])  # no side until the user picks one
-            combo.setCurrentText(plan.choices.get(conflict.key) or UNCHOSEN)
+            combo.addItems([UNCHOSEN, *KEEP_CHOICES])  # no side until the user picks one
+            chosen = plan.choices.get(words.key)
+            combo.setCurrentText(SIDE_WORDS[chosen] if chosen else UNCHOSEN)
+            combo.setToolTip("keep mine: drop their edits of it; keep theirs: take back mine; "
+                             "keep both: their edits after mine (refused if they no longer fit)")
             combo.currentTextChanged.connect(
-                lambda text, key=conflict.key: c.attempt(c.choose, key, None if text == UNCHOSEN else text))
-            self.conflict_tree.setItemWidget(item, 3, combo)
-            self._choices[conflict.key] = combo
+                lambda text, key=words.key: c.attempt(c.choose, key, KEEP_CHOICES.get(text)))
+            self.conflict_tree.setItemWidget(item, KEEP_COLUMN, combo)
+            show = QPushButton("Show")
+            show.setToolTip("centre the view on the body and select it")
+            show.clicked.connect(lambda _=False, key=words.key: self.show_conflict(key))
+            self.conflict_tree.setItemWidget(item, SHOW_COLUMN, show)
+            self._choices[words.key] = combo
+        for col in (0, KEEP_COLUMN, SHOW_COLUMN):
+            self.conflict_tree.resizeColumnToContents(col)
+        if self.conflict_tree.topLevelItemCount():
+            self.conflict_tree.setCurrentItem(self.conflict_tree.topLevelItem(0))
+
+    def _say_conflict(self, item: Any) -> None:
+        self.conflict_label.setText(item.toolTip(0) if item is not None else "")
+
+    def show_conflict(self, key: str) -> int | None:
+        """Jump to conflict ``key``: centre the view on its body and select it (where it still exists).
+
+        Returns the body shown, ``None`` when the conflict names no body the checked-out version has.
+        """
+        plan = self.controller.merge_plan
+        conflict = next((x for x in plan.plan.conflicts if x.key == key), None) if plan is not None else None
+        body = conflict_body(conflict, plan.plan) if conflict is not None and plan is not None else None
+        version = self.controller.version
+        if body is None or version is None or not version.exists(body):
+            self.controller.report(f"{key.replace(':', ' ')} is not in the checked-out version: "
+                                   "nothing to show here", "warning")
+            return None
+        self.controller.attempt(self.controller.select, body)
+        centre_on_body(self.viewer, self.controller, body)
+        return body
 
     def _fill_diff(self, state: ControllerState) -> None:
         d = state.diff
@@ -316,13 +382,38 @@ class VersionsPanel(QWidget):  # type: ignore[misc]
         if d is None:
             return
         short_a, short_b = d.a[:8], d.b[:8]
+        records = {e.mutation.mutation_id: e.mutation for e in (*d.only_a, *d.only_b)}
         for side, entries in ((short_a, d.only_a), (short_b, d.only_b)):
             for e in entries:
                 m = e.mutation
-                self.diff_tree.addTopLevelItem(QTreeWidgetItem([
-                    side, str(m.mutation_id), m.operation, ", ".join(map(str, m.bodies)), m.user]))
-        for col in range(4):
+                original = records.get(int(m.args.get("mutation", m.target or 0)))
+                words = describe_undo(m, original) if m.operation in ("undo", "redo") else edit_phrase(m)
+                self.diff_tree.addTopLevelItem(QTreeWidgetItem([side, words, id_list(m.bodies), m.user]))
+        for col in range(3):
             self.diff_tree.resizeColumnToContents(col)
+
+
+def centre_on_body(viewer: Any, controller: Any, body: int) -> None:
+    """Centre the view on ``body`` (its block bounds from the label index) at a zoom that shows it whole.
+
+    Public API only: ``reset_view`` gives the zoom that fits everything, scaled by how much smaller
+    the body is than everything.
+    """
+    version = controller.version
+    box = version.bbox(body, exact=False)
+    g = version.scales[0]
+    centre = [t + (lo + hi) / 2 * s for t, lo, hi, s in zip(g.translate, box.lo, box.hi, g.voxel_size, strict=True)]
+    dims = viewer.dims
+    dims.set_point(tuple(range(dims.ndim - 3, dims.ndim)), tuple(centre))
+    shown = list(dims.displayed)
+    extent = viewer.layers.extent.world
+    whole = max(float(extent[1][d] - extent[0][d]) for d in shown)
+    size = [(hi - lo) * s for lo, hi, s in zip(box.lo, box.hi, g.voxel_size, strict=True)]
+    part = max(size[d - (dims.ndim - 3)] for d in shown if d >= dims.ndim - 3)
+    viewer.reset_view()
+    if part > 0 and whole > part:
+        viewer.camera.zoom = viewer.camera.zoom * 0.8 * whole / part
+    viewer.camera.center = tuple(centre[d - (dims.ndim - 3)] for d in shown if d >= dims.ndim - 3)
 
 
 def _text_and_button(vbox: Any, title: str, placeholder: str, label: str,

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 
 from napari_shardscope.core.cli.parser import Verb, arg
+from napari_shardscope.core.errors import ShardscopeError
 
 
 def cmd_divide(args: argparse.Namespace) -> int:
@@ -16,4 +17,9 @@ def cmd_divide(args: argparse.Namespace) -> int:
     return 0
 
 
-VERBS = (Verb("divide-by-zero", cmd_divide, "divide a number by zero (a bug)", (arg("numerator", type=int),)),)
+def cmd_groupless(_args: argparse.Namespace) -> int:
+    raise ShardscopeError("an error of ours in no group")
+
+
+VERBS = (Verb("divide-by-zero", cmd_divide, "divide a number by zero (a bug)", (arg("numerator", type=int),)),
+         Verb("groupless", cmd_groupless, "raise an error of ours that belongs to no group"))

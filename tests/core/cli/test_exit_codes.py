@@ -123,17 +123,20 @@ def test_an_unresolved_branch_merge_conflict_exits_7_and_lists_it(tmp_path: Path
     for argv in (("repo", "init", repo), ("labelmap", "create", repo, "seg", str(base), "--block", "8"),
                  ("repo", "commit", repo, "main", "-m", "base"), ("repo", "branch", repo, "main", "alt"),
                  ("repo", "branch", repo, "main"),
-                 ("merge", repo, "main", "seg", "10", "30"), ("merge", repo, "alt", "seg", "10", "40"),
+                 ("body", "merge", repo, "main", "seg", "10", "30"), ("body", "merge", repo, "alt", "seg", "10", "40"),
                  ("repo", "commit", repo, "main", "-m", "ours"), ("repo", "commit", repo, "alt", "-m", "theirs")):
         assert shardscope(capsys, *argv)[0] == 0, argv
-    code, out, err = shardscope(capsys, "merge-branches", repo, "main", "alt", "seg")
-    assert code == 7 and "edited on both sides" in one_line(err, "merge-branches")
-    assert "unresolved body:10" in out
-    code, out, err = shardscope(capsys, "merge-branches", repo, "main", "alt", "seg", "--json")
-    assert code == 7 and one_line(err, "merge-branches")
+    code, out, err = shardscope(capsys, "branch", "merge", repo, "main", "alt", "seg")
+    assert code == 7 and "edited on both sides" in one_line(err, "branch merge")
+    assert "unresolved body:10: mine: merge of 30 into 10; theirs: merge of 40 into 10" in out
+    code, out, err = shardscope(capsys, "branch", "merge", repo, "main", "alt", "seg", "--json")
+    assert code == 7 and one_line(err, "branch merge")
     doc = json.loads(out)
     assert doc["error"]["group"] == "conflict" and [c["key"] for c in doc["conflicts"]] == ["body:10"]
-    assert shardscope(capsys, "merge-branches", repo, "main", "alt", "seg", "--policy", "ours")[0] == 0
+    code, _, err = shardscope(capsys, "merge-branches", repo, "main", "alt", "seg", "--dry-run")  # the old spelling
+    assert code == 7 and err.splitlines()[0] == ("shardscope merge-branches: deprecated spelling, use 'shardscope "
+                                                 "branch merge' (same arguments)")
+    assert shardscope(capsys, "branch", "merge", repo, "main", "alt", "seg", "--resolve", "body:10=both")[0] == 0
 
 
 def test_a_store_that_fails_exits_8(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -196,3 +199,57 @@ def test_every_verb_takes_json(capsys: pytest.CaptureFixture[str]) -> None:
             assert "--json" not in text
         else:
             assert "--json" in text, verb
+
+
+def _readme_table() -> dict[int, str]:
+    """The README's exit-code table: code → the group named in its second column (``""`` for 0 and 1)."""
+    readme = (Path(__file__).resolve().parents[3] / "README.md").read_text()
+    rows: dict[int, str] = {}
+    for line in readme.splitlines():
+        m = re.match(r"^\|\s*(\d+)\s*\|([^|]*)\|", line)
+        if m:
+            group = re.search(r"\(`(\w+)`\)", m.group(2))
+            rows[int(m.group(1))] = group.group(1) if group else ""
+    return rows
+
+
+def test_the_readme_table_is_the_map() -> None:
+    """Every row of the README's table is what the CLI returns for that group, and nothing else is returned."""
+    from napari_shardscope.core.errors import EXIT_INTERNAL, EXIT_OTHER, ShardscopeError, group_name
+
+    rows = _readme_table()
+    assert sorted(rows) == [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 70]
+    for group, code in EXIT_CODES:
+        assert rows[code] == group_name(group("x")), (group, code)
+    assert rows[EXIT_OTHER] == group_name(ShardscopeError("x")) == "other"
+    assert rows[EXIT_INTERNAL] == group_name(ZeroDivisionError()) == "internal"
+
+
+def test_an_unsupported_feature_exits_5(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    doc = {"zarr_format": 3, "node_type": "array", "shape": [4, 4, 4], "data_type": "float128",
+           "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": [4, 4, 4]}},
+           "chunk_key_encoding": {"name": "default"}, "fill_value": 0, "codecs": [{"name": "bytes"}]}
+    (tmp_path / "zarr.json").write_text(json.dumps(doc))
+    code, out, err = shardscope(capsys, "inspect", str(tmp_path), "--json")
+    assert code == 5 and "float128" in one_line(err, "inspect") and "is not supported" in err
+    assert json_error(out)["group"] == "unsupported"
+
+
+def test_an_error_in_no_group_exits_9(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = shardscope(capsys, "groupless", "--json", extra=("tests.core.cli.broken_verbs",))
+    assert code == 9 and one_line(err, "groupless") == "shardscope groupless: an error of ours in no group"
+    assert json_error(out)["group"] == "other"
+
+
+def test_repo_verify_with_problems_exits_1(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The README's row 1 for ``repo verify``: a consistent store exits 0, one with a stray key 1 (not an error)."""
+    import sqlite3
+
+    repo = str(tmp_path / "repo")
+    assert shardscope(capsys, "repo", "init", repo, "--engine", "sqlite")[0] == 0
+    assert shardscope(capsys, "kv", "put", repo, "main", "notes", "k", "v")[0] == 0
+    assert shardscope(capsys, "repo", "verify", repo)[0] == 0
+    with sqlite3.connect(tmp_path / "repo" / "store.sqlite") as db:  # a data key no version owns
+        db.execute("INSERT INTO kv VALUES (?, ?)", (b"\xff" * 3 + b"stray", b"x"))
+    code, out, err = shardscope(capsys, "repo", "verify", repo)
+    assert code == 1 and err == "" and "problem" in out

@@ -39,7 +39,7 @@ def test_inspect_json(volume: Path, capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_locate_and_ls_agree(volume: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    loc = _json(capsys, ["locate", str(volume), "--voxel", "20,21,14", "--json"])
+    loc = _json(capsys, ["locate", str(volume), "--voxel", "20,21,14", "--xyz", "--json"])
     assert isinstance(loc, dict)
     assert set(loc) >= {
         "chunk_id",
@@ -82,7 +82,7 @@ def test_locate_absent_chunk(tmp_path: Path, capsys: pytest.CaptureFixture[str])
     write_ts_volume(path, SHARDING_MURMUR_GZIP, scales=1)
     for shard in path.rglob("*.shard"):
         shard.unlink()
-    loc = _json(capsys, ["locate", str(path), "--voxel", "3,5,7", "--json"])
+    loc = _json(capsys, ["locate", str(path), "--voxel", "3,5,7", "--xyz", "--json"])
     assert isinstance(loc, dict) and loc["present"] is False and loc["byte_range"] is None
 
 
@@ -90,7 +90,7 @@ def test_help_states_coordinate_convention() -> None:
     proc = subprocess.run(
         [sys.executable, "-m", "napari_shardscope", "locate", "--help"], capture_output=True, text=True
     )
-    assert proc.returncode == 0 and "x,y,z" in proc.stdout and "N5" in proc.stdout
+    assert proc.returncode == 0 and "z,y,x" in proc.stdout and "--xyz" in proc.stdout and "x,y,z" in proc.stdout
 
 
 def test_locate_segment_follows_mesh_and_skeleton_dirs(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -184,3 +184,39 @@ def test_ls_of_a_remote_unsharded_scale_downloads_no_chunk(tmp_path: Path) -> No
     records = list(PrecomputedInspector(store, parse_info(store.read("info") or b"")).list_chunks())
     assert len(records) == 4 * 3 * 3 and all(r["size"] is None for r in records)
     assert store.stats.bytes_read == len((path / "info").read_bytes())
+
+
+def test_locate_takes_the_readers_zyx_and_neuroglancers_xyz(tmp_path: Path,
+                                                             capsys: pytest.CaptureFixture[str]) -> None:
+    """One voxel, typed both ways, is the same voxel the reader shows at that index (voxel_offset 3,5,7)."""
+    import numpy as np
+
+    from napari_shardscope.core.volumes import open_volume
+
+    path = tmp_path / "vol"
+    data_xyz = write_ts_volume(path, SHARDING_MURMUR_GZIP, scales=2)
+    zyx = _json(capsys, ["locate", str(path), "--voxel", "7,16,17", "--json"])
+    xyz = _json(capsys, ["locate", str(path), "--voxel", "20,21,14", "--xyz", "--json"])
+    assert isinstance(zyx, dict) and isinstance(xyz, dict)
+    assert zyx == xyz and zyx["voxel"] == [20, 21, 14] and zyx["voxel_zyx"] == [7, 16, 17]
+    shown = open_volume(path).levels[0].array[7, 16, 17]  # what napari shows at data index z=7, y=16, x=17
+    assert int(np.asarray(shown)) == int(data_xyz[0][17, 16, 7])
+    coarse = _json(capsys, ["locate", str(path), "--voxel", "3,8,8", "--scale", "16_16_40", "--json"])
+    # scale 1: voxel_offset (1, 2, 3), the offset halved as written
+    assert isinstance(coarse, dict) and coarse["voxel"] == [8 + 1, 8 + 2, 3 + 3] and coarse["voxel_zyx"] == [3, 8, 8]
+    assert run(["locate", str(path), "--voxel", "0,0,50"]) == 2  # x 50 is past the 50 voxels of x
+    assert "outside" in capsys.readouterr().err
+
+
+def test_locate_a_2d_array_takes_two_coordinates(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A fuzz finding: three coordinates for a 2-D array were an internal error (exit 70); now a bad argument."""
+    import tensorstore as ts
+
+    ts.open({"driver": "zarr3", "kvstore": {"driver": "file", "path": str(tmp_path / "a")},
+             "metadata": {"shape": [10, 12], "data_type": "uint8", "chunk_grid": {
+                 "name": "regular", "configuration": {"chunk_shape": [5, 6]}}}, "create": True}).result()
+    for voxel in ("2147483648,0,0", "2,56,9223372036854775808"):
+        assert run(["locate", str(tmp_path / "a"), "--voxel", voxel]) == 2
+        assert "takes 2 coordinates" in capsys.readouterr().err
+    loc = _json(capsys, ["locate", str(tmp_path / "a"), "--voxel", "3,7", "--json"])
+    assert isinstance(loc, dict) and loc["voxel"] == [3, 7] and loc["voxel_zyx"] == [3, 7]

@@ -44,7 +44,7 @@ def test_proofreading_session(base: Path, tmp_path: Path, capsys: pytest.Capture
     assert isinstance(got, dict) and got["supervoxels"] == [10, 30, 40]
     assert got["voxels"] == int(np.isin(dumbbell(), [10, 30, 40]).sum())
 
-    code, got = call(capsys, "merge", repo, "main", "seg", "5", "10", "--user", "ana", "--json")
+    code, got = call(capsys, "body", "merge", repo, "main", "seg", "5", "10", "--user", "ana", "--json")
     assert code == 0 and isinstance(got, dict) and got["mutation"]["operation"] == "merge"
     assert got["mutation"]["user"] == "ana" and got["mutation"]["bodies"] == [5, 10]
     code, got = call(capsys, "cleave", repo, "main", "seg", "5", "30", "--json")
@@ -58,16 +58,16 @@ def test_proofreading_session(base: Path, tmp_path: Path, capsys: pytest.Capture
     np.save(npy, np.array([[4, 8, 25]]))
     seeds = tmp_path / "seeds.json"
     seeds.write_text(json.dumps({"1": [[4, 8, 5]], "2": [[4, 8, 25]]}))
-    code, got = call(capsys, "split-body", repo, "main", "seg", "5", str(seeds), "--json")
+    code, got = call(capsys, "body", "split", repo, "main", "seg", "5", str(seeds), "--json")
     assert code == 0 and isinstance(got, dict) and got["bodies"]["1"] == 5 and list(got["cut"]) == ["10"]
     code, text = call(capsys, "undo", repo, "main", "seg")
-    assert code == 0 and "undo of mutation 4" in str(text)
+    assert code == 0 and str(text).startswith("undid: split of 5 into") and "mutation" not in str(text)
     code, got = call(capsys, "redo", repo, "main", "seg", "--json")
     assert isinstance(got, dict) and got["mutation"]["args"]["mutation"] == 4
     code, got = call(capsys, "history", repo, "main", "seg", "41", "--json")
     assert isinstance(got, list) and [m["operation"] for m in got] == ["merge", "cleave", "split-supervoxel"]
     code, text = call(capsys, "history", repo, "main", "seg", "41")
-    assert code == 0 and "cleave" in str(text)
+    assert code == 0 and "cleave of 1 supervoxel off 5 into 41 (by " in str(text) and "mutation" not in str(text)
     code, got = call(capsys, "labelmap", "info", repo, "seg", "main", "--json")
     assert isinstance(got, dict) and got["version"]["own_mutations"] == 6 and got["version"]["can_undo"]
 
@@ -78,15 +78,15 @@ def test_proofreading_session(base: Path, tmp_path: Path, capsys: pytest.Capture
     code, text = call(capsys, "split-supervoxel", repo, "main", "seg", "40", str(npy))
     assert code == 2 and "not in supervoxel 40" in str(text)
     assert call(capsys, "size", repo, "main", "seg", "999")[0] == 3  # an unknown label is not found
-    assert call(capsys, "merge", repo, "nope", "seg", "5", "41")[0] == 3
+    assert call(capsys, "body", "merge", repo, "nope", "seg", "5", "41")[0] == 3
     assert call(capsys, "label", repo, "main", "nope", "0", "0", "0")[0] == 3  # no such labelmap
     assert call(capsys, "label", repo, "main", "seg", "99", "0", "0")[0] == 2
     bad = tmp_path / "bad.json"
     bad.write_text("[[1, 2]]")
     assert call(capsys, "split-supervoxel", repo, "main", "seg", "40", str(bad))[0] == 2
     assert call(capsys, "repo", "commit", repo, "main", "-m", "done")[0] == 0
-    code, text = call(capsys, "merge", repo, "main", "seg", "5", "41")
-    assert code == 6 and "committed" in str(text)
+    code, text = call(capsys, "body", "merge", repo, "main", "seg", "5", "41")
+    assert code == 6 and "committed" in str(text) and "new_version" not in str(text)
     code, text = call(capsys, "labelmap", "index", repo, "seg")
     assert code == 0 and "4 supervoxels" in str(text)
 
@@ -104,8 +104,48 @@ def test_bad_counts_and_unknown_versions_are_usage_errors(base: Path, tmp_path: 
         assert "positive integer" in err and "Traceback" not in err
     assert call(capsys, "index", repo, "seg", "--workers", "2", "--quiet")[0] == 0
     assert call(capsys, "repo", "commit", repo, "main", "-m", "base")[0] == 0
-    code, text = call(capsys, "merge-branches", repo, "main", "nosuch", "seg", "--dry-run")
+    code, text = call(capsys, "branch", "merge", repo, "main", "nosuch", "seg", "--dry-run")
     assert code == 3 and "nosuch" in str(text)
-    assert call(capsys, "merge-branches", repo, "nosuch", "main", "seg")[0] == 3
+    assert call(capsys, "branch", "merge", repo, "nosuch", "main", "seg")[0] == 3
     assert call(capsys, "diff", repo, "main", "abcdef12", "seg")[0] == 3
     assert call(capsys, "repo", "log", repo, "nosuch")[0] == 3  # what the versioned CLI does
+
+
+def test_one_coordinate_order_and_xyz(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``label`` and the split verbs take z y x as the reader indexes the base (from 0); ``--xyz`` takes
+    Neuroglancer's x y z, absolute (the base's voxel_offset 3, 5, 7 included)."""
+    from tests.precomputed_data import write_ts_volume
+
+    base = tmp_path / "offset-seg"
+    data_xyz = write_ts_volume(base, None, scales=1, size=(20, 18, 12))[0]
+    repo = str(tmp_path / "repo")
+    assert call(capsys, "repo", "init", repo)[0] == 0
+    assert call(capsys, "labelmap", "create", repo, "seg", str(base), "--block", "8")[0] == 0
+    sv = int(data_xyz[9, 8, 4])  # x 9, y 8, z 4 from the first voxel
+    code, zyx = call(capsys, "label", repo, "main", "seg", "4", "8", "9", "--json")
+    assert code == 0 and isinstance(zyx, dict) and zyx["supervoxel"] == sv and zyx["voxel"] == [4, 8, 9]
+    code, xyz = call(capsys, "label", repo, "main", "seg", str(9 + 3), str(8 + 5), str(4 + 7), "--xyz", "--json")
+    assert code == 0 and xyz == zyx
+    assert call(capsys, "label", repo, "main", "seg", "9", "8", "4", "--xyz")[0] == 2  # before the offset: outside
+    other = int(data_xyz[10, 8, 4])
+    seeds = tmp_path / "seeds.json"  # the same two voxels, typed x, y, z absolute
+    seeds.write_text(json.dumps({"1": [[9 + 3, 8 + 5, 4 + 7]], "2": [[10 + 3, 8 + 5, 4 + 7]]}))
+    assert call(capsys, "body", "merge", repo, "main", "seg", str(sv), str(other))[0] == 0
+    code, got = call(capsys, "body", "split", repo, "main", "seg", str(sv), str(seeds), "--xyz", "--json")
+    assert code == 0 and isinstance(got, dict)
+    first = call(capsys, "label", repo, "main", "seg", "4", "8", "9", "--json")[1]
+    second = call(capsys, "label", repo, "main", "seg", "4", "8", "10", "--json")[1]
+    assert isinstance(first, dict) and isinstance(second, dict)
+    assert first["body"] == got["bodies"]["1"] and second["body"] == got["bodies"]["2"] != first["body"]
+
+
+def test_old_spellings_warn_and_run(base: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    repo = str(tmp_path / "repo")
+    assert call(capsys, "repo", "init", repo)[0] == 0
+    assert call(capsys, "labelmap", "create", repo, "seg", str(base), "--block", "8")[0] == 0
+    assert run(["merge", repo, "main", "seg", "10", "30"]) == 0
+    out, err = capsys.readouterr()
+    assert out.strip() == "merged body 30 into 10"
+    assert err.strip() == "shardscope merge: deprecated spelling, use 'shardscope body merge' (same arguments)"
+    assert run(["body", "merge", repo, "main", "seg", "10", "40"]) == 0
+    assert capsys.readouterr().err == ""

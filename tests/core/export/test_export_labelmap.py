@@ -142,7 +142,7 @@ def test_cli_exports_a_version(edited: tuple[Repository, Labelmap, str, str], tm
     repo, lm, uuid, child = edited
     out = tmp_path / "cli"
     assert run(["export", str(repo.path), str(out), "--labelmap", "seg", "--version", uuid[:8],
-                "--chunk", "16,16,4", "--json", "--quiet"]) == 0
+                "--chunk", "4,16,16", "--json", "--quiet"]) == 0
     summary = json.loads(capsys.readouterr().out)
     assert summary["source"] == {"repository": str(repo.path), "labelmap": "seg", "version": uuid, "labels": "bodies"}
     store = ts.open({"driver": "neuroglancer_precomputed", "kvstore": {"driver": "file", "path": str(out)},

@@ -362,10 +362,26 @@ def test_cli_huge_shard_bits_export_promptly(small_volume: Path, tmp_path: Path)
     dest = tmp_path / "out"
     spec = json.dumps(_identity(40).to_json())
     run = subprocess.run([sys.executable, "-m", "napari_shardscope", "export", str(small_volume), str(dest),
-                          "--sharding", spec, "--chunk", "32,32,16", "--json", "--quiet"], capture_output=True,
+                          "--sharding", spec, "--chunk", "16,32,32", "--json", "--quiet"], capture_output=True,
                          text=True, timeout=60)
     assert run.returncode == 0, run.stderr
     assert json.loads(run.stdout)["chunks"] == 3 * 3 * 3 + 2 * 2 * 2 + 1 * 1 * 2  # one shard per chunk of each grid
     for level, expected in enumerate(_source(7).arrays):
         np.testing.assert_array_equal(_read_tensorstore(dest, level), expected)
     assert list(open_dataset(dest).inspector().validate()) == []
+
+
+def test_cli_chunk_is_zyx_like_every_shape(small_volume: Path, tmp_path: Path,
+                                           capsys: pytest.CaptureFixture[str]) -> None:
+    """``--chunk 8,16,32`` is z 8, y 16, x 32 for both formats (the info file stores it x,y,z); ``--xyz`` flips."""
+    from napari_shardscope.core.cli import run
+
+    assert run(["export", str(small_volume), str(tmp_path / "p"), "--chunk", "8,16,32", "--quiet"]) == 0
+    assert json.loads((tmp_path / "p" / "info").read_text())["scales"][0]["chunk_sizes"] == [[32, 16, 8]]
+    assert run(["export", str(small_volume), str(tmp_path / "x"), "--chunk", "32,16,8", "--xyz", "--quiet"]) == 0
+    assert json.loads((tmp_path / "x" / "info").read_text())["scales"][0]["chunk_sizes"] == [[32, 16, 8]]
+    assert run(["export", str(small_volume), str(tmp_path / "z"), "--format", "zarr3", "--chunk", "8,16,32",
+                "--quiet"]) == 0
+    inner = json.loads((tmp_path / "z" / "0" / "zarr.json").read_text())["codecs"][0]["configuration"]["chunk_shape"]
+    assert inner == [8, 16, 32]
+    capsys.readouterr()

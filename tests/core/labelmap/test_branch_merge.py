@@ -205,12 +205,12 @@ def test_cli_reports_conflicts_then_merges(lm: Labelmap, capsys: pytest.CaptureF
     _, svs = conflicted(lm)
     path = str(lm.repo.path)
     lm.repo.close()
-    assert run(["merge-branches", path, "main", "alt", "seg", "--json"]) == 7  # conflict
+    assert run(["branch", "merge", path, "main", "alt", "seg", "--json"]) == 7  # conflict
     captured = capsys.readouterr()
     out = json.loads(captured.out)
     assert [c["key"] for c in out["conflicts"]] == [f"body:{svs[0]}"] and out["error"]["group"] == "conflict"
     assert len(captured.err.splitlines()) == 1
-    assert run(["merge-branches", path, "main", "alt", "seg", "--resolve", f"body:{svs[0]}=theirs", "--json"]) == 0
+    assert run(["branch", "merge", path, "main", "alt", "seg", "--resolve", f"body:{svs[0]}=theirs", "--json"]) == 0
     done = json.loads(capsys.readouterr().out)
     assert done["reverted"] and not done["dropped"]
     v = open_labelmap(open_repository(path), "seg").at(done["version"])
@@ -228,7 +228,7 @@ def test_cli_dry_run_checks_resolutions_like_the_merge(lm: Labelmap, capsys: pyt
         return {k: v for k, v in tree_digest(Path(where)).items() if not k.endswith("lock.mdb")}
 
     before = stored(path)
-    merge = ["merge-branches", path, "main", "alt", "seg"]
+    merge = ["branch", "merge", path, "main", "alt", "seg"]
     one = ["--resolve", f"body:{svs[0]}=ours"]
     for extra, code in (([], 7), (one, 7), (["--resolve", "body:1=ours"], 2), ([*one, "--policy", "fail"], 7)):
         assert run([*merge, "--dry-run", *extra]) == code, extra
@@ -455,3 +455,14 @@ def test_a_split_reverted_by_a_merge_stays_reverted_when_merged_on(lm: Labelmap,
                 merged.supervoxel_size(part)
         repo.commit(result.version.uuid, "merged")
         assert_same_everywhere(lm.at(result.version.uuid), lm.at(seq.uuid))
+
+
+def test_keeping_both_sides_of_a_conflict(lm: Labelmap) -> None:
+    """``both`` keeps our merge and theirs: their delta is replayed after ours where it applies."""
+    _, svs = conflicted(lm)
+    key = f"body:{svs[0]}"
+    both = merge_branches(lm, "main", "alt", resolutions={key: "both"}, branch="m-both")
+    assert both.dropped == () and both.reverted == ()
+    v = lm.at(both.version.uuid)
+    assert v.body_of(svs[0]) == v.body_of(svs[1]) == svs[2]  # ours merged 1 into 0, theirs 0 into 2: all one
+    assert v.body_of(svs[9]) == svs[8] and v.body_of(svs[6]) == svs[5]

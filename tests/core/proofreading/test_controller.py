@@ -124,7 +124,7 @@ def test_selection_merge_undo_redo(c: ProofreadingController, repo_path: Path) -
     assert "12345" in c.state.status.text and c.selected == (10, 30)
     assert c.action("merge").enabled
     c.merge()
-    assert c.selected == (10,) and "merged 30 into 10" in c.state.status.text and c.last_error == ""
+    assert c.selected == (10,) and "merged body 30 into 10" in c.state.status.text and c.last_error == ""
     with fresh(repo_path) as stored:
         assert stored.body_of(30) == 10 and not stored.exists(30)
         assert stored.body_at(NEXT_TO_A) == 10
@@ -278,7 +278,7 @@ def test_branch_and_checkout_cancel_pending_seeds(c: ProofreadingController, rep
     c.select_versions(root.uuid, "alt")
     d = c.diff()
     assert d.relation == "a is an ancestor of b" and [e.mutation.operation for e in d.only_b] == ["merge"]
-    assert "1 only in" in c.state.diff_summary
+    assert "1 edit (bodies 10 and 30)" in c.state.diff_summary and "came after" in c.state.diff_summary
     c.select_versions()
     assert not c.action("checkout").enabled and c.action("checkout").reason == "select one version"
 

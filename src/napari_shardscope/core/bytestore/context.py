@@ -41,9 +41,12 @@ from napari_shardscope.core.errors import ArgumentError
 
 #: Environment variable holding the cache pool size in MiB.
 CACHE_ENV = "SHARDSCOPE_CACHE_MB"
-#: Default cache pool: enough for a few hundred decoded 64³ chunks of uint64 labels, small enough
-#: for a laptop running napari next to a browser.
+#: Cache pool when the available memory is unknown: a few hundred decoded 64³ chunks of uint64 labels.
 DEFAULT_CACHE_BYTES = 512 * 1024 * 1024
+#: The default pool is this fraction of the memory available when the first volume opens, within the bounds below.
+CACHE_MEMORY_FRACTION = 1 / 8
+MIN_DEFAULT_CACHE_BYTES = 256 * 1024 * 1024
+MAX_DEFAULT_CACHE_BYTES = 4 * 1024 * 1024 * 1024
 
 #: Environment variable holding the remote timeout in seconds (connect, and longest stall).
 TIMEOUT_ENV = "SHARDSCOPE_TIMEOUT_S"
@@ -104,6 +107,20 @@ _limits: RemoteLimits | None = None
 _curl_set_here: set[str] = set()
 
 
+def default_cache_bytes() -> int:
+    """The cache pool when none is asked for: an eighth of the available memory, 256 MiB to 4 GiB.
+
+    Browsing revisits chunks (z steps inside a 64-plane chunk, zooming back out), so the pool should
+    be as large as the machine comfortably allows; a laptop gets 256-512 MiB, a workstation a few GiB.
+    """
+    from napari_shardscope.core.allocator import available_memory
+
+    avail = available_memory()
+    if avail is None:
+        return DEFAULT_CACHE_BYTES
+    return int(min(MAX_DEFAULT_CACHE_BYTES, max(MIN_DEFAULT_CACHE_BYTES, avail * CACHE_MEMORY_FRACTION)))
+
+
 def cache_bytes_from_env() -> int:
     """The cache pool size asked for by ``SHARDSCOPE_CACHE_MB``, or the default.
 
@@ -114,7 +131,7 @@ def cache_bytes_from_env() -> int:
     """
     text = os.environ.get(CACHE_ENV, "").strip()
     if not text:
-        return DEFAULT_CACHE_BYTES
+        return default_cache_bytes()
     try:
         mib = float(text)
     except ValueError:
@@ -174,6 +191,9 @@ def make_context(cache_bytes: int, limits: RemoteLimits | None = None) -> Any:
     """
     import tensorstore as ts
 
+    from napari_shardscope.core.allocator import tune_malloc
+
+    tune_malloc()  # before TensorStore decodes a chunk: see core.allocator for what it saves
     if cache_bytes < 0:
         raise ArgumentError(f"cache pool size must be >= 0 bytes, got {cache_bytes}")
     limits = limits if limits is not None else remote_limits()

@@ -9,7 +9,8 @@ Accepted forms (the same for every format):
 * ``gs://bucket/path`` and ``s3://bucket/path`` — handed to TensorStore's gcs / s3 drivers,
   which take credentials from the environment as the Google and AWS SDKs do
   (``GOOGLE_APPLICATION_CREDENTIALS`` or ``gcloud auth application-default login``;
-  ``AWS_PROFILE`` / ``AWS_ACCESS_KEY_ID`` …, ``AWS_REGION``). Public buckets need none.
+  ``AWS_PROFILE`` / ``AWS_ACCESS_KEY_ID`` …, ``AWS_REGION``). Public buckets need none. An
+  S3-compatible store elsewhere than AWS is named by ``AWS_ENDPOINT_URL_S3`` or ``AWS_ENDPOINT_URL``.
 
 Any of these may carry a Neuroglancer-style format prefix — ``precomputed://``, ``zarr3://``
 (or ``zarr://``), ``n5://`` — or Neuroglancer's newer pipe suffix (``gs://bucket/ds|zarr3:``), which
@@ -156,12 +157,27 @@ def _parse_plain(text: str, hint: str | None) -> Location:
         import tensorstore as ts
 
         try:
-            spec = ts.KvStore.Spec(_dir(text)).to_json()
+            spec = dict(ts.KvStore.Spec(_dir(text)).to_json())
         except (ValueError, TypeError) as exc:
             raise ArgumentError(f"{text!r} is not a URL TensorStore can open: {exc}") from None
-        return Location(url=text, kvstore=dict(spec), format_hint=hint)
+        if scheme == "s3":
+            spec.update(s3_endpoint_from_env())
+        return Location(url=text, kvstore=spec, format_hint=hint)
     raise ArgumentError(f"unsupported URL scheme {parsed.scheme!r} in {text!r}; use a path, file://, "
                         "http(s)://, gs:// or s3://")
+
+
+def s3_endpoint_from_env() -> dict[str, str]:
+    """An S3-compatible endpoint other than AWS (MinIO, Ceph, a test server), from the AWS SDKs' variables.
+
+    ``AWS_ENDPOINT_URL_S3`` (or ``AWS_ENDPOINT_URL``) names the endpoint, as for the AWS CLI and
+    boto3; TensorStore takes it only in the spec, with a region (``AWS_REGION``, default us-east-1).
+    """
+    endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
+    if not endpoint:
+        return {}
+    region = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or "us-east-1"
+    return {"endpoint": endpoint, "aws_region": region}
 
 
 def is_remote(url: str | os.PathLike[str]) -> bool:

@@ -11,6 +11,7 @@ import json
 import math
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -149,3 +150,44 @@ QUIET = arg("--quiet", action="store_true", help="no progress on stderr")
 SCHEDULER = arg("--scheduler", metavar="ADDR",
                 help="'threads' (default), 'sync' or a dask.distributed scheduler address like tcp://host:8786")
 WORKERS = arg("--workers", type=parse_positive_int, metavar="N", help="threads for the threaded scheduler")
+
+
+# -- coordinates: one order everywhere ---------------------------------------------------------------------
+#: Every command that takes a voxel reads it in the reader's order (what napari and ``open_volume`` show).
+COORDS_HELP = ("coordinates: z,y,x as the reader (napari) indexes the volume, from 0 at its first voxel; with "
+               "--xyz, x,y,z as Neuroglancer shows them (absolute: a precomputed voxel_offset included)")
+XYZ = arg("--xyz", action="store_true",
+          help="take voxels in Neuroglancer's x,y,z order and absolute coordinates instead of z,y,x from 0")
+
+
+def neuroglancer_origin(translate: Sequence[float], voxel_size: Sequence[float]) -> tuple[int, ...]:
+    """The absolute voxel coordinate (reader order) of a scale's first voxel: its world offset in voxels.
+
+    A precomputed scale's ``voxel_offset`` (its translate is ``voxel_offset × resolution``); 0 for a
+    volume placed at the origin.
+    """
+    return tuple(round(float(t) / float(v)) if v else 0 for t, v in zip(translate, voxel_size, strict=True))
+
+
+def reader_voxel(values: Sequence[int], *, xyz: bool, origin: Sequence[int]) -> tuple[int, ...]:
+    """A voxel as typed → the reader's index (z, y, x, from 0).
+
+    ``xyz``: the values are Neuroglancer's x, y, z, absolute (``origin`` in reader order subtracted).
+    """
+    v = [int(x) for x in values]
+    if not xyz:
+        return tuple(v)
+    v.reverse()
+    tail = list(origin)[-len(v):] if v else []
+    tail = [0] * (len(v) - len(tail)) + tail
+    return tuple(a - o for a, o in zip(v, tail, strict=True))
+
+
+def reader_voxels(voxels: Any, *, xyz: bool, origin: Sequence[int]) -> Any:
+    """An (N, 3) voxel list as typed → the reader's z, y, x indices (see :func:`reader_voxel`)."""
+    import numpy as np
+
+    arr = np.asarray(voxels, dtype=np.int64).reshape(-1, 3)
+    if not xyz:
+        return arr
+    return arr[:, ::-1] - np.asarray(list(origin)[-3:], dtype=np.int64)

@@ -17,6 +17,7 @@ from napari_shardscope.core.cli.common import (
     REPOSITORY,
     SCHEDULER,
     WORKERS,
+    parse_coords,
     parse_shape,
     parse_size,
     print_json,
@@ -24,6 +25,7 @@ from napari_shardscope.core.cli.common import (
     read_argument_file,
 )
 from napari_shardscope.core.cli.parser import Verb, arg
+from napari_shardscope.core.encoding import DEFAULT_GZIP_LEVEL
 from napari_shardscope.core.errors import EXIT_OK, ArgumentError, MetadataError
 from napari_shardscope.core.export.precomputed import export_precomputed
 from napari_shardscope.core.export.source import ExportSource, LabelmapSource, VolumeSource, labelmap_source
@@ -75,6 +77,13 @@ def parse_sharding_option(text: str) -> ShardingSpec | list[ShardingSpec]:
         raise ArgumentError(str(exc)) from exc
 
 
+def _zyx(shape: list[int] | None, xyz: bool) -> tuple[int, int, int] | None:
+    if shape is None:
+        return None
+    a, b, c = shape
+    return (c, b, a) if xyz else (a, b, c)
+
+
 def cmd_export(args: argparse.Namespace) -> int:
     if args.format == "zarr3" and args.sharding is not None:
         raise ArgumentError("--sharding is a precomputed sharding spec; for --format zarr3 use --shard-shape")
@@ -91,11 +100,14 @@ def cmd_export(args: argparse.Namespace) -> int:
     }
     if args.shard_bytes is not None:
         common["shard_bytes"] = args.shard_bytes
+    # --chunk and --shard-shape are z,y,x like every shape and voxel of the command line (x,y,z with --xyz)
+    chunk_zyx = _zyx(args.chunk, args.xyz) or (64, 64, 64)
     if args.format == "precomputed":
-        report = export_precomputed(source, args.dest, chunk_size=args.chunk or (64, 64, 64), sharding=sharding,
-                                    **common)
+        chunk_xyz = (chunk_zyx[2], chunk_zyx[1], chunk_zyx[0])  # the info file's order
+        report = export_precomputed(source, args.dest, chunk_size=chunk_xyz, sharding=sharding,
+                                    gzip_level=args.gzip_level, **common)
     else:
-        report = export_zarr3(source, args.dest, inner_chunk=args.chunk or (64, 64, 64), shard_shape=args.shard_shape,
+        report = export_zarr3(source, args.dest, inner_chunk=chunk_zyx, shard_shape=_zyx(args.shard_shape, args.xyz),
                               **common)
     summary = report.to_json()
     if isinstance(source, LabelmapSource):
@@ -134,13 +146,49 @@ def cmd_index(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_export_meshes(args: argparse.Namespace) -> int:
+    """``shardscope export-meshes``: a version's changed bodies as sharded multilod Draco meshes."""
+    from napari_shardscope.core.export.meshes import export_meshes
+    from napari_shardscope.core.labelmap import open_labelmap
+
+    with open_repository(args.path) as repo:
+        names = [i.name for i in repo.instances() if i.type == "labelmap"]
+        name = args.labelmap or (names[0] if len(names) == 1 else None)
+        if name is None:
+            raise ArgumentError(f"the repository holds labelmaps {names}: name one with --labelmap NAME")
+        lm = open_labelmap(repo, name)
+        report = export_meshes(lm, args.version or "main", args.dest, bodies=args.bodies, overwrite=args.overwrite,
+                               lod=args.lod, progress=progress_unless_quiet(args, "export-meshes"))
+    if args.json:
+        print_json(report.to_json())
+    else:
+        linked = f"; {report.linked_info} now names it as its mesh" if report.linked_info else ""
+        print(f"wrote meshes of {len(report.bodies)} bodies ({report.shard_files} shard files, {report.bytes} bytes) "
+              f"to {report.dest}{linked}")
+    return EXIT_OK
+
+
 VERBS = (
+    Verb("export-meshes", cmd_export_meshes, "write a version's changed bodies as sharded multilod Draco meshes", (
+        REPOSITORY,
+        arg("dest", help="new mesh directory (inside an exported precomputed volume, its info is linked to it)"),
+        arg("--labelmap", metavar="NAME", help="labelmap instance (default: the repository's only one)"),
+        arg("--version", metavar="REF", help="version (branch name = its head, or a UUID prefix; default main)"),
+        arg("--bodies", type=parse_coords, metavar="ID,ID,...",
+            help="these bodies instead of the ones the version changed"),
+        arg("--lod", type=int, default=0, help="level of detail read from the base's mesh source (-1: coarsest)"),
+        arg("--overwrite", action="store_true", help="replace an existing mesh directory at DEST"),
+        QUIET,
+    ), description="Mesh every body the version's mutation log touched (or --bodies) as the union of its "
+       "supervoxels' meshes (the base's mesh source, or meshed from the labels) and write them as a sharded "
+       "neuroglancer_multilod_draco directory that Neuroglancer, CloudVolume and TensorStore read. Written to a "
+       "temporary directory and renamed into place."),
     Verb("export", cmd_export, "write a volume as a new sharded volume (precomputed or OME-Zarr v3)", (
         arg("source", help="volume path or URL to read, or a repository directory (with --labelmap)"),
         arg("dest", help="new directory (or writable URL) to create"),
         arg("--format", choices=("precomputed", "zarr3"), default="precomputed"),
-        arg("--chunk", type=parse_shape, metavar="X,Y,Z",
-            help="chunk size (precomputed, x,y,z; default 64,64,64) or inner chunk (zarr3, z,y,x)"),
+        arg("--chunk", type=parse_shape, metavar="Z,Y,X",
+            help="chunk size (precomputed) or inner chunk (zarr3), z,y,x like every shape here (default 64,64,64)"),
         arg("--sharding", metavar="JSON",
             help="precomputed: the sharding spec of every scale, as in an info file "
             '(\'{"@type": "neuroglancer_uint64_sharded_v1", "preshift_bits": 9, "hash": "murmurhash3_x86_128", '
@@ -148,12 +196,16 @@ VERBS = (
             "preshift, about 1000 chunks per minishard)"),
         arg("--shard-bytes", type=parse_size, metavar="SIZE",
             help="target uncompressed bytes per shard for the default sharding, e.g. 512M or 2G (default 2G)"),
+        arg("--gzip-level", type=int, default=DEFAULT_GZIP_LEVEL, metavar="0-9",
+            help="precomputed: gzip level of gzip-encoded chunks and minishard indexes "
+            f"(default {DEFAULT_GZIP_LEVEL}, TensorStore's)"),
         arg("--shard-shape", type=parse_shape, metavar="Z,Y,X",
             help="zarr3: the shard shape in voxels, whole inner chunks "
             "(default: grown from the inner chunk to --shard-bytes)"),
         SCHEDULER,
         WORKERS,
         arg("--overwrite", action="store_true", help="replace an existing dataset at DEST"),
+        arg("--xyz", action="store_true", help="--chunk and --shard-shape in Neuroglancer's x,y,z order"),
         arg("--labelmap", metavar="NAME", help="SOURCE is a repository: export this labelmap instance at --version"),
         arg("--version", metavar="REF",
             help="version to export (branch name = its head, or a UUID prefix; default main)"),

@@ -1,8 +1,10 @@
 """``shardscope inspect | locate | ls | validate``: what is inside the shards of a dataset.
 
-Coordinate conventions (also in ``--help``): precomputed voxels and grid positions are x,y,z, as
-the format stores them (absolute, ``voxel_offset`` included); zarr v3 voxels follow the array's
-``shape`` order; N5 voxels follow ``attributes.json``'s ``dimensions`` order (fastest-first, x,y,z).
+Coordinate conventions (also in ``--help``): ``locate --voxel`` takes z,y,x as the reader (napari,
+``open_volume``, ``shardscope label``) indexes the volume, from 0 at its first voxel, whatever the
+format stores; ``--xyz`` takes Neuroglancer's x,y,z, absolute (a precomputed ``voxel_offset``
+included). Records report positions as the format stores them (``voxel``, ``grid_position``: x,y,z
+for precomputed and N5, ``shape`` order for zarr), and ``voxel_zyx`` in the reader's order.
 """
 
 from __future__ import annotations
@@ -12,7 +14,9 @@ import sys
 from typing import Any
 
 from napari_shardscope.core.cli.common import (
+    COORDS_HELP,
     QUIET,
+    XYZ,
     parse_coords,
     parse_uint64,
     print_json,
@@ -23,10 +27,8 @@ from napari_shardscope.core.cli.parser import Arg, OneOf, Verb, arg
 from napari_shardscope.core.errors import EXIT_CHECK_FAILED, EXIT_OK, ArgumentError
 from napari_shardscope.core.formats import DatasetInspector, open_dataset
 
-COORDS_HELP = (
-    "coordinates: precomputed x,y,z (absolute voxels, the format's order); zarr v3 in the "
-    "array's shape order; N5 in attributes.json 'dimensions' order (x,y,z)"
-)
+RECORD_HELP = ("records give positions in the format's own order (precomputed and N5 x,y,z, absolute; zarr in "
+               "its shape order) and voxel_zyx in the reader's")
 
 
 def cmd_inspect(args: argparse.Namespace) -> int:
@@ -134,7 +136,8 @@ def cmd_locate(args: argparse.Namespace) -> int:
     inspector = open_dataset(args.path).inspector()
     result: Any
     if args.voxel is not None:
-        result = inspector.locate_voxel(args.voxel, args.scale)
+        native, index = _native_voxel(args)
+        result = {**inspector.locate_voxel(native, args.scale), "voxel_zyx": list(index)}
     else:
         result = _locate_by_id(inspector, args)
     if args.json:
@@ -142,6 +145,28 @@ def cmd_locate(args: argparse.Namespace) -> int:
     else:
         print_record(result)
     return EXIT_OK
+
+
+def _native_voxel(args: argparse.Namespace) -> tuple[list[int], tuple[int, ...]]:
+    """``--voxel`` (z,y,x from 0, or with ``--xyz`` x,y,z absolute) → the format's own coordinates, and the
+    reader's index."""
+    from napari_shardscope.core.layout import open_layout
+
+    geo = open_layout(args.path).geometry(args.scale)
+    values = [int(v) for v in args.voxel]
+    wanted = geo.ndim if geo.ndim <= 3 else 3  # a channel axis before z, y, x is taken at 0
+    if len(values) not in (wanted, geo.ndim):
+        order = ",".join(reversed(geo.array_axes[-wanted:]) if args.xyz else geo.array_axes[-wanted:])
+        raise ArgumentError(f"--voxel takes {wanted} coordinates ({order}) for scale {geo.scale!r}, got {args.voxel}")
+    if args.xyz:
+        values.reverse()
+        values = [0] * (geo.ndim - len(values)) + values
+        array_origin = geo.to_array_order(geo.origin)
+        index = tuple(v - o for v, o in zip(values, array_origin, strict=True))
+    else:
+        index = tuple([0] * (geo.ndim - len(values)) + values)
+    fmt = geo.to_format_order(index)
+    return [int(i) + o for i, o in zip(fmt, geo.origin, strict=True)], index[-3:]
 
 
 def _locate_by_id(inspector: DatasetInspector, args: argparse.Namespace) -> Any:
@@ -205,14 +230,16 @@ VERBS = (
     Verb("locate", cmd_locate, "where one chunk is stored", (
         *_DATASET,
         OneOf((
-            arg("--voxel", type=parse_coords, metavar="X,Y,Z", help="a voxel (" + COORDS_HELP + ")"),
+            arg("--voxel", type=parse_coords, metavar="Z,Y,X", help="a voxel (" + COORDS_HELP + ")"),
             arg("--chunk-id", type=parse_uint64, metavar="ID",
                 help="a precomputed chunk id (compressed Morton code of the grid position)"),
             arg("--segment", type=parse_uint64, metavar="ID",
                 help="a segment id: its mesh, skeleton or annotations (precomputed)"),
         ), required=True),
+        XYZ,
     ), description="Where the chunk holding a voxel (or a chunk id / segment id) is stored: "
-       "shard file, minishard and byte range [start, end). " + COORDS_HELP + ".", epilog=COORDS_HELP),
+       "shard file, minishard and byte range [start, end). " + COORDS_HELP + "; " + RECORD_HELP + ".",
+       epilog=COORDS_HELP),
     Verb("ls", cmd_ls, "list stored chunks with their byte ranges", (
         *_DATASET,
         arg("--shard", type=int, metavar="N", help="only this shard"),

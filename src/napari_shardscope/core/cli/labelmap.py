@@ -4,16 +4,21 @@ Commands (REPO: repository directory; REF: branch name (its head) or UUID prefix
 
     shardscope labelmap create REPO NAME BASE_URL [--agglomeration bodies.json] [--id-start N] [--block 64]
     shardscope labelmap info REPO NAME [REF]
-    shardscope label REPO REF NAME Z Y X [--scale S]
-    shardscope merge REPO REF NAME TARGET OTHER...
-    shardscope cleave REPO REF NAME BODY SV...
-    shardscope split-supervoxel REPO REF NAME SV VOXELS      # VOXELS: .npy or .json, (N, 3) z y x
-    shardscope split-body REPO REF NAME BODY SEEDS           # SEEDS: .json {"1": [[z,y,x], ...], "2": ...}
+    shardscope label REPO REF NAME Z Y X [--scale S] [--xyz]
+    shardscope body merge REPO REF NAME TARGET OTHER...
+    shardscope body cleave REPO REF NAME BODY SV...
+    shardscope body split REPO REF NAME BODY SEEDS [--xyz]    # SEEDS: .json {"1": [[z,y,x], ...], "2": ...}
+    shardscope body split-supervoxel REPO REF NAME SV VOXELS [--xyz]   # VOXELS: .npy or .json, (N, 3) z y x
+    shardscope body size|history REPO REF NAME BODY
     shardscope undo|redo REPO REF NAME
-    shardscope size REPO REF NAME BODY
-    shardscope history REPO REF NAME BODY
-    shardscope diff REPO A B NAME                             # mutations and bodies only in A / only in B
-    shardscope merge-branches REPO OURS THEIRS NAME [--resolve body:123=ours ...] [--policy fail|ours|theirs]
+    shardscope diff REPO A B NAME                             # edits and bodies only in A / only in B
+    shardscope branch merge REPO OURS THEIRS NAME [--resolve body:123=ours|theirs|both ...] [--policy ...]
+
+One meaning per noun: ``body merge`` joins bodies, ``branch merge`` joins two branches' labelmap
+edits (``repo merge`` joins versions key by key). The old spellings ``merge``, ``split-body`` and
+``merge-branches`` still work and print a deprecation line on stderr; ``cleave``, ``size``,
+``history`` and ``split-supervoxel`` are also top-level verbs. Voxels are z, y, x as the reader
+indexes the base (from 0), or with ``--xyz`` Neuroglancer's x, y, z (absolute).
 
 (``index`` / ``labelmap index``, a Dask job, lives in :mod:`.export`.) ``--json`` prints one JSON
 document; ``--user`` names who edits (default ``$SHARDSCOPE_USER`` or the login). Errors exit with
@@ -28,12 +33,22 @@ from __future__ import annotations
 import argparse
 import io
 import sys
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import numpy.typing as npt
 
-from napari_shardscope.core.cli.common import REPOSITORY, print_json, read_argument_file
+from napari_shardscope.core.cli.common import (
+    COORDS_HELP,
+    REPOSITORY,
+    XYZ,
+    neuroglancer_origin,
+    print_json,
+    read_argument_file,
+    reader_voxel,
+    reader_voxels,
+)
 from napari_shardscope.core.cli.parser import Arg, Verb, VerbGroup, arg
 from napari_shardscope.core.errors import EXIT_OK, ArgumentError, MetadataError, ShardscopeError
 from napari_shardscope.core.json_document import load_json, load_json_object
@@ -46,6 +61,7 @@ from napari_shardscope.core.labelmap import (
     open_labelmap,
 )
 from napari_shardscope.core.labelmap.opening import index_meta
+from napari_shardscope.core.proofreading.wording import describe_bounds, describe_branch_merge, plural
 from napari_shardscope.core.versioned import Repository, open_repository
 
 if TYPE_CHECKING:
@@ -62,10 +78,20 @@ def mutation_json(m: Mutation, version: str | None = None) -> dict[str, Any]:
     return out
 
 
-def _describe(m: Mutation) -> str:
-    target = f" of {m.args.get('mutation')}" if m.operation in ("undo", "redo") else ""
-    bodies = ",".join(str(b) for b in m.bodies)
-    return f"mutation {m.mutation_id}: {m.operation}{target} bodies {bodies or '-'} by {m.user}"
+def _describe(m: Mutation, records: dict[int, Mutation] | None = None) -> str:
+    """One edit in words, with who made it (``records``: earlier edits by id, for what an undo took back)."""
+    from napari_shardscope.core.proofreading.wording import describe_undo, edit_phrase
+
+    if m.operation in ("undo", "redo"):
+        original = (records or {}).get(int(m.args.get("mutation", m.target or 0)))
+        return f"{describe_undo(m, original)} (by {m.user})"
+    return f"{edit_phrase(m)} (by {m.user})"
+
+
+def _origin(v: LabelmapVersion, scale: int = 0) -> tuple[int, ...]:
+    """Where the base's first voxel sits in Neuroglancer's absolute coordinates (z, y, x)."""
+    g = v.scales[scale]
+    return neuroglancer_origin(g.translate, g.voxel_size)
 
 
 def _open(args: argparse.Namespace) -> tuple[Repository, Labelmap, LabelmapVersion]:
@@ -125,7 +151,7 @@ def cmd_create(args: argparse.Namespace) -> int:
     if args.json:
         print_json(info)
     else:
-        print(f"created labelmap {args.name} over {lm.config.base}: {len(lm.config.scales)} scale(s), "
+        print(f"created labelmap {args.name} over {lm.config.base}: {plural(len(lm.config.scales), 'scale')}, "
               f"new ids from {lm.config.id_start}")
     return EXIT_OK
 
@@ -151,8 +177,8 @@ def cmd_info(args: argparse.Namespace) -> int:
             print(f"  scale {s['key']}: shape {s['shape']} factors {s['factors']}")
         if "version" in info:
             vi = info["version"]
-            print(f"  version {vi['uuid'][:8]} ({vi['branch']}): {vi['mutations']} mutation(s), "
-                  f"{vi['own_mutations']} own; undo {'yes' if vi['can_undo'] else 'no'}, "
+            print(f"  version {vi['uuid'][:8]} ({vi['branch']}): {plural(vi['mutations'], 'edit')} in its history, "
+                  f"{vi['own_mutations']} its own; undo {'yes' if vi['can_undo'] else 'no'}, "
                   f"redo {'yes' if vi['can_redo'] else 'no'}")
     return EXIT_OK
 
@@ -163,7 +189,10 @@ def cmd_info(args: argparse.Namespace) -> int:
 def cmd_label(args: argparse.Namespace) -> int:
     repo, _, v = _open(args)
     with repo:
-        voxel = (args.z, args.y, args.x)
+        typed = (args.z, args.y, args.x)
+        ok_scale = 0 <= args.scale < len(v.scales)
+        z, y, x = reader_voxel(typed, xyz=args.xyz, origin=_origin(v, args.scale) if ok_scale else (0, 0, 0))
+        voxel = (z, y, x)
         shape = v.scales[args.scale].shape if 0 <= args.scale < len(v.scales) else None
         if shape is None or not all(0 <= c < n for c, n in zip(voxel, shape, strict=True)):
             raise ArgumentError(f"voxel {voxel} is outside scale {args.scale} (shape {shape})")
@@ -187,8 +216,8 @@ def cmd_size(args: argparse.Namespace) -> int:
         print_json(out)
     else:
         box = out["bbox"]
-        print(f"body {args.body}: {out['voxels']} voxels, {len(svs)} supervoxel(s), {out['blocks']} block(s), "
-              f"bbox z,y,x {box['lo']}..{box['hi']}")
+        print(f"body {args.body}: {plural(out['voxels'], 'voxel')}, {plural(len(svs), 'supervoxel')} in "
+              f"{plural(out['blocks'], 'block')}, bounds {describe_bounds(box['lo'], box['hi'])} (scale 0)")
     return EXIT_OK
 
 
@@ -196,11 +225,12 @@ def cmd_history(args: argparse.Namespace) -> int:
     repo, _, v = _open(args)
     with repo:
         entries: list[HistoryEntry] = v.history(args.body)
+        records = {e.mutation.mutation_id: e.mutation for e in v.mutations()}
     if args.json:
         print_json([mutation_json(e.mutation, e.version) for e in entries])
     else:
         for e in entries:
-            print(f"{e.version[:8]}  {_describe(e.mutation)}")
+            print(f"{e.version[:8]}  {_describe(e.mutation, records)}")
     return EXIT_OK
 
 
@@ -219,8 +249,9 @@ def cmd_merge(args: argparse.Namespace) -> int:
     repo, _, v = _open(args)
     with repo:
         m = v.merge(args.target, args.others, user=args.user)
-    return _edit_output(args, v, m, {"body": args.target},
-                        f"merged {', '.join(map(str, args.others))} into body {args.target} (mutation {m.mutation_id})")
+    from napari_shardscope.core.proofreading.wording import describe_edit
+
+    return _edit_output(args, v, m, {"body": args.target}, describe_edit(m))
 
 
 def cmd_cleave(args: argparse.Namespace) -> int:
@@ -228,38 +259,45 @@ def cmd_cleave(args: argparse.Namespace) -> int:
     with repo:
         new = v.cleave(args.body, args.supervoxels, user=args.user)
         m = v.mutations(own=True)[-1].mutation
-    return _edit_output(args, v, m, {"body": args.body, "new_body": new},
-                        f"cleaved {len(args.supervoxels)} supervoxel(s) off body {args.body} into new body {new}")
+    from napari_shardscope.core.proofreading.wording import describe_edit
+
+    return _edit_output(args, v, m, {"body": args.body, "new_body": new}, describe_edit(m))
 
 
 def cmd_split_supervoxel(args: argparse.Namespace) -> int:
-    voxels = _read_voxels(args.voxels)
+    typed = _read_voxels(args.voxels)
     repo, _, v = _open(args)
     with repo:
+        voxels = reader_voxels(typed, xyz=args.xyz, origin=_origin(v))
         split, remainder = v.split_supervoxel(args.supervoxel, voxels, user=args.user)
         m = v.mutations(own=True)[-1].mutation
     return _edit_output(args, v, m, {"supervoxel": args.supervoxel, "split": split, "remainder": remainder},
-                        f"split supervoxel {args.supervoxel}: {len(voxels)} voxel(s) -> {split}, rest -> {remainder}")
+                        f"split supervoxel {args.supervoxel}: {len(voxels)} voxel{'s' if len(voxels) != 1 else ''} "
+                        f"became {split}, the rest {remainder}")
 
 
 def cmd_split_body(args: argparse.Namespace) -> int:
-    seeds = _read_seeds(args.seeds)
+    typed = _read_seeds(args.seeds)
     repo, _, v = _open(args)
     with repo:
+        seeds = {g: reader_voxels(pts, xyz=args.xyz, origin=_origin(v)) for g, pts in typed.items()}
         out = v.split_body(args.body, seeds, user=args.user)
         m = v.mutations(own=True)[-1].mutation
     extra = {"body": args.body, "bodies": {str(g): b for g, b in out.bodies.items()},
              "cut": {str(s): list(p) for s, p in out.cut.items()}}
-    parts = ", ".join(f"group {g} -> body {b}" for g, b in out.bodies.items())
+    parts = ", ".join(f"seed {g} became body {b}" for g, b in out.bodies.items())
     return _edit_output(args, v, m, extra, f"split body {args.body}: {parts}")
 
 
 def cmd_undo(args: argparse.Namespace) -> int:
+    from napari_shardscope.core.proofreading.wording import describe_undo
+
     repo, _, v = _open(args)
     with repo:
         m = v.undo(user=args.user) if args.verb == "undo" else v.redo(user=args.user)
-    text = f"{args.verb} of mutation {m.args.get('mutation')} (mutation {m.mutation_id})"
-    return _edit_output(args, v, m, {}, text)
+        records = {e.mutation.mutation_id: e.mutation for e in v.mutations()}
+    original = records.get(int(m.args.get("mutation", m.target or 0)))
+    return _edit_output(args, v, m, {}, describe_undo(m, original))
 
 
 def cmd_diff(args: argparse.Namespace) -> int:
@@ -271,11 +309,14 @@ def cmd_diff(args: argparse.Namespace) -> int:
     if args.json:
         print_json(d.to_json())
         return EXIT_OK
-    print(f"{d.a[:8]} vs {d.b[:8]}: {d.relation} (base {d.base[:8]})")
+    from napari_shardscope.core.proofreading.wording import describe_edits, describe_relation
+
+    print(describe_relation(d.relation, d.a[:8], d.b[:8], d.base[:8]))
+    records = {e.mutation.mutation_id: e.mutation for e in (*d.only_a, *d.only_b)}
     for side, entries, bodies in ((d.a[:8], d.only_a, d.bodies_a), (d.b[:8], d.only_b, d.bodies_b)):
-        print(f"only in {side}: {len(entries)} mutation(s), bodies {', '.join(map(str, bodies)) or '-'}")
+        print(f"only in {side}: {describe_edits(len(entries), bodies)}")
         for e in entries:
-            print(f"  {_describe(e.mutation)}")
+            print(f"  {_describe(e.mutation, records)}")
     return EXIT_OK
 
 
@@ -283,8 +324,8 @@ def _parse_resolutions(items: list[str]) -> dict[str, str]:
     out: dict[str, str] = {}
     for item in items:
         key, sep, side = item.partition("=")
-        if not sep or side not in ("ours", "theirs") or not key.startswith(("body:", "supervoxel:")):
-            raise ArgumentError(f"--resolve takes KIND:ID=ours|theirs (e.g. body:123=ours), got {item!r}")
+        if not sep or side not in ("ours", "theirs", "both") or not key.startswith(("body:", "supervoxel:")):
+            raise ArgumentError(f"--resolve takes KIND:ID=ours|theirs|both (e.g. body:123=ours), got {item!r}")
         out[key] = side
     return out
 
@@ -293,8 +334,12 @@ def _show_unresolved(args: argparse.Namespace, exc: BranchMergeConflictError) ->
     """The conflicts a merge left unresolved, one line each on stdout (``--json`` lists them instead,
     through :func:`branch_merge_conflicts_json`); the error itself is then reported like any other."""
     if not args.json:
+        from napari_shardscope.core.proofreading.wording import describe_conflicts
+
+        words = {w.key: w for w in describe_conflicts(exc.plan)}
         for c in exc.unresolved:
-            print(f"  unresolved {c.key}: ours mutations {list(c.ours)}, theirs {list(c.theirs)}")
+            w = words[c.key]
+            print(f"  unresolved {c.key}: mine: {w.mine}; theirs: {w.theirs}")
 
 
 def branch_merge_conflicts_json(exc: ShardscopeError) -> dict[str, Any]:
@@ -327,11 +372,16 @@ def cmd_merge_branches(args: argparse.Namespace) -> int:
         if args.dry_run:
             plan = plan_branch_merge(lm, args.ours, args.theirs)
             if not args.json:
-                print(f"merge {plan.theirs[:8]} into {plan.ours[:8]} (base {plan.base[:8]}): "
-                      f"{len(plan.ours_mutations)} / {len(plan.theirs_mutations)} mutation(s), "
-                      f"{len(plan.conflicts)} conflict(s)")
-                for c in plan.conflicts:
-                    print(f"  conflict {c.key}: ours {list(c.ours)}, theirs {list(c.theirs)}")
+                from napari_shardscope.core.proofreading.wording import plural
+
+                print(f"merge {plan.theirs[:8]} into {plan.ours[:8]} (common version {plan.base[:8]}): "
+                      f"{plural(len(plan.ours_mutations), 'edit')} of mine, "
+                      f"{plural(len(plan.theirs_mutations), 'edit')} of theirs, "
+                      f"{plural(len(plan.conflicts), 'conflict')}")
+                from napari_shardscope.core.proofreading.wording import describe_conflicts
+
+                for w in describe_conflicts(plan):
+                    print(f"  conflict {w.key}: mine: {w.mine}; theirs: {w.theirs}")
             try:
                 outcome = resolve_branch_merge(lm, plan, resolutions=resolutions,  # type: ignore[arg-type]
                                                policy=args.policy)
@@ -341,8 +391,9 @@ def cmd_merge_branches(args: argparse.Namespace) -> int:
             if args.json:
                 print_json({**plan.to_json(), "dry_run": True, **outcome.to_json()})
             else:
-                print(f"would apply {len(outcome.applied)} of their mutation(s), revert {len(outcome.reverted)} "
-                      f"of ours, drop {len(outcome.dropped)} (dry run: nothing written)")
+                print(f"would apply {plural(len(outcome.applied), 'edit')} of theirs, take back "
+                      f"{plural(len(outcome.reverted), 'edit')} of mine, leave out {len(outcome.dropped)} of theirs "
+                      f"(dry run: nothing written)")
             return EXIT_OK
         try:
             result = merge_branches(lm, args.ours, args.theirs, resolutions=resolutions,  # type: ignore[arg-type]
@@ -353,9 +404,8 @@ def cmd_merge_branches(args: argparse.Namespace) -> int:
     if args.json:
         print_json(result.to_json())
     else:
-        print(f"merge version {result.version.short} on branch {result.version.branch!r} (open; commit it): "
-              f"{len(result.applied)} of their mutation(s) applied, {len(result.reverted)} of ours reverted, "
-              f"{len(result.dropped)} dropped")
+        print(describe_branch_merge(args.theirs, args.ours, len(result.applied), len(result.reverted),
+                                    len(result.dropped), result.mutation.bodies, result.version.short))
     return EXIT_OK
 
 
@@ -366,6 +416,65 @@ USER = arg("--user", default=None, help="who edits (default $SHARDSCOPE_USER or 
 #: Where a read or an edit happens: a labelmap instance at a version of a repository.
 _AT: tuple[Arg, ...] = (REPOSITORY, REF, NAME)
 _EDIT: tuple[Arg, ...] = (*_AT, USER)
+
+def deprecated(verb: Verb, old: str, new: str) -> Verb:
+    """``verb`` under its old top-level name ``old``: it runs the same, after one line on stderr naming ``new``."""
+    def run(args: argparse.Namespace) -> int:
+        print(f"shardscope {old}: deprecated spelling, use 'shardscope {new}' (same arguments)", file=sys.stderr)
+        return verb.run(args)
+
+    return replace(verb, name=old, run=run, help=f"deprecated: use '{new}'", also_in=())
+
+
+_VOXELS_HELP = "file with an (N, 3) list of scale-0 voxels z, y, x (x, y, z with --xyz)"
+LABEL = Verb("label", cmd_label, "supervoxel and body at a voxel (z y x)", (
+    *_AT,
+    arg("z", type=int, help="z (x with --xyz)"),
+    arg("y", type=int),
+    arg("x", type=int, help="x (z with --xyz)"),
+    arg("--scale", type=int, default=0, help="scale index (default 0)"),
+    XYZ,
+), description="The supervoxel and body at a voxel. " + COORDS_HELP + ".")
+BODY_MERGE = Verb("merge", cmd_merge, "merge bodies into a target body", (
+    *_EDIT, arg("target", type=int), arg("others", type=int, nargs="+"),
+))
+CLEAVE = Verb("cleave", cmd_cleave, "move supervoxels of a body to a new body", (
+    *_EDIT, arg("body", type=int), arg("supervoxels", type=int, nargs="+"),
+), also_in=("body",))
+SPLIT_SUPERVOXEL = Verb("split-supervoxel", cmd_split_supervoxel,
+                        "split a supervoxel by a voxel list (.npy or .json, z y x)", (
+    *_EDIT, arg("supervoxel", type=int), arg("voxels", help=_VOXELS_HELP), XYZ,
+), also_in=("body",))
+BODY_SPLIT = Verb("split", cmd_split_body, "split a body by seed groups (JSON: group -> voxel list)", (
+    *_EDIT, arg("body", type=int),
+    arg("seeds", help='JSON file {"1": [[z, y, x], ...], "2": [...]} (x, y, z with --xyz)'), XYZ,
+))
+SIZE = Verb("size", cmd_size, "voxel count, supervoxels and bounding box of a body", (
+    *_AT,
+    arg("body", type=int),
+    arg("--coarse", action="store_true", help="block-granular bounding box (reads no voxels)"),
+), also_in=("body",))
+HISTORY = Verb("history", cmd_history, "the edits that shaped a body, across the ancestry",
+               (*_AT, arg("body", type=int)), also_in=("body",))
+BRANCH_MERGE = Verb("merge", cmd_merge_branches,
+                    "3-way merge of two branch heads' labelmap edits (a new open merge version)", (
+    REPOSITORY,
+    arg("ours", help="my branch (its head) or version; must be committed"),
+    arg("theirs", help="their branch or version; must be committed"),
+    NAME,
+    arg("--resolve", action="append", metavar="KIND:ID=SIDE",
+        help="resolve one conflict: body:123=ours (keep mine), =theirs (keep theirs) or =both (their edits after "
+             "mine) (repeatable)"),
+    arg("--policy", choices=("fail", "ours", "theirs"), default="fail",
+        help="side for conflicts not resolved one by one (default: fail, report them)"),
+    arg("--branch", default=None, help="start a new branch for the merge version"),
+    arg("--dry-run", action="store_true", help="only report the plan and conflicts"),
+    arg("--user", default=None, help="who merges (default $SHARDSCOPE_USER or the login name)"),
+), description="Merge the labelmap edits of committed version THEIRS into committed version OURS from their "
+   "common ancestor. Edits of different bodies and supervoxels replay cleanly; a label edited on both sides "
+   "is a conflict: exit 7 and a list (with the plan, as JSON with --json) until each is resolved with "
+   "--resolve KIND:ID=ours|theirs|both or --policy. Nothing is written until then.",
+   error_details=branch_merge_conflicts_json)
 
 VERBS = (
     VerbGroup("labelmap", "labelmap instances: supervoxel base + versioned edits",
@@ -384,57 +493,26 @@ VERBS = (
             REPOSITORY, NAME, arg("ref", nargs="?", default=None, help="version to describe"),
         )),
     )),
-    Verb("label", cmd_label, "supervoxel and body at a voxel (z y x)", (
-        *_AT,
-        arg("z", type=int),
-        arg("y", type=int),
-        arg("x", type=int),
-        arg("--scale", type=int, default=0, help="scale index (default 0)"),
-    )),
-    Verb("merge", cmd_merge, "merge bodies into a target body", (
-        *_EDIT, arg("target", type=int), arg("others", type=int, nargs="+"),
-    )),
-    Verb("cleave", cmd_cleave, "move supervoxels of a body to a new body", (
-        *_EDIT, arg("body", type=int), arg("supervoxels", type=int, nargs="+"),
-    )),
-    Verb("split-supervoxel", cmd_split_supervoxel, "split a supervoxel by a voxel list (.npy or .json, z y x)", (
-        *_EDIT,
-        arg("supervoxel", type=int),
-        arg("voxels", help="file with an (N, 3) list of scale-0 voxels z, y, x"),
-    )),
-    Verb("split-body", cmd_split_body, "split a body by seed groups (JSON: group -> voxel list)", (
-        *_EDIT, arg("body", type=int), arg("seeds", help='JSON file {"1": [[z, y, x], ...], "2": [...]}'),
-    )),
+    VerbGroup("body", "edit and read bodies: merge, cleave, split, size, history",
+              "Body edits and reads on an open version of a labelmap (one meaning of 'merge': bodies).",
+              (BODY_MERGE, BODY_SPLIT)),
+    VerbGroup("branch", "merge two branches' labelmap edits",
+              "Branch-level labelmap work (one meaning of 'merge': two branches' edits, conflicts per body).",
+              (BRANCH_MERGE,)),
+    LABEL,
+    CLEAVE,
+    SPLIT_SUPERVOXEL,
     Verb("undo", cmd_undo, "undo the latest edit of an open version", _EDIT),
     Verb("redo", cmd_undo, "redo the latest edit of an open version", _EDIT),
-    Verb("size", cmd_size, "voxel count, supervoxels and bounding box of a body", (
-        *_AT,
-        arg("body", type=int),
-        arg("--coarse", action="store_true", help="block-granular bounding box (reads no voxels)"),
-    )),
-    Verb("diff", cmd_diff, "what changed between two versions: mutations and bodies on each side", (
+    SIZE,
+    Verb("diff", cmd_diff, "what changed between two versions: the edits and bodies on each side", (
         REPOSITORY,
         arg("a", help="first version (branch name or UUID prefix)"),
         arg("b", help="second version"),
         NAME,
     )),
-    Verb("merge-branches", cmd_merge_branches,
-         "3-way merge of two branch heads' labelmap edits (a new open merge version)", (
-        REPOSITORY,
-        arg("ours", help="our branch (its head) or version; must be committed"),
-        arg("theirs", help="their branch or version; must be committed"),
-        NAME,
-        arg("--resolve", action="append", metavar="KIND:ID=SIDE",
-            help="resolve one conflict: body:123=ours or supervoxel:45=theirs (repeatable)"),
-        arg("--policy", choices=("fail", "ours", "theirs"), default="fail",
-            help="side for conflicts not resolved one by one (default: fail, report them)"),
-        arg("--branch", default=None, help="start a new branch for the merge version"),
-        arg("--dry-run", action="store_true", help="only report the plan and conflicts"),
-        arg("--user", default=None, help="who merges (default $SHARDSCOPE_USER or the login name)"),
-    ), description="Merge the labelmap edits of committed version THEIRS into committed version OURS from their "
-       "common ancestor. Edits of different bodies and supervoxels replay cleanly; a label edited on both sides "
-       "is a conflict: exit 7 and a list (with the plan, as JSON with --json) until each is resolved with "
-       "--resolve KIND:ID=ours|theirs or --policy. Nothing is written until then.",
-       error_details=branch_merge_conflicts_json),
-    Verb("history", cmd_history, "mutations that shaped a body, across the ancestry", (*_AT, arg("body", type=int))),
+    HISTORY,
+    deprecated(BODY_MERGE, "merge", "body merge"),
+    deprecated(BODY_SPLIT, "split-body", "body split"),
+    deprecated(BRANCH_MERGE, "merge-branches", "branch merge"),
 )

@@ -32,6 +32,8 @@ CORE_VERB_MODULES: tuple[str, ...] = (
     "napari_shardscope.core.cli.repo",
     "napari_shardscope.core.cli.export",
     "napari_shardscope.core.cli.labelmap",
+    "napari_shardscope.core.cli.serve",
+    "napari_shardscope.core.cli.remote",
 )
 
 JSON_HELP = "machine-readable output on stdout (errors too, as {\"error\": {...}})"

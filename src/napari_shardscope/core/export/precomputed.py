@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from napari_shardscope.core.bytestore import open_store
+from napari_shardscope.core.encoding import DEFAULT_GZIP_LEVEL, check_level
 from napari_shardscope.core.errors import ArgumentError
 from napari_shardscope.core.export.prepare import claim_destination, make_room, positive_shape
 from napari_shardscope.core.export.sharding_params import DEFAULT_SHARD_BYTES, choose_sharding
@@ -50,6 +51,12 @@ class ShardTask:
     shard: int
     id_range: tuple[int, int] | None
     ids: tuple[int, ...] = ()
+    level_gzip: int = DEFAULT_GZIP_LEVEL  # gzip level of gzip-encoded chunks and indexes
+
+    @property
+    def weight(self) -> int:
+        """Chunk ids the task may write: the work it costs, for ordering tasks largest first."""
+        return self.id_range[1] - self.id_range[0] if self.id_range is not None else len(self.ids)
 
 
 @dataclass(frozen=True)
@@ -167,8 +174,12 @@ def build_info(
     return info
 
 
-def plan_shard_tasks(dest: str, info: dict[str, Any]) -> list[ShardTask]:
-    """One task per non-empty shard of every scale (reads nothing).
+def plan_shard_tasks(dest: str, info: dict[str, Any], gzip_level: int = DEFAULT_GZIP_LEVEL) -> list[ShardTask]:
+    """One task per non-empty shard of every scale (reads nothing), the largest first.
+
+    Largest first: the workers start on the shards of the finest scale and the small shards of the
+    coarse scales fill in at the end, so no worker is left with one big shard while the others idle
+    (two workers scaled 1.6x with tasks in scale order).
 
     Only shards that can hold a chunk of the grid are visited: a spec with many shard bits (one spec for
     every scale gives a small coarse scale more bits than it needs) must not loop over ``2**shard_bits``.
@@ -185,13 +196,14 @@ def plan_shard_tasks(dest: str, info: dict[str, Any]) -> list[ShardTask]:
             for shard in range(-(-(1 << total_bits) // per_shard)):  # the shards holding ids below 2**total_bits
                 lo = shard * per_shard
                 hi = min((shard + 1) * per_shard, 1 << total_bits)
-                tasks.append(ShardTask(dest, level, sc, shard, (lo, hi)))
+                tasks.append(ShardTask(dest, level, sc, shard, (lo, hi), level_gzip=gzip_level))
         else:  # hashed, or identity with ids wrapping around the shard bits: group the grid's ids
             ids = sc.chunk_ids_of_grid()
             shards = assign_chunk_ids(spec, ids).shard
             for shard in np.unique(shards).tolist():
-                tasks.append(ShardTask(dest, level, sc, int(shard), None, tuple(int(i) for i in ids[shards == shard])))
-    return tasks
+                members = tuple(int(i) for i in ids[shards == shard])
+                tasks.append(ShardTask(dest, level, sc, int(shard), None, members, level_gzip=gzip_level))
+    return sorted(tasks, key=lambda t: -t.weight)
 
 
 def write_shard_task(task: ShardTask, source: ExportSource) -> ShardResult:
@@ -214,7 +226,7 @@ def write_shard_task(task: ShardTask, source: ExportSource) -> ShardResult:
         dtype = dtype or block.dtype.newbyteorder("<")
         chunks[int(cid)] = np.ascontiguousarray(block, dtype=dtype).tobytes()
     store = open_store(task.dest)
-    key = write_shard(store, sc.key, sc.sharding, task.shard, chunks)
+    key = write_shard(store, sc.key, sc.sharding, task.shard, chunks, level=task.level_gzip)
     return ShardResult(sc.key, task.shard, key, len(chunks), store.size(key) or 0)
 
 
@@ -229,6 +241,7 @@ def export_precomputed(
     num_workers: int | None = None,
     progress: Progress | None = None,
     overwrite: bool = False,
+    gzip_level: int = DEFAULT_GZIP_LEVEL,
 ) -> ExportReport:
     """Export ``source`` to a sharded precomputed volume at ``dest`` (a path or a writable URL).
 
@@ -237,6 +250,9 @@ def export_precomputed(
     survives, and a failed export leaves no ``info`` over a mix of old and new shards. The shard files an
     unfinished export left in this export's scale directories are refused without ``overwrite`` and deleted
     with it (:func:`~napari_shardscope.core.export.prepare.make_room`).
+
+    ``gzip_level`` (0-9) compresses gzip-encoded chunks and minishard indexes (the default sharding
+    gzips both); the default is TensorStore's, 9, so the output is the size TensorStore writes.
 
     Raises
     ------
@@ -247,10 +263,11 @@ def export_precomputed(
         sharding spec that does not fit the source.
     """
     chunk_size = positive_shape("chunk_size", chunk_size)
+    check_level(gzip_level)
     store = open_store(dest)
     replacing = claim_destination(source, dest, store, "info", "precomputed", overwrite)
     info = build_info(source, chunk_size=chunk_size, sharding=sharding, shard_bytes=shard_bytes)
-    tasks = plan_shard_tasks(dest, info)
+    tasks = plan_shard_tasks(dest, info, gzip_level)
     make_room(store, dest, "info", [f"{sc['key']}/" for sc in info["scales"]], replacing=replacing,
               overwrite=overwrite)
     results = run_tasks(

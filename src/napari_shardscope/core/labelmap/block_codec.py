@@ -14,12 +14,11 @@ from __future__ import annotations
 
 import math
 import struct
-import zlib
 
 import numpy as np
 import numpy.typing as npt
 
-from napari_shardscope.core.encoding import MAX_DECODED_BYTES, inflate
+from napari_shardscope.core.encoding import MAX_DECODED_BYTES, inflate, zlib_compress
 from napari_shardscope.core.errors import ArgumentError, ChunkDecodeError
 
 MAGIC = b"SSLB"
@@ -38,7 +37,7 @@ def encode_label_block(block: npt.ArrayLike) -> bytes:
     indices = inverse.astype(_INDEX_TYPES[itemsize]).astype(f"<u{itemsize}", copy=False)
     head = _HEAD.pack(MAGIC, 1, arr.ndim, itemsize, 0) + struct.pack(f"<{arr.ndim}I", *arr.shape)
     head += struct.pack("<I", n)
-    return head + zlib.compress(labels.astype("<u8").tobytes() + indices.tobytes(), 1)
+    return head + zlib_compress(labels.astype("<u8").tobytes() + indices.tobytes(), 1)
 
 
 def decode_label_block(data: bytes, *, key: str | None = None) -> npt.NDArray[np.uint64]:

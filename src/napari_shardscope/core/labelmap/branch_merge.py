@@ -22,8 +22,10 @@ holding both supervoxels). So the labelmap merges at its own level:
    it cut, a split the supervoxel it retired). Edits of different labels commute, so they replay
    cleanly in any order.
 4. **Resolution, per conflict.** ``ours`` drops their changes touching the label; ``theirs``
-   reverts ours. A later change of the same side that touched a label a dropped (or reverted)
-   one touched goes with it, so nothing replays onto labels that are not there.
+   reverts ours; ``both`` keeps both sides' changes (theirs replayed after ours), refused when
+   theirs no longer apply to ours' map (their merge of a body ours cleaved away). A later change
+   of the same side that touched a label a dropped (or reverted) one touched goes with it, so
+   nothing replays onto labels that are not there.
 5. **The merge version.** An open version whose parents are ours and theirs (the DAG shows the
    merge). Its map is ours' map plus one new log record, ``merge-branches``, whose delta is the
    inverse of the reverted ours changes followed by their kept changes: one undo takes the
@@ -64,7 +66,7 @@ from napari_shardscope.core.versioned.dag import Version
 from napari_shardscope.core.versioned.errors import UncommittedVersionError
 from napari_shardscope.core.versioned.view import VersionWriter
 
-Resolution = Literal["ours", "theirs"]
+Resolution = Literal["ours", "theirs", "both"]
 MergePolicy = Literal["fail", "ours", "theirs"]
 LabelKind = Literal["body", "supervoxel"]
 Label = tuple[LabelKind, int]
@@ -435,6 +437,10 @@ def _check_policy(policy: str) -> None:
         raise ArgumentError(f"policy must be fail, ours or theirs, got {policy!r}")
 
 
+def _side(side: str) -> Resolution:
+    return "ours" if side == "ours" else "both" if side == "both" else "theirs"
+
+
 def resolve_branch_merge(lm: Labelmap, plan: BranchMergePlan, *, resolutions: Mapping[str, Resolution] | None = None,
                          policy: MergePolicy = "fail") -> MergeOutcome:
     """Decide the merge ``plan`` describes and check it replays onto ours; writes nothing.
@@ -459,23 +465,28 @@ def resolve_branch_merge(lm: Labelmap, plan: BranchMergePlan, *, resolutions: Ma
         if key not in keys:
             known = ", ".join(sorted(keys)) or "none"
             raise ArgumentError(f"resolution {key!r} names no conflict (conflicts: {known})")
-        if side not in ("ours", "theirs"):
-            raise ArgumentError(f"resolution of {key} must be 'ours' or 'theirs', got {side!r}")
+        if side not in ("ours", "theirs", "both"):
+            raise ArgumentError(f"resolution of {key} must be 'ours', 'theirs' or 'both', got {side!r}")
     unresolved = [c for c in plan.conflicts if c.key not in chosen and policy == "fail"]
     if unresolved:
-        shown = ", ".join(c.key for c in unresolved[:5]) + (", …" if len(unresolved) > 5 else "")
+        shown = ", ".join(f"{c.kind} {c.label}" for c in unresolved[:5]) + (", …" if len(unresolved) > 5 else "")
+        what = "a body or supervoxel was" if len(unresolved) == 1 else f"{len(unresolved)} bodies or supervoxels were"
         raise BranchMergeConflictError(
-            f"merging {plan.theirs[:8]} into {plan.ours[:8]}: {len(unresolved)} label(s) edited on both sides "
-            f"since {plan.base[:8]} ({shown}); choose ours or theirs for each", plan, unresolved)
-    sides: dict[str, Resolution] = {c.key: "ours" if chosen.get(c.key, policy) == "ours" else "theirs"
-                                    for c in plan.conflicts}
+            f"merging {plan.theirs[:8]} into {plan.ours[:8]}: {what} edited on both sides since {plan.base[:8]} "
+            f"({shown}); choose for each: keep mine (ours), keep theirs (theirs) or keep both (both)",
+            plan, unresolved)
+    sides: dict[str, Resolution] = {c.key: _side(chosen.get(c.key, policy)) for c in plan.conflicts}
+    both = {(c.kind, c.label) for c in plan.conflicts if sides[c.key] == "both"}
+    if any(kind == "supervoxel" for kind, _ in both):
+        kind, label = sorted(k for k in both if k[0] == "supervoxel")[0]
+        raise ArgumentError(f"{kind} {label} was split on both sides; keep ours or theirs (not both)")
     mine, other = plan.ours_changes, plan.theirs_changes
     drop_seed: set[int] = set()
     revert_seed: set[int] = set()
     for c in plan.conflicts:
         if sides[c.key] == "ours":
             drop_seed.update(c.theirs)
-        else:
+        elif sides[c.key] == "theirs":
             revert_seed.update(c.ours)
     dropped = _closure(other, drop_seed)
     reverted = _closure(mine, revert_seed)
@@ -484,6 +495,7 @@ def resolve_branch_merge(lm: Labelmap, plan: BranchMergePlan, *, resolutions: Ma
     kept_mine = [c for c in mine if c.mutation_id not in reverted]
     overlap = set().union(*(touched(c.mutation) for c in kept)) & \
         set().union(*(touched(c.mutation) for c in kept_mine)) if kept and kept_mine else set()
+    overlap -= both
     if overlap:
         kind, label = sorted(overlap)[0]
         raise MappingError(f"the resolutions still leave {kind} {label} edited on both sides; resolve it too")

@@ -19,7 +19,6 @@ Two layers:
 from __future__ import annotations
 
 import json
-import zlib
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -28,7 +27,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from napari_shardscope.core.encoding import inflate
+from napari_shardscope.core.encoding import inflate, zlib_compress
 from napari_shardscope.core.errors import FormatError
 from napari_shardscope.core.labelmap.geometry import BlockGrid, Box, Coord
 from napari_shardscope.core.labelmap.keys import INDEX_META_KEY, INDEX_SUMMARY_KEY, base_index_key
@@ -114,7 +113,7 @@ class IndexSummary:
 
     def to_bytes(self) -> bytes:
         head = np.array([self.supervoxels.size, self.max_id], dtype="<u8").tobytes()
-        return zlib.compress(head + self.supervoxels.astype("<u8").tobytes() + self.totals.astype("<u8").tobytes(), 1)
+        return zlib_compress(head + self.supervoxels.astype("<u8").tobytes() + self.totals.astype("<u8").tobytes(), 1)
 
     @classmethod
     def from_bytes(cls, data: bytes) -> IndexSummary:

@@ -18,15 +18,18 @@ import getpass
 import logging
 import os
 import threading
+import time
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import numpy as np
 import numpy.typing as npt
 
 from napari_shardscope.core.cache import LruCache
+from napari_shardscope.core.errors import ShardscopeError
 from napari_shardscope.core.labelmap.bodymap import BaseAgglomeration
 from napari_shardscope.core.labelmap.config import (
     TYPE_NAME,
@@ -39,6 +42,7 @@ from napari_shardscope.core.labelmap.keys import (
     INDEX_SUMMARY_KEY,
     base_index_key,
     labels_counter,
+    mutations_counter,
 )
 from napari_shardscope.core.labelmap.label_index import (
     BaseIndex,
@@ -49,13 +53,22 @@ from napari_shardscope.core.labelmap.label_index import (
 )
 from napari_shardscope.core.labelmap.mutations import Mutation
 from napari_shardscope.core.labelmap.reading import BaseSource, Fetch, PatchedReader
+from napari_shardscope.core.labelmap.region import check_edit_in_region, region_box
 from napari_shardscope.core.labelmap.state import STAMP_KEY, VersionState, decode_stamp, load_state
 from napari_shardscope.core.labelmap.version import LabelmapVersion
 from napari_shardscope.core.versioned.dag import Version
+from napari_shardscope.core.versioned.errors import IdsExhaustedError
 from napari_shardscope.core.versioned.instance import Instance, register_instance_type
+from napari_shardscope.core.versioned.remotes.config import region_of
+from napari_shardscope.core.versioned.remotes.errors import RegionError
+from napari_shardscope.core.versioned.remotes.sync import reserve_ids
 from napari_shardscope.core.versioned.repository import Repository
 from napari_shardscope.core.versioned.view import VersionView, VersionWriter
 from napari_shardscope.core.volumes.model import Volume
+
+if TYPE_CHECKING:
+    from napari_shardscope.core.formats.precomputed.meshes import MeshData
+    from napari_shardscope.core.labelmap.meshes import BodyMesher
 
 register_instance_type(TYPE_NAME)
 
@@ -64,6 +77,10 @@ T = TypeVar("T")
 _log = logging.getLogger(__name__)
 #: Version states kept in memory (committed ones never change; each holds a body map).
 STATE_CACHE = 16
+#: A clone of a remote reserves more ids before an edit when fewer than this many are left.
+ID_LOW_WATER = 1024
+#: After a failed reservation (offline), edits use the ids left without asking again for this long.
+OFFLINE_RETRY_S = 60.0
 
 
 @dataclass(frozen=True)
@@ -111,6 +128,8 @@ class Labelmap:
         self._summary: IndexSummary | None = None
         self._entries: LruCache[int, SvIndex | None] = LruCache(4096)
         self._subscribers: list[Subscriber] = []
+        self._meshers: dict[int, Any] = {}
+        self._offline_until = 0.0
 
     @property
     def name(self) -> str:
@@ -237,6 +256,34 @@ class Labelmap:
 
     # -- edits ----------------------------------------------------------------------------------
 
+    @contextmanager
+    def holding_edits(self) -> Iterator[None]:
+        """Edits of this labelmap wait while the block runs (re-entrant).
+
+        For a background reader of many blocks (meshing from the labels): an edit reads blocks
+        through TensorStore while holding the repository's writer lock, and read callbacks of a
+        concurrent reader that need the store could occupy TensorStore's few executor threads.
+        """
+        with self._edit_lock:
+            yield
+
+    def mesher(self, lod: int = 0) -> BodyMesher:
+        """The body mesher of this labelmap for ``lod`` (one per level, sharing nothing but the repository cache)."""
+        from napari_shardscope.core.labelmap.meshes import BodyMesher
+
+        with self._states_lock:
+            mesher = self._meshers.get(lod)
+            if mesher is None:
+                mesher = self._meshers[lod] = BodyMesher(self, lod=lod)
+            return cast("BodyMesher", mesher)
+
+    def mesh(self, body: int, version: str | Version = "main", *, lod: int = 0) -> MeshData:
+        """The mesh of ``body`` at ``version``: vertices float32 (N, 3) x, y, z in nm, faces uint32 (M, 3).
+
+        True to every edit of that version (see :mod:`.meshes`); ``trimesh.Trimesh(m.vertices, m.faces)``.
+        """
+        return self.mesher(lod).mesh(body, self.at(version))
+
     def subscribe(self, callback: Subscriber) -> Callable[[], None]:
         """Call ``callback(event)`` after every edit made through this object; returns an unsubscribe.
 
@@ -255,17 +302,29 @@ class Labelmap:
         """Plan and write one edit at an open version as one transaction; returns the record and result."""
         who = user or default_user()
         self.index_summary()  # built (once) outside the edit's transaction: building has its own
+        self.top_up_ids()
         with self._edit_lock:
-            with self.repo.write(version) as w:
-                state = self._fresh(w)
+            try:
+                with self.repo.write(version) as w:
+                    state = self._fresh(w)
 
-                def workspace(multi_step: bool) -> Workspace:
-                    return self.workspace(w, state, multi_step=multi_step)
+                    def workspace(multi_step: bool) -> Workspace:
+                        return self.workspace(w, state, multi_step=multi_step)
 
-                plan, result = planner(w, state, workspace)
-                with state.lock:
-                    state.map.check(plan.delta)
-                mutation, data = write_plan(w, self.instance, self.name, plan, who)
+                    plan, result = planner(w, state, workspace)
+                    with state.lock:
+                        state.map.check(plan.delta)
+                    region = region_of(self.repo)
+                    if region is not None:
+                        check_edit_in_region(self.config, state, plan, region_box(region),
+                                             lambda sv: self.entry(state, sv))
+                    mutation, data = write_plan(w, self.instance, self.name, plan, who)
+            except (IdsExhaustedError, RegionError):
+                # The transaction was discarded, but the planner may have changed the cached map:
+                # reload the version's state (in place, so arrays already handed out stay right).
+                with self.repo.read(version) as view:
+                    self._load(view)
+                raise
             changed = state.apply(mutation, data, plan.keys, self.fetcher(state.version), self.config)
         event = EditEvent(self.name, state.version.uuid, mutation, changed)
         for callback in list(self._subscribers):
@@ -291,6 +350,34 @@ class Labelmap:
 
         return Workspace(self.config, reader, body_map, lambda sv: self.entry(state, sv),
                          lambda n: self.new_ids(w, n), multi_step=multi_step)
+
+    def id_floors(self) -> dict[str, int]:
+        """This labelmap's id counters and the smallest id each may hand out."""
+        return {labels_counter(self.name): max(self.config.id_start, self.index_summary().max_id + 1),
+                mutations_counter(self.name): 1}
+
+    def top_up_ids(self, low_water: int = ID_LOW_WATER) -> dict[str, int]:
+        """In a clone of a remote, reserve more ids when fewer than ``low_water`` are left; ids left per counter.
+
+        Offline, a failed reservation is logged and the clone keeps using what it has; the edit that
+        finds none left raises :class:`IdsExhaustedError`.
+        """
+        left: dict[str, int] = {}
+        if self.repo.id_source() is None:
+            return left
+        for counter, floor in self.id_floors().items():
+            n = sum(max(0, b - max(a, floor)) for a, b in self.repo.id_blocks(counter))
+            if n < low_water and time.monotonic() >= self._offline_until:
+                try:
+                    block = reserve_ids(self.repo, counter, minimum=floor)
+                    n += len(block)
+                except ShardscopeError as exc:
+                    # offline: do not make every following edit wait for the network's timeout
+                    self._offline_until = time.monotonic() + OFFLINE_RETRY_S
+                    _log.warning("labelmap %s: could not reserve more ids of %s (%d left; next try in %.0f s): %s",
+                                 self.name, counter, n, OFFLINE_RETRY_S, exc)
+            left[counter] = n
+        return left
 
     def new_ids(self, w: VersionWriter, count: int) -> range:
         """``count`` new body/supervoxel ids, reserved in ``w``'s transaction (unique across branches).

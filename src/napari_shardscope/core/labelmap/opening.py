@@ -11,14 +11,13 @@ from __future__ import annotations
 
 import json
 import os
-import zlib
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from napari_shardscope.core.encoding import inflate
+from napari_shardscope.core.encoding import inflate, zlib_compress
 from napari_shardscope.core.errors import ArgumentError, FormatError
 from napari_shardscope.core.labelmap.bodymap import BaseAgglomeration
 from napari_shardscope.core.labelmap.config import (
@@ -41,7 +40,7 @@ from napari_shardscope.core.volumes.opening import open_volume
 
 def encode_agglomeration(agg: BaseAgglomeration) -> bytes:
     n = np.array([agg.supervoxels.size], dtype="<u8").tobytes()
-    return zlib.compress(n + agg.supervoxels.astype("<u8").tobytes() + agg.bodies.astype("<u8").tobytes(), 1)
+    return zlib_compress(n + agg.supervoxels.astype("<u8").tobytes() + agg.bodies.astype("<u8").tobytes(), 1)
 
 
 def decode_agglomeration(data: bytes) -> BaseAgglomeration:
@@ -128,13 +127,24 @@ def create_labelmap(repo: Repository, name: str, base: str | os.PathLike[str], *
     return lm
 
 
-def open_labelmap(repo: Repository, name: str) -> Labelmap:
-    """Open an existing labelmap instance (its base volume is opened, no voxel is read)."""
+def labelmap_config(repo: Repository, name: str) -> LabelmapConfig:
+    """The stored configuration of labelmap instance ``name``."""
     inst = repo.instance(name)
     if inst.type != TYPE_NAME:
         raise ArgumentError(f"instance {name!r} is a {inst.type}, not a {TYPE_NAME}")
-    config = LabelmapConfig.from_json(inst.config, name=name)
-    volume = open_volume(config.base, kind="segmentation")
+    return LabelmapConfig.from_json(inst.config, name=name)
+
+
+def open_labelmap(repo: Repository, name: str) -> Labelmap:
+    """Open an existing labelmap instance (its base volume is opened, no voxel is read).
+
+    The base is read from its local copy when ``clone --prefetch`` made one (offline work).
+    """
+    from napari_shardscope.core.labelmap.prefetch import local_base
+
+    inst = repo.instance(name)
+    config = labelmap_config(repo, name)
+    volume = open_volume(local_base(repo, name) or config.base, kind="segmentation")
     check_geometry(config, volume)
     agg = BaseAgglomeration.identity()
     if config.agglomeration:

@@ -14,6 +14,7 @@ still come from the shared cache.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
@@ -86,6 +87,14 @@ class LabelmapBackend(Protocol):
 
     def new_ids(self, w: VersionWriter, count: int) -> range:
         """``count`` new body/supervoxel ids reserved in ``w``'s transaction."""
+        ...
+
+    def holding_edits(self) -> AbstractContextManager[None]:
+        """A context in which edits of the labelmap wait."""
+        ...
+
+    def mesher(self, lod: int = 0) -> Any:
+        """The labelmap's :class:`~napari_shardscope.core.labelmap.meshes.BodyMesher` for ``lod``."""
         ...
 
 
@@ -291,6 +300,11 @@ class LabelmapVersion:
         """Boolean mask of ``body`` within a region (a :class:`Box` or a key) at ``scale``."""
         members = self._members(self._state(), body)
         return np.isin(self.read_supervoxels(region, scale), members)
+
+    def mesh(self, body: int, *, lod: int = 0) -> Any:
+        """The body's mesh at this version (:class:`~napari_shardscope.core.formats.precomputed.meshes.MeshData`:
+        float32 x, y, z vertices in nm and uint32 faces, trimesh-compatible); see :mod:`.meshes`."""
+        return self.labelmap.mesher(lod).mesh(body, self)
 
     def mutations(self, *, own: bool = False) -> list[HistoryEntry]:
         """The mutation log of this version's ancestry, oldest first (``own``: this version's only)."""

@@ -68,6 +68,19 @@ from napari_shardscope.core.proofreading.state import (
     Status,
 )
 from napari_shardscope.core.proofreading.todo import TodoItem, Worklist
+from napari_shardscope.core.proofreading.wording import (
+    describe_bounds,
+    describe_branch_merge,
+    describe_branch_merge_plan,
+    describe_commit,
+    describe_edit,
+    describe_edits,
+    describe_relation,
+    describe_undo,
+    edit_phrase,
+    id_list,
+    plural,
+)
 from napari_shardscope.core.versioned import Version
 
 T = TypeVar("T")
@@ -89,7 +102,8 @@ ACTIONS: Mapping[str, str] = {
     "checkout": "show the selected version",
     "diff": "what changed between the two selected versions (or the selected and the checked-out one)",
     "commit": "commit the checked-out version",
-    "branch": "a new open version from the selected committed version (or the checked-out one)",
+    "commit_continue": "commit the checked-out version and go on editing a new version after it, on the same branch",
+    "branch": "a new open version after the selected committed version (or the checked-out one)",
     "plan_merge": "list the bodies and supervoxels both branches edited (conflicts)",
     "merge_branch": "make the merge version, with the side chosen for each conflict",
     "export": "write the selected committed version (or the checked-out one) as a new sharded volume",
@@ -343,12 +357,14 @@ class ProofreadingController:
             return "select one version"
         if name == "diff" and len(sel) not in (1, 2):
             return "select two versions (Ctrl-click), or one to compare with the checked-out one"
-        if name == "commit" and v.version.locked:
+        if name in ("commit", "commit_continue") and v.version.locked:
             return f"version {v.version.short} is already committed"
+        if name == "commit_continue" and self.busy:
+            return f"wait: {self._jobs[0].description} is running"
         if name in ("branch", "export"):
             target = self.target_version()
             if target is None or not s.resolve(target).locked:
-                return ("a new version needs a committed parent: commit first" if name == "branch"
+                return ("a new version starts after a committed one: commit first" if name == "branch"
                         else "commit first: an export is a snapshot of a committed version")
             if name == "export" and self.exporting:
                 return "an export is running: wait for it to finish"
@@ -375,26 +391,47 @@ class ProofreadingController:
         assert self.session.version is not None
         return self.session.version
 
-    def create_job(self, path: str | os.PathLike[str] | None, base_url: str, *, name: str = "seg",
-                   agglomeration: Any = None, engine: str | None = None) -> Job[None]:
-        """:meth:`create` as a job: ``run`` builds the repository and its index, ``finish`` connects."""
+    def create_job(self, path: str | os.PathLike[str] | None, base_url: str | None, *, name: str = "seg",
+                   agglomeration: Any = None, engine: str | None = None, labels: Any = None,
+                   labels_name: str = "labels", voxel_size: Sequence[float] = (1.0, 1.0, 1.0),
+                   translate: Sequence[float] = (0.0, 0.0, 0.0)) -> Job[None]:
+        """:meth:`create` as a job: ``run`` builds the repository and its index, ``finish`` connects.
+
+        ``labels``: the segmentation's own array, imported into the repository when ``base_url`` is
+        ``None`` or is no volume shardscope reads (see :meth:`create_from_labels`).
+        """
         with self._action():
             if path is None or not str(path).strip():
                 raise ArgumentError("give the new repository's directory")
             if self.busy:
                 raise ArgumentError(f"wait: {self._jobs[0].description} is running")
+            what = base_url or f"the labels {labels_name!r}"
+            bases: list[str] = []
 
             def work(progress: JobProgress | None) -> None:
-                create_labelmap_repository(path, base_url, name=name, agglomeration=agglomeration,
-                                           engine=engine, progress=progress)
+                bases.append(create_labelmap_repository(
+                    path, base_url, name=name, agglomeration=agglomeration, engine=engine, progress=progress,
+                    labels=labels, labels_name=labels_name, voxel_size=voxel_size, translate=translate))
 
             def done(_: None) -> str:
                 self.session.connect(path, instance=name)
-                return f"created {path} over {base_url}"
+                base = bases[0] if bases else what
+                kept = "" if base == base_url else f" (stored in the repository as {base})"
+                return f"created {path} over {what}{kept}"
 
             job = self._begin_job("create", f"creating {path}", work, done)
-            self._set_status(f"creating {path}: indexing {base_url} …", "info")
+            self._set_status(f"creating {path}: indexing {what} …", "info")
             return job
+
+    def create_from_labels(self, path: str | os.PathLike[str], labels: Any, *, labels_name: str = "labels",
+                           voxel_size: Sequence[float] = (1.0, 1.0, 1.0),
+                           translate: Sequence[float] = (0.0, 0.0, 0.0), name: str = "seg",
+                           agglomeration: Any = None, engine: str | None = None) -> LabelmapVersion:
+        """A new repository whose base is ``labels`` (a numpy array, z y x), stored inside the repository."""
+        self.create_job(path, None, name=name, agglomeration=agglomeration, engine=engine, labels=labels,
+                        labels_name=labels_name, voxel_size=voxel_size, translate=translate).run_here()
+        assert self.session.version is not None
+        return self.session.version
 
     def connect(self, path: str | os.PathLike[str], *, instance: str | None = None) -> LabelmapVersion:
         """Open an existing repository (its only labelmap, or ``instance``) and check out ``main``."""
@@ -499,12 +536,21 @@ class ProofreadingController:
             return body
 
     def body_info(self, body: int) -> BodyInfo:
-        """Id, size (voxels), supervoxel count, block bounds (scale 0, z y x) and recent history."""
-        _, _, v = self.session.require()
+        """Id, size (voxels), supervoxel count, bounds (scale-0 voxels, z y x, rounded out to the overlay
+        blocks: read without touching a voxel) and recent history, with both in words."""
+        _, lm, v = self.session.require()
         box = v.bbox(body, exact=False)
         history = v.history(body)[-HISTORY_SHOWN:]
         return BodyInfo(body, v.size(body), len(v.supervoxels(body)), (box.lo, box.hi),
-                        tuple((h.mutation.operation, h.mutation.user, h.mutation.time, h.version) for h in history))
+                        tuple((h.mutation.operation, h.mutation.user, h.mutation.time, h.version) for h in history),
+                        bounds_text=describe_bounds(box.lo, box.hi, lm.config.block),
+                        edits=tuple(self._phrase(v, h.mutation) for h in history))
+
+    def _phrase(self, v: LabelmapVersion, m: Mutation) -> str:
+        """An edit of a history in words; an undo or redo names the edit it took back or put back."""
+        if m.operation in ("undo", "redo"):
+            return describe_undo(m, self._original(v, m))
+        return edit_phrase(m)
 
     def toggle_mode(self) -> Mode:
         """Switch what a click picks: bodies ↔ supervoxels."""
@@ -554,7 +600,7 @@ class ProofreadingController:
             target, others = self._selected[0], self._selected[1:]
             m = v.merge(target, others)
             self._selected = [target]
-            self._ok(f"merged {', '.join(map(str, others))} into {target}")
+            self._ok(describe_edit(m))
             return m
 
     def cleave(self, supervoxels: Sequence[int] | None = None) -> int:
@@ -569,20 +615,29 @@ class ProofreadingController:
             new = v.cleave(body, svs)
             self._picked = []
             self._selected = [body, new]
-            self._ok(f"cleaved {len(svs)} supervoxel(s) of {body} into new body {new}")
+            self._ok(f"cleaved {plural(len(svs), 'supervoxel')} off {body} into new body {new}")
             return new
 
     def undo(self) -> Mutation:
+        """Undo the version's last edit; the message names the edit undone (``"undid: merge of 12 into 34"``)."""
         with self._action():
-            m = self._require("undo").undo()
-            self._ok(f"undid mutation {m.target}")
+            v = self._require("undo")
+            m = v.undo()
+            self._ok(describe_undo(m, self._original(v, m)))
             return m
 
     def redo(self) -> Mutation:
         with self._action():
-            m = self._require("redo").redo()
-            self._ok(f"redid mutation {m.target}")
+            v = self._require("redo")
+            m = v.redo()
+            self._ok(describe_undo(m, self._original(v, m)))
             return m
+
+    @staticmethod
+    def _original(v: LabelmapVersion, m: Mutation) -> Mutation | None:
+        """The edit an undo or redo record ``m`` stands for (an undo of a redo names the first edit)."""
+        wanted = m.args.get("mutation", m.target)
+        return next((e.mutation for e in reversed(v.mutations()) if e.mutation.mutation_id == wanted), None)
 
     # -- splitting ------------------------------------------------------------------------------
     def start_split(self, plane: int | None = None) -> PendingSplit:
@@ -681,7 +736,7 @@ class ProofreadingController:
                 parts = sorted(set(out.bodies.values()))
                 self._pending = None
                 self._selected, self._picked = parts, []
-                return f"split body {body} into {', '.join(map(str, parts))}"
+                return f"split body {body} into {id_list(parts)}"
 
             job = self._begin_job("split", f"split of body {body}", work, done)
             self._set_status(f"splitting body {body} …", "info")
@@ -715,16 +770,28 @@ class ProofreadingController:
                 ref = self._versions_selected[0]
             v = self.session.checkout(ref)
             ver = v.version
-            self._ok(f"checked out {ver.short} ({ver.branch}, {'committed' if ver.locked else 'open'})")
+            self._ok(f"checked out {ver.short} on {ver.branch} ({'committed, read-only' if ver.locked else 'open'})")
             return v
 
     def commit(self, message: str) -> Version:
-        """Commit the checked-out version with ``message``: it becomes read-only."""
+        """Commit the checked-out version with ``message``: it becomes read-only (see :meth:`commit_and_continue`)."""
         with self._action():
             self._require("commit")
             done = self.session.commit(message)
-            self._ok(f"committed {done.short}: {message}")
+            self._ok(describe_commit(done.short, message))
             return done
+
+    def commit_and_continue(self, message: str) -> Version:
+        """Commit the checked-out version and check out a fresh open version after it on the same branch.
+
+        What a proofreader means by "commit": the work so far is locked and named, and editing goes
+        on at once. Returns the new open version; the committed one is its parent.
+        """
+        with self._action():
+            self._require("commit_continue")
+            done, child = self.session.commit_and_continue(message)
+            self._ok(describe_commit(done.short, message, child.short, child.branch))
+            return child
 
     def branch(self, name: str | None = None, parent: str | None = None) -> Version:
         """A new open version from committed ``parent`` (default: :meth:`target_version`), checked out.
@@ -736,7 +803,8 @@ class ProofreadingController:
                 self._require("branch")
                 parent = self.target_version()
             child = self.session.branch(name, parent)
-            self._ok(f"new version {child.short} on branch {child.branch!r}")
+            after = self.session.resolve(child.parents[0]).short if child.parents else "the root"
+            self._ok(f"new version {child.short} on {child.branch} after {after}: open for edits")
             return child
 
     def diff(self, a: str | None = None, b: str | None = None) -> VersionDiff:
@@ -755,9 +823,9 @@ class ProofreadingController:
             sa, sb = short[d.a], short[d.b]
             self._diff = d
             self._diff_summary = (
-                f"{sa} vs {sb} ({d.relation}, base {short[d.base]}): "
-                f"{len(d.only_a)} mutation(s) only in {sa} touching {len(d.bodies_a)} bodies; "
-                f"{len(d.only_b)} only in {sb} touching {len(d.bodies_b)} bodies")
+                f"{describe_relation(d.relation, sa, sb, short[d.base])}. "
+                f"Only in {sa}: {describe_edits(len(d.only_a), d.bodies_a)}; "
+                f"only in {sb}: {describe_edits(len(d.only_b), d.bodies_b)}")
             self._touch()
             return d
 
@@ -782,18 +850,18 @@ class ProofreadingController:
             self.set_merge_theirs(theirs)
             plan = self.session.plan_branch_merge(theirs)
             self._plan = MergePlanState(theirs, plan, {c.key: None for c in plan.conflicts})
-            self._ok(f"merging {theirs} into {plan.ours[:8]}: {len(plan.theirs_mutations)} of their mutation(s), "
-                     f"{len(plan.conflicts)} conflict(s)"
-                     + (" — choose a side for each, then Merge" if plan.conflicts else ""))
+            self._ok(describe_branch_merge_plan(plan, self._ours_name(), theirs))
             return plan
 
     def choose(self, key: str, side: str | None) -> None:
-        """Keep ``side`` (``ours``/``theirs``; ``None`` unsets) for conflict ``key`` of the checked merge."""
+        """Keep ``side`` for conflict ``key`` of the checked merge: ``ours`` (keep mine), ``theirs``,
+        ``both`` (their edits replayed after mine), ``None`` unsets."""
         with self._action():
             if self._plan is None or key not in self._plan.choices:
                 raise ArgumentError(f"no conflict {key!r} listed: check the merge first")
-            if side not in ("ours", "theirs", None):
-                raise ArgumentError(f"a conflict is resolved 'ours' or 'theirs', got {side!r}")
+            if side not in ("ours", "theirs", "both", None):
+                raise ArgumentError(f"a conflict is resolved keep mine ('ours'), keep theirs ('theirs') or "
+                                    f"keep both ('both'), got {side!r}")
             self._plan = replace(self._plan, choices={**self._plan.choices, key: side})  # type: ignore[dict-item]
             self._touch()
 
@@ -808,10 +876,18 @@ class ProofreadingController:
 
         ``resolutions`` (conflict key → side) default to the sides chosen with :meth:`choose` for
         a plan of these two heads; without one, the merge is checked first and refused while it
-        has conflicts (nothing is written).
+        has conflicts (nothing is written). Runs in the calling thread (see :meth:`merge_branch_job`).
         """
+        return self.merge_branch_job(theirs, resolutions).run_here()
+
+    def merge_branch_job(self, theirs: str | None = None,
+                         resolutions: Mapping[str, Resolution] | None = None) -> Job[BranchMergeResult]:
+        """:meth:`merge_branch` as a job: ``run`` writes the merge version (seconds on a large log),
+        ``finish`` checks it out and says what came in."""
         with self._action():
             self._require("merge_branch")
+            if self.busy:
+                raise ArgumentError(f"wait: {self._jobs[0].description} is running")
             theirs = theirs or self._merge_theirs
             if not theirs:
                 raise ArgumentError("choose the branch to merge")
@@ -821,16 +897,32 @@ class ProofreadingController:
                 if plan is None or not self._plan_is_current(plan, theirs):
                     fresh = self.plan_branch_merge(theirs)  # the listed choices were for another merge
                     if fresh.conflicts:
-                        raise ArgumentError(f"merging {theirs}: {len(fresh.conflicts)} conflict(s) listed — "
-                                            "choose a side for each, then Merge")
+                        raise ArgumentError(f"merging {theirs}: {plural(len(fresh.conflicts), 'conflict')} listed — "
+                                            "choose keep mine, keep theirs or keep both for each, then Merge")
                     plan = self._plan
                 assert plan is not None
                 resolutions = plan.resolutions
-            result = self.session.merge_branch(theirs, resolutions)
-            self._plan = None
-            self._ok(f"merge version {result.version.short} (open): {len(result.applied)} of their edits applied, "
-                     f"{len(result.reverted)} of ours reverted, {len(result.dropped)} of theirs dropped; commit it")
-            return result
+            ours_name = self._ours_name()
+            chosen = dict(resolutions)
+            name = theirs
+            session = self.session
+
+            def work(_progress: JobProgress | None) -> BranchMergeResult:
+                return session.write_branch_merge(name, chosen)
+
+            def done(result: BranchMergeResult) -> str:
+                self.session.show_branch_merge(result)
+                self._plan = None
+                return describe_branch_merge(name, ours_name, len(result.applied), len(result.reverted),
+                                             len(result.dropped), result.mutation.bodies, result.version.short)
+
+            job = self._begin_job("merge", f"merge of {theirs} into {ours_name}", work, done)
+            self._set_status(f"merging {theirs} into {ours_name} …", "info")
+            return job
+
+    def _ours_name(self) -> str:
+        v = self.session.version
+        return f"{v.version.branch} ({v.version.short})" if v is not None else "this version"
 
     # -- exporting ------------------------------------------------------------------------------
     def default_export_dest(self, ref: str | None = None, fmt: ExportFormat = "precomputed",
@@ -866,7 +958,7 @@ class ProofreadingController:
 
             def done(report: ExportReport) -> str:
                 self.last_export = report
-                text = (f"exported {short} ({labels}) to {target}: {len(report.shards)} shard files, "
+                text = (f"exported {short} ({labels}) to {target}: {plural(len(report.shards), 'shard file')}, "
                         f"{report.nbytes / 2**20:.1f} MiB")
                 note = after(report) if after is not None else None
                 return f"{text}; {note}" if note else text

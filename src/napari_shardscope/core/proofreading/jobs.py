@@ -15,7 +15,7 @@ from typing import Any, Generic, Literal, TypeVar
 from napari_shardscope.core.proofreading.session import JobProgress
 
 T = TypeVar("T")
-JobKind = Literal["create", "split", "export"]
+JobKind = Literal["create", "split", "export", "merge"]
 
 
 class Job(Generic[T]):

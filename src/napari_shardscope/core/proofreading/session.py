@@ -16,12 +16,12 @@ that queues the call on its own thread, so listeners always run where the GUI li
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from napari_shardscope.core.errors import ArgumentError
+from napari_shardscope.core.errors import ArgumentError, ShardscopeError
 from napari_shardscope.core.export.precomputed import ExportReport, export_precomputed
 from napari_shardscope.core.export.source import LabelmapSource, labelmap_source
 from napari_shardscope.core.export.zarr3 import export_zarr3
@@ -41,6 +41,8 @@ from napari_shardscope.core.labelmap.branch_merge import (
     plan_branch_merge,
 )
 from napari_shardscope.core.labelmap.diff import VersionDiff, diff_versions
+from napari_shardscope.core.proofreading.imported import import_labels, labels_array
+from napari_shardscope.core.proofreading.wording import committed_block
 from napari_shardscope.core.versioned import Repository, Version, create_repository, open_repository
 
 EventKind = Literal["connected", "disconnected", "checkout", "dag", "edited"]
@@ -101,19 +103,49 @@ def _call_now(call: Callable[[], None]) -> None:
     call()
 
 
-def create_labelmap_repository(path: str | os.PathLike[str], base_url: str, *, name: str = "seg",
+def create_labelmap_repository(path: str | os.PathLike[str], base_url: str | None, *, name: str = "seg",
                                agglomeration: Any = None, engine: str | None = None,
-                               progress: Callable[[int, int], None] | None = None) -> None:
-    """A new repository at ``path`` with labelmap ``name`` over ``base_url``, closed again.
+                               progress: Callable[..., None] | None = None, labels: Any = None,
+                               labels_name: str = "labels", voxel_size: Sequence[float] = (1.0, 1.0, 1.0),
+                               translate: Sequence[float] = (0.0, 0.0, 0.0)) -> str:
+    """A new repository at ``path`` with labelmap ``name`` over ``base_url``, closed again; returns the base.
 
-    Building the base label index reads all of scale 0 once, so this is the part a GUI runs in a
-    worker thread; connecting afterwards (on the GUI's thread) is cheap.
+    ``labels`` (any array-like, z y x) is the segmentation itself, for data that has no path or URL
+    shardscope reads (a numpy array, a TIFF napari opened): when ``base_url`` is ``None`` or does not
+    open as a segmentation volume, ``labels`` is imported into the repository
+    (:func:`~napari_shardscope.core.proofreading.imported.import_labels`, placed by ``voxel_size`` and
+    ``translate``) and becomes the base. Building the base label index reads all of scale 0 once, so
+    this is the part a GUI runs in a worker thread; connecting afterwards (on the GUI's thread) is cheap.
     """
+    base = base_url if base_url and _opens_as_base(base_url, fallback=labels is not None) else None
+    if base is None and labels is None:
+        raise ArgumentError("give the segmentation: a path or URL of a volume, or its labels array")
+    if base is None:
+        labels = labels_array(labels)  # refused before anything is written
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
     repo = create_repository(path, engine=engine)
     try:
-        create_labelmap(repo, name, base_url, agglomeration=agglomeration, progress=progress)
+        if base is None:
+            base = import_labels(path, labels_name, labels, voxel_size=voxel_size, translate=translate,
+                                 progress=progress)
+        create_labelmap(repo, name, base, agglomeration=agglomeration, progress=progress)
     finally:
         repo.close()
+    return base
+
+
+def _opens_as_base(url: str, *, fallback: bool) -> bool:
+    """Whether ``url`` opens as a labelmap base; with a ``fallback`` its failure is an answer, not an error."""
+    from napari_shardscope.core.labelmap.config import scales_of
+    from napari_shardscope.core.volumes import open_volume
+
+    try:
+        scales_of(open_volume(url, kind="segmentation"))
+    except ShardscopeError:
+        if not fallback:
+            raise
+        return False
+    return True
 
 
 class ProofreadingSession:
@@ -157,8 +189,7 @@ class ProofreadingSession:
             return "connect to a repository first (create or open one)"
         v = self._version.version
         if v.locked:
-            return (f"version {v.short} (branch {v.branch!r}) is committed and read-only: "
-                    f"make a new branch from it to edit (Versions panel: New branch)")
+            return committed_block(v.short, v.branch)
         return ""
 
     def require(self) -> tuple[Repository, Labelmap, LabelmapVersion]:
@@ -258,6 +289,19 @@ class ProofreadingSession:
         self._emit("dag")
         return done
 
+    def commit_and_continue(self, message: str) -> tuple[Version, Version]:
+        """Commit the checked-out version and check out a new open child on the same branch.
+
+        Returns ``(committed, child)``. The child is made right after the commit; should making it
+        fail, the commit stands and the committed version stays checked out (read-only).
+        """
+        done = self.commit(message)
+        repo, _, _ = self.require()
+        child = repo.new_version(done.uuid)
+        self._emit("dag")
+        self.checkout(child.uuid)
+        return done, child
+
     def branch(self, name: str | None = None, parent: str | None = None) -> Version:
         """A new open child of a committed version (default: the checked-out one), checked out.
 
@@ -280,8 +324,16 @@ class ProofreadingSession:
         ``resolutions`` maps each conflict key (``"body:12"``) to the side kept; an unresolved
         conflict refuses the merge and writes nothing.
         """
+        return self.show_branch_merge(self.write_branch_merge(theirs, resolutions))
+
+    def write_branch_merge(self, theirs: str,
+                           resolutions: Mapping[str, Resolution] | None = None) -> BranchMergeResult:
+        """The store half of :meth:`merge_branch`: writes the merge version, tells no listener (any thread)."""
         _, lm, v = self.require()
-        result = merge_branches(lm, v.uuid, theirs, resolutions=resolutions)
+        return merge_branches(lm, v.uuid, theirs, resolutions=resolutions)
+
+    def show_branch_merge(self, result: BranchMergeResult) -> BranchMergeResult:
+        """The listeners' half of :meth:`merge_branch`: the DAG changed, the merge version is checked out."""
         self._emit("dag")
         self.checkout(result.version.uuid)
         return result

@@ -89,7 +89,9 @@ class MergePlanState:
 class BodyInfo:
     """What the Body box shows: id, size, supervoxel count, block bounds, recent history.
 
-    ``history`` holds (operation, user, time, version) of the body's last mutations, oldest first.
+    ``history`` holds (operation, user, time, version) of the body's last mutations, oldest first;
+    ``edits`` the same mutations in words (``"merge of 12 into 34"``), ``bounds_text`` the bounds
+    labelled as what they are (scale-0 voxels rounded out to overlay blocks).
     """
 
     id: int
@@ -97,6 +99,8 @@ class BodyInfo:
     supervoxels: int
     bounds: tuple[tuple[int, int, int], tuple[int, int, int]]
     history: tuple[tuple[str, str, float, str], ...]
+    bounds_text: str = ""
+    edits: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,8 @@ Public API (the labelmap, the Versions widget and the CLI use these)::
 Modules: :mod:`.engines` (the ordered key-value protocol; memory, LMDB and SQLite engines),
 :mod:`.keys` (key layout), :mod:`.dag` (versions, branches), :mod:`.instance`, :mod:`.view` (reads
 and writes at a version), :mod:`.merge`, :mod:`.writer_lock`, :mod:`.repository` (transactions,
-create/open), :mod:`.keyvalue` (the ``keyvalue`` type). Its command line is
+create/open), :mod:`.keyvalue` (the ``keyvalue`` type), :mod:`.node` (a version in portable form),
+:mod:`.remotes` (push, fetch, pull, clone through a bucket or a directory). Its command line is
 :mod:`napari_shardscope.core.cli.repo`. They import each other
 without cycles and never take a name from this ``__init__``, so any of them can be imported first.
 """
@@ -26,6 +27,7 @@ from napari_shardscope.core.versioned.errors import (
     AmbiguousVersionError,
     BranchExistsError,
     CommittedVersionError,
+    IdsExhaustedError,
     InstanceExistsError,
     LockTimeoutError,
     MergeConflict,
@@ -58,6 +60,7 @@ __all__ = [
     "Change",
     "Checkout",
     "CommittedVersionError",
+    "IdsExhaustedError",
     "Instance",
     "InstanceExistsError",
     "KeyValue",

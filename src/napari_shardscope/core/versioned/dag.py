@@ -10,7 +10,10 @@ parents disagree (see :mod:`napari_shardscope.core.versioned.repository`).
 
 Branches: every version carries a branch name unique across the DAG; the root is on ``main``. A
 committed version may have at most one child continuing its branch and any number of children
-starting new branches, so each branch is a chain whose last version is its head.
+starting new branches, so each branch is a chain whose last version is its head. A version made
+here continues its first parent's branch; a merge version fetched from a remote may continue the
+branch of either parent (another repository merged the other way round, and fetching it is a
+fast-forward here).
 """
 
 from __future__ import annotations
@@ -374,10 +377,13 @@ class Dag:
                 problems.append(f"{v.uuid}: {len(continuing)} children continue branch {v.branch!r}")
         for name, members in self._branch_members.items():
             first = self._by_vid[min(members)]
-            if first.parents and self._by_uuid[first.parents[0]].branch == name:
+            if any(self._by_uuid[p].branch == name for p in first.parents if p in self._by_uuid):
                 problems.append(f"branch {name!r}: base continues its own branch")
             for vid in members:
                 v = self._by_vid[vid]
-                if vid != first.vid and (not v.parents or self._by_uuid[v.parents[0]].branch != name):
+                # A version continues its branch through a parent on it: the first parent for versions
+                # made here, any parent for merge versions adopted from a remote (a fast-forward there).
+                if vid != first.vid and not any(self._by_uuid[p].branch == name for p in v.parents
+                                                 if p in self._by_uuid):
                     problems.append(f"branch {name!r}: {v.uuid} is not a continuation (branch names must be unique)")
         return problems

@@ -98,3 +98,19 @@ class StoreCorruptError(CorruptDataError):
 
 class LockTimeoutError(ConflictError):
     """Another writer held the repository's write lock for longer than the timeout."""
+
+
+class IdsExhaustedError(ConflictError):
+    """A clone used up the ids it reserved from its remote: reserve more (needs the remote) and retry.
+
+    Attributes
+    ----------
+    counter, count, minimum
+        The request that could not be met, so the caller can reserve enough.
+    """
+
+    def __init__(self, message: str, counter: str, count: int, minimum: int) -> None:
+        super().__init__(message)
+        self.counter = counter
+        self.count = count
+        self.minimum = minimum

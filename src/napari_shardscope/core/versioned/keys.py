@@ -45,6 +45,10 @@ LOG_PREFIX = META + b"l"
 CHANGE_PREFIX = META + b"c"
 COUNTER_PREFIX = META + b"a"
 UNVERSIONED_PREFIX = META + b"u"
+#: Id blocks reserved from a remote, per counter (a clone allocates only from these).
+RESERVATION_PREFIX = META + b"r"
+#: Present (holding the remote's name) when every counter must allocate from reserved blocks.
+RESERVATION_MODE_KEY = META + b"R"
 
 
 @dataclass(frozen=True)

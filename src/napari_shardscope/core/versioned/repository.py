@@ -54,7 +54,8 @@ from napari_shardscope.core.versioned.errors import (
 )
 from napari_shardscope.core.versioned.instance import Instance, check_instance
 from napari_shardscope.core.versioned.merge import MERGE_POLICIES, MergePolicy, MergeResult, plan_merge
-from napari_shardscope.core.versioned.view import VersionView, VersionWriter, allocate_ids
+from napari_shardscope.core.versioned.node import NodeContent, NodeEntry, NodeLog, NodeNote
+from napari_shardscope.core.versioned.view import VersionView, VersionWriter, allocate_ids, decode_blocks, encode_blocks
 from napari_shardscope.core.versioned.writer_lock import DEFAULT_TIMEOUT, WriterLock
 
 MARKER_FILE = "shardscope-repository.json"
@@ -302,8 +303,8 @@ class Repository:
         v = self._fresh(ref)
         if v.locked:
             raise CommittedVersionError(
-                f"version {v.short} (branch {v.branch!r}) is committed and read-only; "
-                f"make a child with new_version to change data"
+                f"version {v.short} on {v.branch} is committed (read-only): start a new version after it "
+                f"to change data (shardscope repo branch, or New version in the Versions panel)"
             )
         return v
 
@@ -360,6 +361,44 @@ class Repository:
         """
         with self._writing(timeout) as p:
             return allocate_ids(p.txn, counter, count, minimum)
+
+    # -- id reservations (clones of a remote) -----------------------------------------------------
+
+    def id_source(self) -> str | None:
+        """The remote this repository reserves ids from (None: it hands out its own)."""
+        with self._engine.read() as txn:
+            raw = txn.get(K.RESERVATION_MODE_KEY)
+        return None if raw is None else raw.decode()
+
+    def set_id_source(self, remote: str, *, timeout: float | None = None) -> None:
+        """From now on allocate every counter's ids only from blocks reserved from ``remote``."""
+        with self._writing(timeout) as p:
+            p.txn.put(K.RESERVATION_MODE_KEY, remote.encode())
+
+    def id_blocks(self, counter: str) -> list[tuple[int, int]]:
+        """The unused reserved blocks ``[(start, end), ...]`` of ``counter``."""
+        with self._engine.read() as txn:
+            return decode_blocks(txn.get(K.RESERVATION_PREFIX + counter.encode("utf-8")))
+
+    def counters(self) -> dict[str, int]:
+        """Every local counter and the next id it would hand out (what a first push uploads)."""
+        out: dict[str, int] = {}
+        with self._engine.read() as txn:
+            for key, value in txn.scan(K.COUNTER_PREFIX, K.next_prefix(K.COUNTER_PREFIX)):
+                out[key[len(K.COUNTER_PREFIX):].decode("utf-8")] = K.unpack_u64(value)
+            for key in txn.scan_keys(K.RESERVATION_PREFIX, K.next_prefix(K.RESERVATION_PREFIX)):
+                out.setdefault(key[len(K.RESERVATION_PREFIX):].decode("utf-8"), 0)
+        return out
+
+    def add_id_block(self, counter: str, ids: range, *, timeout: float | None = None) -> None:
+        """Record a block of ids reserved from the remote for ``counter`` (used after the older blocks)."""
+        if ids.step != 1 or not ids:
+            raise ArgumentError(f"an id block must be a non-empty contiguous range, got {ids!r}")
+        key = K.RESERVATION_PREFIX + counter.encode("utf-8")
+        with self._writing(timeout) as p:
+            blocks = decode_blocks(p.txn.get(key))
+            blocks.append((ids.start, ids.stop))
+            p.txn.put(key, encode_blocks(blocks))
 
     # -- unversioned data -----------------------------------------------------------------------
 
@@ -460,8 +499,8 @@ class Repository:
         v = self.version(ref)
         if write and v.locked:
             raise CommittedVersionError(
-                f"version {v.short} (branch {v.branch!r}) is committed; only open versions can be "
-                f"checked out for writing (make one with new_version)"
+                f"version {v.short} on {v.branch} is committed; only open versions can be "
+                f"checked out for writing (start one after it: shardscope repo branch)"
             )
         return Checkout(self, v, writable=write)
 
@@ -520,6 +559,154 @@ class Repository:
                 then(VersionWriter(self, m, p.txn, anc))
             p.after(lambda: self._dag.add(m))
         return MergeResult(version=m, base=base.uuid, conflicts=conflicts, merged=len(plan.decided))
+
+    # -- nodes (what remotes move) --------------------------------------------------------------
+
+    def read_node(self, ref: str | Version) -> NodeContent:
+        """A committed version with everything it itself stored, named without local ids (one snapshot)."""
+        v = self.version(ref)
+        if not v.locked or v.committed is None:
+            raise UncommittedVersionError(f"version {v.short} (branch {v.branch!r}) is open; only committed "
+                                          f"versions can be sent to a remote")
+        with self._state:
+            names = {i.iid: i.name for i in self._instances.values()}
+        entries: list[NodeEntry] = []
+        logs: list[NodeLog] = []
+        notes: list[NodeNote] = []
+        with self._engine.read() as txn:
+            lo = K.change_prefix(v.vid)
+            for ckey in txn.scan_keys(lo, K.next_prefix(lo)):
+                stem = K.stem_of_change_key(ckey)
+                iid = K.unpack_u32(stem[:4])
+                value = txn.get(K.entry_key(stem, v.vid, False))
+                if value is None and txn.get(K.entry_key(stem, v.vid, True)) is None:
+                    raise StoreCorruptError(f"version {v.uuid}: change index names a key with no entry")
+                entries.append(NodeEntry(instance=names[iid], key=K.tkey_of_stem(stem), value=value))
+            for iid, name in sorted(names.items()):
+                lp = K.log_prefix(iid, v.vid)
+                for key, data in txn.scan(lp, K.next_prefix(lp)):
+                    logs.append(NodeLog(instance=name, seq=K.unpack_u64(key[-8:]), data=data))
+            np_ = K.NOTE_PREFIX + K.pack_u32(v.vid)
+            for key, value in txn.scan(np_, K.next_prefix(np_)):
+                r = json.loads(value)
+                notes.append(NodeNote(seq=K.unpack_u64(key[-8:]), time=float(r["time"]), text=str(r["text"])))
+        entries.sort(key=lambda e: (e.instance, e.key))
+        logs.sort(key=lambda g: (g.instance, g.seq))
+        return NodeContent(uuid=v.uuid, parents=v.parents, branch=v.branch, message=v.message, created=v.created,
+                           committed=v.committed, entries=tuple(entries), logs=tuple(logs), notes=tuple(notes))
+
+    def branch_fits(self, parents: tuple[str, ...], branch: str) -> bool:
+        """Whether a new version with these parents may carry ``branch`` in this DAG.
+
+        It may continue the branch of a parent on it (the first parent for versions made here; any
+        parent for an adopted merge version) when that parent has no continuing child yet, or start
+        ``branch`` when no version carries the name.
+        """
+        self._sync()
+        with self._state:
+            for p in parents:
+                parent = self._dag.by_uuid(p)
+                if parent.branch == branch:
+                    return self._dag.continuing_child(parent) is None
+            return not self._dag.has_branch(branch)
+
+    def adopt_node(self, node: NodeContent, branch: str | None = None, *, timeout: float | None = None) -> Version:
+        """Add a committed version received from elsewhere, under a fresh local id, in one transaction.
+
+        ``branch`` (default: the node's own) is the local branch name; it must fit the DAG
+        (:meth:`branch_fits`). The parents must be here and committed; every instance the node
+        names must exist. Adopting a version already present returns it unchanged.
+        """
+        name = node.branch if branch is None else branch
+        with self._writing(timeout) as p:
+            with self._state:
+                if node.uuid in self._dag:
+                    return self._dag.by_uuid(node.uuid)
+                for par in node.parents:
+                    if par not in self._dag:
+                        raise UnknownVersionError(f"version {node.uuid}: parent {par} is not in this repository")
+                    if not self._dag.by_uuid(par).locked:
+                        raise UncommittedVersionError(f"version {node.uuid}: parent {par} is open here")
+                on_branch = [self._dag.by_uuid(par) for par in node.parents if self._dag.by_uuid(par).branch == name]
+                if on_branch:
+                    child = self._dag.continuing_child(on_branch[0])
+                    if child is not None:
+                        raise BranchExistsError(f"version {on_branch[0].short} already has child {child.short} "
+                                                f"continuing branch {name!r}")
+                else:
+                    self._dag.check_new_branch(name)
+                if not node.parents:
+                    raise StoreCorruptError(f"version {node.uuid} has no parents but this repository has a root")
+                iids = self._node_instances(node)
+                v = Version(uuid=node.uuid, vid=self._dag.max_vid + 1, parents=node.parents, branch=name,
+                            locked=True, message=node.message, created=node.created, committed=node.committed)
+            p.txn.put(K.version_record_key(v.vid), encode_version(v))
+            self._put_node_data(p.txn, node, v.vid, iids)
+            p.after(lambda: self._dag.add(v))
+        return v
+
+    def _node_instances(self, node: NodeContent) -> dict[str, int]:
+        iids: dict[str, int] = {}
+        for inst_name in node.instances:
+            inst = self._instances.get(inst_name)
+            if inst is None:
+                raise UnknownInstanceError(f"version {node.uuid} holds data of instance {inst_name!r}, "
+                                           f"which this repository lacks")
+            iids[inst_name] = inst.iid
+        return iids
+
+    @staticmethod
+    def _put_node_data(txn: WriteTxn, node: NodeContent, vid: int, iids: Mapping[str, int]) -> None:
+        for e in node.entries:
+            stem = K.key_stem(iids[e.instance], e.key)
+            txn.put(K.entry_key(stem, vid, e.value is None), b"" if e.value is None else e.value)
+            txn.put(K.change_key(vid, stem), b"")
+        for g in node.logs:
+            txn.put(K.log_key(iids[g.instance], vid, g.seq), g.data)
+        for n in node.notes:
+            txn.put(K.note_key(vid, n.seq), json.dumps({"time": n.time, "text": n.text}).encode())
+
+    def fill_root(self, node: NodeContent, *, timeout: float | None = None) -> Version:
+        """Write a received root's data into this repository's root (a clone's first step).
+
+        The repository must have been created with ``root=node`` (same UUID, committed, empty).
+        """
+        with self._writing(timeout) as p:
+            with self._state:
+                root = self._dag.root
+                if root.uuid != node.uuid or node.parents:
+                    raise ArgumentError(f"{node.uuid} is not this repository's root ({root.uuid})")
+                lo = K.change_prefix(root.vid)
+                if next(p.txn.scan_keys(lo, K.next_prefix(lo)), None) is not None:
+                    return root
+                iids = self._node_instances(node)
+            self._put_node_data(p.txn, node, root.vid, iids)
+        return root
+
+    def adopt_instance(self, name: str, type_name: str, config: Mapping[str, Any], *,
+                       timeout: float | None = None) -> Instance:
+        """Add an instance received from another repository (its type need not be imported here).
+
+        An instance of that name must not exist with another type or configuration.
+        """
+        hit = self._instances.get(name)
+        if hit is None:
+            self._sync()
+            hit = self._instances.get(name)
+        if hit is not None:
+            if hit.type != type_name or dict(hit.config) != dict(config):
+                raise InstanceExistsError(f"instance {name!r} exists here with another type or configuration")
+            return hit
+        blob = json.dumps({"name": name, "type": type_name, "config": dict(config)}).encode()
+        with self._writing(timeout) as p:
+            existing = self._instances.get(name)
+            if existing is not None:
+                return existing
+            iid = max((i.iid for i in self._instances.values()), default=0) + 1
+            inst = Instance(name=name, type=type_name, iid=iid, config=dict(config))
+            p.txn.put(K.instance_record_key(iid), blob)
+            p.after(lambda: self._instances.__setitem__(name, inst))
+        return inst
 
     # -- consistency ----------------------------------------------------------------------------
 
@@ -636,7 +823,8 @@ class Checkout:
 
 
 def create_repository(path: str | os.PathLike[str] | None, *, engine: str | None = None,
-                      durable: bool = True, lock_timeout: float = DEFAULT_TIMEOUT) -> Repository:
+                      durable: bool = True, lock_timeout: float = DEFAULT_TIMEOUT,
+                      root: NodeContent | None = None) -> Repository:
     """Create a repository with one open root version on branch ``main``.
 
     Parameters
@@ -650,6 +838,9 @@ def create_repository(path: str | os.PathLike[str] | None, *, engine: str | None
         but never mixes states).
     lock_timeout
         Seconds a writer waits for another writer before :class:`LockTimeoutError`.
+    root
+        A clone's root, received from a remote: the root takes its UUID and commit record (its
+        data is written later with :meth:`Repository.fill_root`, once the instances exist).
     """
     name = engine or (DEFAULT_ENGINE if path is not None else "memory")
     kind = engine_kind(name)
@@ -668,15 +859,19 @@ def create_repository(path: str | os.PathLike[str] | None, *, engine: str | None
         raise ArgumentError(f"the {name} engine needs a path")
     kv = open_engine(name, directory, create=True, durable=durable)
     repo = Repository(kv, directory, lock_timeout=lock_timeout)
-    root = Version(uuid=new_uuid(), vid=1, parents=(), branch=ROOT_BRANCH, locked=False, message="",
-                   created=time.time(), committed=None)
+    if root is None:
+        root_ = Version(uuid=new_uuid(), vid=1, parents=(), branch=ROOT_BRANCH, locked=False, message="",
+                               created=time.time(), committed=None)
+    else:
+        root_ = Version(uuid=root.uuid, vid=1, parents=(), branch=root.branch, locked=True,
+                               message=root.message, created=root.created, committed=root.committed)
     with kv.write() as txn:
         txn.put(K.FORMAT_KEY, json.dumps({"format": FORMAT_NAME, "version": FORMAT_VERSION,
-                                          "root": root.uuid}).encode())
+                                          "root": root_.uuid}).encode())
         txn.put(K.GENERATION_KEY, K.pack_u64(1))
-        txn.put(K.version_record_key(root.vid), encode_version(root))
+        txn.put(K.version_record_key(root_.vid), encode_version(root_))
     if directory is not None:
-        marker = {"format": FORMAT_NAME, "version": FORMAT_VERSION, "engine": name, "root": root.uuid}
+        marker = {"format": FORMAT_NAME, "version": FORMAT_VERSION, "engine": name, "root": root_.uuid}
         try:
             write_file_atomic(directory / MARKER_FILE, json.dumps(marker, indent=2).encode() + b"\n")
         except OSError as exc:

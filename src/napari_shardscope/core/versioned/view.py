@@ -18,6 +18,7 @@ import napari_shardscope.core.versioned.keys as K
 from napari_shardscope.core.errors import ArgumentError
 from napari_shardscope.core.versioned.dag import Version
 from napari_shardscope.core.versioned.engines.protocol import ReadTxn, WriteTxn
+from napari_shardscope.core.versioned.errors import IdsExhaustedError, StoreCorruptError
 from napari_shardscope.core.versioned.instance import Instance
 
 
@@ -312,9 +313,47 @@ def allocate_ids(txn: WriteTxn, counter: str, count: int, minimum: int) -> range
         raise ArgumentError(f"bad id reservation: count={count!r}, minimum={minimum!r}")
     key = K.COUNTER_PREFIX + counter.encode("utf-8")
     raw = txn.get(key)
+    if txn.get(K.RESERVATION_MODE_KEY) is not None:
+        return _allocate_reserved(txn, counter, count, minimum)
     start = max(minimum, K.unpack_u64(raw) if raw is not None else 0)
     end = start + count
     if end >= 2**64:
         raise ArgumentError(f"counter {counter!r} would pass 2**64")
     txn.put(key, K.pack_u64(end))
     return range(start, end)
+
+
+def decode_blocks(raw: bytes | None) -> list[tuple[int, int]]:
+    """Reserved id blocks ``[(start, end), ...]`` of a counter (stored as pairs of u64)."""
+    if not raw:
+        return []
+    if len(raw) % 16:
+        raise StoreCorruptError("damaged id reservation record")
+    return [(K.unpack_u64(raw[i:i + 8]), K.unpack_u64(raw[i + 8:i + 16])) for i in range(0, len(raw), 16)]
+
+
+def encode_blocks(blocks: list[tuple[int, int]]) -> bytes:
+    """Inverse of :func:`decode_blocks`."""
+    return b"".join(K.pack_u64(a) + K.pack_u64(b) for a, b in blocks)
+
+
+def _allocate_reserved(txn: WriteTxn, counter: str, count: int, minimum: int) -> range:
+    """Ids from the blocks this clone reserved from its remote (never from a local counter).
+
+    A block too small for the request, or below ``minimum``, is passed over; when none fits,
+    :class:`IdsExhaustedError` tells the caller to reserve more (the transaction is then discarded).
+    """
+    key = K.RESERVATION_PREFIX + counter.encode("utf-8")
+    blocks = decode_blocks(txn.get(key))
+    for i, (a, b) in enumerate(blocks):
+        start = max(a, minimum)
+        if b - start >= count:
+            rest = blocks[i + 1:]
+            if start + count < b:
+                rest.insert(0, (start + count, b))
+            txn.put(key, encode_blocks(rest))
+            return range(start, start + count)
+    left = sum(max(0, b - max(a, minimum)) for a, b in blocks)
+    raise IdsExhaustedError(f"the ids this clone reserved for {counter!r} ran out ({left} left, {count} needed); "
+                            f"reserve more from the remote (`shardscope ids reserve`, needs the network)",
+                            counter, count, minimum)

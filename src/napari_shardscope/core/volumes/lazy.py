@@ -21,12 +21,15 @@ from __future__ import annotations
 
 import numbers
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import numpy.typing as npt
 
 from napari_shardscope.core.bytestore.tserrors import error_from_tensorstore
+
+if TYPE_CHECKING:
+    from napari_shardscope.core.volumes.prefetch import PlanePrefetcher
 
 #: A function applied to every array read through a :class:`LazyArray` (elementwise, shape kept).
 ValueTransform = Callable[[npt.NDArray[Any]], npt.NDArray[Any]]
@@ -53,16 +56,19 @@ class LazyArray:
     ``get_value`` treat the result as a value.
     """
 
-    __slots__ = ("_dtype", "_store", "_transform")
+    __slots__ = ("_after", "_dtype", "_prefetch", "_store", "_transform")
 
     def __init__(self, store: Any, *, transform: ValueTransform | None = None,
-                 dtype: npt.DTypeLike | None = None) -> None:
+                 dtype: npt.DTypeLike | None = None, prefetch: PlanePrefetcher | None = None,
+                 after_read: Callable[[], None] | None = None) -> None:
         if any(int(o) != 0 for o in store.domain.origin):
             import tensorstore as ts
 
             store = store[ts.d[:].translate_to[0]]
         self._store = store
         self._transform = transform
+        self._prefetch = prefetch  # set on a viewer's level: views read through it warm the next chunk layers
+        self._after = after_read
         self._dtype: np.dtype[Any] = np.dtype(dtype) if dtype is not None else np.dtype(store.dtype.numpy_dtype)
 
     def __setitem__(self, index: Any, value: Any) -> None:
@@ -152,7 +158,9 @@ class LazyArray:
         if view.rank == 0:
             return self._finish(self._read_view(view))[()]
         view = view[ts.d[:].translate_to[0]]
-        return LazyArray(view, transform=self._transform, dtype=self._dtype)
+        prefetch = self._prefetch
+        after = None if prefetch is None else (lambda: prefetch.after_read(index))
+        return LazyArray(view, transform=self._transform, dtype=self._dtype, after_read=after)
 
     def read(self) -> npt.NDArray[Any]:
         """Read the whole view into a new NumPy array (only the chunks it intersects).
@@ -162,11 +170,32 @@ class LazyArray:
         ChunkDecodeError, NotFoundError, StoreError
             TensorStore's failure, translated at the door and naming the array and the chunk file.
         """
-        return self._finish(self._read_view(self._store))
+        data = self._finish(self._read_view(self._store))
+        if self._after is not None:
+            self._after()  # after the plane is read: prefetch never competes with the read it follows
+        return data
+
+    def with_prefetch(self) -> LazyArray:
+        """This array, with plane reads of its views followed by prefetches of the neighbouring chunk layers.
+
+        For a viewer's levels (see :mod:`.prefetch`); a script reading arrays gets no background reads.
+        """
+        from napari_shardscope.core.volumes.prefetch import PlanePrefetcher
+
+        chunks = self.chunks
+        if self.ndim < 3 or chunks is None:
+            return self
+        return LazyArray(self._store, transform=self._transform, dtype=self._dtype,
+                         prefetch=PlanePrefetcher(self._store, chunks[0]))
+
+    @property
+    def prefetcher(self) -> PlanePrefetcher | None:
+        """The prefetcher of this array, if :meth:`with_prefetch` made one."""
+        return self._prefetch
 
     def _read_view(self, view: Any) -> npt.NDArray[Any]:
         try:
-            return np.asarray(view.read().result())
+            return np.asarray(_bulk_view(view).read().result())
         except Exception as exc:  # TensorStore raises ValueError for every failure kind
             raise error_from_tensorstore(exc, where=self._where()) from exc
 
@@ -189,8 +218,8 @@ class LazyArray:
         so only visible chunks are ever mapped. ``None`` removes the transform.
         """
         if transform is None:
-            return LazyArray(self._store)
-        return LazyArray(self._store, transform=transform, dtype=dtype)
+            return LazyArray(self._store, prefetch=self._prefetch)
+        return LazyArray(self._store, transform=transform, dtype=dtype, prefetch=self._prefetch)
 
     def _finish(self, data: npt.NDArray[Any]) -> npt.NDArray[Any]:
         if self._transform is not None:
@@ -199,6 +228,46 @@ class LazyArray:
                 raise ValueError(f"value transform changed the shape {data.shape} -> {out.shape}")
             return out.astype(self._dtype, copy=False)
         return data
+
+
+#: A read producing at least this many bytes bypasses the chunk cache (see :func:`_bulk_view`).
+BULK_READ_BYTES = 64 << 20
+
+
+def _bulk_view(view: Any) -> Any:
+    """``view``, or for a bulk read the same view reopened on a context without a chunk cache.
+
+    Why: a read of hundreds of MiB (a whole volume, an export block) puts every chunk it decodes in
+    the cache, in memory the allocator must fault in fresh, only to evict it again (the read is as
+    large as the cache) — the reason a default-settings full read ran at a third of TensorStore's
+    uncached speed. Browsing reads (planes, tiles) stay far below the threshold and keep the cache.
+    Views that cannot be reopened from their spec (virtual chunked) are read as they are.
+    """
+    try:
+        nbytes = int(np.prod(view.shape, dtype=np.int64)) * int(view.dtype.numpy_dtype.itemsize)
+    except Exception:  # pragma: no cover - every TensorStore view has a shape and dtype
+        return view
+    if nbytes < BULK_READ_BYTES:
+        return view
+    try:
+        import tensorstore as ts
+
+        spec = view.spec(retain_context=False)
+        return ts.open(spec, read=True, context=_uncached_context()).result()
+    except Exception:  # virtual views and drivers that cannot reopen: the cached path is still right
+        return view
+
+
+def _uncached_context() -> Any:
+    from napari_shardscope.core.bytestore.context import make_context
+
+    global _UNCACHED
+    if _UNCACHED is None:
+        _UNCACHED = make_context(0)
+    return _UNCACHED
+
+
+_UNCACHED: Any = None
 
 
 def normalize_index(key: Any, shape: Sequence[int]) -> tuple[Any, ...]:

@@ -240,7 +240,7 @@ def test_cli_on_n5(dataset: tuple[Path, DatasetAttributes, np.ndarray], capsys: 
     assert run(["inspect", str(root), "--json"]) == 0
     report = json.loads(capsys.readouterr().out)
     assert report["format"] == "n5" and report["scales"][0]["blocks_present"] == 9 and "bytes_read" in report
-    assert run(["locate", str(root), "--voxel", "9,8,3", "--json"]) == 0
+    assert run(["locate", str(root), "--voxel", "3,8,9", "--json"]) == 0  # z,y,x (N5 stores x,y,z)
     located = json.loads(capsys.readouterr().out)
     assert located["block_path"] == "2/2/0" and located["present"] is True and located["size"] > 0
     assert run(["ls", str(root), "--json"]) == 0
@@ -252,7 +252,7 @@ def test_cli_on_n5(dataset: tuple[Path, DatasetAttributes, np.ndarray], capsys: 
     assert run(["validate", str(root), "--quiet"]) == 1
     assert capsys.readouterr().out.strip() == ("1/2/0: block header truncated: 3 bytes, mode and dimension count "
                                                "need 4 at byte 3")
-    assert run(["locate", str(root), "--voxel", "99,0,0"]) == 2
+    assert run(["locate", str(root), "--voxel", "0,0,99"]) == 2
     assert "outside" in capsys.readouterr().err
 
 

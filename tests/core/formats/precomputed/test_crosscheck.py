@@ -18,6 +18,7 @@ import tensorstore as ts
 
 from napari_shardscope.core.bytestore import LocalByteStore
 from napari_shardscope.core.formats import open_dataset
+from napari_shardscope.core.formats.precomputed import shard_reader as shard_reader_module
 from napari_shardscope.core.formats.precomputed.info import parse_info
 from napari_shardscope.core.formats.precomputed.inspector import PrecomputedInspector
 from napari_shardscope.core.formats.precomputed.shard_reader import ShardedReader
@@ -190,7 +191,11 @@ def test_cloudvolume_segment_shards_read_by_us_and_ours_by_cloudvolume(tmp_path:
         assert label in ids.tolist()
 
 
-def test_remote_http_reads_only_index_ranges(tmp_path: Path, http_root: tuple[Path, object]) -> None:
+def test_remote_http_reads_only_index_ranges(tmp_path: Path, http_root: tuple[Path, object],
+                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    # Without coalescing (indexes of these tiny shards lie a few KB apart, so by default they come
+    # in one range per shard: test_remote_inspect_coalesces_index_reads), only index bytes are read.
+    monkeypatch.setattr(shard_reader_module, "COALESCE_GAP", 0)
     root, server = http_root
     write_ts_volume(root / "vol", SHARDING_MURMUR_GZIP, scales=1)
     total = sum(p.stat().st_size for p in (root / "vol").rglob("*.shard"))
@@ -207,3 +212,27 @@ def test_remote_http_reads_only_index_ranges(tmp_path: Path, http_root: tuple[Pa
     cid = sc.chunk_id((1, 1, 1))
     assert inspector.locate_chunk_id(cid) == local.locate_chunk_id(cid)
     assert inspector.reader(inspector.sources[0]).read_chunk(cid) == local.reader(local.sources[0]).read_chunk(cid)
+
+
+def test_remote_inspect_coalesces_index_reads(tmp_path: Path, http_root: tuple[Path, object]) -> None:
+    """Minishard indexes close together come in one range request per shard, with the same results."""
+    root, server = http_root
+    write_ts_volume(root / "vol", SHARDING_MURMUR_GZIP, scales=1)
+    shard_files = sorted(p.name for p in (root / "vol").rglob("*.shard"))
+    remote = open_dataset(server.url + "vol").inspector()  # type: ignore[attr-defined]
+    local = open_dataset(root / "vol").inspector()
+    server.requests.clear()  # type: ignore[attr-defined]
+    summary = remote.inspect()
+    def sizeless(shards: list[dict]) -> list[dict]:
+        return [{k: v for k, v in s.items() if k != "file_size"} for s in shards]  # no stat over HTTP
+
+    assert sizeless(summary["scales"][0]["shards"]) == sizeless(local.inspect()["scales"][0]["shards"])
+    ranged = [r for r in server.requests if r[0].endswith(".shard")]  # type: ignore[attr-defined]
+    minishards = sum(s["minishards"] for s in summary["scales"][0]["shards"])
+    assert minishards > len(shard_files)
+    # one shard-index probe per possible shard, then one coalesced index range per shard file
+    # (one request per minishard index before)
+    spec = parse_sharding_spec(SHARDING_MURMUR_GZIP)
+    assert len(ranged) <= spec.num_shards + len(shard_files) < spec.num_shards + minishards, ranged
+    listed = list(remote.list_chunks())
+    assert listed == list(local.list_chunks())

@@ -23,6 +23,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from napari_shardscope.core import libdeflate
 from napari_shardscope.core.errors import ArgumentError, ChunkDecodeError, MetadataError, UnsupportedFeatureError
 from napari_shardscope.core.formats.n5.lz4_stream import (
     DEFAULT_BLOCK_SIZE,
@@ -205,6 +206,11 @@ def _decode_raw(payload: bytes, compression: Compression, expected: int, key: st
 
 
 def _decode_gzip(payload: bytes, compression: Compression, expected: int, key: str | None, offset: int) -> bytes:
+    if libdeflate.available():  # the fast path; anything it refuses is decoded (and reported) by zlib below
+        try:
+            return libdeflate.inflate(bytes(payload), "zlib" if compression.use_zlib else "gzip", expected)
+        except libdeflate.InflateError:
+            pass
     if compression.use_zlib:
         return _decode_streams(payload, expected, key, offset, "zlib", lambda: zlib.decompressobj(15),
                                zlib.error, multi=False)
@@ -331,6 +337,7 @@ def encode_payload(data: bytes, compression: Compression, itemsize: int = 1) -> 
     if kind == "raw":
         return bytes(data)
     if kind == "gzip":
+        # zlib, not libdeflate: N5 blocks are written byte-identical to the Java reference's
         if compression.use_zlib:
             return zlib.compress(data, compression.level)
         return encode_java_gzip(data, compression.level)

@@ -42,7 +42,7 @@ from napari_shardscope.core.formats.precomputed.info import (
     parse_info,
     parse_unsharded_chunk_name,
 )
-from napari_shardscope.core.formats.precomputed.morton import decode_morton
+from napari_shardscope.core.formats.precomputed.morton import bits_per_dimension, decode_morton
 from napari_shardscope.core.formats.precomputed.shard_index import ShardIndex
 from napari_shardscope.core.formats.precomputed.shard_reader import (
     ChunkLocation,
@@ -287,7 +287,9 @@ class PrecomputedInspector:
         # files and indexes stay cached while its minishard indexes load; totals are taken from the
         # pool's results, never re-read through the LRU caches, which a dataset may outgrow.
         def load(shard: int) -> tuple[ShardFile | None, ShardIndex | None]:
-            return reader.shard_file(shard), reader.shard_index(shard)
+            file, index = reader.shard_file(shard), reader.shard_index(shard)
+            reader.prefetch_minishards(shard)  # remote: the shard's indexes in few range requests
+            return file, index
 
         def count(job: tuple[int, int]) -> tuple[int, int]:
             mi = reader.minishard_index(*job)
@@ -305,7 +307,9 @@ class PrecomputedInspector:
                     for m in index.nonempty_minishards()
                 ]
                 totals = {shard: [0, 0] for shard in batch}
-                for (shard, _), (n, nbytes) in zip(jobs, pool.map(count, jobs), strict=True):
+                # Local reads and prefetched (remote) indexes cost less than a thread hand-off each.
+                counted = map(count, jobs) if self.store.cheap_size or reader.prefetches else pool.map(count, jobs)
+                for (shard, _), (n, nbytes) in zip(jobs, counted, strict=True):
                     totals[shard][0] += n
                     totals[shard][1] += nbytes
                 for shard, (file, index) in zip(batch, loaded, strict=True):
@@ -432,8 +436,22 @@ class PrecomputedInspector:
         reader = self.reader(source)
         shards = [int(shard)] if shard is not None else self.shards_present(source)
         for s in shards:
-            for loc in reader.iter_chunks(s, None if minishard is None else int(minishard)):
-                yield self._volume_record(source, loc)
+            locs = list(reader.iter_chunks(s, None if minishard is None else int(minishard)))
+            for loc, pos in zip(locs, self._grid_positions(source, locs), strict=True):
+                yield {"scale": source.name, **loc.to_json(), **({} if pos is False else {"grid_position": pos})}
+
+    def _grid_positions(self, source: Source, locs: list[ChunkLocation]) -> list[list[int] | bool | None]:
+        """Each chunk's grid position (``None`` off the grid; ``False`` for id-keyed data), decoded in one pass."""
+        if source.scale is None:
+            return [False] * len(locs)
+        grid = source.scale.grid_shape
+        ids = np.asarray([loc.chunk_id for loc in locs], dtype=np.uint64)
+        pos = decode_morton(ids, grid, check=False)
+        bits = sum(bits_per_dimension(grid))
+        off = np.any(pos >= np.asarray(grid, dtype=np.int64), axis=1) if ids.size else np.zeros(0, dtype=bool)
+        if bits < 64:
+            off |= (ids >> np.uint64(bits)) != 0
+        return [None if o else p for o, p in zip(off.tolist(), pos.tolist(), strict=True)]
 
     # -- validate ----------------------------------------------------------------------------
     def validate(self, scale: str | None = None, progress: Progress | None = None) -> Iterator[Problem]:

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from napari_shardscope.core.encoding import MAX_DECODED_BYTES, decode_bytes, encode_bytes
+from napari_shardscope.core.encoding import DEFAULT_GZIP_LEVEL, MAX_DECODED_BYTES, decode_bytes, encode_bytes
 from napari_shardscope.core.errors import ArgumentError, IndexDecodeError
 from napari_shardscope.core.formats.precomputed.sharding import ShardingSpec
 
@@ -216,7 +216,11 @@ def _check_no_overflow(arr: U64, starts: U64, ends: U64, spec: ShardingSpec, *, 
 
 
 def encode_minishard_index(
-    spec: ShardingSpec, chunk_ids: npt.ArrayLike, starts: npt.ArrayLike, ends: npt.ArrayLike
+    spec: ShardingSpec,
+    chunk_ids: npt.ArrayLike,
+    starts: npt.ArrayLike,
+    ends: npt.ArrayLike,
+    level: int = DEFAULT_GZIP_LEVEL,
 ) -> bytes:
     """Encode a minishard index (then ``minishard_index_encoding``); inverse of the decoder.
 
@@ -238,4 +242,4 @@ def encode_minishard_index(
     prev_end = np.concatenate([[np.uint64(spec.shard_index_size)], e[:-1]]).astype(np.uint64)
     arr[1] = s - prev_end
     arr[2] = e - s
-    return encode_bytes(arr.tobytes(), spec.minishard_index_encoding)
+    return encode_bytes(arr.tobytes(), spec.minishard_index_encoding, level)

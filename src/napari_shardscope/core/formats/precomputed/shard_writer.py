@@ -14,7 +14,7 @@ from collections.abc import Mapping
 import numpy as np
 
 from napari_shardscope.core.bytestore import ByteStore, join_key
-from napari_shardscope.core.encoding import encode_bytes
+from napari_shardscope.core.encoding import DEFAULT_GZIP_LEVEL, encode_bytes
 from napari_shardscope.core.errors import ArgumentError
 from napari_shardscope.core.formats.precomputed.shard_index import encode_minishard_index, encode_shard_index
 from napari_shardscope.core.formats.precomputed.sharding import ShardingSpec, assign_chunk_ids, format_shard_name
@@ -30,7 +30,12 @@ def group_by_shard(spec: ShardingSpec, chunk_ids: object) -> dict[int, list[int]
 
 
 def encode_shard(
-    spec: ShardingSpec, chunks: Mapping[int, bytes], *, shard: int | None = None, encoded: bool = False
+    spec: ShardingSpec,
+    chunks: Mapping[int, bytes],
+    *,
+    shard: int | None = None,
+    encoded: bool = False,
+    level: int = DEFAULT_GZIP_LEVEL,
 ) -> bytes:
     """The bytes of one shard file holding ``chunks``.
 
@@ -44,6 +49,8 @@ def encode_shard(
         The shard being written; checked against the ids.
     encoded
         ``True`` when the values are already encoded with ``spec.data_encoding``.
+    level
+        gzip level (0-9) of gzip-encoded data and minishard indexes; TensorStore's by default.
     """
     ids = np.asarray(sorted(chunks), dtype=np.uint64)
     if ids.size == 0:
@@ -70,12 +77,12 @@ def encode_shard(
         c_starts, c_ends = [], []
         for cid in sel.tolist():
             value = chunks[int(cid)]
-            data = value if encoded else encode_bytes(value, spec.data_encoding)
+            data = value if encoded else encode_bytes(value, spec.data_encoding, level)
             c_starts.append(pos)
             pos += len(data)
             c_ends.append(pos)
             body.append(data)
-        index = encode_minishard_index(spec, sel, c_starts, c_ends)
+        index = encode_minishard_index(spec, sel, c_starts, c_ends, level)
         starts[m], ends[m] = pos, pos + len(index)
         body.append(index)
         pos += len(index)
@@ -83,19 +90,32 @@ def encode_shard(
 
 
 def write_shard(
-    store: ByteStore, prefix: str, spec: ShardingSpec, shard: int, chunks: Mapping[int, bytes], *, encoded: bool = False
+    store: ByteStore,
+    prefix: str,
+    spec: ShardingSpec,
+    shard: int,
+    chunks: Mapping[int, bytes],
+    *,
+    encoded: bool = False,
+    level: int = DEFAULT_GZIP_LEVEL,
 ) -> str:
     """Encode and atomically write one shard file; returns its key."""
     key = join_key(prefix, f"{format_shard_name(spec, shard)}.shard")
-    store.write(key, encode_shard(spec, chunks, shard=shard, encoded=encoded))
+    store.write(key, encode_shard(spec, chunks, shard=shard, encoded=encoded, level=level))
     return key
 
 
 def write_shards(
-    store: ByteStore, prefix: str, spec: ShardingSpec, chunks: Mapping[int, bytes], *, encoded: bool = False
+    store: ByteStore,
+    prefix: str,
+    spec: ShardingSpec,
+    chunks: Mapping[int, bytes],
+    *,
+    encoded: bool = False,
+    level: int = DEFAULT_GZIP_LEVEL,
 ) -> list[str]:
     """Write every shard needed for ``chunks`` (one atomic file each); returns the keys."""
     keys = []
     for shard, ids in sorted(group_by_shard(spec, list(chunks)).items()):
-        keys.append(write_shard(store, prefix, spec, shard, {i: chunks[i] for i in ids}, encoded=encoded))
+        keys.append(write_shard(store, prefix, spec, shard, {i: chunks[i] for i in ids}, encoded=encoded, level=level))
     return keys

@@ -13,7 +13,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, cast
 
-import mmh3
 import numpy as np
 import numpy.typing as npt
 
@@ -161,11 +160,100 @@ def low_bits(values: U64, bits: int) -> U64:
     return values & np.uint64((1 << bits) - 1)
 
 
+_C1 = np.uint32(0x239B961B)
+_C2 = np.uint32(0xAB0E9789)
+_C3 = np.uint32(0x38B34AE5)
+_F1 = np.uint32(0x85EBCA6B)
+_F2 = np.uint32(0xC2B2AE35)
+_BLOCK = 1 << 16  # ids hashed per pass: keeps every temporary in L2 cache
+
+
+def _rotl32(x: npt.NDArray[np.uint32], r: int, tmp: npt.NDArray[np.uint32]) -> None:
+    """``x = rotl32(x, r)`` in place (``tmp`` is scratch of the same shape)."""
+    np.right_shift(x, np.uint32(32 - r), out=tmp)
+    np.left_shift(x, np.uint32(r), out=x)
+    np.bitwise_or(x, tmp, out=x)
+
+
+def _fmix32(h: npt.NDArray[np.uint32], tmp: npt.NDArray[np.uint32]) -> None:
+    """MurmurHash3's 32-bit finaliser, in place."""
+    np.right_shift(h, np.uint32(16), out=tmp)
+    np.bitwise_xor(h, tmp, out=h)
+    np.multiply(h, _F1, out=h)
+    np.right_shift(h, np.uint32(13), out=tmp)
+    np.bitwise_xor(h, tmp, out=h)
+    np.multiply(h, _F2, out=h)
+    np.right_shift(h, np.uint32(16), out=tmp)
+    np.bitwise_xor(h, tmp, out=h)
+
+
+def _murmur_block(lo: npt.NDArray[np.uint32], hi: npt.NDArray[np.uint32], out: npt.NDArray[np.uint32]) -> None:
+    """Hash one block: ``lo``/``hi`` are the 32-bit halves of the ids (overwritten); ``out`` gets (h1, h2) pairs.
+
+    An 8-byte key has no 16-byte body block, so MurmurHash3_x86_128 (seed 0) reduces to the tail
+    mixing of k1 (bytes 0-3) into h1 and k2 (bytes 4-7) into h2, then the finalisation with
+    h3 = h4 = 0 before it. h3 and h4 stay equal throughout, so one ``fmix32`` serves both, and
+    only h1 and h2 (the low 64 bits of the digest) are kept.
+    """
+    tmp = np.empty_like(lo)
+    # k1 *= c1; k1 = rotl(k1, 15); k1 *= c2; h1 = k1  (same for k2 with c2, 16, c3 into h2)
+    np.multiply(lo, _C1, out=lo)
+    _rotl32(lo, 15, tmp)
+    np.multiply(lo, _C2, out=lo)
+    np.multiply(hi, _C2, out=hi)
+    _rotl32(hi, 16, tmp)
+    np.multiply(hi, _C3, out=hi)
+    h1, h2 = lo, hi
+    length = np.uint32(8)
+    # h_i ^= len; h1 += h2 + h3 + h4; h2..h4 += h1   (h3 = h4 = len after the xor)
+    np.bitwise_xor(h1, length, out=h1)
+    np.bitwise_xor(h2, length, out=h2)
+    np.add(h1, h2, out=h1)
+    np.add(h1, np.uint32(16), out=h1)
+    np.add(h2, h1, out=h2)
+    h3 = np.add(h1, length)
+    _fmix32(h1, tmp)
+    _fmix32(h2, tmp)
+    _fmix32(h3, tmp)
+    # h1 += h2 + h3 + h4; h2 += h1
+    np.add(h1, h2, out=h1)
+    np.add(h1, h3, out=h1)
+    np.add(h1, h3, out=h1)
+    np.add(h2, h1, out=h2)
+    out[0::2] = h1
+    out[1::2] = h2
+
+
 def murmurhash3_x86_128_low64(values: U64) -> U64:
     """MurmurHash3_x86_128 (seed 0) of each value's 8 little-endian bytes; the low 8 bytes, LE.
 
-    The hash runs in the ``mmh3`` C extension; the loop only slices the packed buffer.
+    Vectorised in numpy uint32 arithmetic (which wraps modulo 2**32 like the C code), block by
+    block so the temporaries stay in cache: tens of millions of ids per second on one core, where
+    one ``mmh3`` call per id managed a few million. Outputs are identical to ``mmh3`` (tested).
     """
+    ids = np.ascontiguousarray(values, dtype="<u8").reshape(-1)
+    out = np.empty(ids.size, dtype=np.uint64)
+    halves = ids.view("<u4")
+    out32 = out.view(np.uint32)
+    little = np.little_endian
+    for start in range(0, ids.size, _BLOCK):
+        stop = min(start + _BLOCK, ids.size)
+        lo = halves[2 * start : 2 * stop : 2].astype(np.uint32)
+        hi = halves[2 * start + 1 : 2 * stop : 2].astype(np.uint32)
+        block = out32[2 * start : 2 * stop]
+        if little:
+            _murmur_block(lo, hi, block)
+        else:  # pragma: no cover - big-endian hosts: assemble the LE digest as integers
+            pair = np.empty(2 * (stop - start), dtype=np.uint32)
+            _murmur_block(lo, hi, pair)
+            block[0::2], block[1::2] = pair[1::2], pair[0::2]
+    return out
+
+
+def murmurhash3_x86_128_low64_mmh3(values: U64) -> U64:
+    """The same hash through the ``mmh3`` C extension, one call per id: the reference the tests check against."""
+    import mmh3
+
     buf = np.ascontiguousarray(values, dtype="<u8").tobytes()
     view = memoryview(buf)
     digest = mmh3.mmh3_x86_128_digest

@@ -20,7 +20,6 @@ and byte offset the bytes came from; unknown codecs are a :class:`MetadataError`
 
 from __future__ import annotations
 
-import gzip
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -30,7 +29,7 @@ import crc32c as _crc32c
 import numpy as np
 import numpy.typing as npt
 
-from napari_shardscope.core.encoding import MAX_DECODED_BYTES, decompress, gunzip
+from napari_shardscope.core.encoding import MAX_DECODED_BYTES, decompress, gunzip, gzip_compress
 from napari_shardscope.core.errors import ChecksumError, ChunkDecodeError, MetadataError, UnsupportedFeatureError
 from napari_shardscope.core.formats.zarr3.metadata import CodecSpec
 
@@ -352,7 +351,7 @@ def encode_bytes_codec(data: bytes, codec: CodecSpec) -> bytes:
     """Apply one bytes -> bytes codec."""
     cfg = codec.configuration
     if codec.name == "gzip":
-        return gzip.compress(data, compresslevel=int(cfg.get("level", 6)), mtime=0)
+        return gzip_compress(data, int(cfg.get("level", 6)))  # libdeflate: TensorStore and zarr-python read it
     if codec.name == "zstd":
         import zstandard
 

@@ -1,0 +1,307 @@
+"""``shardscope remote|clone|fetch|push|pull|status|ids``: share versions through a bucket or a directory.
+
+Git's words: a *remote* is a URL (``s3://``, ``gs://``, a directory or ``file://``; ``http(s)://`` for
+clone and fetch only) holding immutable objects and one refs object changed by compare-and-swap.
+``push`` sends committed versions only and refuses a non-fast-forward ("fetch and merge first")
+unless ``--force-with-lease``; ``pull`` fast-forwards or commits a 3-way merge version (the
+labelmap's branch merge when the repository holds a labelmap). Progress (bytes and objects) goes
+to stderr; ``--json`` prints the outcome. Interrupted transfers resume: objects already sent or
+received are skipped.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from typing import Any
+
+from napari_shardscope.core.cli.common import REPOSITORY, print_json
+from napari_shardscope.core.cli.parser import Verb, VerbGroup, arg
+from napari_shardscope.core.errors import EXIT_CHECK_FAILED, EXIT_OK, ArgumentError
+from napari_shardscope.core.labelmap import open_labelmap
+from napari_shardscope.core.labelmap.branch_merge import BranchMergeConflictError
+from napari_shardscope.core.labelmap.config import TYPE_NAME
+from napari_shardscope.core.labelmap.remote import prefetch_labelmaps, pull_merger, reserve_labelmap_ids
+from napari_shardscope.core.labelmap.review import review_branch
+from napari_shardscope.core.versioned import open_repository
+from napari_shardscope.core.versioned.remotes import config as C
+from napari_shardscope.core.versioned.remotes import sync as S
+from napari_shardscope.core.versioned.remotes.store import Transfer
+
+
+class TransferProgress:
+    """Bytes and objects moved, on stderr: a rewritten line on a terminal, a line every few seconds otherwise."""
+
+    def __init__(self, label: str, quiet: bool) -> None:
+        self.label = label
+        self.quiet = quiet
+        self.tty = sys.stderr.isatty()
+        self.last = 0.0
+
+    def __call__(self, t: Transfer, what: str) -> None:
+        now = time.monotonic()
+        if self.quiet or now - self.last < (0.1 if self.tty else 5.0):
+            return
+        self.last = now
+        text = (f"{self.label}: {t.objects_sent} objects sent ({_size(t.bytes_sent)}), {t.objects_received} received "
+                f"({_size(t.bytes_received)}), {t.objects_skipped} already there; {what}")
+        sys.stderr.write(("\r" + text + "\x1b[K") if self.tty else text + "\n")
+        sys.stderr.flush()
+
+    def done(self) -> None:
+        if self.tty and not self.quiet and self.last:
+            sys.stderr.write("\n")
+
+
+def _size(n: int) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024  # type: ignore[assignment]
+    return f"{n} B"
+
+
+def _moved(t: Transfer) -> str:
+    return (f"{t.objects_sent} objects sent ({_size(t.bytes_sent)}), {t.objects_received} received "
+            f"({_size(t.bytes_received)}), {t.objects_skipped} skipped")
+
+
+# -- remote add|list|remove -------------------------------------------------------------------------
+
+
+def cmd_remote_add(args: argparse.Namespace) -> int:
+    with open_repository(args.path) as repo:
+        C.add_remote(repo, args.name, args.url, anonymous=args.anonymous)
+    if args.json:
+        print_json({"remote": args.name, "url": args.url})
+    else:
+        print(f"added remote {args.name} -> {args.url}")
+    return EXIT_OK
+
+
+def cmd_remote_list(args: argparse.Namespace) -> int:
+    with open_repository(args.path) as repo:
+        remotes = C.list_remotes(repo)
+        ids = repo.id_source()
+    if args.json:
+        print_json({"remotes": remotes, "ids_from": ids})
+    else:
+        for name, url in remotes.items():
+            print(f"{name}\t{url}{'  (ids reserved here)' if name == ids else ''}")
+    return EXIT_OK
+
+
+def cmd_remote_remove(args: argparse.Namespace) -> int:
+    with open_repository(args.path) as repo:
+        C.remove_remote(repo, args.name)
+    if args.json:
+        print_json({"removed": args.name})
+    else:
+        print(f"removed remote {args.name}")
+    return EXIT_OK
+
+
+def cmd_remote_check(args: argparse.Namespace) -> int:
+    problems = S.verify_remote(args.url)
+    versions = len(S.remote_versions(args.url)) if not problems else None
+    if args.json:
+        print_json({"url": args.url, "problems": problems, "versions": versions})
+    elif problems:
+        for p in problems:
+            print(p)
+    else:
+        print(f"{args.url}: {versions} version(s), every object the refs reach is present and verified")
+    return EXIT_CHECK_FAILED if problems else EXIT_OK
+
+
+# -- clone, fetch, push, pull, status -------------------------------------------------------------
+
+
+def cmd_clone(args: argparse.Namespace) -> int:
+    progress = TransferProgress("clone", args.json)
+    instances = [n for part in args.instances or [] for n in part.split(",") if n] or None
+    path, result = S.clone(args.url, args.dest, branch=args.branch, engine=args.engine, region=args.region,
+                           instances=instances, anonymous=args.anonymous, progress=progress)
+    progress.done()
+    with open_repository(path) as repo:
+        branches = [b.name for b in repo.branches()]
+        reserve_labelmap_ids(repo)  # now, while online: a laptop can edit offline straight away
+        left = S.remaining_ids(repo)
+        prefetched = prefetch_labelmaps(repo) if args.prefetch else []
+    if args.json:
+        print_json({"path": str(path), "branches": branches, "ids_left": left, **result.to_json(),
+                    **({"prefetched": [p.to_json() for p in prefetched]} if args.prefetch else {})})
+    else:
+        print(f"cloned {args.url} into {path}: {len(result.adopted) + 1} version(s), branches {', '.join(branches)}; "
+              f"{_moved(result.transfer)}")
+        for p in prefetched:
+            print(f"prefetched {p.labelmap}'s base: {p.objects} object(s), {p.bytes} bytes into {p.path}")
+    return EXIT_OK
+
+
+def cmd_fetch(args: argparse.Namespace) -> int:
+    progress = TransferProgress("fetch", args.json)
+    with open_repository(args.path) as repo:
+        result = S.fetch(repo, args.remote, args.branch or None, progress=progress)
+    progress.done()
+    if args.json:
+        print_json(result.to_json())
+    else:
+        print(f"fetched {len(result.adopted)} version(s) from {args.remote}; {_moved(result.transfer)}")
+        for branch, node in sorted(result.tracking.items()):
+            print(f"  {args.remote}/{branch} -> {node[:8]}")
+        for uuid, name in result.renamed.items():
+            print(f"  {uuid[:8]} diverges from the local branch: adopted on {name} (pull to merge it)")
+    return EXIT_OK
+
+
+def cmd_push(args: argparse.Namespace) -> int:
+    progress = TransferProgress("push", args.json)
+    with open_repository(args.path) as repo:
+        result = S.push(repo, args.remote, args.branch, force_with_lease=args.force_with_lease, progress=progress)
+    progress.done()
+    if args.json:
+        print_json(result.to_json())
+    elif result.up_to_date:
+        print(f"{args.remote}/{args.branch} is up to date at {result.head[:8]}")
+    else:
+        before = result.previous[:8] if result.previous else "(new branch)"
+        print(f"{args.remote}/{args.branch}: {before} -> {result.head[:8]}{' (forced)' if result.forced else ''}; "
+              f"{len(result.sent)} version(s) sent, {_moved(result.transfer)}")
+    return EXIT_OK
+
+
+def cmd_pull(args: argparse.Namespace) -> int:
+    progress = TransferProgress("pull", args.json)
+    resolutions = dict(_resolution(r) for r in args.resolve or [])
+    with open_repository(args.path) as repo:
+        result = S.pull(repo, args.remote, args.branch, progress=progress,
+                        merge=pull_merger(args.policy, resolutions, args.user))
+    progress.done()
+    if args.json:
+        print_json(result.to_json())
+    else:
+        print(f"{args.branch}: {result.kind} at {result.head[:8]} ({len(result.fetch.adopted)} version(s) fetched; "
+              f"{_moved(result.fetch.transfer)})")
+    return EXIT_OK
+
+
+def _resolution(text: str) -> tuple[str, Any]:
+    key, _, side = text.partition("=")
+    if side not in ("ours", "theirs"):
+        raise ArgumentError(f"--resolve takes KIND:LABEL=ours|theirs, got {text!r}")
+    return key, side
+
+
+def pull_conflicts_json(exc: Exception) -> dict[str, Any]:
+    if isinstance(exc, BranchMergeConflictError):
+        return {**exc.plan.to_json(), "conflicts": [c.to_json() for c in exc.unresolved]}
+    return {}
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    with open_repository(args.path) as repo:
+        rows = S.status(repo, args.remote)
+    if args.json:
+        print_json({"remote": args.remote, "branches": [r.to_json() for r in rows]})
+    else:
+        for r in rows:
+            local = r.local[:8] if r.local else "-"
+            remote = r.remote[:8] if r.remote else "-"
+            extra = ", open version" if r.open else ""
+            print(f"{r.branch:<20} local {local}  {args.remote}/{r.branch} {remote}  "
+                  f"ahead {r.ahead}, behind {r.behind}{extra}")
+    return EXIT_OK
+
+
+def cmd_ids(args: argparse.Namespace) -> int:
+    with open_repository(args.path) as repo:
+        if args.reserve:
+            S.reserve_ids(repo, args.reserve, args.count)
+        left = S.remaining_ids(repo)
+        source = repo.id_source()
+    if args.json:
+        print_json({"ids_from": source, "left": left})
+    elif source is None:
+        print("this repository hands out its own ids (not a clone of a writable remote)")
+    else:
+        for counter, n in sorted(left.items()):
+            print(f"{counter}: {n} reserved id(s) left (from {source})")
+    return EXIT_OK
+
+
+def cmd_review(args: argparse.Namespace) -> int:
+    with open_repository(args.path) as repo:
+        name = args.name
+        if name is None:
+            names = [i.name for i in repo.instances() if i.type == TYPE_NAME]
+            if len(names) != 1:
+                raise ArgumentError(f"name the labelmap with --name (this repository has {len(names)}: "
+                                    f"{', '.join(names) or 'none'})")
+            name = names[0]
+        review = review_branch(open_labelmap(repo, name), args.branch, args.target)
+    if args.json:
+        print_json(review.to_json())
+    else:
+        print(review.to_text())
+    return EXIT_OK
+
+
+REMOTE_ARG = arg("remote", nargs="?", default=C.DEFAULT_REMOTE, help="remote name (default origin)")
+BRANCH_ARG = arg("branch", nargs="?", default="main", help="branch (default main)")
+
+VERBS = (
+    VerbGroup("remote", "remotes of a repository (buckets, directories)",
+              "Remotes: URLs (s3://, gs://, a directory, file://; http(s):// read-only) to push to and fetch from.", (
+        Verb("add", cmd_remote_add, "add a remote", (
+            REPOSITORY, arg("name"), arg("url"),
+            arg("--anonymous", action="store_true", help="a public bucket: send no credentials (s3)"),
+        )),
+        Verb("list", cmd_remote_list, "list the remotes", (REPOSITORY,)),
+        Verb("remove", cmd_remote_remove, "forget a remote (the remote itself is untouched)",
+             (REPOSITORY, arg("name"))),
+        Verb("check", cmd_remote_check, "verify a remote: every object its refs reach (exit 1 on problems)",
+             (arg("url", help="remote URL"),)),
+    )),
+    Verb("clone", cmd_clone, "copy a remote repository into a new directory (origin configured)", (
+        arg("url", help="remote URL"), arg("dest", help="new repository directory"),
+        arg("--branch", default=None, help="fetch only this branch's history"),
+        arg("--region", default=None, metavar="Z0:Z1,Y0:Y1,X0:X1",
+            help="a region clone: labelmap edits only inside these scale-0 voxels (recorded on pushed branches)"),
+        arg("--anonymous", action="store_true", help="a public bucket: send no credentials (s3)"),
+        arg("--instances", action="append", metavar="NAME[,NAME]",
+            help="a partial clone holding only these data instances"),
+        arg("--engine", choices=("lmdb", "sqlite"), default=None, help="storage engine (default lmdb)"),
+        arg("--prefetch", action="store_true",
+            help="copy the base segmentation's objects holding the region (or all of it) for offline work"),
+    )),
+    Verb("fetch", cmd_fetch, "download the remote's versions this repository lacks (remote-tracking heads)", (
+        REPOSITORY, REMOTE_ARG, arg("--branch", action="append", help="only this branch (repeatable)"),
+    )),
+    Verb("push", cmd_push, "send a branch's committed versions and move the remote branch (fast-forward only)", (
+        REPOSITORY, REMOTE_ARG, BRANCH_ARG,
+        arg("--force-with-lease", action="store_true",
+            help="move the remote branch even when not a fast-forward, if it is still where it was last fetched"),
+    )),
+    Verb("pull", cmd_pull, "fetch a branch and fast-forward or merge it (a committed merge version)", (
+        REPOSITORY, REMOTE_ARG, BRANCH_ARG,
+        arg("--policy", choices=("fail", "ours", "theirs"), default="fail",
+            help="side for body conflicts not resolved with --resolve (default fail: nothing written)"),
+        arg("--resolve", action="append", metavar="KIND:LABEL=SIDE", help="resolve one conflict (body:123=ours)"),
+        arg("--user", default=None, help="who merges (default $SHARDSCOPE_USER or the login name)"),
+    ), error_details=pull_conflicts_json),
+    Verb("status", cmd_status, "committed versions ahead of and behind the remote, per branch (as last fetched)", (
+        REPOSITORY, REMOTE_ARG,
+    )),
+    Verb("review", cmd_review, "the bodies a branch changed against its target, like a pull request", (
+        REPOSITORY, arg("branch", help="the branch to review (e.g. origin/alice, after a fetch)"),
+        arg("--target", default="main", help="the branch it would merge into (default main)"),
+        arg("--name", default=None, help="labelmap instance (default: the only one)"),
+    )),
+    Verb("ids", cmd_ids, "ids left in this clone's reserved blocks (--reserve COUNTER: reserve more, online)", (
+        REPOSITORY,
+        arg("--reserve", metavar="COUNTER", default=None, help="reserve another block of this counter"),
+        arg("--count", type=int, default=S.ID_BLOCK, help=f"ids per block (default {S.ID_BLOCK})"),
+    )),
+)

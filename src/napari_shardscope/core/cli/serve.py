@@ -1,0 +1,110 @@
+"""``shardscope serve``: hand datasets or a labelmap version to Neuroglancer from a loopback server.
+
+Usage::
+
+    shardscope serve DATASET|REPO... [--version V] [--instance NAME] [--port N] [--print-url] [--json]
+                     [--segments ID,ID] [--equivalences]
+
+Prints the Neuroglancer link (``--json``: the link and the state) and serves until Ctrl-C;
+``--print-url`` prints the link and exits without serving. ``--equivalences`` prints, instead of
+serving, a link to the hosted Neuroglancer with a state over the base itself and a merge-only
+version's merges as ``equivalences`` (for a remote public base: no server needed).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import sys
+import threading
+
+from napari_shardscope.core.cli.common import print_json
+from napari_shardscope.core.cli.parser import Verb, arg
+from napari_shardscope.core.errors import EXIT_OK, ArgumentError
+
+
+def _segments(text: str | None) -> tuple[int, ...]:
+    if not text:
+        return ()
+    try:
+        return tuple(int(s) for s in text.split(",") if s.strip())
+    except ValueError as exc:
+        raise ArgumentError(f"--segments takes comma-separated body ids, got {text!r}") from exc
+
+
+#: The hosted Neuroglancer a merge-only hand-off links to (it reads the public base itself).
+PUBLIC_CLIENT = "https://neuroglancer-demo.appspot.com/"
+
+
+def run_serve(args: argparse.Namespace) -> int:
+    from napari_shardscope.core.serve.handoff import serve
+
+    if args.equivalences:
+        return _print_equivalences(args)
+    handoff = serve(args.targets, version=args.version, instance=args.instance, port=args.port,
+                    segments=_segments(args.segments))
+    try:
+        if args.json:
+            print_json({"url": handoff.url, "server": handoff.server.url, "state": handoff.state,
+                        "serving": not args.print_url})
+        else:
+            print(handoff.url, flush=True)
+        if args.print_url:
+            return EXIT_OK
+        if not args.json:
+            print(f"serving on {handoff.server.url} until Ctrl-C", file=sys.stderr, flush=True)
+        with contextlib.suppress(KeyboardInterrupt):  # Ctrl-C: stop serving, exit 0
+            threading.Event().wait()
+        return EXIT_OK
+    finally:
+        handoff.stop()
+
+
+def _print_equivalences(args: argparse.Namespace) -> int:
+    from napari_shardscope.core.serve.handoff import is_repository, labelmap_of
+    from napari_shardscope.core.serve.ngstate import LayerView, ViewDescription, build_state, state_url
+    from napari_shardscope.core.serve.version_source import merge_equivalences
+    from napari_shardscope.core.versioned import open_repository
+
+    if len(args.targets) != 1 or not is_repository(args.targets[0]):
+        raise ArgumentError("--equivalences takes one repository")
+    repo = open_repository(args.targets[0])
+    try:
+        lm = labelmap_of(repo, args.instance)
+        base = lm.config.base
+        if "://" not in base or base.startswith("file://"):
+            raise ArgumentError(f"the base {base} is local: Neuroglancer elsewhere cannot read it; serve the version")
+        groups = merge_equivalences(lm, args.version or "main")
+        g = lm.config.scales[0]
+        center = tuple(g.translate[i] + g.voxel_size[i] * (g.shape[i] // 2) for i in range(3))
+        layer = LayerView(lm.name, "segmentation", base if base.split("://", 1)[0] in (
+            "precomputed", "zarr", "zarr3", "n5") else f"precomputed://{base}", "precomputed",
+            segments=_segments(args.segments), equivalences=tuple(tuple(x) for x in groups))
+        width = g.shape[2] * g.voxel_size[2]
+        view = ViewDescription((layer,), (center[0], center[1], center[2]), g.voxel_size, 800 / width)
+        state = build_state(view)
+    finally:
+        repo.close()
+    url = state_url(PUBLIC_CLIENT, state)
+    if args.json:
+        print_json({"url": url, "state": state, "groups": len(groups)})
+    else:
+        print(url)
+    return EXIT_OK
+
+
+VERBS = (
+    Verb("serve", run_serve, "serve datasets or a labelmap version to Neuroglancer (client included) on 127.0.0.1",
+         (arg("targets", nargs="+", metavar="DATASET|REPO", help="dataset path/URL, or a repository directory"),
+          arg("--version", metavar="V", help="version of the repository's labelmap (UUID, prefix or branch; "
+              "default: main's head)"),
+          arg("--instance", metavar="NAME", help="labelmap instance (when the repository has several)"),
+          arg("--port", type=int, default=0, metavar="N", help="port on 127.0.0.1 (default: any free port)"),
+          arg("--segments", metavar="ID,ID", help="bodies to select in the version's layer"),
+          arg("--print-url", action="store_true", help="print the link and exit (nothing is served)"),
+          arg("--equivalences", action="store_true",
+              help="print a state over the (remote) base with a merge-only version's merges as equivalences")),
+         description="Start a loopback HTTP server that serves the Neuroglancer client (from the neuroglancer "
+         "package), the datasets as stored (byte ranges, CORS) and a labelmap version as a precomputed "
+         "segmentation computed on request (the version id is in the URL). Prints the link; Ctrl-C stops."),
+)

@@ -1,0 +1,133 @@
+"""``clone --prefetch``: a local copy of the base segmentation's region, for a laptop with no network.
+
+A clone reads the base segmentation from where it lives (the labelmap records its URL). To work
+offline, the stored objects that hold the region's voxels at every scale — chunk files, or the
+shard files holding the region's chunks, found through the format's layout backend (the shard
+browser's ``locate``) — and the dataset's metadata documents are copied byte for byte into
+``<repository>/base-cache/<labelmap>/``, in the base's own format, and the labelmap opens that copy
+from then on (``base-cache.json`` in the repository directory says so; delete it to read the
+origin again). Outside the region the copy holds nothing and reads as the fill value; a region
+clone refuses edits there anyway. The base label index is already local after a clone (it is the
+labelmap's unversioned data and comes with it), so the label index needs no extra step.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from napari_shardscope.core.bytestore.local import write_file_atomic
+from napari_shardscope.core.errors import ArgumentError
+from napari_shardscope.core.formats import open_dataset
+from napari_shardscope.core.labelmap.config import TYPE_NAME, LabelmapConfig
+from napari_shardscope.core.versioned.repository import Repository
+
+CACHE_FILE = "base-cache.json"
+CACHE_DIR = "base-cache"
+#: Per-scale metadata documents some formats keep beside each array (tried, skipped when absent).
+_SCALE_METADATA = ("zarr.json", ".zarray", ".zattrs", "attributes.json")
+
+
+@dataclass(frozen=True)
+class PrefetchReport:
+    """What ``prefetch_base`` copied: the local directory, objects and bytes."""
+
+    labelmap: str
+    path: Path
+    objects: int
+    bytes: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {"labelmap": self.labelmap, "path": str(self.path), "objects": self.objects, "bytes": self.bytes}
+
+
+def local_base(repo: Repository, name: str) -> str | None:
+    """The local copy of labelmap ``name``'s base, when a prefetch made one (else None: read the origin)."""
+    if repo.path is None:
+        return None
+    try:
+        doc = json.loads((Path(repo.path) / CACHE_FILE).read_text())
+    except (OSError, ValueError):
+        return None
+    path = doc.get(name) if isinstance(doc, dict) else None
+    return str(path) if isinstance(path, str) and Path(path).is_dir() else None
+
+
+def _region_keys(dataset: Any, config: LabelmapConfig, region: Sequence[Sequence[int]] | None) -> set[str]:
+    backend = dataset.layout_backend()
+    keys: set[str] = set()
+    for scale in config.scales:
+        g = backend.geometry(scale.key)
+        if region is None:
+            lo, hi = [0, 0, 0], list(scale.shape)
+        else:
+            lo = [max(0, r[0] // f) for r, f in zip(region, scale.factors, strict=True)]
+            hi = [min(s, -(-r[1] // f)) for r, f, s in zip(region, scale.factors, scale.shape, strict=True)]
+        if any(b <= a for a, b in zip(lo, hi, strict=True)):
+            continue
+        first = g.grid_position(g.to_format_order(lo))
+        last = g.grid_position(g.to_format_order([b - 1 for b in hi]))
+        for grid in itertools.product(*(range(a, b + 1) for a, b in zip(first, last, strict=True))):
+            node = backend.locate_grid(scale.key, tuple(grid))
+            if node.present and node.file:
+                keys.add(node.file)
+        for doc in _SCALE_METADATA:
+            keys.add(f"{scale.key}/{doc}")
+    return keys
+
+
+def prefetch_base(repo: Repository, name: str, region: Sequence[Sequence[int]] | None = None,
+                  progress: Callable[[int, int], None] | None = None) -> PrefetchReport:
+    """Copy the objects of labelmap ``name``'s base that hold ``region`` (z, y, x scale-0 voxels; None: all).
+
+    Written file by file (temp + rename) and recorded in ``base-cache.json`` only when complete,
+    so an interrupted prefetch leaves the labelmap reading the origin; running it again copies
+    what is missing.
+    """
+    if repo.path is None:
+        raise ArgumentError("a prefetch needs a repository on disk")
+    inst = repo.instance(name)
+    if inst.type != TYPE_NAME:
+        raise ArgumentError(f"instance {name!r} is a {inst.type}, not a {TYPE_NAME}")
+    config = LabelmapConfig.from_json(inst.config, name=name)
+    dataset = open_dataset(config.base)
+    top = {str(getattr(dataset, "metadata_key", "")), ".zattrs", "zarr.json", "attributes.json"} - {""}
+    keys = sorted(_region_keys(dataset, config, region) | top)
+    dest = Path(repo.path) / CACHE_DIR / name
+    copied = size = 0
+    for i, key in enumerate(keys):
+        target = dest / key
+        if not target.exists():
+            data = dataset.store.read(key)
+            if data is not None:
+                target.parent.mkdir(parents=True, exist_ok=True)
+                write_file_atomic(target, data)
+                copied += 1
+                size += len(data)
+        if progress is not None:
+            progress(i + 1, len(keys))
+    cache = Path(repo.path) / CACHE_FILE
+    try:
+        doc = json.loads(cache.read_text())
+    except (OSError, ValueError):
+        doc = {}
+    doc[name] = str(dest)
+    write_file_atomic(cache, json.dumps(doc, indent=1).encode())
+    return PrefetchReport(name, dest, copied, size)
+
+
+def drop_local_base(repo: Repository, name: str) -> None:
+    """Read labelmap ``name``'s base from its origin again (the copy stays on disk until removed)."""
+    if repo.path is None:
+        return
+    cache = Path(repo.path) / CACHE_FILE
+    try:
+        doc = json.loads(cache.read_text())
+    except (OSError, ValueError):
+        return
+    doc.pop(name, None)
+    write_file_atomic(cache, json.dumps(doc, indent=1).encode())

@@ -1,0 +1,190 @@
+"""Which body surfaces (and skeletons) a 3-D view shows, kept in step with the proofreading controller.
+
+The view shows the selected bodies of the checked-out version. A body's surface is current while
+its *key* — the version and the body's supervoxel set — is unchanged: a merge or cleave changes the
+set, a split replaces supervoxels, an undo brings the old set back, a checkout changes the version.
+:meth:`SurfaceFollower.plan` compares what is shown with what should be and says what to load and
+what to remove; :meth:`SurfaceFollower.load` computes the meshes (any thread: it reads the store and
+touches no controller state); :meth:`SurfaceFollower.shown` records what the view now shows. A GUI
+runs ``load`` in a worker; a notebook calls the three in a row (:meth:`SurfaceFollower.update`).
+
+Vertices are handed out in the viewer's world order and convention: (z, y, x), a voxel centred on
+its index (napari's), whereas mesh sources use x, y, z with voxel ``i`` spanning ``[i, i + 1)``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import numpy.typing as npt
+
+from napari_shardscope.core.errors import ShardscopeError
+from napari_shardscope.core.formats.precomputed.meshes import MeshData
+
+if TYPE_CHECKING:
+    from napari_shardscope.core.formats.precomputed.skeletons import SkeletonSource
+    from napari_shardscope.core.labelmap import LabelmapVersion
+    from napari_shardscope.core.proofreading.controller import ProofreadingController
+
+Progress = Callable[[int, int], None]
+#: Bodies with more supervoxels than this are shown at the source's coarsest level of detail.
+FINE_LOD_SUPERVOXELS = 2000
+
+
+@dataclass(frozen=True)
+class SurfaceKey:
+    """What a body's surface depends on: the version and the body's supervoxels (a digest of them)."""
+
+    version: str
+    supervoxels: str
+    count: int
+
+
+@dataclass(frozen=True, eq=False)
+class BodySurface:
+    """One body's mesh ready for a viewer: vertices float32 (N, 3) world z, y, x; faces uint32 (M, 3)."""
+
+    body: int
+    key: SurfaceKey
+    vertices: npt.NDArray[np.float32]
+    faces: npt.NDArray[np.uint32]
+
+    @property
+    def bounds(self) -> tuple[npt.NDArray[np.float32], npt.NDArray[np.float32]]:
+        return self.vertices.min(axis=0), self.vertices.max(axis=0)
+
+
+@dataclass(frozen=True, eq=False)
+class BodySkeleton:
+    """The skeletons of a body's supervoxels (where the base has them): nodes and edges in world z, y, x."""
+
+    body: int
+    key: SurfaceKey
+    vertices: npt.NDArray[np.float32]
+    edges: npt.NDArray[np.uint32]
+
+
+@dataclass(frozen=True)
+class SurfacePlan:
+    """What to load (body → key) and which shown bodies to remove."""
+
+    load: tuple[tuple[int, SurfaceKey], ...]
+    remove: tuple[int, ...]
+
+    @property
+    def empty(self) -> bool:
+        return not self.load and not self.remove
+
+
+def surface_key(version: LabelmapVersion, body: int) -> SurfaceKey:
+    svs = np.asarray(sorted(version.supervoxels(body)), dtype=np.uint64)
+    return SurfaceKey(version.uuid, hashlib.blake2b(svs.tobytes(), digest_size=16).hexdigest(), int(svs.size))
+
+
+def to_world(mesh_xyz: npt.NDArray[np.float32], voxel_size_zyx: Sequence[float]) -> npt.NDArray[np.float32]:
+    """x, y, z positions, voxel ``i`` spanning ``[i, i + 1)`` → napari's z, y, x, voxel ``i`` centred on ``i``."""
+    half = 0.5 * np.asarray(voxel_size_zyx, dtype=np.float64)
+    return (mesh_xyz[:, ::-1].astype(np.float64) - half).astype(np.float32)
+
+
+class SurfaceFollower:
+    """The selected bodies' surfaces of a :class:`ProofreadingController`'s checked-out version."""
+
+    def __init__(self, controller: ProofreadingController, *, lod: int | None = None) -> None:
+        self.controller = controller
+        self.lod = lod  # None: the finest, or the coarsest for bodies of many supervoxels
+        self._shown: dict[int, SurfaceKey] = {}
+        self._skeletons: Any = None  # SkeletonSource | None | False (not looked up yet: None)
+        self._skeletons_ready = False
+
+    @property
+    def shown_keys(self) -> dict[int, SurfaceKey]:
+        return dict(self._shown)
+
+    def wanted(self) -> dict[int, SurfaceKey]:
+        """Body → key of every body that should be shown now."""
+        v = self.controller.version
+        if v is None:
+            return {}
+        out = {}
+        for body in self.controller.selected:
+            try:
+                out[int(body)] = surface_key(v, int(body))
+            except ShardscopeError:  # selected, then merged away or split off: not shown
+                continue
+        return out
+
+    def plan(self) -> SurfacePlan:
+        want = self.wanted()
+        load = tuple((b, k) for b, k in want.items() if self._shown.get(b) != k)
+        remove = tuple(b for b in self._shown if b not in want)
+        return SurfacePlan(load, remove)
+
+    def load(self, plan: SurfacePlan, progress: Progress | None = None) -> list[BodySurface]:
+        """Meshes of ``plan.load`` (any thread; cached supervoxel meshes make an edit's reload cheap)."""
+        v = self.controller.version
+        if v is None or not plan.load:
+            return []
+        voxel = v.scales[0].voxel_size
+        out = []
+        for i, (body, key) in enumerate(plan.load):
+            if key.version != v.uuid:
+                continue  # the version changed since the plan: the next plan asks again
+            lod = self.lod if self.lod is not None else (0 if key.count <= FINE_LOD_SUPERVOXELS else -1)
+            mesh: MeshData = v.labelmap.mesher(lod).mesh(body, v)
+            out.append(BodySurface(body, key, to_world(mesh.vertices, voxel), mesh.faces))
+            if progress is not None:
+                progress(i + 1, len(plan.load))
+        return out
+
+    def shown(self, surfaces: Sequence[BodySurface], removed: Sequence[int]) -> None:
+        """Record that the view now shows ``surfaces`` and no longer ``removed`` (the GUI thread)."""
+        for b in removed:
+            self._shown.pop(b, None)
+        for s in surfaces:
+            self._shown[s.body] = s.key
+
+    def update(self) -> tuple[list[BodySurface], tuple[int, ...]]:
+        """Plan, load and record in the calling thread (a notebook or a script)."""
+        p = self.plan()
+        surfaces = self.load(p)
+        self.shown(surfaces, p.remove)
+        return surfaces, p.remove
+
+    # -- skeletons -----------------------------------------------------------------------------
+    def skeleton_source(self) -> SkeletonSource | None:
+        """The base's skeleton source (``info`` ``skeletons``), or ``None``."""
+        if not self._skeletons_ready:
+            v = self.controller.version
+            if v is None:
+                return None
+            from napari_shardscope.core.formats import open_dataset
+            from napari_shardscope.core.formats.precomputed.dataset import PrecomputedDataset
+            from napari_shardscope.core.formats.precomputed.skeletons import skeleton_source_of
+
+            ds = open_dataset(v.labelmap.config.base)
+            self._skeletons = skeleton_source_of(ds) if isinstance(ds, PrecomputedDataset) else None
+            self._skeletons_ready = True
+        return self._skeletons  # type: ignore[no-any-return]
+
+    def skeleton(self, body: int) -> BodySkeleton | None:
+        """The union of the body's supervoxel skeletons the base holds (``None`` without a skeleton source)."""
+        v = self.controller.version
+        source = self.skeleton_source()
+        if v is None or source is None:
+            return None
+        verts, edges, offset = [], [], 0
+        for sv in sorted(v.supervoxels(body)):
+            sk = source.skeleton(int(sv)) if sv < v.labelmap.config.id_start else None
+            if sk is None or not len(sk.vertices):
+                continue
+            verts.append(np.ascontiguousarray(sk.vertices[:, ::-1]))  # nodes sit on voxel centres already
+            edges.append(sk.edges + np.uint32(offset))
+            offset += len(sk.vertices)
+        if not verts:
+            return BodySkeleton(body, surface_key(v, body), np.zeros((0, 3), np.float32), np.zeros((0, 2), np.uint32))
+        return BodySkeleton(body, surface_key(v, body), np.concatenate(verts), np.concatenate(edges))

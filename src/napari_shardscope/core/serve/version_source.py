@@ -1,0 +1,148 @@
+"""A labelmap version as an unsharded Neuroglancer precomputed segmentation, computed on request.
+
+Nothing is exported: ``info`` describes the base's scales (uint64 body ids, ``raw`` encoding, one
+chunk per overlay block), and each chunk request is answered with
+:meth:`~napari_shardscope.core.labelmap.version.LabelmapVersion.read_bodies` of that box — the base
+blocks patched by the version's overlay and mapped through its body map, the very reads napari
+shows and export writes. The version's UUID is part of the URL, so a browser cache never serves
+one version's chunk for another; an open version is sent ``no-store`` (it can still change).
+
+:func:`merge_equivalences` is the server-less hand-over of a version whose edits are only merges:
+Neuroglancer's ``equivalences`` over the base's own ids.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+import numpy as np
+
+from napari_shardscope.core.cache import LruCache
+from napari_shardscope.core.errors import ArgumentError, NotFoundError, UnsupportedError
+from napari_shardscope.core.labelmap import Labelmap
+from napari_shardscope.core.labelmap.geometry import Box
+
+_CHUNK = re.compile(r"^(\d+)-(\d+)_(\d+)-(\d+)_(\d+)-(\d+)$")
+#: Computed chunks kept per committed version (2 MiB each at 64³ uint64).
+CHUNK_CACHE = 64
+
+
+def scale_key(index: int) -> str:
+    """The URL key of scale ``index`` (``s0``, ``s1``…; the base's own keys may hold any character)."""
+    return f"s{index}"
+
+
+def version_info(labelmap: Labelmap) -> dict[str, Any]:
+    """The precomputed ``info`` of any version of ``labelmap`` (x, y, z order; nm)."""
+    cfg = labelmap.config
+    bz, by, bx = cfg.block
+    scales = []
+    for i, g in enumerate(cfg.scales):
+        vz, vy, vx = g.voxel_size
+        offset = [round(t / v) for t, v in zip(g.translate, g.voxel_size, strict=True)]
+        scales.append({
+            "key": scale_key(i),
+            "size": [int(g.shape[2]), int(g.shape[1]), int(g.shape[0])],
+            "resolution": [float(vx), float(vy), float(vz)],
+            "voxel_offset": [int(offset[2]), int(offset[1]), int(offset[0])],
+            "chunk_sizes": [[int(bx), int(by), int(bz)]],
+            "encoding": "raw",
+        })
+    return {"@type": "neuroglancer_multiscale_volume", "type": "segmentation", "data_type": "uint64",
+            "num_channels": 1, "scales": scales}
+
+
+class VersionMount:
+    """Serves one version of one labelmap as precomputed (a :class:`~.server.Mount`).
+
+    The labelmap object is shared with whoever opened it (napari's proofreading session, the
+    CLI), so edits made to an open version show on the next request.
+    """
+
+    def __init__(self, labelmap: Labelmap, ref: str) -> None:
+        self.labelmap = labelmap
+        self.version = labelmap.repo.version(ref)
+        self.uuid = self.version.uuid
+        self.cacheable = bool(self.version.locked)
+        self._info = json.dumps(version_info(labelmap)).encode()
+        self._chunks: LruCache[str, bytes | None] = LruCache(CHUNK_CACHE)
+
+    @property
+    def cheap_size(self) -> bool:
+        return True  # a chunk is computed whole either way
+
+    def _compute(self, key: str) -> bytes | None:
+        if key == "info":
+            return self._info
+        scale_name, _, name = key.partition("/")
+        cfg = self.labelmap.config
+        index = next((i for i in range(len(cfg.scales)) if scale_key(i) == scale_name), None)
+        m = _CHUNK.match(name)
+        if index is None or m is None:
+            return None
+        g = cfg.scales[index]
+        offset = [round(t / v) for t, v in zip(g.translate, g.voxel_size, strict=True)]  # z, y, x
+        x0, x1, y0, y1, z0, z1 = (int(v) for v in m.groups())
+        lo = (z0 - offset[0], y0 - offset[1], x0 - offset[2])
+        hi = (z1 - offset[0], y1 - offset[1], x1 - offset[2])
+        if any(a < 0 or b > s or a >= b for a, b, s in zip(lo, hi, g.shape, strict=True)):
+            raise NotFoundError(f"chunk {key!r} lies outside scale {scale_name} of version {self.version.short}")
+        data = self.labelmap.at(self.uuid).read_bodies(Box(lo, hi), index)
+        # precomputed raw chunks are x fastest: (z, y, x) C order is exactly that
+        return np.ascontiguousarray(data, dtype="<u8").tobytes()
+
+    def read(self, key: str) -> bytes | None:
+        if not self.cacheable:
+            return self._compute(key)
+        return self._chunks.get_or_load(key, lambda: self._compute(key))
+
+    def size(self, key: str) -> int | None:
+        data = self.read(key)
+        return None if data is None else len(data)
+
+    def read_range(self, key: str, start: int, end: int) -> bytes | None:
+        data = self.read(key)
+        return None if data is None else data[start:end]
+
+
+def merge_equivalences(labelmap: Labelmap, ref: str) -> list[list[int]]:
+    """Neuroglancer ``equivalences`` that turn the base into version ``ref``, when it only merged bodies.
+
+    Each group lists the base ids (supervoxels, or the base's own bodies' supervoxels when the base
+    carries an agglomeration) that the version shows as one body.
+
+    Raises
+    ------
+    UnsupportedError
+        When the version's history holds anything but merges (a cleave or split cannot be
+        expressed as equivalences over the base's ids): serve the version instead.
+    """
+    v = labelmap.at(ref)
+    ops = sorted({e.mutation.operation for e in v.mutations()})
+    if any(op != "merge" for op in ops):
+        raise UnsupportedError(f"version {v.version.short} has {', '.join(o for o in ops if o != 'merge')} "
+                               f"edits: only a merge-only version can be handed over as equivalences")
+    state = labelmap.state(v.uuid)
+    with state.lock:
+        body_map = state.map
+        roots = sorted({body_map.root(b) for b in body_map.parent})
+        groups = []
+        for root in roots:
+            members: set[int] = set()
+            for body in body_map.merged_bodies(root):
+                if labelmap.config.agglomeration:
+                    members.update(body_map.base.members(body))
+                else:
+                    members.add(body)
+            groups.append(sorted(members))
+    return groups
+
+
+def check_ref(labelmap: Labelmap, ref: str) -> str:
+    """The UUID of ``ref`` in the labelmap's repository (typed error naming it when unknown)."""
+    try:
+        return labelmap.repo.version(ref).uuid
+    except LookupError as exc:
+        raise ArgumentError(f"no version {ref!r} in the repository: {exc}") from exc

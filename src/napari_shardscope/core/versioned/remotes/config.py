@@ -1,0 +1,210 @@
+"""A local repository's remotes: their names and URLs, and what it last saw of each.
+
+Kept as two small JSON files in the repository directory (written atomically: temp + rename),
+beside the engine's files rather than inside the versioned store, because none of it is versioned
+data and all of it can be rebuilt by a fetch:
+
+* ``remotes.json`` — ``{"writer": id, "remotes": {name: {"url": url}}}``; ``writer`` names this
+  repository in the remote's refs and id counters;
+* ``remote-state/<name>.json`` — the remote-tracking heads (``origin/main`` …) and which of this
+  repository's versions are on the remote as which node object (so a push sends only the rest).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from napari_shardscope.core.bytestore import parse_url, write_file_atomic
+from napari_shardscope.core.bytestore.oserrors import storage_fault
+from napari_shardscope.core.errors import ArgumentError
+from napari_shardscope.core.versioned.errors import StoreCorruptError
+from napari_shardscope.core.versioned.remotes.errors import RemoteExistsError, UnknownRemoteError
+from napari_shardscope.core.versioned.remotes.store import NodeRef
+from napari_shardscope.core.versioned.repository import Repository
+
+CONFIG_FILE = "remotes.json"
+STATE_DIR = "remote-state"
+DEFAULT_REMOTE = "origin"
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
+
+
+@dataclass
+class RemoteState:
+    """What this repository knows of one remote.
+
+    Attributes
+    ----------
+    tracking
+        Remote branch → its head when last fetched or pushed (``origin/<branch>``).
+    objects
+        Version UUID → its node object on the remote.
+    cas_checked
+        The remote's compare-and-swap was probed and held (probed once per remote, not per push).
+    """
+
+    tracking: dict[str, NodeRef] = field(default_factory=dict)
+    objects: dict[str, str] = field(default_factory=dict)
+    cas_checked: bool = False
+
+    def to_json(self) -> dict[str, Any]:
+        return {"tracking": {b: r.to_json() for b, r in sorted(self.tracking.items())},
+                "objects": dict(sorted(self.objects.items())), "cas_checked": self.cas_checked}
+
+
+def _directory(repo: Repository) -> Path:
+    if repo.path is None:
+        raise ArgumentError("remotes need a repository on disk (this one lives in memory)")
+    return repo.path
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_bytes())
+    except FileNotFoundError:
+        return {}
+    except (OSError, ValueError) as exc:
+        raise StoreCorruptError(f"{path}: unreadable ({exc})") from exc
+    if not isinstance(data, dict):
+        raise StoreCorruptError(f"{path}: not a JSON object")
+    return data
+
+
+def _write_json(path: Path, doc: dict[str, Any]) -> None:
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_file_atomic(path, json.dumps(doc, indent=1, sort_keys=True).encode() + b"\n")
+    except OSError as exc:
+        raise storage_fault(exc, path) from exc
+
+
+def load_config(repo: Repository) -> dict[str, Any]:
+    """The remotes file (with a writer id, created on first use)."""
+    path = _directory(repo) / CONFIG_FILE
+    doc = _read_json(path)
+    if "writer" not in doc:
+        doc = {"writer": uuid.uuid4().hex, "remotes": dict(doc.get("remotes", {}))}
+        _write_json(path, doc)
+    doc.setdefault("remotes", {})
+    return doc
+
+
+def writer_id(repo: Repository) -> str:
+    """This repository's id in the remotes' refs and id counters."""
+    return str(load_config(repo)["writer"])
+
+
+def check_remote_name(name: str) -> str:
+    if not isinstance(name, str) or not _NAME.fullmatch(name):
+        raise ArgumentError(f"bad remote name {name!r}: use 1-64 letters, digits, '.', '_' or '-'")
+    return name
+
+
+def add_remote(repo: Repository, name: str, url: str, *, anonymous: bool = False) -> None:
+    """Configure remote ``name`` at ``url`` (any URL the byte-store door parses); ``anonymous``: no credentials."""
+    check_remote_name(name)
+    parse_url(url)  # a bad URL is an argument error now, not at the first fetch
+    doc = load_config(repo)
+    if name in doc["remotes"]:
+        raise RemoteExistsError(f"a remote named {name!r} exists already ({doc['remotes'][name]['url']})")
+    doc["remotes"][name] = {"url": url, **({"anonymous": True} if anonymous else {})}
+    _write_json(_directory(repo) / CONFIG_FILE, doc)
+
+
+def remove_remote(repo: Repository, name: str) -> None:
+    """Forget remote ``name`` and what was known of it (the remote itself is untouched)."""
+    doc = load_config(repo)
+    if name not in doc["remotes"]:
+        raise UnknownRemoteError(f"no remote named {name!r}")
+    del doc["remotes"][name]
+    _write_json(_directory(repo) / CONFIG_FILE, doc)
+    state = _directory(repo) / STATE_DIR / f"{name}.json"
+    state.unlink(missing_ok=True)
+
+
+def list_remotes(repo: Repository) -> dict[str, str]:
+    """Remote name → URL."""
+    return {n: str(r["url"]) for n, r in sorted(load_config(repo)["remotes"].items())}
+
+
+def remote_url(repo: Repository, name: str) -> str:
+    remotes = list_remotes(repo)
+    if name not in remotes:
+        shown = ", ".join(remotes) or "none"
+        raise UnknownRemoteError(f"no remote named {name!r} (remotes: {shown}); add one with `remote add`")
+    return remotes[name]
+
+
+def is_anonymous(repo: Repository, name: str) -> bool:
+    """Whether remote ``name`` is read without credentials (a public bucket)."""
+    remote_url(repo, name)
+    return bool(load_config(repo)["remotes"][name].get("anonymous", False))
+
+
+def load_state(repo: Repository, name: str) -> RemoteState:
+    doc = _read_json(_directory(repo) / STATE_DIR / f"{check_remote_name(name)}.json")
+    try:
+        return RemoteState(tracking={str(b): NodeRef(str(r["node"]), str(r["object"]))
+                                     for b, r in doc.get("tracking", {}).items()},
+                           objects={str(k): str(v) for k, v in doc.get("objects", {}).items()},
+                           cas_checked=bool(doc.get("cas_checked", False)))
+    except (KeyError, TypeError, AttributeError) as exc:
+        raise StoreCorruptError(f"remote state of {name!r} is damaged ({exc}); delete it and fetch again") from exc
+
+
+def save_state(repo: Repository, name: str, state: RemoteState) -> None:
+    _write_json(_directory(repo) / STATE_DIR / f"{check_remote_name(name)}.json", state.to_json())
+
+
+REGION_FILE = "region.json"
+
+
+def parse_region(text: str) -> list[list[int]]:
+    """``"z0:z1,y0:y1,x0:x1"`` (voxels at scale 0, half-open) as ``[[z0, z1], [y0, y1], [x0, x1]]``."""
+    try:
+        parts = [p.split(":") for p in text.split(",")]
+        region = [[int(a), int(b)] for a, b in parts]
+    except ValueError:
+        raise ArgumentError(f"--region takes z0:z1,y0:y1,x0:x1 (integers), got {text!r}") from None
+    if len(region) != 3 or any(a < 0 or b <= a for a, b in region):
+        raise ArgumentError(f"--region needs three non-empty ranges z0:z1,y0:y1,x0:x1, got {text!r}")
+    return region
+
+
+def set_region(repo: Repository, region: list[list[int]]) -> None:
+    """Record that this repository (a region clone) edits only inside ``region``."""
+    _write_json(_directory(repo) / REGION_FILE, {"region": region})
+
+
+def region_of(repo: Repository) -> list[list[int]] | None:
+    """The region a region clone may edit (None: anywhere)."""
+    if repo.path is None:
+        return None
+    doc = _read_json(repo.path / REGION_FILE)
+    region = doc.get("region")
+    if region is None:
+        return None
+    try:
+        return [[int(a), int(b)] for a, b in region]
+    except (TypeError, ValueError) as exc:
+        raise StoreCorruptError(f"{repo.path / REGION_FILE}: unreadable region ({exc})") from exc
+
+
+INSTANCES_FILE = "instances.json"
+
+
+def set_instances(repo: Repository, names: list[str]) -> None:
+    """Record that this clone holds only these data instances (fetches leave the others out)."""
+    _write_json(_directory(repo) / INSTANCES_FILE, {"instances": sorted(names)})
+
+
+def instances_of(repo: Repository) -> set[str] | None:
+    """The instances a partial clone holds (None: all)."""
+    if repo.path is None:
+        return None
+    names = _read_json(repo.path / INSTANCES_FILE).get("instances")
+    return None if names is None else {str(n) for n in names}

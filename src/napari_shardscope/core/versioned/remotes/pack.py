@@ -1,0 +1,220 @@
+"""Encoding of what a remote stores: node objects, data objects and unversioned objects.
+
+Every object is named by the SHA-256 of its stored bytes (``objects/ab/cdef…``), so it is
+immutable, a reader verifies what it got, and an interrupted push resumes by skipping the objects
+already there. A committed version is *one node object* (its record, notes, the object hashes of
+its parents' nodes and of its data objects) plus as few *data objects* as its size needs (its
+key-values and log entries, cut at :data:`DATA_OBJECT_BYTES`). Parents are named by hash as well
+as UUID, so a fetch walks the history from a branch head with reads alone: no listing, which a
+read-only HTTP remote does not offer.
+
+Data records are binary (a label block is 28 KB of bytes; base64 in JSON would add a third):
+``b"E" u16 instance, u32 key length, key, u8 tombstone, u32 value length, value`` for a key-value
+and ``b"L" u16 instance, u64 seq, u32 length, data`` for a log entry; each object is zlib-framed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import struct
+import zlib
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from napari_shardscope.core.encoding import inflate
+from napari_shardscope.core.errors import FormatError
+from napari_shardscope.core.versioned.node import NodeContent, NodeEntry, NodeLog, NodeNote
+from napari_shardscope.core.versioned.remotes.errors import CorruptObjectError
+
+NODE_MAGIC = b"SSNODE1\n"
+DATA_MAGIC = b"SSDATA1\n"
+KV_MAGIC = b"SSKV001\n"
+#: Data objects are cut at about this many bytes (before compression): big enough that a node is a
+#: few objects, small enough that a retry after an interruption repeats little.
+DATA_OBJECT_BYTES = 32 * 1024 * 1024
+#: The most a stored object may inflate to (a hostile remote cannot make a fetch allocate more).
+MAX_OBJECT_BYTES = 256 * 1024 * 1024
+_E = struct.Struct(">cHI")
+_V = struct.Struct(">BI")
+_L = struct.Struct(">cHQI")
+_KV = struct.Struct(">II")
+
+
+def object_name(data: bytes) -> str:
+    """The content hash naming ``data`` (64 hex characters)."""
+    return hashlib.sha256(data).hexdigest()
+
+
+def object_key(name: str) -> str:
+    """Where object ``name`` lives under the remote's root."""
+    return f"objects/{name[:2]}/{name[2:]}"
+
+
+def _frame(magic: bytes, payload: bytes) -> bytes:
+    return magic + zlib.compress(payload, 1)
+
+
+def _unframe(magic: bytes, data: bytes, name: str) -> bytes:
+    if not data.startswith(magic):
+        raise CorruptObjectError(f"object {name}: not a {magic[:-1].decode()} object")
+    try:
+        return inflate(data[len(magic):], key=object_key(name), max_size=MAX_OBJECT_BYTES)
+    except FormatError as exc:
+        raise CorruptObjectError(f"object {name}: {exc}") from exc
+
+
+def verify(name: str, data: bytes) -> bytes:
+    """``data`` if it hashes to ``name``; :class:`CorruptObjectError` otherwise."""
+    if object_name(data) != name:
+        raise CorruptObjectError(f"object {name}: content does not match its hash (damaged or tampered)")
+    return data
+
+
+@dataclass(frozen=True)
+class NodeHeader:
+    """A decoded node object: the version record and where its parents and data are."""
+
+    uuid: str
+    parents: tuple[tuple[str, str], ...]  # (uuid, node object)
+    branch: str
+    message: str
+    created: float
+    committed: float
+    notes: tuple[NodeNote, ...]
+    instances: tuple[str, ...]
+    data: tuple[str, ...]  # data object names
+    entries: int
+    logs: int
+    region: Any = None
+
+
+def encode_data(node: NodeContent) -> tuple[list[bytes], tuple[str, ...]]:
+    """The node's data objects (framed) and the instance table their records index."""
+    instances = tuple(sorted(node.instances))
+    index = {n: i for i, n in enumerate(instances)}
+    objects: list[bytes] = []
+    parts: list[bytes] = []
+    size = 0
+
+    def flush() -> None:
+        nonlocal parts, size
+        if parts:
+            objects.append(_frame(DATA_MAGIC, b"".join(parts)))
+            parts, size = [], 0
+
+    for e in node.entries:
+        value = b"" if e.value is None else e.value
+        rec = _E.pack(b"E", index[e.instance], len(e.key)) + e.key + _V.pack(e.value is None, len(value)) + value
+        parts.append(rec)
+        size += len(rec)
+        if size >= DATA_OBJECT_BYTES:
+            flush()
+    for g in node.logs:
+        rec = _L.pack(b"L", index[g.instance], g.seq, len(g.data)) + g.data
+        parts.append(rec)
+        size += len(rec)
+        if size >= DATA_OBJECT_BYTES:
+            flush()
+    flush()
+    return objects, instances
+
+
+def encode_node(node: NodeContent, parent_objects: Mapping[str, str], data_names: Sequence[str],
+                instances: Sequence[str], region: Any = None) -> bytes:
+    """The node object of ``node`` (deterministic: the same node always hashes the same)."""
+    header: dict[str, Any] = {
+        "uuid": node.uuid, "parents": [[p, parent_objects[p]] for p in node.parents], "branch": node.branch,
+        "message": node.message, "created": node.created, "committed": node.committed,
+        "notes": [[n.seq, n.time, n.text] for n in node.notes], "instances": list(instances),
+        "data": list(data_names), "entries": len(node.entries), "logs": len(node.logs),
+    }
+    if region is not None:
+        header["region"] = region
+    return _frame(NODE_MAGIC, json.dumps(header, sort_keys=True, separators=(",", ":")).encode())
+
+
+def decode_node(name: str, data: bytes) -> NodeHeader:
+    """Inverse of :func:`encode_node` (after :func:`verify`)."""
+    raw = _unframe(NODE_MAGIC, data, name)
+    try:
+        h = json.loads(raw)
+        return NodeHeader(
+            uuid=str(h["uuid"]), parents=tuple((str(p), str(o)) for p, o in h["parents"]), branch=str(h["branch"]),
+            message=str(h["message"]), created=float(h["created"]), committed=float(h["committed"]),
+            notes=tuple(NodeNote(int(s), float(t), str(x)) for s, t, x in h["notes"]),
+            instances=tuple(map(str, h["instances"])), data=tuple(map(str, h["data"])),
+            entries=int(h["entries"]), logs=int(h["logs"]), region=h.get("region"))
+    except (ValueError, KeyError, TypeError) as exc:
+        raise CorruptObjectError(f"object {name}: unreadable node record ({exc})") from exc
+
+
+def decode_data(name: str, data: bytes, instances: Sequence[str]) -> Iterator[NodeEntry | NodeLog]:
+    """The records of a data object (after :func:`verify`)."""
+    raw = _unframe(DATA_MAGIC, data, name)
+    pos, n = 0, len(raw)
+    try:
+        while pos < n:
+            kind = raw[pos:pos + 1]
+            if kind == b"E":
+                _, inst, klen = _E.unpack_from(raw, pos)
+                pos += _E.size
+                key = raw[pos:pos + klen]
+                pos += klen
+                tomb, vlen = _V.unpack_from(raw, pos)
+                pos += _V.size
+                value = raw[pos:pos + vlen]
+                pos += vlen
+                if len(key) != klen or len(value) != vlen:
+                    raise ValueError("record runs past the end")
+                yield NodeEntry(instances[inst], key, None if tomb else value)
+            elif kind == b"L":
+                _, inst, seq, dlen = _L.unpack_from(raw, pos)
+                pos += _L.size
+                payload = raw[pos:pos + dlen]
+                pos += dlen
+                if len(payload) != dlen:
+                    raise ValueError("record runs past the end")
+                yield NodeLog(instances[inst], seq, payload)
+            else:
+                raise ValueError(f"unknown record kind {kind!r}")
+    except (struct.error, IndexError, ValueError) as exc:
+        raise CorruptObjectError(f"object {name}: bad record at byte {pos} ({exc})") from exc
+
+
+def node_content(header: NodeHeader, records: Sequence[NodeEntry | NodeLog]) -> NodeContent:
+    """The :class:`NodeContent` a header and its data records describe."""
+    entries = tuple(sorted((r for r in records if isinstance(r, NodeEntry)), key=lambda e: (e.instance, e.key)))
+    logs = tuple(sorted((r for r in records if isinstance(r, NodeLog)), key=lambda g: (g.instance, g.seq)))
+    if len(entries) != header.entries or len(logs) != header.logs:
+        raise CorruptObjectError(f"node {header.uuid}: {len(entries)} entries and {len(logs)} log records, "
+                                 f"expected {header.entries} and {header.logs}")
+    return NodeContent(uuid=header.uuid, parents=tuple(p for p, _ in header.parents), branch=header.branch,
+                       message=header.message, created=header.created, committed=header.committed,
+                       entries=entries, logs=logs, notes=header.notes)
+
+
+def encode_pairs(pairs: Sequence[tuple[bytes, bytes]]) -> bytes:
+    """An unversioned object: an instance's unversioned key-values, sorted (deterministic)."""
+    body = b"".join(_KV.pack(len(k), len(v)) + k + v for k, v in sorted(pairs))
+    return _frame(KV_MAGIC, body)
+
+
+def decode_pairs(name: str, data: bytes) -> list[tuple[bytes, bytes]]:
+    """Inverse of :func:`encode_pairs` (after :func:`verify`)."""
+    raw = _unframe(KV_MAGIC, data, name)
+    out: list[tuple[bytes, bytes]] = []
+    pos = 0
+    try:
+        while pos < len(raw):
+            kl, vl = _KV.unpack_from(raw, pos)
+            pos += _KV.size
+            k, v = raw[pos:pos + kl], raw[pos + kl:pos + kl + vl]
+            pos += kl + vl
+            if len(k) != kl or len(v) != vl or not k:
+                raise ValueError("record runs past the end")
+            out.append((k, v))
+    except (struct.error, ValueError) as exc:
+        raise CorruptObjectError(f"object {name}: bad record at byte {pos} ({exc})") from exc
+    return out

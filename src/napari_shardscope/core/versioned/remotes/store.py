@@ -1,0 +1,259 @@
+"""A remote repository: a prefix on any store the byte-store door reaches, no server of ours.
+
+Layout under the prefix::
+
+    refs.json             the commit point: branches → (node UUID, node object), the root, the
+                          instances; replaced only by compare-and-swap
+    ids.json              id counters handed out in blocks to clones (DVID's nextlabel reservations),
+                          also compare-and-swap
+    objects/ab/cdef…      immutable objects named by the SHA-256 of their bytes (:mod:`.pack`)
+
+Objects are always written before the refs that name them, so a reader following refs never meets
+a missing object; a writer killed in between leaves only unreferenced objects, which the next
+push reuses. ``refs.json`` and ``ids.json`` carry a sequence number and the writer's id: an S3
+generation is the content's MD5, and without them a value going A → B → A would let a writer
+holding A's generation overwrite B's successor.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from napari_shardscope.core.bytestore import ByteStore, open_store
+from napari_shardscope.core.bytestore.conditional import ConditionalStore, probe_cas
+from napari_shardscope.core.bytestore.context import shared_context
+from napari_shardscope.core.errors import ArgumentError
+from napari_shardscope.core.versioned.remotes.errors import (
+    CorruptObjectError,
+    LostRaceError,
+    NoCompareAndSwapError,
+    NoRemoteRepositoryError,
+    ReadOnlyRemoteError,
+)
+from napari_shardscope.core.versioned.remotes.pack import MAX_OBJECT_BYTES, object_key, object_name, verify
+
+REFS_KEY = "refs.json"
+IDS_KEY = "ids.json"
+REFS_FORMAT = "napari-shardscope remote"
+REFS_VERSION = 1
+#: Compare-and-swap attempts before a push or a reservation gives up on a busy remote.
+CAS_ATTEMPTS = 50
+MAX_REFS_BYTES = 16 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class NodeRef:
+    """A version on the remote: its UUID and its node object."""
+
+    node: str
+    object: str
+
+    def to_json(self) -> dict[str, str]:
+        return {"node": self.node, "object": self.object}
+
+
+@dataclass(frozen=True)
+class RemoteInstance:
+    """A data instance as the remote records it, with its unversioned data (an object, and its key count)."""
+
+    type: str
+    config: Mapping[str, Any]
+    unversioned: str | None = None
+    keys: int = 0
+
+    def to_json(self) -> dict[str, Any]:
+        return {"type": self.type, "config": dict(self.config), "unversioned": self.unversioned, "keys": self.keys}
+
+
+@dataclass(frozen=True)
+class Refs:
+    """The refs object: the remote's branches, root and instances, with the CAS guard fields."""
+
+    seq: int
+    writer: str
+    root: NodeRef
+    branches: Mapping[str, NodeRef] = field(default_factory=dict)
+    instances: Mapping[str, RemoteInstance] = field(default_factory=dict)
+    regions: Mapping[str, Any] = field(default_factory=dict)
+
+    def to_bytes(self) -> bytes:
+        doc = {"format": REFS_FORMAT, "version": REFS_VERSION, "seq": self.seq, "writer": self.writer,
+               "root": self.root.to_json(), "branches": {b: r.to_json() for b, r in sorted(self.branches.items())},
+               "instances": {n: i.to_json() for n, i in sorted(self.instances.items())},
+               "regions": dict(self.regions)}
+        return json.dumps(doc, sort_keys=True, indent=1).encode()
+
+    @staticmethod
+    def from_bytes(data: bytes, where: str) -> Refs:
+        try:
+            d = json.loads(data)
+            if d.get("format") != REFS_FORMAT:
+                raise ValueError("not a napari-shardscope refs object")
+            if int(d.get("version", 0)) > REFS_VERSION:
+                raise ValueError(f"refs format {d['version']} is newer than this library")
+            return Refs(seq=int(d["seq"]), writer=str(d["writer"]), root=NodeRef(**d["root"]),
+                        branches={str(b): NodeRef(str(r["node"]), str(r["object"])) for b, r in d["branches"].items()},
+                        instances={str(n): RemoteInstance(str(i["type"]), dict(i["config"]), i.get("unversioned"),
+                                                          int(i.get("keys", 0)))
+                                   for n, i in d["instances"].items()},
+                        regions=dict(d.get("regions", {})))
+        except (ValueError, KeyError, TypeError) as exc:
+            raise CorruptObjectError(f"{where}: unreadable refs object ({exc})") from exc
+
+    def bumped(self, writer: str, **changes: Any) -> Refs:
+        """The successor of these refs written by ``writer`` (sequence number + 1)."""
+        return replace(self, seq=self.seq + 1, writer=writer, **changes)
+
+
+@dataclass
+class Transfer:
+    """What a fetch, push or clone moved (the bytes and objects a progress bar shows)."""
+
+    bytes_sent: int = 0
+    bytes_received: int = 0
+    objects_sent: int = 0
+    objects_received: int = 0
+    objects_skipped: int = 0
+
+    def to_json(self) -> dict[str, int]:
+        return {"bytes_sent": self.bytes_sent, "bytes_received": self.bytes_received,
+                "objects_sent": self.objects_sent, "objects_received": self.objects_received,
+                "objects_skipped": self.objects_skipped}
+
+
+#: ``progress(transfer, what)``: called after every object moved (``what`` names the step).
+Progress = Callable[[Transfer, str], None]
+
+
+class RemoteStore:
+    """Objects, refs and id counters of one remote repository at ``url``."""
+
+    def __init__(self, url: str | os.PathLike[str], *, anonymous: bool = False,
+                 progress: Progress | None = None) -> None:
+        self.url = os.fspath(url)
+        self.cas = ConditionalStore(self.url, anonymous=anonymous)
+        self.objects: ByteStore = open_store(self.cas.location, context=shared_context())
+        self.transfer = Transfer()
+        self._progress = progress
+        self._cas_checked = False
+
+    @property
+    def read_only(self) -> bool:
+        return self.cas.read_only
+
+    def _tick(self, what: str) -> None:
+        if self._progress is not None:
+            self._progress(self.transfer, what)
+
+    # -- objects ----------------------------------------------------------------------------------
+
+    def has_object(self, name: str) -> bool:
+        return self.objects.read_range(object_key(name), 0, 0) is not None
+
+    def put_object(self, data: bytes, what: str = "object") -> str:
+        """Store ``data`` under its hash unless it is there already; its name."""
+        if self.read_only:
+            raise ReadOnlyRemoteError(f"{self.url} is read-only (http); push to s3://, gs:// or a directory")
+        name = object_name(data)
+        if self.has_object(name):
+            self.transfer.objects_skipped += 1
+        else:
+            self.objects.write(object_key(name), data)
+            self.transfer.bytes_sent += len(data)
+            self.transfer.objects_sent += 1
+        self._tick(what)
+        return name
+
+    def get_object(self, name: str, what: str = "object") -> bytes:
+        """The verified bytes of object ``name`` (a missing or damaged object is a corrupt remote)."""
+        if len(name) != 64 or any(c not in "0123456789abcdef" for c in name):
+            raise CorruptObjectError(f"{self.url}: {name!r} is not an object name")
+        data = self.objects.read(object_key(name))
+        if data is None:
+            raise CorruptObjectError(f"{self.url}: object {name} is missing")
+        if len(data) > MAX_OBJECT_BYTES:
+            raise CorruptObjectError(f"{self.url}: object {name} is {len(data)} bytes, over the limit")
+        self.transfer.bytes_received += len(data)
+        self.transfer.objects_received += 1
+        self._tick(what)
+        return verify(name, data)
+
+    # -- refs ---------------------------------------------------------------------------------------
+
+    def read_refs(self) -> tuple[Refs | None, bytes]:
+        """The refs (None: no repository here yet) and the generation to compare-and-swap against."""
+        got = self.cas.read_generation(REFS_KEY)
+        if got.value is None:
+            return None, got.generation
+        if len(got.value) > MAX_REFS_BYTES:
+            raise CorruptObjectError(f"{self.url}{REFS_KEY}: {len(got.value)} bytes, over the limit")
+        self.transfer.bytes_received += len(got.value)
+        return Refs.from_bytes(got.value, f"{self.url}{REFS_KEY}"), got.generation
+
+    def require_refs(self) -> tuple[Refs, bytes]:
+        refs, gen = self.read_refs()
+        if refs is None:
+            raise NoRemoteRepositoryError(f"{self.url}: no remote repository here (no {REFS_KEY}); push to create one")
+        return refs, gen
+
+    def check_cas(self) -> None:
+        """Refuse to write refs where a stale compare-and-swap is not refused (probed once per store)."""
+        if self.read_only:
+            raise ReadOnlyRemoteError(f"{self.url} is read-only (http); push to s3://, gs:// or a directory")
+        if not self._cas_checked:
+            if not probe_cas(self.cas):
+                raise NoCompareAndSwapError(
+                    f"{self.url}: the store accepted a stale conditional write, so two pushers could lose each "
+                    f"other's commits; use a store with conditional writes (S3 with If-Match, GCS, a local disk)")
+            self._cas_checked = True
+
+    def trust_cas(self) -> None:
+        """Skip the probe: it held for this remote before (recorded in the local remote state)."""
+        if self.read_only:
+            raise ReadOnlyRemoteError(f"{self.url} is read-only (http); push to s3://, gs:// or a directory")
+        self._cas_checked = True
+
+    def swap_refs(self, refs: Refs, generation: bytes) -> bytes | None:
+        """Write ``refs`` if the refs are still at ``generation``; the new generation or None (lost)."""
+        self.check_cas()
+        data = refs.to_bytes()
+        new = self.cas.write_if(REFS_KEY, data, generation)
+        if new is not None:
+            self.transfer.bytes_sent += len(data)
+        return new
+
+    # -- id counters --------------------------------------------------------------------------------
+
+    def reserve_ids(self, counter: str, count: int, minimum: int, writer: str) -> range:
+        """Reserve ``count`` ids of ``counter`` (never below ``minimum``) by compare-and-swap on ``ids.json``.
+
+        Every clone asks the same counter, so the blocks handed out never overlap; a writer killed
+        after the swap only wastes its block.
+        """
+        if count < 1 or minimum < 0:
+            raise ArgumentError(f"bad id reservation: count={count}, minimum={minimum}")
+        self.check_cas()
+        self.require_refs()  # a directory remote that vanished (unmounted) must not start a fresh counter
+        for _ in range(CAS_ATTEMPTS):
+            got = self.cas.read_generation(IDS_KEY)
+            if got.value is None:
+                doc: dict[str, Any] = {"seq": 0, "writer": writer, "counters": {}}
+            else:
+                try:
+                    doc = json.loads(got.value)
+                    counters = doc["counters"]
+                    if not isinstance(counters, dict):
+                        raise TypeError("counters is not an object")
+                except (ValueError, KeyError, TypeError) as exc:
+                    raise CorruptObjectError(f"{self.url}{IDS_KEY}: unreadable id counters ({exc})") from exc
+            start = max(int(doc["counters"].get(counter, 0)), minimum)
+            doc["counters"][counter] = start + count
+            doc["seq"] = int(doc.get("seq", 0)) + 1
+            doc["writer"] = writer
+            if self.cas.write_if(IDS_KEY, json.dumps(doc, sort_keys=True).encode(), got.generation) is not None:
+                return range(start, start + count)
+        raise LostRaceError(f"{self.url}: could not reserve ids of {counter!r} after {CAS_ATTEMPTS} attempts")

@@ -1,0 +1,658 @@
+"""fetch, push, pull, clone and status between a local repository and a remote (git's words).
+
+* **fetch** walks the remote's history from each branch head down to versions this repository
+  has (node objects name their parents' objects, so no listing is needed), downloads the rest,
+  verifies every object's hash, and adopts each version in one local transaction, parents first.
+  A fetched version keeps its branch name when it fits this DAG; when the local branch has moved
+  on (a divergence), it is adopted on ``<remote>/<branch>`` instead — the remote-tracking branch
+  a pull then merges.
+* **push** sends only committed versions, and only those the remote lacks (objects first), then
+  moves the branch by one compare-and-swap of the refs. A push that is not a fast-forward is
+  refused ("fetch and merge first") unless ``force_with_lease`` and the remote head is still the
+  one last seen here. A lost swap is retried against the new refs.
+* **pull** is fetch, then a fast-forward or a 3-way merge version (committed) through the merge
+  the caller passes (the labelmap's branch merge from the CLI).
+* **clone** builds a new repository beside the destination and renames it into place at the end,
+  so an interrupted clone never leaves a half repository under the destination name.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import shutil
+import socket
+import time
+import uuid as uuidlib
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from napari_shardscope.core.errors import ArgumentError, UnsupportedError
+from napari_shardscope.core.versioned.dag import Version, check_branch_name
+from napari_shardscope.core.versioned.errors import (
+    BranchExistsError,
+    StoreCorruptError,
+    UncommittedVersionError,
+    UnknownBranchError,
+    UnknownVersionError,
+)
+from napari_shardscope.core.versioned.node import NodeContent, NodeEntry, NodeLog
+from napari_shardscope.core.versioned.remotes import config as C
+from napari_shardscope.core.versioned.remotes.errors import (
+    LostRaceError,
+    NonFastForwardError,
+    NoRemoteRepositoryError,
+)
+from napari_shardscope.core.versioned.remotes.pack import (
+    NodeHeader,
+    decode_data,
+    decode_node,
+    decode_pairs,
+    encode_data,
+    encode_node,
+    encode_pairs,
+    node_content,
+)
+from napari_shardscope.core.versioned.remotes.store import (
+    CAS_ATTEMPTS,
+    NodeRef,
+    Progress,
+    Refs,
+    RemoteInstance,
+    RemoteStore,
+    Transfer,
+)
+from napari_shardscope.core.versioned.repository import Repository, create_repository
+
+#: How many ids a clone reserves per counter at a time.
+ID_BLOCK = 100_000
+#: ``merge(repo, ours_branch, theirs_uuid) -> open merge version`` (pull's 3-way merge).
+Merger = Callable[[Repository, str, str], Version]
+
+
+@dataclass(frozen=True)
+class FetchResult:
+    """What a fetch did: versions adopted, the remote heads now tracked, bytes and objects moved."""
+
+    remote: str
+    adopted: tuple[str, ...]
+    tracking: dict[str, str]
+    renamed: dict[str, str]
+    transfer: Transfer
+
+    def to_json(self) -> dict[str, Any]:
+        return {"remote": self.remote, "adopted": list(self.adopted), "tracking": self.tracking,
+                "renamed": self.renamed, **self.transfer.to_json()}
+
+
+@dataclass(frozen=True)
+class PushResult:
+    """What a push did."""
+
+    remote: str
+    branch: str
+    head: str
+    previous: str | None
+    sent: tuple[str, ...]
+    forced: bool
+    transfer: Transfer
+
+    @property
+    def up_to_date(self) -> bool:
+        return self.previous == self.head and not self.sent
+
+    def to_json(self) -> dict[str, Any]:
+        return {"remote": self.remote, "branch": self.branch, "head": self.head, "previous": self.previous,
+                "versions_sent": list(self.sent), "forced": self.forced, "up_to_date": self.up_to_date,
+                **self.transfer.to_json()}
+
+
+@dataclass(frozen=True)
+class PullResult:
+    """What a pull did: ``up-to-date``, ``fast-forward`` or ``merge`` (with the committed merge version)."""
+
+    remote: str
+    branch: str
+    kind: Literal["up-to-date", "fast-forward", "merge"]
+    head: str
+    fetch: FetchResult
+
+    def to_json(self) -> dict[str, Any]:
+        return {"remote": self.remote, "branch": self.branch, "kind": self.kind, "head": self.head,
+                "fetch": self.fetch.to_json()}
+
+
+@dataclass(frozen=True)
+class BranchStatus:
+    """A local branch against its remote-tracking head: committed versions ahead and behind."""
+
+    branch: str
+    local: str | None
+    remote: str | None
+    ahead: int
+    behind: int
+    open: bool = False
+
+    def to_json(self) -> dict[str, Any]:
+        return {"branch": self.branch, "local": self.local, "remote": self.remote, "ahead": self.ahead,
+                "behind": self.behind, "open_version": self.open}
+
+
+@dataclass
+class _Walk:
+    headers: dict[str, tuple[str, NodeHeader]] = field(default_factory=dict)
+    order: list[str] = field(default_factory=list)
+
+
+def open_remote(repo: Repository, remote: str, progress: Progress | None = None) -> RemoteStore:
+    """The store of a configured remote."""
+    return RemoteStore(C.remote_url(repo, remote), anonymous=C.is_anonymous(repo, remote), progress=progress)
+
+
+def has_version(repo: Repository, uuid: str) -> bool:
+    try:
+        return repo.version(uuid).uuid == uuid
+    except (UnknownVersionError, ArgumentError):
+        return False
+
+
+def last_committed(repo: Repository, branch: str) -> Version:
+    """The newest committed version of ``branch`` (its head, or the head's parent while it is open)."""
+    v = repo.head(branch)
+    while not v.locked:
+        parent = repo.parents(v)
+        if not parent or parent[0].branch != branch:
+            raise UncommittedVersionError(f"branch {branch!r} has no committed version yet; commit it first")
+        v = parent[0]
+    return v
+
+
+def _check_same(repo: Repository, refs: Refs, url: str) -> None:
+    if refs.root.node != repo.root.uuid:
+        raise ArgumentError(f"{url} holds another repository (root {refs.root.node[:8]}, here {repo.root.short})")
+
+
+# -- instances and unversioned data -----------------------------------------------------------------
+
+
+def _sync_instances_in(repo: Repository, store: RemoteStore, refs: Refs) -> None:
+    only = C.instances_of(repo)
+    for name, ri in refs.instances.items():
+        if only is not None and name not in only:
+            continue
+        repo.adopt_instance(name, ri.type, ri.config)
+        if ri.unversioned is not None and len(repo.scan_unversioned(name)) < ri.keys:
+            pairs = decode_pairs(ri.unversioned, store.get_object(ri.unversioned, f"unversioned data of {name}"))
+            repo.put_unversioned(name, pairs)
+
+
+def _instances_out(repo: Repository, store: RemoteStore, refs: Refs | None) -> dict[str, RemoteInstance]:
+    out = dict(refs.instances) if refs is not None else {}
+    for inst in repo.instances():
+        have = out.get(inst.name)
+        if have is not None and (have.type != inst.type or dict(have.config) != dict(inst.config)):
+            raise ArgumentError(f"instance {inst.name!r} has another type or configuration on {store.url}")
+        pairs = repo.scan_unversioned(inst)
+        if have is None or len(pairs) > have.keys:
+            obj = store.put_object(encode_pairs(pairs), f"unversioned data of {inst.name}") if pairs else None
+            out[inst.name] = RemoteInstance(inst.type, dict(inst.config), obj, len(pairs))
+    return out
+
+
+# -- fetch ----------------------------------------------------------------------------------------
+
+
+def _only(node: NodeContent, instances: set[str] | None) -> NodeContent:
+    """``node`` without the data of instances a partial clone leaves out."""
+    if instances is None:
+        return node
+    return dataclasses.replace(node, entries=tuple(e for e in node.entries if e.instance in instances),
+                               logs=tuple(g for g in node.logs if g.instance in instances))
+
+
+def _walk(repo: Repository, store: RemoteStore, starts: Iterable[NodeRef], known: dict[str, str]) -> _Walk:
+    """Node headers the remote has and this repository lacks, parents first."""
+    walk = _Walk()
+    done: set[str] = set()
+    stack: list[tuple[str, str, bool]] = [(r.node, r.object, False) for r in starts]
+    while stack:
+        uuid, obj, expanded = stack.pop()
+        if uuid in done:
+            continue
+        if expanded:
+            walk.order.append(uuid)
+            done.add(uuid)
+            continue
+        if uuid not in walk.headers and has_version(repo, uuid):
+            known[uuid] = obj
+            done.add(uuid)
+            continue
+        if uuid not in walk.headers:
+            header = decode_node(obj, store.get_object(obj, "version record"))
+            if header.uuid != uuid:
+                raise StoreCorruptError(f"{store.url}: node object {obj} holds version {header.uuid}, not {uuid}")
+            walk.headers[uuid] = (obj, header)
+        stack.append((uuid, obj, True))
+        for parent, pobj in reversed(walk.headers[uuid][1].parents):
+            if parent not in done:
+                stack.append((parent, pobj, False))
+    return walk
+
+
+def _local_branch(repo: Repository, remote: str, header: NodeHeader, preferred: str | None,
+                  chosen: dict[str, str], walk: _Walk) -> str:
+    """The branch name a fetched version takes here: its own when it fits, else a tracking name."""
+    candidates: list[str] = []
+    if preferred is not None:
+        candidates.append(preferred)
+    if header.parents:
+        first = header.parents[0][0]
+        if first in walk.headers and walk.headers[first][1].branch == header.branch:
+            candidates.append(chosen[first])
+        elif first not in walk.headers and repo.version(first).branch == header.branch:
+            candidates.append(header.branch)
+    candidates += [header.branch, f"{remote}/{header.branch}", f"{remote}/{header.branch}+{header.uuid[:8]}"]
+    for name in candidates:
+        try:
+            check_branch_name(name)
+        except ArgumentError:
+            continue
+        if repo.branch_fits(tuple(p for p, _ in header.parents), name):
+            return name
+    raise BranchExistsError(f"no free branch name for fetched version {header.uuid} (tried {', '.join(candidates)})")
+
+
+def fetch(repo: Repository, remote: str = C.DEFAULT_REMOTE, branches: Sequence[str] | None = None, *,
+          progress: Progress | None = None) -> FetchResult:
+    """Download the versions of the remote's branches (all, or ``branches``) that this repository lacks."""
+    store = open_remote(repo, remote, progress)
+    return _fetch(repo, remote, store, branches)
+
+
+def _fetch(repo: Repository, remote: str, store: RemoteStore, branches: Sequence[str] | None) -> FetchResult:
+    refs, _ = store.require_refs()
+    _check_same(repo, refs, store.url)
+    state = C.load_state(repo, remote)
+    if branches:
+        missing = [b for b in branches if b not in refs.branches]
+        if missing:
+            raise UnknownBranchError(f"{store.url} has no branch {missing[0]!r} "
+                                     f"(branches: {', '.join(sorted(refs.branches)) or 'none'})")
+    wanted = {b: r for b, r in refs.branches.items() if not branches or b in branches}
+    _sync_instances_in(repo, store, refs)
+    state.objects[refs.root.node] = refs.root.object
+    walk = _walk(repo, store, wanted.values(), state.objects)
+    preferred: dict[str, str] = {}
+    for name, ref in wanted.items():
+        cur: str | None = ref.node
+        while cur is not None and cur in walk.headers and walk.headers[cur][1].branch == name:
+            preferred.setdefault(cur, name)
+            parents = walk.headers[cur][1].parents
+            cur = parents[0][0] if parents else None
+    chosen: dict[str, str] = {}
+    renamed: dict[str, str] = {}
+    only = C.instances_of(repo)
+    for uuid in walk.order:
+        obj, header = walk.headers[uuid]
+        name = _local_branch(repo, remote, header, preferred.get(uuid), chosen, walk)
+        records: list[NodeEntry | NodeLog] = []
+        for data_name in header.data:
+            records.extend(decode_data(data_name, store.get_object(data_name, "version data"), header.instances))
+        repo.adopt_node(_only(node_content(header, records), only), branch=name)
+        chosen[uuid] = name
+        if name != header.branch:
+            renamed[uuid] = name
+        state.objects[uuid] = obj
+    if branches:
+        state.tracking.update(wanted)
+    else:
+        state.tracking = dict(wanted)
+    C.save_state(repo, remote, state)
+    return FetchResult(remote, tuple(walk.order), {b: r.node for b, r in state.tracking.items()}, renamed,
+                       store.transfer)
+
+
+# -- push -----------------------------------------------------------------------------------------
+
+
+def _upload_history(repo: Repository, store: RemoteStore, head: Version, state: C.RemoteState) -> list[str]:
+    """Send every ancestor of ``head`` (itself included) the remote lacks, objects first; their UUIDs."""
+    sent: list[str] = []
+    partial = C.instances_of(repo) is not None
+    for v in reversed(repo.ancestry(head)):  # ascending local id: parents first
+        if v.uuid in state.objects:
+            continue
+        if partial and len(v.parents) > 1:
+            # a merge version must hold every key its parents disagree on, in every instance; a
+            # partial clone cannot write those of the instances it left out
+            raise UnsupportedError(f"merge version {v.short} was made in a partial clone (--instances), which "
+                                   f"cannot merge the instances it lacks; merge in a full clone and push from there")
+        content = repo.read_node(v)
+        datas, instances = encode_data(content)
+        names = [store.put_object(d, f"data of {v.short}") for d in datas]
+        node = encode_node(content, state.objects, names, instances, region=C.region_of(repo))
+        state.objects[v.uuid] = store.put_object(node, f"version {v.short}")
+        sent.append(v.uuid)
+    return sent
+
+
+def push(repo: Repository, remote: str = C.DEFAULT_REMOTE, branch: str = "main", *,
+         force_with_lease: bool = False, progress: Progress | None = None) -> PushResult:
+    """Send ``branch``'s newest committed version and its missing ancestors, then move the remote branch.
+
+    Raises
+    ------
+    NonFastForwardError
+        The remote branch holds versions this one lacks ("fetch and merge first").
+    NoCompareAndSwapError, ReadOnlyRemoteError
+        The remote cannot be pushed to safely.
+    """
+    store = open_remote(repo, remote, progress)
+    return _push(repo, remote, store, branch, force_with_lease)
+
+
+def _push(repo: Repository, remote: str, store: RemoteStore, branch: str, force_with_lease: bool) -> PushResult:
+    head = last_committed(repo, branch)
+    writer = C.writer_id(repo)
+    state = C.load_state(repo, remote)
+    if state.cas_checked:
+        store.trust_cas()
+    else:
+        store.check_cas()
+        state.cas_checked = True
+    sent: list[str] = []
+    for _ in range(CAS_ATTEMPTS):
+        refs, generation = store.read_refs()
+        if refs is not None:
+            _check_same(repo, refs, store.url)
+        current = refs.branches.get(branch) if refs is not None else None
+        if current is not None and current.node == head.uuid:
+            state.tracking[branch] = current
+            state.objects[head.uuid] = current.object
+            C.save_state(repo, remote, state)
+            return PushResult(remote, branch, head.uuid, current.node, tuple(sent), False, store.transfer)
+        forced = False
+        if current is not None:
+            ahead = has_version(repo, current.node) and current.node in {a.uuid for a in repo.ancestry(head)}
+            if not ahead:
+                lease = state.tracking.get(branch)
+                if not force_with_lease or lease is None or lease.node != current.node:
+                    why = ("the remote head was not the one last fetched here" if force_with_lease
+                           else "fetch and merge first")
+                    raise NonFastForwardError(
+                        f"push of {branch!r} to {remote} refused: the remote branch is at {current.node[:8]}, which "
+                        f"{head.short} does not contain; {why} (`shardscope pull`), or push with --force-with-lease")
+                forced = True
+        try:
+            sent += _upload_history(repo, store, head, state)
+            instances = _instances_out(repo, store, refs)
+        finally:
+            C.save_state(repo, remote, state)
+        ref = NodeRef(head.uuid, state.objects[head.uuid])
+        if refs is None:
+            root = repo.root
+            refs = Refs(seq=0, writer=writer, root=NodeRef(root.uuid, state.objects[root.uuid]))
+        region = C.region_of(repo)
+        regions = {**refs.regions, branch: region} if region is not None else dict(refs.regions)
+        new = refs.bumped(writer, branches={**refs.branches, branch: ref}, instances=instances, regions=regions)
+        if store.swap_refs(new, generation) is not None:
+            state.tracking[branch] = ref
+            C.save_state(repo, remote, state)
+            if repo.id_source() is None:
+                _start_reservations(repo, remote, store, writer)
+            return PushResult(remote, branch, head.uuid, None if current is None else current.node, tuple(sent),
+                              forced, store.transfer)
+    raise LostRaceError(f"{store.url}: the refs kept changing; push of {branch!r} gave up after {CAS_ATTEMPTS} tries")
+
+
+# -- ids --------------------------------------------------------------------------------------------
+
+
+def _start_reservations(repo: Repository, remote: str, store: RemoteStore, writer: str) -> None:
+    """Switch this repository to ids reserved from ``remote``, above every id it handed out itself."""
+    for counter, next_id in repo.counters().items():
+        repo.add_id_block(counter, store.reserve_ids(counter, ID_BLOCK, next_id, writer))
+    repo.set_id_source(remote)
+
+
+def reserve_ids(repo: Repository, counter: str, count: int = ID_BLOCK, minimum: int = 0, *,
+                remote: str | None = None) -> range:
+    """Reserve ``count`` more ids of ``counter`` from the repository's id remote (needs the network)."""
+    name = remote or repo.id_source()
+    if name is None:
+        raise ArgumentError("this repository reserves no ids from a remote (it hands out its own)")
+    store = open_remote(repo, name)
+    block = store.reserve_ids(counter, count, minimum, C.writer_id(repo))
+    repo.add_id_block(counter, block)
+    return block
+
+
+def remaining_ids(repo: Repository) -> dict[str, int]:
+    """Counter → how many reserved ids are left (offline work can use exactly these)."""
+    return {c: sum(b - a for a, b in repo.id_blocks(c)) for c in repo.counters()}
+
+
+# -- pull, status ---------------------------------------------------------------------------------
+
+
+def default_merge(repo: Repository, ours: str, theirs: str) -> Version:
+    """Pull's merge for repositories without a type-aware one: the store's key merge (conflicts fail)."""
+    return repo.merge(ours, theirs, policy="fail").version
+
+
+def pull(repo: Repository, remote: str = C.DEFAULT_REMOTE, branch: str = "main", *,
+         merge: Merger | None = None, progress: Progress | None = None) -> PullResult:
+    """Fetch ``branch`` and bring the local branch up to it: a fast-forward, or a committed merge version."""
+    result = fetch(repo, remote, [branch], progress=progress)
+    theirs = repo.version(result.tracking[branch])
+    try:
+        head = repo.head(branch)
+    except UnknownBranchError:
+        head = None
+    if head is None or head.uuid == theirs.uuid:
+        return PullResult(remote, branch, "fast-forward" if result.adopted else "up-to-date", theirs.uuid, result)
+    if theirs.uuid in {v.uuid for v in repo.ancestry(head)}:  # the local branch is ahead
+        return PullResult(remote, branch, "up-to-date", head.uuid, result)
+    if not head.locked:
+        raise UncommittedVersionError(f"branch {branch!r} has an open version {head.short}; commit it before pulling")
+    m = (merge or default_merge)(repo, branch, theirs.uuid)
+    done = repo.commit(m, f"merge {remote}/{branch} ({theirs.short}) into {branch}")
+    return PullResult(remote, branch, "merge", done.uuid, result)
+
+
+def status(repo: Repository, remote: str = C.DEFAULT_REMOTE) -> list[BranchStatus]:
+    """Every local branch and remote-tracking branch: committed versions ahead and behind (as of the last fetch)."""
+    state = C.load_state(repo, remote)
+    names = sorted({b.name for b in repo.branches() if not b.name.startswith(f"{remote}/")} | set(state.tracking))
+    out: list[BranchStatus] = []
+    for name in names:
+        local: Version | None = None
+        is_open = False
+        try:
+            is_open = not repo.head(name).locked
+            local = last_committed(repo, name)
+        except (UnknownBranchError, UncommittedVersionError):
+            pass
+        ref = state.tracking.get(name)
+        mine = {v.uuid for v in repo.ancestry(local)} if local is not None else set()
+        theirs = ({v.uuid for v in repo.ancestry(ref.node)} if ref is not None and has_version(repo, ref.node)
+                  else set())
+        out.append(BranchStatus(name, None if local is None else local.uuid, None if ref is None else ref.node,
+                                len(mine - theirs), len(theirs - mine), is_open))
+    return out
+
+
+# -- clone ----------------------------------------------------------------------------------------
+
+
+def clone(url: str, dest: str | os.PathLike[str], *, branch: str | None = None, engine: str | None = None,
+          remote: str = C.DEFAULT_REMOTE, region: str | None = None, instances: Sequence[str] | None = None,
+          anonymous: bool = False, progress: Progress | None = None) -> tuple[Path, FetchResult]:
+    """A new repository at ``dest`` holding the remote's branches (or ``branch``), with ``origin`` configured.
+
+    Built in a hidden sibling directory and renamed into place when complete; reserves a block of
+    ids per counter from a writable remote so offline edits never collide with other clones'.
+    ``region`` (``"z0:z1,y0:y1,x0:x1"``, scale-0 voxels) makes a region clone: its labelmap edits
+    are refused outside the region, and its pushes record the region on the branch. ``instances``
+    makes a partial clone holding only those data instances (its fetches leave the others out).
+    ``anonymous`` reads a public bucket without credentials (and remembers it for later fetches).
+    """
+    box = C.parse_region(region) if region is not None else None
+    target = Path(dest)
+    remove_stale_clones(target)
+    if target.exists() and (not target.is_dir() or any(target.iterdir())):
+        raise ArgumentError(f"{target} already exists and is not an empty directory")
+    store = RemoteStore(url, anonymous=anonymous, progress=progress)
+    refs, _ = store.read_refs()
+    if refs is None:
+        raise NoRemoteRepositoryError(f"{url}: no remote repository here")
+    if instances is not None:
+        unknown = sorted(set(instances) - set(refs.instances))
+        if unknown:
+            raise ArgumentError(f"{url} has no data instance {unknown[0]!r} "
+                                f"(instances: {', '.join(sorted(refs.instances)) or 'none'})")
+    header = decode_node(refs.root.object, store.get_object(refs.root.object, "root version"))
+    records: list[NodeEntry | NodeLog] = []
+    for data_name in header.data:
+        records.extend(decode_data(data_name, store.get_object(data_name, "root data"), header.instances))
+    root = _only(node_content(header, records), set(instances) if instances is not None else None)
+    work = target.parent / f".{target.name}.clone-{uuidlib.uuid4().hex[:8]}"
+    repo = create_repository(work, engine=engine, root=root)
+    ok = False
+    try:
+        (work / CLONE_OWNER).write_text(f"{socket.gethostname()} {os.getpid()}\n")
+        C.add_remote(repo, remote, url, anonymous=anonymous)
+        if box is not None:
+            C.set_region(repo, box)
+        if instances is not None:
+            C.set_instances(repo, list(instances))
+        _sync_instances_in(repo, store, refs)
+        repo.fill_root(root)
+        result = _fetch(repo, remote, store, [branch] if branch else None)
+        if not store.read_only and not anonymous:
+            writer = C.writer_id(repo)
+            for counter in _remote_counters(store):
+                repo.add_id_block(counter, store.reserve_ids(counter, ID_BLOCK, 0, writer))
+            repo.set_id_source(remote)
+        ok = True
+    finally:
+        repo.close()
+        if not ok:  # a failed clone leaves nothing behind (a killed one leaves only the hidden directory)
+            shutil.rmtree(work, ignore_errors=True)
+    (work / CLONE_OWNER).unlink(missing_ok=True)
+    if target.exists():
+        target.rmdir()
+    os.replace(work, target)
+    return target, result
+
+
+CLONE_OWNER = "clone-owner"  # "host pid" of the process building a hidden clone directory
+
+
+def _owner_alive(work: Path) -> bool:
+    """Is the process that is building ``work`` still running (on this host)? Unknown owners count as alive
+    for a minute (a clone between creating its directory and naming itself)."""
+    try:
+        host, pid = (work / CLONE_OWNER).read_text().split()
+    except (OSError, ValueError):
+        try:
+            return time.time() - work.stat().st_mtime < 60
+        except OSError:
+            return False
+    if host != socket.gethostname():
+        return True  # another machine's clone on a shared disk: not ours to judge
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, ValueError):
+        return True
+    return True
+
+
+def remove_stale_clones(target: Path) -> list[Path]:
+    """Remove the hidden ``.DEST.clone-*`` directories killed clones to ``target`` left; return them.
+
+    A clone builds in such a directory and renames it into place when complete, so one whose
+    builder is gone holds nothing worth resuming beyond what a new clone fetches again (objects
+    are content-addressed and small per node); a clone still running elsewhere is left alone.
+    """
+    removed = []
+    for work in target.parent.glob(f".{target.name}.clone-*"):
+        if work.is_dir() and not _owner_alive(work):
+            shutil.rmtree(work, ignore_errors=True)
+            removed.append(work)
+    return removed
+
+
+def _remote_counters(store: RemoteStore) -> list[str]:
+    import json
+
+    got = store.cas.read_generation("ids.json")
+    if got.value is None:
+        return []
+    try:
+        return sorted(json.loads(got.value)["counters"])
+    except (ValueError, KeyError, TypeError):
+        return []
+
+
+# -- checking a remote ------------------------------------------------------------------------------
+
+
+def verify_remote(url: str) -> list[str]:
+    """Problems of the remote at ``url`` (empty when sound): every object its refs reach must exist and verify.
+
+    Walks the whole history from the root and every branch head, reading (and hash-checking) every
+    node, data and unversioned object; what a crashed push may leave — objects no ref reaches — is
+    not a problem.
+    """
+    store = RemoteStore(url)
+    problems: list[str] = []
+    refs, _ = store.read_refs()
+    if refs is None:
+        return [f"{url}: no refs object"]
+    seen: set[str] = set()
+    stack = [refs.root, *refs.branches.values()]
+    while stack:
+        ref = stack.pop()
+        if ref.object in seen:
+            continue
+        seen.add(ref.object)
+        try:
+            header = decode_node(ref.object, store.get_object(ref.object))
+            if header.uuid != ref.node:
+                problems.append(f"node object {ref.object} holds {header.uuid}, not {ref.node}")
+            records: list[NodeEntry | NodeLog] = []
+            for data_name in header.data:
+                records.extend(decode_data(data_name, store.get_object(data_name), header.instances))
+            node_content(header, records)
+        except Exception as exc:  # every failure is a finding here, not a reason to stop
+            problems.append(f"version {ref.node}: {exc}")
+            continue
+        stack.extend(NodeRef(p, o) for p, o in header.parents)
+    for name, inst in refs.instances.items():
+        if inst.unversioned is not None:
+            try:
+                decode_pairs(inst.unversioned, store.get_object(inst.unversioned))
+            except Exception as exc:
+                problems.append(f"unversioned data of {name}: {exc}")
+    return problems
+
+
+def remote_versions(url: str) -> dict[str, str]:
+    """Every version the remote's refs reach: UUID → node object."""
+    store = RemoteStore(url)
+    refs, _ = store.require_refs()
+    out: dict[str, str] = {}
+    stack = [refs.root, *refs.branches.values()]
+    while stack:
+        ref = stack.pop()
+        if ref.node in out:
+            continue
+        out[ref.node] = ref.object
+        header = decode_node(ref.object, store.get_object(ref.object))
+        stack.extend(NodeRef(p, o) for p, o in header.parents)
+    return out

@@ -1,0 +1,235 @@
+"""The loopback server over HTTP: byte ranges, HEAD, CORS on every answer, keys kept inside the root,
+and a labelmap version's chunks equal to what the version reads."""
+
+from __future__ import annotations
+
+import http.client
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from napari_shardscope.core.bytestore import open_store
+from napari_shardscope.core.errors import ArgumentError, UnsupportedError
+from napari_shardscope.core.labelmap import Labelmap, create_labelmap
+from napari_shardscope.core.serve.handoff import mount_version
+from napari_shardscope.core.serve.server import ShardServer, StoreMount
+from napari_shardscope.core.serve.version_source import merge_equivalences
+from napari_shardscope.core.versioned import Repository, create_repository
+from tests.core.labelmap.volumes import voronoi_supervoxels, write_precomputed
+
+
+@pytest.fixture
+def served(tmp_path: Path) -> Iterator[tuple[ShardServer, Path]]:
+    root = tmp_path / "ds"
+    root.mkdir()
+    (root / "blob").write_bytes(bytes(range(256)) * 4)
+    (tmp_path / "secret").write_bytes(b"SECRET-BYTES")
+    with ShardServer() as server:
+        server.mount("data/ds", StoreMount(open_store(str(root))))
+        yield server, root
+
+
+def request(server: ShardServer, method: str, path: str, headers: dict[str, str] | None = None
+            ) -> tuple[int, dict[str, str], bytes]:
+    conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=10)
+    try:
+        conn.request(method, path, headers=headers or {})
+        resp = conn.getresponse()
+        return resp.status, {k.lower(): v for k, v in resp.getheaders()}, resp.read()
+    finally:
+        conn.close()
+
+
+def test_binds_loopback_only() -> None:
+    with pytest.raises(ArgumentError):
+        ShardServer(host="0.0.0.0")
+
+
+def test_foreign_host_names_are_refused(served: tuple[ShardServer, Path]) -> None:
+    server, _ = served
+    status, _, body = request(server, "GET", "/data/ds/blob", {"Host": f"attacker.example:{server.port}"})
+    assert status == 421 and bytes(range(16)) not in body
+    status, _, _ = request(server, "GET", "/data/ds/blob", {"Host": f"localhost:{server.port}"})
+    assert status == 200
+
+
+def test_client_paths_cannot_be_mounted_over(served: tuple[ShardServer, Path]) -> None:
+    server, root = served
+    for path in ("v/x", "events", "../up", ""):
+        with pytest.raises(ArgumentError):
+            server.mount(path, StoreMount(open_store(str(root))))
+
+
+def test_whole_range_suffix_and_head(served: tuple[ShardServer, Path]) -> None:
+    server, root = served
+    data = (root / "blob").read_bytes()
+    status, h, body = request(server, "GET", "/data/ds/blob")
+    assert (status, body, h["access-control-allow-origin"]) == (200, data, "*")
+    status, h, body = request(server, "GET", "/data/ds/blob", {"Range": "bytes=10-19"})
+    assert (status, body, h["content-range"]) == (206, data[10:20], f"bytes 10-19/{len(data)}")
+    status, h, body = request(server, "GET", "/data/ds/blob", {"Range": "bytes=-16"})
+    assert (status, body) == (206, data[-16:])
+    status, h, body = request(server, "GET", "/data/ds/blob", {"Range": "bytes=1000-"})
+    assert (status, body) == (206, data[1000:])
+    status, h, _ = request(server, "GET", "/data/ds/blob", {"Range": "bytes=5000-"})
+    assert status == 416 and h["content-range"] == f"bytes */{len(data)}"
+    status, h, body = request(server, "HEAD", "/data/ds/blob")
+    assert (status, int(h["content-length"]), body) == (200, len(data), b"")
+
+
+def test_cors_on_errors_and_options(served: tuple[ShardServer, Path]) -> None:
+    server, _ = served
+    status, h, _ = request(server, "GET", "/data/ds/missing")
+    assert status == 404 and h["access-control-allow-origin"] == "*"
+    preflight = {"Origin": "http://x", "Access-Control-Request-Headers": "range"}
+    status, h, _ = request(server, "OPTIONS", "/data/ds/blob", preflight)
+    assert status == 204 and h["access-control-allow-origin"] == "*" and "range" in h["access-control-allow-headers"]
+    status, h, _ = request(server, "GET", "/nothing/here")
+    assert status == 404 and h["access-control-allow-origin"] == "*"
+
+
+@pytest.mark.parametrize("path", ["/data/ds/../secret", "/data/ds/%2e%2e/secret", "/data/ds//secret",
+                                  "/data/ds/..%2fsecret", "/v/tok/../../secret"])
+def test_keys_stay_inside_the_root(served: tuple[ShardServer, Path], path: str) -> None:
+    server, _ = served
+    status, h, body = request(server, "GET", path)
+    assert status in (400, 404) and b"SECRET-BYTES" not in body and h["access-control-allow-origin"] == "*"
+
+
+def test_links_out_of_the_root_are_refused(served: tuple[ShardServer, Path]) -> None:
+    server, root = served
+    (root / "link").symlink_to(root.parent / "secret")
+    status, _, body = request(server, "GET", "/data/ds/link")
+    assert status in (400, 404) and b"SECRET-BYTES" not in body
+
+
+def test_client_and_event_stream(served: tuple[ShardServer, Path]) -> None:
+    server, _ = served
+    status, h, body = request(server, "GET", f"/v/{server.token}/")
+    assert status == 200 and h["content-type"].startswith("text/html") and b"<script" in body
+    conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=10)
+    conn.request("GET", f"/events/{server.token}")
+    resp = conn.getresponse()
+    assert resp.status == 200 and resp.getheader("content-type") == "text/event-stream"
+    assert resp.fp.readline() in (b": idle\n", b"")  # it stays open and idles
+    conn.close()
+
+
+@pytest.fixture
+def edited(tmp_path: Path) -> Iterator[tuple[Repository, Labelmap, np.ndarray, list[int]]]:
+    base = voronoi_supervoxels((8, 40, 48), 20, seed=2)
+    write_precomputed(tmp_path / "seg", base, ((1, 1, 1), (1, 2, 2)), chunk_xyz=(16, 16, 4), sharded=True)
+    repo = create_repository(tmp_path / "repo")
+    lm = create_labelmap(repo, "seg", tmp_path / "seg", block=16)
+    yield repo, lm, base, [int(s) for s in np.unique(base)]
+    repo.close()
+
+
+def test_version_chunks_equal_the_version(edited: tuple[Repository, Labelmap, np.ndarray, list[int]]) -> None:
+    repo, lm, _, svs = edited
+    v = lm.at("main")
+    v.merge(svs[0], [svs[1], svs[2]])
+    v.cleave(svs[0], [svs[2]])
+    committed = repo.commit(v.uuid, "edits")
+    with ShardServer() as server:
+        layer = mount_version(server, lm, committed.uuid)
+        base = layer.layer.source.removeprefix("precomputed://").removeprefix(server.url)
+        assert committed.uuid in base
+        status, h, body = request(server, "GET", base + "info")
+        info = json.loads(body)
+        assert status == 200 and info["data_type"] == "uint64" and "max-age" in h["cache-control"]
+        for i, scale in enumerate(info["scales"]):
+            sx, sy, sz = scale["size"]
+            cx, cy, cz = scale["chunk_sizes"][0]
+            for x0 in range(0, sx, cx):
+                x1, y1, z1 = min(x0 + cx, sx), min(cy, sy), min(cz, sz)
+                status, _, body = request(server, "GET", f"{base}{scale['key']}/{x0}-{x1}_0-{y1}_0-{z1}")
+                assert status == 200
+                got = np.frombuffer(body, "<u8").reshape(z1, y1, x1 - x0)
+                want = lm.at(committed.uuid).read_bodies(np.s_[0:z1, 0:y1, x0:x1], i)
+                np.testing.assert_array_equal(got, want)
+        status, _, _ = request(server, "GET", f"{base}s0/0-16_0-16_0-99")
+        assert status == 404
+
+
+def test_open_version_is_not_cached_and_shows_new_edits(
+        edited: tuple[Repository, Labelmap, np.ndarray, list[int]]) -> None:
+    _, lm, base, _ = edited
+    v = lm.at("main")
+    with ShardServer() as server:
+        layer = mount_version(server, lm, v.uuid)
+        url = layer.layer.source.removeprefix("precomputed://").removeprefix(server.url) + "s0/0-16_0-16_0-8"
+        _, h, before = request(server, "GET", url)
+        assert h["cache-control"] == "no-store"
+        a, b = (int(s) for s in np.unique(base[:8, :16, :16])[:2])
+        v.merge(a, [b])
+        _, _, after = request(server, "GET", url)
+        got = np.frombuffer(after, "<u8").reshape(8, 16, 16)
+        assert before != after and set(np.unique(got[base[:8, :16, :16] == b])) == {a}
+
+
+def test_merge_only_version_as_equivalences(edited: tuple[Repository, Labelmap, np.ndarray, list[int]]) -> None:
+    _, lm, _, svs = edited
+    v = lm.at("main")
+    v.merge(svs[0], [svs[1]])
+    v.merge(svs[3], [svs[4], svs[5]])
+    assert sorted(merge_equivalences(lm, v.uuid)) == sorted([sorted(svs[0:2]), sorted(svs[3:6])])
+    v.cleave(svs[3], [svs[5]])
+    with pytest.raises(UnsupportedError, match="cleave"):
+        merge_equivalences(lm, v.uuid)
+
+
+def test_notebook_api_returns_a_link_that_serves(edited: tuple[Repository, Labelmap, np.ndarray, list[int]]) -> None:
+    from napari_shardscope.core.serve import serve
+
+    repo, _, _, _ = edited
+    with serve(str(repo.path), version="main") as handoff:
+        assert handoff.url.startswith(handoff.server.client_url + "#!")
+        state = handoff.state
+        source = state["layers"][0]["source"].removeprefix("precomputed://")
+        status, _, body = request(handoff.server, "GET", source.removeprefix(handoff.server.url) + "info")
+        assert status == 200 and json.loads(body)["type"] == "segmentation"
+    assert not handoff.server.running
+
+
+def test_merge_only_version_of_a_remote_base_as_a_link(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from urllib.parse import unquote
+
+    from napari_shardscope.core.cli import run
+
+    base = voronoi_supervoxels((4, 32, 32), 10, seed=8)
+    write_precomputed(tmp_path / "seg", base, ((1, 1, 1),), chunk_xyz=(16, 16, 4), sharded=True)
+    svs = [int(s) for s in np.unique(base)]
+    with ShardServer() as server:  # the "remote" base: over HTTP, as a public bucket would serve it
+        url = server.mount("data/seg", StoreMount(open_store(str(tmp_path / "seg"))))
+        repo = create_repository(tmp_path / "repo")
+        lm = create_labelmap(repo, "seg", url, block=16)
+        lm.at("main").merge(svs[0], [svs[1], svs[2]])
+        repo.close()
+        assert run(["serve", str(tmp_path / "repo"), "--equivalences", "--segments", str(svs[0]), "--json"]) == 0
+        out = json.loads(capsys.readouterr().out)
+        assert out["url"].startswith("https://neuroglancer-demo.appspot.com/#!")
+        state = json.loads(unquote(out["url"].split("#!", 1)[1]))
+        layer = state["layers"][0]
+        assert layer["source"] == f"precomputed://{url}" and layer["segments"] == [str(svs[0])]
+        assert layer["equivalences"] == [[str(s) for s in sorted(svs[:3])]]
+
+
+def test_a_remote_dataset_is_served_through_its_store(served: tuple[ShardServer, Path]) -> None:
+    """A dataset on another HTTP server: ranges need no size; HEAD and suffixes learn it once."""
+    origin, root = served
+    data = (root / "blob").read_bytes()
+    with ShardServer() as relay:
+        relay.mount("data/remote", StoreMount(open_store(origin.url + "/data/ds/")))
+        status, h, body = request(relay, "GET", "/data/remote/blob", {"Range": "bytes=10-19"})
+        assert (status, body, h["content-range"]) == (206, data[10:20], "bytes 10-19/*")
+        status, h, body = request(relay, "GET", "/data/remote/blob", {"Range": "bytes=-16"})
+        n = len(data)
+        assert (status, body, h["content-range"]) == (206, data[-16:], f"bytes {n - 16}-{n - 1}/{n}")
+        status, h, _ = request(relay, "HEAD", "/data/remote/blob")
+        assert (status, int(h["content-length"])) == (200, len(data))
+        status, h, _ = request(relay, "GET", "/data/remote/none", {"Range": "bytes=0-9"})
+        assert status == 404 and h["access-control-allow-origin"] == "*"

@@ -1,0 +1,164 @@
+"""gzip / zlib through libdeflate: same outputs and same errors as CPython's zlib, both directions.
+
+Streams libdeflate writes must decode with zlib (what TensorStore, CloudVolume and zarr-python use);
+streams zlib writes must decode here. Where the two decoders could differ (concatenated members,
+trailing bytes, truncation, an output cap) the results and error messages must be zlib's.
+"""
+
+from __future__ import annotations
+
+import gzip
+import zlib
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from napari_shardscope.core import libdeflate
+from napari_shardscope.core.encoding import (
+    DEFAULT_GZIP_LEVEL,
+    _inflate_zlib,
+    encode_bytes,
+    gunzip,
+    gzip_compress,
+    inflate,
+    zlib_compress,
+)
+from napari_shardscope.core.errors import ArgumentError, ChunkDecodeError
+
+pytestmark = pytest.mark.skipif(not libdeflate.available(), reason="libdeflate not loadable")
+
+payloads = st.one_of(
+    st.binary(max_size=5000),
+    st.builds(lambda n, v: bytes([v]) * n, st.integers(0, 200_000), st.integers(0, 255)),
+    st.builds(lambda seed, n: np.random.default_rng(seed).integers(0, 8, n, dtype=np.uint8).tobytes(),
+              st.integers(0, 100), st.integers(0, 50_000)),
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(payloads, st.integers(0, 9))
+def test_libdeflate_output_is_read_by_zlib(data: bytes, level: int) -> None:
+    assert gzip.decompress(gzip_compress(data, level)) == data
+    assert zlib.decompress(zlib_compress(data, level)) == data
+    assert gunzip(gzip_compress(data, level)) == data
+
+
+@settings(max_examples=150, deadline=None)
+@given(payloads, st.integers(0, 9))
+def test_zlib_output_is_read_by_libdeflate(data: bytes, level: int) -> None:
+    gz = gzip.compress(data, compresslevel=level, mtime=0)
+    assert libdeflate.inflate(gz, "gzip", len(data)) == data
+    assert libdeflate.inflate(zlib.compress(data, level), "zlib", len(data)) == data
+    assert gunzip(gz + gz, max_size=2 * len(data)) == data + data  # concatenated members
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.binary(max_size=300), st.integers(0, 400), st.sampled_from([15, 31]))
+def test_damaged_streams_fail_or_decode_exactly_as_zlib(data: bytes, cut: int, wbits: int) -> None:
+    """Truncated, extended or arbitrary bytes: the fast path returns zlib's output or raises zlib's error."""
+    good = gzip.compress(b"shardscope" * 20, mtime=0) if wbits == 31 else zlib.compress(b"shardscope" * 20)
+    for candidate in (data, good[:cut], good + data[:3], good[:cut] + data):
+        try:
+            expected: bytes | str = _inflate_zlib(candidate, wbits=wbits, what="x", key="k", offset=0,
+                                                  max_size=150, error=ChunkDecodeError)
+        except ChunkDecodeError as exc:
+            expected = str(exc)
+        try:
+            got: bytes | str = inflate(candidate, wbits=wbits, what="x", key="k", offset=0, max_size=150)
+        except ChunkDecodeError as exc:
+            got = str(exc)
+        assert got == expected
+
+
+def test_output_cap_holds_for_a_bomb() -> None:
+    bomb = gzip_compress(bytes(10 << 20), 9)
+    with pytest.raises(ChunkDecodeError, match="more than 4096 bytes"):
+        gunzip(bomb, max_size=4096)
+    with pytest.raises(libdeflate.InflateError):
+        libdeflate.inflate(bomb, "gzip", 4096)
+    assert len(gunzip(bomb, max_size=10 << 20)) == 10 << 20
+
+
+def test_levels_default_and_range() -> None:
+    assert DEFAULT_GZIP_LEVEL == 9  # TensorStore's neuroglancer_uint64_sharded encoder: zlib level 9
+    data = np.arange(100_000, dtype=np.uint64).tobytes()
+    assert len(gzip_compress(data, 1)) > len(gzip_compress(data, 9))
+    assert encode_bytes(data, "gzip") == gzip_compress(data, 9)
+    assert gzip_compress(data)[:8] == bytes.fromhex("1f8b080000000000")  # zero mtime: reproducible
+    for bad in (-1, 10, True, 1.5):
+        with pytest.raises(ArgumentError, match="compression level"):
+            gzip_compress(data, bad)  # type: ignore[arg-type]
+
+
+def test_export_level_is_a_parameter_and_readable_by_tensorstore_and_cloudvolume(tmp_path: Path) -> None:
+    ts = pytest.importorskip("tensorstore")
+    cloudvolume = pytest.importorskip("cloudvolume")
+    from napari_shardscope.core.export.precomputed import export_precomputed
+    from napari_shardscope.core.export.source import ArraySource
+    from napari_shardscope.core.formats.precomputed.sharding import parse_sharding_spec
+
+    rng = np.random.default_rng(3)
+    vol = (rng.integers(0, 20, (40, 48, 56)) * 1000003).astype(np.uint64)  # z, y, x
+    spec = parse_sharding_spec({"@type": "neuroglancer_uint64_sharded_v1", "preshift_bits": 0,
+                                "hash": "murmurhash3_x86_128", "minishard_bits": 2, "shard_bits": 1,
+                                "minishard_index_encoding": "gzip", "data_encoding": "gzip"})
+    sizes = {}
+    for level in (1, 9):
+        dest = tmp_path / f"l{level}"
+        source = ArraySource((vol,), ((4.0, 4.0, 40.0),))
+        export_precomputed(source, str(dest), chunk_size=(16, 16, 16), sharding=spec, gzip_level=level)
+        sizes[level] = sum(p.stat().st_size for p in dest.rglob("*.shard"))
+        store = ts.open({"driver": "neuroglancer_precomputed", "kvstore": f"file://{dest}"}).result()
+        np.testing.assert_array_equal(store[..., 0].read().result().transpose(2, 1, 0), vol)
+        cv = cloudvolume.CloudVolume(f"file://{dest}", progress=False)
+        np.testing.assert_array_equal(np.asarray(cv[:, :, :])[..., 0].transpose(2, 1, 0), vol)
+    assert sizes[1] > sizes[9]
+    with pytest.raises(ArgumentError, match="compression level"):
+        export_precomputed(ArraySource((vol,), ((4.0, 4.0, 40.0),)),
+                           str(tmp_path / "bad"), gzip_level=11)
+
+
+def test_zarr3_gzip_both_ways_with_zarr_python(tmp_path: Path) -> None:
+    zarr = pytest.importorskip("zarr")
+    from napari_shardscope.core.formats.zarr3.codecs import decode_bytes_codec, encode_bytes_codec
+    from napari_shardscope.core.formats.zarr3.metadata import CodecSpec
+
+    data = np.arange(4096, dtype=np.uint16).reshape(64, 64) % 97
+    codec = CodecSpec("gzip", {"level": 6})
+    ours = encode_bytes_codec(data.tobytes(), codec)
+    assert decode_bytes_codec(ours, codec, key="c") == data.tobytes()
+    arr = zarr.create_array(str(tmp_path / "a.zarr"), shape=data.shape, chunks=data.shape, dtype="uint16",
+                            compressors=[zarr.codecs.GzipCodec(level=6)])
+    arr[:] = data
+    chunk = (tmp_path / "a.zarr" / "c" / "0" / "0").read_bytes()
+    assert np.frombuffer(decode_bytes_codec(chunk, codec, key="c/0/0"), "<u2").reshape(64, 64).tolist() == data.tolist()
+    (tmp_path / "a.zarr" / "c" / "0" / "0").write_bytes(ours)  # zarr-python reads libdeflate's stream
+    np.testing.assert_array_equal(zarr.open_array(str(tmp_path / "a.zarr"))[:], data)
+
+
+def test_cli_export_gzip_level(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``shardscope export --gzip-level``: the level reaches the shards; a level outside 0-9 exits 2, naming it."""
+    ts = pytest.importorskip("tensorstore")
+    from napari_shardscope.core.cli import run
+    from tests.precomputed_data import SHARDING_MURMUR_GZIP, write_ts_volume
+
+    src = tmp_path / "src"
+    write_ts_volume(src, SHARDING_MURMUR_GZIP, scales=1)
+    sharding = '{"@type": "neuroglancer_uint64_sharded_v1", "preshift_bits": 0, "hash": "murmurhash3_x86_128", ' \
+               '"minishard_bits": 1, "shard_bits": 1, "minishard_index_encoding": "gzip", "data_encoding": "gzip"}'
+    sizes = {}
+    for level in ("0", "9"):
+        dest = tmp_path / f"out{level}"
+        assert run(["export", str(src), str(dest), "--sharding", sharding, "--gzip-level", level, "--quiet"]) == 0
+        sizes[level] = sum(p.stat().st_size for p in dest.rglob("*.shard"))
+        a = ts.open({"driver": "neuroglancer_precomputed", "kvstore": f"file://{dest}"}).result().read().result()
+        b = ts.open({"driver": "neuroglancer_precomputed", "kvstore": f"file://{src}"}).result().read().result()
+        np.testing.assert_array_equal(a, b)
+    assert sizes["0"] > sizes["9"]
+    capsys.readouterr()
+    assert run(["export", str(src), str(tmp_path / "bad"), "--gzip-level", "10"]) == 2
+    assert "compression level" in capsys.readouterr().err
+    assert not (tmp_path / "bad" / "info").exists()

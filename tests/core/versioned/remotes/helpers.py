@@ -1,0 +1,83 @@
+"""Shared pieces of the remotes tests: a small labelmap repository, edits, and "bit-identical" checks."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from napari_shardscope.core.labelmap import create_labelmap, open_labelmap
+from napari_shardscope.core.versioned import Repository, create_repository
+from tests.core.labelmap.volumes import voronoi_supervoxels, write_precomputed
+
+FACTORS = ((1, 1, 1), (1, 2, 2))
+SHAPE = (8, 32, 32)
+
+
+def write_base(path: Path, seed: int = 5) -> np.ndarray:
+    data = voronoi_supervoxels(SHAPE, 24, seed=seed)
+    write_precomputed(path, data, FACTORS, chunk_xyz=(16, 16, 4))
+    return data
+
+
+def make_repo(path: Path, base: Path) -> Repository:
+    """A repository with labelmap ``seg`` over ``base`` (each supervoxel its own body), root committed."""
+    repo = create_repository(path)
+    create_labelmap(repo, "seg", base, block=8)
+    kv = repo.create_instance("notes", "keyvalue")
+    with repo.write(repo.root) as w:
+        w.put(kv, b"about", b"the base")
+    repo.commit(repo.root, "base")
+    return repo
+
+
+def edit(repo: Repository, kind: str, rng: np.random.Generator, bodies: list[int] | None = None) -> dict[str, Any]:
+    """One committed edit on main: merge two bodies or cleave one supervoxel off a body."""
+    lm = open_labelmap(repo, "seg")
+    head = repo.head("main")
+    v = head if not head.locked else repo.new_version(head)
+    at = lm.at(v)
+    pool = bodies if bodies is not None else sorted({at.body_of(int(s)) for s in lm.index_summary().supervoxels})
+    pool = [b for b in pool if at.exists(b)]
+    out: dict[str, Any] = {"version": v.uuid}
+    if kind == "merge" and len(pool) >= 2:
+        a, b = (int(x) for x in rng.choice(pool, 2, replace=False))
+        m = at.merge(a, [b])
+        out.update(kind="merge", bodies=[a, b], mutation=m.mutation_id)
+    else:
+        multi = [b for b in pool if len(at.supervoxels(b)) > 1]
+        if multi:
+            body = int(rng.choice(multi))
+            sv = at.supervoxels(body)[0]
+            new = at.cleave(body, [sv])
+            out.update(kind="cleave", bodies=[body], new_body=new)
+        else:
+            a, b = (int(x) for x in rng.choice(pool, 2, replace=False))
+            m = at.merge(a, [b])
+            out.update(kind="merge", bodies=[a, b], mutation=m.mutation_id)
+    out["mutation"] = at.mutations(own=True)[-1].mutation.mutation_id
+    repo.commit(v, f"{out['kind']} {out['bodies']}")
+    return out
+
+
+def bodies_at(repo: Repository, ref: str) -> list[np.ndarray]:
+    """The version's body labels at every scale."""
+    lm = open_labelmap(repo, "seg")
+    at = lm.at(ref)
+    return [at.read_bodies(scale=s) for s in range(len(FACTORS))]
+
+
+def made_ids(repo: Repository) -> tuple[set[int], set[int]]:
+    """(mutation ids, new body ids) of the edits this repository's versions themselves logged."""
+    lm = open_labelmap(repo, "seg")
+    mutations: set[int] = set()
+    bodies: set[int] = set()
+    for v in repo.versions():
+        for h in lm.at(v).mutations(own=True):
+            m = h.mutation
+            if m.operation in ("merge", "cleave", "split-supervoxel", "split-body"):
+                mutations.add(m.mutation_id)
+            if m.operation == "cleave":
+                bodies.add(int(m.args["new_body"]))
+    return mutations, bodies

@@ -1,0 +1,100 @@
+"""``shardscope serve`` and ``shardscope open LINK`` as a user runs them (subprocesses, real server, Ctrl-C)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from urllib.parse import unquote
+
+import numpy as np
+import pytest
+
+from napari_shardscope.core.labelmap import create_labelmap
+from napari_shardscope.core.versioned import create_repository
+from tests.core.labelmap.volumes import voronoi_supervoxels, write_precomputed
+
+REALDATA = Path("/work/shared/realdata")
+PINKY = str(REALDATA / "igneous_pinky_sharded")
+
+
+def cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "napari_shardscope", *args], capture_output=True, text=True,
+                          timeout=timeout)
+
+
+@pytest.fixture
+def serving() -> Iterator[tuple[subprocess.Popen[str], str]]:
+    """``shardscope serve PINKY`` running; yields the process and the link it printed."""
+    proc = subprocess.Popen([sys.executable, "-m", "napari_shardscope", "serve", PINKY], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None
+        url = proc.stdout.readline().strip()  # bounded: the process prints the link first or exits
+        assert url.startswith("http://127.0.0.1:"), proc.stderr.read() if proc.stderr else ""
+        yield proc, url
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait(timeout=30)
+
+
+def test_serve_until_ctrl_c(serving: tuple[subprocess.Popen[str], str]) -> None:
+    proc, url = serving
+    state = json.loads(unquote(url.split("#!", 1)[1]))
+    source = state["layers"][0]["source"].removeprefix("precomputed://")
+    with urllib.request.urlopen(source + "info", timeout=10) as resp:
+        assert json.loads(resp.read())["scales"][0]["key"] == "8_8_40"
+    proc.send_signal(signal.SIGINT)
+    assert proc.wait(timeout=30) == 0
+
+
+def test_serve_a_version_prints_its_url(tmp_path: Path) -> None:
+    base = voronoi_supervoxels((4, 32, 32), 8, seed=1)
+    write_precomputed(tmp_path / "seg", base, ((1, 1, 1),), chunk_xyz=(16, 16, 4))
+    repo = create_repository(tmp_path / "repo")
+    lm = create_labelmap(repo, "seg", tmp_path / "seg", block=16)
+    svs = [int(s) for s in np.unique(base)]
+    lm.at("main").merge(svs[0], [svs[1]])
+    uuid = repo.version("main").uuid
+    repo.close()
+    result = cli("serve", str(tmp_path / "repo"), "--version", uuid[:8], "--segments", str(svs[0]),
+                 "--print-url", "--json")
+    assert result.returncode == 0, result.stderr
+    out = json.loads(result.stdout)
+    assert uuid in out["state"]["layers"][0]["source"] and out["state"]["layers"][0]["segments"] == [str(svs[0])]
+    assert out["url"].startswith(out["server"] + "/v/") and not out["serving"]
+    # a local base cannot be handed over as equivalences (nobody else can read it)
+    result = cli("serve", str(tmp_path / "repo"), "--equivalences")
+    assert result.returncode == 2 and "local" in result.stderr
+
+
+def test_serve_refuses_a_version_of_a_dataset() -> None:
+    result = cli("serve", PINKY, "--version", "abc", "--print-url")
+    assert result.returncode == 2 and "repository" in result.stderr
+
+
+def test_open_a_link_and_a_state_file(serving: tuple[subprocess.Popen[str], str], tmp_path: Path) -> None:
+    import imageio.v3 as iio
+
+    assert os.environ.get("DISPLAY"), "pytest-xvfb provides a display"
+    _, url = serving
+    state = json.loads(unquote(url.split("#!", 1)[1]))
+    state["layers"].append({"type": "segmentation", "source": "graphene://https://example.org/table",
+                            "name": "chunkedgraph"})
+    link = url.split("#!", 1)[0] + "#!" + json.dumps(state)
+    out = tmp_path / "shot.png"
+    result = cli("open", link, "--screenshot", str(out))
+    assert result.returncode == 0, result.stderr
+    assert "chunkedgraph" in result.stderr and "graphene" in result.stderr  # named, not dropped silently
+    pixels = iio.imread(out)
+    assert pixels[..., :3].std() > 10
+    file = tmp_path / "state.json"
+    file.write_text(json.dumps(state))
+    result = cli("open", str(file), "--screenshot", str(tmp_path / "shot2.png"))
+    assert result.returncode == 0, result.stderr
