@@ -46,9 +46,10 @@ def sample_viewer(make_napari_viewer: Any, sample: SampleDataset) -> tuple[Any, 
 
 
 def outline_rectangles(viewer: Any) -> list[np.ndarray]:
+    """The outline's rectangles in world coordinates (the layer lives on the volume's voxel grid)."""
     layer = viewer.layers[OUTLINE_NAME]
     assert set(layer.shape_type) == {"rectangle"}
-    return [np.asarray(d, dtype=float) for d in layer.data]
+    return [np.asarray(d, dtype=float) * layer.scale + layer.translate for d in layer.data]
 
 
 def assert_outlines(viewer: Any, world_box: tuple[tuple[float, ...], tuple[float, ...]]) -> None:

@@ -13,6 +13,8 @@ Choices made here, and why:
   napari computes the data range, which would read the whole volume.
 * Each level of a 3-D volume prefetches the chunk layers next to the plane shown
   (:mod:`napari_shardscope.core.volumes.prefetch`), on worker threads, never the GUI thread.
+* The arrays are wrapped in :class:`~napari_shardscope.napari_plugin.shown.ShownArray`: a chunk that
+  does not decode is drawn as background and reported, instead of an error inside napari's slicing.
 * Segmentations become Labels layers; images become Image layers (a channel axis is split into
   one layer per channel, as napari does for multichannel images), never guessed to be RGB(A) from
   a last axis of length 3 or 4.
@@ -26,6 +28,7 @@ from typing import Any
 
 from napari_shardscope.core.errors import UnsupportedFeatureError
 from napari_shardscope.core.volumes import Volume
+from napari_shardscope.napari_plugin.shown import shown
 
 log = logging.getLogger(__name__)
 
@@ -55,6 +58,7 @@ def volume_layer_data(volume: Volume) -> LayerData:
     arrays = volume.arrays
     if volume.ndim == 3 and volume.channel_axis is None:
         arrays = [a.with_prefetch() for a in arrays]  # z steps find the next chunk layer decoded
+    arrays = shown(list(arrays))  # a damaged chunk is drawn empty and reported, not raised into napari
     multiscale = len(arrays) > 1
     coarsest = volume.levels[-1].shape
     if len(coarsest) >= 2 and math.prod(coarsest[-2:]) > COARSEST_PLANE_LIMIT:

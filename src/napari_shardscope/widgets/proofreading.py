@@ -45,7 +45,9 @@ from qtpy.QtWidgets import (
 from napari_shardscope.core.errors import ArgumentError, ShardscopeError
 from napari_shardscope.core.proofreading import MODES, ControllerState, PendingSplit
 from napari_shardscope.core.proofreading.places import default_repository, local_dataset, remember_folder
+from napari_shardscope.widgets.canvas import canvas_for
 from napari_shardscope.widgets.lifecycle import on_removed
+from napari_shardscope.widgets.scrolling import scroll_body
 from napari_shardscope.widgets.session import LAYER_KEY, ViewerSession, session_for
 from napari_shardscope.widgets.workers import start_job
 
@@ -65,6 +67,10 @@ KEYBINDINGS: tuple[tuple[str, str, str], ...] = (
     ("Shift-U", "undo", "undo the last edit of this version"),
     ("Shift-R", "redo", "redo the last undone edit"),
     ("Shift-X", "clear_selection", "clear the selection"),
+    ("Shift-T", "toggle_mode", "switch clicks between bodies and supervoxels"),
+    ("Shift-D", "toggle_dim", "dim every body but the selected ones (and back)"),
+    ("Shift-N", "next_item", "go to the next open item of the to-do list"),
+    ("Shift-B", "previous_item", "go back to the previous item of the to-do list"),
 )
 
 HELP = """<b>Proofreading</b> the checked-out version of the labelmap.<br>
@@ -94,6 +100,7 @@ class ProofreadingPanel(QWidget):  # type: ignore[misc]
         self.viewer = viewer = napari_viewer
         self.session: ViewerSession = session_for(viewer)
         self.controller = self.session.controller
+        self.canvas = canvas_for(viewer)  # the selection drawn on the canvas, hover text, go-to moves
         self._seeds_layer: Labels | None = None
         self._hooked: Any = None
         self._info_key: tuple[Any, ...] | None = None
@@ -114,7 +121,7 @@ class ProofreadingPanel(QWidget):  # type: ignore[misc]
     # -- building ---------------------------------------------------------------------------------------
     def _build(self) -> None:
         c = self.controller
-        vbox = QVBoxLayout(self)
+        vbox = QVBoxLayout(scroll_body(self))  # scrolls in a short dock instead of overlapping
         conn = QGroupBox("Repository")
         form = QFormLayout(conn)
         self.layer_combo = QComboBox()
@@ -207,7 +214,8 @@ class ProofreadingPanel(QWidget):  # type: ignore[misc]
         c = self.controller
         actions: dict[str, Callable[[], Any]] = {
             "merge": c.merge, "cleave": c.cleave, "toggle_split": self.toggle_split, "undo": c.undo, "redo": c.redo,
-            "clear_selection": c.clear_selection}
+            "clear_selection": c.clear_selection, "toggle_mode": c.toggle_mode,
+            "toggle_dim": self.canvas.toggle_dim_others, "next_item": c.todo.next, "previous_item": c.todo.previous}
         for key, name, _ in KEYBINDINGS:
             def handler(_viewer: Any, func: Callable[[], Any] = actions[name]) -> None:
                 c.attempt(func)

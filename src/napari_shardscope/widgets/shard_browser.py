@@ -7,8 +7,9 @@ comes from a core call a notebook can make (``open_layout``, ``LayoutTree.expand
 
 * the tree widget, filled when a row is expanded (the core reads that row's index then, and only
   then), children added in pages so a scale with 10⁴ shards opens at once;
-* the chunk outline: a Shapes layer in world coordinates, one rectangle per displayed plane the
-  chunk covers (napari shows a shape only on the plane it lies in), and the move of the view there;
+* the chunk outline: a Shapes layer on the volume's voxel grid (its scale and translate), one
+  rectangle per displayed plane the chunk covers (napari shows a shape only on the plane it lies
+  in, one voxel deep), and the move of the view there;
 * "locate under cursor": viewer mouse callbacks that map the cursor to the layer's data at the
   level napari is showing, then to the core's world (so a moved layer still picks right);
 * the shard map as a Labels layer (value = shard number; background set to a value that never
@@ -63,6 +64,7 @@ from napari_shardscope.core.layout import (
     parse_position,
 )
 from napari_shardscope.widgets.lifecycle import on_removed
+from napari_shardscope.widgets.scrolling import scroll_body, wrapping
 
 if TYPE_CHECKING:
     import napari
@@ -151,7 +153,7 @@ class ShardBrowser(QWidget):
     def _build_ui(self) -> None:
         self.setToolTip(HELP)
         self.setMinimumWidth(440)
-        layout = QVBoxLayout(self)
+        layout = QVBoxLayout(scroll_body(self))  # scrolls in a short dock instead of overlapping
         top = QHBoxLayout()
         top.addWidget(QLabel("Layer:"))
         self.layer_combo = QComboBox()
@@ -179,7 +181,7 @@ class ShardBrowser(QWidget):
         self.tree_widget.itemClicked.connect(self._on_item_clicked)
         self.tree_widget.setMinimumHeight(220)
         layout.addWidget(self.tree_widget, stretch=4)
-        self.detail_label = QLabel("")
+        self.detail_label = wrapping(QLabel(""))  # a long path wraps in the panel's width, never over the tree
         self.detail_label.setWordWrap(True)
         self.detail_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         layout.addWidget(self.detail_label)
@@ -204,7 +206,7 @@ class ShardBrowser(QWidget):
         self.cursor_check = QCheckBox("Locate under cursor (move: show, click: outline)")
         self.cursor_check.toggled.connect(self.set_cursor_mode)
         form.addRow(self.cursor_check)
-        self.locate_label = QLabel("")
+        self.locate_label = wrapping(QLabel(""))
         self.locate_label.setWordWrap(True)
         self.locate_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         form.addRow(self.locate_label)
@@ -557,15 +559,21 @@ class ShardBrowser(QWidget):
             shapes.append(vertices)
             if len(shapes) >= MAX_OUTLINE_PLANES:
                 break
-        width = float(np.min(hi[list(rect)] - lo[list(rect)])) / 40
+        # The outline lives on the volume's voxel grid (its scale and translate): napari shows a shape on a
+        # plane one data unit deep, so in world units (scale 1) it would be 1 nm deep along z and vanish
+        # between the volume's planes.
+        scale, translate = self._level0()
+        shapes = [(s - translate) / scale for s in shapes]
+        width = float(np.min((hi[list(rect)] - lo[list(rect)]) / scale[list(rect)])) / 40
         active = self.viewer.layers.selection.active  # adding the outline selects it; give the clicks back
         layer = self.outline_layer
-        if layer is None or layer not in self.viewer.layers or layer.ndim != lo.size:
+        if (layer is None or layer not in self.viewer.layers or layer.ndim != lo.size
+                or not np.allclose(layer.scale, scale) or not np.allclose(layer.translate, translate)):
             if layer is not None and layer in self.viewer.layers:
                 self.viewer.layers.remove(layer)
             layer = self.viewer.add_shapes(shapes, shape_type="rectangle", edge_color="yellow",
                                            face_color="transparent", edge_width=width, name=OUTLINE_NAME,
-                                           ndim=lo.size, **self._units())
+                                           ndim=lo.size, scale=scale, translate=translate, **self._units())
             self.outline_layer = layer
         else:
             layer.data = shapes

@@ -46,6 +46,7 @@ from napari_shardscope.core.proofreading.wording import (
     id_list,
 )
 from napari_shardscope.widgets.lifecycle import on_removed
+from napari_shardscope.widgets.scrolling import scroll_body
 from napari_shardscope.widgets.session import ViewerSession, session_for
 from napari_shardscope.widgets.workers import start_job
 
@@ -98,7 +99,7 @@ class VersionsPanel(QWidget):  # type: ignore[misc]
 
     def _build(self) -> None:
         c = self.controller
-        vbox = QVBoxLayout(self)
+        vbox = QVBoxLayout(scroll_body(self))  # scrolls in a short dock instead of overlapping
         self.tree = QTreeWidget()
         self.tree.setColumnCount(len(COLUMNS))
         self.tree.setHeaderLabels(list(COLUMNS))

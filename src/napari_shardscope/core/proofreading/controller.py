@@ -39,6 +39,13 @@ from napari_shardscope.core.labelmap import BodySplit, Box, LabelmapVersion, Mut
 from napari_shardscope.core.labelmap.branch_merge import BranchMergePlan, BranchMergeResult, Resolution
 from napari_shardscope.core.labelmap.diff import VersionDiff
 from napari_shardscope.core.proofreading.jobs import Job, JobKind
+from napari_shardscope.core.proofreading.navigation import (
+    TARGET_KINDS,
+    NavTarget,
+    TargetKind,
+    find_target,
+    parse_target,
+)
 from napari_shardscope.core.proofreading.session import (
     EXPORT_FORMATS,
     NO_REPOSITORY,
@@ -60,6 +67,7 @@ from napari_shardscope.core.proofreading.state import (
     PendingSplit,
     Status,
 )
+from napari_shardscope.core.proofreading.todo import TodoItem, Worklist
 from napari_shardscope.core.proofreading.wording import (
     describe_bounds,
     describe_branch_merge,
@@ -103,6 +111,7 @@ ACTIONS: Mapping[str, str] = {
 
 
 StateListener = Callable[[ControllerState], None]
+NavigationListener = Callable[[NavTarget], None]
 
 
 class ProofreadingController:
@@ -127,6 +136,11 @@ class ProofreadingController:
         self.last_export: ExportReport | None = None
         self._depth = 0
         self._dirty = False
+        self._nav_listeners: list[NavigationListener] = []
+        #: The to-do list being walked (statuses kept in the repository; see core/proofreading/todo.py).
+        self.todo = Worklist(lambda: self.session.repo,
+                             lambda: self.session.version.uuid if self.session.version is not None else None,
+                             go=self.go_to_item)
         self.session.subscribe(self._on_session)
 
     # -- listeners and batching -----------------------------------------------------------------
@@ -537,6 +551,46 @@ class ProofreadingController:
         if m.operation in ("undo", "redo"):
             return describe_undo(m, self._original(v, m))
         return edit_phrase(m)
+
+    def toggle_mode(self) -> Mode:
+        """Switch what a click picks: bodies ↔ supervoxels."""
+        self.set_mode("supervoxels" if self._mode == "bodies" else "bodies")
+        return self._mode
+
+    # -- navigation -----------------------------------------------------------------------------
+    def on_navigate(self, listener: NavigationListener) -> Callable[[], None]:
+        """Call ``listener(target)`` after each :meth:`go_to` (a view moves its camera); returns an unsubscribe."""
+        self._nav_listeners.append(listener)
+        return lambda: self._nav_listeners.remove(listener) if listener in self._nav_listeners else None
+
+    def go_to(self, what: str | TargetKind, value: int | tuple[int, int, int] | None = None) -> NavTarget:
+        """Go to a body, a supervoxel or a voxel: select the body there and tell the views where to look.
+
+        ``go_to("body 12")``, ``go_to("sv 345")``, ``go_to("30, 140, 88")`` (z, y, x) as typed in a
+        go-to box, or ``go_to("body", 12)``. The box and focus come from the label index.
+        """
+        with self._action():
+            _, _, v = self.session.require()
+            kind: TargetKind
+            if value is None:
+                kind, found = parse_target(str(what))
+            elif what in TARGET_KINDS:
+                kind, found = next(k for k in TARGET_KINDS if k == what), value
+            else:
+                raise ArgumentError(f"go to one of {TARGET_KINDS}, not {what!r}")
+            target = find_target(v, kind, found)
+            if target.label and target.kind != "supervoxel":
+                self.select(target.label)
+            elif target.kind == "supervoxel":
+                self.select(v.body_of(target.label))
+            self._ok(f"went to {target.describe()}")
+            for listener in list(self._nav_listeners):
+                listener(target)
+            return target
+
+    def go_to_item(self, item: TodoItem) -> NavTarget:
+        """Go to a to-do item (what :attr:`todo` calls on next / previous)."""
+        return self.go_to(item.kind, item.value)
 
     # -- edits ----------------------------------------------------------------------------------
     def merge(self) -> Mutation:
@@ -967,7 +1021,16 @@ class ProofreadingController:
             candidates = self._candidates()
             if self._merge_theirs not in candidates:
                 self._merge_theirs = candidates[0] if candidates else None
+            if event.kind in ("connected", "disconnected", "checkout"):
+                self._reload_todo()
             self._touch()
+
+    def _reload_todo(self) -> None:
+        """The to-do statuses shown are those of the version checked out (or none when disconnected)."""
+        try:
+            self.todo.reload()
+        except ShardscopeError as exc:
+            self._notes.append(f"to-do list not read: {exc}")
 
     def _exists(self, uuid: str) -> bool:
         try:

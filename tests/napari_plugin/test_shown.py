@@ -1,0 +1,58 @@
+"""What napari reads: a damaged chunk is drawn as background and reported once; the rest is read as stored.
+
+No viewer needed: the arrays :func:`volume_layer_data` hands to napari are read the way napari reads
+them (index with the visible region, then ``np.asarray``), and compared with the strict reader on an
+intact copy.
+"""
+
+from __future__ import annotations
+
+import shutil
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from napari_shardscope.core.errors import ChunkDecodeError, ReadOnlyVolumeError
+from napari_shardscope.core.layout import open_layout
+from napari_shardscope.core.sample_data import SampleDataset
+from napari_shardscope.core.volumes import open_volumes
+from napari_shardscope.napari_plugin.layers import volume_layer_data
+from napari_shardscope.napari_plugin.shown import DamagedChunkWarning, ShownArray
+from tests.volume_cases import sample  # noqa: F401  (fixture)
+
+
+def test_a_damaged_chunk_is_background_and_reported_once(sample: SampleDataset, tmp_path: Path) -> None:  # noqa: F811
+    copy = tmp_path / "broken"
+    shutil.copytree(sample.segmentation, copy)
+    bad = open_layout(str(copy)).locate_voxel((200, 140, 50), "8_8_40")  # x, y, z
+    assert bad.node.byte_range is not None and bad.node.file is not None
+    a, b = bad.node.byte_range
+    data = bytearray((copy / bad.node.file).read_bytes())
+    data[a + 12: b] = bytes(b - a - 12)  # the chunk's gzip stream no longer decodes
+    (copy / bad.node.file).write_bytes(bytes(data))
+
+    intact = np.asarray(open_volumes(str(sample.segmentation))[0].arrays[0][50])
+    arrays, _, kind = volume_layer_data(open_volumes(str(copy))[0])
+    assert kind == "labels"
+    level0 = arrays[0] if isinstance(arrays, list) else arrays
+    assert isinstance(level0, ShownArray)
+    with pytest.raises(ChunkDecodeError):  # the strict array behind it still raises for other readers
+        level0.inner[50].read()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        plane = np.asarray(level0[50])  # napari: index first, convert later
+        again = np.asarray(level0[50, 100:200, 100:250])
+    reports = [w for w in caught if issubclass(w.category, DamagedChunkWarning)]
+    assert len(reports) == 1 and "drawn as background" in str(reports[0].message)
+    damaged = plane != intact
+    assert damaged.any() and np.all(plane[damaged] == 0)
+    ys, xs = np.nonzero(damaged)
+    chunk = level0.chunks
+    assert chunk is not None
+    assert ys.max() - ys.min() < chunk[1] and xs.max() - xs.min() < chunk[2]  # one chunk, nothing else
+    assert 140 in range(ys.min(), ys.max() + 1) and 200 in range(xs.min(), xs.max() + 1)
+    np.testing.assert_array_equal(again, plane[100:200, 100:250])
+    with pytest.raises(ReadOnlyVolumeError):
+        level0[0, 0, 0] = 1
