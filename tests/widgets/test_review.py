@@ -64,8 +64,10 @@ def test_review_lists_clean_and_conflicting_bodies_and_keeps_theirs(proofread: P
     panel.tree.setCurrentItem(panel.item(f"body:{d}"))
     qtbot.mouseClick(panel.go_button, LEFT)
     assert c.last_error == ""
-    z = panel.reviewer.centre(d)[0]
+    target = panel.reviewer.target(d)
+    z = target.world_focus(c.version.scales[0])[0]
     assert abs(viewer.dims.point[0] - z) <= max(c.version.scales[0].voxel_size[0], 1)
+    assert target.label == d and target.box.lo[0] <= target.focus[0] < target.box.hi[0]
     qtbot.mouseClick(panel.toggle_button, LEFT)
     after = [layer for layer in viewer.layers if layer.name == AFTER_LAYER]
     assert after and after[0].visible and panel.toggle_button.text() == "Show before"

@@ -30,9 +30,9 @@ from qtpy.QtWidgets import (
 
 from napari_shardscope.core.proofreading import ControllerState
 from napari_shardscope.core.proofreading.review import KEEPS, BranchReviewer, ReviewRow
+from napari_shardscope.widgets.canvas import canvas_for
 from napari_shardscope.widgets.lifecycle import on_removed
 from napari_shardscope.widgets.session import ViewerSession, keep_read_only, session_for
-from napari_shardscope.widgets.shard_browser import camera
 
 if TYPE_CHECKING:
     import napari
@@ -133,10 +133,10 @@ class ReviewPanel(QWidget):  # type: ignore[misc]
         self.controller.attempt(self.reviewer.keep, key, keep)  # type: ignore[arg-type]
 
     def go_to(self, key: str | int) -> None:
-        """Centre the view on a body of the review (its block-box centre, that z plane)."""
-        z, y, x = self.reviewer.centre(key)
-        self.viewer.dims.set_point(0, z)
-        camera(self.viewer).center = (y, x)
+        """Centre and zoom the view on a body of the review, as the Navigate panel's go-to does."""
+        target = self.controller.attempt(self.reviewer.target, key)
+        if target is not None:
+            canvas_for(self.viewer).move_to(target)
 
     def show_after(self, on: bool) -> None:
         """Show the branch head (after) over the body layer, or hide it (before)."""

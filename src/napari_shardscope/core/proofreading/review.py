@@ -14,13 +14,13 @@ plain words); the choices are the controller's branch-merge choices (conflict ke
 ``supervoxel:N``), so accepting is exactly the Versions panel's Merge. "Mine" is the checked-out
 target (the merge's ``ours``), "theirs" the reviewed branch.
 
-Where to look (:func:`centre_of`) is kept here, small and separate, until the proofreading
-navigation (go-to) lands: the body's block-box centre in world coordinates of scale 0.
+Where to look (:meth:`BranchReviewer.target`) is the proofreading go-to's target of the body on the
+branch head (the "after" side, where a body the branch made exists), or on the checked-out version
+for a body the branch merged away: the same box, plane and zoom as the Navigate panel's go-to.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -29,6 +29,7 @@ from napari_shardscope.core.labelmap.branch_merge import BranchMergeResult, Reso
 from napari_shardscope.core.labelmap.review import BodyReview, BranchReview, review_branch
 from napari_shardscope.core.labelmap.version import LabelmapVersion
 from napari_shardscope.core.proofreading.controller import ProofreadingController
+from napari_shardscope.core.proofreading.navigation import NavTarget, body_target
 
 Keep = Literal["mine", "theirs", "both"]
 KEEPS: tuple[Keep, ...] = ("mine", "theirs", "both")
@@ -52,11 +53,6 @@ class ReviewRow:
     @property
     def title(self) -> str:
         return self.key.replace(":", " ")
-
-
-def centre_of(location: Sequence[int], voxel_size: Sequence[float], translate: Sequence[float]) -> tuple[float, ...]:
-    """World coordinates (z, y, x) of a scale-0 voxel: where the view is centred to look at a body."""
-    return tuple(t + (x + 0.5) * s for t, x, s in zip(translate, location, voxel_size, strict=True))
 
 
 class BranchReviewer:
@@ -116,15 +112,17 @@ class BranchReviewer:
         assert lm is not None
         return lm.at(review.branch)
 
-    def centre(self, key: str | int) -> tuple[float, ...]:
-        """World point (z, y, x) at the centre of a body's blocks, to move the view there."""
-        _, review = self._current()
+    def target(self, key: str | int) -> NavTarget:
+        """Where to look at a body of the review: its go-to target after the branch, else before it."""
+        self._current()
         body = key if isinstance(key, int) else int(key.split(":")[1])
-        for b in review.bodies:
-            if b.body == body and b.location is not None:
-                g = self.after().scales[0]
-                return centre_of(b.location, g.voxel_size, g.translate)
-        raise ArgumentError(f"body {body} has no location in this review")
+        after = self.after()
+        if after.exists(body):
+            return body_target(after, body)
+        version = self.controller.version
+        if version is not None and version.exists(body):
+            return body_target(version, body)
+        raise ArgumentError(f"body {body} exists neither on the reviewed branch nor on the checked-out version")
 
     def accept(self) -> BranchMergeResult:
         """Write the merge version (open, checked out) with the sides chosen; commit and push it after."""
