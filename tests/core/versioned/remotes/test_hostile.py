@@ -204,3 +204,19 @@ def test_clone_of_a_crafted_remote_touches_nothing_outside(base: Path, tmp_path:
     with pytest.raises(CorruptObjectError):
         R.clone(str(remote), tmp_path / "space" / "b")
     assert not (tmp_path / "space" / "b").exists()
+
+
+def test_clone_refuses_a_root_object_of_another_version(base: Path, tmp_path: Path) -> None:
+    """refs.json's root must name the version its object holds (as every other ref is checked)."""
+    a = make_repo(tmp_path / "a", base)
+    edit(a, "merge", np.random.default_rng(3))
+    remote = tmp_path / "remote"
+    R.add_remote(a, "origin", str(remote))
+    R.push(a, "origin", "main")
+    a.close()
+    doc = json.loads((remote / REFS_KEY).read_bytes())
+    doc["root"]["object"] = doc["branches"]["main"]["object"]  # a real object, of the head version
+    (remote / REFS_KEY).write_bytes(json.dumps(doc).encode())
+    with pytest.raises(CorruptObjectError, match="not the root"):
+        R.clone(str(remote), tmp_path / "b")
+    assert not (tmp_path / "b").exists()

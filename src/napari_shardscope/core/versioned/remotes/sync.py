@@ -41,6 +41,7 @@ from napari_shardscope.core.versioned.errors import (
 from napari_shardscope.core.versioned.node import NodeContent, NodeEntry, NodeLog
 from napari_shardscope.core.versioned.remotes import config as C
 from napari_shardscope.core.versioned.remotes.errors import (
+    CorruptObjectError,
     LostRaceError,
     NonFastForwardError,
     NoRemoteRepositoryError,
@@ -514,6 +515,9 @@ def clone(url: str, dest: str | os.PathLike[str], *, branch: str | None = None, 
             raise ArgumentError(f"{url} has no data instance {unknown[0]!r} "
                                 f"(instances: {', '.join(sorted(refs.instances)) or 'none'})")
     header = decode_node(refs.root.object, store.get_object(refs.root.object, "root version"))
+    if header.uuid != refs.root.node or header.parents:
+        raise CorruptObjectError(f"{url}: root object {refs.root.object} holds version {header.uuid}"
+                                 f"{' with parents' if header.parents else ''}, not the root {refs.root.node}")
     records: list[NodeEntry | NodeLog] = []
     for data_name in header.data:
         records.extend(decode_data(data_name, store.get_object(data_name, "root data"), header.instances))
