@@ -220,3 +220,24 @@ def test_clone_refuses_a_root_object_of_another_version(base: Path, tmp_path: Pa
     with pytest.raises(CorruptObjectError, match="not the root"):
         R.clone(str(remote), tmp_path / "b")
     assert not (tmp_path / "b").exists()
+
+
+@pytest.mark.parametrize("counters", ['{"counters": {"labels": 18446744073709551600}}', '{"counters": {"labels": "x"}}',
+                                      '{"counters": [1]}', '[' * 200 + ']' * 200])
+def test_hostile_id_counters_are_refused_typed(base: Path, tmp_path: Path, counters: str) -> None:
+    """ids.json is remote input too: a counter near 2**64 (ids would overflow uint64), a non-number,
+    or a deep document is a CorruptObjectError, never a block of unusable ids."""
+    from napari_shardscope.core.versioned.remotes.store import IDS_KEY, RemoteStore
+
+    a = make_repo(tmp_path / "a", base)
+    remote = tmp_path / "remote"
+    R.add_remote(a, "origin", str(remote))
+    R.push(a, "origin", "main")
+    a.close()
+    (remote / IDS_KEY).write_text(counters)
+    store = RemoteStore(str(remote))
+    with pytest.raises(CorruptObjectError, match=r"ids\.json"):
+        store.reserve_ids("labels", 100, 0, "w")
+    if not counters.startswith('{"counters": {'):
+        with pytest.raises(CorruptObjectError, match=r"ids\.json"):
+            store.counter_names()

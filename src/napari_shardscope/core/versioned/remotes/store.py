@@ -53,6 +53,8 @@ REFS_VERSION = 1
 #: Compare-and-swap attempts before a push or a reservation gives up on a busy remote.
 CAS_ATTEMPTS = 50
 MAX_REFS_BYTES = 16 * 1024 * 1024
+#: Ids are uint64 (label ids, mutation ids): a counter the remote pushes past this is damage.
+MAX_ID = 2**64 - 1
 
 
 @dataclass(frozen=True)
@@ -304,6 +306,9 @@ class RemoteStore:
                 doc["seq"] = int(doc.get("seq", 0)) + 1
             except (ValueError, TypeError, OverflowError) as exc:
                 raise CorruptObjectError(f"{self.url}{IDS_KEY}: unreadable id counters ({exc})") from exc
+            if start + count > MAX_ID:  # ids are uint64 everywhere downstream
+                raise CorruptObjectError(f"{self.url}{IDS_KEY}: counter {counter!r} at {start} leaves no "
+                                         f"{count} ids below 2**64")
             doc["counters"][counter] = start + count
             doc["writer"] = writer
             if self.cas.write_if(IDS_KEY, json.dumps(doc, sort_keys=True).encode(), got.generation) is not None:
