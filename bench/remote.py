@@ -29,40 +29,14 @@ import random
 import statistics
 import sys
 import tempfile
-import threading
 import time
 import urllib.request
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from tests.moto_s3 import serve_moto  # the one loopback S3 the tests use too
 
 BLOCK = 28 * 1024
-
-
-@contextmanager
-def moto_s3() -> Iterator[str]:
-    """An S3 API on 127.0.0.1 (requests one at a time, as the tests run it); its endpoint URL."""
-    from moto.moto_server.werkzeug_app import DomainDispatcherApplication, MotoRequestHandler, create_backend_app
-    from werkzeug.serving import make_server
-
-    moto_app = DomainDispatcherApplication(create_backend_app)
-    lock = threading.Lock()
-
-    def app(environ: Any, start_response: Any) -> Any:
-        with lock:
-            return list(moto_app(environ, start_response))
-
-    server = make_server("127.0.0.1", 0, app, threaded=True, request_handler=MotoRequestHandler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    host, port = server.server_address[:2]
-    endpoint = f"http://{host}:{port}"
-    try:
-        yield endpoint
-    finally:
-        server.shutdown()
-        thread.join(30)
 
 
 def summary(values: list[float]) -> str:
@@ -178,7 +152,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
     rng = random.Random(18)
-    with moto_s3() as endpoint, tempfile.TemporaryDirectory() as tmp:
+    with serve_moto() as endpoint, tempfile.TemporaryDirectory() as tmp:
         os.environ.update({"AWS_ENDPOINT_URL": endpoint, "AWS_REGION": "us-east-1", "AWS_ACCESS_KEY_ID": "bench",
                            "AWS_SECRET_ACCESS_KEY": "bench", "AWS_EC2_METADATA_DISABLED": "true"})
         bucket = "bench-remote"

@@ -15,7 +15,8 @@ import os
 import threading
 import urllib.request
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -53,8 +54,13 @@ class S3Server:
         return name
 
 
-@pytest.fixture(scope="session")
-def s3_server() -> Iterator[S3Server]:
+@contextmanager
+def serve_moto(drop_headers: Sequence[str] = ()) -> Iterator[str]:
+    """moto's S3 app on 127.0.0.1 (free port, requests one at a time); its endpoint URL.
+
+    ``drop_headers``: WSGI environ keys removed from every request (``HTTP_IF_MATCH`` … makes an
+    S3 look-alike that ignores conditional writes).
+    """
     from moto.moto_server.werkzeug_app import DomainDispatcherApplication, MotoRequestHandler, create_backend_app
     from werkzeug.serving import make_server
 
@@ -62,6 +68,8 @@ def s3_server() -> Iterator[S3Server]:
     one_at_a_time = threading.Lock()
 
     def app(environ: Any, start_response: Any) -> Any:
+        for header in drop_headers:
+            environ.pop(header, None)
         with one_at_a_time:
             return list(moto_app(environ, start_response))
 
@@ -69,14 +77,18 @@ def s3_server() -> Iterator[S3Server]:
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     host, port = server.server_address[:2]
-    endpoint = f"http://{host}:{port}"
-    probe = S3Server(endpoint, "")
-    bucket = probe.new_bucket()  # bounded: urlopen's timeout
     try:
-        yield S3Server(endpoint, bucket)
+        yield f"http://{host}:{port}"
     finally:
         server.shutdown()
         thread.join(START_TIMEOUT_S)
+
+
+@pytest.fixture(scope="session")
+def s3_server() -> Iterator[S3Server]:
+    with serve_moto() as endpoint:
+        bucket = S3Server(endpoint, "").new_bucket()  # bounded: urlopen's timeout
+        yield S3Server(endpoint, bucket)
 
 
 @pytest.fixture

@@ -162,3 +162,20 @@ def test_cli_export_gzip_level(tmp_path: Path, capsys: pytest.CaptureFixture[str
     assert run(["export", str(src), str(tmp_path / "bad"), "--gzip-level", "10"]) == 2
     assert "compression level" in capsys.readouterr().err
     assert not (tmp_path / "bad" / "info").exists()
+
+
+def test_a_lying_gzip_trailer_does_not_size_the_output_buffer() -> None:
+    """ISIZE is input: a tiny stream claiming 200 MiB is refused after allocating about what it decodes to."""
+    import tracemalloc
+
+    small = bytearray(gzip.compress(b"x" * 1000, mtime=0))
+    small[-4:] = (200 << 20).to_bytes(4, "little")  # the trailer lies (its CRC is intact: libdeflate checks ISIZE)
+    tracemalloc.start()
+    try:
+        with pytest.raises(libdeflate.InflateError):
+            libdeflate.inflate(bytes(small), "gzip", 256 << 20)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 8 << 20
+    assert libdeflate.inflate(gzip.compress(b"y" * 5000, mtime=0), "gzip", 256 << 20) == b"y" * 5000

@@ -22,6 +22,9 @@ from typing import Any, Literal
 Container = Literal["gzip", "zlib"]
 
 _SUCCESS, _BAD_DATA, _SHORT_OUTPUT, _INSUFFICIENT_SPACE = 0, 1, 2, 3
+#: DEFLATE cannot expand more than about 1032:1 (a 258-byte match per 2 bits), so an input of n bytes
+#: never decodes to more than this many times n; a larger trailer ISIZE is a lie.
+MAX_DEFLATE_RATIO = 1032
 
 
 class InflateError(Exception):
@@ -97,10 +100,14 @@ def compress(data: bytes | bytearray | memoryview, container: Container, level: 
 
 
 def _size_hint(data: bytes, container: Container, pos: int, max_size: int) -> int:
-    """A first output capacity: the gzip trailer's ISIZE when the input is one member, else a ratio guess."""
+    """A first output capacity: the gzip trailer's ISIZE when the input is one member, else a ratio guess.
+
+    ISIZE is whatever the input says: it is believed only up to what DEFLATE can produce from this
+    many bytes, so a 20-byte stream that claims 256 MiB does not make us allocate (and zero) 256 MiB.
+    """
     if container == "gzip" and pos == 0 and len(data) >= 18:
         isize = int.from_bytes(data[-4:], "little")
-        if isize <= max_size:
+        if isize <= min(max_size, MAX_DEFLATE_RATIO * len(data)):
             return isize
     return min(max_size, max(4 * (len(data) - pos), 1 << 12))
 

@@ -149,3 +149,28 @@ def test_old_spellings_warn_and_run(base: Path, tmp_path: Path, capsys: pytest.C
     assert err.strip() == "shardscope merge: deprecated spelling, use 'shardscope body merge' (same arguments)"
     assert run(["body", "merge", repo, "main", "seg", "10", "40"]) == 0
     assert capsys.readouterr().err == ""
+
+
+@pytest.mark.parametrize(("kind", "content"), [
+    ("voxels", [[1, 2], [3, 4], [5, 6]]),      # six numbers are not two voxels
+    ("voxels", [[2, 13.7, 2]]),                # 13.7 is not voxel 13
+    ("seeds", {"1": [[1, 2], [3, 4], [5, 6]]}),
+    ("seeds", {"1": [[4, 8, 5.5]]}),
+    ("seeds", {"1": {"z": 1}}),                # was a TypeError escaping the CLI
+    ("seeds", {"one": [[4, 8, 5]]}),
+    ("seeds", {"1": [[2**70, 8, 5]]}),         # was an OverflowError
+])
+def test_voxel_files_are_taken_as_typed_or_refused(base: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                   kind: str, content: object) -> None:
+    """Voxel and seed files are never reshaped or rounded into coordinates the user did not type."""
+    from napari_shardscope.core.errors import ArgumentError, exit_code_for
+
+    repo = str(tmp_path / "repo")
+    assert call(capsys, "repo", "init", repo)[0] == 0
+    assert call(capsys, "labelmap", "create", repo, "seg", str(base), "--block", "8")[0] == 0
+    path = tmp_path / f"{kind}.json"
+    path.write_text(json.dumps(content))
+    verb = ["split-supervoxel", repo, "main", "seg", "30"] if kind == "voxels" else ["body", "split", repo, "main",
+                                                                                     "seg", "10"]
+    code, text = call(capsys, *verb, str(path))
+    assert code == exit_code_for(ArgumentError("")) and str(path) in str(text)

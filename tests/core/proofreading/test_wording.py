@@ -10,6 +10,8 @@ import re
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, seed, settings
+from hypothesis import strategies as st
 
 from napari_shardscope.core.labelmap.mutations import Mutation
 from napari_shardscope.core.proofreading import ProofreadingController
@@ -165,3 +167,28 @@ def test_keep_both_is_refused_when_their_edits_no_longer_fit(c: ProofreadingCont
     c.merge_branch()
     with fresh(repo_path, c.version.uuid) as stored:  # type: ignore[union-attr]
         assert stored.body_of(30) == 10 and stored.body_of(40) == 40
+
+
+_JUNK = st.recursive(st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=5),
+                     lambda inner: st.lists(inner, max_size=3)
+                     | st.dictionaries(st.text(max_size=3), inner, max_size=3),
+                     max_leaves=8)
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@seed(20261126)
+@given(st.sampled_from(["merge", "cleave", "split-body", "split-supervoxel", "merge-branches", "undo", "redo"]),
+       st.dictionaries(st.sampled_from(["target", "others", "body", "supervoxels", "new_body", "groups", "voxels",
+                                        "supervoxel", "split", "remainder", "applied", "mutation"]), _JUNK))
+def test_words_of_a_hostile_mutation_never_raise(operation: str, args: dict[str, object]) -> None:
+    """A mutation fetched from a remote carries whatever arguments its writer put there: the words for it
+    are built (leaving out what is not an id), never an exception in the panel or the CLI."""
+    m = Mutation(1, operation, args, "someone", 0.0, bodies=(5,))
+    assert describe_edit(m) and edit_phrase(m)
+
+
+def test_numpy_ids_are_named() -> None:
+    import numpy as np
+
+    m = Mutation(1, "merge", {"target": 1042, "others": list(np.array([12, 34], dtype=np.uint64))}, "a", 0.0)
+    assert describe_edit(m) == "merged 2 bodies (12 and 34) into 1042"

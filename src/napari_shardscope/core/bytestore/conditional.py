@@ -142,15 +142,15 @@ def probe_cas(store: ConditionalStore, prefix: str = "cas-probe/") -> bool:
     conditional writes) accepts the stale write, and pushing to it could lose commits.
     """
     key = f"{prefix}{uuid.uuid4().hex}"
-    first = store.write_if(key, b"1", ABSENT)
-    if first is None:
-        return False
-    second = store.write_if(key, b"2", first)
-    if second is None:
-        return False
     try:
+        first = store.write_if(key, b"1", ABSENT)
+        if first is None:
+            return False
+        second = store.write_if(key, b"2", first)
+        if second is None:
+            return False
         stale = store.write_if(key, b"3", first)
         again = store.write_if(key, b"4", ABSENT)
     finally:
-        store.delete(key)
+        store.delete(key)  # every outcome: no probe key is left behind on the user's bucket
     return stale is None and again is None

@@ -104,24 +104,40 @@ def _open(args: argparse.Namespace) -> tuple[Repository, Labelmap, LabelmapVersi
         raise
 
 
+def _voxel_array(value: Any, where: str) -> npt.NDArray[np.int64]:
+    """``value`` as an (N, 3) int64 voxel list, or :class:`ArgumentError` naming ``where``.
+
+    Nothing is reshaped or rounded: ``[[1, 2], [3, 4], [5, 6]]`` is not two voxels, and ``1.7`` is
+    not voxel 1 (an edit at coordinates the user did not type is worse than no edit).
+    """
+    try:
+        arr = np.asarray(value)
+    except (ValueError, TypeError) as exc:
+        raise ArgumentError(f"{where}: not a voxel list ({exc})") from None
+    if arr.size == 0:
+        return np.zeros((0, 3), dtype=np.int64)
+    if arr.ndim != 2 or arr.shape[1] != 3 or arr.dtype.kind not in "iu":
+        raise ArgumentError(f"{where}: voxels must be an (N, 3) list of integers z, y, x "
+                            f"(x, y, z with --xyz), got shape {arr.shape} of {arr.dtype}")
+    if arr.dtype.kind == "u" and arr.size and int(arr.max()) > np.iinfo(np.int64).max:
+        raise ArgumentError(f"{where}: voxel coordinate {int(arr.max())} is out of range")
+    out: npt.NDArray[np.int64] = arr.astype(np.int64)
+    return out
+
+
 def _read_voxels(path: str) -> npt.NDArray[np.int64]:
     """An (N, 3) z, y, x voxel list from ``.npy`` or JSON."""
     data = read_argument_file(path, "voxels")
     try:
         if path.endswith(".npy"):
-            arr = np.load(io.BytesIO(data), allow_pickle=False)
+            value: Any = np.load(io.BytesIO(data), allow_pickle=False)
         else:
-            arr = np.asarray(load_json(data, key=path), dtype=np.int64)
+            value = load_json(data, key=path)
     except MetadataError as exc:
         raise ArgumentError(str(exc)) from exc
     except ValueError as exc:
         raise ArgumentError(f"{path}: not a voxel list ({exc})") from exc
-    if arr.size == 0:
-        return np.zeros((0, 3), dtype=np.int64)
-    if arr.ndim != 2 or arr.shape[1] != 3 or arr.dtype.kind not in "iu":
-        raise ArgumentError(f"{path}: voxels must be an (N, 3) integer list of z, y, x, got shape {arr.shape}")
-    out: npt.NDArray[np.int64] = arr.astype(np.int64)
-    return out
+    return _voxel_array(value, path)
 
 
 def _read_seeds(path: str) -> dict[int, npt.NDArray[np.int64]]:
@@ -129,11 +145,16 @@ def _read_seeds(path: str) -> dict[int, npt.NDArray[np.int64]]:
     data = read_argument_file(path, "seeds")
     try:
         doc = load_json_object(data, key=path)
-        return {int(g): np.asarray(vox, dtype=np.int64).reshape(-1, 3) for g, vox in doc.items()}
     except MetadataError as exc:
         raise ArgumentError(str(exc)) from exc
-    except ValueError as exc:
-        raise ArgumentError(f"{path}: not a seeds file ({exc})") from exc
+    seeds: dict[int, npt.NDArray[np.int64]] = {}
+    for g, vox in doc.items():
+        try:
+            group = int(g)
+        except ValueError:
+            raise ArgumentError(f"{path}: seed group {g!r} is not an integer") from None
+        seeds[group] = _voxel_array(vox, f"{path} (seed group {g})")
+    return seeds
 
 
 # -- labelmap instance commands ---------------------------------------------------------------------

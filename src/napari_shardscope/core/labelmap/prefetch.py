@@ -20,10 +20,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from napari_shardscope.core.bytestore.containment import check_key
 from napari_shardscope.core.bytestore.local import write_file_atomic
-from napari_shardscope.core.errors import ArgumentError
+from napari_shardscope.core.errors import ArgumentError, NotFoundError
 from napari_shardscope.core.formats import open_dataset
 from napari_shardscope.core.labelmap.config import TYPE_NAME, LabelmapConfig
+from napari_shardscope.core.versioned.errors import StoreCorruptError
+from napari_shardscope.core.versioned.instance import check_instance_name
 from napari_shardscope.core.versioned.repository import Repository
 
 CACHE_FILE = "base-cache.json"
@@ -45,19 +48,33 @@ class PrefetchReport:
         return {"labelmap": self.labelmap, "path": str(self.path), "objects": self.objects, "bytes": self.bytes}
 
 
+def _read_cache(repo_path: Path) -> dict[str, Any]:
+    """``base-cache.json`` (empty when absent); a damaged one is an error, not "no local copy".
+
+    Silently reading the origin instead would fail only later, offline, far from the cause.
+    """
+    cache = repo_path / CACHE_FILE
+    try:
+        doc = json.loads(cache.read_bytes())
+    except FileNotFoundError:
+        return {}
+    except (OSError, ValueError) as exc:
+        raise StoreCorruptError(f"{cache}: unreadable ({exc}); delete it to read the base from its origin") from exc
+    if not isinstance(doc, dict):
+        raise StoreCorruptError(f"{cache}: not a JSON object; delete it to read the base from its origin")
+    return doc
+
+
 def local_base(repo: Repository, name: str) -> str | None:
     """The local copy of labelmap ``name``'s base, when a prefetch made one (else None: read the origin)."""
     if repo.path is None:
         return None
-    try:
-        doc = json.loads((Path(repo.path) / CACHE_FILE).read_text())
-    except (OSError, ValueError):
-        return None
-    path = doc.get(name) if isinstance(doc, dict) else None
+    path = _read_cache(Path(repo.path)).get(name)
     return str(path) if isinstance(path, str) and Path(path).is_dir() else None
 
 
 def _region_keys(dataset: Any, config: LabelmapConfig, region: Sequence[Sequence[int]] | None) -> set[str]:
+    """The stored objects (chunk or shard files) holding ``region`` at every scale (all of them when None)."""
     backend = dataset.layout_backend()
     keys: set[str] = set()
     for scale in config.scales:
@@ -75,8 +92,6 @@ def _region_keys(dataset: Any, config: LabelmapConfig, region: Sequence[Sequence
             node = backend.locate_grid(scale.key, tuple(grid))
             if node.present and node.file:
                 keys.add(node.file)
-        for doc in _SCALE_METADATA:
-            keys.add(f"{scale.key}/{doc}")
     return keys
 
 
@@ -95,14 +110,22 @@ def prefetch_base(repo: Repository, name: str, region: Sequence[Sequence[int]] |
         raise ArgumentError(f"instance {name!r} is a {inst.type}, not a {TYPE_NAME}")
     config = LabelmapConfig.from_json(inst.config, name=name)
     dataset = open_dataset(config.base)
-    top = {str(getattr(dataset, "metadata_key", "")), ".zattrs", "zarr.json", "attributes.json"} - {""}
-    keys = sorted(_region_keys(dataset, config, region) | top)
-    dest = Path(repo.path) / CACHE_DIR / name
+    # metadata documents are tried (each format keeps only some); the region's objects must be there
+    optional = {str(getattr(dataset, "metadata_key", "")), ".zattrs", "zarr.json", "attributes.json"} - {""}
+    optional |= {f"{scale.key}/{doc}" for scale in config.scales for doc in _SCALE_METADATA}
+    required = _region_keys(dataset, config, region)
+    keys = sorted(required | optional)
+    dest = Path(repo.path) / CACHE_DIR / check_instance_name(name)
+    doc = _read_cache(Path(repo.path))
     copied = size = 0
     for i, key in enumerate(keys):
+        check_key(key, str(dest))  # a key from the base's metadata must not write outside the copy
         target = dest / key
         if not target.exists():
             data = dataset.store.read(key)
+            if data is None and key in required:  # located a moment ago: deleted meanwhile
+                raise NotFoundError(f"{config.base}: {key} holds part of the region but cannot be read; "
+                                    f"the local copy would read it as empty")
             if data is not None:
                 target.parent.mkdir(parents=True, exist_ok=True)
                 write_file_atomic(target, data)
@@ -110,13 +133,8 @@ def prefetch_base(repo: Repository, name: str, region: Sequence[Sequence[int]] |
                 size += len(data)
         if progress is not None:
             progress(i + 1, len(keys))
-    cache = Path(repo.path) / CACHE_FILE
-    try:
-        doc = json.loads(cache.read_text())
-    except (OSError, ValueError):
-        doc = {}
     doc[name] = str(dest)
-    write_file_atomic(cache, json.dumps(doc, indent=1).encode())
+    write_file_atomic(Path(repo.path) / CACHE_FILE, json.dumps(doc, indent=1).encode())
     return PrefetchReport(name, dest, copied, size)
 
 
@@ -124,10 +142,6 @@ def drop_local_base(repo: Repository, name: str) -> None:
     """Read labelmap ``name``'s base from its origin again (the copy stays on disk until removed)."""
     if repo.path is None:
         return
-    cache = Path(repo.path) / CACHE_FILE
-    try:
-        doc = json.loads(cache.read_text())
-    except (OSError, ValueError):
-        return
-    doc.pop(name, None)
-    write_file_atomic(cache, json.dumps(doc, indent=1).encode())
+    doc = _read_cache(Path(repo.path))
+    if doc.pop(name, None) is not None:
+        write_file_atomic(Path(repo.path) / CACHE_FILE, json.dumps(doc, indent=1).encode())

@@ -13,6 +13,7 @@ same thing about the same edit, so the sentences are built here, from the record
 
 from __future__ import annotations
 
+import numbers
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -46,7 +47,21 @@ def _bodies(ids: Sequence[int]) -> str:
 
 
 def _ints(value: object) -> list[int]:
-    return [int(v) for v in value] if isinstance(value, (list, tuple)) else []
+    """The integers of a list in a mutation's arguments (those arguments may come from a remote's log:
+    anything that is not an integer is left out of the words rather than crashing the panel)."""
+    if not isinstance(value, (list, tuple)):
+        return []
+    return [int(v) for v in value if not isinstance(v, bool) and isinstance(v, numbers.Integral)]
+
+
+def _int(value: object) -> int:
+    """An integer argument of a mutation, 0 when the record holds something else (see :func:`_ints`)."""
+    return int(value) if not isinstance(value, bool) and isinstance(value, numbers.Integral) else 0
+
+
+def _group_bodies(value: object) -> list[int]:
+    """The bodies a split's seed groups became (``{"1": 12, "2": 34}``), sorted."""
+    return sorted(set(_ints(list(value.values())))) if isinstance(value, dict) else []
 
 
 def edit_phrase(m: Mutation) -> str:
@@ -62,7 +77,7 @@ def edit_phrase(m: Mutation) -> str:
         svs = _ints(a.get("supervoxels"))
         return f"cleave of {plural(len(svs), 'supervoxel')} off {a.get('body')} into {a.get('new_body')}"
     if m.operation == "split-body":
-        parts = sorted({int(b) for b in dict(a.get("groups") or {}).values()})
+        parts = _group_bodies(a.get("groups"))
         return f"split of {a.get('body')}" + (f" into {id_list(parts)}" if parts else "")
     if m.operation == "split-supervoxel":
         return f"split of supervoxel {a.get('supervoxel')} into {a.get('split')} and {a.get('remainder')}"
@@ -83,10 +98,10 @@ def describe_edit(m: Mutation) -> str:
         svs = _ints(a.get("supervoxels"))
         return f"cleaved {plural(len(svs), 'supervoxel')} off {a.get('body')} into new body {a.get('new_body')}"
     if m.operation == "split-body":
-        parts = sorted({int(b) for b in dict(a.get("groups") or {}).values()})
+        parts = _group_bodies(a.get("groups"))
         return f"split body {a.get('body')} into {id_list(parts)}"
     if m.operation == "split-supervoxel":
-        voxels = int(a.get("voxels") or 0)
+        voxels = _int(a.get("voxels"))
         return (f"split supervoxel {a.get('supervoxel')} of body {id_list(m.bodies)}: "
                 f"{plural(voxels, 'voxel')} became {a.get('split')}, the rest {a.get('remainder')}")
     return f"{m.operation.replace('-', ' ')}: bodies {id_list(m.bodies)}"

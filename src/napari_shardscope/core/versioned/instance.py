@@ -25,10 +25,16 @@ def register_instance_type(name: str) -> None:
     INSTANCE_TYPES.add(name)
 
 
+def check_instance_name(name: object) -> str:
+    """``name`` if it is a well-formed instance name (also applied to names a remote hands us)."""
+    if not isinstance(name, str) or not _NAME.fullmatch(name):
+        raise ArgumentError(f"bad instance name {str(name)[:80]!r}: use 1-128 letters, digits, '.', '_' or '-'")
+    return name
+
+
 def check_instance(name: str, type_name: str) -> None:
     """Reject malformed names and unregistered types before anything is written."""
-    if not isinstance(name, str) or not _NAME.fullmatch(name):
-        raise ArgumentError(f"bad instance name {name!r}: use 1-128 letters, digits, '.', '_' or '-'")
+    check_instance_name(name)
     if type_name not in INSTANCE_TYPES:
         raise ArgumentError(f"unknown instance type {type_name!r}; known: {', '.join(sorted(INSTANCE_TYPES))}")
 

@@ -8,10 +8,8 @@ the remote must be left without a refs object (objects no ref reaches are harmle
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pytest
@@ -20,7 +18,7 @@ from napari_shardscope.core.versioned import remotes as R
 from napari_shardscope.core.versioned.remotes.errors import NoCompareAndSwapError
 from napari_shardscope.core.versioned.remotes.store import RemoteStore
 from tests.core.versioned.remotes.helpers import edit, make_repo
-from tests.moto_s3 import START_TIMEOUT_S, S3Server
+from tests.moto_s3 import S3Server, serve_moto
 
 CONDITIONAL = ("HTTP_IF_MATCH", "HTTP_IF_NONE_MATCH")
 
@@ -28,31 +26,11 @@ CONDITIONAL = ("HTTP_IF_MATCH", "HTTP_IF_NONE_MATCH")
 @pytest.fixture
 def lax_s3(monkeypatch: pytest.MonkeyPatch) -> Iterator[S3Server]:
     """moto S3 on 127.0.0.1 that ignores conditional-write headers (one request at a time)."""
-    from moto.moto_server.werkzeug_app import DomainDispatcherApplication, MotoRequestHandler, create_backend_app
-    from werkzeug.serving import make_server
-
-    moto_app = DomainDispatcherApplication(create_backend_app)
-    one_at_a_time = threading.Lock()
-
-    def app(environ: Any, start_response: Any) -> Any:
-        for header in CONDITIONAL:
-            environ.pop(header, None)
-        with one_at_a_time:
-            return list(moto_app(environ, start_response))
-
-    server = make_server("127.0.0.1", 0, app, threaded=True, request_handler=MotoRequestHandler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    host, port = server.server_address[:2]
-    s3 = S3Server(f"http://{host}:{port}", "")
-    s3 = S3Server(s3.endpoint, s3.new_bucket())
-    for k, v in s3.env().items():
-        monkeypatch.setenv(k, v)
-    try:
+    with serve_moto(drop_headers=CONDITIONAL) as endpoint:
+        s3 = S3Server(endpoint, S3Server(endpoint, "").new_bucket())
+        for k, v in s3.env().items():
+            monkeypatch.setenv(k, v)
         yield s3
-    finally:
-        server.shutdown()
-        thread.join(START_TIMEOUT_S)
 
 
 def test_push_to_a_store_without_cas_is_refused(lax_s3: S3Server, base: Path, tmp_path: Path) -> None:

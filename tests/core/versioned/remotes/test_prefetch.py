@@ -53,3 +53,21 @@ def test_prefetched_region_clone_works_offline(tmp_path: Path, capsys: pytest.Ca
         assert open_labelmap(laptop, "seg").at("main").body_of(ids[1]) == ids[0]
     with open_repository(tmp_path / "online") as online, pytest.raises(ShardscopeError):
         open_labelmap(online, "seg").at("main").read_bodies(box)  # no copy: the gone server is needed
+
+
+def test_prefetch_refuses_a_damaged_cache_file(tmp_path: Path, base: Path) -> None:
+    """A damaged ``base-cache.json`` is an error naming it, not a silent "read the origin" (which
+    fails only later, offline), and a prefetch does not overwrite it."""
+    from napari_shardscope.core.labelmap.prefetch import CACHE_FILE, local_base, prefetch_base
+    from napari_shardscope.core.versioned.errors import StoreCorruptError
+
+    repo = make_repo(tmp_path / "a", base)
+    first = prefetch_base(repo, "seg", [list(r) for r in REGION])
+    assert first.objects > 0 and local_base(repo, "seg") == str(first.path)
+    (tmp_path / "a" / CACHE_FILE).write_text("[1, 2")
+    with pytest.raises(StoreCorruptError, match=CACHE_FILE.replace(".", r"\.")):
+        local_base(repo, "seg")
+    with pytest.raises(StoreCorruptError, match=CACHE_FILE.replace(".", r"\.")):
+        prefetch_base(repo, "seg")
+    assert (tmp_path / "a" / CACHE_FILE).read_text() == "[1, 2"
+    repo.close()

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import struct
 import zlib
 from collections.abc import Iterator, Mapping, Sequence
@@ -24,7 +25,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from napari_shardscope.core.encoding import inflate
-from napari_shardscope.core.errors import FormatError
+from napari_shardscope.core.errors import ArgumentError, FormatError
+from napari_shardscope.core.json_document import load_json
+from napari_shardscope.core.versioned.dag import check_branch_name
+from napari_shardscope.core.versioned.instance import check_instance_name
 from napari_shardscope.core.versioned.node import NodeContent, NodeEntry, NodeLog, NodeNote
 from napari_shardscope.core.versioned.remotes.errors import CorruptObjectError
 
@@ -42,13 +46,63 @@ _L = struct.Struct(">cHQI")
 _KV = struct.Struct(">II")
 
 
+_OBJECT = re.compile(r"[0-9a-f]{64}")
+_UUID = re.compile(r"[0-9a-f]{32}")
+
+
+def check_object_name(name: object, where: str) -> str:
+    """``name`` if it is an object name (64 lowercase hex); :class:`CorruptObjectError` naming ``where``.
+
+    Every object name a remote hands us (in refs, in a node object) becomes a store key
+    (:func:`object_key`); a name with ``/`` or ``..`` would read outside ``objects/``.
+    """
+    if not isinstance(name, str) or not _OBJECT.fullmatch(name):
+        raise CorruptObjectError(f"{where}: {str(name)[:80]!r} is not an object name (64 hex digits)")
+    return name
+
+
+def check_uuid(uuid: object, where: str) -> str:
+    """``uuid`` if it is a version UUID (32 lowercase hex); :class:`CorruptObjectError` naming ``where``."""
+    if not isinstance(uuid, str) or not _UUID.fullmatch(uuid):
+        raise CorruptObjectError(f"{where}: {str(uuid)[:80]!r} is not a version UUID (32 hex digits)")
+    return uuid
+
+
+def check_remote_branch(name: object, where: str) -> str:
+    """A branch name read from a remote, checked by the local grammar (:func:`check_branch_name`)."""
+    try:
+        return check_branch_name(name)  # type: ignore[arg-type]
+    except ArgumentError as exc:
+        raise CorruptObjectError(f"{where}: {exc}") from None
+
+
+def check_remote_instance(name: object, where: str) -> str:
+    """An instance name read from a remote, checked by the local grammar (:func:`check_instance_name`)."""
+    try:
+        return check_instance_name(name)
+    except ArgumentError as exc:
+        raise CorruptObjectError(f"{where}: {exc}") from None
+
+
+def load_remote_json(data: bytes, where: str, max_bytes: int) -> dict[str, Any]:
+    """A JSON object read from a remote, through the project's bounded loader (size, depth, byte offset)."""
+    try:
+        doc = load_json(data, key=where, max_bytes=max_bytes)
+    except FormatError as exc:
+        raise CorruptObjectError(str(exc)) from None
+    if not isinstance(doc, dict):
+        raise CorruptObjectError(f"{where}: not a JSON object")
+    return doc
+
+
 def object_name(data: bytes) -> str:
     """The content hash naming ``data`` (64 hex characters)."""
     return hashlib.sha256(data).hexdigest()
 
 
 def object_key(name: str) -> str:
-    """Where object ``name`` lives under the remote's root."""
+    """Where object ``name`` lives under the remote's root (``name`` must be 64 hex digits)."""
+    check_object_name(name, "object key")
     return f"objects/{name[:2]}/{name[2:]}"
 
 
@@ -138,16 +192,22 @@ def encode_node(node: NodeContent, parent_objects: Mapping[str, str], data_names
 def decode_node(name: str, data: bytes) -> NodeHeader:
     """Inverse of :func:`encode_node` (after :func:`verify`)."""
     raw = _unframe(NODE_MAGIC, data, name)
+    where = f"object {name}"
+    h = load_remote_json(raw, where, MAX_OBJECT_BYTES)
     try:
-        h = json.loads(raw)
-        return NodeHeader(
-            uuid=str(h["uuid"]), parents=tuple((str(p), str(o)) for p, o in h["parents"]), branch=str(h["branch"]),
+        parents = tuple((check_uuid(p, where), check_object_name(o, where)) for p, o in h["parents"])
+        header = NodeHeader(
+            uuid=check_uuid(h["uuid"], where), parents=parents, branch=check_remote_branch(h["branch"], where),
             message=str(h["message"]), created=float(h["created"]), committed=float(h["committed"]),
             notes=tuple(NodeNote(int(s), float(t), str(x)) for s, t, x in h["notes"]),
-            instances=tuple(map(str, h["instances"])), data=tuple(map(str, h["data"])),
+            instances=tuple(check_remote_instance(i, where) for i in h["instances"]),
+            data=tuple(check_object_name(d, where) for d in h["data"]),
             entries=int(h["entries"]), logs=int(h["logs"]), region=h.get("region"))
-    except (ValueError, KeyError, TypeError) as exc:
-        raise CorruptObjectError(f"object {name}: unreadable node record ({exc})") from exc
+    except (ValueError, KeyError, TypeError, OverflowError) as exc:
+        raise CorruptObjectError(f"{where}: unreadable node record ({exc})") from exc
+    if header.entries < 0 or header.logs < 0:
+        raise CorruptObjectError(f"{where}: negative record counts")
+    return header
 
 
 def decode_data(name: str, data: bytes, instances: Sequence[str]) -> Iterator[NodeEntry | NodeLog]:

@@ -34,7 +34,17 @@ from napari_shardscope.core.versioned.remotes.errors import (
     NoRemoteRepositoryError,
     ReadOnlyRemoteError,
 )
-from napari_shardscope.core.versioned.remotes.pack import MAX_OBJECT_BYTES, object_key, object_name, verify
+from napari_shardscope.core.versioned.remotes.pack import (
+    MAX_OBJECT_BYTES,
+    check_object_name,
+    check_remote_branch,
+    check_remote_instance,
+    check_uuid,
+    load_remote_json,
+    object_key,
+    object_name,
+    verify,
+)
 
 REFS_KEY = "refs.json"
 IDS_KEY = "ids.json"
@@ -43,6 +53,8 @@ REFS_VERSION = 1
 #: Compare-and-swap attempts before a push or a reservation gives up on a busy remote.
 CAS_ATTEMPTS = 50
 MAX_REFS_BYTES = 16 * 1024 * 1024
+#: Ids are uint64 (label ids, mutation ids): a counter the remote pushes past this is damage.
+MAX_ID = 2**64 - 1
 
 
 @dataclass(frozen=True)
@@ -89,24 +101,52 @@ class Refs:
 
     @staticmethod
     def from_bytes(data: bytes, where: str) -> Refs:
+        """Decode a refs object read from a remote, checking every name in it.
+
+        A remote is hostile input: branch and instance names must pass the local grammars, version
+        UUIDs and object names must be hex of the right length (object names become store keys),
+        and the document goes through the bounded JSON loader (size, nesting).
+        """
+        d = load_remote_json(data, where, MAX_REFS_BYTES)
         try:
-            d = json.loads(data)
             if d.get("format") != REFS_FORMAT:
                 raise ValueError("not a napari-shardscope refs object")
             if int(d.get("version", 0)) > REFS_VERSION:
                 raise ValueError(f"refs format {d['version']} is newer than this library")
-            return Refs(seq=int(d["seq"]), writer=str(d["writer"]), root=NodeRef(**d["root"]),
-                        branches={str(b): NodeRef(str(r["node"]), str(r["object"])) for b, r in d["branches"].items()},
-                        instances={str(n): RemoteInstance(str(i["type"]), dict(i["config"]), i.get("unversioned"),
-                                                          int(i.get("keys", 0)))
+            seq = int(d["seq"])
+            if seq < 0:
+                raise ValueError(f"negative sequence number {seq}")
+            return Refs(seq=seq, writer=str(d["writer"]), root=_node_ref(d["root"], where),
+                        branches={check_remote_branch(b, where): _node_ref(r, where)
+                                  for b, r in d["branches"].items()},
+                        instances={check_remote_instance(n, where): _remote_instance(i, where)
                                    for n, i in d["instances"].items()},
-                        regions=dict(d.get("regions", {})))
-        except (ValueError, KeyError, TypeError) as exc:
+                        regions={check_remote_branch(b, where): r for b, r in dict(d.get("regions", {})).items()})
+        except (ValueError, KeyError, TypeError, AttributeError, OverflowError) as exc:
             raise CorruptObjectError(f"{where}: unreadable refs object ({exc})") from exc
 
     def bumped(self, writer: str, **changes: Any) -> Refs:
         """The successor of these refs written by ``writer`` (sequence number + 1)."""
         return replace(self, seq=self.seq + 1, writer=writer, **changes)
+
+
+def _node_ref(r: Any, where: str) -> NodeRef:
+    """A :class:`NodeRef` read from a remote: a 32-hex UUID and a 64-hex object name."""
+    if not isinstance(r, dict):
+        raise TypeError(f"a node reference is not an object: {str(r)[:80]!r}")
+    return NodeRef(check_uuid(r["node"], where), check_object_name(r["object"], where))
+
+
+def _remote_instance(i: Any, where: str) -> RemoteInstance:
+    """A :class:`RemoteInstance` read from a remote (its unversioned object name checked)."""
+    if not isinstance(i, dict) or not isinstance(i.get("config"), dict):
+        raise TypeError(f"an instance record is not an object with a config: {str(i)[:80]!r}")
+    unversioned = i.get("unversioned")
+    keys = int(i.get("keys", 0))
+    if keys < 0:
+        raise ValueError(f"negative key count {keys}")
+    return RemoteInstance(str(i["type"]), dict(i["config"]),
+                          None if unversioned is None else check_object_name(unversioned, where), keys)
 
 
 @dataclass
@@ -170,8 +210,7 @@ class RemoteStore:
 
     def get_object(self, name: str, what: str = "object") -> bytes:
         """The verified bytes of object ``name`` (a missing or damaged object is a corrupt remote)."""
-        if len(name) != 64 or any(c not in "0123456789abcdef" for c in name):
-            raise CorruptObjectError(f"{self.url}: {name!r} is not an object name")
+        check_object_name(name, self.url)
         data = self.objects.read(object_key(name))
         if data is None:
             raise CorruptObjectError(f"{self.url}: object {name} is missing")
@@ -228,6 +267,21 @@ class RemoteStore:
 
     # -- id counters --------------------------------------------------------------------------------
 
+    def counter_names(self) -> list[str]:
+        """The id counters the remote hands out (none before the first reservation).
+
+        A damaged ``ids.json`` is a :class:`CorruptObjectError`, not "no counters": a clone that
+        silently skipped its reservations would later hand out ids another clone owns.
+        """
+        got = self.cas.read_generation(IDS_KEY)
+        if got.value is None:
+            return []
+        where = f"{self.url}{IDS_KEY}"
+        counters = load_remote_json(got.value, where, MAX_REFS_BYTES).get("counters")
+        if not isinstance(counters, dict):
+            raise CorruptObjectError(f"{where}: unreadable id counters (no counters object)")
+        return sorted(str(c) for c in counters)
+
     def reserve_ids(self, counter: str, count: int, minimum: int, writer: str) -> range:
         """Reserve ``count`` ids of ``counter`` (never below ``minimum``) by compare-and-swap on ``ids.json``.
 
@@ -243,16 +297,19 @@ class RemoteStore:
             if got.value is None:
                 doc: dict[str, Any] = {"seq": 0, "writer": writer, "counters": {}}
             else:
-                try:
-                    doc = json.loads(got.value)
-                    counters = doc["counters"]
-                    if not isinstance(counters, dict):
-                        raise TypeError("counters is not an object")
-                except (ValueError, KeyError, TypeError) as exc:
-                    raise CorruptObjectError(f"{self.url}{IDS_KEY}: unreadable id counters ({exc})") from exc
-            start = max(int(doc["counters"].get(counter, 0)), minimum)
+                where = f"{self.url}{IDS_KEY}"
+                doc = load_remote_json(got.value, where, MAX_REFS_BYTES)
+                if not isinstance(doc.get("counters"), dict):
+                    raise CorruptObjectError(f"{where}: unreadable id counters (no counters object)")
+            try:
+                start = max(int(doc["counters"].get(counter, 0)), minimum)
+                doc["seq"] = int(doc.get("seq", 0)) + 1
+            except (ValueError, TypeError, OverflowError) as exc:
+                raise CorruptObjectError(f"{self.url}{IDS_KEY}: unreadable id counters ({exc})") from exc
+            if start + count > MAX_ID:  # ids are uint64 everywhere downstream
+                raise CorruptObjectError(f"{self.url}{IDS_KEY}: counter {counter!r} at {start} leaves no "
+                                         f"{count} ids below 2**64")
             doc["counters"][counter] = start + count
-            doc["seq"] = int(doc.get("seq", 0)) + 1
             doc["writer"] = writer
             if self.cas.write_if(IDS_KEY, json.dumps(doc, sort_keys=True).encode(), got.generation) is not None:
                 return range(start, start + count)

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from napari_shardscope.core.errors import ArgumentError, UnsupportedError
+from napari_shardscope.core.errors import ArgumentError, ShardscopeError, UnsupportedError
 from napari_shardscope.core.versioned.dag import Version, check_branch_name
 from napari_shardscope.core.versioned.errors import (
     BranchExistsError,
@@ -41,6 +41,7 @@ from napari_shardscope.core.versioned.errors import (
 from napari_shardscope.core.versioned.node import NodeContent, NodeEntry, NodeLog
 from napari_shardscope.core.versioned.remotes import config as C
 from napari_shardscope.core.versioned.remotes.errors import (
+    CorruptObjectError,
     LostRaceError,
     NonFastForwardError,
     NoRemoteRepositoryError,
@@ -514,6 +515,9 @@ def clone(url: str, dest: str | os.PathLike[str], *, branch: str | None = None, 
             raise ArgumentError(f"{url} has no data instance {unknown[0]!r} "
                                 f"(instances: {', '.join(sorted(refs.instances)) or 'none'})")
     header = decode_node(refs.root.object, store.get_object(refs.root.object, "root version"))
+    if header.uuid != refs.root.node or header.parents:
+        raise CorruptObjectError(f"{url}: root object {refs.root.object} holds version {header.uuid}"
+                                 f"{' with parents' if header.parents else ''}, not the root {refs.root.node}")
     records: list[NodeEntry | NodeLog] = []
     for data_name in header.data:
         records.extend(decode_data(data_name, store.get_object(data_name, "root data"), header.instances))
@@ -533,7 +537,7 @@ def clone(url: str, dest: str | os.PathLike[str], *, branch: str | None = None, 
         result = _fetch(repo, remote, store, [branch] if branch else None)
         if not store.read_only and not anonymous:
             writer = C.writer_id(repo)
-            for counter in _remote_counters(store):
+            for counter in store.counter_names():
                 repo.add_id_block(counter, store.reserve_ids(counter, ID_BLOCK, 0, writer))
             repo.set_id_source(remote)
         ok = True
@@ -587,18 +591,6 @@ def remove_stale_clones(target: Path) -> list[Path]:
     return removed
 
 
-def _remote_counters(store: RemoteStore) -> list[str]:
-    import json
-
-    got = store.cas.read_generation("ids.json")
-    if got.value is None:
-        return []
-    try:
-        return sorted(json.loads(got.value)["counters"])
-    except (ValueError, KeyError, TypeError):
-        return []
-
-
 # -- checking a remote ------------------------------------------------------------------------------
 
 
@@ -629,7 +621,7 @@ def verify_remote(url: str) -> list[str]:
             for data_name in header.data:
                 records.extend(decode_data(data_name, store.get_object(data_name), header.instances))
             node_content(header, records)
-        except Exception as exc:  # every failure is a finding here, not a reason to stop
+        except ShardscopeError as exc:  # every typed failure is a finding here, not a reason to stop
             problems.append(f"version {ref.node}: {exc}")
             continue
         stack.extend(NodeRef(p, o) for p, o in header.parents)
@@ -637,7 +629,7 @@ def verify_remote(url: str) -> list[str]:
         if inst.unversioned is not None:
             try:
                 decode_pairs(inst.unversioned, store.get_object(inst.unversioned))
-            except Exception as exc:
+            except ShardscopeError as exc:
                 problems.append(f"unversioned data of {name}: {exc}")
     return problems
 
