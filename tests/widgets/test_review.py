@@ -58,7 +58,7 @@ def test_review_lists_clean_and_conflicting_bodies_and_keeps_theirs(proofread: P
     assert rows[str(panel.tree.topLevelItem(0).data(0, KEY_ROLE))].conflict  # conflicts first
     panel.tree.setCurrentItem(panel.item(f"body:{a}"))
     text = panel.history_label.toPlainText()
-    assert "theirs (branch): merged bodies" in text and "mine (checked out):" in text
+    assert "theirs (branch): merged " in text and "mutation" not in text and "mine (checked out):" in text
 
     # jump to the clean body and toggle before/after
     panel.tree.setCurrentItem(panel.item(f"body:{d}"))

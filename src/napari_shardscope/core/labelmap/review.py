@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from napari_shardscope.core.labelmap.branch_merge import SideChange, plan_branch_merge, touched
+from napari_shardscope.core.labelmap.edit_words import describe_edit
 from napari_shardscope.core.labelmap.labelmap import Labelmap
 from napari_shardscope.core.labelmap.mutations import Mutation
 from napari_shardscope.core.labelmap.version import LabelmapVersion
@@ -88,25 +89,11 @@ def _count(n: int | None) -> str:
 
 
 def describe(change: SideChange) -> str:
-    """One edit in plain words: who did what to which bodies, when."""
+    """One edit in plain words: what it did to which bodies, who, when (no mutation numbers)."""
     m: Mutation = change.mutation
-    a = m.args
     when = time.strftime("%Y-%m-%d %H:%M", time.gmtime(m.time))
-    if m.operation == "merge":
-        what = f"merged bodies {', '.join(map(str, a.get('others', [])))} into body {a.get('target')}"
-    elif m.operation == "cleave":
-        svs = a.get("supervoxels", [])
-        what = f"cleaved {len(svs)} supervoxel(s) off body {a.get('body')} into new body {a.get('new_body')}"
-    elif m.operation == "split-supervoxel":
-        what = (f"split supervoxel {a.get('supervoxel')} ({a.get('voxels')} voxels) into {a.get('split')} "
-                f"and {a.get('remainder')}")
-    elif m.operation == "split-body":
-        what = f"split body {', '.join(map(str, m.bodies[:1]))} by painted seeds"
-    else:
-        what = f"{m.operation} touching bodies {', '.join(map(str, m.bodies))}"
-    if change.removed:
-        what = f"took back: {what}"
-    return f"{what} (mutation {m.mutation_id}, {m.user}, {when} UTC)"
+    what = describe_edit(m)
+    return f"{'took back: ' if change.removed else ''}{what} ({m.user}, {when} UTC)"
 
 
 def _size(v: LabelmapVersion, body: int) -> int | None:

@@ -243,10 +243,11 @@ def test_review_a_fetched_branch(base: Path, tmp_path: Path, capsys: pytest.Capt
     by_body = {r.body: r for r in review.bodies}
     assert set(by_body) == {x, y, z, w}
     assert by_body[y].conflict and not by_body[z].conflict and not by_body[x].conflict
-    assert by_body[y].target_edits and "merged bodies" in by_body[y].target_edits[0]
+    assert by_body[y].target_edits and by_body[y].target_edits[0].startswith(f"merged body {y} into {bodies[4]} (")
     assert by_body[z].after == by_body[z].before + by_body[w].before  # type: ignore[operator]
     assert by_body[w].after is None and by_body[z].location is not None
-    assert "merged bodies" in by_body[z].branch_edits[0]
+    assert by_body[z].branch_edits[0].startswith(f"merged body {w} into {z} (")
+    assert "mutation" not in " ".join(by_body[z].branch_edits + by_body[y].target_edits)
     b.close()
     a.close()
     assert run(["review", str(tmp_path / "b"), "origin/main", "--json"]) == 0
