@@ -11,7 +11,8 @@ is computed once and shared by every version and branch that holds the supervoxe
   from the labels with ``zmesh`` at the coarsest scale that still resolves it (:func:`resolving_scale`:
   at least :data:`MIN_RESOLVE_VOXELS` of its voxels there, its box under :data:`MAX_MESH_VOXELS`),
   simplified, and cached in the repository as unversioned data keyed by the supervoxel id (derived
-  from something immutable, which is what unversioned data is for): the next session, or another version, reads it back instead of meshing.
+  from something immutable, which is what unversioned data is for): the next session, or another
+  version, reads it back instead of meshing.
 
 A merge or cleave therefore costs only the concatenation of cached meshes; a split meshes only the
 two new supervoxels. Vertices are float32 x, y, z in world units (nm), faces uint32: trimesh takes
