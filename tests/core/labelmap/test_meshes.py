@@ -208,13 +208,14 @@ def test_resolving_scale_is_the_coarsest_keeping_enough_voxels() -> None:
     # a box beyond 128³ at full resolution starts at the scale that fits it, never finer
     big = Box((0, 0, 0), (64, 512, 512))
     assert resolving_scale(big, 10, scales) == 2
-    assert resolving_scale(big, 64 * 512 * 512, scales) == 3
+    # ... and never at a scale whose voxel is wider than scale 0's widest side (64 x 64 x 80 > 40 nm)
+    assert resolving_scale(big, 64 * 512 * 512, scales) == 2
 
 
 def test_coarse_scale_meshes_fewer_faces_within_a_coarse_voxel(tmp_path: Path) -> None:
     """Blocky 4 x 16 x 16 supervoxels are meshed at 2x: fewer faces before simplifying, every mesh's bounds the
-    supervoxel's box within one 2x voxel (16 nm in x, y) plus the simplifier's bound there; cached apart from
-    the full-resolution meshes (``coarsen=False``)."""
+    supervoxel's box within scale 0's widest voxel side (40 nm); cached apart from the full-resolution meshes
+    (``coarsen=False``)."""
     z, y, x = np.ogrid[0:8, 0:64, 0:64]
     sv = (1 + x // 16 + 4 * (y // 16) + 16 * (z // 4)).astype(np.uint64)
     write_precomputed(tmp_path / "base", sv, [(1, 1, 1), (1, 2, 2)], chunk_xyz=(32, 32, 8),
@@ -227,7 +228,7 @@ def test_coarse_scale_meshes_fewer_faces_within_a_coarse_voxel(tmp_path: Path) -
         fine_raw = BodyMesher(lm, source=None, simplify=False, coarsen=False).supervoxel_meshes(list(range(1, 33)), v)
         coarse = BodyMesher(lm, source=None).supervoxel_meshes(list(range(1, 33)), v)
         assert sum(len(m.faces) for m in coarse_raw.values()) * 2 < sum(len(m.faces) for m in fine_raw.values())
-        bound = 16.0 + simplify_max_error((40.0, 16.0, 16.0))
+        bound = 40.0
         for i in range(1, 33):
             k = i - 1
             want_lo = np.array([16 * 8 * (k % 4), 16 * 8 * (k // 4 % 4), 4 * 40 * (k // 16)], dtype=float)

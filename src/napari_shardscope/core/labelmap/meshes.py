@@ -97,7 +97,8 @@ def cache_key(sv: int, *, simplified: bool = True, coarsened: bool = True) -> by
 
 
 def mesh_labels(labels: npt.NDArray[Any], wanted: Sequence[int], *, voxel_size: Sequence[float],
-                origin: Sequence[float], simplify: bool = True) -> dict[int, MeshData]:
+                origin: Sequence[float], simplify: bool = True,
+                max_error: float | None = None) -> dict[int, MeshData]:
     """Meshes of the ``wanted`` labels of a (z, y, x) block: vertices x, y, z in world units.
 
     ``voxel_size`` and ``origin`` (world position of the block's first voxel) are (z, y, x). Positions
@@ -107,7 +108,9 @@ def mesh_labels(labels: npt.NDArray[Any], wanted: Sequence[int], *, voxel_size: 
 
     With ``simplify`` (default) the meshes are simplified towards :data:`SIMPLIFY_REDUCTION` times
     fewer faces, moving no vertex more than :func:`simplify_max_error` (a voxel): a body of 10⁴
-    supervoxels drops from millions of faces to what napari draws interactively.
+    supervoxels drops from millions of faces to what napari draws interactively. ``max_error``
+    (world units) overrides the bound: a block read at a coarser scale than the supervoxel needs keeps
+    the finer scale's bound.
     """
     import zmesh
 
@@ -121,7 +124,7 @@ def mesh_labels(labels: npt.NDArray[Any], wanted: Sequence[int], *, voxel_size: 
     out = {}
     for label in wanted:
         m = (mesher.get(int(label), normals=False, reduction_factor=SIMPLIFY_REDUCTION,
-                        max_error=simplify_max_error(voxel_size)) if simplify
+                        max_error=simplify_max_error(voxel_size) if max_error is None else max_error) if simplify
              else mesher.get(int(label), normals=False))
         if simplify and m is not None and not np.isfinite(m.vertices).all():  # a simplifier failure: unsimplified
             m = mesher.get(int(label), normals=False)
@@ -302,7 +305,8 @@ class BodyMesher:
         config = self.labelmap.config
         grid = config.grid(0)
         out: dict[int, MeshData] = {}
-        by_scale: dict[int, list[tuple[int, Box]]] = {}
+        scales = config.scales
+        by_scale: dict[tuple[int, int], list[tuple[int, Box]]] = {}
         for sv in svs:
             entry = self.labelmap.entry(state, sv)
             if entry is None:
@@ -311,10 +315,13 @@ class BodyMesher:
             box = Box((0, 0, 0), (0, 0, 0))
             for c in entry.block_set():
                 box = box.union(grid.box(c))
-            by_scale.setdefault(self._scale_for(box, entry.total if self.coarsen else 0), []).append((sv, box))
-        for scale, members in by_scale.items():
+            fits = self._scale_for(box)
+            chosen = self._scale_for(box, entry.total) if self.coarsen else fits
+            by_scale.setdefault((fits, chosen), []).append((sv, box))
+        for (fits, scale), members in by_scale.items():
+            error = simplify_max_error(scales[fits].voxel_size)  # the bound of the scale that fits: as before
             for batch in _batches(members, config.scales[scale]):
-                made = self._mesh_batch(batch, scale, version)
+                made = self._mesh_batch(batch, scale, version, error)
                 for sv, box0 in batch:
                     mesh = made.get(sv)
                     # a supervoxel too thin for its scale (lost to the mode downsampling) is meshed finer
@@ -326,7 +333,7 @@ class BodyMesher:
         return resolving_scale(box0, voxels, self.labelmap.config.scales)
 
     def _mesh_batch(self, batch: Sequence[tuple[int, Box]], scale: int,
-                    version: LabelmapVersion) -> dict[int, MeshData]:
+                    version: LabelmapVersion, max_error: float) -> dict[int, MeshData]:
         """Meshes of the batch's supervoxels present at ``scale`` in one read of their union box."""
         s = self.labelmap.config.scales[scale]
         box = Box((0, 0, 0), (0, 0, 0))
@@ -338,7 +345,8 @@ class BodyMesher:
         if not present:
             return {}
         origin = [t + lo * vs for t, lo, vs in zip(s.translate, box.lo, s.voxel_size, strict=True)]
-        return mesh_labels(labels, present, voxel_size=s.voxel_size, origin=origin, simplify=self.simplify)
+        return mesh_labels(labels, present, voxel_size=s.voxel_size, origin=origin, simplify=self.simplify,
+                           max_error=max_error)
 
     def _mesh_one(self, sv: int, box0: Box, version: LabelmapVersion, start: int | None = None) -> MeshData:
         first = self._scale_for(box0) if start is None else start  # the finest that fits: a thin one's fallback
@@ -363,15 +371,19 @@ def resolving_scale(box0: Box, voxels: int, scales: Sequence[ScaleGeometry]) -> 
 
     Starts at the finest scale whose box fits :data:`MAX_MESH_VOXELS` (a big supervoxel cannot be read
     finer), then goes coarser while the supervoxel keeps at least :data:`MIN_RESOLVE_VOXELS` voxels
-    there: fewer faces to mesh and simplify. (``box0`` is the union of its blocks, too coarse to judge
-    thickness by; a supervoxel the downsampling loses is meshed finer by the caller.)
+    there and no side of the scale's voxel exceeds the largest side of scale 0's (8 x 8 x 40 nm data is
+    meshed at most at 32 x 32 x 40: no coarser than its z already is): fewer faces to mesh and simplify,
+    every surface within one scale-0 voxel's largest side of the full-resolution one (the caller keeps
+    the simplifier's bound of the scale that fits). ``box0`` is the union of its blocks, too coarse to
+    judge thickness by; a supervoxel the downsampling loses is meshed finer by the caller.
     """
     first = next((i for i, s in enumerate(scales) if _voxels(_scaled(box0, s.factors, s.shape)) <= MAX_MESH_VOXELS),
                  len(scales) - 1)
     chosen = first
+    widest = max(scales[0].voxel_size)
     for i in range(first + 1, len(scales)):
         fz, fy, fx = scales[i].factors
-        if voxels // (fz * fy * fx) >= MIN_RESOLVE_VOXELS:
+        if voxels // (fz * fy * fx) >= MIN_RESOLVE_VOXELS and max(scales[i].voxel_size) <= widest:
             chosen = i
         else:
             break
