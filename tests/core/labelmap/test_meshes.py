@@ -14,15 +14,20 @@ import pytest
 
 from napari_shardscope.core.errors import IndexDecodeError
 from napari_shardscope.core.labelmap import UnknownLabelError, create_labelmap, open_labelmap
+from napari_shardscope.core.labelmap.config import ScaleGeometry
+from napari_shardscope.core.labelmap.geometry import Box
 from napari_shardscope.core.labelmap.meshes import (
+    MIN_RESOLVE_VOXELS,
     BodyMesher,
     cache_key,
     decode_mesh,
     encode_mesh,
     mesh_labels,
+    resolving_scale,
     simplify_max_error,
 )
 from napari_shardscope.core.versioned import create_repository, open_repository
+from tests.core.labelmap.volumes import write_precomputed
 
 REALDATA = Path(__file__).resolve().parents[3] / ".." / "shared" / "realdata"
 PINKY = REALDATA / "igneous_pinky_sharded"
@@ -185,3 +190,58 @@ def test_cached_mesh_codec() -> None:
     np.testing.assert_array_equal(back.faces, m.faces)
     with pytest.raises(IndexDecodeError, match="bytes"):
         decode_mesh(3, encode_mesh(m)[:-1], key="k")
+
+
+def _scales(*factors: tuple[int, int, int]) -> list[ScaleGeometry]:
+    return [ScaleGeometry(str(i), (64 // f[0], 1024 // f[1], 1024 // f[2]), f, (40.0 * f[0], 8.0 * f[1], 8.0 * f[2]),
+                          (0.0, 0.0, 0.0)) for i, f in enumerate(factors)]
+
+
+def test_resolving_scale_is_the_coarsest_keeping_enough_voxels() -> None:
+    scales = _scales((1, 1, 1), (1, 2, 2), (1, 4, 4), (2, 8, 8))
+    small = Box((0, 0, 0), (64, 64, 64))  # the union of its blocks: thickness is judged by the voxel count
+    assert MIN_RESOLVE_VOXELS == 256
+    assert resolving_scale(small, 4 * 16 * 16, scales) == 1  # 256 voxels at 2x, 64 at 4x
+    assert resolving_scale(small, 4 * 16 * 16 - 4, scales) == 0  # 255 at 2x: too few, stays at full resolution
+    assert resolving_scale(small, 4 * 32 * 32, scales) == 2
+    assert resolving_scale(small, 0, scales) == 0  # no count (coarsen=False): the finest that fits
+    # a box beyond 128³ at full resolution starts at the scale that fits it, never finer
+    big = Box((0, 0, 0), (64, 512, 512))
+    assert resolving_scale(big, 10, scales) == 2
+    # ... and never at a scale whose voxel is wider than scale 0's widest side (64 x 64 x 80 > 40 nm)
+    assert resolving_scale(big, 64 * 512 * 512, scales) == 2
+
+
+def test_coarse_scale_meshes_fewer_faces_within_a_coarse_voxel(tmp_path: Path) -> None:
+    """Blocky 4 x 16 x 16 supervoxels are meshed at 2x: fewer faces before simplifying, every mesh's bounds the
+    supervoxel's box within scale 0's widest voxel side (40 nm); cached apart from the full-resolution meshes
+    (``coarsen=False``)."""
+    z, y, x = np.ogrid[0:8, 0:64, 0:64]
+    sv = (1 + x // 16 + 4 * (y // 16) + 16 * (z // 4)).astype(np.uint64)
+    write_precomputed(tmp_path / "base", sv, [(1, 1, 1), (1, 2, 2)], chunk_xyz=(32, 32, 8),
+                      resolution_xyz=(8.0, 8.0, 40.0))
+    repo = create_repository(tmp_path / "repo")
+    try:
+        lm = create_labelmap(repo, "seg", tmp_path / "base", agglomeration={i: 500 for i in range(1, 33)})
+        v = lm.at("main")
+        coarse_raw = BodyMesher(lm, source=None, simplify=False).supervoxel_meshes(list(range(1, 33)), v)
+        fine_raw = BodyMesher(lm, source=None, simplify=False, coarsen=False).supervoxel_meshes(list(range(1, 33)), v)
+        coarse = BodyMesher(lm, source=None).supervoxel_meshes(list(range(1, 33)), v)
+        assert sum(len(m.faces) for m in coarse_raw.values()) * 2 < sum(len(m.faces) for m in fine_raw.values())
+        bound = 40.0
+        for i in range(1, 33):
+            k = i - 1
+            want_lo = np.array([16 * 8 * (k % 4), 16 * 8 * (k // 4 % 4), 4 * 40 * (k // 16)], dtype=float)
+            want_hi = want_lo + np.array([16 * 8, 16 * 8, 4 * 40])
+            for m in (coarse[i], coarse_raw[i]):
+                assert len(m.faces) > 0
+                np.testing.assert_allclose(bounds(m)[0], want_lo, atol=bound)
+                np.testing.assert_allclose(bounds(m)[1], want_hi, atol=bound)
+        assert repo.get_unversioned(lm.instance, cache_key(1)) is not None
+        assert repo.get_unversioned(lm.instance, cache_key(1, simplified=False, coarsened=False)) is not None
+        assert cache_key(1) != cache_key(1, coarsened=False)
+        # the body's mesh is the default (coarse, simplified) one
+        body = lm.mesh(500, "main")
+        assert len(body.faces) == sum(len(m.faces) for m in coarse.values())
+    finally:
+        repo.close()

@@ -8,10 +8,11 @@ is computed once and shared by every version and branch that holds the supervoxe
 * a supervoxel of the base (id below ``id_start``) whose segmentation names a mesh source
   (``info`` ``mesh``; per-supervoxel, the DVID/CAVE layout) is read from that source;
 * any other supervoxel — one a split created, or every one when the base has no meshes — is meshed
-  from the labels with ``zmesh`` at the finest scale whose box around it stays under
-  :data:`MAX_MESH_VOXELS` (a coarse scale for a big supervoxel), and cached in the repository as
-  unversioned data keyed by the supervoxel id (derived from something immutable, which is what
-  unversioned data is for): the next session, or another version, reads it back instead of meshing.
+  from the labels with ``zmesh`` at the coarsest scale that still resolves it (:func:`resolving_scale`:
+  at least :data:`MIN_RESOLVE_VOXELS` of its voxels there, its box under :data:`MAX_MESH_VOXELS`),
+  simplified, and cached in the repository as unversioned data keyed by the supervoxel id (derived
+  from something immutable, which is what unversioned data is for): the next session, or another
+  version, reads it back instead of meshing.
 
 A merge or cleave therefore costs only the concatenation of cached meshes; a split meshes only the
 two new supervoxels. Vertices are float32 x, y, z in world units (nm), faces uint32: trimesh takes
@@ -45,6 +46,11 @@ from napari_shardscope.core.labelmap.version import LabelmapBackend, LabelmapVer
 
 #: Most voxels read to mesh one supervoxel from the labels (a 128³ box): the scale is chosen to fit.
 MAX_MESH_VOXELS = 128**3
+#: A supervoxel is meshed at the coarsest scale (down to the one :data:`MAX_MESH_VOXELS` allows) whose
+#: voxels still resolve it: at least this many of its voxels (a 4 x 8 x 8 box) at that scale, by the
+#: label index's count. A 4 x 16 x 16 supervoxel is meshed at 2x in x, y, with ~3x fewer marching-cubes
+#: faces to simplify (the simplifier's ~2 µs a face is what a body's first mesh costs).
+MIN_RESOLVE_VOXELS = 256
 #: Most voxels read at once to mesh a batch of supervoxels together (a 256³ box of uint64: 128 MB).
 BATCH_VOXELS = 256**3
 #: Supervoxel meshes kept in memory (a body of 10⁴ supervoxels fits several times over).
@@ -54,10 +60,14 @@ MEMORY_CACHE = 65536
 SIMPLIFY_REDUCTION = 100
 #: ... but no vertex moves further than this many voxels (the smallest side of the meshed scale's voxel).
 SIMPLIFY_MAX_ERROR_VOXELS = 1.0
-#: v2: simplified meshes (v1 held marching cubes' raw output; those entries are ignored, not reused).
-CACHE_PREFIX = b"mesh/v2/"
+#: v3: simplified meshes at the coarsest resolving scale (v2 meshed at the finest scale that fit; v1 held
+#: marching cubes' raw output; older entries are ignored, not reused).
+CACHE_PREFIX = b"mesh/v3/"
 #: Unsimplified meshes (``BodyMesher(simplify=False)``, for comparisons) are cached apart.
-RAW_CACHE_PREFIX = b"mesh/v2-raw/"
+RAW_CACHE_PREFIX = b"mesh/v3-raw/"
+#: ... and so are meshes at the finest scale that fits (``BodyMesher(coarsen=False)``, for comparisons).
+FINE_CACHE_PREFIX = b"mesh/v3-fine/"
+FINE_RAW_CACHE_PREFIX = b"mesh/v3-fine-raw/"
 Progress = Callable[[int, int], None]
 
 
@@ -80,12 +90,15 @@ def decode_mesh(segment_id: int, data: bytes, *, key: str) -> MeshData:
     return MeshData(segment_id, vertices, faces)
 
 
-def cache_key(sv: int, *, simplified: bool = True) -> bytes:
-    return (CACHE_PREFIX if simplified else RAW_CACHE_PREFIX) + struct.pack(">Q", sv)
+def cache_key(sv: int, *, simplified: bool = True, coarsened: bool = True) -> bytes:
+    prefix = ((CACHE_PREFIX if simplified else RAW_CACHE_PREFIX) if coarsened
+              else (FINE_CACHE_PREFIX if simplified else FINE_RAW_CACHE_PREFIX))
+    return prefix + struct.pack(">Q", sv)
 
 
 def mesh_labels(labels: npt.NDArray[Any], wanted: Sequence[int], *, voxel_size: Sequence[float],
-                origin: Sequence[float], simplify: bool = True) -> dict[int, MeshData]:
+                origin: Sequence[float], simplify: bool = True,
+                max_error: float | None = None) -> dict[int, MeshData]:
     """Meshes of the ``wanted`` labels of a (z, y, x) block: vertices x, y, z in world units.
 
     ``voxel_size`` and ``origin`` (world position of the block's first voxel) are (z, y, x). Positions
@@ -95,7 +108,9 @@ def mesh_labels(labels: npt.NDArray[Any], wanted: Sequence[int], *, voxel_size: 
 
     With ``simplify`` (default) the meshes are simplified towards :data:`SIMPLIFY_REDUCTION` times
     fewer faces, moving no vertex more than :func:`simplify_max_error` (a voxel): a body of 10⁴
-    supervoxels drops from millions of faces to what napari draws interactively.
+    supervoxels drops from millions of faces to what napari draws interactively. ``max_error``
+    (world units) overrides the bound: a block read at a coarser scale than the supervoxel needs keeps
+    the finer scale's bound.
     """
     import zmesh
 
@@ -109,7 +124,7 @@ def mesh_labels(labels: npt.NDArray[Any], wanted: Sequence[int], *, voxel_size: 
     out = {}
     for label in wanted:
         m = (mesher.get(int(label), normals=False, reduction_factor=SIMPLIFY_REDUCTION,
-                        max_error=simplify_max_error(voxel_size)) if simplify
+                        max_error=simplify_max_error(voxel_size) if max_error is None else max_error) if simplify
              else mesher.get(int(label), normals=False))
         if simplify and m is not None and not np.isfinite(m.vertices).all():  # a simplifier failure: unsimplified
             m = mesher.get(int(label), normals=False)
@@ -142,13 +157,17 @@ class BodyMesher:
     simplify
         Simplify meshes made from the labels (see :func:`mesh_labels`); ``False`` keeps marching
         cubes' raw output (millions of faces for a big body), for comparisons.
+    coarsen
+        Mesh each supervoxel at the coarsest scale that still resolves it (:func:`resolving_scale`);
+        ``False`` meshes at the finest scale that fits :data:`MAX_MESH_VOXELS`, for comparisons.
     """
 
     def __init__(self, labelmap: LabelmapBackend, *,
                  source: MultilodMeshSource | LegacyMeshSource | str | None = "auto", lod: int = 0,
-                 workers: int = 8, simplify: bool = True) -> None:
+                 workers: int = 8, simplify: bool = True, coarsen: bool = True) -> None:
         self.labelmap = labelmap
         self.simplify = simplify
+        self.coarsen = coarsen
         self.lod = lod
         self.workers = workers
         self._source_arg = source
@@ -260,7 +279,7 @@ class BodyMesher:
         repo, inst = self.labelmap.repo, self.labelmap.instance
         out = {}
         for sv in svs:
-            raw = repo.get_unversioned(inst, cache_key(sv, simplified=self.simplify))
+            raw = repo.get_unversioned(inst, cache_key(sv, simplified=self.simplify, coarsened=self.coarsen))
             if raw is not None:
                 out[sv] = decode_mesh(sv, raw, key=f"{self.labelmap.name} mesh cache {sv}")
         return out
@@ -269,7 +288,8 @@ class BodyMesher:
         if not meshes:
             return
         with contextlib.suppress(ShardscopeError):  # a read-only repository: the meshes stay in memory only
-            items = [(cache_key(sv, simplified=self.simplify), encode_mesh(m)) for sv, m in meshes.items()]
+            items = [(cache_key(sv, simplified=self.simplify, coarsened=self.coarsen), encode_mesh(m))
+                     for sv, m in meshes.items()]
             self.labelmap.repo.put_unversioned(self.labelmap.instance, items)
 
     # -- meshing from labels -------------------------------------------------------------------
@@ -285,7 +305,8 @@ class BodyMesher:
         config = self.labelmap.config
         grid = config.grid(0)
         out: dict[int, MeshData] = {}
-        by_scale: dict[int, list[tuple[int, Box]]] = {}
+        scales = config.scales
+        by_scale: dict[tuple[int, int], list[tuple[int, Box]]] = {}
         for sv in svs:
             entry = self.labelmap.entry(state, sv)
             if entry is None:
@@ -294,23 +315,25 @@ class BodyMesher:
             box = Box((0, 0, 0), (0, 0, 0))
             for c in entry.block_set():
                 box = box.union(grid.box(c))
-            by_scale.setdefault(self._scale_for(box), []).append((sv, box))
-        for scale, members in by_scale.items():
+            fits = self._scale_for(box)
+            chosen = self._scale_for(box, entry.total) if self.coarsen else fits
+            by_scale.setdefault((fits, chosen), []).append((sv, box))
+        for (fits, scale), members in by_scale.items():
+            error = simplify_max_error(scales[fits].voxel_size)  # the bound of the scale that fits: as before
             for batch in _batches(members, config.scales[scale]):
-                made = self._mesh_batch(batch, scale, version)
+                made = self._mesh_batch(batch, scale, version, error)
                 for sv, box0 in batch:
                     mesh = made.get(sv)
                     # a supervoxel too thin for its scale (lost to the mode downsampling) is meshed finer
                     out[sv] = mesh if mesh is not None else self._mesh_one(sv, box0, version, scale - 1)
         return out
 
-    def _scale_for(self, box0: Box) -> int:
-        scales = self.labelmap.config.scales
-        return next((i for i, s in enumerate(scales) if _voxels(_scaled(box0, s.factors, s.shape)) <= MAX_MESH_VOXELS),
-                    len(scales) - 1)
+    def _scale_for(self, box0: Box, voxels: int = 0) -> int:
+        """The scale a supervoxel is meshed at: see :func:`resolving_scale` (``voxels=0``: the finest that fits)."""
+        return resolving_scale(box0, voxels, self.labelmap.config.scales)
 
     def _mesh_batch(self, batch: Sequence[tuple[int, Box]], scale: int,
-                    version: LabelmapVersion) -> dict[int, MeshData]:
+                    version: LabelmapVersion, max_error: float) -> dict[int, MeshData]:
         """Meshes of the batch's supervoxels present at ``scale`` in one read of their union box."""
         s = self.labelmap.config.scales[scale]
         box = Box((0, 0, 0), (0, 0, 0))
@@ -322,10 +345,11 @@ class BodyMesher:
         if not present:
             return {}
         origin = [t + lo * vs for t, lo, vs in zip(s.translate, box.lo, s.voxel_size, strict=True)]
-        return mesh_labels(labels, present, voxel_size=s.voxel_size, origin=origin, simplify=self.simplify)
+        return mesh_labels(labels, present, voxel_size=s.voxel_size, origin=origin, simplify=self.simplify,
+                           max_error=max_error)
 
     def _mesh_one(self, sv: int, box0: Box, version: LabelmapVersion, start: int | None = None) -> MeshData:
-        first = self._scale_for(box0) if start is None else start
+        first = self._scale_for(box0) if start is None else start  # the finest that fits: a thin one's fallback
         for i in range(first, -1, -1):  # a supervoxel too thin for a coarse scale is meshed finer
             s = self.labelmap.config.scales[i]
             box = _scaled(box0, s.factors, s.shape)
@@ -340,6 +364,30 @@ class BodyMesher:
         """Drop the in-memory meshes (the repository cache stays)."""
         self._memory.clear()
         self.origins.clear()
+
+
+def resolving_scale(box0: Box, voxels: int, scales: Sequence[ScaleGeometry]) -> int:
+    """The coarsest scale that still resolves a supervoxel of ``voxels`` scale-0 voxels in scale-0 box ``box0``.
+
+    Starts at the finest scale whose box fits :data:`MAX_MESH_VOXELS` (a big supervoxel cannot be read
+    finer), then goes coarser while the supervoxel keeps at least :data:`MIN_RESOLVE_VOXELS` voxels
+    there and no side of the scale's voxel exceeds the largest side of scale 0's (8 x 8 x 40 nm data is
+    meshed at most at 32 x 32 x 40: no coarser than its z already is): fewer faces to mesh and simplify,
+    every surface within one scale-0 voxel's largest side of the full-resolution one (the caller keeps
+    the simplifier's bound of the scale that fits). ``box0`` is the union of its blocks, too coarse to
+    judge thickness by; a supervoxel the downsampling loses is meshed finer by the caller.
+    """
+    first = next((i for i, s in enumerate(scales) if _voxels(_scaled(box0, s.factors, s.shape)) <= MAX_MESH_VOXELS),
+                 len(scales) - 1)
+    chosen = first
+    widest = max(scales[0].voxel_size)
+    for i in range(first + 1, len(scales)):
+        fz, fy, fx = scales[i].factors
+        if voxels // (fz * fy * fx) >= MIN_RESOLVE_VOXELS and max(scales[i].voxel_size) <= widest:
+            chosen = i
+        else:
+            break
+    return chosen
 
 
 def _scaled(box0: Box, factors: Sequence[int], shape: Sequence[int]) -> Box:
@@ -373,4 +421,4 @@ def _voxels(box: Box) -> int:
     return z * y * x
 
 
-__all__ = ["BodyMesher", "decode_mesh", "encode_mesh", "mesh_labels", "simplify_max_error"]
+__all__ = ["BodyMesher", "decode_mesh", "encode_mesh", "mesh_labels", "resolving_scale", "simplify_max_error"]
