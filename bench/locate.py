@@ -145,6 +145,77 @@ class ServerProcess:
         self.proc.wait(timeout=30)
 
 
+class NginxServer:
+    """Debian's nginx on 127.0.0.1 serving ``root`` with a private config (no daemon, pid and logs in a temp dir).
+
+    nginx answers range requests on static files natively, as the servers users read from do; its access log
+    records ``$body_bytes_sent`` per request (bodies, as the Python server counts), which :meth:`bytes_sent`
+    sums and resets. Startup waits at most 10 s.
+    """
+
+    def __init__(self, root: Path) -> None:
+        import os
+        import shutil
+        import socket
+        import subprocess
+        import time
+
+        binary = shutil.which("nginx") or "/usr/sbin/nginx"
+        if not Path(binary).exists():
+            raise FileNotFoundError("nginx is not installed (apt-get install nginx-light; scripts/install.sh bench)")
+        self.tmp = Path(tempfile.mkdtemp(prefix="bench-nginx-"))
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        self.log = self.tmp / "access.log"
+        user = "user root root;\n" if os.geteuid() == 0 else ""
+        temps = "".join(f"    {k}_temp_path {self.tmp}/{k};\n"
+                        for k in ("client_body", "proxy", "fastcgi", "uwsgi", "scgi"))
+        conf = (f"{user}daemon off;\nworker_processes auto;\npid {self.tmp}/nginx.pid;\n"
+                f"error_log {self.tmp}/error.log;\nevents {{ worker_connections 512; }}\n"
+                f"http {{\n    log_format sent '$body_bytes_sent';\n    access_log {self.log} sent;\n{temps}"
+                f"    default_type application/octet-stream;\n    keepalive_requests 100000;\n"
+                f"    server {{\n        listen 127.0.0.1:{port};\n        root {root};\n"
+                f"        location / {{ }}\n    }}\n}}\n")
+        (self.tmp / "nginx.conf").write_text(conf)
+        self.proc = subprocess.Popen([binary, "-c", str(self.tmp / "nginx.conf"), "-p", str(self.tmp)],
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self.url = f"http://127.0.0.1:{port}/"
+        self.offset = 0
+        deadline = time.monotonic() + 10.0
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+                break
+            except OSError:
+                if self.proc.poll() is not None or time.monotonic() > deadline:
+                    self.close()
+                    raise RuntimeError(f"nginx did not start: {(self.tmp / 'error.log').read_text()}") from None
+                time.sleep(0.05)
+
+    def bytes_sent(self) -> int:
+        if not self.log.exists():
+            return 0
+        with self.log.open() as f:
+            f.seek(self.offset)
+            text = f.read()
+            self.offset = f.tell()
+        return sum(int(x) for x in text.split())
+
+    def close(self) -> None:
+        import shutil
+        import subprocess
+
+        if self.proc.poll() is None:
+            self.proc.terminate()  # SIGTERM: nginx's fast shutdown
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout=10)
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+
 def ts_list(base: str) -> int:
     kv = ts.KvStore.open({"driver": "neuroglancer_uint64_sharded", "base": base, "metadata": SHARDING}).result()
     return len(kv.list().result())
@@ -205,8 +276,8 @@ def main() -> None:
         # In its own process, as a real server is: it takes no GIL from either side. Python's server
         # spends ~0.3 ms of CPU per request on this machine, far more than a bucket's front end; the
         # second run adds 20 ms to every answer (a bucket's round trip, requests answered in parallel).
-        def http_case(delay: float, case: str) -> None:
-            server = ServerProcess(root, delay)
+        def http_case(delay: float, case: str, nginx: bool = False) -> None:
+            server: ServerProcess | NginxServer = NginxServer(root) if nginx else ServerProcess(root, delay)
             try:
                 sent: dict[str, list[int]] = {"ours": [], "ts": []}
                 reqs: list[int] = []
@@ -234,7 +305,8 @@ def main() -> None:
                                 f"{statistics.median(sent['ts']):.0f}; our requests {statistics.median(reqs):.0f}, "
                                 "in flight together")
 
-        http_case(0.0, "inspect over loopback HTTP")
+        http_case(0.0, "inspect over loopback HTTP, nginx (a real server)", nginx=True)
+        http_case(0.0, "inspect over loopback HTTP, Python test server")
         http_case(0.02, "inspect over loopback HTTP, 20 ms per request (a bucket's latency)")
     save(BENCH)
 
