@@ -9,12 +9,14 @@ whole index. The job therefore runs in two phases:
    returns, for every block of the brick, each supervoxel and its voxel count there. The tasks are
    pure functions of a small picklable :class:`BrickTask` (the base URL and a block range); each
    worker process opens the base volume once.
-2. **combine** — as each brick's counts arrive, the client splits them by *supervoxel-id range*
+2. **combine** — on a cluster, as each brick's counts arrive, the client splits them by *supervoxel-id range*
    and appends each part to that range's scratch file, then forgets them. When every brick is in,
    the ranges are combined one at a time (sorted, grouped per supervoxel) and their entries are
    streamed into one write transaction, the summary and then ``index/meta`` last. One range is
    in memory at a time; the only whole-volume structure is the summary (every supervoxel and its
-   total, 16 bytes each), which the labelmap keeps in memory anyway.
+   total, 16 bytes each), which the labelmap keeps in memory anyway. On a local scheduler (threads,
+   sync) the counting already runs in this process, like the thread builder: unless ``ranges`` is
+   given, the counts stay in memory and are combined once, with no scratch files.
 
 The stored bytes are exactly those of the thread builder (same keys, same entry encoding, same
 block order within an entry, same summary and meta), so every reader of the base index
@@ -38,7 +40,7 @@ import numpy as np
 import numpy.typing as npt
 
 from napari_shardscope.core.errors import ArgumentError
-from napari_shardscope.core.jobs import iter_tasks, open_once
+from napari_shardscope.core.jobs import is_local, iter_tasks, open_once
 from napari_shardscope.core.labelmap.config import TYPE_NAME, LabelmapConfig
 from napari_shardscope.core.labelmap.geometry import BlockGrid, Box, Coord
 from napari_shardscope.core.labelmap.keys import INDEX_META_KEY, INDEX_SUMMARY_KEY
@@ -173,8 +175,9 @@ def build_label_index(repo: Repository | str | os.PathLike[str], name: str, *, s
     blocks_per_task
         At most how many scale-0 blocks one task reads (as one box).
     ranges
-        How many supervoxel-id ranges the combination is split into (default: about one per 64
-        blocks, at most 256). More ranges, less client memory at once.
+        How many supervoxel-id ranges the combination is split into, through scratch files (default:
+        none on a local scheduler, whose process holds the counts anyway and combines them once in
+        memory; on a cluster about one per 64 blocks, at most 256). More ranges, less client memory.
     scratch
         Directory for the scratch files of the combination (default: the system's temporary
         directory); removed afterwards.
@@ -210,7 +213,11 @@ def _build(repo: Repository, name: str, *, scheduler: Any, num_workers: int | No
     grid = config.grid(0)
     bricks = plan_bricks(config.base, grid, blocks_per_task)
     n_blocks = grid.grid[0] * grid.grid[1] * grid.grid[2]
-    n_ranges = ranges if ranges is not None else max(1, min(MAX_RANGES, n_blocks // RANGE_BLOCKS))
+    # A local scheduler runs in this process, which holds every count anyway (as the thread builder
+    # does): the counts stay in memory and are combined once, with no range files to split and re-read.
+    # Ranges on disk are for clusters, where the client must not hold the whole index.
+    in_memory = ranges is None and is_local(scheduler)
+    n_ranges = 1 if in_memory else ranges if ranges is not None else max(1, min(MAX_RANGES, n_blocks // RANGE_BLOCKS))
     bounds = range_bounds(config.id_start, n_ranges)
     steps = len(bricks) + bounds.size + 1
 
@@ -220,10 +227,14 @@ def _build(repo: Repository, name: str, *, scheduler: Any, num_workers: int | No
 
     with tempfile.TemporaryDirectory(prefix="shardscope-index-", dir=scratch) as tmp:
         files = [Path(tmp) / f"range-{i:04d}.rec" for i in range(bounds.size + 1)]
-        handles = [f.open("wb") for f in files]
+        held: list[Records] = []
+        handles = [] if in_memory else [f.open("wb") for f in files]
         try:
             for _, rec in iter_tasks(count_brick, bricks, scheduler=scheduler, num_workers=num_workers,
                                      progress=counted, label="count bricks"):
+                if in_memory:
+                    held.append(rec)
+                    continue
                 which = np.searchsorted(bounds, rec["sv"], side="right")
                 order = np.argsort(which, kind="stable")
                 cuts = np.searchsorted(which[order], np.arange(1, bounds.size + 1))
@@ -233,14 +244,23 @@ def _build(repo: Repository, name: str, *, scheduler: Any, num_workers: int | No
         finally:
             for h in handles:
                 h.close()
+
+        def load_range(i: int) -> Records:
+            if in_memory:
+                whole = np.concatenate(held) if held else np.zeros(0, RECORD_DTYPE)
+                held.clear()
+                return whole
+            records = np.fromfile(files[i], dtype=RECORD_DTYPE)
+            files[i].unlink()
+            return records
+
         summaries: list[IndexSummary] = []
         voxels = [0]
         stored: list[IndexSummary] = []
 
         def items() -> Iterator[tuple[bytes, bytes]]:
-            for i, f in enumerate(files):
-                part = _combine_range(np.fromfile(f, dtype=RECORD_DTYPE))
-                f.unlink()
+            for i in range(len(files)):
+                part = _combine_range(load_range(i))
                 summaries.append(part.summary)
                 voxels[0] += part.voxels
                 yield from part.entries()
