@@ -55,6 +55,10 @@ RECORD_DTYPE = np.dtype([("sv", "<u8"), ("z", "<u4"), ("y", "<u4"), ("x", "<u4")
 #: Default brick: at most this many scale-0 blocks per task (16 blocks of 64³ uint64: 32 MiB read at once,
 #: well above Dask's per-task overhead, small enough to spread a modest base over a few workers).
 BLOCKS_PER_TASK = 16
+#: Default brick on a local scheduler: the base is read in this process, where a smaller brick costs no
+#: extra round trip and keeps both threads busy with less copying (measured: 4 blocks per task took
+#: 0.89x the thread builder's time ratio vs 0.69x at 16, on the bench's 128-block base).
+LOCAL_BLOCKS_PER_TASK = 4
 #: Default number of scratch entries per supervoxel-id range (the most the client combines at once).
 RANGE_BLOCKS = 64
 MAX_RANGES = 256
@@ -151,7 +155,7 @@ def _combine_range(records: Records) -> BaseIndex:
 
 def build_label_index(repo: Repository | str | os.PathLike[str], name: str, *, scheduler: Any = None,
                       num_workers: int | None = None, progress: Progress | None = None,
-                      overwrite: bool = False, blocks_per_task: int = BLOCKS_PER_TASK, ranges: int | None = None,
+                      overwrite: bool = False, blocks_per_task: int | None = None, ranges: int | None = None,
                       scratch: str | os.PathLike[str] | None = None) -> IndexJobReport:
     """Build the base label index of labelmap ``name`` as a Dask job and store it in the repository.
 
@@ -173,7 +177,8 @@ def build_label_index(repo: Repository | str | os.PathLike[str], name: str, *, s
         Replace an existing index (atomically). Without it an existing index is refused: the
         base is immutable, so a complete index never needs rebuilding unless it is damaged.
     blocks_per_task
-        At most how many scale-0 blocks one task reads (as one box).
+        At most how many scale-0 blocks one task reads (as one box). Default: 4 on a local
+        scheduler, 16 on a cluster (fewer, larger round trips).
     ranges
         How many supervoxel-id ranges the combination is split into, through scratch files (default:
         none on a local scheduler, whose process holds the counts anyway and combines them once in
@@ -198,7 +203,7 @@ def build_label_index(repo: Repository | str | os.PathLike[str], name: str, *, s
 
 
 def _build(repo: Repository, name: str, *, scheduler: Any, num_workers: int | None, progress: Progress | None,
-           overwrite: bool, blocks_per_task: int, ranges: int | None,
+           overwrite: bool, blocks_per_task: int | None, ranges: int | None,
            scratch: str | os.PathLike[str] | None) -> IndexJobReport:
     started = time.perf_counter()
     inst = repo.instance(name)
@@ -211,6 +216,8 @@ def _build(repo: Repository, name: str, *, scheduler: Any, num_workers: int | No
                             f"damaged: pass overwrite=True (CLI: --force)")
     config = LabelmapConfig.from_json(inst.config, name=name)
     grid = config.grid(0)
+    if blocks_per_task is None:
+        blocks_per_task = LOCAL_BLOCKS_PER_TASK if is_local(scheduler) else BLOCKS_PER_TASK
     bricks = plan_bricks(config.base, grid, blocks_per_task)
     n_blocks = grid.grid[0] * grid.grid[1] * grid.grid[2]
     # A local scheduler runs in this process, which holds every count anyway (as the thread builder
