@@ -116,15 +116,25 @@ def record_pair(bench: str, case: str, dtype: str, pair: Paired, peer_name: str,
     return row
 
 
-def save(bench: str) -> Path:
-    """Write this script's rows to ``bench/results/<bench>.json`` (replacing the previous run's)."""
+def save(bench: str, *, partial: bool = False) -> Path:
+    """Write this script's rows to ``bench/results/<bench>.json`` (replacing the previous run's).
+
+    ``partial``: this run measured only some cases; the previous file's rows of other cases are kept
+    (in their place), so one part of a long script can be rerun alone.
+    """
     RESULTS.mkdir(exist_ok=True)
     path = RESULTS / f"{bench}.json"
+    rows = [asdict(r) for r in _rows.get(bench, [])]
+    if partial and path.exists():
+        fresh = {(r["case"], r["dtype"], r["peer_name"]): r for r in rows}
+        old = json.loads(path.read_text()).get("rows", [])
+        merged = [fresh.pop((r["case"], r["dtype"], r["peer_name"]), r) for r in old]
+        rows = merged + list(fresh.values())
     doc = {
         "bench": bench,
         "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
         "machine": f"{platform.machine()}, {os.cpu_count()} cpus, Python {platform.python_version()}",
-        "rows": [asdict(r) for r in _rows.get(bench, [])],
+        "rows": rows,
     }
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps(doc, indent=1) + "\n")

@@ -233,7 +233,7 @@ def main() -> None:
                 print("label index")
                 bench_index(repo, args.rounds)
             repo.close()  # type: ignore[attr-defined]
-    save(BENCH)
+    save(BENCH, partial=args.part != "all")
 
 
 if __name__ == "__main__":

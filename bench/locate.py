@@ -10,7 +10,9 @@ renders the table in ``bench/README.md``).
 2. ``inspect`` of the same volume from local disk and over loopback HTTP (real range requests),
    against TensorStore's ``neuroglancer_uint64_sharded`` kvstore ``list()`` of the same directory (the
    only way TensorStore enumerates a shard's chunks). Goal: HTTP inspect <= 3x the TensorStore list.
-   The loopback server (``tests/http_range_server.py``) runs in its own process.
+   Servers: Debian's nginx on 127.0.0.1 (a real server, as users read from; ``apt-get install
+   nginx-light``), on the volume as TensorStore wrote it and on the same chunks re-sharded by
+   shardscope's writer; then the Python test server (``tests/http_range_server.py``) in its own process.
 
 Chunk ids do not depend on the voxel type; the volume is uint8. Defaults everywhere (the shared
 context, the reader's caches); ids are located with warm minishard caches, as a viewer's are.
@@ -38,6 +40,7 @@ from napari_shardscope.core.formats.precomputed.info import parse_info
 from napari_shardscope.core.formats.precomputed.shard_reader import ShardedReader
 from napari_shardscope.core.formats.precomputed.sharding import (
     assign_chunk_ids,
+    format_shard_name,
     low_bits,
     murmurhash3_x86_128_low64_mmh3,
     shift_right,
@@ -145,6 +148,102 @@ class ServerProcess:
         self.proc.wait(timeout=30)
 
 
+class NginxServer:
+    """Debian's nginx on 127.0.0.1 serving ``root`` with a private config (no daemon, pid and logs in a temp dir).
+
+    nginx answers range requests on static files natively, as the servers users read from do; its access log
+    records ``$body_bytes_sent`` per request (bodies, as the Python server counts), which :meth:`bytes_sent`
+    sums and resets. Startup waits at most 10 s.
+    """
+
+    def __init__(self, root: Path) -> None:
+        import os
+        import shutil
+        import socket
+        import subprocess
+        import time
+
+        binary = shutil.which("nginx") or "/usr/sbin/nginx"
+        if not Path(binary).exists():
+            raise FileNotFoundError("nginx is not installed (apt-get install nginx-light; scripts/install.sh bench)")
+        self.tmp = Path(tempfile.mkdtemp(prefix="bench-nginx-"))
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        self.log = self.tmp / "access.log"
+        user = "user root root;\n" if os.geteuid() == 0 else ""
+        temps = "".join(f"    {k}_temp_path {self.tmp}/{k};\n"
+                        for k in ("client_body", "proxy", "fastcgi", "uwsgi", "scgi"))
+        conf = (f"{user}daemon off;\nworker_processes auto;\npid {self.tmp}/nginx.pid;\n"
+                f"error_log {self.tmp}/error.log;\nevents {{ worker_connections 512; }}\n"
+                f"http {{\n    log_format sent '$body_bytes_sent';\n    access_log {self.log} sent;\n{temps}"
+                f"    default_type application/octet-stream;\n    keepalive_requests 100000;\n"
+                f"    server {{\n        listen 127.0.0.1:{port};\n        root {root};\n"
+                f"        location / {{ }}\n    }}\n}}\n")
+        (self.tmp / "nginx.conf").write_text(conf)
+        self.proc = subprocess.Popen([binary, "-c", str(self.tmp / "nginx.conf"), "-p", str(self.tmp)],
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self.url = f"http://127.0.0.1:{port}/"
+        self.offset = 0
+        deadline = time.monotonic() + 10.0
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+                break
+            except OSError:
+                if self.proc.poll() is not None or time.monotonic() > deadline:
+                    self.close()
+                    raise RuntimeError(f"nginx did not start: {(self.tmp / 'error.log').read_text()}") from None
+                time.sleep(0.05)
+
+    def bytes_sent(self) -> int:
+        if not self.log.exists():
+            return 0
+        with self.log.open() as f:
+            f.seek(self.offset)
+            text = f.read()
+            self.offset = f.tell()
+        return sum(int(x) for x in text.split())
+
+    def close(self) -> None:
+        import shutil
+        import subprocess
+
+        if self.proc.poll() is None:
+            self.proc.terminate()  # SIGTERM: nginx's fast shutdown
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout=10)
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+
+def reshard_ours(src: Path, dst: Path) -> None:
+    """The same volume with every shard rewritten by shardscope's writer (the same encoded chunks)."""
+    import shutil
+
+    from napari_shardscope.core.formats.precomputed.shard_writer import write_shards
+
+    dst.mkdir()
+    shutil.copy(src / "info", dst / "info")
+    store = LocalByteStore(src)
+    sc = parse_info(store.read("info") or b"").scales[0]
+    assert sc.sharding is not None
+    reader = ShardedReader(store, sc.key, sc.sharding)
+    chunks: dict[int, bytes] = {}
+    for shard in range(sc.sharding.num_shards):
+        index = reader.shard_index(shard)
+        if index is None:
+            continue
+        data = (src / sc.key / f"{format_shard_name(sc.sharding, shard)}.shard").read_bytes()
+        for m in index.nonempty_minishards().tolist():
+            mi = reader.minishard_index(shard, m)
+            for cid, a, b in zip(mi.chunk_ids.tolist(), mi.starts.tolist(), mi.ends.tolist(), strict=True):
+                chunks[cid] = data[a:b]
+    write_shards(LocalByteStore(dst), sc.key, sc.sharding, chunks, encoded=True)
+
+
 def ts_list(base: str) -> int:
     kv = ts.KvStore.open({"driver": "neuroglancer_uint64_sharded", "base": base, "metadata": SHARDING}).result()
     return len(kv.list().result())
@@ -205,8 +304,8 @@ def main() -> None:
         # In its own process, as a real server is: it takes no GIL from either side. Python's server
         # spends ~0.3 ms of CPU per request on this machine, far more than a bucket's front end; the
         # second run adds 20 ms to every answer (a bucket's round trip, requests answered in parallel).
-        def http_case(delay: float, case: str) -> None:
-            server = ServerProcess(root, delay)
+        def http_case(delay: float, case: str, nginx: bool = False, vol: str = "vol") -> None:
+            server: ServerProcess | NginxServer = NginxServer(root) if nginx else ServerProcess(root, delay)
             try:
                 sent: dict[str, list[int]] = {"ours": [], "ts": []}
                 reqs: list[int] = []
@@ -219,12 +318,12 @@ def main() -> None:
                     return run
 
                 def ours_remote() -> None:
-                    summary = open_dataset(server.url + "vol").inspector().inspect()
+                    summary = open_dataset(server.url + vol).inspector().inspect()
                     counts.append((summary["scales"][0]["chunks"], 0))
                     reqs.append(summary["requests"])
 
                 pair = paired_rounds(over_http(ours_remote, "ours"),
-                                     over_http(lambda: ts_list(f"{server.url}vol/{sc.key}/"), "ts"), args.rounds)
+                                     over_http(lambda: ts_list(f"{server.url}{vol}/{sc.key}/"), "ts"), args.rounds)
             finally:
                 server.close()
             assert all(c == len(all_ids) for c, _ in counts), counts
@@ -234,7 +333,11 @@ def main() -> None:
                                 f"{statistics.median(sent['ts']):.0f}; our requests {statistics.median(reqs):.0f}, "
                                 "in flight together")
 
-        http_case(0.0, "inspect over loopback HTTP")
+        http_case(0.0, "inspect over loopback HTTP, nginx (a real server)", nginx=True)
+        reshard_ours(root / "vol", root / "vol-ours")
+        http_case(0.0, "inspect over loopback HTTP, nginx, the volume re-sharded by shardscope's writer", nginx=True,
+                  vol="vol-ours")
+        http_case(0.0, "inspect over loopback HTTP, Python test server")
         http_case(0.02, "inspect over loopback HTTP, 20 ms per request (a bucket's latency)")
     save(BENCH)
 

@@ -5,6 +5,7 @@
 #   bash scripts/install.sh test        # the same plus the test tools and cross-check libraries: extra [test]
 #   bash scripts/install.sh test-pyqt5  # the test environment under PyQt5 instead, in .venv-pyqt5: [test-pyqt5]
 #   bash scripts/install.sh pyqt5       # the library, CLI and napari (PyQt5) in .venv-pyqt5: extra [pyqt5]
+#   bash scripts/install.sh bench       # the test environment plus the bench peers and nginx: extra [bench]
 #
 # One Qt binding per environment: the PyQt5 modes use their own venv, so no environment holds two bindings.
 #
@@ -24,6 +25,10 @@ apt_packages=(xvfb xauth libgl1 libegl1 libgl1-mesa-dri libglib2.0-0 libfontconf
 # The Neuroglancer hand-off test drives Debian's chromium through Playwright (never `playwright install`).
 case "$extra" in
   test|test-pyqt6) apt_packages+=(chromium) ;;
+esac
+# bench/locate.py measures remote inspect against Debian's nginx on 127.0.0.1 (CI runs no bench).
+case "$extra" in
+  bench) apt_packages+=(nginx-light) ;;
 esac
 
 if command -v dpkg >/dev/null 2>&1; then

@@ -93,6 +93,22 @@ def test_range_partitioned_combination_stores_the_same_bytes(base: tuple[Path, n
     assert stored_index(tmp_path / "ranged") == stored_index(threads)
 
 
+@pytest.mark.parametrize("scheduler", [None, "threads", "sync"])
+def test_local_scheduler_combines_in_memory_to_the_same_bytes(base: tuple[Path, np.ndarray], tmp_path: Path,
+                                                              scheduler: str | None) -> None:
+    """A local scheduler keeps the counts in memory (one combination, no scratch file), same bytes as threads."""
+    threads = make(tmp_path, "threads", base[0], build=True)
+    local = make(tmp_path, "local", base[0], build=False)
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    seen: list[str] = []
+    report = build_label_index(str(local), "seg", scheduler=scheduler, blocks_per_task=2, scratch=scratch,
+                               progress=lambda d, t, w: seen.append(w))
+    assert report.ranges == 1 and seen.count("combine ranges") == 1
+    assert stored_index(local) == stored_index(threads)
+    assert list(scratch.iterdir()) == []  # nothing left behind
+
+
 def test_interrupted_rebuild_leaves_the_old_index(base: tuple[Path, np.ndarray], tmp_path: Path) -> None:
     """A rebuild stores in one transaction: failing at the last range leaves the previous index, damage and all;
     a complete rebuild repairs it."""

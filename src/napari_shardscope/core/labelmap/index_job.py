@@ -9,12 +9,14 @@ whole index. The job therefore runs in two phases:
    returns, for every block of the brick, each supervoxel and its voxel count there. The tasks are
    pure functions of a small picklable :class:`BrickTask` (the base URL and a block range); each
    worker process opens the base volume once.
-2. **combine** — as each brick's counts arrive, the client splits them by *supervoxel-id range*
+2. **combine** — on a cluster, as each brick's counts arrive, the client splits them by *supervoxel-id range*
    and appends each part to that range's scratch file, then forgets them. When every brick is in,
    the ranges are combined one at a time (sorted, grouped per supervoxel) and their entries are
    streamed into one write transaction, the summary and then ``index/meta`` last. One range is
    in memory at a time; the only whole-volume structure is the summary (every supervoxel and its
-   total, 16 bytes each), which the labelmap keeps in memory anyway.
+   total, 16 bytes each), which the labelmap keeps in memory anyway. On a local scheduler (threads,
+   sync) the counting already runs in this process, like the thread builder: unless ``ranges`` is
+   given, the counts stay in memory and are combined once, with no scratch files.
 
 The stored bytes are exactly those of the thread builder (same keys, same entry encoding, same
 block order within an entry, same summary and meta), so every reader of the base index
@@ -38,7 +40,7 @@ import numpy as np
 import numpy.typing as npt
 
 from napari_shardscope.core.errors import ArgumentError
-from napari_shardscope.core.jobs import iter_tasks, open_once
+from napari_shardscope.core.jobs import is_local, iter_tasks, open_once
 from napari_shardscope.core.labelmap.config import TYPE_NAME, LabelmapConfig
 from napari_shardscope.core.labelmap.geometry import BlockGrid, Box, Coord
 from napari_shardscope.core.labelmap.keys import INDEX_META_KEY, INDEX_SUMMARY_KEY
@@ -53,6 +55,10 @@ RECORD_DTYPE = np.dtype([("sv", "<u8"), ("z", "<u4"), ("y", "<u4"), ("x", "<u4")
 #: Default brick: at most this many scale-0 blocks per task (16 blocks of 64³ uint64: 32 MiB read at once,
 #: well above Dask's per-task overhead, small enough to spread a modest base over a few workers).
 BLOCKS_PER_TASK = 16
+#: Default brick on a local scheduler: the base is read in this process, where a smaller brick costs no
+#: extra round trip and keeps both threads busy with less copying (measured: 4 blocks per task took
+#: 0.89x the thread builder's time ratio vs 0.69x at 16, on the bench's 128-block base).
+LOCAL_BLOCKS_PER_TASK = 4
 #: Default number of scratch entries per supervoxel-id range (the most the client combines at once).
 RANGE_BLOCKS = 64
 MAX_RANGES = 256
@@ -149,7 +155,7 @@ def _combine_range(records: Records) -> BaseIndex:
 
 def build_label_index(repo: Repository | str | os.PathLike[str], name: str, *, scheduler: Any = None,
                       num_workers: int | None = None, progress: Progress | None = None,
-                      overwrite: bool = False, blocks_per_task: int = BLOCKS_PER_TASK, ranges: int | None = None,
+                      overwrite: bool = False, blocks_per_task: int | None = None, ranges: int | None = None,
                       scratch: str | os.PathLike[str] | None = None) -> IndexJobReport:
     """Build the base label index of labelmap ``name`` as a Dask job and store it in the repository.
 
@@ -171,10 +177,12 @@ def build_label_index(repo: Repository | str | os.PathLike[str], name: str, *, s
         Replace an existing index (atomically). Without it an existing index is refused: the
         base is immutable, so a complete index never needs rebuilding unless it is damaged.
     blocks_per_task
-        At most how many scale-0 blocks one task reads (as one box).
+        At most how many scale-0 blocks one task reads (as one box). Default: 4 on a local
+        scheduler, 16 on a cluster (fewer, larger round trips).
     ranges
-        How many supervoxel-id ranges the combination is split into (default: about one per 64
-        blocks, at most 256). More ranges, less client memory at once.
+        How many supervoxel-id ranges the combination is split into, through scratch files (default:
+        none on a local scheduler, whose process holds the counts anyway and combines them once in
+        memory; on a cluster about one per 64 blocks, at most 256). More ranges, less client memory.
     scratch
         Directory for the scratch files of the combination (default: the system's temporary
         directory); removed afterwards.
@@ -195,7 +203,7 @@ def build_label_index(repo: Repository | str | os.PathLike[str], name: str, *, s
 
 
 def _build(repo: Repository, name: str, *, scheduler: Any, num_workers: int | None, progress: Progress | None,
-           overwrite: bool, blocks_per_task: int, ranges: int | None,
+           overwrite: bool, blocks_per_task: int | None, ranges: int | None,
            scratch: str | os.PathLike[str] | None) -> IndexJobReport:
     started = time.perf_counter()
     inst = repo.instance(name)
@@ -208,9 +216,15 @@ def _build(repo: Repository, name: str, *, scheduler: Any, num_workers: int | No
                             f"damaged: pass overwrite=True (CLI: --force)")
     config = LabelmapConfig.from_json(inst.config, name=name)
     grid = config.grid(0)
+    if blocks_per_task is None:
+        blocks_per_task = LOCAL_BLOCKS_PER_TASK if is_local(scheduler) else BLOCKS_PER_TASK
     bricks = plan_bricks(config.base, grid, blocks_per_task)
     n_blocks = grid.grid[0] * grid.grid[1] * grid.grid[2]
-    n_ranges = ranges if ranges is not None else max(1, min(MAX_RANGES, n_blocks // RANGE_BLOCKS))
+    # A local scheduler runs in this process, which holds every count anyway (as the thread builder
+    # does): the counts stay in memory and are combined once, with no range files to split and re-read.
+    # Ranges on disk are for clusters, where the client must not hold the whole index.
+    in_memory = ranges is None and is_local(scheduler)
+    n_ranges = 1 if in_memory else ranges if ranges is not None else max(1, min(MAX_RANGES, n_blocks // RANGE_BLOCKS))
     bounds = range_bounds(config.id_start, n_ranges)
     steps = len(bricks) + bounds.size + 1
 
@@ -220,10 +234,14 @@ def _build(repo: Repository, name: str, *, scheduler: Any, num_workers: int | No
 
     with tempfile.TemporaryDirectory(prefix="shardscope-index-", dir=scratch) as tmp:
         files = [Path(tmp) / f"range-{i:04d}.rec" for i in range(bounds.size + 1)]
-        handles = [f.open("wb") for f in files]
+        held: list[Records] = []
+        handles = [] if in_memory else [f.open("wb") for f in files]
         try:
             for _, rec in iter_tasks(count_brick, bricks, scheduler=scheduler, num_workers=num_workers,
                                      progress=counted, label="count bricks"):
+                if in_memory:
+                    held.append(rec)
+                    continue
                 which = np.searchsorted(bounds, rec["sv"], side="right")
                 order = np.argsort(which, kind="stable")
                 cuts = np.searchsorted(which[order], np.arange(1, bounds.size + 1))
@@ -233,14 +251,23 @@ def _build(repo: Repository, name: str, *, scheduler: Any, num_workers: int | No
         finally:
             for h in handles:
                 h.close()
+
+        def load_range(i: int) -> Records:
+            if in_memory:
+                whole = np.concatenate(held) if held else np.zeros(0, RECORD_DTYPE)
+                held.clear()
+                return whole
+            records = np.fromfile(files[i], dtype=RECORD_DTYPE)
+            files[i].unlink()
+            return records
+
         summaries: list[IndexSummary] = []
         voxels = [0]
         stored: list[IndexSummary] = []
 
         def items() -> Iterator[tuple[bytes, bytes]]:
-            for i, f in enumerate(files):
-                part = _combine_range(np.fromfile(f, dtype=RECORD_DTYPE))
-                f.unlink()
+            for i in range(len(files)):
+                part = _combine_range(load_range(i))
                 summaries.append(part.summary)
                 voxels[0] += part.voxels
                 yield from part.entries()

@@ -135,3 +135,41 @@ def test_coalesce_ranges_merges_close_indexes_and_keeps_far_ones_apart() -> None
     assert coalesce_ranges(close) == [close]
     far = [(0, 100, 0), (20_000, 20_100, 1)]  # 20 KB apart: 200x the bytes wanted
     assert coalesce_ranges(far) == [[far[0]], [far[1]]]
+
+
+def test_own_shards_keep_minishard_indexes_together_one_request_each(
+        tmp_path: Path, http_root: tuple[Path, RangeServer]) -> None:
+    """Our writer puts every minishard index after the data: a shard's indexes come in one request.
+
+    The chunks are incompressible and larger than the coalescing gap, so with indexes between the
+    minishards' data (TensorStore's layout) each index would be its own request.
+    """
+    import numpy as np
+
+    from napari_shardscope.core.formats.precomputed.shard_reader import ShardedReader
+    from napari_shardscope.core.formats.precomputed.shard_writer import group_by_shard, write_shards
+    from napari_shardscope.core.formats.precomputed.sharding import format_shard_name
+
+    root, server = http_root
+    spec = parse_sharding_spec(SHARDING_MURMUR_GZIP)
+    rng = np.random.default_rng(7)
+    ids = list(range(1, 200))
+    chunks = {i: rng.integers(0, 256, COALESCE_GAP + 1000, dtype=np.uint8).tobytes() for i in ids}
+    write_shards(LocalByteStore(root / "vol"), "s0", spec, chunks)
+    by_shard = group_by_shard(spec, ids)
+    local = ShardedReader(LocalByteStore(root / "vol"), "s0", spec)
+    remote = ShardedReader(open_store(server.url + "vol"), "s0", spec)
+    server.requests.clear()
+    remote.prefetch_minishards_of(sorted(by_shard))
+    for shard, members in by_shard.items():
+        name = f"{format_shard_name(spec, shard)}.shard"
+        file_reads = [r for p, r in server.requests if p.rsplit("/", 1)[-1] == name]
+        assert len(file_reads) == 2, (shard, file_reads)  # the shard index, then all minishard indexes at once
+        minis = local.shard_index(shard)
+        assert minis is not None
+        for m in minis.nonempty_minishards().tolist():
+            a, b = local.minishard_index(shard, m), remote.minishard_index(shard, m)
+            assert all(np.array_equal(x, y) for x, y in
+                       [(a.chunk_ids, b.chunk_ids), (a.starts, b.starts), (a.ends, b.ends)])
+        assert sorted(np.concatenate([local.minishard_index(shard, m).chunk_ids for m in
+                                      minis.nonempty_minishards().tolist()]).tolist()) == sorted(members)

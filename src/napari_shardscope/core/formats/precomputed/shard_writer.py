@@ -72,6 +72,7 @@ def encode_shard(
     pos = base
     starts = np.zeros(spec.num_minishards, dtype=np.uint64)
     ends = np.zeros(spec.num_minishards, dtype=np.uint64)
+    indexes: list[tuple[int, bytes]] = []
     for m in np.unique(minis).tolist():
         sel = ids[minis == m]
         c_starts, c_ends = [], []
@@ -82,7 +83,11 @@ def encode_shard(
             pos += len(data)
             c_ends.append(pos)
             body.append(data)
-        index = encode_minishard_index(spec, sel, c_starts, c_ends, level)
+        indexes.append((m, encode_minishard_index(spec, sel, c_starts, c_ends, level)))
+    # Every minishard index after all the chunk data, contiguous (as Igneous and neuroglancer-scripts
+    # lay shards out): a remote reader fetches a shard's whole index region in one range request
+    # instead of one per minishard. Readers follow the shard index's offsets, so any order is valid.
+    for m, index in indexes:
         starts[m], ends[m] = pos, pos + len(index)
         body.append(index)
         pos += len(index)
