@@ -14,6 +14,7 @@ import pytest
 
 from napari_shardscope.core.bytestore.conditional import ABSENT, ConditionalStore, probe_cas
 from napari_shardscope.core.errors import ArgumentError, UnsupportedError
+from tests.gcs_emulator import GcsServer, gcs, gcs_server  # noqa: F401  (fixtures)
 from tests.moto_s3 import S3Server, s3, s3_server  # noqa: F401  (fixtures)
 
 
@@ -91,3 +92,31 @@ def test_http_is_read_only() -> None:
     store = ConditionalStore("https://127.0.0.1:9/remote")
     with pytest.raises(UnsupportedError):
         store.write_if("refs", b"x", ABSENT)
+
+
+def test_gcs_emulator_reads_and_writes_through_the_gcs_driver(gcs: GcsServer) -> None:  # noqa: F811  (the fixture)
+    """gs:// reaches a real GCS JSON API (gcp-storage-emulator on 127.0.0.1) through TensorStore's gcs driver."""
+    store = ConditionalStore(gcs.url("cas"))
+    assert store.location.kvstore["driver"] == "gcs"
+    got = store.read_generation("refs")
+    assert got.value is None and got.generation == ABSENT
+    g1 = store.write_if("refs", b"A", ABSENT)
+    assert g1 is not None
+    # The bytes round-trip; the generation a read reports does not match the write's on this emulator
+    # (a read answers generation 0), one more reason it cannot serve as a compare-and-swap store.
+    assert store.read_generation("refs").value == b"A"
+
+
+def test_gcs_emulator_ignores_generation_match_and_the_probe_says_so(gcs: GcsServer) -> None:  # noqa: F811  (the fixture)
+    """gcp-storage-emulator ignores ``ifGenerationMatch``: real GCS would refuse both writes below.
+
+    So CAS does not hold on it, and :func:`probe_cas` must report that (the remotes then refuse to push).
+    """
+    store = ConditionalStore(gcs.url("cas"))
+    first = store.write_if("refs", b"A", ABSENT)
+    assert first is not None
+    assert store.write_if("refs", b"B", ABSENT) is not None  # a create over an existing object "wins"
+    assert store.write_if("refs", b"C", first) is not None  # and so does a stale generation
+    assert store.read_generation("refs").value == b"C"
+    assert not probe_cas(store)
+    assert store.read_generation("cas-probe/none").value is None

@@ -18,6 +18,7 @@ from napari_shardscope.core.versioned import remotes as R
 from napari_shardscope.core.versioned.remotes.errors import NoCompareAndSwapError
 from napari_shardscope.core.versioned.remotes.store import RemoteStore
 from tests.core.versioned.remotes.helpers import edit, make_repo
+from tests.gcs_emulator import GcsServer, gcs, gcs_server  # noqa: F401  (fixtures)
 from tests.moto_s3 import S3Server, serve_moto
 
 CONDITIONAL = ("HTTP_IF_MATCH", "HTTP_IF_NONE_MATCH")
@@ -44,4 +45,17 @@ def test_push_to_a_store_without_cas_is_refused(lax_s3: S3Server, base: Path, tm
     assert refs is None  # no ref was ever written: nothing points anywhere
     with pytest.raises(NoCompareAndSwapError):  # and it stays refused
         R.push(a, "lax", "main")
+    a.close()
+
+
+def test_push_to_the_gcs_emulator_is_refused(gcs: GcsServer, base: Path, tmp_path: Path) -> None:  # noqa: F811
+    """gs:// through TensorStore's gcs driver to gcp-storage-emulator, which ignores ``ifGenerationMatch``."""
+    a = make_repo(tmp_path / "a", base)
+    edit(a, "merge", np.random.default_rng(3))
+    url = gcs.url("team/repo")
+    R.add_remote(a, "emu", url)
+    with pytest.raises(NoCompareAndSwapError, match="stale conditional write"):
+        R.push(a, "emu", "main")
+    refs, _ = RemoteStore(url).read_refs()
+    assert refs is None  # no ref was ever written
     a.close()
