@@ -76,6 +76,10 @@ class ConditionalStore:
     def url(self) -> str:
         return self.location.url
 
+    def _where(self, key: str) -> str:
+        """The URL of ``key``, for error messages (the root may or may not end with ``/``)."""
+        return f"{self.url.rstrip('/')}/{key}"
+
     def _check(self, key: str) -> None:
         if self.location.is_local:
             check_key(key, str(self.location.kvstore["path"]))
@@ -88,7 +92,7 @@ class ConditionalStore:
         try:
             r = self._kv.read(key).result()
         except Exception as exc:
-            raise error_from_tensorstore(exc, where=f"{self.url}{key}", raw_bytes=True) from exc
+            raise error_from_tensorstore(exc, where=self._where(key), raw_bytes=True) from exc
         if r.state != "value":
             return Versioned(None, bytes(r.stamp.generation) or ABSENT)
         return Versioned(bytes(r.value), bytes(r.stamp.generation))
@@ -107,7 +111,7 @@ class ConditionalStore:
         try:
             stamp = self._kv.write(key, data, if_equal=generation).result()
         except Exception as exc:
-            raise error_from_tensorstore(exc, where=f"{self.url}{key} (conditional write)", raw_bytes=True) from exc
+            raise error_from_tensorstore(exc, where=f"{self._where(key)} (conditional write)", raw_bytes=True) from exc
         new = bytes(stamp.generation)
         return new or None
 
@@ -119,7 +123,7 @@ class ConditionalStore:
         try:
             self._kv.delete_range(ts.KvStore.KeyRange(key, key + "\0")).result()
         except Exception as exc:
-            raise error_from_tensorstore(exc, where=f"{self.url}{key} (delete)", raw_bytes=True) from exc
+            raise error_from_tensorstore(exc, where=f"{self._where(key)} (delete)", raw_bytes=True) from exc
 
 
 def anonymous_location(loc: Location) -> Location:
