@@ -25,8 +25,8 @@ from napari_shardscope.core.bytestore.local import write_file_atomic
 from napari_shardscope.core.errors import ArgumentError, NotFoundError
 from napari_shardscope.core.formats import open_dataset
 from napari_shardscope.core.labelmap.config import TYPE_NAME, LabelmapConfig
-from napari_shardscope.core.versioned.errors import StoreCorruptError
 from napari_shardscope.core.versioned.instance import check_instance_name
+from napari_shardscope.core.versioned.remotes.config import read_json_file
 from napari_shardscope.core.versioned.repository import Repository
 
 CACHE_FILE = "base-cache.json"
@@ -53,16 +53,7 @@ def _read_cache(repo_path: Path) -> dict[str, Any]:
 
     Silently reading the origin instead would fail only later, offline, far from the cause.
     """
-    cache = repo_path / CACHE_FILE
-    try:
-        doc = json.loads(cache.read_bytes())
-    except FileNotFoundError:
-        return {}
-    except (OSError, ValueError) as exc:
-        raise StoreCorruptError(f"{cache}: unreadable ({exc}); delete it to read the base from its origin") from exc
-    if not isinstance(doc, dict):
-        raise StoreCorruptError(f"{cache}: not a JSON object; delete it to read the base from its origin")
-    return doc
+    return read_json_file(repo_path / CACHE_FILE, remedy="; delete it to read the base from its origin")
 
 
 def local_base(repo: Repository, name: str) -> str | None:

@@ -42,7 +42,7 @@ def test_review_a_fetched_branch_keep_theirs_and_push(base: Path, tmp_path: Path
     assert rows[f"body:{svs[0]}"].conflict
     body0 = rows[f"body:{svs[0]}"].body
     assert body0 is not None and body0.branch_edits and body0.target_edits
-    assert f"into body {svs[1]}" in body0.branch_edits[0] and f"into body {svs[2]}" in body0.target_edits[0]
+    assert f"into {svs[1]} (" in body0.branch_edits[0] and f"into {svs[2]} (" in body0.target_edits[0]
     assert len(review.conflicts) >= 1
     for r in reviewer.rows():
         if r.conflict:

@@ -21,7 +21,8 @@ from typing import Any
 
 from napari_shardscope.core.bytestore import parse_url, write_file_atomic
 from napari_shardscope.core.bytestore.oserrors import storage_fault
-from napari_shardscope.core.errors import ArgumentError
+from napari_shardscope.core.errors import ArgumentError, MetadataError
+from napari_shardscope.core.json_document import load_json
 from napari_shardscope.core.versioned.errors import StoreCorruptError
 from napari_shardscope.core.versioned.remotes.errors import RemoteExistsError, UnknownRemoteError
 from napari_shardscope.core.versioned.remotes.store import NodeRef
@@ -62,15 +63,25 @@ def _directory(repo: Repository) -> Path:
     return repo.path
 
 
-def _read_json(path: Path) -> dict[str, Any]:
+def read_json_file(path: Path, *, remedy: str = "") -> dict[str, Any]:
+    """A small JSON state file of the repository as a dict (empty when absent).
+
+    A damaged file is a :class:`StoreCorruptError` naming it (and ``remedy``, what the user can do),
+    never "absent": acting as if it were missing would fail later, far from the cause. Parsed by the
+    one JSON loader (size and depth limited), since a cloned repository's files came from a remote.
+    """
     try:
-        data = json.loads(path.read_bytes())
+        raw = path.read_bytes()
     except FileNotFoundError:
         return {}
-    except (OSError, ValueError) as exc:
-        raise StoreCorruptError(f"{path}: unreadable ({exc})") from exc
+    except OSError as exc:
+        raise StoreCorruptError(f"{path}: unreadable ({exc}){remedy}") from exc
+    try:
+        data = load_json(raw, key=str(path))
+    except MetadataError as exc:
+        raise StoreCorruptError(f"{exc}{remedy}") from exc
     if not isinstance(data, dict):
-        raise StoreCorruptError(f"{path}: not a JSON object")
+        raise StoreCorruptError(f"{path}: not a JSON object{remedy}")
     return data
 
 
@@ -85,7 +96,7 @@ def _write_json(path: Path, doc: dict[str, Any]) -> None:
 def load_config(repo: Repository) -> dict[str, Any]:
     """The remotes file (with a writer id, created on first use)."""
     path = _directory(repo) / CONFIG_FILE
-    doc = _read_json(path)
+    doc = read_json_file(path)
     if "writer" not in doc:
         doc = {"writer": uuid.uuid4().hex, "remotes": dict(doc.get("remotes", {}))}
         _write_json(path, doc)
@@ -146,7 +157,7 @@ def is_anonymous(repo: Repository, name: str) -> bool:
 
 
 def load_state(repo: Repository, name: str) -> RemoteState:
-    doc = _read_json(_directory(repo) / STATE_DIR / f"{check_remote_name(name)}.json")
+    doc = read_json_file(_directory(repo) / STATE_DIR / f"{check_remote_name(name)}.json")
     try:
         return RemoteState(tracking={str(b): NodeRef(str(r["node"]), str(r["object"]))
                                      for b, r in doc.get("tracking", {}).items()},
@@ -184,7 +195,7 @@ def region_of(repo: Repository) -> list[list[int]] | None:
     """The region a region clone may edit (None: anywhere)."""
     if repo.path is None:
         return None
-    doc = _read_json(repo.path / REGION_FILE)
+    doc = read_json_file(repo.path / REGION_FILE)
     region = doc.get("region")
     if region is None:
         return None
@@ -206,5 +217,5 @@ def instances_of(repo: Repository) -> set[str] | None:
     """The instances a partial clone holds (None: all)."""
     if repo.path is None:
         return None
-    names = _read_json(repo.path / INSTANCES_FILE).get("instances")
+    names = read_json_file(repo.path / INSTANCES_FILE).get("instances")
     return None if names is None else {str(n) for n in names}
