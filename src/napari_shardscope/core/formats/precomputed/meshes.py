@@ -32,7 +32,7 @@ import numpy.typing as npt
 
 from napari_shardscope.core.bytestore import ByteStore, join_key, read_document
 from napari_shardscope.core.errors import ArgumentError, ChunkDecodeError, IndexDecodeError, MetadataError
-from napari_shardscope.core.formats.precomputed.segment_files import MAX_SEGMENT_FILE_BYTES, SegmentFiles
+from napari_shardscope.core.formats.precomputed.segment_files import MAX_SEGMENT_FILE_BYTES, FieldReader, SegmentFiles
 from napari_shardscope.core.formats.precomputed.shard_reader import ShardFile
 from napari_shardscope.core.formats.precomputed.sharding import ShardingSpec, parse_sharding_spec
 from napari_shardscope.core.json_document import load_json
@@ -170,17 +170,8 @@ class MultilodManifest:
 
 def decode_manifest(data: bytes, *, key: str, offset: int = 0) -> MultilodManifest:
     """Decode a multilod manifest; a typed error names ``key`` and the byte offset of what is wrong."""
-    pos = 0
-
-    def take(count: int, dtype: str, what: str) -> npt.NDArray[Any]:
-        nonlocal pos
-        size = count * np.dtype(dtype).itemsize
-        if pos + size > len(data):
-            raise IndexDecodeError(f"mesh manifest truncated in {what}: needs {pos + size} bytes, has {len(data)}",
-                                   key=key, offset=offset + pos)
-        out = np.frombuffer(data, dtype=dtype, count=count, offset=pos)
-        pos += size
-        return out
+    fields = FieldReader(data, key, offset, "mesh manifest", IndexDecodeError)
+    take = fields.take
 
     chunk_shape = take(3, "<f4", "chunk_shape").astype(np.float32)
     grid_origin = take(3, "<f4", "grid_origin").astype(np.float32)
@@ -190,7 +181,7 @@ def decode_manifest(data: bytes, *, key: str, offset: int = 0) -> MultilodManife
                                key=key, offset=offset + 24)
     lod_scales = take(num_lods, "<f4", "lod_scales").astype(np.float32)
     vertex_offsets = take(num_lods * 3, "<f4", "vertex_offsets").astype(np.float32).reshape(num_lods, 3)
-    counts_at = pos
+    counts_at = fields.pos
     counts = take(num_lods, "<u4", "num_fragments_per_lod").astype(np.int64)
     if counts.sum() > MAX_FRAGMENTS:
         raise IndexDecodeError(f"mesh manifest claims {int(counts.sum())} fragments (at most {MAX_FRAGMENTS})",
@@ -199,9 +190,7 @@ def decode_manifest(data: bytes, *, key: str, offset: int = 0) -> MultilodManife
     for lod, n in enumerate(counts.tolist()):
         positions.append(take(3 * n, "<u4", f"fragment_positions of lod {lod}").reshape(3, n).T.astype(np.uint32))
         sizes.append(take(n, "<u4", f"fragment_offsets of lod {lod}").astype(np.uint64))
-    if pos != len(data):
-        raise IndexDecodeError(f"mesh manifest has {len(data) - pos} bytes after its last field",
-                               key=key, offset=offset + pos)
+    fields.check_end("field")
     if not (np.all(np.isfinite(chunk_shape)) and np.all(np.isfinite(grid_origin))
             and np.all(np.isfinite(vertex_offsets))):
         raise IndexDecodeError("mesh manifest holds a non-finite chunk_shape, grid_origin or vertex offset",

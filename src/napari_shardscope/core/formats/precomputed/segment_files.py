@@ -10,11 +10,14 @@ both, so it lives here once; each source says only how a file name maps to an id
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import ClassVar, Generic, Protocol, TypeVar
+from typing import Any, ClassVar, Generic, Protocol, TypeVar
+
+import numpy as np
+import numpy.typing as npt
 
 from napari_shardscope.core.bytestore import ByteStore, join_key, read_bounded
 from napari_shardscope.core.encoding import gunzip
-from napari_shardscope.core.errors import ChunkDecodeError
+from napari_shardscope.core.errors import ChunkDecodeError, FormatError
 from napari_shardscope.core.formats.precomputed.chunk_encoding import GZIP_SUFFIX
 from napari_shardscope.core.formats.precomputed.shard_reader import DecodeBounds, ShardedReader
 from napari_shardscope.core.formats.precomputed.sharding import ShardingSpec
@@ -84,3 +87,35 @@ class SegmentFiles(Generic[InfoT]):
         """The segment id a file of an unsharded directory holds, ``None`` for other files."""
         stem = name.removesuffix(GZIP_SUFFIX)
         return int(stem) if stem.isdigit() else None
+
+
+@dataclass
+class FieldReader:
+    """Little-endian arrays read one after another from one file's bytes (a manifest, a skeleton).
+
+    Both binary layouts are a run of counted fields; running out of bytes, or bytes left over, is
+    ``error`` naming the key and the byte offset in the file (``offset`` is where ``data`` starts).
+    """
+
+    data: bytes
+    key: str
+    offset: int
+    what: str
+    error: type[FormatError]
+    pos: int = 0
+
+    def take(self, count: int, dtype: str, field: str) -> npt.NDArray[Any]:
+        """The next ``count`` values of ``dtype``; a typed error when the bytes end first."""
+        size = count * np.dtype(dtype).itemsize
+        if self.pos + size > len(self.data):
+            raise self.error(f"{self.what} truncated in {field}: needs {self.pos + size} bytes, has {len(self.data)}",
+                             key=self.key, offset=self.offset + self.pos)
+        out = np.frombuffer(self.data, dtype=dtype, count=count, offset=self.pos)
+        self.pos += size
+        return out
+
+    def check_end(self, last: str) -> None:
+        """Refuse bytes after the last field (``last`` names it in the message)."""
+        if self.pos != len(self.data):
+            raise self.error(f"{self.what} has {len(self.data) - self.pos} bytes after its last {last}",
+                             key=self.key, offset=self.offset + self.pos)

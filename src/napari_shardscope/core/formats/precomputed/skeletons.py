@@ -21,7 +21,7 @@ import numpy.typing as npt
 from napari_shardscope.core.bytestore import ByteStore, join_key, read_document
 from napari_shardscope.core.errors import ChunkDecodeError, MetadataError
 from napari_shardscope.core.formats.precomputed.meshes import parse_transform
-from napari_shardscope.core.formats.precomputed.segment_files import MAX_SEGMENT_FILE_BYTES, SegmentFiles
+from napari_shardscope.core.formats.precomputed.segment_files import MAX_SEGMENT_FILE_BYTES, FieldReader, SegmentFiles
 from napari_shardscope.core.formats.precomputed.sharding import ShardingSpec, parse_sharding_spec
 from napari_shardscope.core.json_document import load_json
 
@@ -74,20 +74,11 @@ def decode_skeleton(data: bytes, info: SkeletonInfo, segment_id: int, *, key: st
     if len(data) < 8:
         raise ChunkDecodeError(f"skeleton of {len(data)} bytes has no header", key=key, offset=offset)
     nv, ne = struct.unpack_from("<II", data, 0)
-    pos = 8
-
-    def take(count: int, dtype: str, what: str) -> npt.NDArray[Any]:
-        nonlocal pos
-        size = count * np.dtype(dtype).itemsize
-        if pos + size > len(data):
-            raise ChunkDecodeError(f"skeleton truncated in {what}: needs {pos + size} bytes, has {len(data)}",
-                                   key=key, offset=offset + pos)
-        out = np.frombuffer(data, dtype, count, pos)
-        pos += size
-        return out
+    fields = FieldReader(data, key, offset, "skeleton", ChunkDecodeError, pos=8)
+    take = fields.take
 
     vertices = take(3 * nv, "<f4", "vertex positions").reshape(nv, 3).astype(np.float64)
-    edges_at = pos
+    edges_at = fields.pos
     edges = take(2 * ne, "<u4", "edges").reshape(ne, 2).astype(np.uint32)
     if edges.size and int(edges.max()) >= nv:
         bad = int(np.argmax(edges.max(axis=1) >= nv))
@@ -97,9 +88,7 @@ def decode_skeleton(data: bytes, info: SkeletonInfo, segment_id: int, *, key: st
     for a in info.vertex_attributes:
         values = take(nv * a.num_components, "<" + np.dtype(a.data_type).str[1:], f"attribute {a.id!r}")
         attrs[a.id] = values.reshape(nv, a.num_components).astype(a.data_type)
-    if pos != len(data):
-        raise ChunkDecodeError(f"skeleton has {len(data) - pos} bytes after its last attribute", key=key,
-                               offset=offset + pos)
+    fields.check_end("attribute")
     t = np.asarray(info.transform, dtype=np.float64).reshape(3, 4)
     model = (vertices @ t[:, :3].T + t[:, 3]).astype(np.float32)
     return SkeletonData(segment_id, model, edges, attrs)
