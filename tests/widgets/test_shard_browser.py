@@ -8,7 +8,6 @@ inspector records, the sharding hash, or the sample's geometry (8 × 8 × 40 nm 
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +26,7 @@ from napari_shardscope.napari_plugin.viewer import add_volumes
 from napari_shardscope.widgets.shard_browser import OUTLINE_NAME, PAGE_SIZE, ShardBrowser, camera
 from tests.core.test_layout import MemoryStore, many_shards  # noqa: F401  (fixture)
 from tests.volume_cases import FormatCase, format_cases, sample  # noqa: F401  (fixtures)
+from tests.widgets.damage import damaged_copy
 
 VOXEL_NM_ZYX = np.array([40.0, 8.0, 8.0])
 
@@ -237,14 +237,7 @@ def test_validate_clean_then_corrupted_copy(sample_viewer: tuple[Any, ShardBrows
     assert browser.status_label.text() == "no problems found"
     assert browser.progress_bar.value() == browser.progress_bar.maximum() > 0
 
-    copy = tmp_path / "broken-segmentation"
-    shutil.copytree(sample.segmentation, copy)
-    bad = open_layout(str(copy)).locate_voxel((200, 140, 50), "8_8_40")
-    assert bad.node.byte_range is not None and bad.node.file is not None
-    a, b = bad.node.byte_range
-    data = bytearray((copy / bad.node.file).read_bytes())
-    data[a + 12 : b] = bytes(b - a - 12)  # the chunk's gzip stream no longer decodes
-    (copy / bad.node.file).write_bytes(bytes(data))
+    copy, bad = damaged_copy(sample, tmp_path)
     (layer,) = viewer.open(str(copy), plugin="napari-shardscope")
     layer.visible = False  # napari would read (and fail on) the broken chunk when the view moves there
     browser.set_layer(layer)

@@ -6,7 +6,6 @@ layout records, not from the panel.
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 from typing import Any
 
@@ -14,13 +13,13 @@ import numpy as np
 import pytest
 from qtpy.QtCore import Qt
 
-from napari_shardscope.core.layout import open_layout
 from napari_shardscope.core.sample_data import SampleDataset
 from napari_shardscope.napari_plugin.sample import sample_volumes
 from napari_shardscope.napari_plugin.shown import DamagedChunkWarning
 from napari_shardscope.napari_plugin.viewer import add_volumes
 from napari_shardscope.widgets.shard_browser import OUTLINE_NAME, ShardBrowser
 from tests.volume_cases import sample  # noqa: F401  (fixture)
+from tests.widgets.damage import damaged_copy
 
 VOXEL_NM_ZYX = (40.0, 8.0, 8.0)
 
@@ -61,14 +60,7 @@ def test_locate_outline_has_the_volumes_voxel_size(make_napari_viewer: Any, samp
 
 def test_clicking_a_problem_on_a_damaged_chunk_goes_there_without_error(
         make_napari_viewer: Any, sample: SampleDataset, tmp_path: Path, qtbot: Any) -> None:  # noqa: F811
-    copy = tmp_path / "broken-segmentation"
-    shutil.copytree(sample.segmentation, copy)
-    bad = open_layout(str(copy)).locate_voxel((200, 140, 50), "8_8_40")
-    assert bad.node.byte_range is not None and bad.node.file is not None
-    a, b = bad.node.byte_range
-    data = bytearray((copy / bad.node.file).read_bytes())
-    data[a + 12: b] = bytes(b - a - 12)  # the chunk's gzip stream no longer decodes
-    (copy / bad.node.file).write_bytes(bytes(data))
+    copy, bad = damaged_copy(sample, tmp_path)
 
     viewer = make_napari_viewer(show=True)
     (layer,) = viewer.open(str(copy), plugin="napari-shardscope")
