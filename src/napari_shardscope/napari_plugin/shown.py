@@ -97,9 +97,10 @@ class ShownArray:
     def __getitem__(self, key: Any) -> Any:
         try:
             out = self._inner[key]
-        except ShardscopeError as exc:  # every axis an integer: one element read, from a damaged chunk
+        except ShardscopeError as exc:  # one element read from a damaged chunk, or a level that does not open
             self._report(exc)
-            return self.dtype.type(0)
+            empty = np.broadcast_to(self.dtype.type(0), self.shape)[key]  # the shape the view would have
+            return empty if np.ndim(empty) == 0 else np.zeros(np.shape(empty), dtype=self.dtype)
         if isinstance(out, np.generic | np.ndarray) or not hasattr(out, "shape"):
             return out
         return ShownArray(out, self._reported)
