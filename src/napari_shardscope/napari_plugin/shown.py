@@ -83,7 +83,11 @@ class ShownArray:
 
     @property
     def chunks(self) -> tuple[int, ...] | None:
-        return getattr(self._inner, "chunks", None)
+        try:
+            return getattr(self._inner, "chunks", None)
+        except ShardscopeError as exc:  # the level's chunk layout needs it opened, and it does not open
+            self._report(exc)
+            return None
 
     def __len__(self) -> int:
         return len(self._inner)
