@@ -62,8 +62,8 @@ def test_z_steps_in_the_viewer_find_the_next_chunk_layer_cached(make_napari_view
     prefetcher.close()
 
 
-def test_a_level_that_cannot_open_is_drawn_empty_then_recovers(make_napari_viewer: Any, sample: SampleDataset,
-                                                               tmp_path: Path) -> None:  # noqa: F811
+def test_a_level_that_cannot_open_is_drawn_empty_then_recovers(
+        make_napari_viewer: Any, sample: SampleDataset, tmp_path: Path) -> None:  # noqa: F811
     root = tmp_path / "seg"
     shutil.copytree(sample.segmentation, root)
     vol = open_volume(root, context=make_context(64 << 20))
