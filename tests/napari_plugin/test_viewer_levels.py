@@ -80,3 +80,14 @@ def test_a_level_that_cannot_open_is_drawn_empty_then_recovers(
     layer.refresh()
     expected = np.asarray(open_volume(root).levels[0].array[int(viewer.dims.current_step[0])])
     np.testing.assert_array_equal(np.asarray(layer._slice.image.raw), expected)
+
+
+def test_slicing_is_asynchronous_by_default_only_when_a_volume_is_remote(sample: SampleDataset) -> None:  # noqa: F811
+    import dataclasses
+
+    from napari_shardscope.napari_plugin.viewer import slicing_mode
+
+    local = open_volume(sample.segmentation)
+    remote = dataclasses.replace(local, url="https://example.org/seg")
+    assert slicing_mode([local], None) is False and slicing_mode([local, remote], None) is True
+    assert slicing_mode([remote], False) is False and slicing_mode([local], True) is True
