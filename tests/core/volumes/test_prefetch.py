@@ -111,3 +111,15 @@ def test_shift_index_and_bands() -> None:
         slice(8, 16, 1), slice(16, 32, 1), slice(32, 40, 1)]
     assert PlanePrefetcher(Shape(), 32).bands((40, slice(0, 64, 1), slice(0, 64, 1))) == [
         (40, slice(0, 64, 1), slice(0, 64, 1))]
+
+
+def test_leaving_a_window_drops_its_prefetch_at_once(volume_path: Path) -> None:
+    arr = open_volume(volume_path, context=make_context(256 << 20)).levels[0].array.with_prefetch()
+    p = arr.prefetcher
+    assert p is not None
+    np.asarray(arr[5, :, :])  # prefetches the first plane of chunk layer 1 (z 32)
+    before = set(p._pending)
+    np.asarray(arr[70, :, :])  # chunk layer 2: wants only the last plane of layer 1 (z 63)
+    assert not before & set(p._pending) and {k[0] for k in p._pending} <= {63}
+    p.wait()
+    p.close()

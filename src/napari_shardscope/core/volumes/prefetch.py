@@ -67,8 +67,7 @@ class PlanePrefetcher:
             self._chunks = (chunk,) if isinstance(chunk, int) else tuple(chunk)
         self.depth = int(store.shape[0])
         self._lock = threading.RLock()  # a done callback may run at once, in the thread holding it
-        self._pending: dict[tuple[Any, ...], Future[None]] = {}
-        self._running: dict[tuple[Any, ...], Any] = {}  # TensorStore read futures of started prefetches
+        self._pending: dict[tuple[Any, ...], tuple[Future[None], _Task]] = {}
         self._done: set[tuple[Any, ...]] = set()  # windows read since the view entered this chunk layer
         self._pool: ThreadPoolExecutor | None = None
         self.reads = 0  # prefetch reads completed (for tests and benchmarks)
@@ -116,58 +115,44 @@ class PlanePrefetcher:
         shape = tuple((s.start, s.stop, s.step) for s in rest)  # slices are not hashable before Python 3.12
         wanted = {(t, shape): (t, *rest) for t in self.targets(z)}
         with self._lock:
-            for key, fut in list(self._pending.items()):
-                if key not in wanted:
-                    fut.cancel()  # the view has left: drop it if it has not started...
-                    running = self._running.get(key)
-                    if running is not None:
-                        running.cancel()  # ...and stop TensorStore's read if it has
+            for key, (fut, task) in list(self._pending.items()):
+                if key not in wanted:  # the view has left: drop it if it has not started, stop it if it has
+                    fut.cancel()
+                    task.leave()
+                    self._pending.pop(key, None)  # (cancel may have run the done callback already)
             self._done &= wanted.keys()  # a window read already is not read again while the view stays
             for key, plane in wanted.items():
                 if key in self._pending or key in self._done:
                     continue
                 if self._pool is None:
                     self._pool = ThreadPoolExecutor(PREFETCH_WORKERS, thread_name_prefix="shardscope-prefetch")
-                fut = self._pool.submit(self._read, key, plane)
-                self._pending[key] = fut
+                task = _Task()
+                fut = self._pool.submit(self._read, key, plane, task)
+                self._pending[key] = (fut, task)
                 fut.add_done_callback(partial(self._forget, key))
 
-    def _read(self, key: tuple[Any, ...], plane: tuple[Any, ...]) -> None:
+    def _read(self, key: tuple[Any, ...], plane: tuple[Any, ...], task: _Task) -> None:
         try:
             store = self.store.get() if isinstance(self.store, DeferredStore) else self.store
             for band in self.bands(plane):
-                if not self._wait_for_quiet(key):
+                if not _wait_for_quiet(task):
                     return
                 with self._lock:
-                    if key not in self._pending:  # the view has left
+                    if task.left.is_set():
                         return
-                    read = self._running[key] = store[band].read()
-                read.result()
+                    task.read = store[band].read()
+                task.read.result()
         except Exception:  # cancelled, or a damaged chunk (reported when the viewer reads it, not here)
             return
-        finally:
-            with self._lock:
-                self._running.pop(key, None)
         with self._lock:
             self.reads += 1
-            self._done.add(key)
-
-    def _wait_for_quiet(self, key: tuple[Any, ...]) -> bool:
-        """Wait until the viewer pauses (:data:`QUIET_S`), at most :data:`MAX_DEFER_S`; False if the view left."""
-        deadline = time.monotonic() + MAX_DEFER_S
-        while True:
-            now = time.monotonic()
-            idle = now - _last_view_read[0]
-            if idle >= QUIET_S or now >= deadline:
-                return True
-            with self._lock:
-                if key not in self._pending:
-                    return False
-            time.sleep(min(QUIET_S - idle, deadline - now) + 0.001)
+            if not task.left.is_set():
+                self._done.add(key)
 
     def _forget(self, key: tuple[Any, ...], fut: Future[None]) -> None:
         with self._lock:
-            if self._pending.get(key) is fut:
+            entry = self._pending.get(key)
+            if entry is not None and entry[0] is fut:
                 del self._pending[key]
 
     def wait(self, timeout: float = 30.0) -> None:
@@ -175,14 +160,44 @@ class PlanePrefetcher:
         from concurrent.futures import wait
 
         with self._lock:
-            futures = list(self._pending.values())
+            futures = [fut for fut, _ in self._pending.values()]
         wait(futures, timeout=timeout)
 
     def close(self) -> None:
         with self._lock:
             pool, self._pool = self._pool, None
-            for fut in list(self._pending.values()):
+            for fut, task in list(self._pending.values()):
                 fut.cancel()
+                task.leave()
             self._pending.clear()
         if pool is not None:
             pool.shutdown(wait=False, cancel_futures=True)
+
+
+class _Task:
+    """One prefetch in flight: whether the view has left it, and TensorStore's read of its current band."""
+
+    __slots__ = ("left", "read")
+
+    def __init__(self) -> None:
+        self.left = threading.Event()
+        self.read: Any = None
+
+    def leave(self) -> None:
+        """The view has left: stop before the next band, and cancel the band being read."""
+        self.left.set()
+        read = self.read
+        if read is not None:
+            read.cancel()
+
+
+def _wait_for_quiet(task: _Task) -> bool:
+    """Wait until the viewer pauses (:data:`QUIET_S`), at most :data:`MAX_DEFER_S`; False if the view left."""
+    deadline = time.monotonic() + MAX_DEFER_S
+    while not task.left.is_set():
+        now = time.monotonic()
+        idle = now - _last_view_read[0]
+        if idle >= QUIET_S or now >= deadline:
+            return True
+        task.left.wait(min(QUIET_S - idle, deadline - now) + 0.001)
+    return False
