@@ -31,8 +31,9 @@ from typing import Any
 
 from napari_shardscope.core.volumes.deferred import DeferredStore
 
-#: Worker threads per prefetcher: two chunk layers in flight, the GUI and slicing threads untouched.
-PREFETCH_WORKERS = 2
+#: Worker threads per prefetcher: one, so the layer ahead is read first and one band decodes at a time (a
+#: band already spreads over TensorStore's decode threads; two at once slowed the frames drawn meanwhile).
+PREFETCH_WORKERS = 1
 
 #: A prefetch band starts only after the viewer has read nothing for this long (seconds)...
 QUIET_S = 0.03
