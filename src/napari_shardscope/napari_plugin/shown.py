@@ -7,7 +7,9 @@ failed read is retried chunk by chunk on the store's own chunk grid; the chunks 
 as 0 (background) and reported once each as a warning (napari shows warnings as notifications), the
 rest of the view is drawn as stored. Code that reads volumes for any other purpose (validation,
 exports, edits) keeps the strict :class:`~napari_shardscope.core.volumes.lazy.LazyArray`, which
-raises the typed error.
+raises the typed error. A scale level opens on its first read (``core/volumes/deferred.py``); one
+that fails to open (its store went away, a remote that does not answer) is drawn empty and reported
+the same way, and is opened again on the next slice, so a refresh shows it once it is back.
 
 No napari import here: :mod:`napari_shardscope.napari_plugin.layers` wraps the arrays it hands to
 napari.
