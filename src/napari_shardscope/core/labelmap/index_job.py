@@ -40,7 +40,7 @@ import numpy as np
 import numpy.typing as npt
 
 from napari_shardscope.core.errors import ArgumentError
-from napari_shardscope.core.jobs import is_local, iter_tasks, open_once
+from napari_shardscope.core.jobs import is_local, iter_tasks, open_once, run_tasks
 from napari_shardscope.core.labelmap.config import TYPE_NAME, LabelmapConfig
 from napari_shardscope.core.labelmap.geometry import BlockGrid, Box, Coord
 from napari_shardscope.core.labelmap.keys import INDEX_META_KEY, INDEX_SUMMARY_KEY
@@ -101,18 +101,17 @@ def _base_reader(url: str) -> BaseSource:
 def count_brick(task: BrickTask) -> Records:
     """Per-block supervoxel counts of one brick (blocks z-major, supervoxels ascending in each; 0 skipped).
 
-    Reads the brick in one request (one round trip per brick rather than per block) and counts
-    each block of it in memory.
+    Issues the reads of every block of the brick at once (one round trip per brick rather than per
+    block), and counts each block as it arrives: each is its own contiguous array, so counting copies
+    it once (a view into one brick-sized read cost a second copy per block).
     """
     grid = BlockGrid(task.shape, task.block)
     lo = (task.lo[0] * task.block[0], task.lo[1] * task.block[1], task.lo[2] * task.block[2])
     hi = grid.box((task.hi[0] - 1, task.hi[1] - 1, task.hi[2] - 1)).hi
-    data = _base_reader(task.base).read(0, Box(lo, hi))
+    coords = list(grid.blocks_in(Box(lo, hi)))
     parts = []
-    for c in grid.blocks_in(Box(lo, hi)):
-        b = grid.box(c)
-        view = data[b.lo[0] - lo[0]:b.hi[0] - lo[0], b.lo[1] - lo[1]:b.hi[1] - lo[1], b.lo[2] - lo[2]:b.hi[2] - lo[2]]
-        _, labels, n = count_block(c, view)  # the thread build's counting
+    for c, data in zip(coords, _base_reader(task.base).read_many(0, [grid.box(c) for c in coords]), strict=True):
+        _, labels, n = count_block(c, data)  # the thread build's counting
         rec = np.zeros(labels.size, dtype=RECORD_DTYPE)
         rec["sv"], rec["n"] = labels, n
         rec["z"], rec["y"], rec["x"] = c
@@ -138,6 +137,24 @@ def range_bounds(id_start: int, ranges: int) -> npt.NDArray[np.uint64]:
     """Inner bounds splitting supervoxel ids [1, id_start) into ``ranges`` ranges (ids above go to the last)."""
     edges = np.linspace(1, max(2, id_start), ranges + 1)[1:-1]
     return np.unique(np.ceil(edges).astype(np.uint64))
+
+
+def _count_into_ranges(bricks: list[BrickTask], bounds: npt.NDArray[np.uint64], files: list[Path], scheduler: Any,
+                       num_workers: int | None, progress: Progress) -> None:
+    """Count the bricks, appending each brick's records to the scratch file of their supervoxel-id range."""
+    handles = [f.open("wb") for f in files]
+    try:
+        for _, rec in iter_tasks(count_brick, bricks, scheduler=scheduler, num_workers=num_workers,
+                                 progress=progress, label="count bricks"):
+            which = np.searchsorted(bounds, rec["sv"], side="right")
+            order = np.argsort(which, kind="stable")
+            cuts = np.searchsorted(which[order], np.arange(1, bounds.size + 1))
+            for i, part in enumerate(np.split(rec[order], cuts)):
+                if part.size:
+                    handles[i].write(part.tobytes())
+    finally:
+        for h in handles:
+            h.close()
 
 
 def _combine_range(records: Records) -> BaseIndex:
@@ -235,22 +252,11 @@ def _build(repo: Repository, name: str, *, scheduler: Any, num_workers: int | No
     with tempfile.TemporaryDirectory(prefix="shardscope-index-", dir=scratch) as tmp:
         files = [Path(tmp) / f"range-{i:04d}.rec" for i in range(bounds.size + 1)]
         held: list[Records] = []
-        handles = [] if in_memory else [f.open("wb") for f in files]
-        try:
-            for _, rec in iter_tasks(count_brick, bricks, scheduler=scheduler, num_workers=num_workers,
-                                     progress=counted, label="count bricks"):
-                if in_memory:
-                    held.append(rec)
-                    continue
-                which = np.searchsorted(bounds, rec["sv"], side="right")
-                order = np.argsort(which, kind="stable")
-                cuts = np.searchsorted(which[order], np.arange(1, bounds.size + 1))
-                for i, part in enumerate(np.split(rec[order], cuts)):
-                    if part.size:
-                        handles[i].write(part.tobytes())
-        finally:
-            for h in handles:
-                h.close()
+        if in_memory:  # one graph: no batch of tasks waits for its slowest brick while a thread idles
+            held = run_tasks(count_brick, bricks, scheduler=scheduler, num_workers=num_workers, progress=counted,
+                             label="count bricks")
+        else:
+            _count_into_ranges(bricks, bounds, files, scheduler, num_workers, counted)
 
         def load_range(i: int) -> Records:
             if in_memory:

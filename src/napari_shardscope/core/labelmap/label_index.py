@@ -141,14 +141,23 @@ class BaseIndex:
     voxels: int
 
     def entries(self) -> Iterator[tuple[bytes, bytes]]:
-        """``(unversioned key, encoded SvIndex)`` for every supervoxel, ascending."""
+        """``(unversioned key, encoded SvIndex)`` for every supervoxel, ascending.
+
+        Every entry is encoded at once (one record array, as :meth:`SvIndex.to_bytes` lays each out)
+        and sliced: a base has millions of supervoxels, and a record array per entry cost most of the
+        time of storing the index.
+        """
         if not self.labels.size:
             return
+        rec = np.zeros(self.labels.size, dtype=ENTRY_DTYPE)
+        rec["z"], rec["y"], rec["x"] = self.blocks[:, 0], self.blocks[:, 1], self.blocks[:, 2]
+        rec["n"] = self.counts
+        raw = rec.tobytes()
+        size = ENTRY_DTYPE.itemsize
         starts = np.flatnonzero(np.r_[True, self.labels[1:] != self.labels[:-1]])
         ends = np.r_[starts[1:], self.labels.size]
-        for s, e in zip(starts, ends, strict=True):
-            entry = SvIndex(self.blocks[s:e], self.counts[s:e])
-            yield base_index_key(int(self.labels[s])), entry.to_bytes()
+        for label, s, e in zip(self.labels[starts].tolist(), starts.tolist(), ends.tolist(), strict=True):
+            yield base_index_key(label), raw[s * size:e * size]
 
     def meta(self) -> bytes:
         return json.dumps({"format": FORMAT, "supervoxels": int(self.summary.supervoxels.size),
