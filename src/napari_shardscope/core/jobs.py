@@ -211,7 +211,7 @@ def _compute_local(graph: list[Any], total: int, scheduler: str | None, num_work
     if num_workers is not None and name == "threads":
         kwargs["num_workers"] = num_workers
     with _Progress():
-        computed = dask.compute(*graph, **kwargs)
+        computed = dask.compute(*graph, optimize_graph=False, **kwargs)  # nothing to fuse: the tasks are independent
     return list(computed)
 
 

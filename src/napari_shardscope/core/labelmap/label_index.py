@@ -168,8 +168,26 @@ BlockCounts = tuple[Coord, U64, I64]
 
 
 def count_block(c: Coord, data: npt.NDArray[Any]) -> BlockCounts:
-    """The labels of one scale-0 block and their voxel counts (0 is background, not indexed)."""
-    labels, n = np.unique(np.asarray(data).reshape(-1), return_counts=True)
+    """The labels of one scale-0 block and their voxel counts (0 is background, not indexed).
+
+    Supervoxels are spatially coherent, so a block is a few runs of one label along x: the runs are
+    found in one pass and only the run labels are sorted (weighted by their lengths), not every voxel
+    — about half the time of ``np.unique`` on real segmentations. A block of mostly one-voxel runs
+    (noise) is sorted voxel by voxel instead. Same labels (ascending) and counts either way.
+    """
+    flat = np.asarray(data).reshape(-1)
+    if not flat.size:
+        labels, n = flat[:0], np.zeros(0, dtype=np.int64)
+    else:
+        starts = np.flatnonzero(np.r_[True, flat[1:] != flat[:-1]])
+        if starts.size * 2 > flat.size:
+            labels, n = np.unique(flat, return_counts=True)
+        else:
+            lengths = np.diff(np.r_[starts, flat.size])
+            order = np.argsort(flat[starts], kind="stable")
+            values, lengths = flat[starts][order], lengths[order]
+            first = np.flatnonzero(np.r_[True, values[1:] != values[:-1]])
+            labels, n = values[first], np.add.reduceat(lengths, first)
     keep = labels != 0
     return c, labels[keep].astype(np.uint64), n[keep].astype(np.int64)
 
