@@ -77,16 +77,43 @@ def run_gathered(
     for i, (task, parts) in enumerate(groups):
         key = f"{label}-{i:09d}"
         if len(parts) == 1:
-            graph.append(dask.delayed(_part_then_finish, pure=False)(part_fn, finish_fn, task, parts[0],
-                                                                     dask_key_name=key))
+            graph.append(dask.delayed(_part_then_finish, pure=False)(part_fn, finish_fn, _Opaque(task),
+                                                                     _Opaque(parts[0]), dask_key_name=key))
             continue
-        done = [dask.delayed(part_fn, pure=False)(p, dask_key_name=f"part-{key}-{j:06d}") for j, p in enumerate(parts)]
-        graph.append(dask.delayed(finish_fn, pure=False)(task, done, dask_key_name=key))
+        done = [dask.delayed(_call, pure=False)(part_fn, _Opaque(p), dask_key_name=f"part-{key}-{j:06d}")
+                for j, p in enumerate(parts)]
+        graph.append(dask.delayed(_finish, pure=False)(finish_fn, _Opaque(task), done, dask_key_name=key))
     return _collect(graph, scheduler, num_workers, progress, label)
 
 
-def _part_then_finish(part_fn: Callable[[P], Q], finish_fn: Callable[[T, list[Q]], R], task: T, part: P) -> R:
-    return finish_fn(task, [part_fn(part)])
+class _Opaque:
+    """A task argument Dask passes on as it is.
+
+    Dask looks inside tuples, lists, dicts and dataclasses for collections to compute first; a task
+    description (a dataclass of tuples, a shard's list of chunk ids) has none, and walking it cost
+    the graph's construction more than the tasks' scheduling.
+    """
+
+    __slots__ = ("value",)
+
+    def __init__(self, value: Any) -> None:
+        self.value = value
+
+    def __reduce__(self) -> tuple[type[_Opaque], tuple[Any]]:
+        return _Opaque, (self.value,)
+
+
+def _call(fn: Callable[[T], R], task: _Opaque) -> R:
+    return fn(task.value)
+
+
+def _finish(finish_fn: Callable[[T, list[Q]], R], task: _Opaque, parts: list[Q]) -> R:
+    return finish_fn(task.value, parts)
+
+
+def _part_then_finish(part_fn: Callable[[P], Q], finish_fn: Callable[[T, list[Q]], R], task: _Opaque,
+                      part: _Opaque) -> R:
+    return finish_fn(task.value, [part_fn(part.value)])
 
 
 @contextmanager
@@ -188,7 +215,8 @@ def open_once(key: Hashable, opener: Callable[[], T]) -> T:
 def _delayed(fn: Callable[[T], R], tasks: Sequence[T], label: str) -> list[Any]:
     import dask
 
-    return [dask.delayed(fn, pure=False)(t, dask_key_name=f"{label}-{i:09d}") for i, t in enumerate(tasks)]
+    return [dask.delayed(_call, pure=False)(fn, _Opaque(t), dask_key_name=f"{label}-{i:09d}")
+            for i, t in enumerate(tasks)]
 
 
 def _compute_local(graph: list[Any], total: int, scheduler: str | None, num_workers: int | None,
