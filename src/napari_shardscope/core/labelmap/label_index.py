@@ -202,12 +202,14 @@ def combine_counts(parts: Iterable[BlockCounts]) -> BaseIndex:
     if ordered:
         labels = np.concatenate([p[1] for p in ordered])
         counts = np.concatenate([p[2] for p in ordered])
-        blocks = np.concatenate([np.tile(np.asarray(p[0], dtype=np.int64), (p[1].size, 1)) for p in ordered])
+        blocks = np.repeat(np.asarray([p[0] for p in ordered], dtype=np.int64).reshape(-1, 3),
+                           [p[1].size for p in ordered], axis=0)
     else:
         labels, counts, blocks = np.zeros(0, np.uint64), np.zeros(0, np.int64), np.zeros((0, 3), np.int64)
     order = np.argsort(labels, kind="stable")  # blocks stay z-major within a label
     labels, counts, blocks = labels[order], counts[order], blocks[order].reshape(-1, 3)
-    svs, first = np.unique(labels, return_index=True)
+    first = np.flatnonzero(np.r_[True, labels[1:] != labels[:-1]]) if labels.size else np.zeros(0, np.intp)
+    svs = labels[first]
     totals = np.add.reduceat(counts, first).astype(np.uint64) if labels.size else np.zeros(0, np.uint64)
     summary = IndexSummary(svs.astype(np.uint64), totals, int(svs[-1]) if svs.size else 0)
     return BaseIndex(summary, labels, blocks, counts, int(counts.sum()))

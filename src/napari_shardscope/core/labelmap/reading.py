@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import functools
 import itertools
+from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
@@ -63,14 +64,21 @@ class BaseSource:
         except Exception as exc:  # TensorStore raises ValueError for every failure kind
             raise error_from_tensorstore(exc, where=self.volume.url) from exc
 
-    def read_many(self, scale: int, boxes: Sequence[Box]) -> Iterator[U64]:
-        """:meth:`read` of each box, in order; every read is issued before the first is waited for.
+    def read_many(self, scale: int, boxes: Sequence[Box], *, ahead: int = 1) -> Iterator[U64]:
+        """:meth:`read` of each box, in order, with the reads of the next ``ahead`` boxes already issued.
 
-        One round trip's latency for all of them (a remote base), and each box arrives as its own
+        A remote base serves the reads concurrently, and decoding overlaps whatever the caller does
+        with each box; at most ``ahead + 1`` boxes are in memory at once. Each box arrives as its own
         contiguous array (no copy out of a larger read).
         """
-        futures = [None if box.empty else self.stores[scale][box.slices].read() for box in boxes]
-        for box, future in zip(boxes, futures, strict=True):
+        def issue(box: Box) -> Any:
+            return None if box.empty else self.stores[scale][box.slices].read()
+
+        pending = deque(issue(box) for box in boxes[:ahead + 1])
+        for i, box in enumerate(boxes):
+            future = pending.popleft()
+            if i + ahead + 1 < len(boxes):
+                pending.append(issue(boxes[i + ahead + 1]))
             if future is None:
                 yield np.zeros(box.shape, dtype=np.uint64)
                 continue
