@@ -30,6 +30,7 @@ import numpy.typing as npt
 
 from napari_shardscope.core.errors import ArgumentError
 from napari_shardscope.core.labelmap.errors import MappingError
+from napari_shardscope.core.labelmap.runs import run_starts
 
 U64 = npt.NDArray[np.uint64]
 _NONE = (1 << 64) - 1  # "absent" in serialised deltas; never a valid label id
@@ -197,7 +198,7 @@ def remap_labels(svs: npt.ArrayLike, lookup: Callable[[U64], U64]) -> U64:
     flat = np.ascontiguousarray(arr.reshape(-1), dtype=np.uint64)
     if not flat.size:
         return np.zeros(arr.shape, dtype=np.uint64)
-    starts = np.flatnonzero(np.r_[True, flat[1:] != flat[:-1]])
+    starts = run_starts(flat)
     if starts.size * 4 > flat.size:
         return _remap_voxels(flat, lookup).reshape(arr.shape)
     values = flat[starts]

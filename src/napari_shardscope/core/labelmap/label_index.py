@@ -31,6 +31,7 @@ from napari_shardscope.core.encoding import inflate, zlib_compress
 from napari_shardscope.core.errors import FormatError
 from napari_shardscope.core.labelmap.geometry import BlockGrid, Box, Coord
 from napari_shardscope.core.labelmap.keys import INDEX_META_KEY, INDEX_SUMMARY_KEY, base_index_key
+from napari_shardscope.core.labelmap.runs import run_starts
 from napari_shardscope.core.versioned.instance import Instance
 from napari_shardscope.core.versioned.repository import Repository
 
@@ -179,7 +180,7 @@ def count_block(c: Coord, data: npt.NDArray[Any]) -> BlockCounts:
     if not flat.size:
         labels, n = flat[:0], np.zeros(0, dtype=np.int64)
     else:
-        starts = np.flatnonzero(np.r_[True, flat[1:] != flat[:-1]])
+        starts = run_starts(flat)
         if starts.size * 2 > flat.size:
             labels, n = np.unique(flat, return_counts=True)
         else:
