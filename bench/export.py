@@ -123,8 +123,12 @@ def bench_volume(rounds: int, root: Path) -> None:
                                                     overwrite=True), rounds)
     record_pair(BENCH, "export scaling: 2 workers vs 1", "uint64", pair, "same export, 1 worker", 1.8, unit="s",
                 scale=1.0, setting="8 shards (identity hash, preshift 3), gzip 9")
-    # The machine's ceiling for the row above: the same deflate work (the volume in 8 pieces, gzip 9)
-    # on 2 threads against 1, in the same rounds' conditions. No export can scale past it.
+    record_ceiling(data, rounds, "machine ceiling: the same deflate work on 2 threads vs 1")
+
+
+def record_ceiling(data: np.ndarray, rounds: int, case: str) -> None:
+    """The machine's ceiling for a scaling row: the same deflate work (``data`` in 8 pieces, gzip 9) on
+    2 threads against 1, measured right after it, in the same conditions. No export can scale past it."""
     from concurrent.futures import ThreadPoolExecutor
 
     from napari_shardscope.core.encoding import gzip_compress
@@ -136,8 +140,7 @@ def bench_volume(rounds: int, root: Path) -> None:
             list(pool.map(lambda b: gzip_compress(b, 9), pieces))
 
     pair = paired_rounds(lambda: deflate_on(2), lambda: deflate_on(1), rounds)
-    record_pair(BENCH, "machine ceiling: the same deflate work on 2 threads vs 1", "uint64", pair,
-                "same work, 1 thread", 1.8, unit="s", scale=1.0,
+    record_pair(BENCH, case, "uint64", pair, "same work, 1 thread", 1.8, unit="s", scale=1.0,
                 setting="libdeflate gzip 9 over 8 pieces; shows what the shared machine's second core gives")
 
 
@@ -193,6 +196,7 @@ def bench_labelmap(root: Path, repo: object, uuid: str, rounds: int) -> None:
                                                     overwrite=True), rounds)
     record_pair(BENCH, "labelmap version export scaling: 2 workers vs 1", "uint64", pair, "same export, 1 worker",
                 1.8, unit="s", scale=1.0, setting="8+2+1 shards")
+    record_ceiling(arrays[0], rounds, "machine ceiling for the labelmap scaling: the same deflate work, 2 threads vs 1")
 
 
 def bench_index(repo: object, rounds: int) -> None:
