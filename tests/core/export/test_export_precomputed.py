@@ -430,8 +430,13 @@ def test_many_even_shards_are_not_split() -> None:
     assert all(len(parts) == 1 for _, parts in one_worker)
 
 
-def test_non_contiguous_and_big_endian_chunks_compress_from_a_scratch_copy(tmp_path: Path) -> None:
+@pytest.mark.parametrize("scratch_max", [16 << 20, 1024], ids=["scratch", "chunks-above-the-scratch-cap"])
+def test_non_contiguous_and_big_endian_chunks_compress_from_a_scratch_copy(tmp_path: Path, scratch_max: int,
+                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
     """Chunks read as strided views (a transposed array) or in another byte order are copied, then compressed."""
+    from napari_shardscope.core.export import precomputed
+
+    monkeypatch.setattr(precomputed, "SCRATCH_MAX_BYTES", scratch_max)
     base = np.random.default_rng(6).integers(0, 2**40, size=(40, 24, 30), dtype=np.uint64)
     views = (base.transpose(0, 2, 1), base.astype(">u8"))
     for i, data in enumerate(views):

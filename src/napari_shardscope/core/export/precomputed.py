@@ -279,6 +279,8 @@ def plan_parts(tasks: Sequence[ShardTask], workers: int) -> list[tuple[ShardTask
 
 
 _scratch = threading.local()  # one chunk-sized buffer per worker thread, reused for every chunk it compresses
+#: The largest chunk copied through the scratch buffer (each worker thread keeps one this large at most).
+SCRATCH_MAX_BYTES = 16 << 20
 
 
 def _contiguous(block: npt.NDArray[Any], dtype: np.dtype[Any]) -> npt.NDArray[Any]:
@@ -289,6 +291,8 @@ def _contiguous(block: npt.NDArray[Any], dtype: np.dtype[Any]) -> npt.NDArray[An
     if block.dtype == dtype and block.flags.c_contiguous:
         return block
     nbytes = block.size * dtype.itemsize
+    if nbytes > SCRATCH_MAX_BYTES:  # a thread keeps its buffer: huge chunks get a fresh array instead
+        return np.ascontiguousarray(block, dtype=dtype)
     buf: npt.NDArray[np.uint8] | None = getattr(_scratch, "buf", None)
     if buf is None or buf.size < nbytes:
         buf = _scratch.buf = np.empty(nbytes, dtype=np.uint8)
