@@ -31,13 +31,6 @@ from napari_shardscope.core.formats.precomputed.shard_index import (
 from napari_shardscope.core.formats.precomputed.sharding import ShardingSpec, assign_chunk_ids, format_shard_name
 
 Layout = Literal["shard", "index+data"]
-#: Minishard indexes of one shard at most this far apart may be fetched from a remote store as one
-#: range, and only while the bytes skipped stay below the index bytes wanted (:func:`coalesce_ranges`):
-#: with the requests in flight together a request costs little, so a merge may never fetch much more
-#: than it needs (merging on gap alone fetched whole small shards, 200x the index bytes).
-COALESCE_GAP = 16 << 10
-#: The longest range one coalesced fetch may span.
-COALESCE_SPAN = 16 << 20
 T = TypeVar("T")
 
 
@@ -270,36 +263,29 @@ class ShardedReader:
         """Load the minishard indexes of ``shards`` (default: every non-empty one) in few round trips.
 
         On a remote store each range read is a round trip: all of them are issued together
-        (:func:`~napari_shardscope.core.bytestore.read_ranges`), and index ranges of one shard that
-        :func:`coalesce_ranges` merges come as one. Local stores leave each load to the lookup that
-        needs it (a local read costs no round trip). Indexes already cached are skipped; failures are
-        cached like any load's.
+        (:func:`~napari_shardscope.core.bytestore.read_ranges`), and index ranges of one shard close
+        enough together come as one request (the store's coalescing gap). Local stores leave each
+        load to the lookup that needs it (a local read costs no round trip). Indexes already cached
+        are skipped; failures are cached like any load's.
         """
         if self.store.cheap_size:
             return
-        limit = min(COALESCE_SPAN, self.max_minishard_index_bytes())
+        limit = self.max_minishard_index_bytes()
         requests: list[tuple[str, int, int]] = []
-        groups: list[tuple[int, int, list[tuple[int, int, int]]]] = []  # (shard, lo, members)
+        wanted_of: list[tuple[int, int]] = []  # (shard, minishard) per request
         for shard, file in zip(shards, self.load_shard_files(shards), strict=True):
             index = self.shard_index(shard) if file is not None else None
             if file is None or index is None or file.layout != "shard":
                 continue  # the obsolete split layout is left to ordinary loads
             wanted = index.nonempty_minishards().tolist() if minishards is None else list(minishards.get(shard, ()))
-            ranges = sorted(
-                (start, end, m)
-                for m in wanted
-                if not self._minishards.contains((shard, m))
-                for start, end in [index.minishard_range(m)]
-                if 0 < end - start <= limit  # an implausible range is left to the checks of the ordinary load
-            )
-            for members in coalesce_ranges(ranges):
-                lo, hi = members[0][0], max(r[1] for r in members)
-                requests.append((file.key, lo, hi))
-                groups.append((shard, lo, members))
-        for (shard, lo, members), data in zip(groups, read_ranges(self.store, requests), strict=True):
-            for start, end, m in members:
-                part = (data or b"")[start - lo : end - lo]
-                self._minishards.get_or_load((shard, m), partial(_catch_load, self._load_minishard, shard, m, part))
+            for m in wanted:
+                start, end = index.minishard_range(m)
+                # an implausible range is left to the checks of the ordinary load
+                if not self._minishards.contains((shard, m)) and 0 < end - start <= limit:
+                    requests.append((file.key, start, end))
+                    wanted_of.append((shard, m))
+        for (shard, m), data in zip(wanted_of, read_ranges(self.store, requests), strict=True):
+            self._minishards.get_or_load((shard, m), partial(_catch_load, self._load_minishard, shard, m, data or b""))
 
     def _load_minishard(self, shard: int, minishard: int, prefetched: bytes | None = None) -> MinishardIndex:
         index = self.shard_index(shard)
@@ -499,34 +485,6 @@ def decode_chunk(
             f"chunk {chunk_id} decodes to {len(decoded)} bytes, expected {exact}", key=key, offset=offset
         )
     return decoded
-
-
-def coalesce_ranges(ranges: Sequence[tuple[int, int, int]]) -> list[list[tuple[int, int, int]]]:
-    """Sorted ``(start, end, tag)`` ranges grouped into the ranges one request each should fetch.
-
-    A range joins the group before it when the gap between them is at most :data:`COALESCE_GAP`,
-    the group would span at most :data:`COALESCE_SPAN`, and the bytes skipped in the group stay at
-    most the bytes wanted: a merged request never transfers more than twice what it needs.
-    """
-    groups: list[list[tuple[int, int, int]]] = []
-    lo = hi = wanted = skipped = 0
-    for r in ranges:
-        start, end, _ = r
-        gap = max(0, start - hi)
-        if (
-            groups
-            and gap <= COALESCE_GAP
-            and max(end, hi) - lo <= COALESCE_SPAN
-            and skipped + gap <= wanted + (end - start)
-        ):
-            groups[-1].append(r)
-            skipped += gap
-            wanted += end - start
-            hi = max(hi, end)
-        else:
-            groups.append([r])
-            lo, hi, wanted, skipped = start, end, end - start, 0
-    return groups
 
 
 def _identity(value: T) -> T:
