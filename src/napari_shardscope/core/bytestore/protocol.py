@@ -138,5 +138,17 @@ def read_ranges(store: ByteStore, requests: Sequence[tuple[str, int, int]],
     return read_coalesced(read_each, requests, max_gap, LOCAL_COALESCE_SPAN)
 
 
+def read_suffixes(store: ByteStore, requests: Sequence[tuple[str, int]]) -> list[bytes | None]:
+    """:meth:`ByteStore.read_suffix` of each ``(key, length)``, concurrently where the store can.
+
+    Like :func:`read_ranges`: remote stores issue the requests together, local ones read in turn.
+    """
+    batch = getattr(store, "read_suffixes", None)
+    if batch is not None:
+        result: list[bytes | None] = batch(requests)
+        return result
+    return [store.read_suffix(key, length) for key, length in requests]
+
+
 #: The longest span one coalesced local read may cover (only when a caller asks local reads to coalesce).
 LOCAL_COALESCE_SPAN = 16 << 20
