@@ -241,6 +241,11 @@ class ShardedReader:
         A remote store has no cheap stat, so finding which of ``n`` possible shards exist costs ``n``
         range reads; issued together they cost a few round trips. Results are cached like
         :meth:`shard_file`'s.
+
+        A probe reads exactly the shard index, not a speculative head that might hold a small
+        shard's minishard indexes too: TensorStore answers a range running past the end of a value
+        with OUT_OF_RANGE, so over-reading a small shard costs a second request (what exists of the
+        range) instead of saving one (measured: 32 requests instead of 16 for 16 probes).
         """
         if not self.store.cheap_size:
             n = self.spec.shard_index_size
