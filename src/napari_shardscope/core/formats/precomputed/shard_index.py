@@ -178,17 +178,21 @@ def decode_minishard_index(
             f"minishard index decodes to {len(raw)} bytes, not a multiple of 24", key=key, offset=offset
         )
     n = len(raw) // 24
-    arr = np.frombuffer(raw, dtype="<u8").reshape(3, n).astype(np.uint64)
+    arr = np.frombuffer(raw, dtype="<u8").reshape(3, n)  # read only: every result below is a new array
     with np.errstate(over="ignore"):
         ids = np.cumsum(arr[0], dtype=np.uint64)
         # start_i = base + sum(delta[:i+1]) + sum(size[:i])
-        steps = arr[1].copy()
+        steps = arr[1].astype(np.uint64)
         steps[1:] += arr[2][:-1]
         starts = np.cumsum(steps, dtype=np.uint64) + np.uint64(spec.shard_index_size)
         ends = starts + arr[2]
-    if n:
+    # Every offset is a partial sum of the non-negative deltas and sizes: when their total (summed in
+    # float64, off by far less than the margin) stays below 2**63, none wrapped, and the ends never
+    # decrease, so the last one is the largest. Otherwise the exact checks find the entry.
+    small = bool(n) and float(arr[1:].sum(dtype=np.float64)) + spec.shard_index_size < 2.0**63
+    if n and not small:
         _check_no_overflow(arr, starts, ends, spec, key=key, offset=offset)
-    if file_size is not None and n:
+    if file_size is not None and n and (not small or int(ends[-1]) > file_size):
         past = np.flatnonzero(ends > np.uint64(file_size))
         if past.size:
             i = int(past[0])
