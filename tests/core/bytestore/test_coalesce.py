@@ -226,3 +226,18 @@ def test_concurrency_from_the_environment_reaches_every_remote_driver(monkeypatc
         monkeypatch.setenv("SHARDSCOPE_REMOTE_CONCURRENCY", bad)
         with pytest.raises(ArgumentError, match="SHARDSCOPE_REMOTE_CONCURRENCY"):
             limits_from_env()
+
+
+def test_pending_bytes_are_bounded_per_window(http_root: tuple[Path, RangeServer],
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """Coalesced requests may be 16 MiB each: a window of them stays under BYTES_IN_FLIGHT (one at least)."""
+    monkeypatch.setattr(remote_module, "BYTES_IN_FLIGHT", 1000)
+    items = [("a", slice(0, 600)), ("b", slice(0, 300)), ("c", slice(-10, None)), ("d", None), ("e", slice(0, 5000)),
+             ("f", slice(0, 10))]
+    windows = [[k for k, _ in w] for w in remote_module._windows(items)]
+    assert windows == [["a", "b", "c", "d"], ["e"], ["f"]]
+    root, server = http_root
+    data = random.Random(9).randbytes(20_000)
+    (root / "blob").write_bytes(data)
+    requests = [("blob", i * 3000, i * 3000 + 700) for i in range(6)]
+    assert read_ranges(open_store(server.url), requests, None) == [data[s:e] for _, s, e in requests]

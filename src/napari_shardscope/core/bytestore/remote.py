@@ -23,6 +23,10 @@ RANGES_IN_FLIGHT = 256
 REMOTE_COALESCE_GAP: int | None = 1 << 20
 #: The longest range one coalesced request may span (a single longer range is read as asked).
 REMOTE_COALESCE_SPAN = 16 << 20
+#: Bytes of bounded ranges :meth:`TensorStoreByteStore.read_ranges` asks for at once: with coalesced
+#: requests of up to :data:`REMOTE_COALESCE_SPAN` each, :data:`RANGES_IN_FLIGHT` alone would allow
+#: 4 GiB pending. A window always holds at least one request.
+BYTES_IN_FLIGHT = 256 << 20
 
 
 class TensorStoreByteStore:
@@ -158,12 +162,12 @@ class TensorStoreByteStore:
                       empty: Callable[[str], bytes | None]) -> list[bytes | None]:
         """The bytes of each ``(key, byte range)`` with :meth:`_read`'s meaning, futures in flight together.
 
-        At most :data:`RANGES_IN_FLIGHT` futures are pending at once; ``None`` ranges (empty reads,
+        At most :data:`RANGES_IN_FLIGHT` futures and :data:`BYTES_IN_FLIGHT` bytes of bounded ranges
+        are pending at once; ``None`` ranges (empty reads,
         which only ask whether the key exists) go through ``empty``.
         """
         out: list[bytes | None] = []
-        for first in range(0, len(items), RANGES_IN_FLIGHT):
-            window = items[first : first + RANGES_IN_FLIGHT]
+        for window in _windows(items):
             futures = [None if rng is None else self._kv.read(key, byte_range=rng) for key, rng in window]
             for (key, rng), future in zip(window, futures, strict=True):
                 if future is None or rng is None:
@@ -231,3 +235,19 @@ class TensorStoreByteStore:
             raise error_from_tensorstore(exc, where=f"{self.url}{first} (delete)", raw_bytes=True) from exc
 
 
+def _windows(items: Sequence[tuple[str, slice | None]]) -> Iterator[Sequence[tuple[str, slice | None]]]:
+    """``items`` in consecutive windows of at most :data:`RANGES_IN_FLIGHT` requests and
+    :data:`BYTES_IN_FLIGHT` bytes of bounded ranges (a window holds at least one request)."""
+    first = 0
+    while first < len(items):
+        last, nbytes = first, 0
+        while last < len(items) and last - first < RANGES_IN_FLIGHT:
+            rng = items[last][1]
+            size = rng.stop - rng.start if rng is not None and rng.stop is not None and rng.start is not None \
+                and rng.start >= 0 else 0
+            if last > first and nbytes + size > BYTES_IN_FLIGHT:
+                break
+            nbytes += size
+            last += 1
+        yield items[first:last]
+        first = last
