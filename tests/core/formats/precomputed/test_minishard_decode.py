@@ -57,3 +57,38 @@ def test_decoder_matches_the_integer_reference(entries: list[tuple[int, int, int
     assert got.chunk_ids.tolist() == expected[0]
     assert got.starts.tolist() == expected[1]
     assert got.ends.tolist() == expected[2]
+
+
+GZIP_SPEC = parse_sharding_spec({"@type": "neuroglancer_uint64_sharded_v1", "preshift_bits": 0, "hash": "identity",
+                                 "minishard_bits": 2, "shard_bits": 1, "minishard_index_encoding": "gzip",
+                                 "data_encoding": "raw"})
+parts_strategy = st.lists(st.one_of(
+    st.lists(st.tuples(values, values, values), max_size=12).map(
+        lambda es: np.array([[e[0] for e in es], [e[1] for e in es], [e[2] for e in es]],
+                            dtype="<u8").reshape(3, len(es)).tobytes()),
+    st.binary(max_size=40),  # damaged: not a whole number of entries, or not gzip
+), max_size=12)
+
+
+@given(parts_strategy, st.one_of(st.none(), values), st.booleans(), st.sampled_from([None, 3, 1000]))
+def test_batch_decoder_answers_exactly_as_one_at_a_time(blobs: list[bytes], file_size: int | None, gzipped: bool,
+                                                        max_entries: int | None) -> None:
+    from napari_shardscope.core.encoding import encode_bytes
+    from napari_shardscope.core.errors import FormatError
+    from napari_shardscope.core.formats.precomputed.shard_index import decode_minishard_indexes
+
+    spec = GZIP_SPEC if gzipped else SPEC
+    parts = [(encode_bytes(b, "gzip") if gzipped and i % 3 else b, 1000 + 10 * i) for i, b in enumerate(blobs)]
+    got = decode_minishard_indexes(parts, spec, key="k", file_size=file_size, max_entries=max_entries)
+    assert len(got) == len(parts)
+    for (data, offset), value in zip(parts, got, strict=True):
+        try:
+            one = decode_minishard_index(data, spec, key="k", offset=offset, file_size=file_size,
+                                         max_entries=max_entries)
+        except FormatError as exc:
+            assert isinstance(value, FormatError)
+            assert (type(value), str(value), value.offset) == (type(exc), str(exc), exc.offset)
+            continue
+        assert not isinstance(value, FormatError), value
+        for x, y in ((one.chunk_ids, value.chunk_ids), (one.starts, value.starts), (one.ends, value.ends)):
+            assert x.dtype == y.dtype == np.uint64 and x.tolist() == y.tolist()

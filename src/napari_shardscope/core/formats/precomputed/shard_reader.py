@@ -26,6 +26,7 @@ from napari_shardscope.core.formats.precomputed.shard_index import (
     MinishardIndex,
     ShardIndex,
     decode_minishard_index,
+    decode_minishard_indexes,
     decode_shard_index,
 )
 from napari_shardscope.core.formats.precomputed.sharding import ShardingSpec, assign_chunk_ids, format_shard_name
@@ -277,7 +278,7 @@ class ShardedReader:
             return
         limit = self.max_minishard_index_bytes()
         requests: list[tuple[str, int, int]] = []
-        wanted_of: list[tuple[int, int]] = []  # (shard, minishard) per request
+        wanted_of: list[tuple[ShardFile, int, int, int]] = []  # (file, minishard, start, end) per request
         for shard, file in zip(shards, self.load_shard_files(shards), strict=True):
             index = self.shard_index(shard) if file is not None else None
             if file is None or index is None or file.layout != "shard":
@@ -288,9 +289,27 @@ class ShardedReader:
                 # an implausible range is left to the checks of the ordinary load
                 if not self._minishards.contains((shard, m)) and 0 < end - start <= limit:
                     requests.append((file.key, start, end))
-                    wanted_of.append((shard, m))
-        for (shard, m), data in zip(wanted_of, read_ranges(self.store, requests), strict=True):
-            self._minishards.get_or_load((shard, m), partial(_catch_load, self._load_minishard, shard, m, data or b""))
+                    wanted_of.append((file, m, start, end))
+        # Each shard's indexes are checked like an ordinary load's, then decoded together.
+        by_shard: dict[int, list[tuple[ShardFile, int, int, int, bytes]]] = {}
+        for (file, m, start, end), data in zip(wanted_of, read_ranges(self.store, requests), strict=True):
+            by_shard.setdefault(file.shard, []).append((file, m, start, end, data or b""))
+        for shard, items in by_shard.items():
+            file = items[0][0]
+            parts: list[tuple[bytes, int]] = []
+            decoded_for: list[int] = []
+            for _, m, start, end, data in items:
+                try:
+                    self._check_minishard_bytes(file, m, start, end, data)
+                except IndexDecodeError as exc:
+                    self._minishards.put((shard, m), exc)
+                    continue
+                parts.append((data, start))
+                decoded_for.append(m)
+            decoded = decode_minishard_indexes(parts, self.spec, key=file.display_key, file_size=file.size,
+                                               max_entries=self.bounds.max_chunks)
+            for m, value in zip(decoded_for, decoded, strict=True):
+                self._minishards.put((shard, m), value)
 
     def _load_minishard(self, shard: int, minishard: int, prefetched: bytes | None = None) -> MinishardIndex:
         index = self.shard_index(shard)
@@ -309,22 +328,28 @@ class ShardedReader:
                 key=file.display_key,
                 offset=16 * minishard,
             )
+        self._check_minishard_bytes(file, minishard, start, end, None)
+        data = self.read_file_range(file, start, end) if prefetched is None else prefetched
+        self._check_minishard_bytes(file, minishard, start, end, data)
+        return decode_minishard_index(
+            data, self.spec, key=file.display_key, offset=start, file_size=file.size, max_entries=self.bounds.max_chunks
+        )
+
+    def _check_minishard_bytes(self, file: ShardFile, minishard: int, start: int, end: int,
+                               data: bytes | None) -> None:
+        """A minishard index range inside the file (when its size is known), and ``data`` not cut short."""
         if file.size is not None and end > file.size:
             raise IndexDecodeError(
                 f"minishard {minishard} index range [{start}, {end}) runs past the end of the {file.size}-byte file",
                 key=file.display_key,
                 offset=16 * minishard,
             )
-        data = self.read_file_range(file, start, end) if prefetched is None else prefetched
-        if len(data) < end - start:
+        if data is not None and len(data) < end - start:
             raise IndexDecodeError(
                 f"minishard {minishard} index [{start}, {end}) truncated: file ends after {start + len(data)} bytes",
                 key=file.display_key,
                 offset=start + len(data),
             )
-        return decode_minishard_index(
-            data, self.spec, key=file.display_key, offset=start, file_size=file.size, max_entries=self.bounds.max_chunks
-        )
 
     def _existing_file(self, shard: int) -> ShardFile:
         """The shard's file, which an index already read from (a typed error if it vanished since)."""
@@ -494,14 +519,6 @@ def decode_chunk(
 
 def _identity(value: T) -> T:
     return value
-
-
-def _catch_load(load: Callable[..., T], *args: Any) -> T | FormatError:
-    """:func:`_catch` for loads taking more than ints (the prefetched bytes)."""
-    try:
-        return load(*args)
-    except FormatError as exc:
-        return exc
 
 
 def _catch(load: Callable[..., T], *args: int) -> T | FormatError:
