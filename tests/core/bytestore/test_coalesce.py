@@ -27,6 +27,7 @@ from napari_shardscope.core.bytestore.context import (
     make_context,
 )
 from napari_shardscope.core.errors import ArgumentError
+from tests.gcs_emulator import GcsServer, gcs, gcs_server  # noqa: F401  (fixtures)
 from tests.http_range_server import RangeServer
 from tests.moto_s3 import S3Server, s3, s3_server  # noqa: F401  (fixtures)
 
@@ -158,6 +159,20 @@ def test_coalescing_through_s3(s3: S3Server) -> None:  # noqa: F811  (the fixtur
     assert read_ranges(store, requests) == [data[s:e] for _, s, e in requests[:-1]] + [None]
     assert store.stats.requests - before == 1  # the missing key answers no bytes: only the shard counts
     assert read_ranges(store, requests, None) == read_ranges(store, requests)
+
+
+def test_coalescing_through_gcs(gcs: GcsServer) -> None:  # noqa: F811  (the fixture)
+    """The same through TensorStore's gcs driver against a GCS JSON API emulator."""
+    store = open_store(gcs.url("coalesce"))
+    assert isinstance(store, TensorStoreByteStore) and store.coalesce_gap == remote_module.REMOTE_COALESCE_GAP
+    data = random.Random(6).randbytes(200_000)
+    store.write("shard", data)
+    requests = [("shard", 11_000 * i + 7, 11_000 * i + 99) for i in range(16)]
+    before = store.stats.requests
+    assert read_ranges(store, requests) == [data[s:e] for _, s, e in requests]
+    assert store.stats.requests - before == 1
+    assert read_ranges(store, requests, None) == [data[s:e] for _, s, e in requests]
+    assert store.stats.requests - before == 1 + 16
 
 
 # -- concurrency ----------------------------------------------------------------------------------
