@@ -163,27 +163,24 @@ class TensorStoreByteStore:
         """The bytes of each ``(key, byte range)`` with :meth:`_read`'s meaning, futures in flight together.
 
         At most :data:`RANGES_IN_FLIGHT` futures and :data:`BYTES_IN_FLIGHT` bytes of bounded ranges
-        are pending at once; ``None`` ranges (empty reads,
-        which only ask whether the key exists) go through ``empty``.
+        are pending at once. ``None`` ranges are empty reads, which only ask whether the key
+        exists (``b""`` or ``None``); one the store refuses as out of range goes through ``empty``.
         """
         out: list[bytes | None] = []
         for window in _windows(items):
-            futures = [None if rng is None else self._kv.read(key, byte_range=rng) for key, rng in window]
+            futures = [self._kv.read(key, byte_range=slice(0, 0) if rng is None else rng) for key, rng in window]
             for (key, rng), future in zip(window, futures, strict=True):
-                if future is None or rng is None:
-                    out.append(empty(key))
-                    continue
                 try:
                     result = future.result()
                 except Exception as exc:
                     if status_code(exc) == "OUT_OF_RANGE":
-                        out.append(self._read_existing_part(key, rng))
+                        out.append(empty(key) if rng is None else self._read_existing_part(key, rng))
                         continue
                     raise error_from_tensorstore(exc, where=f"{self.url}{key}", raw_bytes=True) from exc
                 if result.state != "value":
                     out.append(None)
                     continue
-                data = bytes(result.value)
+                data = b"" if rng is None else bytes(result.value)
                 self._stats.add(len(data))
                 out.append(data)
         return out

@@ -247,7 +247,12 @@ class Zarr3ArrayReader:
                 batch = positions[first : first + step]
                 if self.sharding is not None:
                     self.prefetch_shard_indexes(batch)
-                found_probed.extend((self.shard_key(pos), pos) for pos in batch if self._shard_exists(pos))
+                    found_probed.extend((self.shard_key(pos), pos) for pos in batch if self._shard_exists(pos))
+                    continue
+                keys = [self.shard_key(pos) for pos in batch]
+                present = read_ranges(self.store, [(key, 0, 0) for key in keys])  # existence, together
+                found_probed.extend((key, pos) for key, pos, got in zip(keys, batch, present, strict=True)
+                                    if got is not None)
             return found_probed
         found = []
         for key in keys:
