@@ -5,23 +5,51 @@ Run (needs a display; headless: a virtual one)::
     xvfb-run -a python bench/browse.py [--rounds 5] [--steps 100]
 
 In a real napari viewer step through ``--steps`` consecutive z planes at 10 steps per second, as
-holding an arrow key does, and time each step from the dims change (what the key binding does) to a
-rendered frame holding the new plane (wait until the layer reports its slice loaded, then
-``canvas.screenshot()``, which draws the frame and reads it back). Layers over the same 512³ data
-(``bench/reader.py`` builds it), each in its own run, the order rotating every round:
+holding an arrow key does. Layers over the same 512³ data (``bench/reader.py`` builds it), each in
+its own run, the order rotating every round:
 
 * **ours**: ``open_volume(path)`` with the defaults (a fresh context of the default cache size each
-  round, so every round starts cold) added with ``add_volumes``: multiscale, plane prefetch,
+  run, so every run starts cold) added with ``add_volumes``: multiscale, plane prefetch,
   synchronous slicing (napari's default);
 * **ours, async slicing**: the same, with napari's asynchronous slicing on (what ``shardscope open``
   turns on): the read runs on napari's slicing thread and the frame is drawn when it lands;
 * **plain**: a napari Labels layer over the TensorStore array (TensorStore's default context), as a
   user of TensorStore alone would add it;
 * **floor, Labels**: a napari Labels layer over an in-memory NumPy uint64 array of the same planes
-  (nothing to read: what napari's slicing, uint64 colormapping, texture upload, draw and the
-  screenshot's read-back cost on this machine's renderer);
+  (nothing to read: what napari's slicing, uint64 colormapping, texture upload, draw and
+  presentation cost on this machine's renderer);
 * **floor, Image**: an in-memory uint8 Image layer of the same planes of the image volume (the
   renderer without the labels colormapping).
+
+What is timed (the primary figure, "key press → frame presented"), the same for every layer:
+
+* start: just before a Right-arrow key press is sent to the canvas widget (``QTest.keyPress``: a
+  real ``QKeyEvent`` through vispy's Qt backend and napari's keymap to its repeatable
+  "increment dims right" action, the binding a user holds to step; the axis stepped is the last
+  slider used, set to z);
+* then Qt's own event loop runs as in the application: the key handler steps the dims (with
+  synchronous slicing the plane is read and set on the layer inside it), the layer asks for an
+  update, Qt paints the canvas;
+* the draw counts once it starts with the new slice in place (``layer.loaded``; with async slicing
+  a draw of the old plane may come first and does not count); at its end ``glFinish`` drains the GL
+  pipeline (the draw done, not just queued: "drawn");
+* stop: Qt's ``frameSwapped`` after that draw — Qt has composed the canvas into the window and
+  returned from ``swapBuffers`` — followed by another ``glFinish`` ("presented"). That is when the
+  user sees the plane. The key release comes after, outside the timed region.
+
+Why no read-back: until this version the clock stopped when ``canvas.screenshot()`` returned. A
+screenshot re-renders the scene and reads the whole framebuffer back to the CPU (``glReadPixels``,
+4–9 ms per step with software OpenGL here); no user waits for that, and it skips the window
+composition and swap a user does wait for. That figure stays as a secondary row ("z step to
+screenshot returned", driven by ``dims.set_current_step`` as before) so nothing is hidden.
+
+Checked, outside the timed region: on every 10th step the pixels the X server holds for the
+canvas (what was presented, ``QScreen.grabWindow``) are compared with a fresh render of the current
+state; they must agree on >= 90% of pixels (napari's notification toast may cover a strip), and
+the frame presented one step earlier must agree less (the planes differ). The counts are printed and
+the goal row is only met when every sampled frame held its new plane. A breakdown of the median step
+is printed per layer: ``key`` (the key event handled, the synchronous read included), ``wait``
+(until the draw starts), ``draw`` (+ glFinish), ``present`` (composition and swap).
 
 Figures per round: p50 and p90 of the step latencies. Ratios: plain / ours (> 1: we are faster),
 floor / ours (how close to the renderer alone; 1.0 is the best possible). Goal (issue 20): ours
@@ -78,6 +106,7 @@ class FrameClock:
         self.layer: Any = None
         self.armed = False
         self.good = False
+        self.draw_started = 0.0
         self.drawn = 0.0
         self.presented = 0.0
         self.loop: Any = None
@@ -86,8 +115,9 @@ class FrameClock:
         self.native.frameSwapped.connect(self._swapped)
 
     def _draw_started(self, event: Any = None) -> None:
-        if self.armed and self.layer is not None and self.layer.loaded:
+        if self.armed and not self.good and self.layer is not None and self.layer.loaded:
             self.good = True
+            self.draw_started = time.perf_counter()
 
     def _draw_done(self, event: Any = None) -> None:
         if self.armed and self.good and not self.drawn:
@@ -103,19 +133,25 @@ class FrameClock:
             if self.loop is not None:
                 self.loop.quit()
 
-    def press(self, layer: Any, key: Any, timeout_s: float = 30.0) -> tuple[float, float]:
+    def press(self, layer: Any, key: Any, timeout_s: float = 30.0) -> dict[str, float]:
         """Press ``key`` on the canvas as a user does and wait (bounded) until its frame is presented.
 
-        Returns (drawn, presented) in seconds after the press. The key is released afterwards,
-        outside the timed region (a held key's auto-repeat sends release + press pairs).
+        Returns seconds after the press: ``drawn``, ``presented``, and the phases that add up to
+        ``presented``: ``key`` (the key event handled: napari's keymap, the dims step and, with
+        synchronous slicing, the slice read and set on the layer), ``wait`` (until the draw of the new
+        slice starts: Qt's update request, with async slicing the read), ``draw`` (the canvas draw,
+        texture upload included, + glFinish) and ``present`` (Qt composes the window and swaps).
+        The key is released afterwards, outside the timed region (a held key's auto-repeat sends
+        release + press pairs).
         """
         from qtpy.QtCore import QEventLoop, QTimer
         from qtpy.QtTest import QTest
 
-        self.layer, self.good, self.drawn, self.presented = layer, False, 0.0, 0.0
+        self.layer, self.good, self.draw_started, self.drawn, self.presented = layer, False, 0.0, 0.0, 0.0
         self.armed = True
         t = time.perf_counter()
         QTest.keyPress(self.native, key)
+        key_done = time.perf_counter()
         if self.armed:
             self.loop = QEventLoop()
             timer = QTimer()
@@ -129,7 +165,9 @@ class FrameClock:
         QTest.keyRelease(self.native, key)
         if not self.presented:
             raise TimeoutError(f"no frame of the new plane presented within {timeout_s} s of the key press")
-        return self.drawn - t, self.presented - t
+        started = max(self.draw_started, key_done)
+        return {"drawn": self.drawn - t, "presented": self.presented - t, "key": key_done - t,
+                "wait": started - key_done, "draw": self.drawn - started, "present": self.presented - self.drawn}
 
 
 def grab_presented(canvas: Any) -> np.ndarray:
@@ -160,6 +198,7 @@ def same_fraction(a: np.ndarray, b: np.ndarray) -> float:
     return float(np.mean(np.all(np.abs(a.astype(np.int16) - b.astype(np.int16)) <= 2, axis=-1)))
 
 
+PHASES = ("key", "wait", "draw", "present")
 VERIFY_EVERY = 10  # check the presented frame on every 10th step (outside the timed region)
 MATCH = 0.9  # presented vs fresh render: >= 90% of pixels equal (napari's notification toast may cover a strip)
 
@@ -178,7 +217,7 @@ class Verification:
 
 
 def step_run_keys(viewer: Any, clock: FrameClock, layer: Any, start: int, steps: int,
-                  check: Verification) -> tuple[list[float], list[float]]:
+                  check: Verification) -> dict[str, list[float]]:
     """Key press → frame drawn / presented (s) for ``steps`` z steps from ``start``, one every :data:`PERIOD_S`."""
     from qtpy.QtCore import Qt
 
@@ -188,13 +227,12 @@ def step_run_keys(viewer: Any, clock: FrameClock, layer: Any, start: int, steps:
     wait_loaded(layer)
     canvas.screenshot()
     pause(time.perf_counter() + PERIOD_S)  # the user looks at the first plane before stepping on
-    drawn, presented = [], []
+    phases: dict[str, list[float]] = {}
     previous: np.ndarray | None = None
     for i in range(1, steps + 1):
         t = time.perf_counter()
-        d, p = clock.press(layer, Qt.Key_Right)  # napari's "increment dims right" (repeatable)
-        drawn.append(d)
-        presented.append(p)
+        for name, value in clock.press(layer, Qt.Key_Right).items():  # napari's "increment dims right"
+            phases.setdefault(name, []).append(value)
         if viewer.dims.current_step[0] != start + i:
             raise RuntimeError(f"the key press left z at {viewer.dims.current_step[0]}, expected {start + i}")
         if i % VERIFY_EVERY == VERIFY_EVERY - 1:
@@ -209,7 +247,7 @@ def step_run_keys(viewer: Any, clock: FrameClock, layer: Any, start: int, steps:
                     check.distinct += 1
             previous = None
         pause(t + PERIOD_S)
-    return drawn, presented
+    return phases
 
 
 def step_run_screenshot(viewer: Any, layer: Any, start: int, steps: int) -> list[float]:
@@ -298,6 +336,7 @@ def main() -> None:
     p50 = {m: {w: [] for w in WHO} for m in methods}
     p90 = {m: {w: [] for w in WHO} for m in methods}
     checks = {w: Verification() for w in WHO}
+    phase_ms = {w: {name: [] for name in PHASES} for w in WHO}  # per round: the median step's phases
     levels = set()
     for r in range(args.rounds):
         start = 40 + (r * 83) % (512 - args.steps - 50)  # a different stretch of z each round: cold for all
@@ -306,8 +345,10 @@ def main() -> None:
             for who in order:
                 layer, first = add_layer(viewer, who, paths, start, args.steps)
                 if method == "keys":
-                    drawn, presented = step_run_keys(viewer, clock, layer, first, args.steps, checks[who])
-                    runs = {"presented": presented, "drawn": drawn}
+                    phases = step_run_keys(viewer, clock, layer, first, args.steps, checks[who])
+                    runs = {"presented": phases["presented"], "drawn": phases["drawn"]}
+                    for name in PHASES:
+                        phase_ms[who][name].append(statistics.median(phases[name]) * 1e3)
                 else:
                     runs = {"screenshot": step_run_screenshot(viewer, layer, first, args.steps)}
                 for m, times in runs.items():
@@ -326,6 +367,9 @@ def main() -> None:
     viewer.close()
     for who in WHO:
         print(f"  check {who:12s}: {checks[who]}")
+    for who in WHO:
+        print(f"  phases {who:12s} (median step, median over rounds): " + ", ".join(
+            f"{name} {statistics.median(phase_ms[who][name]):.1f} ms" for name in PHASES))
     verified = all(c.samples and c.matches == c.samples for c in checks.values())
 
     def ratios(peer: str, ours: str, q: dict[str, list[float]]) -> str:
