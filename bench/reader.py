@@ -206,8 +206,13 @@ GOALS = {"TensorStore": (1.0, 1.0), "CloudVolume": (15.0, 3.0)}
 
 
 def bench_readers(paths: dict[str, Path], rounds: int) -> None:
-    """Cold z-plane and full reads, every reader opened afresh each round; ratios per round."""
-    from common import Paired, record_pair
+    """Cold z-plane and full reads, paired per peer: rounds of (ours, peer), both opened afresh each round.
+
+    Each peer gets its own rounds against ours, alternating which of the two goes first, with the
+    ratio computed per round — so ours never runs right after a third reader (CloudVolume churns
+    memory and threads) while the peer it is compared with does not.
+    """
+    from common import record_pair
 
     for dataset, (dtype, group) in readers(paths).items():
         print(f"\n{dataset}: 512³ {dtype}, 64³ chunks, gzip")
@@ -217,22 +222,49 @@ def bench_readers(paths: dict[str, Path], rounds: int) -> None:
             got = np.asarray(fn(300)).reshape(-1)
             plane = got.reshape(SIZE, SIZE).T if name == "CloudVolume" else got.reshape(SIZE, SIZE)
             assert np.array_equal(plane, ref), f"{name} returned different voxels"
-        names = list(group)
-        for what, z_of, n in (("cold z plane", lambda r: 40 + 37 * r % 420, rounds),
-                              ("full read (cold)", lambda r: None, rounds)):
-            times: dict[str, list[float]] = {name: [] for name in names}
-            for r in range(n):
-                opened = {name: group[name]() for name in names}  # fresh readers, fresh caches: cold
-                for name in names if r % 2 == 0 else names[::-1]:
-                    t0 = time.perf_counter()
-                    opened[name](z_of(r))
-                    times[name].append(time.perf_counter() - t0)
-                del opened
-            for peer in names[1:]:
-                goal = GOALS.get(peer)
-                goal_ratio = None if goal is None else goal[0 if z_of(0) is not None else 1]
-                record_pair("reader", f"{what}, {dataset}", dtype, Paired(times["ours"], times[peer]), peer,
-                            goal_ratio, setting="defaults (ours: default cache size, cold)")
+        del fns
+        for peer in [name for name in group if name != "ours"]:
+            goal = GOALS.get(peer)
+            for what, z_of in (("cold z plane", plane_of_round), ("full read (cold)", no_plane)):
+                pair = pair_readers(group["ours"], group[peer], z_of, rounds)
+                goal_ratio = None if goal is None else goal[0 if what == "cold z plane" else 1]
+                record_pair("reader", f"{what}, {dataset}", dtype, pair, peer, goal_ratio,
+                            setting="defaults (ours: default cache size, cold)")
+
+
+def plane_of_round(r: int) -> int | None:
+    """The z plane round ``r`` reads: a different one each round, none at a chunk boundary on purpose."""
+    return 40 + 37 * r % 420
+
+
+def no_plane(_r: int) -> int | None:
+    """The whole volume (a full read)."""
+    return None
+
+
+def pair_readers(ours: Factory, peer: Factory, z_of: Callable[[int], int | None], rounds: int) -> Any:
+    """``rounds`` paired rounds of ``ours`` vs ``peer``, each round with both readers freshly opened (cold).
+
+    :func:`common.paired_rounds` alternates which goes first. One unrecorded round goes before
+    them: the first large read of a process faults in fresh memory from the kernel (about a second
+    per GiB here), a cost of whichever reader happens to run first, not of either reader.
+    """
+    from common import paired_rounds
+
+    opened: dict[str, Callable[[int | None], Any]] = {}
+    z_now: list[int | None] = [None]
+
+    def setup(r: int) -> None:
+        opened.clear()  # the previous round's readers (and their caches) go first
+        opened["ours"], opened["peer"] = ours(), peer()
+        z_now[0] = z_of(r)
+
+    setup(rounds)
+    opened["ours"](z_now[0])
+    opened["peer"](z_now[0])
+    pair = paired_rounds(lambda: opened["ours"](z_now[0]), lambda: opened["peer"](z_now[0]), rounds, setup=setup)
+    opened.clear()
+    return pair
 
 
 # -- 3: napari ------------------------------------------------------------------------------------------

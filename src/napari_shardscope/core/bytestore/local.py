@@ -98,6 +98,14 @@ class LocalByteStore:
             raise NotARegularFileError(f"is a {file_kind(mode)}, not a regular file", key=key)
         return fd
 
+    def open_file(self, key: str) -> int | None:
+        """A read-only descriptor of the regular file ``key`` (``None`` when missing), checked as every read is.
+
+        For readers of many ranges of a few files (a volume's shard files): one containment check and
+        one ``open`` per file instead of one per range. The caller owns the descriptor and closes it.
+        """
+        return self._open_regular(key)
+
     def read(self, key: str) -> bytes | None:
         fd = self._open_regular(key)
         if fd is None:

@@ -19,7 +19,8 @@ from napari_shardscope.core.bytestore.context import shared_context
 from napari_shardscope.core.bytestore.url import Location, parse_url
 from napari_shardscope.core.errors import FormatError
 from napari_shardscope.core.formats import Dataset, open_dataset
-from napari_shardscope.core.formats.volume_spec import ArrayTransform, Kind, LevelSpec, VolumeSpec
+from napari_shardscope.core.formats.volume_spec import ArrayTransform, DirectChunkSource, Kind, LevelSpec, VolumeSpec
+from napari_shardscope.core.volumes.direct import DirectReader
 from napari_shardscope.core.volumes.lazy import LazyArray
 from napari_shardscope.core.volumes.model import ScaleLevel, Volume, keep_decreasing
 from napari_shardscope.core.volumes.tsopen import open_chunk_source, open_stores
@@ -82,7 +83,7 @@ def open_volume_specs(specs: Sequence[VolumeSpec], context: Any = None) -> list[
                    if lv.chunk_source is not None else next(drivers) for lv in flat])
     volumes = []
     for spec, levels in zip(specs, kept, strict=True):
-        scale_levels = tuple(_scale_level(spec, level, next(opened)) for level in levels)
+        scale_levels = tuple(_scale_level(spec, level, next(opened), _direct_reader(level)) for level in levels)
         volumes.append(Volume(
             url=spec.url, name=spec.name, format=spec.format, kind=spec.kind, axes=spec.axes, unit=spec.unit,
             levels=scale_levels, contrast_limits=spec.contrast_limits, channel_axis=spec.channel_axis,
@@ -91,8 +92,14 @@ def open_volume_specs(specs: Sequence[VolumeSpec], context: Any = None) -> list[
     return volumes
 
 
-def _scale_level(spec: VolumeSpec, level: LevelSpec, store: Any) -> ScaleLevel:
-    array = LazyArray(apply_transform(store, level.transform))
+def _direct_reader(level: LevelSpec) -> DirectReader | None:
+    """The uncached reader of a level whose format decodes it into given buffers (see :mod:`.direct`)."""
+    source = level.chunk_source
+    return DirectReader(source) if isinstance(source, DirectChunkSource) else None
+
+
+def _scale_level(spec: VolumeSpec, level: LevelSpec, store: Any, direct: DirectReader | None = None) -> ScaleLevel:
+    array = LazyArray(apply_transform(store, level.transform), direct=direct)
     if array.shape != level.shape or np.dtype(array.dtype).name != level.dtype:
         raise FormatError(f"scale {level.key!r}: TensorStore reads {array.shape} {array.dtype.name} where the "
                           f"metadata gives {level.shape} {level.dtype}", key=spec.url)
