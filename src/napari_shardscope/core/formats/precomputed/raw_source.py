@@ -131,7 +131,8 @@ class RawChunkSource:
         try:
             found = self._decode_sharded(grid, target) if sharded else self._decode_file(grid, target)
         except IndexDecodeError as exc:  # the chunk cannot be read: to a voxel reader, a chunk error (as TensorStore's)
-            raise ChunkDecodeError(exc.message, key=exc.key, offset=exc.offset) from exc
+            key = exc.key if exc.key is None or exc.key.startswith(self._root) else self._where(exc.key)
+            raise ChunkDecodeError(exc.message, key=key, offset=exc.offset) from exc
         if found and target is not out:
             out[...] = target
         return found
