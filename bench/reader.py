@@ -13,6 +13,10 @@ we are faster):
    through our ``LazyArray`` vs TensorStore directly vs CloudVolume (sharded precomputed) and vs
    zarr-python (the same voxels as a sharded zarr v3 array).
 2. Full-read throughput — the whole 512³ volume through each reader, MB/s.
+
+   Readers 1 and 2 are compared in pairs: for each peer, rounds of (ours, peer) with the order
+   alternating and both opened afresh every round, the ratio taken per round; a third reader never
+   runs between the two being compared.
 3. napari: time from ``open`` (metadata read) to the first rendered frame of a 512³ sharded
    volume (uint64 segmentation and uint8 image, cold cache, viewer already created); a warm
    slice step (z ± 1 inside cached chunks, to a rendered frame); a warm plane read with

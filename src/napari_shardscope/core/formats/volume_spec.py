@@ -97,7 +97,9 @@ class ChunkSource(Protocol):
     N5 ``lz4`` blocks and the N5 1.x ``compressionType`` attribute, zarr v2 ``lz4``/``lzma``
     chunks, CloudVolume's ``NAME.gz`` chunk files. For those a format hands out a chunk source,
     and the volumes layer wraps it in TensorStore's ``virtual_chunked`` driver, so the viewer gets
-    the same lazy views, shared cache and concurrency as for every other volume.
+    the same lazy views, shared cache and concurrency as for every other volume. A format may also
+    hand out a source for data a driver reads, where its own decoder is faster
+    (:class:`DirectChunkSource`: precomputed's raw scales on local disk).
 
     ``shape``, ``chunk_shape`` and :meth:`read_chunk` are in the source's own axis order (before
     the level's :class:`ArrayTransform`), like the array a TensorStore driver would open.

@@ -45,9 +45,15 @@ def _decode_pool() -> ThreadPoolExecutor:
         return _pool
 
 
+#: Decode buffers up to this size are kept by their thread for the next chunk; larger ones are dropped after use.
+KEEP_SCRATCH_BYTES = 32 << 20
+
+
 def _scratch_array(shape: tuple[int, ...], dtype: np.dtype[Any]) -> npt.NDArray[Any]:
-    """This thread's decode buffer as an F-ordered ``shape`` array (grown, never shrunk)."""
+    """A decode buffer as an F-ordered ``shape`` array: this thread's reused one, or a fresh one for a huge chunk."""
     nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    if nbytes > KEEP_SCRATCH_BYTES:
+        return np.empty(shape, dtype=dtype, order="F")
     buf: npt.NDArray[np.uint8] | None = getattr(_scratch, "buf", None)
     if buf is None or buf.nbytes < nbytes:
         buf = _scratch.buf = np.empty(max(nbytes, 1), dtype=np.uint8)
