@@ -33,7 +33,7 @@ import os
 import threading
 import weakref
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import numpy.typing as npt
@@ -44,7 +44,9 @@ from napari_shardscope.core.encoding import gunzip_into
 from napari_shardscope.core.errors import ArgumentError, ChunkDecodeError, IndexDecodeError, StoreError
 from napari_shardscope.core.formats.precomputed.info import PrecomputedInfo, ScaleInfo
 from napari_shardscope.core.formats.precomputed.morton import encode_morton
-from napari_shardscope.core.formats.precomputed.shard_reader import ShardedReader
+
+if TYPE_CHECKING:  # imported with the first sharded read (the dataset's shard reader), not at open
+    from napari_shardscope.core.formats.precomputed.shard_reader import ShardedReader
 
 #: Minishard indexes kept as id → byte-range dicts per scale (the shard reader keeps its own decoded copies).
 TABLE_CACHE = 1024

@@ -18,12 +18,12 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from functools import partial
+from typing import TYPE_CHECKING
 
 from napari_shardscope.core.bytestore import ByteStore, Location, check_level_tree
 from napari_shardscope.core.formats.precomputed.chunk_encoding import PrecomputedChunkSource, gzipped_layout
 from napari_shardscope.core.formats.precomputed.info import PrecomputedInfo, ScaleInfo
 from napari_shardscope.core.formats.precomputed.raw_source import raw_chunk_source
-from napari_shardscope.core.formats.precomputed.shard_reader import ShardedReader
 from napari_shardscope.core.formats.volume_spec import (
     ArrayTransform,
     ChunkSource,
@@ -35,6 +35,9 @@ from napari_shardscope.core.formats.volume_spec import (
     image_contrast_limits,
     ratios,
 )
+
+if TYPE_CHECKING:
+    from napari_shardscope.core.formats.precomputed.shard_reader import ShardedReader
 
 
 def volume_placement(info: PrecomputedInfo) -> VolumePlacement:
