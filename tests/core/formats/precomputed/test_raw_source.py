@@ -354,3 +354,23 @@ def test_fuzzed_shards_give_typed_errors_or_tensorstores_voxels(tmp_path: Path) 
 @pytest.mark.slow
 def test_fuzzed_shards_many(tmp_path: Path) -> None:
     _fuzz(tmp_path, range(12, 400))
+
+
+def test_shard_files_kept_open_are_bounded_and_closed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Beyond the process-wide budget a read opens and closes its shard; dropped sources close theirs."""
+    import gc
+
+    from napari_shardscope.core.formats.precomputed import raw_source
+
+    gc.collect()  # sources of earlier tests close their files
+    monkeypatch.setattr(raw_source, "MAX_OPEN_FILES", raw_source._open_files[0] + 2)
+    written = write_volume(tmp_path / "v", size=(64, 64, 16), chunk=(8, 8, 8), offset=(0, 0, 0), dtype="uint32",
+                           channels=1, sharding=SHARDINGS["murmur-gzip"])
+    assert len(list((tmp_path / "v").rglob("*.shard"))) == 4
+    before = raw_source._open_files[0]
+    volume = open_volume(tmp_path / "v")
+    np.testing.assert_array_equal(volume.levels[0].array.read(), presented(written))
+    assert raw_source._open_files[0] == before + 2  # the budget: two kept, the other shards opened per read
+    del volume
+    gc.collect()
+    assert raw_source._open_files[0] <= before

@@ -220,8 +220,11 @@ class RawChunkSource:
         return f"{self._root}/{key}"
 
 
-#: Shard files a source keeps open (more are opened per read): a volume scale has a few to a few thousand.
-MAX_OPEN_FILES = 256
+#: Shard files kept open by all sources of the process together (beyond it, a read opens and closes its file):
+#: well below the usual limit of 1024 descriptors per process, whatever the number of volumes and scales open.
+MAX_OPEN_FILES = 128
+_open_files = [0]  # descriptors kept open now, by every OpenFiles of the process
+_open_lock = threading.Lock()
 
 
 class OpenFiles:
@@ -231,7 +234,7 @@ class OpenFiles:
     stats and closes the file on every call — half the time of a cold plane's 64 chunk reads. A
     volume is treated as immutable while open (see ``tsopen.CACHE_POLICY``), so each shard file is
     opened once; the descriptors are closed when the source is dropped. Beyond
-    :data:`MAX_OPEN_FILES` files, reads go through the store as before.
+    :data:`MAX_OPEN_FILES` files in the process, reads go through the store as before.
     """
 
     def __init__(self, store: LocalByteStore) -> None:
@@ -247,10 +250,18 @@ class OpenFiles:
             with self._lock:
                 fd = self._fds.get(key)
                 if fd is None:
-                    if len(self._fds) >= MAX_OPEN_FILES:
+                    with _open_lock:
+                        room = _open_files[0] < MAX_OPEN_FILES
+                        _open_files[0] += 1 if room else 0
+                    if not room:
                         return self.store.read_range(key, start, end) or b""
-                    fd = self.store.open_file(key)
+                    try:
+                        fd = self.store.open_file(key)
+                    except BaseException:
+                        _release(1)
+                        raise
                     if fd is None:
+                        _release(1)
                         return b""
                     self._fds[key] = fd
         try:
@@ -259,10 +270,16 @@ class OpenFiles:
             raise StoreError(f"{where}: {exc.strerror or exc} at byte {start}") from exc
 
 
+def _release(n: int) -> None:
+    with _open_lock:
+        _open_files[0] -= n
+
+
 def _close_all(fds: dict[str, int]) -> None:
     for fd in fds.values():
         with contextlib.suppress(OSError):
             os.close(fd)
+    _release(len(fds))
     fds.clear()
 
 
