@@ -360,17 +360,17 @@ def test_shard_files_kept_open_are_bounded_and_closed(tmp_path: Path, monkeypatc
     """Beyond the process-wide budget a read opens and closes its shard; dropped sources close theirs."""
     import gc
 
-    from napari_shardscope.core.formats.precomputed import raw_source
+    from napari_shardscope.core.bytestore import local
 
-    gc.collect()  # sources of earlier tests close their files
-    monkeypatch.setattr(raw_source, "MAX_OPEN_FILES", raw_source._open_files[0] + 2)
+    gc.collect()  # stores of earlier tests close their files
+    monkeypatch.setattr(local, "MAX_KEPT_OPEN", local._kept_open[0] + 2)
     written = write_volume(tmp_path / "v", size=(64, 64, 16), chunk=(8, 8, 8), offset=(0, 0, 0), dtype="uint32",
                            channels=1, sharding=SHARDINGS["murmur-gzip"])
     assert len(list((tmp_path / "v").rglob("*.shard"))) == 4
-    before = raw_source._open_files[0]
+    before = local._kept_open[0]
     volume = open_volume(tmp_path / "v")
     np.testing.assert_array_equal(volume.levels[0].array.read(), presented(written))
-    assert raw_source._open_files[0] == before + 2  # the budget: two kept, the other shards opened per read
+    assert local._kept_open[0] == before + 2  # the budget: two kept, the other shards opened per read
     del volume
     gc.collect()
-    assert raw_source._open_files[0] <= before
+    assert local._kept_open[0] <= before

@@ -55,10 +55,20 @@ class PrecomputedDataset(DatasetBase):
         return data
 
     def _shard_reader(self, scale: str) -> ShardedReader:
-        """The shard reader of a sharded scale that volume reads use (:class:`.RawChunkSource`, chunk sources)."""
+        """The shard reader of a sharded scale that volume reads use (:class:`.RawChunkSource`, chunk sources).
+
+        Its own inspector (own index caches: the viewer reads from worker threads); on local disk over a
+        :class:`~napari_shardscope.core.bytestore.local.KeptOpenLocalStore`, which opens each shard file once.
+        """
         with self._reader_lock:
-            if self._volume_inspector is None:  # its own index caches: the viewer reads from worker threads
-                self._volume_inspector = self.new_inspector()
+            if self._volume_inspector is None:
+                from napari_shardscope.core.bytestore.local import KeptOpenLocalStore, LocalByteStore
+                from napari_shardscope.core.formats.precomputed.inspector import PrecomputedInspector
+
+                store = self.store
+                if type(store) is LocalByteStore:
+                    store = KeptOpenLocalStore(store.root, follow_symlinks=store.follow_symlinks)
+                self._volume_inspector = PrecomputedInspector(store, self.info)
             ins = self._volume_inspector
             reader: ShardedReader = ins.reader(ins.source(scale))
         return reader

@@ -27,21 +27,18 @@ not list reads as the fill value.
 
 from __future__ import annotations
 
-import contextlib
 import math
-import os
 import threading
-import weakref
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import numpy.typing as npt
 
-from napari_shardscope.core.bytestore import ByteStore, LocalByteStore
+from napari_shardscope.core.bytestore import ByteStore
 from napari_shardscope.core.cache import LruCache
 from napari_shardscope.core.encoding import gunzip_into
-from napari_shardscope.core.errors import ArgumentError, ChunkDecodeError, IndexDecodeError, StoreError
+from napari_shardscope.core.errors import ArgumentError, ChunkDecodeError, IndexDecodeError
 from napari_shardscope.core.formats.precomputed.info import PrecomputedInfo, ScaleInfo
 from napari_shardscope.core.formats.precomputed.morton import encode_morton
 
@@ -92,7 +89,6 @@ class RawChunkSource:
         self._tables: LruCache[tuple[int, int], dict[int, tuple[int, int]]] = LruCache(TABLE_CACHE)
         self._axis_codes: tuple[npt.NDArray[np.uint64], ...] | None = None
         self._root = store.url.rstrip("/")
-        self._files = OpenFiles(store) if isinstance(store, LocalByteStore) else None
 
     # -- ChunkSource --------------------------------------------------------------------------
     @property
@@ -160,11 +156,7 @@ class RawChunkSource:
         if file is None:
             raise IndexDecodeError(f"shard {shard} has an index but no file", key=self._where(reader.shard_key(shard)))
         where = self._where(file.display_key)
-        files = self._files
-        if files is not None and file.layout == "shard":
-            data = files.read_range(file.key, start, end, where)
-        else:
-            data = reader.read_file_range(file, start, end)
+        data = reader.read_file_range(file, start, end)  # one kept descriptor per file (the dataset's reader)
         if len(data) < end - start:
             raise IndexDecodeError(f"chunk {chunk_id} data [{start}, {end}) truncated", key=where,
                                    offset=start + len(data))
@@ -218,69 +210,6 @@ class RawChunkSource:
 
     def _where(self, key: str) -> str:
         return f"{self._root}/{key}"
-
-
-#: Shard files kept open by all sources of the process together (beyond it, a read opens and closes its file):
-#: well below the usual limit of 1024 descriptors per process, whatever the number of volumes and scales open.
-MAX_OPEN_FILES = 128
-_open_files = [0]  # descriptors kept open now, by every OpenFiles of the process
-_open_lock = threading.Lock()
-
-
-class OpenFiles:
-    """Descriptors of a local store's files, opened (and checked, as every read is) once and kept.
-
-    Why: :meth:`LocalByteStore.read_range` resolves the key's path (containment check), opens,
-    stats and closes the file on every call — half the time of a cold plane's 64 chunk reads. A
-    volume is treated as immutable while open (see ``tsopen.CACHE_POLICY``), so each shard file is
-    opened once; the descriptors are closed when the source is dropped. Beyond
-    :data:`MAX_OPEN_FILES` files in the process, reads go through the store as before.
-    """
-
-    def __init__(self, store: LocalByteStore) -> None:
-        self.store = store
-        self._fds: dict[str, int] = {}
-        self._lock = threading.Lock()
-        weakref.finalize(self, _close_all, self._fds)
-
-    def read_range(self, key: str, start: int, end: int, where: str) -> bytes:
-        """Bytes ``[start, end)`` of ``key`` (short if the file ends first; empty if it is gone)."""
-        fd = self._fds.get(key)
-        if fd is None:
-            with self._lock:
-                fd = self._fds.get(key)
-                if fd is None:
-                    with _open_lock:
-                        room = _open_files[0] < MAX_OPEN_FILES
-                        _open_files[0] += 1 if room else 0
-                    if not room:
-                        return self.store.read_range(key, start, end) or b""
-                    try:
-                        fd = self.store.open_file(key)
-                    except BaseException:
-                        _release(1)
-                        raise
-                    if fd is None:
-                        _release(1)
-                        return b""
-                    self._fds[key] = fd
-        try:
-            return os.pread(fd, end - start, start)
-        except OSError as exc:
-            raise StoreError(f"{where}: {exc.strerror or exc} at byte {start}") from exc
-
-
-def _release(n: int) -> None:
-    with _open_lock:
-        _open_files[0] -= n
-
-
-def _close_all(fds: dict[str, int]) -> None:
-    for fd in fds.values():
-        with contextlib.suppress(OSError):
-            os.close(fd)
-    _release(len(fds))
-    fds.clear()
 
 
 def _table(reader: ShardedReader, shard: int, minishard: int) -> dict[int, tuple[int, int]]:
