@@ -230,10 +230,13 @@ def bench_readers(paths: dict[str, Path], rounds: int) -> None:
         for peer in [name for name in group if name != "ours"]:
             goal = GOALS.get(peer)
             for what, z_of in (("cold z plane", plane_of_round), ("full read (cold)", no_plane)):
-                pair = pair_readers(group["ours"], group[peer], z_of, rounds)
+                wall, cpu = pair_readers(group["ours"], group[peer], z_of, rounds)
                 goal_ratio = None if goal is None else goal[0 if what == "cold z plane" else 1]
-                record_pair("reader", f"{what}, {dataset}", dtype, pair, peer, goal_ratio,
+                record_pair("reader", f"{what}, {dataset}", dtype, wall, peer, goal_ratio,
                             setting="defaults (ours: default cache size, cold)")
+                if peer == "TensorStore":  # the work each does, whatever the other processes on the machine do
+                    record_pair("reader", f"{what}, CPU time, {dataset}", dtype, cpu, peer, None,
+                                setting="process CPU time of the read (all threads), same rounds")
 
 
 def plane_of_round(r: int) -> int | None:
@@ -246,29 +249,30 @@ def no_plane(_r: int) -> int | None:
     return None
 
 
-def pair_readers(ours: Factory, peer: Factory, z_of: Callable[[int], int | None], rounds: int) -> Any:
-    """``rounds`` paired rounds of ``ours`` vs ``peer``, each round with both readers freshly opened (cold).
+def pair_readers(ours: Factory, peer: Factory, z_of: Callable[[int], int | None], rounds: int) -> tuple[Any, Any]:
+    """``rounds`` paired rounds of ``ours`` vs ``peer``, both freshly opened (cold) each round: wall and CPU times.
 
-    :func:`common.paired_rounds` alternates which goes first. One unrecorded round goes before
-    them: the first large read of a process faults in fresh memory from the kernel (about a second
-    per GiB here), a cost of whichever reader happens to run first, not of either reader.
+    The order alternates each round (as :func:`common.paired_rounds`). One unrecorded round goes
+    before them: the first large read of a process faults in fresh memory from the kernel (about a
+    second per GiB here), a cost of whichever reader happens to run first, not of either reader.
+    CPU time is the process's (every thread's), so it counts the work of each reader's own threads
+    and not the wait for a core that another process holds.
     """
-    from common import paired_rounds
+    from common import Paired
 
-    opened: dict[str, Callable[[int | None], Any]] = {}
-    z_now: list[int | None] = [None]
-
-    def setup(r: int) -> None:
-        opened.clear()  # the previous round's readers (and their caches) go first
-        opened["ours"], opened["peer"] = ours(), peer()
-        z_now[0] = z_of(r)
-
-    setup(rounds)
-    opened["ours"](z_now[0])
-    opened["peer"](z_now[0])
-    pair = paired_rounds(lambda: opened["ours"](z_now[0]), lambda: opened["peer"](z_now[0]), rounds, setup=setup)
-    opened.clear()
-    return pair
+    wall, cpu = Paired(), Paired()
+    for r in range(-1, rounds):
+        z = z_of(rounds if r < 0 else r)
+        opened = {"ours": ours(), "peer": peer()}  # the previous round's readers (and their caches) are gone
+        for name in ("ours", "peer") if r % 2 == 0 else ("peer", "ours"):
+            c0, t0 = time.process_time(), time.perf_counter()
+            opened[name](z)
+            t, c = time.perf_counter() - t0, time.process_time() - c0
+            if r >= 0:
+                (wall.ours if name == "ours" else wall.peer).append(t)
+                (cpu.ours if name == "ours" else cpu.peer).append(c)
+        del opened
+    return wall, cpu
 
 
 # -- 3: napari ------------------------------------------------------------------------------------------
