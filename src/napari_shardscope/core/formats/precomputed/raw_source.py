@@ -2,12 +2,14 @@
 
 Why not TensorStore's ``neuroglancer_precomputed`` driver, which reads these scales correctly: it
 inflates gzip with zlib, and libdeflate (:mod:`napari_shardscope.core.libdeflate`, the call
-releases the GIL) inflates a 64³ uint64 segmentation chunk about 5x faster (0.10 vs 0.50 ms
-measured here) and an EM image chunk about 1.8x faster. A cold 512² uint64 plane spends most of
-its time inflating, so decoding here is what makes the default read faster than TensorStore's.
-Each chunk is decoded into the buffer it ends up in (TensorStore's chunk buffer on a cached read,
-a reused per-thread buffer on an uncached one; :mod:`napari_shardscope.core.volumes.direct`): no
-decoded chunk is allocated or copied on the way.
+releases the GIL) inflates a 64³ uint64 segmentation chunk about 5x faster than zlib (0.10 vs 0.50
+ms measured here). A cold 512² uint64 plane spends most of its time inflating, so decoding here
+halves its CPU time against TensorStore's (``bench/reader.py``). EM image chunks barely compress;
+there the gain is ~1.2x of CPU. Each chunk is decoded into the buffer it ends up in (TensorStore's
+chunk buffer on a cached read, a reused per-thread buffer on an uncached one, from which only the
+voxels the read selects are copied: :mod:`napari_shardscope.core.volumes.direct`), and each shard
+file is opened once (the dataset's reader reads through a
+:class:`~napari_shardscope.core.bytestore.local.KeptOpenLocalStore`).
 
 Where (:func:`raw_chunk_source`): stores with cheap reads (local files: a read is a ``pread``, no
 round trip), ``encoding: raw``, and either sharded (any hash, ``data_encoding`` gzip or raw) or
