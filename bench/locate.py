@@ -9,7 +9,9 @@ renders the table in ``bench/README.md``).
    ``mmh3`` call per id, then an argsort and a ``searchsorted`` per minishard. Goal (issue 20): >= 30 M ids/s.
 2. ``inspect`` of the same volume from local disk and over loopback HTTP (real range requests),
    against TensorStore's ``neuroglancer_uint64_sharded`` kvstore ``list()`` of the same directory (the
-   only way TensorStore enumerates a shard's chunks). Goal: HTTP inspect <= 3x the TensorStore list.
+   only way TensorStore enumerates a shard's chunks; it reads each shard file whole). Goal: HTTP inspect
+   <= 3x the TensorStore list. Requests and bytes are counted at the server for both sides; two rows
+   repeat a case with range coalescing off (``REMOTE_COALESCE_GAP = None``) to show what it trades.
    Servers: Debian's nginx on 127.0.0.1 (a real server, as users read from; ``apt-get install
    nginx-light``), on the volume as TensorStore wrote it and on the same chunks re-sharded by
    shardscope's writer; then the Python test server (``tests/http_range_server.py``) in its own process.
@@ -33,8 +35,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 
+import napari_shardscope.core.bytestore.remote as remote_module
 from common import Row, paired_rounds, rate, record, record_pair, save, spread
 from napari_shardscope.core.bytestore import LocalByteStore
+from napari_shardscope.core.bytestore.context import remote_limits
 from napari_shardscope.core.formats import open_dataset
 from napari_shardscope.core.formats.precomputed.info import parse_info
 from napari_shardscope.core.formats.precomputed.shard_reader import ShardedReader
@@ -113,7 +117,7 @@ def previous_locate(reader: ShardedReader, chunk_ids, shards, minishards):  # ty
 
 
 class ServerProcess:
-    """tests/http_range_server.RangeServer in a child process; :meth:`bytes_sent` reads and resets its count."""
+    """tests/http_range_server.RangeServer in a child process; :meth:`traffic` reads and resets its counts."""
 
     CODE = (
         "import sys\n"
@@ -121,10 +125,11 @@ class ServerProcess:
         "s = RangeServer(sys.argv[1], delay=float(sys.argv[2]))\n"
         "print(s.url, flush=True)\n"
         "for line in sys.stdin:\n"
-        "    if line.strip() != 'bytes':\n"
+        "    if line.strip() != 'traffic':\n"
         "        break\n"
-        "    print(s.bytes_sent, flush=True)\n"
+        "    print(len(s.requests), s.bytes_sent, flush=True)\n"
         "    s.bytes_sent = 0\n"
+        "    s.requests.clear()\n"
         "s.close()\n"
     )
 
@@ -136,11 +141,13 @@ class ServerProcess:
         assert self.proc.stdout is not None
         self.url = self.proc.stdout.readline().strip()
 
-    def bytes_sent(self) -> int:
+    def traffic(self) -> tuple[int, int]:
+        """Requests answered and body bytes sent since the last call."""
         assert self.proc.stdin is not None and self.proc.stdout is not None
-        self.proc.stdin.write("bytes\n")
+        self.proc.stdin.write("traffic\n")
         self.proc.stdin.flush()
-        return int(self.proc.stdout.readline())
+        n, sent = self.proc.stdout.readline().split()
+        return int(n), int(sent)
 
     def close(self) -> None:
         assert self.proc.stdin is not None
@@ -152,8 +159,8 @@ class NginxServer:
     """Debian's nginx on 127.0.0.1 serving ``root`` with a private config (no daemon, pid and logs in a temp dir).
 
     nginx answers range requests on static files natively, as the servers users read from do; its access log
-    records ``$body_bytes_sent`` per request (bodies, as the Python server counts), which :meth:`bytes_sent`
-    sums and resets. Startup waits at most 10 s.
+    records ``$body_bytes_sent`` per request (bodies, as the Python server counts), which :meth:`traffic`
+    counts and sums since its last call. Startup waits at most 10 s.
     """
 
     def __init__(self, root: Path) -> None:
@@ -196,14 +203,16 @@ class NginxServer:
                     raise RuntimeError(f"nginx did not start: {(self.tmp / 'error.log').read_text()}") from None
                 time.sleep(0.05)
 
-    def bytes_sent(self) -> int:
+    def traffic(self) -> tuple[int, int]:
+        """Requests answered and body bytes sent since the last call (nginx writes its log line per request)."""
         if not self.log.exists():
-            return 0
+            return 0, 0
         with self.log.open() as f:
             f.seek(self.offset)
             text = f.read()
             self.offset = f.tell()
-        return sum(int(x) for x in text.split())
+        sent = [int(x) for x in text.split()]
+        return len(sent), sum(sent)
 
     def close(self) -> None:
         import shutil
@@ -302,43 +311,56 @@ def main() -> None:
                     None)
 
         # In its own process, as a real server is: it takes no GIL from either side. Python's server
-        # spends ~0.3 ms of CPU per request on this machine, far more than a bucket's front end; the
-        # second run adds 20 ms to every answer (a bucket's round trip, requests answered in parallel).
-        def http_case(delay: float, case: str, nginx: bool = False, vol: str = "vol") -> None:
+        # spends ~0.3-0.5 ms of CPU per request on this machine (a thread and a connection each), far
+        # more than a bucket's front end; the 20 ms run adds 20 ms to every answer (a bucket's round
+        # trip, requests answered in parallel). Requests and bytes are counted at the server, both sides.
+        def http_case(delay: float, case: str, nginx: bool = False, vol: str = "vol",
+                      gap: int | str | None = "default") -> None:
             server: ServerProcess | NginxServer = NginxServer(root) if nginx else ServerProcess(root, delay)
+            saved_gap = remote_module.REMOTE_COALESCE_GAP
+            if gap != "default":
+                remote_module.REMOTE_COALESCE_GAP = gap  # type: ignore[assignment]
             try:
-                sent: dict[str, list[int]] = {"ours": [], "ts": []}
-                reqs: list[int] = []
+                seen: dict[str, list[tuple[int, int]]] = {"ours": [], "ts": []}
 
                 def over_http(fn, who):  # type: ignore[no-untyped-def]
                     def run() -> None:
-                        server.bytes_sent()
+                        server.traffic()
                         fn()
-                        sent[who].append(server.bytes_sent())
+                        seen[who].append(server.traffic())
                     return run
 
                 def ours_remote() -> None:
                     summary = open_dataset(server.url + vol).inspector().inspect()
                     counts.append((summary["scales"][0]["chunks"], 0))
-                    reqs.append(summary["requests"])
 
                 pair = paired_rounds(over_http(ours_remote, "ours"),
                                      over_http(lambda: ts_list(f"{server.url}{vol}/{sc.key}/"), "ts"), args.rounds)
             finally:
+                remote_module.REMOTE_COALESCE_GAP = saved_gap
                 server.close()
             assert all(c == len(all_ids) for c, _ in counts), counts
+
+            def median_of(who: str, i: int) -> float:
+                return statistics.median(t[i] for t in seen[who])
+
+            gap_now = remote_module.REMOTE_COALESCE_GAP if gap == "default" else gap
+            gap_text = "off" if gap_now is None else f"{gap_now // 1024} KiB"
             record_pair(BENCH, case, "-", pair, "TensorStore kvstore list()", 1 / 3,
                         goal_text="ours <= 3x TensorStore (ratio >= 0.33x)",
-                        setting=f"bytes: ours {statistics.median(sent['ours']):.0f}, TensorStore "
-                                f"{statistics.median(sent['ts']):.0f}; our requests {statistics.median(reqs):.0f}, "
-                                "in flight together")
+                        setting=f"requests: ours {median_of('ours', 0):.0f}, TensorStore {median_of('ts', 0):.0f}; "
+                                f"bytes: ours {median_of('ours', 1):.0f}, TensorStore {median_of('ts', 1):.0f}; "
+                                f"coalescing gap {gap_text}, {remote_limits().concurrency} requests in flight")
 
         http_case(0.0, "inspect over loopback HTTP, nginx (a real server)", nginx=True)
+        http_case(0.0, "inspect over loopback HTTP, nginx, coalescing off (one request per minishard index)",
+                  nginx=True, gap=None)
         reshard_ours(root / "vol", root / "vol-ours")
         http_case(0.0, "inspect over loopback HTTP, nginx, the volume re-sharded by shardscope's writer", nginx=True,
                   vol="vol-ours")
         http_case(0.0, "inspect over loopback HTTP, Python test server")
         http_case(0.02, "inspect over loopback HTTP, 20 ms per request (a bucket's latency)")
+        http_case(0.02, "inspect over loopback HTTP, 20 ms per request, coalescing off", gap=None)
     save(BENCH)
 
 

@@ -23,7 +23,9 @@ class RangeServer:
     """Serve ``root`` at ``self.url`` until :meth:`close`; ``self.requests`` lists (path, range).
 
     With ``gate``, every request waits (at most :data:`GATE_WAIT_S`) until the event is set: a host
-    that has not answered yet, released by the test. ``self.held`` counts requests waiting at the gate.
+    that has not answered yet, released by the test. ``self.held`` counts requests waiting at the gate;
+    ``self.arrived`` lists the path of every request as it arrives, before the gate (a client that
+    retried a request it gave up on appears twice).
     With ``delay``, every request is answered ``delay`` seconds late (a remote bucket's latency).
     """
 
@@ -33,6 +35,7 @@ class RangeServer:
         self.requests: list[tuple[str, str | None]] = []
         self.bytes_sent = 0
         self.held = 0
+        self.arrived: list[str] = []
         self._gate = gate
         server = self
         held_lock = threading.Lock()
@@ -45,6 +48,8 @@ class RangeServer:
                 pass
 
             def do_GET(self) -> None:
+                with held_lock:
+                    server.arrived.append(self.path)
                 if delay > 0:
                     time.sleep(delay)  # a bucket's round trip (each request on its own thread)
                 if gate is not None and not gate.is_set():

@@ -7,7 +7,7 @@ import threading
 import pytest
 
 from napari_shardscope.core.errors import ArgumentError
-from napari_shardscope.core.jobs import is_local, iter_tasks, open_once, run_tasks
+from napari_shardscope.core.jobs import is_local, iter_tasks, job_scheduler, open_once, run_gathered, run_tasks
 
 
 def square(x: int) -> int:
@@ -78,3 +78,45 @@ def test_open_once_opens_each_key_once_per_process() -> None:
         t.join()
     assert calls == ["a"] and all(r is results[0] for r in results)
     assert open_once((*key, "other"), lambda: opener("b")) is not results[0] and calls == ["a", "b"]
+
+
+def concat(task: str, parts: list[int]) -> str:
+    return f"{task}:{','.join(str(p) for p in parts)}"
+
+
+@pytest.mark.parametrize("scheduler", [None, "sync"])
+def test_run_gathered_finishes_each_task_from_its_parts_in_order(scheduler: str | None) -> None:
+    seen: list[tuple[int, int, str]] = []
+    groups = [("a", [1, 2, 3]), ("b", [4]), ("c", [5, 6])]
+    out = run_gathered(square, concat, groups, scheduler=scheduler, num_workers=2,
+                       progress=lambda d, t, w: seen.append((d, t, w)), label="g")
+    assert out == ["a:1,4,9", "b:16", "c:25,36"]
+    assert seen == [(1, 3, "g"), (2, 3, "g"), (3, 3, "g")]  # progress counts tasks, not parts
+    assert run_gathered(square, concat, [], scheduler=scheduler) == []
+
+
+def test_run_gathered_spreads_the_parts_of_one_task_over_the_threads() -> None:
+    barrier = threading.Barrier(2, timeout=30)  # both parts must run at once, or this times out
+    threads: set[int] = set()
+
+    def part(x: int) -> int:
+        threads.add(threading.get_ident())
+        barrier.wait()
+        return x
+
+    assert run_gathered(part, concat, [("only", [1, 2])], num_workers=2) == ["only:1,2"]
+    assert len(threads) == 2
+
+
+def test_job_scheduler_counts_the_slots_and_connects_an_address_once() -> None:
+    from distributed import LocalCluster
+
+    with job_scheduler(None, 3) as (sched, slots):
+        assert sched is None and slots == 3
+    with job_scheduler("sync", 3) as (sched, slots):
+        assert sched == "sync" and slots == 1
+    with LocalCluster(n_workers=1, threads_per_worker=2, processes=False, dashboard_address=None) as cluster:
+        with job_scheduler(cluster.scheduler_address) as (client, slots):
+            assert slots == 2
+            assert run_gathered(square, concat, [("x", [1, 2]), ("y", [3])], scheduler=client) == ["x:1,4", "y:9"]
+        assert client.status in ("closed", "closing")  # the job's own client is closed after

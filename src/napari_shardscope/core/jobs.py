@@ -22,6 +22,7 @@ from __future__ import annotations
 import os
 import threading
 from collections.abc import Callable, Hashable, Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any, TypeVar, cast
 
 from napari_shardscope.core.errors import ArgumentError
@@ -29,6 +30,8 @@ from napari_shardscope.core.progress import Progress
 
 T = TypeVar("T")
 R = TypeVar("R")
+P = TypeVar("P")
+Q = TypeVar("Q")
 
 #: Scheduler names that run in this process (Dask's local schedulers).
 LOCAL_SCHEDULERS = ("threads", "sync", "synchronous", "single-threaded")
@@ -46,10 +49,104 @@ def run_tasks(
     """Run ``fn(task)`` for every task as a Dask graph; results in task order."""
     if not tasks:
         return []
+    return _collect(_delayed(fn, tasks, label), scheduler, num_workers, progress, label)
+
+
+def run_gathered(
+    part_fn: Callable[[P], Q],
+    finish_fn: Callable[[T, list[Q]], R],
+    groups: Sequence[tuple[T, Sequence[P]]],
+    *,
+    scheduler: Any = None,
+    num_workers: int | None = None,
+    progress: Progress | None = None,
+    label: str = "task",
+) -> list[R]:
+    """``finish_fn(task, [part_fn(part) for part in parts])`` for every ``(task, parts)``; results in order.
+
+    The parts of one task run as separate Dask tasks (on any worker, in parallel) and its finish runs
+    once they are all done: one output that is too big a unit of work for the workers to share (one
+    shard file holding the whole volume) is still spread over all of them. A task of one part runs
+    as one Dask task (no intermediate result travels). Progress counts finished tasks, not parts.
+    """
+    if not groups:
+        return []
+    import dask
+
+    graph = []
+    for i, (task, parts) in enumerate(groups):
+        key = f"{label}-{i:09d}"
+        if len(parts) == 1:
+            graph.append(dask.delayed(_part_then_finish, pure=False)(part_fn, finish_fn, _Opaque(task),
+                                                                     _Opaque(parts[0]), dask_key_name=key))
+            continue
+        done = [dask.delayed(_call, pure=False)(part_fn, _Opaque(p), dask_key_name=f"part-{key}-{j:06d}")
+                for j, p in enumerate(parts)]
+        graph.append(dask.delayed(_finish, pure=False)(finish_fn, _Opaque(task), done, dask_key_name=key))
+    return _collect(graph, scheduler, num_workers, progress, label)
+
+
+class _Opaque:
+    """A task argument Dask passes on as it is.
+
+    Dask looks inside tuples, lists, dicts and dataclasses for collections to compute first; a task
+    description (a dataclass of tuples, a shard's list of chunk ids) has none, and walking it cost
+    the graph's construction more than the tasks' scheduling.
+    """
+
+    __slots__ = ("value",)
+
+    def __init__(self, value: Any) -> None:
+        self.value = value
+
+    def __reduce__(self) -> tuple[type[_Opaque], tuple[Any]]:
+        return _Opaque, (self.value,)
+
+
+def _call(fn: Callable[[T], R], task: _Opaque) -> R:
+    return fn(task.value)
+
+
+def _finish(finish_fn: Callable[[T, list[Q]], R], task: _Opaque, parts: list[Q]) -> R:
+    return finish_fn(task.value, parts)
+
+
+def _part_then_finish(part_fn: Callable[[P], Q], finish_fn: Callable[[T, list[Q]], R], task: _Opaque,
+                      part: _Opaque) -> R:
+    return finish_fn(task.value, [part_fn(part.value)])
+
+
+@contextmanager
+def job_scheduler(scheduler: Any = None, num_workers: int | None = None) -> Iterator[tuple[Any, int]]:
+    """``(scheduler, slots)``: the scheduler to pass on, and how many tasks it runs at once.
+
+    A job that plans its tasks by the number of workers (to split a big unit of work only when
+    workers would otherwise idle) needs ``slots`` before it builds its graph. A scheduler address
+    is connected here, once, for the duration of the block (the job's calls get the client).
+    """
     if is_local(scheduler):
-        return _compute_local(fn, tasks, scheduler, num_workers, progress, label)
-    results: list[Any] = [None] * len(tasks)
-    for i, result in _stream_distributed(fn, tasks, scheduler, progress, label):
+        if scheduler in (None, "threads"):
+            from dask.system import CPU_COUNT
+
+            yield scheduler, max(1, num_workers or CPU_COUNT)
+        else:
+            yield scheduler, 1
+        return
+    client, own = _client_for(scheduler)
+    try:
+        yield client, max(1, sum(client.nthreads().values()))
+    finally:
+        if own:
+            client.close()
+
+
+def _collect(graph: list[Any], scheduler: Any, num_workers: int | None, progress: Progress | None,
+             label: str) -> list[Any]:
+    """Every result of ``graph`` (delayed objects keyed ``<label>-<index>``), in graph order."""
+    if is_local(scheduler):
+        return _compute_local(graph, len(graph), scheduler, num_workers, progress, label)
+    results: list[Any] = [None] * len(graph)
+    for i, result in _stream_distributed(graph, scheduler, progress, label):
         results[i] = result
     return results
 
@@ -75,7 +172,7 @@ def iter_tasks(
     if not tasks:
         return
     if not is_local(scheduler):
-        yield from _stream_distributed(fn, tasks, scheduler, progress, label)
+        yield from _stream_distributed(_delayed(fn, tasks, label), scheduler, progress, label)
         return
     total = len(tasks)
     threads = num_workers or os.cpu_count() or 1
@@ -83,7 +180,7 @@ def iter_tasks(
     done = 0
     for start in range(0, total, size):
         chunk = tasks[start:start + size]
-        results = _compute_local(fn, chunk, scheduler, num_workers, None, label)
+        results = _compute_local(_delayed(fn, chunk, label), len(chunk), scheduler, num_workers, None, label)
         for i, result in enumerate(results, start=start):
             done += 1
             if progress is not None:
@@ -118,16 +215,16 @@ def open_once(key: Hashable, opener: Callable[[], T]) -> T:
 def _delayed(fn: Callable[[T], R], tasks: Sequence[T], label: str) -> list[Any]:
     import dask
 
-    return [dask.delayed(fn, pure=False)(t, dask_key_name=f"{label}-{i:09d}") for i, t in enumerate(tasks)]
+    return [dask.delayed(_call, pure=False)(fn, _Opaque(t), dask_key_name=f"{label}-{i:09d}")
+            for i, t in enumerate(tasks)]
 
 
-def _compute_local(fn: Callable[[T], R], tasks: Sequence[T], scheduler: str | None, num_workers: int | None,
-                   progress: Progress | None, label: str) -> list[R]:
-    """All tasks as one graph on Dask's threaded (or synchronous) scheduler; results in task order."""
+def _compute_local(graph: list[Any], total: int, scheduler: str | None, num_workers: int | None,
+                   progress: Progress | None, label: str) -> list[Any]:
+    """``graph`` (delayed objects) on Dask's threaded (or synchronous) scheduler; results in graph order."""
     import dask
     from dask.callbacks import Callback
 
-    total = len(tasks)
     done = [0]
 
     class _Progress(Callback):  # type: ignore[misc]  # dask is untyped here
@@ -142,12 +239,12 @@ def _compute_local(fn: Callable[[T], R], tasks: Sequence[T], scheduler: str | No
     if num_workers is not None and name == "threads":
         kwargs["num_workers"] = num_workers
     with _Progress():
-        computed = dask.compute(*_delayed(fn, tasks, label), **kwargs)
+        computed = dask.compute(*graph, optimize_graph=False, **kwargs)  # nothing to fuse: the tasks are independent
     return list(computed)
 
 
-def _stream_distributed(fn: Callable[[T], R], tasks: Sequence[T], scheduler: Any, progress: Progress | None,
-                        label: str) -> Iterator[tuple[int, R]]:
+def _stream_distributed(delayed: list[Any], scheduler: Any, progress: Progress | None,
+                        label: str) -> Iterator[tuple[int, Any]]:
     """``(task index, result)`` from a ``dask.distributed`` cluster as each task completes.
 
     Each future is released as soon as its result is yielded, so the cluster forgets results the
@@ -157,7 +254,7 @@ def _stream_distributed(fn: Callable[[T], R], tasks: Sequence[T], scheduler: Any
     try:
         from distributed import as_completed
 
-        delayed = _delayed(fn, tasks, label)
+        total = len(delayed)
         futures = client.compute(delayed)
         del delayed
         index = {f.key: i for i, f in enumerate(futures)}
@@ -169,7 +266,7 @@ def _stream_distributed(fn: Callable[[T], R], tasks: Sequence[T], scheduler: Any
             future.release()
             del future
             if progress is not None:
-                progress(n, len(tasks), label)
+                progress(n, total, label)
             yield i, result
     finally:
         if own:

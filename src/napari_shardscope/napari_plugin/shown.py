@@ -7,7 +7,9 @@ failed read is retried chunk by chunk on the store's own chunk grid; the chunks 
 as 0 (background) and reported once each as a warning (napari shows warnings as notifications), the
 rest of the view is drawn as stored. Code that reads volumes for any other purpose (validation,
 exports, edits) keeps the strict :class:`~napari_shardscope.core.volumes.lazy.LazyArray`, which
-raises the typed error.
+raises the typed error. A scale level opens on its first read (``core/volumes/deferred.py``); one
+that fails to open (its store went away, a remote that does not answer) is drawn empty and reported
+the same way, and is opened again on the next slice, so a refresh shows it once it is back.
 
 No napari import here: :mod:`napari_shardscope.napari_plugin.layers` wraps the arrays it hands to
 napari.
@@ -83,7 +85,11 @@ class ShownArray:
 
     @property
     def chunks(self) -> tuple[int, ...] | None:
-        return getattr(self._inner, "chunks", None)
+        try:
+            return getattr(self._inner, "chunks", None)
+        except ShardscopeError as exc:  # the level's chunk layout needs it opened, and it does not open
+            self._report(exc)
+            return None
 
     def __len__(self) -> int:
         return len(self._inner)
@@ -97,9 +103,10 @@ class ShownArray:
     def __getitem__(self, key: Any) -> Any:
         try:
             out = self._inner[key]
-        except ShardscopeError as exc:  # every axis an integer: one element read, from a damaged chunk
+        except ShardscopeError as exc:  # one element read from a damaged chunk, or a level that does not open
             self._report(exc)
-            return self.dtype.type(0)
+            empty = np.broadcast_to(self.dtype.type(0), self.shape)[key]  # the shape the view would have
+            return empty if np.ndim(empty) == 0 else np.zeros(np.shape(empty), dtype=self.dtype)
         if isinstance(out, np.generic | np.ndarray) or not hasattr(out, "shape"):
             return out
         return ShownArray(out, self._reported)

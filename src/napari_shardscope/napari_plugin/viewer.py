@@ -5,11 +5,15 @@ inspection commands of the CLI — works on machines without Qt.
 
 Slicing mode: napari's asynchronous slicing (``NAPARI_ASYNC=1``) moves the chunk reads of a
 slice change off the GUI thread, so the window keeps repainting and accepting input while a
-remote or slow volume loads; the new plane appears when its chunks arrive. The CLI turns it on
-for interactive sessions (``--sync`` turns it off) by setting the environment variable before
-napari is imported — never the persisted napari setting, which would change the user's other
-napari sessions. Screenshots always slice synchronously so the frame written to disk shows the
-data, not an empty canvas.
+remote or slow volume loads; the new plane appears when its chunks arrive. For local volumes it
+costs key-to-frame time instead: with the next chunk layer prefetched a synchronous step reads
+from the cache in ~1-2 ms, and the hop to napari's slicing thread and back through the event
+loop added ~5-15 ms per step (``bench/browse.py``, the async rows). So by default (:func:`slicing_mode`)
+interactive sessions slice asynchronously when a volume is remote and synchronously when all are
+local; ``--sync`` / ``--async`` force either. The mode is set through the environment variable
+before napari is imported — never the persisted napari setting, which would change the user's
+other napari sessions. Screenshots always slice synchronously so the frame written to disk shows
+the data, not an empty canvas.
 """
 
 from __future__ import annotations
@@ -69,7 +73,16 @@ SCREENSHOT_SIZE = (1600, 1000)
 DOCKED_WIDGETS = ("Shard browser", "Proofreading", "Versions")
 
 
-def show_volumes(volumes: Sequence[Volume], *, screenshot: Path | None = None, async_slicing: bool = True,
+def slicing_mode(volumes: Sequence[Volume], async_slicing: bool | None) -> bool:
+    """Whether to slice asynchronously: as asked, or (``None``) when any volume is remote."""
+    if async_slicing is not None:
+        return async_slicing
+    from napari_shardscope.core.volumes import is_remote
+
+    return any(is_remote(v.url) for v in volumes)
+
+
+def show_volumes(volumes: Sequence[Volume], *, screenshot: Path | None = None, async_slicing: bool | None = None,
                  title: str = "shardscope", widgets: Sequence[str] = DOCKED_WIDGETS,
                  prepare: Callable[[Any, list[Any]], None] | None = None) -> int:
     """Open a napari window with ``volumes`` and the plugin's ``widgets`` docked (as the Plugins menu
@@ -79,7 +92,7 @@ def show_volumes(volumes: Sequence[Volume], *, screenshot: Path | None = None, a
     Returns the process exit code (0).
     """
     check_display()
-    os.environ["NAPARI_ASYNC"] = "1" if async_slicing and screenshot is None else "0"
+    os.environ["NAPARI_ASYNC"] = "1" if slicing_mode(volumes, async_slicing) and screenshot is None else "0"
     import napari
 
     viewer = napari.Viewer(title=title, show=True)

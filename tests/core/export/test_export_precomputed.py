@@ -385,3 +385,61 @@ def test_cli_chunk_is_zyx_like_every_shape(small_volume: Path, tmp_path: Path,
     inner = json.loads((tmp_path / "z" / "0" / "zarr.json").read_text())["codecs"][0]["configuration"]["chunk_shape"]
     assert inner == [8, 16, 32]
     capsys.readouterr()
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [
+        None,  # the default: one shard per scale here, so with several workers every shard is split into parts
+        ShardingSpec(preshift_bits=1, hash="murmurhash3_x86_128", minishard_bits=1, shard_bits=1,
+                     minishard_index_encoding="gzip", data_encoding="gzip"),
+    ],
+    ids=["default", "murmurhash"],
+)
+def test_shards_split_into_parts_are_the_bytes_one_worker_writes(tmp_path: Path, spec: ShardingSpec | None) -> None:
+    """A shard compressed in parts by several workers is assembled into exactly the file one task writes."""
+    from napari_shardscope.core.export.precomputed import build_info, plan_parts, plan_shard_tasks
+
+    source = _source(5)
+    info = build_info(source, chunk_size=(16, 16, 8), sharding=spec)
+    plan = plan_parts(plan_shard_tasks(str(tmp_path / "p"), info), 3)
+    assert max(len(parts) for _, parts in plan) > 1  # the test exercises the split
+    for task, parts in plan:  # the parts hold the shard's chunks exactly once, their voxels sum to the shard's
+        ids = np.concatenate([p.chunks()[0] for p in parts])
+        np.testing.assert_array_equal(ids, task.chunks()[0])
+        assert sum(p.voxels for p in parts) == task.voxels
+    export_precomputed(source, str(tmp_path / "one"), chunk_size=(16, 16, 8), sharding=spec, num_workers=1)
+    for workers in (2, 3):
+        out = tmp_path / f"w{workers}"
+        export_precomputed(source, str(out), chunk_size=(16, 16, 8), sharding=spec, num_workers=workers)
+        assert _digests(out) == _digests(tmp_path / "one")
+    for level, expected in enumerate(source.arrays):
+        np.testing.assert_array_equal(_read_tensorstore(tmp_path / "w3", level), expected)
+
+
+def test_many_even_shards_are_not_split() -> None:
+    """Shards of about equal size, several per worker, already balance: no part overhead."""
+    from napari_shardscope.core.export.precomputed import build_info, plan_parts, plan_shard_tasks
+
+    spec = ShardingSpec(preshift_bits=3, hash="identity", minishard_bits=1, shard_bits=3,
+                        minishard_index_encoding="gzip", data_encoding="gzip")
+    source = ArraySource((np.zeros((128, 512, 512), dtype=np.uint8),), ((1.0, 1.0, 1.0),), kind="image")
+    plan = plan_parts(plan_shard_tasks("unused", build_info(source, sharding=spec)), 2)
+    assert len(plan) == 8 and all(parts == [task] for task, parts in plan)
+    one_worker = plan_parts(plan_shard_tasks("unused", build_info(source)), 1)
+    assert all(len(parts) == 1 for _, parts in one_worker)
+
+
+@pytest.mark.parametrize("scratch_max", [16 << 20, 1024], ids=["scratch", "chunks-above-the-scratch-cap"])
+def test_non_contiguous_and_big_endian_chunks_compress_from_a_scratch_copy(tmp_path: Path, scratch_max: int,
+                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """Chunks read as strided views (a transposed array) or in another byte order are copied, then compressed."""
+    from napari_shardscope.core.export import precomputed
+
+    monkeypatch.setattr(precomputed, "SCRATCH_MAX_BYTES", scratch_max)
+    base = np.random.default_rng(6).integers(0, 2**40, size=(40, 24, 30), dtype=np.uint64)
+    views = (base.transpose(0, 2, 1), base.astype(">u8"))
+    for i, data in enumerate(views):
+        export_precomputed(ArraySource((data,), ((1.0, 1.0, 1.0),)), str(tmp_path / str(i)), chunk_size=(16, 8, 8),
+                           num_workers=2)
+        np.testing.assert_array_equal(_read_tensorstore(tmp_path / str(i), 0), data)

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from napari_shardscope.core.errors import ArgumentError, ShardscopeError
-from napari_shardscope.core.labelmap.bodymap import BaseAgglomeration, BodyMap, MapDelta, MappingError
+from napari_shardscope.core.labelmap.bodymap import BaseAgglomeration, BodyMap, MapDelta, MappingError, remap_labels
 
 
 class BodyMapMachine(RuleBasedStateMachine):
@@ -146,3 +146,26 @@ def test_delta_round_trip(rows: list[tuple[int, int | None, int | None]]) -> Non
     delta = MapDelta(explicit=tuple(rows), parent=tuple(rows[:3]), retired=tuple(rows[3:5]))
     assert MapDelta.from_bytes(delta.to_bytes()) == delta
     assert delta.inverse().inverse() == delta
+
+
+@given(st.integers(0, 2**32), st.sampled_from([(1,), (7,), (3, 5, 7), (4, 16, 16)]), st.integers(1, 30),
+       st.integers(1, 9))
+def test_remap_labels_by_runs_or_voxels_maps_every_voxel(seed: int, shape: tuple[int, ...], labels: int,
+                                                          run: int) -> None:
+    """Long runs (mapped run by run) and noise (mapped voxel by voxel) both give lookup's id for every voxel."""
+    rng = np.random.default_rng(seed)
+    n = int(np.prod(shape))
+    svs = np.repeat(rng.integers(0, labels, size=-(-n // run), dtype=np.uint64), run)[:n].reshape(shape)
+    table = {int(s): int(s) * 7 % 11 for s in np.unique(svs)}
+    asked: list[int] = []
+
+    def lookup(uniq: np.ndarray) -> np.ndarray:
+        asked.append(uniq.size)
+        return np.asarray([table[int(u)] for u in uniq], dtype=np.uint64)
+
+    out = remap_labels(svs, lookup)
+    assert out.shape == svs.shape and out.dtype == np.uint64
+    assert out.reshape(-1).tolist() == [table[int(s)] for s in svs.reshape(-1)]
+    assert asked == [len(table)]  # each distinct id asked about once
+    same = remap_labels(svs, lambda u: u)
+    assert np.array_equal(same, svs) and not np.shares_memory(same, svs)

@@ -7,11 +7,15 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from napari_shardscope.core.cli import run
 from napari_shardscope.core.errors import ArgumentError
 from napari_shardscope.core.labelmap import create_labelmap, open_labelmap
 from napari_shardscope.core.labelmap.index_job import build_label_index
+from napari_shardscope.core.labelmap.keys import base_index_key
+from napari_shardscope.core.labelmap.label_index import SvIndex, combine_counts, count_block
 from napari_shardscope.core.versioned import create_repository, open_repository
 from tests.core.labelmap.volumes import voronoi_supervoxels, write_precomputed
 
@@ -131,3 +135,34 @@ def test_interrupted_rebuild_leaves_the_old_index(base: tuple[Path, np.ndarray],
     assert stored_index(path) == damaged
     build_label_index(str(path), "seg", overwrite=True, ranges=4)
     assert stored_index(path) == good
+
+
+@given(st.lists(st.tuples(st.integers(1, 40), st.integers(0, 5), st.integers(0, 5), st.integers(0, 5),
+                          st.integers(1, 2**40)), max_size=60))
+def test_entries_encoded_at_once_are_each_entrys_own_bytes(rows: list[tuple[int, int, int, int, int]]) -> None:
+    """The stored bytes of every entry are exactly SvIndex.to_bytes of its blocks and counts, in label order."""
+    parts = [((z, y, x), np.asarray([sv], dtype=np.uint64), np.asarray([n], dtype=np.int64))
+             for sv, z, y, x, n in {(r[0], r[1], r[2], r[3]): r for r in rows}.values()]
+    built = combine_counts(parts)
+    expected = []
+    for sv in built.summary.supervoxels.tolist():
+        mine = built.labels == sv
+        expected.append((base_index_key(sv), SvIndex(built.blocks[mine], built.counts[mine]).to_bytes()))
+    assert list(built.entries()) == expected
+
+
+@given(st.integers(0, 2**32), st.sampled_from([(1, 1, 1), (4, 4, 4), (3, 5, 7), (8, 8, 16)]), st.integers(1, 40),
+       st.integers(1, 12))
+def test_counting_by_runs_equals_np_unique(seed: int, shape: tuple[int, int, int], labels: int, run: int) -> None:
+    """Blocks of long runs (counted run by run) and of noise (counted voxel by voxel) give np.unique's counts."""
+    rng = np.random.default_rng(seed)
+    data = np.repeat(rng.integers(0, labels, size=-(-int(np.prod(shape)) // run), dtype=np.uint64), run)
+    data = data[: int(np.prod(shape))].reshape(shape)
+    _, got_labels, got_counts = count_block((0, 0, 0), data)
+    want_labels, want_counts = np.unique(data, return_counts=True)
+    keep = want_labels != 0
+    np.testing.assert_array_equal(got_labels, want_labels[keep])
+    np.testing.assert_array_equal(got_counts, want_counts[keep])
+    assert got_labels.dtype == np.uint64 and got_counts.dtype == np.int64
+    _, strided, _ = count_block((0, 0, 0), data[:, ::-1, :].transpose(2, 1, 0))  # a strided view reads the same
+    np.testing.assert_array_equal(strided, got_labels)

@@ -72,3 +72,54 @@ def test_a_window_the_view_left_is_cancelled(volume_path: Path) -> None:
     np.asarray(arr[3:5, :, :])  # a slab, not a plane: no prefetch
     assert p.reads <= 6
     p.close()
+
+
+def test_napari_indexing_box_then_plane_prefetches_in_level_coordinates(volume_path: Path) -> None:
+    """napari indexes a level with the visible box first and takes the plane of that view later."""
+    level = open_volume(volume_path, context=make_context(256 << 20)).levels[0].array
+    arr = level.with_prefetch()
+    expected = (np.arange(96 * 64 * 64, dtype=np.uint64) % 977).reshape(96, 64, 64)
+    box = arr[10:90, 8:40, 0:64]  # the visible region: nothing read, nothing prefetched
+    np.testing.assert_array_equal(np.asarray(box[21]), expected[31, 8:40])  # plane 31 of the level
+    p = arr.prefetcher
+    assert p is not None
+    p.wait()
+    assert p.reads == 1
+    np.asarray(box[20])  # same chunk layer, same window: not read again
+    p.wait()
+    assert p.reads == 1
+    misses = _metric("/tensorstore/cache/miss_count")
+    np.testing.assert_array_equal(level.store[32, 8:40, 0:64].read().result(), expected[32, 8:40])
+    assert _metric("/tensorstore/cache/miss_count") == misses  # the prefetch read the level's rows 8:40
+    p.close()
+
+
+def test_shift_index_and_bands() -> None:
+    from napari_shardscope.core.volumes.lazy import shift_index
+
+    assert shift_index((3, slice(0, 5, 1), slice(2, 4, 2)), (10, 8, 0)) == (13, slice(8, 13, 1), slice(2, 4, 2))
+    assert shift_index((3, None, slice(0, 5, 1)), (1, 2)) is None
+    assert shift_index((np.array([1, 2]), slice(0, 5, 1)), (1, 2)) is None
+
+    class Shape:
+        shape = (96, 64, 64)
+
+    p = PlanePrefetcher(Shape(), (32, 16, 16))
+    assert [b[1] for b in p.bands((40, slice(0, 64, 1), slice(0, 64, 1)))] == [
+        slice(0, 16, 1), slice(16, 32, 1), slice(32, 48, 1), slice(48, 64, 1)]
+    assert [b[1] for b in p.bands((40, slice(8, 40, 1), slice(0, 64, 1)))] == [
+        slice(8, 16, 1), slice(16, 32, 1), slice(32, 40, 1)]
+    assert PlanePrefetcher(Shape(), 32).bands((40, slice(0, 64, 1), slice(0, 64, 1))) == [
+        (40, slice(0, 64, 1), slice(0, 64, 1))]
+
+
+def test_leaving_a_window_drops_its_prefetch_at_once(volume_path: Path) -> None:
+    arr = open_volume(volume_path, context=make_context(256 << 20)).levels[0].array.with_prefetch()
+    p = arr.prefetcher
+    assert p is not None
+    np.asarray(arr[5, :, :])  # prefetches the first plane of chunk layer 1 (z 32)
+    before = set(p._pending)
+    np.asarray(arr[70, :, :])  # chunk layer 2: wants only the last plane of layer 1 (z 63)
+    assert not before & set(p._pending) and {k[0] for k in p._pending} <= {63}
+    p.wait()
+    p.close()

@@ -36,6 +36,7 @@ from napari_shardscope.core.bytestore.protocol import (
     read_bounded,
     read_document,
     read_ranges,
+    read_suffixes,
 )
 from napari_shardscope.core.bytestore.remote import TensorStoreByteStore
 from napari_shardscope.core.bytestore.url import Location, is_remote, parse_url
@@ -56,6 +57,7 @@ __all__ = [
     "read_bounded",
     "read_document",
     "read_ranges",
+    "read_suffixes",
     "set_follow_symlinks",
     "write_file_atomic",
 ]

@@ -5,8 +5,9 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol, runtime_checkable
+from typing import Literal, Protocol, runtime_checkable
 
+from napari_shardscope.core.bytestore.coalesce import read_coalesced
 from napari_shardscope.core.errors import FormatError, MetadataError
 from napari_shardscope.core.json_document import MAX_JSON_BYTES
 
@@ -112,15 +113,42 @@ def read_document(store: ByteStore, key: str) -> bytes | None:
     return read_bounded(store, key, MAX_JSON_BYTES, "a metadata document", MetadataError)
 
 
-def read_ranges(store: ByteStore, requests: Sequence[tuple[str, int, int]]) -> list[bytes | None]:
+def read_ranges(store: ByteStore, requests: Sequence[tuple[str, int, int]],
+                max_gap: int | Literal["store"] | None = "store") -> list[bytes | None]:
     """:meth:`ByteStore.read_range` of each ``(key, start, end)``, concurrently where the store can.
 
     Remote stores (:class:`~napari_shardscope.core.bytestore.remote.TensorStoreByteStore`) issue
-    the requests together, so many small ranges cost a few round trips; local stores read them one
-    after another (a local read costs no round trip, and a thread hand-off costs more than the read).
+    the requests together and fetch ranges of one object at most ``max_gap`` bytes apart as one
+    request (default: the store's own gap, ``None``: never; see
+    :mod:`~napari_shardscope.core.bytestore.coalesce`), so many small ranges cost a few round
+    trips. Local stores read them one after another (a local read costs no round trip, and a
+    thread hand-off costs more than the read), coalesced only when ``max_gap`` is given. The
+    answers are those of separate ``read_range`` calls either way.
     """
     batch = getattr(store, "read_ranges", None)
     if batch is not None:
+        result: list[bytes | None] = batch(requests, max_gap)
+        return result
+
+    def read_each(fetches: Sequence[tuple[str, int, int]]) -> list[bytes | None]:
+        return [store.read_range(key, start, end) for key, start, end in fetches]
+
+    if max_gap == "store" or max_gap is None:
+        return read_each(requests)
+    return read_coalesced(read_each, requests, max_gap, LOCAL_COALESCE_SPAN)
+
+
+def read_suffixes(store: ByteStore, requests: Sequence[tuple[str, int]]) -> list[bytes | None]:
+    """:meth:`ByteStore.read_suffix` of each ``(key, length)``, concurrently where the store can.
+
+    Like :func:`read_ranges`: remote stores issue the requests together, local ones read in turn.
+    """
+    batch = getattr(store, "read_suffixes", None)
+    if batch is not None:
         result: list[bytes | None] = batch(requests)
         return result
-    return [store.read_range(key, start, end) for key, start, end in requests]
+    return [store.read_suffix(key, length) for key, length in requests]
+
+
+#: The longest span one coalesced local read may cover (only when a caller asks local reads to coalesce).
+LOCAL_COALESCE_SPAN = 16 << 20

@@ -9,20 +9,29 @@ unless told to fill them.
 Planning reads no voxel; each task then computes and writes one whole shard file (atomically), so
 no two tasks write one file. ``info`` is written last: an interrupted export leaves a directory
 without ``info``, which no reader mistakes for a dataset.
+
+Work is balanced by voxels, not by files: tasks run largest first, and when there are too few shards
+to keep every worker busy (the default sharding puts a volume of up to 2 GiB in one shard) the big
+shards are split into *parts* — runs of their chunks that workers read and compress in parallel —
+and the shard file is assembled from the compressed parts once they are all done. The file written
+is the same either way. Each chunk is compressed as soon as it is read, from a contiguous view or a
+per-thread scratch buffer, so a shard's raw voxels are never held in memory, only its compressed chunks.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import threading
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from napari_shardscope.core.bytestore import open_store
-from napari_shardscope.core.encoding import DEFAULT_GZIP_LEVEL, check_level
+from napari_shardscope.core.encoding import DEFAULT_GZIP_LEVEL, check_level, gzip_compress
 from napari_shardscope.core.errors import ArgumentError
 from napari_shardscope.core.export.prepare import claim_destination, make_room, positive_shape
 from napari_shardscope.core.export.sharding_params import DEFAULT_SHARD_BYTES, choose_sharding
@@ -31,7 +40,7 @@ from napari_shardscope.core.formats.precomputed.info import ScaleInfo, parse_inf
 from napari_shardscope.core.formats.precomputed.morton import bits_per_dimension, decode_morton
 from napari_shardscope.core.formats.precomputed.shard_writer import write_shard
 from napari_shardscope.core.formats.precomputed.sharding import ShardingSpec, assign_chunk_ids
-from napari_shardscope.core.jobs import run_tasks
+from napari_shardscope.core.jobs import job_scheduler, run_gathered
 from napari_shardscope.core.progress import Progress
 
 DEFAULT_CHUNK = (64, 64, 64)
@@ -39,6 +48,9 @@ DEFAULT_CHUNK = (64, 64, 64)
 DATA_TYPES = ("uint8", "int8", "uint16", "int16", "uint32", "int32", "uint64", "float32")
 #: The writer allocates a shard index of ``16 * 2**minishard_bits`` bytes per shard: 16 MiB at this limit.
 MAX_MINISHARD_BITS = 20
+#: When shards are split, into parts of about 1/(this * workers) of the export's voxels: enough parts
+#: that the last ones to finish leave little idle time, few enough that task overhead stays small.
+PARTS_PER_WORKER = 4
 
 
 @dataclass(frozen=True)
@@ -52,11 +64,25 @@ class ShardTask:
     id_range: tuple[int, int] | None
     ids: tuple[int, ...] = ()
     level_gzip: int = DEFAULT_GZIP_LEVEL  # gzip level of gzip-encoded chunks and indexes
+    voxels: int = 0  # voxels of the chunks inside the grid: the work the task costs
 
     @property
     def weight(self) -> int:
-        """Chunk ids the task may write: the work it costs, for ordering tasks largest first."""
-        return self.id_range[1] - self.id_range[0] if self.id_range is not None else len(self.ids)
+        """The work the task costs (voxels it reads and compresses), for ordering tasks largest first."""
+        return self.voxels
+
+    def candidate_ids(self) -> npt.NDArray[np.uint64]:
+        """The chunk ids the task covers, ascending (some may lie outside the grid)."""
+        if self.id_range is not None:
+            return np.arange(self.id_range[0], self.id_range[1], dtype=np.uint64)
+        return np.asarray(self.ids, dtype=np.uint64)
+
+    def chunks(self) -> tuple[npt.NDArray[np.uint64], npt.NDArray[np.int64]]:
+        """Chunk ids inside the grid (ascending) and their grid positions (x, y, z)."""
+        candidate = self.candidate_ids()
+        positions = decode_morton(candidate, self.scale.grid_shape, check=False)
+        inside = np.all(positions < np.asarray(self.scale.grid_shape), axis=1)
+        return candidate[inside], positions[inside]
 
 
 @dataclass(frozen=True)
@@ -203,31 +229,114 @@ def plan_shard_tasks(dest: str, info: dict[str, Any], gzip_level: int = DEFAULT_
             for shard in np.unique(shards).tolist():
                 members = tuple(int(i) for i in ids[shards == shard])
                 tasks.append(ShardTask(dest, level, sc, int(shard), None, members, level_gzip=gzip_level))
+    tasks = [replace(t, voxels=int(chunk_voxels(t.scale, t.chunks()[1]).sum())) for t in tasks]
     return sorted(tasks, key=lambda t: -t.weight)
 
 
-def write_shard_task(task: ShardTask, source: ExportSource) -> ShardResult:
-    """Read the shard's chunks from ``source`` and write the shard file (runs on a worker)."""
+def chunk_voxels(scale: ScaleInfo, positions: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
+    """Voxels of the chunks at grid ``positions`` (x, y, z), edge chunks clipped to the volume."""
+    chunk = np.asarray(scale.chunk_size, dtype=np.int64)
+    extent = np.minimum(chunk, np.asarray(scale.size, dtype=np.int64) - positions.reshape(-1, 3) * chunk)
+    return np.prod(extent, axis=1)  # type: ignore[no-any-return]
+
+
+def split_shard_task(task: ShardTask, pieces: int) -> list[ShardTask]:
+    """``task``'s chunks in up to ``pieces`` runs of about equal voxels, each a task of the same shard.
+
+    Each part covers a contiguous run of the shard's chunk ids, so the parts' chunks together are the
+    shard's chunks exactly once.
+    """
+    ids, positions = task.chunks()
+    pieces = min(pieces, ids.size)
+    if pieces <= 1:
+        return [task]
+    cumulative = np.cumsum(chunk_voxels(task.scale, positions))
+    cuts = np.searchsorted(cumulative, cumulative[-1] * np.arange(1, pieces) / pieces, side="left") + 1
+    bounds = np.unique(np.r_[0, np.clip(cuts, 1, ids.size - 1), ids.size])
+    parts = []
+    for a, b in zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=True):
+        voxels = int(cumulative[b - 1] - (cumulative[a - 1] if a else 0))
+        if task.id_range is not None:  # a run of an id range is an id range: the part stays small to ship
+            parts.append(replace(task, id_range=(int(ids[a]), int(ids[b - 1]) + 1), voxels=voxels))
+        else:
+            parts.append(replace(task, ids=tuple(int(i) for i in ids[a:b]), voxels=voxels))
+    return parts
+
+
+def plan_parts(tasks: Sequence[ShardTask], workers: int) -> list[tuple[ShardTask, list[ShardTask]]]:
+    """Each shard task with the parts its chunks are compressed in (itself, unless it is worth splitting).
+
+    With fewer shards than workers, or shards of very different sizes, whole shards cannot keep every
+    worker busy: a shard much larger than an even share of the work (``1 / (PARTS_PER_WORKER *
+    workers)`` of the export's voxels) is split into parts of about that share. With many shards of
+    about equal size nothing is split.
+    """
+    total = sum(t.voxels for t in tasks)
+    if workers <= 1 or total == 0:
+        return [(t, [t]) for t in tasks]
+    share = total / (PARTS_PER_WORKER * workers)
+    return [(t, split_shard_task(t, round(t.voxels / share))) for t in tasks]
+
+
+_scratch = threading.local()  # one chunk-sized buffer per worker thread, reused for every chunk it compresses
+#: The largest chunk copied through the scratch buffer (each worker thread keeps one this large at most).
+SCRATCH_MAX_BYTES = 16 << 20
+
+
+def _contiguous(block: npt.NDArray[Any], dtype: np.dtype[Any]) -> npt.NDArray[Any]:
+    """``block`` as a C-contiguous array of ``dtype``: itself when it already is, else a scratch copy.
+
+    The scratch buffer is reused, so compressing a chunk allocates (and page-faults in) no new memory.
+    """
+    if block.dtype == dtype and block.flags.c_contiguous:
+        return block
+    nbytes = block.size * dtype.itemsize
+    if nbytes > SCRATCH_MAX_BYTES:  # a thread keeps its buffer: huge chunks get a fresh array instead
+        return np.ascontiguousarray(block, dtype=dtype)
+    buf: npt.NDArray[np.uint8] | None = getattr(_scratch, "buf", None)
+    if buf is None or buf.size < nbytes:
+        buf = _scratch.buf = np.empty(nbytes, dtype=np.uint8)
+    out = buf[:nbytes].view(dtype).reshape(block.shape)
+    np.copyto(out, block, casting="same_kind")
+    return out
+
+
+def encode_chunk(block: npt.NDArray[Any], encoding: str, level: int) -> bytes:
+    """One chunk's bytes in the shard: ``block`` (z, y, x) little endian, x fastest, then encoded."""
+    dtype = block.dtype.newbyteorder("<")
+    if encoding == "raw":
+        return block.astype(dtype, copy=False).tobytes()  # one copy (C order), not two
+    flat = memoryview(_contiguous(block, dtype)).cast("B")  # type: ignore[arg-type]
+    return gzip_compress(flat, level)
+
+
+def encode_shard_chunks(task: ShardTask, source: ExportSource) -> dict[int, bytes]:
+    """Read the task's chunks from ``source`` and encode them: ``{chunk id: encoded bytes}`` (runs on a worker)."""
     sc = task.scale
     assert sc.sharding is not None
-    if task.id_range is not None:
-        candidate = np.arange(task.id_range[0], task.id_range[1], dtype=np.uint64)
-    else:
-        candidate = np.asarray(task.ids, dtype=np.uint64)
-    grid = np.asarray(sc.grid_shape)
-    positions = decode_morton(candidate, sc.grid_shape, check=False)
-    inside = np.all(positions < grid, axis=1)
-    chunks: dict[int, bytes] = {}
-    dtype = None
-    for cid, pos in zip(candidate[inside].tolist(), positions[inside].tolist(), strict=True):
+    ids, positions = task.chunks()
+    out: dict[int, bytes] = {}
+    for cid, pos in zip(ids.tolist(), positions.tolist(), strict=True):
         start, stop = sc.chunk_bounds(pos)
         box = tuple(slice(a - o, b - o) for a, b, o in zip(start, stop, sc.voxel_offset, strict=True))[::-1]
-        block = source.read(task.level, box)
-        dtype = dtype or block.dtype.newbyteorder("<")
-        chunks[int(cid)] = block.astype(dtype, copy=False).tobytes()  # one copy (C order), not two
+        out[int(cid)] = encode_chunk(np.asarray(source.read(task.level, box)), sc.sharding.data_encoding,
+                                     task.level_gzip)
+    return out
+
+
+def finish_shard(task: ShardTask, parts: Sequence[dict[int, bytes]]) -> ShardResult:
+    """Write the shard file of ``task`` from the encoded chunks of its parts (atomically; runs on a worker)."""
+    sc = task.scale
+    assert sc.sharding is not None
+    chunks = parts[0] if len(parts) == 1 else {cid: data for part in parts for cid, data in part.items()}
     store = open_store(task.dest)
-    key = write_shard(store, sc.key, sc.sharding, task.shard, chunks, level=task.level_gzip)
+    key = write_shard(store, sc.key, sc.sharding, task.shard, chunks, encoded=True, level=task.level_gzip)
     return ShardResult(sc.key, task.shard, key, len(chunks), store.size(key) or 0)
+
+
+def write_shard_task(task: ShardTask, source: ExportSource) -> ShardResult:
+    """Read the shard's chunks from ``source`` and write the shard file (one task, no parts)."""
+    return finish_shard(task, [encode_shard_chunks(task, source)])
 
 
 def export_precomputed(
@@ -270,21 +379,21 @@ def export_precomputed(
     tasks = plan_shard_tasks(dest, info, gzip_level)
     make_room(store, dest, "info", [f"{sc['key']}/" for sc in info["scales"]], replacing=replacing,
               overwrite=overwrite)
-    results = run_tasks(
-        _TaskRunner(source), tasks, scheduler=scheduler, num_workers=num_workers, progress=progress, label="shard"
-    )
+    with job_scheduler(scheduler, num_workers) as (sched, workers):
+        results = run_gathered(_PartRunner(source), finish_shard, plan_parts(tasks, workers), scheduler=sched,
+                               num_workers=num_workers, progress=progress, label="shard")
     store.write("info", json.dumps(info, indent=1).encode())
     return ExportReport(dest, info, tuple(results))
 
 
 @dataclass(frozen=True)
-class _TaskRunner:
-    """A picklable callable binding the source to the task function (for Dask workers)."""
+class _PartRunner:
+    """A picklable callable binding the source to the part function (for Dask workers)."""
 
     source: ExportSource
 
-    def __call__(self, task: ShardTask) -> ShardResult:
-        return write_shard_task(task, self.source)
+    def __call__(self, task: ShardTask) -> dict[int, bytes]:
+        return encode_shard_chunks(task, self.source)
 
 
 def level_geometry_of(info: dict[str, Any]) -> list[LevelGeometry]:

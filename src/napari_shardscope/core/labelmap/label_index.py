@@ -31,6 +31,7 @@ from napari_shardscope.core.encoding import inflate, zlib_compress
 from napari_shardscope.core.errors import FormatError
 from napari_shardscope.core.labelmap.geometry import BlockGrid, Box, Coord
 from napari_shardscope.core.labelmap.keys import INDEX_META_KEY, INDEX_SUMMARY_KEY, base_index_key
+from napari_shardscope.core.labelmap.runs import run_starts
 from napari_shardscope.core.versioned.instance import Instance
 from napari_shardscope.core.versioned.repository import Repository
 
@@ -141,14 +142,23 @@ class BaseIndex:
     voxels: int
 
     def entries(self) -> Iterator[tuple[bytes, bytes]]:
-        """``(unversioned key, encoded SvIndex)`` for every supervoxel, ascending."""
+        """``(unversioned key, encoded SvIndex)`` for every supervoxel, ascending.
+
+        Every entry is encoded at once (one record array, as :meth:`SvIndex.to_bytes` lays each out)
+        and sliced: a base has millions of supervoxels, and a record array per entry cost most of the
+        time of storing the index.
+        """
         if not self.labels.size:
             return
+        rec = np.zeros(self.labels.size, dtype=ENTRY_DTYPE)
+        rec["z"], rec["y"], rec["x"] = self.blocks[:, 0], self.blocks[:, 1], self.blocks[:, 2]
+        rec["n"] = self.counts
+        raw = rec.tobytes()
+        size = ENTRY_DTYPE.itemsize
         starts = np.flatnonzero(np.r_[True, self.labels[1:] != self.labels[:-1]])
         ends = np.r_[starts[1:], self.labels.size]
-        for s, e in zip(starts, ends, strict=True):
-            entry = SvIndex(self.blocks[s:e], self.counts[s:e])
-            yield base_index_key(int(self.labels[s])), entry.to_bytes()
+        for label, s, e in zip(self.labels[starts].tolist(), starts.tolist(), ends.tolist(), strict=True):
+            yield base_index_key(label), raw[s * size:e * size]
 
     def meta(self) -> bytes:
         return json.dumps({"format": FORMAT, "supervoxels": int(self.summary.supervoxels.size),
@@ -159,8 +169,26 @@ BlockCounts = tuple[Coord, U64, I64]
 
 
 def count_block(c: Coord, data: npt.NDArray[Any]) -> BlockCounts:
-    """The labels of one scale-0 block and their voxel counts (0 is background, not indexed)."""
-    labels, n = np.unique(np.asarray(data).reshape(-1), return_counts=True)
+    """The labels of one scale-0 block and their voxel counts (0 is background, not indexed).
+
+    Supervoxels are spatially coherent, so a block is a few runs of one label along x: the runs are
+    found in one pass and only the run labels are sorted (weighted by their lengths), not every voxel
+    — about half the time of ``np.unique`` on real segmentations. A block of mostly one-voxel runs
+    (noise) is sorted voxel by voxel instead. Same labels (ascending) and counts either way.
+    """
+    flat = np.asarray(data).reshape(-1)
+    if not flat.size:
+        labels, n = flat[:0], np.zeros(0, dtype=np.int64)
+    else:
+        starts = run_starts(flat)
+        if starts.size * 2 > flat.size:
+            labels, n = np.unique(flat, return_counts=True)
+        else:
+            lengths = np.diff(np.r_[starts, flat.size])
+            order = np.argsort(flat[starts], kind="stable")
+            values, lengths = flat[starts][order], lengths[order]
+            first = np.flatnonzero(np.r_[True, values[1:] != values[:-1]])
+            labels, n = values[first], np.add.reduceat(lengths, first)
     keep = labels != 0
     return c, labels[keep].astype(np.uint64), n[keep].astype(np.int64)
 
@@ -175,12 +203,14 @@ def combine_counts(parts: Iterable[BlockCounts]) -> BaseIndex:
     if ordered:
         labels = np.concatenate([p[1] for p in ordered])
         counts = np.concatenate([p[2] for p in ordered])
-        blocks = np.concatenate([np.tile(np.asarray(p[0], dtype=np.int64), (p[1].size, 1)) for p in ordered])
+        blocks = np.repeat(np.asarray([p[0] for p in ordered], dtype=np.int64).reshape(-1, 3),
+                           [p[1].size for p in ordered], axis=0)
     else:
         labels, counts, blocks = np.zeros(0, np.uint64), np.zeros(0, np.int64), np.zeros((0, 3), np.int64)
     order = np.argsort(labels, kind="stable")  # blocks stay z-major within a label
     labels, counts, blocks = labels[order], counts[order], blocks[order].reshape(-1, 3)
-    svs, first = np.unique(labels, return_index=True)
+    first = np.flatnonzero(np.r_[True, labels[1:] != labels[:-1]]) if labels.size else np.zeros(0, np.intp)
+    svs = labels[first]
     totals = np.add.reduceat(counts, first).astype(np.uint64) if labels.size else np.zeros(0, np.uint64)
     summary = IndexSummary(svs.astype(np.uint64), totals, int(svs[-1]) if svs.size else 0)
     return BaseIndex(summary, labels, blocks, counts, int(counts.sum()))

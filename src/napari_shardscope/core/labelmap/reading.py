@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import functools
 import itertools
-from collections.abc import Callable, Iterable, Mapping
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -62,6 +63,29 @@ class BaseSource:
             return np.asarray(self.stores[scale][box.slices].read().result(), dtype=np.uint64)
         except Exception as exc:  # TensorStore raises ValueError for every failure kind
             raise error_from_tensorstore(exc, where=self.volume.url) from exc
+
+    def read_many(self, scale: int, boxes: Sequence[Box], *, ahead: int = 1) -> Iterator[U64]:
+        """:meth:`read` of each box, in order, with the reads of the next ``ahead`` boxes already issued.
+
+        A remote base serves the reads concurrently, and decoding overlaps whatever the caller does
+        with each box; at most ``ahead + 1`` boxes are in memory at once. Each box arrives as its own
+        contiguous array (no copy out of a larger read).
+        """
+        def issue(box: Box) -> Any:
+            return None if box.empty else self.stores[scale][box.slices].read()
+
+        pending = deque(issue(box) for box in boxes[:ahead + 1])
+        for i, box in enumerate(boxes):
+            future = pending.popleft()
+            if i + ahead + 1 < len(boxes):
+                pending.append(issue(boxes[i + ahead + 1]))
+            if future is None:
+                yield np.zeros(box.shape, dtype=np.uint64)
+                continue
+            try:
+                yield np.asarray(future.result(), dtype=np.uint64)
+            except Exception as exc:  # TensorStore raises ValueError for every failure kind
+                raise error_from_tensorstore(exc, where=self.volume.url) from exc
 
     def read_async(self, scale: int, box: Box) -> Any:
         """A TensorStore future of the same read (for virtual views)."""

@@ -23,6 +23,7 @@ import numpy.typing as npt
 
 from napari_shardscope.core.errors import ArgumentError
 from napari_shardscope.core.labelmap.body_split import BodySplit, split_body
+from napari_shardscope.core.labelmap.bodymap import remap_labels
 from napari_shardscope.core.labelmap.config import LabelmapConfig, ScaleGeometry
 from napari_shardscope.core.labelmap.edits import EditPlan, Planner, Workspace, plan_inverse
 from napari_shardscope.core.labelmap.errors import MappingError, NothingToUndoError, UnknownLabelError
@@ -166,8 +167,7 @@ class LabelmapVersion:
             if arr is None:
 
                 def to_bodies(data: npt.NDArray[Any]) -> npt.NDArray[Any]:
-                    with state.lock:
-                        return state.map.bodies_of(data)
+                    return LabelmapVersion._bodies_of(state, data)
 
                 sv = self._sv_array(state, scale)
                 arr = state.arrays[key] = LazyArray(sv.store, transform=to_bodies, dtype=np.uint64)
@@ -220,9 +220,17 @@ class LabelmapVersion:
 
     def bodies_of(self, svs: npt.ArrayLike) -> U64:
         """Vectorised :meth:`body_of` (any shape)."""
-        state = self._state()
-        with state.lock:
-            return state.map.bodies_of(svs)
+        return self._bodies_of(self._state(), svs)
+
+    @staticmethod
+    def _bodies_of(state: VersionState, svs: npt.ArrayLike) -> U64:
+        """Map ``svs`` through ``state``'s body map, holding its lock only to look up the distinct ids."""
+
+        def lookup(uniq: U64) -> U64:
+            with state.lock:
+                return state.map.bodies_of_unique(uniq)
+
+        return remap_labels(svs, lookup)
 
     # -- label index queries ---------------------------------------------------------------------
 

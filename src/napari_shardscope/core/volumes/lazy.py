@@ -32,12 +32,14 @@ import math
 import numbers
 import threading
 from collections.abc import Callable, Sequence
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import numpy.typing as npt
 
 from napari_shardscope.core.bytestore.tserrors import error_from_tensorstore
+from napari_shardscope.core.volumes.deferred import DeferredStore
 
 if TYPE_CHECKING:
     from napari_shardscope.core.volumes.direct import DirectReader
@@ -53,7 +55,9 @@ class LazyArray:
     Parameters
     ----------
     store
-        A ``tensorstore.TensorStore`` whose domain starts at 0 on every dimension.
+        A ``tensorstore.TensorStore`` (re-translated to a zero origin when it is not), or a
+        :class:`~.deferred.DeferredStore` that opens one on the first read: shape, dtype and ndim
+        are then answered from the metadata without opening (see :mod:`.deferred`).
     transform
         Optional value transform applied to every read (must keep the shape; runs on napari's
         slicing thread, so it must be thread-safe).
@@ -71,21 +75,30 @@ class LazyArray:
     ``get_value`` treat the result as a value.
     """
 
-    __slots__ = ("_admission", "_after", "_direct", "_dtype", "_prefetch", "_read_through", "_store", "_track",
-                 "_transform")
+    __slots__ = ("_admission", "_after", "_deferred", "_direct", "_dtype", "_origin", "_prefetch", "_read_through",
+                 "_shape", "_store", "_track", "_transform")
 
     def __init__(self, store: Any, *, transform: ValueTransform | None = None,
                  dtype: npt.DTypeLike | None = None, prefetch: PlanePrefetcher | None = None,
                  after_read: Callable[[], None] | None = None,
                  read_through: Callable[[], Any] | None = None, track: bool = True,
-                 direct: DirectReader | None = None) -> None:
-        if any(int(o) != 0 for o in store.domain.origin):
-            import tensorstore as ts
-
-            store = store[ts.d[:].translate_to[0]]
-        self._store = store
+                 origin: tuple[int, ...] | None = None, direct: DirectReader | None = None) -> None:
+        self._deferred: DeferredStore | None = None
+        self._shape: tuple[int, ...] | None = None
+        if isinstance(store, DeferredStore):
+            self._deferred, self._shape = store, store.shape
+            store_dtype: np.dtype[Any] = store.dtype
+            store = None
+        else:
+            store = zero_origin(store)
+            store_dtype = np.dtype(store.dtype.numpy_dtype)
+            self._shape = tuple(int(n) for n in store.shape)
+        self._store: Any = store
         self._transform = transform
         self._prefetch = prefetch  # set on a viewer's level: views read through it warm the next chunk layers
+        # For a box view of such a level: where the box starts in the level, so that the plane napari takes of
+        # the box (it indexes the level with the visible box first, then the plane) is known in level terms.
+        self._origin = origin
         self._after = after_read
         # For a view of a script's array: at read time, the view to read instead of ``store`` (an uncached
         # twin on a first touch of its chunks, see CacheAdmission), or None to read through the cache.
@@ -95,7 +108,7 @@ class LazyArray:
         # a view of a viewer's level (napari indexes twice) must keep reading through the cache.
         self._track = track
         self._direct = direct
-        self._dtype: np.dtype[Any] = np.dtype(dtype) if dtype is not None else np.dtype(store.dtype.numpy_dtype)
+        self._dtype: np.dtype[Any] = np.dtype(dtype) if dtype is not None else store_dtype
 
     def __setitem__(self, index: Any, value: Any) -> None:
         """Refuse: this is a read-only view of a stored volume (napari paints into arrays it can write).
@@ -115,8 +128,20 @@ class LazyArray:
     # -- array metadata --------------------------------------------------------------------------
     @property
     def store(self) -> Any:
-        """The underlying zero-origin ``tensorstore.TensorStore`` view (no transform applied)."""
-        return self._store
+        """The underlying zero-origin ``tensorstore.TensorStore`` view (no transform applied).
+
+        For a level not opened yet this opens it (once; typed errors, see :mod:`.deferred`).
+        """
+        store = self._store
+        if store is None:
+            assert self._deferred is not None
+            store = self._store = self._deferred.get()
+        return store
+
+    @property
+    def is_open(self) -> bool:
+        """Whether the TensorStore behind this array is open (a deferred level opens on first read)."""
+        return self._store is not None or (self._deferred is not None and self._deferred.is_open)
 
     @property
     def transform(self) -> ValueTransform | None:
@@ -129,11 +154,12 @@ class LazyArray:
 
     @property
     def shape(self) -> tuple[int, ...]:
-        return tuple(int(s) for s in self._store.shape)
+        assert self._shape is not None  # set at construction, from the store or the level's metadata
+        return self._shape
 
     @property
     def ndim(self) -> int:
-        return int(self._store.rank)
+        return len(self.shape)
 
     @property
     def size(self) -> int:
@@ -151,7 +177,7 @@ class LazyArray:
         non-chunk boundary), because napari assumes a zero-anchored grid.
         """
         try:
-            layout = self._store.chunk_layout
+            layout = self.store.chunk_layout
         except ValueError:  # some index-array views have no chunk layout
             return None
         origin = layout.grid_origin
@@ -169,7 +195,8 @@ class LazyArray:
 
     def __repr__(self) -> str:
         extra = ", transformed" if self._transform is not None else ""
-        return f"LazyArray(shape={self.shape}, dtype={self._dtype}, chunks={self.chunks}{extra})"
+        chunks = f"chunks={self.chunks}" if self.is_open else "not opened"  # a repr never opens a store
+        return f"LazyArray(shape={self.shape}, dtype={self._dtype}, {chunks}{extra})"
 
     # -- views and reads -------------------------------------------------------------------------
     def __getitem__(self, key: Any) -> Any:
@@ -177,8 +204,9 @@ class LazyArray:
         import tensorstore as ts
 
         index = normalize_index(key, self.shape)
+        store = self.store
         try:
-            view = self._store[index]
+            view = store[index]
         except (ValueError, IndexError) as exc:
             raise IndexError(f"index {key!r} is invalid for shape {self.shape}: {exc}") from None
         if view.rank == 0:
@@ -186,13 +214,20 @@ class LazyArray:
         through = None
         if self._track and self._prefetch is None:
             if self._admission is None:
-                self._admission = CacheAdmission(self._store, self.chunks, self._direct)
+                self._admission = CacheAdmission(store, self.chunks, self._direct)
             through = self._admission.reader_for(index)
         view = view[ts.d[:].translate_to[0]]
         prefetch = self._prefetch
-        after = None if prefetch is None else (lambda: prefetch.after_read(index))
+        after = box = None
+        if prefetch is not None:
+            at = index if self._origin is None else shift_index(index, self._origin)
+            if at is not None:
+                after = partial(prefetch.after_read, at)
+                if all(isinstance(k, slice) and k.step == 1 for k in at):
+                    box = tuple(int(k.start) for k in at)
         return LazyArray(view, transform=self._transform, dtype=self._dtype, after_read=after, read_through=through,
-                         track=False, direct=self._direct)
+                         track=False, prefetch=prefetch if box is not None else None, origin=box,
+                         direct=self._direct)
 
     def read(self) -> npt.NDArray[Any]:
         """Read the whole view into a new NumPy array (only the chunks it intersects).
@@ -203,7 +238,7 @@ class LazyArray:
             TensorStore's failure, translated at the door and naming the array and the chunk file.
         """
         view = self._read_through() if self._read_through is not None else None
-        data = self._finish(self._read_view(self._store) if view is None else self._read_view(view, bulk=False))
+        data = self._finish(self._read_view(self.store) if view is None else self._read_view(view, bulk=False))
         if self._after is not None:
             self._after()  # after the plane is read: prefetch never competes with the read it follows
         return data
@@ -215,11 +250,15 @@ class LazyArray:
         """
         from napari_shardscope.core.volumes.prefetch import PlanePrefetcher
 
-        chunks = self.chunks
-        if self.ndim < 3 or chunks is None:
+        if self.ndim < 3 or (self.is_open and self.chunks is None):
             return self
-        return LazyArray(self._store, transform=self._transform, dtype=self._dtype,
-                         prefetch=PlanePrefetcher(self._store, chunks[0]), direct=self._direct)
+        source = self._source()  # a level not opened yet stays so: the chunk depth is asked for after a read
+        return LazyArray(source, transform=self._transform, dtype=self._dtype,
+                         prefetch=PlanePrefetcher(source, lambda: self.chunks), direct=self._direct)
+
+    def _source(self) -> Any:
+        """What a new array over the same data is made from: the opened store, or the level's deferred open."""
+        return self._store if self._store is not None else self._deferred
 
     @property
     def prefetcher(self) -> PlanePrefetcher | None:
@@ -234,6 +273,8 @@ class LazyArray:
 
     def _where(self) -> str:
         """The URL of the array behind this view, for messages (virtual views have none)."""
+        if self._store is None and self._deferred is not None:
+            return self._deferred.where
         try:
             return str(self._store.kvstore.url)
         except Exception:  # virtual views (a labelmap's) have no kvstore
@@ -251,8 +292,9 @@ class LazyArray:
         so only visible chunks are ever mapped. ``None`` removes the transform.
         """
         if transform is None:
-            return LazyArray(self._store, prefetch=self._prefetch, direct=self._direct)
-        return LazyArray(self._store, transform=transform, dtype=dtype, prefetch=self._prefetch, direct=self._direct)
+            return LazyArray(self._source(), prefetch=self._prefetch, origin=self._origin, direct=self._direct)
+        return LazyArray(self._source(), transform=transform, dtype=dtype, prefetch=self._prefetch, origin=self._origin,
+                         direct=self._direct)
 
     def _finish(self, data: npt.NDArray[Any]) -> npt.NDArray[Any]:
         if self._transform is not None:
@@ -344,6 +386,34 @@ class CacheAdmission:
                 else:
                     self._twin = _reopen_uncached(self._store) or False
             return self._twin or None
+
+
+def shift_index(index: tuple[Any, ...], origin: tuple[int, ...]) -> tuple[Any, ...] | None:
+    """A normalised ``index`` into a box view starting at ``origin``, as an index into the whole array.
+
+    Integers and forward slices only; ``None`` for anything else (new axes, index arrays, reversed
+    slices), which then prefetch nothing.
+    """
+    if len(index) != len(origin):
+        return None
+    out: list[Any] = []
+    for key, o in zip(index, origin, strict=True):
+        if isinstance(key, numbers.Integral):
+            out.append(int(key) + o)
+        elif isinstance(key, slice) and isinstance(key.start, int) and key.step is not None and key.step > 0:
+            out.append(slice(key.start + o, key.stop + o, key.step))
+        else:
+            return None
+    return tuple(out)
+
+
+def zero_origin(store: Any) -> Any:
+    """``store`` re-translated so that every dimension starts at 0 (itself when it already does)."""
+    if any(int(o) != 0 for o in store.domain.origin):
+        import tensorstore as ts
+
+        return store[ts.d[:].translate_to[0]]
+    return store
 
 
 def _reopen_uncached(store: Any) -> Any:

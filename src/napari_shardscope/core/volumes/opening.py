@@ -4,13 +4,14 @@ Detection and metadata are the format registry's (:func:`~napari_shardscope.core
 parses each dataset's metadata once and turns it into
 :class:`~napari_shardscope.core.formats.volume_spec.VolumeSpec` records); this module only opens
 what a spec names through TensorStore (:func:`open_volume_specs`), so the viewer sees what
-``inspect`` and the shard browser see.
+``inspect`` and the shard browser see. Each level opens on its first read (:mod:`.deferred`).
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Sequence
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -20,8 +21,9 @@ from napari_shardscope.core.bytestore.url import Location, parse_url
 from napari_shardscope.core.errors import FormatError
 from napari_shardscope.core.formats import Dataset, open_dataset
 from napari_shardscope.core.formats.volume_spec import ArrayTransform, DirectChunkSource, Kind, LevelSpec, VolumeSpec
+from napari_shardscope.core.volumes.deferred import DeferredStore
 from napari_shardscope.core.volumes.direct import DirectReader
-from napari_shardscope.core.volumes.lazy import LazyArray
+from napari_shardscope.core.volumes.lazy import LazyArray, zero_origin
 from napari_shardscope.core.volumes.model import ScaleLevel, Volume, keep_decreasing
 from napari_shardscope.core.volumes.tsopen import open_chunk_source, open_stores
 
@@ -53,7 +55,7 @@ def open_volumes(url: str | os.PathLike[str], *, kind: Kind | None = None, conte
 
 
 def open_dataset_volumes(dataset: Dataset, *, kind: Kind | None = None) -> list[Volume]:
-    """The volumes of an opened dataset: its volume specs, every level opened through TensorStore."""
+    """The volumes of an opened dataset: its volume specs, each level opened through TensorStore on first use."""
     return open_volume_specs(dataset.volume_specs(kind), dataset.context)
 
 
@@ -66,24 +68,20 @@ def open_volume(url: str | os.PathLike[str], *, kind: Kind | None = None, contex
 
 
 def open_volume_specs(specs: Sequence[VolumeSpec], context: Any = None) -> list[Volume]:
-    """Open every level of every spec through TensorStore, all at once, and present them as volumes.
+    """Present every spec as a volume whose levels open through TensorStore on first use.
 
-    The levels are opened concurrently (one round-trip for a remote pyramid). Levels that do not
-    shrink are dropped (:func:`~.model.keep_decreasing`: napari needs a strictly decreasing
-    pyramid). Each opened array is checked against its spec: a shape or dtype TensorStore reads
-    differently from our metadata parse is a :class:`FormatError`, never a silent disagreement
+    Nothing is opened here (see :mod:`.deferred`): a level answers its shape and dtype from the
+    metadata, and opens its TensorStore — once, thread-safe — when it is first read, so the first
+    frame pays for the level it shows and no other. Levels that do not shrink are dropped
+    (:func:`~.model.keep_decreasing`: napari needs a strictly decreasing pyramid). When a level is
+    opened, the array is checked against its spec: a shape or dtype TensorStore reads differently
+    from our metadata parse is a :class:`FormatError` at that read, never a silent disagreement
     between the viewer and ``inspect``.
     """
     ctx = context if context is not None else shared_context()
-    kept = [keep_decreasing(spec.levels) for spec in specs]
-    flat = [level for levels in kept for level in levels]
-    where = specs[0].url if specs else ""
-    drivers = iter(open_stores([lv.tensorstore for lv in flat if lv.chunk_source is None], ctx, where=where))
-    opened = iter([open_chunk_source(lv.chunk_source, ctx, where=f"{where.rstrip('/')}/{lv.key}".rstrip("/"))
-                   if lv.chunk_source is not None else next(drivers) for lv in flat])
     volumes = []
-    for spec, levels in zip(specs, kept, strict=True):
-        scale_levels = tuple(_scale_level(spec, level, next(opened), _direct_reader(level)) for level in levels)
+    for spec in specs:
+        scale_levels = tuple(_scale_level(spec, level, ctx) for level in keep_decreasing(spec.levels))
         volumes.append(Volume(
             url=spec.url, name=spec.name, format=spec.format, kind=spec.kind, axes=spec.axes, unit=spec.unit,
             levels=scale_levels, contrast_limits=spec.contrast_limits, channel_axis=spec.channel_axis,
@@ -92,19 +90,42 @@ def open_volume_specs(specs: Sequence[VolumeSpec], context: Any = None) -> list[
     return volumes
 
 
+def _scale_level(spec: VolumeSpec, level: LevelSpec, context: Any) -> ScaleLevel:
+    where = f"{spec.url.rstrip('/')}/{level.key}".rstrip("/")
+    deferred = DeferredStore(partial(open_level, spec, level, context), shape=level.shape, dtype=level.dtype,
+                             where=where)
+    array = LazyArray(deferred, direct=_direct_reader(level))
+    return ScaleLevel(key=level.key, array=array, voxel_size=level.voxel_size,
+                      translate=level.translate, downsampling_factors=level.downsampling_factors)
+
+
 def _direct_reader(level: LevelSpec) -> DirectReader | None:
     """The uncached reader of a level whose format decodes it into given buffers (see :mod:`.direct`)."""
     source = level.chunk_source
     return DirectReader(source) if isinstance(source, DirectChunkSource) else None
 
 
-def _scale_level(spec: VolumeSpec, level: LevelSpec, store: Any, direct: DirectReader | None = None) -> ScaleLevel:
-    array = LazyArray(apply_transform(store, level.transform), direct=direct)
-    if array.shape != level.shape or np.dtype(array.dtype).name != level.dtype:
-        raise FormatError(f"scale {level.key!r}: TensorStore reads {array.shape} {array.dtype.name} where the "
+def open_level(spec: VolumeSpec, level: LevelSpec, context: Any) -> Any:
+    """Open ``level`` of ``spec`` now: the zero-origin TensorStore view in presented order.
+
+    Raises
+    ------
+    FormatError
+        When TensorStore reads another shape or dtype than the metadata gives.
+    NotFoundError, UnsupportedError, StoreError
+        TensorStore's failure to open, translated (naming the volume).
+    """
+    if level.chunk_source is not None:
+        where = f"{spec.url.rstrip('/')}/{level.key}".rstrip("/")
+        store = open_chunk_source(level.chunk_source, context, where=where)
+    else:
+        (store,) = open_stores([level.tensorstore], context, where=spec.url)
+    view = zero_origin(apply_transform(store, level.transform))
+    shape, dtype = tuple(int(n) for n in view.shape), np.dtype(view.dtype.numpy_dtype)
+    if shape != level.shape or dtype.name != level.dtype:
+        raise FormatError(f"scale {level.key!r}: TensorStore reads {shape} {dtype.name} where the "
                           f"metadata gives {level.shape} {level.dtype}", key=spec.url)
-    return ScaleLevel(key=level.key, array=array, voxel_size=level.voxel_size, translate=level.translate,
-                      downsampling_factors=level.downsampling_factors)
+    return view
 
 
 def apply_transform(store: Any, transform: ArrayTransform) -> Any:

@@ -7,8 +7,8 @@ Two decisions live here so that no format module can forget them:
   open, that is pure overhead: a warm plane step of a 512³ uint64 volume costs ~18 ms with the
   default and ~0.3 ms with ``"open"`` (measured on this project's CI machine). Volumes opened
   here are read-only and treated as immutable for the life of the open; re-open to see changes.
-* every scale is opened concurrently (futures first, results after), so a remote pyramid
-  opens in about one round-trip instead of one per scale.
+* specs given together are opened concurrently (futures first, results after). A volume's
+  levels are not opened together any more: each opens on its first read (:mod:`.deferred`).
 
 Levels whose format hands out a :class:`~napari_shardscope.core.formats.volume_spec.ChunkSource`
 are opened with :func:`open_chunk_source` (TensorStore's ``virtual_chunked`` driver over the

@@ -16,9 +16,9 @@ import numpy as np
 import pytest
 import tensorstore as ts
 
+import napari_shardscope.core.bytestore.remote as remote_module
 from napari_shardscope.core.bytestore import LocalByteStore
 from napari_shardscope.core.formats import open_dataset
-from napari_shardscope.core.formats.precomputed import shard_reader as shard_reader_module
 from napari_shardscope.core.formats.precomputed.info import parse_info
 from napari_shardscope.core.formats.precomputed.inspector import PrecomputedInspector
 from napari_shardscope.core.formats.precomputed.shard_reader import ShardedReader
@@ -194,7 +194,7 @@ def test_cloudvolume_segment_shards_read_by_us_and_ours_by_cloudvolume(tmp_path:
 def test_remote_http_reads_only_index_ranges(tmp_path: Path, http_root: tuple[Path, object],
                                             monkeypatch: pytest.MonkeyPatch) -> None:
     # Without coalescing only index bytes are read (coalescing is bounded too: test_remote_ranges.py).
-    monkeypatch.setattr(shard_reader_module, "COALESCE_GAP", 0)
+    monkeypatch.setattr(remote_module, "REMOTE_COALESCE_GAP", None)
     root, server = http_root
     write_ts_volume(root / "vol", SHARDING_MURMUR_GZIP, scales=1)
     total = sum(p.stat().st_size for p in (root / "vol").rglob("*.shard"))

@@ -297,3 +297,52 @@ def test_shard_numbers_of_a_grid_larger_than_intp(tmp_path: Path) -> None:
     assert list(inspector.list_chunks(shard=2**62 + 5)) == []
     with pytest.raises(ArgumentError, match="outside the shard grid"):
         parse_shard_filter(reader, 2**124)
+
+
+@pytest.mark.parametrize("location", ["end", "start"])
+def test_remote_inspect_issues_shard_index_reads_together(tmp_path: Path, location: str) -> None:
+    """Over plain HTTP every possible shard of s0 (3 x 3 x 2) is probed by its index read, all in flight at once.
+
+    A gate holds every request until the test opens it, so "together" is shard reads reaching the
+    server before any is answered; each shard costs one request (the probe's index is the one
+    inspect decodes).
+    """
+    import threading
+    import time
+
+    root = tmp_path / "served"
+    root.mkdir()
+    ome_group(root, location)
+    gate = threading.Event()
+    gate.set()
+    server = RangeServer(root, gate=gate)
+    try:
+        local = open_dataset(root).inspector().inspect("s0")
+        remote = open_dataset(server.url).inspector()
+        remote.reader("s0")  # its metadata, read before the gate closes
+        server.requests.clear()
+        server.arrived.clear()
+        gate.clear()
+        result: dict[str, Any] = {}
+        worker = threading.Thread(target=lambda: result.update(report=remote.inspect("s0")), daemon=True)
+        worker.start()
+        try:
+            # index reads reach the server before any is answered: a sequential reader stops at the
+            # first. All 18 usually do; on this loopback server (one thread per connection) a few
+            # connections are sometimes not accepted for seconds, so the test asks for more than one.
+            deadline = time.monotonic() + 2.0  # well inside the 3 s after which curl retries a held request
+            while time.monotonic() < deadline and len({p for p in server.arrived if "/s0/c/" in p}) < 18:
+                time.sleep(0.01)
+            assert len({p for p in server.arrived if "/s0/c/" in p}) > 1
+        finally:
+            gate.set()
+        worker.join(30.0)
+        assert not worker.is_alive()
+        for shard in local["scales"][0]["shards"]:
+            shard["file_size"] = None  # no cheap stat over HTTP
+        assert result["report"]["scales"] == local["scales"]
+        shard_reads = [(p, r) for p, r in server.requests if "/s0/c/" in p]
+        assert len({p for p, _ in shard_reads}) == 18 and all(r is not None for _, r in shard_reads)
+        assert len(shard_reads) <= 18 * 3  # one request per shard (retries of slow connections aside)
+    finally:
+        server.close()

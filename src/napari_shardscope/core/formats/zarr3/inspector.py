@@ -174,11 +174,14 @@ class Zarr3Inspector:
             out["volume"] = self._volume_json(key)
         except (MetadataError, UnsupportedFeatureError) as exc:  # the layout is still worth showing
             out.update(volume=None, volume_error=str(exc))
-        shards = []
-        for shard_key, pos in reader.list_shard_files():
-            if not reader.in_grid(pos):
-                continue
-            shards.append(self._inspect_shard(reader, shard_key, pos))
+        files = [(shard_key, pos) for shard_key, pos in reader.list_shard_files() if reader.in_grid(pos)]
+        shards: list[dict[str, Any]] = []
+        step = max(1, reader.index_cache_capacity // 2)
+        for first in range(0, len(files), step):
+            batch = files[first : first + step]
+            if reader.sharding is not None:
+                reader.prefetch_shard_indexes([pos for _, pos in batch])  # remote: requests in flight together
+            shards.extend(self._inspect_shard(reader, shard_key, pos) for shard_key, pos in batch)
         ok = [s for s in shards if "error" not in s]
         out.update(
             shards_present=len(shards),

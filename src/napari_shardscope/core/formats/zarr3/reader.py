@@ -24,10 +24,11 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from napari_shardscope.core.bytestore import ByteStore, join_key, read_document
+from napari_shardscope.core.bytestore import ByteStore, join_key, read_document, read_ranges, read_suffixes
 from napari_shardscope.core.cache import LruCache
 from napari_shardscope.core.errors import (
     ArgumentError,
+    FormatError,
     IndexDecodeError,
     MetadataError,
     StoreError,
@@ -220,6 +221,11 @@ class Zarr3ArrayReader:
         return tuple(out)
 
     # -- shard files and indexes ---------------------------------------------------------------
+    @property
+    def index_cache_capacity(self) -> int:
+        """How many decoded shard indexes the reader keeps (a batch of prefetches must fit)."""
+        return self._indexes.capacity
+
     def list_shard_files(self) -> list[tuple[str, tuple[int, ...]]]:
         """``(key, shard grid position)`` of every shard file in the store, sorted by position.
 
@@ -234,11 +240,20 @@ class Zarr3ArrayReader:
             total = math.prod(self.shard_grid_shape)
             if total > MAX_PROBED_SHARDS:
                 raise
-            return [
-                (self.shard_key(pos), pos)
-                for pos in product(*(range(n) for n in self.shard_grid_shape))
-                if self._shard_exists(pos)
-            ]
+            positions = list(product(*(range(n) for n in self.shard_grid_shape)))
+            found_probed: list[tuple[str, tuple[int, ...]]] = []
+            step = max(1, self._indexes.capacity // 2)
+            for first in range(0, len(positions), step):  # the probes of a batch in flight together
+                batch = positions[first : first + step]
+                if self.sharding is not None:
+                    self.prefetch_shard_indexes(batch)
+                    found_probed.extend((self.shard_key(pos), pos) for pos in batch if self._shard_exists(pos))
+                    continue
+                keys = [self.shard_key(pos) for pos in batch]
+                present = read_ranges(self.store, [(key, 0, 0) for key in keys])  # existence, together
+                found_probed.extend((key, pos) for key, pos, got in zip(keys, batch, present, strict=True)
+                                    if got is not None)
+            return found_probed
         found = []
         for key in keys:
             pos = self.shard_position(key)
@@ -315,15 +330,35 @@ class Zarr3ArrayReader:
             data = (
                 self.store.read_range(key, 0, n) if config.index_location == "start" else self.store.read_suffix(key, n)
             )
-        if data is None:
-            return None
-        if len(data) < n:
-            raise IndexDecodeError(
-                f"file of {len(data)} bytes is too short for its {n}-byte shard index", key=key, offset=0
-            )
-        index_offset = start if (config.index_location == "start" or size is not None) else None
-        index = decode_shard_index(data, config, key=key, offset=index_offset)
-        return LoadedIndex(index, size)
+        return _decode_loaded_index(data, config, key=key, start=start, size=size)
+
+    def prefetch_shard_indexes(self, shards: Sequence[Sequence[int]]) -> None:
+        """Load the indexes of ``shards`` with their requests in flight together (remote stores).
+
+        A remote store answers each index read with a round trip; issued together
+        (:func:`~napari_shardscope.core.bytestore.read_ranges` / ``read_suffixes``), ``n`` shards cost
+        a few round trips instead of ``n``. Local stores leave each load to :meth:`read_shard_index`
+        (no round trip to save). Indexes already cached are skipped; one that fails to decode is not
+        cached, so :meth:`read_shard_index` reports it as it always does. At most the cache's
+        capacity is loaded, so nothing prefetched is evicted before it is used.
+        """
+        config = self.sharding
+        if config is None or self.store.cheap_size:
+            return
+        todo = [pos for pos in dict.fromkeys(tuple(int(p) for p in s) for s in shards)
+                if not self._indexes.contains(pos)][: self._indexes.capacity]
+        keys = [self.shard_key(pos) for pos in todo]
+        n = config.index_size
+        if config.index_location == "start":
+            found = read_ranges(self.store, [(key, 0, n) for key in keys])
+        else:
+            found = read_suffixes(self.store, [(key, n) for key in keys])
+        for pos, key, data in zip(todo, keys, found, strict=True):
+            try:
+                loaded = _decode_loaded_index(data, config, key=key, start=0, size=None)
+            except FormatError:  # reported by read_shard_index, which does not cache errors
+                continue
+            self._indexes.put(pos, loaded)
 
     def clear_cache(self) -> None:
         """Forget cached indexes (after shard files changed)."""
@@ -461,3 +496,21 @@ def _as_position(values: Sequence[int], name: str) -> tuple[int, ...]:
     if any(int(v) != v for v in values):
         raise ArgumentError(f"{name} must be a sequence of integers, got {values!r}")
     return out
+
+
+def _decode_loaded_index(data: bytes | None, config: ShardingConfig, *, key: str, start: int,
+                         size: int | None) -> LoadedIndex | None:
+    """A shard index read from ``key`` (``None``: the file does not exist); ``size`` when known.
+
+    The index's offset in the file is known when it is stored at the start, or when the file size
+    is (an index at the end of a file of unknown size is reported without an offset).
+    """
+    if data is None:
+        return None
+    n = config.index_size
+    if len(data) < n:
+        raise IndexDecodeError(f"file of {len(data)} bytes is too short for its {n}-byte shard index",
+                               key=key, offset=0)
+    index_offset = start if (config.index_location == "start" or size is not None) else None
+    index = decode_shard_index(data, config, key=key, offset=index_offset)
+    return LoadedIndex(index, size)

@@ -1,0 +1,93 @@
+"""A volume in a real napari viewer: which levels it opens, z steps find the next chunk layer cached,
+a level that cannot be opened is drawn empty and reported, and recovers.
+
+Real ``make_napari_viewer`` under Xvfb (pytest-xvfb); counted through level state, the prefetcher's
+read count and TensorStore's cache counters, never timings.
+"""
+
+from __future__ import annotations
+
+import shutil
+import warnings
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from napari_shardscope.core.sample_data import SampleDataset
+from napari_shardscope.core.volumes import make_context, open_volume
+from napari_shardscope.napari_plugin.shown import DamagedChunkWarning
+from napari_shardscope.napari_plugin.viewer import add_volumes
+from tests.volume_cases import sample  # noqa: F401  (fixture)
+
+ts = pytest.importorskip("tensorstore")
+
+
+def _misses() -> int:
+    found = ts.experimental_collect_matching_metrics("/tensorstore/cache/miss_count")
+    return sum(v["value"] for m in found for v in m["values"])
+
+
+def test_adding_a_volume_opens_only_the_levels_napari_reads(make_napari_viewer: Any,
+                                                            sample: SampleDataset) -> None:  # noqa: F811
+    viewer = make_napari_viewer()
+    vol = open_volume(sample.segmentation, context=make_context(64 << 20))
+    assert len(vol.levels) == 4 and not any(lv.array.is_open for lv in vol.levels)
+    (layer,) = add_volumes(viewer, [vol])
+    opened = [lv.array.is_open for lv in vol.levels]
+    # napari slices the level it shows and takes the thumbnail from the coarsest: the middle levels stay shut
+    assert opened[layer.data_level] and opened[-1] and opened[1:-1] == [False] * 2
+    assert layer.data_level == 0 and np.asarray(layer._slice.image.raw).any()
+
+
+def test_z_steps_in_the_viewer_find_the_next_chunk_layer_cached(make_napari_viewer: Any,
+                                                                sample: SampleDataset) -> None:  # noqa: F811
+    viewer = make_napari_viewer()
+    vol = open_volume(sample.segmentation, context=make_context(256 << 20))
+    (layer,) = add_volumes(viewer, [vol])
+    level0 = layer.data[0].inner  # the shown level, with its prefetcher
+    prefetcher = level0.prefetcher
+    assert prefetcher is not None and layer.data_level == 0
+    expected = np.asarray(open_volume(sample.segmentation).levels[0].array[0:17])
+    for z in range(3, 8):  # inside chunk layer 0 (8 planes per chunk)
+        viewer.dims.set_current_step(0, z)
+        np.testing.assert_array_equal(np.asarray(layer._slice.image.raw), expected[z])
+    prefetcher.wait()
+    assert prefetcher.reads >= 1
+    misses = _misses()
+    viewer.dims.set_current_step(0, 8)  # into chunk layer 1: already decoded
+    np.testing.assert_array_equal(np.asarray(layer._slice.image.raw), expected[8])
+    assert _misses() == misses
+    prefetcher.close()
+
+
+def test_a_level_that_cannot_open_is_drawn_empty_then_recovers(
+        make_napari_viewer: Any, sample: SampleDataset, tmp_path: Path) -> None:  # noqa: F811
+    root = tmp_path / "seg"
+    shutil.copytree(sample.segmentation, root)
+    vol = open_volume(root, context=make_context(64 << 20))
+    info = (root / "info").read_bytes()
+    (root / "info").unlink()  # every level's TensorStore open now fails
+    viewer = make_napari_viewer()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        (layer,) = add_volumes(viewer, [vol])
+    reports = [str(w.message) for w in caught if issubclass(w.category, DamagedChunkWarning)]
+    assert reports and all("drawn as background" in r for r in reports)
+    assert not np.asarray(layer._slice.image.raw).any() and not vol.levels[0].array.is_open
+    (root / "info").write_bytes(info)
+    layer.refresh()
+    expected = np.asarray(open_volume(root).levels[0].array[int(viewer.dims.current_step[0])])
+    np.testing.assert_array_equal(np.asarray(layer._slice.image.raw), expected)
+
+
+def test_slicing_is_asynchronous_by_default_only_when_a_volume_is_remote(sample: SampleDataset) -> None:  # noqa: F811
+    import dataclasses
+
+    from napari_shardscope.napari_plugin.viewer import slicing_mode
+
+    local = open_volume(sample.segmentation)
+    remote = dataclasses.replace(local, url="https://example.org/seg")
+    assert slicing_mode([local], None) is False and slicing_mode([local, remote], None) is True
+    assert slicing_mode([remote], False) is False and slicing_mode([local], True) is True
