@@ -357,20 +357,30 @@ def test_fuzzed_shards_many(tmp_path: Path) -> None:
 
 
 def test_shard_files_kept_open_are_bounded_and_closed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Beyond the process-wide budget a read opens and closes its shard; dropped sources close theirs."""
+    """With no budget left a read opens and closes its shard; otherwise each shard is opened once, and closed
+    when the volume is dropped."""
     import gc
 
     from napari_shardscope.core.bytestore import local
 
-    gc.collect()  # stores of earlier tests close their files
-    monkeypatch.setattr(local, "MAX_KEPT_OPEN", local._kept_open[0] + 2)
     written = write_volume(tmp_path / "v", size=(64, 64, 16), chunk=(8, 8, 8), offset=(0, 0, 0), dtype="uint32",
                            channels=1, sharding=SHARDINGS["murmur-gzip"])
     assert len(list((tmp_path / "v").rglob("*.shard"))) == 4
-    before = local._kept_open[0]
+
+    def kept_files(volume: Any) -> dict[str, int]:
+        store = volume.levels[0].array._direct.source._shard_reader().store
+        assert isinstance(store, local.KeptOpenLocalStore)
+        return store._fds
+
+    monkeypatch.setattr(local, "MAX_KEPT_OPEN", 0)  # the process's budget is spent
     volume = open_volume(tmp_path / "v")
     np.testing.assert_array_equal(volume.levels[0].array.read(), presented(written))
-    assert local._kept_open[0] == before + 2  # the budget: two kept, the other shards opened per read
+    assert kept_files(volume) == {}
+    monkeypatch.setattr(local, "MAX_KEPT_OPEN", 1 << 20)
+    volume = open_volume(tmp_path / "v")
+    np.testing.assert_array_equal(volume.levels[0].array.read(), presented(written))
+    fds = kept_files(volume)
+    assert len(fds) == 4
     del volume
     gc.collect()
-    assert local._kept_open[0] <= before
+    assert fds == {}  # closed with the store
