@@ -13,6 +13,10 @@ we are faster):
    through our ``LazyArray`` vs TensorStore directly vs CloudVolume (sharded precomputed) and vs
    zarr-python (the same voxels as a sharded zarr v3 array).
 2. Full-read throughput — the whole 512³ volume through each reader, MB/s.
+
+   Readers 1 and 2 are compared in pairs: for each peer, rounds of (ours, peer) with the order
+   alternating and both opened afresh every round, the ratio taken per round; a third reader never
+   runs between the two being compared.
 3. napari: time from ``open`` (metadata read) to the first rendered frame of a 512³ sharded
    volume (uint64 segmentation and uint8 image, cold cache, viewer already created); a warm
    slice step (z ± 1 inside cached chunks, to a rendered frame); a warm plane read with
@@ -206,8 +210,13 @@ GOALS = {"TensorStore": (1.0, 1.0), "CloudVolume": (15.0, 3.0)}
 
 
 def bench_readers(paths: dict[str, Path], rounds: int) -> None:
-    """Cold z-plane and full reads, every reader opened afresh each round; ratios per round."""
-    from common import Paired, record_pair
+    """Cold z-plane and full reads, paired per peer: rounds of (ours, peer), both opened afresh each round.
+
+    Each peer gets its own rounds against ours, alternating which of the two goes first, with the
+    ratio computed per round — so ours never runs right after a third reader (CloudVolume churns
+    memory and threads) while the peer it is compared with does not.
+    """
+    from common import record_pair
 
     for dataset, (dtype, group) in readers(paths).items():
         print(f"\n{dataset}: 512³ {dtype}, 64³ chunks, gzip")
@@ -217,22 +226,53 @@ def bench_readers(paths: dict[str, Path], rounds: int) -> None:
             got = np.asarray(fn(300)).reshape(-1)
             plane = got.reshape(SIZE, SIZE).T if name == "CloudVolume" else got.reshape(SIZE, SIZE)
             assert np.array_equal(plane, ref), f"{name} returned different voxels"
-        names = list(group)
-        for what, z_of, n in (("cold z plane", lambda r: 40 + 37 * r % 420, rounds),
-                              ("full read (cold)", lambda r: None, rounds)):
-            times: dict[str, list[float]] = {name: [] for name in names}
-            for r in range(n):
-                opened = {name: group[name]() for name in names}  # fresh readers, fresh caches: cold
-                for name in names if r % 2 == 0 else names[::-1]:
-                    t0 = time.perf_counter()
-                    opened[name](z_of(r))
-                    times[name].append(time.perf_counter() - t0)
-                del opened
-            for peer in names[1:]:
-                goal = GOALS.get(peer)
-                goal_ratio = None if goal is None else goal[0 if z_of(0) is not None else 1]
-                record_pair("reader", f"{what}, {dataset}", dtype, Paired(times["ours"], times[peer]), peer,
-                            goal_ratio, setting="defaults (ours: default cache size, cold)")
+        del fns
+        for peer in [name for name in group if name != "ours"]:
+            goal = GOALS.get(peer)
+            for what, z_of in (("cold z plane", plane_of_round), ("full read (cold)", no_plane)):
+                wall, cpu = pair_readers(group["ours"], group[peer], z_of, rounds)
+                goal_ratio = None if goal is None else goal[0 if what == "cold z plane" else 1]
+                record_pair("reader", f"{what}, {dataset}", dtype, wall, peer, goal_ratio,
+                            setting="defaults (ours: default cache size, cold)")
+                if peer == "TensorStore":  # the work each does, whatever the other processes on the machine do
+                    record_pair("reader", f"{what}, CPU time, {dataset}", dtype, cpu, peer, None,
+                                setting="process CPU time of the read (all threads), same rounds")
+
+
+def plane_of_round(r: int) -> int | None:
+    """The z plane round ``r`` reads: a different one each round, none at a chunk boundary on purpose."""
+    return 40 + 37 * r % 420
+
+
+def no_plane(_r: int) -> int | None:
+    """The whole volume (a full read)."""
+    return None
+
+
+def pair_readers(ours: Factory, peer: Factory, z_of: Callable[[int], int | None], rounds: int) -> tuple[Any, Any]:
+    """``rounds`` paired rounds of ``ours`` vs ``peer``, both freshly opened (cold) each round: wall and CPU times.
+
+    The order alternates each round (as :func:`common.paired_rounds`). One unrecorded round goes
+    before them: the first large read of a process faults in fresh memory from the kernel (about a
+    second per GiB here), a cost of whichever reader happens to run first, not of either reader.
+    CPU time is the process's (every thread's), so it counts the work of each reader's own threads
+    and not the wait for a core that another process holds.
+    """
+    from common import Paired
+
+    wall, cpu = Paired(), Paired()
+    for r in range(-1, rounds):
+        z = z_of(rounds if r < 0 else r)
+        opened = {"ours": ours(), "peer": peer()}  # the previous round's readers (and their caches) are gone
+        for name in ("ours", "peer") if r % 2 == 0 else ("peer", "ours"):
+            c0, t0 = time.process_time(), time.perf_counter()
+            opened[name](z)
+            t, c = time.perf_counter() - t0, time.process_time() - c0
+            if r >= 0:
+                (wall.ours if name == "ours" else wall.peer).append(t)
+                (cpu.ours if name == "ours" else cpu.peer).append(c)
+        del opened
+    return wall, cpu
 
 
 # -- 3: napari ------------------------------------------------------------------------------------------

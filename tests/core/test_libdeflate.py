@@ -179,3 +179,53 @@ def test_a_lying_gzip_trailer_does_not_size_the_output_buffer() -> None:
         tracemalloc.stop()
     assert peak < 8 << 20
     assert libdeflate.inflate(gzip.compress(b"y" * 5000, mtime=0), "gzip", 256 << 20) == b"y" * 5000
+
+
+@settings(max_examples=150, deadline=None)
+@given(payloads, st.integers(0, 9), st.integers(1, 3), st.sampled_from(["C", "F"]))
+def test_gunzip_into_fills_the_array_exactly(data: bytes, level: int, members: int, order: str) -> None:
+    """Decoding into a given array: every member, its bytes in memory order; any other length is a typed error."""
+    from napari_shardscope.core.encoding import gunzip_into
+
+    gz = gzip.compress(data, compresslevel=level, mtime=0) * members
+    whole = data * members
+    if whole:
+        out = np.empty((len(whole) // 1, 1), dtype=np.uint8, order=order)
+        gunzip_into(gz, out, key="k", offset=7)
+        assert out.tobytes(order="A") == whole
+    for size in {max(1, len(whole) - 1), len(whole) + 1}:
+        if size == len(whole):
+            continue
+        out = np.zeros(size, dtype=np.uint8)
+        with pytest.raises(ChunkDecodeError, match=r"^k: .* at byte 7$"):
+            gunzip_into(gz, out, key="k", offset=7)
+
+
+def test_gunzip_into_names_bad_data_as_zlib_does() -> None:
+    from napari_shardscope.core.encoding import gunzip_into
+
+    out = np.zeros(1000, dtype=np.uint8)
+    with pytest.raises(ChunkDecodeError, match=r"bad gzip data .*incorrect header check; the bytes are a zlib "
+                                               r"stream, not gzip\) at byte 3$"):
+        gunzip_into(zlib.compress(bytes(1000)), out, key="k", offset=3)
+    with pytest.raises(ChunkDecodeError, match="bad gzip data"):
+        gunzip_into(gzip.compress(bytes(1000)) + b"junk", out, key="k", offset=3)
+    with pytest.raises(ChunkDecodeError, match="truncated"):
+        gunzip_into(gzip.compress(bytes(1000))[:-9], out, key="k", offset=3)
+    big = np.zeros(10, dtype=np.uint8)  # a bomb: 64 MiB claimed, decoding stops after 10 bytes' room
+    with pytest.raises(ChunkDecodeError, match="more than 10 bytes"):
+        gunzip_into(gzip.compress(bytes(64 << 20)), big, key="k", offset=0)
+
+
+def test_inflate_into_writes_nothing_past_its_size() -> None:
+    buf = np.full(32, 0xAB, dtype=np.uint8)
+    data = bytes(range(16))
+    assert libdeflate.inflate_into(gzip.compress(data), "gzip", buf.ctypes.data, 16) == 16
+    assert buf[:16].tobytes() == data and (buf[16:] == 0xAB).all()
+    with pytest.raises(libdeflate.InflateError) as err:
+        libdeflate.inflate_into(gzip.compress(bytes(64)), "gzip", buf.ctypes.data, 16)
+    assert err.value.reason == "size" and (buf[16:] == 0xAB).all()
+    assert libdeflate.inflate_into(zlib.compress(data), "zlib", buf.ctypes.data, 16) == 16
+    with pytest.raises(libdeflate.InflateError) as err:
+        libdeflate.inflate_into(zlib.compress(data) + b"x", "zlib", buf.ctypes.data, 16)
+    assert err.value.reason == "trailing"

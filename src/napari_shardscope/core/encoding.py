@@ -13,7 +13,7 @@ tighter is known, and also the largest chunk the metadata parsers accept.
 from __future__ import annotations
 
 import zlib
-from typing import Literal
+from typing import Any, Literal
 
 from napari_shardscope.core import libdeflate
 from napari_shardscope.core.errors import ArgumentError, ChunkDecodeError, FormatError, UnsupportedFeatureError
@@ -98,6 +98,34 @@ def gunzip(
     return inflate(data, wbits=31, what="gzip", key=key, offset=offset, max_size=max_size, error=error)
 
 
+def gunzip_into(data: bytes, out: Any, *, key: str | None = None, offset: int | None = None,
+                error: type[FormatError] = ChunkDecodeError) -> None:
+    """Decompress gzip ``data`` into ``out`` (a writable C- or F-contiguous numpy array), which it must fill exactly.
+
+    The chunk's size is known before its bytes are read, so the output goes straight into its place
+    (no buffer allocated, grown or copied) and decoding stops at ``out.nbytes``: a bomb costs no more.
+    Anything libdeflate refuses (bad data, more than ``out.nbytes``) is decoded again by :func:`gunzip`
+    for the error message, as in :func:`inflate`; a stream of another decoded length is ``error`` too.
+    """
+    size = int(out.nbytes)
+    if libdeflate.available():
+        try:
+            got = libdeflate.inflate_into(data if isinstance(data, bytes) else bytes(data), "gzip",
+                                          int(out.ctypes.data), size)
+        except libdeflate.InflateError:
+            got = -1  # bad data or more than ``size`` bytes: zlib below says which, in the project's words
+        if got == size:
+            return
+        if got >= 0:
+            raise error(f"gzip data decodes to {got} bytes, expected {size}", key=key, offset=offset)
+    decoded = gunzip(data, key=key, offset=offset, max_size=size, error=error)  # names the fault, stops at size
+    if len(decoded) != size:
+        raise error(f"gzip data decodes to {len(decoded)} bytes, expected {size}", key=key, offset=offset)
+    import numpy as np
+
+    out.reshape(-1, order="A").view(np.uint8)[:] = np.frombuffer(decoded, dtype=np.uint8)
+
+
 def inflate(
     data: bytes,
     *,
@@ -154,7 +182,9 @@ def _inflate_zlib(
                     break
                 chunk = memoryview(dec.unconsumed_tail)
         except zlib.error as exc:
-            raise error(f"bad {what} data ({exc})", key=key, offset=offset) from exc
+            zlib_inside = wbits == 31 and _is_zlib_header(view[pos:pos + 2])
+            hint = "; the bytes are a zlib stream, not gzip" if zlib_inside else ""
+            raise error(f"bad {what} data ({exc}{hint})", key=key, offset=offset) from exc
         if not dec.eof:
             raise error(f"{what} stream of {len(data)} bytes is truncated", key=key, offset=offset)
         consumed = len(data) - pos - len(dec.unused_data)
@@ -166,6 +196,11 @@ def _inflate_zlib(
         if consumed == 0:  # pragma: no cover - zlib always consumes a header
             raise error(f"{what} stream makes no progress", key=key, offset=offset)
     return b"".join(out)
+
+
+def _is_zlib_header(head: memoryview) -> bool:
+    """Whether two bytes open a zlib stream (deflate, checksum of RFC 1950): a writer's zlib where gzip is declared."""
+    return len(head) == 2 and head[0] & 0x0F == 8 and (head[0] << 8 | head[1]) % 31 == 0
 
 
 # -- the compressors of zarr v2 (numcodecs ids), each bounded -----------------------------------------

@@ -156,3 +156,37 @@ def inflate(data: bytes, container: Container, max_size: int) -> bytes:
         if container != "gzip":
             raise InflateError("trailing", f"{len(src) - pos} bytes after the end of the {container} stream")
     return parts[0] if len(parts) == 1 else b"".join(parts)
+
+
+def inflate_into(data: bytes, container: Container, address: int, size: int) -> int:
+    """Decode every member of ``data`` into the ``size`` bytes at ``address``; the number of bytes written.
+
+    For callers that know where the output goes (a chunk's place in an array): no buffer is
+    allocated, copied or zeroed, and nothing is written past ``size`` — output that would be longer
+    is :class:`InflateError` ``"size"`` (so a gzip bomb costs at most ``size`` bytes of work). Bad or
+    truncated data and bytes after the (last) stream raise :class:`InflateError` as :func:`inflate`
+    does; the caller checks the count against what it expects.
+    """
+    fn = _LIB.libdeflate_gzip_decompress_ex if container == "gzip" else _LIB.libdeflate_zlib_decompress_ex
+    d = _decompressor()
+    src = data if isinstance(data, bytes) else bytes(data)
+    n_in = ctypes.c_size_t()
+    n_out = ctypes.c_size_t()
+    total = 0
+    pos = 0
+    while True:
+        remaining = len(src) - pos
+        if remaining <= 0:
+            raise InflateError("truncated", f"{container} stream of {len(src)} bytes is truncated")
+        res = fn(d, src[pos:] if pos else src, remaining, address + total, size - total,
+                 ctypes.byref(n_in), ctypes.byref(n_out))
+        if res == _INSUFFICIENT_SPACE:
+            raise InflateError("size", f"{container} data decodes to more than {size} bytes")
+        if res != _SUCCESS:
+            raise InflateError("bad", f"bad {container} data (libdeflate result {res})")
+        total += n_out.value
+        pos += n_in.value
+        if pos >= len(src):
+            return total
+        if container != "gzip":
+            raise InflateError("trailing", f"{len(src) - pos} bytes after the end of the {container} stream")

@@ -6,6 +6,8 @@ import contextlib
 import os
 import stat
 import tempfile
+import threading
+import weakref
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -288,3 +290,82 @@ def write_file_atomic(path: Path, data: bytes) -> None:
         os.close(dfd)
 
 
+
+
+#: Files kept open by every :class:`KeptOpenLocalStore` of the process together (beyond it, a read opens and
+#: closes its file as :class:`LocalByteStore` does): well below the usual limit of 1024 descriptors per process.
+MAX_KEPT_OPEN = 128
+_kept_open = [0]  # descriptors kept open now, by every KeptOpenLocalStore
+_kept_lock = threading.Lock()
+
+
+class KeptOpenLocalStore(LocalByteStore):
+    """A :class:`LocalByteStore` whose range reads reuse one descriptor per file, for data treated as immutable.
+
+    Why: :meth:`LocalByteStore.read_range` resolves the key's path (the containment check), opens,
+    stats and closes the file on every call — half the time of a cold plane's 64 chunk reads from
+    a few shard files. A volume is treated as immutable while it is open (see
+    ``volumes.tsopen.CACHE_POLICY``), so its reader opens each file once, with the same checks, and
+    keeps it; a file replaced on disk meanwhile is still read as it was when first opened. The
+    descriptors are closed when the store is dropped; beyond :data:`MAX_KEPT_OPEN` in the process,
+    reads open and close their file as before.
+    """
+
+    def __init__(self, root: str | os.PathLike[str], *, follow_symlinks: bool | None = None) -> None:
+        super().__init__(root, follow_symlinks=follow_symlinks)
+        self._fds: dict[str, int] = {}
+        self._fd_lock = threading.Lock()
+        weakref.finalize(self, _close_kept, self._fds)
+
+    def __repr__(self) -> str:
+        return f"KeptOpenLocalStore({str(self.root)!r})"
+
+    def read_range(self, key: str, start: int, end: int) -> bytes | None:
+        if start < 0 or end < start:
+            raise ArgumentError(f"byte range [{start}, {end}) of {key!r} is not a valid range")
+        fd = self._fds.get(key)
+        if fd is None:
+            fd = self._keep(key)
+            if fd is None:
+                return super().read_range(key, start, end)  # no room, or no such file
+        try:
+            stop = min(end, os.fstat(fd).st_size)  # pread allocates the count asked for: clamp to the file
+            data = os.pread(fd, stop - start, start) if stop > start else b""
+        except OSError as exc:
+            raise StoreError(f"{self._path(key)}: {exc.strerror or exc} at byte {start}") from exc
+        self._stats.add(len(data))
+        return data
+
+    def _keep(self, key: str) -> int | None:
+        """A kept descriptor of ``key``, opened now; ``None`` when the budget is spent or the file is missing."""
+        with self._fd_lock:
+            fd = self._fds.get(key)
+            if fd is not None:
+                return fd
+            with _kept_lock:
+                if _kept_open[0] >= MAX_KEPT_OPEN:
+                    return None
+                _kept_open[0] += 1
+            try:
+                fd = self._open_regular(key)
+            except BaseException:
+                _release_kept(1)
+                raise
+            if fd is None:
+                _release_kept(1)
+                return None
+            self._fds[key] = fd
+            return fd
+
+
+def _release_kept(n: int) -> None:
+    with _kept_lock:
+        _kept_open[0] -= n
+
+
+def _close_kept(fds: dict[str, int]) -> None:
+    for fd in fds.values():
+        with contextlib.suppress(OSError):
+            os.close(fd)
+    _release_kept(len(fds))
+    fds.clear()

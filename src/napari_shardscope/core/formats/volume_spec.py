@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, Protocol, runtime_checkable
 
 import numpy as np
 import numpy.typing as npt
@@ -97,7 +97,9 @@ class ChunkSource(Protocol):
     N5 ``lz4`` blocks and the N5 1.x ``compressionType`` attribute, zarr v2 ``lz4``/``lzma``
     chunks, CloudVolume's ``NAME.gz`` chunk files. For those a format hands out a chunk source,
     and the volumes layer wraps it in TensorStore's ``virtual_chunked`` driver, so the viewer gets
-    the same lazy views, shared cache and concurrency as for every other volume.
+    the same lazy views, shared cache and concurrency as for every other volume. A format may also
+    hand out a source for data a driver reads, where its own decoder is faster
+    (:class:`DirectChunkSource`: precomputed's raw scales on local disk).
 
     ``shape``, ``chunk_shape`` and :meth:`read_chunk` are in the source's own axis order (before
     the level's :class:`ArrayTransform`), like the array a TensorStore driver would open.
@@ -119,6 +121,26 @@ class ChunkSource(Protocol):
         """The chunk at ``grid`` (its part inside the array, or the whole chunk), ``None`` when not stored.
 
         Raises the format's typed errors (``ChunkDecodeError`` naming the key) for damaged bytes.
+        """
+        ...
+
+
+@runtime_checkable
+class DirectChunkSource(ChunkSource, Protocol):
+    """A chunk source that decodes into a buffer it is given: the fast path of data TensorStore also reads.
+
+    Why: where the format's own decoder is faster than TensorStore's driver (precomputed's gzip
+    through libdeflate), decoding straight into the destination — TensorStore's chunk buffer on a
+    cached read, a reused per-thread buffer on an uncached one — skips the allocation and copy of a
+    decoded chunk per read. The volumes layer uses :meth:`decode_into` on both paths
+    (:mod:`napari_shardscope.core.volumes.direct`).
+    """
+
+    def decode_into(self, grid: tuple[int, ...], out: npt.NDArray[Any]) -> bool:
+        """Decode the chunk at ``grid`` into ``out`` (its extent in the source's order, any memory layout).
+
+        Returns ``False`` (``out`` untouched) when the chunk is not stored: it reads as :attr:`fill_value`.
+        Raises the format's typed errors for damaged bytes, as :meth:`read_chunk` does.
         """
         ...
 

@@ -15,6 +15,14 @@ Why a wrapper and not the TensorStore object itself:
 * The labelmap needs to show body ids over supervoxel ids without copying the volume: a
   value transform applied after each read (:meth:`LazyArray.with_transform`) does that and keeps
   the array lazy.
+* Where reads go: through the view's TensorStore driver and the shared context's chunk cache —
+  except a script's first touch of its chunks (:class:`CacheAdmission`) and bulk reads
+  (:func:`_bulk_view`), which skip the cache: for a driver level on an uncached twin of the
+  driver, for a level whose format decodes it here (precomputed's raw scales on local disk, a
+  :class:`~napari_shardscope.core.formats.volume_spec.DirectChunkSource`) through
+  :class:`~.direct.DirectReader`, which decodes the chunks itself with no TensorStore in between.
+  Cached reads of such a level go through TensorStore's ``virtual_chunked`` driver, whose read
+  function decodes into the cache's chunk buffer (:func:`~.tsopen.open_chunk_source`).
 """
 
 from __future__ import annotations
@@ -34,6 +42,7 @@ from napari_shardscope.core.bytestore.tserrors import error_from_tensorstore
 from napari_shardscope.core.volumes.deferred import DeferredStore
 
 if TYPE_CHECKING:
+    from napari_shardscope.core.volumes.direct import DirectReader
     from napari_shardscope.core.volumes.prefetch import PlanePrefetcher
 
 #: A function applied to every array read through a :class:`LazyArray` (elementwise, shape kept).
@@ -54,6 +63,9 @@ class LazyArray:
         slicing thread, so it must be thread-safe).
     dtype
         The dtype ``transform`` produces (default: the store's dtype).
+    direct
+        For a level read by a format's own decoder: the reader of uncached reads of ``store`` and its
+        views (see the module docstring); ``None`` for a driver level.
 
     Notes
     -----
@@ -63,14 +75,14 @@ class LazyArray:
     ``get_value`` treat the result as a value.
     """
 
-    __slots__ = ("_admission", "_after", "_deferred", "_dtype", "_origin", "_prefetch", "_read_through", "_shape",
-                 "_store", "_track", "_transform")
+    __slots__ = ("_admission", "_after", "_deferred", "_direct", "_dtype", "_origin", "_prefetch", "_read_through",
+                 "_shape", "_store", "_track", "_transform")
 
     def __init__(self, store: Any, *, transform: ValueTransform | None = None,
                  dtype: npt.DTypeLike | None = None, prefetch: PlanePrefetcher | None = None,
                  after_read: Callable[[], None] | None = None,
                  read_through: Callable[[], Any] | None = None, track: bool = True,
-                 origin: tuple[int, ...] | None = None) -> None:
+                 origin: tuple[int, ...] | None = None, direct: DirectReader | None = None) -> None:
         self._deferred: DeferredStore | None = None
         self._shape: tuple[int, ...] | None = None
         if isinstance(store, DeferredStore):
@@ -95,6 +107,7 @@ class LazyArray:
         # Only an opened array tracks which of its chunks were read (CacheAdmission); its views do not:
         # a view of a viewer's level (napari indexes twice) must keep reading through the cache.
         self._track = track
+        self._direct = direct
         self._dtype: np.dtype[Any] = np.dtype(dtype) if dtype is not None else store_dtype
 
     def __setitem__(self, index: Any, value: Any) -> None:
@@ -201,7 +214,7 @@ class LazyArray:
         through = None
         if self._track and self._prefetch is None:
             if self._admission is None:
-                self._admission = CacheAdmission(store, self.chunks)
+                self._admission = CacheAdmission(store, self.chunks, self._direct)
             through = self._admission.reader_for(index)
         view = view[ts.d[:].translate_to[0]]
         prefetch = self._prefetch
@@ -213,7 +226,8 @@ class LazyArray:
                 if all(isinstance(k, slice) and k.step == 1 for k in at):
                     box = tuple(int(k.start) for k in at)
         return LazyArray(view, transform=self._transform, dtype=self._dtype, after_read=after, read_through=through,
-                         track=False, prefetch=prefetch if box is not None else None, origin=box)
+                         track=False, prefetch=prefetch if box is not None else None, origin=box,
+                         direct=self._direct)
 
     def read(self) -> npt.NDArray[Any]:
         """Read the whole view into a new NumPy array (only the chunks it intersects).
@@ -240,7 +254,7 @@ class LazyArray:
             return self
         source = self._source()  # a level not opened yet stays so: the chunk depth is asked for after a read
         return LazyArray(source, transform=self._transform, dtype=self._dtype,
-                         prefetch=PlanePrefetcher(source, lambda: self.chunks))
+                         prefetch=PlanePrefetcher(source, lambda: self.chunks), direct=self._direct)
 
     def _source(self) -> Any:
         """What a new array over the same data is made from: the opened store, or the level's deferred open."""
@@ -253,7 +267,7 @@ class LazyArray:
 
     def _read_view(self, view: Any, *, bulk: bool = True) -> npt.NDArray[Any]:
         try:
-            return np.asarray((_bulk_view(view) if bulk else view).read().result())
+            return np.asarray((_bulk_view(view, self._direct) if bulk else view).read().result())
         except Exception as exc:  # TensorStore raises ValueError for every failure kind
             raise error_from_tensorstore(exc, where=self._where()) from exc
 
@@ -278,8 +292,9 @@ class LazyArray:
         so only visible chunks are ever mapped. ``None`` removes the transform.
         """
         if transform is None:
-            return LazyArray(self._source(), prefetch=self._prefetch, origin=self._origin)
-        return LazyArray(self._source(), transform=transform, dtype=dtype, prefetch=self._prefetch, origin=self._origin)
+            return LazyArray(self._source(), prefetch=self._prefetch, origin=self._origin, direct=self._direct)
+        return LazyArray(self._source(), transform=transform, dtype=dtype, prefetch=self._prefetch, origin=self._origin,
+                         direct=self._direct)
 
     def _finish(self, data: npt.NDArray[Any]) -> npt.NDArray[Any]:
         if self._transform is not None:
@@ -302,6 +317,7 @@ class CacheAdmission:
     fills it: a loop over the planes of a chunk layer decodes each chunk at most twice.
     A viewer's levels (:meth:`LazyArray.with_prefetch`) always read through the cache: browsing
     revisits chunk layers and the prefetcher warms them ahead of the view.
+    For a level decoded here (``direct``), the uncached twin is its :class:`~.direct.DirectReader`.
     """
 
     #: Chunk positions remembered per array (the oldest are forgotten first).
@@ -309,8 +325,9 @@ class CacheAdmission:
     #: Reads spanning more chunks than this are not tracked (they take the cached or bulk path, as before).
     MAX_CHUNKS_PER_READ = 4096
 
-    def __init__(self, store: Any, chunks: tuple[int, ...] | None) -> None:
+    def __init__(self, store: Any, chunks: tuple[int, ...] | None, direct: DirectReader | None = None) -> None:
         self._store = store
+        self._direct = direct
         self._chunks = chunks
         self._seen: dict[tuple[int, ...], None] = {}
         self._twin: Any = None
@@ -362,7 +379,12 @@ class CacheAdmission:
     def _uncached_twin(self) -> Any:
         with self._lock:
             if self._twin is None:
-                self._twin = _reopen_uncached(self._store) or False
+                if self._direct is not None:
+                    from napari_shardscope.core.volumes.direct import DirectView
+
+                    self._twin = DirectView(self._store, self._direct)
+                else:
+                    self._twin = _reopen_uncached(self._store) or False
             return self._twin or None
 
 
@@ -409,14 +431,16 @@ def _reopen_uncached(store: Any) -> Any:
 BULK_READ_BYTES = 64 << 20
 
 
-def _bulk_view(view: Any) -> Any:
-    """``view``, or for a bulk read the same view reopened on a context without a chunk cache.
+def _bulk_view(view: Any, direct: DirectReader | None = None) -> Any:
+    """``view``, or for a bulk read the same view read without the chunk cache.
 
     Why: a read of hundreds of MiB (a whole volume, an export block) puts every chunk it decodes in
     the cache, in memory the allocator must fault in fresh, only to evict it again (the read is as
     large as the cache) — the reason a default-settings full read ran at a third of TensorStore's
     uncached speed. Browsing reads (planes, tiles) stay far below the threshold and keep the cache.
-    Views that cannot be reopened from their spec (virtual chunked) are read as they are.
+    A driver view is reopened on a context without a cache; a view of a level decoded here is read
+    by its ``direct`` reader. Other views that cannot be reopened from their spec (a labelmap's
+    virtual chunked) are read as they are.
     """
     try:
         nbytes = int(np.prod(view.shape, dtype=np.int64)) * int(view.dtype.numpy_dtype.itemsize)
@@ -424,6 +448,10 @@ def _bulk_view(view: Any) -> Any:
         return view
     if nbytes < BULK_READ_BYTES:
         return view
+    if direct is not None:
+        from napari_shardscope.core.volumes.direct import DirectView
+
+        return DirectView(view, direct)
     try:
         import tensorstore as ts
 

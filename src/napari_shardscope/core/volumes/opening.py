@@ -20,8 +20,9 @@ from napari_shardscope.core.bytestore.context import shared_context
 from napari_shardscope.core.bytestore.url import Location, parse_url
 from napari_shardscope.core.errors import FormatError
 from napari_shardscope.core.formats import Dataset, open_dataset
-from napari_shardscope.core.formats.volume_spec import ArrayTransform, Kind, LevelSpec, VolumeSpec
+from napari_shardscope.core.formats.volume_spec import ArrayTransform, DirectChunkSource, Kind, LevelSpec, VolumeSpec
 from napari_shardscope.core.volumes.deferred import DeferredStore
+from napari_shardscope.core.volumes.direct import DirectReader
 from napari_shardscope.core.volumes.lazy import LazyArray, zero_origin
 from napari_shardscope.core.volumes.model import ScaleLevel, Volume, keep_decreasing
 from napari_shardscope.core.volumes.tsopen import open_chunk_source, open_stores
@@ -93,8 +94,15 @@ def _scale_level(spec: VolumeSpec, level: LevelSpec, context: Any) -> ScaleLevel
     where = f"{spec.url.rstrip('/')}/{level.key}".rstrip("/")
     deferred = DeferredStore(partial(open_level, spec, level, context), shape=level.shape, dtype=level.dtype,
                              where=where)
-    return ScaleLevel(key=level.key, array=LazyArray(deferred), voxel_size=level.voxel_size,
+    array = LazyArray(deferred, direct=_direct_reader(level))
+    return ScaleLevel(key=level.key, array=array, voxel_size=level.voxel_size,
                       translate=level.translate, downsampling_factors=level.downsampling_factors)
+
+
+def _direct_reader(level: LevelSpec) -> DirectReader | None:
+    """The uncached reader of a level whose format decodes it into given buffers (see :mod:`.direct`)."""
+    source = level.chunk_source
+    return DirectReader(source) if isinstance(source, DirectChunkSource) else None
 
 
 def open_level(spec: VolumeSpec, level: LevelSpec, context: Any) -> Any:

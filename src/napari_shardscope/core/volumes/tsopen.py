@@ -11,7 +11,11 @@ Two decisions live here so that no format module can forget them:
   levels are not opened together any more: each opens on its first read (:mod:`.deferred`).
 
 Levels whose format hands out a :class:`~napari_shardscope.core.formats.volume_spec.ChunkSource`
-(data no TensorStore driver reads) are opened with :func:`open_chunk_source`.
+are opened with :func:`open_chunk_source` (TensorStore's ``virtual_chunked`` driver over the
+format's own decoder): data no TensorStore driver reads, and data the format decodes faster than
+the driver does (precomputed's raw scales on local disk: see
+:mod:`~napari_shardscope.core.formats.precomputed.raw_source`). Uncached reads of the latter skip
+TensorStore altogether (:mod:`.direct`).
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ import numpy.typing as npt
 
 from napari_shardscope.core.bytestore.tserrors import error_from_tensorstore
 from napari_shardscope.core.errors import ChunkDecodeError
-from napari_shardscope.core.formats.volume_spec import ChunkSource
+from napari_shardscope.core.formats.volume_spec import ChunkSource, DirectChunkSource
 
 #: Spec fields added to every driver spec we open.
 CACHE_POLICY: dict[str, Any] = {"recheck_cached_data": "open", "recheck_cached_metadata": "open"}
@@ -56,21 +60,38 @@ def open_stores(specs: Sequence[Mapping[str, Any]], context: Any, *, where: str)
 def open_chunk_source(source: ChunkSource, context: Any, *, where: str) -> Any:
     """A read-only TensorStore over ``source``'s chunks (``virtual_chunked``), cached in ``context``'s pool.
 
-    One call of :meth:`ChunkSource.read_chunk` fills one chunk-aligned request; the result is cached
-    like any driver's chunk (the source is immutable while open). A chunk the source does not store
-    reads as its fill value; a decoded chunk smaller than its place in the array (a damaged or
-    foreign writer's edge block) is a :class:`ChunkDecodeError` naming ``where``.
+    One call of the read function fills one chunk-aligned request; the result is cached like any
+    driver's chunk (the source is immutable while open). A
+    :class:`~napari_shardscope.core.formats.volume_spec.DirectChunkSource` decodes straight into
+    TensorStore's chunk buffer, which is laid out first-axis-fastest (``inner_order`` reversed) so
+    that a precomputed chunk's bytes land in it as stored; any other source's
+    :meth:`~ChunkSource.read_chunk` result is copied in. A chunk the source does not store reads
+    as its fill value; a decoded chunk smaller than its place in the array (a damaged or foreign
+    writer's edge block) is a :class:`ChunkDecodeError` naming ``where``.
     """
     import tensorstore as ts
 
     fill = source.fill_value
     chunk_shape = source.chunk_shape
+    blank = fill if fill is not None else 0
+
+    if isinstance(source, DirectChunkSource):
+        direct = source
+
+        def read_into(domain: Any, array: npt.NDArray[Any], _params: Any) -> None:
+            grid = tuple(int(o) // c for o, c in zip(domain.origin, chunk_shape, strict=True))
+            if not direct.decode_into(grid, array):
+                array[...] = blank
+
+        layout = ts.ChunkLayout(read_chunk_shape=chunk_shape, inner_order=list(range(len(chunk_shape)))[::-1])
+        return ts.virtual_chunked(read_into, dtype=source.dtype, shape=source.shape, chunk_layout=layout,
+                                  context=context)
 
     def read(domain: Any, array: npt.NDArray[Any], _params: Any) -> None:
         grid = tuple(int(o) // c for o, c in zip(domain.origin, chunk_shape, strict=True))
         chunk = source.read_chunk(grid)
         if chunk is None:
-            array[...] = fill if fill is not None else 0
+            array[...] = blank
             return
         if any(have < want for have, want in zip(chunk.shape, array.shape, strict=True)):
             raise ChunkDecodeError(f"chunk {grid} holds {chunk.shape} voxels where the array needs {array.shape}",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from typing import TYPE_CHECKING, Any
 
 from napari_shardscope.core.bytestore import Location
@@ -10,6 +11,7 @@ from napari_shardscope.core.formats.precomputed.info import PrecomputedInfo, par
 from napari_shardscope.core.json_document import load_json_object
 
 if TYPE_CHECKING:
+    from napari_shardscope.core.formats.precomputed.shard_reader import ShardedReader
     from napari_shardscope.core.formats.volume_spec import Kind, VolumeSpec
 
 VOLUME_TYPE = "neuroglancer_multiscale_volume"
@@ -26,6 +28,7 @@ class PrecomputedDataset(DatasetBase):
         self.document = load_json_object(info, key=self.metadata_url)
         self._info: PrecomputedInfo | None = None
         self._volume_inspector: Any = None
+        self._reader_lock = threading.Lock()
 
     @property
     def is_volume(self) -> bool:
@@ -43,15 +46,32 @@ class PrecomputedDataset(DatasetBase):
         """The one volume ``info`` describes (MetadataError for a segment-keyed directory)."""
         from napari_shardscope.core.formats.precomputed.volume import volume_spec
 
-        return [volume_spec(self.location, self.info, kind=kind, store=self.store, chunk_reader=self._sharded_chunk)]
+        return [volume_spec(self.location, self.info, kind=kind, store=self.store, chunk_reader=self._sharded_chunk,
+                            shard_reader=self._shard_reader)]
 
     def _sharded_chunk(self, scale: str, chunk_id: int) -> bytes | None:
         """One chunk's bytes (data encoding undone) of a sharded scale, for :class:`.PrecomputedChunkSource`."""
-        if self._volume_inspector is None:  # its own index caches: the viewer reads from worker threads
-            self._volume_inspector = self.new_inspector()
-        ins = self._volume_inspector
-        data: bytes | None = ins.reader(ins.source(scale)).read_chunk(chunk_id)
+        data: bytes | None = self._shard_reader(scale).read_chunk(chunk_id)
         return data
+
+    def _shard_reader(self, scale: str) -> ShardedReader:
+        """The shard reader of a sharded scale that volume reads use (:class:`.RawChunkSource`, chunk sources).
+
+        Its own inspector (own index caches: the viewer reads from worker threads); on local disk over a
+        :class:`~napari_shardscope.core.bytestore.local.KeptOpenLocalStore`, which opens each shard file once.
+        """
+        with self._reader_lock:
+            if self._volume_inspector is None:
+                from napari_shardscope.core.bytestore.local import KeptOpenLocalStore, LocalByteStore
+                from napari_shardscope.core.formats.precomputed.inspector import PrecomputedInspector
+
+                store = self.store
+                if type(store) is LocalByteStore:
+                    store = KeptOpenLocalStore(store.root, follow_symlinks=store.follow_symlinks)
+                self._volume_inspector = PrecomputedInspector(store, self.info)
+            ins = self._volume_inspector
+            reader: ShardedReader = ins.reader(ins.source(scale))
+        return reader
 
     def _make_inspector(self) -> Any:
         from napari_shardscope.core.formats.precomputed.inspector import PrecomputedInspector

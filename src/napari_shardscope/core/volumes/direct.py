@@ -1,0 +1,192 @@
+"""Uncached reads of a level whose chunk source decodes into given buffers, with no TensorStore in between.
+
+Why: a read that should not fill the chunk cache (the first touch of a script's array, a bulk read;
+see :class:`~.lazy.CacheAdmission` and :func:`~.lazy._bulk_view`) went to a twin of the TensorStore
+driver opened on a context without a cache. For a level read by a
+:class:`~napari_shardscope.core.formats.volume_spec.DirectChunkSource` (precomputed's raw scales,
+decoded with libdeflate) a twin would still allocate a fresh buffer per chunk, fault its pages in
+and copy it into the result. :class:`DirectReader` instead works out which chunks a view touches,
+decodes each into one reused buffer per worker thread, and copies only the voxels the view selects
+straight into the result. Chunks are decoded on a small shared pool (the decoder releases the GIL
+while it inflates).
+
+It reads any view of the level's ``virtual_chunked`` store whose index transform maps each
+presented axis to one source axis with stride 1 (integers, unit-step slices, transpositions,
+translations — what napari and scripts ask for); other views (strided slices, index arrays) return
+``None`` and are read through TensorStore as before.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import threading
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from napari_shardscope.core.formats.volume_spec import DirectChunkSource
+
+#: Worker threads decoding the chunks of one uncached read (shared by every level of the process).
+DECODE_WORKERS = max(2, min(8, os.cpu_count() or 2))
+
+_pool: ThreadPoolExecutor | None = None
+_pool_lock = threading.Lock()
+_scratch = threading.local()  # per thread: one reused buffer a chunk is decoded into
+
+
+def _decode_pool() -> ThreadPoolExecutor:
+    global _pool
+    with _pool_lock:
+        if _pool is None:
+            _pool = ThreadPoolExecutor(DECODE_WORKERS, thread_name_prefix="shardscope-decode")
+        return _pool
+
+
+#: Decode buffers up to this size are kept by their thread for the next chunk; larger ones are dropped after use.
+KEEP_SCRATCH_BYTES = 32 << 20
+
+
+def _scratch_array(shape: tuple[int, ...], dtype: np.dtype[Any]) -> npt.NDArray[Any]:
+    """A decode buffer as an F-ordered ``shape`` array: this thread's reused one, or a fresh one for a huge chunk."""
+    nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    if nbytes > KEEP_SCRATCH_BYTES:
+        return np.empty(shape, dtype=dtype, order="F")
+    buf: npt.NDArray[np.uint8] | None = getattr(_scratch, "buf", None)
+    if buf is None or buf.nbytes < nbytes:
+        buf = _scratch.buf = np.empty(max(nbytes, 1), dtype=np.uint8)
+    return buf[:nbytes].view(dtype).reshape(shape, order="F")
+
+
+class DirectReader:
+    """Reads views of one level's ``virtual_chunked`` store by decoding ``source``'s chunks itself (uncached)."""
+
+    def __init__(self, source: DirectChunkSource) -> None:
+        self.source = source
+        self.dtype = np.dtype(source.dtype)
+
+    def read(self, view: Any) -> npt.NDArray[Any] | None:
+        """The voxels of ``view`` (a view of the level's store), or ``None`` when its transform is not plain."""
+        plan = _plan(view, len(self.source.shape))
+        if plan is None:
+            return None
+        out = np.empty(tuple(int(n) for n in view.shape), dtype=self.dtype)
+        lo, hi, strides = plan
+        if any(h <= low for low, h in zip(lo, hi, strict=True)):
+            return out
+        # ``out`` seen in the source's axis order (a constant source axis: extent 1, stride 0)
+        target = np.lib.stride_tricks.as_strided(out, shape=tuple(h - low for low, h in zip(lo, hi, strict=True)),
+                                                 strides=strides, writeable=True)
+        chunk = self.source.chunk_shape
+        ranges = [range(low // c, -(-h // c)) for low, h, c in zip(lo, hi, chunk, strict=True)]
+        grids = list(itertools.product(*ranges))
+        if len(grids) == 1:
+            self._fill(grids[0], lo, hi, target)
+            return out
+        pool = _decode_pool()
+        futures: list[Future[None]] = [pool.submit(self._fill, g, lo, hi, target) for g in grids]
+        error: BaseException | None = None
+        for fut in futures:  # every job finishes before ``out`` is returned or dropped
+            exc = fut.exception()
+            if exc is not None and error is None:
+                error = exc
+        if error is not None:
+            raise error
+        return out
+
+    def _fill(self, grid: tuple[int, ...], lo: tuple[int, ...], hi: tuple[int, ...], target: npt.NDArray[Any]) -> None:
+        chunk = self.source.chunk_shape
+        shape = self.source.shape
+        start = tuple(g * c for g, c in zip(grid, chunk, strict=True))
+        extent = tuple(min(c, n - s) for c, n, s in zip(chunk, shape, start, strict=True))
+        src = tuple(slice(max(low, s) - s, min(h, s + e) - s)
+                    for low, h, s, e in zip(lo, hi, start, extent, strict=True))
+        dst = tuple(slice(max(low, s) - low, min(h, s + e) - low)
+                    for low, h, s, e in zip(lo, hi, start, extent, strict=True))
+        buf = _scratch_array(extent, self.dtype)
+        if self.source.decode_into(grid, buf):
+            target[dst] = buf[src]
+        else:
+            fill = self.source.fill_value
+            target[dst] = fill if fill is not None else 0
+
+
+def _plan(view: Any, rank: int) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]] | None:
+    """For a view of a rank-``rank`` store: the source box ``[lo, hi)`` it reads and, per source axis, the
+    byte stride of that axis in the view's C-ordered result; ``None`` unless every map is plain."""
+    try:
+        transform = view.spec().transform  # relative to the level's store: its output axes are the source's
+    except Exception:  # a view TensorStore cannot describe: read it through TensorStore
+        return None
+    if transform is None or transform.output_rank != rank:
+        return None
+    domain = view.domain
+    mins = [int(m) for m in domain.inclusive_min]
+    shape = [int(n) for n in domain.shape]
+    itemsize = int(view.dtype.numpy_dtype.itemsize)
+    c_strides = [0] * len(shape)
+    step = itemsize
+    for d in range(len(shape) - 1, -1, -1):
+        c_strides[d] = step
+        step *= max(shape[d], 1)
+    lo, hi, strides = [], [], []
+    used: set[int] = set()
+    for m in transform.output:
+        method = str(m.method)
+        if method.endswith("constant"):
+            low = int(m.offset)
+            lo.append(low)
+            hi.append(low + 1)
+            strides.append(0)
+        elif method.endswith("single_input_dimension") and int(m.stride) == 1 and int(m.input_dimension) not in used:
+            d = int(m.input_dimension)
+            used.add(d)
+            low = int(m.offset) + mins[d]
+            lo.append(low)
+            hi.append(low + shape[d])
+            strides.append(c_strides[d])
+        else:
+            return None
+    if any(shape[d] != 1 for d in range(len(shape)) if d not in used):  # an axis of the view no source axis feeds
+        return None
+    return tuple(lo), tuple(hi), tuple(strides)
+
+
+class DirectView:
+    """A view of a level's store read through a :class:`DirectReader`, standing in for the TensorStore view.
+
+    It has what the lazy array's read path uses of a TensorStore view: indexing (which composes on
+    the TensorStore view), ``shape``, ``dtype``, and ``read().result()``. A view the reader cannot
+    plan is read through TensorStore (the level's cached store) instead.
+    """
+
+    def __init__(self, view: Any, reader: DirectReader) -> None:
+        self.view = view
+        self.reader = reader
+
+    def __getitem__(self, key: Any) -> DirectView:
+        return DirectView(self.view[key], self.reader)
+
+    @property
+    def shape(self) -> Any:
+        return self.view.shape
+
+    @property
+    def dtype(self) -> Any:
+        return self.view.dtype
+
+    def read(self) -> _Done:
+        data = self.reader.read(self.view)
+        return _Done(data if data is not None else np.asarray(self.view.read().result()))
+
+
+class _Done:
+    """A finished read (what ``TensorStore.read()`` returns, already resolved)."""
+
+    def __init__(self, data: npt.NDArray[Any]) -> None:
+        self._data = data
+
+    def result(self) -> npt.NDArray[Any]:
+        return self._data
