@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import re
+import socket
 import threading
 import time
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
@@ -43,8 +44,10 @@ class RangeServer:
         #: ``(arrived, answered, path, Range header)`` per answered request (``time.monotonic()``); :meth:`waves`.
         self.exchanges: list[tuple[float, float, str, str | None]] = []
         self._gate = gate
+        self._connections: set[socket.socket] = set()  # kept alive: closed by close()
+        self._lock = threading.Lock()
         server = self
-        held_lock = threading.Lock()
+        held_lock = self._lock
 
         class Handler(SimpleHTTPRequestHandler):
             # Connections stay open between requests, as a bucket's and nginx's do: closing each one
@@ -58,6 +61,16 @@ class RangeServer:
 
             def __init__(self, *args, **kwargs):  # type: ignore[no-untyped-def]
                 super().__init__(*args, directory=str(server.root), **kwargs)
+
+            def setup(self) -> None:
+                super().setup()
+                with held_lock:
+                    server._connections.add(self.connection)
+
+            def finish(self) -> None:
+                with held_lock:
+                    server._connections.discard(self.connection)
+                super().finish()
 
             def log_message(self, format, *args):  # type: ignore[no-untyped-def]
                 pass
@@ -161,3 +174,11 @@ class RangeServer:
             self._gate.set()  # release held requests: no handler outlives the server
         self._httpd.shutdown()
         self._httpd.server_close()
+        with self._lock:  # kept-alive connections too: after close() the server answers nothing
+            connections, self._connections = list(self._connections), set()
+        for conn in connections:
+            try:
+                conn.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass  # the client closed it already
+            conn.close()
