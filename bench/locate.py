@@ -14,7 +14,10 @@ renders the table in ``bench/README.md``).
    repeat a case with range coalescing off (``REMOTE_COALESCE_GAP = None``) to show what it trades.
    Servers: Debian's nginx on 127.0.0.1 (a real server, as users read from; ``apt-get install
    nginx-light``), on the volume as TensorStore wrote it and on the same chunks re-sharded by
-   shardscope's writer; then the Python test server (``tests/http_range_server.py``) in its own process.
+   shardscope's writer; then the Python test server (``tests/http_range_server.py``) in its own process,
+   which keeps connections alive as nginx and buckets do (before issue 20's wave work it closed each
+   one, and libcurl then held part of every wave of requests back by a round trip: 8 round trips
+   for an inspect whose dependencies need 3 — ``info``, shard indexes, minishard indexes).
 
 Chunk ids do not depend on the voxel type; the volume is uint8. Defaults everywhere (the shared
 context, the reader's caches); ids are located with warm minishard caches, as a viewer's are.
