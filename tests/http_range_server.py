@@ -6,6 +6,7 @@ exactly as it would against a bucket. Serves a directory on 127.0.0.1, counts re
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import socket
@@ -177,8 +178,6 @@ class RangeServer:
         with self._lock:  # kept-alive connections too: after close() the server answers nothing
             connections, self._connections = list(self._connections), set()
         for conn in connections:
-            try:
+            with contextlib.suppress(OSError):  # the client closed it already
                 conn.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass  # the client closed it already
             conn.close()
