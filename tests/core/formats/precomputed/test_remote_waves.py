@@ -95,3 +95,32 @@ def test_cli_inspect_over_http_matches_local_in_three_waves(served: tuple[Path, 
     assert run(["inspect", str(root / "three"), "--json"]) == 0
     local = json.loads(capsys.readouterr().out)
     assert comparable(remote) == comparable(local)
+
+
+@pytest.mark.parametrize("damage", ["shard index", "minishard index"])
+def test_damaged_index_of_one_scale_fails_remote_inspect_as_local(
+        tmp_path: Path, http_root: tuple[Path, RangeServer], damage: str) -> None:
+    """Every scale's indexes prefetched together: a damaged one still gives local inspect's typed error."""
+    from napari_shardscope.core.errors import IndexDecodeError
+
+    root, server = http_root
+    write_ts_volume(root / "vol", SHARDING_MURMUR_GZIP, size=(90, 77, 41), scales=3)
+    local = open_dataset(root / "vol").inspector()  # type: ignore[attr-defined]
+    reader = local.reader(local.sources[1])  # the middle scale
+    shard = reader.existing_shards()[0]
+    index = reader.shard_index(shard)
+    path = root / "vol" / reader.shard_key(shard)
+    blob = bytearray(path.read_bytes())
+    if damage == "shard index":
+        m = int(index.nonempty_minishards()[0])
+        blob[16 * m : 16 * m + 16] = (1000).to_bytes(8, "little") + (10).to_bytes(8, "little")  # end before start
+    else:
+        start, end = index.minishard_range(int(index.nonempty_minishards()[-1]))
+        blob[start:end] = b"\x1f\x8b" + b"\xff" * (end - start - 2)  # a gzip header, then garbage
+    path.write_bytes(bytes(blob))
+    with pytest.raises(IndexDecodeError) as local_error:
+        open_dataset(root / "vol").inspector().inspect()  # type: ignore[attr-defined]
+    with pytest.raises(IndexDecodeError) as remote_error:
+        open_dataset(server.url + "vol").inspector().inspect()  # type: ignore[attr-defined]
+    assert (remote_error.value.key, remote_error.value.offset) == (local_error.value.key, local_error.value.offset)
+    assert remote_error.value.key is not None and reader.shard_key(shard) in remote_error.value.key
