@@ -14,7 +14,10 @@ renders the table in ``bench/README.md``).
    repeat a case with range coalescing off (``REMOTE_COALESCE_GAP = None``) to show what it trades.
    Servers: Debian's nginx on 127.0.0.1 (a real server, as users read from; ``apt-get install
    nginx-light``), on the volume as TensorStore wrote it and on the same chunks re-sharded by
-   shardscope's writer; then the Python test server (``tests/http_range_server.py``) in its own process.
+   shardscope's writer; then the Python test server (``tests/http_range_server.py``) in its own process,
+   which keeps connections alive as nginx and buckets do (before issue 20's wave work it closed each
+   one, and libcurl then held part of every wave of requests back by a round trip: 8 round trips
+   for an inspect whose dependencies need 3 — ``info``, shard indexes, minishard indexes).
 
 Chunk ids do not depend on the voxel type; the volume is uint8. Defaults everywhere (the shared
 context, the reader's caches); ids are located with warm minishard caches, as a viewer's are.
@@ -361,7 +364,51 @@ def main() -> None:
         http_case(0.0, "inspect over loopback HTTP, Python test server")
         http_case(0.02, "inspect over loopback HTTP, 20 ms per request (a bucket's latency)")
         http_case(0.02, "inspect over loopback HTTP, 20 ms per request, coalescing off", gap=None)
+        pyramid_case(root / "pyramid", args.rounds)
     save(BENCH)
+
+
+def pyramid_case(path: Path, rounds: int) -> None:
+    """A 4-scale pyramid over 20 ms per request: every scale's indexes in the same three waves.
+
+    The peer lists every scale's ``neuroglancer_uint64_sharded`` kvstore with the lists in flight
+    together (TensorStore's best case: one wave). Before issue 20's wave work shardscope inspected
+    scale after scale: 10 dependent waves here instead of 3.
+    """
+    from tests.precomputed_data import SHARDING_MURMUR_GZIP, write_ts_volume
+
+    write_ts_volume(path, SHARDING_MURMUR_GZIP, size=(300, 277, 141), scales=4)
+    scales = parse_info(LocalByteStore(path).read("info") or b"").scales
+    server = ServerProcess(path.parent, 0.02)
+    try:
+        seen: dict[str, list[tuple[int, int]]] = {"ours": [], "ts": []}
+
+        def ours() -> None:
+            server.traffic()
+            summary = open_dataset(server.url + path.name).inspector().inspect()
+            assert sum(sc["chunks"] for sc in summary["scales"]) == sum(sc.num_chunks for sc in scales)
+            seen["ours"].append(server.traffic())
+
+        def peer() -> None:
+            server.traffic()
+            stores = [ts.KvStore.open({"driver": "neuroglancer_uint64_sharded", "metadata": SHARDING_MURMUR_GZIP,
+                                       "base": f"{server.url}{path.name}/{sc.key}/"}).result() for sc in scales]
+            assert sum(len(f.result()) for f in [kv.list() for kv in stores]) == sum(sc.num_chunks for sc in scales)
+            seen["ts"].append(server.traffic())
+
+        pair = paired_rounds(ours, peer, rounds)
+    finally:
+        server.close()
+
+    def median_of(who: str, i: int) -> float:
+        return statistics.median(t[i] for t in seen[who])
+
+    record_pair(BENCH, "inspect over loopback HTTP, 20 ms per request, 4-scale pyramid (all scales)", "-", pair,
+                "TensorStore kvstore list() of every scale, in flight together", 1 / 3,
+                goal_text="ours <= 3x TensorStore (ratio >= 0.33x)",
+                setting=f"requests: ours {median_of('ours', 0):.0f}, TensorStore {median_of('ts', 0):.0f}; "
+                        f"bytes: ours {median_of('ours', 1):.0f}, TensorStore {median_of('ts', 1):.0f}; "
+                        f"Python test server, {remote_limits().concurrency} requests in flight")
 
 
 if __name__ == "__main__":

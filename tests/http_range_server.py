@@ -6,8 +6,10 @@ exactly as it would against a bucket. Serves a directory on 127.0.0.1, counts re
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
+import socket
 import threading
 import time
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
@@ -25,7 +27,9 @@ class RangeServer:
     With ``gate``, every request waits (at most :data:`GATE_WAIT_S`) until the event is set: a host
     that has not answered yet, released by the test. ``self.held`` counts requests waiting at the gate;
     ``self.arrived`` lists the path of every request as it arrives, before the gate (a client that
-    retried a request it gave up on appears twice).
+    retried a request it gave up on appears twice); ``self.arrivals`` adds the time and range, and
+    ``self.exchanges`` the time of the answer, from which :meth:`waves` groups requests into
+    dependent waves.
     With ``delay``, every request is answered ``delay`` seconds late (a remote bucket's latency).
     """
 
@@ -36,20 +40,60 @@ class RangeServer:
         self.bytes_sent = 0
         self.held = 0
         self.arrived: list[str] = []
+        #: ``(time.monotonic(), path, Range header)`` per request as it arrives (before delay and gate).
+        self.arrivals: list[tuple[float, str, str | None]] = []
+        #: ``(arrived, answered, path, Range header)`` per answered request (``time.monotonic()``); :meth:`waves`.
+        self.exchanges: list[tuple[float, float, str, str | None]] = []
         self._gate = gate
+        self._connections: set[socket.socket] = set()  # kept alive: closed by close()
+        self._lock = threading.Lock()
         server = self
-        held_lock = threading.Lock()
+        held_lock = self._lock
 
         class Handler(SimpleHTTPRequestHandler):
+            # Connections stay open between requests, as a bucket's and nginx's do: closing each one
+            # makes every wave of a client's requests open new connections, and libcurl (TensorStore's
+            # HTTP client) then holds some requests back until an earlier answer arrives (an extra
+            # round trip per wave that a real server never causes). Headers and body go out without
+            # Nagle's delay, which on a kept-alive connection stalls each answer by the peer's
+            # delayed ACK (40 ms).
+            protocol_version = "HTTP/1.1"
+            disable_nagle_algorithm = True
+
             def __init__(self, *args, **kwargs):  # type: ignore[no-untyped-def]
                 super().__init__(*args, directory=str(server.root), **kwargs)
+
+            def setup(self) -> None:
+                super().setup()
+                with held_lock:
+                    server._connections.add(self.connection)
+
+            def finish(self) -> None:
+                with held_lock:
+                    server._connections.discard(self.connection)
+                super().finish()
 
             def log_message(self, format, *args):  # type: ignore[no-untyped-def]
                 pass
 
             def do_GET(self) -> None:
+                arrived_at = time.monotonic()
                 with held_lock:
                     server.arrived.append(self.path)
+                    server.arrivals.append((arrived_at, self.path, self.headers.get("Range")))
+                try:
+                    self._answer()
+                finally:
+                    with held_lock:
+                        server.exchanges.append((arrived_at, time.monotonic(), self.path, self.headers.get("Range")))
+
+            def _answer_empty(self, status: int) -> None:
+                # send_error() closes the connection; nginx and buckets keep it open after a 404
+                self.send_response(status)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def _answer(self) -> None:
                 if delay > 0:
                     time.sleep(delay)  # a bucket's round trip (each request on its own thread)
                 if gate is not None and not gate.is_set():
@@ -62,7 +106,7 @@ class RangeServer:
                 server.requests.append((self.path, rng))
                 path = Path(self.translate_path(self.path))
                 if not path.is_file():
-                    self.send_error(404)
+                    self._answer_empty(404)
                     return
                 size = path.stat().st_size
                 if rng is None:
@@ -70,7 +114,7 @@ class RangeServer:
                 else:
                     m = _RANGE.match(rng.strip())
                     if not m:
-                        self.send_error(416)
+                        self._answer_empty(416)
                         return
                     a, b = m.groups()
                     if a == "":
@@ -81,6 +125,7 @@ class RangeServer:
                     if start >= size and size > 0:
                         self.send_response(416)
                         self.send_header("Content-Range", f"bytes */{size}")
+                        self.send_header("Content-Length", "0")  # a kept-alive connection needs the length
                         self.end_headers()
                         return
                     status = 206
@@ -96,6 +141,7 @@ class RangeServer:
                 self.wfile.write(body)
                 server.bytes_sent += len(body)
 
+
         class Server(ThreadingHTTPServer):
             # The default listen backlog of 5 overflows under concurrent clients (TensorStore issues
             # dozens of range requests at once) and the kernel then delays SYNs by a whole second.
@@ -107,8 +153,31 @@ class RangeServer:
         self._thread = threading.Thread(target=self._httpd.serve_forever, daemon=True)
         self._thread.start()
 
+    def waves(self, since: float = 0.0) -> list[tuple[int, str, str | None]]:
+        """``(wave, path, range)`` of each request answered that arrived at ``since`` or later
+        (``time.monotonic()``), in arrival order, waves numbered from 1.
+
+        A request is in wave ``1 + w``, ``w`` the highest wave among the requests answered before it
+        arrived (0 when none was): a client cannot have needed an answer it had not received. With a
+        ``delay`` longer than the client takes to issue one wave, requests issued together are never
+        counted as dependent, so the count is an upper bound of the client's dependent round trips.
+        """
+        out: list[tuple[int, str, str | None]] = []
+        done: list[tuple[float, int]] = []  # (answered at, wave)
+        for arrived_at, answered_at, path, rng in sorted(e for e in self.exchanges if e[0] >= since):
+            wave = 1 + max((w for at, w in done if at <= arrived_at), default=0)
+            out.append((wave, path, rng))
+            done.append((answered_at, wave))
+        return out
+
     def close(self) -> None:
         if self._gate is not None:
             self._gate.set()  # release held requests: no handler outlives the server
         self._httpd.shutdown()
         self._httpd.server_close()
+        with self._lock:  # kept-alive connections too: after close() the server answers nothing
+            connections, self._connections = list(self._connections), set()
+        for conn in connections:
+            with contextlib.suppress(OSError):  # the client closed it already
+                conn.shutdown(socket.SHUT_RDWR)
+            conn.close()

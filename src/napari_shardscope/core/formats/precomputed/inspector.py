@@ -27,6 +27,7 @@ from napari_shardscope.core.errors import (
     FormatError,
     IndexDecodeError,
     MetadataError,
+    ShardscopeError,
     StoreError,
 )
 from napari_shardscope.core.formats.precomputed.chunk_encoding import (
@@ -249,11 +250,50 @@ class PrecomputedInspector:
         result: dict[str, Any] = {"format": "precomputed", "url": self.store.url, "scales": []}
         if self.volume is not None:
             result.update(type=self.volume.type, data_type=self.volume.data_type, num_channels=self.volume.num_channels)
+        self._prefetch_sources(sources)
         for source in sources:
             result["scales"].append(self._inspect_source(source))
         result["bytes_read"] = self.store.stats.bytes_read
         result["requests"] = self.store.stats.requests
         return result
+
+    def _prefetch_sources(self, sources: Sequence[Source]) -> None:
+        """On a remote store, find every sharded scale's shards and load their indexes in two waves of requests.
+
+        Scale by scale, shard probe then minishard indexes, a 5-scale pyramid would cost ten
+        dependent round trips (and a missing shard one more per scale, for the obsolete ``.index``
+        probe). Here every scale's probes go out in one wave and every minishard index (with the
+        ``.index`` probes) in the next (:meth:`ShardedReader.load_shards_with_minishards`), one
+        thread per scale: TensorStore's futures wait without the GIL. Only the first
+        :data:`INSPECT_BATCH` shards of a scale get their minishard indexes (the caches' bound); the
+        rest load in :meth:`_inspect_source`'s batches. Failures are cached by the readers or read
+        again, and :meth:`_inspect_source` raises them with their keys and offsets, as without this.
+        """
+        if self.store.cheap_size:
+            return
+        sharded = [s for s in sources if s.sharding is not None]
+        readers = [self.reader(s) for s in sharded]  # made here: the threads only use them
+
+        def prefetch(job: tuple[Source, ShardedReader]) -> None:
+            source, reader = job
+            assert source.sharding is not None
+            try:
+                try:
+                    shards = reader.existing_shards()
+                except StoreError:  # a store that cannot list: every possible shard is probed
+                    if source.sharding.num_shards > MAX_PROBED_SHARDS:
+                        return
+                    shards = list(range(source.sharding.num_shards))
+                reader.load_shards_with_minishards(shards, prefetch=INSPECT_BATCH)
+            except ShardscopeError:
+                return  # raised again, the same way, by _inspect_source
+
+        if len(sharded) == 1:
+            prefetch((sharded[0], readers[0]))
+            return
+        with ThreadPoolExecutor(min(len(sharded), 16)) as pool:
+            for future in [pool.submit(prefetch, job) for job in zip(sharded, readers, strict=True)]:
+                future.result()
 
     def _inspect_source(self, source: Source) -> dict[str, Any]:
         out: dict[str, Any] = {"key": source.name, "kind": source.kind, "directory": source.prefix}

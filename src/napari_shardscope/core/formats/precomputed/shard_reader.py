@@ -276,23 +276,78 @@ class ShardedReader:
         """
         if self.store.cheap_size:
             return
+        self.load_shard_files(shards)
+        wanted_of = self._minishard_requests(shards, minishards)
+        self._store_minishards(wanted_of, read_ranges(self.store, [(f.key, a, b) for f, _, a, b in wanted_of]))
+
+    def load_shards_with_minishards(self, shards: Sequence[int], prefetch: int | None = None) -> list[int]:
+        """The shards among ``shards`` that have a file, found and indexed in two waves of requests.
+
+        :meth:`load_shard_files` followed by :meth:`prefetch_minishards_of` costs three dependent
+        round trips when a shard is missing (its ``.shard`` probe, then the obsolete ``.index``
+        probe, then the minishard indexes). Here the ``.index`` probes of the shards without a
+        ``.shard`` file go out together with the minishard indexes of those that have one, so
+        finding and indexing them takes two. Only the first ``prefetch`` shards found (default:
+        all) get their minishard indexes, keeping a huge directory inside the caches; a split
+        (``.index`` + ``.data``) shard's are left to ordinary loads. Local stores just stat.
+        Everything loaded is cached as :meth:`shard_file`, :meth:`shard_index` and
+        :meth:`minishard_index` cache it, failures included.
+        """
+        if self.store.cheap_size:
+            return [f.shard for f in self.load_shard_files(shards) if f is not None]
+        n = self.spec.shard_index_size
+        todo = [s for s in dict.fromkeys(shards) if not self._files.contains(s)]
+        heads = read_ranges(self.store, [(self.shard_key(s), 0, n) for s in todo])
+        rest: list[int] = []
+        for s, head in zip(todo, heads, strict=True):
+            if head is None:
+                rest.append(s)
+            else:
+                self._files.get_or_load(s, partial(_identity, ShardFile(s, "shard", self.shard_key(s), head=head)))
+        unresolved = set(rest)
+        found = [s for s in dict.fromkeys(shards) if s not in unresolved and self.shard_file(s) is not None]
+        wanted_of = self._minishard_requests(found if prefetch is None else found[:prefetch], None)
+        probes = [(self.shard_key(s, "index"), 0, n) for s in rest]
+        answers = read_ranges(self.store, probes + [(f.key, a, b) for f, _, a, b in wanted_of])
+        for s, head in zip(rest, answers[: len(probes)], strict=True):
+            file = None if head is None else ShardFile(
+                s, "index+data", self.shard_key(s, "index"), self.shard_key(s, "data"), head=head)
+            self._files.get_or_load(s, partial(_identity, file))
+        self._store_minishards(wanted_of, answers[len(probes):])
+        return [f.shard for f in self.load_shard_files(shards) if f is not None]
+
+    def _minishard_requests(self, shards: Sequence[int], minishards: dict[int, Sequence[int]] | None
+                            ) -> list[tuple[ShardFile, int, int, int]]:
+        """``(file, minishard, start, end)`` of each minishard index of ``shards`` not cached yet.
+
+        Shard files must be loaded already. A shard whose index fails to decode, an obsolete split
+        layout, and implausible ranges are left to the ordinary loads, which raise or check them.
+        """
         limit = self.max_minishard_index_bytes()
-        requests: list[tuple[str, int, int]] = []
         wanted_of: list[tuple[ShardFile, int, int, int]] = []  # (file, minishard, start, end) per request
-        for shard, file in zip(shards, self.load_shard_files(shards), strict=True):
-            index = self.shard_index(shard) if file is not None else None
-            if file is None or index is None or file.layout != "shard":
+        for shard in shards:
+            file = self.shard_file(shard)
+            if file is None or file.layout != "shard":
                 continue  # the obsolete split layout is left to ordinary loads
+            try:
+                index = self.shard_index(shard)
+            except FormatError:
+                continue  # cached: raised, with its key and offset, by the load that needs the index
+            if index is None:
+                continue
             wanted = index.nonempty_minishards().tolist() if minishards is None else list(minishards.get(shard, ()))
             for m in wanted:
                 start, end = index.minishard_range(m)
                 # an implausible range is left to the checks of the ordinary load
                 if not self._minishards.contains((shard, m)) and 0 < end - start <= limit:
-                    requests.append((file.key, start, end))
                     wanted_of.append((file, m, start, end))
-        # Each shard's indexes are checked like an ordinary load's, then decoded together.
+        return wanted_of
+
+    def _store_minishards(self, wanted_of: Sequence[tuple[ShardFile, int, int, int]],
+                          answers: Sequence[bytes | None]) -> None:
+        """Check and decode the fetched minishard indexes (each shard's together) into the cache."""
         by_shard: dict[int, list[tuple[ShardFile, int, int, int, bytes]]] = {}
-        for (file, m, start, end), data in zip(wanted_of, read_ranges(self.store, requests), strict=True):
+        for (file, m, start, end), data in zip(wanted_of, answers, strict=True):
             by_shard.setdefault(file.shard, []).append((file, m, start, end, data or b""))
         for shard, items in by_shard.items():
             file = items[0][0]
