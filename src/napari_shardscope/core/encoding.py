@@ -153,6 +153,11 @@ def inflate(
     return _inflate_zlib(data, wbits=wbits, what=what, key=key, offset=offset, max_size=max_size, error=error)
 
 
+#: The first window of input :func:`_inflate_zlib` gives zlib per member (doubled, up to the maximum, as it goes on).
+ZLIB_FIRST_WINDOW = 1 << 10
+ZLIB_MAX_WINDOW = 1 << 20
+
+
 def _inflate_zlib(
     data: bytes,
     *,
@@ -170,28 +175,40 @@ def _inflate_zlib(
     view = memoryview(data)
     while True:
         dec = zlib.decompressobj(wbits=wbits)
-        chunk = view[pos:]
+        # The member's input is fed in windows that start small and double: zlib copies the input left
+        # after a member into ``unused_data``, so feeding the whole rest made many tiny members cost
+        # time quadratic in the input's length; this way a member costs at most twice its own length.
+        fed = pos
+        window = ZLIB_FIRST_WINDOW
         try:
             while True:
+                if dec.unconsumed_tail:
+                    chunk: bytes | memoryview = dec.unconsumed_tail
+                elif fed < len(data):
+                    chunk = view[fed:fed + window]
+                    fed += len(chunk)
+                    window = min(2 * window, ZLIB_MAX_WINDOW)
+                else:
+                    break  # all input given and the stream has not ended: truncated
                 piece = dec.decompress(chunk, max_size + 1 - total)
                 total += len(piece)
                 out.append(piece)
                 if total > max_size:
                     raise error(f"{what} data decodes to more than {max_size} bytes", key=key, offset=offset)
-                if dec.eof or not dec.unconsumed_tail:
+                if dec.eof:
                     break
-                chunk = memoryview(dec.unconsumed_tail)
         except zlib.error as exc:
             zlib_inside = wbits == 31 and _is_zlib_header(view[pos:pos + 2])
             hint = "; the bytes are a zlib stream, not gzip" if zlib_inside else ""
             raise error(f"bad {what} data ({exc}{hint})", key=key, offset=offset) from exc
         if not dec.eof:
             raise error(f"{what} stream of {len(data)} bytes is truncated", key=key, offset=offset)
-        consumed = len(data) - pos - len(dec.unused_data)
+        consumed = fed - pos - len(dec.unused_data)
         pos += consumed
-        if not dec.unused_data or wbits != 31:
-            if dec.unused_data:
-                raise error(f"{len(dec.unused_data)} bytes after the end of the {what} stream", key=key, offset=offset)
+        rest = len(data) - pos  # bytes after this member (fed or not yet)
+        if not rest or wbits != 31:
+            if rest:
+                raise error(f"{rest} bytes after the end of the {what} stream", key=key, offset=offset)
             break
         if consumed == 0:  # pragma: no cover - zlib always consumes a header
             raise error(f"{what} stream makes no progress", key=key, offset=offset)

@@ -63,8 +63,8 @@ def _load() -> Any:
         for name in ("libdeflate_gzip_decompress_ex", "libdeflate_zlib_decompress_ex"):
             fn = getattr(lib, name)
             fn.restype = ctypes.c_int
-            fn.argtypes = [
-                ctypes.c_void_p, ctypes.c_char_p, ctypes.c_size_t, ctypes.c_void_p, ctypes.c_size_t,
+            fn.argtypes = [  # the input is passed as an address: a member's start, not a copy from it on
+                ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p, ctypes.c_size_t,
                 ctypes.POINTER(ctypes.c_size_t), ctypes.POINTER(ctypes.c_size_t),
             ]
         return lib
@@ -99,8 +99,22 @@ def compress(data: bytes | bytearray | memoryview, container: Container, level: 
     return bytes(deflate.zlib_compress(data, level))
 
 
+def _address(src: bytes) -> int:
+    """Where ``src``'s bytes are (no copy; valid while ``src`` is alive).
+
+    Why not ``src[pos:]`` for each member: that copies the rest of the input per member, so input
+    made of many tiny gzip members (damaged or hostile data) cost time quadratic in its length.
+    """
+    address = ctypes.cast(ctypes.c_char_p(src), ctypes.c_void_p).value
+    assert address is not None or not src
+    return address or 0
+
+
 def _size_hint(data: bytes, container: Container, pos: int, max_size: int) -> int:
-    """A first output capacity: the gzip trailer's ISIZE when the input is one member, else a ratio guess.
+    """A first output capacity: the gzip trailer's ISIZE when the input is one member, else a guess.
+
+    After the first member the guess is 64 KiB (grown by doubling as needed), not a multiple of the
+    input left: that multiple, allocated per member, made many tiny members cost quadratic time.
 
     ISIZE is whatever the input says: it is believed only up to what DEFLATE can produce from this
     many bytes, so a 20-byte stream that claims 256 MiB does not make us allocate (and zero) 256 MiB.
@@ -109,7 +123,9 @@ def _size_hint(data: bytes, container: Container, pos: int, max_size: int) -> in
         isize = int.from_bytes(data[-4:], "little")
         if isize <= min(max_size, MAX_DEFLATE_RATIO * len(data)):
             return isize
-    return min(max_size, max(4 * (len(data) - pos), 1 << 12))
+    if pos:
+        return min(max_size, 1 << 16)
+    return min(max_size, max(4 * len(data), 1 << 12))
 
 
 def inflate(data: bytes, container: Container, max_size: int) -> bytes:
@@ -127,6 +143,7 @@ def inflate(data: bytes, container: Container, max_size: int) -> bytes:
     n_in = ctypes.c_size_t()
     n_out = ctypes.c_size_t()
     src = data if isinstance(data, bytes) else bytes(data)
+    base = _address(src)
     while True:
         remaining = len(src) - pos
         if remaining <= 0:
@@ -136,7 +153,7 @@ def inflate(data: bytes, container: Container, max_size: int) -> bytes:
         while True:
             out = bytearray(cap)
             addr = (ctypes.c_char * max(cap, 1)).from_buffer(out) if cap else None
-            res = fn(d, src[pos:] if pos else src, remaining, addr, cap, ctypes.byref(n_in), ctypes.byref(n_out))
+            res = fn(d, base + pos, remaining, addr, cap, ctypes.byref(n_in), ctypes.byref(n_out))
             del addr
             if res == _INSUFFICIENT_SPACE:
                 if cap >= budget:
@@ -170,6 +187,7 @@ def inflate_into(data: bytes, container: Container, address: int, size: int) -> 
     fn = _LIB.libdeflate_gzip_decompress_ex if container == "gzip" else _LIB.libdeflate_zlib_decompress_ex
     d = _decompressor()
     src = data if isinstance(data, bytes) else bytes(data)
+    base = _address(src)
     n_in = ctypes.c_size_t()
     n_out = ctypes.c_size_t()
     total = 0
@@ -178,7 +196,7 @@ def inflate_into(data: bytes, container: Container, address: int, size: int) -> 
         remaining = len(src) - pos
         if remaining <= 0:
             raise InflateError("truncated", f"{container} stream of {len(src)} bytes is truncated")
-        res = fn(d, src[pos:] if pos else src, remaining, address + total, size - total,
+        res = fn(d, base + pos, remaining, address + total, size - total,
                  ctypes.byref(n_in), ctypes.byref(n_out))
         if res == _INSUFFICIENT_SPACE:
             raise InflateError("size", f"{container} data decodes to more than {size} bytes")

@@ -123,3 +123,52 @@ def test_leaving_a_window_drops_its_prefetch_at_once(volume_path: Path) -> None:
     assert not before & set(p._pending) and {k[0] for k in p._pending} <= {63}
     p.wait()
     p.close()
+
+
+def test_chunk_shape_asked_by_two_threads_at_once() -> None:
+    """Two reads finishing together both ask for the chunk depth of a level opened by the first read.
+
+    The second thread is held (a trace function, no timing) right after it saw the chunk function
+    still unset and before it called it, while the first thread asks and clears it: the second must
+    still get the depth, not call ``None``.
+    """
+    import sys
+    import threading
+
+    class Shape:
+        shape = (96, 64, 64)
+
+    p = PlanePrefetcher(Shape(), lambda: (32, 32, 32))
+    first_done = threading.Event()
+    at_call = threading.Event()
+    results: list[object] = []
+
+    lines = [0]
+
+    def hold(frame, event, arg):  # type: ignore[no-untyped-def]
+        if event == "call":
+            return hold if frame.f_code.co_name == "chunk" else None
+        if event == "line":
+            lines[0] += 1
+            if lines[0] == 2:  # the first line after ``if self._chunk_of is not None`` found it set
+                at_call.set()
+                first_done.wait(10)
+        return hold
+
+    def second() -> None:
+        sys.settrace(hold)
+        try:
+            results.append(p.chunk)
+        except Exception as exc:  # the defect: TypeError, 'NoneType' object is not callable
+            results.append(exc)
+        finally:
+            sys.settrace(None)
+
+    thread = threading.Thread(target=second)
+    thread.start()
+    assert at_call.wait(10)
+    assert p.chunk == 32
+    first_done.set()
+    thread.join(10)
+    assert results == [32]
+

@@ -62,6 +62,7 @@ class PlanePrefetcher:
         self.store = store
         self._chunks: tuple[int, ...] | None = None
         self._chunk_of: Callable[[], tuple[int, ...] | None] | None = None
+        self._chunk_lock = threading.Lock()
         if callable(chunk):
             self._chunk_of = chunk
         else:
@@ -77,7 +78,11 @@ class PlanePrefetcher:
     def chunk(self) -> int | None:
         """Planes per chunk layer (``None``: the level has no aligned chunk grid; nothing is prefetched)."""
         if self._chunk_of is not None:  # asked once, after the first read opened the level
-            self._chunks, self._chunk_of = self._chunk_of(), None
+            with self._chunk_lock:  # reads finishing together: one asks, the others wait for its answer
+                chunk_of = self._chunk_of
+                if chunk_of is not None:
+                    self._chunks = chunk_of()
+                    self._chunk_of = None
         return None if not self._chunks else max(1, int(self._chunks[0]))
 
     def bands(self, plane: tuple[Any, ...]) -> list[tuple[Any, ...]]:
