@@ -16,12 +16,22 @@ V = TypeVar("V")
 
 
 class LruCache(Generic[K, V]):
-    """Least-recently-used map of at most ``capacity`` entries, safe to share between threads."""
+    """Least-recently-used map of at most ``capacity`` entries, safe to share between threads.
 
-    def __init__(self, capacity: int) -> None:
+    With ``weigh`` and ``max_weight``, the entries' total weight (say, the rows of the tables kept)
+    is bounded too, so a cache of per-minishard tables stays bounded when a hostile or merely huge
+    dataset has minishards of millions of chunks; the entry just stored is always kept.
+    """
+
+    def __init__(self, capacity: int, *, weigh: Callable[[V], int] | None = None,
+                 max_weight: int | None = None) -> None:
         self.capacity = max(1, capacity)
         self._data: OrderedDict[K, V] = OrderedDict()
         self._lock = threading.Lock()
+        self._weigh = weigh
+        self._max_weight = max_weight
+        self._weights: dict[K, int] = {}
+        self._total = 0
 
     def get_or_load(self, key: K, load: Callable[[], V]) -> V:
         """The cached value of ``key``, or ``load()`` stored and returned (the load runs unlocked)."""
@@ -31,10 +41,7 @@ class LruCache(Generic[K, V]):
                 return self._data[key]
         value = load()
         with self._lock:
-            self._data[key] = value
-            self._data.move_to_end(key)
-            while len(self._data) > self.capacity:
-                self._data.popitem(last=False)
+            self._store(key, value)
         return value
 
     def get(self, key: K) -> V | None:
@@ -48,10 +55,7 @@ class LruCache(Generic[K, V]):
     def put(self, key: K, value: V) -> None:
         """Store ``value`` under ``key``, evicting the least recently used entries over capacity."""
         with self._lock:
-            self._data[key] = value
-            self._data.move_to_end(key)
-            while len(self._data) > self.capacity:
-                self._data.popitem(last=False)
+            self._store(key, value)
 
     def contains(self, key: K) -> bool:
         """Whether ``key`` is cached (without touching its recency)."""
@@ -61,3 +65,25 @@ class LruCache(Generic[K, V]):
     def clear(self) -> None:
         with self._lock:
             self._data.clear()
+            self._weights.clear()
+            self._total = 0
+
+    @property
+    def total_weight(self) -> int:
+        """The summed weight of the entries kept (0 without ``weigh``)."""
+        with self._lock:
+            return self._total
+
+    def _store(self, key: K, value: V) -> None:
+        """Insert under the lock, then evict the oldest entries over the count or the weight bound."""
+        self._total -= self._weights.pop(key, 0)
+        self._data[key] = value
+        self._data.move_to_end(key)
+        if self._weigh is not None:
+            weight = max(0, int(self._weigh(value)))
+            self._weights[key] = weight
+            self._total += weight
+        limit = self._max_weight
+        while len(self._data) > self.capacity or (limit is not None and self._total > limit and len(self._data) > 1):
+            old, _ = self._data.popitem(last=False)
+            self._total -= self._weights.pop(old, 0)

@@ -384,3 +384,24 @@ def test_shard_files_kept_open_are_bounded_and_closed(tmp_path: Path, monkeypatc
     del volume
     gc.collect()
     assert fds == {}  # closed with the store
+
+
+def test_minishard_tables_stay_within_their_entry_budget(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Minishards listing many chunks: the id → range tables kept stay under TABLE_ENTRIES, reads stay exact."""
+    from napari_shardscope.core.formats.precomputed import raw_source
+
+    sharding = {"@type": "neuroglancer_uint64_sharded_v1", "preshift_bits": 0, "hash": "identity",
+                "minishard_bits": 2, "shard_bits": 0, "minishard_index_encoding": "raw", "data_encoding": "gzip"}
+    data = write_volume(tmp_path / "v", size=(64, 64, 32), chunk=(8, 8, 8), offset=(0, 0, 0), dtype="uint16",
+                        channels=1, sharding=sharding)  # 256 chunks in 4 minishards of 64
+    monkeypatch.setattr(raw_source, "TABLE_ENTRIES", 100)  # room for one minishard's table, not two
+    (source,) = fast_sources(tmp_path / "v")
+    assert isinstance(source, RawChunkSource)
+    for gx in range(8):
+        for gy in range(8):
+            for gz in range(4):
+                chunk = source.read_chunk((gx, gy, gz, 0))
+                assert chunk is not None
+                np.testing.assert_array_equal(chunk, data[gx * 8:gx * 8 + 8, gy * 8:gy * 8 + 8, gz * 8:gz * 8 + 8])
+                assert source._tables.total_weight <= 100
+    assert source._tables.total_weight == 64  # exactly the last minishard's table is kept, and weighed

@@ -49,6 +49,9 @@ if TYPE_CHECKING:  # imported with the first sharded read (the dataset's shard r
 
 #: Minishard indexes kept as id → byte-range dicts per scale (the shard reader keeps its own decoded copies).
 TABLE_CACHE = 1024
+#: ... and at most this many chunk entries over all of them (a dict entry costs ~190 bytes: ~50 MiB),
+#: so a dataset whose minishards list millions of chunks cannot grow the tables without bound.
+TABLE_ENTRIES = 1 << 18
 
 
 def fast_path_applies(store: ByteStore | None, scale: ScaleInfo) -> bool:
@@ -88,7 +91,8 @@ class RawChunkSource:
         self._make_reader = reader
         self._reader: ShardedReader | None = None
         self._lock = threading.Lock()
-        self._tables: LruCache[tuple[int, int], dict[int, tuple[int, int]]] = LruCache(TABLE_CACHE)
+        self._tables: LruCache[tuple[int, int], dict[int, tuple[int, int]]] = LruCache(
+            TABLE_CACHE, weigh=len, max_weight=TABLE_ENTRIES)
         self._axis_codes: tuple[npt.NDArray[np.uint64], ...] | None = None
         self._root = store.url.rstrip("/")
 
