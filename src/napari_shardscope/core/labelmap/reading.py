@@ -54,6 +54,7 @@ class BaseSource:
         self.volume = volume
         self.stores = [level.array.store for level in volume.levels]
         self.chunks = [level.array.chunks for level in volume.levels]
+        self.direct = [level.array.direct for level in volume.levels]
 
     def read(self, scale: int, box: Box) -> U64:
         """The base's supervoxel ids in ``box`` of ``scale`` (a new array)."""
@@ -63,6 +64,25 @@ class BaseSource:
             return np.asarray(self.stores[scale][box.slices].read().result(), dtype=np.uint64)
         except Exception as exc:  # TensorStore raises ValueError for every failure kind
             raise error_from_tensorstore(exc, where=self.volume.url) from exc
+
+    def read_uncached(self, scale: int, box: Box) -> U64:
+        """:meth:`read` past the chunk cache, for reads that touch each chunk once (an export).
+
+        Why: a labelmap export read its base through TensorStore (the cache, and for a base this
+        project decodes itself — precomputed's raw scales on local disk — a Python callback on
+        TensorStore's threads per chunk): each chunk was decoded into the cache, copied out and
+        evicted again, with the GIL taken on the way. The level's
+        :class:`~napari_shardscope.core.volumes.direct.DirectReader` decodes straight into the
+        result with the GIL released while it inflates, so an export's workers scale. Levels
+        without one (TensorStore drivers, remote data) are read through :meth:`read`.
+        """
+        reader = self.direct[scale]
+        if reader is None or box.empty:
+            return self.read(scale, box)
+        data = reader.read(self.stores[scale][box.slices])
+        if data is None:  # a view the reader cannot plan (never for a plain box): TensorStore reads it
+            return self.read(scale, box)
+        return np.asarray(data, dtype=np.uint64)
 
     def read_many(self, scale: int, boxes: Sequence[Box], *, ahead: int = 1) -> Iterator[U64]:
         """:meth:`read` of each box, in order, with the reads of the next ``ahead`` boxes already issued.
