@@ -385,7 +385,7 @@ def check_read_once(v: object, scales: int) -> None:
     assert v.read_once((1, 4, 5)).shape == () and int(v.read_once((1, 4, 5))) == v.body_at((1, 4, 5))  # type: ignore[attr-defined]
 
 
-def test_read_once_matches_cached_reads_over_splits_and_merges(dumbbell_lm: Labelmap) -> None:
+def test_read_once_matches_cached_reads_over_splits_and_merges(dumbbell_lm: Labelmap, repo: Repository) -> None:
     """The export read (base decoded directly, overlay pasted, ids mapped) equals the cached lazy read."""
     lm = dumbbell_lm
     assert all(d is not None for d in lm.base.direct)  # raw sharded precomputed on disk: the direct reader
@@ -394,6 +394,13 @@ def test_read_once_matches_cached_reads_over_splits_and_merges(dumbbell_lm: Labe
     assert all(lm.at("main")._state().overlay.has(s) for s in range(3))  # overlay blocks at every scale
     v.merge(5, [out.bodies[2]])
     check_read_once(v, 3)
+    committed = lm.at(repo.commit(v.uuid, "split and merge").uuid)  # its state is kept by read_once
+    check_read_once(committed, 3)
+    head = lm.at(repo.new_version(committed.uuid))
+    head.merge(5, [10])  # the new head changes; the committed version read before does not
+    check_read_once(head, 3)
+    np.testing.assert_array_equal(committed.read_once(), committed.read_bodies())
+    assert not np.array_equal(committed.read_once(), head.read_once())
     with pytest.raises(ArgumentError, match="outside"):
         v.read_once(Box((0, 0, 0), (9, 16, 32)))
 

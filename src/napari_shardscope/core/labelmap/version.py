@@ -125,6 +125,7 @@ class LabelmapVersion:
     def __init__(self, labelmap: LabelmapBackend, uuid: str) -> None:
         self.labelmap = labelmap
         self.uuid = uuid
+        self._committed: VersionState | None = None  # a committed version's state never changes (read_once)
 
     def __repr__(self) -> str:
         v = self.version
@@ -216,7 +217,11 @@ class LabelmapVersion:
         Same values as :meth:`read_bodies` / :meth:`read_supervoxels`.
         """
         box, dropped = self._box(region, scale)
-        state = self._state()
+        state = self._committed
+        if state is None:  # resolving the version per call held the GIL longer than decoding a chunk
+            state = self._state()
+            if state.version.locked:
+                self._committed = state
         with state.lock:
             overlay = state.overlay
         data = self.labelmap.base.read_uncached(scale, box)
