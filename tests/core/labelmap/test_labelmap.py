@@ -369,6 +369,7 @@ def odd_boxes(shape: tuple[int, ...]) -> list[Box]:
     """The whole scale, one voxel, and boxes crossing chunk and overlay-block edges at odd offsets."""
     z, y, x = shape
     boxes = [Box((0, 0, 0), (z, y, x)), Box((z - 1, y - 1, x - 1), (z, y, x))]
+    boxes.append(Box((0, 0, 0), (min(z, 4), min(y, 8), min(x, 16))))  # one whole base chunk: decoded in place
     boxes.append(Box((z // 3, 1, 3), (z, max(2, y - 2), max(4, x - 1))))
     boxes.append(Box((0, y // 2, x // 3), (max(1, z // 2), y, x)))
     return boxes

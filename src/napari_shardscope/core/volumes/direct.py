@@ -118,12 +118,18 @@ class DirectReader:
                     for low, h, s, e in zip(lo, hi, start, extent, strict=True))
         dst = tuple(slice(max(low, s) - low, min(h, s + e) - low)
                     for low, h, s, e in zip(lo, hi, start, extent, strict=True))
+        fill = self.source.fill_value
+        place = target[dst]
+        if place.shape == extent and place.flags.f_contiguous:
+            # the read is this one chunk (an export's box): decode into the result, no scratch copy
+            if not self.source.decode_into(grid, place):
+                place[...] = fill if fill is not None else 0
+            return
         buf = _scratch_array(extent, self.dtype)
         if self.source.decode_into(grid, buf):
-            target[dst] = buf[src]
+            place[...] = buf[src]
         else:
-            fill = self.source.fill_value
-            target[dst] = fill if fill is not None else 0
+            place[...] = fill if fill is not None else 0
 
 
 class BoxReader:
