@@ -26,7 +26,9 @@ import shutil
 import statistics
 import sys
 import tempfile
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import tensorstore as ts
@@ -200,6 +202,28 @@ def bench_labelmap(root: Path, repo: object, uuid: str, rounds: int) -> None:
     record_pair(BENCH, "labelmap version export scaling: 2 workers vs 1", "uint64", pair, "same export, 1 worker",
                 1.8, unit="s", scale=1.0, setting="8+2+1 shards")
     record_ceiling(arrays[0], rounds, "machine ceiling for the labelmap scaling: the same deflate work, 2 threads vs 1")
+    bench_labelmap_reads(v, [a.shape for a in arrays], rounds)
+
+
+def bench_labelmap_reads(v: object, shapes: list[tuple[int, ...]], rounds: int) -> None:
+    """The export's read path alone: every 64³ chunk of every scale on 2 threads, ``read_once`` (base decoded
+    directly, what the export uses) against ``read_bodies`` (the lazy view through TensorStore's virtual_chunked
+    callbacks and cache, what the export used before). Shows the GIL-bound part of the scaling row."""
+    from napari_shardscope.core.labelmap.geometry import Box
+
+    jobs = [(s, Box((z, y, x), (min(z + 64, shape[0]), min(y + 64, shape[1]), min(x + 64, shape[2]))))
+            for s, shape in enumerate(shapes)
+            for z in range(0, shape[0], 64) for y in range(0, shape[1], 64) for x in range(0, shape[2], 64)]
+
+    def read_all(fn: Any) -> None:
+        with ThreadPoolExecutor(2) as pool:
+            list(pool.map(lambda job: fn(job[1], job[0]), jobs))
+
+    pair = paired_rounds(lambda: read_all(v.read_once),  # type: ignore[attr-defined]
+                         lambda: read_all(v.read_bodies), rounds)  # type: ignore[attr-defined]
+    record_pair(BENCH, f"labelmap export read path, {len(jobs)} chunks of 64^3, 2 threads: read_once", "uint64", pair,
+                "read_bodies (lazy virtual_chunked view, cached)", 1.0, unit="s", scale=1.0,
+                setting="bodies of the committed version, all scales")
 
 
 def bench_index(repo: object, rounds: int) -> None:

@@ -360,3 +360,62 @@ def test_a_zarr_v2_segmentation_is_a_labelmap_base(tmp_path: Path, repo: Reposit
     v.merge(11, [12])
     np.testing.assert_array_equal(v.read_bodies(), np.full_like(base, 11))
     np.testing.assert_array_equal(np.asarray(zarr.open(str(tmp_path / "seg.zarr"), mode="r")[:]), base)  # untouched
+
+
+# -- reads past the caches (exports) ----------------------------------------------------------------
+
+
+def odd_boxes(shape: tuple[int, ...]) -> list[Box]:
+    """The whole scale, one voxel, and boxes crossing chunk and overlay-block edges at odd offsets."""
+    z, y, x = shape
+    boxes = [Box((0, 0, 0), (z, y, x)), Box((z - 1, y - 1, x - 1), (z, y, x))]
+    boxes.append(Box((0, 0, 0), (min(z, 4), min(y, 8), min(x, 16))))  # one whole base chunk: decoded in place
+    boxes.append(Box((z // 3, 1, 3), (z, max(2, y - 2), max(4, x - 1))))
+    boxes.append(Box((0, y // 2, x // 3), (max(1, z // 2), y, x)))
+    return boxes
+
+
+def check_read_once(v: object, scales: int) -> None:
+    for scale in range(scales):
+        shape = tuple(np.asarray(v.read_supervoxels(..., scale)).shape)  # type: ignore[attr-defined]
+        for box in odd_boxes(shape):
+            np.testing.assert_array_equal(v.read_once(box, scale),  # type: ignore[attr-defined]
+                                          v.read_bodies(box, scale))  # type: ignore[attr-defined]
+            np.testing.assert_array_equal(v.read_once(box, scale, bodies=False),  # type: ignore[attr-defined]
+                                          v.read_supervoxels(box, scale))  # type: ignore[attr-defined]
+    assert v.read_once((1, 4, 5)).shape == () and int(v.read_once((1, 4, 5))) == v.body_at((1, 4, 5))  # type: ignore[attr-defined]
+
+
+def test_read_once_matches_cached_reads_over_splits_and_merges(dumbbell_lm: Labelmap, repo: Repository) -> None:
+    """The export read (base decoded directly, overlay pasted, ids mapped) equals the cached lazy read."""
+    lm = dumbbell_lm
+    assert all(d is not None for d in lm.base.direct)  # raw sharded precomputed on disk: the direct reader
+    v = lm.at("main")
+    out = v.split_body(10, {1: [[4, 8, 5]], 2: [[4, 8, 25]]})
+    assert all(lm.at("main")._state().overlay.has(s) for s in range(3))  # overlay blocks at every scale
+    v.merge(5, [out.bodies[2]])
+    check_read_once(v, 3)
+    committed = lm.at(repo.commit(v.uuid, "split and merge").uuid)  # its state is kept by read_once
+    check_read_once(committed, 3)
+    head = lm.at(repo.new_version(committed.uuid))
+    head.merge(5, [10])  # the new head changes; the committed version read before does not
+    check_read_once(head, 3)
+    np.testing.assert_array_equal(committed.read_once(), committed.read_bodies())
+    assert not np.array_equal(committed.read_once(), head.read_once())
+    with pytest.raises(ArgumentError, match="outside"):
+        v.read_once(Box((0, 0, 0), (9, 16, 32)))
+
+
+def test_read_once_through_tensorstore_when_no_direct_reader(tmp_path: Path, repo: Repository) -> None:
+    """A base TensorStore's own driver reads (zarr3, uint32) falls back to the store, same values."""
+    data = dumbbell().astype(np.uint32)
+    store = ts.open({"driver": "zarr3", "kvstore": {"driver": "file", "path": str(tmp_path / "z")}},
+                    create=True, dtype=ts.uint32, shape=data.shape,
+                    chunk_layout=ts.ChunkLayout(chunk_shape=[4, 8, 8])).result()
+    store.write(data).result()
+    lm = create_labelmap(repo, "z", tmp_path / "z", build_index=False, block=8, agglomeration={30: 10})
+    assert lm.base.direct == [None]
+    v = lm.at("main")
+    v.split_supervoxel(40, [[2, 13, 20], [2, 13, 21]])
+    check_read_once(v, 1)
+    assert v.read_once(..., bodies=False).dtype == np.uint64

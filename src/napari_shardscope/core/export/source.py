@@ -17,7 +17,7 @@ import numpy.typing as npt
 
 from napari_shardscope.core.errors import ArgumentError
 from napari_shardscope.core.jobs import open_once
-from napari_shardscope.core.labelmap import TYPE_NAME, Labelmap, open_labelmap
+from napari_shardscope.core.labelmap import TYPE_NAME, Labelmap, LabelmapVersion, open_labelmap
 from napari_shardscope.core.versioned import open_repository
 from napari_shardscope.core.volumes import Volume, open_volume
 
@@ -166,10 +166,15 @@ class LabelmapSource:
             ))
         return SourceDescription("segmentation", "uint64", tuple(levels))
 
+    def _version(self) -> LabelmapVersion:
+        """The version's reader, made once per process (resolving the version per chunk cost the GIL)."""
+        lm = self._labelmap()  # first: open_once's lock is not reentrant
+        return open_once(("labelmap-version", self.repository, self.instance, self.version),
+                         lambda: lm.at(self.version))
+
     def read(self, level: int, box: Box) -> npt.NDArray[Any]:
-        v = self._labelmap().at(self.version)
-        data = v.read_supervoxels(box, level) if self.labels == "supervoxels" else v.read_bodies(box, level)
-        return np.asarray(data)
+        # past the chunk caches: an export reads each chunk once (see LabelmapVersion.read_once)
+        return self._version().read_once(box, level, bodies=self.labels == "bodies")
 
     def locations(self) -> tuple[str, ...]:
         """The base segmentation (read for every chunk) and the repository (the labelmap's overlay)."""

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import functools
 import itertools
+import threading
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
@@ -29,6 +30,7 @@ from napari_shardscope.core.labelmap.block_codec import decode_label_block
 from napari_shardscope.core.labelmap.config import LabelmapConfig
 from napari_shardscope.core.labelmap.geometry import Box, Coord
 from napari_shardscope.core.labelmap.keys import block_key
+from napari_shardscope.core.volumes.direct import BoxReader
 from napari_shardscope.core.volumes.lazy import LazyArray
 from napari_shardscope.core.volumes.model import Volume
 
@@ -54,6 +56,9 @@ class BaseSource:
         self.volume = volume
         self.stores = [level.array.store for level in volume.levels]
         self.chunks = [level.array.chunks for level in volume.levels]
+        self.direct = [level.array.direct for level in volume.levels]
+        self._box_readers: dict[int, BoxReader | None] = {}
+        self._box_lock = threading.Lock()
 
     def read(self, scale: int, box: Box) -> U64:
         """The base's supervoxel ids in ``box`` of ``scale`` (a new array)."""
@@ -63,6 +68,30 @@ class BaseSource:
             return np.asarray(self.stores[scale][box.slices].read().result(), dtype=np.uint64)
         except Exception as exc:  # TensorStore raises ValueError for every failure kind
             raise error_from_tensorstore(exc, where=self.volume.url) from exc
+
+    def read_uncached(self, scale: int, box: Box) -> U64:
+        """:meth:`read` past the chunk cache, for reads that touch each chunk once (an export).
+
+        Why: a labelmap export read its base through TensorStore (the cache, and for a base this
+        project decodes itself — precomputed's raw scales on local disk — a Python callback on
+        TensorStore's threads per chunk): each chunk was decoded into the cache, copied out and
+        evicted again, with the GIL taken on the way. The level's
+        :class:`~napari_shardscope.core.volumes.direct.DirectReader` decodes straight into the
+        result with the GIL released while it inflates, so an export's workers scale. Levels
+        without one (TensorStore drivers, remote data) are read through :meth:`read`.
+        """
+        reader = self._box_reader(scale)
+        if reader is None or box.empty:
+            return self.read(scale, box)
+        return np.asarray(reader.read(box.lo, box.hi), dtype=np.uint64)
+
+    def _box_reader(self, scale: int) -> BoxReader | None:
+        """The level's direct box reader (planned on first use), or ``None`` when TensorStore must read it."""
+        with self._box_lock:
+            if scale not in self._box_readers:
+                direct = self.direct[scale]
+                self._box_readers[scale] = None if direct is None else direct.box_reader(self.stores[scale])
+            return self._box_readers[scale]
 
     def read_many(self, scale: int, boxes: Sequence[Box], *, ahead: int = 1) -> Iterator[U64]:
         """:meth:`read` of each box, in order, with the reads of the next ``ahead`` boxes already issued.

@@ -72,7 +72,20 @@ class DirectReader:
         plan = _plan(view, len(self.source.shape))
         if plan is None:
             return None
-        out = np.empty(tuple(int(n) for n in view.shape), dtype=self.dtype)
+        return self._read_plan(tuple(int(n) for n in view.shape), plan)
+
+    def box_reader(self, store: Any) -> BoxReader | None:
+        """A reader of boxes of ``store`` (a zero-origin view of the level's store), or ``None`` if not plain.
+
+        Why: planning a view asks TensorStore for its spec, which costs more (GIL held) than
+        decoding a small chunk; a caller reading many boxes of one store plans the store once.
+        """
+        maps = _axis_maps(store, len(self.source.shape))
+        return None if maps is None else BoxReader(self, maps, tuple(int(n) for n in store.shape))
+
+    def _read_plan(self, shape: tuple[int, ...],
+                   plan: tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]) -> npt.NDArray[Any]:
+        out = np.empty(shape, dtype=self.dtype)
         lo, hi, strides = plan
         if any(h <= low for low, h in zip(lo, hi, strict=True)):
             return out
@@ -105,12 +118,76 @@ class DirectReader:
                     for low, h, s, e in zip(lo, hi, start, extent, strict=True))
         dst = tuple(slice(max(low, s) - low, min(h, s + e) - low)
                     for low, h, s, e in zip(lo, hi, start, extent, strict=True))
+        fill = self.source.fill_value
+        place = target[dst]
+        if place.shape == extent and place.flags.f_contiguous:
+            # the read is this one chunk (an export's box): decode into the result, no scratch copy
+            if not self.source.decode_into(grid, place):
+                place[...] = fill if fill is not None else 0
+            return
         buf = _scratch_array(extent, self.dtype)
         if self.source.decode_into(grid, buf):
-            target[dst] = buf[src]
+            place[...] = buf[src]
         else:
-            fill = self.source.fill_value
-            target[dst] = fill if fill is not None else 0
+            place[...] = fill if fill is not None else 0
+
+
+class BoxReader:
+    """Reads boxes ``[lo, hi)`` of one zero-origin store through a :class:`DirectReader`, planned once."""
+
+    def __init__(self, reader: DirectReader, maps: tuple[tuple[int, int], ...], shape: tuple[int, ...]) -> None:
+        self.reader = reader
+        self.maps = maps  # per source axis: (view dim feeding it or -1 for a constant, offset)
+        self.shape = shape
+
+    def read(self, lo: tuple[int, ...], hi: tuple[int, ...]) -> npt.NDArray[Any]:
+        """The voxels of the box (view order, C-contiguous, a new array); the box must lie in the store."""
+        shape = tuple(h - low for low, h in zip(lo, hi, strict=True))
+        itemsize = self.reader.dtype.itemsize
+        c_strides = [0] * len(shape)
+        step = itemsize
+        for d in range(len(shape) - 1, -1, -1):
+            c_strides[d] = step
+            step *= max(shape[d], 1)
+        src_lo, src_hi, strides = [], [], []
+        for d, offset in self.maps:
+            if d < 0:
+                src_lo.append(offset)
+                src_hi.append(offset + 1)
+                strides.append(0)
+            else:
+                src_lo.append(offset + lo[d])
+                src_hi.append(offset + hi[d])
+                strides.append(c_strides[d])
+        return self.reader._read_plan(shape, (tuple(src_lo), tuple(src_hi), tuple(strides)))
+
+
+def _axis_maps(store: Any, rank: int) -> tuple[tuple[int, int], ...] | None:
+    """How ``store``'s dims feed a rank-``rank`` source: per source axis (view dim or -1, offset); ``None`` unless
+    every map is plain and every view dim not feeding a source axis has extent 1 (see :func:`_plan`)."""
+    try:
+        transform = store.spec().transform
+    except Exception:  # a view TensorStore cannot describe
+        return None
+    if transform is None or transform.output_rank != rank:
+        return None
+    if any(int(m) != 0 for m in store.domain.inclusive_min):
+        return None
+    maps: list[tuple[int, int]] = []
+    used: set[int] = set()
+    for m in transform.output:
+        method = str(m.method)
+        if method.endswith("constant"):
+            maps.append((-1, int(m.offset)))
+        elif method.endswith("single_input_dimension") and int(m.stride) == 1 and int(m.input_dimension) not in used:
+            used.add(int(m.input_dimension))
+            maps.append((int(m.input_dimension), int(m.offset)))
+        else:
+            return None
+    shape = [int(n) for n in store.shape]
+    if any(shape[d] != 1 for d in range(len(shape)) if d not in used):
+        return None
+    return tuple(maps)
 
 
 def _plan(view: Any, rank: int) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]] | None:

@@ -170,6 +170,11 @@ class LazyArray:
         return self.size * self._dtype.itemsize
 
     @property
+    def direct(self) -> DirectReader | None:
+        """The uncached reader of this level when its format decodes it here (see :mod:`.direct`), else ``None``."""
+        return self._direct
+
+    @property
     def chunks(self) -> tuple[int, ...] | None:
         """The read-chunk shape (the smallest unit TensorStore reads), or ``None`` if unaligned.
 
