@@ -330,7 +330,9 @@ class PrecomputedInspector:
 
         def load_batch(batch: list[int]) -> list[tuple[ShardFile | None, ShardIndex | None]]:
             if self.store.cheap_size:
-                return list(pool.map(load, batch))
+                loaded = list(pool.map(load, batch))
+                reader.prefetch_minishards_of(batch)  # each shard file resolved and opened once
+                return loaded
             # Remote: the batch's shard files and every minishard index with requests in flight together.
             reader.prefetch_minishards_of(batch)
             return [load(shard) for shard in batch]
