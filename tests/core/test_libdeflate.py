@@ -266,3 +266,23 @@ def test_many_tiny_members_through_zlib_agree_with_libdeflate(tail: bytes) -> No
         gunzip(data, key="k", offset=0, max_size=1 << 20)
     with pytest.raises(ChunkDecodeError, match=r"^k: bad gzip data"):
         gunzip_into(data, np.zeros(len(payload), dtype=np.uint8), key="k", offset=0)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.binary(max_size=400), st.integers(-3, 3), st.integers(0, 500), st.integers(0, 2))
+def test_one_member_fast_path_agrees_with_zlib(data: bytes, isize_shift: int, max_size: int, members: int) -> None:
+    """One call sized by the trailer: a lying ISIZE, a cap at or below the size, or more members
+    all decode or fail exactly as zlib does (the fast path hands anything unexpected to the loop)."""
+    member = bytearray(gzip.compress(data, mtime=0))
+    member[-4:] = ((len(data) + isize_shift) % (1 << 32)).to_bytes(4, "little")
+    stream = bytes(member) * max(members, 1) + (b"\x00" if members == 0 else b"")
+    try:
+        expected: bytes | str = _inflate_zlib(stream, wbits=31, what="x", key="k", offset=0,
+                                              max_size=max_size, error=ChunkDecodeError)
+    except ChunkDecodeError as exc:
+        expected = str(exc)
+    try:
+        got: bytes | str = inflate(stream, wbits=31, what="x", key="k", offset=0, max_size=max_size)
+    except ChunkDecodeError as exc:
+        got = str(exc)
+    assert got == expected

@@ -135,6 +135,10 @@ def inflate(data: bytes, container: Container, max_size: int) -> bytes:
     longer than ``max_size``. The output buffer starts at the size the trailer announces and grows
     only as far as ``max_size``.
     """
+    if container == "gzip" and type(data) is bytes and len(data) >= 18:
+        whole = _inflate_one_member(data, max_size)
+        if whole is not None:
+            return whole
     fn = _LIB.libdeflate_gzip_decompress_ex if container == "gzip" else _LIB.libdeflate_zlib_decompress_ex
     d = _decompressor()
     parts: list[bytes] = []
@@ -208,3 +212,26 @@ def inflate_into(data: bytes, container: Container, address: int, size: int) -> 
             return total
         if container != "gzip":
             raise InflateError("trailing", f"{len(src) - pos} bytes after the end of the {container} stream")
+
+
+def _inflate_one_member(src: bytes, max_size: int) -> bytes | None:
+    """``src`` inflated in one call when it is one gzip member whose trailer size is right, else ``None``.
+
+    Why: a shard's minishard indexes are hundreds of tiny gzip members, and the general loop's
+    per-call ctypes set-up (an array type over the output, the input's address, the size guess)
+    cost more than inflating one. Here the output is exactly the trailer's ISIZE (believed only as
+    far as :func:`inflate` believes it) and anything unexpected — more members, a wrong ISIZE, bad
+    data — answers ``None`` so the general loop decodes it and raises its errors.
+    """
+    isize = int.from_bytes(src[-4:], "little")
+    if not 0 < isize <= min(max_size, MAX_DEFLATE_RATIO * len(src)):
+        return None
+    out = bytearray(isize)
+    n_in = ctypes.c_size_t()
+    n_out = ctypes.c_size_t()
+    dst = ctypes.addressof(ctypes.c_char.from_buffer(out))
+    res = _LIB.libdeflate_gzip_decompress_ex(_decompressor(), src, len(src), dst, isize,
+                                             ctypes.byref(n_in), ctypes.byref(n_out))
+    if res != _SUCCESS or n_in.value != len(src) or n_out.value != isize:
+        return None
+    return bytes(out)

@@ -8,9 +8,11 @@ import stat
 import tempfile
 import threading
 import weakref
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import Literal
 
+from napari_shardscope.core.bytestore.coalesce import read_coalesced
 from napari_shardscope.core.bytestore.containment import (
     check_key,
     check_resolved_inside,
@@ -18,7 +20,7 @@ from napari_shardscope.core.bytestore.containment import (
     follow_symlinks_enabled,
 )
 from napari_shardscope.core.bytestore.oserrors import storage_fault
-from napari_shardscope.core.bytestore.protocol import ReadStats
+from napari_shardscope.core.bytestore.protocol import LOCAL_COALESCE_SPAN, ReadStats
 from napari_shardscope.core.errors import ArgumentError, NotARegularFileError, StoreError
 
 #: The name prefix of the temporary file an atomic write renames into place. Never a key: listings skip it.
@@ -139,6 +141,51 @@ class LocalByteStore:
             os.close(fd)
         self._stats.add(len(data))
         return data
+
+    def read_ranges(self, requests: Sequence[tuple[str, int, int]],
+                    max_gap: int | Literal["store"] | None = "store") -> list[bytes | None]:
+        """:meth:`read_range` of each ``(key, start, end)``, each file resolved, checked and opened once.
+
+        Why: reading a shard's minishard indexes one ``read_range`` at a time resolves the same
+        path (two ``realpath`` calls, a dozen ``lstat``) and opens the file once per index — most
+        of a local ``inspect``. The containment and regular-file checks are those of
+        :meth:`read_range`, done once per distinct key of the batch; the answers are the same.
+        Ranges at most ``max_gap`` bytes apart are read as one when an int is given.
+        """
+        if max_gap == "store" or max_gap is None:
+            return self._read_grouped(requests)
+        return read_coalesced(self._read_grouped, requests, max_gap, LOCAL_COALESCE_SPAN)
+
+    def _read_grouped(self, requests: Sequence[tuple[str, int, int]]) -> list[bytes | None]:
+        positions: dict[str, list[int]] = {}
+        for i, (key, start, end) in enumerate(requests):
+            if start < 0 or end < start:
+                raise ArgumentError(f"byte range [{start}, {end}) of {key!r} is not a valid range")
+            positions.setdefault(key, []).append(i)
+        out: list[bytes | None] = [None] * len(requests)
+        for key, where in positions.items():
+            fd, owned = self._batch_fd(key)
+            if fd is None:
+                continue
+            start = 0
+            try:
+                size = os.fstat(fd).st_size
+                for i in where:
+                    _, start, end = requests[i]
+                    stop = min(end, size)  # pread allocates the count asked for: clamp to the file
+                    data = os.pread(fd, stop - start, start) if stop > start else b""
+                    self._stats.add(len(data))
+                    out[i] = data
+            except OSError as exc:
+                raise StoreError(f"{self._path(key)}: {exc.strerror or exc} at byte {start}") from exc
+            finally:
+                if owned:
+                    os.close(fd)
+        return out
+
+    def _batch_fd(self, key: str) -> tuple[int | None, bool]:
+        """A descriptor of ``key`` for one batch of reads and whether the batch closes it."""
+        return self._open_regular(key), True
 
     def read_suffix(self, key: str, length: int) -> bytes | None:
         fd = self._open_regular(key)
@@ -335,6 +382,14 @@ class KeptOpenLocalStore(LocalByteStore):
             raise StoreError(f"{self._path(key)}: {exc.strerror or exc} at byte {start}") from exc
         self._stats.add(len(data))
         return data
+
+    def _batch_fd(self, key: str) -> tuple[int | None, bool]:
+        fd = self._fds.get(key)
+        if fd is None:
+            fd = self._keep(key)
+        if fd is not None:
+            return fd, False
+        return super()._batch_fd(key)  # no room, or no such file
 
     def _keep(self, key: str) -> int | None:
         """A kept descriptor of ``key``, opened now; ``None`` when the budget is spent or the file is missing."""

@@ -134,6 +134,10 @@ class DirectChunkSource(ChunkSource, Protocol):
     cached read, a reused per-thread buffer on an uncached one — skips the allocation and copy of a
     decoded chunk per read. The volumes layer uses :meth:`decode_into` on both paths
     (:mod:`napari_shardscope.core.volumes.direct`).
+
+    A source may also offer ``prepare_chunks(grids)``: called once before the chunks of an
+    uncached read are decoded on the pool, it loads what they share (a sharded scale's minishard
+    indexes) in one batch, and raises nothing (damage is raised by the decode that meets it).
     """
 
     def decode_into(self, grid: tuple[int, ...], out: npt.NDArray[Any]) -> bool:

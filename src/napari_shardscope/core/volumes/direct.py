@@ -101,6 +101,9 @@ class DirectReader:
         if len(grids) == 1:
             self._fill(grids[0], lo, hi, target)
             return out
+        prepare = getattr(self.source, "prepare_chunks", None)
+        if prepare is not None:  # optional: a sharded source loads the indexes the chunks need in one batch
+            prepare(grids)
         pool = _decode_pool()
         futures: list[Future[None]] = [pool.submit(self._fill, g, lo, hi, target) for g in grids]
         error: BaseException | None = None

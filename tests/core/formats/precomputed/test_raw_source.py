@@ -405,3 +405,39 @@ def test_minishard_tables_stay_within_their_entry_budget(tmp_path: Path, monkeyp
                 np.testing.assert_array_equal(chunk, data[gx * 8:gx * 8 + 8, gy * 8:gy * 8 + 8, gz * 8:gz * 8 + 8])
                 assert source._tables.total_weight <= 100
     assert source._tables.total_weight == 64  # exactly the last minishard's table is kept, and weighed
+
+
+def test_prepared_tables_read_as_before_and_damage_is_raised_by_the_decode(tmp_path: Path) -> None:
+    """A multi-chunk uncached read loads its minishard tables in one batch first (``prepare_chunks``):
+    the voxels are TensorStore's, and a damaged minishard index is still a typed error naming the
+    shard file and the index's offset, raised by the read, not swallowed by the batch."""
+    written = write_volume(tmp_path / "v", size=(64, 64, 16), chunk=(8, 8, 4), offset=(0, 0, 0), dtype="uint8",
+                           channels=1, sharding=SHARDINGS["murmur-gzip"])
+    expected = presented(written)
+    np.testing.assert_array_equal(open_volume(tmp_path / "v").levels[0].array.read(), expected)
+    source = fast_sources(tmp_path / "v")[0]
+    grids = [(x, y, 0) for x in range(8) for y in range(8)]
+    pairs = [(s, m) for s in range(4) for m in range(4)]
+    assert not any(source._tables.contains(p) for p in pairs)
+    source.prepare_chunks(grids)
+    assert sum(source._tables.contains(p) for p in pairs) > 1  # loaded before any chunk is decoded
+    out = np.empty((8, 8, 4, 1), dtype=np.uint8, order="F")
+    assert source.decode_into((3, 5, 0), out)
+    np.testing.assert_array_equal(out, written[24:32, 40:48, 0:4, :])
+
+    shard = sorted((tmp_path / "v").rglob("*.shard"))[0]
+    blob = bytearray(shard.read_bytes())
+    ranges = [struct.unpack_from("<QQ", blob, 16 * m) for m in range(4)]  # after the 64-byte shard index
+    lo, hi = next(r for r in ranges if r[1] - r[0] > 18)  # a non-empty minishard index
+    start = 16 * 4 + lo
+    blob[start + 10 : start + hi - lo - 8] = b"\xff" * (hi - lo - 18)  # the deflate body, header and trailer kept
+    shard.write_bytes(bytes(blob))
+    # the source reports the index's IndexDecodeError as the read's ChunkDecodeError, key and offset kept
+    with pytest.raises(ChunkDecodeError, match=rf"{shard}: bad gzip data .* at byte {start}$"):
+        open_volume(tmp_path / "v").levels[0].array.read()
+    with pytest.raises(ChunkDecodeError, match=rf"{shard}: bad gzip data .* at byte {start}$"):
+        fresh = fast_sources(tmp_path / "v")[0]
+        every = [(x, y, z) for x in range(8) for y in range(8) for z in range(4)]
+        fresh.prepare_chunks(every)  # raises nothing: the error is cached ...
+        for grid in every:  # ... and raised by the decode that meets it
+            fresh.decode_into(grid, out)

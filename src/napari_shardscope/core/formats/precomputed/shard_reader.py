@@ -270,11 +270,13 @@ class ShardedReader:
 
         On a remote store each range read is a round trip: all of them are issued together
         (:func:`~napari_shardscope.core.bytestore.read_ranges`), and index ranges of one shard close
-        enough together come as one request (the store's coalescing gap). Local stores leave each
-        load to the lookup that needs it (a local read costs no round trip). Indexes already cached
-        are skipped; failures are cached like any load's.
+        enough together come as one request (the store's coalescing gap). A local store that
+        reads a batch with each file resolved and opened once (``read_ranges``, as
+        :class:`~napari_shardscope.core.bytestore.local.LocalByteStore` does) reads them the same
+        way; other local stores leave each load to the lookup that needs it. Indexes already
+        cached are skipped; failures are cached like any load's.
         """
-        if self.store.cheap_size:
+        if self.store.cheap_size and getattr(self.store, "read_ranges", None) is None:
             return
         self.load_shard_files(shards)
         wanted_of = self._minishard_requests(shards, minishards)
