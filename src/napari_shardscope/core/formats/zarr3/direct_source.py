@@ -17,8 +17,8 @@ restricts to ``bytes`` [+ ``crc32c``], at either end). Everything else (``transp
 Chunks are located by the array's :class:`~.reader.Zarr3ArrayReader` (the one shard-index parser,
 its cache and its checks). The guarantees are its and the decoder's: a damaged index (too short,
 half-empty entries, ranges past the end of the file) or a ``crc32c`` mismatch is a
-:class:`ChunkDecodeError` (a :class:`ChecksumError` for the checksum) naming the shard file and
-offset; a chunk whose bytes do not decode to exactly its size is a :class:`ChunkDecodeError`
+:class:`ChunkDecodeError` naming the shard file and offset (what TensorStore's driver reports,
+and what the project's voxel readers raise for every damaged chunk); a chunk whose bytes do not decode to exactly its size is a :class:`ChunkDecodeError`
 naming the file and the chunk's offset; inflating stops at the chunk's size (a gzip bomb costs no
 more); a missing inner chunk or shard file reads as the fill value.
 
@@ -146,9 +146,7 @@ class Zarr3ChunkSource:
         try:
             loc = self.reader.locate_inner_chunk(grid)
             data = self.reader.read_inner_chunk_bytes(loc)
-        except ChecksumError as exc:  # keep its type; name the shard file by its full URL
-            raise ChecksumError(exc.message, key=self._where(exc.key), offset=exc.offset) from exc
-        except IndexDecodeError as exc:  # the chunk cannot be read: to a voxel reader, a chunk error (as TensorStore's)
+        except (IndexDecodeError, ChecksumError) as exc:  # to a voxel reader, a chunk error (as TensorStore's)
             raise ChunkDecodeError(exc.message, key=self._where(exc.key), offset=exc.offset) from exc
         if data is None:
             return False
