@@ -18,9 +18,10 @@ Chunks are located by the array's :class:`~.reader.Zarr3ArrayReader` (the one sh
 its cache and its checks). The guarantees are its and the decoder's: a damaged index (too short,
 half-empty entries, ranges past the end of the file) or a ``crc32c`` mismatch is a
 :class:`ChunkDecodeError` naming the shard file and offset (what TensorStore's driver reports,
-and what the project's voxel readers raise for every damaged chunk); a chunk whose bytes do not decode to exactly its size is a :class:`ChunkDecodeError`
-naming the file and the chunk's offset; inflating stops at the chunk's size (a gzip bomb costs no
-more); a missing inner chunk or shard file reads as the fill value.
+and what the project's voxel readers raise for every damaged chunk); a chunk whose bytes do not
+decode to exactly its size is a :class:`ChunkDecodeError` naming the file and the chunk's offset;
+inflating stops at the chunk's size (a gzip bomb costs no more); a missing inner chunk or shard
+file reads as the fill value.
 
 Zarr chunks are C-ordered in the array's axis order, and an edge chunk is stored whole (padded):
 a chunk reaching past the array's far edge is decoded into a whole-chunk buffer and its inside
