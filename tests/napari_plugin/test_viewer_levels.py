@@ -62,14 +62,14 @@ def test_z_steps_in_the_viewer_find_the_next_chunk_layer_cached(make_napari_view
 
 
 def test_a_level_that_cannot_open_is_drawn_empty_then_recovers(make_napari_viewer: Any, tmp_path: Path) -> None:
-    # a level TensorStore's driver opens (precomputed's local raw scales are decoded here from the info
-    # parsed at open_volume, so their levels open without reading metadata again)
-    from tests.volume_cases import write_zarr3_array
+    # a level TensorStore's driver opens (precomputed's local raw scales and plain local zarr v3 arrays
+    # are decoded here from the metadata parsed at open_volume, so their levels open without reading it again)
+    from tests.volume_cases import write_zarr2_array
 
-    root = write_zarr3_array(tmp_path).path
+    root = write_zarr2_array(tmp_path).path
     vol = open_volume(root, context=make_context(64 << 20))
-    info = (root / "zarr.json").read_bytes()
-    (root / "zarr.json").unlink()  # the level's TensorStore open now fails
+    info = (root / ".zarray").read_bytes()
+    (root / ".zarray").unlink()  # the level's TensorStore open now fails
     viewer = make_napari_viewer()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -77,7 +77,7 @@ def test_a_level_that_cannot_open_is_drawn_empty_then_recovers(make_napari_viewe
     reports = [str(w.message) for w in caught if issubclass(w.category, DamagedChunkWarning)]
     assert reports and all("drawn as background" in r for r in reports)
     assert not np.asarray(layer._slice.image.raw).any() and not vol.levels[0].array.is_open
-    (root / "zarr.json").write_bytes(info)
+    (root / ".zarray").write_bytes(info)
     layer.refresh()
     expected = np.asarray(open_volume(root).levels[0].array[int(viewer.dims.current_step[0])])
     np.testing.assert_array_equal(np.asarray(layer._slice.image.raw), expected)

@@ -407,9 +407,11 @@ def test_read_once_matches_cached_reads_over_splits_and_merges(dumbbell_lm: Labe
 
 
 def test_read_once_through_tensorstore_when_no_direct_reader(tmp_path: Path, repo: Repository) -> None:
-    """A base TensorStore's own driver reads (zarr3, uint32) falls back to the store, same values."""
+    """A base TensorStore's own driver reads (zarr3 zstd, uint32) falls back to the store, same values."""
     data = dumbbell().astype(np.uint32)
-    store = ts.open({"driver": "zarr3", "kvstore": {"driver": "file", "path": str(tmp_path / "z")}},
+    store = ts.open({"driver": "zarr3", "kvstore": {"driver": "file", "path": str(tmp_path / "z")},
+                     "metadata": {"codecs": [{"name": "bytes", "configuration": {"endian": "little"}},
+                                             {"name": "zstd"}]}},
                     create=True, dtype=ts.uint32, shape=data.shape,
                     chunk_layout=ts.ChunkLayout(chunk_shape=[4, 8, 8])).result()
     store.write(data).result()

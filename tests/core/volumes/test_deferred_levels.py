@@ -77,21 +77,21 @@ def test_a_level_opens_once_whatever_the_threads(sample: SampleDataset) -> None:
 
 
 def test_a_level_that_fails_to_open_raises_a_typed_error_on_first_read_and_recovers(tmp_path: Path) -> None:
-    # a level TensorStore's driver opens (precomputed's local raw scales are decoded here from the info
-    # parsed at open_volume, so their levels open without reading metadata again)
-    from tests.volume_cases import write_zarr3_array
+    # a level TensorStore's driver opens (precomputed's local raw scales and plain local zarr v3 arrays
+    # are decoded here from the metadata parsed at open_volume, so their levels open without reading it again)
+    from tests.volume_cases import write_zarr2_array
 
-    root = write_zarr3_array(tmp_path).path
-    vol = open_volume(root, context=make_context(64 << 20))  # the metadata parse reads zarr.json here
-    info = (root / "zarr.json").read_bytes()
-    (root / "zarr.json").unlink()  # now TensorStore's open of the level fails
+    root = write_zarr2_array(tmp_path).path
+    vol = open_volume(root, context=make_context(64 << 20))  # the metadata parse reads .zarray here
+    info = (root / ".zarray").read_bytes()
+    (root / ".zarray").unlink()  # now TensorStore's open of the level fails
     array = vol.levels[0].array
     with pytest.raises(ShardscopeError) as caught:
         np.asarray(array[3])
     view_error = caught.value
     assert isinstance(view_error, NotFoundError) and str(root) in str(view_error)
     assert not array.is_open  # a failed open is not remembered...
-    (root / "zarr.json").write_bytes(info)
+    (root / ".zarray").write_bytes(info)
     np.testing.assert_array_equal(np.asarray(array[3]), np.asarray(open_volume(root).levels[0].array[3]))
     assert array.is_open  # ...so the next read opens it
 

@@ -140,6 +140,11 @@ class DirectChunkSource(ChunkSource, Protocol):
     indexes) in one batch, and raises nothing (damage is raised by the decode that meets it).
     """
 
+    #: How a chunk's bytes are laid out: ``"F"`` first axis fastest (precomputed's x, y, z, c),
+    #: ``"C"`` last axis fastest (zarr's). Buffers handed to :meth:`decode_into` are laid out so,
+    #: so a chunk decodes into them with no copy.
+    memory_order: Literal["C", "F"]
+
     def decode_into(self, grid: tuple[int, ...], out: npt.NDArray[Any]) -> bool:
         """Decode the chunk at ``grid`` into ``out`` (its extent in the source's order, any memory layout).
 

@@ -22,7 +22,7 @@ import itertools
 import os
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import numpy.typing as npt
@@ -52,15 +52,16 @@ def _decode_pool() -> ThreadPoolExecutor:
 KEEP_SCRATCH_BYTES = 32 << 20
 
 
-def _scratch_array(shape: tuple[int, ...], dtype: np.dtype[Any]) -> npt.NDArray[Any]:
-    """A decode buffer as an F-ordered ``shape`` array: this thread's reused one, or a fresh one for a huge chunk."""
+def _scratch_array(shape: tuple[int, ...], dtype: np.dtype[Any], order: Literal["C", "F"]) -> npt.NDArray[Any]:
+    """A decode buffer as a ``shape`` array laid out in ``order`` (the source's): this thread's reused one,
+    or a fresh one for a huge chunk."""
     nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
     if nbytes > KEEP_SCRATCH_BYTES:
-        return np.empty(shape, dtype=dtype, order="F")
+        return np.empty(shape, dtype=dtype, order=order)
     buf: npt.NDArray[np.uint8] | None = getattr(_scratch, "buf", None)
     if buf is None or buf.nbytes < nbytes:
         buf = _scratch.buf = np.empty(max(nbytes, 1), dtype=np.uint8)
-    return buf[:nbytes].view(dtype).reshape(shape, order="F")
+    return buf[:nbytes].view(dtype).reshape(shape, order=order)
 
 
 class DirectReader:
@@ -126,12 +127,14 @@ class DirectReader:
                     for low, h, s, e in zip(lo, hi, start, extent, strict=True))
         fill = self.source.fill_value
         place = target[dst]
-        if place.shape == extent and place.flags.f_contiguous:
+        order = self.source.memory_order
+        laid_out = place.flags.f_contiguous if order == "F" else place.flags.c_contiguous
+        if place.shape == extent and laid_out:
             # the read is this one chunk (an export's box): decode into the result, no scratch copy
             if not self.source.decode_into(grid, place):
                 place[...] = fill if fill is not None else 0
             return
-        buf = _scratch_array(extent, self.dtype)
+        buf = _scratch_array(extent, self.dtype, order)
         if self.source.decode_into(grid, buf):
             place[...] = buf[src]
         else:

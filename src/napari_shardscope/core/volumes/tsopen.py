@@ -63,8 +63,9 @@ def open_chunk_source(source: ChunkSource, context: Any, *, where: str) -> Any:
     One call of the read function fills one chunk-aligned request; the result is cached like any
     driver's chunk (the source is immutable while open). A
     :class:`~napari_shardscope.core.formats.volume_spec.DirectChunkSource` decodes straight into
-    TensorStore's chunk buffer, which is laid out first-axis-fastest (``inner_order`` reversed) so
-    that a precomputed chunk's bytes land in it as stored; any other source's
+    TensorStore's chunk buffer, which is laid out in the source's ``memory_order`` (first axis
+    fastest for precomputed, ``inner_order`` reversed; last axis fastest for zarr) so that a
+    chunk's bytes land in it as stored; any other source's
     :meth:`~ChunkSource.read_chunk` result is copied in. A chunk the source does not store reads
     as its fill value; a decoded chunk smaller than its place in the array (a damaged or foreign
     writer's edge block) is a :class:`ChunkDecodeError` naming ``where``.
@@ -83,7 +84,9 @@ def open_chunk_source(source: ChunkSource, context: Any, *, where: str) -> Any:
             if not direct.decode_into(grid, array):
                 array[...] = blank
 
-        layout = ts.ChunkLayout(read_chunk_shape=chunk_shape, inner_order=list(range(len(chunk_shape)))[::-1])
+        axes = list(range(len(chunk_shape)))
+        layout = ts.ChunkLayout(read_chunk_shape=chunk_shape,
+                                inner_order=axes[::-1] if source.memory_order == "F" else axes)
         return ts.virtual_chunked(read_into, dtype=source.dtype, shape=source.shape, chunk_layout=layout,
                                   context=context)
 

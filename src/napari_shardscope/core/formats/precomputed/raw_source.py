@@ -33,7 +33,7 @@ import math
 import threading
 from collections.abc import Callable, Sequence
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 import numpy.typing as npt
@@ -81,6 +81,8 @@ class RawChunkSource:
         For a sharded scale, a function giving its :class:`ShardedReader` (called once, on the first
         read: opening a volume reads no index).
     """
+
+    memory_order: Literal["C", "F"] = "F"
 
     def __init__(self, store: ByteStore, info: PrecomputedInfo, scale: ScaleInfo,
                  reader: Callable[[], ShardedReader] | None = None) -> None:

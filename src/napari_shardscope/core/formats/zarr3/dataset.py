@@ -62,7 +62,7 @@ class Zarr3Dataset(DatasetBase):
 
         node = self.node
         if isinstance(node, ArrayMetadata):
-            return [array_volume_spec(self.location, node, self.document, kind=kind)]
+            return [array_volume_spec(self.location, node, self.document, kind=kind, store=self.store)]
         ome = node.ome
         if "multiscales" in ome:
             specs = [self._image_spec(kind=kind)]
@@ -81,7 +81,7 @@ class Zarr3Dataset(DatasetBase):
             raise MetadataError("an OME-Zarr image must be a group, this is an array", key=self.metadata_url)
         ms = node.multiscale
         arrays = {path: self.array_metadata(path) for path in ms.paths}
-        return ome_volume_spec(self.location, ms, arrays, node.ome, kind=kind, name=name)
+        return ome_volume_spec(self.location, ms, arrays, node.ome, kind=kind, name=name, store=self.store)
 
     def _label_specs(self, prefix: str) -> list[VolumeSpec]:
         """The label images listed by the ``labels`` group at ``prefix`` (``""``: this group); none without one."""

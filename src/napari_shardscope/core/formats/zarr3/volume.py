@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from napari_shardscope.core.bytestore import Location, check_level_tree
+from napari_shardscope.core.bytestore import ByteStore, Location, check_level_tree
 from napari_shardscope.core.formats.ome import (
     OmeMultiscale,
     channel_axis_by_name,
@@ -39,6 +39,7 @@ from napari_shardscope.core.formats.volume_spec import (
     reader_order,
 )
 from napari_shardscope.core.formats.zarr3.codecs import check_codec_names
+from napari_shardscope.core.formats.zarr3.direct_source import zarr3_chunk_source
 from napari_shardscope.core.formats.zarr3.metadata import ArrayMetadata, max_chunk_file_bytes
 
 
@@ -56,15 +57,18 @@ def array_placement(meta: ArrayMetadata, key: str = "") -> VolumePlacement:
 
 
 def array_volume_spec(location: Location, meta: ArrayMetadata, document: Mapping[str, Any], *,
-                      kind: Kind | None = None) -> VolumeSpec:
-    """A single zarr v3 array as a one-scale volume (``document``: its raw ``zarr.json``)."""
+                      kind: Kind | None = None, store: ByteStore | None = None) -> VolumeSpec:
+    """A single zarr v3 array as a one-scale volume (``document``: its raw ``zarr.json``).
+
+    ``store`` (rooted at ``location``) serves an array we decode faster than TensorStore's driver
+    (:func:`~.direct_source.zarr3_chunk_source`)."""
     check_codec_names(meta.codecs, key=f"{location.url.rstrip('/')}/zarr.json")
     placement = array_placement(meta)
     volume_kind: Kind = kind or ("segmentation" if is_label_array(meta.attributes) else guess_kind(meta.dtype))
     # TensorStore reads the chunks below: no FIFO, no link out, no file larger than the spec allows
     check_level_tree(location, "", max_file_bytes=max_chunk_file_bytes(meta))
     level = LevelSpec.of(placement.levels[0], {"driver": "zarr3", "kvstore": location.kvstore},
-                         ArrayTransform(order=reader_order(array_axes(meta))))
+                         ArrayTransform(order=reader_order(array_axes(meta))), zarr3_chunk_source(store, "", meta))
     return VolumeSpec(
         url=location.url, name=location.name, format="zarr3", kind=volume_kind, axes=placement.axes, unit=None,
         levels=(level,), contrast_limits=image_contrast_limits(volume_kind, meta.dtype),
@@ -74,11 +78,13 @@ def array_volume_spec(location: Location, meta: ArrayMetadata, document: Mapping
 
 
 def ome_volume_spec(location: Location, ms: OmeMultiscale, arrays: Mapping[str, ArrayMetadata],
-                    ome: Mapping[str, Any], *, kind: Kind | None = None, name: str | None = None) -> VolumeSpec:
+                    ome: Mapping[str, Any], *, kind: Kind | None = None, name: str | None = None,
+                    store: ByteStore | None = None) -> VolumeSpec:
     """One OME-Zarr multiscale image or label image at ``location``.
 
     ``arrays`` maps each dataset path to its parsed ``zarr.json``; ``ome`` is the group's OME
-    metadata (kept as the volume's metadata).
+    metadata (kept as the volume's metadata); ``store`` (rooted at ``location``) serves the arrays
+    we decode faster than TensorStore's driver (:func:`~.direct_source.zarr3_chunk_source`).
     """
     key = f"{location.url.rstrip('/')}/zarr.json"
     for path, meta in arrays.items():
@@ -87,7 +93,7 @@ def ome_volume_spec(location: Location, ms: OmeMultiscale, arrays: Mapping[str, 
     for path, meta in arrays.items():  # TensorStore reads <group>/<path>/…: keep it inside the group
         check_level_tree(location, path, max_file_bytes=max_chunk_file_bytes(meta))
     levels = tuple(LevelSpec.of(level, {"driver": "zarr3", "kvstore": location.child(level.key).kvstore},
-                                ArrayTransform(order=ms.order))
+                                ArrayTransform(order=ms.order), zarr3_chunk_source(store, level.key, arrays[level.key]))
                    for level in placement.levels)
     volume_kind: Kind = kind or ("segmentation" if ms.is_label else "image")
     dtype = arrays[ms.datasets[0].path].dtype
