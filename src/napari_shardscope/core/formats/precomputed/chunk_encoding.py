@@ -187,20 +187,15 @@ def gzipped_layout(root: str | None, scale: ScaleInfo) -> bool:
     return False
 
 
-@dataclass(frozen=True)
-class PrecomputedChunkSource:
-    """One precomputed scale's chunks decoded here (:mod:`module docstring <.chunk_encoding>` says when).
+class ScaleChunkGeometry:
+    """The array a precomputed scale's chunk source presents: ``(x, y, z, channel)`` from 0, fill 0.
 
-    A :class:`~napari_shardscope.core.formats.volume_spec.ChunkSource` shaped ``(x, y, z, channel)``
-    from 0, like the array TensorStore's driver opens (translated to 0), so the scale's transform
-    presents it the same way. ``read_sharded`` reads one chunk's bytes of a sharded scale (the
-    inspector's shard reader, data encoding undone).
+    Shared by every source of a scale's chunks (this module's and the raw fast path's), so they
+    cannot disagree with each other or with the array TensorStore's driver opens.
     """
 
-    store: ByteStore
     info: PrecomputedInfo
     scale: ScaleInfo
-    read_sharded: Any = field(default=None, compare=False)
 
     @property
     def shape(self) -> tuple[int, ...]:
@@ -217,6 +212,23 @@ class PrecomputedChunkSource:
     @property
     def fill_value(self) -> Any:
         return 0
+
+
+@dataclass(frozen=True)
+class PrecomputedChunkSource(ScaleChunkGeometry):
+    """One precomputed scale's chunks decoded here (:mod:`module docstring <.chunk_encoding>` says when).
+
+    A :class:`~napari_shardscope.core.formats.volume_spec.ChunkSource` shaped ``(x, y, z, channel)``
+    from 0, like the array TensorStore's driver opens (translated to 0), so the scale's transform
+    presents it the same way. ``read_sharded`` reads one chunk's bytes of a sharded scale (the
+    inspector's shard reader, data encoding undone).
+    """
+
+    store: ByteStore
+    info: PrecomputedInfo
+    scale: ScaleInfo
+    read_sharded: Any = field(default=None, compare=False)
+
 
     def read_chunk(self, grid: tuple[int, ...]) -> npt.NDArray[Any] | None:
         position = (grid[0], grid[1], grid[2])

@@ -42,6 +42,7 @@ from napari_shardscope.core.bytestore import ByteStore
 from napari_shardscope.core.cache import LruCache
 from napari_shardscope.core.encoding import gunzip_into
 from napari_shardscope.core.errors import ArgumentError, ChunkDecodeError, FormatError, IndexDecodeError
+from napari_shardscope.core.formats.precomputed.chunk_encoding import ScaleChunkGeometry
 from napari_shardscope.core.formats.precomputed.info import PrecomputedInfo, ScaleInfo
 from napari_shardscope.core.formats.precomputed.morton import encode_morton
 
@@ -65,7 +66,7 @@ def fast_path_applies(store: ByteStore | None, scale: ScaleInfo) -> bool:
     return sharding is None or sharding.data_encoding in ("gzip", "raw")
 
 
-class RawChunkSource:
+class RawChunkSource(ScaleChunkGeometry):
     """One raw-encoded precomputed scale's chunks, decoded here (a :class:`~..volume_spec.DirectChunkSource`).
 
     Shaped ``(x, y, z, channel)`` from 0, like the array TensorStore's driver opens (translated to
@@ -100,22 +101,6 @@ class RawChunkSource:
         self._root = store.url.rstrip("/")
 
     # -- ChunkSource --------------------------------------------------------------------------
-    @property
-    def shape(self) -> tuple[int, ...]:
-        return (*self.scale.size, self.info.num_channels)
-
-    @property
-    def dtype(self) -> np.dtype[Any]:
-        return self.info.dtype
-
-    @property
-    def chunk_shape(self) -> tuple[int, ...]:
-        return (*self.scale.chunk_size, self.info.num_channels)
-
-    @property
-    def fill_value(self) -> Any:
-        return 0
-
     def read_chunk(self, grid: tuple[int, ...]) -> npt.NDArray[Any] | None:
         out = np.empty(self.extent(grid), dtype=self.dtype, order="F")
         return out if self.decode_into(grid, out) else None
