@@ -457,13 +457,7 @@ def _bulk_view(view: Any, direct: DirectReader | None = None) -> Any:
         from napari_shardscope.core.volumes.direct import DirectView
 
         return DirectView(view, direct)
-    try:
-        import tensorstore as ts
-
-        spec = view.spec(retain_context=False)
-        return ts.open(spec, read=True, context=_uncached_context()).result()
-    except Exception:  # virtual views and drivers that cannot reopen: the cached path is still right
-        return view
+    return _reopen_uncached(view) or view  # a view that cannot reopen: the cached path is still right
 
 
 def _uncached_context() -> Any:
