@@ -66,3 +66,26 @@ def write_ts_volume(
         store[...] = data
         out.append(data[..., 0])
     return out
+
+
+def garble_minishard_index(path: Path, index: Any, minishard: int) -> int:
+    """Overwrite ``minishard``'s index in the shard file ``path`` with a gzip header then garbage; its start offset."""
+    start, end = index.minishard_range(minishard)
+    blob = bytearray(path.read_bytes())
+    blob[start:end] = b"\x1f\x8b" + b"\xff" * (end - start - 2)
+    path.write_bytes(bytes(blob))
+    return int(start)
+
+
+def inspect_errors(local: Any, remote: str) -> tuple[Any, Any]:
+    """The IndexDecodeError that inspect raises on the local dataset and on its remote URL (each must raise)."""
+    import pytest
+
+    from napari_shardscope.core.errors import IndexDecodeError
+    from napari_shardscope.core.formats import open_dataset
+
+    with pytest.raises(IndexDecodeError) as local_error:
+        open_dataset(local).inspector().inspect()  # type: ignore[attr-defined]
+    with pytest.raises(IndexDecodeError) as remote_error:
+        open_dataset(remote).inspector().inspect()  # type: ignore[attr-defined]
+    return local_error.value, remote_error.value

@@ -18,7 +18,7 @@ from napari_shardscope.core.bytestore import LocalByteStore, open_store, read_ra
 from napari_shardscope.core.formats import open_dataset
 from napari_shardscope.core.formats.precomputed.sharding import parse_sharding_spec
 from tests.http_range_server import RangeServer
-from tests.precomputed_data import SHARDING_MURMUR_GZIP, write_ts_volume
+from tests.precomputed_data import SHARDING_MURMUR_GZIP, garble_minishard_index, inspect_errors, write_ts_volume
 
 WAIT_S = 30.0
 
@@ -183,23 +183,14 @@ def test_own_shards_keep_minishard_indexes_together_one_request_each(
 def test_a_damaged_minishard_index_fails_remote_inspect_as_it_fails_local(
         tmp_path: Path, http_root: tuple[Path, RangeServer]) -> None:
     """Coalesced and decoded together, one damaged index still gives the typed error a local inspect gives."""
-    from napari_shardscope.core.errors import IndexDecodeError
-
     root, server = http_root
     write_ts_volume(root / "vol", SHARDING_MURMUR_GZIP, scales=1)
     local = open_dataset(root / "vol").inspector()  # type: ignore[attr-defined]
     reader = local.reader(local.sources[0])
     shard = reader.existing_shards()[0]
     index = reader.shard_index(shard)
-    m = int(index.nonempty_minishards()[-1])
-    start, end = index.minishard_range(m)
-    path = root / "vol" / reader.shard_key(shard)
-    blob = bytearray(path.read_bytes())
-    blob[start:end] = b"\x1f\x8b" + b"\xff" * (end - start - 2)  # a gzip header, then garbage
-    path.write_bytes(bytes(blob))
-    with pytest.raises(IndexDecodeError) as local_error:
-        open_dataset(root / "vol").inspector().inspect()  # type: ignore[attr-defined]
-    with pytest.raises(IndexDecodeError) as remote_error:
-        open_dataset(server.url + "vol").inspector().inspect()  # type: ignore[attr-defined]
-    assert (remote_error.value.key, remote_error.value.offset) == (local_error.value.key, local_error.value.offset)
-    assert remote_error.value.offset == start
+    start = garble_minishard_index(root / "vol" / reader.shard_key(shard), index,
+                                   int(index.nonempty_minishards()[-1]))
+    local_error, remote_error = inspect_errors(root / "vol", server.url + "vol")
+    assert (remote_error.key, remote_error.offset) == (local_error.key, local_error.offset)
+    assert remote_error.offset == start

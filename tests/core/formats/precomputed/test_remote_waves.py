@@ -21,7 +21,7 @@ import pytest
 from napari_shardscope.core.cli import run
 from napari_shardscope.core.formats import open_dataset
 from tests.http_range_server import RangeServer
-from tests.precomputed_data import SHARDING_MURMUR_GZIP, write_ts_volume
+from tests.precomputed_data import SHARDING_MURMUR_GZIP, garble_minishard_index, inspect_errors, write_ts_volume
 
 DELAY_S = 0.2
 #: ``info`` (+ other formats' documents), shard indexes, minishard indexes.
@@ -101,8 +101,6 @@ def test_cli_inspect_over_http_matches_local_in_three_waves(served: tuple[Path, 
 def test_damaged_index_of_one_scale_fails_remote_inspect_as_local(
         tmp_path: Path, http_root: tuple[Path, RangeServer], damage: str) -> None:
     """Every scale's indexes prefetched together: a damaged one still gives local inspect's typed error."""
-    from napari_shardscope.core.errors import IndexDecodeError
-
     root, server = http_root
     write_ts_volume(root / "vol", SHARDING_MURMUR_GZIP, size=(90, 77, 41), scales=3)
     local = open_dataset(root / "vol").inspector()  # type: ignore[attr-defined]
@@ -110,17 +108,13 @@ def test_damaged_index_of_one_scale_fails_remote_inspect_as_local(
     shard = reader.existing_shards()[0]
     index = reader.shard_index(shard)
     path = root / "vol" / reader.shard_key(shard)
-    blob = bytearray(path.read_bytes())
     if damage == "shard index":
+        blob = bytearray(path.read_bytes())
         m = int(index.nonempty_minishards()[0])
         blob[16 * m : 16 * m + 16] = (1000).to_bytes(8, "little") + (10).to_bytes(8, "little")  # end before start
+        path.write_bytes(bytes(blob))
     else:
-        start, end = index.minishard_range(int(index.nonempty_minishards()[-1]))
-        blob[start:end] = b"\x1f\x8b" + b"\xff" * (end - start - 2)  # a gzip header, then garbage
-    path.write_bytes(bytes(blob))
-    with pytest.raises(IndexDecodeError) as local_error:
-        open_dataset(root / "vol").inspector().inspect()  # type: ignore[attr-defined]
-    with pytest.raises(IndexDecodeError) as remote_error:
-        open_dataset(server.url + "vol").inspector().inspect()  # type: ignore[attr-defined]
-    assert (remote_error.value.key, remote_error.value.offset) == (local_error.value.key, local_error.value.offset)
-    assert remote_error.value.key is not None and reader.shard_key(shard) in remote_error.value.key
+        garble_minishard_index(path, index, int(index.nonempty_minishards()[-1]))
+    local_error, remote_error = inspect_errors(root / "vol", server.url + "vol")
+    assert (remote_error.key, remote_error.offset) == (local_error.key, local_error.offset)
+    assert remote_error.key is not None and reader.shard_key(shard) in remote_error.key
