@@ -286,3 +286,48 @@ def test_one_member_fast_path_agrees_with_zlib(data: bytes, isize_shift: int, ma
     except ChunkDecodeError as exc:
         got = str(exc)
     assert got == expected
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.binary(max_size=300), st.integers(0, 400), st.sampled_from([15, 31]), st.integers(0, 250))
+def test_inflate_into_agrees_with_the_zlib_reference(data: bytes, cut: int, wbits: int, size: int) -> None:
+    """The one door for decoding into place: zlib's output or zlib's error (message and member offset)."""
+    from napari_shardscope.core.encoding import inflate_into
+
+    good = gzip.compress(b"shardscope" * 20, mtime=0) if wbits == 31 else zlib.compress(b"shardscope" * 20)
+    for candidate in (data, good[:cut], good + data[:3], good + good[:cut], good[:cut] + data):
+        try:
+            expected: bytes | str = _inflate_zlib(candidate, wbits=wbits, what="x", key="k", offset=5,
+                                                  max_size=size, error=ChunkDecodeError)
+        except ChunkDecodeError as exc:
+            expected = str(exc)
+        buf = np.full(size + 8, 0xAB, dtype=np.uint8)
+        try:
+            n = inflate_into(candidate, buf.ctypes.data, size, wbits=wbits, what="x", key="k", offset=5)
+            got: bytes | str = buf[:n].tobytes()
+        except ChunkDecodeError as exc:
+            got = str(exc)
+        assert got == expected
+        assert (buf[size:] == 0xAB).all()  # nothing written past the room given
+
+
+def test_errors_name_the_damaged_member() -> None:
+    one = gzip.compress(b"a" * 500, mtime=0)
+    bad = bytearray(one)
+    bad[3] = 0xE0  # reserved FLG bits
+    with pytest.raises(ChunkDecodeError, match=rf"bad gzip data .* at byte {100 + 2 * len(one)}$"):
+        gunzip(one + one + bytes(bad), key="k", offset=100)
+    with pytest.raises(ChunkDecodeError, match=rf"truncated at byte {100 + len(one)}$"):
+        gunzip(one + one[:-3], key="k", offset=100)
+    empty = zlib.compress(b"")
+    with pytest.raises(ChunkDecodeError, match=rf"2 bytes after the end of the zlib stream at byte {7 + len(empty)}$"):
+        inflate(empty + b"zz", key="k", offset=7)
+
+
+@settings(max_examples=100, deadline=None)
+@given(payloads, st.integers(0, 9))
+def test_raw_deflate_and_crc32_match_zlib(data: bytes, level: int) -> None:
+    from napari_shardscope.core.encoding import crc32, deflate_compress
+
+    assert zlib.decompress(deflate_compress(data, level), -15) == data
+    assert crc32(data) == zlib.crc32(data)
