@@ -339,13 +339,13 @@ _DECODERS: dict[str, Decoder] = {
 # -- encoding ----------------------------------------------------------------------------------
 
 
-def encode_payload(data: bytes, compression: Compression, itemsize: int = 1) -> bytes:
+def encode_payload(data: bytes | memoryview, compression: Compression, itemsize: int = 1) -> bytes:
     """Compress a block's data as ``compression`` says (the inverse of :func:`decode_payload`).
 
     Parameters
     ----------
     data
-        The block's elements, big-endian, x fastest.
+        The block's elements, big-endian, x fastest (bytes, or a byte view of them).
     compression
         The dataset's compression.
     itemsize
@@ -373,7 +373,7 @@ def encode_payload(data: bytes, compression: Compression, itemsize: int = 1) -> 
     raise ArgumentError(f"cannot encode N5 compression {kind!r}")
 
 
-def encode_java_gzip(data: bytes, level: int = -1) -> bytes:
+def encode_java_gzip(data: bytes | memoryview, level: int = -1) -> bytes:
     """One gzip member framed as Java's ``GZIPOutputStream`` frames it: fixed header, deflate, CRC32, size.
 
     ``level`` is N5's (-1 = :data:`DEFAULT_DEFLATE_LEVEL`); the DEFLATE stream is libdeflate's.
@@ -388,7 +388,7 @@ def deflate_level(level: int) -> int:
     return DEFAULT_DEFLATE_LEVEL if level == -1 else level
 
 
-def _encode_blosc(data: bytes, compression: Compression, itemsize: int) -> bytes:
+def _encode_blosc(data: bytes | memoryview, compression: Compression, itemsize: int) -> bytes:
     import numpy as np
     from numcodecs import Blosc
 
