@@ -176,6 +176,8 @@ def inflate(
 
     libdeflate decodes (several times faster than zlib, GIL released); anything it refuses is
     decoded again by zlib, so errors and their messages are zlib's and the two never disagree.
+    A damaged, truncated or extra member is named by where it starts (``offset`` plus its position
+    in ``data``); output past ``max_size`` by ``offset``.
     """
     if libdeflate.available() and wbits in (15, 31):
         try:
