@@ -76,6 +76,8 @@ def test_our_blocks_decode_with_zlib_and_numcodecs(data: bytes, level: int, use_
         assert gzip.decompress(stored) == data
         assert bytes(GZip(level=max(level, 0)).decode(stored)) == data  # zarr-python 2's N5Store codec
     assert decode_payload(stored, comp, len(data)) == data
+    theirs = (Zlib if use_zlib else GZip)(level=max(level, 0)).encode(data)  # and the other way
+    assert decode_payload(bytes(theirs), comp, len(data), key="k", offset=16) == data
 
 
 @settings(max_examples=120, deadline=None)
