@@ -331,3 +331,16 @@ def test_raw_deflate_and_crc32_match_zlib(data: bytes, level: int) -> None:
 
     assert zlib.decompress(deflate_compress(data, level), -15) == data
     assert crc32(data) == zlib.crc32(data)
+
+
+def test_inflate_into_through_zlib_writes_in_place() -> None:
+    """The zlib path (libdeflate missing, or a raw stream it is not asked to decode) writes into place too."""
+    from napari_shardscope.core.encoding import deflate_compress, inflate_into
+
+    data = bytes(range(256)) * 40
+    buf = np.full(len(data) + 4, 0xAB, dtype=np.uint8)
+    assert inflate_into(deflate_compress(data, 6), buf.ctypes.data, len(data), wbits=-15, what="deflate") == len(data)
+    assert buf[:len(data)].tobytes() == data and (buf[len(data):] == 0xAB).all()
+    assert inflate_into(deflate_compress(b"", 6), buf.ctypes.data, 0, wbits=-15, what="deflate") == 0
+    with pytest.raises(ChunkDecodeError, match="more than 100 bytes"):
+        inflate_into(deflate_compress(data, 6), buf.ctypes.data, 100, wbits=-15, what="deflate")

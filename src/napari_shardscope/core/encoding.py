@@ -153,9 +153,10 @@ def inflate_into(data: bytes, address: int, size: int, *, wbits: int = 15, what:
         except libdeflate.InflateError:
             pass  # bad data or more than ``size`` bytes: zlib below says which, in the project's words
     decoded = _inflate_zlib(data, wbits=wbits, what=what, key=key, offset=offset, max_size=size, error=error)
-    import ctypes
+    if decoded:
+        import ctypes
 
-    ctypes.memmove(address, decoded, len(decoded))
+        ctypes.memmove(address, decoded, len(decoded))
     return len(decoded)
 
 
