@@ -10,7 +10,7 @@ labels), 64³ blocks, compression ``{"type": "gzip"}`` with N5's default level -
 * write: every block through :func:`~napari_shardscope.core.formats.n5.block.write_block` on a
   thread pool of one worker per CPU (libdeflate releases the GIL), against TensorStore's
   ``store[...] = array`` with its default context (a fresh dataset each time). The output-size ratio
-  is recorded too (libdeflate at level 6 against zlib at level 6).
+  is recorded too (zlib level 6, which our encoder writes as libdeflate level 7, the level of the same size).
 * read: the volume read whole through the viewer's path for N5 data TensorStore cannot read
   (``open_chunk_source`` over :class:`~napari_shardscope.core.formats.n5.volume.N5ChunkSource`:
   TensorStore's ``virtual_chunked`` calling our block decoder) against TensorStore's ``n5`` driver,
@@ -50,7 +50,7 @@ from napari_shardscope.core.volumes.tsopen import open_chunk_source
 BENCH = "n5_gzip"
 BLOCK = 64
 #: N5's defaults (level -1 = zlib's 6, gzip not zlib framing), then level 9 (where libdeflate and zlib
-#: compress labels to the same size; at 6 libdeflate's labels come out larger, see the size rows).
+#: compress labels to the same size at the same number; 6 is written as libdeflate 7, see encoding).
 LEVELS = (-1, 9)
 
 

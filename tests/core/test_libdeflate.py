@@ -344,3 +344,22 @@ def test_inflate_into_through_zlib_writes_in_place() -> None:
     assert inflate_into(deflate_compress(b"", 6), buf.ctypes.data, 0, wbits=-15, what="deflate") == 0
     with pytest.raises(ChunkDecodeError, match="more than 100 bytes"):
         inflate_into(deflate_compress(data, 6), buf.ctypes.data, 100, wbits=-15, what="deflate")
+
+
+def test_each_zlib_level_gives_zlib_sized_output_on_real_labels() -> None:
+    """A level means zlib's: on a real segmentation (igneous' pinky cutout, 64³ blocks) our output at
+    every level 1-9 is at most 5% larger than zlib's at that level (libdeflate's own 6 was 17% larger)."""
+    import tensorstore as ts
+
+    path = (Path(__file__).resolve().parents[2] / ".." / "shared" / "realdata" / "igneous_pinky_sharded").resolve()
+    store = ts.open({"driver": "neuroglancer_precomputed", "scale_index": 0,
+                     "kvstore": {"driver": "file", "path": str(path) + "/"}}).result()
+    labels = np.asarray(store.read().result())
+    blocks = [np.ascontiguousarray(labels[x:x + 64, y:y + 64, z:z + 64]).tobytes()
+              for x in range(0, labels.shape[0], 64) for y in range(0, labels.shape[1], 64)
+              for z in range(0, labels.shape[2], 64)]
+    for level in range(1, 10):
+        ours = sum(len(gzip_compress(b, level)) for b in blocks)
+        theirs = sum(len(zlib.compress(b, level)) for b in blocks)
+        assert ours <= 1.05 * theirs, (level, ours / theirs)
+    assert all(gunzip(gzip_compress(b, 6), max_size=len(b)) == b for b in blocks[:4])

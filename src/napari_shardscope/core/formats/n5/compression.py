@@ -9,9 +9,9 @@ error instead of exhausting memory, and a stream that decodes to the wrong size 
 
 Encoders exist for every type so tests and writers can produce blocks; ``gzip`` is written with the
 header Java's ``GZIPOutputStream`` writes (no mtime, ``XFL`` 0, ``OS`` 0) around a DEFLATE stream
-from libdeflate, which compresses two to three times faster than zlib at the same level, to about
-the same size (within 1% on images, and on labels at level 9; labels at the default level 6 come out
-~1.3x zlib's: ``bench/n5_gzip.py``). The bytes therefore differ from Java's or TensorStore's (zlib's); every
+from libdeflate at the level that matches zlib's output size for the level asked
+(:data:`~napari_shardscope.core.encoding.LIBDEFLATE_LEVEL_FOR_ZLIB`: the default 6 is libdeflate's 7),
+faster than zlib (``bench/n5_gzip.py``). The bytes therefore differ from Java's or TensorStore's (zlib's); every
 reader (n5-java, TensorStore, zarr-python/numcodecs, z5) decodes them, which the tests check.
 
 gzip and zlib go through :mod:`napari_shardscope.core.encoding` both ways, the one door to
