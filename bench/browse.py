@@ -352,17 +352,21 @@ def add_multiscale(viewer: Any, who: str, paths: dict[str, Path]) -> Any:
 
     from napari_shardscope.core.bytestore.context import default_cache_bytes
     from napari_shardscope.core.volumes import make_context, open_volume
-    from napari_shardscope.napari_plugin.viewer import add_volumes
+    from napari_shardscope.napari_plugin.layers import volume_layer_data
 
     viewer.layers.clear()
     viewer._layer_slicer._force_sync = True
     volume = open_volume(paths["segmentation"], context=make_context(default_cache_bytes()))
     if who.startswith("ours"):
-        (layer,) = add_volumes(viewer, [volume])
-        if who == "ours-no-coarser":
-            for shown in layer.data:
+        from napari.layers import Layer
+
+        data, kwargs, layer_type = volume_layer_data(volume)  # what add_volumes adds
+        if who == "ours-no-coarser":  # cut before the layer's first read
+            for shown in data:
                 if shown.inner.prefetcher is not None:
                     shown.inner.prefetcher.coarser = None
+        layer = Layer.create(data, kwargs, layer_type)
+        viewer.add_layer(layer)
         return layer
     stores = [ts.open({"driver": "neuroglancer_precomputed", "scale_index": i,
                        "kvstore": {"driver": "file", "path": str(paths["segmentation"]) + "/"}}).result()[..., 0].T
