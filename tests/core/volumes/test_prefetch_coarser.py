@@ -128,3 +128,24 @@ def test_a_coarser_window_the_view_left_is_cancelled_and_one_is_read_once(pyrami
         p.wait()
     assert p.coarser_reads == reads
     p.close()
+
+
+def test_a_zoom_to_another_level_cancels_the_prefetches_of_the_level_left(pyramid: Path) -> None:
+    vol = open_volume(pyramid, context=make_context(256 << 20))
+    levels = [lv.array.with_prefetch() for lv in vol.levels]
+    link_coarser([a.prefetcher for a in levels])
+    fine, mid, coarsest = (a.prefetcher for a in levels)
+    assert fine is not None and mid is not None and coarsest is not None
+    np.asarray(levels[0][40, :, :])  # the view at the finest level: its neighbours and a coarser window queued
+    assert fine._pending
+    np.asarray(levels[2][10, :, :])  # napari's thumbnail read of the coarsest level leaves them alone
+    assert fine._pending
+    np.asarray(levels[1][20, :, :])  # zoomed out: the finest level's prefetches are left behind at once
+    assert not fine._pending
+    fine.wait()
+    mid.wait()
+    # none ran to the end: each band waits for a pause first (one plane at most, were this thread stalled for long)
+    assert fine.reads <= 1 and fine.coarser_reads == 0
+    assert mid.reads >= 1  # the level shown now prefetches as before
+    for p in (fine, mid, coarsest):
+        p.close()

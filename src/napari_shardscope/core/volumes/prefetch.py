@@ -23,7 +23,9 @@ same worker, pacing and cancellation, the coarser level's plane napari would sho
 one (``round(z / factor)``, as napari picks it) over the window a zoom-out by the level factor shows:
 the current view's centre, the same number of pixels, clipped to the level and widened to its chunk
 grid. Only the *next* coarser level, one window at a time: bounded work for one zoom step, and a
-window the view has left is cancelled like a plane.
+window the view has left is cancelled like a plane. A zoom leaves a level too: the first read at
+another level of the pyramid cancels what this level still had queued or running (except around the
+coarsest level, which napari reads for the layer thumbnail on every slice change).
 
 Only the first axis is stepped (z of a z, y, x volume); reads of other shapes prefetch nothing.
 """
@@ -85,6 +87,9 @@ class PlanePrefetcher:
         self.coarser: PlanePrefetcher | None = None  # the next coarser level's (link_coarser)
         self._coarser_done: dict[tuple[Any, ...], None] = {}  # aligned coarser windows read (COARSER_DONE_MAX)
         self.coarser_reads = 0  # coarser-level windows read (for tests and benchmarks)
+        # The other levels of the same pyramid whose prefetches a read here leaves behind (link_coarser): all but
+        # the coarsest, which napari reads for the thumbnail on every slice change whatever level is shown.
+        self._left_behind: tuple[PlanePrefetcher, ...] = ()
         self._lock = threading.RLock()  # a done callback may run at once, in the thread holding it
         self._pending: dict[tuple[Any, ...], tuple[Future[None], _Task]] = {}
         self._done: set[tuple[Any, ...]] = set()  # windows read since the view entered this chunk layer
@@ -137,6 +142,8 @@ class PlanePrefetcher:
         z = int(index[0])
         rest = tuple(index[1:])
         shape = tuple((s.start, s.stop, s.step) for s in rest)  # slices are not hashable before Python 3.12
+        for other in self._left_behind:  # the view is at this level now (a zoom): the others' prefetches are stale
+            other.leave_all()
         wanted: dict[tuple[Any, ...], Callable[[_Task], bool]] = {
             (t, shape): partial(self._read_plane, (t, *rest)) for t in self.targets(z)}
         coarser = self.coarser_view(z, rest)
@@ -257,6 +264,14 @@ class PlanePrefetcher:
             if entry is not None and entry[0] is fut:
                 del self._pending[key]
 
+    def leave_all(self) -> None:
+        """The view has left this level: drop the prefetches not started, stop those running (not closed)."""
+        with self._lock:
+            for fut, task in list(self._pending.values()):
+                fut.cancel()
+                task.leave()
+            self._pending.clear()
+
     def wait(self, timeout: float = 30.0) -> None:
         """Block until the prefetches in flight finish (tests, benchmarks), at most ``timeout`` seconds."""
         from concurrent.futures import wait
@@ -282,11 +297,17 @@ def link_coarser(prefetchers: Sequence[PlanePrefetcher | None]) -> None:
     """Link each level's prefetcher (finest first) to the next coarser one, so browsing warms a zoom-out.
 
     A level without a prefetcher (no aligned chunk grid) breaks the chain there: the level above it
-    prefetches no coarser level.
+    prefetches no coarser level. The levels are also told about each other: a read at one level (the
+    view zoomed to it) cancels the prefetches of the others, except from and of the coarsest level,
+    which napari reads for its thumbnail whatever level it shows.
     """
     for fine, coarse in pairwise(prefetchers):
         if fine is not None:
             fine.coarser = coarse
+    coarsest = prefetchers[-1] if prefetchers else None
+    shown = [p for p in prefetchers if p is not None and p is not coarsest]  # all but the thumbnail's level
+    for p in shown:
+        p._left_behind = tuple(q for q in shown if q is not p)
 
 
 class _Task:
