@@ -55,11 +55,12 @@ Zoom-out after browsing (``--part zoom``, also in the default run): step ``--zoo
 the finest level, pause one step period, then zoom out (``camera.zoom`` set, as a few wheel ticks do) to
 where napari shows the next coarser level (found once, untimed, before the rounds); timed from the zoom
 to the frame presented with that level's slice in place (the same clock, its draw must start with
-``data_level == 1`` and the slice loaded). Three multiscale layers of the segmentation, each added afresh
-(cold) per round, order rotating: ours (defaults: plane prefetch and the next coarser level's window
-prefetched), ours with the link to the coarser level cut (plane prefetch only: what the zoom-out cost
-before the coarser-scale prefetch), and a plain napari multiscale Labels layer over the three TensorStore
-scales (same scale and translate). Ratios per round: plain / ours and no-coarser / ours.
+``data_level == 1`` and the slice loaded). Three multiscale layers, each added afresh (cold) per round,
+order rotating, for the uint64 segmentation and the uint8 image: ours (defaults: plane prefetch and the
+next coarser level's window prefetched), ours with the link to the coarser level cut (plane prefetch
+only: what the zoom-out cost before the coarser-scale prefetch), and a plain napari multiscale Labels
+(Image) layer over the three TensorStore scales (same scale and translate). Ratios per round: plain / ours
+and no-coarser / ours.
 
 Figures per round: p50 and p90 of the step latencies. Ratios: plain / ours (> 1: we are faster),
 floor / ours (how close to the renderer alone; 1.0 is the best possible). Goal (issue 20): ours
@@ -345,9 +346,10 @@ def add_layer(viewer: Any, who: str, paths: dict[str, Path], start: int, steps: 
 ZOOM_WHO = ("ours", "ours-no-coarser", "plain")
 
 
-def add_multiscale(viewer: Any, who: str, paths: dict[str, Path]) -> Any:
-    """The segmentation as a multiscale layer: ours (open_volume + add_volumes, a fresh default-size context),
-    ours with the coarser-level link cut, or napari's Labels over TensorStore's scales (its default context)."""
+def add_multiscale(viewer: Any, who: str, paths: dict[str, Path], kind: str = "segmentation") -> Any:
+    """The segmentation (or image) as a multiscale layer: ours (open_volume + add_volumes, a fresh default-size
+    context), ours with the coarser-level link cut, or napari's Labels (Image) over TensorStore's scales (its
+    default context)."""
     import tensorstore as ts
 
     from napari_shardscope.core.bytestore.context import default_cache_bytes
@@ -356,7 +358,7 @@ def add_multiscale(viewer: Any, who: str, paths: dict[str, Path]) -> Any:
 
     viewer.layers.clear()
     viewer._layer_slicer._force_sync = True
-    volume = open_volume(paths["segmentation"], context=make_context(default_cache_bytes()))
+    volume = open_volume(paths[kind], context=make_context(default_cache_bytes()))
     if who.startswith("ours"):
         from napari.layers import Layer
 
@@ -369,8 +371,11 @@ def add_multiscale(viewer: Any, who: str, paths: dict[str, Path]) -> Any:
         viewer.add_layer(layer)
         return layer
     stores = [ts.open({"driver": "neuroglancer_precomputed", "scale_index": i,
-                       "kvstore": {"driver": "file", "path": str(paths["segmentation"]) + "/"}}).result()[..., 0].T
+                       "kvstore": {"driver": "file", "path": str(paths[kind]) + "/"}}).result()[..., 0].T
               for i in range(len(volume.levels))]
+    if kind == "image":
+        return viewer.add_image(stores, multiscale=True, scale=volume.voxel_size, translate=volume.translate,
+                                name="plain TensorStore", colormap="gray", contrast_limits=(0, 255))
     return viewer.add_labels(stores, multiscale=True, scale=volume.voxel_size, translate=volume.translate,
                              name="plain TensorStore")
 
@@ -420,26 +425,27 @@ def zoom_run(viewer: Any, clock: FrameClock, layer: Any, start: int, steps: int,
 
 
 def bench_zoom(viewer: Any, clock: FrameClock, paths: dict[str, Path], rounds: int, steps: int) -> None:
-    layer = add_multiscale(viewer, "plain", paths)
-    zoom = zoom_to_level1(viewer, layer)
-    times: dict[str, list[float]] = {w: [] for w in ZOOM_WHO}
-    for r in range(rounds):
-        start = 40 + (r * 97) % (512 - steps - 60)  # a different stretch of z each round
-        order = ZOOM_WHO[r % len(ZOOM_WHO):] + ZOOM_WHO[:r % len(ZOOM_WHO)]
-        for who in order:
-            layer = add_multiscale(viewer, who, paths)
-            times[who].append(zoom_run(viewer, clock, layer, start, steps, zoom))
-            print(f"  round {r} zoom-out {who:16s}: {times[who][-1] * 1e3:6.1f} ms", flush=True)
-        viewer.layers.clear()
     setting = (f"{steps} Right-arrow presses at 10/s at the finest level, a pause of one step period, then "
                "camera.zoom set to where napari shows level 1 (of 3); clock: the zoom to Qt's frameSwapped after the "
                "draw of the level-1 slice + glFinish; synchronous slicing; each layer added afresh (cold) per round")
-    ours = Paired(times["ours"], times["plain"])
-    record_pair(BENCH, "zoom-out after browsing: zoom to frame presented at the next coarser level", "uint64", ours,
-                "plain napari multiscale layer over TensorStore", None, setting=setting)
-    record_pair(BENCH, "zoom-out after browsing, coarser-scale prefetch on vs off", "uint64",
-                Paired(times["ours"], times["ours-no-coarser"]),
-                "ours with plane prefetch only (no coarser-level window)", None, setting=setting)
+    for kind, dtype in (("segmentation", "uint64"), ("image", "uint8")):
+        layer = add_multiscale(viewer, "plain", paths, kind)
+        zoom = zoom_to_level1(viewer, layer)
+        times: dict[str, list[float]] = {w: [] for w in ZOOM_WHO}
+        for r in range(rounds):
+            start = 40 + (r * 97) % (512 - steps - 60)  # a different stretch of z each round
+            order = ZOOM_WHO[r % len(ZOOM_WHO):] + ZOOM_WHO[:r % len(ZOOM_WHO)]
+            for who in order:
+                layer = add_multiscale(viewer, who, paths, kind)
+                times[who].append(zoom_run(viewer, clock, layer, start, steps, zoom))
+                print(f"  round {r} {dtype} zoom-out {who:16s}: {times[who][-1] * 1e3:6.1f} ms", flush=True)
+            viewer.layers.clear()
+        record_pair(BENCH, "zoom-out after browsing: zoom to frame presented at the next coarser level", dtype,
+                    Paired(times["ours"], times["plain"]), "plain napari multiscale layer over TensorStore", None,
+                    setting=setting)
+        record_pair(BENCH, "zoom-out after browsing, coarser-scale prefetch on vs off", dtype,
+                    Paired(times["ours"], times["ours-no-coarser"]),
+                    "ours with plane prefetch only (no coarser-level window)", None, setting=setting)
 
 
 def main() -> None:

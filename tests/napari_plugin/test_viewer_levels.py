@@ -67,6 +67,30 @@ def test_z_steps_in_the_viewer_find_the_next_chunk_layer_cached(make_napari_view
     prefetcher.close()
 
 
+def test_z_steps_in_an_image_layer_find_the_next_chunk_layer_cached(make_napari_viewer: Any,
+                                                                    sample: SampleDataset) -> None:  # noqa: F811
+    """An Image layer reads the plane shown as ``z:z+1`` (a Labels layer as ``z``): it is prefetched around too."""
+    viewer = make_napari_viewer()
+    vol = open_volume(sample.image, context=make_context(256 << 20))
+    (layer,) = add_volumes(viewer, [vol])
+    assert layer._type_string == "image"
+    prefetcher = layer.data[0].inner.prefetcher
+    assert prefetcher is not None and layer.data_level == 0
+    for other in layer.data[1:]:
+        other.inner.prefetcher.close()
+    expected = np.asarray(open_volume(sample.image).levels[0].array[0:17])
+    for z in range(3, 8):  # inside chunk layer 0 (8 planes per chunk)
+        viewer.dims.set_current_step(0, z)
+        np.testing.assert_array_equal(np.asarray(layer._slice.image.raw), expected[z])
+    prefetcher.wait()
+    assert prefetcher.reads >= 1
+    misses = _misses()
+    viewer.dims.set_current_step(0, 8)  # into chunk layer 1: already decoded
+    np.testing.assert_array_equal(np.asarray(layer._slice.image.raw), expected[8])
+    assert _misses() == misses
+    prefetcher.close()
+
+
 @pytest.mark.parametrize("linked", [True, False])
 def test_a_zoom_out_after_browsing_finds_the_coarser_level_cached(
         make_napari_viewer: Any, sample: SampleDataset, linked: bool) -> None:  # noqa: F811

@@ -135,11 +135,20 @@ class PlanePrefetcher:
         return out
 
     def after_read(self, index: Sequence[Any]) -> None:
-        """Called after the viewer read ``index`` (an int on the first axis, slices elsewhere)."""
-        if not index or isinstance(index[0], slice) or not all(isinstance(i, slice) for i in index[1:]):
+        """Called after the viewer read ``index`` (an int on the first axis, slices elsewhere).
+
+        A one-plane slice on the first axis counts as that plane: napari's Image layers read the plane
+        shown as ``z:z+1`` (its Labels layers as ``z``).
+        """
+        if not index or not all(isinstance(i, slice) for i in index[1:]):
             return
+        first = index[0]
+        if isinstance(first, slice):
+            if first.step not in (None, 1) or first.start is None or first.stop != first.start + 1:
+                return
+            first = first.start
         _last_view_read[0] = time.monotonic()
-        z = int(index[0])
+        z = int(first)
         rest = tuple(index[1:])
         shape = tuple((s.start, s.stop, s.step) for s in rest)  # slices are not hashable before Python 3.12
         for other in self._left_behind:  # the view is at this level now (a zoom): the others' prefetches are stale
