@@ -15,6 +15,8 @@ its own run, the order rotating every round:
   turns on): the read runs on napari's slicing thread and the frame is drawn when it lands;
 * **plain**: a napari Labels layer over the TensorStore array (TensorStore's default context), as a
   user of TensorStore alone would add it;
+* **ours, image** and **plain, image**: the same two over the uint8 image volume (napari Image layers,
+  which read the plane shown as ``z:z+1``);
 * **floor, Labels**: a napari Labels layer over an in-memory NumPy uint64 array of the same planes
   (nothing to read: what napari's slicing, uint64 colormapping, texture upload, draw and
   presentation cost on this machine's renderer);
@@ -315,7 +317,7 @@ def wait_loaded(layer: Any, timeout: float = 30.0) -> None:
         time.sleep(0.0002)
 
 
-WHO = ("ours", "ours-async", "plain", "floor-labels", "floor-image")
+WHO = ("ours", "ours-async", "plain", "floor-labels", "floor-image", "ours-image", "plain-image")
 
 
 def add_layer(viewer: Any, who: str, paths: dict[str, Path], start: int, steps: int) -> tuple[Any, int]:
@@ -328,15 +330,17 @@ def add_layer(viewer: Any, who: str, paths: dict[str, Path], start: int, steps: 
 
     viewer.layers.clear()
     viewer._layer_slicer._force_sync = who != "ours-async"  # what NAPARI_ASYNC sets when the viewer starts
+    kind = "image" if who.endswith("image") else "segmentation"
     if who.startswith("ours"):
-        volume = open_volume(paths["segmentation"], context=make_context(default_cache_bytes()))
+        volume = open_volume(paths[kind], context=make_context(default_cache_bytes()))
         (layer,) = add_volumes(viewer, [volume])
         return layer, start
-    kind = "image" if who == "floor-image" else "segmentation"
     store = ts.open({"driver": "neuroglancer_precomputed", "scale_index": 0,
                      "kvstore": {"driver": "file", "path": str(paths[kind]) + "/"}}).result()[..., 0].T
     if who == "plain":
         return viewer.add_labels(store, name="plain TensorStore"), start
+    if who == "plain-image":
+        return viewer.add_image(store, name="plain TensorStore", colormap="gray", contrast_limits=(0, 255)), start
     planes = np.asarray(store[start:start + steps + 1].read().result())  # only the planes stepped through
     if who == "floor-image":
         return viewer.add_image(planes, name="in-memory image", colormap="gray", contrast_limits=(0, 255)), 0
@@ -530,6 +534,12 @@ def main() -> None:
                    ms(q["plain"]), ratios("plain", "ours", q), goal if is90 else "-",
                    (statistics.median(q["ours"]) <= GOAL_P90_MS and verified) if is90 else None,
                    args.rounds, setting + (check_note if is90 else "")))
+    for q, name in zip(pres, ("p90", "p50"), strict=True):
+        is90 = name == "p90"
+        record(Row(BENCH, f"{case}, {name}", "uint8", ms(q["ours-image"]), "plain napari Image layer over TensorStore",
+                   ms(q["plain-image"]), ratios("plain-image", "ours-image", q), goal if is90 else "-",
+                   (statistics.median(q["ours-image"]) <= GOAL_P90_MS and verified) if is90 else None,
+                   args.rounds, setting.replace("ours at", "ours (image) at") + (check_note if is90 else "")))
     for q, name in zip(pres, ("p90", "p50"), strict=True):
         record(Row(BENCH, f"{case}, {name}, against the renderer floor", "uint64", ms(q["ours"]),
                    "floor: napari Labels over in-memory numpy", ms(q["floor-labels"]),
