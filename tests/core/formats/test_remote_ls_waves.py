@@ -5,7 +5,8 @@ answered before it arrived (:meth:`RangeServer.waves`), so the count is what the
 dependencies force, not a time. ``ls`` of a precomputed scale needs the ``info`` document, the
 shard-index probes (plain HTTP cannot list) and the minishard indexes: three waves, whatever the
 number of shards (one per shard before, one after the other). A zarr v3 array needs its
-``zarr.json`` and the shard indexes. The listing equals the local one.
+``zarr.json`` and the shard indexes. The listing equals the local one, also from a bucket (moto's S3),
+where the shards are listed instead of probed.
 """
 
 from __future__ import annotations
@@ -17,8 +18,10 @@ from pathlib import Path
 
 import pytest
 
+from napari_shardscope.core.bytestore import open_store
 from napari_shardscope.core.cli import run
 from tests.http_range_server import RangeServer
+from tests.moto_s3 import S3Server, s3, s3_server  # noqa: F401  (fixtures)
 from tests.precomputed_data import SHARDING_MURMUR_GZIP, write_ts_volume
 from tests.volume_cases import write_zarr3_array
 
@@ -57,3 +60,15 @@ def test_remote_ls_lists_every_shard_in_a_bounded_number_of_waves(served: tuple[
     local = _ls(str(root / name), capsys)
     assert remote == local and len({str(r.get("shard")) for r in local}) >= 4
     assert max(w for w, _, _ in waves) <= MAX_WAVES, "\n".join(map(str, waves))
+
+
+@pytest.mark.parametrize("name", ["vol", "labels.zarr"])
+def test_ls_of_a_listing_store_equals_the_local_listing(served: tuple[Path, RangeServer], s3: S3Server,  # noqa: F811
+                                                        name: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """On a bucket the shards are listed, not probed; the batched index loads give the local answer."""
+    root, _ = served
+    store = open_store(s3.url(name))
+    for path in sorted((root / name).rglob("*")):
+        if path.is_file():
+            store.write(path.relative_to(root / name).as_posix(), path.read_bytes())
+    assert _ls(s3.url(name), capsys) == _ls(str(root / name), capsys)
