@@ -15,6 +15,8 @@ its own run, the order rotating every round:
   turns on): the read runs on napari's slicing thread and the frame is drawn when it lands;
 * **plain**: a napari Labels layer over the TensorStore array (TensorStore's default context), as a
   user of TensorStore alone would add it;
+* **ours, image** and **plain, image**: the same two over the uint8 image volume (napari Image layers,
+  which read the plane shown as ``z:z+1``);
 * **floor, Labels**: a napari Labels layer over an in-memory NumPy uint64 array of the same planes
   (nothing to read: what napari's slicing, uint64 colormapping, texture upload, draw and
   presentation cost on this machine's renderer);
@@ -51,6 +53,17 @@ the goal row is only met when every sampled frame held its new plane. A breakdow
 is printed per layer: ``key`` (the key event handled, the synchronous read included), ``wait``
 (until the draw starts), ``draw`` (+ glFinish), ``present`` (composition and swap).
 
+Zoom-out after browsing (``--part zoom``, also in the default run): step ``--zoom-steps`` planes at 10/s at
+the finest level, pause one step period, then zoom out (``camera.zoom`` set, as a few wheel ticks do) to
+where napari shows the next coarser level (found once, untimed, before the rounds); timed from the zoom
+to the frame presented with that level's slice in place (the same clock, its draw must start with
+``data_level == 1`` and the slice loaded). Three multiscale layers, each added afresh (cold) per round,
+order rotating, for the uint64 segmentation and the uint8 image: ours (defaults: plane prefetch and the
+next coarser level's window prefetched), ours with the link to the coarser level cut (plane prefetch
+only: what the zoom-out cost before the coarser-scale prefetch), and a plain napari multiscale Labels
+(Image) layer over the three TensorStore scales (same scale and translate). Ratios per round: plain / ours
+and no-coarser / ours.
+
 Figures per round: p50 and p90 of the step latencies. Ratios: plain / ours (> 1: we are faster),
 floor / ours (how close to the renderer alone; 1.0 is the best possible). Goal (issue 20): ours
 p90 <= 16 ms while the plain layer pays every cold plane. When the floor itself is above 16 ms the
@@ -73,7 +86,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import Row, record, save, spread
+from common import Paired, Row, record, record_pair, save, spread
 from reader import bench_dir, build_data
 
 BENCH = "browse"
@@ -104,6 +117,7 @@ class FrameClock:
         self.native = canvas.native
         self.scene_canvas = canvas._scene_canvas
         self.layer: Any = None
+        self.ready: Any = None  # an extra condition on the layer for a draw to count (e.g. the new level shown)
         self.armed = False
         self.good = False
         self.draw_started = 0.0
@@ -115,7 +129,8 @@ class FrameClock:
         self.native.frameSwapped.connect(self._swapped)
 
     def _draw_started(self, event: Any = None) -> None:
-        if self.armed and not self.good and self.layer is not None and self.layer.loaded:
+        if self.armed and not self.good and self.layer is not None and self.layer.loaded and (
+                self.ready is None or self.ready()):
             self.good = True
             self.draw_started = time.perf_counter()
 
@@ -144,13 +159,23 @@ class FrameClock:
         The key is released afterwards, outside the timed region (a held key's auto-repeat sends
         release + press pairs).
         """
-        from qtpy.QtCore import QEventLoop, QTimer
         from qtpy.QtTest import QTest
 
-        self.layer, self.good, self.draw_started, self.drawn, self.presented = layer, False, 0.0, 0.0, 0.0
+        try:
+            return self.act(layer, lambda: QTest.keyPress(self.native, key), timeout_s=timeout_s)
+        finally:
+            QTest.keyRelease(self.native, key)
+
+    def act(self, layer: Any, action: Any, ready: Any = None, timeout_s: float = 30.0) -> dict[str, float]:
+        """Run ``action`` (a key press, a zoom) and wait (bounded) until a frame of ``layer`` is presented with
+        its new slice in place and ``ready()`` true; the phases as :meth:`press` (``key``: the action itself)."""
+        from qtpy.QtCore import QEventLoop, QTimer
+
+        self.layer, self.ready, self.good, self.draw_started, self.drawn, self.presented = \
+            layer, ready, False, 0.0, 0.0, 0.0
         self.armed = True
         t = time.perf_counter()
-        QTest.keyPress(self.native, key)
+        action()
         key_done = time.perf_counter()
         if self.armed:
             self.loop = QEventLoop()
@@ -162,9 +187,9 @@ class FrameClock:
             timer.stop()
             self.loop = None
         self.armed = False
-        QTest.keyRelease(self.native, key)
+        self.ready = None
         if not self.presented:
-            raise TimeoutError(f"no frame of the new plane presented within {timeout_s} s of the key press")
+            raise TimeoutError(f"no frame of the new view presented within {timeout_s} s of the action")
         started = max(self.draw_started, key_done)
         return {"drawn": self.drawn - t, "presented": self.presented - t, "key": key_done - t,
                 "wait": started - key_done, "draw": self.drawn - started, "present": self.presented - self.drawn}
@@ -292,7 +317,7 @@ def wait_loaded(layer: Any, timeout: float = 30.0) -> None:
         time.sleep(0.0002)
 
 
-WHO = ("ours", "ours-async", "plain", "floor-labels", "floor-image")
+WHO = ("ours", "ours-async", "plain", "floor-labels", "floor-image", "ours-image", "plain-image")
 
 
 def add_layer(viewer: Any, who: str, paths: dict[str, Path], start: int, steps: int) -> tuple[Any, int]:
@@ -305,25 +330,135 @@ def add_layer(viewer: Any, who: str, paths: dict[str, Path], start: int, steps: 
 
     viewer.layers.clear()
     viewer._layer_slicer._force_sync = who != "ours-async"  # what NAPARI_ASYNC sets when the viewer starts
+    kind = "image" if who.endswith("image") else "segmentation"
     if who.startswith("ours"):
-        volume = open_volume(paths["segmentation"], context=make_context(default_cache_bytes()))
+        volume = open_volume(paths[kind], context=make_context(default_cache_bytes()))
         (layer,) = add_volumes(viewer, [volume])
         return layer, start
-    kind = "image" if who == "floor-image" else "segmentation"
     store = ts.open({"driver": "neuroglancer_precomputed", "scale_index": 0,
                      "kvstore": {"driver": "file", "path": str(paths[kind]) + "/"}}).result()[..., 0].T
     if who == "plain":
         return viewer.add_labels(store, name="plain TensorStore"), start
+    if who == "plain-image":
+        return viewer.add_image(store, name="plain TensorStore", colormap="gray", contrast_limits=(0, 255)), start
     planes = np.asarray(store[start:start + steps + 1].read().result())  # only the planes stepped through
     if who == "floor-image":
         return viewer.add_image(planes, name="in-memory image", colormap="gray", contrast_limits=(0, 255)), 0
     return viewer.add_labels(planes, name="in-memory labels"), 0
 
 
+ZOOM_WHO = ("ours", "ours-no-coarser", "plain")
+
+
+def add_multiscale(viewer: Any, who: str, paths: dict[str, Path], kind: str = "segmentation") -> Any:
+    """The segmentation (or image) as a multiscale layer: ours (open_volume + add_volumes, a fresh default-size
+    context), ours with the coarser-level link cut, or napari's Labels (Image) over TensorStore's scales (its
+    default context)."""
+    import tensorstore as ts
+
+    from napari_shardscope.core.bytestore.context import default_cache_bytes
+    from napari_shardscope.core.volumes import make_context, open_volume
+    from napari_shardscope.napari_plugin.layers import volume_layer_data
+
+    viewer.layers.clear()
+    viewer._layer_slicer._force_sync = True
+    volume = open_volume(paths[kind], context=make_context(default_cache_bytes()))
+    if who.startswith("ours"):
+        from napari.layers import Layer
+
+        data, kwargs, layer_type = volume_layer_data(volume)  # what add_volumes adds
+        if who == "ours-no-coarser":  # cut before the layer's first read
+            for shown in data:
+                if shown.inner.prefetcher is not None:
+                    shown.inner.prefetcher.coarser = None
+        layer = Layer.create(data, kwargs, layer_type)
+        viewer.add_layer(layer)
+        return layer
+    stores = [ts.open({"driver": "neuroglancer_precomputed", "scale_index": i,
+                       "kvstore": {"driver": "file", "path": str(paths[kind]) + "/"}}).result()[..., 0].T
+              for i in range(len(volume.levels))]
+    if kind == "image":
+        return viewer.add_image(stores, multiscale=True, scale=volume.voxel_size, translate=volume.translate,
+                                name="plain TensorStore", colormap="gray", contrast_limits=(0, 255))
+    return viewer.add_labels(stores, multiscale=True, scale=volume.voxel_size, translate=volume.translate,
+                             name="plain TensorStore")
+
+
+def zoom_to_level1(viewer: Any, layer: Any) -> float:
+    """The camera zoom at which napari shows level 1 of ``layer`` (zoomed out step by step from the reset view)."""
+    from qtpy.QtWidgets import QApplication
+
+    viewer.reset_view()
+    zoom = viewer.scene.camera.zoom
+    for _ in range(60):
+        QApplication.processEvents()
+        if layer.data_level >= 1:
+            break
+        zoom *= 0.9
+        viewer.scene.camera.zoom = zoom
+        pause(time.perf_counter() + 0.02)
+    if layer.data_level != 1:
+        raise RuntimeError(f"zooming out reached level {layer.data_level}, not the next coarser level 1")
+    return zoom
+
+
+def zoom_run(viewer: Any, clock: FrameClock, layer: Any, start: int, steps: int, zoom: float) -> float:
+    """Browse ``steps`` planes from ``start`` at 10/s at the finest level, pause, zoom out to ``zoom``: seconds
+    from the zoom to the frame presented with level 1's slice."""
+    from qtpy.QtCore import Qt
+
+    viewer.reset_view()
+    viewer.dims.last_used = 0
+    viewer.dims.set_current_step(0, start)
+    wait_loaded(layer)
+    pause(time.perf_counter() + PERIOD_S)
+    if layer.data_level != 0:
+        raise RuntimeError(f"the reset view shows level {layer.data_level}, not the finest")
+    for _ in range(steps):
+        t = time.perf_counter()
+        clock.press(layer, Qt.Key_Right)
+        pause(t + PERIOD_S)
+
+    def zoom_out() -> None:
+        viewer.scene.camera.zoom = zoom
+
+    out = clock.act(layer, zoom_out, ready=lambda: layer.data_level == 1)["presented"]
+    if layer.data_level != 1 or viewer.dims.current_step[0] != start + steps:
+        raise RuntimeError("the zoom-out did not end at level 1 on the last plane browsed")
+    return out
+
+
+def bench_zoom(viewer: Any, clock: FrameClock, paths: dict[str, Path], rounds: int, steps: int) -> None:
+    setting = (f"{steps} Right-arrow presses at 10/s at the finest level, a pause of one step period, then "
+               "camera.zoom set to where napari shows level 1 (of 3); clock: the zoom to Qt's frameSwapped after the "
+               "draw of the level-1 slice + glFinish; synchronous slicing; each layer added afresh (cold) per round")
+    for kind, dtype in (("segmentation", "uint64"), ("image", "uint8")):
+        layer = add_multiscale(viewer, "plain", paths, kind)
+        zoom = zoom_to_level1(viewer, layer)
+        times: dict[str, list[float]] = {w: [] for w in ZOOM_WHO}
+        for r in range(rounds):
+            start = 40 + (r * 97) % (512 - steps - 60)  # a different stretch of z each round
+            order = ZOOM_WHO[r % len(ZOOM_WHO):] + ZOOM_WHO[:r % len(ZOOM_WHO)]
+            for who in order:
+                layer = add_multiscale(viewer, who, paths, kind)
+                times[who].append(zoom_run(viewer, clock, layer, start, steps, zoom))
+                print(f"  round {r} {dtype} zoom-out {who:16s}: {times[who][-1] * 1e3:6.1f} ms", flush=True)
+            viewer.layers.clear()
+        record_pair(BENCH, "zoom-out after browsing: zoom to frame presented at the next coarser level", dtype,
+                    Paired(times["ours"], times["plain"]), "plain napari multiscale layer over TensorStore", None,
+                    setting=setting)
+        record_pair(BENCH, "zoom-out after browsing, coarser-scale prefetch on vs off", dtype,
+                    Paired(times["ours"], times["ours-no-coarser"]),
+                    "ours with plane prefetch only (no coarser-level window)", None, setting=setting)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--steps", type=int, default=100)
+    parser.add_argument("--zoom-steps", type=int, default=20, help="planes browsed before each zoom-out")
+    parser.add_argument("--part", choices=("all", "steps", "zoom"), default="all",
+                        help="run only the z-stepping or only the zoom-out rows (the other rows of the last run kept)")
     args = parser.parse_args()
     os.environ["NAPARI_ASYNC"] = "0"
     import napari
@@ -332,6 +467,12 @@ def main() -> None:
     viewer = napari.Viewer(show=True)
     viewer.window.resize(1000, 900)
     clock = FrameClock(viewer.window._qt_viewer.canvas)
+    if args.part in ("all", "zoom"):
+        bench_zoom(viewer, clock, paths, args.rounds, args.zoom_steps)
+    if args.part == "zoom":
+        viewer.close()
+        save(BENCH, partial=True)
+        return
     methods = ("presented", "drawn", "screenshot")
     p50 = {m: {w: [] for w in WHO} for m in methods}
     p90 = {m: {w: [] for w in WHO} for m in methods}
@@ -394,6 +535,12 @@ def main() -> None:
                    (statistics.median(q["ours"]) <= GOAL_P90_MS and verified) if is90 else None,
                    args.rounds, setting + (check_note if is90 else "")))
     for q, name in zip(pres, ("p90", "p50"), strict=True):
+        is90 = name == "p90"
+        record(Row(BENCH, f"{case}, {name}", "uint8", ms(q["ours-image"]), "plain napari Image layer over TensorStore",
+                   ms(q["plain-image"]), ratios("plain-image", "ours-image", q), goal if is90 else "-",
+                   (statistics.median(q["ours-image"]) <= GOAL_P90_MS and verified) if is90 else None,
+                   args.rounds, setting.replace("ours at", "ours (image) at") + (check_note if is90 else "")))
+    for q, name in zip(pres, ("p90", "p50"), strict=True):
         record(Row(BENCH, f"{case}, {name}, against the renderer floor", "uint64", ms(q["ours"]),
                    "floor: napari Labels over in-memory numpy", ms(q["floor-labels"]),
                    ratios("floor-labels", "ours", q), "-", None, args.rounds,
@@ -419,7 +566,7 @@ def main() -> None:
                    "-", None, args.rounds, "dims.set_current_step → slice loaded → canvas.screenshot() (re-render + "
                    f"glReadPixels of the canvas); floor Labels {ms(q['floor-labels'])}, "
                    f"floor Image {ms(q['floor-image'])}"))
-    save(BENCH)
+    save(BENCH, partial=args.part != "all")
 
 
 if __name__ == "__main__":

@@ -18,6 +18,10 @@ renders the table in ``bench/README.md``).
    which keeps connections alive as nginx and buckets do (before issue 20's wave work it closed each
    one, and libcurl then held part of every wave of requests back by a round trip: 8 round trips
    for an inspect whose dependencies need 3 — ``info``, shard indexes, minishard indexes).
+3. ``ls`` (every chunk of the scale with its byte range) over loopback HTTP with 20 ms per request (the
+   Python test server), against the same TensorStore list and against the previous listing (shard after
+   shard, each costing its own dependent round trips: ``reader.iter_chunks`` per shard on a fresh
+   inspector, as ``list_chunks`` did before). ``--part ls`` runs only these rows.
 
 Chunk ids do not depend on the voxel type; the volume is uint8. Defaults everywhere (the shared
 context, the reader's caches); ids are located with warm minishard caches, as a viewer's are.
@@ -264,6 +268,8 @@ def ts_list(base: str) -> int:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--part", choices=("all", "ls"), default="all",
+                        help="ls: only the remote ls rows (the other rows of the last run kept)")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
@@ -272,6 +278,10 @@ def main() -> None:
         sc = parse_info(store.read("info") or b"").scales[0]
         spec = sc.sharding
         assert spec is not None
+        if args.part == "ls":
+            ls_case(root, sc.key, len(sc.chunk_ids_of_grid()), args.rounds)
+            save(BENCH, partial=True)
+            return
         all_ids = sc.chunk_ids_of_grid()
         ids = np.resize(all_ids, 1_000_000)
         reader = ShardedReader(store, sc.key, spec)
@@ -365,7 +375,50 @@ def main() -> None:
         http_case(0.02, "inspect over loopback HTTP, 20 ms per request (a bucket's latency)")
         http_case(0.02, "inspect over loopback HTTP, 20 ms per request, coalescing off", gap=None)
         pyramid_case(root / "pyramid", args.rounds)
+        ls_case(root, sc.key, len(all_ids), args.rounds)
     save(BENCH)
+
+
+def ls_case(root: Path, key: str, chunks: int, rounds: int) -> None:
+    """``ls`` of the 16-shard scale over 20 ms per request: ours, the previous shard-by-shard listing, TensorStore."""
+    server = ServerProcess(root, 0.02)
+    seen: dict[str, list[tuple[int, int]]] = {"ours": [], "previous": [], "ts": []}
+    try:
+        def counted(fn, who):  # type: ignore[no-untyped-def]
+            def run() -> None:
+                server.traffic()
+                fn()
+                seen[who].append(server.traffic())
+            return run
+
+        def ours() -> None:
+            assert sum(1 for _ in open_dataset(server.url + "vol").inspector().list_chunks(key)) == chunks
+
+        def previous() -> None:
+            inspector = open_dataset(server.url + "vol").inspector()
+            source = inspector.source(key)
+            reader = inspector.reader(source)
+            assert sum(len(list(reader.iter_chunks(s))) for s in inspector.shards_present(source)) == chunks
+
+        def peer() -> None:
+            assert ts_list(f"{server.url}vol/{key}/") == chunks
+
+        ts_pair = paired_rounds(counted(ours, "ours"), counted(peer, "ts"), rounds)
+        prev_pair = paired_rounds(counted(ours, "ours"), counted(previous, "previous"), rounds)
+    finally:
+        server.close()
+
+    def median_of(who: str, i: int) -> float:
+        return statistics.median(t[i] for t in seen[who])
+
+    setting = (f"requests: ours {median_of('ours', 0):.0f}, previous {median_of('previous', 0):.0f}, TensorStore "
+               f"{median_of('ts', 0):.0f}; Python test server, 20 ms per request, {remote_limits().concurrency} "
+               "requests in flight")
+    record_pair(BENCH, f"ls over loopback HTTP, 20 ms per request ({chunks} chunks, 16 shards)", "-", ts_pair,
+                "TensorStore kvstore list()", 1 / 3, goal_text="ours <= 3x TensorStore (ratio >= 0.33x)",
+                setting=setting)
+    record_pair(BENCH, f"ls over loopback HTTP, 20 ms per request ({chunks} chunks, 16 shards)", "-", prev_pair,
+                "previous code (shard after shard)", None, setting=setting)
 
 
 def pyramid_case(path: Path, rounds: int) -> None:

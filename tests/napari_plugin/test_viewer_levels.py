@@ -1,5 +1,6 @@
 """A volume in a real napari viewer: which levels it opens, z steps find the next chunk layer cached,
-a level that cannot be opened is drawn empty and reported, and recovers.
+a zoom-out after browsing finds the coarser level's window cached, a level that cannot be opened is
+drawn empty and reported, and recovers.
 
 Real ``make_napari_viewer`` under Xvfb (pytest-xvfb); counted through level state, the prefetcher's
 read count and TensorStore's cache counters, never timings.
@@ -35,9 +36,14 @@ def test_adding_a_volume_opens_only_the_levels_napari_reads(make_napari_viewer: 
     assert len(vol.levels) == 4 and not any(lv.array.is_open for lv in vol.levels)
     (layer,) = add_volumes(viewer, [vol])
     opened = [lv.array.is_open for lv in vol.levels]
-    # napari slices the level it shows and takes the thumbnail from the coarsest: the middle levels stay shut
-    assert opened[layer.data_level] and opened[-1] and opened[1:-1] == [False] * 2
+    # napari slices the level it shows and takes the thumbnail from the coarsest; the level below the shown one
+    # is opened only by the prefetch worker (to warm a zoom-out), when the viewer pauses: the others stay shut
+    assert opened[layer.data_level] and opened[-1] and opened[2] is False
     assert layer.data_level == 0 and np.asarray(layer._slice.image.raw).any()
+    prefetcher = layer.data[0].inner.prefetcher
+    prefetcher.wait()
+    assert [lv.array.is_open for lv in vol.levels] == [True, True, False, True]
+    prefetcher.close()
 
 
 def test_z_steps_in_the_viewer_find_the_next_chunk_layer_cached(make_napari_viewer: Any,
@@ -58,6 +64,71 @@ def test_z_steps_in_the_viewer_find_the_next_chunk_layer_cached(make_napari_view
     viewer.dims.set_current_step(0, 8)  # into chunk layer 1: already decoded
     np.testing.assert_array_equal(np.asarray(layer._slice.image.raw), expected[8])
     assert _misses() == misses
+    prefetcher.close()
+
+
+def test_z_steps_in_an_image_layer_find_the_next_chunk_layer_cached(make_napari_viewer: Any,
+                                                                    sample: SampleDataset) -> None:  # noqa: F811
+    """An Image layer reads the plane shown as ``z:z+1`` (a Labels layer as ``z``): it is prefetched around too."""
+    viewer = make_napari_viewer()
+    vol = open_volume(sample.image, context=make_context(256 << 20))
+    (layer,) = add_volumes(viewer, [vol])
+    assert layer._type_string == "image"
+    prefetcher = layer.data[0].inner.prefetcher
+    assert prefetcher is not None and layer.data_level == 0
+    for other in layer.data[1:]:
+        other.inner.prefetcher.close()
+    expected = np.asarray(open_volume(sample.image).levels[0].array[0:17])
+    for z in range(3, 8):  # inside chunk layer 0 (8 planes per chunk)
+        viewer.dims.set_current_step(0, z)
+        np.testing.assert_array_equal(np.asarray(layer._slice.image.raw), expected[z])
+    prefetcher.wait()
+    assert prefetcher.reads >= 1
+    misses = _misses()
+    viewer.dims.set_current_step(0, 8)  # into chunk layer 1: already decoded
+    np.testing.assert_array_equal(np.asarray(layer._slice.image.raw), expected[8])
+    assert _misses() == misses
+    prefetcher.close()
+
+
+@pytest.mark.parametrize("linked", [True, False])
+def test_a_zoom_out_after_browsing_finds_the_coarser_level_cached(
+        make_napari_viewer: Any, sample: SampleDataset, linked: bool) -> None:  # noqa: F811
+    """Browse z at the finest level, zoom out until napari shows the next level: its plane is already decoded.
+
+    The control (the link to the coarser level cut) misses the cache on the same zoom-out.
+    """
+    from qtpy.QtWidgets import QApplication
+
+    viewer = make_napari_viewer(show=True)  # napari picks the level when the canvas draws
+    vol = open_volume(sample.segmentation, context=make_context(256 << 20))
+    (layer,) = add_volumes(viewer, [vol])
+    prefetcher = layer.data[0].inner.prefetcher
+    assert prefetcher is not None and layer.data_level == 0
+    for other in layer.data[1:]:  # the cache counters then count only what the zoom-out itself reads
+        other.inner.prefetcher.close()
+    prefetcher.wait()  # what adding the layer started (the first plane's coarser window included)
+    if not linked:
+        prefetcher.coarser = None
+    before = prefetcher.coarser_reads
+    for z in (17, 18, 19, 20):  # into chunk layer 2 (8 planes each): a coarser window not read yet
+        viewer.dims.set_current_step(0, z)
+    prefetcher.wait()
+    assert (prefetcher.coarser_reads > before) == linked
+    misses = _misses()
+    zoom = viewer.camera.zoom
+    for _ in range(40):  # zoom out step by step until napari switches to level 1 (bounded)
+        if layer.data_level != 0:
+            break
+        zoom *= 0.8
+        viewer.camera.zoom = zoom
+        for _ in range(5):
+            QApplication.processEvents()
+    assert layer.data_level == 1
+    expected = np.asarray(open_volume(sample.segmentation).levels[1].array[20])
+    np.testing.assert_array_equal(np.asarray(layer._slice.image.raw), expected[tuple(
+        slice(int(lo), int(hi) + 1) for lo, hi in zip(*layer.corner_pixels[:, 1:], strict=True))])
+    assert (_misses() == misses) == linked
     prefetcher.close()
 
 

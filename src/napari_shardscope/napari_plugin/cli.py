@@ -104,7 +104,8 @@ _VIEW: tuple[Arg | OneOf, ...] = (
     arg("--screenshot", type=Path, metavar="FILE",
         help="render one frame to FILE (PNG) and exit, e.g. on a machine without a screen (run under xvfb-run -a)"),
     arg("--cache-mb", type=float, metavar="MB",
-        help="TensorStore cache pool size in MiB (default: $SHARDSCOPE_CACHE_MB or 512)"),
+        help="TensorStore cache pool size in MiB (default: $SHARDSCOPE_CACHE_MB, else an eighth of the available "
+        "memory, 256 MiB to 4 GiB)"),
     OneOf((arg("--sync", action="store_true",
         help="slice on the GUI thread (default for local volumes: a z step reads prefetched chunks in ~1-2 ms, "
         "so the frame comes sooner than through napari's slicing thread)"),

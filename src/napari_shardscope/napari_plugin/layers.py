@@ -11,8 +11,9 @@ Choices made here, and why:
   different formats or resolutions overlay in one world.
 * ``contrast_limits`` are always passed for images (from metadata or the dtype); without them
   napari computes the data range, which would read the whole volume.
-* Each level of a 3-D volume prefetches the chunk layers next to the plane shown
-  (:mod:`napari_shardscope.core.volumes.prefetch`), on worker threads, never the GUI thread.
+* Each level of a 3-D volume prefetches the chunk layers next to the plane shown, and the window of
+  the next coarser level a zoom-out would show (:mod:`napari_shardscope.core.volumes.prefetch`), on
+  worker threads, never the GUI thread.
 * The arrays are wrapped in :class:`~napari_shardscope.napari_plugin.shown.ShownArray`: a chunk that
   does not decode is drawn as background and reported, instead of an error inside napari's slicing.
 * Segmentations become Labels layers; images become Image layers (a channel axis is split into
@@ -57,7 +58,10 @@ def volume_layer_data(volume: Volume) -> LayerData:
                                       "from Python instead")
     arrays = volume.arrays
     if volume.ndim == 3 and volume.channel_axis is None:
+        from napari_shardscope.core.volumes.prefetch import link_coarser
+
         arrays = [a.with_prefetch() for a in arrays]  # z steps find the next chunk layer decoded
+        link_coarser([a.prefetcher for a in arrays])  # ... and a zoom-out the coarser level's window
     arrays = shown(list(arrays))  # a damaged chunk is drawn empty and reported, not raised into napari
     multiscale = len(arrays) > 1
     coarsest = volume.levels[-1].shape

@@ -172,3 +172,18 @@ def test_chunk_shape_asked_by_two_threads_at_once() -> None:
     thread.join(10)
     assert results == [32]
 
+
+
+def test_a_one_plane_slice_prefetches_like_the_plane(volume_path: Path) -> None:
+    """napari's Image layers read the plane shown as ``z:z+1``; a thicker slab prefetches nothing."""
+    arr = open_volume(volume_path, context=make_context(256 << 20)).levels[0].array.with_prefetch()
+    p = arr.prefetcher
+    assert p is not None
+    np.asarray(arr[40:41, :, :])
+    assert {k[0] for k in p._pending} <= {64, 31}
+    p.wait()
+    assert p.reads == 2  # the first plane of chunk layer 2 and the last of layer 0
+    np.asarray(arr[50:52, :, :])
+    p.wait()
+    assert p.reads == 2
+    p.close()

@@ -16,11 +16,23 @@ band only once the viewer has not read anything for :data:`QUIET_S` (the frame o
 drawn by then); at 10 steps/s that leaves ~70 ms per step for a band. If the viewer never pauses,
 a band waits at most :data:`MAX_DEFER_S`.
 
+Zooming out: napari then shows the next coarser level, whose chunks the browsing never touched, so
+the first frame after a zoom-out paid a cold read of a whole view. A prefetcher linked to the next
+coarser level of the pyramid (:func:`link_coarser`) also reads, after the plane targets and through the
+same worker, pacing and cancellation, the coarser level's plane napari would show for the current
+one (``round(z / factor)``, as napari picks it) over the window a zoom-out by the level factor shows:
+the current view's centre, the same number of pixels, clipped to the level and widened to its chunk
+grid. Only the *next* coarser level, one window at a time: bounded work for one zoom step, and a
+window the view has left is cancelled like a plane. A zoom leaves a level too: the first read at
+another level of the pyramid cancels what this level still had queued or running (except around the
+coarsest level, which napari reads for the layer thumbnail on every slice change).
+
 Only the first axis is stepped (z of a z, y, x volume); reads of other shapes prefetch nothing.
 """
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -39,6 +51,9 @@ PREFETCH_WORKERS = 1
 QUIET_S = 0.03
 #: ...or after waiting this long for such a pause.
 MAX_DEFER_S = 0.5
+
+#: Aligned coarser-level windows remembered as read (per prefetcher; the oldest forgotten first).
+COARSER_DONE_MAX = 16
 
 _last_view_read = [0.0]  # monotonic time of the last plane read by any viewer level (all prefetchers)
 
@@ -67,11 +82,19 @@ class PlanePrefetcher:
             self._chunk_of = chunk
         else:
             self._chunks = (chunk,) if isinstance(chunk, int) else tuple(chunk)
-        self.depth = int(store.shape[0])
+        self.shape = tuple(int(n) for n in store.shape)
+        self.depth = self.shape[0]
+        self.coarser: PlanePrefetcher | None = None  # the next coarser level's (link_coarser)
+        self._coarser_done: dict[tuple[Any, ...], None] = {}  # aligned coarser windows read (COARSER_DONE_MAX)
+        self.coarser_reads = 0  # coarser-level windows read (for tests and benchmarks)
+        # The other levels of the same pyramid whose prefetches a read here leaves behind (link_coarser): all but
+        # the coarsest, which napari reads for the thumbnail on every slice change whatever level is shown.
+        self._left_behind: tuple[PlanePrefetcher, ...] = ()
         self._lock = threading.RLock()  # a done callback may run at once, in the thread holding it
         self._pending: dict[tuple[Any, ...], tuple[Future[None], _Task]] = {}
         self._done: set[tuple[Any, ...]] = set()  # windows read since the view entered this chunk layer
         self._pool: ThreadPoolExecutor | None = None
+        self._closed = False  # closed: no prefetch is started any more (the layer is gone)
         self.reads = 0  # prefetch reads completed (for tests and benchmarks)
 
     @property
@@ -112,54 +135,151 @@ class PlanePrefetcher:
         return out
 
     def after_read(self, index: Sequence[Any]) -> None:
-        """Called after the viewer read ``index`` (an int on the first axis, slices elsewhere)."""
-        if not index or isinstance(index[0], slice) or not all(isinstance(i, slice) for i in index[1:]):
+        """Called after the viewer read ``index`` (an int on the first axis, slices elsewhere).
+
+        A one-plane slice on the first axis counts as that plane: napari's Image layers read the plane
+        shown as ``z:z+1`` (its Labels layers as ``z``).
+        """
+        if not index or not all(isinstance(i, slice) for i in index[1:]):
             return
+        first = index[0]
+        if isinstance(first, slice):
+            if first.step not in (None, 1) or first.start is None or first.stop != first.start + 1:
+                return
+            first = first.start
         _last_view_read[0] = time.monotonic()
-        z = int(index[0])
+        z = int(first)
         rest = tuple(index[1:])
         shape = tuple((s.start, s.stop, s.step) for s in rest)  # slices are not hashable before Python 3.12
-        wanted = {(t, shape): (t, *rest) for t in self.targets(z)}
+        for other in self._left_behind:  # the view is at this level now (a zoom): the others' prefetches are stale
+            other.leave_all()
+        wanted: dict[tuple[Any, ...], Callable[[_Task], bool]] = {
+            (t, shape): partial(self._read_plane, (t, *rest)) for t in self.targets(z)}
+        coarser = self.coarser_view(z, rest)
+        if coarser is not None:  # after the planes: the worker takes them in order
+            planes, window = coarser
+            wanted[("coarser", planes, tuple((s.start, s.stop) for s in window))] = partial(
+                self._read_coarser, planes, window)
         with self._lock:
+            if self._closed:
+                return
             for key, (fut, task) in list(self._pending.items()):
                 if key not in wanted:  # the view has left: drop it if it has not started, stop it if it has
                     fut.cancel()
                     task.leave()
                     self._pending.pop(key, None)  # (cancel may have run the done callback already)
             self._done &= wanted.keys()  # a window read already is not read again while the view stays
-            for key, plane in wanted.items():
+            for key, job in wanted.items():
                 if key in self._pending or key in self._done:
                     continue
                 if self._pool is None:
                     self._pool = ThreadPoolExecutor(PREFETCH_WORKERS, thread_name_prefix="shardscope-prefetch")
                 task = _Task()
-                fut = self._pool.submit(self._read, key, plane, task)
+                fut = self._pool.submit(self._run, key, job, task)
                 self._pending[key] = (fut, task)
                 fut.add_done_callback(partial(self._forget, key))
 
-    def _read(self, key: tuple[Any, ...], plane: tuple[Any, ...], task: _Task) -> None:
+    def coarser_view(self, z: int, window: tuple[slice, ...]) -> tuple[tuple[int, ...], tuple[slice, ...]] | None:
+        """The planes and window of the linked coarser level that a zoom-out from plane ``z`` of ``window`` shows.
+
+        Planes: napari shows plane ``round(z0 / f)`` of a level downsampled ``f`` times from the finest,
+        where ``z0`` is the finest-level position; of this level only ``z = round(z0 / f_here)`` is
+        known, so every plane ``round(x * r)`` for ``x`` within ``z ± 0.5`` (``r`` the coarser
+        level's size over this one's) is a candidate (one or two; the worker reads one per chunk
+        layer). Window: napari switches to the coarser level when the view is zoomed out by about the
+        level factor, so it shows the same number of pixels around the same centre. ``None``: no
+        linked level, or a window that is not plain forward slices.
+        """
+        coarser = self.coarser
+        if coarser is None or len(window) != len(self.shape) - 1 or len(coarser.shape) != len(self.shape):
+            return None
+        if any(s.step not in (None, 1) or s.start is None or s.stop is None for s in window):
+            return None
+        ratio = [c / f for c, f in zip(coarser.shape, self.shape, strict=True)]
+        zoom = 1.0 / min(ratio[1:]) if min(ratio[1:]) > 0 else 1.0  # the zoom-out that makes napari switch
+        depth = coarser.shape[0]
+        planes = tuple(sorted({min(depth - 1, max(0, round(x * ratio[0]))) for x in (z - 0.499, z, z + 0.499)}))
+        out = []
+        for s, r, n in zip(window, ratio[1:], coarser.shape[1:], strict=True):
+            centre = (s.start + s.stop) / 2 * r
+            half = (s.stop - s.start) * zoom * r / 2
+            lo, hi = max(0, math.floor(centre - half)), min(n, math.ceil(centre + half))
+            if hi <= lo:
+                return None
+            out.append(slice(lo, hi, 1))
+        return planes, tuple(out)
+
+    def _run(self, key: tuple[Any, ...], job: Callable[[_Task], bool], task: _Task) -> None:
         try:
-            store = self.store.get() if isinstance(self.store, DeferredStore) else self.store
-            for band in self.bands(plane):
-                if not _wait_for_quiet(task):
-                    return
-                with self._lock:
-                    if task.left.is_set():
-                        return
-                    task.read = store[band].read()
-                task.read.result()
+            done = job(task)
         except Exception:  # cancelled, or a damaged chunk (reported when the viewer reads it, not here)
             return
         with self._lock:
-            self.reads += 1
-            if not task.left.is_set():
+            if done and not task.left.is_set():
                 self._done.add(key)
+
+    def _read_plane(self, plane: tuple[Any, ...], task: _Task) -> bool:
+        store = self.store.get() if isinstance(self.store, DeferredStore) else self.store
+        if not self._read_bands(store, self.bands(plane), task):
+            return False
+        with self._lock:
+            self.reads += 1
+        return True
+
+    def _read_coarser(self, planes: tuple[int, ...], window: tuple[slice, ...], task: _Task) -> bool:
+        """Read the coarser level's ``window`` of one plane per chunk layer among ``planes`` (widened to its grid)."""
+        coarser = self.coarser
+        if coarser is None:  # unlinked since
+            return True
+        store = coarser.store.get() if isinstance(coarser.store, DeferredStore) else coarser.store
+        chunk = coarser.chunk  # asked here, on the worker: it may open the level
+        chunks = coarser._chunks
+        if chunk is None or chunks is None or len(chunks) != len(coarser.shape):
+            return True  # no aligned grid: nothing worth warming (and nothing to try again)
+        aligned = tuple(slice(s.start // c * c, min(n, -(-s.stop // c) * c), 1)
+                        for s, c, n in zip(window, chunks[1:], coarser.shape[1:], strict=True))
+        layers: dict[int, int] = {}
+        for z in planes:
+            layers.setdefault(z // chunk, z)
+        for layer, z in sorted(layers.items()):
+            key = (layer, tuple((s.start, s.stop) for s in aligned))
+            with self._lock:
+                if key in self._coarser_done:
+                    continue
+            if not self._read_bands(store, coarser.bands((z, *aligned)), task):
+                return False
+            with self._lock:
+                self.coarser_reads += 1
+                self._coarser_done[key] = None
+                while len(self._coarser_done) > COARSER_DONE_MAX:
+                    del self._coarser_done[next(iter(self._coarser_done))]
+        return True
+
+    def _read_bands(self, store: Any, bands: list[tuple[Any, ...]], task: _Task) -> bool:
+        """Read ``bands`` of ``store`` one at a time in the viewer's pauses; False if the view left first."""
+        for band in bands:
+            if not _wait_for_quiet(task):
+                return False
+            with self._lock:
+                if task.left.is_set():
+                    return False
+                task.read = store[band].read()
+            task.read.result()
+        return True
 
     def _forget(self, key: tuple[Any, ...], fut: Future[None]) -> None:
         with self._lock:
             entry = self._pending.get(key)
             if entry is not None and entry[0] is fut:
                 del self._pending[key]
+
+    def leave_all(self) -> None:
+        """The view has left this level: drop the prefetches not started, stop those running (not closed)."""
+        with self._lock:
+            for fut, task in list(self._pending.values()):
+                fut.cancel()
+                task.leave()
+            self._pending.clear()
 
     def wait(self, timeout: float = 30.0) -> None:
         """Block until the prefetches in flight finish (tests, benchmarks), at most ``timeout`` seconds."""
@@ -170,7 +290,9 @@ class PlanePrefetcher:
         wait(futures, timeout=timeout)
 
     def close(self) -> None:
+        """Stop: cancel what is in flight, and start no prefetch after later reads."""
         with self._lock:
+            self._closed = True
             pool, self._pool = self._pool, None
             for fut, task in list(self._pending.values()):
                 fut.cancel()
@@ -178,6 +300,23 @@ class PlanePrefetcher:
             self._pending.clear()
         if pool is not None:
             pool.shutdown(wait=False, cancel_futures=True)
+
+
+def link_coarser(prefetchers: Sequence[PlanePrefetcher | None]) -> None:
+    """Link each level's prefetcher (finest first) to the next coarser one, so browsing warms a zoom-out.
+
+    A level without a prefetcher (no aligned chunk grid) breaks the chain there: the level above it
+    prefetches no coarser level. The levels are also told about each other: a read at one level (the
+    view zoomed to it) cancels the prefetches of the others, except from and of the coarsest level,
+    which napari reads for its thumbnail whatever level it shows.
+    """
+    for fine, coarse in pairwise(prefetchers):
+        if fine is not None:
+            fine.coarser = coarse
+    coarsest = prefetchers[-1] if prefetchers else None
+    shown = [p for p in prefetchers if p is not None and p is not coarsest]  # all but the thumbnail's level
+    for p in shown:
+        p._left_behind = tuple(q for q in shown if q is not p)
 
 
 class _Task:

@@ -485,11 +485,19 @@ class PrecomputedInspector:
         if minishard is not None and shard is None:
             raise ArgumentError("--minishard needs --shard")
         reader = self.reader(source)
+        if shard is None:
+            # Remote: the shard probes in one wave and the minishard indexes (of the first batch) in the next,
+            # instead of two dependent round trips per shard (see _prefetch_sources); later batches below.
+            self._prefetch_sources([source])
         shards = [int(shard)] if shard is not None else self.shards_present(source)
-        for s in shards:
-            locs = list(reader.iter_chunks(s, None if minishard is None else int(minishard)))
-            for loc, pos in zip(locs, self._grid_positions(source, locs), strict=True):
-                yield {"scale": source.name, **loc.to_json(), **({} if pos is False else {"grid_position": pos})}
+        for first in range(0, len(shards), INSPECT_BATCH):
+            batch = shards[first : first + INSPECT_BATCH]
+            if shard is None and reader.prefetches:
+                reader.prefetch_minishards_of(batch)  # a batch's indexes in flight together (cached ones skipped)
+            for s in batch:
+                locs = list(reader.iter_chunks(s, None if minishard is None else int(minishard)))
+                for loc, pos in zip(locs, self._grid_positions(source, locs), strict=True):
+                    yield {"scale": source.name, **loc.to_json(), **({} if pos is False else {"grid_position": pos})}
 
     def _grid_positions(self, source: Source, locs: list[ChunkLocation]) -> list[list[int] | bool | None]:
         """Each chunk's grid position (``None`` off the grid; ``False`` for id-keyed data), decoded in one pass."""

@@ -501,21 +501,20 @@ class ShardedReader:
         file = self._existing_file(shard)
         minishards = [minishard] if minishard is not None else [int(m) for m in index.nonempty_minishards()]
         self.prefetch_minishards(shard, minishards)
-        for m in minishards:
-            mi = self.minishard_index(shard, m)
-            if len(mi) == 0:
-                continue
-            hashed = assign_chunk_ids(self.spec, mi.chunk_ids).hashed
-            for i in range(len(mi)):
-                yield ChunkLocation(
-                    chunk_id=int(mi.chunk_ids[i]),
-                    hashed_chunk_id=int(hashed[i]),
-                    shard=shard,
-                    minishard=m,
-                    shard_file=file.display_key,
-                    present=True,
-                    byte_range=(int(mi.starts[i]), int(mi.ends[i])),
-                )
+        # One hash over the shard's ids and one conversion to Python ints per field, not one per minishard
+        # and per chunk: a listing costs the records it yields, not numpy calls on tiny arrays.
+        loaded = [(m, mi) for m in minishards if len(mi := self.minishard_index(shard, m))]
+        if not loaded:
+            return
+        ids = np.concatenate([mi.chunk_ids for _, mi in loaded])
+        hashed = assign_chunk_ids(self.spec, ids).hashed.tolist()
+        starts = np.concatenate([mi.starts for _, mi in loaded]).tolist()
+        ends = np.concatenate([mi.ends for _, mi in loaded]).tolist()
+        of = [m for m, mi in loaded for _ in range(len(mi))]
+        display = file.display_key
+        for cid, h, m, a, b in zip(ids.tolist(), hashed, of, starts, ends, strict=True):
+            yield ChunkLocation(chunk_id=cid, hashed_chunk_id=h, shard=shard, minishard=m, shard_file=display,
+                                present=True, byte_range=(a, b))
 
     def existing_shards(self) -> list[int]:
         """Shard numbers that have a file, by listing the directory (local and listable stores)."""

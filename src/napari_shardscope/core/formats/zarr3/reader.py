@@ -428,8 +428,13 @@ class Zarr3ArrayReader:
             shards = [pos]
         else:
             shards = [pos for _, pos in self.list_shard_files() if self.in_grid(pos)]
-        for pos in shards:
-            yield from self._list_shard(pos)
+        step = max(1, self._indexes.capacity // 2)
+        for first in range(0, len(shards), step):
+            batch = shards[first : first + step]
+            if len(batch) > 1:  # remote: a batch's index reads in flight together, not one round trip per shard
+                self.prefetch_shard_indexes(batch)
+            for pos in batch:
+                yield from self._list_shard(pos)
 
     def _list_shard(self, shard: tuple[int, ...]) -> Iterator[InnerChunkLocation]:
         key = self.shard_key(shard)
