@@ -163,3 +163,25 @@ def test_a_damaged_chunk_in_a_many_chunk_read_is_typed(tmp_path: Path, volume: t
     with pytest.raises(ChunkDecodeError, match=rf"{shard}: .* at byte {start}$"):
         array.read()
     np.testing.assert_array_equal(array[:, 20:].read(), zyx[:, 20:])  # the other chunks still read
+
+
+def test_reads_made_from_inside_the_decode_pool_finish(volume: tuple[Path, np.ndarray]) -> None:
+    """Many-chunk reads run by every decode worker at once: the reading threads decode their own chunks.
+
+    (A read whose chunks were all queued behind the workers that wait for them would never finish.)
+    """
+    from napari_shardscope.core.volumes import direct
+
+    path, zyx = volume
+    reader = DirectReader(open_dataset(path).volume_specs()[0].levels[0].chunk_source)
+    store = open_volume(path, context=make_context(0)).levels[0].array.store
+    pool = direct._decode_pool()
+    started = threading.Barrier(direct.DECODE_WORKERS, timeout=60)
+
+    def read_all(z0: int) -> np.ndarray | None:
+        started.wait()  # every worker of the pool is inside a read before any read submits its helpers
+        return reader.read(store[z0:])
+
+    futures = [pool.submit(read_all, z0) for z0 in range(direct.DECODE_WORKERS)]
+    for z0, fut in enumerate(futures):
+        np.testing.assert_array_equal(fut.result(timeout=120), zyx[z0:])

@@ -400,19 +400,18 @@ class Zarr3ArrayReader:
         off, n = int(index.offsets[position]), int(index.nbytes[position])
         if off == EMPTY and n == EMPTY:
             return None
-        at = index_entry_offset(self.sharding, position, loaded.file_size)
         if off == EMPTY or n == EMPTY:
             raise IndexDecodeError(
                 f"half-empty index entry (offset {off}, nbytes {n}) for inner chunk {list(position)}",
                 key=key,
-                offset=at,
+                offset=index_entry_offset(self.sharding, position, loaded.file_size),
             )
         if loaded.file_size is not None and off + n > loaded.file_size:
             raise IndexDecodeError(
                 f"inner chunk {list(position)} byte range [{off}, {off + n}) ends past the end "
                 f"of the file ({loaded.file_size} bytes)",
                 key=key,
-                offset=at,
+                offset=index_entry_offset(self.sharding, position, loaded.file_size),
             )
         return off, off + n
 
