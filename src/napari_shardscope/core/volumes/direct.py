@@ -7,8 +7,8 @@ driver opened on a context without a cache. For a level read by a
 decoded with libdeflate) a twin would still allocate a fresh buffer per chunk, fault its pages in
 and copy it into the result. :class:`DirectReader` instead works out which chunks a view touches,
 decodes each into one reused buffer per worker thread, and copies only the voxels the view selects
-straight into the result. Chunks are decoded on a small shared pool (the decoder releases the GIL
-while it inflates).
+straight into the result. Chunks are decoded by the reading thread and helpers from a small shared
+pool (the decoder releases the GIL while it inflates).
 
 It reads any view of the level's ``virtual_chunked`` store whose index transform maps each
 presented axis to one source axis with stride 1 (integers, unit-step slices, transpositions,
@@ -31,9 +31,10 @@ import numpy.typing as npt
 
 from napari_shardscope.core.formats.volume_spec import DirectChunkSource
 
-#: Worker threads decoding the chunks of one uncached read (shared by every level of the process).
-#: One more than the cores: a decode thread also does GIL-bound Python work (index lookups, views)
-#: and waits on ``pread``, and while it does the extra thread keeps every core inflating (a cold
+#: Threads decoding the chunks of one uncached read: the reading thread and ``DECODE_WORKERS - 1``
+#: helpers from a pool of this many (shared by every level of the process, so reads made at the same
+#: time each get helpers). One more than the cores: a decode thread also does GIL-bound Python work
+#: (index lookups, views) and waits on ``pread``, and while it does the extra thread keeps every core inflating (a cold
 #: 512² uint8 plane on 2 cores: 26 ms with 2 threads, 23.5 ms with 3).
 DECODE_WORKERS = max(3, min(8, (os.cpu_count() or 2) + 1))
 
