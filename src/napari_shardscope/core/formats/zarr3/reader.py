@@ -19,7 +19,7 @@ import math
 import threading
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from functools import partial
+from functools import cached_property, partial
 from itertools import product
 from typing import Any
 
@@ -186,7 +186,7 @@ class Zarr3ArrayReader:
         """Shape of a shard (the array's chunk shape), array axis order."""
         return self.metadata.chunk_shape
 
-    @property
+    @cached_property  # asked for every chunk located; the geometry never changes
     def chunks_per_shard(self) -> tuple[int, ...]:
         """Inner chunks per shard along each array axis."""
         return tuple(s // c for s, c in zip(self.shard_shape, self.inner_chunk_shape, strict=True))
@@ -195,7 +195,7 @@ class Zarr3ArrayReader:
     def shard_grid_shape(self) -> tuple[int, ...]:
         return self.metadata.grid_shape
 
-    @property
+    @cached_property
     def inner_grid_shape(self) -> tuple[int, ...]:
         """Number of inner chunks along each axis of the whole array (the last may be partial)."""
         return tuple(-(-s // c) for s, c in zip(self.metadata.shape, self.inner_chunk_shape, strict=True))
