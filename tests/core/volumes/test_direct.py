@@ -185,3 +185,27 @@ def test_reads_made_from_inside_the_decode_pool_finish(volume: tuple[Path, np.nd
     futures = [pool.submit(read_all, z0) for z0 in range(direct.DECODE_WORKERS)]
     for z0, fut in enumerate(futures):
         np.testing.assert_array_equal(fut.result(timeout=120), zyx[z0:])
+
+
+def test_a_reading_thread_keeps_no_large_decode_buffer(volume: tuple[Path, np.ndarray],
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """The caller's threads decode too; each keeps at most KEEP_SCRATCH_BYTES_READER of buffer after a read."""
+    from napari_shardscope.core.volumes import direct
+
+    path, zyx = volume
+    reader = DirectReader(open_dataset(path).volume_specs()[0].levels[0].chunk_source)
+    store = open_volume(path, context=make_context(0)).levels[0].array.store
+    kept: list[int] = []
+
+    def read(limit: int) -> None:
+        monkeypatch.setattr(direct, "KEEP_SCRATCH_BYTES_READER", limit)
+        np.testing.assert_array_equal(reader.read(store[3:30, 5]), zyx[3:30, 5])  # 16³ uint64 chunks: 32 KiB
+        buf = getattr(direct._scratch, "buf", None)
+        kept.append(0 if buf is None else buf.nbytes)
+
+    monkeypatch.setattr(direct, "DECODE_WORKERS", 1)  # no helpers: the reading thread decodes every chunk
+    for limit in (1 << 10, 1 << 20):
+        thread = threading.Thread(target=read, args=(limit,))
+        thread.start()
+        thread.join(timeout=60)
+    assert kept == [0, 16 ** 3 * 8]

@@ -47,19 +47,27 @@ def _decode_pool() -> ThreadPoolExecutor:
     global _pool
     with _pool_lock:
         if _pool is None:
-            _pool = ThreadPoolExecutor(DECODE_WORKERS, thread_name_prefix="shardscope-decode")
+            _pool = ThreadPoolExecutor(DECODE_WORKERS, thread_name_prefix="shardscope-decode",
+                                       initializer=_keep_large_scratch)
         return _pool
 
 
-#: Decode buffers up to this size are kept by their thread for the next chunk; larger ones are dropped after use.
+#: Decode buffers up to this size are kept by their pool thread for the next chunk; larger ones are dropped after use.
 KEEP_SCRATCH_BYTES = 32 << 20
+#: ... and by any other thread that reads (it decodes chunks too): those threads are the caller's (a GUI
+#: thread, an export's workers), as many as it likes, so each keeps at most a 64³ uint64 chunk's buffer.
+KEEP_SCRATCH_BYTES_READER = 2 << 20
+
+
+def _keep_large_scratch() -> None:
+    _scratch.keep = KEEP_SCRATCH_BYTES
 
 
 def _scratch_array(shape: tuple[int, ...], dtype: np.dtype[Any], order: Literal["C", "F"]) -> npt.NDArray[Any]:
     """A decode buffer as a ``shape`` array laid out in ``order`` (the source's): this thread's reused one,
     or a fresh one for a huge chunk."""
     nbytes = math.prod(shape) * dtype.itemsize
-    if nbytes > KEEP_SCRATCH_BYTES:
+    if nbytes > getattr(_scratch, "keep", KEEP_SCRATCH_BYTES_READER):
         return np.empty(shape, dtype=dtype, order=order)
     buf: npt.NDArray[np.uint8] | None = getattr(_scratch, "buf", None)
     if buf is None or buf.nbytes < nbytes:
