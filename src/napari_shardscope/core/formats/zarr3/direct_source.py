@@ -175,10 +175,11 @@ class Zarr3ChunkSource:
     def prepare_chunks(self, grids: Sequence[tuple[int, ...]]) -> None:
         """Load, in this thread, the shard indexes the chunks at ``grids`` need (a cold plane: four).
 
-        Why: otherwise the decode threads meet each shard's first chunk together and each reads,
-        checks and decodes the same index (the index cache does not hold back a second loader) while
-        contending for the GIL. Nothing is raised here: an index that fails is not cached, so the
-        decode that needs it reads it again and raises its error, with its key and offset, as before.
+        Why: otherwise the decode threads meet each shard's first chunk together, and all but one
+        wait while it reads the index (:meth:`~.reader.Zarr3ArrayReader.read_shard_index` loads each
+        once) — GIL-bound work between inflates. Here the indexes are read back to back before any
+        decode thread starts. Nothing is raised: an index that fails is not cached, so the decode
+        that needs it reads it again and raises its error, with its key and offset, as before.
         """
         if self.reader.sharding is None or len(grids) < 2:
             return
