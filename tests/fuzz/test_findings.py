@@ -322,3 +322,17 @@ def test_a_huge_compressed_segmentation_block_size_is_a_metadata_error() -> None
         parse_info(info, key="info")
     info["scales"][0]["compressed_segmentation_block_size"] = [8, 8, 8]
     assert parse_info(info, key="info").scales[0].compressed_segmentation_block_size == (8, 8, 8)
+
+
+@pytest.mark.parametrize("configuration", ["µm\u202e", ["ab"], 7])
+def test_an_inner_codec_configuration_that_is_not_an_object_is_a_typed_error(tmp_path: Path,
+                                                                              configuration: Any) -> None:
+    """Seeds 104409 and 109578 (long run, after merging the zarr v3 fast path): an inner codec's
+    ``configuration`` replaced by a string made the fast-path check raise ``ValueError``
+    (``dict("µm")``) from ``open_dataset`` and ``open_volume``."""
+    path = write_zarr3_array(tmp_path).path
+    doc = json.loads((path / "zarr.json").read_text())
+    doc["codecs"][0]["configuration"]["codecs"][0]["configuration"] = configuration
+    (path / "zarr.json").write_text(json.dumps(doc))
+    with pytest.raises(ShardscopeError):  # refused by the codec parser or TensorStore, typed
+        open_volume(path).levels[0].array.read()

@@ -20,6 +20,9 @@ import threading
 from typing import Any, Literal
 
 Container = Literal["gzip", "zlib"]
+#: What :func:`compress` writes: a gzip member, a zlib stream, or bare DEFLATE (RFC 1951) for a caller
+#: that frames it itself (N5's Java-style gzip header).
+CompressContainer = Literal["gzip", "zlib", "deflate"]
 
 _SUCCESS, _BAD_DATA, _SHORT_OUTPUT, _INSUFFICIENT_SPACE = 0, 1, 2, 3
 #: DEFLATE cannot expand more than about 1032:1 (a 258-byte match per 2 bits), so an input of n bytes
@@ -90,13 +93,34 @@ def _decompressor() -> int:
     return d
 
 
-def compress(data: bytes | bytearray | memoryview, container: Container, level: int) -> bytes:
-    """One gzip member (zero mtime: reproducible output) or one zlib stream at libdeflate ``level`` (0-12)."""
+def can_compress() -> bool:
+    """Whether :func:`compress` and :func:`crc32` work (the ``deflate`` package imports; else callers use zlib)."""
+    try:
+        import deflate  # noqa: F401
+    except ImportError:  # pragma: no cover - the deflate package is a dependency
+        return False
+    return True
+
+
+def compress(data: bytes | bytearray | memoryview, container: CompressContainer, level: int) -> bytes:
+    """One gzip member (zero mtime: reproducible output), zlib stream or raw DEFLATE stream at ``level`` (0-12).
+
+    The package's functions release the GIL, so writer threads compress in parallel.
+    """
     import deflate
 
     if container == "gzip":
         return bytes(deflate.gzip_compress(data, level))
-    return bytes(deflate.zlib_compress(data, level))
+    if container == "zlib":
+        return bytes(deflate.zlib_compress(data, level))
+    return bytes(deflate.deflate_compress(data, level))
+
+
+def crc32(data: bytes | bytearray | memoryview) -> int:
+    """The CRC-32 of ``data`` (the one a gzip trailer holds), by libdeflate's vectorised code."""
+    import deflate
+
+    return int(deflate.crc32(data))
 
 
 def _address(src: bytes) -> int:

@@ -261,8 +261,10 @@ def test_gzip_of_the_wrong_size_is_refused(tmp_path: Path, payload: bytes, messa
     path, _, shard = _one_chunk_shard(tmp_path)
     _replace_chunk(shard, payload)
     start, _ = _chunk_range(shard)
+    # junk after the member is named where it starts (a bad second member); anything else where the chunk does
+    at = start + len(payload) - 4 if payload.endswith(b"junk") else start
     array = open_volume(path).levels[0].array
-    with pytest.raises(ChunkDecodeError, match=rf"{message}.* at byte {start}$"):
+    with pytest.raises(ChunkDecodeError, match=rf"{message}.* at byte {at}$"):
         array.read()
     with pytest.raises(ChunkDecodeError, match=message):
         array[0].read()

@@ -75,3 +75,49 @@ def test_damaged_objects_are_refused() -> None:
         P.decode_node(name, datas[0])
     with pytest.raises(CorruptObjectError, match="unreadable refs"):
         Refs.from_bytes(b"{}", "refs.json")
+
+
+@settings(max_examples=60)
+@given(nodes())
+def test_objects_stay_readable_across_the_compressor_change(node: NodeContent) -> None:
+    """Objects are zlib streams whoever compressed them: CPython's zlib before, libdeflate now.
+
+    An object an earlier version pushed (``zlib.compress(body, 1)``) decodes here, and what we frame
+    now is a plain zlib stream an earlier version's reader (``zlib``) decodes.
+    """
+    import zlib
+
+    datas, instances = P.encode_data(node)
+    names = [P.object_name(d) for d in datas]
+    blob = P.encode_node(node, {p: P.object_name(p.encode()) for p in node.parents}, names, instances)
+    for magic, obj in [(P.NODE_MAGIC, blob), *((P.DATA_MAGIC, d) for d in datas)]:
+        body = zlib.decompress(obj[len(magic):])  # an older reader
+        old = magic + zlib.compress(body, 1)  # an older writer
+        if magic == P.NODE_MAGIC:
+            assert P.decode_node(P.object_name(old), old) == P.decode_node(P.object_name(blob), blob)
+        else:
+            assert list(P.decode_data(P.object_name(old), old, instances)) == \
+                list(P.decode_data(P.object_name(obj), obj, instances))
+
+
+def test_damaged_frames_are_typed_and_name_the_object() -> None:
+    import zlib
+
+    body = b"E" + bytes(200)
+    good = P.DATA_MAGIC + zlib.compress(body, 1)
+    cases = [good[:-3], good[:12] + bytes(len(good) - 12), good + b"tail", P.DATA_MAGIC + b"\x78\x9c"]
+    for bad in cases:
+        name = P.object_name(bad)
+        with pytest.raises(CorruptObjectError, match=name):
+            list(P.decode_data(name, bad, ("seg",)))
+
+
+@pytest.mark.slow
+def test_an_object_inflating_past_the_limit_is_refused() -> None:
+    """A hostile remote's object of a few hundred KB claiming more than MAX_OBJECT_BYTES: typed, bounded."""
+    from napari_shardscope.core.encoding import zlib_compress
+
+    bomb = P.DATA_MAGIC + zlib_compress(bytes(P.MAX_OBJECT_BYTES + 1), 1)
+    name = P.object_name(bomb)
+    with pytest.raises(CorruptObjectError, match=f"more than {P.MAX_OBJECT_BYTES} bytes"):
+        list(P.decode_data(name, bomb, ("seg",)))

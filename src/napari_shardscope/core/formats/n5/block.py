@@ -268,7 +268,9 @@ def _encode_elements(arr: npt.NDArray[Any], attributes: DatasetAttributes) -> by
     dtype = attributes.dtype
     if not np.can_cast(arr.dtype, dtype, casting="same_kind"):
         raise ArgumentError(f"cannot store {arr.dtype} values in a {attributes.data_type} dataset")
-    payload = np.ascontiguousarray(arr, dtype=dtype).tobytes()
+    # the compressors read the (big-endian, contiguous) array's memory: no bytes copy of the block
+    contiguous = np.ascontiguousarray(arr, dtype=dtype)
+    payload = contiguous.data.cast("B") if contiguous.size else b""  # (a view of no elements cannot be cast)
     return encode_payload(payload, attributes.compression, dtype.itemsize)
 
 

@@ -8,22 +8,30 @@ error instead of exhausting memory, and a stream that decodes to the wrong size 
 (TensorStore refuses those blocks too).
 
 Encoders exist for every type so tests and writers can produce blocks; ``gzip`` is written with the
-header Java's ``GZIPOutputStream`` writes (no mtime, ``XFL`` 0, ``OS`` 0), so our bytes are the ones
-Java N5 would produce for the same deflate stream.
+header Java's ``GZIPOutputStream`` writes (no mtime, ``XFL`` 0, ``OS`` 0) around a DEFLATE stream
+from libdeflate at the level that matches zlib's output size for the level asked
+(:data:`~napari_shardscope.core.encoding.LIBDEFLATE_LEVEL_FOR_ZLIB`: the default 6 is libdeflate's 7),
+faster than zlib (``bench/n5_gzip.py``). The bytes therefore differ from Java's or TensorStore's (zlib's); every
+reader (n5-java, TensorStore, zarr-python/numcodecs, z5) decodes them, which the tests check.
+
+gzip and zlib go through :mod:`napari_shardscope.core.encoding` both ways, the one door to
+libdeflate (and to CPython's zlib where libdeflate cannot load): decoding writes straight into the
+block's buffer, stops at its size (a bomb costs nothing), decodes every concatenated gzip member,
+and names the member's byte offset when one is damaged.
 """
 
 from __future__ import annotations
 
 import bz2
+import ctypes
 import io
 import lzma
 import struct
-import zlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from napari_shardscope.core import libdeflate
+from napari_shardscope.core import encoding, libdeflate
 from napari_shardscope.core.errors import ArgumentError, ChunkDecodeError, MetadataError, UnsupportedFeatureError
 from napari_shardscope.core.formats.n5.lz4_stream import (
     DEFAULT_BLOCK_SIZE,
@@ -39,6 +47,10 @@ BLOSC_CNAMES = ("blosclz", "lz4", "lz4hc", "snappy", "zlib", "zstd")
 #: A Java gzip member header: magic, deflate, no flags, mtime 0, XFL 0, OS 0 (as in the N5 spec's example).
 JAVA_GZIP_HEADER = b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\x00"
 BLOSC_HEADER_SIZE = 16
+#: The deflate level N5's gzip ``level`` -1 stands for: zlib's ``Z_DEFAULT_COMPRESSION`` (6), which Java
+#: N5's ``GzipCompression`` (``Deflater.DEFAULT_COMPRESSION``) and TensorStore's ``n5`` driver (level -1
+#: unless given) both compress at. The attribute's default stays -1, as theirs does.
+DEFAULT_DEFLATE_LEVEL = 6
 
 
 @dataclass(frozen=True)
@@ -161,7 +173,7 @@ def parse_compression(value: Any, *, key: str | None = None, field: str = "compr
 
 
 def decode_payload(payload: bytes, compression: Compression, expected_nbytes: int, *,
-                   key: str | None = None, offset: int = 0) -> bytes:
+                   key: str | None = None, offset: int = 0) -> bytes | bytearray:
     """Decompress a block's data (the bytes after its header) to exactly ``expected_nbytes``.
 
     Parameters
@@ -198,23 +210,30 @@ def _label(compression: Compression) -> str:
     return "zlib" if compression.type == "gzip" and compression.use_zlib else compression.type
 
 
-Decoder = Callable[[bytes, Compression, int, str | None, int], bytes]
+#: A decoder returns bytes, or a bytearray it decoded into in place (gzip: no copy on the way to numpy).
+Decoder = Callable[[bytes, Compression, int, str | None, int], bytes | bytearray]
 
 
 def _decode_raw(payload: bytes, compression: Compression, expected: int, key: str | None, offset: int) -> bytes:
     return bytes(payload)
 
 
-def _decode_gzip(payload: bytes, compression: Compression, expected: int, key: str | None, offset: int) -> bytes:
-    if libdeflate.available():  # the fast path; anything it refuses is decoded (and reported) by zlib below
-        try:
-            return libdeflate.inflate(bytes(payload), "zlib" if compression.use_zlib else "gzip", expected)
-        except libdeflate.InflateError:
-            pass
-    if compression.use_zlib:
-        return _decode_streams(payload, expected, key, offset, "zlib", lambda: zlib.decompressobj(15),
-                               zlib.error, multi=False)
-    return _decode_streams(payload, expected, key, offset, "gzip", lambda: zlib.decompressobj(31), zlib.error)
+def _decode_gzip(payload: bytes, compression: Compression, expected: int, key: str | None,
+                 offset: int) -> bytearray:
+    """gzip members (all of them: Java and pigz-style writers may concatenate) or one zlib stream.
+
+    Decoded straight into a buffer of the expected size; more output than that is an error there,
+    before anything past it is produced. Fewer bytes come back short for :func:`decode_payload` to report.
+    The buffer is no larger than DEFLATE can expand ``payload`` to, so a header promising gigabytes
+    over a few bytes of data costs no allocation (that block decodes short, an error all the same).
+    """
+    room = min(expected, libdeflate.MAX_DEFLATE_RATIO * len(payload))
+    out = bytearray(room)
+    address = ctypes.addressof(ctypes.c_char.from_buffer(out)) if room else 0
+    got = encoding.inflate_into(payload, address, room, wbits=15 if compression.use_zlib else 31,
+                                what=_label(compression), key=key, offset=offset)
+    del out[got:]
+    return out
 
 
 def _decode_bzip2(payload: bytes, compression: Compression, expected: int, key: str | None, offset: int) -> bytes:
@@ -227,9 +246,8 @@ def _decode_xz(payload: bytes, compression: Compression, expected: int, key: str
 
 
 def _decode_streams(payload: bytes, expected: int, key: str | None, offset: int, label: str,
-                    make: Callable[[], Any], errors: type[Exception] | tuple[type[Exception], ...],
-                    multi: bool = True) -> bytes:
-    """Decode one or more concatenated streams (gzip, bzip2 and xz allow that), bounded.
+                    make: Callable[[], Any], errors: type[Exception] | tuple[type[Exception], ...]) -> bytes:
+    """Decode one or more concatenated streams (bzip2 and xz allow that), bounded.
 
     ``max_length`` caps each call at one byte past what is still allowed, so exceeding the expected
     size is detected without ever materialising more than ``expected + 1`` bytes.
@@ -251,7 +269,7 @@ def _decode_streams(payload: bytes, expected: int, key: str | None, offset: int,
         if rest == 0:
             return bytes(out)
         consumed = len(payload) - pos - rest
-        if not multi or consumed == 0:
+        if consumed == 0:
             raise ChunkDecodeError(f"{rest} bytes after the end of the {label} stream",
                                    key=key, offset=offset + len(payload) - rest)
         pos += consumed
@@ -321,13 +339,13 @@ _DECODERS: dict[str, Decoder] = {
 # -- encoding ----------------------------------------------------------------------------------
 
 
-def encode_payload(data: bytes, compression: Compression, itemsize: int = 1) -> bytes:
+def encode_payload(data: bytes | memoryview, compression: Compression, itemsize: int = 1) -> bytes:
     """Compress a block's data as ``compression`` says (the inverse of :func:`decode_payload`).
 
     Parameters
     ----------
     data
-        The block's elements, big-endian, x fastest.
+        The block's elements, big-endian, x fastest (bytes, or a byte view of them).
     compression
         The dataset's compression.
     itemsize
@@ -337,9 +355,8 @@ def encode_payload(data: bytes, compression: Compression, itemsize: int = 1) -> 
     if kind == "raw":
         return bytes(data)
     if kind == "gzip":
-        # zlib, not libdeflate: N5 blocks are written byte-identical to the Java reference's
         if compression.use_zlib:
-            return zlib.compress(data, compression.level)
+            return encoding.zlib_compress(data, deflate_level(compression.level))
         return encode_java_gzip(data, compression.level)
     if kind == "bzip2":
         return bz2.compress(data, compression.block_size)
@@ -356,15 +373,22 @@ def encode_payload(data: bytes, compression: Compression, itemsize: int = 1) -> 
     raise ArgumentError(f"cannot encode N5 compression {kind!r}")
 
 
-def encode_java_gzip(data: bytes, level: int = -1) -> bytes:
-    """One gzip member as Java's ``GZIPOutputStream`` writes it: fixed header, deflate, CRC32, size."""
-    packer = zlib.compressobj(level, zlib.DEFLATED, -15)
-    body = packer.compress(data) + packer.flush()
-    trailer = struct.pack("<II", zlib.crc32(data) & 0xFFFFFFFF, len(data) & 0xFFFFFFFF)
-    return JAVA_GZIP_HEADER + body + trailer
+def encode_java_gzip(data: bytes | memoryview, level: int = -1) -> bytes:
+    """One gzip member framed as Java's ``GZIPOutputStream`` frames it: fixed header, deflate, CRC32, size.
+
+    ``level`` is N5's (-1 = :data:`DEFAULT_DEFLATE_LEVEL`); the DEFLATE stream is libdeflate's.
+    """
+    body = encoding.deflate_compress(data, deflate_level(level))
+    trailer = struct.pack("<II", encoding.crc32(data), len(data) & 0xFFFFFFFF)
+    return b"".join((JAVA_GZIP_HEADER, body, trailer))
 
 
-def _encode_blosc(data: bytes, compression: Compression, itemsize: int) -> bytes:
+def deflate_level(level: int) -> int:
+    """The deflate level (0-9) of N5's gzip ``level`` (-1 .. 9; -1 is zlib's default, 6)."""
+    return DEFAULT_DEFLATE_LEVEL if level == -1 else level
+
+
+def _encode_blosc(data: bytes | memoryview, compression: Compression, itemsize: int) -> bytes:
     import numpy as np
     from numcodecs import Blosc
 

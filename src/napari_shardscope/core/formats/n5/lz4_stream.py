@@ -80,7 +80,7 @@ def _import_lz4_block() -> Any:
     return lz4.block
 
 
-def encode_lz4_stream(data: bytes, block_size: int = DEFAULT_BLOCK_SIZE) -> bytes:
+def encode_lz4_stream(data: bytes | memoryview, block_size: int = DEFAULT_BLOCK_SIZE) -> bytes:
     """Frame ``data`` the way lz4-java's ``LZ4BlockOutputStream(out, block_size)`` does.
 
     Parameters

@@ -80,7 +80,7 @@ def fast_path_applies(store: ByteStore | None, meta: ArrayMetadata) -> bool:
             return False
         try:
             inner_specs = tuple(CodecSpec(str(c["name"]), dict(c.get("configuration") or {})) for c in inner)
-        except (TypeError, KeyError, AttributeError):
+        except (TypeError, KeyError, AttributeError, ValueError):  # not an object: the codec parser says so
             return False
         return _plain_chain(inner_specs, dtype.itemsize)
     return _plain_chain(codecs, dtype.itemsize)

@@ -19,12 +19,11 @@ import hashlib
 import json
 import re
 import struct
-import zlib
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from napari_shardscope.core.encoding import inflate
+from napari_shardscope.core.encoding import inflate, zlib_compress
 from napari_shardscope.core.errors import ArgumentError, FormatError
 from napari_shardscope.core.json_document import load_json
 from napari_shardscope.core.versioned.dag import check_branch_name
@@ -40,6 +39,10 @@ KV_MAGIC = b"SSKV001\n"
 DATA_OBJECT_BYTES = 32 * 1024 * 1024
 #: The most a stored object may inflate to (a hostile remote cannot make a fetch allocate more).
 MAX_OBJECT_BYTES = 256 * 1024 * 1024
+#: The deflate level objects are framed at: fast (a push compresses every new object) and what the
+#: format has always used. The frame is a zlib stream (RFC 1950), as written by every earlier version, so
+#: objects pushed before libdeflate did the compressing read unchanged (and old readers read new ones).
+PACK_LEVEL = 1
 _E = struct.Struct(">cHI")
 _V = struct.Struct(">BI")
 _L = struct.Struct(">cHQI")
@@ -107,7 +110,7 @@ def object_key(name: str) -> str:
 
 
 def _frame(magic: bytes, payload: bytes) -> bytes:
-    return magic + zlib.compress(payload, 1)
+    return magic + zlib_compress(payload, PACK_LEVEL)
 
 
 def _unframe(magic: bytes, data: bytes, name: str) -> bytes:
