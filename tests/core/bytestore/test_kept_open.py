@@ -26,6 +26,7 @@ def test_reads_match_the_plain_store_and_files_are_opened_once(tmp_path: Path) -
     for _ in range(50):
         kept.read_range("d/a.shard", 3, 9)
     assert len(os.listdir("/proc/self/fd")) == before
+    gc.collect()  # stores of earlier tests awaiting collection would release their descriptors below
     count = local._kept_open[0]
     del kept
     gc.collect()
@@ -46,3 +47,23 @@ def test_refusals_are_the_plain_stores(tmp_path: Path) -> None:
         kept.read_range("fifo", 0, 6)
     with pytest.raises(OutsideRootError):
         kept.read_range("../outside", 0, 6)
+
+
+def test_sizes_match_the_plain_store_and_keep_the_file_for_its_reads(tmp_path: Path) -> None:
+    (tmp_path / "d").mkdir()
+    (tmp_path / "d" / "a.shard").write_bytes(bytes(range(200)))
+    os.mkfifo(tmp_path / "fifo")
+    (tmp_path / "link").symlink_to(tmp_path.parent)
+    plain, kept = LocalByteStore(tmp_path), KeptOpenLocalStore(tmp_path)
+    for key in ("d/a.shard", "d", "d/missing", "missing/x"):
+        assert kept.size(key) == plain.size(key)
+    for store in (plain, kept):
+        with pytest.raises(NotARegularFileError):
+            store.size("fifo")
+        with pytest.raises(OutsideRootError):
+            store.size("link/x")
+    before = len(os.listdir("/proc/self/fd"))
+    for _ in range(20):  # the size asked opened the file once; its reads use that descriptor
+        assert kept.read_range("d/a.shard", 190, 210) == bytes(range(190, 200))
+        assert kept.size("d/a.shard") == 200
+    assert len(os.listdir("/proc/self/fd")) == before

@@ -163,3 +163,49 @@ def test_a_damaged_chunk_in_a_many_chunk_read_is_typed(tmp_path: Path, volume: t
     with pytest.raises(ChunkDecodeError, match=rf"{shard}: .* at byte {start}$"):
         array.read()
     np.testing.assert_array_equal(array[:, 20:].read(), zyx[:, 20:])  # the other chunks still read
+
+
+def test_reads_made_from_inside_the_decode_pool_finish(volume: tuple[Path, np.ndarray]) -> None:
+    """Many-chunk reads run by every decode worker at once: the reading threads decode their own chunks.
+
+    (A read whose chunks were all queued behind the workers that wait for them would never finish.)
+    """
+    from napari_shardscope.core.volumes import direct
+
+    path, zyx = volume
+    reader = DirectReader(open_dataset(path).volume_specs()[0].levels[0].chunk_source)
+    store = open_volume(path, context=make_context(0)).levels[0].array.store
+    pool = direct._decode_pool()
+    started = threading.Barrier(direct.DECODE_WORKERS, timeout=60)
+
+    def read_all(z0: int) -> np.ndarray | None:
+        started.wait()  # every worker of the pool is inside a read before any read submits its helpers
+        return reader.read(store[z0:])
+
+    futures = [pool.submit(read_all, z0) for z0 in range(direct.DECODE_WORKERS)]
+    for z0, fut in enumerate(futures):
+        np.testing.assert_array_equal(fut.result(timeout=120), zyx[z0:])
+
+
+def test_a_reading_thread_keeps_no_large_decode_buffer(volume: tuple[Path, np.ndarray],
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """The caller's threads decode too; each keeps at most KEEP_SCRATCH_BYTES_READER of buffer after a read."""
+    from napari_shardscope.core.volumes import direct
+
+    path, zyx = volume
+    reader = DirectReader(open_dataset(path).volume_specs()[0].levels[0].chunk_source)
+    store = open_volume(path, context=make_context(0)).levels[0].array.store
+    kept: list[int] = []
+
+    def read(limit: int) -> None:
+        monkeypatch.setattr(direct, "KEEP_SCRATCH_BYTES_READER", limit)
+        np.testing.assert_array_equal(reader.read(store[3:30, 5]), zyx[3:30, 5])  # 16³ uint64 chunks: 32 KiB
+        buf = getattr(direct._scratch, "buf", None)
+        kept.append(0 if buf is None else buf.nbytes)
+
+    monkeypatch.setattr(direct, "DECODE_WORKERS", 1)  # no helpers: the reading thread decodes every chunk
+    for limit in (1 << 10, 1 << 20):
+        thread = threading.Thread(target=read, args=(limit,))
+        thread.start()
+        thread.join(timeout=60)
+    assert kept == [0, 16 ** 3 * 8]

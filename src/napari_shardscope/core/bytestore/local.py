@@ -383,6 +383,26 @@ class KeptOpenLocalStore(LocalByteStore):
         self._stats.add(len(data))
         return data
 
+    def size(self, key: str) -> int | None:
+        """The size of ``key``, from its kept descriptor (opened and kept now when there is room).
+
+        Why: a shard's size is asked just before its index is read; resolving the path (the
+        containment check, an ``lstat`` per path component) once for both halves a cold read's
+        per-file set-up. A directory, a missing file or a spent budget answer as :meth:`LocalByteStore.size`.
+        """
+        fd = self._fds.get(key)
+        if fd is None:
+            try:
+                fd = self._keep(key)
+            except NotARegularFileError:
+                fd = None  # a directory (no key) or a special file: answered below
+            if fd is None:
+                return super().size(key)
+        try:
+            return os.fstat(fd).st_size
+        except OSError as exc:
+            raise StoreError(f"{self._path(key)}: {exc.strerror or exc}") from exc
+
     def _batch_fd(self, key: str) -> tuple[int | None, bool]:
         fd = self._fds.get(key)
         if fd is None:

@@ -7,8 +7,8 @@ driver opened on a context without a cache. For a level read by a
 decoded with libdeflate) a twin would still allocate a fresh buffer per chunk, fault its pages in
 and copy it into the result. :class:`DirectReader` instead works out which chunks a view touches,
 decodes each into one reused buffer per worker thread, and copies only the voxels the view selects
-straight into the result. Chunks are decoded on a small shared pool (the decoder releases the GIL
-while it inflates).
+straight into the result. Chunks are decoded by the reading thread and helpers from a small shared
+pool (the decoder releases the GIL while it inflates).
 
 It reads any view of the level's ``virtual_chunked`` store whose index transform maps each
 presented axis to one source axis with stride 1 (integers, unit-step slices, transpositions,
@@ -19,8 +19,10 @@ translations — what napari and scripts ask for); other views (strided slices, 
 from __future__ import annotations
 
 import itertools
+import math
 import os
 import threading
+from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Literal
 
@@ -29,9 +31,10 @@ import numpy.typing as npt
 
 from napari_shardscope.core.formats.volume_spec import DirectChunkSource
 
-#: Worker threads decoding the chunks of one uncached read (shared by every level of the process).
-#: One more than the cores: a decode thread also does GIL-bound Python work (index lookups, views)
-#: and waits on ``pread``, and while it does the extra thread keeps every core inflating (a cold
+#: Threads decoding the chunks of one uncached read: the reading thread and ``DECODE_WORKERS - 1``
+#: helpers from a pool of this many (shared by every level of the process, so reads made at the same
+#: time each get helpers). One more than the cores: a decode thread also does GIL-bound Python work
+#: (index lookups, views) and waits on ``pread``, and while it does the extra thread keeps every core inflating (a cold
 #: 512² uint8 plane on 2 cores: 26 ms with 2 threads, 23.5 ms with 3).
 DECODE_WORKERS = max(3, min(8, (os.cpu_count() or 2) + 1))
 
@@ -44,19 +47,27 @@ def _decode_pool() -> ThreadPoolExecutor:
     global _pool
     with _pool_lock:
         if _pool is None:
-            _pool = ThreadPoolExecutor(DECODE_WORKERS, thread_name_prefix="shardscope-decode")
+            _pool = ThreadPoolExecutor(DECODE_WORKERS, thread_name_prefix="shardscope-decode",
+                                       initializer=_keep_large_scratch)
         return _pool
 
 
-#: Decode buffers up to this size are kept by their thread for the next chunk; larger ones are dropped after use.
+#: Decode buffers up to this size are kept by their pool thread for the next chunk; larger ones are dropped after use.
 KEEP_SCRATCH_BYTES = 32 << 20
+#: ... and by any other thread that reads (it decodes chunks too): those threads are the caller's (a GUI
+#: thread, an export's workers), as many as it likes, so each keeps at most a 64³ uint64 chunk's buffer.
+KEEP_SCRATCH_BYTES_READER = 2 << 20
+
+
+def _keep_large_scratch() -> None:
+    _scratch.keep = KEEP_SCRATCH_BYTES
 
 
 def _scratch_array(shape: tuple[int, ...], dtype: np.dtype[Any], order: Literal["C", "F"]) -> npt.NDArray[Any]:
     """A decode buffer as a ``shape`` array laid out in ``order`` (the source's): this thread's reused one,
     or a fresh one for a huge chunk."""
-    nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
-    if nbytes > KEEP_SCRATCH_BYTES:
+    nbytes = math.prod(shape) * dtype.itemsize
+    if nbytes > getattr(_scratch, "keep", KEEP_SCRATCH_BYTES_READER):
         return np.empty(shape, dtype=dtype, order=order)
     buf: npt.NDArray[np.uint8] | None = getattr(_scratch, "buf", None)
     if buf is None or buf.nbytes < nbytes:
@@ -96,49 +107,82 @@ class DirectReader:
         # ``out`` seen in the source's axis order (a constant source axis: extent 1, stride 0)
         target = np.lib.stride_tricks.as_strided(out, shape=tuple(h - low for low, h in zip(lo, hi, strict=True)),
                                                  strides=strides, writeable=True)
-        chunk = self.source.chunk_shape
-        ranges = [range(low // c, -(-h // c)) for low, h, c in zip(lo, hi, chunk, strict=True)]
-        grids = list(itertools.product(*ranges))
-        if len(grids) == 1:
-            self._fill(grids[0], lo, hi, target)
+        jobs = self._jobs(lo, hi)
+        if len(jobs) == 1:
+            self._fill(jobs[0], target)
             return out
         prepare = getattr(self.source, "prepare_chunks", None)
         if prepare is not None:  # optional: a sharded source loads the indexes the chunks need in one batch
-            prepare(grids)
+            prepare([job[0] for job in jobs])
+        todo = deque(jobs)
+        failed: list[BaseException] = []
+
+        def drain() -> None:
+            """Decode chunks until none are left (or one failed).
+
+            Why not a future per chunk: each handoff wakes a worker and then this thread (~200 context
+            switches and ~1 ms of CPU per cold 512² plane); here each thread takes the next chunk itself
+            (``deque.popleft`` is atomic), and this thread decodes too instead of waiting. A read made
+            from inside the pool (every worker busy) cannot deadlock: this thread drains the queue alone
+            and then cancels the helpers that never started.
+            """
+            while not failed:
+                try:
+                    job = todo.popleft()
+                except IndexError:
+                    return
+                try:
+                    self._fill(job, target)
+                except BaseException as exc:  # handed to the reading thread; the others stop taking chunks
+                    failed.append(exc)
+                    return
+
         pool = _decode_pool()
-        futures: list[Future[None]] = [pool.submit(self._fill, g, lo, hi, target) for g in grids]
-        error: BaseException | None = None
-        for fut in futures:  # every job finishes before ``out`` is returned or dropped
-            exc = fut.exception()
-            if exc is not None and error is None:
-                error = exc
-        if error is not None:
-            raise error
+        helpers: list[Future[None]] = [pool.submit(drain) for _ in range(min(DECODE_WORKERS, len(jobs)) - 1)]
+        drain()
+        for fut in helpers:  # a helper not started yet has nothing left to do; a started one finishes first
+            if not fut.cancel():
+                fut.exception()
+        if failed:
+            raise failed[0]
         return out
 
-    def _fill(self, grid: tuple[int, ...], lo: tuple[int, ...], hi: tuple[int, ...], target: npt.NDArray[Any]) -> None:
-        chunk = self.source.chunk_shape
-        shape = self.source.shape
-        start = tuple(g * c for g, c in zip(grid, chunk, strict=True))
-        extent = tuple(min(c, n - s) for c, n, s in zip(chunk, shape, start, strict=True))
-        src = tuple(slice(max(low, s) - s, min(h, s + e) - s)
-                    for low, h, s, e in zip(lo, hi, start, extent, strict=True))
-        dst = tuple(slice(max(low, s) - low, min(h, s + e) - low)
-                    for low, h, s, e in zip(lo, hi, start, extent, strict=True))
-        fill = self.source.fill_value
+    def _jobs(self, lo: tuple[int, ...], hi: tuple[int, ...]) -> list[_Job]:
+        """Per chunk the box ``[lo, hi)`` touches: its grid position, the part of it read, where that goes, its extent.
+
+        Worked out per axis once (a plane's 64 chunks share 8 + 8 + 1 axis entries), not per chunk.
+        """
+        per_axis: list[list[tuple[int, slice, slice, int]]] = []
+        for low, h, c, n in zip(lo, hi, self.source.chunk_shape, self.source.shape, strict=True):
+            axis = []
+            for g in range(low // c, -(-h // c)):
+                s = g * c
+                e = min(c, n - s)
+                a, b = max(low, s), min(h, s + e)
+                axis.append((g, slice(a - s, b - s), slice(a - low, b - low), e))
+            per_axis.append(axis)
+        return [tuple(zip(*combo, strict=True)) for combo in itertools.product(*per_axis)]
+
+    def _fill(self, job: _Job, target: npt.NDArray[Any]) -> None:
+        grid, src, dst, extent = job
         place = target[dst]
         order = self.source.memory_order
-        laid_out = place.flags.f_contiguous if order == "F" else place.flags.c_contiguous
-        if place.shape == extent and laid_out:
+        if place.shape == extent and (place.flags.f_contiguous if order == "F" else place.flags.c_contiguous):
             # the read is this one chunk (an export's box): decode into the result, no scratch copy
             if not self.source.decode_into(grid, place):
+                fill = self.source.fill_value
                 place[...] = fill if fill is not None else 0
             return
         buf = _scratch_array(extent, self.dtype, order)
         if self.source.decode_into(grid, buf):
             place[...] = buf[src]
         else:
+            fill = self.source.fill_value
             place[...] = fill if fill is not None else 0
+
+
+#: One chunk of a read: grid position, the slices of the chunk read, the slices of the target written, its extent.
+_Job = tuple[tuple[int, ...], tuple[slice, ...], tuple[slice, ...], tuple[int, ...]]
 
 
 class BoxReader:

@@ -189,6 +189,27 @@ def test_other_codec_chains_stay_on_tensorstore(tmp_path: Path, codecs: list[dic
     np.testing.assert_array_equal(open_volume(path).levels[0].array.read(), data)
 
 
+def test_a_many_chunk_read_loads_each_shard_index_once(tmp_path: Path) -> None:
+    """A cold read of 64 inner chunks in 8 shards reads 8 indexes, not one per decode thread that meets a shard.
+
+    Both ways a level is decoded here: the uncached reader's threads, and TensorStore's threads filling its cache.
+    """
+    path = tmp_path / "a.zarr"
+    data = np.random.default_rng(3).integers(0, 250, size=(16, 16, 16)).astype(np.uint8)
+    ts_write(path, data, shard=(8, 8, 8), inner=(4, 4, 4), gzip_inner=True, crc=True, location="end", fill=0,
+             holes=None)
+    for _ in range(3):
+        array = open_volume(path, context=make_context(0)).levels[0].array
+        reader = array.direct  # the uncached reader (a first touch, a bulk read)
+        assert reader is not None and isinstance(reader.source, Zarr3ChunkSource)
+        np.testing.assert_array_equal(reader.read(array.store), data)
+        assert reader.source.store.stats.requests == 8 + 64  # the indexes, then the chunks
+        cached = open_volume(path, context=make_context(64 << 20)).levels[0].array  # TensorStore's threads decode
+        assert cached.direct is not None
+        np.testing.assert_array_equal(cached.store.read().result(), data)
+        assert cached.direct.source.store.stats.requests == 8 + 64
+
+
 # -- damage -----------------------------------------------------------------------------------------------------
 def one_shard(tmp_path: Path, *, gzip_inner: bool = True, crc: bool = True) -> tuple[Path, np.ndarray, Path]:
     """A 8³ uint16 array in one shard of 2³ inner 4³ chunks, index at the end."""

@@ -31,6 +31,7 @@ part copied out.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from typing import Any, Literal
 
 import numpy as np
@@ -38,7 +39,13 @@ import numpy.typing as npt
 
 from napari_shardscope.core.bytestore import ByteStore
 from napari_shardscope.core.encoding import gunzip_into
-from napari_shardscope.core.errors import ArgumentError, ChecksumError, ChunkDecodeError, IndexDecodeError
+from napari_shardscope.core.errors import (
+    ArgumentError,
+    ChecksumError,
+    ChunkDecodeError,
+    FormatError,
+    IndexDecodeError,
+)
 from napari_shardscope.core.formats.zarr3.metadata import ArrayMetadata, CodecSpec
 from napari_shardscope.core.formats.zarr3.reader import Zarr3ArrayReader
 
@@ -164,6 +171,25 @@ class Zarr3ChunkSource:
         if target is not out:
             out[...] = target if whole else target[tuple(slice(0, e) for e in extent)]
         return True
+
+    def prepare_chunks(self, grids: Sequence[tuple[int, ...]]) -> None:
+        """Load, in this thread, the shard indexes the chunks at ``grids`` need (a cold plane: four).
+
+        Why: otherwise the decode threads meet each shard's first chunk together, and all but one
+        wait while it reads the index (:meth:`~.reader.Zarr3ArrayReader.read_shard_index` loads each
+        once) — GIL-bound work between inflates. Here the indexes are read back to back before any
+        decode thread starts. Nothing is raised: an index that fails is not cached, so the decode
+        that needs it reads it again and raises its error, with its key and offset, as before.
+        """
+        if self.reader.sharding is None or len(grids) < 2:
+            return
+        cps = self.reader.chunks_per_shard
+        shards = sorted({tuple(g // n for g, n in zip(grid, cps, strict=True)) for grid in grids})
+        try:
+            for shard in shards:
+                self.reader.read_shard_index(shard)
+        except FormatError:
+            return
 
     def _where(self, key: str | None) -> str | None:
         if key is None or key.startswith(self._root):

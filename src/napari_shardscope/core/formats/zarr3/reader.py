@@ -16,8 +16,10 @@ inner chunk, the whole file: the shard browser and the CLI then work on plain Za
 from __future__ import annotations
 
 import math
+import threading
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from functools import cached_property, partial
 from itertools import product
 from typing import Any
 
@@ -171,6 +173,8 @@ class Zarr3ArrayReader:
         else:
             self.inner_chunk_shape = meta.chunk_shape
         self._indexes: LruCache[tuple[int, ...], LoadedIndex | None] = LruCache(cache_size)
+        self._loading: dict[tuple[int, ...], threading.Lock] = {}  # shard → held while one thread loads its index
+        self._loading_lock = threading.Lock()
 
     # -- geometry --------------------------------------------------------------------------------
     @property
@@ -182,7 +186,7 @@ class Zarr3ArrayReader:
         """Shape of a shard (the array's chunk shape), array axis order."""
         return self.metadata.chunk_shape
 
-    @property
+    @cached_property  # asked for every chunk located; the geometry never changes
     def chunks_per_shard(self) -> tuple[int, ...]:
         """Inner chunks per shard along each array axis."""
         return tuple(s // c for s, c in zip(self.shard_shape, self.inner_chunk_shape, strict=True))
@@ -191,7 +195,7 @@ class Zarr3ArrayReader:
     def shard_grid_shape(self) -> tuple[int, ...]:
         return self.metadata.grid_shape
 
-    @property
+    @cached_property
     def inner_grid_shape(self) -> tuple[int, ...]:
         """Number of inner chunks along each axis of the whole array (the last may be partial)."""
         return tuple(-(-s // c) for s, c in zip(self.metadata.shape, self.inner_chunk_shape, strict=True))
@@ -296,7 +300,8 @@ class Zarr3ArrayReader:
     def read_shard_index(self, shard: Sequence[int]) -> LoadedIndex | None:
         """The decoded index of the shard at ``shard``, ``None`` when the file does not exist.
 
-        Reads only the index bytes (one range or suffix read). Cached; errors are not cached.
+        Reads only the index bytes (one range or suffix read). Cached; errors are not cached. Threads
+        asking for the same uncached index at once read it once.
 
         Raises
         ------
@@ -309,7 +314,20 @@ class Zarr3ArrayReader:
         if config is None:
             raise ArgumentError(f"{self.metadata_key}: array is not sharded; it has no shard index")
         pos = tuple(int(p) for p in shard)
-        return self._indexes.get_or_load(pos, lambda: self._load_index(pos, config))
+        load = partial(self._load_index, pos, config)
+        if self._indexes.contains(pos):
+            return self._indexes.get_or_load(pos, load)
+        # Not cached: one thread loads it while the others needing the same shard wait and then find it
+        # cached (decode threads meet a shard's first chunks together; each would read and check it).
+        with self._loading_lock:
+            gate = self._loading.setdefault(pos, threading.Lock())
+        try:
+            with gate:
+                return self._indexes.get_or_load(pos, load)
+        finally:
+            with self._loading_lock:
+                if self._loading.get(pos) is gate:
+                    del self._loading[pos]
 
     def _load_index(self, shard: tuple[int, ...], config: ShardingConfig) -> LoadedIndex | None:
         key = self.shard_key(shard)
@@ -400,19 +418,18 @@ class Zarr3ArrayReader:
         off, n = int(index.offsets[position]), int(index.nbytes[position])
         if off == EMPTY and n == EMPTY:
             return None
-        at = index_entry_offset(self.sharding, position, loaded.file_size)
         if off == EMPTY or n == EMPTY:
             raise IndexDecodeError(
                 f"half-empty index entry (offset {off}, nbytes {n}) for inner chunk {list(position)}",
                 key=key,
-                offset=at,
+                offset=index_entry_offset(self.sharding, position, loaded.file_size),
             )
         if loaded.file_size is not None and off + n > loaded.file_size:
             raise IndexDecodeError(
                 f"inner chunk {list(position)} byte range [{off}, {off + n}) ends past the end "
                 f"of the file ({loaded.file_size} bytes)",
                 key=key,
-                offset=at,
+                offset=index_entry_offset(self.sharding, position, loaded.file_size),
             )
         return off, off + n
 
