@@ -173,7 +173,7 @@ class Zarr3ArrayReader:
         else:
             self.inner_chunk_shape = meta.chunk_shape
         self._indexes: LruCache[tuple[int, ...], LoadedIndex | None] = LruCache(cache_size)
-        self._loading: dict[tuple[int, ...], threading.Lock] = {}  # shard → held while one thread loads its index
+        self._loading: dict[tuple[int, ...], _IndexLoad] = {}  # shard → the load of its index in flight
         self._loading_lock = threading.Lock()
 
     # -- geometry --------------------------------------------------------------------------------
@@ -319,15 +319,29 @@ class Zarr3ArrayReader:
             return self._indexes.get_or_load(pos, load)
         # Not cached: one thread loads it while the others needing the same shard wait and then find it
         # cached (decode threads meet a shard's first chunks together; each would read and check it).
+        # A load that fails hands its error to the threads that waited for it, so they neither read the
+        # damaged (or unreachable) index again one after another nor wait for more; a later call tries afresh.
         with self._loading_lock:
-            gate = self._loading.setdefault(pos, threading.Lock())
+            flight = self._loading.get(pos)
+            leader = flight is None
+            if flight is None:
+                flight = self._loading[pos] = _IndexLoad()
+            else:
+                flight.waiters += 1
+        if not leader:
+            flight.done.wait()
+            if flight.error is not None:
+                raise flight.error
+            return self._indexes.get_or_load(pos, load)  # cached now (unless evicted already: loaded again)
         try:
-            with gate:
-                return self._indexes.get_or_load(pos, load)
+            return self._indexes.get_or_load(pos, load)
+        except Exception as exc:  # (an interrupt is not handed on: the waiters then load it themselves)
+            flight.error = exc
+            raise
         finally:
             with self._loading_lock:
-                if self._loading.get(pos) is gate:
-                    del self._loading[pos]
+                del self._loading[pos]
+            flight.done.set()
 
     def _load_index(self, shard: tuple[int, ...], config: ShardingConfig) -> LoadedIndex | None:
         key = self.shard_key(shard)
@@ -518,6 +532,17 @@ def _as_position(values: Sequence[int], name: str) -> tuple[int, ...]:
     if any(int(v) != v for v in values):
         raise ArgumentError(f"{name} must be a sequence of integers, got {values!r}")
     return out
+
+
+class _IndexLoad:
+    """One thread's load of a shard index that other threads wait for: set when done, with its error if it failed."""
+
+    __slots__ = ("done", "error", "waiters")
+
+    def __init__(self) -> None:
+        self.done = threading.Event()
+        self.error: Exception | None = None
+        self.waiters = 0  # threads waiting for this load (tests check they were there)
 
 
 def _decode_loaded_index(data: bytes | None, config: ShardingConfig, *, key: str, start: int,
