@@ -121,3 +121,18 @@ def test_an_object_inflating_past_the_limit_is_refused() -> None:
     name = P.object_name(bomb)
     with pytest.raises(CorruptObjectError, match=f"more than {P.MAX_OBJECT_BYTES} bytes"):
         list(P.decode_data(name, bomb, ("seg",)))
+
+
+def test_damaged_frames_name_the_byte_of_the_object_where_the_damage_is() -> None:
+    """A user handed a damaged object can look at it: the error names the stored object and a byte of it."""
+    import zlib
+
+    body = b"E" + bytes(200)
+    stream = zlib.compress(body, 1)
+    good = P.DATA_MAGIC + stream
+    start = len(P.DATA_MAGIC)
+    cases = [(good[:-3], start), (good[:start + 2] + bytes(len(stream) - 2), start), (good + b"tail", len(good))]
+    for bad, at in cases:
+        name = P.object_name(bad)
+        with pytest.raises(CorruptObjectError, match=rf"^object {name}: {P.object_key(name)}: .* at byte {at}$"):
+            list(P.decode_data(name, bad, ("seg",)))

@@ -117,7 +117,8 @@ def _unframe(magic: bytes, data: bytes, name: str) -> bytes:
     if not data.startswith(magic):
         raise CorruptObjectError(f"object {name}: not a {magic[:-1].decode()} object")
     try:
-        return inflate(data[len(magic):], key=object_key(name), max_size=MAX_OBJECT_BYTES)
+        # offset: the stream starts after the magic, so a damage is named by its byte in the stored object
+        return inflate(data[len(magic):], key=object_key(name), offset=len(magic), max_size=MAX_OBJECT_BYTES)
     except FormatError as exc:
         raise CorruptObjectError(f"object {name}: {exc}") from exc
 
