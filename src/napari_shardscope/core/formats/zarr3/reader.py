@@ -301,7 +301,7 @@ class Zarr3ArrayReader:
         """The decoded index of the shard at ``shard``, ``None`` when the file does not exist.
 
         Reads only the index bytes (one range or suffix read). Cached; errors are not cached. Threads
-        asking for the same uncached index at once read it once.
+        asking for the same uncached index at once read it once (a failed read too: all of them get its error).
 
         Raises
         ------
