@@ -18,6 +18,7 @@ import pytest
 
 from napari_shardscope.core.sample_data import write_precomputed_pyramid
 from napari_shardscope.core.volumes import make_context, open_volume
+from napari_shardscope.core.volumes import prefetch as prefetch_module
 from napari_shardscope.core.volumes.deferred import DeferredStore
 from napari_shardscope.core.volumes.lazy import LazyArray
 from napari_shardscope.core.volumes.prefetch import PlanePrefetcher, link_coarser
@@ -130,7 +131,12 @@ def test_a_coarser_window_the_view_left_is_cancelled_and_one_is_read_once(pyrami
     p.close()
 
 
-def test_a_zoom_to_another_level_cancels_the_prefetches_of_the_level_left(pyramid: Path) -> None:
+def test_a_zoom_to_another_level_cancels_the_prefetches_of_the_level_left(
+        pyramid: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # a pause of a second before any band starts: the reads below come well within it even on a loaded
+    # machine, so what the assertions see is the cancelling, not a race with a band that started early
+    monkeypatch.setattr(prefetch_module, "QUIET_S", 1.0)
+    monkeypatch.setattr(prefetch_module, "MAX_DEFER_S", 3.0)
     vol = open_volume(pyramid, context=make_context(256 << 20))
     levels = [lv.array.with_prefetch() for lv in vol.levels]
     link_coarser([a.prefetcher for a in levels])
@@ -144,7 +150,7 @@ def test_a_zoom_to_another_level_cancels_the_prefetches_of_the_level_left(pyrami
     assert not fine._pending
     fine.wait()
     mid.wait()
-    # none ran to the end: each band waits for a pause first (one plane at most, were this thread stalled for long)
+    # none ran to the end: each band waits for a pause first (one plane at most, were this thread stalled > 1 s)
     assert fine.reads <= 1 and fine.coarser_reads == 0
     assert mid.reads >= 1  # the level shown now prefetches as before
     for p in (fine, mid, coarsest):
