@@ -5,6 +5,7 @@ task; both are many independent tasks whose inputs are small picklable descripti
 here, the same way. ``scheduler`` chooses where tasks run:
 
 * ``None`` or ``"threads"`` — Dask's threaded scheduler in this process (``num_workers`` threads);
+  :func:`run_gathered` (export's shards from parts) runs its plan in order on its own threads here;
 * ``"sync"`` — one at a time in this thread (debugging);
 * a ``distributed.Client`` — the user's cluster (left open afterwards);
 * a string with ``://`` (``"tcp://10.0.0.5:8786"``) — a client connected to that scheduler for the
