@@ -14,7 +14,8 @@ Run: ``python bench/export.py [--rounds 5] [--part volume|labelmap|labelmap-scal
   a 3-scale sharded base), every scale, against TensorStore writing the same arrays (already in memory);
   then 2 workers against 1 (goal >= 1.8x), and the machine's ceiling for that scaling measured right
   after it (the same deflate work on 2 threads against 1): on a shared machine the second core may
-  not be free, and no export scales past what it gives.
+  not be free, and no export scales past what it gives. ``labelmap-scaling`` runs only these two rows
+  (the 2-vs-1 scaling and its ceiling), so a run of 7+ rounds stays short.
 * ``index``: the base label index: the Dask job (``build_label_index``, default threads) against the
   in-process thread builder (``build_base_index`` + ``store_base_index``, 2 threads). Goal: >= 1.0x.
 """

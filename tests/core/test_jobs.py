@@ -196,3 +196,21 @@ def test_a_failing_part_raises_its_own_error_and_stops_the_plan(workers: int) ->
     with pytest.raises(ArgumentError, match="bad finish"):
         run_gathered(square, lambda t, p: (_ for _ in ()).throw(ArgumentError("bad finish")), groups,
                      num_workers=workers)
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_a_progress_callback_that_raises_stops_the_plan_and_leaves_no_thread_running(workers: int) -> None:
+    """A caller cancels by raising from its progress callback: the error comes out, the job's threads are gone
+    (one worker: nothing after the first task ran)."""
+    started: list[int] = []
+
+    def stop(done: int, total: int, label: str) -> None:
+        raise ArgumentError("cancelled")
+
+    before = threading.active_count()
+    groups = [(f"t{i}", [i]) for i in range(400)]
+    with pytest.raises(ArgumentError, match="cancelled"):
+        run_gathered(lambda x: started.append(x) or x, concat, groups, num_workers=workers, progress=stop)
+    assert threading.active_count() == before
+    if workers == 1:
+        assert started == [0]
