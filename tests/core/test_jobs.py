@@ -120,3 +120,97 @@ def test_job_scheduler_counts_the_slots_and_connects_an_address_once() -> None:
             assert slots == 2
             assert run_gathered(square, concat, [("x", [1, 2]), ("y", [3])], scheduler=client) == ["x:1,4", "y:9"]
         assert client.status in ("closed", "closing")  # the job's own client is closed after
+
+
+def test_run_gathered_in_threads_starts_parts_in_plan_order_and_finishes_each_task_after_its_last_part() -> None:
+    """Each thread takes the next part of the plan (its own sequence rises); the thread ending a task's last part
+    finishes it before taking another; progress is reported on the calling thread, task by task."""
+    lock = threading.Lock()
+    log: list[tuple[int, str, object]] = []  # (thread, "part"/"finish", what)
+    caller = threading.get_ident()
+    progress_threads: set[int] = set()
+
+    def part(x: int) -> int:
+        with lock:
+            log.append((threading.get_ident(), "part", x))
+        return x
+
+    def finish(task: str, parts: list[int]) -> str:
+        with lock:
+            log.append((threading.get_ident(), "finish", task))
+        return concat(task, parts)
+
+    groups = [(f"t{i}", list(range(10 * i, 10 * i + n))) for i, n in enumerate([3, 1, 4, 1, 5, 9, 2, 6])]
+    out = run_gathered(part, finish, groups, num_workers=3,
+                       progress=lambda d, t, w: progress_threads.add(threading.get_ident()))
+    assert out == [concat(t, parts) for t, parts in groups]
+    assert progress_threads == {caller}
+    for thread in {t for t, _, _ in log}:
+        taken = [x for t, kind, x in log if t == thread and kind == "part"]
+        assert taken == sorted(taken)  # in plan order, one list for all threads
+    for task, parts in groups:  # the finish comes after all the task's parts, right after the last on its thread
+        at = next(j for j, (_, kind, x) in enumerate(log) if kind == "finish" and x == task)
+        assert {x for _, kind, x in log[:at] if kind == "part"} >= set(parts)
+        own = [(kind, x) for t, kind, x in log[:at] if t == log[at][0]]
+        assert own[-1][0] == "part" and own[-1][1] in parts
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_run_gathered_in_one_thread_runs_the_plan_in_order(workers: int) -> None:
+    seen: list[object] = []
+
+    def part(x: int) -> int:
+        seen.append(x)
+        return x
+
+    def finish(task: str, parts: list[int]) -> str:
+        seen.append(task)
+        return task
+
+    groups = [("a", [1, 2, 3]), ("b", [4]), ("c", [5, 6])]
+    scheduler = "sync" if workers == 2 else None  # sync ignores num_workers; threads with one worker
+    assert run_gathered(part, finish, groups, scheduler=scheduler, num_workers=workers) == ["a", "b", "c"]
+    assert seen == [1, 2, 3, "a", 4, "b", 5, 6, "c"]
+
+
+@pytest.mark.parametrize("workers", [1, 3])
+def test_a_failing_part_raises_its_own_error_and_stops_the_plan(workers: int) -> None:
+    """The part's typed error comes out as it is; parts after it in the plan are not started (one thread), or
+    only those the other threads took before the failure stopped the plan."""
+    started: list[int] = []
+    lock = threading.Lock()
+
+    def part(x: int) -> int:
+        with lock:
+            started.append(x)
+        if x == 5:
+            raise ArgumentError(f"bad part {x}")
+        return x
+
+    groups = [(f"t{i}", [i]) for i in range(400)]
+    with pytest.raises(ArgumentError, match="bad part 5"):
+        run_gathered(part, concat, groups, num_workers=workers)
+    assert len(started) < len(groups)
+    if workers == 1:
+        assert started == list(range(6))
+    with pytest.raises(ArgumentError, match="bad finish"):
+        run_gathered(square, lambda t, p: (_ for _ in ()).throw(ArgumentError("bad finish")), groups,
+                     num_workers=workers)
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_a_progress_callback_that_raises_stops_the_plan_and_leaves_no_thread_running(workers: int) -> None:
+    """A caller cancels by raising from its progress callback: the error comes out, the job's threads are gone
+    (one worker: nothing after the first task ran)."""
+    started: list[int] = []
+
+    def stop(done: int, total: int, label: str) -> None:
+        raise ArgumentError("cancelled")
+
+    before = threading.active_count()
+    groups = [(f"t{i}", [i]) for i in range(400)]
+    with pytest.raises(ArgumentError, match="cancelled"):
+        run_gathered(lambda x: started.append(x) or x, concat, groups, num_workers=workers, progress=stop)
+    assert threading.active_count() == before
+    if workers == 1:
+        assert started == [0]

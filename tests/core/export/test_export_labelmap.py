@@ -137,6 +137,38 @@ def test_local_cluster_writes_the_same_bytes(edited: tuple[Repository, Labelmap,
     assert digests(tmp_path / "cluster") == digests(tmp_path / "threads")
 
 
+@pytest.mark.parametrize("shard_bytes", [200_000, 1 << 30], ids=["several-shards", "one-shard-per-scale"])
+def test_every_worker_count_writes_the_bytes_one_worker_writes(edited: tuple[Repository, Labelmap, str, str],
+                                                              tmp_path: Path, shard_bytes: int) -> None:
+    """Guided parts (whole shards first, single chunks last) on 2 and 3 threads, and the plan run in this
+    thread, assemble every shard file byte for byte as one worker writes it; TensorStore and CloudVolume
+    read the committed version's bodies back from the 2-worker export at every scale."""
+    from cloudvolume import CloudVolume
+
+    from napari_shardscope.core.export.precomputed import build_info, plan_parts, plan_shard_tasks
+
+    repo, lm, uuid, _ = edited
+    source = labelmap_source(repo, "seg", uuid)
+    plan = plan_parts(plan_shard_tasks("unused", build_info(source, chunk_size=(16, 16, 4),
+                                                            shard_bytes=shard_bytes)), 2)
+    assert any(len(parts) > 1 for _, parts in plan)  # the 2-worker exports below assemble shards from parts
+    runs = {"w1": {"num_workers": 1}, "w2": {"num_workers": 2}, "w3": {"num_workers": 3},
+            "sync": {"scheduler": "sync"}}
+    for name, kwargs in runs.items():
+        export_precomputed(source, str(tmp_path / name), chunk_size=(16, 16, 4), shard_bytes=shard_bytes,
+                           **kwargs)  # type: ignore[arg-type]
+    one = digests(tmp_path / "w1")
+    assert all(digests(tmp_path / name) == one for name in runs)
+    v = lm.at(uuid)
+    for scale in range(len(FACTORS)):
+        expected = v.read_bodies(scale=scale)
+        store = ts.open({"driver": "neuroglancer_precomputed", "scale_index": scale,
+                         "kvstore": {"driver": "file", "path": str(tmp_path / "w2")}}).result()
+        np.testing.assert_array_equal(np.asarray(store[..., 0].read().result()).T, expected)
+        cv = CloudVolume(f"file://{tmp_path / 'w2'}", mip=scale, progress=False, fill_missing=False)
+        np.testing.assert_array_equal(np.asarray(cv[:, :, :])[..., 0].T, expected)
+
+
 def test_cli_exports_a_version(edited: tuple[Repository, Labelmap, str, str], tmp_path: Path,
                                capsys: pytest.CaptureFixture[str]) -> None:
     repo, lm, uuid, child = edited

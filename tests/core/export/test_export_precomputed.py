@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import subprocess
 import sys
@@ -417,17 +418,77 @@ def test_shards_split_into_parts_are_the_bytes_one_worker_writes(tmp_path: Path,
         np.testing.assert_array_equal(_read_tensorstore(tmp_path / "w3", level), expected)
 
 
-def test_many_even_shards_are_not_split() -> None:
-    """Shards of about equal size, several per worker, already balance: no part overhead."""
+def test_even_shards_stay_whole_until_the_tail_which_ends_in_single_chunks() -> None:
+    """8 equal shards on 2 workers: the first shards run whole (no part overhead), the last are cut down to
+    single chunks, so the workers finish within about a chunk of each other. One worker: nothing is cut."""
     from napari_shardscope.core.export.precomputed import build_info, plan_parts, plan_shard_tasks
 
     spec = ShardingSpec(preshift_bits=3, hash="identity", minishard_bits=1, shard_bits=3,
                         minishard_index_encoding="gzip", data_encoding="gzip")
     source = ArraySource((np.zeros((128, 512, 512), dtype=np.uint8),), ((1.0, 1.0, 1.0),), kind="image")
     plan = plan_parts(plan_shard_tasks("unused", build_info(source, sharding=spec)), 2)
-    assert len(plan) == 8 and all(parts == [task] for task, parts in plan)
+    chunk = 64**3
+    sizes = [[p.voxels // chunk for p in parts] for _, parts in plan]
+    assert len(plan) == 8 and all(parts == [task] for task, parts in plan[:5])
+    assert sizes[-1][-4:] == [1, 1, 1, 1]  # the run ends in single chunks
+    flat = [n for shard in sizes for n in shard]
+    assert all(b <= a for a, b in itertools.pairwise(flat[:6]))  # parts shrink as the work runs out
     one_worker = plan_parts(plan_shard_tasks("unused", build_info(source)), 1)
     assert all(len(parts) == 1 for _, parts in one_worker)
+
+
+def test_coarse_scales_are_planned_first_and_the_finest_scale_ends_the_run() -> None:
+    """The run ends on the chunks that cost least to compress: the finest scale's (see plan_shard_tasks)."""
+    from napari_shardscope.core.export.precomputed import build_info, plan_shard_tasks
+
+    tasks = plan_shard_tasks("unused", build_info(_source(), chunk_size=(16, 16, 8), shard_bytes=40_000))
+    levels = [t.level for t in tasks]
+    assert levels == sorted(levels, reverse=True) and levels[-1] == 0 and len(set(levels)) == 3
+    for level in set(levels):  # within a scale, the largest shard first
+        weights = [t.weight for t in tasks if t.level == level]
+        assert weights == sorted(weights, reverse=True)
+
+
+@given(
+    shape=st.tuples(st.integers(1, 40), st.integers(1, 70), st.integers(1, 90)),
+    chunk=st.tuples(st.sampled_from([4, 8, 16]), st.sampled_from([8, 16, 32]), st.sampled_from([8, 16, 32])),
+    shard_bytes=st.sampled_from([2_000, 20_000, 200_000, 1 << 30]),
+    workers=st.integers(1, 6),
+)
+def test_guided_parts_cover_every_chunk_once_and_shrink_to_the_tail(
+    shape: tuple[int, int, int], chunk: tuple[int, int, int], shard_bytes: int, workers: int
+) -> None:
+    """For any volume, chunking, sharding and worker count: each shard's parts hold its chunks exactly once in
+    id order; each part is the shortest run of its shard reaching ``1 / (GUIDE * workers)`` of the voxels not
+    yet handed out; with one worker nothing is cut."""
+    from napari_shardscope.core.export.precomputed import (
+        GUIDE,
+        build_info,
+        chunk_voxels,
+        plan_parts,
+        plan_shard_tasks,
+    )
+
+    source = ArraySource((np.zeros(shape, dtype=np.uint16),), ((1.0, 1.0, 1.0),), kind="image")
+    tasks = plan_shard_tasks("unused", build_info(source, chunk_size=chunk, shard_bytes=shard_bytes))
+    plan = plan_parts(tasks, workers)
+    assert [task for task, _ in plan] == tasks
+    remaining = sum(t.voxels for t in tasks)
+    for task, parts in plan:
+        ids = np.concatenate([p.chunks()[0] for p in parts])
+        np.testing.assert_array_equal(ids, task.chunks()[0])
+        assert sum(p.voxels for p in parts) == task.voxels
+        if workers == 1:
+            assert parts == [task]
+        for i, part in enumerate(parts):
+            target = remaining / (GUIDE * workers)
+            voxels = chunk_voxels(part.scale, part.chunks()[1])
+            assert int(voxels.sum()) == part.voxels
+            if len(parts) > 1:
+                assert part.voxels - int(voxels[-1]) < target  # no longer than it must be
+                assert part.voxels >= target or i == len(parts) - 1  # only a shard's last run falls short
+            remaining -= part.voxels
+    assert remaining == 0
 
 
 @pytest.mark.parametrize("scratch_max", [16 << 20, 1024], ids=["scratch", "chunks-above-the-scratch-cap"])
