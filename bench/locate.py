@@ -33,6 +33,7 @@ import argparse
 import statistics
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -336,26 +337,20 @@ def main() -> None:
             try:
                 seen: dict[str, list[tuple[int, int]]] = {"ours": [], "ts": []}
 
-                def over_http(fn, who):  # type: ignore[no-untyped-def]
-                    def run() -> None:
-                        server.traffic()
-                        fn()
-                        seen[who].append(server.traffic())
-                    return run
-
                 def ours_remote() -> None:
                     summary = open_dataset(server.url + vol).inspector().inspect()
                     counts.append((summary["scales"][0]["chunks"], 0))
 
-                pair = paired_rounds(over_http(ours_remote, "ours"),
-                                     over_http(lambda: ts_list(f"{server.url}{vol}/{sc.key}/"), "ts"), args.rounds)
+                pair = paired_rounds(traffic_counted(server, ours_remote, seen["ours"]),
+                                     traffic_counted(server, lambda: ts_list(f"{server.url}{vol}/{sc.key}/"),
+                                                     seen["ts"]), args.rounds)
             finally:
                 remote_module.REMOTE_COALESCE_GAP = saved_gap
                 server.close()
             assert all(c == len(all_ids) for c, _ in counts), counts
 
             def median_of(who: str, i: int) -> float:
-                return statistics.median(t[i] for t in seen[who])
+                return median_traffic(seen[who], i)
 
             gap_now = remote_module.REMOTE_COALESCE_GAP if gap == "default" else gap
             gap_text = "off" if gap_now is None else f"{gap_now // 1024} KiB"
@@ -379,17 +374,28 @@ def main() -> None:
     save(BENCH)
 
 
+def traffic_counted(server: ServerProcess | NginxServer, fn: Callable[[], None],
+                    into: list[tuple[int, int]]) -> Callable[[], None]:
+    """``fn`` as a timed round that also appends the (requests, bytes) the server answered during it to ``into``."""
+    def run() -> None:
+        server.traffic()  # what came before this round is not counted
+        fn()
+        into.append(server.traffic())
+    return run
+
+
+def median_traffic(seen: list[tuple[int, int]], i: int) -> float:
+    """The median of field ``i`` (0 requests, 1 bytes) over the rounds ``seen``."""
+    return statistics.median(t[i] for t in seen)
+
+
 def ls_case(root: Path, key: str, chunks: int, rounds: int) -> None:
     """``ls`` of the 16-shard scale over 20 ms per request: ours, the previous shard-by-shard listing, TensorStore."""
     server = ServerProcess(root, 0.02)
     seen: dict[str, list[tuple[int, int]]] = {"ours": [], "previous": [], "ts": []}
     try:
-        def counted(fn, who):  # type: ignore[no-untyped-def]
-            def run() -> None:
-                server.traffic()
-                fn()
-                seen[who].append(server.traffic())
-            return run
+        def counted(fn: Callable[[], None], who: str) -> Callable[[], None]:
+            return traffic_counted(server, fn, seen[who])
 
         def ours() -> None:
             assert sum(1 for _ in open_dataset(server.url + "vol").inspector().list_chunks(key)) == chunks
@@ -409,7 +415,7 @@ def ls_case(root: Path, key: str, chunks: int, rounds: int) -> None:
         server.close()
 
     def median_of(who: str, i: int) -> float:
-        return statistics.median(t[i] for t in seen[who])
+        return median_traffic(seen[who], i)
 
     setting = (f"requests: ours {median_of('ours', 0):.0f}, previous {median_of('previous', 0):.0f}, TensorStore "
                f"{median_of('ts', 0):.0f}; Python test server, 20 ms per request, {remote_limits().concurrency} "
