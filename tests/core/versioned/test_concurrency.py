@@ -5,11 +5,16 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from napari_shardscope.core.versioned import LockTimeoutError, create_repository, open_repository
+from napari_shardscope.core.versioned import LockTimeoutError, Repository, create_repository, open_repository
+from napari_shardscope.core.versioned.keyvalue import open_keyvalue
 
 ROOT = Path(__file__).resolve().parents[3]
 N = 120
@@ -62,3 +67,54 @@ def test_writer_in_another_process_makes_us_wait_then_time_out(tmp_path: Path) -
             w.put("kv", b"mine", b"1")
         with repo.read("main") as view:
             assert view.get("kv", b"held") == b"1" and view.get("kv", b"mine") == b"1"
+
+
+class SyncAfterCommit:
+    """The repository's real engine; after each write commits, ``hook`` runs before the writer goes on.
+
+    That is the window in which another thread's read can load the new state from disk before the
+    writer has applied its own in-memory change: the widgets' reader thread landed there in CI.
+    """
+
+    def __init__(self, engine: Any, hook: Callable[[], None]) -> None:
+        self._engine, self._hook = engine, hook
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._engine, name)
+
+    @contextmanager
+    def write(self) -> Iterator[Any]:
+        with self._engine.write() as txn:
+            yield txn
+        self._hook()
+
+
+@pytest.mark.parametrize("engine", ["lmdb", "sqlite"])
+def test_a_reader_thread_syncing_between_commit_and_apply_breaks_no_write(tmp_path: Path, engine: str) -> None:
+    repo: Repository = create_repository(tmp_path / "repo", engine=engine)
+    seen: list[int] = []
+
+    def other_thread_reads() -> None:
+        reader = threading.Thread(target=lambda: seen.append(len(repo.versions())))
+        reader.start()
+        reader.join(timeout=30)
+        assert not reader.is_alive()
+
+    repo._engine = SyncAfterCommit(repo._engine, other_thread_reads)  # the real engine, one hook
+    kv = open_keyvalue(repo, "kv", create=True)
+    kv.put_many("main", {"k": b"0"})
+    base = repo.commit("main", "base")
+    mine = repo.new_version(base)
+    alt = repo.new_version(base, "alt")
+    kv.put_many(alt, {"k": b"alt"})
+    repo.commit(mine, "mine")
+    repo.commit(alt, "alt")
+    merged = repo.merge(mine, alt, policy="theirs").version
+    assert seen[-1] == 4 and len(seen) == 9  # every write (9) was raced by a sync that saw it
+    assert [v.uuid for v in repo.versions()] == [base.uuid, mine.uuid, alt.uuid, merged.uuid]
+    assert repo.version(merged.uuid).parents == (mine.uuid, alt.uuid) and repo.version(mine.uuid).locked
+    assert kv.get(merged, "k") == b"alt" and repo.verify() == []
+    repo._engine = repo._engine._engine
+    repo.close()
+    with open_repository(tmp_path / "repo") as again:
+        assert [v.uuid for v in again.versions()] == [base.uuid, mine.uuid, alt.uuid, merged.uuid]

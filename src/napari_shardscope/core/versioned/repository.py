@@ -124,7 +124,13 @@ class Repository:
 
     # -- state loading --------------------------------------------------------------------------
 
-    def _load(self, txn: ReadTxn) -> None:
+    def _load(self, txn: ReadTxn) -> tuple[Dag, dict[str, Instance]]:
+        """Read the DAG and instances of ``txn``'s snapshot, and install them if they are newer.
+
+        Generations only grow, so a snapshot no newer than what memory holds is never installed:
+        a reader that raced a writer in this process must not put back the state before the
+        write (nor install the write's state twice). Returns the snapshot's own state.
+        """
         raw = txn.get(K.FORMAT_KEY)
         if raw is None:
             raise NotARepositoryError(f"{self.path}: the store holds no repository format record")
@@ -150,10 +156,13 @@ class Repository:
                 raise StoreCorruptError(f"{self.path}: unreadable instance record: {exc}") from exc
             instances[inst.name] = inst
         dag = Dag(versions)
+        generation = self._read_generation(txn)
         with self._state:
-            self._dag = dag
-            self._instances = instances
-            self._generation = self._read_generation(txn)
+            if generation > self._generation:
+                self._dag = dag
+                self._instances = instances
+                self._generation = generation
+        return dag, instances
 
     @staticmethod
     def _read_generation(txn: ReadTxn) -> int:
@@ -199,13 +208,16 @@ class Repository:
                     self._load(txn)
                 pending = _Pending(txn)
                 yield pending
+                written = self._generation + 1
                 if pending.dag_changed:
-                    pending.txn.put(K.GENERATION_KEY, K.pack_u64(self._generation + 1))
+                    pending.txn.put(K.GENERATION_KEY, K.pack_u64(written))
             with self._state:
-                for action in pending.actions:
-                    action()
-                if pending.dag_changed:
-                    self._generation += 1
+                # Between the engine's commit and here another thread may have synced and
+                # loaded this very write from disk; its actions are then in memory already.
+                if pending.dag_changed and self._generation < written:
+                    for action in pending.actions:
+                        action()
+                    self._generation = written
 
     # -- versions -------------------------------------------------------------------------------
 
@@ -714,11 +726,10 @@ class Repository:
         """Check the whole store; returns problems (empty when consistent). Reads everything."""
         problems: list[str] = []
         with self._engine.read() as txn:
-            self._load(txn)
-            dag = self._dag
+            dag, instances = self._load(txn)  # check this snapshot, whatever memory holds
             problems.extend(dag.check())
             vids = {v.vid for v in dag}
-            iids = {i.iid for i in self._instances.values()}
+            iids = {i.iid for i in instances.values()}
             entries: set[tuple[int, bytes]] = set()
             last_meta = K.next_prefix(K.META)
             assert last_meta is not None
