@@ -44,6 +44,17 @@ def navigator(viewer: Any) -> NavigatorPanel:
     return widget
 
 
+def roomy(viewer: Any, qtbot: Any) -> None:
+    """Give the window the screen's width, so the canvas keeps its size from one screenshot to the next.
+
+    At its minimum width (three docks beside the canvas) the window grows by itself when a widget's
+    minimum grows (the dims slider's, after a step): a later screenshot was 23 px wider than an earlier.
+    """
+    viewer.window.resize(1280, 960)
+    qt = viewer.window._qt_viewer
+    qtbot.waitUntil(lambda: qt.width() >= qt.minimumSizeHint().width() + 100, timeout=10000)
+
+
 def shot(viewer: Any, qtbot: Any) -> np.ndarray:
     qtbot.wait(30)
     return np.asarray(viewer.screenshot(canvas_only=True, flash=False))[..., :3].astype(int)
@@ -69,6 +80,7 @@ def focus_on(viewer: Any, c: ProofreadingController, voxel: tuple[int, int, int]
 
 def test_selected_bodies_are_drawn_on_the_canvas_in_2d_and_3d(proofread: Proofread, qtbot: Any) -> None:  # noqa: F811
     viewer, _, _, _, c = proofread
+    roomy(viewer, qtbot)
     a, _b, va, _ = two_bodies(c)
     plane = c.version.read_bodies((Z, slice(None), slice(None)))  # type: ignore[union-attr]
     focus_on(viewer, c, va)
@@ -107,6 +119,7 @@ def test_dim_the_others_and_supervoxel_boundaries(proofread: Proofread, qtbot: A
     viewer, panel, repo, _, c = proofread
     a, _b, va, _vb = two_bodies(c)
     nav = navigator(viewer)
+    roomy(viewer, qtbot)
     focus_on(viewer, c, va, zoom=1.0)
     c.select(a)
     body_layer = panel.session.body_layer
@@ -146,7 +159,7 @@ def test_dim_the_others_and_supervoxel_boundaries(proofread: Proofread, qtbot: A
     assert svs_layer is not None
     assert c.mode == "supervoxels" and svs_layer.visible and svs_layer.contour >= 1
     after = shot(viewer, qtbot)
-    assert np.any(before != after)
+    assert before.shape == after.shape and np.any(before != after)
     shown = np.unique(np.asarray(svs_layer.data[0][Z]))
     members = set(fresh(repo, "main").supervoxels(a))
     assert set(shown.tolist()) - {0} <= members and len(set(shown.tolist()) - {0}) >= 2
