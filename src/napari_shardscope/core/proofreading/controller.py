@@ -451,7 +451,7 @@ class ProofreadingController:
         """Connecting or disconnecting closes the repository a running split or merge writes through.
 
         The job's worker would then fail inside a transaction with the engine's own untyped error
-        (LMDB: "closed/deleted/dropped object"), so the switch waits until the job has ended.
+        (LMDB: "closed/deleted/dropped object"), so the switch is refused until the job has ended.
         """
         if self.busy:
             raise ArgumentError(f"wait: {self._jobs[0].description} is running")
