@@ -13,7 +13,13 @@ from typing import Any
 
 import pytest
 
-from napari_shardscope.core.versioned import LockTimeoutError, Repository, create_repository, open_repository
+from napari_shardscope.core.versioned import (
+    InstanceExistsError,
+    LockTimeoutError,
+    Repository,
+    create_repository,
+    open_repository,
+)
 from napari_shardscope.core.versioned.keyvalue import open_keyvalue
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -118,3 +124,43 @@ def test_a_reader_thread_syncing_between_commit_and_apply_breaks_no_write(tmp_pa
     repo.close()
     with open_repository(tmp_path / "repo") as again:
         assert [v.uuid for v in again.versions()] == [base.uuid, mine.uuid, alt.uuid, merged.uuid]
+
+
+class HookAfterRead:
+    """The repository's real engine; ``hook`` runs once, right after the next read snapshot closes."""
+
+    def __init__(self, engine: Any) -> None:
+        self._engine = engine
+        self.hook: Callable[[], None] | None = None
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._engine, name)
+
+    @contextmanager
+    def read(self) -> Iterator[Any]:
+        with self._engine.read() as txn:
+            yield txn
+        hook, self.hook = self.hook, None
+        if hook is not None:
+            hook()
+
+
+@pytest.mark.parametrize("engine", ["lmdb", "sqlite"])
+def test_an_instance_adopted_elsewhere_meanwhile_is_judged_like_one_found(tmp_path: Path, engine: str) -> None:
+    """Adopting an instance that another process adopted, with another configuration, between this one's
+    look-up and its write is refused as if the look-up had found it, not answered with the other's."""
+    repo: Repository = create_repository(tmp_path / "repo", engine=engine)
+    other = open_repository(tmp_path / "repo")  # another process's handle (its own memory and lock)
+    hooked = HookAfterRead(repo._engine)
+    repo._engine = hooked  # the real engine, one hook
+    theirs: list[Any] = []
+    # right after this handle's look-up read found no "seg", before its write transaction
+    hooked.hook = lambda: theirs.append(other.adopt_instance("seg", "keyvalue", {"from": "x"}))
+    with pytest.raises(InstanceExistsError, match="another type or configuration"):
+        repo.adopt_instance("seg", "keyvalue", {"from": "y"})
+    assert theirs and theirs[0].config == {"from": "x"}
+    assert repo.adopt_instance("seg", "keyvalue", {"from": "x"}) == theirs[0]  # the same one: adopted as is
+    repo._engine = hooked._engine
+    assert [i.config for i in repo.instances()] == [{"from": "x"}] and repo.verify() == []
+    other.close()
+    repo.close()

@@ -201,11 +201,15 @@ class BodyMesher:
     # -- bodies --------------------------------------------------------------------------------
 
     def mesh(self, body: int, version: str | LabelmapVersion = "main", *,
-             progress: Progress | None = None) -> MeshData:
-        """The body's mesh at ``version`` (a branch name, a UUID or a :class:`LabelmapVersion`)."""
+             progress: Progress | None = None, supervoxels: Sequence[int] | None = None) -> MeshData:
+        """The body's mesh at ``version`` (a branch name, a UUID or a :class:`LabelmapVersion`).
+
+        ``supervoxels``: the body's supervoxels as the caller read them, so a caller that labels the
+        mesh with its supervoxel set gets the mesh of that very set even if an edit lands meanwhile.
+        """
         v = version if not isinstance(version, str) else LabelmapVersion(
             self.labelmap, self.labelmap.repo.version(version).uuid)
-        svs = v.supervoxels(int(body))
+        svs = v.supervoxels(int(body)) if supervoxels is None else [int(s) for s in supervoxels]
         meshes = self.supervoxel_meshes(svs, v, progress=progress)
         return concatenate_meshes(int(body), [meshes[s] for s in svs])
 

@@ -436,14 +436,25 @@ class ProofreadingController:
     def connect(self, path: str | os.PathLike[str], *, instance: str | None = None) -> LabelmapVersion:
         """Open an existing repository (its only labelmap, or ``instance``) and check out ``main``."""
         with self._action():
+            self._refuse_while_busy()
             v = self.session.connect(path, instance=instance)
             self._ok(f"opened {path}")
             return v
 
     def disconnect(self) -> None:
         with self._action():
+            self._refuse_while_busy()
             self.session.disconnect()
             self._set_status(NO_REPOSITORY, "info")
+
+    def _refuse_while_busy(self) -> None:
+        """Connecting or disconnecting closes the repository a running split or merge writes through.
+
+        The job's worker would then fail inside a transaction with the engine's own untyped error
+        (LMDB: "closed/deleted/dropped object"), so the switch is refused until the job has ended.
+        """
+        if self.busy:
+            raise ArgumentError(f"wait: {self._jobs[0].description} is running")
 
     # -- selection ------------------------------------------------------------------------------
     def set_mode(self, mode: str) -> None:
@@ -734,7 +745,14 @@ class ProofreadingController:
 
             def done(out: BodySplit) -> str:
                 parts = sorted(set(out.bodies.values()))
-                self._pending = None
+                if self._pending is not None and self._pending.version == v.uuid:
+                    self._pending = None
+                shown = self.session.version
+                if shown is None or shown.uuid != v.uuid:
+                    # another version was checked out while the split ran: its selection stays, since
+                    # the parts exist only at the split's version
+                    ver = v.version
+                    return f"split body {body} into {id_list(parts)} at {ver.short} on {ver.branch} (not checked out)"
                 self._selected, self._picked = parts, []
                 return f"split body {body} into {id_list(parts)}"
 
@@ -902,13 +920,20 @@ class ProofreadingController:
                     plan = self._plan
                 assert plan is not None
                 resolutions = plan.resolutions
+                head = plan.plan.theirs
+            else:
+                head = self.session.resolve(theirs).uuid
             ours_name = self._ours_name()
             chosen = dict(resolutions)
             name = theirs
             session = self.session
+            # Both heads are fixed here, on this thread (``head`` above, ``ours`` now): the worker runs
+            # later, and meanwhile this thread may check out another version or a commit may move
+            # ``theirs``; the merge must still be the one planned here, which the resolutions are for.
+            ours = self.session.require()[2].uuid
 
             def work(_progress: JobProgress | None) -> BranchMergeResult:
-                return session.write_branch_merge(name, chosen)
+                return session.write_branch_merge(head, chosen, ours=ours)
 
             def done(result: BranchMergeResult) -> str:
                 self.session.show_branch_merge(result)

@@ -109,8 +109,13 @@ class SurfacePlan:
 
 
 def surface_key(version: LabelmapVersion, body: int) -> SurfaceKey:
-    svs = np.asarray(sorted(version.supervoxels(body)), dtype=np.uint64)
-    return SurfaceKey(version.uuid, hashlib.blake2b(svs.tobytes(), digest_size=16).hexdigest(), int(svs.size))
+    return key_of(version.uuid, version.supervoxels(body))
+
+
+def key_of(uuid: str, supervoxels: Sequence[int]) -> SurfaceKey:
+    """The key of a surface made of ``supervoxels`` at version ``uuid``."""
+    svs = np.asarray(sorted(supervoxels), dtype=np.uint64)
+    return SurfaceKey(uuid, hashlib.blake2b(svs.tobytes(), digest_size=16).hexdigest(), int(svs.size))
 
 
 def to_world(mesh_xyz: npt.NDArray[np.float32], voxel_size_zyx: Sequence[float]) -> npt.NDArray[np.float32]:
@@ -206,7 +211,13 @@ class SurfaceFollower:
         return SurfacePlan(load, remove)
 
     def load(self, plan: SurfacePlan, progress: Progress | None = None) -> list[BodySurface]:
-        """Meshes of ``plan.load`` (any thread; cached supervoxel meshes make an edit's reload cheap)."""
+        """Meshes of ``plan.load`` (any thread; cached supervoxel meshes make an edit's reload cheap).
+
+        Each surface carries the key of the supervoxels it was *meshed from*, read once here, not
+        the plan's: the GUI thread may edit the body between the plan and this load (a merge, then
+        its undo before the load ends), and a mesh labelled with the plan's key would then match
+        what is wanted again and stay shown for good. With its own key the next plan reloads it.
+        """
         v = self.controller.version
         if v is None or not plan.load:
             return []
@@ -216,8 +227,10 @@ class SurfaceFollower:
         for i, (body, key) in enumerate(plan.load):
             if key.version != v.uuid:
                 continue  # the version changed since the plan: the next plan asks again
-            mesh: MeshData = v.labelmap.mesher(key.lod).mesh(body, v)
-            out.append(BodySurface(body, key, to_world(mesh.vertices, voxel), mesh.faces))
+            svs = v.supervoxels(body)
+            mesh: MeshData = v.labelmap.mesher(key.lod).mesh(body, v, supervoxels=svs)
+            made = replace(key_of(v.uuid, svs), lod=key.lod)
+            out.append(BodySurface(body, made, to_world(mesh.vertices, voxel), mesh.faces))
             if progress is not None:
                 progress(i + 1, len(plan.load))
         return out

@@ -326,11 +326,16 @@ class ProofreadingSession:
         """
         return self.show_branch_merge(self.write_branch_merge(theirs, resolutions))
 
-    def write_branch_merge(self, theirs: str,
-                           resolutions: Mapping[str, Resolution] | None = None) -> BranchMergeResult:
-        """The store half of :meth:`merge_branch`: writes the merge version, tells no listener (any thread)."""
+    def write_branch_merge(self, theirs: str, resolutions: Mapping[str, Resolution] | None = None, *,
+                           ours: str | None = None) -> BranchMergeResult:
+        """The store half of :meth:`merge_branch`: writes the merge version, tells no listener (any thread).
+
+        ``ours`` (default: the version checked out now) is the version merged into. A worker thread
+        passes the one its caller planned with: by the time it runs, the caller's thread may have
+        checked out another.
+        """
         _, lm, v = self.require()
-        return merge_branches(lm, v.uuid, theirs, resolutions=resolutions)
+        return merge_branches(lm, ours or v.uuid, theirs, resolutions=resolutions)
 
     def show_branch_merge(self, result: BranchMergeResult) -> BranchMergeResult:
         """The listeners' half of :meth:`merge_branch`: the DAG changed, the merge version is checked out."""

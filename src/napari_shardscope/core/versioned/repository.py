@@ -706,14 +706,14 @@ class Repository:
             self._sync()
             hit = self._instances.get(name)
         if hit is not None:
-            if hit.type != type_name or dict(hit.config) != dict(config):
-                raise InstanceExistsError(f"instance {name!r} exists here with another type or configuration")
-            return hit
+            return _same_instance(hit, type_name, config)
         blob = json.dumps({"name": name, "type": type_name, "config": dict(config)}).encode()
         with self._writing(timeout) as p:
             existing = self._instances.get(name)
             if existing is not None:
-                return existing
+                # made by another thread or process since the look-up above: judged like a hit there,
+                # or data received for one configuration would be stored under another
+                return _same_instance(existing, type_name, config)
             iid = max((i.iid for i in self._instances.values()), default=0) + 1
             inst = Instance(name=name, type=type_name, iid=iid, config=dict(config))
             p.txn.put(K.instance_record_key(iid), blob)
@@ -762,6 +762,13 @@ class Repository:
                 if len(key) <= at + 4 or K.unpack_u32(key[at:at + 4]) not in iids:
                     problems.append(f"unversioned key {key!r} names an unknown instance")
         return problems
+
+
+def _same_instance(inst: Instance, type_name: str, config: Mapping[str, Any]) -> Instance:
+    """``inst``, if it has this type and configuration (what adopting an existing instance requires)."""
+    if inst.type != type_name or dict(inst.config) != dict(config):
+        raise InstanceExistsError(f"instance {inst.name!r} exists here with another type or configuration")
+    return inst
 
 
 class Checkout:

@@ -273,6 +273,11 @@ def fetch(repo: Repository, remote: str = C.DEFAULT_REMOTE, branches: Sequence[s
 
 
 def _fetch(repo: Repository, remote: str, store: RemoteStore, branches: Sequence[str] | None) -> FetchResult:
+    with C.holding_state(repo, remote):  # from reading the refs to saving what they said
+        return _fetch_held(repo, remote, store, branches)
+
+
+def _fetch_held(repo: Repository, remote: str, store: RemoteStore, branches: Sequence[str] | None) -> FetchResult:
     refs, _ = store.require_refs()
     _check_same(repo, refs, store.url)
     state = C.load_state(repo, remote)
@@ -355,6 +360,11 @@ def push(repo: Repository, remote: str = C.DEFAULT_REMOTE, branch: str = "main",
 
 
 def _push(repo: Repository, remote: str, store: RemoteStore, branch: str, force_with_lease: bool) -> PushResult:
+    with C.holding_state(repo, remote):  # the state loaded below is saved last, with nothing lost between
+        return _push_held(repo, remote, store, branch, force_with_lease)
+
+
+def _push_held(repo: Repository, remote: str, store: RemoteStore, branch: str, force_with_lease: bool) -> PushResult:
     head = last_committed(repo, branch)
     writer = C.writer_id(repo)
     state = C.load_state(repo, remote)
