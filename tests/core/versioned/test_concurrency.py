@@ -6,8 +6,6 @@ import os
 import subprocess
 import sys
 import threading
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +19,7 @@ from napari_shardscope.core.versioned import (
     open_repository,
 )
 from napari_shardscope.core.versioned.keyvalue import open_keyvalue
+from tests.core.versioned.engine_hooks import HookedEngine
 
 ROOT = Path(__file__).resolve().parents[3]
 N = 120
@@ -75,26 +74,6 @@ def test_writer_in_another_process_makes_us_wait_then_time_out(tmp_path: Path) -
             assert view.get("kv", b"held") == b"1" and view.get("kv", b"mine") == b"1"
 
 
-class SyncAfterCommit:
-    """The repository's real engine; after each write commits, ``hook`` runs before the writer goes on.
-
-    That is the window in which another thread's read can load the new state from disk before the
-    writer has applied its own in-memory change: the widgets' reader thread landed there in CI.
-    """
-
-    def __init__(self, engine: Any, hook: Callable[[], None]) -> None:
-        self._engine, self._hook = engine, hook
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._engine, name)
-
-    @contextmanager
-    def write(self) -> Iterator[Any]:
-        with self._engine.write() as txn:
-            yield txn
-        self._hook()
-
-
 @pytest.mark.parametrize("engine", ["lmdb", "sqlite"])
 def test_a_reader_thread_syncing_between_commit_and_apply_breaks_no_write(tmp_path: Path, engine: str) -> None:
     repo: Repository = create_repository(tmp_path / "repo", engine=engine)
@@ -106,7 +85,7 @@ def test_a_reader_thread_syncing_between_commit_and_apply_breaks_no_write(tmp_pa
         reader.join(timeout=30)
         assert not reader.is_alive()
 
-    repo._engine = SyncAfterCommit(repo._engine, other_thread_reads)  # the real engine, one hook
+    repo._engine = HookedEngine(repo._engine, after_write=other_thread_reads, keep=True)  # after every commit
     kv = open_keyvalue(repo, "kv", create=True)
     kv.put_many("main", {"k": b"0"})
     base = repo.commit("main", "base")
@@ -120,29 +99,10 @@ def test_a_reader_thread_syncing_between_commit_and_apply_breaks_no_write(tmp_pa
     assert [v.uuid for v in repo.versions()] == [base.uuid, mine.uuid, alt.uuid, merged.uuid]
     assert repo.version(merged.uuid).parents == (mine.uuid, alt.uuid) and repo.version(mine.uuid).locked
     assert kv.get(merged, "k") == b"alt" and repo.verify() == []
-    repo._engine = repo._engine._engine
+    repo._engine = repo._engine.engine
     repo.close()
     with open_repository(tmp_path / "repo") as again:
         assert [v.uuid for v in again.versions()] == [base.uuid, mine.uuid, alt.uuid, merged.uuid]
-
-
-class HookAfterRead:
-    """The repository's real engine; ``hook`` runs once, right after the next read snapshot closes."""
-
-    def __init__(self, engine: Any) -> None:
-        self._engine = engine
-        self.hook: Callable[[], None] | None = None
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._engine, name)
-
-    @contextmanager
-    def read(self) -> Iterator[Any]:
-        with self._engine.read() as txn:
-            yield txn
-        hook, self.hook = self.hook, None
-        if hook is not None:
-            hook()
 
 
 @pytest.mark.parametrize("engine", ["lmdb", "sqlite"])
@@ -151,16 +111,16 @@ def test_an_instance_adopted_elsewhere_meanwhile_is_judged_like_one_found(tmp_pa
     look-up and its write is refused as if the look-up had found it, not answered with the other's."""
     repo: Repository = create_repository(tmp_path / "repo", engine=engine)
     other = open_repository(tmp_path / "repo")  # another process's handle (its own memory and lock)
-    hooked = HookAfterRead(repo._engine)
+    hooked = HookedEngine(repo._engine)
     repo._engine = hooked  # the real engine, one hook
     theirs: list[Any] = []
     # right after this handle's look-up read found no "seg", before its write transaction
-    hooked.hook = lambda: theirs.append(other.adopt_instance("seg", "keyvalue", {"from": "x"}))
+    hooked.after_read = lambda: theirs.append(other.adopt_instance("seg", "keyvalue", {"from": "x"}))
     with pytest.raises(InstanceExistsError, match="another type or configuration"):
         repo.adopt_instance("seg", "keyvalue", {"from": "y"})
     assert theirs and theirs[0].config == {"from": "x"}
     assert repo.adopt_instance("seg", "keyvalue", {"from": "x"}) == theirs[0]  # the same one: adopted as is
-    repo._engine = hooked._engine
+    repo._engine = hooked.engine
     assert [i.config for i in repo.instances()] == [{"from": "x"}] and repo.verify() == []
     other.close()
     repo.close()

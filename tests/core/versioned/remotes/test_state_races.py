@@ -12,10 +12,7 @@ from __future__ import annotations
 
 import sys
 import threading
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -23,25 +20,7 @@ from napari_shardscope.core.versioned import Repository, create_repository, open
 from napari_shardscope.core.versioned import remotes as R
 from napari_shardscope.core.versioned.keyvalue import open_keyvalue
 from napari_shardscope.core.versioned.remotes import config as C
-
-
-class HookAfterCommit:
-    """The repository's real engine; ``hook`` runs once, after the first write that commits while armed."""
-
-    def __init__(self, engine: Any) -> None:
-        self._engine = engine
-        self.hook: Callable[[], None] | None = None
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._engine, name)
-
-    @contextmanager
-    def write(self) -> Iterator[Any]:
-        with self._engine.write() as txn:
-            yield txn
-        hook, self.hook = self.hook, None
-        if hook is not None:
-            hook()
+from tests.core.versioned.engine_hooks import HookedEngine
 
 
 def waiting_for_the_state(thread: threading.Thread) -> bool:
@@ -93,13 +72,13 @@ def test_a_push_during_a_fetch_stays_recorded(tmp_path: Path, engine: str) -> No
         while pusher.is_alive() and not waiting_for_the_state(pusher):
             pusher.join(0.005)
 
-    hooked = HookAfterCommit(a._engine)
+    hooked = HookedEngine(a._engine)
     a._engine = hooked  # the real engine, one hook
-    hooked.hook = meanwhile
+    hooked.after_write = meanwhile
     fetched = R.fetch(a, "origin")
     pusher.join(60)
     assert not pusher.is_alive() and not errors, errors
-    a._engine = hooked._engine
+    a._engine = hooked.engine
     assert fetched.adopted == (theirs,) and pushed[0].head == alt and pushed[0].sent == (alt,)
     state = C.load_state(a, "origin")
     assert state.tracking["alt"].node == alt and state.tracking["main"].node == theirs
