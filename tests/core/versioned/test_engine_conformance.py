@@ -176,6 +176,24 @@ class TestEngineConformance:
             assert list(r.scan_keys(lo, hi)) == [k for k, _ in expect]
 
 
+def test_a_closed_engine_refuses_reads_and_writes_with_a_typed_error(engine_factory: tuple[str, Path]) -> None:
+    name, _ = engine_factory
+    kv = make(*engine_factory)
+    fill(kv)
+    if name == "memory":  # its snapshots are immutable dicts: one being read stays readable
+        with kv.read() as txn:
+            kv.close()
+            assert txn.get(b"a") == b"v3"
+    else:
+        with pytest.raises(ArgumentError, match="the repository is closed"), kv.read() as txn:
+            assert txn.get(b"a") == b"v3"
+            kv.close()  # closed during the read, as a disconnect on the GUI thread closes it under a mesh load
+            txn.get(b"b")
+    for use in (kv.read, kv.write):
+        with pytest.raises(ArgumentError, match="the repository is closed"), use() as later:
+            later.get(b"a")
+
+
 def test_registry_names_every_engine_and_refuses_others(tmp_path: Path) -> None:
     assert ENGINE_NAMES[0] == "lmdb"  # the default (bench/versioned.py measures why)
     assert set(ENGINE_NAMES) == {"lmdb", "sqlite", "memory"}

@@ -33,7 +33,7 @@ import lmdb
 
 from napari_shardscope.core.bytestore.oserrors import is_read_only_filesystem, storage_fault
 from napari_shardscope.core.errors import ReadOnlyStorageError, StorageFaultError
-from napari_shardscope.core.versioned.engines.protocol import ReadTxn, WriteTxn, check_key, check_range
+from napari_shardscope.core.versioned.engines.protocol import ReadTxn, WriteTxn, check_key, check_range, closed_error
 from napari_shardscope.core.versioned.errors import NotARepositoryError, StoreCorruptError
 
 #: Virtual size reserved for the map; LMDB grows the file only as data arrives (sparse on Linux).
@@ -208,14 +208,29 @@ class LmdbEngine:
 
     @contextmanager
     def read(self) -> Iterator[ReadTxn]:
-        txn = self._env.begin(write=False)
+        if self._closed:
+            raise closed_error(self._directory)
+        try:
+            txn = self._env.begin(write=False)
+        except lmdb.Error as exc:
+            raise (closed_error(self._directory) if self._closed else storage_fault(exc, self._directory)) from exc
         try:
             yield _LmdbRead(txn)
+        except lmdb.Error as exc:
+            if self._closed:  # closed by another thread (or this one) during the read
+                raise closed_error(self._directory) from exc
+            raise
         finally:
-            txn.abort()
+            try:
+                txn.abort()
+            except lmdb.Error:
+                if not self._closed:
+                    raise
 
     @contextmanager
     def write(self) -> Iterator[WriteTxn]:
+        if self._closed:
+            raise closed_error(self._directory)
         if self._read_only:
             raise ReadOnlyStorageError("the repository is on a read-only filesystem; it can be read but not "
                                        "written", path=str(self._directory))

@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 
 from napari_shardscope.core.errors import ArgumentError
-from napari_shardscope.core.versioned.engines.protocol import ReadTxn, WriteTxn, check_key, check_range
+from napari_shardscope.core.versioned.engines.protocol import ReadTxn, WriteTxn, check_key, check_range, closed_error
 
 
 class _MemorySnapshot:
@@ -108,6 +108,7 @@ class MemoryEngine:
     def __init__(self) -> None:
         self._snap = _MemorySnapshot({}, [])
         self._lock = threading.Lock()
+        self._closed = False
 
     @property
     def name(self) -> str:
@@ -115,10 +116,14 @@ class MemoryEngine:
 
     @contextmanager
     def read(self) -> Iterator[ReadTxn]:
+        if self._closed:
+            raise closed_error("memory")
         yield _MemoryRead(self._snap)
 
     @contextmanager
     def write(self) -> Iterator[WriteTxn]:
+        if self._closed:
+            raise closed_error("memory")
         with self._lock:
             txn = _MemoryWrite(self._snap)
             yield txn
@@ -132,4 +137,4 @@ class MemoryEngine:
                 self._snap = _MemorySnapshot(data, sorted(data))
 
     def close(self) -> None:
-        pass
+        self._closed = True  # like the others: no read or write after close (a snapshot being read stays)

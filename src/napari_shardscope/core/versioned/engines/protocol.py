@@ -101,3 +101,13 @@ def check_key(key: bytes) -> None:
     """Keys are non-empty bytes (empty keys are refused by LMDB, so by all engines alike)."""
     if not isinstance(key, bytes) or not key:
         raise ArgumentError(f"keys must be non-empty bytes, got {key!r}")
+
+
+def closed_error(where: object) -> ArgumentError:
+    """What a read or write of a closed engine raises, also one that was in progress when it closed.
+
+    Why typed: a repository is closed by one thread (a disconnect) while another may still read
+    through it (a mesh load, napari drawing a layer); the engines' own errors there (LMDB's
+    "closed/deleted/dropped object", SQLite's "closed database") name nothing a caller can act on.
+    """
+    return ArgumentError(f"{where}: the repository is closed")

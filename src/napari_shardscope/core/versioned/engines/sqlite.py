@@ -28,7 +28,7 @@ from pathlib import Path
 
 from napari_shardscope.core.bytestore.oserrors import is_read_only_filesystem, storage_fault
 from napari_shardscope.core.errors import ReadOnlyStorageError, StorageFaultError
-from napari_shardscope.core.versioned.engines.protocol import ReadTxn, WriteTxn, check_key, check_range
+from napari_shardscope.core.versioned.engines.protocol import ReadTxn, WriteTxn, check_key, check_range, closed_error
 from napari_shardscope.core.versioned.errors import NotARepositoryError, StoreCorruptError
 
 DB_FILE = "store.sqlite"
@@ -161,6 +161,8 @@ class SqliteEngine:
 
     @contextmanager
     def read(self) -> Iterator[ReadTxn]:
+        if self._closed:
+            raise closed_error(self._path)
         local = self._local
         conn: sqlite3.Connection | None = getattr(local, "conn", None)
         if conn is None:
@@ -173,16 +175,29 @@ class SqliteEngine:
             finally:
                 local.depth -= 1
             return
-        conn.execute("BEGIN")
+        try:
+            conn.execute("BEGIN")
+        except sqlite3.Error as exc:
+            raise (closed_error(self._path) if self._closed else storage_fault(exc, self._path)) from exc
         local.depth = 1
         try:
             yield _SqliteRead(conn)
+        except sqlite3.Error as exc:
+            if self._closed:  # closed by another thread (or this one) during the read
+                raise closed_error(self._path) from exc
+            raise
         finally:
             local.depth = 0
-            conn.execute("COMMIT")
+            try:
+                conn.execute("COMMIT")
+            except sqlite3.Error:
+                if not self._closed:
+                    raise
 
     @contextmanager
     def write(self) -> Iterator[WriteTxn]:
+        if self._closed:
+            raise closed_error(self._path)
         if self._read_only:
             raise ReadOnlyStorageError("the repository is on a read-only filesystem; it can be read but not "
                                        "written", path=str(self._path))
