@@ -29,7 +29,7 @@ import numpy.typing as npt
 
 from napari_shardscope.core.bytestore import ByteStore, Location, check_level_tree
 from napari_shardscope.core.errors import UnsupportedFeatureError
-from napari_shardscope.core.formats.n5.attributes import DatasetAttributes, ScaleLevel, is_dataset
+from napari_shardscope.core.formats.n5.attributes import DatasetAttributes, ScaleLevel, is_dataset, needs_own_reader
 from napari_shardscope.core.formats.n5.block import MODE_DEFAULT, format_block_key, max_block_bytes, read_block
 from napari_shardscope.core.formats.n5.direct_source import n5_direct_source
 from napari_shardscope.core.formats.units import nm_factors
@@ -141,11 +141,6 @@ def volume_placement(levels: Sequence[ScaleLevel], root: Mapping[str, Any]) -> V
     return VolumePlacement(volume_axes(levels, root), unit, placed)
 
 
-#: Compressions TensorStore's ``n5`` driver decodes; blocks compressed otherwise (``lz4``) are read by
-#: :class:`N5ChunkSource`, as are datasets written before N5 1.0 (``compressionType``) or without ``blockSize``.
-TENSORSTORE_COMPRESSIONS = ("raw", "gzip", "bzip2", "xz", "blosc", "zstd")
-
-
 @dataclass(frozen=True)
 class N5ChunkSource:
     """The blocks of one N5 dataset decoded by :mod:`.block`, for what TensorStore's ``n5`` driver does not read.
@@ -181,13 +176,6 @@ class N5ChunkSource:
             raise UnsupportedFeatureError("N5 varlength blocks in the viewer", key=format_block_key(self.attributes,
                                                                                                      grid))
         return block.data.T.astype(self.dtype)  # x first, native byte order
-
-
-def needs_own_reader(attributes: DatasetAttributes) -> bool:
-    """Whether TensorStore's ``n5`` driver cannot read this dataset (so :class:`N5ChunkSource` does)."""
-    extra = attributes.extra
-    return (attributes.compression.type not in TENSORSTORE_COMPRESSIONS or "compression" not in extra
-            or "blockSize" not in extra)
 
 
 def level_chunk_source(store: ByteStore | None, attributes: DatasetAttributes) -> ChunkSource | None:
