@@ -132,8 +132,8 @@ class N5DirectSource:
         if data is None:
             return False
         if len(data) > self._limit:
-            raise ChunkDecodeError(f"is more than {self._limit} bytes, larger than the {self._limit}-byte limit for "
-                                   "a block of this dataset", key=where)
+            raise ChunkDecodeError(f"is larger than the {self._limit}-byte limit for a block of this dataset",
+                                   key=where)
         header = check_block_header(decode_block_header(data, key=where), self.attributes, key=where)
         if header.varlength:
             raise UnsupportedFeatureError("N5 varlength blocks in the viewer", key=where)
