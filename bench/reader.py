@@ -11,7 +11,8 @@ we are faster):
 
 1. 2-D slice latency — one 512 × 512 z-plane of a 512³ uint8 volume, cold (no chunk cache), read
    through our ``LazyArray`` vs TensorStore directly vs CloudVolume (sharded precomputed) and vs
-   zarr-python (the same voxels as a sharded zarr v3 array).
+   zarr-python (the same voxels as a sharded zarr v3 array); N5 gzip (uint8 image, uint64
+   segmentation) vs TensorStore's ``n5`` driver.
 2. Full-read throughput — the whole 512³ volume through each reader, MB/s.
 
    Readers 1 and 2 are compared in pairs: for each peer, rounds of (ours, peer) with the order
@@ -28,7 +29,8 @@ we are faster):
 Data lives in ``$SHARDSCOPE_CACHE_DIR/bench-reader-v1`` (see ``core.sample_data``) and is built
 once: the sample EM volume tiled to 512³, written with TensorStore as sharded precomputed
 (murmurhash3, gzip, 64³ chunks, 3 scales) and as a sharded zarr v3 array (64³ chunks in 256³
-shards, gzip).
+shards, gzip); the image and the segmentation also as N5 datasets (TensorStore's ``n5`` driver,
+64³ blocks, gzip), read by ours against TensorStore's ``n5`` driver.
 """
 
 from __future__ import annotations
@@ -71,8 +73,10 @@ def bench_dir() -> Path:
 
 def build_data(root: Path) -> dict[str, Path]:
     """The 512³ volumes (built once): precomputed image + segmentation, zarr v3 image."""
-    paths = {"image": root / "image", "segmentation": root / "segmentation", "zarr": root / "image.zarr"}
+    paths = {"image": root / "image", "segmentation": root / "segmentation", "zarr": root / "image.zarr",
+             "n5_image": root / "image.n5", "n5_segmentation": root / "segmentation.n5"}
     if (root / "DONE").exists():
+        build_n5(root, paths)
         return paths
     t0 = time.perf_counter()
     shutil.rmtree(root, ignore_errors=True)
@@ -109,7 +113,30 @@ def build_data(root: Path) -> dict[str, Path]:
     store.write(image).result()
     (root / "DONE").write_text("ok")
     print(f"built benchmark data in {time.perf_counter() - t0:.1f} s at {root}")
+    build_n5(root, paths)
     return paths
+
+
+def build_n5(root: Path, paths: dict[str, Path]) -> None:
+    """The N5 copies (built once, apart, so older data need not be rebuilt): the same image and segmentation
+    written by TensorStore's ``n5`` driver, 64³ blocks, gzip at its default settings (N5's level -1)."""
+    if (root / "DONE-n5").exists():
+        return
+    import tensorstore as ts
+
+    t0 = time.perf_counter()
+    ctx = make_context(0)
+    for name, source in (("n5_image", paths["image"]), ("n5_segmentation", paths["segmentation"])):
+        shutil.rmtree(paths[name], ignore_errors=True)
+        data = np.asarray(open_volume(source, context=ctx).levels[0].array.read())  # z, y, x
+        store = ts.open({"driver": "n5", "kvstore": {"driver": "file", "path": str(paths[name]) + "/"},
+                         "create": True,
+                         "metadata": {"dimensions": [SIZE] * 3, "blockSize": [CHUNK] * 3, "dataType": data.dtype.name,
+                                      "compression": {"type": "gzip"}}}, context=ctx).result()
+        store.write(data.T).result()  # N5 lists x first
+        del data
+    (root / "DONE-n5").write_text("ok")
+    print(f"built N5 benchmark data in {time.perf_counter() - t0:.1f} s at {root}")
 
 
 # -- timing helpers ------------------------------------------------------------------------------------
@@ -187,6 +214,12 @@ def readers(paths: dict[str, Path]) -> dict[str, tuple[str, dict[str, Factory]]]
         store = ts.open({"driver": "zarr3", "kvstore": {"driver": "file", "path": str(paths["zarr"]) + "/"}}).result()
         return lambda z: store.read().result() if z is None else store[z].read().result()
 
+    def ts_n5(path: Path) -> Factory:
+        def make() -> Callable[[int | None], Any]:
+            view = ts.open({"driver": "n5", "kvstore": {"driver": "file", "path": str(path) + "/"}}).result().T
+            return lambda z: view.read().result() if z is None else view[z].read().result()
+        return make
+
     def zarr_python() -> Callable[[int | None], Any]:
         import zarr
 
@@ -202,6 +235,9 @@ def readers(paths: dict[str, Path]) -> dict[str, tuple[str, dict[str, Factory]]]
             "CloudVolume": cloudvolume(paths["image"])}),
         "zarr v3 uint8 image (sharded)": ("uint8", {
             "ours": ours(paths["zarr"]), "TensorStore": ts_zarr, "zarr-python": zarr_python}),
+        "N5 uint8 image": ("uint8", {"ours": ours(paths["n5_image"]), "TensorStore": ts_n5(paths["n5_image"])}),
+        "N5 uint64 segmentation": ("uint64", {
+            "ours": ours(paths["n5_segmentation"]), "TensorStore": ts_n5(paths["n5_segmentation"])}),
     }
 
 
@@ -209,7 +245,7 @@ def readers(paths: dict[str, Path]) -> dict[str, tuple[str, dict[str, Factory]]]
 GOALS = {"TensorStore": (1.0, 1.0), "CloudVolume": (15.0, 3.0)}
 
 
-def bench_readers(paths: dict[str, Path], rounds: int) -> None:
+def bench_readers(paths: dict[str, Path], rounds: int, only: str | None = None) -> None:
     """Cold z-plane and full reads, paired per peer: rounds of (ours, peer), both opened afresh each round.
 
     Each peer gets its own rounds against ours, alternating which of the two goes first, with the
@@ -219,6 +255,8 @@ def bench_readers(paths: dict[str, Path], rounds: int) -> None:
     from common import record_pair
 
     for dataset, (dtype, group) in readers(paths).items():
+        if only is not None and only.lower() not in dataset.lower():
+            continue
         print(f"\n{dataset}: 512³ {dtype}, 64³ chunks, gzip")
         fns = {name: make() for name, make in group.items()}
         ref = np.asarray(fns["ours"](300)).reshape(SIZE, SIZE)
@@ -464,6 +502,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=5, help="paired rounds per reader measurement")
     parser.add_argument("--no-gui", action="store_true", help="skip the napari measurements")
     parser.add_argument("--no-peers", action="store_true", help="skip the reader comparison")
+    parser.add_argument("--only", help="compare readers only on the data sets whose name contains this (e.g. N5); "
+                        "the other rows of bench/results/reader.json are kept")
     parser.add_argument("--_probe", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args._probe:
@@ -476,10 +516,10 @@ def main(argv: list[str] | None = None) -> int:
     paths = build_data(bench_dir())
     results: dict[str, Any] = {}
     if not args.no_peers:
-        bench_readers(paths, args.rounds)
+        bench_readers(paths, args.rounds, args.only)
         from common import save
 
-        save("reader")
+        save("reader", partial=args.only is not None)
     if not args.no_gui:
         if sys.platform.startswith("linux") and not os.environ.get("DISPLAY"):
             print("\nno display: skipping napari figures (run under xvfb-run -a)")

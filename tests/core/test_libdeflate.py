@@ -232,6 +232,33 @@ def test_inflate_into_writes_nothing_past_its_size() -> None:
     assert err.value.reason == "trailing"
 
 
+@pytest.mark.parametrize("wbits", [15, 31])
+def test_inflate_into_from_a_start_skips_a_header_and_names_errors_from_it(wbits: int) -> None:
+    """``start``: the stream after a header (an N5 block's), decoded without copying; errors as for the stream alone."""
+    from napari_shardscope.core.encoding import inflate_into
+
+    data = bytes(range(200)) * 5
+    stream = zlib.compress(data) if wbits == 15 else gzip.compress(data, mtime=0) * 2
+    expected = data if wbits == 15 else data * 2
+    head = b"HEADER--"
+    out = np.zeros(len(expected), dtype=np.uint8)
+    assert inflate_into(head + stream, out.ctypes.data, out.nbytes, wbits=wbits, start=len(head)) == len(expected)
+    assert out.tobytes() == expected
+    assert libdeflate.inflate_into(head + stream, "zlib" if wbits == 15 else "gzip", out.ctypes.data, out.nbytes,
+                                   len(head)) == len(expected)
+    if wbits == 31:  # a truncated member is named by where it starts
+        member = gzip.compress(data, mtime=0)
+        room = np.zeros(2 * len(data), dtype=np.uint8)
+        with pytest.raises(ChunkDecodeError, match=rf"truncated at byte {8 + len(member)}$"):
+            inflate_into(head + member + member[:-30], room.ctypes.data, room.nbytes, wbits=wbits, key="k", offset=8,
+                         start=8)
+    with pytest.raises(ChunkDecodeError, match=r"truncated at byte 8$"):
+        one = zlib.compress(data) if wbits == 15 else gzip.compress(data, mtime=0)
+        inflate_into(head + one[:-30], out.ctypes.data, out.nbytes, wbits=wbits, key="k", offset=8, start=8)
+    with pytest.raises(ChunkDecodeError, match="more than 10 bytes"):
+        inflate_into(head + stream, out.ctypes.data, 10, wbits=wbits, key="k", offset=8, start=8)
+
+
 def test_many_tiny_members_decode_in_linear_time() -> None:
     """400k empty gzip members before the data (8 MB of damaged or hostile input) decode exactly.
 

@@ -146,21 +146,24 @@ def gunzip_into(data: bytes, out: Any, *, key: str | None = None, offset: int | 
 
 def inflate_into(data: bytes, address: int, size: int, *, wbits: int = 15, what: str = "zlib",
                  key: str | None = None, offset: int | None = None,
-                 error: type[FormatError] = ChunkDecodeError) -> int:
-    """Decompress ``data`` (``wbits`` 15: zlib, 31: gzip members) into the ``size`` bytes at ``address``.
+                 error: type[FormatError] = ChunkDecodeError, start: int = 0) -> int:
+    """Decompress ``data[start:]`` (``wbits`` 15: zlib, 31: gzip members) into the ``size`` bytes at ``address``.
 
     Returns how many bytes were written (the caller checks that against what it expects). Output
     longer than ``size``, bad or truncated data and trailing bytes are ``error`` with the message
     and offset :func:`inflate` gives (zlib decodes the refused data again to name the fault), so
     the output goes straight into its place and a bomb costs no more than ``size`` bytes of work.
-    The caller keeps the memory at ``address`` alive and writable for the call.
+    The caller keeps the memory at ``address`` alive and writable for the call. ``start`` skips a
+    header before the stream without copying the rest (``offset`` is where ``data[start:]`` is stored).
     """
     if libdeflate.available() and wbits in (15, 31):
         try:
             return libdeflate.inflate_into(data if isinstance(data, bytes) else bytes(data),
-                                           "gzip" if wbits == 31 else "zlib", address, size)
+                                           "gzip" if wbits == 31 else "zlib", address, size, start)
         except libdeflate.InflateError:
             pass  # bad data or more than ``size`` bytes: zlib below says which, in the project's words
+    if start:
+        data = data[start:]
     decoded = _inflate_zlib(data, wbits=wbits, what=what, key=key, offset=offset, max_size=size, error=error)
     if decoded:
         import ctypes

@@ -203,14 +203,15 @@ def inflate(data: bytes, container: Container, max_size: int) -> bytes:
     return parts[0] if len(parts) == 1 else b"".join(parts)
 
 
-def inflate_into(data: bytes, container: Container, address: int, size: int) -> int:
-    """Decode every member of ``data`` into the ``size`` bytes at ``address``; the number of bytes written.
+def inflate_into(data: bytes, container: Container, address: int, size: int, start: int = 0) -> int:
+    """Decode every member of ``data[start:]`` into the ``size`` bytes at ``address``; the number of bytes written.
 
     For callers that know where the output goes (a chunk's place in an array): no buffer is
     allocated, copied or zeroed, and nothing is written past ``size`` — output that would be longer
     is :class:`InflateError` ``"size"`` (so a gzip bomb costs at most ``size`` bytes of work). Bad or
     truncated data and bytes after the (last) stream raise :class:`InflateError` as :func:`inflate`
-    does; the caller checks the count against what it expects.
+    does; the caller checks the count against what it expects. ``start`` skips a header the stream
+    follows (an N5 block's) without copying the rest of ``data``.
     """
     fn = _LIB.libdeflate_gzip_decompress_ex if container == "gzip" else _LIB.libdeflate_zlib_decompress_ex
     d = _decompressor()
@@ -219,11 +220,11 @@ def inflate_into(data: bytes, container: Container, address: int, size: int) -> 
     n_in = ctypes.c_size_t()
     n_out = ctypes.c_size_t()
     total = 0
-    pos = 0
+    pos = start
     while True:
         remaining = len(src) - pos
         if remaining <= 0:
-            raise InflateError("truncated", f"{container} stream of {len(src)} bytes is truncated")
+            raise InflateError("truncated", f"{container} stream of {len(src) - start} bytes is truncated")
         res = fn(d, base + pos, remaining, address + total, size - total,
                  ctypes.byref(n_in), ctypes.byref(n_out))
         if res == _INSUFFICIENT_SPACE:

@@ -501,3 +501,16 @@ def _units(doc: Mapping[str, Any], ndim: int, key: str) -> tuple[str, ...] | Non
     if not isinstance(units, list) or len(units) != ndim or not all(isinstance(u, str) for u in units):
         raise MetadataError(f"field 'units' must be a unit name or {ndim} unit names, got {units!r}", key=key)
     return tuple(units)
+
+
+#: Compressions TensorStore's ``n5`` driver decodes; blocks compressed otherwise (``lz4``) are read by
+#: :class:`~.volume.N5ChunkSource`, as are datasets written before N5 1.0 (``compressionType``) or
+#: without ``blockSize``.
+TENSORSTORE_COMPRESSIONS = ("raw", "gzip", "bzip2", "xz", "blosc", "zstd")
+
+
+def needs_own_reader(attributes: DatasetAttributes) -> bool:
+    """Whether TensorStore's ``n5`` driver cannot read this dataset (so :class:`~.volume.N5ChunkSource` does)."""
+    extra = attributes.extra
+    return (attributes.compression.type not in TENSORSTORE_COMPRESSIONS or "compression" not in extra
+            or "blockSize" not in extra)

@@ -170,6 +170,27 @@ def decode_block_header(data: bytes, *, key: str | None = None) -> BlockHeader:
     return BlockHeader(mode=mode, shape=tuple(shape), num_elements=count)
 
 
+def check_block_header(header: BlockHeader, attributes: DatasetAttributes, *, key: str | None = None) -> BlockHeader:
+    """``header`` if a block of the dataset ``attributes`` describes may have it, else a :class:`ChunkDecodeError`.
+
+    Why one function: the block decoder and the direct reader (:mod:`.direct_source`) must refuse
+    the same blocks with the same messages. Refused: a dimension count differing from the
+    dataset's (offset 2), a dimension larger than ``blockSize`` (offset of that dimension;
+    TensorStore refuses such blocks too), more elements than an N5 block can hold (offset 4).
+    """
+    if len(header.shape) != attributes.ndim:
+        raise ChunkDecodeError(f"block has {len(header.shape)} dimensions, the dataset has {attributes.ndim}",
+                               key=key, offset=2)
+    over = [i for i, (d, b) in enumerate(zip(header.shape, attributes.block_size, strict=True)) if d > b]
+    if over:  # spec: every block has the block size, except end blocks, which may be smaller
+        raise ChunkDecodeError(f"block dimensions {header.shape} exceed the dataset's blockSize "
+                               f"{attributes.block_size}", key=key, offset=4 + 4 * over[0])
+    if header.num_elements > MAX_BLOCK_ELEMENTS:
+        raise ChunkDecodeError(f"block claims {header.num_elements} elements, more than the {MAX_BLOCK_ELEMENTS} "
+                               "an N5 block can hold", key=key, offset=4)
+    return header
+
+
 def encode_block_header(header: BlockHeader) -> bytes:
     """The bytes of ``header`` (the inverse of :func:`decode_block_header`)."""
     if header.mode not in (MODE_DEFAULT, MODE_VARLENGTH):
@@ -212,17 +233,7 @@ def decode_block(data: bytes, attributes: DatasetAttributes, *, key: str | None 
         blocks too), too many elements (offset 4), data that does not decode or decodes to the wrong size
         (offset = where the data starts).
     """
-    header = decode_block_header(data, key=key)
-    if len(header.shape) != attributes.ndim:
-        raise ChunkDecodeError(f"block has {len(header.shape)} dimensions, the dataset has {attributes.ndim}",
-                               key=key, offset=2)
-    over = [i for i, (d, b) in enumerate(zip(header.shape, attributes.block_size, strict=True)) if d > b]
-    if over:  # spec: every block has the block size, except end blocks, which may be smaller
-        raise ChunkDecodeError(f"block dimensions {header.shape} exceed the dataset's blockSize "
-                               f"{attributes.block_size}", key=key, offset=4 + 4 * over[0])
-    if header.num_elements > MAX_BLOCK_ELEMENTS:
-        raise ChunkDecodeError(f"block claims {header.num_elements} elements, more than the {MAX_BLOCK_ELEMENTS} "
-                               "an N5 block can hold", key=key, offset=4)
+    header = check_block_header(decode_block_header(data, key=key), attributes, key=key)
     dtype = attributes.dtype
     raw = decode_payload(data[header.nbytes:], attributes.compression, header.num_elements * dtype.itemsize,
                          key=key, offset=header.nbytes)

@@ -230,10 +230,23 @@ def _decode_gzip(payload: bytes, compression: Compression, expected: int, key: s
     room = min(expected, libdeflate.MAX_DEFLATE_RATIO * len(payload))
     out = bytearray(room)
     address = ctypes.addressof(ctypes.c_char.from_buffer(out)) if room else 0
-    got = encoding.inflate_into(payload, address, room, wbits=15 if compression.use_zlib else 31,
-                                what=_label(compression), key=key, offset=offset)
+    got = inflate_gzip_into(payload, compression, address, room, key=key, offset=offset)
     del out[got:]
     return out
+
+
+def inflate_gzip_into(payload: bytes, compression: Compression, address: int, size: int, *,
+                      key: str | None = None, offset: int = 0, start: int = 0) -> int:
+    """A ``gzip`` block's data (gzip members, or one zlib stream when ``useZlib``) into ``size`` bytes at ``address``.
+
+    Returns how many bytes were written; output longer than ``size``, bad or truncated data and
+    trailing bytes are a :class:`ChunkDecodeError` at ``offset`` (where the data starts), so a bomb
+    costs no more than ``size`` bytes of work. Shared by :func:`decode_payload` and the direct
+    reader (:mod:`.direct_source`), which decodes into the reader's buffer, from ``payload[start:]``
+    (a whole block's bytes: ``start`` skips its header without a copy; ``offset`` is then ``start``).
+    """
+    return encoding.inflate_into(payload, address, size, wbits=15 if compression.use_zlib else 31,
+                                 what=_label(compression), key=key, offset=offset, start=start)
 
 
 def _decode_bzip2(payload: bytes, compression: Compression, expected: int, key: str | None, offset: int) -> bytes:
