@@ -49,16 +49,19 @@ def base(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
-@pytest.fixture
-def repo_path(base: Path, tmp_path: Path) -> Path:
-    """A repository with one labelmap over the dumbbell; every supervoxel is its own body."""
-    path = tmp_path / "proofread.repo"
-    repo = create_repository(path)
+def make_proofreading_repo(path: Path, base: Path, engine: str | None = None) -> Path:
+    """A repository at ``path`` with one labelmap over the dumbbell; every supervoxel is its own body."""
+    repo = create_repository(path, engine=engine)
     try:
         create_labelmap(repo, "seg", base, block=8)
     finally:
         repo.close()
     return path
+
+
+@pytest.fixture
+def repo_path(base: Path, tmp_path: Path) -> Path:
+    return make_proofreading_repo(tmp_path / "proofread.repo", base)
 
 
 @pytest.fixture

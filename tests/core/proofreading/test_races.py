@@ -18,12 +18,12 @@ from typing import TypeVar
 import pytest
 
 from napari_shardscope.core.errors import ArgumentError
-from napari_shardscope.core.labelmap import create_labelmap, open_labelmap
+from napari_shardscope.core.labelmap import open_labelmap
 from napari_shardscope.core.proofreading import ProofreadingController, ProofreadingSession
 from napari_shardscope.core.proofreading.meshes import BodySurface, SurfaceFollower
-from napari_shardscope.core.versioned import create_repository, open_repository
+from napari_shardscope.core.versioned import open_repository
 from tests.core.labelmap.volumes import write_precomputed
-from tests.core.proofreading.test_controller import BLOB_A, BLOB_B, dumbbell
+from tests.core.proofreading.test_controller import BLOB_A, BLOB_B, dumbbell, make_proofreading_repo
 
 T = TypeVar("T")
 ENGINES = ["lmdb", "sqlite"]
@@ -38,13 +38,7 @@ def base(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(params=ENGINES)
 def repo_path(request: pytest.FixtureRequest, base: Path, tmp_path: Path) -> Path:
-    path = tmp_path / "proofread.repo"
-    repo = create_repository(path, engine=request.param)
-    try:
-        create_labelmap(repo, "seg", base, block=8)
-    finally:
-        repo.close()
-    return path
+    return make_proofreading_repo(tmp_path / "proofread.repo", base, request.param)
 
 
 @pytest.fixture
