@@ -144,6 +144,31 @@ def test_store_refuses_links_leading_out_of_the_root_unless_asked(tmp_path: Path
         LocalByteStore(root).read("file-link")
 
 
+def test_a_directory_checked_once_still_guards_each_file_in_it(tmp_path: Path) -> None:
+    """A store remembers directories that resolve inside the root; the files in them are checked at every read."""
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "secret").write_bytes(b"secret")
+    root = tmp_path / "root"
+    (root / "0" / "0").mkdir(parents=True)
+    (root / "0" / "0" / "0").write_bytes(b"block")
+    (root / "0" / "0" / "1").symlink_to(outside / "secret")  # planted next to a block already read
+    (root / "0" / "0" / "2").symlink_to(root / "0" / "0" / "0")  # a link inside the root is read
+    (root / "0" / "0" / "3").mkdir()
+    store = LocalByteStore(root)
+    for _ in range(2):
+        assert store.read_range("0/0/0", 0, 99) == b"block" and store.read("0/0/0") == b"block"
+        with pytest.raises(OutsideRootError, match="0/0/1"):
+            store.read_range("0/0/1", 0, 99)
+        assert store.read_range("0/0/2", 1, 3) == b"lo"
+        with pytest.raises(NotARegularFileError):
+            store.read("0/0/3")
+        assert store.read("0/0/4") is None
+    (root / "1").symlink_to(outside)
+    with pytest.raises(OutsideRootError, match="1/secret"):  # a directory not checked before
+        store.read("1/secret")
+
+
 def _precomputed_with_linked_scale(tmp_path: Path) -> tuple[Path, Path]:
     real = tmp_path / "real"
     write_ts_volume(real, None, size=(16, 16, 8), chunk=(8, 8, 8), scales=1)
