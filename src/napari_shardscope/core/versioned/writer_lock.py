@@ -34,13 +34,18 @@ class WriterLock:
         Repository directory; None for in-memory repositories (thread lock only).
     timeout
         Default seconds to wait for the lock.
+    file, what
+        The lock file's name in ``directory``, and what the lock guards, for the timeout's message
+        (the same lock serves a remote's state file: :func:`~.remotes.config.holding_state`).
     """
 
-    def __init__(self, directory: Path | None, timeout: float = DEFAULT_TIMEOUT) -> None:
+    def __init__(self, directory: Path | None, timeout: float = DEFAULT_TIMEOUT, *, file: str = LOCK_FILE,
+                 what: str = "the repository's write lock") -> None:
         self.timeout = timeout
+        self.what = what
         self._thread_lock = threading.Lock()
         self._owner: int | None = None
-        self._path = None if directory is None else directory / LOCK_FILE
+        self._path = None if directory is None else directory / file
         self._fd: int | None = None  # opened at the first write: readers create no files
 
     def close(self) -> None:
@@ -58,9 +63,7 @@ class WriterLock:
         limit = self.timeout if timeout is None else timeout
         deadline = time.monotonic() + limit
         if not self._thread_lock.acquire(timeout=max(limit, 0.0)):
-            raise LockTimeoutError(
-                f"another thread of this process held the write lock for more than {limit:g} s"
-            )
+            raise LockTimeoutError(f"another thread of this process held {self.what} for more than {limit:g} s")
         try:
             self._acquire_file(deadline, limit)
             self._owner = me
@@ -89,8 +92,8 @@ class WriterLock:
                 now = time.monotonic()
                 if now >= deadline:
                     raise LockTimeoutError(
-                        f"{self._path}: another process ({self._holder()}) has held the repository's write "
-                        f"lock for more than {limit:g} s; retry later or raise the timeout"
+                        f"{self._path}: another process ({self._holder()}) has held {self.what} for more "
+                        f"than {limit:g} s; retry later or raise the timeout"
                     ) from None
                 time.sleep(min(delay, deadline - now))
                 delay = min(delay * 2, 0.05)

@@ -12,12 +12,9 @@ data and all of it can be rebuilt by a fetch:
 
 from __future__ import annotations
 
-import fcntl
 import json
-import os
 import re
 import threading
-import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -29,10 +26,11 @@ from napari_shardscope.core.bytestore import parse_url, write_file_atomic
 from napari_shardscope.core.bytestore.oserrors import storage_fault
 from napari_shardscope.core.errors import ArgumentError, MetadataError
 from napari_shardscope.core.json_document import load_json
-from napari_shardscope.core.versioned.errors import LockTimeoutError, StoreCorruptError
+from napari_shardscope.core.versioned.errors import StoreCorruptError
 from napari_shardscope.core.versioned.remotes.errors import RemoteExistsError, UnknownRemoteError
 from napari_shardscope.core.versioned.remotes.store import NodeRef
 from napari_shardscope.core.versioned.repository import Repository
+from napari_shardscope.core.versioned.writer_lock import WriterLock
 
 CONFIG_FILE = "remotes.json"
 STATE_DIR = "remote-state"
@@ -179,8 +177,8 @@ def save_state(repo: Repository, name: str, state: RemoteState) -> None:
 
 #: Seconds a fetch or push waits for another fetch or push of the same remote from this repository.
 STATE_LOCK_TIMEOUT = 600.0
-_THREAD_LOCKS: dict[Path, threading.Lock] = {}
-_THREAD_LOCKS_GUARD = threading.Lock()
+_STATE_LOCKS: dict[Path, WriterLock] = {}
+_STATE_LOCKS_GUARD = threading.Lock()
 
 
 @contextmanager
@@ -191,41 +189,24 @@ def holding_state(repo: Repository, name: str, timeout: float = STATE_LOCK_TIMEO
     this lock a second one (another thread, another ``shardscope`` process) that loaded the state
     earlier and saves later drops what the first recorded — its remote-tracking head, so ``status``
     keeps reporting a pushed branch as ahead, and its objects, which the next push uploads again.
-    A thread lock (threads of one process) and an ``flock`` on ``remote-state/<name>.lock``
-    (processes), as :class:`~napari_shardscope.core.versioned.writer_lock.WriterLock` does; the
-    kernel drops the ``flock`` of a killed process.
+    The lock is the repository's kind (:class:`~napari_shardscope.core.versioned.writer_lock.WriterLock`:
+    a thread lock and an ``flock``, which the kernel drops for a killed process) on
+    ``remote-state/<name>.lock``, one per file in this process.
     """
-    path = _directory(repo) / STATE_DIR / f"{check_remote_name(name)}.lock"
-    with _THREAD_LOCKS_GUARD:
-        lock = _THREAD_LOCKS.setdefault(path, threading.Lock())
-    deadline = time.monotonic() + timeout
-    if not lock.acquire(timeout=max(timeout, 0.0)):
-        raise LockTimeoutError(f"another fetch or push of remote {name!r} in this process ran for more than "
-                               f"{timeout:g} s; retry when it is done")
+    directory = _directory(repo) / STATE_DIR
+    file = f"{check_remote_name(name)}.lock"
     try:
+        directory.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise storage_fault(exc, directory) from exc
+    with _STATE_LOCKS_GUARD:
+        lock = _STATE_LOCKS.setdefault(directory / file, WriterLock(
+            directory, STATE_LOCK_TIMEOUT, file=file, what=f"the state of remote {name!r} (a fetch or push)"))
+    with lock.hold(timeout):
         try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-        except OSError as exc:
-            raise storage_fault(exc, path) from exc
-        try:
-            delay = 0.0005
-            while True:
-                try:
-                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                    break
-                except BlockingIOError:
-                    now = time.monotonic()
-                    if now >= deadline:
-                        raise LockTimeoutError(f"{path}: another process has been fetching from or pushing to "
-                                               f"{name!r} for more than {timeout:g} s; retry when it is done") from None
-                    time.sleep(min(delay, deadline - now))
-                    delay = min(delay * 2, 0.05)
             yield
         finally:
-            os.close(fd)  # releases the flock
-    finally:
-        lock.release()
+            lock.close()  # still held by this thread: the flock goes with the descriptor, no file stays open
 
 
 REGION_FILE = "region.json"
