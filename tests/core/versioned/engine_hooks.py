@@ -31,18 +31,17 @@ class HookedEngine:
     def write(self) -> Iterator[Any]:
         with self.engine.write() as txn:
             yield txn
-        hook = self.after_write
-        if not self.keep:
-            self.after_write = None
-        if hook is not None:
-            hook()
+        self._run("after_write")
 
     @contextmanager
     def read(self) -> Iterator[Any]:
         with self.engine.read() as txn:
             yield txn
-        hook = self.after_read
+        self._run("after_read")
+
+    def _run(self, name: str) -> None:
+        hook = getattr(self, name)
         if not self.keep:
-            self.after_read = None
+            setattr(self, name, None)
         if hook is not None:
             hook()
