@@ -22,6 +22,8 @@ from typing import Any, Literal, Protocol, runtime_checkable
 import numpy as np
 import numpy.typing as npt
 
+from napari_shardscope.core.errors import ArgumentError
+
 Kind = Literal["image", "segmentation"]
 FormatName = Literal["precomputed", "zarr3", "zarr2", "ome-zarr", "n5"]
 
@@ -152,6 +154,20 @@ class DirectChunkSource(ChunkSource, Protocol):
         Raises the format's typed errors for damaged bytes, as :meth:`read_chunk` does.
         """
         ...
+
+
+def clipped_extent(grid: Sequence[int], chunk: Sequence[int], shape: Sequence[int]) -> tuple[int, ...]:
+    """The shape of the chunk at ``grid``, clipped at the array's far edges (what a direct source decodes into)."""
+    return tuple(min(c, n - g * c) for g, c, n in zip(grid, chunk, shape, strict=True))
+
+
+def check_decode_target(out: npt.NDArray[Any], extent: tuple[int, ...], what: str) -> None:
+    """Refuse a :meth:`DirectChunkSource.decode_into` buffer not shaped as the chunk's ``extent``.
+
+    ``what`` names the chunk in the message (its grid position and where it lives).
+    """
+    if tuple(out.shape) != extent:
+        raise ArgumentError(f"{what} has shape {extent}, not the {tuple(out.shape)} given to decode it into")
 
 
 @dataclass(frozen=True)

@@ -42,7 +42,7 @@ import numpy as np
 import numpy.typing as npt
 
 from napari_shardscope.core.bytestore import ByteStore
-from napari_shardscope.core.errors import ArgumentError, ChunkDecodeError, UnsupportedFeatureError
+from napari_shardscope.core.errors import ChunkDecodeError, UnsupportedFeatureError
 from napari_shardscope.core.formats.n5.attributes import DatasetAttributes, needs_own_reader
 from napari_shardscope.core.formats.n5.block import (
     check_block_header,
@@ -51,6 +51,7 @@ from napari_shardscope.core.formats.n5.block import (
     max_block_bytes,
 )
 from napari_shardscope.core.formats.n5.compression import inflate_gzip_into
+from napari_shardscope.core.formats.volume_spec import check_decode_target, clipped_extent
 
 #: Compressions decoded here (the rest stay on TensorStore's driver, or :class:`~.volume.N5ChunkSource`).
 DIRECT_COMPRESSIONS = ("raw", "gzip")
@@ -117,13 +118,11 @@ class N5DirectSource:
     # -- DirectChunkSource --------------------------------------------------------------------
     def extent(self, grid: tuple[int, ...]) -> tuple[int, ...]:
         """The block's shape (x first), clipped at the dataset's far edges."""
-        return tuple(min(b, n - g * b) for g, b, n in zip(grid, self._block, self.attributes.dimensions, strict=True))
+        return clipped_extent(grid, self._block, self.attributes.dimensions)
 
     def decode_into(self, grid: tuple[int, ...], out: npt.NDArray[Any]) -> bool:
         extent = self.extent(grid)
-        if tuple(out.shape) != extent:
-            raise ArgumentError(f"block {tuple(grid)} of {self._root} has shape {extent}, "
-                                f"not the {tuple(out.shape)} given to decode it into")
+        check_decode_target(out, extent, f"block {tuple(grid)} of {self._root}")
         key = format_block_key(self.attributes, grid)
         where = f"{self._root}/{key}"
         # One open and one read, bounded as read_block_bytes bounds a block (its size check then read resolve

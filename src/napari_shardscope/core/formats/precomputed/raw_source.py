@@ -46,6 +46,7 @@ from napari_shardscope.core.errors import ArgumentError, ChunkDecodeError, Forma
 from napari_shardscope.core.formats.precomputed.chunk_encoding import ScaleChunkGeometry
 from napari_shardscope.core.formats.precomputed.info import PrecomputedInfo, ScaleInfo
 from napari_shardscope.core.formats.precomputed.morton import encode_morton
+from napari_shardscope.core.formats.volume_spec import check_decode_target, clipped_extent
 
 if TYPE_CHECKING:  # imported with the first sharded read (the dataset's shard reader), not at open
     from napari_shardscope.core.formats.precomputed.shard_reader import ShardedReader
@@ -109,15 +110,12 @@ class RawChunkSource(ScaleChunkGeometry):
     # -- DirectChunkSource --------------------------------------------------------------------
     def extent(self, grid: tuple[int, ...]) -> tuple[int, int, int, int]:
         """The chunk's shape ``(x, y, z, channel)``, clipped at the volume's far edges."""
-        size, chunk = self.scale.size, self.scale.chunk_size
-        return (min(chunk[0], size[0] - grid[0] * chunk[0]), min(chunk[1], size[1] - grid[1] * chunk[1]),
-                min(chunk[2], size[2] - grid[2] * chunk[2]), self.info.num_channels)
+        x, y, z = clipped_extent(grid[:3], self.scale.chunk_size, self.scale.size)
+        return x, y, z, self.info.num_channels
 
     def decode_into(self, grid: tuple[int, ...], out: npt.NDArray[Any]) -> bool:
         extent = self.extent(grid)
-        if tuple(out.shape) != extent:
-            raise ArgumentError(f"chunk {tuple(grid)} of scale {self.scale.key!r} has shape {extent}, "
-                                f"not the {tuple(out.shape)} given to decode it into")
+        check_decode_target(out, extent, f"chunk {tuple(grid)} of scale {self.scale.key!r}")
         direct = out.flags.f_contiguous and out.dtype == self.dtype
         target = out if direct else np.empty(extent, self.dtype, order="F")
         sharded = self.scale.sharding is not None

@@ -40,12 +40,12 @@ import numpy.typing as npt
 from napari_shardscope.core.bytestore import ByteStore
 from napari_shardscope.core.encoding import gunzip_into
 from napari_shardscope.core.errors import (
-    ArgumentError,
     ChecksumError,
     ChunkDecodeError,
     FormatError,
     IndexDecodeError,
 )
+from napari_shardscope.core.formats.volume_spec import check_decode_target, clipped_extent
 from napari_shardscope.core.formats.zarr3.metadata import ArrayMetadata, CodecSpec
 from napari_shardscope.core.formats.zarr3.reader import Zarr3ArrayReader
 
@@ -142,13 +142,11 @@ class Zarr3ChunkSource:
     # -- DirectChunkSource --------------------------------------------------------------------
     def extent(self, grid: tuple[int, ...]) -> tuple[int, ...]:
         """The chunk's shape, clipped at the array's far edges."""
-        return tuple(min(c, n - g * c) for g, c, n in zip(grid, self._chunk, self.meta.shape, strict=True))
+        return clipped_extent(grid, self._chunk, self.meta.shape)
 
     def decode_into(self, grid: tuple[int, ...], out: npt.NDArray[Any]) -> bool:
         extent = self.extent(grid)
-        if tuple(out.shape) != extent:
-            raise ArgumentError(f"chunk {tuple(grid)} of {self._root} has shape {extent}, "
-                                f"not the {tuple(out.shape)} given to decode it into")
+        check_decode_target(out, extent, f"chunk {tuple(grid)} of {self._root}")
         whole = extent == self._chunk
         direct = whole and out.flags.c_contiguous and out.dtype == self.dtype
         try:
