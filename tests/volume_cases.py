@@ -308,3 +308,16 @@ def format_cases(tmp_path_factory: pytest.TempPathFactory) -> dict[str, FormatCa
 def sample(tmp_path_factory: pytest.TempPathFactory) -> SampleDataset:
     """The synthetic EM sample dataset, generated once per session into a test cache directory."""
     return ensure_sample_dataset(tmp_path_factory.getbasetemp() / "shardscope-cache")
+
+
+def assert_boxes_read_alike(fresh: Any, expected: np.ndarray) -> None:
+    """``fresh`` (a just-opened TensorStore array) reads like ``expected``: a middle box, the last plane,
+    a strided read (TensorStore's own path, not the direct decoder's) and the far corner voxel."""
+    mid = tuple(s // 3 for s in expected.shape)
+    box = tuple(slice(m, max(m + 1, s - m)) for m, s in zip(mid, expected.shape, strict=True))
+    np.testing.assert_array_equal(fresh[box].read(), expected[box])
+    if expected.ndim > 1:
+        np.testing.assert_array_equal(fresh[expected.shape[0] - 1].read(), expected[expected.shape[0] - 1])
+    np.testing.assert_array_equal(fresh[..., ::2].read(), expected[..., ::2])
+    point = tuple(s - 1 for s in expected.shape)
+    assert fresh[point] == expected[point]
