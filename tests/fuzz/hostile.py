@@ -33,9 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-#: Where the real datasets of other software live (see its README).
-REALDATA = Path(os.environ.get("SHARDSCOPE_REALDATA",
-                               Path(__file__).resolve().parents[2] / ".." / "shared" / "realdata"))
+from tests.realdata import REALDATA
 
 #: Small real datasets used as seeds: (name, format, path below REALDATA). Big ones (n5java_zi) are left
 #: out because every case copies its seed.

@@ -25,7 +25,8 @@ from napari_shardscope.core.formats import open_dataset
 from napari_shardscope.core.volumes import open_volume
 from napari_shardscope.napari_plugin.layers import volume_layer_data
 from napari_shardscope.napari_plugin.shown import DamagedChunkWarning
-from tests.core.formats.test_consistency import DIRS, NOT_VOLUMES, REALDATA, presented
+from tests.core.formats.test_consistency import DIRS, NOT_VOLUMES, presented
+from tests.realdata import REALDATA
 
 VOLUMES = [d for d in DIRS if d not in NOT_VOLUMES]
 #: N5 datasets no independent library reads, and a copy of the same image one does read.
@@ -75,7 +76,7 @@ def references(rel: str) -> list[list[np.ndarray]]:
     return out
 
 
-@pytest.mark.skipif(not VOLUMES, reason=f"no real datasets at {REALDATA}")
+@pytest.mark.realdata
 def test_every_real_dataset_in_napari_equals_an_independent_reader(make_napari_viewer: Any) -> None:
     viewer = make_napari_viewer()
     failures = []

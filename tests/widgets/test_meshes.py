@@ -25,9 +25,9 @@ from napari_shardscope.napari_plugin.viewer import add_volumes
 from napari_shardscope.widgets.meshes import SKELETON_KEY, SURFACE_KEY, surface_name
 from napari_shardscope.widgets.proofreading import ProofreadingPanel
 from napari_shardscope.widgets.session import session_for
+from tests.realdata import realdata_path
 from tests.volume_cases import sample  # noqa: F401  (fixture)
 
-REALDATA = Path(__file__).resolve().parents[2] / ".." / "shared" / "realdata"
 Z = 32
 
 
@@ -111,7 +111,7 @@ def test_select_merge_undo_surfaces_follow(proofread: Any, qtbot: Any) -> None:
 
 def test_source_meshes_and_skeletons_of_a_real_base(make_napari_viewer: Any, tmp_path: Path, qtbot: Any) -> None:
     base = tmp_path / "pinky"
-    shutil.copytree(REALDATA / "igneous_pinky_sharded", base)
+    shutil.copytree(realdata_path("igneous_pinky_sharded"), base)
     info = json.loads((base / "info").read_text())
     info["skeletons"] = "skeletons_mip_0"  # igneous wrote them beside the volume; name them as Neuroglancer wants
     (base / "info").write_text(json.dumps(info))

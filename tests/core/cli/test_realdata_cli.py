@@ -13,7 +13,8 @@ import io
 import pytest
 
 from napari_shardscope.core.cli import run
-from tests.core.formats.test_consistency import DIRS, NOT_VOLUMES, REALDATA
+from tests.core.formats.test_consistency import DIRS, NOT_VOLUMES
+from tests.realdata import REALDATA
 
 VOLUMES = [d for d in DIRS if d not in NOT_VOLUMES]
 #: ``validate`` findings the datasets really have (see ../shared/realdata/README.md).
@@ -21,7 +22,7 @@ KNOWN_PROBLEMS = {"ngscripts_sharded/zlib_as_gzip": "bad gzip data",
                   "noduli_seg_head": "file name is not a chunk of this scale's grid"}
 
 
-@pytest.mark.skipif(not VOLUMES, reason=f"no real datasets at {REALDATA}")
+@pytest.mark.realdata
 @pytest.mark.parametrize("rel", VOLUMES)
 def test_inspect_ls_and_validate_on_every_real_dataset(rel: str) -> None:
     url = str(REALDATA / rel)

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -43,9 +42,9 @@ from napari_shardscope.core.formats.volume_spec import VolumeSpec
 from napari_shardscope.core.layout import open_layout
 from napari_shardscope.core.sample_data import SampleDataset
 from napari_shardscope.core.volumes import Volume, open_volumes
+from tests.realdata import REALDATA, realdata_dirs
 from tests.volume_cases import FormatCase, format_cases, sample  # noqa: F401  (fixtures)
 
-REALDATA = Path(__file__).resolve().parents[3] / ".." / "shared" / "realdata"
 METADATA_DOCUMENTS = ("info", "zarr.json", "attributes.json", ".zarray", ".zgroup")
 
 _MESH = "a segment-keyed mesh directory (neuroglancer_multilod_draco): meshes by segment id, no voxels"
@@ -90,16 +89,8 @@ PARTIAL: dict[str, tuple[str, type[ShardscopeError], str]] = {
 }
 
 
-def realdata_dirs() -> list[str]:
-    """Every directory under ``realdata`` that holds a metadata document, relative, sorted."""
-    if not REALDATA.is_dir():
-        return []
-    found = {p.parent for name in METADATA_DOCUMENTS for p in REALDATA.rglob(name)}
-    return sorted(str(d.relative_to(REALDATA)) for d in found)
-
-
-DIRS = realdata_dirs()
-no_realdata = pytest.mark.skipif(not DIRS, reason=f"no real datasets at {REALDATA}")
+#: Every directory under ``realdata`` that holds a metadata document (a placeholder when the data is absent).
+DIRS = realdata_dirs(METADATA_DOCUMENTS)
 
 
 # -- what each consumer reports, as one comparable record per level ------------------------------------
@@ -264,7 +255,7 @@ def check_dataset(url: str, capsys: pytest.CaptureFixture[str], *, skip: str | N
             yield "export"
 
 
-@no_realdata
+@pytest.mark.realdata
 @pytest.mark.parametrize("rel", [d for d in DIRS if d not in NOT_VOLUMES])
 def test_real_dataset_consumers_agree(rel: str, capsys: pytest.CaptureFixture[str]) -> None:
     url = str(REALDATA / rel)
@@ -283,7 +274,7 @@ def test_real_dataset_consumers_agree(rel: str, capsys: pytest.CaptureFixture[st
             open_dataset(url).inspector().inspect()
 
 
-@no_realdata
+@pytest.mark.realdata
 @pytest.mark.parametrize("rel", sorted(NOT_VOLUMES))
 def test_real_directories_that_are_not_volumes_say_why(rel: str) -> None:
     error, _reason = NOT_VOLUMES[rel]
@@ -292,13 +283,13 @@ def test_real_directories_that_are_not_volumes_say_why(rel: str) -> None:
         open_volumes(REALDATA / rel)
 
 
-@no_realdata
+@pytest.mark.realdata
 def test_every_real_dataset_is_accounted_for() -> None:
     assert set(PARTIAL) <= set(DIRS) - set(NOT_VOLUMES)
     assert set(NOT_VOLUMES) <= set(DIRS)
 
 
-@no_realdata
+@pytest.mark.realdata
 @pytest.mark.parametrize("rel", sorted(d for d, (error, _) in NOT_VOLUMES.items() if error is MetadataError
                                        and "no voxels" in NOT_VOLUMES[d][1]))
 def test_segment_keyed_directories_agree_between_inspect_and_tree(rel: str,

@@ -19,10 +19,10 @@ from napari_shardscope.core.errors import ChunkDecodeError
 from napari_shardscope.core.formats import open_dataset
 from napari_shardscope.core.formats.n5.volume import needs_own_reader
 from napari_shardscope.core.volumes import open_volume
+from tests.realdata import REALDATA
 
-REALDATA = Path(__file__).resolve().parents[4] / ".." / "shared" / "realdata"
 ZI = REALDATA / "n5java_zi" / "n5-java.n5"
-pytestmark = pytest.mark.skipif(not ZI.is_dir(), reason=f"no real datasets at {REALDATA}")
+pytestmark = pytest.mark.realdata
 
 
 def tensorstore_read(path: Path) -> np.ndarray:

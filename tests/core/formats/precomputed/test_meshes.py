@@ -7,6 +7,7 @@ naming the key and byte offset.
 
 from __future__ import annotations
 
+import functools
 import json
 import shutil
 import struct
@@ -36,10 +37,10 @@ from napari_shardscope.core.formats.precomputed.skeletons import (
     decode_skeleton,
     open_skeleton_source,
 )
+from tests.realdata import REALDATA, realdata_path
 
 cloudvolume = pytest.importorskip("cloudvolume")
 
-REALDATA = Path(__file__).resolve().parents[4] / ".." / "shared" / "realdata"
 PINKY = REALDATA / "igneous_pinky_sharded"
 
 #: (dataset dir, mesh dir inside it, whether the dataset's own info names the mesh dir)
@@ -72,6 +73,7 @@ def cv_mesh(cv: Any, segment: int, lod: int = 0) -> Any:
     return got[segment] if isinstance(got, dict) else got
 
 
+@pytest.mark.realdata
 @pytest.mark.parametrize(("dataset", "mesh_dir", "named"), MESH_SOURCES, ids=[m[0] for m in MESH_SOURCES])
 def test_multilod_meshes_equal_cloudvolume(tmp_path: Path, dataset: str, mesh_dir: str, named: bool) -> None:
     store = open_store(REALDATA / dataset)
@@ -98,6 +100,7 @@ def test_multilod_meshes_equal_cloudvolume(tmp_path: Path, dataset: str, mesh_di
     assert src.mesh(max(ids) + 12345) is None
 
 
+@pytest.mark.realdata
 def test_every_sharded_id_is_found() -> None:
     """Every id of the sharded source's label list (igneous writes ``0.labels.gz`` beside the shard) is read."""
     import gzip
@@ -112,6 +115,7 @@ def test_every_sharded_id_is_found() -> None:
             assert mesh is not None and len(mesh.faces) > 0, (dataset, segment)
 
 
+@pytest.mark.realdata
 def test_lods_selectable_and_coarsest(tmp_path: Path) -> None:
     src = open_mesh_source(open_store(PINKY), "mesh_mip_0_err_40.0")
     segment = src.segment_ids()[0]
@@ -125,6 +129,7 @@ def test_lods_selectable_and_coarsest(tmp_path: Path) -> None:
         src.mesh(segment, lod=n)
 
 
+@pytest.mark.realdata
 def test_meshes_over_http_equal_local(http_root: Any) -> None:
     root, server = http_root
     shutil.copytree(REALDATA / "crantb_mesh_sharded", root / "sharded")
@@ -139,6 +144,7 @@ def test_meshes_over_http_equal_local(http_root: Any) -> None:
             np.testing.assert_array_equal(a.faces, b.faces)
 
 
+@pytest.mark.realdata
 def test_manifest_round_trip_and_damage() -> None:
     data = (REALDATA / "crantb_mesh_unsharded" / "7.index").read_bytes()
     manifest = decode_manifest(data, key="7.index")
@@ -154,6 +160,7 @@ def test_manifest_round_trip_and_damage() -> None:
     assert err.value.offset == 24
 
 
+@pytest.mark.realdata
 def test_damaged_fragment_names_key_and_offset(tmp_path: Path) -> None:
     d = tmp_path / "m"
     shutil.copytree(REALDATA / "crantb_mesh_unsharded", d)
@@ -238,6 +245,7 @@ def test_legacy_manifest_refuses_escaping_names(tmp_path: Path) -> None:
 # -- skeletons ----------------------------------------------------------------------------------------
 
 
+@pytest.mark.realdata
 def test_skeletons_equal_cloudvolume() -> None:
     src = open_skeleton_source(open_store(PINKY), "skeletons_mip_0")
     ids = src.segment_ids()
@@ -266,12 +274,18 @@ def test_damaged_skeleton(tmp_path: Path) -> None:
 
 # -- hostile bytes: typed errors only -------------------------------------------------------------------
 
-REAL_MANIFEST = (REALDATA / "crantb_mesh_unsharded" / "7.index").read_bytes()
+@functools.cache
+def real_manifest() -> bytes:
+    """A manifest igneous wrote (read on first use, never at import)."""
+    return realdata_path("crantb_mesh_unsharded", "7.index").read_bytes()
 
 
-@given(st.binary(max_size=256), st.integers(0, len(REAL_MANIFEST)), st.binary(max_size=8))
+@pytest.mark.realdata
+@given(st.binary(max_size=256), st.integers(0, 1 << 16), st.binary(max_size=8))
 def test_damaged_manifests_give_typed_errors(noise: bytes, cut: int, insert: bytes) -> None:
-    for data in (noise, REAL_MANIFEST[:cut] + insert + REAL_MANIFEST[cut + len(insert):]):
+    manifest = real_manifest()
+    cut %= len(manifest) + 1
+    for data in (noise, manifest[:cut] + insert + manifest[cut + len(insert):]):
         try:
             m = decode_manifest(data, key="k")
         except IndexDecodeError as exc:

@@ -33,8 +33,7 @@ from napari_shardscope.core.formats import open_dataset
 from napari_shardscope.core.formats.zarr2.metadata import parse_zarray
 from napari_shardscope.core.layout import open_layout
 from napari_shardscope.core.volumes import open_volume
-
-REALDATA = Path(__file__).resolve().parents[4] / ".." / "shared" / "realdata"
+from tests.realdata import realdata_path
 
 CODECS: dict[str, Any] = {"raw": None, "blosc": Blosc(cname="lz4", shuffle=Blosc.BITSHUFFLE), "gzip": GZip(5),
                           "zlib": Zlib(), "bz2": BZ2(), "zstd": Zstd(3), "lz4": LZ4(), "lzma": LZMA()}
@@ -146,11 +145,10 @@ def test_ome_zarr_04_written_by_ome_zarr(tmp_path: Path) -> None:
     assert list(ins.validate()) == []
 
 
+@pytest.mark.realdata
 def test_v2_metadata_beside_v3_reads_the_same_chunks() -> None:
     """zarrs' test data holds ``.zarray`` and ``zarr.json`` over the same chunk files (v2 key encoding)."""
-    base = REALDATA / "zarrs_v3_zarrpython"
-    if not base.is_dir():
-        pytest.skip(f"no real datasets at {REALDATA}")
+    base = realdata_path("zarrs_v3_zarrpython")
     for name in ("array_blosc.zarr", "array_blosc_transpose.zarr", "array_gzip.zarr", "array_zstd.zarr",
                  "array_none.zarr", "array_none_transpose.zarr"):
         v2 = open_volume(f"zarr2://{base / name}")
