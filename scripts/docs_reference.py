@@ -97,7 +97,7 @@ QUIET_DOCSTRINGS: dict[str, str] = {
 
 #: Line width of the usage blocks (argparse wraps to the terminal otherwise, which would make the page
 #: depend on where it was built).
-USAGE_WIDTH = 100
+USAGE_WIDTH = 78
 
 
 # -- the command line -------------------------------------------------------------------------------------
@@ -257,22 +257,20 @@ def render_exit_codes() -> str:
     from napari_shardscope.core import errors
     from napari_shardscope.core.cli.main import DEBUG_VARIABLE
 
-    rows = [(errors.EXIT_OK, "", "", "success"),
-            (errors.EXIT_CHECK_FAILED, "", "",
-             "a check ran and found problems (`validate`, `repo verify`); not an error")]
+    rows = [(errors.EXIT_OK, "", "success"),
+            (errors.EXIT_CHECK_FAILED, "", "a check ran and found problems (`validate`, `repo verify`); not an error")]
     for group, code in errors.EXIT_CODES:
-        instance = group.__new__(group)
-        meaning = _text(_first_line(group.__doc__))
-        rows.append((code, f"`{group.__name__}`", f"`{errors.group_name(instance)}`", meaning))
+        name = errors.group_name(group.__new__(group))
+        rows.append((code, f"`{group.__name__}` (`{name}`)", _text(_first_line(group.__doc__))))
     other = errors.ShardscopeError.__new__(errors.ShardscopeError)
-    rows.append((errors.exit_code_for(other), "", f"`{errors.group_name(other)}`",
+    rows.append((errors.exit_code_for(other), f"(`{errors.group_name(other)}`)",
                  "an error of ours in no group (should not happen)"))
     bug = RuntimeError()
-    rows.append((errors.exit_code_for(bug), "", f"`{errors.group_name(bug)}`",
+    rows.append((errors.exit_code_for(bug), f"(`{errors.group_name(bug)}`)",
                  f"a bug: one line `internal error: TYPE: message`; run with `{DEBUG_VARIABLE}=1` for the "
                  "traceback, and report it"))
-    lines = ["| exit | group | `--json` `group` | meaning |", "| --- | --- | --- | --- |"]
-    lines += [f"| {code} | {group} | {name} | {meaning} |" for code, group, name, meaning in sorted(rows)]
+    lines = ["| exit | group (`--json` `group`) | meaning |", "| --- | --- | --- |"]
+    lines += [f"| {code} | {group} | {meaning} |" for code, group, meaning in sorted(rows)]
     return "\n".join(lines) + "\n"
 
 
@@ -372,6 +370,22 @@ def on_page_markdown(markdown: str, page: Any, config: Any, files: Any) -> str:
             markdown = markdown.replace(marker, render())
             _replaced.add(marker)
     return markdown
+
+
+#: A reST role left in a docstring that mkdocstrings rendered (``:func:`x``` becomes ``:func:<code>x</code>``).
+_ROLE_BEFORE_CODE = re.compile(r":(?:py:)?(?:func|class|meth|mod|data|attr|exc|obj|const|term):<code>([^<]*)</code>")
+
+
+def _role_target(match: re.Match[str]) -> str:
+    name = match.group(1)
+    if name.startswith("~"):  # Sphinx's "~a.b.C" shows "C"
+        name = name.rsplit(".", 1)[-1]
+    return f"<code>{name.lstrip('.')}</code>"
+
+
+def on_page_content(html: str, page: Any, config: Any, files: Any) -> str:
+    """Drop the reST role markers docstrings use (``:class:`` …), as Sphinx would: the name stays, as code."""
+    return _ROLE_BEFORE_CODE.sub(_role_target, html)
 
 
 def on_post_build(config: Any) -> None:

@@ -104,7 +104,7 @@ def _subparsers(parser: argparse.ArgumentParser) -> list[argparse.ArgumentParser
 def test_errors_page_is_the_one_map(site: Path) -> None:
     html = _html(site, "reference/errors")
     for group, code in errors.EXIT_CODES:
-        row = re.search(rf"<td>{code}</td>\s*<td><code>{group.__name__}</code></td>", html)
+        row = re.search(rf"<td>{code}</td>\s*<td><code>{group.__name__}</code> \(<code>[a-z_]+</code>\)</td>", html)
         assert row, (group.__name__, code)
     assert "<code>NotADatasetError</code>" in html and "<code>UsageError</code>" in html
 
