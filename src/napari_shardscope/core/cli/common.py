@@ -20,15 +20,25 @@ from napari_shardscope.core.errors import ArgumentError
 
 
 # -- output ---------------------------------------------------------------------------------------------
+def emit(text: str) -> None:
+    """Write one record (a line, or a JSON document) and a newline on stdout, and flush it.
+
+    Every record a verb prints goes through here, so a script reading the output through a pipe gets
+    each one as it is made: Python buffers a piped stdout in 8 KiB blocks, and without the flush
+    ``serve --json``'s link or ``ls --json``'s first records reach the pipe only when the verb ends.
+    """
+    sys.stdout.write(text + "\n")
+    sys.stdout.flush()
+
+
 def print_json(obj: Any) -> None:
-    """Write ``obj`` as JSON on stdout (one document, sorted keys for stable diffs)."""
-    json.dump(obj, sys.stdout, indent=2, sort_keys=True, default=_json_default)
-    sys.stdout.write("\n")
+    """Write ``obj`` as JSON on stdout (one document, sorted keys for stable diffs), flushed."""
+    emit(json.dumps(obj, indent=2, sort_keys=True, default=_json_default))
 
 
 def print_json_line(obj: Any) -> None:
-    """Write ``obj`` as one line of JSON Lines on stdout (a record of a listing, like ``ls --json``)."""
-    sys.stdout.write(json.dumps(obj, sort_keys=True, default=_json_default) + "\n")
+    """Write ``obj`` as one line of JSON Lines on stdout (a record of a listing, like ``ls --json``), flushed."""
+    emit(json.dumps(obj, sort_keys=True, default=_json_default))
 
 
 def _json_default(obj: Any) -> Any:
