@@ -26,6 +26,7 @@ from napari_shardscope.core.bytestore import open_store
 from napari_shardscope.core.serve.bodies import PIECE, probe_size
 from napari_shardscope.core.serve.ranges import MAX_DIGITS, MAX_HEADER, ByteRangeSpec, parse_range
 from napari_shardscope.core.serve.server import CONNECTION_THREAD, ShardServer, StoreMount
+from tests.core.cli.test_flush import buffered_env
 from tests.core.labelmap.volumes import voronoi_supervoxels, write_precomputed
 
 #: 3 GiB and a few bytes (an odd length: off-by-one errors at the end show).
@@ -265,7 +266,7 @@ def test_serve_json_link_arrives_on_a_pipe_and_big_files_stream(dataset_with_big
     """``shardscope serve DATASET --json`` read through a pipe: the link comes while it serves, and a 3 GiB
     file fetched every way keeps the server's peak memory where it was."""
     proc = subprocess.Popen([sys.executable, "-m", "napari_shardscope", "serve", str(dataset_with_big_file), "--json"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=buffered_env())
     try:
         line = read_line(proc)
         assert line.endswith(b"\n") and proc.poll() is None, (line, proc.poll())

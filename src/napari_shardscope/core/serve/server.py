@@ -33,6 +33,7 @@ import sys
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, Protocol
@@ -103,6 +104,11 @@ class StoreMount:
     store: ByteStore
     cacheable: bool = True
     _sizes: LruCache[str, int | None] = field(default_factory=lambda: LruCache(4096), repr=False)
+
+    @property
+    def gateway(self) -> bool:
+        """Whether the store is another host (a failure there is answered ``502 Bad Gateway``, not ``500``)."""
+        return not isinstance(self.store, LocalByteStore)
 
     def open(self, key: str) -> Body | None:
         return StoreBody(self.store, key, self._sizes if self.cacheable else None)
@@ -283,9 +289,42 @@ class _Handler(BaseHTTPRequestHandler):
     server: _Httpd
     #: Whether this request's status line went out (after it, an error can only end the connection).
     _answered = False
+    #: Whether this request is served from another host (a remote store).
+    _gateway = False
+
+    #: A request line without a version (HTTP/0.9) is answered as HTTP/1.0 would be: with a status line.
+    default_request_version = "HTTP/1.0"
 
     def log_message(self, format: str, *args: object) -> None:
         log.debug("%s " + format, self.address_string(), *args)
+
+    def parse_request(self) -> bool:
+        self._answered = False  # a new request on a kept-alive connection
+        self._gateway = False
+        if not super().parse_request():
+            return False
+        if self.request_version == "HTTP/0.9" or len(self.requestline.split()) == 2:  # no client of ours speaks it
+            self.close_connection = True
+            self._error(400, "HTTP/0.9 requests are not served")
+            return False
+        if self.headers.defects:  # a header line without a colon, a space before one (RFC 9112 §5.1: 400):
+            # the parser took the lines after it for a body, so where this request ends is unknown
+            self.close_connection = True
+            self._error(400, f"malformed header block: {type(self.headers.defects[0]).__name__}")
+            return False
+        return True
+
+    def send_response_only(self, code: int, message: str | None = None) -> None:
+        if self.request_version == "HTTP/0.9":  # http.server would send an HTTP/0.9 line no status line or headers
+            self.request_version = "HTTP/1.0"
+            self.close_connection = True
+        super().send_response_only(code, message)
+
+    def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
+        """http.server's own refusals (a bad request line, a method not served, overlong headers) as ours:
+        a one-line text body (none for ``HEAD``), CORS headers, one debug line in the log, the connection closed."""
+        self.close_connection = True
+        self._error(code, message or explain or HTTPStatus(code).phrase)
 
     def send_response(self, code: int, message: str | None = None) -> None:
         self._answered = True
@@ -309,12 +348,12 @@ class _Handler(BaseHTTPRequestHandler):
     def _refuse_bodies(self) -> None:
         """A request with a body (which these verbs never have) ends the connection after its answer:
         the body is never read, so it must not be parsed as the next request."""
-        if self.headers.get("Content-Length") not in (None, "0") or self.headers.get("Transfer-Encoding"):
+        lengths = self.headers.get_all("Content-Length") or []
+        if any(v.strip() != "0" for v in lengths) or self.headers.get_all("Transfer-Encoding"):
             self.close_connection = True
 
     # -- routing -------------------------------------------------------------------------------
     def _dispatch(self, *, head: bool) -> None:
-        self._answered = False
         self._refuse_bodies()
         owner = self.server.owner
         path = unquote(self.path.split("?", 1)[0].split("#", 1)[0])
@@ -325,7 +364,10 @@ class _Handler(BaseHTTPRequestHandler):
             elif path.startswith("/v/"):
                 self._client(path, head)
             elif path.startswith("/events/"):
-                self._events()
+                if path != f"/events/{owner.token}":
+                    self._error(404, "no such event stream")
+                else:
+                    self._events()
             else:
                 found = owner.find(path.lstrip("/"))
                 if found is None:
@@ -342,8 +384,8 @@ class _Handler(BaseHTTPRequestHandler):
             self._fail(403, exc)
         except ArgumentError as exc:  # a key outside the root…
             self._fail(400, exc)
-        except ShardscopeError as exc:  # the storage failed: the server's problem, told in one line
-            self._fail(500, exc)
+        except ShardscopeError as exc:  # the storage failed (a remote store: the host behind it), told in one line
+            self._fail(502 if self._gateway else 500, exc)
         except Exception as exc:  # a bug: a server thread never dies silently, the client sees why
             log.error("internal error serving %s", path[:200], exc_info=exc)
             self._fail(500, exc)
@@ -351,12 +393,15 @@ class _Handler(BaseHTTPRequestHandler):
     def _client(self, path: str, head: bool) -> None:
         owner = self.server.owner
         parts = path.split("/", 3)  # '', 'v', token, rest
-        if len(parts) == 3:  # /v/token → /v/token/ so relative script paths resolve
+        if len(parts) == 3 and parts[2] == owner.token:  # /v/token → /v/token/ so relative paths resolve
             self.send_response(301)
             self._cors()
             self.send_header("Location", quote(path + "/"))
             self.send_header("Content-Length", "0")
             self.end_headers()
+            return
+        if parts[2] != owner.token:  # the client lives only under this server's token
+            self._error(404, "no such client path")
             return
         rel = parts[3] or "index.html"
         ctype = client_type(rel)
@@ -387,6 +432,7 @@ class _Handler(BaseHTTPRequestHandler):
             cache = "max-age=86400" if mount.cacheable else "no-store"
         if ctype is None:
             ctype = "application/json" if key.rsplit("/", 1)[-1] in JSON_NAMES else "application/octet-stream"
+        self._gateway = bool(getattr(mount, "gateway", False))
         body = mount.open(key)
         if body is None:
             self._error(404, f"no key {key!r}")
@@ -456,6 +502,8 @@ class _Handler(BaseHTTPRequestHandler):
             self.send_header("Content-Range", content_range)
         self.send_header("Accept-Ranges", "bytes")
         self.send_header("Cache-Control", cache)
+        if self.close_connection:
+            self.send_header("Connection", "close")
         self.end_headers()
 
     def _fail(self, status: int, exc: BaseException) -> None:
@@ -468,7 +516,8 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _error(self, status: int, message: str) -> None:
         """An error answer with a one-line text body; after a status line went out, the connection is ended."""
-        log.debug("%s: %s %s -> %d %s", self.address_string(), self.command, self.path[:200], status,
+        method = self.command or (getattr(self, "requestline", "").split() or ["-"])[0]
+        log.debug("%s: %s %s -> %d %s", self.address_string(), method[:20], getattr(self, "path", "")[:200], status,
                   _one_line(message)[:300])
         if self._answered:  # the body is under way: the client can only be told by a cut
             self.close_connection = True
@@ -476,7 +525,7 @@ class _Handler(BaseHTTPRequestHandler):
         body = (_one_line(message)[:2000] + "\n").encode("utf-8", "replace")
         try:
             self._head(status, "text/plain; charset=utf-8", "no-store", len(body))
-            if self.command != "HEAD":
+            if method != "HEAD":
                 self.wfile.write(body)
         except _CLIENT_GONE:
             self.close_connection = True
