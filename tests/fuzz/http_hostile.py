@@ -11,9 +11,9 @@ side is then shut, and the answer is read (at most :data:`READ_CAP` bytes of bod
 
 :func:`judge` holds every answer to the rules: an HTTP/1.x status line and headers; no 5xx but
 ``501`` (a method not served), ``505`` (an HTTP version not served) and, for the relayed remote
-store, ``502`` (the host behind it refused); a ``Content-Length`` that is
-the number of bytes that follow; a ``206``'s ``Content-Range`` matching it; a ``4xx`` for every
-``GET`` or ``HEAD`` of a path with a ``..``, NUL or backslash component; never the canary's bytes. :func:`fuzz_http` runs seeds
+store, ``502`` (the host behind it refused); a ``Content-Length`` that is the number of bytes that
+follow; a ``206``'s ``Content-Range`` matching it; a ``4xx`` for every ``GET`` or ``HEAD`` of a path
+with a ``..``, NUL or backslash component; never the canary's bytes. :func:`fuzz_http` runs seeds
 against a :class:`ServedWorld` while an audit hook (``runner.OutsideWatch``) records any file opened
 outside the served roots and a log handler records every log record of the server: a traceback or a
 record at ``ERROR`` is a finding, as is an answer that breaks a rule.

@@ -57,9 +57,9 @@ class HeldMount(StoreMount):
 
 def write_zarr3(path: Path) -> None:
     """A zarr v3 array of four chunk files (unsharded): ``ls`` reads each one's size in turn."""
+    grid = {"name": "regular", "configuration": {"chunk_shape": [4, 8, 8]}}
     arr = ts.open({"driver": "zarr3", "kvstore": {"driver": "file", "path": str(path)}, "create": True,
-                   "metadata": {"shape": [4, 8, 32], "data_type": "uint8",
-                                "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": [4, 8, 8]}}}}).result()
+                   "metadata": {"shape": [4, 8, 32], "data_type": "uint8", "chunk_grid": grid}}).result()
     arr[...] = np.arange(4 * 8 * 32, dtype=np.uint8).reshape(4, 8, 32)
 
 
@@ -96,3 +96,24 @@ def test_ls_json_records_arrive_while_it_runs(tmp_path: Path) -> None:
             err = proc.stderr.read()
     assert proc.returncode == 0, err.decode(errors="replace")
     assert [json.loads(line)["shard_key"] for line in lines] == [f"c/0/0/{i}" for i in range(4)]
+
+
+def test_a_reader_that_leaves_ends_the_verb_quietly(tmp_path: Path) -> None:
+    """``shardscope ls … --json | head -1``: the records after the reader left end the verb with 0 and no
+    "Exception ignored … BrokenPipeError" on stderr."""
+    write_zarr3(tmp_path / "arr")
+    mount = HeldMount(open_store(str(tmp_path / "arr")), "c/0/0/2")
+    with ShardServer() as server:
+        url = server.mount("data/arr", mount)
+        proc = subprocess.Popen([sys.executable, "-m", "napari_shardscope", "--timeout", "600", "ls", url, "--json"],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=buffered_env())
+        try:
+            assert proc.stdout is not None and proc.stderr is not None
+            assert mount.holding.wait(HOLD_S), "ls never reached the third chunk"
+            assert json.loads(proc.stdout.readline())["shard_key"] == "c/0/0/0"
+            proc.stdout.close()  # the reader leaves; the next record meets a closed pipe
+        finally:
+            mount.release.set()
+            proc.wait(timeout=120)
+        err = proc.stderr.read()
+    assert (proc.returncode, err) == (0, b"")

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import sys
 import time
 from collections.abc import Sequence
@@ -27,8 +28,26 @@ def emit(text: str) -> None:
     each one as it is made: Python buffers a piped stdout in 8 KiB blocks, and without the flush
     ``serve --json``'s link or ``ls --json``'s first records reach the pipe only when the verb ends.
     """
-    sys.stdout.write(text + "\n")
-    sys.stdout.flush()
+    try:
+        sys.stdout.write(text + "\n")
+        sys.stdout.flush()
+    except BrokenPipeError:  # the reader left (``| head``): the verb stops (main returns 0), quietly
+        _discard_stdout()
+        raise
+
+
+def _discard_stdout() -> None:
+    """Point stdout's descriptor at ``/dev/null``, so the flush at interpreter exit does not print
+    "Exception ignored … BrokenPipeError" for the bytes still buffered (Python's documented remedy)."""
+    try:
+        fd = sys.stdout.fileno()
+    except (AttributeError, OSError, ValueError):  # not a real file (a test's StringIO)
+        return
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, fd)
+    finally:
+        os.close(devnull)
 
 
 def print_json(obj: Any) -> None:

@@ -36,7 +36,7 @@ class Body(Protocol):
         ...
 
     def read(self, start: int, end: int) -> bytes | None:
-        """Bytes ``[start, end)`` (fewer when the value ends first; ``b""`` past its end); ``None`` if it does not exist."""
+        """Bytes ``[start, end)`` (fewer when the value ends first; ``b""`` past its end); ``None``: no such value."""
         ...
 
 
