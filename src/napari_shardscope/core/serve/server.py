@@ -108,7 +108,7 @@ class StoreMount:
     @property
     def gateway(self) -> bool:
         """Whether the store is another host (a failure there is answered ``502 Bad Gateway``, not ``500``)."""
-        return not isinstance(self.store, LocalByteStore)
+        return not isinstance(self.store, LocalByteStore) and not self.store.url.startswith("file://")
 
     def open(self, key: str) -> Body | None:
         return StoreBody(self.store, key, self._sizes if self.cacheable else None)
@@ -315,7 +315,7 @@ class _Handler(BaseHTTPRequestHandler):
         return True
 
     def send_response_only(self, code: int, message: str | None = None) -> None:
-        if self.request_version == "HTTP/0.9":  # http.server would send an HTTP/0.9 line no status line or headers
+        if self.request_version == "HTTP/0.9":  # http.server answers an HTTP/0.9 line without status line or headers
             self.request_version = "HTTP/1.0"
             self.close_connection = True
         super().send_response_only(code, message)
