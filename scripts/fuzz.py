@@ -4,6 +4,8 @@
     python scripts/fuzz.py --minutes 30 [--seed 0] [--workers 2] [--report fuzz-report.json]
     python scripts/fuzz.py --cases 500               # a fixed number of datasets instead of a time
     python scripts/fuzz.py --replay SEED             # one case, in this process, with tracebacks
+    python scripts/fuzz.py --serve --minutes 5       # hostile HTTP requests against `serve` instead
+    python scripts/fuzz.py --serve --replay SEED     # one request and its answer
 
 Each seed builds one hostile dataset (``tests/fuzz/hostile.py``) and runs it through
 ``open_dataset`` + ``volume_specs``, the inspector (inspect, locate, list_chunks, validate),
@@ -13,6 +15,12 @@ dataset and an address-space limit. The report counts datasets, operations and o
 format, mutation and operation, and lists every finding (an untyped exception, a hang, a crash, an
 unbounded allocation, a read outside the dataset root) with the seed that reproduces it. The exit
 code is 1 when there are findings.
+
+With ``--serve``, each seed is one hostile HTTP request (``tests/fuzz/http_hostile.py``) sent to a
+``serve`` server over a dataset directory (links out, a FIFO, a sparse file), a labelmap version,
+the Neuroglancer client and a relayed remote store: every answer must be well-formed HTTP with a
+right ``Content-Length`` and no 5xx (but 501, 505, and 502 from the relay), the server must log no
+traceback, and nothing outside the served roots may be opened.
 
 Run it from the repository root with the project importable (``PYTHONPATH=src:.``).
 """
@@ -49,7 +57,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--case-seconds", type=float, default=Limits.case_seconds, help="time limit per dataset")
     p.add_argument("--report", type=Path, help="write the JSON report here")
     p.add_argument("--seed-dir", type=Path, default=DEFAULT_SEED_DIR, help="where the valid seed datasets live")
+    p.add_argument("--serve", action="store_true", help="fuzz the `serve` HTTP server with hostile requests")
     args = p.parse_args(argv)
+    if args.serve:
+        return serve_main(args)
 
     seeds = build_seeds(args.seed_dir)
     bomb = args.seed_dir / "bomb.gz"
@@ -125,6 +136,41 @@ def replay(seed: int, seeds: list, bomb: Path) -> int:
         if not os.environ.get("SHARDSCOPE_FUZZ_KEEP"):
             shutil.rmtree(work, ignore_errors=True)
     return 1 if report.findings else 0
+
+
+def serve_main(args: argparse.Namespace) -> int:
+    """``--serve``: hostile HTTP requests against a running server, in this process (one request at a time)."""
+    from tests.fuzz.http_hostile import HttpReport, build_world, fuzz_http, replay_http
+
+    work = Path(tempfile.mkdtemp(prefix="shardscope-http-fuzz-"))
+    world = build_world(work)
+    try:
+        if args.replay is not None:
+            print(replay_http(args.replay, world))
+            return 0
+        minutes = args.minutes if args.minutes is not None or args.cases is not None else 1.0
+        deadline = time.monotonic() + minutes * 60 if minutes is not None else None
+        stop = args.seed + args.cases if args.cases is not None else 1 << 62
+        report = HttpReport()
+        watch = OutsideWatch()
+        first = args.seed
+        while first < stop and (deadline is None or time.monotonic() < deadline):
+            batch = range(first, min(stop, first + 1000))
+            fuzz_http(batch, world, watch, report)
+            first = batch.stop
+            print(f"fuzz --serve: {report.summary()}", file=sys.stderr, flush=True)
+        for f in report.findings[:50]:
+            print(f"FINDING seed={f['seed']} status={f['status']}: {f['problem']}\n  {f['request'][:300]!r}")
+        print(report.summary())
+        if args.report is not None:
+            args.report.write_text(json.dumps({"requests": report.requests, "first_seed": args.seed,
+                                               "last_seed": first - 1, "findings": report.findings,
+                                               "statuses": {str(k): v for k, v in report.statuses.items()}},
+                                              indent=1) + "\n")
+        return 1 if report.findings else 0
+    finally:
+        world.close()
+        shutil.rmtree(work, ignore_errors=True)
 
 
 if __name__ == "__main__":

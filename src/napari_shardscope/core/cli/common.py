@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import sys
 import time
 from collections.abc import Sequence
@@ -20,15 +21,43 @@ from napari_shardscope.core.errors import ArgumentError
 
 
 # -- output ---------------------------------------------------------------------------------------------
+def emit(text: str) -> None:
+    """Write one record (a line, or a JSON document) and a newline on stdout, and flush it.
+
+    Every record a verb prints goes through here, so a script reading the output through a pipe gets
+    each one as it is made: Python buffers a piped stdout in 8 KiB blocks, and without the flush
+    ``serve --json``'s link or ``ls --json``'s first records reach the pipe only when the verb ends.
+    """
+    try:
+        sys.stdout.write(text + "\n")
+        sys.stdout.flush()
+    except BrokenPipeError:  # the reader left (``| head``): the verb stops (main returns 0), quietly
+        _discard_stdout()
+        raise
+
+
+def _discard_stdout() -> None:
+    """Point stdout's descriptor at ``/dev/null``, so the flush at interpreter exit does not print
+    "Exception ignored … BrokenPipeError" for the bytes still buffered (Python's documented remedy)."""
+    try:
+        fd = sys.stdout.fileno()
+    except (AttributeError, OSError, ValueError):  # not a real file (a test's StringIO)
+        return
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, fd)
+    finally:
+        os.close(devnull)
+
+
 def print_json(obj: Any) -> None:
-    """Write ``obj`` as JSON on stdout (one document, sorted keys for stable diffs)."""
-    json.dump(obj, sys.stdout, indent=2, sort_keys=True, default=_json_default)
-    sys.stdout.write("\n")
+    """Write ``obj`` as JSON on stdout (one document, sorted keys for stable diffs), flushed."""
+    emit(json.dumps(obj, indent=2, sort_keys=True, default=_json_default))
 
 
 def print_json_line(obj: Any) -> None:
-    """Write ``obj`` as one line of JSON Lines on stdout (a record of a listing, like ``ls --json``)."""
-    sys.stdout.write(json.dumps(obj, sort_keys=True, default=_json_default) + "\n")
+    """Write ``obj`` as one line of JSON Lines on stdout (a record of a listing, like ``ls --json``), flushed."""
+    emit(json.dumps(obj, sort_keys=True, default=_json_default))
 
 
 def _json_default(obj: Any) -> Any:

@@ -17,6 +17,7 @@ from napari_shardscope.core.cli.common import (
     COORDS_HELP,
     QUIET,
     XYZ,
+    emit,
     parse_coords,
     parse_uint64,
     print_json,
@@ -186,7 +187,7 @@ def cmd_ls(args: argparse.Namespace) -> int:
         if args.json:
             print_json_line(rec)
         else:
-            print(_ls_line(rec))
+            emit(_ls_line(rec))
     return EXIT_OK
 
 
@@ -209,7 +210,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
     for problem in inspector.validate(args.scale, progress):
         problems.append(problem)
         if not args.json:
-            print(str(problem), flush=True)
+            emit(str(problem))
     if args.json:
         print_json({"ok": not problems, "problems": [p.to_json() for p in problems]})
     elif not problems and not args.quiet:
