@@ -11,11 +11,20 @@ from __future__ import annotations
 
 import argparse
 import base64
+import re
 import sys
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from napari_shardscope.core.cli.common import REPOSITORY, print_json, read_argument_file
+from napari_shardscope.core.cli.common import (
+    REPOSITORY,
+    emit,
+    parse_positive_int,
+    print_json,
+    print_json_line,
+    read_argument_file,
+)
 from napari_shardscope.core.cli.parser import Verb, VerbGroup, arg
 from napari_shardscope.core.errors import EXIT_CHECK_FAILED, EXIT_OK, ArgumentError, NotFoundError, ShardscopeError
 from napari_shardscope.core.versioned import (
@@ -27,6 +36,7 @@ from napari_shardscope.core.versioned import (
     open_repository,
 )
 from napari_shardscope.core.versioned.merge import MERGE_POLICIES
+from napari_shardscope.core.versioned.migrate import migrate_repository
 
 
 def _describe(v: Version) -> str:
@@ -62,16 +72,39 @@ def cmd_init(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+_DATE = re.compile(r"\d{4}-\d{2}-\d{2}([T ].*)?")
+
+
+def parse_since(repo: Repository, text: str) -> str | datetime:
+    """``--since``: an ISO 8601 date or time (naive ones are local time), or a version reference."""
+    if not _DATE.fullmatch(text):
+        return text
+    try:
+        when = datetime.fromisoformat(text)
+    except ValueError as exc:
+        raise ArgumentError(f"--since {text!r}: not an ISO 8601 date or time ({exc})") from exc
+    if repo.has_branch(text):
+        raise ArgumentError(f"--since {text!r} is both a date and a branch name; give the branch's head by "
+                            f"UUID prefix ({repo.head(text).short}) to mean the branch")
+    return when
+
+
 def cmd_log(args: argparse.Namespace) -> int:
     with open_repository(args.path) as repo:
-        versions = repo.versions()[::-1] if args.all else repo.ancestry(args.ref)
-        if args.json:
-            print_json([_version_json(repo, v, notes=True) for v in versions])
+        since = None if args.since is None else parse_since(repo, args.since)
+        if args.all:
+            if args.first_parent or isinstance(since, str):
+                raise ArgumentError("--all lists every version by creation; it takes --limit and --since DATE only")
+            versions = repo.newest(args.limit, since=since)
         else:
-            for v in versions:
-                print(_describe(v))
-                for n in repo.notes(v):
-                    print(f"    note {n.seq}: {n.text}")
+            versions = repo.log(args.ref, limit=args.limit, since=since, first_parent=args.first_parent)
+        for v in versions:
+            if args.json:  # JSON Lines: one version per line, flushed, so a reader gets each as it is read
+                print_json_line(_version_json(repo, v, notes=True))
+                continue
+            emit(_describe(v))
+            for n in repo.notes(v):
+                emit(f"    note {n.seq}: {n.text}")
     return EXIT_OK
 
 
@@ -160,6 +193,21 @@ def cmd_verify(args: argparse.Namespace) -> int:
     return EXIT_OK if not problems else EXIT_CHECK_FAILED
 
 
+def cmd_migrate(args: argparse.Namespace) -> int:
+    with open_repository(args.path) as repo:  # opening upgrades the repository format itself
+        report = migrate_repository(repo)
+    if args.json:
+        print_json({"ok": not report.problems, "changed": report.changed, "problems": list(report.problems),
+                    "steps": [{"name": s.name, "done": s.done} for s in report.steps]})
+    else:
+        for step in report.steps:
+            print(f"{step.name}: {step.done or 'up to date'}")
+        for p in report.problems:
+            print(p)
+        print("ok" if not report.problems else f"{len(report.problems)} problem(s)")
+    return EXIT_OK if not report.problems else EXIT_CHECK_FAILED
+
+
 # -- kv -----------------------------------------------------------------------------------------
 
 
@@ -236,10 +284,17 @@ VERBS = (
             REPOSITORY,
             arg("--engine", choices=("lmdb", "sqlite"), default="lmdb", help="storage engine (default lmdb)"),
         )),
-        Verb("log", cmd_log, "ancestry of a version, newest first", (
+        Verb("log", cmd_log, "a version and its ancestors, newest first (--json: one line each)", (
             REPOSITORY,
             arg("ref", nargs="?", default="main", help="version (default: head of main)"),
-            arg("--all", action="store_true", help="every version, newest first"),
+            arg("-n", "--limit", type=parse_positive_int, metavar="N",
+                help="at most N versions (reads only those, whatever the history)"),
+            arg("--since", metavar="DATE|REF",
+                help="stop at the first version created before DATE (ISO 8601, e.g. 2025-01-31 or "
+                     "2025-01-31T14:00; naive times are local), or leave out REF and its ancestors (REF..ref)"),
+            arg("--first-parent", action="store_true",
+                help="follow only first parents (the branch each merge was made on)"),
+            arg("--all", action="store_true", help="every version by creation, newest first"),
         )),
         Verb("branches", cmd_branches, "branches and their heads", (REPOSITORY,)),
         Verb("commit", cmd_commit, "commit (lock) an open version", (
@@ -262,6 +317,9 @@ VERBS = (
         ), error_details=merge_conflicts_json),
         Verb("note", cmd_note, "append a note to a version's log", (REPOSITORY, REF, arg("text"))),
         Verb("verify", cmd_verify, "check the whole store (exit 1 on problems)", (REPOSITORY,)),
+        Verb("migrate", cmd_migrate,
+             "bring a repository made by an older version up to date, then verify it (exit 1 on problems)",
+             (REPOSITORY,)),
     )),
     VerbGroup("kv", "keyvalue instances of a repository",
               "String keys to bytes at any version of a repository.", (

@@ -437,14 +437,16 @@ class DagReader:
                     queued.add(pv)
                     heapq.heappush(heap, -pv)
 
-    def newest(self, limit: int) -> list[Version]:
-        """The ``limit`` versions with the largest ids, newest first (one range scan)."""
-        out: list[Version] = []
-        for _, raw in self.txn.scan(K.VERSION_PREFIX, K.next_prefix(K.VERSION_PREFIX), reverse=True):
-            if len(out) >= limit:
-                break
-            out.append(decode_version(raw))
-        return out
+    def newest(self, limit: int | None = None, *, since_time: float | None = None) -> Iterator[Version]:
+        """Versions by id, largest first (one reverse range scan): at most ``limit``, stopping at the
+        first created before ``since_time``."""
+        for n, (_, raw) in enumerate(self.txn.scan(K.VERSION_PREFIX, K.next_prefix(K.VERSION_PREFIX), reverse=True)):
+            if limit is not None and n >= limit:
+                return
+            v = decode_version(raw)
+            if since_time is not None and v.created < since_time:
+                return
+            yield v
 
     def all_versions(self) -> list[Version]:
         """Every version in creation order (reads every record: listings and checks only)."""

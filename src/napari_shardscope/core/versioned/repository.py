@@ -320,10 +320,23 @@ class Repository:
         with self._snapshot() as dag:
             return dag.all_versions()
 
-    def newest(self, limit: int) -> list[Version]:
-        """The ``limit`` most recently created versions, newest first (reads only those)."""
+    def newest(self, limit: int | None = None, *, since: datetime | float | None = None) -> Iterator[Version]:
+        """Versions by creation, newest first, read as consumed (one snapshot): at most ``limit``,
+        stopping at the first created before ``since`` (a time). Reads only what it yields."""
+        limit = _check_limit(limit)
+        since_time = _since_time(since)
         with self._snapshot() as dag:
-            return dag.newest(limit)
+            yield from dag.newest(limit, since_time=since_time)
+
+    def version_count(self) -> int:
+        """How many versions there are (one key read: ids are handed out densely and never reused)."""
+        with self._snapshot() as dag:
+            return dag.max_vid()
+
+    def has_branch(self, name: str) -> bool:
+        """True when a branch is named ``name`` (one record read)."""
+        with self._snapshot() as dag:
+            return dag.has_branch(name)
 
     def branches(self) -> list[Branch]:
         """All branches with their base and head (one record per branch)."""
@@ -385,22 +398,11 @@ class Repository:
         The walk runs in one snapshot held while the iterator is consumed (close it, or let it run
         out, to release it).
         """
-        if limit is not None and (not isinstance(limit, int) or isinstance(limit, bool) or limit < 0):
-            raise ArgumentError(f"limit must be a non-negative integer, got {limit!r}")
-        if isinstance(since, bool):
-            raise ArgumentError(f"since must be a version or a time, got {since!r}")
-        since_time: float | None = None
-        if isinstance(since, datetime):
-            since_time = since.timestamp()
-        elif isinstance(since, int | float):
-            since_time = float(since)
+        limit = _check_limit(limit)
+        since_time = None if isinstance(since, str | Version) else _since_time(since)
         with self._snapshot() as dag:
             start = dag.resolve(ref)
-            exclude: AncestorSet | None = None
-            if isinstance(since, str | Version):
-                exclude = dag.ancestors(dag.resolve(since))
-            elif since is not None and since_time is None:
-                raise ArgumentError(f"since must be a version or a time, got {type(since).__name__}")
+            exclude = dag.ancestors(dag.resolve(since)) if isinstance(since, str | Version) else None
             yield from dag.log(start, limit=limit, since=exclude, since_time=since_time, first_parent=first_parent)
 
     def _ancestors(self, v: Version) -> AncestorSet:
@@ -935,6 +937,23 @@ def _same_instance(inst: Instance, type_name: str, config: Mapping[str, Any]) ->
     if inst.type != type_name or dict(inst.config) != dict(config):
         raise InstanceExistsError(f"instance {inst.name!r} exists here with another type or configuration")
     return inst
+
+
+def _check_limit(limit: object) -> int | None:
+    if limit is not None and (not isinstance(limit, int) or isinstance(limit, bool) or limit < 0):
+        raise ArgumentError(f"limit must be a non-negative integer, got {limit!r}")
+    return limit
+
+
+def _since_time(since: object) -> float | None:
+    """A time bound: a datetime (naive means local time) or Unix seconds."""
+    if since is None:
+        return None
+    if isinstance(since, datetime):
+        return since.timestamp()
+    if isinstance(since, int | float) and not isinstance(since, bool):
+        return float(since)
+    raise ArgumentError(f"since must be a version or a time, got {since!r}")
 
 
 class Checkout:
