@@ -48,7 +48,6 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(HERE))
 
 from common import Row, record, save, spread  # noqa: E402
-
 from napari_shardscope.core.sample_data import sample_cache_dir  # noqa: E402
 
 BENCH = "dag"
@@ -100,8 +99,8 @@ def data_dir() -> Path:
 
 def generate(path: Path, n: int, shape: str) -> dict[str, float]:
     """A repository of ``n`` versions of ``shape`` at ``path``; returns facts about it (sizes, seconds)."""
-    from napari_shardscope.core.versioned import create_repository, open_keyvalue
     import napari_shardscope.core.versioned.keys as K
+    from napari_shardscope.core.versioned import create_repository, open_keyvalue
 
     t0 = time.perf_counter()
     with create_repository(path, durable=False) as repo:

@@ -175,7 +175,7 @@ def test_sigkill_during_the_upgrade_leaves_the_old_or_the_new_store(tmp_path: Pa
         if kill_at is None:
             time.sleep(delay)
             proc.send_signal(signal.SIGKILL)
-        out, err = proc.communicate(timeout=300)
+        _, err = proc.communicate(timeout=300)
         if kill_at is not None:
             assert proc.returncode == -signal.SIGKILL, err.decode()
         version, extra = stored_format(path)
