@@ -8,8 +8,10 @@ repository's own write path, many versions per transaction (:meth:`Repository.ba
 transaction per 1,000 versions, not durable while generating, synced at the end):
 
 * ``chain``: one branch, every version committed, each writing the key ``edit``;
-* ``branchy``: main plus 8 long-lived branches taking versions in turn (so their ids interleave),
-  one of them merged into main every 64 versions (policy ``ours``), each version writing ``edit``.
+* ``branchy``: main plus 8 side branches taking versions in turn (so their ids interleave), one of
+  them merged into main every 64 versions (policy ``ours``) and started again from main's head under
+  a new name (so every ~512 versions a side branch is merged and a new one begins: 10⁵ versions hold
+  ~1,500 merges and ~1,500 branches), each version writing ``edit``.
 
 The root holds the key ``root``. Each point is then measured in fresh processes (median of
 ``--rounds``, alternating with the peer):
@@ -40,6 +42,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
@@ -57,6 +60,7 @@ BRANCHES = 8
 MERGE_EVERY = 64
 SHAPES = ("chain", "branchy")
 GENERATOR_VERSION = 1
+BRANCHY_VERSION = 2  # bump when the branchy generator changes
 
 OPEN = """
 import json, resource, sys, time
@@ -107,29 +111,30 @@ def generate(path: Path, n: int, shape: str) -> dict[str, float]:
         kv = open_keyvalue(repo, "kv", create=True)
         kv.put("main", "root", b"root")
         repo.commit("main", "root")
-        heads: dict[str, object] = {"main": repo.root}
+        main: Any = repo.root
+        sides: dict[int, tuple[str, Any]] = {}  # slot -> (branch name, head)
         made, k = 1, 0
         while made < n:
             with repo.batch() as b:
                 for _ in range(min(BATCH, n - made)):
-                    if shape == "chain":
-                        name = "main"
+                    slot = 0 if shape == "chain" else k % (BRANCHES + 1)
+                    merge_slot = (k // MERGE_EVERY) % BRANCHES + 1
+                    if shape == "branchy" and k % MERGE_EVERY == 0 and merge_slot in sides:
+                        # merge a side branch into main; its slot starts a new branch from main later
+                        v = b.merge(main, sides.pop(merge_slot)[1], policy="ours").version
+                        slot = 0
+                    elif slot == 0:
+                        v = b.new_version(main)
+                    elif slot in sides:
+                        v = b.new_version(sides[slot][1])
                     else:
-                        name = "main" if k % (BRANCHES + 1) == 0 else f"b{k % (BRANCHES + 1)}"
-                    if shape == "branchy" and k and k % MERGE_EVERY == 0 and len(heads) > 1:
-                        theirs = f"b{(k // MERGE_EVERY) % BRANCHES + 1}"
-                        if theirs in heads:
-                            v = b.merge(heads["main"], heads[theirs], policy="ours").version  # type: ignore[arg-type]
-                            name = "main"
-                        else:
-                            v = b.new_version(heads["main"], theirs)  # type: ignore[arg-type]
-                            name = theirs
-                    elif name in heads:
-                        v = b.new_version(heads[name])  # type: ignore[arg-type]
-                    else:
-                        v = b.new_version(heads["main"], name)  # type: ignore[arg-type]
+                        v = b.new_version(main, f"b{slot}.{k}")
                     b.write(v).put(kv.instance, b"edit", b"%d" % k)
-                    heads[name] = b.commit(v, f"{shape} {k}")
+                    done = b.commit(v, f"{shape} {k}")
+                    if slot == 0:
+                        main = done
+                    else:
+                        sides[slot] = (done.branch, done)
                     made += 1
                     k += 1
         seconds = time.perf_counter() - t0
@@ -155,7 +160,7 @@ def build(sizes: list[int], peer: bool) -> dict[str, dict[str, float]]:
     facts: dict[str, dict[str, float]] = json.loads(facts_path.read_text()) if facts_path.exists() else {}
     for shape in SHAPES:
         for n in sizes:
-            name = f"{shape}-{n}"
+            name = f"{shape}-{n}" if shape == "chain" else f"{shape}{BRANCHY_VERSION}-{n}"
             path = root / name
             if name not in facts or not path.exists():
                 shutil.rmtree(path, ignore_errors=True)
@@ -183,7 +188,7 @@ def env_for(src: Path) -> dict[str, str]:
 
 def run_open(src: Path, path: Path, timeout: float) -> dict[str, float] | None:
     try:
-        done = subprocess.run([sys.executable, "-c", OPEN, str(path), path.name.split("-")[1].split(".")[0]],
+        done = subprocess.run([sys.executable, "-c", OPEN, str(path), path.name.split("-")[-1].split(".")[0]],
                               capture_output=True, text=True,
                               timeout=timeout, env=env_for(src))
     except subprocess.TimeoutExpired:
@@ -228,7 +233,8 @@ def measure(sizes: list[int], rounds: int, peer_src: Path | None, peer_timeout: 
     root = data_dir()
     for shape in SHAPES:
         for n in sizes:
-            path, old = root / f"{shape}-{n}", root / f"{shape}-{n}.format1"
+            name = f"{shape}-{n}" if shape == "chain" else f"{shape}{BRANCHY_VERSION}-{n}"
+            path, old = root / name, root / f"{name}.format1"
             run_open(ours_src, path, 600)  # warm the page cache and bytecode caches
             if peer_src is not None:
                 run_open(peer_src, old, peer_timeout)
@@ -273,7 +279,7 @@ def measure(sizes: list[int], rounds: int, peer_src: Path | None, peer_timeout: 
                        setting))
     for shape in SHAPES:
         n = max(sizes)
-        f = facts[f"{shape}-{n}"]
+        f = facts[f"{shape}-{n}" if shape == "chain" else f"{shape}{BRANCHY_VERSION}-{n}"]
         record(Row(BENCH, f"{shape} 10^{len(str(n)) - 1}: on-disk ancestor sets (all versions) / whole store", "-",
                    f"{f['ancestor_bytes'] / 1e6:.2f} MB / {f['store_bytes'] / 1e6:.0f} MB", "a bitmap per version",
                    f"{n * n / 8 / 1e6:.1f} MB", "-", "small", None, 1,

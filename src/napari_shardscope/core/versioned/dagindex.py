@@ -105,7 +105,7 @@ class DagIndex:
     """What one repository handle keeps of the DAG in memory: bounded caches and their generation.
 
     Thread-safe. ``generation`` is the store's generation the caches describe; :meth:`advance` moves
-    it forward, forgetting the versions the journal names (or everything when the journal has a gap).
+    it forward, forgetting the versions the journal names (or everything, after a format upgrade).
     """
 
     def __init__(self, *, versions: int = VERSION_CACHE, ancestors: int = ANCESTOR_CACHE) -> None:
@@ -179,19 +179,26 @@ class DagIndex:
             self.generation = -1
 
 
+#: A journal record meaning "forget everything" (written by a format upgrade, which rebuilds the records).
+JOURNAL_ALL = b"*"
+
+
 def read_journal(txn: ReadTxn, after: int, upto: int) -> set[int] | None:
-    """Ids of the versions rewritten by generations ``after+1 .. upto`` (None: the journal has a gap)."""
+    """Ids of the versions rewritten by generations ``after+1 .. upto`` (None: forget everything).
+
+    Only generations that rewrote versions have a record (a new version rewrites none), so the
+    scan costs the commits since ``after``, not the writes.
+    """
     changed: set[int] = set()
-    expected = after + 1
-    for key, raw in txn.scan(K.journal_key(after + 1), K.journal_key(upto + 1) if upto + 1 < 2**64 else None):
-        if K.unpack_u64(key[len(K.JOURNAL_PREFIX):]) != expected:
+    hi = K.journal_key(upto + 1) if upto + 1 < 2**64 else K.next_prefix(K.JOURNAL_PREFIX)
+    for key, raw in txn.scan(K.journal_key(after + 1), hi):
+        if raw == JOURNAL_ALL:
             return None
         try:
             changed.update(int(v) for v in json.loads(raw))
         except (ValueError, TypeError) as exc:
             raise StoreCorruptError(f"unreadable journal record {key!r}: {exc}") from exc
-        expected += 1
-    return changed if expected == upto + 1 else None
+    return changed
 
 
 class DagReader:

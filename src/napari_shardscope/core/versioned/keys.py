@@ -61,8 +61,8 @@ CHILD_PREFIX = META + b"k"
 ANCESTOR_PREFIX = META + b"A"
 #: ``+ owner version id + page number`` -> one page of an ancestor bitmap (:mod:`.ancestry`).
 ANCESTOR_PAGE_PREFIX = META + b"P"
-#: ``+ generation (u64)`` -> ids of the versions whose records that generation rewrote (JSON list):
-#: another handle re-reads only those after a write, not the whole DAG.
+#: ``+ generation (u64)`` -> ids of the versions whose records that generation rewrote (JSON list; only
+#: for generations that rewrote some, ``*`` for "all"): another handle re-reads only those after a write.
 JOURNAL_PREFIX = META + b"J"
 
 

@@ -17,7 +17,7 @@ place, in one transaction, the first time they are opened writable (:mod:`.migra
 
 Processes: any number may read; writers serialise on :class:`WriterLock` (with a timeout). A
 generation counter in the store changes with every write that changes the DAG or the instances,
-and a journal record per generation names the versions it rewrote, so a handle that sees a new
+and a journal record names the versions a generation rewrote (a commit), so a handle that sees a new
 generation forgets only those (and re-reads the instances), and every write transaction does so
 first: no process writes through a stale view and no update is lost.
 """
@@ -258,7 +258,8 @@ class Repository:
                 written = generation + 1
                 if pending.dag_changed:
                     pending.txn.put(K.GENERATION_KEY, K.pack_u64(written))
-                    pending.txn.put(K.journal_key(written), json.dumps(sorted(pending.dag.changed)).encode())
+                    if pending.dag.changed:  # what other handles must forget (new versions: nothing)
+                        pending.txn.put(K.journal_key(written), json.dumps(sorted(pending.dag.changed)).encode())
             if pending.dag_changed:
                 with self._state:
                     # Between the engine's commit and here another thread may have caught up with

@@ -17,7 +17,7 @@ from typing import Any
 
 import napari_shardscope.core.versioned.keys as K
 from napari_shardscope.core.versioned.dag import decode_versions
-from napari_shardscope.core.versioned.dagindex import build_index
+from napari_shardscope.core.versioned.dagindex import JOURNAL_ALL, build_index
 from napari_shardscope.core.versioned.engines.protocol import WriteTxn
 from napari_shardscope.core.versioned.errors import StoreCorruptError
 
@@ -40,5 +40,6 @@ def upgrade_format(txn: WriteTxn, fmt: dict[str, Any]) -> None:
     raw = txn.get(K.GENERATION_KEY)
     if raw is None or len(raw) != 8:
         raise StoreCorruptError("repository generation counter is missing")
-    # No journal record for this generation: any handle that sees it forgets everything it cached.
-    txn.put(K.GENERATION_KEY, K.pack_u64(K.unpack_u64(raw) + 1))
+    generation = K.unpack_u64(raw) + 1
+    txn.put(K.GENERATION_KEY, K.pack_u64(generation))
+    txn.put(K.journal_key(generation), JOURNAL_ALL)  # a handle that sees this generation forgets everything
