@@ -40,6 +40,7 @@ from napari_shardscope.core.proofreading.highlight import (
     supervoxel_arrays,
 )
 from napari_shardscope.core.proofreading.navigation import NavTarget
+from napari_shardscope.widgets.placement import VolumeGrid, add_on_grid
 from napari_shardscope.widgets.session import LAYER_KEY, ViewerSession, keep_read_only, session_for
 from napari_shardscope.widgets.shard_browser import camera
 
@@ -178,10 +179,12 @@ class CanvasBinding:
                     layer.name = f"{layer.name}{RETIRED}"
         self.selection_layer = self.supervoxel_layer = None
 
-    def _common(self, body: Labels) -> dict[str, Any]:
-        return {"scale": tuple(body.scale), "translate": tuple(body.translate), "multiscale": bool(body.multiscale),
-                "axis_labels": tuple(body.axis_labels), "units": tuple(body.units),
-                "metadata": {LAYER_KEY: {"overlay": True}}}
+    def _add_overlay(self, body: Labels, data: Any, **kwargs: Any) -> Labels:
+        """An overlay Labels layer on the body layer's voxel grid (its dims; the body layer stays active)."""
+        layer = add_on_grid(self.viewer, VolumeGrid.of_layer(body), "labels", data, multiscale=bool(body.multiscale),
+                            metadata={LAYER_KEY: {"overlay": True}}, **kwargs)
+        keep_read_only(layer)
+        return layer
 
     def _add_selection_layer(self, body: Labels, data_sel: Any) -> None:
         """The selection overlay over ``body``: made with the first selection, reused while the volume stays.
@@ -192,16 +195,11 @@ class CanvasBinding:
         """
         from napari.utils.colormaps import DirectLabelColormap
 
-        viewer = self.viewer
-        active = viewer.layers.selection.active
         colours: dict[int | None, Any] = {0: (0, 0, 0, 0), None: (0, 0, 0, 0), **COLOURS}
         name = body.name.removesuffix(" bodies")
-        self.selection_layer = viewer.add_labels(data_sel, name=f"{name} selection", opacity=0.9,
-                                                 colormap=DirectLabelColormap(color_dict=colours),
-                                                 **self._common(body))
-        keep_read_only(self.selection_layer)
+        self.selection_layer = self._add_overlay(body, data_sel, name=f"{name} selection", opacity=0.9,
+                                                 colormap=DirectLabelColormap(color_dict=colours))
         self._style()
-        viewer.layers.selection.active = body if self._alive(body) else active  # clicks stay on the body layer
 
     def _add_supervoxel_layer(self) -> None:
         """The supervoxel boundaries overlay, made the first time supervoxel mode shows a selection.
@@ -212,16 +210,11 @@ class CanvasBinding:
         body, version = self.session.body_layer, self.controller.version
         if body is None or version is None or not self._alive(body):
             return
-        viewer = self.viewer
-        active = viewer.layers.selection.active
         svs = supervoxel_arrays(version, self.shown)
         name = body.name.removesuffix(" bodies")
-        self.supervoxel_layer = viewer.add_labels(svs if len(svs) > 1 else svs[0],
-                                                  name=f"{name} selected supervoxels", opacity=1.0,
-                                                  **self._common(body))
-        keep_read_only(self.supervoxel_layer)
+        self.supervoxel_layer = self._add_overlay(body, svs if len(svs) > 1 else svs[0],
+                                                  name=f"{name} selected supervoxels", opacity=1.0)
         self._style()
-        viewer.layers.selection.active = body if self._alive(body) else active
 
     def _style(self) -> None:
         """Outline in 2-D (filled while the others are dimmed, and in 3-D); supervoxel contours in 2-D."""

@@ -47,6 +47,7 @@ from napari_shardscope.core.proofreading import MODES, ControllerState, PendingS
 from napari_shardscope.core.proofreading.places import default_repository, local_dataset, remember_folder
 from napari_shardscope.widgets.canvas import canvas_for
 from napari_shardscope.widgets.lifecycle import on_removed
+from napari_shardscope.widgets.placement import add_on_grid
 from napari_shardscope.widgets.scrolling import scroll_body
 from napari_shardscope.widgets.session import LAYER_KEY, ViewerSession, session_for
 from napari_shardscope.widgets.workers import start_job
@@ -405,6 +406,8 @@ class ProofreadingPanel(QWidget):  # type: ignore[misc]
 
         For a large body only the z plane shown is painted (the controller names the region).
         """
+        if self.session.grid() is None:
+            raise ArgumentError("the body layer was removed: open the repository again to paint split seeds")
         plane = None
         dims = self.viewer.dims
         if dims.ndim >= 3:
@@ -445,17 +448,14 @@ class ProofreadingPanel(QWidget):  # type: ignore[misc]
                 self.viewer.layers.selection.active = body_layer
         if pending is None:
             return
-        version = self.controller.version
-        assert version is not None
-        g = version.scales[0]
+        grid = self.session.grid()
+        if grid is None:
+            return  # no body layer to paint over (start_split refuses then)
         lo = pending.box.lo
-        translate = tuple(t + low * s for t, low, s in zip(g.translate, lo, g.voxel_size, strict=True))
-        units = getattr(self.session.body_layer, "units", None)
         seeds = np.zeros(pending.box.shape, dtype=np.uint8)
-        layer = self.viewer.add_labels(
-            seeds, name=SEEDS_NAME, scale=g.voxel_size, translate=translate,
-            metadata={"split_origin": tuple(lo), "split_body": pending.body, "split_version": pending.version},
-            **({"units": tuple(units)} if units is not None else {}))
+        layer = add_on_grid(  # on the body layer's voxels from the region's first voxel: the dims stay the volume's
+            self.viewer, grid, "labels", seeds, origin=lo, keep_active=False, name=SEEDS_NAME,
+            metadata={"split_origin": tuple(lo), "split_body": pending.body, "split_version": pending.version})
         layer.brush_size = 6
         layer.selected_label = 1
         layer.mode = "paint"

@@ -39,6 +39,7 @@ from napari_shardscope.core.proofreading import (
     SessionEvent,
     Status,
 )
+from napari_shardscope.widgets.placement import VolumeGrid
 
 if TYPE_CHECKING:
     import napari
@@ -156,6 +157,15 @@ class ViewerSession:
         return round((world_z - g.translate[0]) / g.voxel_size[0])
 
     # -- layers ---------------------------------------------------------------------------------
+    def grid(self) -> VolumeGrid | None:
+        """The voxel grid of the volume shown (the body layer's): where every other layer of the plugin goes.
+
+        Layers placed on it leave napari's dims — steps, range, the plane shown — the volume's
+        (widgets/placement.py); ``None`` while no body layer is shown.
+        """
+        layer = self.body_layer
+        return VolumeGrid.of_layer(layer) if layer is not None and self._layer_alive(layer) else None
+
     def _layer_alive(self, layer: Labels | None) -> bool:
         return layer is not None and layer in self.viewer.layers
 
