@@ -106,6 +106,7 @@ class ProofreadingPanel(QWidget):  # type: ignore[misc]
         self._hooked: Any = None
         self._info_key: tuple[Any, ...] | None = None
         self._suggested: dict[QLineEdit, str] = {}  # what _suggest_paths last put in each field
+        self._repo_shown: str | None = None  # the controller's repository the Repository field last showed
         self._build()
         self.setToolTip(HELP)
         self._unsubscribe: Callable[[], None] | None = self.controller.subscribe(self._render)
@@ -256,13 +257,21 @@ class ProofreadingPanel(QWidget):  # type: ignore[misc]
         return str(path) if path else None
 
     def _fill_layers(self, *_: Any) -> None:
+        """Offer the segmentation layers; the fields follow only a change of the chosen one.
+
+        Layers come and go all the time (surfaces, overlays): refilling must not re-suggest paths over
+        the Repository field that shows the connected repository (:meth:`_render_repository`).
+        """
         current = self.layer_combo.currentText()
-        self.layer_combo.clear()
         names = [layer.name for layer in self.segmentation_layers()]
+        self.layer_combo.blockSignals(True)
+        self.layer_combo.clear()
         self.layer_combo.addItems(names)
         if current in names:
             self.layer_combo.setCurrentText(current)
-        self._suggest_paths()
+        self.layer_combo.blockSignals(False)
+        if self.layer_combo.currentText() != current:
+            self._suggest_paths()
 
     def _on_layer_removed(self, *_: Any) -> None:
         self._fill_layers()
@@ -470,6 +479,7 @@ class ProofreadingPanel(QWidget):  # type: ignore[misc]
 
     def _render(self, state: ControllerState) -> None:
         self._state = state
+        self._render_repository()
         ver = state.version
         if ver is None:
             self.version_label.setText("not connected")
@@ -500,6 +510,28 @@ class ProofreadingPanel(QWidget):  # type: ignore[misc]
         else:
             self.status_label.setStyleSheet(_STATUS_COLOURS.get(status.level, ""))
             self.status_label.setText(status.render())
+
+    def _render_repository(self) -> None:
+        """The Repository field (and the Segmentation box) name what the controller is connected to.
+
+        Whoever connected it — this panel, the Versions panel, a notebook's ``c.connect(path)`` or
+        ``c.create(...)``, before or after the panel was opened. Rendered when the connection changes,
+        so what the user types meanwhile (a place for a new repository) is theirs; the value counts as
+        a suggestion, replaced when another segmentation layer is chosen.
+        """
+        repo = self.controller.session.repo
+        path = str(repo.path) if repo is not None and repo.path else None
+        if path == self._repo_shown:
+            return
+        self._repo_shown = path
+        if path is None:
+            return  # disconnected: the field keeps the path, to open it again
+        names = [layer.name for layer in self.segmentation_layers()]
+        base = next((layer.name for layer in reversed(self.session.base_layers()) if layer.name in names), None)
+        if base is not None and base != self.layer_combo.currentText():
+            self.layer_combo.setCurrentText(base)  # suggests that layer's paths: replaced just below
+        self.repo_edit.setText(path)
+        self._suggested[self.repo_edit] = path
 
     def _show_selection_on_layer(self, state: ControllerState) -> None:
         layer = self.session.body_layer

@@ -217,13 +217,22 @@ class ViewerSession:
 
     def _hide_base_layers(self, v: LabelmapVersion) -> Any:
         """Hide the base segmentation's own layer (the body layer shows the same voxels, edited); return it."""
+        found = self.base_layers(v)
+        for layer in found:
+            layer.visible = False
+        return found[-1] if found else None
+
+    def base_layers(self, v: LabelmapVersion | None = None) -> list[Any]:
+        """The viewer's layers of the base segmentation of ``v`` (default: the checked-out version)."""
+        v = v if v is not None else self.controller.session.version
+        if v is None:
+            return []
         base = v.labelmap.config.base.rstrip("/")
-        found = None
+        found = []
         for layer in self.viewer.layers:
             meta = layer.metadata.get("shardscope") if hasattr(layer, "metadata") else None
             if isinstance(meta, dict) and str(meta.get("url", "")).rstrip("/") in (base, base.removeprefix("file://")):
-                layer.visible = False
-                found = layer
+                found.append(layer)
         return found
 
 
