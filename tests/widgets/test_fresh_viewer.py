@@ -20,6 +20,7 @@ from qtpy.QtCore import Qt
 
 from napari_shardscope.core.labelmap import create_labelmap
 from napari_shardscope.core.proofreading import ProofreadingController
+from napari_shardscope.core.proofreading.navigation import body_target
 from napari_shardscope.core.sample_data import SampleDataset
 from napari_shardscope.core.versioned import create_repository
 from napari_shardscope.napari_plugin.sample import sample_volumes
@@ -53,18 +54,23 @@ def largest_body(c: ProofreadingController) -> int:
     return int(ids[np.argmax(counts)])
 
 
-def widest_body(c: ProofreadingController) -> int:
-    """Of the ten largest bodies on plane Z, the one whose box is widest for its height (fits by its width)."""
+def widest_on_its_plane(c: ProofreadingController) -> int:
+    """Of the 15 largest bodies on plane Z, the widest on the plane a go-to shows, for the box it is fitted by.
+
+    Go-to fits the body's box (its blocks over every plane) and shows its focus plane: the body that is
+    wide on that plane for its box is the one a fit to a wider canvas than the one shown cuts.
+    """
     v = c.version
     assert v is not None
     plane = v.read_bodies((Z, slice(None), slice(None)))
     ids, counts = np.unique(plane[plane != 0], return_counts=True)
 
-    def aspect(body: int) -> float:
-        box = v.bbox(body, exact=False)
-        return (box.hi[2] - box.lo[2]) / (box.hi[1] - box.lo[1])
+    def width(body: int) -> float:
+        t = body_target(v, body)
+        xs = np.nonzero(v.read_bodies((t.focus[0], slice(None), slice(None))) == body)[1]
+        return float(xs.max() - xs.min() + 1) / max(t.box.hi[1] - t.box.lo[1], t.box.hi[2] - t.box.lo[2])
 
-    return max((int(i) for i in ids[np.argsort(counts)[::-1][:10]]), key=aspect)
+    return max((int(i) for i in ids[np.argsort(counts)[::-1][:15]]), key=width)
 
 
 def dock(viewer: Any, name: str) -> Any:
@@ -90,7 +96,7 @@ def test_go_to_in_a_fresh_viewer_fits_the_canvas_as_laid_out(make_napari_viewer:
     assert isinstance(nav, NavigatorPanel)
     c = session_for(viewer).controller
     c.connect(repo)
-    a = widest_body(c)
+    a = widest_on_its_plane(c)
     nav.goto_edit.setText(str(a))
     at_go_to = viewer.canvas.size
     qtbot.mouseClick(nav.goto_button, LEFT)  # before napari laid the docks out
@@ -101,29 +107,41 @@ def test_go_to_in_a_fresh_viewer_fits_the_canvas_as_laid_out(make_napari_viewer:
     qtbot.waitUntil(lambda: viewer.canvas.size == (qt_canvas.height(), qt_canvas.width()), timeout=20000)
     h, w = viewer.canvas.size
     assert w < at_go_to[1]  # the scenario: the camera was fitted to a wider canvas than the one shown
+    s = session_for(viewer)
+    qtbot.waitUntil(lambda: not s.surfaces.busy and bool(s.surfaces.layers), timeout=60000)
 
     v = c.version
     assert v is not None
+    g = v.scales[0]
     target = canvas_for(viewer).last_target
     assert target is not None and target.label == a
-    lo, hi = target.world_box(v.scales[0])
+    lo, hi = target.world_box(g)
     top_left, bottom_right = screen_box(viewer, lo, hi)
     assert (top_left >= -0.5).all() and (bottom_right <= np.asarray([h, w]) + 0.5).all(), \
         f"the body's box {top_left}..{bottom_right} is not inside the {h}x{w} canvas"
     assert (bottom_right - top_left).max() >= 0.5 * min(h, w)  # and fills it
 
-    # in the pixels: the selection overlay alone (the outline of body a on its plane) lies inside the canvas
+    # in the pixels: the selection overlay alone (the outline of body a on the plane shown), not cut by an edge
+    z = viewer.dims.current_step[0]
+    assert z == target.focus[0]
+    on_plane = np.argwhere(v.read_bodies((z, slice(None), slice(None))) == a)
+    yx0, size = np.asarray(g.translate[1:]), np.asarray(g.voxel_size[1:])
+    first, last = screen_box(viewer, yx0 + (on_plane.min(axis=0) - 0.5) * size,
+                             yx0 + (on_plane.max(axis=0) + 0.5) * size)
     overlay = canvas_for(viewer).selection_layer
     assert overlay is not None
     for layer in viewer.layers:
         layer.visible = layer is overlay
     qtbot.wait(50)
     shot = np.asarray(viewer.screenshot(canvas_only=True, flash=False))[..., :3].astype(int)
+    assert shot.shape[:2] == (h, w)
     drawn = np.argwhere(shot.max(axis=2) > 60)
     assert len(drawn) > 50, "the selected body's outline is not drawn"
-    rows, cols = shot.shape[:2]
-    assert drawn[:, 0].min() > 2 and drawn[:, 1].min() > 2 and drawn[:, 0].max() < rows - 3 \
-        and drawn[:, 1].max() < cols - 3, "the selected body's outline runs into the canvas edge: partly off screen"
+    assert drawn.min(axis=0).min() > 2 and (drawn.max(axis=0) < np.asarray([h, w]) - 3).all(), \
+        "the selected body's outline runs into the canvas edge: the body is partly off screen"
+    # what is drawn is where the camera says the body's voxels are (a few pixels of outline width)
+    np.testing.assert_allclose(drawn.min(axis=0), first, atol=4)
+    np.testing.assert_allclose(drawn.max(axis=0), last, atol=4)
 
 
 def test_a_restart_shows_the_todo_items_of_the_list_named(make_napari_viewer: Any, sample: SampleDataset,  # noqa: F811
