@@ -337,6 +337,7 @@ class ProofreadingPanel(QWidget):  # type: ignore[misc]
         where = default_repository(self.layer_url(layer), layer.name)
         if where is not None:
             self.repo_edit.setText(str(where))
+            self._suggested[self.repo_edit] = str(where)  # a suggestion: another layer chosen replaces it
             raise ArgumentError(f"give the new repository's directory (suggested: {where})")
         else:
             folder = QFileDialog.getExistingDirectory(
