@@ -94,7 +94,9 @@ class CanvasBinding:
         viewer = session.viewer
         viewer.dims.events.ndisplay.connect(self._on_ndisplay, position="first")  # styled before napari slices
         viewer.mouse_move_callbacks.append(self._on_mouse_move)
-        viewer.canvas.events.size.connect(self._on_canvas_size)
+        canvas = getattr(viewer, "canvas", None)  # napari 0.9's canvas model (its size follows the Qt widget)
+        if canvas is not None and hasattr(getattr(canvas, "events", None), "size"):
+            canvas.events.size.connect(self._on_canvas_size)
         self._rebuild()
 
     @property
