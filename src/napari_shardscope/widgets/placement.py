@@ -44,8 +44,7 @@ class VolumeGrid:
     @classmethod
     def of_layer(cls, layer: Any) -> VolumeGrid:
         """The grid of an Image or Labels layer (its level 0 when multiscale)."""
-        shape = tuple(int(n) for n in (layer.level_shapes[0] if getattr(layer, "multiscale", False)
-                                       else np.shape(layer.data)))
+        shape = tuple(int(n) for n in layer.level_shapes[0])  # never reads the (lazy) data
         units = getattr(layer, "units", None)
         return cls(tuple(float(s) for s in layer.scale), tuple(float(t) for t in layer.translate), shape,
                    tuple(str(a) for a in layer.axis_labels),
