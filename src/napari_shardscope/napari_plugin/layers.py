@@ -9,8 +9,11 @@ Choices made here, and why:
   napari then reads only the visible tile of the level that matches the zoom.
 * ``scale`` / ``translate`` from the volume's voxel size and offset (nanometres), so volumes in
   different formats or resolutions overlay in one world.
-* ``contrast_limits`` are always passed for images (from metadata or the dtype); without them
-  napari computes the data range, which would read the whole volume.
+* Names, colours, contrast limits and visibility per channel come from
+  :func:`~napari_shardscope.core.volumes.display.display_of`: the metadata's (OME-Zarr ``omero``
+  labels, colours, windows, ``active``), else for float images a bounded sample of the coarsest
+  level, else the dtype. ``contrast_limits`` are always passed for images: without them napari
+  computes the range of the data it is given, which for a non-multiscale layer is the whole volume.
 * Each level of a 3-D volume prefetches the chunk layers next to the plane shown, and the window of
   the next coarser level a zoom-out would show (:mod:`napari_shardscope.core.volumes.prefetch`), on
   worker threads, never the GUI thread.
@@ -29,6 +32,7 @@ from typing import Any
 
 from napari_shardscope.core.errors import UnsupportedFeatureError
 from napari_shardscope.core.volumes import Volume
+from napari_shardscope.core.volumes.display import display_of
 from napari_shardscope.napari_plugin.shown import shown
 
 log = logging.getLogger(__name__)
@@ -70,6 +74,7 @@ def volume_layer_data(volume: Volume) -> LayerData:
                     "every slice change, so z-steps will be slow. Add downsampled scales to the volume.",
                     volume.url, " x ".join(str(n) for n in coarsest[-2:]))
     keep = [i for i in range(volume.ndim) if i != volume.channel_axis]
+    views = display_of(volume)
     kwargs: dict[str, Any] = {
         "name": volume.name,
         "multiscale": multiscale,
@@ -95,10 +100,15 @@ def volume_layer_data(volume: Volume) -> LayerData:
     # Never napari's RGB guess (a last axis of 3 or 4): our formats' axes are spatial or named channels, and a
     # thin volume taken for RGB(A) is drawn wrongly or crashes napari.
     kwargs["rgb"] = False
-    if volume.contrast_limits is not None:
-        kwargs["contrast_limits"] = volume.contrast_limits
-    if volume.channel_axis is not None:
+    if volume.channel_axis is not None:  # napari splits the channels into layers, each given its entry of a list
         kwargs["channel_axis"] = volume.channel_axis
-    else:
-        kwargs["colormap"] = "gray"
+        kwargs["name"] = [v.name for v in views]
+        kwargs["contrast_limits"] = [v.contrast_limits for v in views]
+        kwargs["visible"] = [v.visible for v in views]
+        if any(v.colormap is not None for v in views):  # else napari's own channel colours
+            kwargs["colormap"] = [v.colormap or "gray" for v in views]
+        return data, kwargs, "image"
+    (view,) = views
+    kwargs.update(name=view.name, contrast_limits=view.contrast_limits, visible=view.visible,
+                  colormap=view.colormap or "gray")
     return data, kwargs, "image"
