@@ -18,7 +18,9 @@ Choices made here, and why:
   the next coarser level a zoom-out would show (:mod:`napari_shardscope.core.volumes.prefetch`), on
   worker threads, never the GUI thread.
 * The arrays are wrapped in :class:`~napari_shardscope.napari_plugin.shown.ShownArray`: a chunk that
-  does not decode is drawn as background and reported, instead of an error inside napari's slicing.
+  does not decode is drawn hatched between the layer's contrast limits (an image) or empty (labels),
+  instead of an error inside napari's slicing, and reported once per volume, then at most every
+  30 s, as a napari notification and on the layer (:mod:`.damage`).
 * Segmentations become Labels layers; images become Image layers (a channel axis is split into
   one layer per channel, as napari does for multichannel images), never guessed to be RGB(A) from
   a last axis of length 3 or 4.
@@ -33,7 +35,8 @@ from typing import Any
 from napari_shardscope.core.errors import UnsupportedFeatureError
 from napari_shardscope.core.volumes import Volume
 from napari_shardscope.core.volumes.display import display_of
-from napari_shardscope.napari_plugin.shown import shown
+from napari_shardscope.napari_plugin.damage import attach
+from napari_shardscope.napari_plugin.shown import DamageLog, shown
 
 log = logging.getLogger(__name__)
 
@@ -66,7 +69,12 @@ def volume_layer_data(volume: Volume) -> LayerData:
 
         arrays = [a.with_prefetch() for a in arrays]  # z steps find the next chunk layer decoded
         link_coarser([a.prefetcher for a in arrays])  # ... and a zoom-out the coarser level's window
-    arrays = shown(list(arrays))  # a damaged chunk is drawn empty and reported, not raised into napari
+    views = display_of(volume)
+    limits = [v.contrast_limits for v in views if v.contrast_limits is not None]
+    hatch_values = (min(lo for lo, _ in limits), max(hi for _, hi in limits)) if limits else None
+    damage = DamageLog(volume.name, volume.url, drawn="hatched" if hatch_values is not None else "as background")
+    attach(damage, METADATA_KEY)
+    arrays = shown(list(arrays), damage, hatch_values)  # a damaged chunk is drawn hatched and reported, not raised
     multiscale = len(arrays) > 1
     coarsest = volume.levels[-1].shape
     if len(coarsest) >= 2 and math.prod(coarsest[-2:]) > COARSEST_PLANE_LIMIT:
@@ -74,7 +82,6 @@ def volume_layer_data(volume: Volume) -> LayerData:
                     "every slice change, so z-steps will be slow. Add downsampled scales to the volume.",
                     volume.url, " x ".join(str(n) for n in coarsest[-2:]))
     keep = [i for i in range(volume.ndim) if i != volume.channel_axis]
-    views = display_of(volume)
     kwargs: dict[str, Any] = {
         "name": volume.name,
         "multiscale": multiscale,

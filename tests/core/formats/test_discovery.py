@@ -81,7 +81,7 @@ def test_zarr_v2_groups_name_their_arrays_and_images(tmp_path: Path) -> None:
 def test_the_search_is_bounded(tmp_path: Path) -> None:
     """Hundreds of empty directories, deep nesting: at most MAX_PROBED probes, and the answer says it stopped."""
     for i in range(300):
-        (tmp_path / "wide" / f"d{i:03d}" / "deeper" / "still").mkdir(parents=True)
+        (tmp_path / "wide" / f"d{i:03d}" / "deeper" / "still" / "more").mkdir(parents=True)
     calls: list[str] = []
 
     def probe(location: Any) -> None:
@@ -91,7 +91,7 @@ def test_the_search_is_bounded(tmp_path: Path) -> None:
     found = find_openable(parse_url(tmp_path / "wide"), probe)
     assert len(calls) == MAX_PROBED and not found.complete and found.children == ()
     err = refused(tmp_path / "wide")
-    assert err.children == () and f"no dataset found in the first {MAX_PROBED} directories" in str(err)
+    assert err.children == () and f"into at most {MAX_PROBED} directories" in str(err)
 
 
 def test_at_most_max_listed_are_named(tmp_path: Path) -> None:
@@ -107,7 +107,7 @@ def test_at_most_max_listed_are_named(tmp_path: Path) -> None:
 def test_nothing_below_says_so(tmp_path: Path) -> None:
     (tmp_path / "empty" / "sub").mkdir(parents=True)
     err = refused(tmp_path / "empty")
-    assert err.children == () and "no dataset found within 2 levels below it" in str(err)
+    assert err.children == () and "no dataset found within 3 levels below it" in str(err)
 
 
 def test_the_error_pickles_with_its_children() -> None:

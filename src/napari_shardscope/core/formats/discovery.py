@@ -30,8 +30,8 @@ from dataclasses import dataclass
 from napari_shardscope.core.bytestore import Location
 from napari_shardscope.core.errors import NotADatasetError, ShardscopeError
 
-#: Levels below the path looked into.
-MAX_DEPTH = 2
+#: Levels below the path looked into (zarrs writes ``x.zarr/group/array``: three).
+MAX_DEPTH = 3
 #: Directories examined (metadata read) per search, at most.
 MAX_PROBED = 48
 #: Datasets named per search, at most.
@@ -81,8 +81,8 @@ class Openable:
         if not self.listed:
             return "a remote store is not listed: give the path of a dataset below it"
         if not self.complete:
-            return (f"no dataset found in the first {MAX_PROBED} directories looked at, within {MAX_DEPTH} levels "
-                    "below it")
+            return (f"no dataset found below it (the search looks {MAX_DEPTH} levels down and into at most "
+                    f"{MAX_PROBED} directories: give a path closer to a dataset)")
         return f"no dataset found within {MAX_DEPTH} levels below it"
 
 
