@@ -134,16 +134,18 @@ def test_inspect_ls_and_validate_on_every_real_directory(rel: str) -> None:
 @pytest.mark.skipif(not ALL, reason=f"no real datasets at {REALDATA}")
 def test_validate_of_igneous_sharded_multilod_meshes_as_a_user_runs_it() -> None:
     """The reported case, as a subprocess: ``shardscope validate crantb_mesh_sharded`` exits 0."""
-    done = subprocess.run([sys.executable, "-m", "napari_shardscope", "validate", str(REALDATA / "crantb_mesh_sharded")],
-                          capture_output=True, text=True, timeout=300, check=False)
+    done = subprocess.run([sys.executable, "-m", "napari_shardscope", "validate",
+                           str(REALDATA / "crantb_mesh_sharded")], capture_output=True, text=True, timeout=300,
+                          check=False)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "no problems found" in done.stdout + done.stderr and "no index entry" not in done.stdout
 
 
 @pytest.mark.skipif(not ALL, reason=f"no real datasets at {REALDATA}")
 def test_a_path_above_a_dataset_names_it_as_a_user_runs_it() -> None:
-    done = subprocess.run([sys.executable, "-m", "napari_shardscope", "inspect", str(REALDATA / "wk_simple_n5" / "color")],
-                          capture_output=True, text=True, timeout=300, check=False)
+    done = subprocess.run([sys.executable, "-m", "napari_shardscope", "inspect",
+                           str(REALDATA / "wk_simple_n5" / "color")], capture_output=True, text=True, timeout=300,
+                          check=False)
     assert done.returncode == 3
     assert "datasets below it: 1 (N5 segmentation uint32 3x24x24x24)" in done.stderr, done.stderr
 

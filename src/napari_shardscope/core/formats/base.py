@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
-
 from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 from napari_shardscope.core.bytestore import ByteStore, Location, open_store
 from napari_shardscope.core.errors import NotADatasetError

@@ -49,7 +49,6 @@ from napari_shardscope.core.formats.volume_spec import (
     reader_order,
 )
 
-
 #: The longest axis still taken for channels when the layout (block size 1) marks it as one (:func:`stored_axes`).
 MAX_CHANNELS = 16
 

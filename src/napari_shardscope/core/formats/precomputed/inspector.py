@@ -37,13 +37,13 @@ from napari_shardscope.core.formats.precomputed.chunk_encoding import (
     decode_chunk_encoding,
     max_chunk_bytes,
 )
-from napari_shardscope.core.formats.precomputed.meshes import MULTILOD, decode_manifest
 from napari_shardscope.core.formats.precomputed.info import (
     PrecomputedInfo,
     ScaleInfo,
     parse_info,
     parse_unsharded_chunk_name,
 )
+from napari_shardscope.core.formats.precomputed.meshes import MULTILOD, decode_manifest
 from napari_shardscope.core.formats.precomputed.morton import bits_per_dimension, decode_morton
 from napari_shardscope.core.formats.precomputed.shard_index import MinishardIndex, ShardIndex
 from napari_shardscope.core.formats.precomputed.shard_reader import (
