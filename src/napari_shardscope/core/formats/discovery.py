@@ -151,6 +151,8 @@ def _subdirectories(location: Location, rel: str) -> Iterator[str]:
         return iter(())
     base = os.path.join(str(location.kvstore["path"]), rel)
     names: list[str] = []
+    if not os.path.isdir(base):  # a path that is not there (a typo) is not listed at all
+        return iter(())
     try:
         with os.scandir(base) as entries:
             for count, entry in enumerate(entries):
