@@ -14,7 +14,7 @@ whether it can read a path, on the GUI thread, for every file a user drops. So
   host never freezes the window. It returns napari's "nothing to add now" sentinel ``[(None,)]``.
   Without a Qt application (a script driving napari's reader API) the URL is probed synchronously,
   as a local path is;
-* a local directory one level (or two) above datasets — no metadata of its own, an N5 container, a zarr
+* a local directory up to three levels above datasets — no metadata of its own, an N5 container, a zarr
   group of groups — is accepted when datasets lie below it (the bounded search of
   :mod:`napari_shardscope.core.formats.discovery`): reading it adds nothing and shows a napari
   notification naming them (the ``NotADatasetError``), instead of napari's "no reader found";
@@ -76,8 +76,8 @@ def _parent_reader(paths: list[str]) -> ReaderFunction | None:
     """For one local directory without metadata of its own: a reader naming the datasets below it, if any."""
     if len(paths) != 1 or is_remote(paths[0]):
         return None
-    text = os.path.expanduser(split_format(paths[0])[0])
-    if not os.path.isdir(text):
+    text = _local_path(paths[0])
+    if text is None or not os.path.isdir(text):
         return None
     try:
         open_volumes(text)
@@ -149,14 +149,21 @@ def could_be_volume(path: str) -> bool:
         return False
     if is_remote(path):
         return True
+    text = _local_path(path)
+    if text is None:
+        return False
+    if os.path.isdir(text):
+        return any(os.path.isfile(os.path.join(text, name)) for name in METADATA_FILES)
+    return os.path.basename(text.rstrip("/")) in METADATA_FILES and os.path.isfile(text)
+
+
+def _local_path(path: str) -> str | None:
+    """The file-system path a local path or ``file://`` URL names (format prefix removed); ``None`` for other URLs."""
     text, _ = split_format(path)
     if text.startswith("file://"):
         from urllib.parse import unquote, urlparse
 
         text = unquote(urlparse(text).path)
     if "://" in text:
-        return False
-    text = os.path.expanduser(text)
-    if os.path.isdir(text):
-        return any(os.path.isfile(os.path.join(text, name)) for name in METADATA_FILES)
-    return os.path.basename(text.rstrip("/")) in METADATA_FILES and os.path.isfile(text)
+        return None
+    return os.path.expanduser(text)
