@@ -25,6 +25,7 @@ from napari_shardscope.core.versioned import create_repository
 from napari_shardscope.widgets.canvas import canvas_for
 from napari_shardscope.widgets.meshes import SKELETON_KEY, SURFACE_KEY
 from napari_shardscope.widgets.session import session_for
+from tests.realdata import REALDATA
 from tests.volume_cases import sample  # noqa: F401  (fixture)
 from tests.widgets.test_proofreading import (  # noqa: F401  (fixture)
     LEFT,
@@ -35,7 +36,6 @@ from tests.widgets.test_proofreading import (  # noqa: F401  (fixture)
     two_bodies,
 )
 
-REALDATA = Path(__file__).resolve().parents[2] / ".." / "shared" / "realdata"
 SHIFT = Qt.KeyboardModifier.ShiftModifier
 
 
@@ -160,7 +160,7 @@ def test_shard_browser_layers_keep_the_dims(proofread: Proofread, qtbot: Any) ->
     assert_range(viewer, base, "the outline")
 
 
-@pytest.mark.skipif(not (REALDATA / "igneous_pinky_sharded").is_dir(), reason="shared/realdata is absent")
+@pytest.mark.realdata
 def test_source_meshes_and_skeletons_of_a_real_base_keep_the_dims(make_napari_viewer: Any, tmp_path: Path,
                                                                   qtbot: Any) -> None:
     """Meshes and skeletons read from a real base's sources (igneous's pinky40, meshed in nm)."""

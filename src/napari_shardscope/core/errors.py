@@ -104,7 +104,25 @@ def group_name(exc: BaseException) -> str:
 
 # -- specific errors ------------------------------------------------------------------------------------
 class NotADatasetError(NotFoundError):
-    """A path or URL holds none of the formats we read."""
+    """A path or URL holds none of the formats we read (or a group of them, not a volume).
+
+    ``children`` names the datasets found below it (relative paths, a bounded search; empty when
+    none were found or the store cannot be listed), so a user who pointed one level too high is
+    told where to point; ``url`` is the path or URL it is about.
+    """
+
+    def __init__(self, message: str, *, children: tuple[str, ...] = (), url: str | None = None) -> None:
+        self.children = tuple(children)
+        self.url = url
+        super().__init__(message)
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return (_rebuild_not_a_dataset_error, (type(self), str(self), self.children, self.url))
+
+
+def _rebuild_not_a_dataset_error(cls: type[NotADatasetError], message: str, children: tuple[str, ...],
+                                 url: str | None) -> NotADatasetError:
+    return cls(message, children=children, url=url)
 
 
 class OutsideRootError(ArgumentError):

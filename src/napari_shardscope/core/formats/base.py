@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from napari_shardscope.core.bytestore import ByteStore, Location, open_store
+from napari_shardscope.core.errors import NotADatasetError
 
 if TYPE_CHECKING:
     from napari_shardscope.core.formats.volume_spec import Kind, VolumeSpec
@@ -69,6 +71,14 @@ class DatasetBase:
 
     def _make_inspector(self) -> Any:
         raise NotImplementedError
+
+    def not_a_dataset(self, message: str, *, named: Sequence[str] = ()) -> NotADatasetError:
+        """The error for this location holding no volume itself (a group, a container), naming the datasets
+        found below it (:func:`~napari_shardscope.core.formats.registry.not_a_dataset`; ``named``: the
+        children the metadata lists)."""
+        from napari_shardscope.core.formats.registry import not_a_dataset
+
+        return not_a_dataset(self.location, message, self.context, named=named)
 
     def _make_layout_backend(self) -> Any:
         raise NotImplementedError

@@ -43,6 +43,7 @@ from napari_shardscope.core.formats.precomputed.info import (
     parse_info,
     parse_unsharded_chunk_name,
 )
+from napari_shardscope.core.formats.precomputed.meshes import MULTILOD, decode_manifest
 from napari_shardscope.core.formats.precomputed.morton import bits_per_dimension, decode_morton
 from napari_shardscope.core.formats.precomputed.shard_index import MinishardIndex, ShardIndex
 from napari_shardscope.core.formats.precomputed.shard_reader import (
@@ -52,7 +53,7 @@ from napari_shardscope.core.formats.precomputed.shard_reader import (
     ShardFile,
 )
 from napari_shardscope.core.formats.precomputed.sharding import ShardingSpec, parse_sharding_spec
-from napari_shardscope.core.formats.precomputed.validate import ChunkCheck, validate_shard_file
+from napari_shardscope.core.formats.precomputed.validate import ChunkCheck, DataBefore, validate_shard_file
 from napari_shardscope.core.formats.precomputed.volume import volume_placement
 from napari_shardscope.core.formats.problem import Problem
 from napari_shardscope.core.formats.volume_spec import VolumePlacement
@@ -528,6 +529,7 @@ class PrecomputedInspector:
                 continue
             yield from self._unexpected_files(source)
             check = self._chunk_check(source)
+            before: DataBefore | None = _fragments_before if source.info_type == MULTILOD else None
             for i, shard in enumerate(shards):
                 if progress is not None:
                     progress(i, len(shards), f"{source.name} shard {shard}")
@@ -540,7 +542,8 @@ class PrecomputedInspector:
                     yield Problem(exc.key or file.display_key, exc.message, exc.offset)
                     continue
                 yield from validate_shard_file(
-                    source.sharding, data, key=file.display_key, shard=shard, check_chunk=check, bounds=reader.bounds
+                    source.sharding, data, key=file.display_key, shard=shard, check_chunk=check, bounds=reader.bounds,
+                    data_before=before,
                 )
             if progress is not None:
                 progress(len(shards), len(shards), f"{source.name} done")
@@ -642,6 +645,11 @@ class PrecomputedInspector:
         except FormatError as exc:
             return Problem(key, exc.message, exc.offset)
         return None
+
+
+def _fragments_before(chunk_id: int, manifest: bytes, offset: int) -> int:
+    """A sharded multilod mesh entry's fragment bytes, stored just before its manifest (the sizes it lists)."""
+    return decode_manifest(manifest, key=f"mesh manifest of segment {chunk_id}", offset=offset).data_bytes
 
 
 def _unsharded_segment_name(source: Source, segment_id: int) -> str:

@@ -102,4 +102,5 @@ def ome_volume_spec(location: Location, ms: OmeMultiscale, arrays: Mapping[str, 
         axes=placement.axes, unit=placement.unit, levels=levels,
         contrast_limits=image_contrast_limits(volume_kind, dtype, ms.window),
         channel_axis=ms.channel_axis if volume_kind == "image" else None, metadata={"ome": dict(ome)},
+        channels=ms.channels if volume_kind == "image" else (),
     )
