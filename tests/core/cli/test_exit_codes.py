@@ -201,30 +201,6 @@ def test_every_verb_takes_json(capsys: pytest.CaptureFixture[str]) -> None:
             assert "--json" in text, verb
 
 
-def _readme_table() -> dict[int, str]:
-    """The README's exit-code table: code → the group named in its second column (``""`` for 0 and 1)."""
-    readme = (Path(__file__).resolve().parents[3] / "README.md").read_text()
-    rows: dict[int, str] = {}
-    for line in readme.splitlines():
-        m = re.match(r"^\|\s*(\d+)\s*\|([^|]*)\|", line)
-        if m:
-            group = re.search(r"\(`(\w+)`\)", m.group(2))
-            rows[int(m.group(1))] = group.group(1) if group else ""
-    return rows
-
-
-def test_the_readme_table_is_the_map() -> None:
-    """Every row of the README's table is what the CLI returns for that group, and nothing else is returned."""
-    from napari_shardscope.core.errors import EXIT_INTERNAL, EXIT_OTHER, ShardscopeError, group_name
-
-    rows = _readme_table()
-    assert sorted(rows) == [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 70]
-    for group, code in EXIT_CODES:
-        assert rows[code] == group_name(group("x")), (group, code)
-    assert rows[EXIT_OTHER] == group_name(ShardscopeError("x")) == "other"
-    assert rows[EXIT_INTERNAL] == group_name(ZeroDivisionError()) == "internal"
-
-
 def test_an_unsupported_feature_exits_5(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     doc = {"zarr_format": 3, "node_type": "array", "shape": [4, 4, 4], "data_type": "float128",
            "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": [4, 4, 4]}},
