@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import shutil
 import sys
 import time
 from collections.abc import Sequence
@@ -17,6 +18,7 @@ from typing import Any
 
 from napari_shardscope.core.cli.parser import arg
 from napari_shardscope.core.errors import ArgumentError
+from napari_shardscope.core.progress import Progress
 
 
 # -- output ---------------------------------------------------------------------------------------------
@@ -44,28 +46,30 @@ def _json_default(obj: Any) -> Any:
 
 
 class StderrProgress:
-    """Progress on stderr: a rewritten line on a terminal, a line every few seconds otherwise."""
+    """The terminal's :class:`~napari_shardscope.core.progress.Progress`: a rewritten line on stderr when it is
+    a terminal, a plain line every few seconds (and the last one) when it is a pipe or a file."""
 
     def __init__(self, label: str) -> None:
         self.label = label
         self.tty = sys.stderr.isatty()
         self.last = 0.0
 
-    def __call__(self, done: int, total: int, what: str) -> None:
+    def __call__(self, done: int, total: int, what: str, /) -> None:
         now = time.monotonic()
         final = done >= total
         if not final and now - self.last < (0.1 if self.tty else 5.0):
             return
         self.last = now
         text = f"{self.label}: {done}/{total} {what}"
-        if self.tty:
-            sys.stderr.write("\r" + text[:120].ljust(120) + ("\n" if final else ""))
+        if self.tty:  # one line redrawn in place, cut to the terminal's width, the rest of the old line cleared
+            width = max(20, shutil.get_terminal_size((120, 24)).columns - 1)
+            sys.stderr.write("\r" + text[:width] + "\x1b[K" + ("\n" if final else ""))
         else:
             sys.stderr.write(text + "\n")
         sys.stderr.flush()
 
 
-def progress_unless_quiet(args: argparse.Namespace, label: str) -> StderrProgress | None:
+def progress_unless_quiet(args: argparse.Namespace, label: str) -> Progress | None:
     """The progress reporter of a long verb: ``None`` with ``--quiet``."""
     return None if args.quiet else StderrProgress(label)
 

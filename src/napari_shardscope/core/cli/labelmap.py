@@ -41,10 +41,12 @@ import numpy.typing as npt
 
 from napari_shardscope.core.cli.common import (
     COORDS_HELP,
+    QUIET,
     REPOSITORY,
     XYZ,
     neuroglancer_origin,
     print_json,
+    progress_unless_quiet,
     read_argument_file,
     reader_voxel,
     reader_voxels,
@@ -161,13 +163,10 @@ def _read_seeds(path: str) -> dict[int, npt.NDArray[np.int64]]:
 
 
 def cmd_create(args: argparse.Namespace) -> int:
-    def progress(done: int, total: int) -> None:
-        if not args.json and sys.stderr.isatty():
-            print(f"\rindexing base: {done}/{total} blocks", end="" if done < total else "\n", file=sys.stderr)
-
     with open_repository(args.path) as repo:
         lm = create_labelmap(repo, args.name, args.base, agglomeration=args.agglomeration, id_start=args.id_start,
-                             block=args.block, build_index=not args.no_index, progress=progress)
+                             block=args.block, build_index=not args.no_index,
+                             progress=progress_unless_quiet(args, "index base"))
         info = _info(repo, lm)
     if args.json:
         print_json(info)
@@ -509,6 +508,7 @@ VERBS = (
             arg("--id-start", type=int, default=None, help="first new id (default: above every base id)"),
             arg("--block", type=int, default=64, help="overlay block edge in voxels (default 64)"),
             arg("--no-index", action="store_true", help="build the base label index on first need instead"),
+            QUIET,
         )),
         Verb("info", cmd_info, "configuration, index and (with REF) a version's edit counts", (
             REPOSITORY, NAME, arg("ref", nargs="?", default=None, help="version to describe"),

@@ -15,7 +15,7 @@ import math
 import os
 import shutil
 import tempfile
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -25,8 +25,7 @@ from napari_shardscope.core.errors import ArgumentError, RefusedDestinationError
 from napari_shardscope.core.formats.precomputed.mesh_writer import mesh_info, write_multilod_sharded
 from napari_shardscope.core.formats.precomputed.sharding import ShardingSpec, parse_sharding_spec
 from napari_shardscope.core.labelmap import Labelmap, LabelmapVersion
-
-Progress = Callable[..., None]  # progress(done, total, ...)
+from napari_shardscope.core.progress import Progress
 
 
 @dataclass(frozen=True)
@@ -80,7 +79,7 @@ def export_meshes(labelmap: Labelmap, ref: str, dest: str | os.PathLike[str], *,
     for i, body in enumerate(chosen):
         meshes[body] = mesher.mesh(body, v)
         if progress is not None:
-            progress(i + 1, len(chosen))
+            progress(i + 1, len(chosen), f"body {body}")
     spec = mesh_sharding(len(meshes))
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
