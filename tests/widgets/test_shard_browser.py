@@ -139,7 +139,7 @@ def test_locate_outlines_the_chunk_and_moves_the_view(sample_viewer: tuple[Any, 
     np.testing.assert_allclose(camera(viewer).center[-2:], ((lo + hi) / 2)[1:])
     current = browser.tree_widget.currentItem().data(0, Qt.ItemDataRole.UserRole)
     assert current.path == found.path and current.byte_range == found.node.byte_range
-    ref = browser.tree.inspector.locate_voxel((100, 30, 20), "8_8_40")
+    ref = browser.tree.inspector.locate_format_voxel((100, 30, 20), "8_8_40")
     assert found.node.chunk_id == ref["chunk_id"] and list(found.node.byte_range or []) == ref["byte_range"]
 
     # the same through the locate box, by keyboard, at a coarser scale (voxel 100, 30, 20 of 32_32_80)

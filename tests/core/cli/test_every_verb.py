@@ -36,8 +36,8 @@ import pytest
 from napari_shardscope.cli import GUI_VERB_MODULES
 from napari_shardscope.core.cli import run
 from napari_shardscope.core.cli.parser import build_parser
-from tests.core.labelmap.test_labelmap import dumbbell
 from tests.core.cli.verb_batch import MARKER
+from tests.core.labelmap.test_labelmap import dumbbell
 from tests.core.labelmap.volumes import write_precomputed
 
 #: Seconds a verb may take before the test gives up on it (a bound on the loop, not a timing assertion).

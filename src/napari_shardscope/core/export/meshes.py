@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from napari_shardscope.core.bytestore import LocalByteStore, write_file_atomic
-from napari_shardscope.core.errors import ArgumentError, RefusedDestinationError
+from napari_shardscope.core.errors import OVERWRITE, ArgumentError, RefusedDestinationError
 from napari_shardscope.core.formats.precomputed.mesh_writer import mesh_info, write_multilod_sharded
 from napari_shardscope.core.formats.precomputed.sharding import ShardingSpec, parse_sharding_spec
 from napari_shardscope.core.labelmap import Labelmap, LabelmapVersion
@@ -66,7 +66,7 @@ def export_meshes(labelmap: Labelmap, ref: str, dest: str | os.PathLike[str], *,
     """Write the meshes of ``bodies`` (default: the bodies ``ref`` changed) to the local directory ``dest``."""
     target = Path(dest).resolve()
     if target.exists() and not overwrite:
-        raise RefusedDestinationError(f"{target} exists; pass --overwrite to replace it")
+        raise RefusedDestinationError(f"{target} exists; pass {OVERWRITE} to replace it").suggesting(OVERWRITE)
     if target.exists() and not (target / "info").is_file():
         raise RefusedDestinationError(f"{target} exists and is not a mesh directory: not replacing it")
     v = labelmap.at(ref)
