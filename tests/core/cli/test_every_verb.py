@@ -39,6 +39,7 @@ from napari_shardscope.core.cli.parser import build_parser
 from tests.core.cli.verb_batch import MARKER
 from tests.core.labelmap.test_labelmap import dumbbell
 from tests.core.labelmap.volumes import write_precomputed
+from tests.volume_cases import sample  # noqa: F401  (fixture: the demo's cached sample)
 
 #: Seconds a verb may take before the test gives up on it (a bound on the loop, not a timing assertion).
 TIMEOUT = 180
@@ -101,7 +102,7 @@ def build_world(root: Path) -> None:
     write_precomputed(root / "seg", dumbbell(), ((1, 1, 1), (1, 2, 2)), sharded=True)
     repo, seg = str(root / "repo"), str(root / "seg")
     sh("repo", "init", repo)
-    sh("labelmap", "create", repo, "seg", seg, "--block", "8")
+    sh("labelmap", "create", repo, "seg", seg, "--block", "8", "--quiet")
     sh("body", "merge", repo, "main", "seg", "10", "30")
     sh("repo", "commit", repo, "main", "-m", "base")
     sh("repo", "branch", repo, "main", "alt")
