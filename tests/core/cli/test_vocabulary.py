@@ -67,7 +67,7 @@ def test_a_refusal_names_the_cli_option_on_the_cli_and_the_keyword_in_the_librar
 
 
 def test_a_version_error_names_the_option_of_the_verb(repo: str, tmp_path: Path) -> None:
-    """export-meshes's refusal of an open version used to say "(CLI: --allow-open)" to everyone."""
+    """export's refusal of an open labelmap version used to say "(CLI: --allow-open)" to everyone."""
     out = shardscope("export", repo, str(tmp_path / "lm"), "--quiet")
     assert out.returncode == 2 and "pass --allow-open to export it as it is now" in out.stderr, out.stderr
     from napari_shardscope.core.export.source import labelmap_source
