@@ -470,3 +470,22 @@ def test_parse_position_and_formatting() -> None:
     assert format_ratio(None) == "" and format_ratio(3.25) == "3.2×"
     node = LayoutNode("chunk", "s", "c", (("scale", "s"),), stored_bytes=100, raw_bytes=400)
     assert node.ratio == 4.0 and LayoutNode("chunk", "s", "c", (("scale", "s"),), stored_bytes=0).ratio is None
+
+
+def test_a_volume_is_browsed_as_the_format_it_was_read_as(tmp_path: Path) -> None:
+    """A directory holding a zarr v2 array and a stray zarr.json is zarr v3 by detection (zarr v3 is tried
+    first); opened as ``zarr2://`` its layer's volume says zarr v2, and the tree of that volume must too."""
+    import zarr
+
+    from napari_shardscope.core.volumes import open_volumes
+
+    path = tmp_path / "both.zarr"
+    z = zarr.create(shape=(6, 8, 10), chunks=(3, 4, 5), dtype="uint8", store=str(path), zarr_format=2)
+    z[:] = 1
+    zarr.create_array(str(tmp_path / "v3"), shape=(6, 8, 10), chunks=(3, 4, 5), dtype="uint8", zarr_format=3)
+    shutil.copy(tmp_path / "v3" / "zarr.json", path / "zarr.json")
+    (volume,) = open_volumes(f"zarr2://{path}")
+    assert volume.format == "zarr2" and volume.url == str(path)  # the prefix is not part of the volume's url
+    assert open_layout(volume.url).format_name == "zarr3"  # what detection alone finds
+    tree = open_layout(volume.url, volume)
+    assert tree.format_name == "zarr2" and tree.format_title == "zarr v2" and tree.shard_map_levels() == ()
