@@ -68,6 +68,7 @@ from napari_shardscope.core.labelmap import (
     create_labelmap,
     open_labelmap,
 )
+from napari_shardscope.core.labelmap.config import TYPE_NAME
 from napari_shardscope.core.labelmap.opening import index_meta
 from napari_shardscope.core.proofreading.wording import describe_bounds, describe_branch_merge, plural
 from napari_shardscope.core.versioned import Repository, open_repository
@@ -193,7 +194,7 @@ def _info_arguments(repo: Repository, args: argparse.Namespace) -> tuple[str | N
         raise ArgumentError(f"labelmap info takes REPO [REF] LABELMAP, got {len(args.words) + 1} arguments")
     first, second = args.words if len(args.words) == 2 else (None, args.words[0])
     if first is not None:
-        names = {i.name for i in repo.instances() if i.type == "labelmap"}
+        names = {i.name for i in repo.instances() if i.type == TYPE_NAME}
         if second not in names and first in names:
             print(f"shardscope labelmap info: deprecated order, use 'shardscope labelmap info REPO {second} {first}' "
                   "(the version before the labelmap, as in every other verb)", file=sys.stderr)
