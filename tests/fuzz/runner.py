@@ -199,7 +199,7 @@ def operations(case: HostileCase, rng: random.Random) -> list[tuple[str, Callabl
         ins = dataset().inspector()
         n = cache.get("ndim", 3) + rng.choice((0, 0, 0, -1, 1))
         voxel = [rng.choice((0, 1, rng.randrange(80), -1, 2**40)) for _ in range(max(0, n))]
-        out = [ins.locate_voxel(voxel, scale())]
+        out = [ins.locate_format_voxel(voxel, scale())]
         if hasattr(ins, "locate_chunk_id"):
             out.append(ins.locate_chunk_id(rng.choice((0, 1, 7, 2**64 - 1)), scale()))
         if hasattr(ins, "locate_segment"):

@@ -26,7 +26,7 @@ from napari_shardscope.core.cli.common import (
 )
 from napari_shardscope.core.cli.parser import Arg, OneOf, Verb, arg
 from napari_shardscope.core.errors import EXIT_CHECK_FAILED, EXIT_OK, ArgumentError
-from napari_shardscope.core.formats import DatasetInspector, open_dataset
+from napari_shardscope.core.formats import Dataset, DatasetInspector, open_dataset
 
 RECORD_HELP = ("records give positions in the format's own order (precomputed and N5 x,y,z, absolute; zarr in "
                "its shape order) and voxel_zyx in the reader's")
@@ -50,6 +50,7 @@ _GEOMETRY = (
     "voxel_offset",
     "resolution",
     "chunk_size",
+    "chunk_shape",
     "shard_shape",
     "inner_chunk_shape",
     "blockSize",
@@ -61,6 +62,9 @@ _GEOMETRY = (
 _SUMMARY = (
     "shards_present",
     "num_shards",
+    "chunk_files",
+    "chunks_present",
+    "num_chunks",
     "chunks",
     "data_bytes",
     "shards",
@@ -93,6 +97,9 @@ def print_inspect(result: dict[str, Any]) -> None:
         for field in ("codecs", "index_codecs"):
             if isinstance(sc.get(field), list):
                 print(f"    {field} " + " -> ".join(_codec_name(c) for c in sc[field]))
+        if sc.get("chunk_files") is not None and "shards_present" not in sc:  # unsharded: one file per chunk
+            data = f"; {sc['data_bytes']} data bytes" if sc.get("data_bytes") is not None else ""
+            print(f"    {sc['chunk_files']} chunk files; {sc.get('num_chunks', '?')} chunks in the grid{data}")
         if "shards_present" in sc:
             print(
                 f"    {sc['shards_present']} shard files present of {sc.get('num_shards', '?')}; "
@@ -124,23 +131,32 @@ def _codec_name(codec: Any) -> str:
 
 
 def print_record(record: Any) -> None:
-    """One ``field: value`` line per field (lists inline) — the human form of a JSON record."""
+    """One ``field: value`` line per field (lists inline) — the human form of a JSON record. Byte ranges are
+    half-open, ``[start, end)``, as ``ls`` and the shard browser print them."""
     records = record if isinstance(record, list) else [record]
     for i, rec in enumerate(records):
         if i:
             print()
         for key in sorted(rec):
-            print(f"{key}: {_short(rec[key]) if rec[key] is not None else '-'}")
+            value = rec[key]
+            if value is None:
+                text = "-"
+            elif key.endswith("byte_range") and isinstance(value, list) and len(value) == 2:
+                text = f"[{value[0]}, {value[1]})"
+            else:
+                text = _short(value)
+            print(f"{key}: {text}")
 
 
 def cmd_locate(args: argparse.Namespace) -> int:
-    inspector = open_dataset(args.path).inspector()
+    dataset = open_dataset(args.path)
     result: Any
     if args.voxel is not None:
-        native, index = _native_voxel(args)
-        result = {**inspector.locate_voxel(native, args.scale), "voxel_zyx": list(index)}
+        result = dataset.locate_voxel(_reader_voxel(dataset, args), args.scale)
     else:
-        result = _locate_by_id(inspector, args)
+        result = _locate_by_id(dataset.inspector(), args)
+        if "grid_position" in result:  # a chunk id: its grid position in the reader's order too
+            result = dataset.geometry(result.get("scale")).reader_record(result)
     if args.json:
         print_json(result)
     else:
@@ -148,26 +164,21 @@ def cmd_locate(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _native_voxel(args: argparse.Namespace) -> tuple[list[int], tuple[int, ...]]:
-    """``--voxel`` (z,y,x from 0, or with ``--xyz`` x,y,z absolute) → the format's own coordinates, and the
-    reader's index."""
-    from napari_shardscope.core.layout import open_layout
-
-    geo = open_layout(args.path).geometry(args.scale)
+def _reader_voxel(dataset: Dataset, args: argparse.Namespace) -> tuple[int, ...]:
+    """``--voxel`` as the reader's index (z, y, x from 0): as typed, or with ``--xyz`` Neuroglancer's x, y, z
+    (absolute: a precomputed voxel_offset included) turned around."""
+    geo = dataset.geometry(args.scale)
     values = [int(v) for v in args.voxel]
     wanted = geo.ndim if geo.ndim <= 3 else 3  # a channel axis before z, y, x is taken at 0
     if len(values) not in (wanted, geo.ndim):
         order = ",".join(reversed(geo.array_axes[-wanted:]) if args.xyz else geo.array_axes[-wanted:])
         raise ArgumentError(f"--voxel takes {wanted} coordinates ({order}) for scale {geo.scale!r}, got {args.voxel}")
-    if args.xyz:
-        values.reverse()
-        values = [0] * (geo.ndim - len(values)) + values
-        array_origin = geo.to_array_order(geo.origin)
-        index = tuple(v - o for v, o in zip(values, array_origin, strict=True))
-    else:
-        index = tuple([0] * (geo.ndim - len(values)) + values)
-    fmt = geo.to_format_order(index)
-    return [int(i) + o for i, o in zip(fmt, geo.origin, strict=True)], index[-3:]
+    if not args.xyz:
+        return tuple(values)
+    values.reverse()
+    values = [0] * (geo.ndim - len(values)) + values
+    array_origin = geo.to_array_order(geo.origin)
+    return tuple(v - o for v, o in zip(values, array_origin, strict=True))
 
 
 def _locate_by_id(inspector: DatasetInspector, args: argparse.Namespace) -> Any:
@@ -181,9 +192,13 @@ def _locate_by_id(inspector: DatasetInspector, args: argparse.Namespace) -> Any:
 
 
 def cmd_ls(args: argparse.Namespace) -> int:
-    inspector = open_dataset(args.path).inspector()
+    dataset = open_dataset(args.path)
+    inspector = dataset.inspector()
     filters = {k: v for k, v in (("shard", args.shard), ("minishard", args.minishard)) if v is not None}
-    for rec in inspector.list_chunks(args.scale, **filters):
+    geometries = {key: dataset.geometry(key) for key in dataset.layout_backend().spatial_scales()}
+    for found in inspector.list_chunks(args.scale, **filters):
+        geo = geometries.get(str(found.get("scale")))
+        rec = geo.reader_record(found) if geo is not None else found  # a segment-keyed record has no voxels
         if args.json:
             print_json_line(rec)
         else:
@@ -193,12 +208,17 @@ def cmd_ls(args: argparse.Namespace) -> int:
 
 def _ls_line(rec: dict[str, Any]) -> str:
     if "byte_range" in rec and rec.get("byte_range") is not None:
-        where = rec.get("shard_file") or rec.get("shard_key")
+        where = rec.get("shard_file") or rec.get("shard_key") or rec.get("chunk_key")
         start, end = rec["byte_range"]
         ident = rec.get("chunk_id", rec.get("inner_chunk"))
-        extra = f" shard={rec['shard']} minishard={rec['minishard']}" if "minishard" in rec else ""
-        pos = f" grid={rec['grid_position']}" if rec.get("grid_position") is not None else ""
-        return f"{where} [{start}, {end}) {end - start} bytes  chunk={ident}{extra}{pos}"
+        parts = [f"{where} bytes [{start}, {end}) ({end - start} bytes)"]
+        if ident is not None:
+            parts.append(f"chunk={_short(ident)}")
+        if "minishard" in rec:
+            parts.append(f"shard={rec['shard']} minishard={rec['minishard']}")
+        if rec.get("grid_position") is not None:
+            parts.append(f"grid={_short(rec['grid_position'])}")
+        return " ".join(parts)
     key = rec.get("chunk_key") or rec.get("block_path")
     return f"{key} {rec.get('size')} bytes"
 

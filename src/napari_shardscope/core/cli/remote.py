@@ -16,8 +16,8 @@ import sys
 import time
 from typing import Any
 
-from napari_shardscope.core.cli.common import REPOSITORY, print_json
-from napari_shardscope.core.cli.parser import Verb, VerbGroup, arg
+from napari_shardscope.core.cli.common import LABELMAP_HELP, REPOSITORY, RESOLVE, parse_resolutions, print_json
+from napari_shardscope.core.cli.parser import Verb, VerbGroup, arg, deprecated_option
 from napari_shardscope.core.errors import EXIT_CHECK_FAILED, EXIT_OK, ArgumentError
 from napari_shardscope.core.labelmap import open_labelmap
 from napari_shardscope.core.labelmap.branch_merge import BranchMergeConflictError
@@ -174,7 +174,7 @@ def cmd_push(args: argparse.Namespace) -> int:
 
 def cmd_pull(args: argparse.Namespace) -> int:
     progress = TransferProgress("pull", args.json)
-    resolutions = dict(_resolution(r) for r in args.resolve or [])
+    resolutions = parse_resolutions(args.resolve)
     with open_repository(args.path) as repo:
         result = S.pull(repo, args.remote, args.branch, progress=progress,
                         merge=pull_merger(args.policy, resolutions, args.user))
@@ -185,13 +185,6 @@ def cmd_pull(args: argparse.Namespace) -> int:
         print(f"{args.branch}: {result.kind} at {result.head[:8]} ({len(result.fetch.adopted)} version(s) fetched; "
               f"{_moved(result.fetch.transfer)})")
     return EXIT_OK
-
-
-def _resolution(text: str) -> tuple[str, Any]:
-    key, _, side = text.partition("=")
-    if side not in ("ours", "theirs"):
-        raise ArgumentError(f"--resolve takes KIND:LABEL=ours|theirs, got {text!r}")
-    return key, side
 
 
 def pull_conflicts_json(exc: Exception) -> dict[str, Any]:
@@ -237,7 +230,7 @@ def cmd_review(args: argparse.Namespace) -> int:
         if name is None:
             names = [i.name for i in repo.instances() if i.type == TYPE_NAME]
             if len(names) != 1:
-                raise ArgumentError(f"name the labelmap with --name (this repository has {len(names)}: "
+                raise ArgumentError(f"name the labelmap with --labelmap (this repository has {len(names)}: "
                                     f"{', '.join(names) or 'none'})")
             name = names[0]
         review = review_branch(open_labelmap(repo, name), args.branch, args.target)
@@ -288,7 +281,7 @@ VERBS = (
         REPOSITORY, REMOTE_ARG, BRANCH_ARG,
         arg("--policy", choices=("fail", "ours", "theirs"), default="fail",
             help="side for body conflicts not resolved with --resolve (default fail: nothing written)"),
-        arg("--resolve", action="append", metavar="KIND:LABEL=SIDE", help="resolve one conflict (body:123=ours)"),
+        RESOLVE,
         arg("--user", default=None, help="who merges (default $SHARDSCOPE_USER or the login name)"),
     ), error_details=pull_conflicts_json),
     Verb("status", cmd_status, "committed versions ahead of and behind the remote, per branch (as last fetched)", (
@@ -297,7 +290,8 @@ VERBS = (
     Verb("review", cmd_review, "the bodies a branch changed against its target, like a pull request", (
         REPOSITORY, arg("branch", help="the branch to review (e.g. origin/alice, after a fetch)"),
         arg("--target", default="main", help="the branch it would merge into (default main)"),
-        arg("--name", default=None, help="labelmap instance (default: the only one)"),
+        arg("--labelmap", dest="name", metavar="LABELMAP", default=None, help=LABELMAP_HELP),
+        deprecated_option("--name", "--labelmap", dest="name"),
     )),
     Verb("ids", cmd_ids, "ids left in this clone's reserved blocks (--reserve COUNTER: reserve more, online)", (
         REPOSITORY,

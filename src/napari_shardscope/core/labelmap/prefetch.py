@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import itertools
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -25,6 +25,7 @@ from napari_shardscope.core.bytestore.local import write_file_atomic
 from napari_shardscope.core.errors import ArgumentError, NotFoundError
 from napari_shardscope.core.formats import open_dataset
 from napari_shardscope.core.labelmap.config import TYPE_NAME, LabelmapConfig
+from napari_shardscope.core.progress import Progress
 from napari_shardscope.core.versioned.instance import check_instance_name
 from napari_shardscope.core.versioned.remotes.config import read_json_file
 from napari_shardscope.core.versioned.repository import Repository
@@ -87,7 +88,7 @@ def _region_keys(dataset: Any, config: LabelmapConfig, region: Sequence[Sequence
 
 
 def prefetch_base(repo: Repository, name: str, region: Sequence[Sequence[int]] | None = None,
-                  progress: Callable[[int, int], None] | None = None) -> PrefetchReport:
+                  progress: Progress | None = None) -> PrefetchReport:
     """Copy the objects of labelmap ``name``'s base that hold ``region`` (z, y, x scale-0 voxels; None: all).
 
     Written file by file (temp + rename) and recorded in ``base-cache.json`` only when complete,
@@ -123,7 +124,7 @@ def prefetch_base(repo: Repository, name: str, region: Sequence[Sequence[int]] |
                 copied += 1
                 size += len(data)
         if progress is not None:
-            progress(i + 1, len(keys))
+            progress(i + 1, len(keys), key)
     doc[name] = str(dest)
     write_file_atomic(Path(repo.path) / CACHE_FILE, json.dumps(doc, indent=1).encode())
     return PrefetchReport(name, dest, copied, size)

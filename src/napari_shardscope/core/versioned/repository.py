@@ -46,6 +46,7 @@ from napari_shardscope.core.versioned.errors import (
     InstanceExistsError,
     MergeConflictError,
     NotARepositoryError,
+    OpenParentError,
     StoreCorruptError,
     UncommittedVersionError,
     UnknownBranchError,
@@ -322,9 +323,11 @@ class Repository:
 
     def _child_branch(self, parent: Version, branch: str | None) -> str:
         if not parent.locked:
-            raise UncommittedVersionError(
+            committed = next((p for p in parent.parents if self._dag.resolve(p).locked), None)
+            instead = f", or make the new version a child of its committed parent {committed[:8]}" if committed else ""
+            raise OpenParentError(
                 f"version {parent.short} (branch {parent.branch!r}) is open; commit it before making children"
-            )
+                f"{instead}", version=parent.uuid, committed_parent=committed)
         if branch is None:
             child = self._dag.continuing_child(parent)
             if child is not None:

@@ -223,9 +223,9 @@ def test_bad_voxel_and_filters(dataset: tuple[Path, DatasetAttributes, np.ndarra
     root, _, _ = dataset
     inspector = open_dataset(root).inspector()
     with pytest.raises(ArgumentError, match="outside"):
-        inspector.locate_voxel([10, 0, 0])
+        inspector.locate_format_voxel([10, 0, 0])
     with pytest.raises(ArgumentError, match="3 coordinates"):
-        inspector.locate_voxel([1, 2])
+        inspector.locate_format_voxel([1, 2])
     with pytest.raises(ArgumentError, match="no shards"):
         list(inspector.list_chunks(shard=1))
     with pytest.raises(ArgumentError, match="no scale"):

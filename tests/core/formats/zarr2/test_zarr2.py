@@ -63,7 +63,7 @@ def test_every_compressor_reads_the_writers_data(tmp_path: Path, codec: str, ord
     assert scale["chunks_present"] == len(stored_chunks(path)) == 4 * 3 * 3
     assert scale["data_bytes"] == sum(os.path.getsize(path / c) for c in stored_chunks(path))
     assert list(ins.validate()) == []
-    where = ins.locate_voxel([9, 20, 21])
+    where = ins.locate_format_voxel([9, 20, 21])
     assert where["grid_position"] == [2, 1, 2] and where["present"]
     assert where["chunk_key"] == separator.join(["2", "1", "2"])
     assert len(list(ins.list_chunks())) == 36
@@ -114,7 +114,7 @@ def test_fill_value_where_no_chunk_is_stored(tmp_path: Path) -> None:
     path = write(tmp_path / "f.zarr", data, chunks=(5, 5), compressor=Blosc(), fill_value=7)
     assert stored_chunks(path) == []  # zarr-python does not store chunks equal to the fill value
     np.testing.assert_array_equal(open_volume(path).levels[0].array.read(), data)
-    assert open_dataset(path).inspector().locate_voxel([1, 1])["present"] is False
+    assert open_dataset(path).inspector().locate_format_voxel([1, 1])["present"] is False
 
 
 def test_ome_zarr_04_written_by_ome_zarr(tmp_path: Path) -> None:

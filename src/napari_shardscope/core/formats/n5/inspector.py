@@ -139,7 +139,7 @@ class N5Inspector:
         return out
 
     # -- locate / list -----------------------------------------------------------------------
-    def locate_voxel(self, voxel: Sequence[int], scale: str | None = None) -> dict[str, Any]:
+    def locate_format_voxel(self, voxel: Sequence[int], scale: str | None = None) -> dict[str, Any]:
         """The block holding ``voxel`` (N5 order: x, y, z as ``dimensions`` lists them).
 
         Returns

@@ -399,7 +399,7 @@ class PrecomputedInspector:
                 rec["grid_position"] = None  # an id outside the grid (reported by validate)
         return rec
 
-    def locate_voxel(self, voxel: Sequence[int], scale: str | None = None) -> dict[str, Any]:
+    def locate_format_voxel(self, voxel: Sequence[int], scale: str | None = None) -> dict[str, Any]:
         """The chunk holding voxel ``(x, y, z)`` (absolute coordinates, voxel_offset included)."""
         source = self.source(scale)
         if source.scale is None:

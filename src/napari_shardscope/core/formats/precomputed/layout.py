@@ -362,6 +362,9 @@ class PrecomputedLayout:
         return out
 
     # -- shard map -----------------------------------------------------------------------------------
+    def shard_levels(self, scale: str) -> tuple[ShardMapBy, ...]:
+        return ("shard", "minishard") if self.source(scale).sharding is not None else ()
+
     def shard_values(self, scale: str, by: ShardMapBy) -> tuple[npt.NDArray[np.uint64], int]:
         s = self.source(scale)
         sc = self.scale_info(scale)

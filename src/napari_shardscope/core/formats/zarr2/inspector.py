@@ -114,7 +114,8 @@ class Zarr2Inspector:
     def _inspect_scale(self, key: str) -> dict[str, Any]:
         meta = self.metadata(key)
         out: dict[str, Any] = {"key": key, "metadata_key": f"{key}/{ARRAY_FILE}" if key else ARRAY_FILE,
-                               **meta.to_json(), "grid_shape": list(meta.grid_shape), "num_chunks": meta.num_chunks}
+                               **meta.to_json(), "chunk_shape": list(meta.chunks), "grid_shape": list(meta.grid_shape),
+                               "num_chunks": meta.num_chunks}
         try:
             out["volume"] = self._volume_json(key)
         except (MetadataError, UnsupportedError) as exc:  # the layout is still worth showing
@@ -122,14 +123,14 @@ class Zarr2Inspector:
         try:
             chunks = [k for k, grid in list_chunks(self.store, key, meta) if meta.contains_grid_position(grid)]
         except StoreError as exc:  # e.g. plain HTTP cannot list
-            out.update(chunks_present=None, data_bytes=None, listing_error=str(exc))
+            out.update(chunks_present=None, chunk_files=None, data_bytes=None, listing_error=str(exc))
             return out
-        out["chunks_present"] = len(chunks)
+        out["chunks_present"] = out["chunk_files"] = len(chunks)  # chunk_files: the word every unsharded format uses
         out["data_bytes"] = sum(self.store.size(k) or 0 for k in chunks) if self.store.cheap_size else None
         return out
 
     # -- locate / list -----------------------------------------------------------------------
-    def locate_voxel(self, voxel: Sequence[int], scale: str | None = None) -> dict[str, Any]:
+    def locate_format_voxel(self, voxel: Sequence[int], scale: str | None = None) -> dict[str, Any]:
         """The chunk holding ``voxel`` (array order): ``grid_position``, ``chunk_key``, ``present``, ``size``."""
         key = self.resolve(scale)
         meta = self.metadata(key)
