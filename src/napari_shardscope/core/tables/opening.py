@@ -69,20 +69,22 @@ def open_sorted_table(url: str | os.PathLike[str], *, format: str | None = None,
         source = open_parquet_source(_store(root, context), text, [name], key=key, values=values)
         return PagedTable(source, cache_bytes=cache_bytes, batch_bytes=batch_bytes)
     store = _store(text, context)
+    docs: dict[str, bytes | None] = {"zarr.json": None, "info": None}
     if format is None:
-        from napari_shardscope.core.bytestore import read_document
+        from napari_shardscope.core.tables.documents import read_documents
 
-        found = {name: read_document(store, name) is not None for name in ("zarr.json", "info")} \
-            if store.cheap_size else _exists_together(store, ["zarr.json", "info"])
-        format = "zarr3" if found["zarr.json"] else "precomputed" if found["info"] else "parquet"
+        docs = dict(zip(docs, read_documents(store, list(docs)), strict=True))
+        format = "zarr3" if docs["zarr.json"] is not None else "precomputed" if docs["info"] is not None \
+            else "parquet"
     if format == "zarr3":
         from napari_shardscope.core.tables.zarr_table import open_zarr_source
 
-        source = open_zarr_source(store, text, key=key, values=values, directory_cache=directory_cache)
+        source = open_zarr_source(store, text, key=key, values=values, directory_cache=directory_cache,
+                                  root_document=docs["zarr.json"])
     elif format == "precomputed":
         from napari_shardscope.core.tables.sharded_table import open_sharded_source
 
-        source = open_sharded_source(store, text)
+        source = open_sharded_source(store, text, docs["info"])
     else:
         from napari_shardscope.core.tables.parquet_table import open_parquet_source, parquet_files
 
@@ -95,9 +97,3 @@ def open_sorted_table(url: str | os.PathLike[str], *, format: str | None = None,
         source = open_parquet_source(store, text, files, key=key, values=values, manifest=manifest)
     return PagedTable(source, cache_bytes=cache_bytes, batch_bytes=batch_bytes)
 
-
-def _exists_together(store: ByteStore, keys: Sequence[str]) -> dict[str, bool]:
-    """Whether each key exists, the probes in flight together (one round trip on a bucket)."""
-    from napari_shardscope.core.bytestore import read_ranges
-
-    return {k: v is not None for k, v in zip(keys, read_ranges(store, [(k, 0, 0) for k in keys]), strict=True)}

@@ -35,7 +35,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from napari_shardscope.core.bytestore import ByteStore, ReadStats, join_key, read_document, read_ranges
+from napari_shardscope.core.bytestore import ByteStore, ReadStats, join_key, read_ranges
 from napari_shardscope.core.errors import ArgumentError, FormatError, MetadataError
 from napari_shardscope.core.formats.zarr3.codecs import encode_chunk, split_codec_chain
 from napari_shardscope.core.formats.zarr3.metadata import (
@@ -58,6 +58,7 @@ from napari_shardscope.core.tables.directory import (
     parse_value_max,
     stored_key_column,
 )
+from napari_shardscope.core.tables.documents import read_documents
 from napari_shardscope.core.tables.errors import PageDirectoryError, TableDtypeError, TruncatedPageError
 
 #: The group attribute naming a table written here.
@@ -347,15 +348,25 @@ class ZarrSource:
 
 
 def _read_node(store: ByteStore, path: str) -> ArrayMetadata | GroupMetadata | None:
-    key = join_key(path, "zarr.json")
-    raw = read_document(store, key)
-    return None if raw is None else parse_node_metadata(raw, key=key)
+    return _read_nodes(store, [path])[0]
+
+
+def _read_nodes(store: ByteStore, paths: Sequence[str]) -> list[ArrayMetadata | GroupMetadata | None]:
+    """The ``zarr.json`` of each path, read together."""
+    keys = [join_key(p, "zarr.json") for p in paths]
+    return [None if raw is None else parse_node_metadata(raw, key=k)
+            for k, raw in zip(keys, read_documents(store, keys), strict=True)]
 
 
 def open_zarr_source(store: ByteStore, url: str, *, key: str | None = None, values: Sequence[str] | None = None,
-                     directory_cache: str | os.PathLike[str] | None = None) -> ZarrSource:
-    """Open the Zarr v3 table at the root of ``store`` (our layout, a group of 1-D arrays, or a 2-D array)."""
-    root = _read_node(store, "")
+                     directory_cache: str | os.PathLike[str] | None = None, root_document: bytes | None = None
+                     ) -> ZarrSource:
+    """Open the Zarr v3 table at the root of ``store`` (our layout, a group of 1-D arrays, or a 2-D array).
+
+    ``root_document``: the root ``zarr.json`` when the caller has read it already.
+    """
+    root = _read_node(store, "") if root_document is None else parse_node_metadata(
+        root_document, key=f"{url.rstrip('/')}/zarr.json")
     if root is None:
         raise MetadataError("zarr.json not found: not a Zarr v3 table", key=f"{url.rstrip('/')}/zarr.json")
     where = f"{url.rstrip('/')}/zarr.json"
@@ -367,7 +378,7 @@ def open_zarr_source(store: ByteStore, url: str, *, key: str | None = None, valu
             raise ArgumentError(f"{url} is a Zarr group without a {ATTRIBUTE!r} attribute: name its key array and "
                                 "value arrays (key='supervoxel', values=['body'])")
         names = [key, *values]
-        metas = [_read_node(store, n) for n in names]
+        metas = _read_nodes(store, names)
         cols: dict[str, ZarrColumn] = {}
         for n, m in zip(names, metas, strict=True):
             if not isinstance(m, ArrayMetadata) or m.ndim != 1:
@@ -411,8 +422,9 @@ def _open_ours(store: ByteStore, url: str, doc: Any, where: str) -> ZarrSource:
     except (KeyError, TypeError, ValueError) as exc:
         raise PageDirectoryError(f"{ATTRIBUTE} attribute is damaged ({exc})", key=where) from None
     cols: dict[str, ZarrColumn] = {}
-    for name in (schema.key, *schema.value_names):
-        meta = _read_node(store, name)
+    names = [schema.key, *schema.value_names]
+    *metas, dmeta = _read_nodes(store, [*names, DIRECTORY_ARRAY])
+    for name, meta in zip(names, metas, strict=True):
         if not isinstance(meta, ArrayMetadata) or meta.ndim != 1:
             raise PageDirectoryError(f"column {name!r} is not a 1-D Zarr array", key=f"{url.rstrip('/')}/{name}")
         want = np.dtype(np.uint64) if name == schema.key else schema.dtype_of(name)
@@ -426,7 +438,6 @@ def _open_ours(store: ByteStore, url: str, doc: Any, where: str) -> ZarrSource:
     if cols[schema.key].rows_per_chunk != page_rows:
         raise PageDirectoryError(f"key column chunks hold {cols[schema.key].rows_per_chunk} rows, the table says "
                                  f"pages of {page_rows}", key=where)
-    dmeta = _read_node(store, DIRECTORY_ARRAY)
     dwhere = f"{url.rstrip('/')}/{DIRECTORY_ARRAY}"
     if not isinstance(dmeta, ArrayMetadata) or dmeta.ndim != 2 or dmeta.shape != (pages, 3) \
             or dmeta.dtype != np.uint64:
