@@ -205,6 +205,8 @@ class ParquetSink:
                     raise RefusedDestinationError(f"{target} appeared while the table was written")
                 os.replace(self._path, target)
             return
+        if not self._parts:
+            self._open_part()  # an empty table is one file with a schema, so readers know its columns
         self._close_part({})
         assert self.store is not None and self.dest is not None
         manifest = {**summary.metadata(), "files": self._parts}
@@ -444,6 +446,25 @@ def _read_footers(store: ByteStore, url: str, keys: Sequence[str]) -> list[Parqu
     return out
 
 
+def _in_key_order(infos: list[ParquetFileInfo], key: str | None) -> list[ParquetFileInfo]:
+    """Files of a listed directory ordered by their smallest key (``part-10`` sorts before ``part-2`` by name).
+
+    Files whose key statistics are missing keep their name order, after the others.
+    """
+    def smallest(info: ParquetFileInfo) -> tuple[int, int]:
+        meta = info.metadata
+        try:
+            names = meta.schema.to_arrow_schema().names
+            col = names.index(key) if key is not None else 0
+            lows = [meta.row_group(g).column(col).statistics for g in range(meta.num_row_groups)]
+            mins = [int(st.min) for st in lows if st is not None and st.has_min_max]
+        except (ValueError, TypeError, OSError):
+            return (1, 0)
+        return (0, min(mins)) if mins else (1, 0)
+
+    return sorted(infos, key=smallest)
+
+
 def open_parquet_source(store: ByteStore, url: str, files: Sequence[str], *, key: str | None = None,
                         values: Sequence[str] | None = None, manifest: Mapping[str, Any] | None = None
                         ) -> ParquetSource:
@@ -453,6 +474,8 @@ def open_parquet_source(store: ByteStore, url: str, files: Sequence[str], *, key
     if len(files) > MAX_FILES:
         raise TableError(f"{len(files)} files is more than the {MAX_FILES} a table may have", key=url)
     infos = _read_footers(store, url, files)
+    if manifest is None and len(infos) > 1:
+        infos = _in_key_order(infos, key)
     first = infos[0]
     arrow = first.metadata.schema.to_arrow_schema()
     ours: dict[str, Any] = {}
