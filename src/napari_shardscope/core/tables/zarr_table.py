@@ -36,7 +36,7 @@ import numpy as np
 import numpy.typing as npt
 
 from napari_shardscope.core.bytestore import ByteStore, ReadStats, join_key, read_ranges
-from napari_shardscope.core.errors import ArgumentError, FormatError, MetadataError
+from napari_shardscope.core.errors import ArgumentError, MetadataError
 from napari_shardscope.core.formats.zarr3.codecs import encode_chunk, split_codec_chain
 from napari_shardscope.core.formats.zarr3.metadata import (
     ArrayMetadata,
@@ -59,7 +59,12 @@ from napari_shardscope.core.tables.directory import (
     stored_key_column,
 )
 from napari_shardscope.core.tables.documents import read_documents
-from napari_shardscope.core.tables.errors import PageDirectoryError, TableDtypeError, TruncatedPageError
+from napari_shardscope.core.tables.errors import (
+    PageDirectoryError,
+    TableDtypeError,
+    TruncatedPageError,
+    UnsortedTableError,
+)
 
 #: The group attribute naming a table written here.
 ATTRIBUTE = "shardscope_sorted_table"
@@ -494,10 +499,12 @@ def _foreign_directory(store: ByteStore, url: str, key_col: ZarrColumn, schema: 
         for p, arr in zip(batch, arrays, strict=True):
             k = stored_key_column(arr, where=where)
             first[p], last[p], counts[p] = k[0], k[-1], k.size
-    try:
-        directory = PageDirectory.checked(first, last, counts, unique=schema.unique, where=where)
-    except FormatError:
-        raise
+    backwards = np.flatnonzero(first > last)
+    if backwards.size:  # found in the data, not claimed by a directory: the keys are out of order
+        p = int(backwards[0])
+        raise UnsortedTableError(f"page {p} goes backwards: its first key {int(first[p])} is above its last "
+                                 f"{int(last[p])}", key=where)
+    directory = PageDirectory.checked(first, last, counts, unique=schema.unique, where=where)
     if cache is not None:
         from napari_shardscope.core.bytestore import write_file_atomic
 
