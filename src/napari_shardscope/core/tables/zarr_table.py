@@ -75,7 +75,7 @@ DIRECTORY_CHUNK = 1 << 16
 #: Pages per shard file unless the caller says otherwise (16 MiB of uint64 keys at 16,384 rows a page).
 DEFAULT_SHARD_PAGES = 64
 #: Whole chunk files read at once from a remote store that cannot batch whole-key reads.
-WHOLE_KEY_THREADS = 16
+WHOLE_KEY_THREADS = 32
 _COMPRESSORS: dict[str, tuple[CodecSpec, ...]] = {
     "gzip": (CodecSpec("gzip", {"level": 1}),),
     "zstd": (CodecSpec("zstd", {"level": 1, "checksum": False}),),
@@ -258,11 +258,18 @@ class ChunkFetcher:
                     else:
                         ranged.append(((rid, pos), loc.shard_key, *loc.byte_range))
             else:
+                exact = _exact_chunk_bytes(reader)
                 for pos in positions:
-                    whole.append(((rid, pos), reader.shard_key(pos)))
+                    if exact is None:
+                        whole.append(((rid, pos), reader.shard_key(pos)))
+                    else:  # uncompressed: a range of known length, issued with the others (no thread each)
+                        ranged.append(((rid, pos), reader.shard_key(pos), 0, exact))
         datas = read_ranges(self.store, [(k, a, b) for _, k, a, b in ranged])
         for (ident, key, a, b), data in zip(ranged, datas, strict=True):
             reader = readers[ident[0]]
+            if data is None and not reader.sharded:
+                out[ident] = _fill(reader)  # no chunk file: all fill value
+                continue
             if data is None or len(data) != b - a:
                 got = 0 if data is None else len(data)
                 raise TruncatedPageError(f"inner chunk {list(ident[1])} [{a}, {b}) is cut short: {got} bytes "
@@ -287,6 +294,14 @@ class ChunkFetcher:
             return [one(w) for w in whole]
         with ThreadPoolExecutor(min(WHOLE_KEY_THREADS, len(whole))) as pool:
             return list(pool.map(one, whole))
+
+
+def _exact_chunk_bytes(reader: Zarr3ArrayReader) -> int | None:
+    """The stored size of every chunk of an unsharded array without compression (``None`` otherwise)."""
+    chain = reader.chain
+    if reader.sharded or chain.bytes_to_bytes or chain.array_to_bytes.name != "bytes":
+        return None
+    return math.prod(reader.inner_chunk_shape) * reader.metadata.dtype.itemsize
 
 
 def _fill(reader: Zarr3ArrayReader) -> npt.NDArray[Any]:
