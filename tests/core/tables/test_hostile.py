@@ -64,6 +64,9 @@ def test_writer_refuses_bad_keys_and_values(tmp_path: Path) -> None:
         write_sorted_table(tmp_path / "e", np.array([1, 2]), np.array(["x", "y"]))
     with pytest.raises(ArgumentError, match="page_rows"):
         write_sorted_table(tmp_path / "f", {1: 1}, page_rows=0)
+    chunks = [(np.array([1, 2]), np.array([5, 6], dtype=np.uint64)), (np.array([3, 4]), np.array([7, -1]))]
+    with pytest.raises(ArgumentError, match=r"chunk 1: column 'value' holds values outside uint64"):
+        write_sorted_table(tmp_path / "g", iter(chunks))
 
 
 # -- Zarr v3 ------------------------------------------------------------------------------------------------

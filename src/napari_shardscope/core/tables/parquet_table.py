@@ -75,6 +75,12 @@ MAX_REMOTE_FILE_BYTES = 1 << 30
 MAX_FILES = 1 << 16
 
 
+try:
+    from pyarrow import ArrowException as ArrowError
+except ImportError:  # without pyarrow nothing here runs: _pyarrow() refuses first
+    ArrowError = OSError
+
+
 def _pyarrow() -> Any:
     try:
         import pyarrow
@@ -373,7 +379,7 @@ class ParquetSource:
             pf = pq.ParquetFile(_RangeFile(self.store, f.key, f.data_end, ranges), metadata=f.metadata,
                                 pre_buffer=False)
             table = pf.read_row_group(group, columns=list(names), use_threads=False)
-        except (OSError, ValueError, TypeError) as exc:  # ArrowInvalid / ArrowIOError derive from these
+        except (ArrowError, OSError, ValueError) as exc:  # every pyarrow error derives from ArrowException
             raise TableError(f"row group {group} cannot be decoded ({exc})", key=where, offset=offset) from None
         arrays: dict[str, npt.NDArray[Any]] = {}
         for name in names:
@@ -429,7 +435,7 @@ def _read_footers(store: ByteStore, url: str, keys: Sequence[str]) -> list[Parqu
         footer = tail[len(tail) - lengths[i] - 8:]
         try:
             meta = pq.read_metadata(pa.BufferReader(b"PAR1" + footer))
-        except (OSError, ValueError, TypeError) as exc:
+        except (ArrowError, OSError, ValueError) as exc:
             size = sizes[i]
             raise TableError(f"footer cannot be decoded ({exc})", key=where,
                              offset=None if size is None else size - lengths[i] - 8) from None

@@ -157,8 +157,12 @@ def _conform(cols: Columns, schema: TableSchema, chunk: int) -> Columns:
     for name, dtype in schema.values:
         col = cols[name]
         if col.dtype != dtype:
-            if not np.can_cast(col.dtype, dtype, casting="same_kind") and not (
-                    col.dtype.kind in "ui" and dtype.kind in "ui"):
+            if col.dtype.kind in "ui" and dtype.kind in "ui":
+                info = np.iinfo(dtype)
+                if col.size and (int(col.min()) < info.min or int(col.max()) > info.max):
+                    raise ArgumentError(f"chunk {chunk}: column {name!r} holds values outside {dtype} "
+                                        f"([{int(col.min())}, {int(col.max())}])")
+            elif not np.can_cast(col.dtype, dtype, casting="same_kind"):
                 raise ArgumentError(f"chunk {chunk}: column {name!r} is {col.dtype}, the table's is {dtype}")
             col = col.astype(dtype)
         out[name] = col
