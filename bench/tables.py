@@ -208,6 +208,7 @@ def run_point(store: str, url: str, n: int, case: str, seed: int) -> dict[str, A
     t_import = time.perf_counter()
     import tensorstore as ts
 
+    import napari_shardscope.core.tables.zarr_table  # noqa: F401  (the backend, imported lazily by an open)
     from napari_shardscope.core.tables import open_sorted_table
 
     t0 = time.perf_counter()  # the process's imports (about 2 s, mostly TensorStore's) are not the table's cost
