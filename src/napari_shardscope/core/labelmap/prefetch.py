@@ -27,8 +27,8 @@ from napari_shardscope.core.errors import ArgumentError, NotFoundError
 from napari_shardscope.core.formats import open_dataset
 from napari_shardscope.core.labelmap.config import TYPE_NAME, LabelmapConfig
 from napari_shardscope.core.versioned.instance import check_instance_name
-from napari_shardscope.core.versioned.remotes.config import read_json_file
 from napari_shardscope.core.versioned.repository import Repository
+from napari_shardscope.core.versioned.tracking import read_json_file
 
 CACHE_FILE = "base-cache.json"
 CACHE_DIR = "base-cache"

@@ -4,8 +4,10 @@
   has (node objects name their parents' objects, so no listing is needed), downloads the rest,
   verifies every object's hash, and adopts each version in one local transaction, parents first.
   A fetched version keeps its branch name when it fits this DAG; when the local branch has moved
-  on (a divergence), it is adopted on ``<remote>/<branch>`` instead — the remote-tracking branch
-  a pull then merges.
+  on (a divergence), it is adopted on a branch of its own (``main+origin-1a2b3c4d``). Either way
+  ``<remote>/<branch>`` (``origin/main``) is the remote-tracking name of the head just fetched —
+  a ref kept in the remote state, never a local branch — and what ``review``, ``diff`` and a
+  pull's merge see.
 * **push** sends only committed versions, and only those the remote lacks (objects first), then
   moves the branch by one compare-and-swap of the refs. A push that is not a fast-forward is
   refused ("fetch and merge first") unless ``force_with_lease`` and the remote head is still the
@@ -75,17 +77,23 @@ Merger = Callable[[Repository, str, str], Version]
 
 @dataclass(frozen=True)
 class FetchResult:
-    """What a fetch did: versions adopted, the remote heads now tracked, bytes and objects moved."""
+    """What a fetch did: versions adopted, the remote heads now tracked, bytes and objects moved.
+
+    ``renamed``: fetched version → the local branch it went on when that is not its remote branch's
+    name (a divergence); ``migrated``: local branches an older fetch had named ``<remote>/…``, renamed
+    (old → new) so that name means the remote-tracking head.
+    """
 
     remote: str
     adopted: tuple[str, ...]
     tracking: dict[str, str]
     renamed: dict[str, str]
     transfer: Transfer
+    migrated: dict[str, str] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         return {"remote": self.remote, "adopted": list(self.adopted), "tracking": self.tracking,
-                "renamed": self.renamed, **self.transfer.to_json()}
+                "renamed": self.renamed, "migrated": self.migrated, **self.transfer.to_json()}
 
 
 @dataclass(frozen=True)
@@ -254,7 +262,8 @@ def _local_branch(repo: Repository, remote: str, header: NodeHeader, preferred: 
             candidates.append(chosen[first])
         elif first not in walk.headers and repo.version(first).branch == header.branch:
             candidates.append(header.branch)
-    candidates += [header.branch, f"{remote}/{header.branch}", f"{remote}/{header.branch}+{header.uuid[:8]}"]
+    # never ``<remote>/<branch>``: that names the remote-tracking head (a ref), not a local branch
+    candidates += [header.branch, C.diverged_branch_name(remote, header.branch, header.uuid), f"fetched-{header.uuid}"]
     for name in candidates:
         try:
             check_branch_name(name)
@@ -280,6 +289,7 @@ def _fetch(repo: Repository, remote: str, store: RemoteStore, branches: Sequence
 def _fetch_held(repo: Repository, remote: str, store: RemoteStore, branches: Sequence[str] | None) -> FetchResult:
     refs, _ = store.require_refs()
     _check_same(repo, refs, store.url)
+    migrated = C.migrate_tracking_branches(repo, remote)
     state = C.load_state(repo, remote)
     if branches:
         missing = [b for b in branches if b not in refs.branches]
@@ -317,7 +327,7 @@ def _fetch_held(repo: Repository, remote: str, store: RemoteStore, branches: Seq
         state.tracking = dict(wanted)
     C.save_state(repo, remote, state)
     return FetchResult(remote, tuple(walk.order), {b: r.node for b, r in state.tracking.items()}, renamed,
-                       store.transfer)
+                       store.transfer, migrated)
 
 
 # -- push -----------------------------------------------------------------------------------------
@@ -474,7 +484,14 @@ def pull(repo: Repository, remote: str = C.DEFAULT_REMOTE, branch: str = "main",
 
 
 def status(repo: Repository, remote: str = C.DEFAULT_REMOTE) -> list[BranchStatus]:
-    """Every local branch and remote-tracking branch: committed versions ahead and behind (as of the last fetch)."""
+    """Each branch against ``<remote>/<branch>`` as last fetched or pushed: committed versions ahead and behind.
+
+    A branch the remote-tracking state knows is compared with that head (git's ahead/behind). A
+    local branch it does not know is "ahead" by the committed versions the remote lacks (what a push
+    would send), and listed only when there are some or it has an open version: a branch whose
+    versions all came from the remote (a fetched divergence, a branch only reachable through another
+    one's history) has nothing to report.
+    """
     state = C.load_state(repo, remote)
     names = sorted({b.name for b in repo.branches() if not b.name.startswith(f"{remote}/")} | set(state.tracking))
     out: list[BranchStatus] = []
@@ -488,9 +505,13 @@ def status(repo: Repository, remote: str = C.DEFAULT_REMOTE) -> list[BranchStatu
             pass
         ref = state.tracking.get(name)
         mine = {v.uuid for v in repo.ancestry(local)} if local is not None else set()
-        theirs = ({v.uuid for v in repo.ancestry(ref.node)} if ref is not None and has_version(repo, ref.node)
-                  else set())
-        out.append(BranchStatus(name, None if local is None else local.uuid, None if ref is None else ref.node,
+        if ref is None:
+            ahead = len(mine - set(state.objects))
+            if ahead or is_open:
+                out.append(BranchStatus(name, None if local is None else local.uuid, None, ahead, 0, is_open))
+            continue
+        theirs = {v.uuid for v in repo.ancestry(ref.node)} if has_version(repo, ref.node) else set()
+        out.append(BranchStatus(name, None if local is None else local.uuid, ref.node,
                                 len(mine - theirs), len(theirs - mine), is_open))
     return out
 
