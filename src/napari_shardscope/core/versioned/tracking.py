@@ -14,11 +14,13 @@ resolve names without importing the remotes package that writes them.
 
 from __future__ import annotations
 
+import os
+import stat
 from pathlib import Path
 from typing import Any
 
 from napari_shardscope.core.errors import ArgumentError, MetadataError
-from napari_shardscope.core.json_document import load_json
+from napari_shardscope.core.json_document import MAX_JSON_BYTES, load_json
 from napari_shardscope.core.versioned.errors import StoreCorruptError, UnknownVersionError
 
 CONFIG_FILE = "remotes.json"
@@ -33,11 +35,13 @@ def read_json_file(path: Path, *, remedy: str = "") -> dict[str, Any]:
     one JSON loader (size and depth limited), since a cloned repository's files came from a remote.
     """
     try:
-        raw = path.read_bytes()
+        raw = _read_small_file(path)
     except FileNotFoundError:
         return {}
     except OSError as exc:
         raise StoreCorruptError(f"{path}: unreadable ({exc}){remedy}") from exc
+    if raw is None:
+        raise StoreCorruptError(f"{path}: not a regular file of at most {MAX_JSON_BYTES} bytes{remedy}")
     try:
         data = load_json(raw, key=str(path))
     except MetadataError as exc:
@@ -45,6 +49,20 @@ def read_json_file(path: Path, *, remedy: str = "") -> dict[str, Any]:
     if not isinstance(data, dict):
         raise StoreCorruptError(f"{path}: not a JSON object{remedy}")
     return data
+
+
+def _read_small_file(path: Path) -> bytes | None:
+    """The bytes of ``path`` when it is a regular file of at most :data:`MAX_JSON_BYTES` (else None),
+    sized before a byte is read (a FIFO would block a plain read; a sparse terabyte would exhaust memory)."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_size > MAX_JSON_BYTES:
+            return None
+        data = os.pread(fd, min(st.st_size, MAX_JSON_BYTES) + 1, 0)  # +1: a file grown since fstat is seen
+    finally:
+        os.close(fd)
+    return None if len(data) > MAX_JSON_BYTES else data
 
 
 def state_path(directory: Path, remote: str) -> Path:

@@ -190,6 +190,11 @@ def save_state(repo: Repository, name: str, state: RemoteState) -> None:
     _write_json(state_path(_directory(repo), check_remote_name(name)), state.to_json())
 
 
+def spool_directory(repo: Repository, name: str | None = None) -> Path:
+    """Where a fetch from remote ``name`` keeps verified objects until it adopts them (None: a clone's)."""
+    return _directory(repo) / STATE_DIR / (f"{check_remote_name(name)}.incoming" if name else "clone.incoming")
+
+
 #: Seconds a fetch or push waits for another fetch or push of the same remote from this repository.
 STATE_LOCK_TIMEOUT = 600.0
 _STATE_LOCKS: dict[Path, WriterLock] = {}

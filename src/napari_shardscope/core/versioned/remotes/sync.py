@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from napari_shardscope.core.bytestore.oserrors import storage_fault
 from napari_shardscope.core.errors import ArgumentError, ShardscopeError, UnsupportedError
 from napari_shardscope.core.versioned.dag import Version, check_branch_name
 from napari_shardscope.core.versioned.errors import (
@@ -38,6 +39,7 @@ from napari_shardscope.core.versioned.errors import (
     StoreCorruptError,
     UncommittedVersionError,
     UnknownBranchError,
+    UnknownInstanceError,
     UnknownVersionError,
 )
 from napari_shardscope.core.versioned.node import NodeContent, NodeEntry, NodeLog
@@ -186,15 +188,76 @@ def _check_same(repo: Repository, refs: Refs, url: str) -> None:
 # -- instances and unversioned data -----------------------------------------------------------------
 
 
-def _sync_instances_in(repo: Repository, store: RemoteStore, refs: Refs) -> None:
+def _instances_in(repo: Repository, refs: Refs) -> dict[str, RemoteInstance]:
+    """The remote's instances this repository holds (a partial clone: only its own)."""
     only = C.instances_of(repo)
-    for name, ri in refs.instances.items():
-        if only is not None and name not in only:
-            continue
+    return {name: ri for name, ri in refs.instances.items() if only is None or name in only}
+
+
+def _lacks_unversioned(repo: Repository, name: str, ri: RemoteInstance) -> bool:
+    if ri.unversioned is None:
+        return False
+    try:
+        return len(repo.scan_unversioned(name)) < ri.keys
+    except UnknownInstanceError:
+        return True
+
+
+def _check_unversioned(repo: Repository, store: RemoteStore, refs: Refs, spool: _Spool) -> None:
+    """Download, verify and decode the unversioned objects this repository lacks, into ``spool``."""
+    for name, ri in _instances_in(repo, refs).items():
+        if ri.unversioned is not None and _lacks_unversioned(repo, name, ri):
+            data = store.get_object(ri.unversioned, f"unversioned data of {name}")
+            decode_pairs(ri.unversioned, data)
+            spool.put(ri.unversioned, data)
+
+
+def _adopt_instances(repo: Repository, refs: Refs, spool: _Spool) -> None:
+    """Add the remote's instances and the unversioned data :func:`_check_unversioned` verified."""
+    for name, ri in _instances_in(repo, refs).items():
         repo.adopt_instance(name, ri.type, ri.config)
-        if ri.unversioned is not None and len(repo.scan_unversioned(name)) < ri.keys:
-            pairs = decode_pairs(ri.unversioned, store.get_object(ri.unversioned, f"unversioned data of {name}"))
-            repo.put_unversioned(name, pairs)
+        if ri.unversioned is not None and _lacks_unversioned(repo, name, ri):
+            repo.put_unversioned(name, decode_pairs(ri.unversioned, spool.get(ri.unversioned)))
+
+
+def _sync_instances_in(repo: Repository, store: RemoteStore, refs: Refs) -> None:
+    with _Spool(C.spool_directory(repo)) as spool:
+        _check_unversioned(repo, store, refs, spool)
+        _adopt_instances(repo, refs, spool)
+
+
+class _Spool:
+    """A fetch's verified objects, kept on disk between checking all of them and adopting any.
+
+    A fetch downloads, hash-checks and decodes every object first (one at a time in memory) and
+    writes nothing to the repository until all passed, so a damaged or hostile object (a zlib bomb,
+    a bad record) refuses the whole fetch with nothing adopted; the objects wait here meanwhile.
+    The directory is per remote, used under the remote's state lock, emptied at the start of
+    every fetch (one killed midway leaves it behind) and removed at the end.
+    """
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+        shutil.rmtree(directory, ignore_errors=True)
+        try:
+            directory.mkdir(parents=True)
+        except OSError as exc:
+            raise storage_fault(exc, directory) from exc
+
+    def __enter__(self) -> _Spool:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        shutil.rmtree(self.directory, ignore_errors=True)
+
+    def put(self, name: str, data: bytes) -> None:
+        try:
+            (self.directory / name).write_bytes(data)
+        except OSError as exc:
+            raise storage_fault(exc, self.directory / name) from exc
+
+    def get(self, name: str) -> bytes:
+        return (self.directory / name).read_bytes()
 
 
 def _instances_out(repo: Repository, store: RemoteStore, refs: Refs | None) -> dict[str, RemoteInstance]:
@@ -297,9 +360,34 @@ def _fetch_held(repo: Repository, remote: str, store: RemoteStore, branches: Seq
             raise UnknownBranchError(f"{store.url} has no branch {missing[0]!r} "
                                      f"(branches: {', '.join(sorted(refs.branches)) or 'none'})")
     wanted = {b: r for b, r in refs.branches.items() if not branches or b in branches}
-    _sync_instances_in(repo, store, refs)
     state.objects[refs.root.node] = refs.root.object
-    walk = _walk(repo, store, wanted.values(), state.objects)
+    with _Spool(C.spool_directory(repo, remote)) as spool:
+        # every object is verified before anything is written: a bad one leaves the repository as it was
+        _check_unversioned(repo, store, refs, spool)
+        walk = _walk(repo, store, wanted.values(), state.objects)
+        for uuid in walk.order:
+            _, header = walk.headers[uuid]
+            records: list[NodeEntry | NodeLog] = []
+            for data_name in header.data:
+                data = store.get_object(data_name, "version data")
+                records.extend(decode_data(data_name, data, header.instances))
+                spool.put(data_name, data)
+            node_content(header, records)  # the record counts the node declares
+            del records
+        _adopt_instances(repo, refs, spool)
+        renamed = _adopt_walk(repo, remote, walk, wanted, spool, state)
+    if branches:
+        state.tracking.update(wanted)
+    else:
+        state.tracking = dict(wanted)
+    C.save_state(repo, remote, state)
+    return FetchResult(remote, tuple(walk.order), {b: r.node for b, r in state.tracking.items()}, renamed,
+                       store.transfer, migrated)
+
+
+def _adopt_walk(repo: Repository, remote: str, walk: _Walk, wanted: dict[str, NodeRef], spool: _Spool,
+                state: C.RemoteState) -> dict[str, str]:
+    """Adopt the verified versions of ``walk``, parents first; fetched version → local branch when renamed."""
     preferred: dict[str, str] = {}
     for name, ref in wanted.items():
         cur: str | None = ref.node
@@ -315,19 +403,13 @@ def _fetch_held(repo: Repository, remote: str, store: RemoteStore, branches: Seq
         name = _local_branch(repo, remote, header, preferred.get(uuid), chosen, walk)
         records: list[NodeEntry | NodeLog] = []
         for data_name in header.data:
-            records.extend(decode_data(data_name, store.get_object(data_name, "version data"), header.instances))
+            records.extend(decode_data(data_name, spool.get(data_name), header.instances))
         repo.adopt_node(_only(node_content(header, records), only), branch=name)
         chosen[uuid] = name
         if name != header.branch:
             renamed[uuid] = name
         state.objects[uuid] = obj
-    if branches:
-        state.tracking.update(wanted)
-    else:
-        state.tracking = dict(wanted)
-    C.save_state(repo, remote, state)
-    return FetchResult(remote, tuple(walk.order), {b: r.node for b, r in state.tracking.items()}, renamed,
-                       store.transfer, migrated)
+    return renamed
 
 
 # -- push -----------------------------------------------------------------------------------------
