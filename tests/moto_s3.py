@@ -54,6 +54,17 @@ class S3Server:
         return name
 
 
+@dataclass
+class _Served:
+    """Bytes of GET responses every moto server in this process sent (a test compares before and after:
+    the server runs in the test's process, so tracemalloc cannot tell the client's reads from its own)."""
+
+    bytes: int = 0
+
+
+SERVED = _Served()
+
+
 @contextmanager
 def serve_moto(drop_headers: Sequence[str] = ()) -> Iterator[str]:
     """moto's S3 app on 127.0.0.1 (free port, requests one at a time); its endpoint URL.
@@ -71,7 +82,10 @@ def serve_moto(drop_headers: Sequence[str] = ()) -> Iterator[str]:
         for header in drop_headers:
             environ.pop(header, None)
         with one_at_a_time:
-            return list(moto_app(environ, start_response))
+            body = list(moto_app(environ, start_response))
+            if environ.get("REQUEST_METHOD") == "GET":
+                SERVED.bytes += sum(len(part) for part in body)
+            return body
 
     server = make_server("127.0.0.1", 0, app, threaded=True, request_handler=MotoRequestHandler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)

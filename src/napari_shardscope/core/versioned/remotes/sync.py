@@ -738,6 +738,10 @@ def verify_remote(url: str) -> list[str]:
             problems.append(f"version {ref.node}: {exc}")
             continue
         stack.extend(NodeRef(p, o) for p, o in header.parents)
+    try:
+        store.counter_names()  # a clone reserves ids from these: a damaged or huge ids.json breaks every clone
+    except ShardscopeError as exc:
+        problems.append(f"id counters: {exc}")
     for name, inst in refs.instances.items():
         if inst.unversioned is not None:
             try:
