@@ -185,7 +185,8 @@ def build_seed(root: Path) -> Path:
     repo = make_repo(root / "a", root / "seg")
     R.add_remote(repo, "origin", str(root / "remote"))
     R.push(repo)
-    R.clone(str(root / "remote"), root / "clone")  # fetches go into copies of this
+    # fetches go into copies of this clone; SQLite, because LMDB reserves more address space than a worker has
+    R.clone(str(root / "remote"), root / "clone", engine="sqlite")
     rng = __import__("numpy").random.default_rng(3)
     for kind in ("merge", "cleave"):
         edit(repo, kind, rng)
@@ -244,13 +245,13 @@ def run_remote_case(work: Path) -> dict[str, str]:
             outcomes[op] = "ok"
         except ShardscopeError as exc:
             outcomes[op] = type(exc).__name__
-        except BaseException as exc:  # noqa: BLE001 - every other exception is what the fuzzer looks for
+        except BaseException as exc:
             outcomes[op] = f"FINDING untyped {type(exc).__name__}: {exc}\n{traceback.format_exc()[-1500:]}"
         grown = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - base_rss) >> 10
         if grown > RSS_GROWTH_MB:
             outcomes[op] = f"FINDING memory: peak RSS grew {grown} MB in {op} ({outcomes[op][:80]})"
 
-    attempt("clone", lambda: R.clone(remote, work / "cloned"))
+    attempt("clone", lambda: R.clone(remote, work / "cloned", engine="sqlite"))
     if outcomes["clone"] != "ok" and (work / "cloned").exists():
         outcomes["clone"] = "FINDING partial: a failed clone left its destination"
     with open_repository(work / "clone") as repo:
@@ -272,7 +273,8 @@ def _worker(conn: Any, seed: int, seed_root: str, work: str) -> None:
     conn.send(("outcomes", run_remote_case(Path(work))))
 
 
-def fuzz_remotes(seeds: Iterable[int], seed_root: Path, *, case_seconds: float = CASE_SECONDS) -> list[RemoteCaseResult]:
+def fuzz_remotes(seeds: Iterable[int], seed_root: Path, *,
+                 case_seconds: float = CASE_SECONDS) -> list[RemoteCaseResult]:
     """Run each seed's case in its own spawned worker (one at a time); a result per seed."""
     build_seed(seed_root)
     ctx = multiprocessing.get_context("spawn")
