@@ -106,6 +106,16 @@ def tracking_head(directory: Path, remote: str, branch: str) -> str | None:
     return node
 
 
+def tracking_names(directory: Path | None) -> list[str]:
+    """Every remote-tracking name of the repository (``origin/main`` …), as last fetched or pushed."""
+    names: list[str] = []
+    for remote in remote_names(directory):
+        assert directory is not None  # remote_names is empty without one
+        tracking = read_json_file(state_path(directory, remote)).get("tracking")
+        names += [f"{remote}/{branch}" for branch in sorted(tracking)] if isinstance(tracking, dict) else []
+    return names
+
+
 def resolve_tracking_name(directory: Path | None, name: str) -> str | None:
     """The version UUID ``name`` names when it is a remote-tracking name (None: it is not one).
 
