@@ -152,8 +152,7 @@ def _unframe(magic: bytes, data: bytes, name: str) -> bytes:
         # offset: the stream starts after the magic, so a damage is named by its byte in the stored object
         return inflate(data[len(magic):], key=object_key(name), offset=len(magic), max_size=bound)
     except FormatError as exc:
-        raise CorruptObjectError(f"object {name}: {exc} (the most a {len(data)}-byte object may inflate to is "
-                                 f"{bound} bytes)") from exc
+        raise CorruptObjectError(f"object {name}: {exc}") from exc  # a bomb: "decodes to more than {bound} bytes"
 
 
 def verify(name: str, data: bytes) -> bytes:
