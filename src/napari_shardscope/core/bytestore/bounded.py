@@ -15,6 +15,7 @@ detection, compare-and-swap reads), with the same answer.
 
 from __future__ import annotations
 
+import re
 from typing import Any, Literal
 
 from napari_shardscope.core.bytestore.tserrors import error_from_tensorstore, status_code
@@ -27,7 +28,12 @@ def issue_probe(kv: Any, key: str, max_bytes: int) -> Any:
     return kv.read(key, byte_range=slice(max_bytes, max_bytes + 1))
 
 
-def probe_outcome(future: Any, where: str) -> Probe:
+#: A server that answers an unsatisfiable range with 206 and a ``Content-Range`` naming the total size
+#: (gcp-storage-emulator: ``bytes 1024-0/1``) instead of 416: TensorStore refuses the header, and says it.
+_TOTAL_IN_CONTENT_RANGE = re.compile(r'Content-Range header received: "bytes \d+-\d+/(\d+)"')
+
+
+def probe_outcome(future: Any, where: str, max_bytes: int) -> Probe:
     """What a probe from :func:`issue_probe` found: the key is missing, fits the limit, or is over it."""
     try:
         result = future.result()
@@ -36,6 +42,9 @@ def probe_outcome(future: Any, where: str) -> Probe:
             return "fits"
         if status_code(exc) == "NOT_FOUND" or "Not a directory" in str(exc):
             return "missing"
+        total = _TOTAL_IN_CONTENT_RANGE.search(str(exc))
+        if total is not None:
+            return "fits" if int(total.group(1)) <= max_bytes else "over"
         raise error_from_tensorstore(exc, where=where, raw_bytes=True) from exc
     if result.state != "value":
         return "missing"

@@ -97,7 +97,7 @@ class ConditionalStore:
         """
         self._check(key)
         where = self._where(key)
-        if probe_outcome(issue_probe(self._kv, key, max_bytes), where) == "over":
+        if probe_outcome(issue_probe(self._kv, key, max_bytes), where, max_bytes) == "over":
             raise error(over_limit_message(max_bytes, what), key=where)
         try:
             r = self._kv.read(key).result()

@@ -49,7 +49,7 @@ def read_keys(loc: Location, keys: list[str], context: Any) -> dict[str, bytes |
     present: list[str] = []
     for key, probe in probes.items():
         try:
-            outcome = probe_outcome(probe, where[key])
+            outcome = probe_outcome(probe, where[key], MAX_JSON_BYTES)
         except ShardscopeError:
             outcome = "fits"  # an unreachable key: the read below reports it as before
         if outcome == "over":
