@@ -1,0 +1,484 @@
+"""Header-field mutations of real encoded chunks, decoded by shardscope in a child process.
+
+Every C decoder shardscope calls (compresso, compressed_segmentation, c-blosc, lz4, zstd, brotli,
+libdeflate, bz2, xz, Draco) gets its input checked in Python first. This module tests that claim
+the way an attacker would: it takes chunks the real writers encoded (:func:`samples`), overwrites
+one field of their headers with a hostile value (:func:`mutate`) and hands the bytes to the same
+decode function the readers use (:data:`DECODERS`), in a **child process** (:class:`DecoderChild`),
+so that a segmentation fault is reported as a finding with the bytes that caused it instead of
+killing pytest or the fuzz run.
+
+What a decode may do with a mutated header:
+
+* raise a :class:`~napari_shardscope.core.errors.ShardscopeError` (typed);
+* return data of exactly the size the chunk's spec implies; and for the codecs in
+  :data:`EXACT_CODECS`, whose every header field is pinned by another (compresso's section sizes
+  and counts, a checksum, a declared size checked against the chunk), exactly the original data.
+
+Anything else is a finding: an untyped exception, a dead child (``crash``), data of the wrong size
+(``wrong_size``), or other data from a decoder that did not raise (``wrong_data``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import pickle
+import struct
+import subprocess
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+#: Outcomes of one decode; the last four are findings.
+OUTCOMES = ("exact", "typed", "other_data", "untyped", "crash", "wrong_size", "wrong_data")
+FINDING_OUTCOMES = ("untyped", "crash", "wrong_size", "wrong_data")
+
+#: Codecs whose every header field is pinned: a decode that succeeds must give back the original bytes.
+#: (c-blosc's block starts are not: a permutation of them decodes the blocks in another order;
+#: compressed_segmentation's offsets, Draco's and brotli's streams have no redundancy at all.)
+EXACT_CODECS = frozenset({"compresso", "zarr2_lz4", "n5_lz4", "gzip", "zarr3_zstd", "n5_zstd", "zarr2_zstd",
+                          "zarr2_bz2", "zarr2_lzma", "n5_bzip2", "n5_xz"})
+
+#: Values an attacker writes into a field (as many low bytes as the field has).
+HOSTILE_VALUES = (0, 1, 2, 3, 4, 6, 7, 8, 16, 17, 64, 255, 256, 4080, 65535, 65536, 2**31 - 1, 2**31, 2**32 - 1,
+                  2**32, 2**63, 2**64 - 1)
+
+
+@dataclass(frozen=True)
+class HeaderField:
+    """One field of an encoded chunk's header: ``width`` little-endian bytes at ``offset`` (negative: from the end)."""
+
+    name: str
+    offset: int
+    width: int
+    #: Whether another field or a checksum pins this one (False: compressed payload without a checksum).
+    pinned: bool = True
+
+    def at(self, size: int) -> int:
+        return self.offset if self.offset >= 0 else size + self.offset
+
+
+@dataclass(frozen=True)
+class Sample:
+    """A chunk a real encoder wrote, the decoder that reads it and what it decodes to."""
+
+    name: str
+    codec: str
+    data: bytes
+    params: dict[str, Any]
+    expected: bytes
+    fields: tuple[HeaderField, ...] = field(default=())
+
+    @property
+    def digest(self) -> str:
+        return hashlib.sha256(self.expected).hexdigest()
+
+
+def mutate(sample: Sample, which: HeaderField, value: int) -> bytes:
+    """``sample``'s bytes with ``which`` overwritten by ``value`` (its low bytes; fields past the end are skipped)."""
+    data = bytearray(sample.data)
+    at = which.at(len(data))
+    if at < 0 or at + which.width > len(data):
+        return bytes(data)
+    data[at:at + which.width] = (value % (1 << (8 * which.width))).to_bytes(which.width, "little")
+    return bytes(data)
+
+
+# -- the decoders, as the readers call them (run in the child) ------------------------------------------------
+def _decode_compresso(data: bytes, p: dict[str, Any]) -> bytes:
+    from napari_shardscope.core.formats.precomputed.chunk_encoding import decode_compresso
+
+    return decode_compresso(data, np.dtype(p["dtype"]), tuple(p["extent"]), 1, key="chunk").tobytes(order="F")
+
+
+def _decode_cseg(data: bytes, p: dict[str, Any]) -> bytes:
+    from napari_shardscope.core.formats.precomputed.chunk_encoding import decode_compressed_segmentation
+
+    out = decode_compressed_segmentation(data, np.dtype(p["dtype"]), tuple(p["block"]), tuple(p["extent"]),
+                                         p["channels"], key="chunk")
+    return out.tobytes(order="F")
+
+
+def _zarr2(codec: str) -> Callable[[bytes, dict[str, Any]], bytes]:
+    def decode(data: bytes, p: dict[str, Any]) -> bytes:
+        from napari_shardscope.core.formats.zarr2.chunk import decode_chunk
+        from napari_shardscope.core.formats.zarr2.metadata import parse_zarray
+
+        meta = parse_zarray(p["zarray"], key=".zarray")
+        return decode_chunk(data, meta, key="0.0").tobytes()
+    return decode
+
+
+def _n5(data: bytes, p: dict[str, Any]) -> bytes:
+    from napari_shardscope.core.formats.n5.compression import decode_payload, parse_compression
+
+    return bytes(decode_payload(data, parse_compression(p["compression"]), p["nbytes"], key="0/0",
+                                itemsize=p["itemsize"]))
+
+
+def _zarr3(data: bytes, p: dict[str, Any]) -> bytes:
+    from napari_shardscope.core.formats.zarr3.codecs import decode_chunk, split_codec_chain
+    from napari_shardscope.core.formats.zarr3.metadata import CodecSpec
+
+    dtype = np.dtype(p["dtype"])
+    chain = split_codec_chain(tuple(CodecSpec(n, c) for n, c in p["codecs"]), len(p["shape"]), dtype, key="k")
+    return decode_chunk(data, chain, tuple(p["shape"]), dtype, dtype.type(0), key="c/0").tobytes()
+
+
+def _gzip(data: bytes, p: dict[str, Any]) -> bytes:
+    from napari_shardscope.core.encoding import gunzip
+
+    return gunzip(data, key="chunk.gz", offset=0, max_size=p["nbytes"])
+
+
+def _brotli(data: bytes, p: dict[str, Any]) -> bytes:
+    from napari_shardscope.core.encoding import unbrotli
+
+    return unbrotli(data, key="chunk.br", offset=0, max_size=p["nbytes"])
+
+
+def _draco(data: bytes, p: dict[str, Any]) -> bytes:
+    from napari_shardscope.core.formats.precomputed.meshes import decode_draco_fragment
+
+    points, faces = decode_draco_fragment(data, key="fragment", offset=0)
+    return points.tobytes() + faces.tobytes()
+
+
+DECODERS: dict[str, Callable[[bytes, dict[str, Any]], bytes]] = {
+    "compresso": _decode_compresso,
+    "compressed_segmentation": _decode_cseg,
+    "zarr2_blosc": _zarr2("blosc"), "zarr2_lz4": _zarr2("lz4"), "zarr2_zstd": _zarr2("zstd"),
+    "zarr2_bz2": _zarr2("bz2"), "zarr2_lzma": _zarr2("lzma"),
+    "n5_blosc": _n5, "n5_lz4": _n5, "n5_zstd": _n5, "n5_xz": _n5, "n5_bzip2": _n5,
+    "zarr3_blosc": _zarr3, "zarr3_zstd": _zarr3,
+    "gzip": _gzip, "brotli": _brotli, "draco": _draco,
+}
+
+
+def decode_here(codec: str, data: bytes, params: dict[str, Any]) -> tuple[str, str, int]:
+    """Decode in this process: ``("ok", sha256, length)``, ``("typed", message, 0)`` or ``("untyped", …, 0)``."""
+    from napari_shardscope.core.errors import ShardscopeError
+
+    try:
+        out = DECODERS[codec](data, params)
+    except ShardscopeError as exc:
+        return "typed", f"{type(exc).__name__}: {exc}"[:300], 0
+    except Exception as exc:
+        return "untyped", f"{type(exc).__module__}.{type(exc).__qualname__}: {exc}"[:300], 0
+    return "ok", hashlib.sha256(out).hexdigest(), len(out)
+
+
+def _child_main() -> None:  # pragma: no cover - runs in the child
+    """Read ``(codec, data, params)`` messages from stdin, answer each with :func:`decode_here`'s result."""
+    import resource
+
+    limit = int(os.environ.get("SHARDSCOPE_DECODER_CHILD_AS_MB", "4096")) << 20
+    resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    stdin, stdout = sys.stdin.buffer, sys.stdout.buffer
+    while True:
+        head = stdin.read(8)
+        if len(head) < 8:
+            return
+        codec, data, params = pickle.loads(stdin.read(struct.unpack("<Q", head)[0]))
+        if codec == "crash_for_test":  # the harness's own test: a read of address 0, as a bad decoder does
+            import ctypes
+
+            ctypes.string_at(0)
+        try:
+            answer = decode_here(codec, data, params)
+        except MemoryError:
+            answer = ("untyped", "MemoryError", 0)
+        blob = pickle.dumps(answer)
+        stdout.write(struct.pack("<Q", len(blob)) + blob)
+        stdout.flush()
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """How one mutated chunk decoded, judged against the original."""
+
+    outcome: str
+    detail: str = ""
+
+
+class DecoderChild:
+    """A child Python process that decodes what it is sent; restarted after it dies.
+
+    ``decode`` returns the child's answer, or ``("crash", "exit code N", 0)`` when the child died
+    on that input (a segmentation fault is ``-11``); the next call starts a fresh child.
+    """
+
+    def __init__(self) -> None:
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def _start(self) -> subprocess.Popen[bytes]:
+        root = Path(__file__).resolve().parents[2]
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(root / "src"), str(root)])}
+        return subprocess.Popen([sys.executable, "-c", "from tests.fuzz.decoders import _child_main; _child_main()"],
+                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, cwd=root)
+
+    def decode(self, codec: str, data: bytes, params: dict[str, Any]) -> tuple[str, str, int]:
+        if self.proc is None or self.proc.poll() is not None:
+            self.proc = self._start()
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        blob = pickle.dumps((codec, data, params))
+        try:
+            self.proc.stdin.write(struct.pack("<Q", len(blob)) + blob)
+            self.proc.stdin.flush()
+            head = self.proc.stdout.read(8)
+            if len(head) == 8:
+                answer: tuple[str, str, int] = pickle.loads(self.proc.stdout.read(struct.unpack("<Q", head)[0]))
+                return answer
+        except (BrokenPipeError, OSError):
+            pass
+        code = self.proc.wait(timeout=30)
+        self.proc = None
+        return "crash", f"exit code {code}", 0
+
+    def judge(self, sample: Sample, data: bytes, pinned: bool = True) -> Verdict:
+        """Decode ``data`` (a mutation of ``sample``, of a ``pinned`` field) in the child and judge what came back."""
+        status, detail, size = self.decode(sample.codec, data, sample.params)
+        if status in ("typed", "untyped", "crash"):
+            return Verdict(status, detail)
+        if size != len(sample.expected) and sample.codec != "draco":
+            return Verdict("wrong_size", f"{size} bytes decoded, the chunk has {len(sample.expected)}")
+        if detail == sample.digest:
+            return Verdict("exact")
+        if sample.codec in EXACT_CODECS and pinned:
+            return Verdict("wrong_data", "decoded without an error to other data than was encoded")
+        return Verdict("other_data")
+
+    def close(self) -> None:
+        if self.proc is not None:
+            if self.proc.stdin is not None:
+                self.proc.stdin.close()
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+            self.proc = None
+
+
+# -- the samples --------------------------------------------------------------------------------------------
+REALDATA = Path(os.environ.get("SHARDSCOPE_REALDATA",
+                               Path(__file__).resolve().parents[2] / ".." / "shared" / "realdata"))
+
+COMPRESSO_FIELDS = tuple(HeaderField(n, o, w) for n, o, w in (
+    ("magic", 0, 4), ("format_version", 4, 1), ("data_width", 5, 1), ("sx", 6, 2), ("sy", 8, 2), ("sz", 10, 2),
+    ("xstep", 12, 1), ("ystep", 13, 1), ("zstep", 14, 1), ("id_size", 15, 8), ("value_size", 23, 4),
+    ("location_size", 27, 8), ("connectivity", 35, 1)))
+BLOSC_FIELDS = tuple(HeaderField(n, o, w) for n, o, w in (
+    ("version", 0, 1), ("versionlz", 1, 1), ("flags", 2, 1), ("typesize", 3, 1), ("nbytes", 4, 4),
+    ("blocksize", 8, 4), ("cbytes", 12, 4), ("bstart0", 16, 4), ("bstart1", 20, 4)))
+ZSTD_FIELDS = (HeaderField("magic", 0, 4), *(HeaderField(f"frame_header{i}", 4 + i, 1) for i in range(10)),
+               HeaderField("content_size32", 6, 4), HeaderField("block_header", -3, 3))
+GZIP_FIELDS = (*(HeaderField(n, o, w) for n, o, w in (("magic", 0, 2), ("method", 2, 1), ("flags", 3, 1),
+                                                       ("mtime", 4, 4), ("xfl", 8, 1), ("os", 9, 1))),
+               HeaderField("crc32", -8, 4), HeaderField("isize", -4, 4))
+N5_LZ4_FIELDS = tuple(HeaderField(n, o, w) for n, o, w in (
+    ("magic", 0, 8), ("token", 8, 1), ("compressed", 9, 4), ("decompressed", 13, 4), ("checksum", 17, 4)))
+DRACO_FIELDS = (*(HeaderField(n, o, w) for n, o, w in (("magic", 0, 5), ("major", 5, 1), ("minor", 6, 1),
+                                                        ("encoder_type", 7, 1), ("method", 8, 1), ("flags", 9, 2))),
+                *(HeaderField(f"body{i}", 11 + i, 1) for i in range(24)),
+                *(HeaderField(f"varint{i}", 11 + i, 4) for i in range(0, 24, 3)))
+BROTLI_FIELDS = tuple(HeaderField(f"byte{i}", i, 1) for i in range(8))
+STREAM_FIELDS = (*(HeaderField(f"byte{i}", i, 1) for i in range(12)), HeaderField("tail", -4, 4))
+
+
+def _label_volume(shape: tuple[int, int, int], seed: int, n: int = 30, huge: bool = False,
+                  dtype: str = "uint64") -> np.ndarray:
+    """Segmentation-like labels (x, y, z): nearest of ``n`` random points, a few labels near the type's maximum."""
+    from scipy.spatial import cKDTree
+
+    rng = np.random.default_rng(seed)
+    points = rng.integers(0, shape, size=(n, 3))
+    grid = np.indices(shape).reshape(3, -1).T
+    _, nearest = cKDTree(points).query(grid)
+    labels = (nearest.reshape(shape).astype(np.uint64) * 7919 + 11) % np.iinfo(dtype).max
+    if huge:  # labels the locations stream stores after a 6 (within 7 of the maximum)
+        labels[rng.random(shape) < 0.01] = np.iinfo(dtype).max - 2
+    return np.asfortranarray(labels.astype(dtype))
+
+
+def _compresso_samples() -> list[Sample]:
+    import compresso
+
+    out = []
+    for name, shape, dtype, kw, huge in (
+            ("compresso_v1_u64", (40, 36, 12), "uint64", {}, False),
+            ("compresso_v0_u32", (33, 30, 9), "uint32", {"random_access_z_index": False}, True),
+            ("compresso_8x8_u16", (48, 40, 6), "uint16", {"steps": (8, 8, 1)}, False),
+            ("compresso_conn6_u8", (24, 20, 10), "uint8", {"connectivity": 6}, True),
+            ("compresso_v0_u64_huge", (32, 32, 8), "uint64", {"random_access_z_index": False}, True)):
+        labels = _label_volume(shape, seed=len(out), huge=huge, dtype=dtype)
+        data = bytes(compresso.compress(labels, **kw))
+        tail = compresso.header(data)["format_version"] == 1
+        fields = COMPRESSO_FIELDS + ((HeaderField("z_index_first", -2 * shape[2] * 2, 2),
+                                      HeaderField("z_index_offsets", -shape[2] * 2, 2)) if tail else ())
+        out.append(Sample(name, "compresso", data, {"dtype": dtype, "extent": shape}, labels.tobytes(order="F"),
+                          fields))
+    return out
+
+
+def _cseg_fields(data: bytes, channels: int) -> tuple[HeaderField, ...]:
+    """Channel offsets and the first block headers (table offset: 3 bytes, bits: 1, values offset: 4)."""
+    start = 4 * int.from_bytes(data[:4], "little")
+    fields = [HeaderField(f"channel{c}", 4 * c, 4) for c in range(channels)]
+    for i in range(6):
+        at = start + 8 * i
+        fields += [HeaderField(f"block{i}_table", at, 3), HeaderField(f"block{i}_bits", at + 3, 1),
+                   HeaderField(f"block{i}_values", at + 4, 4)]
+    return tuple(fields)
+
+
+def _cseg_samples() -> list[Sample]:
+    import compressed_segmentation as cseg
+
+    from napari_shardscope.core.encoding import gunzip
+
+    out = []
+    labels = _label_volume((20, 18, 10), seed=7, dtype="uint32")
+    data = bytes(cseg.compress(labels, block_size=(8, 8, 8), order="F"))
+    out.append(Sample("cseg_u32_own", "compressed_segmentation", data,
+                      {"dtype": "uint32", "block": (8, 8, 8), "extent": labels.shape, "channels": 1},
+                      labels.tobytes(order="F"), _cseg_fields(data, 1)))
+    labels64 = _label_volume((16, 16, 16), seed=8, dtype="uint64")
+    data = bytes(cseg.compress(labels64, block_size=(4, 4, 4), order="F"))
+    out.append(Sample("cseg_u64_own", "compressed_segmentation", data,
+                      {"dtype": "uint64", "block": (4, 4, 4), "extent": labels64.shape, "channels": 1},
+                      labels64.tobytes(order="F"), _cseg_fields(data, 1)))
+    cv = REALDATA / "cloudvolume_gz" / "8_8_40"
+    if cv.is_dir():  # CloudVolume's compressed_segmentation, gzipped files
+        path = sorted(cv.glob("*.gz"))[0]
+        data = gunzip(path.read_bytes(), max_size=1 << 24)
+        x0, x1, y0, y1, z0, z1 = (int(v) for part in path.name[:-3].split("_") for v in part.split("-"))
+        out.append(_cseg_real("cseg_cloudvolume_gz", data, (x1 - x0, y1 - y0, z1 - z0), "uint32", (8, 8, 8)))
+    pinky = REALDATA / "igneous_pinky_sharded"
+    if pinky.is_dir():  # igneous' compressed_segmentation, inside gzipped shards
+        from napari_shardscope.core.formats import open_dataset
+
+        inspector = open_dataset(pinky).inspector()
+        source = inspector.source("8_8_40")
+        scale = source.scale
+        assert scale is not None
+        position = (1, 1, 0)
+        start, stop = scale.chunk_bounds(position)
+        data = inspector.reader(source).read_chunk(scale.chunk_id(position))
+        assert data is not None
+        extent = (stop[0] - start[0], stop[1] - start[1], stop[2] - start[2])
+        out.append(_cseg_real("cseg_igneous_pinky", data, extent, "uint32", (8, 8, 8)))
+    return out
+
+
+def _cseg_real(name: str, data: bytes, extent: tuple[int, int, int], dtype: str,
+               block: tuple[int, int, int]) -> Sample:
+    """A compressed_segmentation chunk another writer wrote, with what the reference decoder makes of it."""
+    import compressed_segmentation as cseg
+
+    decoded = cseg.decompress(data, extent, np.dtype(dtype), block_size=block, order="F")
+    return Sample(name, "compressed_segmentation", data,
+                  {"dtype": dtype, "block": block, "extent": extent, "channels": 1},
+                  np.asarray(decoded).tobytes(order="F"), _cseg_fields(data, 1))
+
+
+def _n5_samples(block: np.ndarray) -> list[Sample]:
+    from napari_shardscope.core.formats.n5.compression import encode_payload, parse_compression
+
+    raw = block.astype(">u2").tobytes()
+    out = []
+    for kind, attrs, fields in (("n5_blosc", {"type": "blosc", "cname": "lz4", "shuffle": 1, "clevel": 5},
+                                 BLOSC_FIELDS),
+                                ("n5_blosc", {"type": "blosc", "cname": "zstd", "shuffle": 2, "clevel": 3,
+                                              "blocksize": 1024}, BLOSC_FIELDS),
+                                ("n5_lz4", {"type": "lz4", "blockSize": 4096}, N5_LZ4_FIELDS),
+                                ("n5_zstd", {"type": "zstd", "level": 3}, ZSTD_FIELDS),
+                                ("n5_xz", {"type": "xz"}, STREAM_FIELDS),
+                                ("n5_bzip2", {"type": "bzip2"}, STREAM_FIELDS)):
+        data = encode_payload(raw, parse_compression(attrs), 2)
+        out.append(Sample(f"{kind}_{len(out)}", kind, data, {"compression": attrs, "nbytes": len(raw), "itemsize": 2},
+                          raw, fields))
+    return out
+
+
+def _zarr2_samples(block: np.ndarray) -> list[Sample]:
+    import numcodecs
+
+    out = []
+    for cfg, fields in (({"id": "blosc", "cname": "lz4", "clevel": 5, "shuffle": 1, "blocksize": 0}, BLOSC_FIELDS),
+                        ({"id": "blosc", "cname": "zlib", "clevel": 5, "shuffle": -1, "blocksize": 2048},
+                         BLOSC_FIELDS),
+                        ({"id": "lz4", "acceleration": 1},
+                         (HeaderField("size", 0, 4), *(HeaderField(f"block{i}", 4 + i, 1, pinned=False)
+                                                       for i in range(4)))),
+                        ({"id": "zstd", "level": 3}, ZSTD_FIELDS),
+                        ({"id": "bz2", "level": 9}, STREAM_FIELDS),
+                        ({"id": "lzma"}, STREAM_FIELDS)):
+        codec = numcodecs.get_codec(cfg)
+        data = bytes(codec.encode(np.ascontiguousarray(block)))
+        zarray = {"zarr_format": 2, "shape": list(block.shape), "chunks": list(block.shape), "dtype": "<u2",
+                  "compressor": cfg, "fill_value": 0, "order": "C", "filters": None}
+        out.append(Sample(f"zarr2_{cfg['id']}_{len(out)}", f"zarr2_{cfg['id']}", data, {"zarray": zarray},
+                          block.tobytes(), fields))
+    return out
+
+
+def _zarr3_samples(block: np.ndarray) -> list[Sample]:
+    from napari_shardscope.core.formats.zarr3.codecs import encode_chunk, split_codec_chain
+    from napari_shardscope.core.formats.zarr3.metadata import CodecSpec
+
+    out = []
+    for codecs, fields in (((("bytes", {"endian": "little"}),
+                             ("blosc", {"cname": "lz4", "clevel": 5, "shuffle": "shuffle", "typesize": 2,
+                                        "blocksize": 0})), BLOSC_FIELDS),
+                           ((("bytes", {"endian": "little"}),
+                             ("zstd", {"level": 3, "checksum": False})), ZSTD_FIELDS)):
+        chain = split_codec_chain(tuple(CodecSpec(n, c) for n, c in codecs), 2, np.dtype("uint16"), key="k")
+        data = encode_chunk(block, chain)
+        out.append(Sample(f"zarr3_{codecs[1][0]}", f"zarr3_{codecs[1][0]}", data,
+                          {"codecs": codecs, "shape": block.shape, "dtype": "uint16"}, block.tobytes(), fields))
+    return out
+
+
+def _stream_samples(block: np.ndarray) -> list[Sample]:
+    import brotli
+
+    from napari_shardscope.core.encoding import gzip_compress
+
+    raw = block.tobytes()
+    return [Sample("gzip", "gzip", gzip_compress(raw), {"nbytes": len(raw)}, raw, GZIP_FIELDS),
+            Sample("brotli", "brotli", brotli.compress(raw), {"nbytes": len(raw)}, raw, BROTLI_FIELDS)]
+
+
+def _draco_samples() -> list[Sample]:
+    import DracoPy
+
+    from napari_shardscope.core.formats.precomputed.meshes import decode_draco_fragment
+
+    out = []
+    rng = np.random.default_rng(3)
+    for method, n in ((10, 60), (0, 40)):  # edgebreaker (speed 0..9 default) and sequential (speed 10)
+        points = rng.integers(0, 1023, size=(n, 3)).astype(np.float32)
+        faces = np.array([(i, (i + 1) % n, (i + 7) % n) for i in range(n)], dtype=np.uint32)
+        data = DracoPy.encode(points, faces, quantization_bits=10, quantization_range=1023,
+                              quantization_origin=[0, 0, 0], compression_level=method % 10,
+                              create_metadata=False)
+        p, f = decode_draco_fragment(data, key="fragment", offset=0)
+        out.append(Sample(f"draco_{len(out)}", "draco", data, {}, p.tobytes() + f.tobytes(), DRACO_FIELDS))
+    return out
+
+
+@cache
+def samples() -> tuple[Sample, ...]:
+    """Every sample chunk (deterministic; the real ones when ``shared/realdata`` is present)."""
+    rng = np.random.default_rng(2)
+    block = np.ascontiguousarray((rng.integers(0, 9, size=(40, 52)) * 37).astype(np.uint16))
+    return tuple(_compresso_samples() + _cseg_samples() + _n5_samples(block) + _zarr2_samples(block)
+                 + _zarr3_samples(block) + _stream_samples(block) + _draco_samples())
