@@ -35,9 +35,9 @@ from typing import Any
 
 import numpy as np
 
-#: Outcomes of one decode; the last four are findings.
-OUTCOMES = ("exact", "typed", "other_data", "untyped", "crash", "wrong_size", "wrong_data")
-FINDING_OUTCOMES = ("untyped", "crash", "wrong_size", "wrong_data")
+#: Outcomes of one decode; the last five are findings.
+OUTCOMES = ("exact", "typed", "other_data", "untyped", "crash", "hang", "wrong_size", "wrong_data")
+FINDING_OUTCOMES = ("untyped", "crash", "hang", "wrong_size", "wrong_data")
 
 #: Codecs whose every header field is pinned: a decode that succeeds must give back the original bytes.
 #: (c-blosc's block starts are not: a permutation of them decodes the blocks in another order;
@@ -211,12 +211,18 @@ class Verdict:
 class DecoderChild:
     """A child Python process that decodes what it is sent; restarted after it dies.
 
-    ``decode`` returns the child's answer, or ``("crash", "exit code N", 0)`` when the child died
-    on that input (a segmentation fault is ``-11``); the next call starts a fresh child.
+    ``decode`` returns the child's answer, ``("crash", "exit code N", 0)`` when the child died on
+    that input (a segmentation fault is ``-11``), or ``("hang", …, 0)`` when one decode used more than
+    ``cpu_seconds`` of CPU time (or ``wall_seconds`` of wall time, a backstop): the child is killed
+    and the next call starts a fresh one.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, cpu_seconds: float = 20.0, wall_seconds: float = 300.0) -> None:
         self.proc: subprocess.Popen[bytes] | None = None
+        self.cpu_seconds = cpu_seconds
+        self.wall_seconds = wall_seconds
+        #: The highest peak resident memory (MiB) of the children so far (read when each one ends).
+        self.peak_rss_mb = 0.0
 
     def _start(self) -> subprocess.Popen[bytes]:
         root = Path(__file__).resolve().parents[2]
@@ -232,6 +238,10 @@ class DecoderChild:
         try:
             self.proc.stdin.write(struct.pack("<Q", len(blob)) + blob)
             self.proc.stdin.flush()
+            hung = self._wait_for_answer()
+            if hung is not None:
+                self._stop(kill=True)
+                return "hang", hung, 0
             head = self.proc.stdout.read(8)
             if len(head) == 8:
                 answer: tuple[str, str, int] = pickle.loads(self.proc.stdout.read(struct.unpack("<Q", head)[0]))
@@ -242,10 +252,51 @@ class DecoderChild:
         self.proc = None
         return "crash", f"exit code {code}", 0
 
+    def _wait_for_answer(self) -> str | None:
+        """Wait until the child answers or dies; why it counts as hung instead (CPU time, wall backstop)."""
+        import select
+        import time
+
+        from tests.fuzz.runner import process_cpu_seconds
+
+        assert self.proc is not None and self.proc.stdout is not None
+        pid = self.proc.pid
+        cpu0, t0 = process_cpu_seconds(pid) or 0.0, time.monotonic()
+        while True:
+            ready, _, _ = select.select([self.proc.stdout], [], [], 0.5)
+            if ready:
+                return None
+            cpu = process_cpu_seconds(pid)
+            if cpu is None:
+                return None  # gone: read() sees the end and the caller reports the crash
+            if cpu - cpu0 > self.cpu_seconds:
+                return f"{cpu - cpu0:.1f} s of CPU time (limit {self.cpu_seconds:g} s)"
+            if time.monotonic() - t0 > self.wall_seconds:
+                return f"no answer after {time.monotonic() - t0:.0f} s of wall time (backstop {self.wall_seconds:g} s)"
+
+    def _stop(self, *, kill: bool) -> None:
+        from tests.fuzz.runner import process_peak_rss_mb
+
+        if self.proc is None:
+            return
+        peak = process_peak_rss_mb(self.proc.pid)
+        if peak is not None:
+            self.peak_rss_mb = max(self.peak_rss_mb, peak)
+        if kill:
+            self.proc.kill()
+        elif self.proc.stdin is not None:
+            self.proc.stdin.close()
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        self.proc = None
+
     def judge(self, sample: Sample, data: bytes, pinned: bool = True) -> Verdict:
         """Decode ``data`` (a mutation of ``sample``, of a ``pinned`` field) in the child and judge what came back."""
         status, detail, size = self.decode(sample.codec, data, sample.params)
-        if status in ("typed", "untyped", "crash"):
+        if status in ("typed", "untyped", "crash", "hang"):
             return Verdict(status, detail)
         if size != len(sample.expected) and sample.codec != "draco":
             return Verdict("wrong_size", f"{size} bytes decoded, the chunk has {len(sample.expected)}")
@@ -256,15 +307,7 @@ class DecoderChild:
         return Verdict("other_data")
 
     def close(self) -> None:
-        if self.proc is not None:
-            if self.proc.stdin is not None:
-                self.proc.stdin.close()
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-            self.proc = None
+        self._stop(kill=False)
 
 
 # -- the samples --------------------------------------------------------------------------------------------
@@ -330,7 +373,7 @@ def _compresso_samples() -> list[Sample]:
 
 def _cseg_fields(data: bytes, channels: int) -> tuple[HeaderField, ...]:
     """Channel offsets and the first block headers (table offset: 3 bytes, bits: 1, values offset: 4)."""
-    start = 4 * int.from_bytes(data[:4], "little")
+    start = min(4 * int.from_bytes(data[:4], "little"), max(0, len(data) - 48))
     fields = [HeaderField(f"channel{c}", 4 * c, 4) for c in range(channels)]
     for i in range(6):
         at = start + 8 * i
@@ -482,3 +525,159 @@ def samples() -> tuple[Sample, ...]:
     block = np.ascontiguousarray((rng.integers(0, 9, size=(40, 52)) * 37).astype(np.uint16))
     return tuple(_compresso_samples() + _cseg_samples() + _n5_samples(block) + _zarr2_samples(block)
                  + _zarr3_samples(block) + _stream_samples(block) + _draco_samples())
+
+
+# -- streams inside a dataset's files (the dataset fuzz's codec_header mutation) ---------------------------------
+#: Stream kinds whose header lies a read must catch or decode exactly (the runner compares with the seed).
+EXACT_STREAM_KINDS = frozenset({"compresso", "gzip", "lz4block"})
+#: At most this many streams of one kind are offered per file (a shard holds many chunks).
+MAX_STREAMS_PER_FILE = 32
+
+
+def _offsets(data: bytes, magic: bytes) -> list[int]:
+    out: list[int] = []
+    at = data.find(magic)
+    while at >= 0 and len(out) < MAX_STREAMS_PER_FILE:
+        out.append(at)
+        at = data.find(magic, at + 1)
+    return out
+
+
+def _positive(fields: tuple[HeaderField, ...]) -> tuple[HeaderField, ...]:
+    return tuple(f for f in fields if f.offset >= 0)
+
+
+@cache
+def _precomputed_encodings(root: str) -> dict[str, tuple[str, bool]]:
+    """``scale key -> (encoding, sharded)`` of the precomputed dataset at ``root`` (empty when it is none)."""
+    import json
+
+    try:
+        info = json.loads((Path(root) / "info").read_bytes())
+        return {str(s["key"]): (str(s.get("encoding")), "sharding" in s) for s in info.get("scales", [])
+                if isinstance(s, dict)}
+    except (OSError, ValueError, AttributeError, TypeError, KeyError):
+        return {}
+
+
+def codec_streams(path: Path, root: Path) -> list[tuple[str, int, tuple[HeaderField, ...]]]:
+    """The encoded streams in the file ``path`` of the dataset at ``root``: ``(kind, start, header fields)``."""
+    try:
+        data = path.read_bytes()
+    except OSError:
+        return []
+    out: list[tuple[str, int, tuple[HeaderField, ...]]] = []
+    out += [("compresso", at, COMPRESSO_FIELDS) for at in _offsets(data, b"cpso")]
+    out += [("draco", at, _positive(DRACO_FIELDS)) for at in _offsets(data, b"DRACO")]
+    out += [("zstd", at, _positive(ZSTD_FIELDS)) for at in _offsets(data, b"\x28\xb5\x2f\xfd")]
+    out += [("gzip", at, GZIP_FIELDS if at == 0 else _positive(GZIP_FIELDS))
+            for at in _offsets(data, b"\x1f\x8b\x08")]
+    out += [("lz4block", at, N5_LZ4_FIELDS) for at in _offsets(data, b"LZ4Block")]
+    for at in range(min(64, len(data) - 16)):  # a blosc buffer that ends with the file (zarr chunk, N5 block)
+        if data[at] in (1, 2) and data[at + 1] in (1, 2, 3, 4) and \
+                int.from_bytes(data[at + 12:at + 16], "little") == len(data) - at:
+            out.append(("blosc", at, BLOSC_FIELDS))
+    try:
+        scale = path.parent.relative_to(root).as_posix()
+    except ValueError:
+        return out
+    encoding, sharded = _precomputed_encodings(str(root)).get(scale, ("", False))
+    if encoding == "compressed_segmentation" and not sharded and not path.name.endswith((".gz", ".br")) \
+            and len(data) >= 4:
+        out.append(("cseg", 0, _cseg_fields(data, 1)))
+    return out
+
+
+
+# -- a campaign over the decoders (scripts/fuzz.py --surfaces decoders) ---------------------------------------
+@dataclass
+class DecoderReport:
+    """Counts over a decoder campaign, and every finding with the seed that reproduces it."""
+
+    cases: int = 0
+    wall_seconds: float = 0.0
+    outcomes: dict[str, int] = field(default_factory=dict)
+    by_codec: dict[str, dict[str, int]] = field(default_factory=dict)
+    findings: list[dict[str, Any]] = field(default_factory=list)
+    peak_rss_mb: float = 0.0
+
+    def add(self, seed: int, sample: Sample, which: HeaderField, value: int, verdict: Verdict) -> None:
+        self.cases += 1
+        self.outcomes[verdict.outcome] = self.outcomes.get(verdict.outcome, 0) + 1
+        per = self.by_codec.setdefault(sample.codec, {})
+        per[verdict.outcome] = per.get(verdict.outcome, 0) + 1
+        if verdict.outcome in FINDING_OUTCOMES:
+            self.findings.append({"seed": seed, "class": verdict.outcome, "sample": sample.name,
+                                  "field": which.name, "value": value, "detail": verdict.detail})
+
+    def to_json(self, max_findings: int = 200) -> dict[str, Any]:
+        return {"cases": self.cases, "wall_seconds": round(self.wall_seconds, 1),
+                "cases_per_second": round(self.cases / self.wall_seconds, 1) if self.wall_seconds else 0.0,
+                "peak_child_rss_mb": round(self.peak_rss_mb, 1), "findings": len(self.findings),
+                "findings_by_class": {c: self.outcomes.get(c, 0) for c in FINDING_OUTCOMES},
+                "outcomes": dict(sorted(self.outcomes.items())), "by_codec": dict(sorted(self.by_codec.items())),
+                "finding_list": self.findings[:max_findings]}
+
+    def summary(self) -> str:
+        doc = self.to_json(max_findings=0)
+        lines = [f"decoders: cases {doc['cases']}, wall {doc['wall_seconds']} s, {doc['cases_per_second']} cases/s, "
+                 f"findings {doc['findings']}, peak child RSS {doc['peak_child_rss_mb']} MiB",
+                 f"  findings by class: {doc['findings_by_class']}", f"  outcomes: {doc['outcomes']}"]
+        lines += [f"  {codec:24} {counts}" for codec, counts in doc["by_codec"].items()]
+        lines += [f"FINDING seed={f['seed']} {f['class']} {f['sample']}.{f['field']}={f['value']}: {f['detail']}"
+                  for f in self.findings[:50]]
+        return "\n".join(lines)
+
+
+def decoder_case(seed: int) -> tuple[Sample, HeaderField, int, bytes]:
+    """The mutation of ``seed``: a sample, one of its header fields, a hostile value, and the mutated bytes."""
+    import random
+
+    rng = random.Random(seed)
+    sample = rng.choice(samples())
+    which = rng.choice(sample.fields)
+    at = which.at(len(sample.data))
+    orig = int.from_bytes(sample.data[at:at + which.width], "little")
+    value = rng.choice((*HOSTILE_VALUES, orig + 1, max(0, orig - 1), 2 * orig, orig // 2, orig ^ 1,
+                        rng.getrandbits(8 * which.width), rng.getrandbits(8 * which.width)))
+    return sample, which, value, mutate(sample, which, value)
+
+
+def fuzz_decoders(seeds: Any, *, workers: int = 2, deadline: float | None = None, cpu_seconds: float = 20.0,
+                  wall_seconds: float = 300.0,
+                  on_case: Callable[[int, Verdict], None] = lambda seed, verdict: None) -> DecoderReport:
+    """Decode one header mutation per seed in ``workers`` child processes; the report of the campaign."""
+    import threading
+    import time
+
+    samples()  # build them once, before the threads ask
+    report = DecoderReport()
+    lock = threading.Lock()
+    todo = iter(seeds)
+    t0 = time.monotonic()
+
+    def work() -> None:
+        child = DecoderChild(cpu_seconds, wall_seconds)
+        try:
+            while deadline is None or time.monotonic() < deadline:
+                with lock:
+                    seed = next(todo, None)
+                if seed is None:
+                    return
+                sample, which, value, data = decoder_case(seed)
+                verdict = child.judge(sample, data, which.pinned) if data != sample.data else Verdict("exact")
+                with lock:
+                    report.add(seed, sample, which, value, verdict)
+                on_case(seed, verdict)
+        finally:
+            child.close()
+            with lock:
+                report.peak_rss_mb = max(report.peak_rss_mb, child.peak_rss_mb)
+
+    threads = [threading.Thread(target=work, daemon=True) for _ in range(max(1, workers))]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    report.wall_seconds = time.monotonic() - t0
+    return report

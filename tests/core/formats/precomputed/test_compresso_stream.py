@@ -9,7 +9,6 @@ a failed test and not a dead pytest.
 
 from __future__ import annotations
 
-import json
 import struct
 import subprocess
 import sys
@@ -18,56 +17,20 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from napari_shardscope.core.bytestore import LocalByteStore
 from napari_shardscope.core.errors import ChunkDecodeError
-from napari_shardscope.core.formats import open_dataset
 from napari_shardscope.core.formats.precomputed.compresso_stream import (
     FIELD_OFFSETS,
     check_compresso_stream,
     parse_compresso_header,
 )
-from napari_shardscope.core.formats.precomputed.shard_writer import group_by_shard, write_shard
-from napari_shardscope.core.formats.precomputed.sharding import parse_sharding_spec
 from napari_shardscope.core.volumes import open_volume
+from tests import precomputed_data
 from tests.fuzz.decoders import _label_volume
-
-SIZE, CHUNK = (64, 48, 16), (32, 24, 16)
-SHARDING = {"@type": "neuroglancer_uint64_sharded_v1", "preshift_bits": 0, "hash": "identity", "minishard_bits": 1,
-            "shard_bits": 1, "minishard_index_encoding": "gzip", "data_encoding": "raw"}
 
 
 def write_compresso_volume(root: Path, *, sharded: bool) -> np.ndarray:
-    """A uint64 segmentation in compresso chunks (``data_encoding`` raw: the chunks lie verbatim in the shards)."""
-    import compresso
-
-    labels = _label_volume(SIZE, seed=11, n=60)
-    scale = {"key": "s0", "size": list(SIZE), "voxel_offset": [0, 0, 0], "resolution": [8, 8, 40],
-             "chunk_sizes": [list(CHUNK)], "encoding": "compresso"}
-    if sharded:
-        scale["sharding"] = SHARDING
-    info = {"@type": "neuroglancer_multiscale_volume", "type": "segmentation", "data_type": "uint64",
-            "num_channels": 1, "scales": [scale]}
-    root.mkdir()
-    (root / "info").write_text(json.dumps(info))
-    sc = open_dataset(root).inspector().source("s0").scale
-    assert sc is not None
-    chunks: dict[int, bytes] = {}
-    for gx in range(SIZE[0] // CHUNK[0]):
-        for gy in range(SIZE[1] // CHUNK[1]):
-            x, y = gx * CHUNK[0], gy * CHUNK[1]
-            block = np.asfortranarray(labels[x:x + CHUNK[0], y:y + CHUNK[1], :])
-            data = bytes(compresso.compress(block))
-            if sharded:
-                chunks[sc.chunk_id((gx, gy, 0))] = data
-            else:
-                (root / "s0").mkdir(exist_ok=True)
-                (root / "s0" / f"{x}-{x + CHUNK[0]}_{y}-{y + CHUNK[1]}_0-{SIZE[2]}").write_bytes(data)
-    if sharded:
-        spec = parse_sharding_spec(SHARDING, key="info")
-        store = LocalByteStore(root)
-        for shard, ids in group_by_shard(spec, list(chunks)).items():
-            write_shard(store, "s0", spec, shard, {i: chunks[i] for i in ids})
-    return labels
+    """A 64 x 48 x 16 uint64 segmentation in four 32 x 24 x 16 compresso chunks (raw data encoding when sharded)."""
+    return precomputed_data.write_compresso_volume(root, sharded=sharded, size=(64, 48, 16), chunk=(32, 24, 16))
 
 
 def lie(root: Path, lies: list[tuple[str, int]]) -> int:
