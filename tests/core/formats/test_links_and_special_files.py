@@ -2,7 +2,7 @@
 
 A truly absent key is fill, as every format's spec says. A directory entry that is there but
 cannot be read is not absent: a dangling symbolic link (the data it pointed at is gone), a link
-loop, a FIFO, a socket or a directory where a data file should be. Before, zarr v3 and sharded
+loop, a FIFO, a socket, a device or a directory where a data file should be. Before, zarr v3 and sharded
 precomputed read a dangling link as fill and ``validate`` passed. Now, for every format, each of
 them is a ``validate`` finding naming the key, and reading the volume is a typed error (never fill,
 never a hang on the FIFO, which nothing may open).
@@ -17,8 +17,10 @@ import json
 import os
 import shutil
 import socket
+import stat
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -26,8 +28,23 @@ import pytest
 from tests.precomputed_data import SHARDING_IDENTITY_RAW, write_ts_volume
 from tests.volume_cases import build_format_cases
 
-#: The hostile kinds that must be findings and read errors; ``missing`` must be neither.
-KINDS = ("dangling_inside", "dangling_outside", "loop", "fifo", "socket", "directory")
+
+def _can_make_devices() -> bool:
+    """Whether this process may create device nodes (root, or CAP_MKNOD)."""
+    probe = Path(tempfile.mkdtemp()) / "null"
+    try:
+        os.mknod(probe, stat.S_IFCHR | 0o600, os.makedev(1, 3))
+    except OSError:
+        return False
+    finally:
+        shutil.rmtree(probe.parent, ignore_errors=True)
+    return True
+
+
+#: The hostile kinds that must be findings and read errors; ``missing`` must be neither. A character
+#: device (/dev/null's numbers) where this process may create one.
+KINDS = ("dangling_inside", "dangling_outside", "loop", "fifo", "socket", "directory",
+         *(("device",) if _can_make_devices() else ()))
 
 #: (name, dataset below the cases directory, a glob of its data files).
 FORMATS = (
@@ -79,6 +96,8 @@ def plant(path: Path, kind: str) -> None:
     elif kind == "directory":
         path.mkdir()
         (path / "0").write_bytes(b"\0" * 8)
+    elif kind == "device":
+        os.mknod(path, stat.S_IFCHR | 0o600, os.makedev(1, 3))
     elif kind != "missing":
         raise AssertionError(kind)
 
