@@ -643,6 +643,10 @@ def decoder_case(seed: int) -> tuple[Sample, HeaderField, int, bytes]:
     return sample, which, value, mutate(sample, which, value)
 
 
+#: Cases one decoder child process decodes before it is replaced.
+CHILD_CASES = 5000
+
+
 def fuzz_decoders(seeds: Any, *, workers: int = 2, deadline: float | None = None, cpu_seconds: float = 20.0,
                   wall_seconds: float = 300.0,
                   on_case: Callable[[int, Verdict], None] = lambda seed, verdict: None) -> DecoderReport:
@@ -658,12 +662,16 @@ def fuzz_decoders(seeds: Any, *, workers: int = 2, deadline: float | None = None
 
     def work() -> None:
         child = DecoderChild(cpu_seconds, wall_seconds)
+        done = 0
         try:
             while deadline is None or time.monotonic() < deadline:
                 with lock:
                     seed = next(todo, None)
                 if seed is None:
                     return
+                done += 1
+                if done % CHILD_CASES == 0:  # a fresh child now and then: a leak must not pile up into findings
+                    child.close()  # (its peak memory is kept; the next decode starts a new one)
                 sample, which, value, data = decoder_case(seed)
                 verdict = child.judge(sample, data, which.pinned) if data != sample.data else Verdict("exact")
                 with lock:
