@@ -547,16 +547,24 @@ def _positive(fields: tuple[HeaderField, ...]) -> tuple[HeaderField, ...]:
     return tuple(f for f in fields if f.offset >= 0)
 
 
-@cache
 def _precomputed_encodings(root: str) -> dict[str, tuple[str, bool]]:
-    """``scale key -> (encoding, sharded)`` of the precomputed dataset at ``root`` (empty when it is none)."""
-    import json
+    """``scale key -> (encoding, sharded)`` of the precomputed dataset at ``root`` (empty when it is none).
 
+    The ``info`` an earlier mutation of the same case damaged is read with care: a regular file of at
+    most a megabyte (a mutation may have made it a huge sparse file, a FIFO or deeply nested JSON).
+    """
+    import json
+    import stat
+
+    path = Path(root) / "info"
     try:
-        info = json.loads((Path(root) / "info").read_bytes())
+        st = path.lstat()
+        if not stat.S_ISREG(st.st_mode) or st.st_size > 1 << 20:
+            return {}
+        info = json.loads(path.read_bytes())
         return {str(s["key"]): (str(s.get("encoding")), "sharding" in s) for s in info.get("scales", [])
                 if isinstance(s, dict)}
-    except (OSError, ValueError, AttributeError, TypeError, KeyError):
+    except (OSError, ValueError, AttributeError, TypeError, KeyError, RecursionError):
         return {}
 
 
