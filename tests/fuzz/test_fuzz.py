@@ -234,3 +234,27 @@ def test_a_decoder_that_gives_other_voxels_without_an_error_is_a_finding(
     plain = HostileCase(0, seed.name, seed.fmt, root, tmp_path / "canary", tmp_path / "canary_dir",
                         ["flip:s0/x@[3]"])
     assert not promises_exact_reads(plain)  # a bit flip in data may change voxels: no promise, no finding
+
+
+@pytest.mark.parametrize("damage", ["fifo", "sparse"])
+def test_codec_header_never_opens_a_fifo_or_reads_a_huge_info(tmp_path: Path, damage: str) -> None:
+    """Campaign seeds 2001816 and 2000980: an earlier mutation of the same case had made ``info`` a FIFO (the
+    generator's read blocked forever: a hang in make_case) or a 1 TiB sparse file (MemoryError: a generator
+    error). The generator looks at ``info`` with lstat first. Run in a child process: a block fails the test."""
+    import subprocess
+    import sys
+
+    root = tmp_path / "ds"
+    (root / "s0").mkdir(parents=True)
+    (root / "s0" / "0-8_0-8_0-8").write_bytes(b"cpso" + bytes(40))
+    if damage == "fifo":
+        os.mkfifo(root / "info")
+    else:
+        (root / "info").write_bytes(b"{}")
+        os.truncate(root / "info", 1 << 40)
+    code = ("import sys; from pathlib import Path; from tests.fuzz.decoders import codec_streams\n"
+            "print([k for k, _, _ in codec_streams(Path(sys.argv[1]) / 's0' / '0-8_0-8_0-8', Path(sys.argv[1]))])")
+    done = subprocess.run([sys.executable, "-c", code, str(root)], capture_output=True, text=True, timeout=120,
+                          cwd=Path(__file__).resolve().parents[2])
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == "['compresso']"
