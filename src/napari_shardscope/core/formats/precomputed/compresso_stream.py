@@ -100,7 +100,8 @@ class CompressoHeader:
     @property
     def grid(self) -> tuple[int, int, int]:
         """Step windows along x, y, z (rounded up)."""
-        return tuple(-(-n // s) for n, s in zip(self.size, self.steps, strict=True))  # type: ignore[return-value]
+        (sx, sy, sz), (xs, ys, zs) = self.size, self.steps
+        return -(-sx // xs), -(-sy // ys), -(-sz // zs)
 
 
 def parse_compresso_header(data: bytes, *, key: str) -> CompressoHeader:
@@ -111,6 +112,7 @@ def parse_compresso_header(data: bytes, *, key: str) -> CompressoHeader:
     if data[:4] != MAGIC:
         raise ChunkDecodeError(f"compresso stream does not start with {MAGIC!r} (found {bytes(data[:4])!r})",
                                key=key, offset=0)
+
     def le(at: int, width: int) -> int:
         return int.from_bytes(data[at:at + width], "little")
 
