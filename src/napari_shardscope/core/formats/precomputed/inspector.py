@@ -15,6 +15,7 @@ import math
 from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -54,8 +55,8 @@ from napari_shardscope.core.formats.precomputed.shard_reader import (
 )
 from napari_shardscope.core.formats.precomputed.sharding import ShardingSpec, parse_sharding_spec
 from napari_shardscope.core.formats.precomputed.validate import ChunkCheck, DataBefore, validate_shard_file
-from napari_shardscope.core.formats.precomputed.volume import volume_placement
-from napari_shardscope.core.formats.problem import Problem
+from napari_shardscope.core.formats.precomputed.volume import is_data_file_name, volume_placement
+from napari_shardscope.core.formats.problem import Problem, unreadable_problems
 from napari_shardscope.core.formats.volume_spec import VolumePlacement
 from napari_shardscope.core.json_document import load_json
 from napari_shardscope.core.progress import Progress
@@ -518,8 +519,13 @@ class PrecomputedInspector:
         """Check every shard file of one scale (or all): see :mod:`.validate` for the checks."""
         sources = [self.source(scale)] if scale is not None else self.sources
         for source in sources:
+            # dangling links, link loops, FIFOs, sockets, and directories named like shard or chunk files
+            unreadable, bad = unreadable_problems(self.store, f"{source.prefix}/" if source.prefix else "",
+                                                  partial(is_data_file_name, source.sharding, source.scale),
+                                                  "shard" if source.sharding is not None else "chunk")
+            yield from unreadable
             if source.sharding is None:
-                yield from self._validate_unsharded(source, progress)
+                yield from self._validate_unsharded(source, progress, bad)
                 continue
             reader = self.reader(source)
             try:
@@ -527,13 +533,19 @@ class PrecomputedInspector:
             except FormatError as exc:
                 yield Problem(exc.key or source.prefix, exc.message, exc.offset)
                 continue
-            yield from self._unexpected_files(source)
+            yield from (p for p in self._unexpected_files(source) if p.key not in bad)
             check = self._chunk_check(source)
             before: DataBefore | None = _fragments_before if source.info_type == MULTILOD else None
             for i, shard in enumerate(shards):
                 if progress is not None:
                     progress(i, len(shards), f"{source.name} shard {shard}")
-                file = reader.shard_file(shard)
+                if reader.shard_key(shard) in bad or reader.shard_key(shard, "index") in bad:
+                    continue  # reported above
+                try:
+                    file = reader.shard_file(shard)
+                except FormatError as exc:  # replaced by a link or special file since the scan
+                    yield Problem(exc.key or reader.shard_key(shard), exc.message, exc.offset)
+                    continue
                 if file is None:
                     continue
                 try:
@@ -598,7 +610,8 @@ class PrecomputedInspector:
 
         return check
 
-    def _validate_unsharded(self, source: Source, progress: Progress | None) -> Iterator[Problem]:
+    def _validate_unsharded(self, source: Source, progress: Progress | None,
+                            bad: frozenset[str] | set[str] = frozenset()) -> Iterator[Problem]:
         """Each chunk file: its name a chunk of the grid, and its bytes decoding to exactly that chunk.
 
         Chunks in the encodings we decode ourselves (raw, compressed_segmentation, compresso) are
@@ -609,7 +622,7 @@ class PrecomputedInspector:
         if sc is None or self.volume is None:
             return
         prefix = f"{source.prefix}/"
-        keys = [k for k in self.store.list(prefix) if "/" not in k[len(prefix) :]]
+        keys = [k for k in self.store.list(prefix) if "/" not in k[len(prefix) :] and k not in bad]
         for i, key in enumerate(keys):
             if progress is not None and i % 256 == 0:
                 progress(i, len(keys), f"{source.name} chunk files")
