@@ -86,5 +86,29 @@ def open_dataset(url: str | os.PathLike[str] | Location, context: Any = None) ->
     raise NotADatasetError(f"{location.url}: no {documents} here, so it is not a {names} dataset")
 
 
+def open_annotations(url: str | os.PathLike[str] | Location, context: Any = None) -> Any:
+    """Open the precomputed annotation collection at ``url`` (``info`` with ``neuroglancer_annotations_v1``).
+
+    Returns its :class:`~napari_shardscope.core.formats.precomputed.annotations.reader.AnnotationSource`:
+    ``get``/``get_many`` by annotation id, ``related`` by segment, ``cell``/``query_box`` through the
+    spatial index, ``all``/``iter_batches`` for everything, and ``locate_*`` for where each is stored.
+
+    Raises
+    ------
+    NotADatasetError
+        When there is no ``info`` at ``url``.
+    MetadataError
+        When the ``info`` is not an annotation collection's, or breaks the spec.
+    """
+    dataset = open_dataset(url, context)
+    opener = getattr(dataset, "annotations", None)
+    if opener is None:
+        from napari_shardscope.core.errors import MetadataError
+
+        raise MetadataError(f"is a {dataset.format_name} dataset, not a precomputed annotation collection",
+                            key=dataset.url)
+    return opener()
+
+
 def _or(words: list[str]) -> str:
     return words[0] if len(words) == 1 else ", ".join(words[:-1]) + " or " + words[-1]

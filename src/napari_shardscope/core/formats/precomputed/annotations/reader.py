@@ -14,7 +14,7 @@ allocates more than :data:`MAX_CHUNK_BYTES`; a box query visits at most ``max_ce
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -74,6 +74,11 @@ class StoredChunk:
     offset: int = 0
 
 
+def index_bounds(max_keys: int | None) -> DecodeBounds:
+    """What an annotation index's metadata implies about its decoded sizes (a spatial level: its cell count)."""
+    return DecodeBounds(max_chunks=max_keys, max_chunk_bytes=MAX_CHUNK_BYTES)
+
+
 class KeyedDirectory:
     """One index directory: unsharded files, or a sharded directory read with a :class:`ShardedReader`.
 
@@ -81,14 +86,14 @@ class KeyedDirectory:
     hostile minishard index cannot make the reader inflate more entries than that.
     """
 
-    def __init__(self, store: ByteStore, prefix: str, sharding: Any, *, max_keys: int | None = None) -> None:
+    def __init__(self, store: ByteStore, prefix: str, sharding: Any, *, max_keys: int | None = None,
+                 reader: ShardedReader | None = None) -> None:
         self.store = store
         self.prefix = prefix
         self.sharding = sharding
-        self.reader: ShardedReader | None = None
-        if sharding is not None:
-            self.reader = ShardedReader(store, prefix, sharding,
-                                        bounds=DecodeBounds(max_chunks=max_keys, max_chunk_bytes=MAX_CHUNK_BYTES))
+        self.reader: ShardedReader | None = reader
+        if sharding is not None and reader is None:
+            self.reader = ShardedReader(store, prefix, sharding, bounds=index_bounds(max_keys))
 
     def display(self, name: str) -> str:
         return join_key(self.prefix, name)
@@ -175,14 +180,21 @@ class AnnotationSource:
         The byte store rooted at the collection (its ``info``'s directory).
     info
         The parsed ``info``.
+    readers
+        Shard readers to use, by index directory (the inspector's, so that ``locate`` and reads share
+        one set of index caches); the rest are made here.
     """
 
-    def __init__(self, store: ByteStore, info: AnnotationInfo) -> None:
+    def __init__(self, store: ByteStore, info: AnnotationInfo,
+                 readers: Mapping[str, ShardedReader] | None = None) -> None:
         self.store = store
         self.info = info
-        self.by_id = KeyedDirectory(store, info.by_id.key, info.by_id.sharding)
-        self.relationship_dirs = {r.id or "": KeyedDirectory(store, r.key, r.sharding) for r in info.relationships}
-        self.level_dirs = [KeyedDirectory(store, s.key, s.sharding, max_keys=s.num_cells) for s in info.spatial]
+        given = dict(readers or {})
+        self.by_id = KeyedDirectory(store, info.by_id.key, info.by_id.sharding, reader=given.get(info.by_id.key))
+        self.relationship_dirs = {r.id or "": KeyedDirectory(store, r.key, r.sharding, reader=given.get(r.key))
+                                  for r in info.relationships}
+        self.level_dirs = [KeyedDirectory(store, s.key, s.sharding, max_keys=s.num_cells, reader=given.get(s.key))
+                           for s in info.spatial]
 
     def __repr__(self) -> str:
         s = self.info.schema
