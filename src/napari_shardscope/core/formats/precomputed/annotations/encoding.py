@@ -46,7 +46,7 @@ def encode_multiple(batch: Annotations) -> bytes:
     schema = batch.schema
     n = len(batch)
     if schema.annotation_type == "polyline":
-        body, _ = _polyline_records(batch)
+        body, _ = polyline_records(batch)
         return b"".join((np.uint64(n).astype("<u8").tobytes(), body.tobytes(), batch.ids.astype("<u8").tobytes()))
     record = schema.layout.record_bytes
     assert record is not None
@@ -86,7 +86,7 @@ def _property_block(batch: Annotations) -> npt.NDArray[np.uint8]:
     return block.view(np.uint8).reshape(len(batch), layout.property_bytes)
 
 
-def _polyline_records(batch: Annotations) -> tuple[npt.NDArray[np.uint8], I64]:
+def polyline_records(batch: Annotations) -> tuple[npt.NDArray[np.uint8], I64]:
     """Polyline records back to back, and each one's start in them."""
     assert batch.point_offsets is not None
     rank = batch.schema.rank
@@ -232,9 +232,11 @@ def encode_single_many(batch: Annotations) -> tuple[npt.NDArray[np.uint8], I64, 
     schema = batch.schema
     n = len(batch)
     rels = _relationships_of(batch)
+    if n == 0:
+        return np.zeros(0, dtype=np.uint8), np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
     counts = [r.counts for r in rels]
     if schema.annotation_type == "polyline":
-        records, rec_starts = _polyline_records(batch)
+        records, rec_starts = polyline_records(batch)
         rec_lengths = np.diff(np.append(rec_starts, records.size))
     else:
         constant = [c for c in counts if c.size and np.all(c == c[0])]

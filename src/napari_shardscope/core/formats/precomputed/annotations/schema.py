@@ -232,6 +232,18 @@ class AnnotationSchema:
         """float32 values of one fixed-size geometry (``rank`` or ``2 * rank``); 0 for polylines."""
         return self.layout.geometry_values
 
+    def in_encoding_order(self) -> AnnotationSchema:
+        """The same schema with its properties listed in encoding order (4-byte types, 2-byte, 1-byte).
+
+        Neuroglancer sorts the properties itself, but the ``neuroglancer`` wheel's and CloudVolume's
+        readers take the ``info`` order as the encoding order: an ``info`` listed this way reads the
+        same in all of them. The encoding is unchanged (it is the same stable sort).
+        """
+        ordered = tuple(self.properties[i] for i in property_order(self.properties))
+        if ordered == self.properties:
+            return self
+        return AnnotationSchema(self.annotation_type, self.dimensions, ordered, self.relationships)
+
     def property_spec(self, property_id: str) -> PropertySpec:
         for p in self.properties:
             if p.id == property_id:

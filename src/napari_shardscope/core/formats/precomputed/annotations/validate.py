@@ -30,9 +30,9 @@ from napari_shardscope.core.bytestore import join_key, read_bounded
 from napari_shardscope.core.encoding import gunzip
 from napari_shardscope.core.errors import ArgumentError, ChunkDecodeError, FormatError, StoreError
 from napari_shardscope.core.formats.precomputed.annotations.encoding import (
-    _polyline_records,
     decode_multiple,
     decode_single,
+    polyline_records,
     record_words,
 )
 from napari_shardscope.core.formats.precomputed.annotations.info import SpatialLevel
@@ -70,7 +70,7 @@ def record_digests(batch: Annotations) -> U64:
         for col in range(words.shape[1]):
             h = splitmix64(h ^ (words[:, col].astype(np.uint64) + np.uint64(col)))
         return h
-    flat, starts = _polyline_records(batch)
+    flat, starts = polyline_records(batch)
     lengths = np.diff(np.append(starts, flat.size))
     padded = np.zeros(int(flat.size + 3) // 4 * 4, dtype=np.uint8)
     padded[: flat.size] = flat

@@ -8,7 +8,7 @@ index Neuroglancer reads:
   annotations related to it;
 * ``spatial0``, ``spatial1``, …: the levels :func:`~.spatial.build_levels` makes by the spec's
   sampling rule, each cell in the multiple encoding;
-* ``info``, last.
+* ``info``, last, its properties listed in encoding order (:meth:`~.schema.AnnotationSchema.in_encoding_order`).
 
 Each index is sharded (``neuroglancer_uint64_sharded_v1``, written a whole shard file at a time with
 the minishard layout of :mod:`..shard_writer`) or one file per key, as asked. Sharding parameters are
@@ -31,6 +31,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import ctypes.util
+import dataclasses
 import json
 import math
 import os
@@ -51,9 +52,9 @@ from napari_shardscope.core.bytestore.oserrors import storage_fault
 from napari_shardscope.core.encoding import DEFAULT_GZIP_LEVEL, Encoding, check_level, encode_bytes
 from napari_shardscope.core.errors import ArgumentError, RefusedDestinationError
 from napari_shardscope.core.formats.precomputed.annotations.encoding import (
-    _polyline_records,
     encode_multiple,
     encode_single_many,
+    polyline_records,
     record_words,
 )
 from napari_shardscope.core.formats.precomputed.annotations.info import (
@@ -209,7 +210,8 @@ def write_annotations(
     check_level(gzip_level)
     if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
         raise ArgumentError(f"limit must be a positive integer, got {limit!r}")
-    schema = annotations.schema
+    schema = annotations.schema.in_encoding_order()  # every reader then agrees on the records (see there)
+    annotations = dataclasses.replace(annotations, schema=schema)
     if schema.relationships and annotations.relationships is None:
         raise ArgumentError(f"the annotations carry no related ids, and the schema has relationships "
                             f"{list(schema.relationships)}")
@@ -364,7 +366,7 @@ class _Records:
 
 def _record_source(batch: Annotations) -> _Records:
     if batch.schema.annotation_type == "polyline":
-        flat, starts = _polyline_records(batch)
+        flat, starts = polyline_records(batch)
         return _Records(None, flat, starts, batch.ids.astype("<u8"))
     return _Records(record_words(batch), None, None, batch.ids.astype("<u8"))
 
