@@ -68,7 +68,7 @@ def random_batch(schema: AnnotationSchema, n: int, seed: int, *, extent: float =
         b = np.clip(a + rng.normal(0, extent * 0.05, (n, rank)), 0, extent * 0.999)
         geometry = np.concatenate([a, b], axis=1)
     props = {p.id: property_values(p, n, rng) for p in schema.properties}
-    rels = {r: [list(rng.integers(0, 50, int(rng.integers(0, max_related + 1)))) for _ in range(n)]
+    rels = {r: [list(rng.choice(50, int(rng.integers(0, max_related + 1)), replace=False) + 1) for _ in range(n)]
             for r in schema.relationships}
     return make_annotations(schema, ids, geometry, props, rels)
 

@@ -70,7 +70,6 @@ _DELETE = object()
     ("dimensions", {}, "dimensions must be a non-empty"),
     ("dimensions.x", [0, "nm"], "positive scale"),
     ("lower_bound", [0, 0], "lower_bound must be a list of 3 finite numbers"),
-    ("upper_bound", [100, -1, 10], r"upper_bound\[1\] -1.0 is below"),
     ("annotation_type", "SPHERE", "annotation_type must be one of"),
     ("properties.0.id", "Score", "must match"),
     ("properties.0.type", "float64", "type must be one of"),

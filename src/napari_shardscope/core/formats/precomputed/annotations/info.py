@@ -4,7 +4,9 @@ Parsed strictly, like a volume ``info``: a wrong member is a :class:`MetadataErr
 path and value. What the spec (Neuroglancer's :file:`annotation.rst` and its JSON schema) requires:
 
 * ``dimensions`` (``{name: [scale, unit]}``, the rank is their number), ``lower_bound`` and
-  ``upper_bound`` (``rank`` finite numbers; the lower bound is the origin of every spatial grid);
+  ``upper_bound`` (``rank`` finite numbers; the lower bound is the origin of every spatial grid). An
+  upper bound below the lower one is read (the ``neuroglancer`` wheel's writer puts the largest radius
+  there for ellipsoids, and Neuroglancer shows such a collection) and reported by ``validate``;
 * ``annotation_type``: ``POINT``, ``LINE``, ``AXIS_ALIGNED_BOUNDING_BOX``, ``ELLIPSOID`` or ``POLYLINE``
   (any case, as Neuroglancer reads it; written upper-case, as CloudVolume requires);
 * ``properties`` (:mod:`.schema`), ``relationships`` (``id``, ``key``, optional ``sharding``),
@@ -145,9 +147,6 @@ def parse_annotation_info(data: bytes | str | Mapping[str, Any], *, key: str = "
     rank = len(dimensions)
     lower = _vector(obj.get("lower_bound"), rank, "lower_bound", key=key)
     upper = _vector(obj.get("upper_bound"), rank, "upper_bound", key=key)
-    bad = next((d for d in range(rank) if upper[d] < lower[d]), None)
-    if bad is not None:
-        raise MetadataError(f"upper_bound[{bad}] {upper[bad]} is below lower_bound[{bad}] {lower[bad]}", key=key)
     annotation_type = parse_annotation_type(obj.get("annotation_type"), key=key)
     properties = parse_properties(obj.get("properties"), key=key)
 

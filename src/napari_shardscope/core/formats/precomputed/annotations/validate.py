@@ -157,6 +157,11 @@ def validate_annotations(source: AnnotationSource, *, index: str | None = None,
     names = [name for name, _ in jobs]
     if index is not None and index not in names:
         raise ArgumentError(f"no index {index!r}; this collection has {names}")
+    below = [d for d in range(info.rank) if info.upper_bound[d] < info.lower_bound[d]]
+    if below and index is None:
+        d = below[0]
+        yield Problem("info", f"upper_bound[{d}] {info.upper_bound[d]:g} is below lower_bound[{d}] "
+                      f"{info.lower_bound[d]:g}: the bounds contain no annotation")
     for name, job in jobs:
         if index is None or name == index:
             yield from job()

@@ -377,6 +377,9 @@ def _grouped_contents(batch: Annotations, records: _Records, keys: U64, members:
     if order is None:
         order = np.lexsort((batch.ids[members], keys)) if sort_by_key else np.arange(keys.size)
     keys, members = keys[order], members[order]
+    if sort_by_key and keys.size:  # an annotation listing a segment twice is listed under it once
+        first = np.concatenate([[True], (keys[1:] != keys[:-1]) | (members[1:] != members[:-1])])
+        keys, members = keys[first], members[first]
     if keys.size:
         bounds = np.concatenate([[0], np.flatnonzero(np.diff(keys)) + 1, [keys.size]]).astype(np.int64)
     else:
