@@ -24,7 +24,7 @@ import numpy.typing as npt
 
 from napari_shardscope.core.bytestore import ByteStore, join_key, read_bounded, read_ranges
 from napari_shardscope.core.encoding import MAX_DECODED_BYTES, gunzip
-from napari_shardscope.core.errors import ArgumentError, ChunkDecodeError, IndexDecodeError
+from napari_shardscope.core.errors import ArgumentError, ChunkDecodeError, IndexDecodeError, StoreError
 from napari_shardscope.core.formats.precomputed.annotations.encoding import (
     decode_multiple,
     decode_single,
@@ -60,6 +60,8 @@ MAX_CHUNK_BYTES = MAX_DECODED_BYTES
 MAX_QUERY_CELLS = 1 << 16
 #: Whole-key reads in flight at once on a remote store.
 READ_THREADS = 16
+#: Most shard files probed one by one where the store cannot list them.
+MAX_PROBED_SHARDS = 4096
 #: A minishard's chunks are read as one span up to this size (else one read per chunk).
 MAX_SPAN_BYTES = 256 << 20
 GZ = ".gz"
@@ -222,11 +224,15 @@ class AnnotationSource:
         return concatenate(parts, self.schema)
 
     def ids(self) -> U64:
-        """Every annotation id ``by_id`` stores, sorted (lists the directory, or reads the minishard indexes)."""
+        """Every annotation id ``by_id`` stores, sorted (lists the directory, or reads the minishard indexes).
+
+        Raises :class:`StoreError` for an unsharded ``by_id`` on a store that cannot list (plain HTTP):
+        ids are then found through the spatial index (:meth:`query_box`) or asked for (:meth:`get_many`).
+        """
         reader = self.by_id.reader
         if reader is not None:
             parts = [np.asarray([loc.chunk_id for loc in reader.iter_chunks(shard)], dtype=np.uint64)
-                     for shard in reader.existing_shards()]
+                     for shard in shards_of(reader)]
             return np.unique(np.concatenate(parts)) if parts else np.zeros(0, np.uint64)
         found = sorted({int(n) for n in self.by_id.names() if _is_uint64(n)})
         return np.asarray(found, dtype=np.uint64)
@@ -248,7 +254,7 @@ class AnnotationSource:
                 if decoded:
                     yield concatenate(decoded, self.schema)
             return
-        for shard in reader.existing_shards():
+        for shard in shards_of(reader):
             index = reader.shard_index(shard)
             if index is None:
                 continue
@@ -405,6 +411,17 @@ class AnnotationSource:
                                     f"{list(self.info.lower_bound)} .. {list(self.info.upper_bound)}")
             out.append({**self.locate_cell(level, [int(c) for c in first]), "point": [float(v) for v in p]})
         return out
+
+
+def shards_of(reader: ShardedReader) -> list[int]:
+    """The shards of a sharded index that have a file: listed, or probed on a store that cannot list
+    (plain HTTP) when there are at most :data:`MAX_PROBED_SHARDS`."""
+    try:
+        return reader.existing_shards()
+    except StoreError:
+        if reader.spec.num_shards > MAX_PROBED_SHARDS:
+            raise
+        return [f.shard for f in reader.load_shard_files(range(reader.spec.num_shards)) if f is not None]
 
 
 def _locate(directory: KeyedDirectory, source: str, chunk_id: int, name: str, what: dict[str, Any]) -> dict[str, Any]:
