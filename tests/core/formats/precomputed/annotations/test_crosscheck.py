@@ -23,7 +23,7 @@ from napari_shardscope.core.formats import open_annotations
 from napari_shardscope.core.formats.precomputed.annotations.encoding import encode_multiple, encode_single
 from napari_shardscope.core.formats.precomputed.annotations.schema import AnnotationSchema, PropertySpec
 from napari_shardscope.core.formats.precomputed.annotations.spatial import cell_chunk_id, cell_of_chunk_id
-from napari_shardscope.core.formats.precomputed.annotations.table import Annotations, make_annotations
+from napari_shardscope.core.formats.precomputed.annotations.table import Annotations
 from napari_shardscope.core.formats.precomputed.annotations.writer import write_annotations
 from tests.core.formats.precomputed.annotations.cases import DIMENSIONS, assert_same, random_batch
 from tests.realdata import realdata_path
