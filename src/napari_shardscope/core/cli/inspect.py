@@ -158,6 +158,9 @@ def cmd_locate(args: argparse.Namespace) -> int:
     if args.annotation is not None or args.cell is not None or args.point is not None:
         result = _locate_annotation(inspector, args)
     elif args.voxel is not None:
+        if getattr(inspector, "annotation_info", None) is not None:
+            raise ArgumentError("a precomputed annotation collection is keyed by id, not by voxel: locate "
+                                "--point X,Y,Z, --cell I,J,K, --annotation ID or --segment ID")
         native, index = _native_voxel(args)
         result = {**inspector.locate_voxel(native, args.scale), "voxel_zyx": list(index)}
     else:
