@@ -11,12 +11,15 @@ suffix (``precomputed://``, ``URL|zarr3:``) or a URL naming the document itself 
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from napari_shardscope.core.bytestore import Location, parse_url
 from napari_shardscope.core.bytestore.kvreads import read_keys
 from napari_shardscope.core.errors import NotADatasetError
 from napari_shardscope.core.formats.api import Dataset, Format
+
+if TYPE_CHECKING:
+    from napari_shardscope.core.formats.precomputed.annotations.reader import AnnotationSource
 
 _PKG = "napari_shardscope.core.formats"  # each opener is imported on first use
 
@@ -86,7 +89,7 @@ def open_dataset(url: str | os.PathLike[str] | Location, context: Any = None) ->
     raise NotADatasetError(f"{location.url}: no {documents} here, so it is not a {names} dataset")
 
 
-def open_annotations(url: str | os.PathLike[str] | Location, context: Any = None) -> Any:
+def open_annotations(url: str | os.PathLike[str] | Location, context: Any = None) -> AnnotationSource:
     """Open the precomputed annotation collection at ``url`` (``info`` with ``neuroglancer_annotations_v1``).
 
     Returns its :class:`~napari_shardscope.core.formats.precomputed.annotations.reader.AnnotationSource`:
@@ -102,12 +105,13 @@ def open_annotations(url: str | os.PathLike[str] | Location, context: Any = None
     """
     dataset = open_dataset(url, context)
     opener = getattr(dataset, "annotations", None)
-    if opener is None:
+    if not callable(opener):
         from napari_shardscope.core.errors import MetadataError
 
         raise MetadataError(f"is a {dataset.format_name} dataset, not a precomputed annotation collection",
                             key=dataset.url)
-    return opener()
+    source: AnnotationSource = opener()
+    return source
 
 
 def _or(words: list[str]) -> str:

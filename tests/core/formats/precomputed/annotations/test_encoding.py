@@ -172,3 +172,7 @@ def test_columns_that_do_not_fit_the_schema_are_argument_errors() -> None:
         make_annotations(POINT, [-1], [[1, 2, 3]], {"s": [1]}, {"pre": [[]]})
     with pytest.raises(ArgumentError, match="at least 2 points"):
         make_annotations(AnnotationSchema("polyline", DIMENSIONS), [1], [np.zeros((1, 3))])
+    one_each = make_annotations(POINT, [1, 2], [[1, 2, 3], [4, 5, 6]], {"s": [1, 2]}, {"pre": [5, 6]})
+    assert one_each.relationships is not None and one_each.relationships["pre"].tolists() == [[5], [6]]
+    with pytest.raises(ArgumentError, match="one list of ids per annotation"):
+        make_annotations(POINT, [1, 2], [[1, 2, 3], [4, 5, 6]], {"s": [1, 2]}, {"pre": ["a", "b"]})

@@ -75,6 +75,11 @@ class Related:
                 raise ArgumentError(f"relationship {name!r} has {values.size} ids for {n} annotations")
             return Related(np.arange(n + 1, dtype=np.int64), values)
         seqs = list(lists)
+        if seqs and all(isinstance(v, int | np.integer) and not isinstance(v, bool) for v in seqs):
+            return Related.of_lists(np.asarray(_uint64(np.asarray(seqs, dtype=object), f"relationship {name!r}")),
+                                    n, name=name)
+        if not all(isinstance(v, Sequence | np.ndarray) and not isinstance(v, str | bytes) for v in seqs):
+            raise ArgumentError(f"relationship {name!r} must be one list of ids per annotation, or one id each")
         if len(seqs) != n:
             raise ArgumentError(f"relationship {name!r} has {len(seqs)} lists for {n} annotations")
         counts = np.fromiter((len(s) for s in seqs), dtype=np.int64, count=n)
