@@ -67,3 +67,11 @@ def test_absent_real_datasets_fail_where_required(tmp_path: Path) -> None:
     assert "1 passed" in summary and "skipped" not in summary and "ran without the data" not in result.stdout, summary
     counts = {word: int(n) for n, word in re.findall(r"(\d+) (failed|errors?)", summary)}
     assert sum(counts.values()) == 4, summary  # each test that needs the data fails (in the test or its setup)
+
+
+def test_no_test_finds_the_real_datasets_by_hand() -> None:
+    """Every test reaches the data through tests/realdata.py, so one variable and one rule decide skip or fail."""
+    by_hand = re.compile(r'"shared" / "realdata"|/shared/realdata"|skipif\(not [^\n]*REALDATA|pytest\.skip\(f?"no real')
+    offenders = [str(p.relative_to(REPO)) for p in sorted((REPO / "tests").rglob("*.py"))
+                 if p.name not in ("realdata.py", Path(__file__).name) and by_hand.search(p.read_text())]
+    assert offenders == [], offenders

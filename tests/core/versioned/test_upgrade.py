@@ -27,7 +27,7 @@ from napari_shardscope.core.versioned import (
     open_keyvalue,
     open_repository,
 )
-from napari_shardscope.core.versioned.migrate import migrate_repository, register_migration
+from napari_shardscope.core.versioned.migrate import StepOutcome, migrate_repository, register_migration
 from napari_shardscope.core.versioned.repository import MARKER_FILE
 from tests.core.versioned.format1 import downgrade_to_format_1, stored_format
 
@@ -117,7 +117,7 @@ def test_migrate_reports_the_upgrade_then_nothing(old_repo: tuple[Path, list[obj
     assert first.returncode == 0, first.stderr
     report = json.loads(first.stdout)
     assert report["ok"] and report["changed"] and report["problems"] == []
-    assert report["steps"][0] == {"name": "repository-format",
+    assert report["steps"][0] == {"name": "repository-format", "from": 1, "to": 2,
                                   "done": "repository format 1 upgraded to 2 (DAG records read on demand)"}
     again = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     assert again.returncode == 0 and json.loads(again.stdout)["changed"] is False
@@ -130,14 +130,39 @@ def test_migrate_reports_the_upgrade_then_nothing(old_repo: tuple[Path, list[obj
 def test_registered_steps_run_in_order_then_verify(tmp_path: Path) -> None:
     """The hook another data type's migration plugs into: steps run in registration order."""
     ran: list[str] = []
-    register_migration("test-a", lambda repo: ran.append("a") or "did a")
-    register_migration("test-b", lambda repo: ran.append("b") and None)
+    register_migration("test-a", lambda repo, progress: ran.append("a") or "did a")
+    register_migration("test-b", lambda repo, progress: ran.append("b") and None)
     try:
         with create_repository(tmp_path / "r") as repo:
             report = migrate_repository(repo)
         assert ran == ["a", "b"]
         assert [(s.name, s.done) for s in report.steps][-2:] == [("test-a", "did a"), ("test-b", None)]
         assert report.problems == () and report.changed
+    finally:
+        from napari_shardscope.core.versioned import migrate
+
+        migrate._STEPS[:] = [s for s in migrate._STEPS if not s.name.startswith("test-")]
+
+
+def test_a_step_reports_figures_and_what_it_left(tmp_path: Path) -> None:
+    """A data type's step (the labelmap's) gives figures for --json and what it could not do: the
+    latter are problems (exit 1), listed before what verify finds; progress reaches the step."""
+    seen: list[tuple[int, int, str]] = []
+
+    def step(repo: object, progress: object) -> StepOutcome:
+        assert callable(progress)
+        progress(1, 1, "seg")
+        return StepOutcome("migrated labelmap(s) seg", {"labelmaps": ["seg"], "versions": 3}, ("seg@abc: left",))
+
+    register_migration("test-figures", step)
+    try:
+        with create_repository(tmp_path / "r") as repo:
+            report = migrate_repository(repo, progress=lambda d, t, w: seen.append((d, t, w)))
+        doc = report.to_json()
+        assert seen == [(1, 1, "seg")]
+        assert doc["steps"][-1] == {"name": "test-figures", "done": "migrated labelmap(s) seg",
+                                    "labelmaps": ["seg"], "versions": 3}
+        assert doc["problems"] == ["seg@abc: left"] and doc["ok"] is False and doc["changed"] is True
     finally:
         from napari_shardscope.core.versioned import migrate
 

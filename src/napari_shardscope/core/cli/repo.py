@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import base64
+import importlib
 import re
 import sys
 from datetime import datetime
@@ -18,17 +19,21 @@ from pathlib import Path
 from typing import Any
 
 from napari_shardscope.core.cli.common import (
+    QUIET,
+    REF,
     REPOSITORY,
     emit,
     parse_positive_int,
     print_json,
     print_json_line,
+    progress_unless_quiet,
     read_argument_file,
 )
 from napari_shardscope.core.cli.parser import Verb, VerbGroup, arg
 from napari_shardscope.core.errors import EXIT_CHECK_FAILED, EXIT_OK, ArgumentError, NotFoundError, ShardscopeError
 from napari_shardscope.core.versioned import (
     MergeConflictError,
+    OpenParentError,
     Repository,
     Version,
     create_repository,
@@ -133,7 +138,17 @@ def cmd_commit(args: argparse.Namespace) -> int:
 
 def cmd_branch(args: argparse.Namespace) -> int:
     with open_repository(args.path) as repo:
-        v = repo.new_version(args.parent, args.name)
+        try:
+            v = repo.new_version(args.parent, args.name)
+        except OpenParentError as exc:  # say which committed version to branch from, as a command to run
+            head = repo.version(exc.version)
+            name = f" {args.name}" if args.name else ""
+            commit = f"shardscope repo commit {args.path} {head.short} -m MESSAGE"
+            instead = (f", or branch from its committed parent: shardscope repo branch {args.path} "
+                       f"{exc.committed_parent[:8]}{name}") if exc.committed_parent else ""
+            raise OpenParentError(f"version {head.short} (head of branch {head.branch!r}) is open: commit it first "
+                                  f"({commit}){instead}", version=exc.version,
+                                  committed_parent=exc.committed_parent) from None
         if args.json:
             print_json(_version_json(repo, v))
         else:
@@ -185,7 +200,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
     with open_repository(args.path) as repo:
         problems = repo.verify()
         if args.json:
-            print_json({"ok": not problems, "problems": problems, "versions": len(repo.versions())})
+            print_json({"ok": not problems, "problems": problems, "versions": repo.version_count()})
         else:
             for p in problems:
                 print(p)
@@ -193,18 +208,25 @@ def cmd_verify(args: argparse.Namespace) -> int:
     return EXIT_OK if not problems else EXIT_CHECK_FAILED
 
 
+#: Modules of the data types that register a ``repo migrate`` step when imported (the repository
+#: format's own step is registered by :mod:`~napari_shardscope.core.versioned.migrate`).
+MIGRATING_TYPES: tuple[str, ...] = ("napari_shardscope.core.labelmap",)
+
+
 def cmd_migrate(args: argparse.Namespace) -> int:
+    """One verb for every migration: the repository format (opening upgrades it), then each data type's step."""
+    for module in MIGRATING_TYPES:
+        importlib.import_module(module)
     with open_repository(args.path) as repo:  # opening upgrades the repository format itself
-        report = migrate_repository(repo)
+        report = migrate_repository(repo, progress=progress_unless_quiet(args, "migrate"))
     if args.json:
-        print_json({"ok": not report.problems, "changed": report.changed, "problems": list(report.problems),
-                    "steps": [{"name": s.name, "done": s.done} for s in report.steps]})
+        print_json(report.to_json())
     else:
         for step in report.steps:
-            print(f"{step.name}: {step.done or 'up to date'}")
+            emit(f"{step.name}: {step.done or 'up to date'}")
         for p in report.problems:
-            print(p)
-        print("ok" if not report.problems else f"{len(report.problems)} problem(s)")
+            emit(p)
+        emit("ok" if not report.problems else f"{len(report.problems)} problem(s)")
     return EXIT_OK if not report.problems else EXIT_CHECK_FAILED
 
 
@@ -274,7 +296,6 @@ def merge_conflicts_json(exc: ShardscopeError) -> dict[str, Any]:
                           for c in exc.conflicts]}
 
 
-REF = arg("ref", help="version: branch name (its head) or UUID prefix")
 _KV_KEY = (REPOSITORY, REF, arg("instance", help="keyvalue instance name"), arg("key"))
 
 VERBS = (
@@ -319,7 +340,11 @@ VERBS = (
         Verb("verify", cmd_verify, "check the whole store (exit 1 on problems)", (REPOSITORY,)),
         Verb("migrate", cmd_migrate,
              "bring a repository made by an older version up to date, then verify it (exit 1 on problems)",
-             (REPOSITORY,)),
+             (REPOSITORY, QUIET),
+             description="Upgrades the repository format (opening a repository does that too) and then runs "
+                         "every data type's own migration, in one command; each step says what it did or "
+                         "'up to date', and the whole store is verified at the end. Running it again does "
+                         "nothing."),
     )),
     VerbGroup("kv", "keyvalue instances of a repository",
               "String keys to bytes at any version of a repository.", (

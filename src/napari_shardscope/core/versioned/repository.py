@@ -57,6 +57,7 @@ from napari_shardscope.core.versioned.errors import (
     LockTimeoutError,
     MergeConflictError,
     NotARepositoryError,
+    OpenParentError,
     RepositoryFormatError,
     StoreCorruptError,
     UncommittedVersionError,
@@ -67,6 +68,7 @@ from napari_shardscope.core.versioned.errors import (
 from napari_shardscope.core.versioned.instance import Instance, check_instance
 from napari_shardscope.core.versioned.merge import MERGE_POLICIES, MergePolicy, MergeResult, plan_merge
 from napari_shardscope.core.versioned.node import NodeContent, NodeEntry, NodeLog, NodeNote
+from napari_shardscope.core.versioned.tracking import check_not_tracking_name, resolve_tracking_name
 from napari_shardscope.core.versioned.upgrade import FORMAT_VERSION, upgrade_format
 from napari_shardscope.core.versioned.view import VersionView, VersionWriter, allocate_ids, decode_blocks, encode_blocks
 from napari_shardscope.core.versioned.writer_lock import DEFAULT_TIMEOUT, WriterLock
@@ -302,13 +304,15 @@ class Repository:
     # -- versions -------------------------------------------------------------------------------
 
     def version(self, ref: str | Version) -> Version:
-        """The version named by a branch name (its head), a UUID prefix, or a :class:`Version`."""
+        """The version named by a branch name (its head), a UUID prefix, a :class:`Version`, or a
+        remote-tracking name (``origin/main``: the head last fetched from remote ``origin``, see
+        :mod:`~napari_shardscope.core.versioned.tracking`), which wins over any local branch."""
         if isinstance(ref, Version):
             hit = self._index.cached_version(ref.vid)
             if hit is not None and hit.uuid == ref.uuid:
                 return hit
         with self._snapshot() as dag:
-            return dag.resolve(ref)
+            return self._resolve(dag, ref)
 
     @property
     def root(self) -> Version:
@@ -352,13 +356,13 @@ class Repository:
     def parents(self, ref: str | Version) -> list[Version]:
         """The parents of a version."""
         with self._snapshot() as dag:
-            v = dag.resolve(ref)
+            v = self._resolve(dag, ref)
             return [dag.by_uuid(p) for p in v.parents]
 
     def children(self, ref: str | Version) -> list[Version]:
         """The children of a version."""
         with self._snapshot() as dag:
-            return dag.children(dag.resolve(ref))
+            return dag.children(self._resolve(dag, ref))
 
     def ancestry(self, ref: str | Version) -> list[Version]:
         """The version and all its ancestors, newest first.
@@ -367,17 +371,17 @@ class Repository:
         :meth:`merge_base` answer the usual questions reading only what they need.
         """
         with self._snapshot() as dag:
-            return dag.ancestry(dag.resolve(ref))
+            return dag.ancestry(self._resolve(dag, ref))
 
     def is_ancestor(self, ancestor: str | Version, descendant: str | Version) -> bool:
         """True when ``ancestor`` is ``descendant`` or one of its ancestors (one ancestor-set read)."""
         with self._snapshot() as dag:
-            return dag.is_ancestor(dag.resolve(ancestor), dag.resolve(descendant))
+            return dag.is_ancestor(self._resolve(dag, ancestor), self._resolve(dag, descendant))
 
     def merge_base(self, a: str | Version, b: str | Version) -> Version:
         """The common ancestor of ``a`` and ``b`` created last (what a merge compares against)."""
         with self._snapshot() as dag:
-            return dag.merge_base(dag.resolve(a), dag.resolve(b))
+            return dag.merge_base(self._resolve(dag, a), self._resolve(dag, b))
 
     def log(self, ref: str | Version = ROOT_BRANCH, *, limit: int | None = None,
             since: str | Version | datetime | float | None = None, first_parent: bool = False) -> Iterator[Version]:
@@ -402,8 +406,8 @@ class Repository:
         limit = _check_limit(limit)
         since_time = None if isinstance(since, str | Version) else _since_time(since)
         with self._snapshot() as dag:
-            start = dag.resolve(ref)
-            exclude = dag.ancestors(dag.resolve(since)) if isinstance(since, str | Version) else None
+            start = self._resolve(dag, ref)
+            exclude = dag.ancestors(self._resolve(dag, since)) if isinstance(since, str | Version) else None
             yield from dag.log(start, limit=limit, since=exclude, since_time=since_time, first_parent=first_parent)
 
     def _ancestors(self, v: Version) -> AncestorSet:
@@ -411,7 +415,7 @@ class Repository:
         if hit is not None:
             return hit
         with self._snapshot() as dag:
-            return dag.ancestors(dag.resolve(v))
+            return dag.ancestors(self._resolve(dag, v))
 
     def commit(self, ref: str | Version, message: str, *, timeout: float | None = None) -> Version:
         """Lock an open version with a commit message; it becomes immutable and may have children."""
@@ -439,7 +443,7 @@ class Repository:
             return self._new_version_in(p, parent, branch)
 
     def _new_version_in(self, p: _Pending, parent: str | Version, branch: str | None) -> Version:
-        par = p.dag.resolve(parent)
+        par = self._resolve(p.dag, parent)
         name = self._child_branch(p.dag, par, branch)
         v = Version(uuid=new_uuid(), vid=p.dag.max_vid() + 1, parents=(par.uuid,), branch=name,
                     locked=False, message="", created=time.time(), committed=None)
@@ -450,11 +454,28 @@ class Repository:
     def _fresh(self, ref: str | Version) -> Version:
         """Resolve with the store's current state (a new snapshot)."""
         with self._snapshot() as dag:
-            return dag.resolve(ref)
+            return self._resolve(dag, ref)
 
-    @staticmethod
-    def _writable(dag: DagReader, ref: str | Version) -> Version:
-        v = dag.resolve(ref)
+    def _resolve(self, dag: DagReader, ref: str | Version) -> Version:
+        """``ref`` in ``dag``: every text reference goes through here, so a remote-tracking name
+        (``origin/main``) means the remote's head wherever a version is named."""
+        return dag.resolve(self._tracked(ref))
+
+    def _tracked(self, ref: str | Version) -> str | Version:
+        """``ref``, or the UUID it names when it is a remote-tracking name (``<remote>/<branch>``)."""
+        if isinstance(ref, str) and "/" in ref:
+            node = resolve_tracking_name(self.path, ref)
+            if node is not None:
+                return node
+        return ref
+
+    def _check_new_branch(self, dag: DagReader, name: str) -> None:
+        """A new branch name: well formed, unused, and not a remote-tracking name (``origin/…``)."""
+        dag.check_new_branch(name)
+        check_not_tracking_name(self.path, name)
+
+    def _writable(self, dag: DagReader, ref: str | Version) -> Version:
+        v = self._resolve(dag, ref)
         if v.locked:
             raise CommittedVersionError(
                 f"version {v.short} on {v.branch} is committed (read-only): start a new version after it "
@@ -462,12 +483,13 @@ class Repository:
             )
         return v
 
-    @staticmethod
-    def _child_branch(dag: DagReader, parent: Version, branch: str | None) -> str:
+    def _child_branch(self, dag: DagReader, parent: Version, branch: str | None) -> str:
         if not parent.locked:
-            raise UncommittedVersionError(
+            committed = next((p for p in parent.parents if dag.by_uuid(p).locked), None)
+            instead = f", or make the new version a child of its committed parent {committed[:8]}" if committed else ""
+            raise OpenParentError(
                 f"version {parent.short} (branch {parent.branch!r}) is open; commit it before making children"
-            )
+                f"{instead}", version=parent.uuid, committed_parent=committed)
         if branch is None:
             child = dag.continuing_child(parent)
             if child is not None:
@@ -476,7 +498,7 @@ class Repository:
                     f"{parent.branch!r}; give a new branch name"
                 )
             return parent.branch
-        dag.check_new_branch(branch)
+        self._check_new_branch(dag, branch)
         return branch
 
     def notes(self, ref: str | Version) -> list[Note]:
@@ -495,7 +517,7 @@ class Repository:
         if not isinstance(text, str) or not text:
             raise ArgumentError("a note needs some text")
         with self._writing(timeout) as p:
-            return self._append_note(p.txn, p.dag.resolve(ref), text)
+            return self._append_note(p.txn, self._resolve(p.dag, ref), text)
 
     @staticmethod
     def _append_note(txn: WriteTxn, v: Version, text: str) -> Note:
@@ -636,7 +658,7 @@ class Repository:
     def read(self, ref: str | Version) -> Iterator[VersionView]:
         """Read any version (committed or open) inside one snapshot."""
         with self._snapshot() as dag:
-            v = dag.resolve(ref)
+            v = self._resolve(dag, ref)
             yield VersionView(self, v, dag.txn, dag.ancestors(v))
 
     @contextmanager
@@ -690,7 +712,7 @@ class Repository:
     def _merge_in(self, p: _Pending, ours: str | Version, theirs: str | Version, *, policy: MergePolicy,
                   branch: str | None, keep_ours: Iterable[str] = (),
                   then: Callable[[VersionWriter], None] | None = None) -> MergeResult:
-        a, b = p.dag.resolve(ours), p.dag.resolve(theirs)
+        a, b = self._resolve(p.dag, ours), self._resolve(p.dag, theirs)
         if a.uuid == b.uuid:
             raise ArgumentError("cannot merge a version with itself")
         if not b.locked:
@@ -764,14 +786,37 @@ class Repository:
 
         It may continue the branch of a parent on it (the first parent for versions made here; any
         parent for an adopted merge version) when that parent has no continuing child yet, or start
-        ``branch`` when no version carries the name.
+        ``branch`` when no version carries the name and it is not a remote-tracking name.
         """
         with self._snapshot() as dag:
             for p in parents:
                 parent = dag.by_uuid(p)
                 if parent.branch == branch:
                     return dag.continuing_child(parent) is None
-            return not dag.has_branch(branch)
+            if dag.has_branch(branch):
+                return False
+        try:
+            check_not_tracking_name(self.path, branch)
+        except ArgumentError:
+            return False
+        return True
+
+    def rename_branch(self, old: str, new: str, *, timeout: float | None = None) -> list[Version]:
+        """Give every version of branch ``old`` the new branch name ``new``, in one transaction.
+
+        A version's branch is a field of its record, so this rewrites those records and moves the
+        branch record (nothing else: keys hold version ids, not names); O(length of the branch). It
+        exists for one migration: repositories whose fetches (before remote-tracking names were refs)
+        left local branches named ``origin/main``, a name that now always means the remote's head.
+        Returns the renamed versions, oldest first.
+        """
+        with self._writing(timeout) as p:
+            if not p.dag.has_branch(old):
+                raise UnknownBranchError(f"no branch {old!r}")
+            self._check_new_branch(p.dag, new)
+            renamed = p.dag.rename_branch(old, new)
+            p.touched()
+        return renamed
 
     def adopt_node(self, node: NodeContent, branch: str | None = None, *, timeout: float | None = None) -> Version:
         """Add a committed version received from elsewhere, under a fresh local id, in one transaction.
@@ -802,7 +847,7 @@ class Repository:
                 raise BranchExistsError(f"version {on_branch[0].short} already has child {child.short} "
                                         f"continuing branch {name!r}")
         else:
-            dag.check_new_branch(name)
+            self._check_new_branch(dag, name)
         if not node.parents:
             raise StoreCorruptError(f"version {node.uuid} has no parents but this repository has a root")
         with self._state:
@@ -1037,7 +1082,7 @@ class Batch:
 
     def version(self, ref: str | Version) -> Version:
         """A version as this batch sees it."""
-        return self._p.dag.resolve(ref)
+        return self._repo._resolve(self._p.dag, ref)
 
     def new_version(self, parent: str | Version, branch: str | None = None) -> Version:
         """See :meth:`Repository.new_version`."""
@@ -1062,7 +1107,7 @@ class Batch:
         """See :meth:`Repository.add_note`."""
         if not isinstance(text, str) or not text:
             raise ArgumentError("a note needs some text")
-        return self._repo._append_note(self._p.txn, self._p.dag.resolve(ref), text)
+        return self._repo._append_note(self._p.txn, self._repo._resolve(self._p.dag, ref), text)
 
     def adopt_node(self, node: NodeContent, branch: str | None = None) -> Version:
         """See :meth:`Repository.adopt_node` (a fetch adopting many nodes in one transaction)."""

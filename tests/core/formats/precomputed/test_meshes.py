@@ -307,3 +307,86 @@ def test_random_legacy_fragments_and_skeletons_give_typed_errors(data: bytes) ->
         assert sk.edges.size == 0 or int(sk.edges.max()) < len(sk.vertices)
     except FormatError as exc:
         assert exc.key == "k"
+
+
+# -- validate: a multilod shard's fragments lie just before the manifest the index points at ----------------
+def _tetrahedron(segment: int, shift: float) -> Any:
+    from napari_shardscope.core.formats.precomputed.meshes import MeshData
+
+    vertices = np.asarray([[0, 0, 0], [10, 0, 0], [0, 10, 0], [0, 0, 10]], np.float32) + shift
+    faces = np.asarray([[0, 1, 2], [0, 1, 3], [0, 2, 3], [1, 2, 3]], np.uint32)
+    return MeshData(segment, vertices, faces, 0)
+
+
+def _mesh_dir(tmp_path: Path, shard: bytes) -> Path:
+    from napari_shardscope.core.formats.precomputed.mesh_writer import mesh_info
+
+    d = tmp_path / "meshes"
+    d.mkdir(exist_ok=True)
+    (d / "info").write_text(json.dumps(mesh_info(MESH_SPEC)))
+    (d / "0.shard").write_bytes(shard)
+    return d
+
+
+def _problems(path: Path) -> list[str]:
+    return [p.message for p in open_dataset(path).inspector().validate()]
+
+
+MESH_IDS = (3, 5, 9)
+
+
+def _encoded() -> dict[int, tuple[bytes, bytes]]:
+    from napari_shardscope.core.formats.precomputed.mesh_writer import encode_multilod_mesh
+
+    return {sid: encode_multilod_mesh(_tetrahedron(sid, float(sid))) for sid in MESH_IDS}
+
+
+def _spec() -> Any:
+    from napari_shardscope.core.formats.precomputed.sharding import ShardingSpec
+
+    return ShardingSpec(preshift_bits=0, hash="identity", minishard_bits=0, shard_bits=0,
+                        minishard_index_encoding="raw", data_encoding="raw")
+
+
+MESH_SPEC = _spec()
+
+
+def test_validate_counts_the_fragments_before_each_manifest(tmp_path: Path) -> None:
+    from napari_shardscope.core.formats.precomputed.mesh_writer import encode_mesh_shard
+
+    path = _mesh_dir(tmp_path, encode_mesh_shard(MESH_SPEC, _encoded(), shard=0))
+    assert _problems(path) == []
+    assert open_mesh_source(open_store(path), "").mesh(5) is not None  # and it reads
+
+
+def test_validate_reports_bytes_no_manifest_counts(tmp_path: Path) -> None:
+    from napari_shardscope.core.formats.precomputed.mesh_writer import encode_mesh_shard
+
+    encoded = _encoded()
+    fragments, manifest = encoded[5]
+    encoded[5] = (b"JUNK" + fragments, manifest)  # 4 bytes before segment 5's fragments that its manifest omits
+    problems = _problems(_mesh_dir(tmp_path, encode_mesh_shard(MESH_SPEC, encoded, shard=0)))
+    assert len(problems) == 1 and problems[0].startswith("4 bytes") and "belong to no index entry" in problems[0]
+
+
+def test_validate_reports_a_manifest_claiming_more_fragment_bytes_than_precede_it(tmp_path: Path) -> None:
+    from napari_shardscope.core.formats.precomputed.mesh_writer import encode_mesh_shard
+
+    encoded = _encoded()
+    encoded[3] = (b"", encoded[3][1])  # the first manifest counts fragments that are not there
+    problems = _problems(_mesh_dir(tmp_path, encode_mesh_shard(MESH_SPEC, encoded, shard=0)))
+    assert any("segment 3" in p and "fragment bytes" in p and "shard index" in p for p in problems), problems
+
+    encoded = _encoded()
+    encoded[9] = (b"", encoded[9][1])  # the last manifest's fragments would be segment 5's manifest and fragments
+    problems = _problems(_mesh_dir(tmp_path, encode_mesh_shard(MESH_SPEC, encoded, shard=0)))
+    assert any("fragments of segment 9" in p and "overlaps" in p for p in problems), problems
+
+
+def test_validate_reports_a_manifest_that_does_not_decode(tmp_path: Path) -> None:
+    from napari_shardscope.core.formats.precomputed.mesh_writer import encode_mesh_shard
+
+    encoded = _encoded()
+    encoded[5] = (encoded[5][0], encoded[5][1][:-3])
+    problems = _problems(_mesh_dir(tmp_path, encode_mesh_shard(MESH_SPEC, encoded, shard=0)))
+    assert any(p.startswith("chunk 5: ") and "manifest" in p for p in problems), problems
