@@ -387,6 +387,9 @@ class Repository:
             since: str | Version | datetime | float | None = None, first_parent: bool = False) -> Iterator[Version]:
         """``ref`` and its ancestors, newest first (``git log`` order), read as they are consumed.
 
+        The walk runs in one snapshot held while the iterator is consumed (close it, or let it run
+        out, to release it).
+
         Parameters
         ----------
         ref
@@ -399,9 +402,6 @@ class Repository:
             version, in log order, created before it.
         first_parent
             Follow only first parents (the branch each merge was made on), as ``git log --first-parent``.
-
-        The walk runs in one snapshot held while the iterator is consumed (close it, or let it run
-        out, to release it).
         """
         limit = _check_limit(limit)
         since_time = None if isinstance(since, str | Version) else _since_time(since)
