@@ -371,14 +371,14 @@ class PrecomputedInspector:
                     totals[shard][1] = int((ends - starts).sum()) if starts.size else 0
                 fragments: dict[int, int] = {}
                 if source.info_type == MULTILOD:  # the index points at manifests; fragments lie before them
-                    files = {shard: file for shard, (file, _) in zip(batch, loaded, strict=True)}
+                    files = {shard: file for shard, (file, _) in zip(batch, loaded, strict=True) if file is not None}
                     manifests = [(files[shard], int(cid), int(a), int(b)) for shard, mis in of_shard.items()
-                                 if files[shard] is not None for mi in mis
+                                 if shard in files for mi in mis
                                  for cid, a, b in zip(mi.chunk_ids, mi.starts, mi.ends, strict=True)]
                     read = (map if self.store.cheap_size else pool.map)(
                         lambda job: _fragment_bytes(reader, *job), manifests)
-                    for (file, _, _, _), n in zip(manifests, read, strict=True):
-                        fragments[file.shard] = fragments.get(file.shard, 0) + n
+                    for (owner, _, _, _), n in zip(manifests, read, strict=True):
+                        fragments[owner.shard] = fragments.get(owner.shard, 0) + n
                 for shard, (file, index) in zip(batch, loaded, strict=True):
                     if file is None or index is None:
                         raise IndexDecodeError(
