@@ -155,7 +155,7 @@ def test_error_bodies_name_keys_relative_to_the_served_root(served: tuple[ShardS
     (root / "sub").mkdir()
     os.mkfifo(root / "sub" / "fifo")
     for key, status, says in (("link", 400, "link"), ("dangling", 400, "dangling"), ("up/secret", 400, "up/secret"),
-                              ("loop", 500, "loop"), ("sub/fifo", 404, "sub/fifo")):
+                              ("loop", 404, "loop"), ("sub/fifo", 404, "sub/fifo")):
         got, _, body = request(server, "GET", f"/data/ds/{key}")
         assert got == status and says.encode() in body, (key, got, body)
         assert not leaks(body, root, root.parent), (key, body)
