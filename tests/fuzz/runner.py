@@ -485,6 +485,7 @@ def _worker_main(conn: Connection, seeds: list[SeedDataset], bomb: str | None, l
     watch = OutsideWatch()
     import napari_shardscope.cli  # noqa: F401 - import before the first case so its time is not a case's
 
+    conn.send(("ready", None, None))  # the parent starts a case's clocks from here, not from the spawn
     try:
         while True:
             msg = conn.recv()
@@ -532,6 +533,13 @@ class _Worker:
     since: float = 0.0
     cpu_since: float = 0.0
     case: tuple[str, str, list[str]] = ("?", "?", [])
+    #: The worker finished its imports (until then only :data:`STARTUP_WALL_SECONDS` bounds it).
+    ready: bool = False
+
+
+#: How long a worker may take to start (spawn and imports) on a loaded machine: not a case's time, so the
+#: per-case limits do not apply to it (a 5 s wall-time backstop once reported a slow start as a hang).
+STARTUP_WALL_SECONDS = 600.0
 
 
 class Pool:
@@ -602,6 +610,11 @@ class Pool:
             w.proc.join(timeout=5)
             yield self._lost(w, "crash", f"worker died (exit code {w.proc.exitcode}) in {w.op}")
             return
+        if kind == "ready":
+            w.ready = True
+            if w.seed is not None:
+                self._clock(w)
+            return
         if kind == "op":
             w.op = payload
             return
@@ -623,6 +636,11 @@ class Pool:
 
     def _hung(self, w: _Worker) -> str | None:
         """Why the worker's case counts as hung (CPU limit, or the wall-time backstop), or ``None``."""
+        if not w.ready:
+            wall = time.monotonic() - w.since
+            if wall > STARTUP_WALL_SECONDS:
+                return f"the worker did not start (imports) in {wall:.0f} s of wall time"
+            return None
         cpu = process_cpu_seconds(w.proc.pid)
         if cpu is not None and cpu - w.cpu_since > self.limits.cpu_seconds:
             return f"{cpu - w.cpu_since:.1f} s of CPU time (limit {self.limits.cpu_seconds:g} s) in {w.op}"
@@ -642,7 +660,7 @@ class Pool:
 
     def _replace(self, w: _Worker) -> None:
         fresh = self._start()
-        w.proc, w.conn, w.seed, w.op = fresh.proc, fresh.conn, None, ""
+        w.proc, w.conn, w.seed, w.op, w.ready = fresh.proc, fresh.conn, None, "", False
 
 
 def _result_from_dict(d: dict[str, Any]) -> CaseResult:
