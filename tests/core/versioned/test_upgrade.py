@@ -144,6 +144,30 @@ def test_registered_steps_run_in_order_then_verify(tmp_path: Path) -> None:
         migrate._STEPS[:] = [s for s in migrate._STEPS if not s.name.startswith("test-")]
 
 
+PLUGGED = """
+import sys
+import napari_shardscope.core.cli.repo as R
+R.MIGRATING_TYPES += ("tests.core.versioned.migration_step",)
+from napari_shardscope.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def test_repo_migrate_runs_a_data_types_step_after_the_format(old_repo: tuple[Path, list[object]]) -> None:
+    """One verb upgrades everything: the format, then each data type's registered step, with progress on stderr."""
+    path, _ = old_repo
+    cmd = [sys.executable, "-c", PLUGGED, "repo", "migrate", str(path)]
+    first = subprocess.run([*cmd, "--json"], capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert first.returncode == 0, first.stderr
+    steps = json.loads(first.stdout)["steps"]
+    assert [s["name"] for s in steps] == ["repository-format", "test-kv"]
+    assert steps[0]["from"] == 1 and steps[1] == {"name": "test-kv", "done": "marked kv migrated", "instances": ["kv"]}
+    assert "migrate: 1/1 kv" in first.stderr
+    again = subprocess.run([*cmd, "--quiet"], capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert again.returncode == 0 and again.stderr == ""
+    assert again.stdout.splitlines() == ["repository-format: up to date", "test-kv: up to date", "ok"]
+
+
 def test_a_step_reports_figures_and_what_it_left(tmp_path: Path) -> None:
     """A data type's step (the labelmap's) gives figures for --json and what it could not do: the
     latter are problems (exit 1), listed before what verify finds; progress reaches the step."""
