@@ -19,7 +19,8 @@ from napari_shardscope.core.labelmap.errors import LabelmapStateError
 from napari_shardscope.core.labelmap.geometry import BlockGrid, Coord, as_coord
 from napari_shardscope.core.volumes.model import Volume
 
-FORMAT = 1
+#: 2: the body map as versioned records (1: replayed from the mutation log; ``shardscope repo migrate``).
+FORMAT = 2
 TYPE_NAME = "labelmap"
 #: Overlay block edge (voxels, every axis, every scale): DVID's label block size.
 DEFAULT_BLOCK = 64

@@ -5,16 +5,20 @@ Versioned keys (their value at a version is the nearest ancestor's, see the stor
 * ``b"b" + scale (u8) + bz, by, bx (u32 BE)`` → an overlay label block (:mod:`.block_codec`):
   the supervoxel ids of that block at that scale after supervoxel splits. Big-endian coordinates
   make one scale's blocks one contiguous, z-major key range.
+* ``b"o" + scale (u8)`` → how many overlay blocks the scale has (absent: none), so a reader knows
+  without listing keys whether the base's own view serves the scale.
 * ``b"i" + supervoxel (u64 BE)`` → label-index entry of a supervoxel created by a split
   (:mod:`.label_index`). Supervoxels of the base are indexed in the unversioned area instead.
 * ``b"u" + mutation id (u64 BE) + key`` → what ``key`` held before that mutation (``b"\\x00"``:
-  nothing; ``b"\\x01" + value``), so undo can restore blocks and index entries exactly.
+  nothing; ``b"\\x01" + value``), so undo can restore every record it changed exactly.
+* the body map's records (:mod:`.records`): ``e`` pages of explicit assignments, ``p``/``q``/``n``/``r``
+  union-find, logical-forest, ring and root records, ``a``/``x`` per-node member corrections;
+  the undo and redo stacks (``U``, ``R``, ``k`` + mutation id) and per-body history (``h``).
 
 Unversioned keys (shared by every version; derived from the immutable base):
 
-* ``b"agglomeration"`` → the base supervoxel → body table;
-* ``b"index/meta"`` (JSON), ``b"index/summary"`` (all base supervoxels and their voxel counts) and
-  ``b"index/sv/" + supervoxel (u64 BE)`` → the base label index.
+* ``b"agglomeration/..."`` → the base supervoxel → body table, paged (:mod:`.agglomeration`);
+* ``b"index/meta"`` (JSON) and ``b"index/t/..."`` → the base label index, paged (:mod:`.label_index`).
 
 Counters (repository-wide, :meth:`Repository.allocate_ids`): ``labelmap/<name>/labels`` hands out
 new body and supervoxel ids (one space, as in DVID, so a new body id is never a supervoxel id),
@@ -32,6 +36,8 @@ Coord = tuple[int, int, int]
 BLOCK_PREFIX = b"b"
 INDEX_PREFIX = b"i"
 UNDO_PREFIX = b"u"
+OVERLAY_COUNT_PREFIX = b"o"
+#: Keys of the replay era's unversioned base data (read only by the migration).
 AGGLOMERATION_KEY = b"agglomeration"
 INDEX_META_KEY = b"index/meta"
 INDEX_SUMMARY_KEY = b"index/summary"
@@ -74,8 +80,13 @@ def parse_index_key(key: bytes) -> int:
 
 
 def base_index_key(sv: int) -> bytes:
-    """Unversioned base label-index key of supervoxel ``sv``."""
+    """The replay era's unversioned base label-index key of supervoxel ``sv`` (the migration reads it)."""
     return BASE_INDEX_PREFIX + _U64.pack(sv)
+
+
+def overlay_count_key(scale: int) -> bytes:
+    """Key of the count of overlay blocks of ``scale``."""
+    return OVERLAY_COUNT_PREFIX + bytes([scale])
 
 
 def undo_prefix(mutation_id: int) -> bytes:

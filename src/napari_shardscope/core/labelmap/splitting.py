@@ -80,10 +80,11 @@ def split_supervoxel(ws: Workspace, sv: int, chosen: VoxelMask) -> tuple[int, in
         remain_counts[c] = int(np.count_nonzero(is_sv)) - split_counts[c]
         changed[c] = is_sv
     propagate_scales(ws, changed)
-    ws.index[sv] = None
-    ws.index[split_id] = SvIndex.from_counts(split_counts)
-    ws.index[remain_id] = SvIndex.from_counts(remain_counts)
-    ws.record(ws.map.plan_split_supervoxel(sv, split_id, remain_id))
+    if sv > ws.map.index.max_id:  # a split-made supervoxel has a versioned entry (a base one: unversioned)
+        ws.map.put_entry(sv, None)
+    ws.map.put_entry(split_id, SvIndex.from_counts(split_counts))
+    ws.map.put_entry(remain_id, SvIndex.from_counts(remain_counts))
+    ws.map.split_supervoxel(sv, split_id, remain_id)
     return split_id, remain_id
 
 

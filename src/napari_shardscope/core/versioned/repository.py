@@ -420,6 +420,12 @@ class Repository:
         with self._engine.read() as txn:
             return txn.get(K.unversioned_key(inst.iid, key))
 
+    def get_unversioned_many(self, instance: Instance | str, keys: Iterable[bytes]) -> list[bytes | None]:
+        """Several unversioned values of an instance, in one snapshot (None for absent keys)."""
+        inst = self.instance(instance)
+        with self._engine.read() as txn:
+            return txn.get_many([K.unversioned_key(inst.iid, key) for key in keys])
+
     def scan_unversioned(self, instance: Instance | str, prefix: bytes = b"") -> list[tuple[bytes, bytes]]:
         """An instance's unversioned ``(key, value)`` pairs whose key starts with ``prefix`` (one snapshot)."""
         inst = self.instance(instance)
@@ -443,6 +449,29 @@ class Repository:
         pairs = items.items() if isinstance(items, Mapping) else items
         n = 0
         with self._writing(timeout) as p:
+            for key, value in pairs:
+                if not isinstance(value, bytes):
+                    raise ArgumentError(f"values must be bytes, got {type(value).__name__}")
+                p.txn.put(K.unversioned_key(inst.iid, key), value)
+                n += 1
+        return n
+
+    def replace_unversioned(self, instance: Instance | str, prefixes: Iterable[bytes],
+                            items: Mapping[bytes, bytes] | Iterable[tuple[bytes, bytes]], *,
+                            timeout: float | None = None) -> int:
+        """Delete every unversioned key under ``prefixes`` and store ``items``, in one transaction.
+
+        For derived data rebuilt whole (a label index rebuilt, a migration's new layout): readers see
+        the old set or the new one, never stale keys of the old beside the new. Returns how many were stored.
+        """
+        inst = self.instance(instance)
+        pairs = items.items() if isinstance(items, Mapping) else items
+        n = 0
+        with self._writing(timeout) as p:
+            for prefix in prefixes:
+                lo = K.unversioned_prefix(inst.iid, prefix)
+                for key in list(p.txn.scan_keys(lo, K.next_prefix(lo))):
+                    p.txn.delete(key)
             for key, value in pairs:
                 if not isinstance(value, bytes):
                     raise ArgumentError(f"values must be bytes, got {type(value).__name__}")
