@@ -749,6 +749,20 @@ class Repository:
             p.after(lambda: self._instances.__setitem__(name, inst))
         return inst
 
+    # -- format migrations ----------------------------------------------------------------------
+
+    @contextmanager
+    def rewriting(self, *, timeout: float | None = None) -> Iterator[Rewriter]:
+        """One write transaction in which any version may be rewritten, committed ones too.
+
+        Only for format migrations, which must re-express data every version already holds (a data
+        type's new record layout) without changing what any version means: committed versions stay
+        immutable to every other write. Everything done through the :class:`Rewriter` commits
+        atomically when the block ends, or not at all.
+        """
+        with self._writing(timeout) as p:
+            yield Rewriter(self, p)
+
     # -- consistency ----------------------------------------------------------------------------
 
     def verify(self) -> list[str]:
@@ -791,6 +805,59 @@ class Repository:
                 if len(key) <= at + 4 or K.unpack_u32(key[at:at + 4]) not in iids:
                     problems.append(f"unversioned key {key!r} names an unknown instance")
         return problems
+
+
+class Rewriter:
+    """What a format migration may do inside :meth:`Repository.rewriting`'s transaction."""
+
+    def __init__(self, repo: Repository, pending: _Pending) -> None:
+        self._repo = repo
+        self._p = pending
+
+    def at(self, ref: str | Version) -> VersionWriter:
+        """A writer at any version (committed ones too), inside this transaction."""
+        with self._repo._state:
+            v = self._repo._dag.resolve(ref)
+            return VersionWriter(self._repo, v, self._p.txn, self._repo._dag.ancestors(v))
+
+    def versions(self) -> list[Version]:
+        """Every version, in creation order (parents before children)."""
+        with self._repo._state:
+            return list(self._repo._dag)
+
+    def scan_all(self, instance: Instance | str, prefix: bytes) -> Iterator[tuple[bytes, int, bool, bytes]]:
+        """Every stored entry of an instance's keys starting with ``prefix``, at every version:
+        ``(key, version id, tombstone, value)`` (what a migration collects from the whole history)."""
+        inst = self._repo.instance(instance)
+        lo, hi = K.prefix_range(inst.iid, prefix)
+        for key, value in self._p.txn.scan(lo, hi):
+            stem, vid, tomb = K.split_entry(key)
+            yield K.tkey_of_stem(stem), vid, tomb, value
+
+    def get_unversioned_many(self, instance: Instance | str, keys: Iterable[bytes]) -> list[bytes | None]:
+        """Unversioned values of an instance as this transaction sees them."""
+        inst = self._repo.instance(instance)
+        return self._p.txn.get_many([K.unversioned_key(inst.iid, key) for key in keys])
+
+    def replace_unversioned(self, instance: Instance | str, prefixes: Iterable[bytes],
+                            items: Iterable[tuple[bytes, bytes]]) -> None:
+        """Delete an instance's unversioned keys under ``prefixes``, then store ``items``."""
+        inst = self._repo.instance(instance)
+        for prefix in prefixes:
+            lo = K.unversioned_prefix(inst.iid, prefix)
+            for key in list(self._p.txn.scan_keys(lo, K.next_prefix(lo))):
+                self._p.txn.delete(key)
+        for key, value in items:
+            self._p.txn.put(K.unversioned_key(inst.iid, key), value)
+
+    def set_instance_config(self, name: str, config: Mapping[str, Any]) -> Instance:
+        """Replace an instance's configuration (its format changed); takes effect when the transaction commits."""
+        inst = self._repo.instance(name)
+        new = Instance(name=inst.name, type=inst.type, iid=inst.iid, config=dict(config))
+        blob = json.dumps({"name": new.name, "type": new.type, "config": new.config}).encode()
+        self._p.txn.put(K.instance_record_key(inst.iid), blob)
+        self._p.after(lambda: self._repo._instances.__setitem__(name, new))
+        return new
 
 
 def _same_instance(inst: Instance, type_name: str, config: Mapping[str, Any]) -> Instance:
