@@ -61,8 +61,9 @@ BODY_TABLE = b"index/t/body"
 BODIES_TABLE = b"index/t/bodies"
 #: Stored index format (1: the blobs of the replay era, read only by the migration).
 FORMAT = 2
-#: Rows held in memory at once per body-range part when a cluster job builds the per-body tables.
-BODY_PART_ROWS = 1 << 22
+#: Base-body summaries a reader keeps (the bodies edits name).
+SUMMARY_CACHE = 1 << 16
+_ABSENT = object()
 
 
 class IndexDecodeError(FormatError):
@@ -435,6 +436,7 @@ class BaseIndexReader:
         self._totals = PagedTable(TOTALS_TABLE, read, what="label index totals")
         self._body = PagedTable(BODY_TABLE, read, what="body label index") if self.has_bodies else self._sv
         self._bodies = PagedTable(BODIES_TABLE, read, what="body label index summary")
+        self._summary_cache: dict[int, Any] = {}
 
     def totals(self, svs: npt.ArrayLike) -> tuple[npt.NDArray[np.bool_], U64]:
         """Which base supervoxels exist among ``svs`` and their voxel counts (0 where absent)."""
@@ -470,8 +472,32 @@ class BaseIndexReader:
         return out
 
     def body_summaries(self, bodies: npt.ArrayLike) -> tuple[npt.NDArray[np.bool_], Rows]:
-        """Voxels, supervoxel count and block bounding box of base bodies (found mask, rows)."""
-        return self._bodies.find(bodies)
+        """Voxels, supervoxel count and block bounding box of base bodies (found mask, rows).
+
+        The few bodies an edit names are asked for again and again (each is a root without a record
+        until edited): their rows are kept (the base never changes).
+        """
+        q = np.asarray(bodies, dtype=np.uint64).reshape(-1)
+        if q.size > 16:
+            return self._bodies.find(q)
+        found = np.zeros(q.size, dtype=bool)
+        out = np.zeros(q.size, dtype=BODIES_DTYPE)
+        missing = []
+        for i, b in enumerate(q.tolist()):
+            hit = self._summary_cache.get(b)
+            if hit is None:
+                missing.append(i)
+            elif hit is not _ABSENT:
+                found[i], out[i] = True, hit
+        if missing:
+            f, rows = self._bodies.find(q[missing])
+            for j, i in enumerate(missing):
+                self._summary_cache[int(q[i])] = rows[j].copy() if f[j] else _ABSENT
+                if f[j]:
+                    found[i], out[i] = True, rows[j]
+            while len(self._summary_cache) > SUMMARY_CACHE:
+                self._summary_cache.pop(next(iter(self._summary_cache)))
+        return found, out
 
     def entry(self, sv: int) -> SvIndex | None:
         rows = self.sv_rows(np.asarray([sv], dtype=np.uint64))

@@ -16,6 +16,7 @@ committed, then subscribers are told (:meth:`Labelmap.subscribe`).
 
 from __future__ import annotations
 
+import functools
 import getpass
 import logging
 import os
@@ -443,6 +444,12 @@ def default_user() -> str:
     env = os.environ.get("SHARDSCOPE_USER")
     if env:
         return env
+    return _login()
+
+
+@functools.cache
+def _login() -> str:
+    """The login name (looked up once: a password-database read per edit cost more than the edit's records)."""
     try:
         return getpass.getuser()
     except Exception:  # no login name in some containers

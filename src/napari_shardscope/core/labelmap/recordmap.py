@@ -146,7 +146,7 @@ class MapReader:
     def roots(self, nodes: npt.ArrayLike) -> U64:
         """The union-find root of each node (batched: one read per level of the forest)."""
         arr = np.asarray(nodes, dtype=np.uint64).reshape(-1)
-        uniq = [int(n) for n in np.unique(arr)]
+        uniq = sorted({int(n) for n in arr.tolist()}) if arr.size <= 64 else [int(n) for n in np.unique(arr)]
         start = {n: self.memo.get(n, n) for n in uniq}
         step: dict[int, int] = {}
         done: set[int] = set()
@@ -176,8 +176,8 @@ class MapReader:
                     raise MappingError(f"union-find forest has a cycle through node {n}")
             out[n] = r
             self.memo[n] = r
-        if arr.size == len(uniq) and np.all(arr[:-1] < arr[1:]):
-            return np.asarray([out[int(n)] for n in arr], dtype=np.uint64)
+        if arr.size <= 64:
+            return np.asarray([out[n] for n in arr.tolist()], dtype=np.uint64)
         lookup = np.asarray([out[n] for n in uniq], dtype=np.uint64)
         return lookup[np.searchsorted(np.asarray(uniq, dtype=np.uint64), arr)]
 
@@ -448,7 +448,7 @@ class MapTxn(MapReader):
     def roots(self, nodes: npt.ArrayLike) -> U64:
         if not self.unlinked:
             arr = np.asarray(nodes, dtype=np.uint64).reshape(-1)
-            for n in np.unique(arr).tolist():
+            for n in (arr.tolist() if arr.size <= 64 else np.unique(arr).tolist()):
                 if n not in self.memo and n in self._shared:
                     self.memo[n] = self._shared[n]
         return super().roots(nodes)
