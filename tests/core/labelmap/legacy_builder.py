@@ -37,6 +37,7 @@ def snapshot(lm, uuid: str, out: Path) -> dict:  # type: ignore[no-untyped-def]
         "sizes": {str(b): v.size(b) for b in bodies_set},
         "supervoxels": {str(b): v.supervoxels(b) for b in bodies_set},
         "history": {str(b): [h.mutation.mutation_id for h in v.history(b)] for b in bodies_set},
+        "bbox": {str(b): [list(v.bbox(b).lo), list(v.bbox(b).hi)] for b in bodies_set},
         "mutations": [e.mutation.mutation_id for e in v.mutations()],
         "can_undo": v.can_undo,
         "can_redo": v.can_redo,

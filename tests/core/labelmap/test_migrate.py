@@ -88,6 +88,8 @@ def test_migration_keeps_every_version_and_its_history(work: Path) -> None:
                 assert v.size(int(body)) == size
                 assert v.supervoxels(int(body)) == want["supervoxels"][body]
                 assert [h.mutation.mutation_id for h in v.history(int(body))] == want["history"][body]
+                box = v.bbox(int(body))  # the converted index has no in-block boxes: the face blocks are read
+                assert [list(box.lo), list(box.hi)] == want["bbox"][body]
             assert [e.mutation.mutation_id for e in v.mutations()] == want["mutations"]
             assert (v.can_undo, v.can_redo) == (want["can_undo"], want["can_redo"])
         # the open head's last edit, made before the migration, undoes and redoes now
@@ -96,6 +98,18 @@ def test_migration_keeps_every_version_and_its_history(work: Path) -> None:
         np.testing.assert_array_equal(head.read_bodies(), np.load(work / "before-last.npy"))
         head.redo()
         np.testing.assert_array_equal(head.read_bodies(), np.load(work / f"bodies-{expected['head']}.npy"))
+        # a rebuilt index (shardscope index --force) keeps voxel boxes: the same boxes without reading voxels
+        from napari_shardscope.core.labelmap.index_job import build_label_index
+
+        build_label_index(repo, "seg", overwrite=True)
+        lm = open_labelmap(repo, "seg")
+        head = lm.at(expected["head"])
+        assert lm.base_index().has_boxes
+        for uuid, want in expected["versions"].items():
+            v = lm.at(uuid)
+            for body in want["bbox"]:
+                box = v.bbox(int(body))
+                assert [list(box.lo), list(box.hi)] == want["bbox"][body]
         # and editing goes on: new ids above every old one
         ids = expected["ids"]
         new = head.cleave(ids[8], [ids[10]])

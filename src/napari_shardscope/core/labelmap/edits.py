@@ -31,11 +31,11 @@ from napari_shardscope.core.labelmap.keys import (
     BLOCK_PREFIX,
     block_key,
     decode_previous,
-    encode_previous,
+    decode_saved,
+    encode_saved,
     mutations_counter,
     overlay_count_key,
     parse_block_key,
-    undo_key,
     undo_prefix,
 )
 from napari_shardscope.core.labelmap.label_index import SvIndex
@@ -156,11 +156,12 @@ def write_plan(w: VersionWriter, instance: Instance, name: str, plan: EditPlan, 
         old = previous[key]
         if key[:1] == PARENT_PREFIX and old is not None and old != new:
             unlinked = True
-        w.put(instance, undo_key(mid, key), encode_previous(old))
         if new is None:
             w.delete(instance, key)
         else:
             w.put(instance, key, new)
+    if keys:
+        w.put(instance, undo_prefix(mid), encode_saved(previous))
     m = Mutation(mutation_id=mid, operation=plan.operation, args=plan.args, user=user, time=time.time(),
                  delta=plan.delta, blocks=plan.blocks, bodies=plan.bodies, supervoxels=plan.supervoxels,
                  target=plan.target)
@@ -215,11 +216,23 @@ def stack_records(view: VersionView, instance: Instance, m: Mutation, seq: int) 
     return out
 
 
+def read_saved(view: VersionView, instance: Instance, mutation_id: int) -> dict[bytes, bytes | None]:
+    """What every key mutation ``mutation_id`` wrote held before it: its one packed record, and the
+    per-key records of the replay era (and of migrations)."""
+    prefix = undo_prefix(mutation_id)
+    out: dict[bytes, bytes | None] = {}
+    for k, v in view.scan(instance, prefix=prefix):
+        if len(k) == len(prefix):
+            out.update(decode_saved(v))
+        else:
+            out[k[len(prefix):]] = decode_previous(v)
+    return out
+
+
 def plan_inverse(view: VersionView, instance: Instance, entry: Mutation, operation: Operation,
                  original: int) -> EditPlan:
     """The plan that reverts log entry ``entry`` (an undo, or a redo when ``entry`` is an undo)."""
-    prefix = undo_prefix(entry.mutation_id)
-    keys = {k[len(prefix):]: decode_previous(v) for k, v in view.scan(instance, prefix=prefix)}
+    keys = read_saved(view, instance, entry.mutation_id)
     return EditPlan(operation=operation, args={"mutation": original, "inverts": entry.mutation_id},
                     delta=entry.delta.inverse(), keys=keys, bodies=entry.bodies, supervoxels=entry.supervoxels,
                     target=entry.mutation_id)

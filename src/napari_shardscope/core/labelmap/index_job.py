@@ -49,11 +49,13 @@ from napari_shardscope.core.labelmap.agglomeration import open_stored_agglomerat
 from napari_shardscope.core.labelmap.config import TYPE_NAME, LabelmapConfig
 from napari_shardscope.core.labelmap.geometry import BlockGrid, Box, Coord
 from napari_shardscope.core.labelmap.label_index import (
+    BOX_FIELDS,
+    BOX_NAMES,
     BaseIndex,
-    BlockCounts,
+    BoxedCounts,
     IndexSummary,
     combine_counts,
-    count_block,
+    count_block_boxes,
     index_items,
     load_index_meta,
 )
@@ -63,7 +65,7 @@ from napari_shardscope.core.versioned.repository import Repository, open_reposit
 from napari_shardscope.core.volumes import open_volume
 
 #: One count: supervoxel, scale-0 block (z, y, x) and its voxels there (28 bytes, packed).
-RECORD_DTYPE = np.dtype([("sv", "<u8"), ("z", "<u4"), ("y", "<u4"), ("x", "<u4"), ("n", "<u8")])
+RECORD_DTYPE = np.dtype([("sv", "<u8"), ("z", "<u4"), ("y", "<u4"), ("x", "<u4"), ("n", "<u8"), *BOX_FIELDS])
 #: Default brick: at most this many scale-0 blocks per task (16 blocks of 64³ uint64: 32 MiB read at once,
 #: well above Dask's per-task overhead, small enough to spread a modest base over a few workers).
 BLOCKS_PER_TASK = 16
@@ -118,21 +120,21 @@ def _base_reader(url: str) -> BaseSource:
     return open_once(("label-index base", url), lambda: BaseSource(open_volume(url, kind="segmentation")))
 
 
-def count_brick(task: BrickTask) -> list[BlockCounts]:
+def count_brick(task: BrickTask) -> list[BoxedCounts]:
     """Per-block supervoxel counts of one brick, blocks z-major (the thread builder's counts, block by block).
 
     Each block is read as its own contiguous array with the next reads already issued (a remote
     base costs about one round trip per brick, and decoding overlaps counting), and counted by the
-    thread builder's :func:`count_block`.
+    thread builder's :func:`count_block_boxes`.
     """
     grid = BlockGrid(task.shape, task.block)
     coords = list(task.blocks)
     ahead = READ_AHEAD if _is_remote(task.base) else 0
     reads = _base_reader(task.base).read_many(0, [grid.box(c) for c in coords], ahead=ahead)
-    return [count_block(c, data) for c, data in zip(coords, reads, strict=True)]
+    return [count_block_boxes(c, data) for c, data in zip(coords, reads, strict=True)]
 
 
-def as_records(parts: list[BlockCounts]) -> Records:
+def as_records(parts: list[BoxedCounts]) -> Records:
     """Block counts as packed records (supervoxel, block, count): what the range files of a cluster job hold."""
     sizes = [p[1].size for p in parts]
     rec = np.zeros(sum(sizes), dtype=RECORD_DTYPE)
@@ -141,6 +143,9 @@ def as_records(parts: list[BlockCounts]) -> Records:
         rec["n"] = np.concatenate([p[2] for p in parts])
         coords = np.repeat(np.asarray([p[0] for p in parts], dtype=np.uint32).reshape(-1, 3), sizes, axis=0)
         rec["z"], rec["y"], rec["x"] = coords[:, 0], coords[:, 1], coords[:, 2]
+        boxes = np.concatenate([p[3] for p in parts]).reshape(-1, 6)
+        for i, f in enumerate(BOX_NAMES):
+            rec[f] = boxes[:, i]
     return rec
 
 
@@ -205,10 +210,11 @@ def _combine_range(records: Records) -> BaseIndex:
     labels = rec["sv"].astype(np.uint64)
     counts = rec["n"].astype(np.int64)
     blocks = np.stack([rec["z"], rec["y"], rec["x"]], axis=1).astype(np.int64).reshape(-1, 3)
+    boxes = np.stack([rec[f] for f in BOX_NAMES], axis=1).astype(np.int64).reshape(-1, 6)
     svs, first = np.unique(labels, return_index=True)
     totals = np.add.reduceat(counts, first).astype(np.uint64) if labels.size else np.zeros(0, np.uint64)
     summary = IndexSummary(svs.astype(np.uint64), totals, int(svs[-1]) if svs.size else 0)
-    return BaseIndex(summary, labels, blocks, counts, int(counts.sum()))
+    return BaseIndex(summary, labels, blocks, counts, int(counts.sum()), boxes)
 
 
 def build_label_index(repo: Repository | str | os.PathLike[str], name: str, *, scheduler: Any = None,
@@ -307,7 +313,7 @@ def _build(repo: Repository, name: str, *, scheduler: Any, num_workers: int | No
     with nullcontext(None) if in_memory else tempfile.TemporaryDirectory(prefix="shardscope-index-",
                                                                         dir=scratch) as tmp:
         files = [Path(tmp) / f"range-{i:04d}.rec" for i in range(n_files)] if tmp is not None else []
-        held: list[list[BlockCounts]] = []
+        held: list[list[BoxedCounts]] = []
         if in_memory:  # one graph: no batch of tasks waits for its slowest brick while a thread idles
             held = run_tasks(count_brick, bricks, scheduler=scheduler, num_workers=num_workers, progress=counted,
                              label="count bricks")

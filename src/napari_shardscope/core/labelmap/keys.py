@@ -113,6 +113,47 @@ def decode_previous(data: bytes) -> bytes | None:
     raise ArgumentError("malformed saved value in the labelmap's undo area")
 
 
+_SAVED_MAGIC = b"SSUP"
+
+
+def encode_saved(previous: dict[bytes, bytes | None]) -> bytes:
+    """Every key a mutation wrote and what it held before, in one value (``u`` + mutation id).
+
+    One record instead of one per key: an edit writes a dozen records, and each store write costs
+    more than the bytes. Layout: ``b"SSUP"``, u32 count, then per key u16 length, the key, and
+    :func:`encode_previous` of its value behind a u32 length.
+    """
+    parts = [_SAVED_MAGIC, struct.pack("<I", len(previous))]
+    for key, value in previous.items():
+        saved = encode_previous(value)
+        parts += [struct.pack("<H", len(key)), key, struct.pack("<I", len(saved)), saved]
+    return b"".join(parts)
+
+
+def decode_saved(data: bytes) -> dict[bytes, bytes | None]:
+    """Inverse of :func:`encode_saved` (:class:`ArgumentError` on damage)."""
+    if data[:4] != _SAVED_MAGIC or len(data) < 8:
+        raise ArgumentError("malformed saved values in the labelmap's undo area")
+    (count,) = struct.unpack_from("<I", data, 4)
+    pos = 8
+    out: dict[bytes, bytes | None] = {}
+    try:
+        for _ in range(count):
+            (klen,) = struct.unpack_from("<H", data, pos)
+            key = data[pos + 2:pos + 2 + klen]
+            (vlen,) = struct.unpack_from("<I", data, pos + 2 + klen)
+            start = pos + 6 + klen
+            if len(key) != klen or start + vlen > len(data):
+                raise ValueError("truncated")
+            out[key] = decode_previous(data[start:start + vlen])
+            pos = start + vlen
+    except (struct.error, ValueError) as exc:
+        raise ArgumentError(f"malformed saved values in the labelmap's undo area ({exc})") from exc
+    if pos != len(data):
+        raise ArgumentError("malformed saved values in the labelmap's undo area (trailing bytes)")
+    return out
+
+
 def labels_counter(name: str) -> str:
     """Counter handing out new body and supervoxel ids of labelmap ``name``."""
     return f"labelmap/{name}/labels"

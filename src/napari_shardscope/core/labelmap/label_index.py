@@ -50,9 +50,15 @@ I64 = npt.NDArray[np.int64]
 Rows = npt.NDArray[Any]
 #: An entry's record layout (a split-made supervoxel's versioned index value).
 ENTRY_DTYPE = np.dtype([("z", "<u4"), ("y", "<u4"), ("x", "<u4"), ("n", "<u8")])
-SV_DTYPE = np.dtype([("sv", "<u8"), ("z", "<u4"), ("y", "<u4"), ("x", "<u4"), ("n", "<u8")])
+#: The voxel box of a label inside one block: ``lo`` and ``hi`` (exclusive) per axis, relative to the block.
+BOX_FIELDS = (("z0", "<u2"), ("y0", "<u2"), ("x0", "<u2"), ("z1", "<u2"), ("y1", "<u2"), ("x1", "<u2"))
+BOX_NAMES = tuple(name for name, _ in BOX_FIELDS)
+#: A split-made supervoxel's entry with boxes: ``b"SSX2"`` then these records.
+ENTRY_BOX_DTYPE = np.dtype([("z", "<u4"), ("y", "<u4"), ("x", "<u4"), ("n", "<u8"), *BOX_FIELDS])
+_ENTRY_MAGIC = b"SSX2"
+SV_DTYPE = np.dtype([("sv", "<u8"), ("z", "<u4"), ("y", "<u4"), ("x", "<u4"), ("n", "<u8"), *BOX_FIELDS])
 TOTALS_DTYPE = np.dtype([("sv", "<u8"), ("n", "<u8")])
-BODY_DTYPE = np.dtype([("body", "<u8"), ("z", "<u4"), ("y", "<u4"), ("x", "<u4"), ("n", "<u8")])
+BODY_DTYPE = np.dtype([("body", "<u8"), ("z", "<u4"), ("y", "<u4"), ("x", "<u4"), ("n", "<u8"), *BOX_FIELDS])
 BODIES_DTYPE = np.dtype([("body", "<u8"), ("voxels", "<u8"), ("svs", "<u8"),
                          ("z0", "<u4"), ("y0", "<u4"), ("x0", "<u4"), ("z1", "<u4"), ("y1", "<u4"), ("x1", "<u4")])
 SV_TABLE = b"index/t/sv"
@@ -72,21 +78,27 @@ class IndexDecodeError(FormatError):
 
 @dataclass(frozen=True)
 class SvIndex:
-    """Where one supervoxel is: scale-0 block positions (k, 3) and its voxel count in each (k,)."""
+    """Where one supervoxel is: scale-0 block positions (k, 3), its voxel count in each (k,), and —
+    when known — its voxel box inside each block (k, 6: lo z, y, x then hi z, y, x, relative to the block)."""
 
     blocks: I64
     counts: I64
+    boxes: I64 | None = None
 
     @classmethod
-    def from_counts(cls, counts: Mapping[Coord, int]) -> SvIndex:
+    def from_counts(cls, counts: Mapping[Coord, int], boxes: Mapping[Coord, tuple[int, ...]] | None = None) -> SvIndex:
         items = sorted((c, n) for c, n in counts.items() if n > 0)
         blocks = np.array([c for c, _ in items], dtype=np.int64).reshape(-1, 3)
-        return cls(blocks, np.array([n for _, n in items], dtype=np.int64))
+        box = None if boxes is None else np.array([boxes[c] for c, _ in items], dtype=np.int64).reshape(-1, 6)
+        return cls(blocks, np.array([n for _, n in items], dtype=np.int64), box)
 
     @classmethod
-    def from_rows(cls, rows: Rows) -> SvIndex:
+    def from_rows(cls, rows: Rows, *, boxes: bool = True) -> SvIndex:
         blocks = np.stack([rows["z"], rows["y"], rows["x"]], axis=1).astype(np.int64).reshape(-1, 3)
-        return cls(blocks, rows["n"].astype(np.int64))
+        box = None
+        if boxes and rows.dtype.names is not None and "z0" in rows.dtype.names:
+            box = np.stack([rows[f] for f in BOX_NAMES], axis=1).astype(np.int64).reshape(-1, 6)
+        return cls(blocks, rows["n"].astype(np.int64), box)
 
     @property
     def total(self) -> int:
@@ -96,16 +108,24 @@ class SvIndex:
         return [(int(z), int(y), int(x)) for z, y, x in self.blocks]
 
     def to_bytes(self) -> bytes:
-        rec = np.zeros(self.counts.size, dtype=ENTRY_DTYPE)
+        if self.boxes is None:  # the replay era's layout
+            rec = np.zeros(self.counts.size, dtype=ENTRY_DTYPE)
+        else:
+            rec = np.zeros(self.counts.size, dtype=ENTRY_BOX_DTYPE)
+            for i, f in enumerate(BOX_NAMES):
+                rec[f] = self.boxes[:, i]
         rec["z"], rec["y"], rec["x"] = self.blocks[:, 0], self.blocks[:, 1], self.blocks[:, 2]
         rec["n"] = self.counts
-        return rec.tobytes()
+        return rec.tobytes() if self.boxes is None else _ENTRY_MAGIC + rec.tobytes()
 
     @classmethod
     def from_bytes(cls, data: bytes, *, key: str = "label index") -> SvIndex:
-        if len(data) % ENTRY_DTYPE.itemsize:
+        boxed = data[:4] == _ENTRY_MAGIC and (len(data) - 4) % ENTRY_BOX_DTYPE.itemsize == 0
+        dtype = ENTRY_BOX_DTYPE if boxed else ENTRY_DTYPE
+        body = data[4:] if boxed else data
+        if len(body) % dtype.itemsize:
             raise IndexDecodeError(f"entry of {len(data)} bytes is not a whole number of records", key=key)
-        rec = np.frombuffer(data, dtype=ENTRY_DTYPE)
+        rec = np.frombuffer(body, dtype=dtype)
         return cls.from_rows(rec)
 
 
@@ -145,19 +165,24 @@ class IndexSummary:
 
 @dataclass(frozen=True)
 class BaseIndex:
-    """Counted rows of (a supervoxel-id range of) the base: ``(label, block, count)`` sorted by label then block."""
+    """Counted rows of (a supervoxel-id range of) the base: ``(label, block, count[, box])`` sorted by label then
+    block. ``boxes`` (k, 6): each label's voxel box inside the block (None when counted without them)."""
 
     summary: IndexSummary
     labels: U64
     blocks: I64
     counts: I64
     voxels: int
+    boxes: I64 | None = None
 
     def sv_rows(self) -> Rows:
         rec = np.zeros(self.labels.size, dtype=SV_DTYPE)
         rec["sv"] = self.labels
         rec["z"], rec["y"], rec["x"] = self.blocks[:, 0], self.blocks[:, 1], self.blocks[:, 2]
         rec["n"] = self.counts
+        if self.boxes is not None:
+            for i, f in enumerate(BOX_NAMES):
+                rec[f] = self.boxes[:, i]
         return rec
 
     def totals_rows(self) -> Rows:
@@ -171,10 +196,46 @@ class BaseIndex:
         hi = int(np.searchsorted(self.labels, np.uint64(sv), side="right"))
         if hi <= lo:
             return None
-        return SvIndex(self.blocks[lo:hi].reshape(-1, 3), self.counts[lo:hi])
+        return SvIndex(self.blocks[lo:hi].reshape(-1, 3), self.counts[lo:hi],
+                       None if self.boxes is None else self.boxes[lo:hi].reshape(-1, 6))
 
 
 BlockCounts = tuple[Coord, U64, I64]
+#: A block's labels, their voxel counts, and their voxel boxes in the block (k, 6).
+BoxedCounts = tuple[Coord, U64, I64, I64]
+
+
+def count_block_boxes(c: Coord, data: npt.NDArray[Any]) -> BoxedCounts:
+    """:func:`count_block` plus each label's voxel box inside the block (lo z, y, x, hi z, y, x).
+
+    The box is what makes a body's exact bounding box an index read (no voxel is read again): runs
+    along x, cut at row ends, give each run's z, y and x extent; the per-label minima and maxima are
+    one ``reduceat`` over the runs sorted by label.
+    """
+    arr = np.asarray(data)
+    if arr.ndim != 3 or not arr.size:
+        return c, np.zeros(0, np.uint64), np.zeros(0, np.int64), np.zeros((0, 6), np.int64)
+    _, ys, xs = arr.shape
+    flat = np.ascontiguousarray(arr).reshape(-1)
+    change = np.empty(flat.size, dtype=bool)
+    change[0] = True
+    np.not_equal(flat[1:], flat[:-1], out=change[1:])
+    change[::xs] = True  # a run never wraps to the next row
+    starts = np.flatnonzero(change)
+    lengths = np.diff(np.r_[starts, flat.size])
+    values = flat[starts]
+    order = np.argsort(values, kind="stable")
+    values, starts, lengths = values[order], starts[order], lengths[order]
+    first = np.flatnonzero(np.r_[True, values[1:] != values[:-1]])
+    labels = values[first]
+    counts = np.add.reduceat(lengths, first)
+    row = starts // xs
+    z, y, x0 = row // ys, row % ys, starts % xs
+    boxes = np.stack([np.minimum.reduceat(z, first), np.minimum.reduceat(y, first), np.minimum.reduceat(x0, first),
+                      np.maximum.reduceat(z, first) + 1, np.maximum.reduceat(y, first) + 1,
+                      np.maximum.reduceat(x0 + lengths, first)], axis=1).astype(np.int64)
+    keep = labels != 0
+    return c, labels[keep].astype(np.uint64), counts[keep].astype(np.int64), boxes[keep].reshape(-1, 6)
 
 
 def count_block(c: Coord, data: npt.NDArray[Any]) -> BlockCounts:
@@ -202,27 +263,33 @@ def count_block(c: Coord, data: npt.NDArray[Any]) -> BlockCounts:
     return c, labels[keep].astype(np.uint64), n[keep].astype(np.int64)
 
 
-def combine_counts(parts: Iterable[BlockCounts]) -> BaseIndex:
+def combine_counts(parts: Iterable[BlockCounts | BoxedCounts]) -> BaseIndex:
     """The index from per-block counts (any order in, one canonical result out).
 
     Parts are put in block order first, so a thread pool, a Dask cluster or a single loop that
-    counted the same blocks all store byte-identical indexes.
+    counted the same blocks all store byte-identical indexes. Boxes are kept when every part has them.
     """
     ordered = sorted(parts, key=lambda p: p[0])
+    boxes: I64 | None = None
     if ordered:
         labels = np.concatenate([p[1] for p in ordered])
         counts = np.concatenate([p[2] for p in ordered])
         blocks = np.repeat(np.asarray([p[0] for p in ordered], dtype=np.int64).reshape(-1, 3),
                            [p[1].size for p in ordered], axis=0)
+        if all(len(p) == 4 for p in ordered):
+            boxes = np.concatenate([np.asarray(p[3], dtype=np.int64).reshape(-1, 6) for p in ordered])  # type: ignore[misc]
     else:
         labels, counts, blocks = np.zeros(0, np.uint64), np.zeros(0, np.int64), np.zeros((0, 3), np.int64)
+        boxes = np.zeros((0, 6), np.int64)
     order = np.argsort(labels, kind="stable")  # blocks stay z-major within a label
     labels, counts, blocks = labels[order], counts[order], blocks[order].reshape(-1, 3)
+    if boxes is not None:
+        boxes = boxes[order].reshape(-1, 6)
     first = np.flatnonzero(np.r_[True, labels[1:] != labels[:-1]]) if labels.size else np.zeros(0, np.intp)
     svs = labels[first]
     totals = np.add.reduceat(counts, first).astype(np.uint64) if labels.size else np.zeros(0, np.uint64)
     summary = IndexSummary(svs.astype(np.uint64), totals, int(svs[-1]) if svs.size else 0)
-    return BaseIndex(summary, labels, blocks, counts, int(counts.sum()))
+    return BaseIndex(summary, labels, blocks, counts, int(counts.sum()), boxes)
 
 
 def build_base_index(read_block: Callable[[Box], npt.NDArray[Any]], grid: BlockGrid, *,
@@ -238,10 +305,10 @@ def build_base_index(read_block: Callable[[Box], npt.NDArray[Any]], grid: BlockG
     """
     coords = list(grid.blocks_in(Box.of_shape(grid.shape))) if blocks is None else sorted(blocks)
 
-    def count(c: Coord) -> BlockCounts:
-        return count_block(c, read_block(grid.box(c)))
+    def count(c: Coord) -> BoxedCounts:
+        return count_block_boxes(c, read_block(grid.box(c)))
 
-    parts: list[BlockCounts] = []
+    parts: list[BoxedCounts] = []
     with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
         for i, part in enumerate(pool.map(count, coords)):
             parts.append(part)
@@ -304,7 +371,7 @@ class _BodyRows:
                 self._tmp = None
 
 
-_BODY_ROW = np.dtype([("body", "<u8"), ("z", "<u4"), ("y", "<u4"), ("x", "<u4"), ("n", "<u8")])
+_BODY_ROW = BODY_DTYPE
 _BODY_SV = np.dtype([("body", "<u8"), ("sv", "<u8"), ("n", "<u8")])
 
 
@@ -325,6 +392,10 @@ def _reduce_body_rows(rows: Rows) -> Rows:
     for f in ("body", "z", "y", "x"):
         out[f] = r[f][first]
     out["n"] = np.add.reduceat(r["n"], first)
+    for f in BOX_NAMES[:3]:
+        out[f] = np.minimum.reduceat(r[f], first)
+    for f in BOX_NAMES[3:]:
+        out[f] = np.maximum.reduceat(r[f], first)
     return out
 
 
@@ -367,7 +438,9 @@ def index_items(parts: Iterable[BaseIndex], agglomeration: AgglomerationSource |
     gathered = _BodyRows(bound, spill, scratch) if agglomeration is not None else None
     n_svs = voxels = 0
     max_id = 0
+    boxed = True
     for part in parts:
+        boxed &= part.boxes is not None
         if on_part is not None:
             on_part(part)
         sv_rows = part.sv_rows()
@@ -380,11 +453,11 @@ def index_items(parts: Iterable[BaseIndex], agglomeration: AgglomerationSource |
             yield from bodies_writer.add(_identity_summaries(part))
             continue
         body_of_label = agglomeration.lookup(part.labels)
+        sv_rows = part.sv_rows()
         rows = np.zeros(part.labels.size, dtype=_BODY_ROW)
         rows["body"] = body_of_label
-        for f, i in (("z", 0), ("y", 1), ("x", 2)):
-            rows[f] = part.blocks[:, i]
-        rows["n"] = part.counts
+        for f in ("z", "y", "x", "n", *BOX_NAMES):
+            rows[f] = sv_rows[f]
         totals = np.zeros(part.summary.supervoxels.size, dtype=_BODY_SV)
         totals["body"] = agglomeration.lookup(part.summary.supervoxels)
         totals["sv"], totals["n"] = part.summary.supervoxels, part.summary.totals
@@ -403,7 +476,7 @@ def index_items(parts: Iterable[BaseIndex], agglomeration: AgglomerationSource |
         yield from body_writer.finish()
     yield from bodies_writer.finish()
     meta = {"format": FORMAT, "supervoxels": n_svs, "bodies": n_bodies, "max_id": max_id, "voxels": voxels,
-            "blocks": blocks, "agglomeration": agglomeration is not None}
+            "blocks": blocks, "agglomeration": agglomeration is not None, "boxes": boxed}
     yield INDEX_META_KEY, json.dumps(meta).encode()
 
 
@@ -415,7 +488,7 @@ def _identity_summaries(part: BaseIndex) -> Rows:
     svs["n"] = part.summary.totals
     body_rows = np.zeros(rows.size, dtype=_BODY_ROW)
     body_rows["body"] = rows["sv"]
-    for f in ("z", "y", "x", "n"):
+    for f in ("z", "y", "x", "n", *BOX_NAMES):
         body_rows[f] = rows[f]
     return _body_summaries(body_rows, svs)
 
@@ -432,6 +505,8 @@ class BaseIndexReader:
         self.supervoxels = int(meta.get("supervoxels", 0))
         self.voxels = int(meta.get("voxels", 0))
         self.has_bodies = bool(meta.get("agglomeration", False))
+        #: Whether rows carry each label's voxel box in its blocks (indexes converted from format 1 do not).
+        self.has_boxes = bool(meta.get("boxes", False))
         self._sv = PagedTable(SV_TABLE, read, what="label index")
         self._totals = PagedTable(TOTALS_TABLE, read, what="label index totals")
         self._body = PagedTable(BODY_TABLE, read, what="body label index") if self.has_bodies else self._sv
@@ -467,7 +542,7 @@ class BaseIndexReader:
             return rows
         out = np.zeros(rows.size, dtype=BODY_DTYPE)
         out["body"] = rows["sv"]
-        for f in ("z", "y", "x", "n"):
+        for f in ("z", "y", "x", "n", *BOX_NAMES):
             out[f] = rows[f]
         return out
 
@@ -501,7 +576,7 @@ class BaseIndexReader:
 
     def entry(self, sv: int) -> SvIndex | None:
         rows = self.sv_rows(np.asarray([sv], dtype=np.uint64))
-        return SvIndex.from_rows(rows) if rows.size else None
+        return SvIndex.from_rows(rows, boxes=self.has_boxes) if rows.size else None
 
     def summary(self) -> IndexSummary:
         """Every base supervoxel and its total, materialised (O(supervoxels): small bases and tests)."""

@@ -56,11 +56,11 @@ from napari_shardscope.core.labelmap.reading import BaseSource, Fetch, PatchedRe
 from napari_shardscope.core.labelmap.recordmap import MapReader, MapTxn
 from napari_shardscope.core.labelmap.records import MERGE_MARK_KEY, STAMP_KEY
 from napari_shardscope.core.labelmap.region import check_edit_in_region, region_box
-from napari_shardscope.core.labelmap.state import VersionState, decode_stamp, overlay_counts
+from napari_shardscope.core.labelmap.state import EditRecords, VersionState, decode_stamp, overlay_counts
 from napari_shardscope.core.labelmap.version import LabelmapVersion
 from napari_shardscope.core.versioned.dag import Version
 from napari_shardscope.core.versioned.instance import Instance, register_instance_type
-from napari_shardscope.core.versioned.remotes.config import region_of
+from napari_shardscope.core.versioned.remotes.config import REGION_FILE, region_of
 from napari_shardscope.core.versioned.remotes.sync import reserve_ids
 from napari_shardscope.core.versioned.repository import Repository
 from napari_shardscope.core.versioned.view import VersionView, VersionWriter
@@ -130,6 +130,8 @@ class Labelmap:
         self._subscribers: list[Subscriber] = []
         self._meshers: dict[int, Any] = {}
         self._offline_until = 0.0
+        self._region_key: tuple[int, int] | None = None
+        self._region_value: list[list[int]] | None = None
 
     @property
     def name(self) -> str:
@@ -198,12 +200,17 @@ class Labelmap:
         uuid = version.uuid
 
         def load(keys: list[bytes]) -> list[bytes | None]:
+            if self.repo.closed:
+                # the proofreader disconnected and a view still draws: it keeps what it showed (the records
+                # read for it are cached); anything never read maps as the base does
+                return [None] * len(keys)
             with self.repo.read(version) as view:
                 values = view.get_many(self.instance, keys)
                 if not version.locked:
                     with self._states_lock:
                         state = self._states.get(uuid)
-                    if state is not None:
+                    # (an edit holds the writer lock and checked the stamp already: nobody else writes)
+                    if state is not None and not state.editing:
                         stamp, counts = self._probe(view)
                         if stamp != state.stamp:
                             state.refresh(stamp, counts)
@@ -371,13 +378,17 @@ class Labelmap:
         with self._edit_lock:
             with self.repo.write(version) as w:
                 state = self._fresh(w)
-                ws = self.workspace(w, state)
-                plan, result = planner(w, state, ws)
-                region = region_of(self.repo)
-                if region is not None:
-                    check_edit_in_region(self.config, self.reader(state), plan, region_box(region),
-                                         lambda sv: self.entry(state, sv))
-                written = write_plan(w, self.instance, self.name, plan, who)
+                state.editing = True
+                try:
+                    ws = self.workspace(w, state)
+                    plan, result = planner(w, state, ws)
+                    region = self._region()
+                    if region is not None:
+                        check_edit_in_region(self.config, self.reader(state), plan, region_box(region),
+                                             lambda sv: self.entry(state, sv))
+                    written = write_plan(w, self.instance, self.name, plan, who)
+                finally:
+                    state.editing = False
             changed = state.written(written.keys, written.mutation.mutation_id, unlinked=written.unlinked)
         event = EditEvent(self.name, state.version.uuid, written.mutation, changed)
         for callback in list(self._subscribers):
@@ -387,6 +398,20 @@ class Labelmap:
                 _log.exception("labelmap %s: subscriber %r failed", self.name, callback)
         return written.mutation, result
 
+    def _region(self) -> list[list[int]] | None:
+        """The region a region clone may edit (its file re-read only when it changed)."""
+        if self.repo.path is None:
+            return None
+        try:
+            st = (self.repo.path / REGION_FILE).stat()
+            key: tuple[int, int] | None = (st.st_mtime_ns, st.st_size)
+        except FileNotFoundError:
+            key = None
+        if key != self._region_key:
+            self._region_value = region_of(self.repo) if key is not None else None
+            self._region_key = key
+        return self._region_value
+
     def _fresh(self, w: VersionWriter) -> VersionState:
         """The version's state, refreshed inside the write transaction if someone else edited it."""
         with self._states_lock:
@@ -394,9 +419,11 @@ class Labelmap:
         return self._state_from(w, cached)
 
     def workspace(self, w: VersionWriter, state: VersionState) -> Workspace:
-        """An edit workspace over ``state`` whose new ids come from ``w``'s transaction."""
+        """An edit workspace over ``state`` whose records and new ids come through ``w``'s transaction."""
         reader = PatchedReader(self.base, state.overlay)
-        return Workspace(self.config, reader, self.txn(state), lambda n: self.new_ids(w, n))
+        records = EditRecords(state.records, lambda keys: w.get_many(self.instance, keys))
+        txn = MapTxn(records, self.agglomeration, self.base_index, state.memo)
+        return Workspace(self.config, reader, txn, lambda n: self.new_ids(w, n))
 
     def id_floors(self) -> dict[str, int]:
         """This labelmap's id counters and the smallest id each may hand out."""

@@ -34,7 +34,7 @@ from napari_shardscope.core.labelmap.agglomeration import (
     stored_items,
 )
 from napari_shardscope.core.labelmap.config import FORMAT, TYPE_NAME, LabelmapConfig
-from napari_shardscope.core.labelmap.edits import stack_records
+from napari_shardscope.core.labelmap.edits import read_saved, stack_records
 from napari_shardscope.core.labelmap.errors import LabelmapStateError, MappingError
 from napari_shardscope.core.labelmap.keys import (
     AGGLOMERATION_KEY,
@@ -49,7 +49,6 @@ from napari_shardscope.core.labelmap.keys import (
     encode_previous,
     overlay_count_key,
     undo_key,
-    undo_prefix,
 )
 from napari_shardscope.core.labelmap.label_index import (
     BaseIndex,
@@ -260,18 +259,15 @@ class _Migration:
         if len(v.parents) > 1:
             counts = self._merge_start(v, w, own)
         memo: dict[int, int] = {}
-        saved = {m.mutation_id: {k[9:]: decode_previous(val) for k, val in w.scan(self.inst,
-                                                                                   prefix=undo_prefix(m.mutation_id))}
-                 for _, m in own}
+        saved = {m.mutation_id: read_saved(w, self.inst, m.mutation_id) for _, m in own}
         for i, (seq, m) in enumerate(own):
             txn = self.txn(w, memo)
             if m.operation in ("undo", "redo"):
                 if m.target is None:
                     raise LabelmapStateError(f"mutation log: {m.operation} {m.mutation_id} names no record")
-                prefix = undo_prefix(m.target)  # the map's records are restored exactly, as a new undo does
-                for key, value in w.scan(self.inst, prefix=prefix):
-                    if key[len(prefix):len(prefix) + 1] in MAP_PREFIXES:
-                        txn.put(key[len(prefix):], decode_previous(value))
+                for key, value in read_saved(w, self.inst, m.target).items():
+                    if key[:1] in MAP_PREFIXES:  # the map's records are restored exactly, as a new undo does
+                        txn.put(key, value)
             else:
                 try:
                     txn.apply_delta(m.delta)

@@ -39,9 +39,9 @@ Rows = npt.NDArray[Any]
 #: Reads unversioned values of one instance, several at once (``None`` for an absent key).
 ReadMany = Callable[[Sequence[bytes]], list[bytes | None]]
 
-#: Rows per page: 16,384 rows of 16 bytes are 256 KiB decoded, ~1 ms to read and inflate; a 10⁹-row
-#: table has 61,036 pages and a 1.4 MB directory.
-ROWS_PER_PAGE = 1 << 14
+#: Rows per page: 4,096 rows of 16 to 52 bytes are 64 to 208 KiB decoded (a lookup of one id reads
+#: one page, cold from disk in a fresh process); a 10⁹-row table has 244,141 pages and a 5 MB directory.
+ROWS_PER_PAGE = 1 << 12
 #: Decoded pages kept by the process (all tables together).
 PAGE_CACHE_BYTES = 256 << 20
 _DIR_MAGIC = b"SSPD"

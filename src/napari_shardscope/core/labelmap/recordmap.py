@@ -188,6 +188,9 @@ class MapReader:
         """What a root without a record is: a base body as the base index counts it (or an empty node)."""
         if not nodes:
             return []
+        top = max(self.index.max_id, self.agg.max_id)  # above: ids edits handed out, never base bodies
+        if all(n > top for n in nodes):
+            return [RootInfo(n, 0, 0, 1, *EMPTY_BOX) for n in nodes]
         found, rows = self.index.body_summaries(np.asarray(nodes, dtype=np.uint64))
         out = []
         for n, f, r in zip(nodes, found.tolist(), rows, strict=True):
@@ -246,6 +249,8 @@ class MapReader:
 
     def resolve(self, body: int) -> tuple[int, RootInfo]:
         """The root of the set holding node ``body`` and its info (``info.name != body``: merged away)."""
+        if body not in self.memo:  # every record of a node not seen yet, in one read
+            self.get_many([k(body) for k in (parent_key, root_key, next_key, logical_key)])
         r = self.root(body)
         return r, self.info(r)
 
@@ -384,6 +389,46 @@ class MapReader:
             parts_n.append(n)
         return sum_blocks(np.concatenate(parts_b).reshape(-1, 3), np.concatenate(parts_n))
 
+    def voxel_box(self, nodes: Sequence[int], block: Coord) -> tuple[Coord, Coord] | None:
+        """The exact scale-0 voxel box of the nodes' supervoxels, from the index's in-block boxes: O(blocks).
+
+        None when some supervoxel's rows carry no box (an index converted from format 1, or a split
+        made before boxes were kept): the caller reads voxels instead.
+        """
+        if not self.index.has_boxes:
+            return None
+        nodes = list(dict.fromkeys(int(n) for n in nodes))
+        removed, added = self.corrections(nodes)
+        plain = [n for n in nodes if not removed[n].size]
+        parts: list[Rows] = [self.index.body_rows(np.asarray(plain, dtype=np.uint64))] if plain else []
+        touched = [n for n in nodes if removed[n].size]
+        if touched:  # nodes that lost supervoxels: their remaining base supervoxels' own rows
+            base = np.setdiff1d(self.base_member_candidates(touched),
+                                np.concatenate([removed[n] for n in touched]))
+            parts.append(self.index.sv_rows(base))
+        extra = np.concatenate([v for v in added.values()] or [np.zeros(0, np.uint64)])
+        made = extra > np.uint64(self.index.max_id)
+        if (~made).any():
+            parts.append(self.index.sv_rows(extra[~made]))
+        edge = np.asarray(block, dtype=np.int64)
+        lo = np.full(3, np.iinfo(np.int64).max, dtype=np.int64)
+        hi = np.full(3, -1, dtype=np.int64)
+        for rows in parts:
+            if not rows.size:
+                continue
+            origin = np.stack([rows["z"], rows["y"], rows["x"]], axis=1).astype(np.int64) * edge
+            lo = np.minimum(lo, (origin + np.stack([rows["z0"], rows["y0"], rows["x0"]], axis=1)).min(axis=0))
+            hi = np.maximum(hi, (origin + np.stack([rows["z1"], rows["y1"], rows["x1"]], axis=1)).max(axis=0))
+        for e in self.split_entries(extra[made].tolist()).values():
+            if e.boxes is None:
+                return None
+            origin = e.blocks * edge
+            lo = np.minimum(lo, (origin + e.boxes[:, :3]).min(axis=0))
+            hi = np.maximum(hi, (origin + e.boxes[:, 3:]).max(axis=0))
+        if hi[0] < 0:
+            return EMPTY_BOX
+        return (int(lo[0]), int(lo[1]), int(lo[2])), (int(hi[0]), int(hi[1]), int(hi[2]))
+
     def node_aggregate(self, nodes: Sequence[int], name: int) -> RootInfo:
         """The exact :class:`RootInfo` of a set made of ``nodes`` (recounted from members: O(blocks))."""
         blocks, counts = self.node_blocks(nodes)
@@ -428,6 +473,7 @@ class MapTxn(MapReader):
         self._shared = memo if memo is not None else {}
         self.memo = dict()
         self.pending: dict[bytes, bytes | None] = {}
+        self._resolved: dict[int, tuple[int, RootInfo]] = {}
         self.unlinked = False
         self.deltas: list[MapDelta] = []
 
@@ -459,7 +505,15 @@ class MapTxn(MapReader):
             if old is not None and old != value:
                 self.unlinked = True
                 self.memo.clear()
+        if key[:1] in (b"p", b"r"):
+            self._resolved.clear()
         self.pending[key] = value
+
+    def resolve(self, body: int) -> tuple[int, RootInfo]:
+        hit = self._resolved.get(body)
+        if hit is None:
+            hit = self._resolved[body] = super().resolve(body)
+        return hit
 
     def put_entry(self, sv: int, entry: SvIndex | None) -> None:
         """Write (or delete) the index entry of a split-made supervoxel."""
@@ -537,7 +591,7 @@ class MapTxn(MapReader):
         to_roots = self.roots(to_nodes[found]) if to_nodes is not None else None
         delta_v: dict[int, int] = {}
         delta_n: dict[int, int] = {}
-        gained: dict[int, list[int]] = {}
+        gained: set[int] = set()
         losers: set[int] = set()
         for i in range(svs.size):
             fr = int(from_roots[i]) if from_roots is not None else None
@@ -551,15 +605,13 @@ class MapTxn(MapReader):
             if to is not None:
                 delta_v[to] = delta_v.get(to, 0) + int(totals[i])
                 delta_n[to] = delta_n.get(to, 0) + 1
-                gained.setdefault(to, []).append(int(svs[i]))
+                gained.add(to)
         roots = sorted(set(delta_v) | set(delta_n))
         for r, info in zip(roots, self.infos(roots), strict=True):
-            box = None
-            if r in gained:
-                blocks, _ = self.sv_rows(np.asarray(gained[r], dtype=np.uint64))
-                box = box_of(blocks)
-            self._set_info(r, info.changed(voxels=delta_v.get(r, 0), svs=delta_n.get(r, 0), box=box,
-                                           loose=r in losers))
+            # the block box is a hint kept exact through merges; moving supervoxels leaves it loose on both
+            # sides (an edit reads no block rows; a query needing the box recounts it from the blocks)
+            self._set_info(r, info.changed(voxels=delta_v.get(r, 0), svs=delta_n.get(r, 0),
+                                           loose=r in losers or r in gained))
 
     def _union(self, a: int, b: int, name: int) -> None:
         """Join the sets of roots ``a`` and ``b`` (by size), named ``name``."""

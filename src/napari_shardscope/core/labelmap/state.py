@@ -25,7 +25,8 @@ from napari_shardscope.core.labelmap.records import STAMP_KEY, decode_u64
 from napari_shardscope.core.versioned.dag import Version
 from napari_shardscope.core.volumes.lazy import LazyArray
 
-__all__ = ["STAMP_KEY", "RecordCache", "VersionState", "decode_stamp", "encode_stamp", "overlay_counts"]
+__all__ = ["STAMP_KEY", "EditRecords", "RecordCache", "VersionState", "decode_stamp", "encode_stamp",
+           "overlay_counts"]
 
 _U64 = struct.Struct(">Q")
 #: Bytes of records one version's cache keeps (values and keys; absent keys count a little).
@@ -57,7 +58,8 @@ class RecordCache:
         self._lock = threading.RLock()
         self._generation = 0
 
-    def get_many(self, keys: Sequence[bytes]) -> list[bytes | None]:
+    def get_many(self, keys: Sequence[bytes], load: Load | None = None) -> list[bytes | None]:
+        """Values of ``keys``; misses read by ``load`` (default: the cache's own loader) and kept."""
         out: list[bytes | None] = [None] * len(keys)
         missing: list[int] = []
         with self._lock:
@@ -70,7 +72,7 @@ class RecordCache:
                     missing.append(i)
         if missing:
             want = list(dict.fromkeys(keys[i] for i in missing))
-            got = dict(zip(want, self._load(want), strict=True))
+            got = dict(zip(want, (load or self._load)(want), strict=True))
             with self._lock:
                 if self._generation == generation:  # not dropped meanwhile: keep what was read
                     for k, v in got.items():
@@ -105,6 +107,21 @@ def _weight(key: bytes, value: bytes | None) -> int:
     return len(key) + (0 if value is None else len(value)) + 48
 
 
+class EditRecords:
+    """A state's records as an edit reads them: the cache first, misses through the edit's own transaction.
+
+    Inside the edit the stamp was checked and the writer lock is held, so what the transaction reads
+    is the version as the cache knows it: misses are kept in the cache too.
+    """
+
+    def __init__(self, cache: RecordCache, read: Load) -> None:
+        self._cache = cache
+        self._read = read
+
+    def get_many(self, keys: Sequence[bytes]) -> list[bytes | None]:
+        return self._cache.get_many(keys, self._read)
+
+
 class VersionState:
     """The in-memory state of one version (see the module docstring); changes happen under :attr:`lock`.
 
@@ -126,6 +143,9 @@ class VersionState:
         self.lock = threading.RLock()
         #: Lazy arrays per (overlay snapshot, scale, kind) handed out for this state.
         self.arrays: dict[tuple[int, int, str], LazyArray] = {}
+        #: True while an edit of this object plans on the state (it holds the writer lock: loads need not
+        #: look for other writers).
+        self.editing = False
 
     def refresh(self, stamp: int, counts: Mapping[int, int]) -> None:
         """Someone else edited the version: forget what was read (arrays handed out follow)."""

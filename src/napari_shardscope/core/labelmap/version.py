@@ -342,7 +342,9 @@ class LabelmapVersion:
         """Bounding box of ``body`` at scale 0; ``exact=False``: of its blocks (no voxel read).
 
         The block box comes from the body's root record when no cleave may have shrunk it, else
-        from its blocks; the exact box reads only the body's blocks on the six faces of that box.
+        from its blocks (O(blocks)); the exact box from the label index's voxel box of each
+        supervoxel in each block (O(blocks), no voxel read), or — for an index without them (one
+        converted from format 1) — from the body's blocks on the six faces of its block box.
         """
         state = self._state()
         grid = self.labelmap.config.grid(0)
@@ -352,7 +354,12 @@ class LabelmapVersion:
             if info.exact and not info.empty_box and not exact:
                 lo, hi = info.lo, info.hi
             else:
-                blocks, _ = reader.node_blocks(reader.ring(root))
+                nodes = reader.ring(root)
+                if exact:
+                    box = reader.voxel_box(nodes, grid.block)
+                    if box is not None:
+                        return Box(*box)
+                blocks, _ = reader.node_blocks(nodes)
                 lo, hi = box_of(blocks)
         shape = self.labelmap.config.shape
         block = grid.block

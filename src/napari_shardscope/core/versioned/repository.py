@@ -106,6 +106,11 @@ class Repository:
         """Name of the engine under this repository."""
         return self._engine.name
 
+    @property
+    def closed(self) -> bool:
+        """True once :meth:`close` ran (readers holding data of it may keep showing what they read)."""
+        return self._closed
+
     def close(self) -> None:
         """Close the engine and the lock file."""
         if not self._closed:
