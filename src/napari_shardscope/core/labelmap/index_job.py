@@ -210,7 +210,7 @@ def _combine_range(records: Records) -> BaseIndex:
     labels = rec["sv"].astype(np.uint64)
     counts = rec["n"].astype(np.int64)
     blocks = np.stack([rec["z"], rec["y"], rec["x"]], axis=1).astype(np.int64).reshape(-1, 3)
-    boxes = np.stack([rec[f] for f in BOX_NAMES], axis=1).astype(np.int64).reshape(-1, 6)
+    boxes = np.stack([rec[f] for f in BOX_NAMES], axis=1).astype(np.uint16).reshape(-1, 6)
     svs, first = np.unique(labels, return_index=True)
     totals = np.add.reduceat(counts, first).astype(np.uint64) if labels.size else np.zeros(0, np.uint64)
     summary = IndexSummary(svs.astype(np.uint64), totals, int(svs[-1]) if svs.size else 0)

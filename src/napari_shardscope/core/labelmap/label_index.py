@@ -173,7 +173,7 @@ class BaseIndex:
     blocks: I64
     counts: I64
     voxels: int
-    boxes: I64 | None = None
+    boxes: npt.NDArray[np.integer[Any]] | None = None
 
     def sv_rows(self) -> Rows:
         rec = np.zeros(self.labels.size, dtype=SV_DTYPE)
@@ -197,7 +197,7 @@ class BaseIndex:
         if hi <= lo:
             return None
         return SvIndex(self.blocks[lo:hi].reshape(-1, 3), self.counts[lo:hi],
-                       None if self.boxes is None else self.boxes[lo:hi].reshape(-1, 6))
+                       None if self.boxes is None else self.boxes[lo:hi].astype(np.int64).reshape(-1, 6))
 
 
 BlockCounts = tuple[Coord, U64, I64]
@@ -277,10 +277,11 @@ def combine_counts(parts: Iterable[BlockCounts | BoxedCounts]) -> BaseIndex:
         blocks = np.repeat(np.asarray([p[0] for p in ordered], dtype=np.int64).reshape(-1, 3),
                            [p[1].size for p in ordered], axis=0)
         if all(len(p) == 4 for p in ordered):
-            boxes = np.concatenate([np.asarray(p[3], dtype=np.int64).reshape(-1, 6) for p in ordered])  # type: ignore[misc]
+            # in-block offsets fit 16 bits (blocks are at most 65,535 voxels a side): 12 bytes a row, not 48
+            boxes = np.concatenate([np.asarray(p[3], dtype=np.uint16).reshape(-1, 6) for p in ordered])  # type: ignore[misc]
     else:
         labels, counts, blocks = np.zeros(0, np.uint64), np.zeros(0, np.int64), np.zeros((0, 3), np.int64)
-        boxes = np.zeros((0, 6), np.int64)
+        boxes = np.zeros((0, 6), np.uint16)
     order = np.argsort(labels, kind="stable")  # blocks stay z-major within a label
     labels, counts, blocks = labels[order], counts[order], blocks[order].reshape(-1, 3)
     if boxes is not None:

@@ -19,7 +19,7 @@ from napari_shardscope.core.errors import FormatError
 from napari_shardscope.core.labelmap.agglomeration import MappingSource
 from napari_shardscope.core.labelmap.errors import LabelmapStateError
 from napari_shardscope.core.labelmap.keys import AGGLOMERATION_KEY, BASE_INDEX_PREFIX, INDEX_META_KEY, INDEX_SUMMARY_KEY
-from napari_shardscope.core.labelmap.label_index import BaseIndex, IndexSummary, SvIndex
+from napari_shardscope.core.labelmap.label_index import ENTRY_DTYPE, BaseIndex, IndexSummary
 
 #: The replay era's labelmap format.
 LEGACY_FORMAT = 1
@@ -54,24 +54,25 @@ def decode_summary(data: bytes) -> IndexSummary:
 
 
 def legacy_index(entries: Iterable[tuple[bytes, bytes]], meta: dict[str, Any], summary: IndexSummary) -> BaseIndex:
-    """The format-1 base index as counted rows (what :func:`~.label_index.index_items` stores as tables)."""
-    labels: list[np.ndarray] = []
-    blocks: list[np.ndarray] = []
-    counts: list[np.ndarray] = []
+    """The format-1 base index as counted rows (what :func:`~.label_index.index_items` stores as tables).
+
+    Every entry is decoded at once: the values concatenated and read as one record array.
+    """
+    keys: list[int] = []
+    sizes: list[int] = []
+    values: list[bytes] = []
     for key, value in entries:
         if len(key) != len(BASE_INDEX_PREFIX) + 8:
             continue
-        sv = int.from_bytes(key[len(BASE_INDEX_PREFIX):], "big")
-        e = SvIndex.from_bytes(value, key=f"index/sv/{sv}")
-        labels.append(np.full(e.counts.size, sv, dtype=np.uint64))
-        blocks.append(e.blocks)
-        counts.append(e.counts)
-    if labels:
-        lab = np.concatenate(labels)
-        blk = np.concatenate(blocks).reshape(-1, 3)
-        cnt = np.concatenate(counts)
-    else:
-        lab, blk, cnt = np.zeros(0, np.uint64), np.zeros((0, 3), np.int64), np.zeros(0, np.int64)
+        if len(value) % ENTRY_DTYPE.itemsize:
+            raise LabelmapStateError(f"format-1 index entry {key!r} is not a whole number of records")
+        keys.append(int.from_bytes(key[len(BASE_INDEX_PREFIX):], "big"))
+        sizes.append(len(value) // ENTRY_DTYPE.itemsize)
+        values.append(value)
+    rec = np.frombuffer(b"".join(values), dtype=ENTRY_DTYPE)
+    lab = np.repeat(np.asarray(keys, dtype=np.uint64), sizes)
+    blk = np.stack([rec["z"], rec["y"], rec["x"]], axis=1).astype(np.int64).reshape(-1, 3)
+    cnt = rec["n"].astype(np.int64)
     order = np.argsort(lab, kind="stable")
     return BaseIndex(summary, lab[order], blk[order].reshape(-1, 3), cnt[order], int(meta.get("voxels", cnt.sum())))
 

@@ -46,9 +46,9 @@ from napari_shardscope.core.labelmap.keys import (
     UNDO_PREFIX,
     block_prefix,
     decode_previous,
-    encode_previous,
+    encode_saved,
     overlay_count_key,
-    undo_key,
+    undo_prefix,
 )
 from napari_shardscope.core.labelmap.label_index import (
     BaseIndex,
@@ -281,11 +281,14 @@ class _Migration:
                 if d:
                     counts[scale] = counts.get(scale, 0) + d
                     changes[overlay_count_key(scale)] = encode_u64(counts[scale]) if counts[scale] > 0 else None
+            previous: dict[bytes, bytes | None] = {}
             for key, new in changes.items():
                 if key[:1] == INDEX_PREFIX or key[:1] == BLOCK_PREFIX:
                     continue  # format 1 wrote these already
-                w.put(self.inst, undo_key(m.mutation_id, key), encode_previous(w.get(self.inst, key)))
+                previous[key] = w.get(self.inst, key)
                 self._put(w, key, new)
+            if previous:  # beside format 1's per-key records of its blocks and index entries
+                w.put(self.inst, undo_prefix(m.mutation_id), encode_saved(previous))
             book = stack_records(w, self.inst, m, seq)
             for body in sorted(set(m.bodies)):
                 book[history_key(body, m.mutation_id)] = encode_where(v.uuid, seq)

@@ -292,6 +292,17 @@ class PagedTable:
         out = np.zeros(q.shape, dtype=d.dtype)
         if not d.pages or not q.size:
             return found, out
+        if q.size <= 4:  # an edit's few ids: no grouping machinery
+            for i, key in enumerate(q.tolist()):
+                p = int(np.searchsorted(d.first, np.uint64(key), side="right")) - 1
+                if p < 0 or key > int(d.last[p]):
+                    continue
+                page_rows = self.pages([p])[0]
+                k = page_rows[d.key]
+                at = int(np.searchsorted(k, np.uint64(key)))
+                if at < k.size and int(k[at]) == key:
+                    found[i], out[i] = True, page_rows[at]
+            return found, out
         page = np.searchsorted(d.first, q, side="right") - 1
         valid = page >= 0
         valid[valid] &= q[valid] <= d.last[page[valid]]
