@@ -224,25 +224,20 @@ class Labelmap:
         The store merges keys; two sides' body-map records merged key by key are no body map (a
         page, a root record edited on both). The labelmap's own branch merge writes a
         ``merge-branches`` record and reconciled records; a migration marks the store merges it
-        reconciled. Checked once per version (a version's parents never change).
+        reconciled. Checked once per version (a version's parents never change): the ancestor set is the
+        one every read at the version uses; only its merge versions are looked at.
         """
-        todo = [v]
-        order: list[Version] = []
-        while todo:
-            cur = todo.pop()
-            if cur.uuid in self._lineage_ok:
-                continue
-            order.append(cur)
-            todo.extend(self.repo.version(p) for p in cur.parents if p not in self._lineage_ok)
-        for cur in reversed(order):  # parents are checked before children
-            if cur.uuid in self._lineage_ok:
-                continue
-            if len(cur.parents) > 1 and not self._merge_reconciled(cur):
-                raise LabelmapStateError(
-                    f"the mutation logs of version {cur.short}'s ancestry do not replay: a store merge (repo merge) "
-                    f"combined branches that both edited labelmap {self.name!r}, and a key merge of their body maps "
-                    f"is no body map; merge the branches with `shardscope branch merge` instead")
-            self._lineage_ok[cur.uuid] = True
+        if v.uuid in self._lineage_ok:
+            return
+        for cur in self.repo.ancestry(v):
+            if len(cur.parents) > 1 and cur.uuid not in self._lineage_ok:
+                if not self._merge_reconciled(cur):
+                    raise LabelmapStateError(
+                        f"the mutation logs of version {cur.short}'s ancestry do not replay: a store merge (repo "
+                        f"merge) combined branches that both edited labelmap {self.name!r}, and a key merge of "
+                        f"their body maps is no body map; merge the branches with `shardscope branch merge` instead")
+                self._lineage_ok[cur.uuid] = True
+        self._lineage_ok[v.uuid] = True
 
     def _merge_reconciled(self, v: Version) -> bool:
         with self.repo.read(v) as view:
