@@ -67,7 +67,7 @@ _ROOT = struct.Struct("<QQQQ6qB")
 _LINK = struct.Struct("<Q16sQ")
 _TOP = struct.Struct("<Q16s")
 _WHERE = struct.Struct("<16sQ")
-#: Mutation records, body ids: maps of the map's record prefixes (what undo restores and a branch merge rewrites).
+#: The prefixes of the body map's own records (what a migrated undo restores exactly; the rest is bookkeeping).
 MAP_PREFIXES = (EXPLICIT_PREFIX, PARENT_PREFIX, LOGICAL_PREFIX, NEXT_PREFIX, ROOT_PREFIX, ADDED_PREFIX,
                 REMOVED_PREFIX)
 
