@@ -12,6 +12,7 @@ import pytest
 from hypothesis import settings
 
 from tests.http_range_server import RangeServer
+from tests.realdata import REALDATA, have_realdata, missing
 
 #: The bindings qtpy and pytest-qt both know, in qtpy's order of preference.
 QT_BINDINGS = {"pyqt5": "PyQt5", "pyqt6": "PyQt6", "pyside6": "PySide6"}
@@ -55,6 +56,21 @@ def http_root(tmp_path: Path) -> Iterator[tuple[Path, RangeServer]]:
         yield root, server
     finally:
         server.close()
+
+
+@pytest.fixture
+def realdata() -> Path:
+    """The folder of real datasets written by other software (``tests/realdata.py``): the test is skipped
+    with how to get them when they are absent, and fails instead where they are required (CI)."""
+    if not have_realdata():
+        missing()
+    return REALDATA
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """Tests marked ``realdata`` need the real datasets: skipped (failed, where required) without them."""
+    if item.get_closest_marker("realdata") is not None and not have_realdata():
+        missing()
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

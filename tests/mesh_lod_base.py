@@ -19,8 +19,8 @@ from napari_shardscope.core.formats.precomputed.meshes import (
     MultilodMeshSource,
     dump_manifest,
 )
+from tests.realdata import realdata_path
 
-REALDATA = Path(__file__).resolve().parents[1] / ".." / "shared" / "realdata"
 BITS = 16
 
 
@@ -56,7 +56,7 @@ def write_two_level_pinky(base: Path) -> dict[int, int]:
     from napari_shardscope.core.formats import open_dataset
     from napari_shardscope.core.formats.precomputed.meshes import mesh_source_of
 
-    shutil.copytree(REALDATA / "igneous_pinky_sharded", base)
+    shutil.copytree(realdata_path("igneous_pinky_sharded"), base)
     info = json.loads((base / "info").read_text())
     source = mesh_source_of(open_dataset(base))
     assert isinstance(source, MultilodMeshSource)

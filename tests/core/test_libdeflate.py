@@ -28,6 +28,7 @@ from napari_shardscope.core.encoding import (
     zlib_compress,
 )
 from napari_shardscope.core.errors import ArgumentError, ChunkDecodeError
+from tests.realdata import realdata_path
 
 pytestmark = pytest.mark.skipif(not libdeflate.available(), reason="libdeflate not loadable")
 
@@ -378,7 +379,7 @@ def test_each_zlib_level_gives_zlib_sized_output_on_real_labels() -> None:
     every level 1-9 is at most 5% larger than zlib's at that level (libdeflate's own 6 was 17% larger)."""
     import tensorstore as ts
 
-    path = (Path(__file__).resolve().parents[2] / ".." / "shared" / "realdata" / "igneous_pinky_sharded").resolve()
+    path = realdata_path("igneous_pinky_sharded").resolve()
     store = ts.open({"driver": "neuroglancer_precomputed", "scale_index": 0,
                      "kvstore": {"driver": "file", "path": str(path) + "/"}}).result()
     labels = np.asarray(store.read().result())

@@ -20,8 +20,7 @@ from napari_shardscope.napari_plugin.neuroglancer import open_state, server_for,
 from napari_shardscope.napari_plugin.viewer import add_volumes
 from napari_shardscope.widgets.session import session_for
 from tests.core.labelmap.volumes import voronoi_supervoxels, write_precomputed
-
-REALDATA = Path("/work/shared/realdata")
+from tests.realdata import REALDATA
 
 
 def reopen(make_napari_viewer: Any, first: Any) -> tuple[Any, dict[str, Any]]:
@@ -40,6 +39,7 @@ def assert_same_view(first: Any, second: Any, voxel: tuple[float, float, float])
     assert second.camera.zoom == pytest.approx(first.camera.zoom, rel=1e-6)
 
 
+@pytest.mark.realdata
 def test_dataset_round_trip(make_napari_viewer: Any) -> None:
     first = make_napari_viewer()
     try:
@@ -90,6 +90,7 @@ def test_version_round_trip_keeps_selected_bodies(make_napari_viewer: Any, tmp_p
         session_for(first).controller.disconnect()
 
 
+@pytest.mark.realdata
 def test_file_menu_show_and_open_neuroglancer_link(make_napari_viewer: Any, qtbot: Any) -> None:
     """The menu actions as a user clicks them: the link lands on the clipboard, and pasting it opens the view."""
     from napari._app_model import get_app_model  # napari's documented accessor

@@ -18,8 +18,8 @@ import pytest
 from napari_shardscope.core.labelmap import create_labelmap
 from napari_shardscope.core.versioned import create_repository
 from tests.core.labelmap.volumes import voronoi_supervoxels, write_precomputed
+from tests.realdata import REALDATA
 
-REALDATA = Path("/work/shared/realdata")
 PINKY = str(REALDATA / "igneous_pinky_sharded")
 
 
@@ -44,6 +44,7 @@ def serving() -> Iterator[tuple[subprocess.Popen[str], str]]:
         proc.wait(timeout=30)
 
 
+@pytest.mark.realdata
 def test_serve_until_ctrl_c(serving: tuple[subprocess.Popen[str], str]) -> None:
     proc, url = serving
     state = json.loads(unquote(url.split("#!", 1)[1]))
@@ -74,11 +75,13 @@ def test_serve_a_version_prints_its_url(tmp_path: Path) -> None:
     assert result.returncode == 2 and "local" in result.stderr
 
 
+@pytest.mark.realdata
 def test_serve_refuses_a_version_of_a_dataset() -> None:
     result = cli("serve", PINKY, "--version", "abc", "--print-url")
     assert result.returncode == 2 and "repository" in result.stderr
 
 
+@pytest.mark.realdata
 def test_open_a_link_and_a_state_file(serving: tuple[subprocess.Popen[str], str], tmp_path: Path) -> None:
     import imageio.v3 as iio
 

@@ -25,7 +25,8 @@ from napari_shardscope.core.formats import open_dataset
 from napari_shardscope.core.volumes import open_volume
 from napari_shardscope.napari_plugin.layers import volume_layer_data
 from napari_shardscope.napari_plugin.shown import DamagedChunkWarning
-from tests.core.formats.test_consistency import DIRS, NOT_VOLUMES, REALDATA, presented
+from tests.core.formats.test_consistency import DIRS, NOT_VOLUMES, presented
+from tests.realdata import REALDATA
 
 VOLUMES = [d for d in DIRS if d not in NOT_VOLUMES]
 #: N5 datasets no independent library reads, and a copy of the same image one does read.
@@ -75,7 +76,7 @@ def references(rel: str) -> list[list[np.ndarray]]:
     return out
 
 
-@pytest.mark.skipif(not VOLUMES, reason=f"no real datasets at {REALDATA}")
+@pytest.mark.realdata
 def test_every_real_dataset_in_napari_equals_an_independent_reader(make_napari_viewer: Any) -> None:
     viewer = make_napari_viewer()
     failures = []
@@ -86,8 +87,8 @@ def test_every_real_dataset_in_napari_equals_an_independent_reader(make_napari_v
                 volume_layer_data(open_volume(REALDATA / rel))
             continue
         if rel == "ngscripts_sharded/zlib_as_gzip":  # non-conformant: every reader refuses its chunks
-            # napari reads a plane at once: the chunks that do not decode are drawn as background and
-            # reported (a warning, which napari shows as a notification), not raised into napari's slicing
+            # napari reads a plane at once: the chunks that do not decode are drawn hatched and reported
+            # (test_a_volume_none_of_whose_chunks_decode_says_so_and_is_not_drawn_black), never raised into napari
             with pytest.warns(DamagedChunkWarning, match="zlib"):
                 (layer,) = viewer.open(str(REALDATA / rel), plugin="napari-shardscope")
             with pytest.raises(ChunkDecodeError, match="zlib"):  # a strict read (validation, export) still refuses
@@ -116,3 +117,147 @@ def test_every_real_dataset_in_napari_equals_an_independent_reader(make_napari_v
                 failures.append(f"{rel}: layer {index} differs from the independent reader "
                                 f"({[a.shape for a in g]} vs {[b.shape for b in e]})")
     assert failures == []
+
+
+# -- what the viewer shows: each case in a real viewer, its pixels checked and a screenshot written ------------
+def _shoot(viewer: Any, tmp_path: Path, name: str) -> np.ndarray:
+    """The canvas as drawn (show=True), also written to ``tmp_path/name.png`` for a person to look at."""
+    import imageio.v3 as iio
+    from qtpy.QtWidgets import QApplication
+
+    viewer.reset_view()
+    QApplication.processEvents()
+    shot = np.asarray(viewer.screenshot(canvas_only=True, flash=False))
+    iio.imwrite(tmp_path / f"{name}.png", shot)
+    return shot
+
+
+def _settle() -> None:
+    """Let the GUI thread run what slicing threads queued for it (layer marks), a bounded number of times."""
+    from qtpy.QtWidgets import QApplication
+
+    for _ in range(20):
+        QApplication.processEvents()
+
+
+def _notes_about(text: str, since: int) -> list[str]:
+    from napari.utils.notifications import notification_manager
+
+    return [str(n.message) for n in notification_manager.records[since:] if text in str(n.message)]
+
+
+@pytest.mark.realdata
+def test_a_volume_none_of_whose_chunks_decode_says_so_and_is_not_drawn_black(make_napari_viewer: Any,
+                                                                             tmp_path: Path, qtbot: Any) -> None:
+    from napari.utils.notifications import notification_manager
+
+    from napari_shardscope.napari_plugin.damage import MARK
+
+    viewer = make_napari_viewer(show=True)
+    since = len(notification_manager.records)
+    with pytest.warns(DamagedChunkWarning, match="zlib"):
+        (layer,) = viewer.open(str(REALDATA / "ngscripts_sharded" / "zlib_as_gzip"), plugin="napari-shardscope")
+        for z in range(0, 19, 2):  # browsing: every plane fails again, nothing more is said within the interval
+            viewer.dims.set_current_step(0, z)
+        _settle()
+    notes = _notes_about("zlib_as_gzip", since)
+    assert len(notes) == 1 and ".shard" in notes[0] and "gzip" in notes[0] and "drawn hatched" in notes[0]
+    qtbot.waitUntil(lambda: layer.name.endswith(MARK), timeout=10000)  # marked once the layer is in the viewer
+    record = layer.metadata["shardscope"]["unreadable"]
+    assert record["failures"] >= 1 and "zlib" in record["first"]
+    assert viewer.dims.nsteps[0] == 19 and viewer.dims.current_step[0] == 18
+    shot = _shoot(viewer, tmp_path, "zlib_as_gzip")[..., :3].astype(int)
+    bright = (shot.min(axis=2) > 200).mean()
+    assert bright > 0.1  # stripes of the high contrast limit: not a black canvas
+    row = shot[shot.shape[0] // 2, :, 0]
+    assert np.count_nonzero(np.diff((row > 127).astype(int))) > 20  # and stripes, not a uniform fill
+
+
+@pytest.mark.realdata
+def test_a_damaged_chunk_among_good_ones_is_hatched_and_the_rest_is_drawn(make_napari_viewer: Any,
+                                                                          tmp_path: Path) -> None:
+    import shutil
+
+    from napari.utils.notifications import notification_manager
+
+    copy = tmp_path / "cloudvolume_jpeg"
+    shutil.copytree(REALDATA / "cloudvolume_jpeg", copy)
+    (copy / "4_4_40" / "64-128_64-128_0-3").write_bytes(b"\xff\xd8 not a jpeg any more")
+    expected = references("cloudvolume_jpeg")[0][0]  # TensorStore on the intact copy: z, y, x
+    viewer = make_napari_viewer(show=True)
+    since = len(notification_manager.records)
+    with pytest.warns(DamagedChunkWarning, match="64-128_64-128_0-3"):
+        (layer,) = viewer.open(str(copy), plugin="napari-shardscope")
+        viewer.dims.set_current_step(0, 1)
+        _settle()
+        plane = np.asarray(layer.data[1])
+    assert len(_notes_about("cloudvolume_jpeg", since)) == 1
+    good = np.ones(plane.shape, bool)
+    good[64:128, 64:128] = False
+    np.testing.assert_array_equal(plane[good], expected[1][good])
+    assert set(np.unique(plane[~good]).tolist()) == {0, 255}
+    _shoot(viewer, tmp_path, "cloudvolume_jpeg_damaged")
+
+
+@pytest.mark.realdata
+def test_n5java_zi_is_an_rgb_image_of_three_channel_layers_whatever_the_compression(make_napari_viewer: Any,
+                                                                                   tmp_path: Path) -> None:
+    import imageio.v3 as iio
+
+    png = iio.imread(REALDATA / "n5java_zi" / "reference_image.png")  # y, x, rgb
+    viewer = make_napari_viewer(show=True)
+    for compression in ("raw", "gzip", "bzip2", "xz", "lz4"):
+        viewer.layers.clear()
+        layers = viewer.open(str(REALDATA / "n5java_zi" / "n5-java.n5" / compression), plugin="napari-shardscope")
+        assert len(layers) == 3 and viewer.dims.ndim == 2 and viewer.dims.nsteps == (512, 512)  # no 512-step slider
+        for c, layer in enumerate(layers):
+            np.testing.assert_array_equal(np.asarray(layer.data), png[..., c])
+        shot = _shoot(viewer, tmp_path, f"n5java_zi_{compression}")
+        assert shot[..., :3].std() > 20
+
+
+def test_a_float_array_of_0_to_99_is_not_a_white_square(make_napari_viewer: Any, tmp_path: Path) -> None:
+    import zarr
+
+    data = np.add.outer(np.arange(100), np.arange(100)).astype(np.float32) / 2  # 0..99 in a gradient
+    z = zarr.create(shape=data.shape, chunks=(50, 50), dtype="float32", store=str(tmp_path / "f.zarr"), zarr_format=2)
+    z[:] = data
+    viewer = make_napari_viewer(show=True)
+    (layer,) = viewer.open(str(tmp_path / "f.zarr"), plugin="napari-shardscope")
+    assert tuple(layer.contrast_limits) == (0.0, 99.0)
+    np.testing.assert_array_equal(np.asarray(layer.data), np.asarray(zarr.open_array(str(tmp_path / "f.zarr"))[:]))
+    shot = _shoot(viewer, tmp_path, "float_0_99")[..., 0].astype(int)
+    drawn = shot[shot > 0]
+    assert drawn.size and drawn.std() > 30 and (drawn > 250).mean() < 0.2  # a gradient, not a white square
+
+
+@pytest.mark.realdata
+def test_ome_zarr_channel_labels_colours_and_windows_name_the_layers(make_napari_viewer: Any, tmp_path: Path) -> None:
+    viewer = make_napari_viewer(show=True)
+    layers = viewer.open(str(REALDATA / "zarrjava_ome05"), plugin="napari-shardscope")
+    images = [layer for layer in layers if layer.__class__.__name__ == "Image"]
+    assert [layer.name for layer in images] == ["DAPI", "GFP"]
+    assert [tuple(np.round(layer.colormap.colors[-1][:3], 3)) for layer in images] == [(0, 0, 1), (0, 1, 0)]
+    assert all(layer.visible for layer in images)
+    assert [layer.name for layer in layers if layer not in images] == ["nuclei"]
+    _shoot(viewer, tmp_path, "zarrjava_ome05")
+    viewer.layers.clear()
+    (image,) = viewer.open(str(REALDATA / "ng_ome_zarr" / "simple_0.5"), plugin="napari-shardscope")
+    assert image.name == "image"  # no omero: the multiscale's name, gray, the dtype's range
+    _shoot(viewer, tmp_path, "ng_ome_zarr_simple")
+
+
+@pytest.mark.realdata
+@pytest.mark.parametrize(("rel", "child"), [("wk_simple_n5/color", "1 (N5"), ("wk_simple_n5", "color/1 (N5"),
+                                            ("wk_zarr3_sharded", "color (OME-Zarr"),
+                                            ("n5java_zi/n5-java.n5", "lz4 (N5")])
+def test_a_path_above_a_dataset_names_the_datasets_in_a_notification(make_napari_viewer: Any, rel: str,
+                                                                     child: str) -> None:
+    from napari.utils.notifications import notification_manager
+
+    viewer = make_napari_viewer()
+    since = len(notification_manager.records)
+    added = viewer.open(str(REALDATA / rel), plugin="napari-shardscope")
+    assert added == [] and len(viewer.layers) == 0
+    notes = _notes_about(child, since)
+    assert len(notes) == 1 and "not_found" in notes[0]

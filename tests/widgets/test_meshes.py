@@ -25,9 +25,9 @@ from napari_shardscope.napari_plugin.viewer import add_volumes
 from napari_shardscope.widgets.meshes import SKELETON_KEY, SURFACE_KEY, surface_name
 from napari_shardscope.widgets.proofreading import ProofreadingPanel
 from napari_shardscope.widgets.session import session_for
+from tests.realdata import realdata_path
 from tests.volume_cases import sample  # noqa: F401  (fixture)
 
-REALDATA = Path(__file__).resolve().parents[2] / ".." / "shared" / "realdata"
 Z = 32
 
 
@@ -45,8 +45,13 @@ def world_bounds(c: ProofreadingController, body: int) -> tuple[np.ndarray, np.n
     return tr + (np.asarray(box.lo) - 0.5) * vs, tr + (np.asarray(box.hi) - 0.5) * vs
 
 
+def world_vertices(layer: Any) -> np.ndarray:
+    """A surface's vertices in world units (the layer holds them in the volume's voxel units, on its grid)."""
+    return np.asarray(layer.data[0], dtype=np.float64) * np.asarray(layer.scale) + np.asarray(layer.translate)
+
+
 def layer_bounds(layer: Any) -> tuple[np.ndarray, np.ndarray]:
-    vertices = np.asarray(layer.data[0])
+    vertices = world_vertices(layer)
     return vertices.min(axis=0), vertices.max(axis=0)
 
 
@@ -111,7 +116,7 @@ def test_select_merge_undo_surfaces_follow(proofread: Any, qtbot: Any) -> None:
 
 def test_source_meshes_and_skeletons_of_a_real_base(make_napari_viewer: Any, tmp_path: Path, qtbot: Any) -> None:
     base = tmp_path / "pinky"
-    shutil.copytree(REALDATA / "igneous_pinky_sharded", base)
+    shutil.copytree(realdata_path("igneous_pinky_sharded"), base)
     info = json.loads((base / "info").read_text())
     info["skeletons"] = "skeletons_mip_0"  # igneous wrote them beside the volume; name them as Neuroglancer wants
     (base / "info").write_text(json.dumps(info))
@@ -135,7 +140,11 @@ def test_source_meshes_and_skeletons_of_a_real_base(make_napari_viewer: Any, tmp
     layer = surfaces(viewer)[body]
     g = c.version.scales[0]  # type: ignore[union-attr]
     want = expected.vertices[:, ::-1] - 0.5 * np.asarray(g.voxel_size)
-    np.testing.assert_allclose(np.asarray(layer.data[0]), want, rtol=1e-6, atol=1e-3)
+    # on the volume's grid, clipped to its outermost voxel centres (widgets/placement.py: the dims stay the volume's)
+    first = np.asarray(g.translate, dtype=np.float64)
+    want = np.clip(want, first, first + (np.asarray(g.shape) - 1) * np.asarray(g.voxel_size))
+    np.testing.assert_allclose(layer.scale, g.voxel_size)
+    np.testing.assert_allclose(world_vertices(layer), want, rtol=1e-6, atol=1e-2)
     np.testing.assert_array_equal(np.asarray(layer.data[1]), expected.faces)
     skeletons = [la for la in viewer.layers if SKELETON_KEY in la.metadata]
     assert len(skeletons) == 1 and skeletons[0].metadata[SKELETON_KEY] == body

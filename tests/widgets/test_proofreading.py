@@ -346,6 +346,7 @@ def test_versions_panel_exports_a_committed_version(proofread: Proofread, qtbot:
     # the button, as a user clicks it: default destination, precomputed, bodies; runs in a worker thread
     active = viewer.layers.selection.active.name
     assert active == panel.session.body_layer.name
+    dims = ([tuple(r) for r in viewer.dims.range], viewer.dims.current_step)
     qtbot.mouseClick(versions.export_button, LEFT)
     assert versions.exporting and not versions.export_button.isEnabled()  # the GUI thread is free meanwhile
     qtbot.waitUntil(lambda: c.last_export is not None and not versions.exporting, timeout=120000)
@@ -362,6 +363,7 @@ def test_versions_panel_exports_a_committed_version(proofread: Proofread, qtbot:
     assert not layer.visible and layer.multiscale and f"{done.short}" in versions.status_label.text()
     assert "added as layer" in versions.status_label.text()
     assert viewer.layers.selection.active.name == active  # the body layer keeps the clicks
+    assert ([tuple(r) for r in viewer.dims.range], viewer.dims.current_step) == dims  # the volume's planes stay
     np.testing.assert_array_equal(np.asarray(layer.data[0][Z]), shown_level0_plane(panel))
     # zarr v3 supervoxels to a chosen directory, without adding a layer
     zdest = tmp_path / "sv.zarr"
@@ -497,7 +499,7 @@ def test_locate_and_shard_map_leave_the_body_layer_active(proofread: Proofread, 
     browser = dock(viewer, "Shard browser")
     browser.layer_combo.setCurrentText("segmentation")
     viewer.layers.selection.active = panel.session.body_layer
-    browser.locate_voxel([100, 30, 20])
+    browser.locate_voxel([20, 30, 100])  # z, y, x
     assert browser.outline_layer is not None
     assert viewer.layers.selection.active.name == "seg bodies"
     browser.show_shard_map()

@@ -131,8 +131,11 @@ def test_a_conflict_in_plain_words_jumps_to_its_body(labels_day: Any, qtbot: Any
     viewer.camera.center = (0.0, 0.0)
     qtbot.mouseClick(tree.itemWidget(row, SHOW_COLUMN), LEFT)  # Show
     box = c.version.bbox(9, exact=False)  # type: ignore[union-attr]
-    mid_y, mid_x = [(lo + hi) / 2 * 8.0 for lo, hi in zip(box.lo[1:], box.hi[1:], strict=True)]
+    # as every go-to: centred on the box's voxel edges (voxel i spans i ± ½), on a plane that shows body 9
+    mid_y, mid_x = [((lo + hi) / 2 - 0.5) * 8.0 for lo, hi in zip(box.lo[1:], box.hi[1:], strict=True)]
     assert viewer.camera.center[-2:] == pytest.approx((mid_y, mid_x)) and c.selected == (9,)
+    z = viewer.dims.current_step[0]
+    assert (c.version.read_bodies((z, slice(None), slice(None))) == 9).any()  # type: ignore[union-attr]
     keep.setCurrentText("keep both")
     assert c.merge_plan is not None and c.merge_plan.choices == {"body:9": "both"}
     qtbot.mouseClick(versions.merge_button, LEFT)

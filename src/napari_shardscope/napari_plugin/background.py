@@ -28,6 +28,7 @@ from napari.viewer import Viewer
 
 from napari_shardscope.core.errors import ShardscopeError, group_name
 from napari_shardscope.core.volumes import Volume, open_volumes
+from napari_shardscope.core.volumes.display import display_of
 
 
 def describe_failure(url: str, exc: BaseException) -> str:
@@ -90,7 +91,10 @@ class BackgroundOpen:
         self._worker.start()
 
     def _open(self) -> list[Volume]:
-        return [v for url in self.urls for v in open_volumes(url)]
+        volumes = [v for url in self.urls for v in open_volumes(url)]
+        for volume in volumes:  # a float image's contrast limits read a sample: here, not on the GUI thread
+            display_of(volume)
+        return volumes
 
     def cancel(self) -> None:
         """Stop waiting: the progress bar goes, and a result that arrives later is dropped."""

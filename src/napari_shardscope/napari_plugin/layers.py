@@ -9,13 +9,18 @@ Choices made here, and why:
   napari then reads only the visible tile of the level that matches the zoom.
 * ``scale`` / ``translate`` from the volume's voxel size and offset (nanometres), so volumes in
   different formats or resolutions overlay in one world.
-* ``contrast_limits`` are always passed for images (from metadata or the dtype); without them
-  napari computes the data range, which would read the whole volume.
+* Names, colours, contrast limits and visibility per channel come from
+  :func:`~napari_shardscope.core.volumes.display.display_of`: the metadata's (OME-Zarr ``omero``
+  labels, colours, windows, ``active``), else for float images a bounded sample of the coarsest
+  level, else the dtype. ``contrast_limits`` are always passed for images: without them napari
+  computes the range of the data it is given, which for a non-multiscale layer is the whole volume.
 * Each level of a 3-D volume prefetches the chunk layers next to the plane shown, and the window of
   the next coarser level a zoom-out would show (:mod:`napari_shardscope.core.volumes.prefetch`), on
   worker threads, never the GUI thread.
 * The arrays are wrapped in :class:`~napari_shardscope.napari_plugin.shown.ShownArray`: a chunk that
-  does not decode is drawn as background and reported, instead of an error inside napari's slicing.
+  does not decode is drawn hatched between the layer's contrast limits (an image) or empty (labels),
+  instead of an error inside napari's slicing, and reported once per volume, then at most every
+  30 s, as a napari notification and on the layer (:mod:`.damage`).
 * Segmentations become Labels layers; images become Image layers (a channel axis is split into
   one layer per channel, as napari does for multichannel images), never guessed to be RGB(A) from
   a last axis of length 3 or 4.
@@ -29,7 +34,9 @@ from typing import Any
 
 from napari_shardscope.core.errors import UnsupportedFeatureError
 from napari_shardscope.core.volumes import Volume
-from napari_shardscope.napari_plugin.shown import shown
+from napari_shardscope.core.volumes.display import display_of
+from napari_shardscope.napari_plugin.damage import attach
+from napari_shardscope.napari_plugin.shown import DamageLog, shown
 
 log = logging.getLogger(__name__)
 
@@ -62,7 +69,12 @@ def volume_layer_data(volume: Volume) -> LayerData:
 
         arrays = [a.with_prefetch() for a in arrays]  # z steps find the next chunk layer decoded
         link_coarser([a.prefetcher for a in arrays])  # ... and a zoom-out the coarser level's window
-    arrays = shown(list(arrays))  # a damaged chunk is drawn empty and reported, not raised into napari
+    views = display_of(volume)
+    limits = [v.contrast_limits for v in views if v.contrast_limits is not None]
+    hatch_values = (min(lo for lo, _ in limits), max(hi for _, hi in limits)) if limits else None
+    damage = DamageLog(volume.name, volume.url, drawn="hatched" if hatch_values is not None else "as background")
+    attach(damage, METADATA_KEY)
+    arrays = shown(list(arrays), damage, hatch_values)  # a damaged chunk is drawn hatched and reported, not raised
     multiscale = len(arrays) > 1
     coarsest = volume.levels[-1].shape
     if len(coarsest) >= 2 and math.prod(coarsest[-2:]) > COARSEST_PLANE_LIMIT:
@@ -95,10 +107,15 @@ def volume_layer_data(volume: Volume) -> LayerData:
     # Never napari's RGB guess (a last axis of 3 or 4): our formats' axes are spatial or named channels, and a
     # thin volume taken for RGB(A) is drawn wrongly or crashes napari.
     kwargs["rgb"] = False
-    if volume.contrast_limits is not None:
-        kwargs["contrast_limits"] = volume.contrast_limits
-    if volume.channel_axis is not None:
+    if volume.channel_axis is not None:  # napari splits the channels into layers, each given its entry of a list
         kwargs["channel_axis"] = volume.channel_axis
-    else:
-        kwargs["colormap"] = "gray"
+        kwargs["name"] = [v.name for v in views]
+        kwargs["contrast_limits"] = [v.contrast_limits for v in views]
+        kwargs["visible"] = [v.visible for v in views]
+        if any(v.colormap is not None for v in views):  # else napari's own channel colours
+            kwargs["colormap"] = [v.colormap or "gray" for v in views]
+        return data, kwargs, "image"
+    (view,) = views
+    kwargs.update(name=view.name, contrast_limits=view.contrast_limits, visible=view.visible,
+                  colormap=view.colormap or "gray")
     return data, kwargs, "image"

@@ -14,7 +14,11 @@ whether it can read a path, on the GUI thread, for every file a user drops. So
   host never freezes the window. It returns napari's "nothing to add now" sentinel ``[(None,)]``.
   Without a Qt application (a script driving napari's reader API) the URL is probed synchronously,
   as a local path is;
-* anything that goes wrong while deciding returns ``None`` (logged at debug level), letting other
+* a local directory up to three levels above datasets — no metadata of its own, an N5 container, a zarr
+  group of groups — is accepted when datasets lie below it (the bounded search of
+  :mod:`napari_shardscope.core.formats.discovery`): reading it adds nothing and shows a napari
+  notification naming them (the ``NotADatasetError``), instead of napari's "no reader found";
+* anything else that goes wrong while deciding returns ``None`` (logged at debug level), letting other
   readers try.
 
 The volumes opened during the check are what the returned reader function turns into layers,
@@ -29,6 +33,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from napari_shardscope.core.bytestore.url import split_format
+from napari_shardscope.core.errors import NotADatasetError
 from napari_shardscope.core.volumes import Volume, is_remote, open_volumes
 from napari_shardscope.napari_plugin.layers import LayerData, volume_layer_data
 
@@ -46,19 +51,51 @@ def get_reader(path: str | Sequence[str]) -> ReaderFunction | None:
     """A function reading ``path`` into layers, or ``None`` if ``path`` is not a volume we read."""
     try:
         paths = _as_paths(path)
-        if not paths or not all(could_be_volume(p) for p in paths):
+        if not paths:
             return None
+        if not all(could_be_volume(p) for p in paths):
+            return _parent_reader(paths)
         if any(is_remote(p) for p in paths) and _gui_thread():
             return _background_reader(paths)
         volumes: list[Volume] = []
         for p in paths:
             volumes.extend(open_volumes(p))
+    except NotADatasetError as exc:  # a group or container: say what lies below it, if anything does
+        return _refusal_reader(exc) if exc.children else None
     except Exception as exc:  # never raise: napari would show a traceback for someone else's file
         log.debug("napari-shardscope declines %r: %s", path, exc)
         return None
 
     def read(_path: Any = None) -> list[LayerData]:
         return [volume_layer_data(v) for v in volumes]
+
+    return read
+
+
+def _parent_reader(paths: list[str]) -> ReaderFunction | None:
+    """For one local directory without metadata of its own: a reader naming the datasets below it, if any."""
+    if len(paths) != 1 or is_remote(paths[0]):
+        return None
+    text = _local_path(paths[0])
+    if text is None or not os.path.isdir(text):
+        return None
+    try:
+        open_volumes(text)
+    except NotADatasetError as exc:
+        return _refusal_reader(exc) if exc.children else None
+    return None  # it opened after all (a race with a writer): let napari ask again
+
+
+def _refusal_reader(exc: NotADatasetError) -> ReaderFunction:
+    """A reader that adds nothing and tells the user, in a napari notification, which datasets to open instead."""
+
+    def read(_path: Any = None) -> list[LayerData]:
+        from napari.utils.notifications import show_warning
+
+        from napari_shardscope.napari_plugin.background import describe_failure
+
+        show_warning(describe_failure(exc.url or "", exc))
+        return NOTHING_TO_ADD
 
     return read
 
@@ -112,14 +149,21 @@ def could_be_volume(path: str) -> bool:
         return False
     if is_remote(path):
         return True
+    text = _local_path(path)
+    if text is None:
+        return False
+    if os.path.isdir(text):
+        return any(os.path.isfile(os.path.join(text, name)) for name in METADATA_FILES)
+    return os.path.basename(text.rstrip("/")) in METADATA_FILES and os.path.isfile(text)
+
+
+def _local_path(path: str) -> str | None:
+    """The file-system path a local path or ``file://`` URL names (format prefix removed); ``None`` for other URLs."""
     text, _ = split_format(path)
     if text.startswith("file://"):
         from urllib.parse import unquote, urlparse
 
         text = unquote(urlparse(text).path)
     if "://" in text:
-        return False
-    text = os.path.expanduser(text)
-    if os.path.isdir(text):
-        return any(os.path.isfile(os.path.join(text, name)) for name in METADATA_FILES)
-    return os.path.basename(text.rstrip("/")) in METADATA_FILES and os.path.isfile(text)
+        return None
+    return os.path.expanduser(text)

@@ -40,6 +40,7 @@ from napari_shardscope.core.proofreading.highlight import (
     supervoxel_arrays,
 )
 from napari_shardscope.core.proofreading.navigation import NavTarget
+from napari_shardscope.widgets.placement import VolumeGrid, add_on_grid
 from napari_shardscope.widgets.session import LAYER_KEY, ViewerSession, keep_read_only, session_for
 from napari_shardscope.widgets.shard_browser import camera
 
@@ -81,6 +82,9 @@ class CanvasBinding:
         self.hover: HoverInfo | None = None
         self._hover_key: tuple[Any, ...] | None = None
         self.last_target: NavTarget | None = None
+        #: The last go-to's target and the camera it set (centre, zoom, displayed axes): refitted when the
+        #: canvas changes size while the camera is still there.
+        self._fitted: tuple[NavTarget, tuple[float, ...], float, tuple[int, ...]] | None = None
         self._revision = -1
         self._rebuild_pending = False
         self._shown_for: tuple[Any, str] | None = None
@@ -90,6 +94,9 @@ class CanvasBinding:
         viewer = session.viewer
         viewer.dims.events.ndisplay.connect(self._on_ndisplay, position="first")  # styled before napari slices
         viewer.mouse_move_callbacks.append(self._on_mouse_move)
+        canvas = getattr(viewer, "canvas", None)  # napari 0.9's canvas model (its size follows the Qt widget)
+        if canvas is not None and hasattr(getattr(canvas, "events", None), "size"):
+            canvas.events.size.connect(self._on_canvas_size)
         self._rebuild()
 
     @property
@@ -178,10 +185,12 @@ class CanvasBinding:
                     layer.name = f"{layer.name}{RETIRED}"
         self.selection_layer = self.supervoxel_layer = None
 
-    def _common(self, body: Labels) -> dict[str, Any]:
-        return {"scale": tuple(body.scale), "translate": tuple(body.translate), "multiscale": bool(body.multiscale),
-                "axis_labels": tuple(body.axis_labels), "units": tuple(body.units),
-                "metadata": {LAYER_KEY: {"overlay": True}}}
+    def _add_overlay(self, body: Labels, data: Any, **kwargs: Any) -> Labels:
+        """An overlay Labels layer on the body layer's voxel grid (its dims; the body layer stays active)."""
+        layer = add_on_grid(self.viewer, VolumeGrid.of_layer(body), "labels", data, multiscale=bool(body.multiscale),
+                            metadata={LAYER_KEY: {"overlay": True}}, **kwargs)
+        keep_read_only(layer)
+        return layer
 
     def _add_selection_layer(self, body: Labels, data_sel: Any) -> None:
         """The selection overlay over ``body``: made with the first selection, reused while the volume stays.
@@ -192,16 +201,11 @@ class CanvasBinding:
         """
         from napari.utils.colormaps import DirectLabelColormap
 
-        viewer = self.viewer
-        active = viewer.layers.selection.active
         colours: dict[int | None, Any] = {0: (0, 0, 0, 0), None: (0, 0, 0, 0), **COLOURS}
         name = body.name.removesuffix(" bodies")
-        self.selection_layer = viewer.add_labels(data_sel, name=f"{name} selection", opacity=0.9,
-                                                 colormap=DirectLabelColormap(color_dict=colours),
-                                                 **self._common(body))
-        keep_read_only(self.selection_layer)
+        self.selection_layer = self._add_overlay(body, data_sel, name=f"{name} selection", opacity=0.9,
+                                                 colormap=DirectLabelColormap(color_dict=colours))
         self._style()
-        viewer.layers.selection.active = body if self._alive(body) else active  # clicks stay on the body layer
 
     def _add_supervoxel_layer(self) -> None:
         """The supervoxel boundaries overlay, made the first time supervoxel mode shows a selection.
@@ -212,16 +216,11 @@ class CanvasBinding:
         body, version = self.session.body_layer, self.controller.version
         if body is None or version is None or not self._alive(body):
             return
-        viewer = self.viewer
-        active = viewer.layers.selection.active
         svs = supervoxel_arrays(version, self.shown)
         name = body.name.removesuffix(" bodies")
-        self.supervoxel_layer = viewer.add_labels(svs if len(svs) > 1 else svs[0],
-                                                  name=f"{name} selected supervoxels", opacity=1.0,
-                                                  **self._common(body))
-        keep_read_only(self.supervoxel_layer)
+        self.supervoxel_layer = self._add_overlay(body, svs if len(svs) > 1 else svs[0],
+                                                  name=f"{name} selected supervoxels", opacity=1.0)
         self._style()
-        viewer.layers.selection.active = body if self._alive(body) else active
 
     def _style(self) -> None:
         """Outline in 2-D (filled while the others are dimmed, and in 3-D); supervoxel contours in 2-D."""
@@ -355,13 +354,18 @@ class CanvasBinding:
 
     # -- go to --------------------------------------------------------------------------------------
     def move_to(self, target: NavTarget) -> None:
-        """Centre the view on ``target``'s box, zoomed to fit it, on the plane of its focus voxel."""
+        """Centre the view on ``target``'s box, zoomed to fit it, on the plane of its focus voxel.
+
+        The zoom fits the canvas as it is now; the canvas may still change size after this — in a viewer
+        just opened napari lays its docks out on a later turn of the event loop (a 1,075 px wide canvas
+        became 669 px), and a dock opened or the window resized does it too. Until the user moves the
+        camera, each new canvas size fits the target again (:meth:`_on_canvas_size`).
+        """
         version = self.controller.version
         if version is None:
             return
         self.last_target = target
         g = version.scales[0]
-        lo, hi = (np.asarray(b) for b in target.world_box(g))
         focus = np.asarray(target.world_focus(g))
         viewer = self.viewer
         offset = viewer.dims.ndim - 3
@@ -369,14 +373,44 @@ class CanvasBinding:
         for axis in range(3):
             if axis not in displayed:
                 viewer.dims.set_point(axis + offset, float(focus[axis]))
-        centre = (lo + hi) / 2
+        self._fit(target)
+        self.refresh()
+
+    def _fit(self, target: NavTarget) -> None:
+        """Camera centre and zoom that show ``target``'s box in the canvas's current size; remembered."""
+        version = self.controller.version
+        if version is None:
+            return
+        lo, hi = (np.asarray(b) for b in target.world_box(version.scales[0]))
+        viewer = self.viewer
+        offset = viewer.dims.ndim - 3
+        displayed = [d - offset for d in viewer.dims.displayed if d >= offset]
         cam = camera(viewer)
+        centre = (lo + hi) / 2
         cam.center = tuple(float(centre[d]) for d in displayed)
-        size = getattr(getattr(viewer, "canvas", None), "size", None) or (600, 800)
+        size = self._canvas_size()
         extent = np.maximum(hi - lo, 1e-9)
         shown = displayed[-2:]
         cam.zoom = float(FIT * min(size[0] / extent[shown[0]], size[1] / extent[shown[1]]))
-        self.refresh()
+        self._fitted = (target, tuple(float(c) for c in cam.center), float(cam.zoom), tuple(viewer.dims.displayed))
+
+    def _canvas_size(self) -> tuple[int, int]:
+        canvas = getattr(self.viewer, "canvas", None)
+        size = getattr(canvas, "size", None)
+        return (int(size[0]), int(size[1])) if size else (600, 800)
+
+    def _on_canvas_size(self, _event: Any = None) -> None:
+        """The canvas changed size: fit the last go-to's target again, unless the user moved the camera since."""
+        if self._fitted is None or self._viewer() is None:
+            return
+        target, centre, zoom, displayed = self._fitted
+        cam = camera(self.viewer)
+        same = (tuple(self.viewer.dims.displayed) == displayed and bool(np.isclose(float(cam.zoom), zoom, rtol=1e-9))
+                and np.allclose(np.asarray(cam.center, dtype=float), centre))
+        if not same or self.controller.version is None:
+            self._fitted = None  # the user zoomed, panned or changed the view: the camera is theirs
+            return
+        self._fit(target)
 
 
 _BINDINGS: weakref.WeakKeyDictionary[Any, CanvasBinding] = weakref.WeakKeyDictionary()

@@ -19,6 +19,7 @@ import numpy as np
 from qtpy.QtCore import QTimer
 
 from napari_shardscope.core.proofreading.meshes import BodySurface, SurfaceFollower, SurfacePlan
+from napari_shardscope.widgets.placement import add_on_grid, on_grid
 from napari_shardscope.widgets.workers import GuiProgress
 
 if TYPE_CHECKING:
@@ -192,11 +193,13 @@ class BodySurfaces:
         return rgba if rgba.size == 4 else np.array([0.8, 0.8, 0.8, 1.0], dtype=np.float32)
 
     def _show(self, surfaces: list[BodySurface], skeletons: list[Any]) -> None:
+        """Add or update the layers, on the volume's voxel grid (widgets/placement.py: the dims stay the volume's)."""
         viewer = self.session.viewer
+        grid = self.session.grid()
+        if grid is None:
+            return
         wanted = self.follower.wanted()
         current = []
-        active = viewer.layers.selection.active  # adding a layer makes it active; the user's choice is kept
-        placement = self._placement()
         for s in surfaces:
             if wanted.get(s.body) != s.key:
                 continue  # stale (the selection or the body changed while it loaded): the next sync reloads
@@ -204,42 +207,33 @@ class BodySurfaces:
             colours = np.tile(self._colour(s.body), (len(s.vertices), 1))
             data = (s.vertices, s.faces)
             layer = self.layers.get(s.body)
-            if layer is not None and layer in viewer.layers:
+            if layer is not None and layer in viewer.layers and grid.holds(layer):
                 layer.vertex_colors = None  # colours of the old vertex count would not fit the new data
-                layer.data = data
+                layer.data = on_grid(grid, "surface", data)
                 layer.vertex_colors = colours
             else:
-                layer = viewer.add_surface(data, name=surface_name(s.body), vertex_colors=colours,
-                                           metadata={SURFACE_KEY: s.body}, **placement)
-                self.layers[s.body] = layer
+                self._drop(self.layers, s.body)  # placed on another volume's grid
+                self.layers[s.body] = add_on_grid(viewer, grid, "surface", data, name=surface_name(s.body),
+                                                  vertex_colors=colours, metadata={SURFACE_KEY: s.body})
         for sk in skeletons:
             want = wanted.get(sk.body) if sk is not None else None
             # a skeleton has one level: it is current while the body's version and supervoxels are
             if sk is None or want is None or (want.version, want.supervoxels) != (sk.key.version, sk.key.supervoxels) \
                     or not len(sk.edges):
                 continue
-            start = sk.vertices[sk.edges[:, 0]]
-            vectors = np.stack([start, sk.vertices[sk.edges[:, 1]] - start], axis=1)
+            segments = np.stack([sk.vertices[sk.edges[:, 0]], sk.vertices[sk.edges[:, 1]]], axis=1)
             layer = self.skeleton_layers.get(sk.body)
-            if layer is not None and layer in viewer.layers:
-                layer.data = vectors
+            if layer is not None and layer in viewer.layers and grid.holds(layer):
+                layer.data = on_grid(grid, "vectors", segments)
             else:
-                self.skeleton_layers[sk.body] = viewer.add_vectors(
-                    vectors, name=skeleton_name(sk.body), edge_color=self._colour(sk.body), edge_width=2,
-                    vector_style="line", metadata={SKELETON_KEY: sk.body}, **placement)
+                self._drop(self.skeleton_layers, sk.body)
+                self.skeleton_layers[sk.body] = add_on_grid(
+                    viewer, grid, "vectors", segments, name=skeleton_name(sk.body), edge_color=self._colour(sk.body),
+                    edge_width=2, vector_style="line", metadata={SKELETON_KEY: sk.body})
         self.follower.shown(current, [])
-        if active is not None and active in viewer.layers and viewer.layers.selection.active is not active:
-            viewer.layers.selection.active = active  # clicks keep going where they went (the body layer)
 
-    def _placement(self) -> dict[str, Any]:
-        """Axis labels and units of the body layer: layers that disagree on them get separate napari dims."""
-        layer = self.session.body_layer
-        if layer is None:
-            return {}
-        out: dict[str, Any] = {"axis_labels": tuple(layer.axis_labels)[-3:]}
-        units = getattr(layer, "units", None)
-        if units is not None:
-            out["units"] = tuple(units)[-3:]
-        return out
-
-
+    def _drop(self, store: dict[int, Any], body: int) -> None:
+        layer = store.pop(body, None)
+        viewer = self.session.viewer
+        if layer is not None and layer in viewer.layers:
+            viewer.layers.remove(layer)

@@ -47,6 +47,7 @@ from napari_shardscope.core.proofreading import MODES, ControllerState, PendingS
 from napari_shardscope.core.proofreading.places import default_repository, local_dataset, remember_folder
 from napari_shardscope.widgets.canvas import canvas_for
 from napari_shardscope.widgets.lifecycle import on_removed
+from napari_shardscope.widgets.placement import add_on_grid
 from napari_shardscope.widgets.scrolling import scroll_body
 from napari_shardscope.widgets.session import LAYER_KEY, ViewerSession, session_for
 from napari_shardscope.widgets.workers import start_job
@@ -105,6 +106,7 @@ class ProofreadingPanel(QWidget):  # type: ignore[misc]
         self._hooked: Any = None
         self._info_key: tuple[Any, ...] | None = None
         self._suggested: dict[QLineEdit, str] = {}  # what _suggest_paths last put in each field
+        self._repo_shown: str | None = None  # the controller's repository the Repository field last showed
         self._build()
         self.setToolTip(HELP)
         self._unsubscribe: Callable[[], None] | None = self.controller.subscribe(self._render)
@@ -255,13 +257,21 @@ class ProofreadingPanel(QWidget):  # type: ignore[misc]
         return str(path) if path else None
 
     def _fill_layers(self, *_: Any) -> None:
+        """Offer the segmentation layers; the fields follow only a change of the chosen one.
+
+        Layers come and go all the time (surfaces, overlays): refilling must not re-suggest paths over
+        the Repository field that shows the connected repository (:meth:`_render_repository`).
+        """
         current = self.layer_combo.currentText()
-        self.layer_combo.clear()
         names = [layer.name for layer in self.segmentation_layers()]
+        self.layer_combo.blockSignals(True)
+        self.layer_combo.clear()
         self.layer_combo.addItems(names)
         if current in names:
             self.layer_combo.setCurrentText(current)
-        self._suggest_paths()
+        self.layer_combo.blockSignals(False)
+        if self.layer_combo.currentText() != current:
+            self._suggest_paths()
 
     def _on_layer_removed(self, *_: Any) -> None:
         self._fill_layers()
@@ -327,6 +337,7 @@ class ProofreadingPanel(QWidget):  # type: ignore[misc]
         where = default_repository(self.layer_url(layer), layer.name)
         if where is not None:
             self.repo_edit.setText(str(where))
+            self._suggested[self.repo_edit] = str(where)  # a suggestion: another layer chosen replaces it
             raise ArgumentError(f"give the new repository's directory (suggested: {where})")
         else:
             folder = QFileDialog.getExistingDirectory(
@@ -405,6 +416,8 @@ class ProofreadingPanel(QWidget):  # type: ignore[misc]
 
         For a large body only the z plane shown is painted (the controller names the region).
         """
+        if self.session.grid() is None:
+            raise ArgumentError("the body layer was removed: open the repository again to paint split seeds")
         plane = None
         dims = self.viewer.dims
         if dims.ndim >= 3:
@@ -445,17 +458,14 @@ class ProofreadingPanel(QWidget):  # type: ignore[misc]
                 self.viewer.layers.selection.active = body_layer
         if pending is None:
             return
-        version = self.controller.version
-        assert version is not None
-        g = version.scales[0]
+        grid = self.session.grid()
+        if grid is None:
+            return  # no body layer to paint over (start_split refuses then)
         lo = pending.box.lo
-        translate = tuple(t + low * s for t, low, s in zip(g.translate, lo, g.voxel_size, strict=True))
-        units = getattr(self.session.body_layer, "units", None)
         seeds = np.zeros(pending.box.shape, dtype=np.uint8)
-        layer = self.viewer.add_labels(
-            seeds, name=SEEDS_NAME, scale=g.voxel_size, translate=translate,
-            metadata={"split_origin": tuple(lo), "split_body": pending.body, "split_version": pending.version},
-            **({"units": tuple(units)} if units is not None else {}))
+        layer = add_on_grid(  # on the body layer's voxels from the region's first voxel: the dims stay the volume's
+            self.viewer, grid, "labels", seeds, origin=lo, keep_active=False, name=SEEDS_NAME,
+            metadata={"split_origin": tuple(lo), "split_body": pending.body, "split_version": pending.version})
         layer.brush_size = 6
         layer.selected_label = 1
         layer.mode = "paint"
@@ -470,6 +480,7 @@ class ProofreadingPanel(QWidget):  # type: ignore[misc]
 
     def _render(self, state: ControllerState) -> None:
         self._state = state
+        self._render_repository()
         ver = state.version
         if ver is None:
             self.version_label.setText("not connected")
@@ -500,6 +511,28 @@ class ProofreadingPanel(QWidget):  # type: ignore[misc]
         else:
             self.status_label.setStyleSheet(_STATUS_COLOURS.get(status.level, ""))
             self.status_label.setText(status.render())
+
+    def _render_repository(self) -> None:
+        """The Repository field (and the Segmentation box) name what the controller is connected to.
+
+        Whoever connected it — this panel, the Versions panel, a notebook's ``c.connect(path)`` or
+        ``c.create(...)``, before or after the panel was opened. Rendered when the connection changes,
+        so what the user types meanwhile (a place for a new repository) is theirs; the value counts as
+        a suggestion, replaced when another segmentation layer is chosen.
+        """
+        repo = self.controller.session.repo
+        path = str(repo.path) if repo is not None and repo.path else None
+        if path == self._repo_shown:
+            return
+        self._repo_shown = path
+        if path is None:
+            return  # disconnected: the field keeps the path, to open it again
+        names = [layer.name for layer in self.segmentation_layers()]
+        base = next((layer.name for layer in reversed(self.session.base_layers()) if layer.name in names), None)
+        if base is not None and base != self.layer_combo.currentText():
+            self.layer_combo.setCurrentText(base)  # suggests that layer's paths: replaced just below
+        self.repo_edit.setText(path)
+        self._suggested[self.repo_edit] = path
 
     def _show_selection_on_layer(self, state: ControllerState) -> None:
         layer = self.session.body_layer

@@ -28,10 +28,12 @@ from qtpy.QtWidgets import (
     QWidget,
 )
 
+from napari_shardscope.core.errors import ArgumentError
 from napari_shardscope.core.proofreading import ControllerState
 from napari_shardscope.core.proofreading.review import KEEPS, BranchReviewer, ReviewRow
 from napari_shardscope.widgets.canvas import canvas_for
 from napari_shardscope.widgets.lifecycle import on_removed
+from napari_shardscope.widgets.placement import add_on_grid
 from napari_shardscope.widgets.session import ViewerSession, keep_read_only, session_for
 
 if TYPE_CHECKING:
@@ -145,9 +147,13 @@ class ReviewPanel(QWidget):  # type: ignore[misc]
             arrays = v.body_arrays()
             g = v.scales[0]
             data = arrays if len(arrays) > 1 else arrays[0]
-            if self.after_layer is None or self.after_layer not in self.viewer.layers:
-                self.after_layer = self.viewer.add_labels(data, name=AFTER_LAYER, scale=g.voxel_size,
-                                                          translate=g.translate, multiscale=len(arrays) > 1)
+            grid = self.session.grid()
+            if grid is None or tuple(grid.shape) != tuple(g.shape):
+                raise ArgumentError("open the repository's body layer first: the branch is shown over it")
+            if self.after_layer is None or self.after_layer not in self.viewer.layers \
+                    or not grid.holds(self.after_layer):
+                self.after_layer = add_on_grid(self.viewer, grid, "labels", data, name=AFTER_LAYER,
+                                               multiscale=len(arrays) > 1)  # on the body layer's grid: its dims
                 keep_read_only(self.after_layer)
             else:
                 self.after_layer.data = data

@@ -39,6 +39,7 @@ from napari_shardscope.core.proofreading import (
     SessionEvent,
     Status,
 )
+from napari_shardscope.widgets.placement import VolumeGrid
 
 if TYPE_CHECKING:
     import napari
@@ -156,6 +157,15 @@ class ViewerSession:
         return round((world_z - g.translate[0]) / g.voxel_size[0])
 
     # -- layers ---------------------------------------------------------------------------------
+    def grid(self) -> VolumeGrid | None:
+        """The voxel grid of the volume shown (the body layer's): where every other layer of the plugin goes.
+
+        Layers placed on it leave napari's dims — steps, range, the plane shown — the volume's
+        (widgets/placement.py); ``None`` while no body layer is shown.
+        """
+        layer = self.body_layer
+        return VolumeGrid.of_layer(layer) if layer is not None and self._layer_alive(layer) else None
+
     def _layer_alive(self, layer: Labels | None) -> bool:
         return layer is not None and layer in self.viewer.layers
 
@@ -207,13 +217,22 @@ class ViewerSession:
 
     def _hide_base_layers(self, v: LabelmapVersion) -> Any:
         """Hide the base segmentation's own layer (the body layer shows the same voxels, edited); return it."""
+        found = self.base_layers(v)
+        for layer in found:
+            layer.visible = False
+        return found[-1] if found else None
+
+    def base_layers(self, v: LabelmapVersion | None = None) -> list[Any]:
+        """The viewer's layers of the base segmentation of ``v`` (default: the checked-out version)."""
+        v = v if v is not None else self.controller.session.version
+        if v is None:
+            return []
         base = v.labelmap.config.base.rstrip("/")
-        found = None
+        found = []
         for layer in self.viewer.layers:
             meta = layer.metadata.get("shardscope") if hasattr(layer, "metadata") else None
             if isinstance(meta, dict) and str(meta.get("url", "")).rstrip("/") in (base, base.removeprefix("file://")):
-                layer.visible = False
-                found = layer
+                found.append(layer)
         return found
 
 

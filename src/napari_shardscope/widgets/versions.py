@@ -368,8 +368,8 @@ class VersionsPanel(QWidget):  # type: ignore[misc]
             self.controller.report(f"{key.replace(':', ' ')} is not in the checked-out version: "
                                    "nothing to show here", "warning")
             return None
-        self.controller.attempt(self.controller.select, body)
-        centre_on_body(self.viewer, self.controller, body)
+        # the one go-to of every panel: selects the body, the canvas centres and fits it on a plane showing it
+        self.controller.attempt(self.controller.go_to, "body", body)
         return body
 
     def _fill_diff(self, state: ControllerState) -> None:
@@ -391,29 +391,6 @@ class VersionsPanel(QWidget):  # type: ignore[misc]
                 self.diff_tree.addTopLevelItem(QTreeWidgetItem([side, words, id_list(m.bodies), m.user]))
         for col in range(3):
             self.diff_tree.resizeColumnToContents(col)
-
-
-def centre_on_body(viewer: Any, controller: Any, body: int) -> None:
-    """Centre the view on ``body`` (its block bounds from the label index) at a zoom that shows it whole.
-
-    Public API only: ``reset_view`` gives the zoom that fits everything, scaled by how much smaller
-    the body is than everything.
-    """
-    version = controller.version
-    box = version.bbox(body, exact=False)
-    g = version.scales[0]
-    centre = [t + (lo + hi) / 2 * s for t, lo, hi, s in zip(g.translate, box.lo, box.hi, g.voxel_size, strict=True)]
-    dims = viewer.dims
-    dims.set_point(tuple(range(dims.ndim - 3, dims.ndim)), tuple(centre))
-    shown = list(dims.displayed)
-    extent = viewer.layers.extent.world
-    whole = max(float(extent[1][d] - extent[0][d]) for d in shown)
-    size = [(hi - lo) * s for lo, hi, s in zip(box.lo, box.hi, g.voxel_size, strict=True)]
-    part = max(size[d - (dims.ndim - 3)] for d in shown if d >= dims.ndim - 3)
-    viewer.reset_view()
-    if part > 0 and whole > part:
-        viewer.camera.zoom = viewer.camera.zoom * 0.8 * whole / part
-    viewer.camera.center = tuple(centre[d - (dims.ndim - 3)] for d in shown if d >= dims.ndim - 3)
 
 
 def _text_and_button(vbox: Any, title: str, placeholder: str, label: str,

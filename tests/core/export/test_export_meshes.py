@@ -16,8 +16,8 @@ from napari_shardscope.core.cli import run
 from napari_shardscope.core.formats.precomputed.meshes import decode_manifest, open_mesh_source
 from napari_shardscope.core.labelmap import create_labelmap, open_labelmap
 from napari_shardscope.core.versioned import create_repository, open_repository
+from tests.realdata import REALDATA, realdata_path
 
-REALDATA = Path(__file__).resolve().parents[3] / ".." / "shared" / "realdata"
 PINKY = REALDATA / "igneous_pinky_sharded"
 
 
@@ -25,7 +25,7 @@ PINKY = REALDATA / "igneous_pinky_sharded"
 def edited(tmp_path: Path) -> tuple[Path, int, int, int]:
     """A repository over pinky where two bodies were merged and a third had a supervoxel split."""
     repo = create_repository(tmp_path / "repo")
-    lm = create_labelmap(repo, "seg", PINKY)
+    lm = create_labelmap(repo, "seg", realdata_path("igneous_pinky_sharded"))
     source = lm.mesher().source
     a, b, c = sorted(source.segment_ids(), key=lambda i: -len(source.mesh(i).faces))[:3]
     v = lm.at("main")

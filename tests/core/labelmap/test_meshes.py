@@ -28,9 +28,7 @@ from napari_shardscope.core.labelmap.meshes import (
 )
 from napari_shardscope.core.versioned import create_repository, open_repository
 from tests.core.labelmap.volumes import write_precomputed
-
-REALDATA = Path(__file__).resolve().parents[3] / ".." / "shared" / "realdata"
-PINKY = REALDATA / "igneous_pinky_sharded"
+from tests.realdata import realdata_path
 
 
 def bounds(m):  # type: ignore[no-untyped-def]
@@ -41,7 +39,7 @@ def bounds(m):  # type: ignore[no-untyped-def]
 @pytest.fixture
 def pinky(tmp_path: Path):  # type: ignore[no-untyped-def]
     repo = create_repository(tmp_path / "repo")
-    lm = create_labelmap(repo, "seg", PINKY)
+    lm = create_labelmap(repo, "seg", realdata_path("igneous_pinky_sharded"))
     yield repo, lm
     repo.close()
 

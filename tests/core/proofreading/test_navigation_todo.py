@@ -142,6 +142,8 @@ def test_todo_statuses_live_in_the_repository(c: ProofreadingController, repo_pa
     finally:
         repo.close()
     c.connect(repo_path)
+    assert c.todo.name == "mine"  # a restart opens the list again, with its statuses (no pick needed)
+    assert [e.status for e in c.todo.entries] == ["done", "skipped"]
     c.todo.open("mine")
     assert [e.status for e in c.todo.entries] == ["done", "skipped"]
     # a committed version takes no status (the message says where to go on); its children inherit the list
@@ -153,6 +155,29 @@ def test_todo_statuses_live_in_the_repository(c: ProofreadingController, repo_pa
     assert [e.status for e in c.todo.entries] == ["done", "skipped"]
     c.todo.mark("open", index=1)
     assert [e.status for e in c.todo.entries] == ["done", "open"]
+
+
+def test_a_restart_opens_the_list_last_worked_on(c: ProofreadingController, repo_path: Path,  # noqa: F811
+                                                 tmp_path: Path) -> None:
+    v = c.version
+    assert v is not None
+    a, b = v.body_at(BLOB_A), v.body_at((4, 14, 5))
+    for name in ("alpha", "beta"):
+        (tmp_path / f"{name}.csv").write_text(f"body\n{a}\n{b}\n")
+        c.todo.load(tmp_path / f"{name}.csv")
+    c.todo.open("beta")
+    c.todo.next()
+    c.todo.mark("done")  # beta was worked on last
+    c.disconnect()
+    c.connect(repo_path)
+    assert c.todo.state.lists == ("alpha", "beta")
+    assert c.todo.name == "beta" and [e.status for e in c.todo.entries] == ["done", "open"]
+    c.todo.open("alpha")
+    c.todo.next()
+    c.todo.mark("skipped")
+    c.disconnect()
+    c.connect(repo_path)
+    assert c.todo.name == "alpha" and [e.status for e in c.todo.entries] == ["skipped", "open"]
 
 
 # -- overlays and hover ---------------------------------------------------------------------------------------

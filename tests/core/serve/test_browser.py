@@ -23,9 +23,9 @@ from napari_shardscope.core.versioned import create_repository
 from napari_shardscope.core.volumes import open_volume
 from tests.core.labelmap.volumes import voronoi_supervoxels, write_precomputed
 from tests.core.serve.browser import Browser, chromium, colours_by_label, needs_chromium
+from tests.realdata import REALDATA
 
 pytestmark = needs_chromium
-REALDATA = Path("/work/shared/realdata")
 PX = 6.0  # screen pixels per voxel in the pictures
 
 
@@ -85,6 +85,7 @@ def test_version_after_merge_and_cleave(tmp_path: Path, server: ShardServer, bro
         repo.close()
 
 
+@pytest.mark.realdata
 def test_sharded_precomputed_as_on_disk(server: ShardServer, browser: Browser) -> None:
     url = str(REALDATA / "igneous_pinky_sharded")
     layer = mount_dataset(server, url)

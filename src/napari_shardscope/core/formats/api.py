@@ -26,7 +26,7 @@ from napari_shardscope.core.formats.problem import Problem
 from napari_shardscope.core.progress import Progress
 
 if TYPE_CHECKING:
-    from napari_shardscope.core.formats.layout_model import LayoutBackend
+    from napari_shardscope.core.formats.layout_model import LayoutBackend, ScaleGeometry
     from napari_shardscope.core.formats.volume_spec import Kind, VolumeSpec
 
 class DatasetInspector(Protocol):
@@ -44,8 +44,10 @@ class DatasetInspector(Protocol):
         """Summary of the layout (per scale: spec, shard files, chunk counts, bytes)."""
         ...
 
-    def locate_voxel(self, voxel: Sequence[int], scale: str | None = None) -> dict[str, Any]:
-        """Where the chunk holding ``voxel`` is stored (format's own axis order)."""
+    def locate_format_voxel(self, voxel: Sequence[int], scale: str | None = None) -> dict[str, Any]:
+        """Where the chunk holding ``voxel`` is stored, the voxel given as the format stores it (its own axis
+        order, absolute: a precomputed voxel_offset included). People type the reader's z, y, x from 0:
+        :meth:`Dataset.locate_voxel` and ``LayoutTree.locate_voxel`` take that."""
         ...
 
     def list_chunks(self, scale: str | None = None, **filters: Any) -> Iterator[dict[str, Any]]:
@@ -95,6 +97,18 @@ class Dataset(Protocol):
 
     def layout_backend(self) -> LayoutBackend:
         """The format's backend of the shard browser's layout tree, over :meth:`inspector` (made once)."""
+        ...
+
+    def geometry(self, scale: str | None = None) -> ScaleGeometry:
+        """A scale's voxel grid (default: the finest), with the conversions between the reader's index and
+        the format's coordinates (:meth:`ScaleGeometry.format_voxel`, :meth:`ScaleGeometry.reader_index`)."""
+        ...
+
+    def locate_voxel(self, voxel: Sequence[int], scale: str | None = None) -> dict[str, Any]:
+        """Where the chunk holding ``voxel`` is stored: ``voxel`` is z, y, x from 0, as the reader (napari,
+        ``open_volume``) indexes the volume, at ``scale`` (a scale key; default the finest). The record is
+        the inspector's in the reader's terms (:meth:`ScaleGeometry.reader_record`): ``voxel`` and grid
+        positions z, y, x, the format's own beside as ``format_voxel`` … where they differ."""
         ...
 
 

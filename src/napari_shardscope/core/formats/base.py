@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from napari_shardscope.core.bytestore import ByteStore, Location, open_store
+from napari_shardscope.core.errors import ArgumentError, NotADatasetError
 
 if TYPE_CHECKING:
+    from napari_shardscope.core.formats.layout_model import LayoutBackend, ScaleGeometry
     from napari_shardscope.core.formats.volume_spec import Kind, VolumeSpec
 
 
@@ -67,8 +70,35 @@ class DatasetBase:
             self._layout_backend = self._make_layout_backend()
         return self._layout_backend
 
+    def locate_voxel(self, voxel: Sequence[int], scale: str | None = None) -> dict[str, Any]:
+        """Where the chunk holding ``voxel`` (z, y, x from 0, the reader's index) is stored; see
+        :meth:`~napari_shardscope.core.formats.api.Dataset.locate_voxel`."""
+        geo = self.geometry(scale)
+        record = self.inspector().locate_format_voxel(list(geo.format_voxel(voxel)), geo.scale)
+        return geo.reader_record(record)
+
+    def geometry(self, scale: str | None = None) -> ScaleGeometry:
+        """The voxel grid of ``scale`` (a scale key; default the finest) as the format's metadata places it."""
+        backend: LayoutBackend = self.layout_backend()
+        scales = backend.spatial_scales()
+        if scale is None:
+            if not scales:
+                raise ArgumentError(f"{self.url} has no voxel scales (it is keyed by segment id)")
+            scale = scales[0]
+        elif scale not in scales:
+            raise ArgumentError(f"no scale {scale!r} in {self.url}: the scale keys are {', '.join(scales)}")
+        return backend.geometry(scale)
+
     def _make_inspector(self) -> Any:
         raise NotImplementedError
+
+    def not_a_dataset(self, message: str, *, named: Sequence[str] = ()) -> NotADatasetError:
+        """The error for this location holding no volume itself (a group, a container), naming the datasets
+        found below it (:func:`~napari_shardscope.core.formats.registry.not_a_dataset`; ``named``: the
+        children the metadata lists)."""
+        from napari_shardscope.core.formats.registry import not_a_dataset
+
+        return not_a_dataset(self.location, message, self.context, named=named)
 
     def _make_layout_backend(self) -> Any:
         raise NotImplementedError

@@ -25,6 +25,7 @@ from napari_shardscope.core.bytestore.containment import key_problem
 from napari_shardscope.core.errors import MetadataError, UnsafeMetadataPathError
 from napari_shardscope.core.formats.units import nm_factors
 from napari_shardscope.core.formats.volume_spec import (
+    ChannelDisplay,
     LevelPlacement,
     VolumePlacement,
     permute,
@@ -63,6 +64,8 @@ class OmeMultiscale:
         Whether the group is a label image (``image-label`` present).
     window
         The first ``omero`` channel's display window, if any.
+    channels
+        How ``omero.channels`` asks each channel to be shown (:func:`omero_channels`).
     """
 
     name: str | None
@@ -72,6 +75,7 @@ class OmeMultiscale:
     datasets: tuple[OmeDataset, ...]
     is_label: bool = False
     window: tuple[float, float] | None = None
+    channels: tuple[ChannelDisplay, ...] = ()
 
     @property
     def ndim(self) -> int:
@@ -193,7 +197,8 @@ def parse_multiscale(ome: Mapping[str, Any], *, key: str) -> OmeMultiscale:
         ))
     name = ms.get("name")
     return OmeMultiscale(name=str(name) if name else None, axes=axes, axis_types=types, axis_units=units,
-                         datasets=tuple(parsed), is_label="image-label" in ome, window=omero_window(ome))
+                         datasets=tuple(parsed), is_label="image-label" in ome, window=omero_window(ome),
+                         channels=omero_channels(ome))
 
 
 def parse_transforms(obj: object, ndim: int, *, key: str, field: str,
@@ -235,18 +240,53 @@ def parse_transforms(obj: object, ndim: int, *, key: str, field: str,
 
 def omero_window(ome: Mapping[str, Any]) -> tuple[float, float] | None:
     """The display window of the first ``omero`` channel, if the metadata has one."""
+    channels = omero_channels(ome)
+    return channels[0].window if channels else None
+
+
+#: At most this many ``omero.channels`` entries are read (a channel axis longer than that is unusual).
+MAX_OMERO_CHANNELS = 1024
+
+
+def omero_channels(ome: Mapping[str, Any]) -> tuple[ChannelDisplay, ...]:
+    """How ``omero.channels`` asks each channel to be shown: label, colour, window, visibility.
+
+    The transitional ``omero`` block (NGFF 0.4 in ``.zattrs``, 0.5 under ``attributes.ome``) is
+    advisory, so it is read leniently, field by field: an unusable field is left to the viewer's
+    default (a label that is not a non-empty string, a colour that is not six hex digits, a window
+    whose end is not above its start, an ``active`` that is not a boolean), never an error.
+    """
     omero = ome.get("omero")
-    if not isinstance(omero, Mapping):
-        return None
-    channels = omero.get("channels")
-    if not isinstance(channels, list) or not channels or not isinstance(channels[0], Mapping):
-        return None
-    window = channels[0].get("window")
+    channels = omero.get("channels") if isinstance(omero, Mapping) else None
+    if not isinstance(channels, list):
+        return ()
+    return tuple(_channel_display(c) for c in channels[:MAX_OMERO_CHANNELS])
+
+
+def _channel_display(channel: object) -> ChannelDisplay:
+    if not isinstance(channel, Mapping):
+        return ChannelDisplay()
+    label = channel.get("label")
+    color = channel.get("color")
+    hex_color = color.removeprefix("#").lower() if isinstance(color, str) else ""
+    active = channel.get("active")
+    return ChannelDisplay(
+        label=label.strip() if isinstance(label, str) and label.strip() else None,
+        color=f"#{hex_color}" if len(hex_color) == 6 and all(c in "0123456789abcdef" for c in hex_color) else None,
+        window=_window(channel.get("window")),
+        visible=active if isinstance(active, bool) else True,
+    )
+
+
+def _window(window: object) -> tuple[float, float] | None:
+    """``start``/``end`` (the display range), else ``min``/``max`` (the data range), when finite and increasing."""
     if not isinstance(window, Mapping):
         return None
-    start, end = window.get("start"), window.get("end")
-    if isinstance(start, int | float) and isinstance(end, int | float) and end > start:
-        return float(start), float(end)
+    for low, high in (("start", "end"), ("min", "max")):
+        lo, hi = window.get(low), window.get(high)
+        if (isinstance(lo, int | float) and isinstance(hi, int | float) and not isinstance(lo, bool)
+                and not isinstance(hi, bool) and math.isfinite(lo) and math.isfinite(hi) and hi > lo):
+            return float(lo), float(hi)
     return None
 
 

@@ -11,12 +11,15 @@ suffix (``precomputed://``, ``URL|zarr3:``) or a URL naming the document itself 
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
+from functools import partial
 from typing import Any
 
 from napari_shardscope.core.bytestore import Location, parse_url
 from napari_shardscope.core.bytestore.kvreads import read_keys
 from napari_shardscope.core.errors import NotADatasetError
 from napari_shardscope.core.formats.api import Dataset, Format
+from napari_shardscope.core.formats.discovery import find_openable, searching
 
 _PKG = "napari_shardscope.core.formats"  # each opener is imported on first use
 
@@ -83,7 +86,44 @@ def open_dataset(url: str | os.PathLike[str] | Location, context: Any = None) ->
             return fmt.open(location, data, context)
     documents = _or([f.metadata_key for f in formats if "/" not in f.metadata_key])
     names = _or(list(dict.fromkeys(f.title for f in formats)))
-    raise NotADatasetError(f"{location.url}: no {documents} here, so it is not a {names} dataset")
+    raise not_a_dataset(location, f"{location.url}: no {documents} here, so it is not a {names} dataset", context)
+
+
+def not_a_dataset(location: Location, message: str, context: Any = None, *,
+                  named: Sequence[str] = ()) -> NotADatasetError:
+    """The error for ``location`` holding no volume itself, naming the datasets found below it.
+
+    Every format raises its "not a dataset" (a directory without metadata, an N5 container, a zarr
+    group without OME-Zarr images) through here, so each names what a user can open instead: the
+    bounded search of :mod:`.discovery` (local directories listed; on a remote store only ``named``,
+    the children the metadata names). Inside a search, the plain error (no nested search).
+    """
+    if searching():
+        return NotADatasetError(message, url=location.url)
+    if context is None:
+        from napari_shardscope.core.bytestore.context import shared_context
+
+        context = shared_context()
+    found = find_openable(location, partial(_probe, context=context), named=named)
+    return NotADatasetError(f"{message}; {found.describe()}", children=tuple(c.path for c in found.children),
+                            url=location.url)
+
+
+def _probe(location: Location, *, context: Any) -> tuple[str, str] | None:
+    """``(format, summary)`` of the volumes at ``location`` (metadata only), ``None`` without metadata there."""
+    found = read_keys(location, [f.metadata_key for f in FORMATS], context)
+    for fmt in FORMATS:
+        data = found.get(fmt.metadata_key)
+        if data is None:
+            continue
+        specs = fmt.open(location, data, context).volume_specs()
+        first = specs[0]
+        title = "OME-Zarr" if first.format == "ome-zarr" else fmt.title
+        level = first.levels[0]
+        shape = "x".join(str(n) for n in level.shape)
+        more = f", +{len(specs) - 1} label image{'s' if len(specs) > 2 else ''}" if len(specs) > 1 else ""
+        return title, f"{first.kind} {level.dtype} {shape}{more}"
+    return None
 
 
 def _or(words: list[str]) -> str:

@@ -223,6 +223,31 @@ class VolumePlacement:
 
 
 @dataclass(frozen=True)
+class ChannelDisplay:
+    """How the metadata asks one channel of an image to be shown (OME-Zarr ``omero.channels[i]``).
+
+    Each field is ``None`` (or ``True`` for :attr:`visible`) when the metadata does not say or says
+    something unusable, so a viewer falls back to its own default for that field only.
+
+    Attributes
+    ----------
+    label
+        The channel's name (``label``).
+    color
+        ``"#rrggbb"`` (``color``, six hex digits).
+    window
+        The display range: ``window.start``/``end``, else ``window.min``/``max``.
+    visible
+        Whether it is shown at first (``active``).
+    """
+
+    label: str | None = None
+    color: str | None = None
+    window: tuple[float, float] | None = None
+    visible: bool = True
+
+
+@dataclass(frozen=True)
 class VolumeSpec:
     """One volume of a dataset, finest scale first, as pure data.
 
@@ -248,6 +273,9 @@ class VolumeSpec:
         Index of a channel axis in :attr:`axes`, if any.
     metadata
         The format's raw metadata document, for widgets that want it.
+    channels
+        How the metadata asks each channel to be shown (OME-Zarr ``omero``), in channel order; empty
+        when it says nothing. One entry for an image without a channel axis whose metadata names one.
     """
 
     url: str
@@ -260,6 +288,7 @@ class VolumeSpec:
     contrast_limits: tuple[float, float] | None = None
     channel_axis: int | None = None
     metadata: Mapping[str, Any] = field(default_factory=dict, compare=False, hash=False)
+    channels: tuple[ChannelDisplay, ...] = ()
 
     @property
     def placement(self) -> VolumePlacement:

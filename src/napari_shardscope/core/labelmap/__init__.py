@@ -1,4 +1,4 @@
-"""Labelmap proofreading on the versioned store (DVID's ``labelmap`` type, layer 5 of DESIGN.md).
+"""Labelmap proofreading on the versioned store (DVID's ``labelmap`` type; its layer: docs/architecture.md).
 
 The base segmentation (supervoxel ids, any format the reader opens) is never modified or copied.
 A version stores only what changed, as small records read on demand: its supervoxel → body map

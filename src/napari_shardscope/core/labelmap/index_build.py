@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Callable
 from typing import Any
 
 from napari_shardscope.core.labelmap.agglomeration import AgglomerationSource, IdentityAgglomeration
@@ -19,6 +18,7 @@ from napari_shardscope.core.labelmap.keys import INDEX_META_KEY
 from napari_shardscope.core.labelmap.label_index import BaseIndex, build_base_index, index_items, load_index_meta
 from napari_shardscope.core.labelmap.present import ON_DEMAND_BLOCKS, UNLISTED_BLOCKS, declared_blocks, present_blocks
 from napari_shardscope.core.labelmap.reading import BaseSource
+from napari_shardscope.core.progress import Progress
 from napari_shardscope.core.versioned.instance import Instance
 from napari_shardscope.core.versioned.repository import Repository
 
@@ -56,7 +56,7 @@ def blocks_to_index(config: LabelmapConfig, base: BaseSource, *, limit: int | No
 
 
 def build_index(config: LabelmapConfig, base: BaseSource, *, limit: int | None = None,
-                progress: Callable[[int, int], None] | None = None) -> BaseIndex:
+                progress: Progress | None = None) -> BaseIndex:
     """Count the base's stored blocks (threads): the whole index in memory."""
     blocks = blocks_to_index(config, base, limit=limit)
     return build_base_index(lambda box: base.read(0, box), config.grid(0), blocks=blocks,
@@ -72,7 +72,7 @@ def store_index(repo: Repository, instance: Instance | str, built: BaseIndex,
 
 
 def build_and_store_index(repo: Repository, instance: Instance, config: LabelmapConfig, base: BaseSource,
-                          agglomeration: AgglomerationSource, *, progress: Callable[[int, int], None] | None = None,
+                          agglomeration: AgglomerationSource, *, progress: Progress | None = None,
                           on_demand: bool = False) -> dict[str, Any]:
     """Build and store the base index now (the labelmap's first need of it); its metadata."""
     meta = load_index_meta(lambda keys: repo.get_unversioned_many(instance, keys))

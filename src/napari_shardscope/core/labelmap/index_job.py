@@ -43,7 +43,7 @@ import numpy as np
 import numpy.typing as npt
 
 from napari_shardscope.core.bytestore.url import parse_url
-from napari_shardscope.core.errors import ArgumentError
+from napari_shardscope.core.errors import OVERWRITE, ArgumentError
 from napari_shardscope.core.jobs import is_local, iter_tasks, job_scheduler, open_once, run_tasks
 from napari_shardscope.core.labelmap.agglomeration import open_stored_agglomeration
 from napari_shardscope.core.labelmap.config import TYPE_NAME, LabelmapConfig
@@ -285,7 +285,7 @@ def _build(repo: Repository, name: str, *, scheduler: Any, num_workers: int | No
     meta = load_index_meta(read)
     if meta is not None and int(meta.get("format", 0)) >= 2 and not overwrite:
         raise ArgumentError(f"labelmap {name!r} already has a complete base label index; rebuild it only if it is "
-                            f"damaged: pass overwrite=True (CLI: --force)")
+                            f"damaged: pass {OVERWRITE}").suggesting(OVERWRITE)
     config: LabelmapConfig = labelmap_config(repo, name)
     agglomeration = open_stored_agglomeration(read) if config.agglomeration else None
     grid = config.grid(0)

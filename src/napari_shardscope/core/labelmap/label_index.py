@@ -44,6 +44,7 @@ from napari_shardscope.core.labelmap.geometry import BlockGrid, Box, Coord
 from napari_shardscope.core.labelmap.keys import INDEX_META_KEY
 from napari_shardscope.core.labelmap.paged import PagedTable, PagedTableWriter, ReadMany
 from napari_shardscope.core.labelmap.runs import run_starts
+from napari_shardscope.core.progress import Progress
 
 U64 = npt.NDArray[np.uint64]
 I64 = npt.NDArray[np.int64]
@@ -295,12 +296,12 @@ def combine_counts(parts: Iterable[BlockCounts | BoxedCounts]) -> BaseIndex:
 
 def build_base_index(read_block: Callable[[Box], npt.NDArray[Any]], grid: BlockGrid, *,
                      blocks: Sequence[Coord] | None = None, workers: int = 2,
-                     progress: Callable[[int, int], None] | None = None) -> BaseIndex:
+                     progress: Progress | None = None) -> BaseIndex:
     """Index the base in one pass over scale-0 blocks (``workers`` threads read and count).
 
     ``blocks``: the blocks to count — those holding stored chunks (:mod:`.present`); default every
     block of the grid (small bases, tests). ``read_block(box)`` returns the base's voxels in ``box``.
-    Label 0 is background and not indexed. ``progress(done, total)`` is called after each block. For
+    Label 0 is background and not indexed. ``progress(done, total, what)`` is called after each block. For
     bases too large for one machine's reading,
     :func:`~napari_shardscope.core.labelmap.index_job.build_label_index` runs the same counting as a Dask job.
     """
@@ -314,7 +315,7 @@ def build_base_index(read_block: Callable[[Box], npt.NDArray[Any]], grid: BlockG
         for i, part in enumerate(pool.map(count, coords)):
             parts.append(part)
             if progress is not None:
-                progress(i + 1, len(coords))
+                progress(i + 1, len(coords), "base blocks")
     return combine_counts(parts)
 
 

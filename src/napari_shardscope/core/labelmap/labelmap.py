@@ -58,6 +58,7 @@ from napari_shardscope.core.labelmap.records import MERGE_MARK_KEY, STAMP_KEY
 from napari_shardscope.core.labelmap.region import check_edit_in_region, region_box
 from napari_shardscope.core.labelmap.state import EditRecords, VersionState, decode_stamp, overlay_counts
 from napari_shardscope.core.labelmap.version import LabelmapVersion
+from napari_shardscope.core.progress import Progress
 from napari_shardscope.core.versioned.dag import Version
 from napari_shardscope.core.versioned.instance import Instance, register_instance_type
 from napari_shardscope.core.versioned.remotes.config import REGION_FILE, region_of
@@ -284,7 +285,7 @@ class Labelmap:
 
     # -- the label index ------------------------------------------------------------------------
 
-    def base_index(self, progress: Callable[[int, int], None] | None = None) -> BaseIndexReader:
+    def base_index(self, progress: Progress | None = None) -> BaseIndexReader:
         """The base label index, read page by page; built first when it never was and the base is small.
 
         A base of at most :data:`~napari_shardscope.core.labelmap.present.ON_DEMAND_BLOCKS` stored
@@ -303,7 +304,7 @@ class Labelmap:
                 self._index = BaseIndexReader(self.read_unversioned, meta)
         return self._index
 
-    def index_summary(self, progress: Callable[[int, int], None] | None = None) -> IndexSummary:
+    def index_summary(self, progress: Progress | None = None) -> IndexSummary:
         """Every base supervoxel and its voxel count, materialised (O(supervoxels): small bases, tests)."""
         return self.base_index(progress).summary()
 

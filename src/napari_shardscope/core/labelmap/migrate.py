@@ -69,12 +69,11 @@ from napari_shardscope.core.labelmap.records import (
     encode_where,
     history_key,
 )
+from napari_shardscope.core.progress import Progress
 from napari_shardscope.core.versioned.dag import Version
 from napari_shardscope.core.versioned.instance import Instance
 from napari_shardscope.core.versioned.repository import Repository, Rewriter
 from napari_shardscope.core.versioned.view import VersionWriter
-
-Progress = Callable[[int, int, str], None]
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 from napari_shardscope.core.errors import ArgumentError
@@ -42,6 +42,7 @@ from napari_shardscope.core.labelmap.keys import INDEX_META_KEY
 from napari_shardscope.core.labelmap.label_index import BaseIndex
 from napari_shardscope.core.labelmap.labelmap import Labelmap
 from napari_shardscope.core.labelmap.reading import BaseSource
+from napari_shardscope.core.progress import Progress
 from napari_shardscope.core.versioned.instance import Instance
 from napari_shardscope.core.versioned.repository import Repository
 from napari_shardscope.core.volumes.opening import open_volume
@@ -50,7 +51,7 @@ from napari_shardscope.core.volumes.opening import open_volume
 def create_labelmap(repo: Repository, name: str, base: str | os.PathLike[str], *,
                     agglomeration: Mapping[int, int] | str | os.PathLike[str] | AgglomerationSource | None = None,
                     id_start: int | None = None, block: int | tuple[int, int, int] = DEFAULT_BLOCK,
-                    build_index: bool = True, progress: Callable[[int, int], None] | None = None) -> Labelmap:
+                    build_index: bool = True, progress: Progress | None = None) -> Labelmap:
     """Create a labelmap instance over the base segmentation at ``base`` (which is never modified).
 
     Parameters
@@ -99,7 +100,7 @@ def create_labelmap(repo: Repository, name: str, base: str | os.PathLike[str], *
     return Labelmap(repo, inst, config, volume, agg)
 
 
-def _build_index(config: LabelmapConfig, reader: BaseSource, progress: Callable[[int, int], None] | None) -> BaseIndex:
+def _build_index(config: LabelmapConfig, reader: BaseSource, progress: Progress | None) -> BaseIndex:
     return build_index(config, reader, progress=progress)
 
 

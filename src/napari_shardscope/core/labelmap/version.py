@@ -14,7 +14,7 @@ still come from the shared cache.
 from __future__ import annotations
 
 import heapq
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
@@ -54,6 +54,7 @@ from napari_shardscope.core.labelmap.records import (
 )
 from napari_shardscope.core.labelmap.splitting import split_supervoxel
 from napari_shardscope.core.labelmap.state import VersionState
+from napari_shardscope.core.progress import Progress
 from napari_shardscope.core.versioned.dag import Version
 from napari_shardscope.core.versioned.instance import Instance
 from napari_shardscope.core.versioned.repository import Repository
@@ -99,11 +100,11 @@ class LabelmapBackend(Protocol):
         """A planning transaction over a version's body map."""
         ...
 
-    def base_index(self, progress: Callable[[int, int], None] | None = None) -> BaseIndexReader:
+    def base_index(self, progress: Progress | None = None) -> BaseIndexReader:
         """The base label index, read page by page."""
         ...
 
-    def index_summary(self, progress: Callable[[int, int], None] | None = None) -> IndexSummary:
+    def index_summary(self, progress: Progress | None = None) -> IndexSummary:
         """The base index summary (every base supervoxel and its voxel count)."""
         ...
 

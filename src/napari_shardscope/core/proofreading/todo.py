@@ -400,20 +400,41 @@ class Worklist:
         return name
 
     def reload(self) -> None:
-        """Re-read the open list (after a checkout: statuses are those of the version shown)."""
+        """Re-read the open list (after a connect or a checkout: statuses are those of the version shown).
+
+        With no list open (a repository just opened: a restart) or the open one absent at this version,
+        the list last worked on at this version is opened (see :meth:`_last_worked`): a view showing
+        this version's lists then shows one with its items, never a name with nothing under it.
+        """
         repo, version = self._repo(), self._version()
-        if self._name is None or repo is None or version is None:
+        if repo is None or version is None:
             if repo is None:
                 self._name, self._entries, self._current = None, [], -1
             self._emit()
             return
         store = TodoStore(repo)
-        if self._name not in store.lists(version):
-            self._name, self._entries, self._current = None, [], -1
-        else:
+        lists = store.lists(version)
+        if self._name is not None and self._name in lists:
             self._entries = store.entries(version, self._name)
             self._current = min(self._current, len(self._entries) - 1)
+        else:
+            self._name, self._entries, self._current = None, [], -1
+            if lists:
+                self._name, self._entries = self._last_worked(store, version, lists)
         self._emit()
+
+    @staticmethod
+    def _last_worked(store: TodoStore, version: str, lists: Sequence[str]) -> tuple[str, list[TodoEntry]]:
+        """The list whose item was marked last (ties, or none marked yet: the first list), with its entries."""
+        best: tuple[str, list[TodoEntry]] | None = None
+        latest = -1.0
+        for name in lists:
+            entries = store.entries(version, name)
+            marked = max((e.time for e in entries), default=0.0)
+            if best is None or marked > latest:
+                best, latest = (name, entries), marked
+        assert best is not None
+        return best
 
     # -- moving -------------------------------------------------------------------------------------
     def _require(self) -> list[TodoEntry]:

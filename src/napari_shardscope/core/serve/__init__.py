@@ -6,7 +6,10 @@ From a notebook::
     handoff = serve("path/to/repo", version="main")   # or a dataset path / URL, or several
     handoff.url                                        # open it in a browser; handoff.stop() when done
 
-* :mod:`.server` — :class:`ShardServer` (127.0.0.1, its own thread; ranges, HEAD, CORS, guarded keys);
+* :mod:`.server` — :class:`ShardServer` (127.0.0.1, a thread per connection, at most 64; HEAD, CORS,
+  guarded keys);
+* :mod:`.bodies` — what an answer sends: a stored key read in 1 MiB ranges, or computed bytes;
+* :mod:`.ranges` — the ``Range`` header read as RFC 9110 says, within bounds;
 * :mod:`.version_source` — a labelmap version as precomputed computed on request; merge-only
   versions as ``equivalences``;
 * :mod:`.ngstate` — Neuroglancer states from a view description and parsed back (pure functions);

@@ -3,16 +3,17 @@
 A public hosted Neuroglancer cannot fetch from a loopback server in current Chrome (private
 network access), so the server hands out the client itself, from the same origin as the data.
 The wheel's client is the one its Python integration serves: it must live under ``/v/<token>/``
-and it opens ``/events/<token>`` (which the server answers with an idle event stream).
+and it opens ``/events/<token>`` (which the server answers with an idle event stream). Its files
+are served like a dataset's, through a local byte store over :func:`client_directory` (range
+reads, containment guards).
 """
 
 from __future__ import annotations
 
 import importlib.util
 import mimetypes
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
-from napari_shardscope.core.bytestore.containment import key_problem
 from napari_shardscope.core.errors import NotFoundError
 
 #: Content types of the client's files (``mimetypes`` lacks ``.wasm`` on some systems).
@@ -37,17 +38,7 @@ def client_directory() -> Path:
     return path
 
 
-def client_file(root: Path, rel: str) -> tuple[bytes, str] | None:
-    """The bytes and content type of client file ``rel`` (``""`` is ``index.html``); ``None`` if absent.
-
-    ``rel`` is checked like any store key (no ``..``, no absolute path), so a request never reads
-    outside the client directory.
-    """
-    rel = rel or "index.html"
-    if key_problem(rel) is not None:
-        return None
-    path = root / rel
-    if not path.is_file():
-        return None
-    ctype = _TYPES.get(path.suffix) or mimetypes.guess_type(path.name)[0] or "application/octet-stream"
-    return path.read_bytes(), ctype
+def client_type(rel: str) -> str:
+    """The content type of client file ``rel`` (by its suffix)."""
+    name = PurePosixPath(rel).name
+    return _TYPES.get(PurePosixPath(name).suffix) or mimetypes.guess_type(name)[0] or "application/octet-stream"

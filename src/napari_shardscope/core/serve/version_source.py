@@ -1,7 +1,9 @@
 """A labelmap version as an unsharded Neuroglancer precomputed segmentation, computed on request.
 
 Nothing is exported: ``info`` describes the base's scales (uint64 body ids, ``raw`` encoding, one
-chunk per overlay block) and names a ``mesh`` directory; each chunk request is answered with
+chunk per overlay block, edges capped at :data:`MAX_CHUNK_EDGE`) and names a ``mesh`` directory;
+only those chunks are answered (any other box is a 404, so a request computes at most 64³ ids),
+each with
 :meth:`~napari_shardscope.core.labelmap.version.LabelmapVersion.read_bodies` of that box — the base
 blocks patched by the version's overlay and mapped through its body map, the very reads napari
 shows and export writes. The version's UUID is part of the URL, so a browser cache never serves
@@ -29,14 +31,26 @@ from napari_shardscope.core.cache import LruCache
 from napari_shardscope.core.errors import ArgumentError, NotFoundError, UnsupportedError
 from napari_shardscope.core.labelmap import Labelmap, UnknownLabelError
 from napari_shardscope.core.labelmap.geometry import Box
+from napari_shardscope.core.serve.bodies import BytesBody
 
-_CHUNK = re.compile(r"^(\d+)-(\d+)_(\d+)-(\d+)_(\d+)-(\d+)$")
-_MESH_MANIFEST = re.compile(r"^(\d+):0$")
-_MESH_FRAGMENT = re.compile(r"^(\d+):0:body$")
+# ASCII numbers of at most 19 digits: a coordinate or body id beyond that is no chunk or body (and Python
+# refuses int() of over 4,300 digits), so a longer one is simply no match (404).
+_CHUNK = re.compile(r"^([0-9]{1,19})-([0-9]{1,19})_([0-9]{1,19})-([0-9]{1,19})_([0-9]{1,19})-([0-9]{1,19})$")
+_MESH_MANIFEST = re.compile(r"^([0-9]{1,20}):0$")
+_MESH_FRAGMENT = re.compile(r"^([0-9]{1,20}):0:body$")
 #: The mesh directory named by a served version's ``info``.
 MESH_DIR = "mesh"
-#: Computed chunks kept per committed version (2 MiB each at 64³ uint64).
+#: Computed chunks kept per committed version, and their bytes at most.
 CHUNK_CACHE = 64
+CHUNK_CACHE_BYTES = 256 << 20
+#: The largest chunk edge a served version's ``info`` declares (a chunk is at most 64³ uint64, 2 MiB):
+#: an overlay block larger than that is served as several chunks, so no request computes more.
+MAX_CHUNK_EDGE = 64
+
+
+def served_chunk(block: tuple[int, int, int]) -> tuple[int, int, int]:
+    """The chunk shape (z, y, x) a version is served in: the overlay block, each edge at most :data:`MAX_CHUNK_EDGE`."""
+    return (min(block[0], MAX_CHUNK_EDGE), min(block[1], MAX_CHUNK_EDGE), min(block[2], MAX_CHUNK_EDGE))
 
 
 def scale_key(index: int) -> str:
@@ -47,7 +61,7 @@ def scale_key(index: int) -> str:
 def version_info(labelmap: Labelmap) -> dict[str, Any]:
     """The precomputed ``info`` of any version of ``labelmap`` (x, y, z order; nm)."""
     cfg = labelmap.config
-    bz, by, bx = cfg.block
+    bz, by, bx = served_chunk(cfg.block)
     scales = []
     for i, g in enumerate(cfg.scales):
         vz, vy, vx = g.voxel_size
@@ -84,11 +98,8 @@ class VersionMount:
         self.uuid = self.version.uuid
         self.cacheable = bool(self.version.locked)
         self._info = json.dumps(version_info(labelmap)).encode()
-        self._chunks: LruCache[str, bytes | None] = LruCache(CHUNK_CACHE)
-
-    @property
-    def cheap_size(self) -> bool:
-        return True  # a chunk is computed whole either way
+        self._chunks: LruCache[str, bytes | None] = LruCache(CHUNK_CACHE, weigh=lambda b: len(b or b""),
+                                                              max_weight=CHUNK_CACHE_BYTES)
 
     def _compute(self, key: str) -> bytes | None:
         if key == "info":
@@ -108,6 +119,10 @@ class VersionMount:
         hi = (z1 - offset[0], y1 - offset[1], x1 - offset[2])
         if any(a < 0 or b > s or a >= b for a, b, s in zip(lo, hi, g.shape, strict=True)):
             raise NotFoundError(f"chunk {key!r} lies outside scale {scale_name} of version {self.version.short}")
+        chunk = served_chunk(cfg.block)
+        if any(a % c or b != min(a + c, s) for a, b, c, s in zip(lo, hi, chunk, g.shape, strict=True)):
+            # only the info's chunks: a box of any size would let one request compute the whole scale
+            raise NotFoundError(f"{key!r} is not a chunk of scale {scale_name} (chunks are {chunk[::-1]} x, y, z)")
         data = self.labelmap.at(self.uuid).read_bodies(Box(lo, hi), index)
         # precomputed raw chunks are x fastest: (z, y, x) C order is exactly that
         return np.ascontiguousarray(data, dtype="<u8").tobytes()
@@ -120,6 +135,8 @@ class VersionMount:
         if manifest is None and fragment is None:
             return None
         body = int((manifest or fragment).group(1))  # type: ignore[union-attr]
+        if body >= 1 << 64:
+            return None  # no uint64 body id
         v = self.labelmap.at(self.uuid)
         try:
             if manifest is not None:
@@ -131,17 +148,15 @@ class VersionMount:
         return encode_legacy_fragment(mesh.vertices, mesh.faces)
 
     def read(self, key: str) -> bytes | None:
+        """The bytes of ``key`` at the version (computed, or from the cache of a committed version)."""
         if not self.cacheable:
             return self._compute(key)
         return self._chunks.get_or_load(key, lambda: self._compute(key))
 
-    def size(self, key: str) -> int | None:
+    def open(self, key: str) -> BytesBody | None:
+        """``key`` computed once for the whole answer (an open version may change between two reads)."""
         data = self.read(key)
-        return None if data is None else len(data)
-
-    def read_range(self, key: str, start: int, end: int) -> bytes | None:
-        data = self.read(key)
-        return None if data is None else data[start:end]
+        return None if data is None else BytesBody(data)
 
 
 def merge_equivalences(labelmap: Labelmap, ref: str) -> list[list[int]]:

@@ -1,4 +1,4 @@
-"""Multiscale volumes read lazily through TensorStore (layer 3 of the core, see DESIGN.md).
+"""Multiscale volumes read lazily through TensorStore (a layer of the core, see docs/architecture.md).
 
 Public API::
 

@@ -15,7 +15,7 @@ from typing import Any, Protocol, TypeVar
 
 import numpy as np
 
-from napari_shardscope.core.formats.volume_spec import FormatName, Kind
+from napari_shardscope.core.formats.volume_spec import ChannelDisplay, FormatName, Kind
 from napari_shardscope.core.volumes.lazy import LazyArray
 
 
@@ -75,6 +75,10 @@ class Volume:
         Index of a channel axis in :attr:`axes`, if any.
     metadata
         Format-specific extras (e.g. the raw ``info``), for widgets that want them.
+    channels
+        How the metadata asks each channel to be shown (OME-Zarr ``omero``: label, colour, window,
+        visibility), in channel order; empty when it says nothing. See
+        :func:`~napari_shardscope.core.volumes.display.display_of` for what a viewer shows.
     """
 
     url: str
@@ -87,6 +91,7 @@ class Volume:
     contrast_limits: tuple[float, float] | None = None
     channel_axis: int | None = None
     metadata: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
+    channels: tuple[ChannelDisplay, ...] = ()
 
     @property
     def arrays(self) -> list[LazyArray]:

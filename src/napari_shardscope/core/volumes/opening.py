@@ -85,7 +85,7 @@ def open_volume_specs(specs: Sequence[VolumeSpec], context: Any = None) -> list[
         volumes.append(Volume(
             url=spec.url, name=spec.name, format=spec.format, kind=spec.kind, axes=spec.axes, unit=spec.unit,
             levels=scale_levels, contrast_limits=spec.contrast_limits, channel_axis=spec.channel_axis,
-            metadata=dict(spec.metadata),
+            metadata=dict(spec.metadata), channels=spec.channels,
         ))
     return volumes
 

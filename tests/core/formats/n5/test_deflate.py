@@ -38,8 +38,8 @@ from napari_shardscope.core.formats.n5.compression import (
     make_compression,
 )
 from tests.n5_data import make_attributes, random_array, ts_create, ts_read, write_dataset
+from tests.realdata import realdata_path
 
-REALDATA = (Path(__file__).resolve().parents[4] / ".." / "shared" / "realdata").resolve()
 #: The gzip datasets of ../shared/realdata, each written by another N5 implementation.
 REAL_GZIP = {
     "n5-java": "n5java_zi/n5-java.n5/gzip",
@@ -137,12 +137,11 @@ def test_tensorstore_reads_ours_and_we_read_tensorstores(tmp_path: Path, compres
         np.testing.assert_array_equal(block.data.T[tuple(slice(0, n) for n in inside)], want)
 
 
+@pytest.mark.realdata
 @pytest.mark.parametrize("writer", sorted(REAL_GZIP))
 def test_real_gzip_datasets_read_and_rewrite(tmp_path: Path, writer: str) -> None:
     """Blocks other N5 writers wrote decode here as TensorStore decodes them; re-encoded, TensorStore reads them."""
-    source = REALDATA / REAL_GZIP[writer]
-    if not source.is_dir():
-        pytest.skip(f"{source} not present")
+    source = realdata_path(REAL_GZIP[writer])
     reference = ts_read(source)
     copy = tmp_path / "copy"
     shutil.copytree(source, copy)

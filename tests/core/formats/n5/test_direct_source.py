@@ -33,11 +33,11 @@ from napari_shardscope.core.volumes import make_context, open_volume
 from napari_shardscope.core.volumes.lazy import zero_origin
 from napari_shardscope.core.volumes.opening import apply_transform
 from tests.n5_data import random_array, ts_create, write_dataset
+from tests.realdata import REALDATA
 from tests.volume_cases import assert_boxes_read_alike
 
 ts = pytest.importorskip("tensorstore")
 
-REALDATA = (Path(__file__).resolve().parents[4] / ".." / "shared" / "realdata").resolve()
 #: Every real N5 dataset (or multiscale group) and who reads its voxels: ours, TensorStore's driver, N5ChunkSource.
 REAL: dict[str, str] = {
     "n5java_zi/n5-java.n5/raw": "direct",
@@ -86,7 +86,7 @@ def sources(path: Path) -> list[Any]:
 
 
 # -- real data ------------------------------------------------------------------------------------------------
-@pytest.mark.skipif(not REALDATA.is_dir(), reason=f"no real datasets at {REALDATA}")
+@pytest.mark.realdata
 @pytest.mark.parametrize(("rel", "reader"), sorted(REAL.items()))
 def test_real_datasets_take_the_expected_path_and_read_as_tensorstore_reads_them(rel: str, reader: str) -> None:
     path = REALDATA / rel

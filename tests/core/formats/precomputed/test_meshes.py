@@ -7,6 +7,7 @@ naming the key and byte offset.
 
 from __future__ import annotations
 
+import functools
 import json
 import shutil
 import struct
@@ -36,10 +37,10 @@ from napari_shardscope.core.formats.precomputed.skeletons import (
     decode_skeleton,
     open_skeleton_source,
 )
+from tests.realdata import REALDATA, realdata_path
 
 cloudvolume = pytest.importorskip("cloudvolume")
 
-REALDATA = Path(__file__).resolve().parents[4] / ".." / "shared" / "realdata"
 PINKY = REALDATA / "igneous_pinky_sharded"
 
 #: (dataset dir, mesh dir inside it, whether the dataset's own info names the mesh dir)
@@ -72,6 +73,7 @@ def cv_mesh(cv: Any, segment: int, lod: int = 0) -> Any:
     return got[segment] if isinstance(got, dict) else got
 
 
+@pytest.mark.realdata
 @pytest.mark.parametrize(("dataset", "mesh_dir", "named"), MESH_SOURCES, ids=[m[0] for m in MESH_SOURCES])
 def test_multilod_meshes_equal_cloudvolume(tmp_path: Path, dataset: str, mesh_dir: str, named: bool) -> None:
     store = open_store(REALDATA / dataset)
@@ -98,6 +100,7 @@ def test_multilod_meshes_equal_cloudvolume(tmp_path: Path, dataset: str, mesh_di
     assert src.mesh(max(ids) + 12345) is None
 
 
+@pytest.mark.realdata
 def test_every_sharded_id_is_found() -> None:
     """Every id of the sharded source's label list (igneous writes ``0.labels.gz`` beside the shard) is read."""
     import gzip
@@ -112,6 +115,7 @@ def test_every_sharded_id_is_found() -> None:
             assert mesh is not None and len(mesh.faces) > 0, (dataset, segment)
 
 
+@pytest.mark.realdata
 def test_lods_selectable_and_coarsest(tmp_path: Path) -> None:
     src = open_mesh_source(open_store(PINKY), "mesh_mip_0_err_40.0")
     segment = src.segment_ids()[0]
@@ -125,6 +129,7 @@ def test_lods_selectable_and_coarsest(tmp_path: Path) -> None:
         src.mesh(segment, lod=n)
 
 
+@pytest.mark.realdata
 def test_meshes_over_http_equal_local(http_root: Any) -> None:
     root, server = http_root
     shutil.copytree(REALDATA / "crantb_mesh_sharded", root / "sharded")
@@ -139,6 +144,7 @@ def test_meshes_over_http_equal_local(http_root: Any) -> None:
             np.testing.assert_array_equal(a.faces, b.faces)
 
 
+@pytest.mark.realdata
 def test_manifest_round_trip_and_damage() -> None:
     data = (REALDATA / "crantb_mesh_unsharded" / "7.index").read_bytes()
     manifest = decode_manifest(data, key="7.index")
@@ -154,6 +160,7 @@ def test_manifest_round_trip_and_damage() -> None:
     assert err.value.offset == 24
 
 
+@pytest.mark.realdata
 def test_damaged_fragment_names_key_and_offset(tmp_path: Path) -> None:
     d = tmp_path / "m"
     shutil.copytree(REALDATA / "crantb_mesh_unsharded", d)
@@ -238,6 +245,7 @@ def test_legacy_manifest_refuses_escaping_names(tmp_path: Path) -> None:
 # -- skeletons ----------------------------------------------------------------------------------------
 
 
+@pytest.mark.realdata
 def test_skeletons_equal_cloudvolume() -> None:
     src = open_skeleton_source(open_store(PINKY), "skeletons_mip_0")
     ids = src.segment_ids()
@@ -266,12 +274,18 @@ def test_damaged_skeleton(tmp_path: Path) -> None:
 
 # -- hostile bytes: typed errors only -------------------------------------------------------------------
 
-REAL_MANIFEST = (REALDATA / "crantb_mesh_unsharded" / "7.index").read_bytes()
+@functools.cache
+def real_manifest() -> bytes:
+    """A manifest igneous wrote (read on first use, never at import)."""
+    return realdata_path("crantb_mesh_unsharded", "7.index").read_bytes()
 
 
-@given(st.binary(max_size=256), st.integers(0, len(REAL_MANIFEST)), st.binary(max_size=8))
+@pytest.mark.realdata
+@given(st.binary(max_size=256), st.integers(0, 1 << 16), st.binary(max_size=8))
 def test_damaged_manifests_give_typed_errors(noise: bytes, cut: int, insert: bytes) -> None:
-    for data in (noise, REAL_MANIFEST[:cut] + insert + REAL_MANIFEST[cut + len(insert):]):
+    manifest = real_manifest()
+    cut %= len(manifest) + 1
+    for data in (noise, manifest[:cut] + insert + manifest[cut + len(insert):]):
         try:
             m = decode_manifest(data, key="k")
         except IndexDecodeError as exc:
@@ -293,3 +307,86 @@ def test_random_legacy_fragments_and_skeletons_give_typed_errors(data: bytes) ->
         assert sk.edges.size == 0 or int(sk.edges.max()) < len(sk.vertices)
     except FormatError as exc:
         assert exc.key == "k"
+
+
+# -- validate: a multilod shard's fragments lie just before the manifest the index points at ----------------
+def _tetrahedron(segment: int, shift: float) -> Any:
+    from napari_shardscope.core.formats.precomputed.meshes import MeshData
+
+    vertices = np.asarray([[0, 0, 0], [10, 0, 0], [0, 10, 0], [0, 0, 10]], np.float32) + shift
+    faces = np.asarray([[0, 1, 2], [0, 1, 3], [0, 2, 3], [1, 2, 3]], np.uint32)
+    return MeshData(segment, vertices, faces, 0)
+
+
+def _mesh_dir(tmp_path: Path, shard: bytes) -> Path:
+    from napari_shardscope.core.formats.precomputed.mesh_writer import mesh_info
+
+    d = tmp_path / "meshes"
+    d.mkdir(exist_ok=True)
+    (d / "info").write_text(json.dumps(mesh_info(MESH_SPEC)))
+    (d / "0.shard").write_bytes(shard)
+    return d
+
+
+def _problems(path: Path) -> list[str]:
+    return [p.message for p in open_dataset(path).inspector().validate()]
+
+
+MESH_IDS = (3, 5, 9)
+
+
+def _encoded() -> dict[int, tuple[bytes, bytes]]:
+    from napari_shardscope.core.formats.precomputed.mesh_writer import encode_multilod_mesh
+
+    return {sid: encode_multilod_mesh(_tetrahedron(sid, float(sid))) for sid in MESH_IDS}
+
+
+def _spec() -> Any:
+    from napari_shardscope.core.formats.precomputed.sharding import ShardingSpec
+
+    return ShardingSpec(preshift_bits=0, hash="identity", minishard_bits=0, shard_bits=0,
+                        minishard_index_encoding="raw", data_encoding="raw")
+
+
+MESH_SPEC = _spec()
+
+
+def test_validate_counts_the_fragments_before_each_manifest(tmp_path: Path) -> None:
+    from napari_shardscope.core.formats.precomputed.mesh_writer import encode_mesh_shard
+
+    path = _mesh_dir(tmp_path, encode_mesh_shard(MESH_SPEC, _encoded(), shard=0))
+    assert _problems(path) == []
+    assert open_mesh_source(open_store(path), "").mesh(5) is not None  # and it reads
+
+
+def test_validate_reports_bytes_no_manifest_counts(tmp_path: Path) -> None:
+    from napari_shardscope.core.formats.precomputed.mesh_writer import encode_mesh_shard
+
+    encoded = _encoded()
+    fragments, manifest = encoded[5]
+    encoded[5] = (b"JUNK" + fragments, manifest)  # 4 bytes before segment 5's fragments that its manifest omits
+    problems = _problems(_mesh_dir(tmp_path, encode_mesh_shard(MESH_SPEC, encoded, shard=0)))
+    assert len(problems) == 1 and problems[0].startswith("4 bytes") and "belong to no index entry" in problems[0]
+
+
+def test_validate_reports_a_manifest_claiming_more_fragment_bytes_than_precede_it(tmp_path: Path) -> None:
+    from napari_shardscope.core.formats.precomputed.mesh_writer import encode_mesh_shard
+
+    encoded = _encoded()
+    encoded[3] = (b"", encoded[3][1])  # the first manifest counts fragments that are not there
+    problems = _problems(_mesh_dir(tmp_path, encode_mesh_shard(MESH_SPEC, encoded, shard=0)))
+    assert any("segment 3" in p and "fragment bytes" in p and "shard index" in p for p in problems), problems
+
+    encoded = _encoded()
+    encoded[9] = (b"", encoded[9][1])  # the last manifest's fragments would be segment 5's manifest and fragments
+    problems = _problems(_mesh_dir(tmp_path, encode_mesh_shard(MESH_SPEC, encoded, shard=0)))
+    assert any("fragments of segment 9" in p and "overlaps" in p for p in problems), problems
+
+
+def test_validate_reports_a_manifest_that_does_not_decode(tmp_path: Path) -> None:
+    from napari_shardscope.core.formats.precomputed.mesh_writer import encode_mesh_shard
+
+    encoded = _encoded()
+    encoded[5] = (encoded[5][0], encoded[5][1][:-3])
+    problems = _problems(_mesh_dir(tmp_path, encode_mesh_shard(MESH_SPEC, encoded, shard=0)))
+    assert any(p.startswith("chunk 5: ") and "manifest" in p for p in problems), problems

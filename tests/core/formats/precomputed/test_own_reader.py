@@ -23,8 +23,8 @@ from napari_shardscope.core.formats import open_dataset
 from napari_shardscope.core.formats.precomputed.shard_writer import group_by_shard, write_shard
 from napari_shardscope.core.formats.precomputed.sharding import ShardingSpec, parse_sharding_spec
 from napari_shardscope.core.volumes import open_volume
+from tests.realdata import REALDATA
 
-REALDATA = Path(__file__).resolve().parents[4] / ".." / "shared" / "realdata"
 CVGZ = REALDATA / "cloudvolume_gz"
 
 
@@ -34,14 +34,14 @@ def cloudvolume_gz_values() -> np.ndarray:
     return ((x * 600 + y * 20 + z) // 37 + 1000).astype(np.uint32)
 
 
-@pytest.mark.skipif(not CVGZ.is_dir(), reason=f"no real datasets at {REALDATA}")
+@pytest.mark.realdata
 def test_cloudvolume_gz_layout_reads_the_writers_values(tmp_path: Path) -> None:
     vol = open_volume(CVGZ)
     np.testing.assert_array_equal(vol.levels[0].array.read(), cloudvolume_gz_values())
     np.testing.assert_array_equal(vol.levels[0].array[3:9, 20:, 7].read(), cloudvolume_gz_values()[3:9, 20:, 7])
     ins = open_dataset(CVGZ).inspector()
     assert list(ins.validate()) == []
-    where = ins.locate_voxel([10, 10, 10])
+    where = ins.locate_format_voxel([10, 10, 10])
     assert where["present"] and where["chunk_key"] == "8_8_40/3-19_5-21_7-15.gz"
 
     shutil.copytree(CVGZ, tmp_path / "cv")
@@ -117,7 +117,7 @@ def test_compresso_sharded(tmp_path: Path) -> None:
         open_volume(root).levels[0].array.read()
 
 
-@pytest.mark.skipif(not (REALDATA / "cv_annotation").is_dir(), reason=f"no real datasets at {REALDATA}")
+@pytest.mark.realdata
 def test_locate_segment_finds_cloudvolume_gz_annotation_files() -> None:
     records = open_dataset(REALDATA / "cv_annotation").inspector().locate_segment(3867588737)
     by_id = [r for r in records if r["source"] == "by_id"]

@@ -25,10 +25,10 @@ from napari_shardscope.core.errors import ChunkDecodeError, ShardscopeError
 from napari_shardscope.core.formats import open_dataset
 from napari_shardscope.core.formats.precomputed.raw_source import RawChunkSource
 from napari_shardscope.core.volumes import make_context, open_volume
+from tests.realdata import REALDATA
 
 ts = pytest.importorskip("tensorstore")
 
-REALDATA = (Path(__file__).resolve().parents[4] / ".." / "shared" / "realdata").resolve()
 
 SHARDINGS: dict[str, dict[str, Any] | None] = {
     "unsharded": None,
@@ -177,7 +177,7 @@ REAL = ["noduli_seg_head", "noduli_seg_negoffset", "ngscripts_sharded/raw", "ng_
         "ng_precomputed_nodata/one_channel"]
 
 
-@pytest.mark.skipif(not REALDATA.is_dir(), reason=f"no real datasets at {REALDATA}")
+@pytest.mark.realdata
 @pytest.mark.parametrize("rel", REAL)
 def test_real_datasets_read_as_tensorstore_and_cloudvolume_read_them(rel: str) -> None:
     path = REALDATA / rel
@@ -197,7 +197,7 @@ def test_real_datasets_read_as_tensorstore_and_cloudvolume_read_them(rel: str) -
     np.testing.assert_array_equal(volume.levels[0].array.read(), presented(theirs))
 
 
-@pytest.mark.skipif(not (REALDATA / "ngscripts_sharded").is_dir(), reason=f"no real datasets at {REALDATA}")
+@pytest.mark.realdata
 def test_zlib_where_gzip_is_declared_is_named() -> None:
     array = open_volume(REALDATA / "ngscripts_sharded" / "zlib_as_gzip").levels[0].array
     zlib_named = r"/8mm/\d\.shard: bad gzip data .*a zlib stream, not gzip\) at byte \d+"

@@ -9,6 +9,7 @@ neuroglancer-scripts) must map back to the shard and minishard whose index lists
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import mmh3
 import numpy as np
@@ -28,8 +29,7 @@ from napari_shardscope.core.formats.precomputed.sharding import (
     murmurhash3_x86_128_low64_mmh3,
     parse_sharding_spec,
 )
-
-REALDATA = Path(__file__).resolve().parents[4] / ".." / "shared" / "realdata"
+from tests.realdata import realdata_path
 
 
 def mmh3_low64(value: int) -> int:
@@ -78,29 +78,23 @@ def test_assignment_matches_the_spec_per_id(ids: np.ndarray, preshift: int, mbit
         assert int(a.shard[i]) == (hashed >> mbits) & ((1 << sbits) - 1)
 
 
-def _sharded_sources() -> list[tuple[str, str]]:
-    out = []
-    for name in ("igneous_pinky_sharded", "crantb_mesh_sharded", "noduli_seg_head/mesh", "ngscripts_sharded/raw"):
-        root = REALDATA / name
-        if not (root / "info").is_file():
-            continue
-        ins = open_dataset(root).inspector()
-        assert isinstance(ins, PrecomputedInspector)
-        for source in ins.sources + ins.segment_sources():
-            if source.sharding is not None:
-                out.append((name, source.name))
-    return out
+#: Real precomputed datasets with sharded sources (every sharded source of each is checked).
+SHARDED_DATASETS = ("igneous_pinky_sharded", "crantb_mesh_sharded", "noduli_seg_head/mesh", "ngscripts_sharded/raw")
 
 
-SOURCES = _sharded_sources() if REALDATA.is_dir() else []
-
-
-@pytest.mark.skipif(not SOURCES, reason=f"no real sharded datasets at {REALDATA}")
-@pytest.mark.parametrize(("dataset", "source_name"), SOURCES)
-def test_real_sharded_datasets_map_every_stored_id_home(dataset: str, source_name: str) -> None:
-    ins = open_dataset(REALDATA / dataset).inspector()
+@pytest.mark.realdata
+@pytest.mark.parametrize("dataset", SHARDED_DATASETS)
+def test_real_sharded_datasets_map_every_stored_id_home(dataset: str) -> None:
+    ins = open_dataset(realdata_path(dataset)).inspector()
     assert isinstance(ins, PrecomputedInspector)
-    source = next(s for s in ins.sources + ins.segment_sources() if s.name == source_name)
+    sharded = [s for s in ins.sources + ins.segment_sources() if s.sharding is not None]
+    assert sharded, f"{dataset} has no sharded source"
+    for source in sharded:
+        check_every_stored_id_home(ins, source)
+
+
+def check_every_stored_id_home(ins: PrecomputedInspector, source: Any) -> None:
+    """Every chunk id a shard stores hashes home to that shard and minishard, and locate finds its bytes."""
     assert source.sharding is not None
     reader = ins.reader(source)
     seen = 0

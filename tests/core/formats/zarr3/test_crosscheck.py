@@ -352,15 +352,12 @@ def test_tensorstore_reads_a_single_shard_we_encode_by_hand(tmp_path: Path) -> N
 
 def test_pre_spec_transpose_order_letters_read_as_tensorstore_reads_them() -> None:
     """zarrita wrote ``"order": "F"``; the viewer (TensorStore) read it while ``inspect`` refused it."""
-    from pathlib import Path
 
     from napari_shardscope.core.formats import open_dataset
     from napari_shardscope.core.volumes import open_volume
+    from tests.realdata import realdata_path
 
-    path = Path(__file__).resolve().parents[4] / ".." / "shared" / "realdata" / "ng_zarrita_v3" / "data.zarr" / \
-        "3d.chunked.mixed.i2.F"
-    if not path.is_dir():
-        pytest.skip("no real datasets")
+    path = realdata_path("ng_zarrita_v3", "data.zarr", "3d.chunked.mixed.i2.F")
     viewer = open_volume(path).levels[0].array.read()
     reader = open_dataset(path).inspector().reader("")
     ours = np.concatenate([reader.read_inner_chunk((0, 0, z)) for z in range(3)], axis=2)

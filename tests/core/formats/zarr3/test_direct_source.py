@@ -26,12 +26,12 @@ from napari_shardscope.core.formats.zarr3.direct_source import Zarr3ChunkSource
 from napari_shardscope.core.volumes import make_context, open_volume
 from napari_shardscope.core.volumes.lazy import zero_origin
 from napari_shardscope.core.volumes.opening import apply_transform
+from tests.realdata import REALDATA
 from tests.volume_cases import assert_boxes_read_alike
 
 ts = pytest.importorskip("tensorstore")
 zarr = pytest.importorskip("zarr")
 
-REALDATA = (Path(__file__).resolve().parents[4] / ".." / "shared" / "realdata").resolve()
 REAL_DIRS = ("ng_zarrita_v3", "ng_ome_zarr", "wk_zarr3_sharded", "zarrs_rust", "zarrs_v3_zarrpython",
              "n5zarr_java_sharded", "zarrjava_sharding", "zarrjava_ome05")
 
@@ -140,7 +140,7 @@ def real_arrays() -> list[str]:
     return found
 
 
-@pytest.mark.skipif(not REALDATA.is_dir(), reason=f"no real datasets at {REALDATA}")
+@pytest.mark.realdata
 def test_real_datasets_read_as_tensorstore_reads_them() -> None:
     fast = 0
     for rel in real_arrays():

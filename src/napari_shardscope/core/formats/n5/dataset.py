@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from napari_shardscope.core.bytestore import Location
+from napari_shardscope.core.errors import NotADatasetError
 from napari_shardscope.core.formats.base import DatasetBase
 from napari_shardscope.core.formats.n5.attributes import ScaleLevel, list_scales
 from napari_shardscope.core.json_document import load_json_object
@@ -33,7 +34,10 @@ class N5Dataset(DatasetBase):
     def levels(self) -> list[ScaleLevel]:
         """The scales, finest first (one with key ``""`` for a plain dataset)."""
         if self._levels is None:
-            self._levels = list_scales(self.store, "", self.document)
+            try:
+                self._levels = list_scales(self.store, "", self.document)
+            except NotADatasetError as exc:  # an N5 container: name the datasets inside it
+                raise self.not_a_dataset(str(exc)) from None
         return self._levels
 
     def volume_specs(self, kind: Kind | None = None) -> list[VolumeSpec]:

@@ -20,7 +20,7 @@ written and the volume is unitless. N5 has no offset field: translate is 0, unle
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,8 +30,15 @@ import numpy.typing as npt
 from napari_shardscope.core.bytestore import ByteStore, Location, check_level_tree
 from napari_shardscope.core.errors import UnsupportedFeatureError
 from napari_shardscope.core.formats.n5.attributes import DatasetAttributes, ScaleLevel, is_dataset, needs_own_reader
-from napari_shardscope.core.formats.n5.block import MODE_DEFAULT, format_block_key, max_block_bytes, read_block
+from napari_shardscope.core.formats.n5.block import (
+    MODE_DEFAULT,
+    format_block_key,
+    max_block_bytes,
+    parse_block_path,
+    read_block,
+)
 from napari_shardscope.core.formats.n5.direct_source import n5_direct_source
+from napari_shardscope.core.formats.ome import channel_axis_by_name
 from napari_shardscope.core.formats.units import nm_factors
 from napari_shardscope.core.formats.volume_spec import (
     ArrayTransform,
@@ -47,6 +54,9 @@ from napari_shardscope.core.formats.volume_spec import (
     permute,
     reader_order,
 )
+
+#: The longest axis still taken for channels when the layout (block size 1) marks it as one (:func:`stored_axes`).
+MAX_CHANNELS = 16
 
 
 def voxel_sizes(levels: Sequence[ScaleLevel]) -> tuple[list[tuple[float, ...]], str | None]:
@@ -69,10 +79,19 @@ def stored_axes(levels: Sequence[ScaleLevel], root: Mapping[str, Any]) -> tuple[
     """Axis names in N5 order (fastest first), as written or as the layout makes plain; ``None`` when unknown.
 
     The ``axes`` attribute when it names every axis (a group's is read before its ``s0``'s, as
-    Neuroglancer reads it). Without one, 2-D and 3-D datasets are ``x, y(, z)`` (N5's and Java's
-    convention); a 4-D dataset whose first or last axis is short (at most 16) with a block size of 1,
-    while the others are blocked, holds channels there — webKnossos writes ``c, x, y, z``, others
-    ``x, y, z, c`` — and is named so.
+    Neuroglancer reads it). Without one, the axes are ``x, y(, z)`` (N5's and Java's convention) and a
+    channel axis, recognised by its layout: a short axis (at most :data:`MAX_CHANNELS`) stored one
+    block per index (block size 1) while every other axis is blocked.
+
+    * First axis (fastest): channels, for 3-D and 4-D data — nobody blocks a spatial x by 1. This
+      is how n5-java, zarr-python's ``N5Store`` and z5py store an RGB image (``[3, 512, 512]``,
+      blocks ``[1, 100, 100]``: ``c, x, y``) and webKnossos a 4-D volume (``c, x, y, z``).
+    * Last axis of 4-D data (after x, y, z): channels (``x, y, z, c``).
+    * Last axis of 3-D data stays ``z``: one block per section is how EM stacks are often written, so a
+      short stack blocked by section is a stack, not channels.
+
+    The same names go to every route that reads the blocks (TensorStore's driver, our block decoder,
+    the direct libdeflate source): they all share one presented order (:func:`presented_order`).
     """
     first = levels[0].attributes
     ndim = first.ndim
@@ -81,17 +100,21 @@ def stored_axes(levels: Sequence[ScaleLevel], root: Mapping[str, Any]) -> tuple[
         names = doc.get("axes")
         if isinstance(names, list) and len(names) == ndim and all(isinstance(n, str) for n in names):
             return tuple(str(n) for n in names)
-    if ndim in (2, 3):
-        return ("x", "y", "z")[:ndim]
-    if ndim == 4:
-        def channel_like(i: int) -> bool:
-            others = [b for j, b in enumerate(first.block_size) if j != i]
-            return first.block_size[i] == 1 and first.dimensions[i] <= 16 and min(others) > 1
-        if channel_like(0) and not channel_like(3):
-            return ("c", "x", "y", "z")
-        if channel_like(3) and not channel_like(0):
-            return ("x", "y", "z", "c")
-    return None
+    if ndim == 2:
+        return ("x", "y")
+    if ndim not in (3, 4):
+        return None
+
+    def channel_like(i: int) -> bool:
+        others = [b for j, b in enumerate(first.block_size) if j != i]
+        return first.block_size[i] == 1 and first.dimensions[i] <= MAX_CHANNELS and min(others) > 1
+
+    last = ndim - 1
+    if channel_like(0) and not channel_like(last):
+        return ("c", "x", "y", "z")[:ndim]
+    if ndim == 4 and channel_like(last) and not channel_like(0):
+        return ("x", "y", "z", "c")
+    return ("x", "y", "z") if ndim == 3 else None
 
 
 def presented_order(levels: Sequence[ScaleLevel], root: Mapping[str, Any]) -> tuple[int, ...]:
@@ -192,6 +215,14 @@ def level_chunk_source(store: ByteStore | None, attributes: DatasetAttributes) -
     return n5_direct_source(store, attributes)
 
 
+def block_path_test(attributes: DatasetAttributes) -> Callable[[str], bool]:
+    """Whether a key below the dataset is one of its block paths inside the grid: a directory there reads as fill."""
+    def test(rel: str) -> bool:
+        grid = parse_block_path(rel, attributes.ndim)
+        return grid is not None and attributes.contains_grid_position(grid)
+    return test
+
+
 def volume_spec(location: Location, levels: Sequence[ScaleLevel], root: Mapping[str, Any], *,
                 kind: Kind | None = None, store: ByteStore | None = None) -> VolumeSpec:
     """The volume at ``location``: ``levels`` from :func:`~.attributes.list_scales`, ``root`` its attributes.
@@ -203,7 +234,8 @@ def volume_spec(location: Location, levels: Sequence[ScaleLevel], root: Mapping[
     placement = volume_placement(levels, root)
     transform = ArrayTransform(order=presented_order(levels, root))
     for level in levels:  # TensorStore reads <root>/<sN>/…: keep it inside the group
-        check_level_tree(location, level.attributes.path, max_file_bytes=max_block_bytes(level.attributes))
+        check_level_tree(location, level.attributes.path, max_file_bytes=max_block_bytes(level.attributes),
+                         is_data_key=block_path_test(level.attributes))
     specs = tuple(
         LevelSpec.of(placed, {"driver": "n5", "kvstore": location.child(level.attributes.path).kvstore}, transform,
                      level_chunk_source(store, level.attributes))
@@ -214,5 +246,6 @@ def volume_spec(location: Location, levels: Sequence[ScaleLevel], root: Mapping[
     return VolumeSpec(
         url=location.url, name=location.name, format="n5", kind=volume_kind, axes=placement.axes,
         unit=placement.unit, levels=specs, contrast_limits=image_contrast_limits(volume_kind, dtype),
+        channel_axis=channel_axis_by_name(placement.axes) if volume_kind == "image" else None,
         metadata={"attributes": dict(root)},
     )

@@ -7,6 +7,14 @@ between writer and reader — the classic cause of "chunk missing" reports), und
 chunks of the wrong size, and bytes no index entry claims (prepended, appended or left behind: a
 prepended block shifts every offset, so reads return other bytes or fill values). Every problem
 names the file and the byte offset where it starts.
+
+An index entry usually claims exactly the bytes it points at. A sharded
+``neuroglancer_multilod_draco`` mesh source is the exception the format defines: the index points
+at a segment's manifest only, and the segment's fragments are stored immediately before it (the
+manifest lists their sizes; ``data_encoding`` applies to the manifest, never to the fragments).
+For such a source the caller passes ``data_before``, which reads the decoded manifest and says how
+many bytes before it the entry owns; those bytes are then claimed like any other region, so gaps,
+overlaps and fragments reaching into the shard index are reported as for chunks.
 """
 
 from __future__ import annotations
@@ -24,6 +32,9 @@ from napari_shardscope.core.formats.problem import Problem
 
 #: Given a chunk id and its decoded bytes, return a problem message or ``None`` when fine.
 ChunkCheck = Callable[[int, bytes], str | None]
+#: Given a chunk id, its decoded bytes and where they are stored, the number of bytes just before them that
+#: the entry also owns (a multilod mesh's fragments); raises :class:`FormatError` when it cannot tell.
+DataBefore = Callable[[int, bytes, int], int]
 
 
 def validate_shard_file(
@@ -34,6 +45,7 @@ def validate_shard_file(
     shard: int,
     check_chunk: ChunkCheck | None = None,
     bounds: DecodeBounds | None = None,
+    data_before: DataBefore | None = None,
 ) -> Iterator[Problem]:
     """Yield every problem of one (logical) shard file's bytes.
 
@@ -51,6 +63,9 @@ def validate_shard_file(
         Extra per-chunk check on decoded bytes (e.g. the expected size of a raw volume chunk).
     bounds
         Decoded sizes the metadata implies: indexes and chunks are never inflated past them.
+    data_before
+        For sources whose entries own bytes stored just before the data the index points at (sharded
+        multilod meshes: the fragments before each manifest): how many (see the module docstring).
     """
     bounds = bounds or DecodeBounds()
     size = len(data)
@@ -122,9 +137,36 @@ def validate_shard_file(
                 message = check_chunk(cid, decoded)
                 if message is not None:
                     yield Problem(key, f"chunk {cid}: {message}", c_start)
+            if data_before is not None:
+                problem, known = _claim_before(data_before, cid, decoded, c_start, spec.shard_index_size, key,
+                                               regions)
+                complete = complete and known  # an entry whose bytes are unknown leaves gaps unjudgeable
+                if problem is not None:
+                    yield problem
     yield from _overlaps(regions, key)
     if complete:
         yield from _unclaimed(regions, size, key)
+
+
+def _claim_before(data_before: DataBefore, cid: int, decoded: bytes, start: int, index_size: int, key: str,
+                  regions: list[tuple[int, int, str]]) -> tuple[Problem | None, bool]:
+    """Add the bytes entry ``cid`` owns before ``start`` to ``regions``.
+
+    Returns a problem (or ``None``) and whether the entry's bytes are known: not when its manifest does
+    not decode, nor when it counts more fragment bytes than lie between the shard index and it.
+    """
+    try:
+        n = data_before(cid, decoded, start)
+    except FormatError as exc:
+        return Problem(key, f"chunk {cid}: {exc.message}", exc.offset if exc.offset is not None else start), False
+    if n <= 0:
+        return None, True
+    if start - n < index_size:
+        return Problem(key, f"the manifest of segment {cid} counts {n} fragment bytes before it, but only "
+                            f"{max(start - index_size, 0)} lie between the shard index and the manifest",
+                       start), False
+    regions.append((start - n, start, f"fragments of segment {cid}"))
+    return None, True
 
 
 def _unclaimed(regions: list[tuple[int, int, str]], size: int, key: str) -> Iterator[Problem]:

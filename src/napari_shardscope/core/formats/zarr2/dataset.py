@@ -87,10 +87,10 @@ class Zarr2Dataset(DatasetBase):
         if ms is None and "labels" in self.attributes:
             labels = ", ".join(self.location.child(n).url for n in label_names(self.attributes))
             raise NotADatasetError(f"{self.metadata_url}: an OME-Zarr labels group; the viewer opens its label "
-                                   f"images, inspect one of them: {labels or '(none listed)'}")
+                                   f"images, inspect one of them: {labels or '(none listed)'}",
+                                   children=tuple(label_names(self.attributes)), url=self.url)
         if ms is None:
-            raise NotADatasetError(f"{self.metadata_url}: a zarr v2 group without OME-Zarr 'multiscales'; "
-                                   "open one of its arrays or images directly")
+            raise self.not_a_dataset(f"{self.metadata_url}: a zarr v2 group without OME-Zarr 'multiscales'")
         return list(ms.paths)
 
     def volume_specs(self, kind: Kind | None = None) -> list[VolumeSpec]:
@@ -112,7 +112,7 @@ class Zarr2Dataset(DatasetBase):
             return specs
         if "labels" in self.attributes:
             return self._label_specs("")
-        raise NotADatasetError(f"{self.metadata_url}: a zarr v2 group without OME-Zarr 'multiscales' or 'labels'")
+        raise self.not_a_dataset(f"{self.metadata_url}: a zarr v2 group without OME-Zarr 'multiscales' or 'labels'")
 
     def _image_spec(self, *, kind: Kind | None, name: str | None = None) -> VolumeSpec:
         from napari_shardscope.core.formats.zarr2.volume import ome_volume_spec

@@ -71,7 +71,8 @@ class Zarr3Dataset(DatasetBase):
             return specs
         if "labels" in ome:
             return self._label_specs("")
-        raise NotADatasetError(f"{self.metadata_url}: a zarr group without OME-Zarr 'multiscales' or 'labels'")
+        raise self.not_a_dataset(f"{self.metadata_url}: a zarr group without OME-Zarr 'multiscales' or 'labels'",
+                                 named=node.consolidated_array_paths)
 
     def _image_spec(self, *, kind: Kind | None, name: str | None = None) -> VolumeSpec:
         from napari_shardscope.core.formats.zarr3.volume import ome_volume_spec
@@ -111,8 +112,12 @@ class Zarr3Dataset(DatasetBase):
         if isinstance(node, GroupMetadata) and not node.multiscale_paths and "labels" in node.ome:
             labels = ", ".join(f"{self.location.child(n).url}" for n in label_names(node.ome))
             raise NotADatasetError(f"{self.metadata_url}: an OME-Zarr labels group; the viewer opens its label "
-                                   f"images, inspect one of them: {labels or '(none listed)'}")
-        return Zarr3Inspector(self.store, node, self.array_metadata)
+                                   f"images, inspect one of them: {labels or '(none listed)'}",
+                                   children=tuple(label_names(node.ome)), url=self.url)
+        try:
+            return Zarr3Inspector(self.store, node, self.array_metadata)
+        except NotADatasetError as exc:  # a group of groups: name what lies below it
+            raise self.not_a_dataset(str(exc)) from None
 
     def _make_layout_backend(self) -> Any:
         from napari_shardscope.core.formats.zarr3.layout import Zarr3Layout

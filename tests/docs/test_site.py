@@ -1,0 +1,140 @@
+"""The documentation site: it builds strictly and offline, its generated reference follows the code, and every
+Python example in it runs.
+
+The build runs the way CI and a reader run it (``python -m mkdocs build --strict`` in a subprocess, with the
+repository's ``mkdocs.yml``), with every proxy variable pointing at a closed port, so a theme or plugin that
+tried to download fonts or assets would fail the build. The examples are the pages' ```` ```python ```` blocks,
+run page by page in a fresh interpreter as a reader would paste them (blocks fenced ```` ```{.python .no-run} ````
+need a napari window or a server and are only shown).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from napari_shardscope.core import errors
+from napari_shardscope.core.sample_data import CACHE_DIR_ENV, ensure_sample_dataset
+
+ROOT = Path(__file__).resolve().parents[2]
+DOCS = ROOT / "docs"
+sys.path.insert(0, str(ROOT / "scripts"))
+import docs_reference  # noqa: E402  (scripts/ is not a package: the hook module, imported by path)
+
+pytestmark = pytest.mark.docs
+
+#: A fenced ```` ```python ```` block (not ``{.python .no-run}``), at the start of a line.
+PYTHON_BLOCK = re.compile(r"^```python\n(.*?)^```", re.S | re.M)
+PAGES_WITH_EXAMPLES = sorted(p.relative_to(DOCS).as_posix() for p in DOCS.rglob("*.md")
+                             if "pending" not in p.parts and PYTHON_BLOCK.search(p.read_text(encoding="utf-8")))
+#: Any download attempt goes to a port nothing listens on.
+OFFLINE = {name: "http://127.0.0.1:9" for name in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY",
+                                                   "http_proxy", "https_proxy", "all_proxy")}
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("site")
+    env = {**os.environ, **OFFLINE, "NO_PROXY": "", "no_proxy": "", "NO_MKDOCS_2_WARNING": "1"}
+    done = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--config-file",
+                           str(ROOT / "mkdocs.yml"), "--site-dir", str(out)],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout + done.stderr
+    return out
+
+
+def _html(site: Path, page: str) -> str:
+    return (site / page / "index.html").read_text(encoding="utf-8")
+
+
+def _verbs(parser: argparse.ArgumentParser) -> list[str]:
+    """``prog`` of every subcommand, nested ones included (``shardscope repo init``)."""
+    out = []
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in action.choices.values():
+                out.append(sub.prog)
+                out.extend(_verbs(sub))
+    return out
+
+
+def test_site_builds_offline_with_every_page_and_nothing_remote(site: Path) -> None:
+    pages = {p.parent.relative_to(site).as_posix() for p in site.rglob("index.html")}
+    for page in DOCS.rglob("*.md"):
+        rel = page.relative_to(DOCS).with_suffix("")
+        if "pending" in rel.parts:
+            continue
+        assert (rel.as_posix() if rel.name != "index" else rel.parent.as_posix()) in pages | {"."}, rel
+    assert not (site / "pending").exists()  # the staging area is not published
+    for html in site.rglob("*.html"):
+        text = html.read_text(encoding="utf-8")
+        assert "fonts.googleapis" not in text and "fonts.gstatic" not in text, html
+        assert not re.search(r'<(script|link)[^>]+(src|href)="https?://', text), html
+
+
+def test_cli_reference_has_every_verb_and_option_of_the_parser(site: Path) -> None:
+    html = _html(site, "reference/cli")
+    parser = docs_reference.shardscope_parser()
+    verbs = _verbs(parser)
+    assert len(verbs) > 40
+    for prog in verbs:
+        assert f'id="{docs_reference._slug(prog)}"' in html, prog
+    for prog in ("shardscope export", "shardscope body split", "shardscope clone"):
+        sub = next(s for s in _subparsers(parser) if s.prog == prog)
+        for action in sub._actions:
+            for flag in action.option_strings:
+                assert f"<code>{flag}" in html or f"<code>{flag} " in html or f", {flag}" in html, (prog, flag)
+
+
+def _subparsers(parser: argparse.ArgumentParser) -> list[argparse.ArgumentParser]:
+    out = []
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in action.choices.values():
+                out += [sub, *_subparsers(sub)]
+    return out
+
+
+def test_errors_page_is_the_one_map(site: Path) -> None:
+    html = _html(site, "reference/errors")
+    for group, code in errors.EXIT_CODES:
+        row = re.search(rf"<td>{code}</td>\s*<td><code>{group.__name__}</code> \(<code>[a-z_]+</code>\)</td>", html)
+        assert row, (group.__name__, code)
+    assert "<code>NotADatasetError</code>" in html and "<code>UsageError</code>" in html
+
+
+def test_api_page_documents_every_listed_object(site: Path) -> None:
+    html = _html(site, "reference/api")
+    for _title, paths in docs_reference.API_REFERENCE:
+        for path in paths:
+            assert f'id="{path}"' in html, path
+
+
+@pytest.fixture(scope="module")
+def sample_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    cache = tmp_path_factory.mktemp("sample-cache")
+    ensure_sample_dataset(cache)  # generated once for every page's examples
+    return cache
+
+
+@pytest.mark.parametrize("page", PAGES_WITH_EXAMPLES)
+def test_python_examples_of_the_page_run(page: str, sample_cache: Path, tmp_path: Path) -> None:
+    blocks = PYTHON_BLOCK.findall((DOCS / page).read_text(encoding="utf-8"))
+    script = tmp_path / "examples.py"
+    script.write_text("\n\n".join(blocks), encoding="utf-8")
+    env = {**os.environ, CACHE_DIR_ENV: str(sample_cache), **OFFLINE}
+    done = subprocess.run([sys.executable, str(script)], cwd=tmp_path, env=env, capture_output=True, text=True,
+                          timeout=600)
+    assert done.returncode == 0, f"{page}:\n{done.stdout}\n{done.stderr}"
+
+
+def test_every_page_with_python_is_tested() -> None:
+    """The pages whose examples run must include the task pages that show Python (a renamed page still counts)."""
+    assert {"open.md", "labelmap.md", "proofread.md", "remotes.md", "export.md", "notebook.md"} <= set(
+        PAGES_WITH_EXAMPLES)
