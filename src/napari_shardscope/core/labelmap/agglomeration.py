@@ -185,12 +185,12 @@ def stored_items(source: AgglomerationSource, *, scratch: str | os.PathLike[str]
             yield rows
 
     yield from write_table(FORWARD, FORWARD_DTYPE, "sv", forward(), unique=True)
-    yield from write_table(REVERSE, REVERSE_DTYPE, "body", _reverse_rows(source, listed, max_body, scratch))
+    yield from write_table(REVERSE, REVERSE_DTYPE, "body", reverse_rows(source, listed, max_body, scratch))
     meta = {"format": 1, "listed": listed, "max_id": max(max_sv, max_body), "max_sv": max_sv, "max_body": max_body}
     yield META_KEY, json.dumps(meta).encode()
 
 
-def _reverse_rows(source: AgglomerationSource, listed: int, max_body: int,
+def reverse_rows(source: AgglomerationSource, listed: int, max_body: int,
                   scratch: str | os.PathLike[str] | None) -> Iterator[npt.NDArray[Any]]:
     """The table's rows sorted by (body, supervoxel), in bounded parts."""
     if listed <= SORT_IN_MEMORY:

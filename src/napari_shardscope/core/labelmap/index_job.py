@@ -45,7 +45,6 @@ import numpy.typing as npt
 from napari_shardscope.core.bytestore.url import parse_url
 from napari_shardscope.core.errors import OVERWRITE, ArgumentError
 from napari_shardscope.core.jobs import is_local, iter_tasks, job_scheduler, open_once, run_tasks
-from napari_shardscope.core.labelmap.agglomeration import open_stored_agglomeration
 from napari_shardscope.core.labelmap.config import TYPE_NAME, LabelmapConfig
 from napari_shardscope.core.labelmap.geometry import BlockGrid, Box, Coord
 from napari_shardscope.core.labelmap.label_index import (
@@ -270,7 +269,7 @@ def _build(repo: Repository, name: str, *, scheduler: Any, num_workers: int | No
            overwrite: bool, blocks_per_task: int | None, ranges: int | None,
            scratch: str | os.PathLike[str] | None) -> IndexJobReport:
     from napari_shardscope.core.labelmap.index_build import INDEX_PREFIXES, blocks_to_index
-    from napari_shardscope.core.labelmap.opening import labelmap_config
+    from napari_shardscope.core.labelmap.opening import labelmap_config, open_agglomeration
 
     started = time.perf_counter()
     inst = repo.instance(name)
@@ -287,7 +286,7 @@ def _build(repo: Repository, name: str, *, scheduler: Any, num_workers: int | No
         raise ArgumentError(f"labelmap {name!r} already has a complete base label index; rebuild it only if it is "
                             f"damaged: pass {OVERWRITE}").suggesting(OVERWRITE)
     config: LabelmapConfig = labelmap_config(repo, name)
-    agglomeration = open_stored_agglomeration(read) if config.agglomeration else None
+    agglomeration = open_agglomeration(repo, inst, config) if config.agglomeration else None
     grid = config.grid(0)
     present = blocks_to_index(config, _base_reader(config.base), command=f"shardscope index {repo.path} {name}")
     n_blocks = len(present) if present is not None else grid.grid[0] * grid.grid[1] * grid.grid[2]

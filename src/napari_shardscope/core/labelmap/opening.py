@@ -42,6 +42,7 @@ from napari_shardscope.core.labelmap.keys import INDEX_META_KEY
 from napari_shardscope.core.labelmap.label_index import BaseIndex
 from napari_shardscope.core.labelmap.labelmap import Labelmap
 from napari_shardscope.core.labelmap.reading import BaseSource
+from napari_shardscope.core.labelmap.table_base import describe_table, open_table_base, stored_reverse_items, table_of
 from napari_shardscope.core.progress import Progress
 from napari_shardscope.core.versioned.instance import Instance
 from napari_shardscope.core.versioned.repository import Repository
@@ -51,7 +52,8 @@ from napari_shardscope.core.volumes.opening import open_volume
 def create_labelmap(repo: Repository, name: str, base: str | os.PathLike[str], *,
                     agglomeration: Mapping[int, int] | str | os.PathLike[str] | AgglomerationSource | None = None,
                     id_start: int | None = None, block: int | tuple[int, int, int] = DEFAULT_BLOCK,
-                    build_index: bool = True, progress: Progress | None = None) -> Labelmap:
+                    build_index: bool = True, progress: Progress | None = None,
+                    agglomeration_reverse: str | os.PathLike[str] | None = None) -> Labelmap:
     """Create a labelmap instance over the base segmentation at ``base`` (which is never modified).
 
     Parameters
@@ -63,9 +65,17 @@ def create_labelmap(repo: Repository, name: str, base: str | os.PathLike[str], *
     base
         Path or URL of a supervoxel volume :func:`~napari_shardscope.core.volumes.open_volume` reads.
     agglomeration
-        The base's supervoxel → body grouping: a mapping, a bodies JSON path, or any
-        :class:`~napari_shardscope.core.labelmap.agglomeration.AgglomerationSource` (copied into the
-        repository page by page); default: every supervoxel is its own body.
+        The base's supervoxel → body grouping: a mapping, a bodies JSON path (``*.json``), the URL or
+        path of a sorted table (:mod:`napari_shardscope.core.tables`: Zarr v3, Parquet, the sharded
+        lookup; local or on a bucket), a :class:`~napari_shardscope.core.tables.TableAgglomeration`,
+        or any :class:`~napari_shardscope.core.labelmap.agglomeration.AgglomerationSource`; default:
+        every supervoxel is its own body. A table is read where it lives, page by page, on every
+        open (never copied, never loaded whole; it must not change afterwards); any other source is
+        copied into the repository page by page.
+    agglomeration_reverse
+        With a table: the same rows keyed by body
+        (:func:`~napari_shardscope.core.tables.write_reverse_table`), read in place too. Without
+        one, the repository keeps a body-sorted copy of the table's rows, written now.
     id_start
         First id for new bodies and supervoxels. Default: one above every id in the base and the
         agglomeration, found by building the label index now.
@@ -78,7 +88,8 @@ def create_labelmap(repo: Repository, name: str, base: str | os.PathLike[str], *
     volume = open_volume(base, kind="segmentation")
     scales = scales_of(volume)
     shape = check_block(block)
-    source = agglomeration_source(agglomeration)
+    table = table_of(agglomeration, agglomeration_reverse)
+    source = table if table is not None else agglomeration_source(agglomeration)
     reader = BaseSource(volume)
     probe = LabelmapConfig(normalise_base_url(base), shape, scales, 1, False, str(volume.dtype))
     built = _build_index(probe, reader, progress) if build_index or id_start is None else None
@@ -88,13 +99,17 @@ def create_labelmap(repo: Repository, name: str, base: str | os.PathLike[str], *
     elif isinstance(id_start, bool) or not isinstance(id_start, int) or id_start < floor:
         raise ArgumentError(f"id_start must be an integer >= {floor} (above every id of the base and "
                             f"agglomeration), got {id_start!r}")
+    listed = source is not None and source.listed > 0
     config = LabelmapConfig(base=probe.base, block=shape, scales=scales, id_start=id_start,
-                            agglomeration=source is not None and source.listed > 0, base_dtype=str(volume.dtype))
+                            agglomeration=listed, base_dtype=str(volume.dtype),
+                            table=describe_table(table) if table is not None and listed else None)
     inst = repo.create_instance(name, TYPE_NAME, config.to_json())
-    agg: AgglomerationSource = IdentityAgglomeration()
-    if config.agglomeration and source is not None:
+    if config.table is not None and table is not None:
+        if table.reverse is None or config.table.reverse is None:  # the body-sorted rows members_of reads
+            repo.replace_unversioned(inst, AGGLOMERATION_PREFIXES, stored_reverse_items(table))
+    elif config.agglomeration and source is not None:
         repo.replace_unversioned(inst, AGGLOMERATION_PREFIXES, stored_items(source))
-        agg = _stored_agglomeration(repo, inst, name)
+    agg = open_agglomeration(repo, inst, config)
     if built is not None:
         store_index(repo, inst, built, source if config.agglomeration else None)
     return Labelmap(repo, inst, config, volume, agg)
@@ -104,11 +119,19 @@ def _build_index(config: LabelmapConfig, reader: BaseSource, progress: Progress 
     return build_index(config, reader, progress=progress)
 
 
-def _stored_agglomeration(repo: Repository, inst: Instance, name: str) -> AgglomerationSource:
-    stored = open_stored_agglomeration(lambda keys: repo.get_unversioned_many(inst, keys))
+def open_agglomeration(repo: Repository, inst: Instance, config: LabelmapConfig) -> AgglomerationSource:
+    """The labelmap's base agglomeration: its table where it lives, the stored copy, or none (identity)."""
+    def read(keys: Any) -> list[bytes | None]:
+        return repo.get_unversioned_many(inst, keys)
+
+    if not config.agglomeration:
+        return IdentityAgglomeration()
+    if config.table is not None:
+        return open_table_base(config.table, read, name=inst.name)
+    stored = open_stored_agglomeration(read)
     if stored is None:
-        raise LabelmapStateError(f"labelmap {name!r} has no stored agglomeration: its creation was interrupted; "
-                                 f"create it again under another name")
+        raise LabelmapStateError(f"labelmap {inst.name!r} has no stored agglomeration: its creation was "
+                                 f"interrupted; create it again under another name")
     return stored
 
 
@@ -137,10 +160,7 @@ def open_labelmap(repo: Repository, name: str) -> Labelmap:
     config = labelmap_config(repo, name)
     volume = open_volume(local_base(repo, name) or config.base, kind="segmentation")
     check_geometry(config, volume)
-    agg: AgglomerationSource = IdentityAgglomeration()
-    if config.agglomeration:
-        agg = _stored_agglomeration(repo, inst, name)
-    return Labelmap(repo, inst, config, volume, agg)
+    return Labelmap(repo, inst, config, volume, open_agglomeration(repo, inst, config))
 
 
 def index_meta(repo: Repository, name: str) -> dict[str, Any] | None:
