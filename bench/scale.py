@@ -21,8 +21,14 @@ generated procedurally, chunk by chunk and page by page, into ``--data`` (kept b
 * **petavoxel**: a zarr v3 segmentation declaring 10⁴ × 10⁶ × 10⁶ voxels (3.8 × 10¹⁰ blocks of 64³)
   with 2,000 chunks stored.
 
+* **table**: for each base, the same agglomeration written as a Zarr v3 sorted table and its reverse
+  (:mod:`napari_shardscope.core.tables`), given to ``create_labelmap`` by URL: read in place on
+  every open (item 2), measured beside the copied procedural source.
+
 Run: ``PYTHONPATH=src:. .venv/bin/python bench/scale.py [--part mutations chain supervoxels peta]
-[--points ...] [--rounds 3] [--data DIR]``. Rows go to ``bench/results/scale.json``.
+[--mutations N ...] [--chains N ...] [--supervoxels N ...] [--long] [--rounds 3] [--data DIR]``: the
+default points take minutes (10² … 10⁴ mutations, 10⁵ … 10⁶ supervoxels), ``--long`` runs the
+issue's whole curves (10⁶ mutations, 10⁷ supervoxels: hours). Rows go to ``bench/results/scale.json``.
 """
 
 from __future__ import annotations
@@ -52,6 +58,10 @@ SV = (2, 4, 4)  # a supervoxel cell, voxels (z, y, x)
 CZ = 16  # cells along z: 32 voxels
 GROUP = 10  # cells per ordinary body, along x
 WINDOW = 512  # the "first plane": a WINDOW x WINDOW view of one z plane of scale 0 (64 chunks of 64³)
+#: The points of each curve: the default run (minutes) and ``--long`` (the issue's curves; hours).
+SHORT = {"mutations": [100, 1000, 10_000], "chains": [100, 1000], "supervoxels": [100_000, 1_000_000]}
+LONG = {"mutations": [100, 1000, 10_000, 100_000, 1_000_000], "chains": [100, 1000, 10_000],
+        "supervoxels": [100_000, 1_000_000, 10_000_000]}
 
 
 # -- the procedural base ------------------------------------------------------------------------------
@@ -145,6 +155,21 @@ class ProceduralAgglomeration:
             yield svs, body_of(self.n, svs)
 
 
+def make_tables(base: Path, n: int) -> tuple[Path, Path]:
+    """The base's agglomeration as a Zarr v3 sorted table (written page by page) and its reverse (once)."""
+    from napari_shardscope.core.tables import open_sorted_table, write_reverse_table, write_sorted_table
+
+    fwd, rev = base / "agglomeration.zarr", base / "agglomeration-reverse.zarr"
+    if not (base / "tables-done").exists():
+        for p in (fwd, rev):
+            shutil.rmtree(p, ignore_errors=True)
+        chunks = ((svs, {"body": bodies}) for svs, bodies in ProceduralAgglomeration(n).iter_pages())
+        write_sorted_table(fwd, chunks, key="supervoxel", value_name="body")
+        write_reverse_table(open_sorted_table(fwd), rev)
+        (base / "tables-done").write_text("ok")
+    return fwd, rev
+
+
 def make_base(data: Path, n: int) -> Path:
     """The precomputed base of ``n`` supervoxels and its bodies JSON (written once)."""
     import tensorstore as ts
@@ -232,8 +257,11 @@ def run_child(task: dict[str, Any]) -> dict[str, Any]:
         agg: Any = task["bodies"] if task["old"] else ProceduralAgglomeration(task["n"])
         if task.get("none"):
             agg = None
+        options = {}
+        if task.get("table"):  # the pipeline's table, read in place (a URL, as a user gives it)
+            agg, options = task["table"], {"agglomeration_reverse": task["reverse"]}
         t0 = time.perf_counter()
-        create_labelmap(repo, "seg", task["base"], agglomeration=agg, block=64)
+        create_labelmap(repo, "seg", task["base"], agglomeration=agg, block=64, **options)
         out["seconds"] = time.perf_counter() - t0
         repo.close()
     elif kind == "open":
@@ -597,6 +625,59 @@ def part_supervoxels(data: Path, rounds: int, points: list[int], old: Path) -> N
             "after open, fresh process", scale=1e3, unit="ms", digits=1)
         row(f"cleave, {n:.0e} supervoxels", oc, pc, "<= 50 ms", bool(oc) and statistics.median(oc) <= 0.05, rounds,
             "after open, fresh process", scale=1e3, unit="ms", digits=1)
+        part_table(data, rounds, n, base, win, big, members, results[True], (peer, peer_rss), (pm, pc))
+
+
+def part_table(data: Path, rounds: int, n: int, base: Path, win: int, big: int, members: int,
+               peer_create: tuple[list[float], list[float]], peer_open: tuple[list[float], list[float]],
+               peer_edit: tuple[list[float], list[float]]) -> None:
+    """The same base with its agglomeration as a Zarr v3 table read in place (issue 28 item 2)."""
+    fwd, rev = make_tables(base, n)
+    times, rss = [], []
+    repo = data / f"sv-{n}-table"
+    for _ in range(rounds):
+        shutil.rmtree(repo, ignore_errors=True)
+        got = child({"task": "create", "repo": str(repo), "base": str(base / "seg"), "bodies": None, "n": n,
+                     "old": False, "table": str(fwd), "reverse": str(rev)}, old=None)
+        assert got is not None
+        times.append(got["seconds"])
+        rss.append(got["rss_mb"])
+    what = f"{n:.0e} supervoxels, agglomeration a Zarr v3 table read in place"
+    row(f"create over {what}", times, peer_create[0], "-", None, rounds,
+        "label index built (threads); the previous code copies its JSON")
+    row(f"peak RSS create over {what}", rss, peer_create[1], "-", None, rounds, "whole process", unit="MB",
+        digits=0)
+    task = {"task": "open", "ref": "main", "z": 5, "h": win, "w": win, "repo": str(repo)}
+    ours, ours_rss, _ = measure(task, rounds, old=None)
+    row(f"open + first plane, {what}", ours, peer_open[0], "<= 1 s", bool(ours) and statistics.median(ours) <= 1.0,
+        rounds, f"{win}x{win} z plane, fresh process")
+    row(f"peak RSS open + first plane, {what}", ours_rss, peer_open[1], "<= 500 MB",
+        bool(ours_rss) and statistics.median(ours_rss) <= 500, rounds, "whole process", unit="MB", digits=0)
+    sizes, boxes = [], []
+    for _ in range(rounds):
+        got = child({"task": "body", "repo": str(repo), "body": big}, old=None)
+        assert got is not None and got["size"] == members * SV[0] * SV[1] * SV[2], got
+        sizes.append(got["size_seconds"])
+        boxes.append(got["bbox_seconds"])
+    for label, o in (("size", sizes), ("exact bbox", boxes)):
+        row(f"{label} of a body of {members:.1e} supervoxels ({what})", o, None, "<= 100 ms",
+            bool(o) and statistics.median(o) <= 0.1, rounds, "fresh process, after one look-up", scale=1e3,
+            unit="ms", digits=1)
+    merges, cleaves = [], []
+    copy = data / f"sv-{n}-table-edit"
+    for _ in range(rounds):
+        shutil.rmtree(copy, ignore_errors=True)
+        shutil.copytree(repo, copy)
+        got = child({"task": "edit", "ref": "main", "svs": [11, 21], "repo": str(copy)}, old=None)
+        assert got is not None
+        merges.append(got["merge_seconds"])
+        cleaves.append(got["cleave_seconds"])
+    shutil.rmtree(copy, ignore_errors=True)
+    shutil.rmtree(repo, ignore_errors=True)
+    row(f"merge, {what}", merges, peer_edit[0], "<= 50 ms", statistics.median(merges) <= 0.05, rounds,
+        "after open, fresh process", scale=1e3, unit="ms", digits=1)
+    row(f"cleave, {what}", cleaves, peer_edit[1], "<= 50 ms", statistics.median(cleaves) <= 0.05, rounds,
+        "after open, fresh process", scale=1e3, unit="ms", digits=1)
 
 
 def make_peta(data: Path, chunks: int = 2000) -> Path:
@@ -649,15 +730,24 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--part", nargs="*", default=["peta", "supervoxels", "chain", "mutations"],
                         choices=["mutations", "chain", "supervoxels", "peta"])
-    parser.add_argument("--mutations", nargs="*", type=int, default=[100, 1000, 10_000, 100_000, 1_000_000])
-    parser.add_argument("--chains", nargs="*", type=int, default=[100, 1000, 10_000])
-    parser.add_argument("--supervoxels", nargs="*", type=int, default=[100_000, 1_000_000, 10_000_000])
+    parser.add_argument("--mutations", nargs="*", type=int, default=None,
+                        help=f"default {SHORT['mutations']}; --long: {LONG['mutations']}")
+    parser.add_argument("--chains", nargs="*", type=int, default=None,
+                        help=f"default {SHORT['chains']}; --long: {LONG['chains']}")
+    parser.add_argument("--supervoxels", nargs="*", type=int, default=None,
+                        help=f"default {SHORT['supervoxels']}; --long: {LONG['supervoxels']}")
+    parser.add_argument("--long", action="store_true",
+                        help="the issue's whole curves (hours on a laptop: the previous code replays 10^6 mutations)")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--data", default="/tmp/shardscope-scale-bench")
     args = parser.parse_args(argv)
     if args.child is not None:
         print(json.dumps(run_child(json.loads(args.child))))
         return 0
+    sizes = LONG if args.long else SHORT
+    for what in ("mutations", "chains", "supervoxels"):
+        if getattr(args, what) is None:
+            setattr(args, what, sizes[what])
     data = Path(args.data)
     data.mkdir(parents=True, exist_ok=True)
     old = old_source(data)
