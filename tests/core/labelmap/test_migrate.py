@@ -13,6 +13,7 @@ import io
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tarfile
@@ -25,19 +26,22 @@ from napari_shardscope.core.labelmap import LabelmapFormatError, open_labelmap
 from napari_shardscope.core.labelmap.migrate import labelmaps_to_migrate, migrate_repository
 from napari_shardscope.core.versioned import open_repository
 
-OLD_COMMIT = "0a4bfea"
+#: Commits whose code wrote format 1: the one the records format was designed against, and main's last
+#: before the records format landed (remote-tracking names, bounded reads, tables, Progress(done, total, what)).
+OLD_COMMITS = ("0a4bfea", "25a0b04")
 ROOT = Path(__file__).resolve().parents[3]
 
 
-@pytest.fixture(scope="module")
-def legacy(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A repository the old code built, with what it read (built once per session)."""
+@pytest.fixture(scope="module", params=OLD_COMMITS)
+def legacy(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A repository the old code built, with what it read (built once per session and commit)."""
+    commit = str(request.param)
     git = shutil.which("git")
-    if git is None or subprocess.run([git, "-C", str(ROOT), "cat-file", "-e", f"{OLD_COMMIT}^{{commit}}"],
+    if git is None or subprocess.run([git, "-C", str(ROOT), "cat-file", "-e", f"{commit}^{{commit}}"],
                                      capture_output=True).returncode != 0:
-        pytest.skip(f"commit {OLD_COMMIT} (the replay-era format) is not in this checkout's history")
+        pytest.skip(f"commit {commit} (the replay-era format) is not in this checkout's history")
     tmp = tmp_path_factory.mktemp("legacy")
-    archive = subprocess.run([git, "-C", str(ROOT), "archive", OLD_COMMIT, "src"], capture_output=True, check=True,
+    archive = subprocess.run([git, "-C", str(ROOT), "archive", commit, "src"], capture_output=True, check=True,
                              timeout=120)
     with tarfile.open(fileobj=io.BytesIO(archive.stdout)) as tar:
         tar.extractall(tmp / "old", filter="data")
@@ -117,3 +121,38 @@ def test_migration_keeps_every_version_and_its_history(work: Path) -> None:
         assert repo.verify() == []
         again = migrate_repository(repo)
         assert again.labelmaps == () and again.problems == ()
+
+
+def test_a_killed_migration_loses_nothing(work: Path) -> None:
+    """SIGKILL while ``repo migrate`` rewrites the labelmap (after its first progress line): the labelmap is
+    whole in one format or the other, the store verifies, and migrating again gives every version as it was."""
+    expected = json.loads((work / "expected.json").read_text())
+    repo_path = work / "repo"
+    proc = subprocess.Popen([sys.executable, "-m", "napari_shardscope", "repo", "migrate", str(repo_path)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stderr is not None
+        line = proc.stderr.readline()  # the first progress line: the rewrite has started
+        assert line.startswith("migrate: "), line
+        proc.send_signal(signal.SIGKILL)
+    finally:
+        proc.kill()
+        proc.wait(timeout=60)
+    assert proc.returncode == -signal.SIGKILL
+    with open_repository(repo_path) as repo:
+        assert repo.verify() == []
+        left = labelmaps_to_migrate(repo)
+        assert left in (["seg"], [])
+        if left:  # the killed transaction left nothing: still the old format, refused as before
+            with pytest.raises(LabelmapFormatError):
+                open_labelmap(repo, "seg")
+    done = shardscope("repo", "migrate", str(repo_path), "--json")
+    assert done.returncode == 0, done.stderr
+    with open_repository(repo_path) as repo:
+        assert labelmaps_to_migrate(repo) == [] and repo.verify() == []
+        lm = open_labelmap(repo, "seg")
+        for uuid, want in expected["versions"].items():
+            v = lm.at(uuid)
+            np.testing.assert_array_equal(v.read_bodies(), np.load(work / f"bodies-{uuid}.npy"))
+            assert [e.mutation.mutation_id for e in v.mutations()] == want["mutations"]
+            assert (v.can_undo, v.can_redo) == (want["can_undo"], want["can_redo"])
