@@ -34,6 +34,7 @@ issue's whole curves (10⁶ mutations, 10⁷ supervoxels: hours). Rows go to ``b
 from __future__ import annotations
 
 import argparse
+import contextlib
 import io
 import json
 import math
@@ -253,10 +254,8 @@ def run_child(task: dict[str, Any]) -> dict[str, Any]:
     # every run here compiles what it imports when PYTHONDONTWRITEBYTECODE is set (this machine's
     # environment): the table backend and numpy.ma are imported before any clock too, as in bench/tables.py
     import numpy.ma  # noqa: F401
-    try:
+    with contextlib.suppress(ImportError):  # the previous code has no tables
         import napari_shardscope.core.tables.zarr_table  # noqa: F401
-    except ImportError:  # the previous code has no tables
-        pass
     out: dict[str, Any] = {}
     kind = task["task"]
     if kind == "create":
