@@ -26,7 +26,7 @@ from napari_shardscope.core.cli.common import (
 )
 from napari_shardscope.core.cli.parser import Arg, OneOf, Verb, arg
 from napari_shardscope.core.errors import EXIT_CHECK_FAILED, EXIT_OK, ArgumentError
-from napari_shardscope.core.formats import DatasetInspector, open_dataset
+from napari_shardscope.core.formats import Dataset, open_dataset
 
 RECORD_HELP = ("records give positions in the format's own order (precomputed and N5 x,y,z, absolute; zarr in "
                "its shape order) and voxel_zyx in the reader's")
@@ -134,13 +134,13 @@ def print_record(record: Any) -> None:
 
 
 def cmd_locate(args: argparse.Namespace) -> int:
-    inspector = open_dataset(args.path).inspector()
+    dataset = open_dataset(args.path)
     result: Any
     if args.voxel is not None:
         native, index = _native_voxel(args)
-        result = {**inspector.locate_voxel(native, args.scale), "voxel_zyx": list(index)}
+        result = {**dataset.inspector().locate_voxel(native, args.scale), "voxel_zyx": list(index)}
     else:
-        result = _locate_by_id(inspector, args)
+        result = _locate_by_id(dataset, args)
     if args.json:
         print_json(result)
     else:
@@ -170,14 +170,11 @@ def _native_voxel(args: argparse.Namespace) -> tuple[list[int], tuple[int, ...]]
     return [int(i) + o for i, o in zip(fmt, geo.origin, strict=True)], index[-3:]
 
 
-def _locate_by_id(inspector: DatasetInspector, args: argparse.Namespace) -> Any:
-    from napari_shardscope.core.formats.precomputed.inspector import PrecomputedInspector
-
-    if not isinstance(inspector, PrecomputedInspector):
-        raise ArgumentError(f"--chunk-id and --segment apply to precomputed datasets, not {inspector.format_name}")
+def _locate_by_id(dataset: Dataset, args: argparse.Namespace) -> Any:
+    """``--chunk-id`` / ``--segment``: asked of the dataset, whose format refuses what it lacks (exit 5)."""
     if args.chunk_id is not None:
-        return inspector.locate_chunk_id(args.chunk_id, args.scale)
-    return inspector.locate_segment(args.segment)
+        return dataset.locate_chunk_id(args.chunk_id, args.scale)
+    return dataset.locate_segment(args.segment)
 
 
 def cmd_ls(args: argparse.Namespace) -> int:
