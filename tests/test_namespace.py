@@ -113,7 +113,7 @@ def test_dir_and_unknown_names_behave_like_a_module() -> None:
     assert set(gui.__all__) <= set(dir(gui))
     with pytest.raises(AttributeError, match="module 'napari_shardscope' has no attribute 'open_volme'"):
         ss.open_volme  # noqa: B018
-    with pytest.raises(AttributeError, match="napari_shardscope.gui"):
+    with pytest.raises(AttributeError, match=r"napari_shardscope\.gui"):
         gui.no_such_helper  # noqa: B018
     assert ss.gui is gui
 
