@@ -1,7 +1,16 @@
 """napari-shardscope: open, inspect and proofread sharded connectomics volumes, in napari, notebooks and the shell.
 
-One import gives what a user does; the napari helpers are in :mod:`napari_shardscope.gui`:
+One import gives what a user does — open volumes and datasets, versioned repositories, labelmaps
+and their edits, remotes, export, the Neuroglancer hand-off, the error groups — and
+:mod:`napari_shardscope.gui` the napari helpers.
 
+Nothing heavy is imported with the package: each name loads its module on first use (PEP 562), so
+``import napari_shardscope`` costs about a millisecond, and the CLI, Dask workers and notebooks pay
+only for what they use. The old import paths (``napari_shardscope.core.…``) keep working; these
+names are the same objects.
+
+Examples
+--------
 >>> import napari_shardscope as ss
 >>> sample = ss.ensure_sample_dataset()          # a synthetic EM volume and its supervoxels, made once
 >>> vol = ss.open_volume(sample.segmentation)    # lazy: precomputed, zarr v3 / OME-Zarr, zarr v2 or N5
@@ -25,11 +34,6 @@ One import gives what a user does; the napari helpers are in :mod:`napari_shards
 >>> report = ss.export(lm.at(done), "bodies")    # the proofread bodies as a new sharded volume
 >>> ss.open_volume("bodies").levels[0].shape
 (64, 256, 256)
-
-Nothing heavy is imported with the package: each name below loads its module on first use
-(PEP 562), so ``import napari_shardscope`` costs a millisecond, and the CLI, Dask workers and
-notebooks pay only for what they use. The old import paths (``napari_shardscope.core.…``) keep
-working; these names are the same objects.
 """
 
 from __future__ import annotations
@@ -66,6 +70,8 @@ _PUBLIC: dict[str, str] = {
     "LabelmapVersion": "napari_shardscope.core.labelmap",
     "Mutation": "napari_shardscope.core.labelmap",
     "BodySplit": "napari_shardscope.core.labelmap",
+    "plan_branch_merge": "napari_shardscope.core.labelmap.branch_merge",
+    "merge_branches": "napari_shardscope.core.labelmap.branch_merge",
     "review_branch": "napari_shardscope.core.labelmap.review",
     "ProofreadingController": "napari_shardscope.core.proofreading",
     # remotes
@@ -126,12 +132,14 @@ __all__ = [
     "export",
     "fetch",
     "init_repository",
+    "merge_branches",
     "open_dataset",
     "open_labelmap",
     "open_layout",
     "open_repository",
     "open_volume",
     "open_volumes",
+    "plan_branch_merge",
     "pull",
     "pull_merger",
     "push",
@@ -164,6 +172,7 @@ if TYPE_CHECKING:  # what mypy, IDEs and the API reference (griffe) read; at run
         create_labelmap,
         open_labelmap,
     )
+    from napari_shardscope.core.labelmap.branch_merge import merge_branches, plan_branch_merge
     from napari_shardscope.core.labelmap.remote import pull_merger, reserve_labelmap_ids
     from napari_shardscope.core.labelmap.review import review_branch
     from napari_shardscope.core.layout import open_layout

@@ -1,8 +1,11 @@
 """The napari helpers of napari-shardscope: volumes into a viewer, and the proofreading state of a viewer.
 
 The panels of one viewer (Shard browser, Proofreading, Versions) share one session; a notebook reaches
-the same objects, so a call here and a click in a panel change one thing:
+the same objects, so a call here and a click in a panel change one thing. Like :mod:`napari_shardscope`,
+this module is light: napari and Qt load when a name is first used.
 
+Examples
+--------
 >>> import napari
 >>> import napari_shardscope as ss
 >>> from napari_shardscope import gui
@@ -22,8 +25,6 @@ INFO: merged body 70268 into 19273
 >>> c.version.body_of(70268)
 19273
 >>> viewer.close()
-
-Like :mod:`napari_shardscope`, this module is light: napari and Qt load when a name is first used.
 """
 
 from __future__ import annotations
