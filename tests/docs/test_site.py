@@ -127,7 +127,8 @@ def test_api_page_lists_every_public_name() -> None:
     missing = [f"napari_shardscope.{name}" for name in ss.__all__
                if name not in not_pages and f"napari_shardscope.{name}" not in listed
                and not (isinstance(getattr(ss, name), type) and issubclass(getattr(ss, name), errors.ShardscopeError))]
-    missing += [f"napari_shardscope.gui.{name}" for name in gui.__all__ if f"napari_shardscope.gui.{name}" not in listed]
+    missing += [f"napari_shardscope.gui.{name}" for name in gui.__all__
+                if f"napari_shardscope.gui.{name}" not in listed]
     assert missing == [], f"add them to API_REFERENCE in scripts/docs_reference.py: {missing}"
     assert "napari_shardscope.core.errors" in listed
 
