@@ -5,7 +5,7 @@ and their edits, remotes, export, the Neuroglancer hand-off, the error groups â€
 :mod:`napari_shardscope.gui` the napari helpers.
 
 Nothing heavy is imported with the package: each name loads its module on first use (PEP 562), so
-``import napari_shardscope`` costs about a millisecond, and the CLI, Dask workers and notebooks pay
+``import napari_shardscope`` costs a few milliseconds, and the CLI, Dask workers and notebooks pay
 only for what they use. The old import paths (``napari_shardscope.core.â€¦``) keep working; these
 names are the same objects.
 
