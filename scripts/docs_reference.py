@@ -52,6 +52,13 @@ API_REFERENCE: tuple[tuple[str, tuple[str, ...]], ...] = (
         "napari_shardscope.core.formats.LevelSpec",
         "napari_shardscope.core.formats.Problem",
     )),
+    ("Annotations and sorted tables", (
+        "napari_shardscope.open_annotations",
+        "napari_shardscope.core.formats.precomputed.annotations.reader.AnnotationSource",
+        "napari_shardscope.open_sorted_table",
+        "napari_shardscope.write_sorted_table",
+        "napari_shardscope.core.tables.SortedTable",
+    )),
     ("The shard layout (what the Shard browser shows)", (
         "napari_shardscope.open_layout",
         "napari_shardscope.core.layout.LayoutTree",

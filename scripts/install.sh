@@ -6,7 +6,10 @@
 #   bash scripts/install.sh test-pyqt5  # the test environment under PyQt5 instead, in .venv-pyqt5: [test-pyqt5]
 #   bash scripts/install.sh pyqt5       # the library, CLI and napari (PyQt5) in .venv-pyqt5: extra [pyqt5]
 #   bash scripts/install.sh bench       # the test environment plus the bench peers and nginx: extra [bench]
+#   bash scripts/install.sh notebook    # the library, CLI and napari (PyQt6) plus JupyterLab, nbconvert and an
+#                                       # ipykernel, to run examples/proofreading.ipynb: extra [notebook]
 #
+# INSTALL_DRY_RUN=1 prints what a mode would install (venv, extra, system packages) and installs nothing.
 # One Qt binding per environment: the PyQt5 modes use their own venv, so no environment holds two bindings.
 #
 # System packages: Xvfb and the X/OpenGL libraries Qt needs to draw (napari renders through OpenGL;
@@ -14,6 +17,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 extra="${1:-all}"
+modes="all test test-pyqt5 pyqt5 pyqt6 bench notebook"
+case " $modes " in
+  *" $extra "*) ;;
+  *) echo "install.sh: unknown mode '$extra'; modes: $modes" >&2; exit 2 ;;
+esac
 case "$extra" in
   pyqt5|test-pyqt5) venv=.venv-pyqt5 ;;
   *) venv=.venv ;;
@@ -30,6 +38,11 @@ esac
 case "$extra" in
   bench) apt_packages+=(nginx-light) ;;
 esac
+
+if [ "${INSTALL_DRY_RUN:-0}" = "1" ]; then
+  echo "install.sh: mode $extra: would install -e .[$extra] into $venv; system packages: ${apt_packages[*]}"
+  exit 0
+fi
 
 if command -v dpkg >/dev/null 2>&1; then
   missing=()

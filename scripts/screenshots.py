@@ -68,8 +68,8 @@ def shard_browser(viewer: Any) -> None:
     _wait(viewer, lambda: not browser.busy)
     browser.validate(None)
     _wait(viewer, lambda: not browser.busy)
-    browser.locate_edit.setText("100, 30, 20")
-    browser.locate("100, 30, 20", "voxel", "8_8_40")
+    browser.locate_edit.setText("20, 30, 100")  # z, y, x from 0
+    browser.locate("20, 30, 100", "voxel", "8_8_40")
     viewer.layers["segmentation"].visible = False
     viewer.layers.selection.active = viewer.layers["shard map 8_8_40 (shard)"]
     viewer.reset_view()

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import threading
+import time
 import urllib.request
 import uuid
 from collections.abc import Iterator, Sequence
@@ -54,12 +55,27 @@ class S3Server:
         return name
 
 
+@dataclass
+class _Served:
+    """Bytes of GET responses every moto server in this process sent (a test compares before and after:
+    the server runs in the test's process, so tracemalloc cannot tell the client's reads from its own)."""
+
+    bytes: int = 0
+
+
+SERVED = _Served()
+
+
 @contextmanager
-def serve_moto(drop_headers: Sequence[str] = ()) -> Iterator[str]:
+def serve_moto(drop_headers: Sequence[str] = (), *, log: list[tuple[str, str, str | None]] | None = None,
+               delay: float = 0.0) -> Iterator[str]:
     """moto's S3 app on 127.0.0.1 (free port, requests one at a time); its endpoint URL.
 
     ``drop_headers``: WSGI environ keys removed from every request (``HTTP_IF_MATCH`` … makes an
-    S3 look-alike that ignores conditional writes).
+    S3 look-alike that ignores conditional writes). ``log``: each request's ``(method, path,
+    Range header)`` is appended as it arrives (what a test counts). ``delay``: every request waits
+    that many seconds before it is served, outside the one-at-a-time lock, so requests in flight
+    together still overlap (a bucket's round trip, for benchmarks).
     """
     from moto.moto_server.werkzeug_app import DomainDispatcherApplication, MotoRequestHandler, create_backend_app
     from werkzeug.serving import make_server
@@ -70,8 +86,15 @@ def serve_moto(drop_headers: Sequence[str] = ()) -> Iterator[str]:
     def app(environ: Any, start_response: Any) -> Any:
         for header in drop_headers:
             environ.pop(header, None)
+        if log is not None:
+            log.append((environ.get("REQUEST_METHOD", ""), environ.get("PATH_INFO", ""), environ.get("HTTP_RANGE")))
+        if delay > 0:
+            time.sleep(delay)
         with one_at_a_time:
-            return list(moto_app(environ, start_response))
+            body = list(moto_app(environ, start_response))
+            if environ.get("REQUEST_METHOD") == "GET":
+                SERVED.bytes += sum(len(part) for part in body)
+            return body
 
     server = make_server("127.0.0.1", 0, app, threaded=True, request_handler=MotoRequestHandler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)

@@ -1,8 +1,8 @@
 """napari-shardscope: open, inspect and proofread sharded connectomics volumes, in napari, notebooks and the shell.
 
-One import gives what a user does — open volumes and datasets, versioned repositories, labelmaps
-and their edits, remotes, export, the Neuroglancer hand-off, the error groups — and
-:mod:`napari_shardscope.gui` the napari helpers.
+One import gives what a user does — open volumes and datasets, annotations and sorted tables,
+versioned repositories, labelmaps and their edits, remotes, export, the Neuroglancer hand-off, the
+error groups — and :mod:`napari_shardscope.gui` the napari helpers.
 
 Nothing heavy is imported with the package: each name loads its module on first use (PEP 562), so
 ``import napari_shardscope`` costs a few milliseconds, and the CLI, Dask workers and notebooks pay
@@ -57,6 +57,10 @@ _PUBLIC: dict[str, str] = {
     "Dataset": "napari_shardscope.core.formats",
     "open_layout": "napari_shardscope.core.layout",
     "ensure_sample_dataset": "napari_shardscope.core.sample_data",
+    # annotations and sorted tables (the agglomeration a pipeline wrote, read page by page where it lives)
+    "open_annotations": "napari_shardscope.core.formats",
+    "open_sorted_table": "napari_shardscope.core.tables",
+    "write_sorted_table": "napari_shardscope.core.tables",
     # versioned repositories
     "init_repository": "napari_shardscope.core.versioned:create_repository",
     "create_repository": "napari_shardscope.core.versioned",
@@ -133,10 +137,12 @@ __all__ = [
     "fetch",
     "init_repository",
     "merge_branches",
+    "open_annotations",
     "open_dataset",
     "open_labelmap",
     "open_layout",
     "open_repository",
+    "open_sorted_table",
     "open_volume",
     "open_volumes",
     "plan_branch_merge",
@@ -148,6 +154,7 @@ __all__ = [
     "review_branch",
     "serve",
     "shardscope",
+    "write_sorted_table",
 ]
 
 if TYPE_CHECKING:  # what mypy, IDEs and the API reference (griffe) read; at run time __getattr__ loads them
@@ -163,7 +170,7 @@ if TYPE_CHECKING:  # what mypy, IDEs and the API reference (griffe) read; at run
         UnsupportedError,
     )
     from napari_shardscope.core.export.api import export
-    from napari_shardscope.core.formats import Dataset, open_dataset
+    from napari_shardscope.core.formats import Dataset, open_annotations, open_dataset
     from napari_shardscope.core.labelmap import (
         BodySplit,
         Labelmap,
@@ -179,6 +186,7 @@ if TYPE_CHECKING:  # what mypy, IDEs and the API reference (griffe) read; at run
     from napari_shardscope.core.proofreading import ProofreadingController
     from napari_shardscope.core.sample_data import ensure_sample_dataset
     from napari_shardscope.core.serve import Handoff, serve
+    from napari_shardscope.core.tables import open_sorted_table, write_sorted_table
     from napari_shardscope.core.versioned import Repository, Version, create_repository, open_repository, remotes
     from napari_shardscope.core.versioned import create_repository as init_repository
     from napari_shardscope.core.versioned.remotes import add_remote, clone, fetch, pull, push

@@ -171,10 +171,10 @@ def test_locate_in_many_shards_reads_two_indexes_at_most(many_shards: tuple[Memo
     assert grid is not None
     store.stats.reset()
     voxel = tuple(g * c + 5 for g, c in zip(grid, MANY_CHUNK, strict=True))
-    hit = tree.locate_voxel(voxel)
+    hit = tree.locate_format_voxel(voxel)  # x, y, z as the files name it
     assert hit.node.chunk_id == cid and hit.node.present and hit.path[1] == ("shard", real)
     assert store.stats.requests == 0  # its shard's indexes were read by the first locate
-    far = tree.locate_voxel((2000, 2000, 1000))
+    far = tree.locate_voxel((1000, 2000, 2000))  # z, y, x from 0
     assert not far.node.present or far.node.byte_range is not None
     assert store.stats.requests <= 2
 
@@ -221,9 +221,10 @@ def test_locate_voxel_matches_inspector_and_world_box(sample: SampleDataset) -> 
     for scale in tree.spatial_scales():
         geo = tree.geometry(scale)
         for _ in range(6):
-            voxel = tuple(int(rng.integers(0, s)) for s in geo.shape)
-            hit = tree.locate_voxel(voxel, scale)
-            ref = ins.locate_voxel(voxel, scale)
+            voxel = tuple(int(rng.integers(0, s)) for s in geo.shape)  # x, y, z, the format's order
+            hit = tree.locate_voxel(voxel[::-1], scale)  # the same voxel as the reader indexes it: z, y, x
+            ref = ins.locate_format_voxel(voxel, scale)
+            assert hit.voxel == voxel and hit.voxel_index == voxel[::-1]
             assert hit.node.chunk_id == ref["chunk_id"] and hit.node.present == ref["present"]
             assert list(hit.node.byte_range or []) == (ref["byte_range"] or [])
             assert hit.path == (("scale", scale), ("shard", ref["shard"]), ("minishard", ref["minishard"]),
@@ -285,7 +286,7 @@ def test_validate_clean_sample_and_problems_of_a_corrupted_copy(sample: SampleDa
     copy = tmp_path / "segmentation"
     shutil.copytree(sample.segmentation, copy)
     tree = open_layout(str(copy))
-    bad = tree.locate_voxel((130, 70, 30), "8_8_40").node
+    bad = tree.locate_voxel((30, 70, 130), "8_8_40").node
     assert bad.byte_range is not None and bad.file is not None
     a, b = bad.byte_range
     path = copy / bad.file
@@ -355,7 +356,7 @@ def test_zarr3_tree_locate_and_shard_map(format_cases: dict[str, FormatCase]) ->
     assert sorted(tuple(c.grid_position or ()) for c in chunks) == sorted(
         tuple(r["inner_chunk"]) for r in ins.list_chunks(shard=list(shards[1].path[-1][1])))  # type: ignore[arg-type]
     hit = tree.locate_voxel((10, 33, 20))
-    ref = ins.locate_voxel((10, 33, 20))
+    ref = ins.locate_format_voxel((10, 33, 20))
     assert hit.node.grid_position == tuple(ref["inner_chunk"]) and list(hit.node.byte_range or []) == ref["byte_range"]
     assert hit.path == (("scale", ""), ("shard", tuple(ref["shard"])), ("chunk", tuple(ref["inner_chunk"])))
     assert hit.bounds == ((8, 32, 16), (12, 40, 24))
@@ -368,6 +369,7 @@ def test_zarr3_tree_locate_and_shard_map(format_cases: dict[str, FormatCase]) ->
         assert int(smap.values[g]) == np.ravel_multi_index(shard, (2, 3, 2))
     with pytest.raises(ArgumentError, match="minishards"):
         tree.shard_map(by="minishard")
+    assert tree.shard_map_levels() == ("shard",)
 
 
 def test_ome_zarr_world_boxes_follow_the_volume(format_cases: dict[str, FormatCase]) -> None:  # noqa: F811
@@ -382,6 +384,7 @@ def test_ome_zarr_world_boxes_follow_the_volume(format_cases: dict[str, FormatCa
     assert tree.node_at(hit.path).stored_bytes == hit.node.stored_bytes
     with pytest.raises(ArgumentError, match="not sharded"):
         tree.shard_map("1")
+    assert tree.shard_map_levels("1") == ()
 
 
 def test_n5_blocks_grouped_by_z(format_cases: dict[str, FormatCase], tmp_path: Path) -> None:  # noqa: F811
@@ -397,8 +400,8 @@ def test_n5_blocks_grouped_by_z(format_cases: dict[str, FormatCase], tmp_path: P
     store = tree.inspector.store
     assert all(b.stored_bytes == store.size(b.file or "") for b in blocks)
     assert blocks[0].raw_bytes == 16 * 16 * 8 * 8
-    hit = tree.locate_voxel((35, 20, 9))
-    ref = open_dataset(url).inspector().locate_voxel((35, 20, 9))
+    hit = tree.locate_voxel((9, 20, 35))  # z, y, x; N5 stores x, y, z
+    ref = open_dataset(url).inspector().locate_format_voxel((35, 20, 9))
     assert hit.node.grid_position == tuple(ref["grid_position"]) and hit.node.file == ref["chunk_key"]
     assert hit.path == (("scale", "s0"), ("group", 1), ("chunk", (2, 1, 1)))
     # 4 nm in x, y and 40 nm in z (µm converted), no offset
@@ -406,6 +409,7 @@ def test_n5_blocks_grouped_by_z(format_cases: dict[str, FormatCase], tmp_path: P
                                                                                           39.5 * 4)))
     with pytest.raises(ArgumentError, match="no shards"):
         tree.shard_map()
+    assert tree.shard_map_levels() == () and tree.format_title == "N5"
     # a damaged block: validate's problem leads to that block
     copy = tmp_path / "seg.n5"
     shutil.copytree(format_cases["n5-multiscale"].path, copy)
@@ -425,12 +429,14 @@ def test_unsharded_precomputed_groups_chunk_files(format_cases: dict[str, Format
     assert [g.name for g in groups] == ["z 7–15", "z 15–23", "z 23–27"]  # offset 7, 20 planes, chunks of 8
     files = [c for g in groups for c in tree.children(g)]
     assert len(files) == 3 * 3 * 3 and tree.expand(s0).node.chunks == 27
-    hit = tree.locate_voxel((101, 51, 8))
+    hit = tree.locate_format_voxel((101, 51, 8))  # absolute x, y, z: the voxel_offset included
+    assert tree.locate_voxel(tree.geometry().reader_index((101, 51, 8))).path == hit.path  # z, y, x from 0
     assert hit.node.present and hit.path[:2] == (("scale", s0.scale), ("group", 0))
     assert tree.node_at(hit.path).file == hit.node.file
     assert hit.bounds == ((100, 50, 7), (116, 66, 15))
     with pytest.raises(ArgumentError, match="not sharded"):
         tree.shard_map()
+    assert tree.shard_map_levels() == ()
 
 
 def test_zarr3_corrupted_inner_chunk_is_located(format_cases: dict[str, FormatCase], tmp_path: Path) -> None:  # noqa: F811
@@ -464,3 +470,22 @@ def test_parse_position_and_formatting() -> None:
     assert format_ratio(None) == "" and format_ratio(3.25) == "3.2×"
     node = LayoutNode("chunk", "s", "c", (("scale", "s"),), stored_bytes=100, raw_bytes=400)
     assert node.ratio == 4.0 and LayoutNode("chunk", "s", "c", (("scale", "s"),), stored_bytes=0).ratio is None
+
+
+def test_a_volume_is_browsed_as_the_format_it_was_read_as(tmp_path: Path) -> None:
+    """A directory holding a zarr v2 array and a stray zarr.json is zarr v3 by detection (zarr v3 is tried
+    first); opened as ``zarr2://`` its layer's volume says zarr v2, and the tree of that volume must too."""
+    import zarr
+
+    from napari_shardscope.core.volumes import open_volumes
+
+    path = tmp_path / "both.zarr"
+    z = zarr.create(shape=(6, 8, 10), chunks=(3, 4, 5), dtype="uint8", store=str(path), zarr_format=2)
+    z[:] = 1
+    zarr.create_array(str(tmp_path / "v3"), shape=(6, 8, 10), chunks=(3, 4, 5), dtype="uint8", zarr_format=3)
+    shutil.copy(tmp_path / "v3" / "zarr.json", path / "zarr.json")
+    (volume,) = open_volumes(f"zarr2://{path}")
+    assert volume.format == "zarr2" and volume.url == str(path)  # the prefix is not part of the volume's url
+    assert open_layout(volume.url).format_name == "zarr3"  # what detection alone finds
+    tree = open_layout(volume.url, volume)
+    assert tree.format_name == "zarr2" and tree.format_title == "zarr v2" and tree.shard_map_levels() == ()

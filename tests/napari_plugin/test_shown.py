@@ -26,7 +26,7 @@ from tests.volume_cases import sample  # noqa: F401  (fixture)
 def test_a_damaged_chunk_is_background_and_reported_once(sample: SampleDataset, tmp_path: Path) -> None:  # noqa: F811
     copy = tmp_path / "broken"
     shutil.copytree(sample.segmentation, copy)
-    bad = open_layout(str(copy)).locate_voxel((200, 140, 50), "8_8_40")  # x, y, z
+    bad = open_layout(str(copy)).locate_voxel((50, 140, 200), "8_8_40")  # z, y, x
     assert bad.node.byte_range is not None and bad.node.file is not None
     a, b = bad.node.byte_range
     data = bytearray((copy / bad.node.file).read_bytes())

@@ -14,7 +14,7 @@ def damaged_copy(sample: SampleDataset, tmp_path: Path) -> tuple[Path, Located]:
     decodes, and where that chunk is."""
     copy = tmp_path / "broken-segmentation"
     shutil.copytree(sample.segmentation, copy)
-    bad = open_layout(str(copy)).locate_voxel((200, 140, 50), "8_8_40")
+    bad = open_layout(str(copy)).locate_voxel((50, 140, 200), "8_8_40")  # z, y, x
     assert bad.node.byte_range is not None and bad.node.file is not None
     a, b = bad.node.byte_range
     data = bytearray((copy / bad.node.file).read_bytes())

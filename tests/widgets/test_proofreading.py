@@ -499,7 +499,7 @@ def test_locate_and_shard_map_leave_the_body_layer_active(proofread: Proofread, 
     browser = dock(viewer, "Shard browser")
     browser.layer_combo.setCurrentText("segmentation")
     viewer.layers.selection.active = panel.session.body_layer
-    browser.locate_voxel([100, 30, 20])
+    browser.locate_voxel([20, 30, 100])  # z, y, x
     assert browser.outline_layer is not None
     assert viewer.layers.selection.active.name == "seg bodies"
     browser.show_shard_map()

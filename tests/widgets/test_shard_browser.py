@@ -129,8 +129,8 @@ def test_expanding_rows_reads_only_their_indexes(sample_viewer: tuple[Any, Shard
 def test_locate_outlines_the_chunk_and_moves_the_view(sample_viewer: tuple[Any, ShardBrowser], qtbot: Any) -> None:
     viewer, browser = sample_viewer
     assert browser.tree is not None
-    found = browser.locate("100, 30, 20", "voxel", "8_8_40")
-    # voxel (x=100, y=30, z=20) is in chunk (1, 0, 2): x 64-128, y 0-64, z 16-24
+    found = browser.locate("20, 30, 100", "voxel", "8_8_40")  # z, y, x from 0, as napari indexes the layer
+    # voxel (z=20, y=30, x=100) is in chunk (x 1, y 0, z 2) of the files: x 64-128, y 0-64, z 16-24
     lo = (np.array([16, 0, 64]) - 0.5) * VOXEL_NM_ZYX
     hi = (np.array([24, 64, 128]) - 0.5) * VOXEL_NM_ZYX
     assert found.world_box == (pytest.approx(tuple(lo)), pytest.approx(tuple(hi)))
@@ -139,13 +139,16 @@ def test_locate_outlines_the_chunk_and_moves_the_view(sample_viewer: tuple[Any, 
     np.testing.assert_allclose(camera(viewer).center[-2:], ((lo + hi) / 2)[1:])
     current = browser.tree_widget.currentItem().data(0, Qt.ItemDataRole.UserRole)
     assert current.path == found.path and current.byte_range == found.node.byte_range
-    ref = browser.tree.inspector.locate_voxel((100, 30, 20), "8_8_40")
+    ref = browser.tree.inspector.locate_format_voxel((100, 30, 20), "8_8_40")  # the files' x, y, z
+    assert found.voxel_index == (20, 30, 100) and found.voxel == (100, 30, 20)
+    assert "voxels z 16–24, y 0–64, x 64–128 (stored as x 64–128, y 0–64, z 16–24)" in browser.locate_label.text()
     assert found.node.chunk_id == ref["chunk_id"] and list(found.node.byte_range or []) == ref["byte_range"]
 
-    # the same through the locate box, by keyboard, at a coarser scale (voxel 100, 30, 20 of 32_32_80)
+    # the same through the locate box, by keyboard, at a coarser scale (voxel z 20, y 30, x 40 of 32_32_80)
     browser.scale_combo.setCurrentIndex(2)
     browser.locate_edit.clear()
-    qtbot.keyClicks(browser.locate_edit, "40 30 20")
+    assert browser.locate_edit.placeholderText() == "voxel: z, y, x from 0"
+    qtbot.keyClicks(browser.locate_edit, "20 30 40")
     qtbot.keyClick(browser.locate_edit, Qt.Key.Key_Return)
     coarse = browser.last_located
     assert coarse is not None and coarse.scale == "32_32_80" and coarse.node.grid_position == (0, 0, 2)
@@ -156,10 +159,11 @@ def test_locate_outlines_the_chunk_and_moves_the_view(sample_viewer: tuple[Any, 
 
     # by chunk id, and a bad entry is reported in the panel rather than raised
     assert browser.locate("5", "chunk id", "8_8_40").node.grid_position == (1, 0, 1)
+    assert browser.locate("0, 0, 1", "grid position", "8_8_40").node.chunk_id == 1  # grid z, y, x: x 1
     browser.mode_combo.setCurrentText("voxel")
     browser.locate_edit.setText("999, 0, 0")
     browser.locate_button.click()
-    assert "outside" in (browser.last_error or "")
+    assert "outside" in (browser.last_error or "") and "its shape is z 32, y 64, x 64" in (browser.last_error or "")
 
 
 def test_locate_under_cursor_with_real_mouse_events(make_napari_viewer: Any, sample: SampleDataset,  # noqa: F811
@@ -219,6 +223,8 @@ def test_shard_map_layer_values_are_the_shards(sample_viewer: tuple[Any, ShardBr
     assert stats.requests == before  # computed from ids: no reads
     assert "4 of 4 shards used by 128 chunks" in browser.status_label.text()
 
+    assert not browser.map_row.isHidden()  # a sharded scale: the shard map is offered, by shard or minishard
+    assert [browser.map_by_combo.itemText(i) for i in range(browser.map_by_combo.count())] == ["shard", "minishard"]
     browser.map_by_combo.setCurrentText("minishard")
     browser.scale_combo.setCurrentIndex(1)
     browser.map_button.click()
@@ -291,6 +297,8 @@ def test_zarr_and_n5_layers_in_the_panel(make_napari_viewer: Any, qtbot: Any,
     image, _labels = viewer.open(str(format_cases["ome-zarr"].path), plugin="napari-shardscope")
     browser.set_layer(image)
     assert browser.tree is not None and browser.tree.format_name == "zarr3"
+    assert browser.detail_label.text().startswith("zarr v3: ")
+    assert browser.map_row.isHidden()  # OME-Zarr arrays without sharding_indexed: no shard map to offer
     assert [browser.scale_combo.itemText(i) for i in range(browser.scale_combo.count())] == ["0", "1", "2"]
     found = browser.locate("5, 20, 3", "voxel", "1")  # zarr v3 voxels are in array order (z, y, x)
     # OME-Zarr level 1: 40 x 16 x 16 nm voxels (µm converted), translation (1400, 80, 80) nm, chunks 4 x 16 x 16
@@ -306,6 +314,7 @@ def test_zarr_and_n5_layers_in_the_panel(make_napari_viewer: Any, qtbot: Any,
 
     (n5,) = viewer.open(str(format_cases["n5-multiscale"].path), plugin="napari-shardscope")
     browser.set_layer(n5)
+    assert browser.detail_label.text().startswith("N5: ") and browser.map_row.isHidden()
     top = browser.tree_widget.topLevelItem(0)
     top.setExpanded(True)
     assert [top.child(i).text(0) for i in range(top.childCount())] == ["z 0–8", "z 8–16"]
@@ -315,3 +324,79 @@ def test_zarr_and_n5_layers_in_the_panel(make_napari_viewer: Any, qtbot: Any,
     browser.validate("s0")
     qtbot.waitUntil(lambda: not browser.busy, timeout=20000)
     assert browser.problems == [] and browser.status_label.text() == "no problems found"
+
+
+# -- every door agrees ----------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def door_datasets(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """Layouts whose stored coordinates differ from the reader's index in each way: x, y, z with a voxel
+    offset (sharded precomputed), x, y, z from 0 (N5), the reader's own order (zarr v2, unsharded)."""
+    import zarr
+
+    from tests.n5_data import ts_create
+    from tests.precomputed_data import SHARDING_MURMUR_GZIP, write_ts_volume
+
+    root = tmp_path_factory.mktemp("doors")
+    write_ts_volume(root / "offset", SHARDING_MURMUR_GZIP, scales=1)  # voxel_offset x 3, y 5, z 7
+    data = (np.arange(12 * 20 * 18, dtype=np.uint16).reshape(12, 20, 18) % 251).astype(np.uint16)
+    ts_create(root / "n5", data.T, (8, 8, 4), {"type": "gzip"})  # N5 order: x, y, z
+    z = zarr.create(shape=data.shape, chunks=(4, 8, 8), dtype=data.dtype, store=str(root / "v2.zarr"),
+                    zarr_format=2)
+    z[:] = data
+    return {"precomputed": root / "offset", "n5": root / "n5", "zarr2": root / "v2.zarr"}
+
+
+@pytest.mark.parametrize("kind", ["precomputed", "n5", "zarr2"])
+def test_every_door_locates_the_same_chunk(kind: str, door_datasets: dict[str, Path], make_napari_viewer: Any,
+                                           qtbot: Any) -> None:
+    """One voxel, typed z, y, x from 0 into the shard browser's Locate field, given to ``shardscope locate
+    --voxel`` and to the library (``Dataset.locate_voxel``, ``LayoutTree.locate_voxel``), is one chunk with one
+    half-open byte range; ``ls`` lists that chunk with the same range; and it is the voxel napari shows at
+    that index of the layer."""
+    import json
+    import subprocess
+    import sys
+
+    from napari_shardscope.core.formats import open_dataset
+
+    path = door_datasets[kind]
+    voxel = (5, 11, 9)  # z, y, x from 0
+    viewer = make_napari_viewer()
+    browser = open_panel(viewer)
+    (layer,) = viewer.open(str(path), plugin="napari-shardscope")
+    browser.set_layer(layer)
+    assert browser.tree is not None and browser.tree.format_name == kind
+    assert browser.detail_label.text().startswith(f"{browser.tree.format_title}: ")
+    assert browser.map_row.isHidden() == (kind != "precomputed")  # shard-only actions for sharded data only
+    browser.mode_combo.setCurrentText("voxel")
+    browser.locate_edit.clear()
+    qtbot.keyClicks(browser.locate_edit, ", ".join(map(str, voxel)))
+    qtbot.keyClick(browser.locate_edit, Qt.Key.Key_Return)
+    shown = browser.last_located
+    assert shown is not None and browser.last_error is None and shown.voxel_index == voxel
+
+    cli = subprocess.run([sys.executable, "-m", "napari_shardscope", "locate", str(path), "--voxel",
+                          ",".join(map(str, voxel)), "--json"], capture_output=True, text=True, timeout=120)
+    assert cli.returncode == 0, cli.stderr
+    record = json.loads(cli.stdout)
+    library = open_dataset(str(path)).locate_voxel(voxel)
+    tree = open_layout(str(path)).locate_voxel(voxel)
+    assert record == library and record["voxel"] == list(voxel)
+    file = record.get("shard_file") or record.get("chunk_key") or record.get("block_path")
+    assert shown.node.file == tree.node.file == file
+    assert shown.node.byte_range == tree.node.byte_range
+    if record.get("byte_range") is not None:  # N5 and zarr v2 keep a chunk as a whole file: no range
+        assert list(shown.node.byte_range or ()) == record["byte_range"]
+    assert shown.index_bounds == tree.index_bounds is not None
+    lo, hi = shown.index_bounds
+    assert all(a <= v < b for a, v, b in zip(lo, voxel, hi, strict=True))
+    # the voxel's centre as napari places that index of the layer lies in the located chunk's world box
+    world = np.asarray(layer.data_to_world(voxel))
+    assert np.all(np.asarray(shown.world_box[0]) <= world) and np.all(world <= np.asarray(shown.world_box[1]))
+    # ls names the same chunk with the same range and grid position (z, y, x)
+    listed = subprocess.run([sys.executable, "-m", "napari_shardscope", "ls", str(path), "--json"],
+                            capture_output=True, text=True, timeout=120)
+    assert listed.returncode == 0, listed.stderr
+    rows = [json.loads(line) for line in listed.stdout.splitlines()]
+    (same,) = [r for r in rows if r.get("grid_position") == record["grid_position"]]
+    assert same.get("byte_range") == record.get("byte_range")

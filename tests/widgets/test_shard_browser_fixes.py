@@ -36,7 +36,7 @@ def test_locate_outline_has_the_volumes_voxel_size(make_napari_viewer: Any, samp
     add_volumes(viewer, sample_volumes(sample))
     browser = open_panel(viewer)
     browser.set_layer(viewer.layers["segmentation"])
-    found = browser.locate("100, 30, 20", "voxel", "8_8_40")
+    found = browser.locate("20, 30, 100", "voxel", "8_8_40")  # z, y, x from 0
     outline = viewer.layers[OUTLINE_NAME]
     np.testing.assert_allclose(outline.scale, VOXEL_NM_ZYX)
     np.testing.assert_allclose(outline.scale, viewer.layers["segmentation"].scale)

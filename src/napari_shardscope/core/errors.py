@@ -28,13 +28,60 @@ debugging a pipeline needs to know *where* a shard is broken, not only that it i
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Self
+
 EXIT_OK = 0
 #: A check ran and found problems (``validate``); not an error.
 EXIT_CHECK_FAILED = 1
 
 
+@dataclass(frozen=True)
+class Remedy:
+    """An argument that would make a refused call succeed, named as the library names it.
+
+    An error carries its remedies (:meth:`ShardscopeError.suggesting`) and its message quotes each in
+    the library's words (``overwrite=True``, ``instance='NAME'``); every door renders the same concept in
+    its own: the command line says ``--overwrite`` (:func:`napari_shardscope.core.cli.main.report_error`),
+    so a shell user is never told to pass a Python keyword.
+
+    Attributes
+    ----------
+    name
+        The keyword argument of the library call (the option's ``dest`` on the command line).
+    value
+        The value to pass: ``True`` for a switch, else a placeholder such as ``"NAME"``.
+    """
+
+    name: str
+    value: object = True
+
+    def __str__(self) -> str:
+        return f"{self.name}={self.value!r}"
+
+
+#: The remedy of a refused write to an occupied destination (``overwrite=True`` / ``--overwrite``).
+OVERWRITE = Remedy("overwrite")
+
+
 class ShardscopeError(Exception):
     """Root of every error napari-shardscope raises deliberately."""
+
+    #: Arguments that would make the call succeed, quoted in the message as the library spells them.
+    remedies: tuple[Remedy, ...] = ()
+
+    def suggesting(self, *remedies: Remedy) -> Self:
+        """This error, carrying ``remedies`` (quoted in its message by ``str(remedy)``) for each door to render."""
+        self.remedies = (*self.remedies, *remedies)
+        return self
+
+    def rendered(self, spell: Callable[[Remedy], str]) -> str:
+        """The message with each remedy spelt by ``spell`` (the CLI passes its option names)."""
+        text = str(self)
+        for remedy in self.remedies:
+            text = text.replace(str(remedy), spell(remedy))
+        return text
 
 
 # -- the groups ---------------------------------------------------------------------------------------
@@ -82,6 +129,22 @@ EXIT_CODES: tuple[tuple[type[ShardscopeError], int], ...] = (
 EXIT_OTHER = 9
 #: A bug: an exception that is not ours reached the command line.
 EXIT_INTERNAL = 70
+
+#: What each exit code means, in code order, in a word and in a sentence: the table ``shardscope --help``
+#: prints (kept next to the map above, which it describes).
+EXIT_MEANINGS: tuple[tuple[int, str, str], ...] = (
+    (EXIT_OK, "ok", "success"),
+    (EXIT_CHECK_FAILED, "problems found", "a check ran and found problems (validate, repo verify, remote check)"),
+    (2, "bad argument", "fix the argument or option the message names"),
+    (3, "not found", "no such path, URL, version, branch, instance or id"),
+    (4, "corrupt data", "the bytes or metadata break their spec (file and byte offset named)"),
+    (5, "unsupported", "valid data using a feature shardscope does not read"),
+    (6, "refused write", "committed version, source volume or occupied destination"),
+    (7, "conflict", "a merge conflict, a held lock or a lost compare-and-swap"),
+    (8, "storage failed", "I/O, network, permissions, timeouts"),
+    (EXIT_OTHER, "other", "an error of ours in no group"),
+    (EXIT_INTERNAL, "internal error", "a bug (SHARDSCOPE_DEBUG=1 shows the traceback)"),
+)
 
 
 def exit_code_for(exc: BaseException) -> int:
@@ -216,6 +279,13 @@ class NotARegularFileError(FormatError):
     """
 
 
+class DanglingLinkError(NotARegularFileError):
+    """A symbolic link where a chunk, shard or metadata file should be that leads nowhere (dangling, or a loop).
+
+    Not an absent key, which reads as fill: the entry is there, the data it named is gone.
+    """
+
+
 class IndexDecodeError(FormatError):
     """A shard index or minishard index cannot be decoded or is inconsistent."""
 
@@ -314,6 +384,14 @@ class ReadOnlyStorageError(StorageFaultError):
 
 class StoragePermissionError(StorageFaultError):
     """Access to the path or URL was refused (file permissions, HTTP 401/403, missing credentials)."""
+
+
+class ResourceLimitError(StorageFaultError):
+    """The process ran out of memory or address space while mapping or reading a path: not damage.
+
+    LMDB maps its whole map size when it opens a repository; under an address-space limit (``ulimit
+    -v``, a batch scheduler's memory limit) that fails. The data is intact: raise the limit or free memory.
+    """
 
 
 class StoreUnreachableError(StorageFaultError):

@@ -12,7 +12,7 @@ This is everything the shard browser shows, as calls a notebook can make too (a 
 >>> [shard.file for shard in shards]
 ['8_8_40/0.shard', '8_8_40/1.shard', '8_8_40/2.shard', '8_8_40/3.shard']
 >>> minishards = tree.children(shards[0])           # reads that shard's indexes, nothing else
->>> hit = tree.locate_voxel((100, 30, 20))          # x, y, z: chunk, shard, minishard, byte range, world box
+>>> hit = tree.locate_voxel((20, 30, 100))          # z, y, x from 0: chunk, shard, minishard, bytes, world box
 >>> hit.node.name, hit.node.file, hit.node.byte_range
 ('chunk 33 @ [1, 0, 2]', '8_8_40/0.shard', (19111, 21404))
 >>> tree.shard_map(by="shard").values.shape         # the chunk grid coloured by shard: ids only, no reads
@@ -53,6 +53,7 @@ from dataclasses import replace
 import numpy as np
 
 from napari_shardscope.core.bytestore import Location
+from napari_shardscope.core.bytestore.url import split_format
 from napari_shardscope.core.errors import ArgumentError, ShardscopeError
 from napari_shardscope.core.formats import Dataset, DatasetInspector, Problem, format_named, open_dataset
 from napari_shardscope.core.formats.layout_model import (
@@ -172,6 +173,11 @@ class LayoutTree:
         return self.dataset.url if self.dataset is not None else None
 
     @property
+    def format_title(self) -> str:
+        """The format in words for people (``"zarr v2"``, ``"N5"``), from the format registry."""
+        return format_named(self.format_name).title
+
+    @property
     def format_name(self) -> str:
         return self.inspector.format_name
 
@@ -272,33 +278,45 @@ class LayoutTree:
 
     # -- locate ---------------------------------------------------------------------------------------
     def locate_voxel(self, voxel: Sequence[int], scale: str | None = None) -> Located:
-        """The chunk holding ``voxel`` (absolute, format order) at ``scale`` (default: the finest).
+        """The chunk holding ``voxel`` at ``scale`` (default: the finest).
 
-        Reads at most the shard index and one minishard index (precomputed), the shard index
-        (zarr v3), or a stat (N5, unsharded precomputed).
+        ``voxel`` is the reader's index: z, y, x from 0 (as napari, ``open_volume`` and ``shardscope
+        locate --voxel`` index the volume), whatever order and offset the format stores; a leading
+        channel axis may be left out. Reads at most the shard index and one minishard index
+        (precomputed), the shard index (zarr v3), or a stat (N5, unsharded precomputed).
         """
+        geo = self.geometry(scale)
+        return self.locate_format_voxel(geo.format_voxel(voxel), geo.scale)
+
+    def locate_format_voxel(self, voxel: Sequence[int], scale: str | None = None) -> Located:
+        """The chunk holding ``voxel`` given as the format stores it (absolute, format order: a precomputed
+        voxel_offset included, x, y, z for precomputed and N5)."""
         geo = self.geometry(scale)
         grid = geo.grid_position(voxel)
         found = self._locate_grid(geo, grid)
         return replace(found, voxel=tuple(int(v) for v in voxel))
 
     def locate_chunk(self, chunk: int | Sequence[int], scale: str | None = None) -> Located:
-        """A chunk by precomputed chunk id (an int) or by grid position (format order)."""
+        """A chunk by precomputed chunk id (an int) or by its position in the chunk grid, in the reader's order
+        (z, y, x, like a voxel)."""
         geo = self.geometry(scale)
         if isinstance(chunk, int | np.integer):
             grid = self._backend.grid_of_chunk_id(geo.scale, int(chunk))
         else:
-            grid = tuple(int(g) for g in chunk)
-            if len(grid) != geo.ndim or any(not 0 <= g < n for g, n in zip(grid, geo.grid_shape, strict=True)):
+            typed = tuple(int(g) for g in chunk)
+            shape = geo.to_array_order(geo.grid_shape)
+            if len(typed) != geo.ndim or any(not 0 <= g < n for g, n in zip(typed, shape, strict=True)):
                 raise ArgumentError(
-                    f"grid position {grid} is outside the chunk grid {geo.grid_shape} of scale {geo.scale!r}"
+                    f"grid position {typed} is outside the chunk grid of scale {geo.scale!r}: "
+                    f"{', '.join(f'{a} {n}' for a, n in zip(geo.array_axes, shape, strict=True))} chunks"
                 )
+            grid = geo.to_format_order(typed)
         return self._locate_grid(geo, grid)
 
     def locate_world(self, world: Sequence[float], scale: str | None = None) -> Located:
         """The chunk under a world position (array order), e.g. the mouse cursor in a viewer."""
         geo = self.geometry(scale)
-        return self.locate_voxel(geo.voxel_at_world(world), geo.scale)
+        return self.locate_format_voxel(geo.voxel_at_world(world), geo.scale)
 
     def locate_segment(self, segment_id: int) -> list[Located]:
         """Where a segment's meshes, skeletons or annotations are stored (precomputed only)."""
@@ -307,7 +325,7 @@ class LayoutTree:
     def _locate_grid(self, geo: ScaleGeometry, grid: tuple[int, ...]) -> Located:
         node = self._backend.locate_grid(geo.scale, grid)
         bounds = geo.chunk_bounds(grid)
-        return Located(node=node, bounds=bounds, world_box=geo.world_box(*bounds))
+        return Located(node=node, bounds=bounds, world_box=geo.world_box(*bounds), geometry=geo)
 
     def locate_problem(self, problem: Problem) -> Located | None:
         """The chunk (or shard / minishard) a validation problem is about, ``None`` if no node fits.
@@ -324,9 +342,15 @@ class LayoutTree:
             return Located(node=node)
         geo = self.geometry(node.scale)
         bounds = geo.chunk_bounds(node.grid_position)
-        return Located(node=node, bounds=bounds, world_box=geo.world_box(*bounds))
+        return Located(node=node, bounds=bounds, world_box=geo.world_box(*bounds), geometry=geo)
 
     # -- shard map ------------------------------------------------------------------------------------
+    def shard_map_levels(self, scale: str | None = None) -> tuple[ShardMapBy, ...]:
+        """What :meth:`shard_map` can colour ``scale``'s chunks by (default: the finest scale): ``("shard",
+        "minishard")`` for sharded precomputed, ``("shard",)`` for sharded zarr v3, nothing for a scale whose
+        chunks are files of their own (N5, zarr v2, unsharded zarr v3 and precomputed). Reads metadata only."""
+        return self._backend.shard_levels(self._spatial_scale(scale))
+
     def shard_map(
         self, scale: str | None = None, by: ShardMapBy = "shard", max_chunks: int = MAX_SHARD_MAP_CHUNKS
     ) -> ShardMap:
@@ -372,8 +396,21 @@ class LayoutTree:
 
 
 def open_layout(url: str | os.PathLike[str] | Location, volume: Volume | VolumeSpec | None = None) -> LayoutTree:
-    """Open the layout tree of the dataset at ``url`` (metadata only; see :meth:`LayoutTree.from_dataset`)."""
+    """Open the layout tree of the dataset at ``url`` (metadata only; see :meth:`LayoutTree.from_dataset`).
+
+    With ``volume`` (what a layer was opened from), the tree is of the format the volume was read as: a
+    volume's URL has lost the ``zarr2://`` / ``n5://`` … prefix it was opened with, and a directory
+    holding two formats' documents would otherwise be detected as the first (zarr v3 before zarr v2).
+    """
+    if isinstance(url, str | os.PathLike) and volume is not None and volume.format in FORMAT_NAMES:
+        text = os.fspath(url)
+        if split_format(text)[1] is None:
+            url = f"{volume.format}://{text}"
     return LayoutTree.from_dataset(open_dataset(url), volume)
+
+
+#: The formats a volume's ``format`` names that are also registry formats (an OME-Zarr group is not one).
+FORMAT_NAMES = ("precomputed", "zarr3", "zarr2", "n5")
 
 __all__ = [
     "MAX_SHARD_MAP_CHUNKS",

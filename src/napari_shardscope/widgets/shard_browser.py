@@ -86,12 +86,13 @@ ALL_SCALES = "(all scales)"
 HELP = """<b>Shard browser</b><br>
 Tree: expand a scale to list its shard files, a shard to read its index (minishards with chunk
 counts, bytes and compression ratio), a minishard to list its chunks. Click a chunk to outline it.<br>
-Locate: a voxel in the format's own order (x, y, z for precomputed and N5), a precomputed chunk id,
-a grid position, or a segment id (meshes/skeletons).<br>
+Locate: a voxel z, y, x from 0 (the layer's own index, as napari shows it under the cursor, whatever
+order and offset the format stores: both are shown in the answer), a precomputed chunk id, a chunk-grid
+position (z, y, x), or a segment id (meshes/skeletons).<br>
 Locate under cursor: moving the mouse shows the chunk under it at the level napari is showing;
 clicking outlines it.<br>
-Shard map: a layer colouring every chunk by its shard (or minishard) — computed from chunk ids,
-no data is read.<br>
+Shard map (sharded scales only): a layer colouring every chunk by its shard (or minishard) —
+computed from chunk ids, no data is read.<br>
 Validate: reads every shard file of the scale in a worker thread; click a problem to go to its chunk."""
 
 
@@ -210,16 +211,20 @@ class ShardBrowser(QWidget):
         self.locate_label.setWordWrap(True)
         self.locate_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         form.addRow(self.locate_label)
-        map_row = QHBoxLayout()
+        # shard-only: shown for a sharded scale, hidden for N5, zarr v2 and unsharded zarr v3 / precomputed
+        self.map_row = QWidget()
+        map_row = QHBoxLayout(self.map_row)
+        map_row.setContentsMargins(0, 0, 0, 0)
         self.map_by_combo = QComboBox()
-        self.map_by_combo.addItems(["shard", "minishard"])
-        map_row.addWidget(QLabel("Colour chunks by"))
+        self.map_by_label = QLabel("Colour chunks by")
+        map_row.addWidget(self.map_by_label)
         map_row.addWidget(self.map_by_combo)
         self.map_button = QPushButton("Shard map")
         self.map_button.setToolTip("Add a layer colouring each chunk of the scale by its shard (ids only, no reads)")
         self.map_button.clicked.connect(lambda: self.show_shard_map())
         map_row.addWidget(self.map_button)
-        form.addRow(map_row)
+        self.map_row.setVisible(False)
+        form.addRow(self.map_row)
         layout.addWidget(tools)
 
         checks = QGroupBox("Validate")
@@ -304,7 +309,7 @@ class ShardBrowser(QWidget):
         scales = tree.spatial_scales()
         self.scale_combo.addItems([s or "(array)" for s in scales])
         self.validate_scope.addItems([ALL_SCALES, *[s or "(array)" for s in scales]])
-        self.detail_label.setText(f"{tree.format_name}: {tree.url or tree.inspector.store.url}")
+        self.detail_label.setText(f"{tree.format_title}: {tree.url or tree.inspector.store.url}")
         self._update_placeholder()
 
     def _clear(self, layer: Layer | None) -> None:
@@ -316,6 +321,7 @@ class ShardBrowser(QWidget):
         self._pending.clear()
         self.scale_combo.clear()
         self.validate_scope.clear()
+        self.map_row.setVisible(False)
 
     def reload(self) -> None:
         """Forget cached indexes and listings and rebuild the tree (after the files changed)."""
@@ -343,10 +349,24 @@ class ShardBrowser(QWidget):
         mode = self.mode_combo.currentText()
         text = {"chunk id": "precomputed chunk id (Morton code)", "segment id": "segment id",
                 "grid position": "chunk grid position"}.get(mode, "voxel")
-        if mode in ("voxel", "grid position") and self.tree is not None and self._chosen_scale() is not None:
-            axes = self.tree.geometry(self._chosen_scale()).axes
-            text = f"{text}: {', '.join(axes)}"
+        scale = self._chosen_scale()
+        if mode in ("voxel", "grid position") and self.tree is not None and scale is not None:
+            axes = self.tree.geometry(scale).array_axes  # the reader's order, as everywhere a voxel is typed
+            text = f"{text}: {', '.join(axes[-3:])}" + (" from 0" if mode == "voxel" else "")
         self.locate_edit.setPlaceholderText(text)
+        self._update_shard_actions(scale)
+
+    def _update_shard_actions(self, scale: str | None) -> None:
+        """Offer the shard map only for a sharded scale, by what its shards have (zarr v3: no minishards)."""
+        levels = self.tree.shard_map_levels(scale) if self.tree is not None and scale is not None else ()
+        current = self.map_by_combo.currentText()
+        self.map_by_combo.blockSignals(True)
+        self.map_by_combo.clear()
+        self.map_by_combo.addItems(list(levels))
+        if current in levels:
+            self.map_by_combo.setCurrentText(current)
+        self.map_by_combo.blockSignals(False)
+        self.map_row.setVisible(bool(levels))
 
     # -- tree items ----------------------------------------------------------------------------------------
     def _make_item(self, node: LayoutNode) -> QTreeWidgetItem:
@@ -477,13 +497,13 @@ class ShardBrowser(QWidget):
         raise ArgumentError(f"locate mode must be one of {LOCATE_MODES}, got {mode!r}")
 
     def locate_voxel(self, voxel: Sequence[int], scale: str | None = None) -> Located:
-        """Outline and go to the chunk holding ``voxel`` (absolute, format order) at ``scale``."""
+        """Outline and go to the chunk holding ``voxel`` (z, y, x from 0, the layer's index) at ``scale``."""
         located = self._require_tree().locate_voxel(voxel, scale)
         self.show_located(located)
         return located
 
     def locate_chunk(self, chunk: int | Sequence[int], scale: str | None = None) -> Located:
-        """Outline and go to a chunk given by precomputed id or grid position (format order)."""
+        """Outline and go to a chunk given by precomputed id or chunk-grid position (z, y, x)."""
         located = self._require_tree().locate_chunk(chunk, scale)
         self.show_located(located)
         return located
@@ -647,7 +667,7 @@ class ShardBrowser(QWidget):
             grid = geo.grid_position(geo.voxel_at_world(world))
             if self.hover is not None and self._hover_grid == (scale, grid):
                 return self.hover
-            located = self.tree.locate_chunk(grid, scale)
+            located = self.tree.locate_chunk(geo.to_array_order(grid), scale)
         except ShardscopeError:
             return None
         self._hover_grid = (scale, grid)

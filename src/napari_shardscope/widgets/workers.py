@@ -21,24 +21,27 @@ from napari_shardscope.core.proofreading import Job
 
 
 class GuiProgress(QObject):  # type: ignore[misc]
-    """A napari progress bar that any thread may advance: ``report(done, total, *what)``."""
+    """napari's progress bar as the one :class:`~napari_shardscope.core.progress.Progress`: any thread may
+    call ``progress(done, total, what)``; the bar (its count and the step's name) moves on the GUI thread."""
 
-    _step = Signal(int, int)
+    _step = Signal(int, int, str)
 
     def __init__(self, desc: str) -> None:
         super().__init__()
         from napari.utils import progress
 
+        self.desc = desc
         self._pbar = progress(total=0, desc=desc)
         self._step.connect(self._on_step)
 
-    def __call__(self, done: int, total: int, *_: Any) -> None:
-        self._step.emit(int(done), int(total))
+    def __call__(self, done: int, total: int, what: str, /) -> None:
+        self._step.emit(int(done), int(total), str(what))
 
-    def _on_step(self, done: int, total: int) -> None:
+    def _on_step(self, done: int, total: int, what: str) -> None:
         if self._pbar.total != total:
             self._pbar.total = total
         self._pbar.update(done - self._pbar.n)
+        self._pbar.set_description(f"{self.desc}: {what}" if what else self.desc)
 
     def close(self) -> None:
         self._pbar.close()

@@ -51,13 +51,24 @@ def test_locate_and_ls_agree(volume: Path, capsys: pytest.CaptureFixture[str]) -
         "byte_range",
         "present",
     }
-    assert loc["present"] and loc["grid_position"] == [1, 1, 0]
+    # z, y, x from 0 like the voxel, the format's own x, y, z (absolute) beside
+    assert loc["present"] and loc["grid_position"] == [0, 1, 1] and loc["format_grid_position"] == [1, 1, 0]
+    assert loc["axes"] == ["z", "y", "x"] and loc["format_axes"] == ["x", "y", "z"]
+    assert loc["voxel"] == [14 - 7, 21 - 5, 20 - 3] and loc["format_voxel"] == [20, 21, 14]  # voxel_offset 3, 5, 7
     same = _json(capsys, ["locate", str(volume), "--chunk-id", str(loc["chunk_id"]), "--json"])
     assert isinstance(same, dict) and same["byte_range"] == loc["byte_range"]
+    assert same["grid_position"] == loc["grid_position"]
     assert run(["ls", str(volume), "--shard", str(loc["shard"]), "--minishard", str(loc["minishard"]), "--json"]) == 0
     records = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
-    assert loc["chunk_id"] in [r["chunk_id"] for r in records]
+    (mine,) = [r for r in records if r["chunk_id"] == loc["chunk_id"]]
+    assert mine["byte_range"] == loc["byte_range"] and mine["grid_position"] == loc["grid_position"]
     assert all(r["shard"] == loc["shard"] and r["minishard"] == loc["minishard"] for r in records)
+    # and as people read them: one half-open byte range, printed the same by both verbs
+    start, end = loc["byte_range"]
+    assert run(["locate", str(volume), "--voxel", ",".join(map(str, loc["voxel"]))]) == 0
+    assert f"byte_range: [{start}, {end})" in capsys.readouterr().out
+    assert run(["ls", str(volume), "--shard", str(loc["shard"]), "--minishard", str(loc["minishard"])]) == 0
+    assert f"bytes [{start}, {end}) ({end - start} bytes) chunk={loc['chunk_id']} " in capsys.readouterr().out
     assert run(["ls", str(volume), "--json"]) == 0
     assert len(capsys.readouterr().out.splitlines()) == 36
 
@@ -198,12 +209,12 @@ def test_locate_takes_the_readers_zyx_and_neuroglancers_xyz(tmp_path: Path,
     zyx = _json(capsys, ["locate", str(path), "--voxel", "7,16,17", "--json"])
     xyz = _json(capsys, ["locate", str(path), "--voxel", "20,21,14", "--xyz", "--json"])
     assert isinstance(zyx, dict) and isinstance(xyz, dict)
-    assert zyx == xyz and zyx["voxel"] == [20, 21, 14] and zyx["voxel_zyx"] == [7, 16, 17]
+    assert zyx == xyz and zyx["voxel"] == [7, 16, 17] and zyx["format_voxel"] == [20, 21, 14]
     shown = open_volume(path).levels[0].array[7, 16, 17]  # what napari shows at data index z=7, y=16, x=17
     assert int(np.asarray(shown)) == int(data_xyz[0][17, 16, 7])
     coarse = _json(capsys, ["locate", str(path), "--voxel", "3,8,8", "--scale", "16_16_40", "--json"])
     # scale 1: voxel_offset (1, 2, 3), the offset halved as written
-    assert isinstance(coarse, dict) and coarse["voxel"] == [8 + 1, 8 + 2, 3 + 3] and coarse["voxel_zyx"] == [3, 8, 8]
+    assert isinstance(coarse, dict) and coarse["format_voxel"] == [8 + 1, 8 + 2, 3 + 3] and coarse["voxel"] == [3, 8, 8]
     assert run(["locate", str(path), "--voxel", "0,0,50"]) == 2  # x 50 is past the 50 voxels of x
     assert "outside" in capsys.readouterr().err
 
@@ -219,4 +230,4 @@ def test_locate_a_2d_array_takes_two_coordinates(tmp_path: Path, capsys: pytest.
         assert run(["locate", str(tmp_path / "a"), "--voxel", voxel]) == 2
         assert "takes 2 coordinates" in capsys.readouterr().err
     loc = _json(capsys, ["locate", str(tmp_path / "a"), "--voxel", "3,7", "--json"])
-    assert isinstance(loc, dict) and loc["voxel"] == [3, 7] and loc["voxel_zyx"] == [3, 7]
+    assert isinstance(loc, dict) and loc["voxel"] == [3, 7] and "format_voxel" not in loc  # zarr: the same order

@@ -39,19 +39,19 @@ def test_proofreading_session(base: Path, tmp_path: Path, capsys: pytest.Capture
     assert info["id_start"] == 41 and info["index"]["supervoxels"] == 4 and info["block"] == [8, 8, 8]
 
     code, got = call(capsys, "label", repo, "main", "seg", "4", "14", "5", "--json")
-    assert code == 0 and got == {"voxel": [4, 14, 5], "scale": 0, "supervoxel": 30, "body": 10}
-    code, got = call(capsys, "size", repo, "main", "seg", "10", "--json")
+    assert code == 0 and got == {"voxel": [4, 14, 5], "scale": "4_4_40", "supervoxel": 30, "body": 10}
+    code, got = call(capsys, "body", "size", repo, "main", "seg", "10", "--json")
     assert isinstance(got, dict) and got["supervoxels"] == [10, 30, 40]
     assert got["voxels"] == int(np.isin(dumbbell(), [10, 30, 40]).sum())
 
     code, got = call(capsys, "body", "merge", repo, "main", "seg", "5", "10", "--user", "ana", "--json")
     assert code == 0 and isinstance(got, dict) and got["mutation"]["operation"] == "merge"
     assert got["mutation"]["user"] == "ana" and got["mutation"]["bodies"] == [5, 10]
-    code, got = call(capsys, "cleave", repo, "main", "seg", "5", "30", "--json")
+    code, got = call(capsys, "body", "cleave", repo, "main", "seg", "5", "30", "--json")
     assert isinstance(got, dict) and got["new_body"] == 41
     voxels = tmp_path / "v.json"
     voxels.write_text(json.dumps([[2, 13, 2], [2, 13, 3]]))
-    code, got = call(capsys, "split-supervoxel", repo, "main", "seg", "30", str(voxels), "--json")
+    code, got = call(capsys, "body", "split-supervoxel", repo, "main", "seg", "30", str(voxels), "--json")
     assert code == 0 and isinstance(got, dict) and (got["split"], got["remainder"]) == (42, 43)
     assert sorted({b[0] for b in got["mutation"]["blocks"]}) == [0, 1]  # blocks at both scales
     npy = tmp_path / "v.npy"
@@ -64,26 +64,26 @@ def test_proofreading_session(base: Path, tmp_path: Path, capsys: pytest.Capture
     assert code == 0 and str(text).startswith("undid: split of 5 into") and "mutation" not in str(text)
     code, got = call(capsys, "redo", repo, "main", "seg", "--json")
     assert isinstance(got, dict) and got["mutation"]["args"]["mutation"] == 4
-    code, got = call(capsys, "history", repo, "main", "seg", "41", "--json")
+    code, got = call(capsys, "body", "history", repo, "main", "seg", "41", "--json")
     assert isinstance(got, list) and [m["operation"] for m in got] == ["merge", "cleave", "split-supervoxel"]
-    code, text = call(capsys, "history", repo, "main", "seg", "41")
+    code, text = call(capsys, "body", "history", repo, "main", "seg", "41")
     assert code == 0 and "cleave of 1 supervoxel off 5 into 41 (by " in str(text) and "mutation" not in str(text)
-    code, got = call(capsys, "labelmap", "info", repo, "seg", "main", "--json")
+    code, got = call(capsys, "labelmap", "info", repo, "main", "seg", "--json")
     assert isinstance(got, dict) and got["version"]["own_mutations"] == 6 and got["version"]["can_undo"]
 
     # edits the mapping does not allow and bad input exit 2, an unknown version 3, an edit of a
     # committed version 6 (errors.exit_code_for), one line on stderr
-    code, text = call(capsys, "cleave", repo, "main", "seg", "41", "40")
+    code, text = call(capsys, "body", "cleave", repo, "main", "seg", "41", "40")
     assert code == 2 and "not in body 41" in str(text)
-    code, text = call(capsys, "split-supervoxel", repo, "main", "seg", "40", str(npy))
+    code, text = call(capsys, "body", "split-supervoxel", repo, "main", "seg", "40", str(npy))
     assert code == 2 and "not in supervoxel 40" in str(text)
-    assert call(capsys, "size", repo, "main", "seg", "999")[0] == 3  # an unknown label is not found
+    assert call(capsys, "body", "size", repo, "main", "seg", "999")[0] == 3  # an unknown label is not found
     assert call(capsys, "body", "merge", repo, "nope", "seg", "5", "41")[0] == 3
     assert call(capsys, "label", repo, "main", "nope", "0", "0", "0")[0] == 3  # no such labelmap
     assert call(capsys, "label", repo, "main", "seg", "99", "0", "0")[0] == 2
     bad = tmp_path / "bad.json"
     bad.write_text("[[1, 2]]")
-    assert call(capsys, "split-supervoxel", repo, "main", "seg", "40", str(bad))[0] == 2
+    assert call(capsys, "body", "split-supervoxel", repo, "main", "seg", "40", str(bad))[0] == 2
     assert call(capsys, "repo", "commit", repo, "main", "-m", "done")[0] == 0
     code, text = call(capsys, "body", "merge", repo, "main", "seg", "5", "41")
     assert code == 6 and "committed" in str(text) and "new_version" not in str(text)
@@ -99,10 +99,10 @@ def test_bad_counts_and_unknown_versions_are_usage_errors(base: Path, tmp_path: 
     assert call(capsys, "repo", "init", repo)[0] == 0
     assert call(capsys, "labelmap", "create", repo, "seg", str(base), "--block", "8", "--no-index")[0] == 0
     for bad in ("-1", "0", "two"):
-        assert run(["index", repo, "seg", "--workers", bad, "--quiet"]) == 2
+        assert run(["labelmap", "index", repo, "seg", "--workers", bad, "--quiet"]) == 2
         err = capsys.readouterr().err
         assert "positive integer" in err and "Traceback" not in err
-    assert call(capsys, "index", repo, "seg", "--workers", "2", "--quiet")[0] == 0
+    assert call(capsys, "labelmap", "index", repo, "seg", "--workers", "2", "--quiet")[0] == 0
     assert call(capsys, "repo", "commit", repo, "main", "-m", "base")[0] == 0
     code, text = call(capsys, "branch", "merge", repo, "main", "nosuch", "seg", "--dry-run")
     assert code == 3 and "nosuch" in str(text)
@@ -170,7 +170,7 @@ def test_voxel_files_are_taken_as_typed_or_refused(base: Path, tmp_path: Path, c
     assert call(capsys, "labelmap", "create", repo, "seg", str(base), "--block", "8")[0] == 0
     path = tmp_path / f"{kind}.json"
     path.write_text(json.dumps(content))
-    verb = ["split-supervoxel", repo, "main", "seg", "30"] if kind == "voxels" else ["body", "split", repo, "main",
-                                                                                     "seg", "10"]
+    verb = (["body", "split-supervoxel", repo, "main", "seg", "30"] if kind == "voxels"
+            else ["body", "split", repo, "main", "seg", "10"])
     code, text = call(capsys, *verb, str(path))
     assert code == exit_code_for(ArgumentError("")) and str(path) in str(text)

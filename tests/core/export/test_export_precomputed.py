@@ -343,7 +343,7 @@ def small_volume(tmp_path_factory: pytest.TempPathFactory) -> Path:
         (["--shard-bytes", "1e400"], "argument --shard-bytes: expected a finite size"),
         (["--workers", "-1"], "argument --workers: expected a positive integer"),
         (["--workers", "0"], "argument --workers: expected a positive integer"),
-        (["--supervoxels"], "--supervoxels: only for a labelmap export; add --labelmap NAME"),
+        (["--supervoxels"], "--supervoxels: only for a labelmap export, with SOURCE a repository directory"),
         (["--allow-open", "--version", "main"], "--version, --allow-open: only for a labelmap export"),
         (["--sharding", json.dumps({**_identity(0, 40).to_json()})], "sharding.minishard_bits is 40; at most 20"),
     ],

@@ -69,17 +69,17 @@ def test_local_cluster_builds_the_same_index(base: tuple[Path, np.ndarray], tmp_
 def test_rebuild_refused_without_force_and_cli(base: tuple[Path, np.ndarray], tmp_path: Path,
                                                capsys: pytest.CaptureFixture[str]) -> None:
     path = make(tmp_path, "cli", base[0], build=False)
-    assert run(["index", str(path), "seg", "--json", "--quiet"]) == 0
+    assert run(["labelmap", "index", str(path), "seg", "--json", "--quiet"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["built"] and out["supervoxels"] == len(np.unique(base[1])) and out["voxels"] == base[1].size
     before = stored_index(path)
     with pytest.raises(ArgumentError, match="already has"):
         build_label_index(str(path), "seg")
-    assert run(["index", str(path), "seg", "--json"]) == 0  # reports the stored index, builds nothing
+    assert run(["labelmap", "index", str(path), "seg", "--json"]) == 0  # reports the stored index, builds nothing
     assert json.loads(capsys.readouterr().out)["built"] is False
-    assert run(["index", str(path), "seg", "--force", "--quiet", "--scheduler", "sync"]) == 0
+    assert run(["labelmap", "index", str(path), "seg", "--overwrite", "--quiet", "--scheduler", "sync"]) == 0
     assert stored_index(path) == before
-    assert run(["index", str(path), "nope"]) == 3  # no such labelmap
+    assert run(["labelmap", "index", str(path), "nope"]) == 3  # no such labelmap
     assert "nope" in capsys.readouterr().err
 
 

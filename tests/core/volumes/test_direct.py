@@ -153,7 +153,7 @@ def test_a_damaged_chunk_in_a_many_chunk_read_is_typed(tmp_path: Path, volume: t
     copy = tmp_path / "v"
     shutil.copytree(path, copy)
     layout = open_dataset(copy).inspector()
-    where = layout.locate_voxel([40, 10, 30])  # absolute x, y, z inside the volume
+    where = layout.locate_format_voxel([40, 10, 30])  # absolute x, y, z inside the volume
     start, end = where["byte_range"]
     shard = copy / where["shard_file"]
     blob = bytearray(shard.read_bytes())

@@ -163,8 +163,19 @@ def _parse_plain(text: str, hint: str | None) -> Location:
         if scheme == "s3":
             spec.update(s3_endpoint_from_env())
         return Location(url=text, kvstore=spec, format_hint=hint)
-    raise ArgumentError(f"unsupported URL scheme {parsed.scheme!r} in {text!r}; use a path, file://, "
-                        "http(s)://, gs:// or s3://")
+    raise ArgumentError(unknown_scheme_message(parsed.scheme, text))
+
+
+def unknown_scheme_message(scheme: str, text: str) -> str:
+    """Why ``text`` cannot be opened: every scheme and format prefix that exists, and the likely one meant."""
+    import difflib
+
+    prefixes = [p.removesuffix("://") for p in FORMAT_PREFIXES]
+    known = [*prefixes, "file", "http", "https", "gs", "s3"]
+    guess = difflib.get_close_matches(scheme.lower(), known, n=1, cutoff=0.6)
+    hint = f"; did you mean {guess[0]}://?" if guess else ""
+    return (f"unknown URL scheme {scheme!r} in {text!r}: use a path, file://, http(s)://, gs:// or s3://, "
+            f"optionally after a format prefix ({', '.join(p + '://' for p in prefixes)}){hint}")
 
 
 def s3_endpoint_from_env() -> dict[str, str]:

@@ -10,6 +10,7 @@ import argparse
 import json
 import math
 import os
+import shutil
 import sys
 import time
 from collections.abc import Sequence
@@ -18,6 +19,8 @@ from typing import Any
 
 from napari_shardscope.core.cli.parser import arg
 from napari_shardscope.core.errors import ArgumentError
+from napari_shardscope.core.labelmap.branch_merge import Resolution
+from napari_shardscope.core.progress import Progress
 
 
 # -- output ---------------------------------------------------------------------------------------------
@@ -73,28 +76,30 @@ def _json_default(obj: Any) -> Any:
 
 
 class StderrProgress:
-    """Progress on stderr: a rewritten line on a terminal, a line every few seconds otherwise."""
+    """The terminal's :class:`~napari_shardscope.core.progress.Progress`: a rewritten line on stderr when it is
+    a terminal, a plain line every few seconds (and the last one) when it is a pipe or a file."""
 
     def __init__(self, label: str) -> None:
         self.label = label
         self.tty = sys.stderr.isatty()
         self.last = 0.0
 
-    def __call__(self, done: int, total: int, what: str) -> None:
+    def __call__(self, done: int, total: int, what: str, /) -> None:
         now = time.monotonic()
         final = done >= total
         if not final and now - self.last < (0.1 if self.tty else 5.0):
             return
         self.last = now
         text = f"{self.label}: {done}/{total} {what}"
-        if self.tty:
-            sys.stderr.write("\r" + text[:120].ljust(120) + ("\n" if final else ""))
+        if self.tty:  # one line redrawn in place, cut to the terminal's width, the rest of the old line cleared
+            width = max(20, shutil.get_terminal_size((120, 24)).columns - 1)
+            sys.stderr.write("\r" + text[:width] + "\x1b[K" + ("\n" if final else ""))
         else:
             sys.stderr.write(text + "\n")
         sys.stderr.flush()
 
 
-def progress_unless_quiet(args: argparse.Namespace, label: str) -> StderrProgress | None:
+def progress_unless_quiet(args: argparse.Namespace, label: str) -> Progress | None:
     """The progress reporter of a long verb: ``None`` with ``--quiet``."""
     return None if args.quiet else StderrProgress(label)
 
@@ -106,6 +111,17 @@ def parse_coords(text: str) -> list[int]:
         return [int(v) for v in text.replace(" ", "").split(",") if v != ""]
     except ValueError as exc:
         raise argparse.ArgumentTypeError(f"expected comma-separated integers like 10,20,30, got {text!r}") from exc
+
+
+def parse_floats(text: str) -> list[float]:
+    """``"10.5,20,3e4"`` → ``[10.5, 20.0, 30000.0]``: finite numbers (a position in a coordinate space)."""
+    try:
+        values = [float(v) for v in text.replace(" ", "").split(",") if v != ""]
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"expected comma-separated numbers like 10,20.5,30, got {text!r}") from exc
+    if not values or not all(math.isfinite(v) for v in values):
+        raise argparse.ArgumentTypeError(f"expected finite numbers like 10,20.5,30, got {text!r}")
+    return values
 
 
 def parse_shape(text: str) -> list[int]:
@@ -158,6 +174,29 @@ def parse_size(text: str) -> int:
     return value
 
 
+_SIDES: dict[str, Resolution] = {"ours": "ours", "theirs": "theirs", "both": "both"}
+
+
+def parse_resolutions(items: Sequence[str] | None) -> dict[str, Resolution]:
+    """``--resolve KIND:ID=SIDE`` (repeatable) → ``{"body:123": "ours"}``: one syntax for every merge verb.
+
+    Raises
+    ------
+    ArgumentError
+        Naming the item and the syntax, for a KIND other than body/supervoxel, an ID that is not an
+        integer, or a SIDE other than ours/theirs/both.
+    """
+    out: dict[str, Resolution] = {}
+    for item in items or ():
+        key, sep, side = item.partition("=")
+        kind, colon, label = key.partition(":")
+        if not sep or not colon or kind not in ("body", "supervoxel") or not label.isdigit() or side not in _SIDES:
+            raise ArgumentError(f"--resolve takes KIND:ID=SIDE with KIND body or supervoxel and SIDE "
+                                f"ours|theirs|both (e.g. body:123=ours), got {item!r}")
+        out[f"{kind}:{int(label)}"] = _SIDES[side]
+    return out
+
+
 def read_argument_file(path: str | Path, what: str) -> bytes:
     """The bytes of a file named on the command line (``--file``, a seeds or voxel list, ``@spec.json``).
 
@@ -174,7 +213,16 @@ def read_argument_file(path: str | Path, what: str) -> bytes:
 
 
 # -- options several verbs take ---------------------------------------------------------------------------
-REPOSITORY = arg("path", help="repository directory")
+REPOSITORY = arg("path", metavar="REPO", help="repository directory")
+#: A version: every verb that reads or edits at a version names it right after the repository.
+REF = arg("ref", metavar="REF", help="version: branch name (its head) or UUID prefix")
+#: The labelmap instance: a positional after the version(s) where it is required (``body merge REPO REF
+#: LABELMAP``), ``--labelmap`` where a repository's only labelmap is the default (``export``, ``serve``).
+LABELMAP = arg("name", metavar="LABELMAP", help="labelmap instance name")
+LABELMAP_HELP = "labelmap instance (default: the repository's only one)"
+RESOLVE = arg("--resolve", action="append", metavar="KIND:ID=SIDE",
+              help="resolve one conflict: body:123=ours (keep mine), =theirs (keep theirs) or =both (their edits "
+                   "after mine); KIND is body or supervoxel (repeatable)")
 QUIET = arg("--quiet", action="store_true", help="no progress on stderr")
 SCHEDULER = arg("--scheduler", metavar="ADDR",
                 help="'threads' (default), 'sync' or a dask.distributed scheduler address like tcp://host:8786")

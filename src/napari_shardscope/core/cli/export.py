@@ -13,6 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from napari_shardscope.core.cli.common import (
+    LABELMAP,
+    LABELMAP_HELP,
     QUIET,
     REPOSITORY,
     SCHEDULER,
@@ -24,7 +26,7 @@ from napari_shardscope.core.cli.common import (
     progress_unless_quiet,
     read_argument_file,
 )
-from napari_shardscope.core.cli.parser import Verb, arg
+from napari_shardscope.core.cli.parser import Verb, arg, deprecated_option
 from napari_shardscope.core.encoding import DEFAULT_GZIP_LEVEL
 from napari_shardscope.core.errors import EXIT_OK, ArgumentError, MetadataError
 from napari_shardscope.core.export.precomputed import export_precomputed
@@ -38,21 +40,29 @@ from napari_shardscope.core.versioned.repository import MARKER_FILE
 
 
 def export_source(args: argparse.Namespace) -> ExportSource:
-    """A volume, or with ``--labelmap`` a labelmap version of the repository at SOURCE."""
+    """A volume, or a labelmap version of the repository at SOURCE (``--labelmap``, default its only one)."""
     is_repo = (Path(args.source) / MARKER_FILE).is_file()
-    if args.labelmap is None:
-        given = [opt for opt, value in (("--version", args.version), ("--supervoxels", args.supervoxels),
-                                        ("--allow-open", args.allow_open)) if value]
-        if given:
-            raise ArgumentError(f"{', '.join(given)}: only for a labelmap export; add --labelmap NAME "
-                                "(with SOURCE a repository directory)")
-        if is_repo:
-            raise ArgumentError(f"{args.source} is a repository: name the labelmap to export with --labelmap NAME")
-        return VolumeSource(args.source)
     if not is_repo:
-        raise ArgumentError(f"--labelmap needs SOURCE to be a repository directory; {args.source} is not one")
-    return labelmap_source(args.source, args.labelmap, args.version or "main",
+        given = [opt for opt, value in (("--labelmap", args.labelmap), ("--version", args.version),
+                                        ("--supervoxels", args.supervoxels), ("--allow-open", args.allow_open))
+                 if value]
+        if given:
+            raise ArgumentError(f"{', '.join(given)}: only for a labelmap export, with SOURCE a repository "
+                                f"directory; {args.source} is not one")
+        return VolumeSource(args.source)
+    name = args.labelmap or only_labelmap(args.source)
+    return labelmap_source(args.source, name, args.version or "main",
                            labels="supervoxels" if args.supervoxels else "bodies", allow_open=args.allow_open)
+
+
+def only_labelmap(path: str) -> str:
+    """The repository's one labelmap instance (what ``--labelmap`` defaults to), or a bad argument naming them."""
+    with open_repository(path) as repo:
+        names = [i.name for i in repo.instances() if i.type == "labelmap"]
+    if len(names) != 1:
+        raise ArgumentError(f"{path} holds {len(names)} labelmaps ({', '.join(names) or 'none'}): "
+                            "name one with --labelmap LABELMAP")
+    return names[0]
 
 
 def parse_sharding_option(text: str) -> ShardingSpec | list[ShardingSpec]:
@@ -128,19 +138,19 @@ def cmd_index(args: argparse.Namespace) -> int:
     from napari_shardscope.core.labelmap.index_job import build_label_index
 
     with open_repository(args.path) as repo:
-        if index_meta(repo, args.name) is not None and not args.force:
+        if index_meta(repo, args.name) is not None and not args.overwrite:
             meta = index_meta(repo, args.name)
             built = False
         else:
             build_label_index(repo, args.name, scheduler=args.scheduler, num_workers=args.workers,
-                              progress=progress_unless_quiet(args, "index"), overwrite=args.force)
+                              progress=progress_unless_quiet(args, "index"), overwrite=args.overwrite)
             meta = index_meta(repo, args.name)
             built = True
     assert meta is not None
     if args.json:
         print_json({**meta, "built": built})
     else:
-        state = "built" if built else "already built (--force rebuilds it)"
+        state = "built" if built else "already built (--overwrite rebuilds it)"
         print(f"base index of {args.name} {state}: {meta['supervoxels']} supervoxels, {meta['voxels']} voxels, "
               f"largest id {meta['max_id']}")
     return EXIT_OK
@@ -151,11 +161,8 @@ def cmd_export_meshes(args: argparse.Namespace) -> int:
     from napari_shardscope.core.export.meshes import export_meshes
     from napari_shardscope.core.labelmap import open_labelmap
 
+    name = args.labelmap or only_labelmap(args.path)
     with open_repository(args.path) as repo:
-        names = [i.name for i in repo.instances() if i.type == "labelmap"]
-        name = args.labelmap or (names[0] if len(names) == 1 else None)
-        if name is None:
-            raise ArgumentError(f"the repository holds labelmaps {names}: name one with --labelmap NAME")
         lm = open_labelmap(repo, name)
         report = export_meshes(lm, args.version or "main", args.dest, bodies=args.bodies, overwrite=args.overwrite,
                                lod=args.lod, progress=progress_unless_quiet(args, "export-meshes"))
@@ -172,7 +179,7 @@ VERBS = (
     Verb("export-meshes", cmd_export_meshes, "write a version's changed bodies as sharded multilod Draco meshes", (
         REPOSITORY,
         arg("dest", help="new mesh directory (inside an exported precomputed volume, its info is linked to it)"),
-        arg("--labelmap", metavar="NAME", help="labelmap instance (default: the repository's only one)"),
+        arg("--labelmap", metavar="LABELMAP", help=LABELMAP_HELP),
         arg("--version", metavar="REF", help="version (branch name = its head, or a UUID prefix; default main)"),
         arg("--bodies", type=parse_coords, metavar="ID,ID,...",
             help="these bodies instead of the ones the version changed"),
@@ -206,7 +213,8 @@ VERBS = (
         WORKERS,
         arg("--overwrite", action="store_true", help="replace an existing dataset at DEST"),
         arg("--xyz", action="store_true", help="--chunk and --shard-shape in Neuroglancer's x,y,z order"),
-        arg("--labelmap", metavar="NAME", help="SOURCE is a repository: export this labelmap instance at --version"),
+        arg("--labelmap", metavar="LABELMAP",
+            help="SOURCE is a repository: export this labelmap instance at --version (default: its only one)"),
         arg("--version", metavar="REF",
             help="version to export (branch name = its head, or a UUID prefix; default main)"),
         arg("--supervoxels", action="store_true",
@@ -220,10 +228,11 @@ VERBS = (
        "dask.distributed scheduler."),
     Verb("index", cmd_index, "build a labelmap's base label index as a Dask job (threads or a distributed cluster)", (
         REPOSITORY,
-        arg("name", help="labelmap instance name"),
+        LABELMAP,
         SCHEDULER,
         WORKERS,
-        arg("--force", action="store_true", help="rebuild an index that is already stored"),
+        arg("--overwrite", action="store_true", help="rebuild an index that is already stored"),
+        deprecated_option("--force", "--overwrite", dest="overwrite", switch=True),
         QUIET,
     ), description="Count every scale-0 block of the labelmap's base segmentation as a Dask job (one task per run "
        "of blocks; the threaded scheduler unless --scheduler names a dask.distributed scheduler) and "

@@ -19,6 +19,7 @@ from napari_shardscope.core.cli.common import (
     XYZ,
     emit,
     parse_coords,
+    parse_floats,
     parse_uint64,
     print_json,
     print_json_line,
@@ -26,7 +27,7 @@ from napari_shardscope.core.cli.common import (
 )
 from napari_shardscope.core.cli.parser import Arg, OneOf, Verb, arg
 from napari_shardscope.core.errors import EXIT_CHECK_FAILED, EXIT_OK, ArgumentError
-from napari_shardscope.core.formats import Dataset, open_dataset
+from napari_shardscope.core.formats import Dataset, DatasetInspector, open_dataset
 
 RECORD_HELP = ("records give positions in the format's own order (precomputed and N5 x,y,z, absolute; zarr in "
                "its shape order) and voxel_zyx in the reader's")
@@ -50,6 +51,7 @@ _GEOMETRY = (
     "voxel_offset",
     "resolution",
     "chunk_size",
+    "chunk_shape",
     "shard_shape",
     "inner_chunk_shape",
     "blockSize",
@@ -61,6 +63,9 @@ _GEOMETRY = (
 _SUMMARY = (
     "shards_present",
     "num_shards",
+    "chunk_files",
+    "chunks_present",
+    "num_chunks",
     "chunks",
     "data_bytes",
     "shards",
@@ -81,6 +86,8 @@ def print_inspect(result: dict[str, Any]) -> None:
     if "type" in result:
         head += f"  {result['type']} {result.get('data_type')} x{result.get('num_channels')}"
     print(head)
+    if isinstance(result.get("annotations"), dict):
+        print_annotation_summary(result["annotations"])
     for sc in result.get("scales", []):
         geometry = "  ".join(f"{f}={_short(sc[f])}" for f in _GEOMETRY if sc.get(f) is not None)
         print(f"  scale {sc.get('key') or sc.get('path') or '(root)'}  {geometry}")
@@ -93,6 +100,9 @@ def print_inspect(result: dict[str, Any]) -> None:
         for field in ("codecs", "index_codecs"):
             if isinstance(sc.get(field), list):
                 print(f"    {field} " + " -> ".join(_codec_name(c) for c in sc[field]))
+        if sc.get("chunk_files") is not None and "shards_present" not in sc:  # unsharded: one file per chunk
+            data = f"; {sc['data_bytes']} data bytes" if sc.get("data_bytes") is not None else ""
+            print(f"    {sc['chunk_files']} chunk files; {sc.get('num_chunks', '?')} chunks in the grid{data}")
         if "shards_present" in sc:
             print(
                 f"    {sc['shards_present']} shard files present of {sc.get('num_shards', '?')}; "
@@ -105,6 +115,23 @@ def print_inspect(result: dict[str, Any]) -> None:
             if k not in _GEOMETRY and k not in _SUMMARY and v is not None and not isinstance(v, (dict, list)):
                 print(f"    {k}: {v}")
     print(f"  read {result.get('bytes_read', 0)} bytes in {result.get('requests', '?')} requests")
+
+
+def print_annotation_summary(summary: dict[str, Any]) -> None:
+    """The schema of an annotation collection, in two or three lines."""
+    dims = ", ".join(f"{name} {_number(scale)} {unit}".rstrip()
+                     for name, (scale, unit) in summary["dimensions"].items())
+    print(f"  annotations {summary['annotation_type']} in {summary['rank']} dimensions ({dims}); bounds "
+          f"{_short(summary['lower_bound'])} .. {_short(summary['upper_bound'])}; "
+          f"{summary['spatial_levels']} spatial levels")
+    props = [f"{p['id']} {p['type']}" + (f" (enum of {len(p['enum_values'])})" if "enum_values" in p else "")
+             for p in summary["properties"]]
+    print(f"  properties: {', '.join(props) if props else 'none'}; relationships: "
+          f"{', '.join(summary['relationships']) if summary['relationships'] else 'none'}")
+
+
+def _number(value: Any) -> str:
+    return f"{value:g}" if isinstance(value, float) else str(value)
 
 
 def _short(value: Any) -> str:
@@ -124,23 +151,37 @@ def _codec_name(codec: Any) -> str:
 
 
 def print_record(record: Any) -> None:
-    """One ``field: value`` line per field (lists inline) — the human form of a JSON record."""
+    """One ``field: value`` line per field (lists inline) — the human form of a JSON record. Byte ranges are
+    half-open, ``[start, end)``, as ``ls`` and the shard browser print them."""
     records = record if isinstance(record, list) else [record]
     for i, rec in enumerate(records):
         if i:
             print()
         for key in sorted(rec):
-            print(f"{key}: {_short(rec[key]) if rec[key] is not None else '-'}")
+            value = rec[key]
+            if value is None:
+                text = "-"
+            elif key.endswith("byte_range") and isinstance(value, list) and len(value) == 2:
+                text = f"[{value[0]}, {value[1]})"
+            else:
+                text = _short(value)
+            print(f"{key}: {text}")
 
 
 def cmd_locate(args: argparse.Namespace) -> int:
     dataset = open_dataset(args.path)
     result: Any
-    if args.voxel is not None:
-        native, index = _native_voxel(args)
-        result = {**dataset.inspector().locate_voxel(native, args.scale), "voxel_zyx": list(index)}
+    if args.annotation is not None or args.cell is not None or args.point is not None:
+        result = _locate_annotation(dataset.inspector(), args)
+    elif args.voxel is not None:
+        if getattr(dataset.inspector(), "annotation_info", None) is not None:
+            raise ArgumentError("a precomputed annotation collection is keyed by id, not by voxel: locate "
+                                "--point X,Y,Z, --cell I,J,K, --annotation ID or --segment ID")
+        result = dataset.locate_voxel(_reader_voxel(dataset, args), args.scale)
     else:
         result = _locate_by_id(dataset, args)
+        if "grid_position" in result:  # a chunk id: its grid position in the reader's order too
+            result = dataset.geometry(result.get("scale")).reader_record(result)
     if args.json:
         print_json(result)
     else:
@@ -148,26 +189,36 @@ def cmd_locate(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _native_voxel(args: argparse.Namespace) -> tuple[list[int], tuple[int, ...]]:
-    """``--voxel`` (z,y,x from 0, or with ``--xyz`` x,y,z absolute) → the format's own coordinates, and the
-    reader's index."""
-    from napari_shardscope.core.layout import open_layout
-
-    geo = open_layout(args.path).geometry(args.scale)
+def _reader_voxel(dataset: Dataset, args: argparse.Namespace) -> tuple[int, ...]:
+    """``--voxel`` as the reader's index (z, y, x from 0): as typed, or with ``--xyz`` Neuroglancer's x, y, z
+    (absolute: a precomputed voxel_offset included) turned around."""
+    geo = dataset.geometry(args.scale)
     values = [int(v) for v in args.voxel]
     wanted = geo.ndim if geo.ndim <= 3 else 3  # a channel axis before z, y, x is taken at 0
     if len(values) not in (wanted, geo.ndim):
         order = ",".join(reversed(geo.array_axes[-wanted:]) if args.xyz else geo.array_axes[-wanted:])
         raise ArgumentError(f"--voxel takes {wanted} coordinates ({order}) for scale {geo.scale!r}, got {args.voxel}")
-    if args.xyz:
-        values.reverse()
-        values = [0] * (geo.ndim - len(values)) + values
-        array_origin = geo.to_array_order(geo.origin)
-        index = tuple(v - o for v, o in zip(values, array_origin, strict=True))
-    else:
-        index = tuple([0] * (geo.ndim - len(values)) + values)
-    fmt = geo.to_format_order(index)
-    return [int(i) + o for i, o in zip(fmt, geo.origin, strict=True)], index[-3:]
+    if not args.xyz:
+        return tuple(values)
+    values.reverse()
+    values = [0] * (geo.ndim - len(values)) + values
+    array_origin = geo.to_array_order(geo.origin)
+    return tuple(v - o for v, o in zip(values, array_origin, strict=True))
+
+
+def _locate_annotation(inspector: DatasetInspector, args: argparse.Namespace) -> Any:
+    """``--annotation ID``, ``--cell I,J,K`` and ``--point X,Y,Z`` of a precomputed annotation collection."""
+    # Only an annotation collection's inspector has an ``annotation_info`` (the same test as --voxel's): asked
+    # of the object, not its class, so no format's class is named outside its package.
+    if getattr(inspector, "annotation_info", None) is None:
+        raise ArgumentError("--annotation, --cell and --point apply to precomputed annotation collections "
+                            "(neuroglancer_annotations_v1)")
+    located: Any = inspector
+    if args.annotation is not None:
+        return located.locate_annotation(args.annotation)
+    if args.cell is not None:
+        return located.locate_cell(args.cell, args.scale)
+    return located.locate_point(args.point, args.scale)
 
 
 def _locate_by_id(dataset: Dataset, args: argparse.Namespace) -> Any:
@@ -178,9 +229,13 @@ def _locate_by_id(dataset: Dataset, args: argparse.Namespace) -> Any:
 
 
 def cmd_ls(args: argparse.Namespace) -> int:
-    inspector = open_dataset(args.path).inspector()
+    dataset = open_dataset(args.path)
+    inspector = dataset.inspector()
     filters = {k: v for k, v in (("shard", args.shard), ("minishard", args.minishard)) if v is not None}
-    for rec in inspector.list_chunks(args.scale, **filters):
+    geometries = {key: dataset.geometry(key) for key in dataset.layout_backend().spatial_scales()}
+    for found in inspector.list_chunks(args.scale, **filters):
+        geo = geometries.get(str(found.get("scale")))
+        rec = geo.reader_record(found) if geo is not None else found  # a segment-keyed record has no voxels
         if args.json:
             print_json_line(rec)
         else:
@@ -190,12 +245,17 @@ def cmd_ls(args: argparse.Namespace) -> int:
 
 def _ls_line(rec: dict[str, Any]) -> str:
     if "byte_range" in rec and rec.get("byte_range") is not None:
-        where = rec.get("shard_file") or rec.get("shard_key")
+        where = rec.get("shard_file") or rec.get("shard_key") or rec.get("chunk_key")
         start, end = rec["byte_range"]
         ident = rec.get("chunk_id", rec.get("inner_chunk"))
-        extra = f" shard={rec['shard']} minishard={rec['minishard']}" if "minishard" in rec else ""
-        pos = f" grid={rec['grid_position']}" if rec.get("grid_position") is not None else ""
-        return f"{where} [{start}, {end}) {end - start} bytes  chunk={ident}{extra}{pos}"
+        parts = [f"{where} bytes [{start}, {end}) ({end - start} bytes)"]
+        if ident is not None:
+            parts.append(f"chunk={_short(ident)}")
+        if "minishard" in rec:
+            parts.append(f"shard={rec['shard']} minishard={rec['minishard']}")
+        if rec.get("grid_position") is not None:
+            parts.append(f"grid={_short(rec['grid_position'])}")
+        return " ".join(parts)
     key = rec.get("chunk_key") or rec.get("block_path")
     return f"{key} {rec.get('size')} bytes"
 
@@ -233,9 +293,18 @@ VERBS = (
                 help="a precomputed chunk id (compressed Morton code of the grid position)"),
             arg("--segment", type=parse_uint64, metavar="ID",
                 help="a segment id: its mesh, skeleton or annotations (precomputed)"),
+            arg("--annotation", type=parse_uint64, metavar="ID",
+                help="an annotation id: where by_id stores it (precomputed annotations)"),
+            arg("--cell", type=parse_coords, metavar="I,J,K",
+                help="a spatial index cell of the level --scale names (default: the finest; precomputed "
+                     "annotations)"),
+            arg("--point", type=parse_floats, metavar="X,Y,Z",
+                help="a position in the annotations' coordinates: the cell holding it at every spatial level "
+                     "(or the --scale one)"),
         ), required=True),
         XYZ,
-    ), description="Where the chunk holding a voxel (or a chunk id / segment id) is stored: "
+    ), description="Where the chunk holding a voxel (or a chunk id / segment id; of annotations, an annotation "
+       "id, a spatial cell or the cells holding a point) is stored: "
        "shard file, minishard and byte range [start, end). " + COORDS_HELP + "; " + RECORD_HELP + ".",
        epilog=COORDS_HELP),
     Verb("ls", cmd_ls, "list stored chunks with their byte ranges", (

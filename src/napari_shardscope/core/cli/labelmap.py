@@ -1,24 +1,27 @@
 """``shardscope labelmap ...`` and the proofreading verbs, on a repository from a shell.
 
-Commands (REPO: repository directory; REF: branch name (its head) or UUID prefix; NAME: instance)::
+Commands (REPO: repository directory; REF: branch name (its head) or UUID prefix; LABELMAP: the
+labelmap instance, always after the version(s) it is read at)::
 
-    shardscope labelmap create REPO NAME BASE_URL [--agglomeration bodies.json] [--id-start N] [--block 64]
-    shardscope labelmap info REPO NAME [REF]
-    shardscope label REPO REF NAME Z Y X [--scale S] [--xyz]
-    shardscope body merge REPO REF NAME TARGET OTHER...
-    shardscope body cleave REPO REF NAME BODY SV...
-    shardscope body split REPO REF NAME BODY SEEDS [--xyz]    # SEEDS: .json {"1": [[z,y,x], ...], "2": ...}
-    shardscope body split-supervoxel REPO REF NAME SV VOXELS [--xyz]   # VOXELS: .npy or .json, (N, 3) z y x
-    shardscope body size|history REPO REF NAME BODY
-    shardscope undo|redo REPO REF NAME
-    shardscope diff REPO A B NAME                             # edits and bodies only in A / only in B
-    shardscope branch merge REPO OURS THEIRS NAME [--resolve body:123=ours|theirs|both ...] [--policy ...]
+    shardscope labelmap create REPO LABELMAP BASE_URL [--agglomeration bodies.json] [--id-start N] [--block 64]
+    shardscope labelmap info REPO REF LABELMAP               # (REPO LABELMAP: configuration only)
+    shardscope labelmap index REPO LABELMAP [--overwrite]
+    shardscope label REPO REF LABELMAP Z Y X [--scale KEY] [--xyz]
+    shardscope body merge REPO REF LABELMAP TARGET OTHER...
+    shardscope body cleave REPO REF LABELMAP BODY SV...
+    shardscope body split REPO REF LABELMAP BODY SEEDS [--xyz]    # SEEDS: .json {"1": [[z,y,x], ...], "2": ...}
+    shardscope body split-supervoxel REPO REF LABELMAP SV VOXELS [--xyz]   # VOXELS: .npy or .json, (N, 3) z y x
+    shardscope body size|history REPO REF LABELMAP BODY
+    shardscope undo|redo REPO REF LABELMAP
+    shardscope diff REPO A B LABELMAP                         # edits and bodies only in A / only in B
+    shardscope branch merge REPO OURS THEIRS LABELMAP [--resolve body:123=ours|theirs|both ...] [--policy ...]
 
 One meaning per noun: ``body merge`` joins bodies, ``branch merge`` joins two branches' labelmap
-edits (``repo merge`` joins versions key by key). The old spellings ``merge``, ``split-body`` and
-``merge-branches`` still work and print a deprecation line on stderr; ``cleave``, ``size``,
-``history`` and ``split-supervoxel`` are also top-level verbs. Voxels are z, y, x as the reader
-indexes the base (from 0), or with ``--xyz`` Neuroglancer's x, y, z (absolute).
+edits (``repo merge`` joins versions key by key). The old spellings ``merge``, ``split-body``,
+``merge-branches``, the top-level ``cleave``, ``size``, ``history``, ``split-supervoxel`` and
+``index``, and ``labelmap info REPO LABELMAP REF`` still work and print a deprecation line on
+stderr. Voxels are z, y, x as the reader indexes the base (from 0), or with ``--xyz``
+Neuroglancer's x, y, z (absolute); ``--scale`` is a scale key, as for ``inspect``.
 
 (``index`` / ``labelmap index``, a Dask job, lives in :mod:`.export`.) ``--json`` prints one JSON
 document; ``--user`` names who edits (default ``$SHARDSCOPE_USER`` or the login). Errors exit with
@@ -33,7 +36,6 @@ from __future__ import annotations
 import argparse
 import io
 import sys
-from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -41,15 +43,21 @@ import numpy.typing as npt
 
 from napari_shardscope.core.cli.common import (
     COORDS_HELP,
+    LABELMAP,
+    QUIET,
+    REF,
     REPOSITORY,
+    RESOLVE,
     XYZ,
     neuroglancer_origin,
+    parse_resolutions,
     print_json,
+    progress_unless_quiet,
     read_argument_file,
     reader_voxel,
     reader_voxels,
 )
-from napari_shardscope.core.cli.parser import Arg, Verb, VerbGroup, arg
+from napari_shardscope.core.cli.parser import Arg, Verb, VerbGroup, arg, deprecated
 from napari_shardscope.core.errors import EXIT_OK, ArgumentError, MetadataError, ShardscopeError
 from napari_shardscope.core.json_document import load_json, load_json_object
 from napari_shardscope.core.labelmap import (
@@ -60,6 +68,7 @@ from napari_shardscope.core.labelmap import (
     create_labelmap,
     open_labelmap,
 )
+from napari_shardscope.core.labelmap.config import TYPE_NAME
 from napari_shardscope.core.labelmap.opening import index_meta
 from napari_shardscope.core.proofreading.wording import describe_bounds, describe_branch_merge, plural
 from napari_shardscope.core.versioned import Repository, open_repository
@@ -161,13 +170,10 @@ def _read_seeds(path: str) -> dict[int, npt.NDArray[np.int64]]:
 
 
 def cmd_create(args: argparse.Namespace) -> int:
-    def progress(done: int, total: int) -> None:
-        if not args.json and sys.stderr.isatty():
-            print(f"\rindexing base: {done}/{total} blocks", end="" if done < total else "\n", file=sys.stderr)
-
     with open_repository(args.path) as repo:
         lm = create_labelmap(repo, args.name, args.base, agglomeration=args.agglomeration, id_start=args.id_start,
-                             block=args.block, build_index=not args.no_index, progress=progress)
+                             block=args.block, build_index=not args.no_index,
+                             progress=progress_unless_quiet(args, "index base"))
         info = _info(repo, lm)
     if args.json:
         print_json(info)
@@ -181,8 +187,24 @@ def _info(repo: Repository, lm: Labelmap) -> dict[str, Any]:
     return {"name": lm.name, **lm.config.to_json(), "index": index_meta(repo, lm.name)}
 
 
+def _info_arguments(repo: Repository, args: argparse.Namespace) -> tuple[str | None, str]:
+    """``(ref, labelmap)`` of ``labelmap info REPO [REF] LABELMAP``; the old order ``REPO LABELMAP REF`` is still
+    understood (when its second word names a labelmap and the first does not), after a deprecation line."""
+    if len(args.words) > 2:
+        raise ArgumentError(f"labelmap info takes REPO [REF] LABELMAP, got {len(args.words) + 1} arguments")
+    first, second = args.words if len(args.words) == 2 else (None, args.words[0])
+    if first is not None:
+        names = {i.name for i in repo.instances() if i.type == TYPE_NAME}
+        if second not in names and first in names:
+            print(f"shardscope labelmap info: deprecated order, use 'shardscope labelmap info REPO {second} {first}' "
+                  "(the version before the labelmap, as in every other verb)", file=sys.stderr)
+            return second, first
+    return first, second
+
+
 def cmd_info(args: argparse.Namespace) -> int:
     with open_repository(args.path) as repo:
+        args.ref, args.name = _info_arguments(repo, args)
         lm = open_labelmap(repo, args.name)
         info = _info(repo, lm)
         if args.ref is not None:
@@ -207,20 +229,30 @@ def cmd_info(args: argparse.Namespace) -> int:
 # -- reads ----------------------------------------------------------------------------------------------
 
 
+def _scale_index(v: LabelmapVersion, key: str | None) -> int:
+    """The index of scale ``key`` (``None``: the finest); an unknown key is a bad argument listing the keys."""
+    keys = [s.key for s in v.scales]
+    if key is None:
+        return 0
+    if key not in keys:
+        raise ArgumentError(f"--scale takes a scale key; {key!r} is not one of {', '.join(keys)}")
+    return keys.index(key)
+
+
 def cmd_label(args: argparse.Namespace) -> int:
     repo, _, v = _open(args)
     with repo:
+        scale = _scale_index(v, args.scale)
         typed = (args.z, args.y, args.x)
-        ok_scale = 0 <= args.scale < len(v.scales)
-        z, y, x = reader_voxel(typed, xyz=args.xyz, origin=_origin(v, args.scale) if ok_scale else (0, 0, 0))
+        z, y, x = reader_voxel(typed, xyz=args.xyz, origin=_origin(v, scale))
         voxel = (z, y, x)
-        shape = v.scales[args.scale].shape if 0 <= args.scale < len(v.scales) else None
-        if shape is None or not all(0 <= c < n for c, n in zip(voxel, shape, strict=True)):
-            raise ArgumentError(f"voxel {voxel} is outside scale {args.scale} (shape {shape})")
-        sv = v.supervoxel_at(voxel, args.scale)
+        shape = v.scales[scale].shape
+        if not all(0 <= c < n for c, n in zip(voxel, shape, strict=True)):
+            raise ArgumentError(f"voxel {voxel} (z, y, x) is outside scale {v.scales[scale].key} (shape {shape})")
+        sv = v.supervoxel_at(voxel, scale)
         body = v.body_of(sv)
     if args.json:
-        print_json({"voxel": list(voxel), "scale": args.scale, "supervoxel": sv, "body": body})
+        print_json({"voxel": list(voxel), "scale": v.scales[scale].key, "supervoxel": sv, "body": body})
     else:
         print(f"supervoxel {sv} body {body}")
     return EXIT_OK
@@ -341,16 +373,6 @@ def cmd_diff(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _parse_resolutions(items: list[str]) -> dict[str, str]:
-    out: dict[str, str] = {}
-    for item in items:
-        key, sep, side = item.partition("=")
-        if not sep or side not in ("ours", "theirs", "both") or not key.startswith(("body:", "supervoxel:")):
-            raise ArgumentError(f"--resolve takes KIND:ID=ours|theirs|both (e.g. body:123=ours), got {item!r}")
-        out[key] = side
-    return out
-
-
 def _show_unresolved(args: argparse.Namespace, exc: BranchMergeConflictError) -> None:
     """The conflicts a merge left unresolved, one line each on stdout (``--json`` lists them instead,
     through :func:`branch_merge_conflicts_json`); the error itself is then reported like any other."""
@@ -386,7 +408,7 @@ def cmd_merge_branches(args: argparse.Namespace) -> int:
         resolve_branch_merge,
     )
 
-    resolutions = _parse_resolutions(args.resolve or [])
+    resolutions = parse_resolutions(args.resolve)
     repo = open_repository(args.path)
     with repo:
         lm = open_labelmap(repo, args.name)
@@ -404,7 +426,7 @@ def cmd_merge_branches(args: argparse.Namespace) -> int:
                 for w in describe_conflicts(plan):
                     print(f"  conflict {w.key}: mine: {w.mine}; theirs: {w.theirs}")
             try:
-                outcome = resolve_branch_merge(lm, plan, resolutions=resolutions,  # type: ignore[arg-type]
+                outcome = resolve_branch_merge(lm, plan, resolutions=resolutions,
                                                policy=args.policy)
             except BranchMergeConflictError as exc:
                 _show_unresolved(args, exc)
@@ -417,7 +439,7 @@ def cmd_merge_branches(args: argparse.Namespace) -> int:
                       f"(dry run: nothing written)")
             return EXIT_OK
         try:
-            result = merge_branches(lm, args.ours, args.theirs, resolutions=resolutions,  # type: ignore[arg-type]
+            result = merge_branches(lm, args.ours, args.theirs, resolutions=resolutions,
                                     policy=args.policy, branch=args.branch, user=args.user)
         except BranchMergeConflictError as exc:
             _show_unresolved(args, exc)
@@ -431,20 +453,11 @@ def cmd_merge_branches(args: argparse.Namespace) -> int:
 
 
 # -- verbs ----------------------------------------------------------------------------------------------
-REF = arg("ref", help="version: branch name (its head) or UUID prefix")
-NAME = arg("name", help="labelmap instance name")
+NAME = LABELMAP
 USER = arg("--user", default=None, help="who edits (default $SHARDSCOPE_USER or the login name)")
 #: Where a read or an edit happens: a labelmap instance at a version of a repository.
 _AT: tuple[Arg, ...] = (REPOSITORY, REF, NAME)
 _EDIT: tuple[Arg, ...] = (*_AT, USER)
-
-def deprecated(verb: Verb, old: str, new: str) -> Verb:
-    """``verb`` under its old top-level name ``old``: it runs the same, after one line on stderr naming ``new``."""
-    def run(args: argparse.Namespace) -> int:
-        print(f"shardscope {old}: deprecated spelling, use 'shardscope {new}' (same arguments)", file=sys.stderr)
-        return verb.run(args)
-
-    return replace(verb, name=old, run=run, help=f"deprecated: use '{new}'", also_in=())
 
 
 _VOXELS_HELP = "file with an (N, 3) list of scale-0 voxels z, y, x (x, y, z with --xyz)"
@@ -453,7 +466,7 @@ LABEL = Verb("label", cmd_label, "supervoxel and body at a voxel (z y x)", (
     arg("z", type=int, help="z (x with --xyz)"),
     arg("y", type=int),
     arg("x", type=int, help="x (z with --xyz)"),
-    arg("--scale", type=int, default=0, help="scale index (default 0)"),
+    arg("--scale", metavar="KEY", default=None, help="scale key, as inspect lists it (default: the finest)"),
     XYZ,
 ), description="The supervoxel and body at a voxel. " + COORDS_HELP + ".")
 BODY_MERGE = Verb("merge", cmd_merge, "merge bodies into a target body", (
@@ -483,9 +496,7 @@ BRANCH_MERGE = Verb("merge", cmd_merge_branches,
     arg("ours", help="my branch (its head) or version; must be committed"),
     arg("theirs", help="their branch or version; must be committed"),
     NAME,
-    arg("--resolve", action="append", metavar="KIND:ID=SIDE",
-        help="resolve one conflict: body:123=ours (keep mine), =theirs (keep theirs) or =both (their edits after "
-             "mine) (repeatable)"),
+    RESOLVE,
     arg("--policy", choices=("fail", "ours", "theirs"), default="fail",
         help="side for conflicts not resolved one by one (default: fail, report them)"),
     arg("--branch", default=None, help="start a new branch for the merge version"),
@@ -509,10 +520,13 @@ VERBS = (
             arg("--id-start", type=int, default=None, help="first new id (default: above every base id)"),
             arg("--block", type=int, default=64, help="overlay block edge in voxels (default 64)"),
             arg("--no-index", action="store_true", help="build the base label index on first need instead"),
+            QUIET,
         )),
         Verb("info", cmd_info, "configuration, index and (with REF) a version's edit counts", (
-            REPOSITORY, NAME, arg("ref", nargs="?", default=None, help="version to describe"),
-        )),
+            REPOSITORY,
+            arg("words", nargs="+", metavar="[REF] LABELMAP",
+                help="the version to describe (optional) and the labelmap instance"),
+        ), usage="shardscope labelmap info [-h] [--json] REPO [REF] LABELMAP"),
     )),
     VerbGroup("body", "edit and read bodies: merge, cleave, split, size, history",
               "Body edits and reads on an open version of a labelmap (one meaning of 'merge': bodies).",
@@ -528,8 +542,8 @@ VERBS = (
     SIZE,
     Verb("diff", cmd_diff, "what changed between two versions: the edits and bodies on each side", (
         REPOSITORY,
-        arg("a", help="first version (branch name or UUID prefix)"),
-        arg("b", help="second version"),
+        arg("a", metavar="A", help="first version (branch name or UUID prefix)"),
+        arg("b", metavar="B", help="second version"),
         NAME,
     )),
     HISTORY,

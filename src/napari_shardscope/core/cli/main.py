@@ -18,18 +18,19 @@ passes as an extra module so that ``core`` never imports napari.
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import os
 import sys
 import traceback
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from napari_shardscope.core.bytestore import follow_symlinks
 from napari_shardscope.core.bytestore.context import remote_limits, set_remote_limits
 from napari_shardscope.core.cli.common import print_json
 from napari_shardscope.core.cli.parser import ErrorDetails, Handler, UsageError, build_parser
-from napari_shardscope.core.errors import EXIT_OK, ShardscopeError, exit_code_for, group_name
+from napari_shardscope.core.errors import EXIT_OK, Remedy, ShardscopeError, exit_code_for, group_name
 
 #: Set to ``1`` to see the traceback of an internal error (a bug) as well as its one line.
 DEBUG_VARIABLE = "SHARDSCOPE_DEBUG"
@@ -61,7 +62,8 @@ def run(argv: Sequence[str] | None = None, extra_modules: Iterable[str] = ()) ->
     except BrokenPipeError:  # output piped into `head`
         return EXIT_OK
     except Exception as exc:
-        return report_error(exc, f"shardscope {args.verb}", as_json=args.json, details=args.error_details)
+        return report_error(exc, f"shardscope {args.verb}", as_json=args.json, details=args.error_details,
+                            parser=args.verb_parser)
 
 
 def apply_global_options(args: Any) -> None:
@@ -75,11 +77,34 @@ def apply_global_options(args: Any) -> None:
         remote_limits()  # a bad SHARDSCOPE_TIMEOUT_S / SHARDSCOPE_RETRIES is an argument error now, not mid-read
 
 
-def report_error(exc: Exception, prefix: str, *, as_json: bool, details: ErrorDetails | None = None) -> int:
-    """Print ``exc`` as one line on stderr (and as a JSON document on stdout with ``--json``); its exit code."""
+def option_spelling(parser: argparse.ArgumentParser | None) -> Callable[[Remedy], str]:
+    """How the command line spells an error's :class:`~napari_shardscope.core.errors.Remedy`: the verb's own
+    option for that argument (``overwrite`` → ``--overwrite``, ``instance`` → ``--labelmap LABELMAP``), never
+    the library's ``overwrite=True``."""
+
+    def spell(remedy: Remedy) -> str:
+        flag = "--" + remedy.name.replace("_", "-")
+        value = None if remedy.value is True else str(remedy.value)
+        for action in parser._actions if parser is not None else ():
+            if action.dest == remedy.name and action.option_strings and action.help is not argparse.SUPPRESS:
+                flag = max(action.option_strings, key=len)
+                value = None if action.nargs == 0 else str(action.metavar or value or "VALUE")
+                break
+        return flag if value is None else f"{flag} {value}"
+
+    return spell
+
+
+def report_error(exc: Exception, prefix: str, *, as_json: bool, details: ErrorDetails | None = None,
+                 parser: argparse.ArgumentParser | None = None) -> int:
+    """Print ``exc`` as one line on stderr (and as a JSON document on stdout with ``--json``); its exit code.
+
+    An error that names a remedy says it in the command line's words (the option of ``parser``, the verb's).
+    """
     ours = isinstance(exc, ShardscopeError)
     debug = os.environ.get(DEBUG_VARIABLE, "") not in ("", "0")
-    message = one_line(str(exc))
+    text = exc.rendered(option_spelling(parser)) if isinstance(exc, ShardscopeError) else str(exc)
+    message = one_line(text)
     if debug:
         traceback.print_exception(exc, file=sys.stderr)
     if ours:
@@ -97,7 +122,7 @@ def report_error(exc: Exception, prefix: str, *, as_json: bool, details: ErrorDe
         if isinstance(exc, ShardscopeError) and details is not None:
             doc.update(details(exc))
         key = getattr(exc, "key", None) or getattr(exc, "path", None)  # a storage fault names its path
-        doc["error"] = {"group": group_name(exc), "message": str(exc), "key": _json_scalar(key),
+        doc["error"] = {"group": group_name(exc), "message": text, "key": _json_scalar(key),
                         "offset": _json_scalar(getattr(exc, "offset", None))}
         print_json(doc)
     return exit_code_for(exc)

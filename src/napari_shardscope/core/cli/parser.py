@@ -6,20 +6,27 @@ module-level ``VERBS`` tuple of :class:`Verb` and :class:`VerbGroup` records, ea
 :func:`arg` with argparse's own keywords. :func:`build_parser` turns them into subcommands, so the
 conventions every verb shares are applied here once, not remembered by each module: every verb
 gets ``--json`` (unless it has no machine-readable output, like the GUI verbs), usage errors are
-raised as :class:`UsageError` (an :class:`ArgumentError`, so they exit like one), and
-``shardscope --version`` prints the package version.
+raised as :class:`UsageError` (an :class:`ArgumentError`, so they exit like one), every ``--help``
+names the exit codes (the table in ``shardscope --help``, from :data:`~napari_shardscope.core.errors.EXIT_MEANINGS`),
+and ``shardscope --version`` prints the package version.
+
+One name per verb: a verb offered in a group (``body cleave``, ``labelmap index``) is spelt with its
+group; the same verb at the top level (``cleave``, ``index``) and the old spellings of
+:func:`deprecated` still run, hidden from ``--help``, after one line on stderr naming the spelling
+to use. Old option names (:func:`deprecated_option`) work the same way.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
-from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+import sys
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
 from typing import Any, NoReturn
 
 from napari_shardscope import __version__
-from napari_shardscope.core.errors import ArgumentError, ShardscopeError
+from napari_shardscope.core.errors import EXIT_MEANINGS, ArgumentError, ShardscopeError
 
 #: Runs a verb on its parsed arguments and returns the exit code (0, or 1 when a check found problems).
 Handler = Callable[[argparse.Namespace], int]
@@ -67,8 +74,11 @@ class Verb:
     Attributes
     ----------
     also_in
-        Names of :class:`VerbGroup` s that offer this verb as an action too (``labelmap index`` is
-        ``index``), so one declaration serves both spellings.
+        Names of :class:`VerbGroup` s that offer this verb as an action (``index`` is ``labelmap index``):
+        the group's spelling is the verb's name; the top-level one still runs, hidden from ``--help``,
+        as a deprecated alias.
+    hidden
+        Left out of the parent's ``--help`` (deprecated spellings).
     machine_output
         False for verbs with nothing to print as JSON (``open``, ``demo``): they get no ``--json``.
     error_details
@@ -85,6 +95,8 @@ class Verb:
     also_in: tuple[str, ...] = ()
     machine_output: bool = True
     error_details: ErrorDetails | None = None
+    hidden: bool = False
+    usage: str | None = None
 
 
 @dataclass(frozen=True)
@@ -115,12 +127,62 @@ class _Parser(argparse.ArgumentParser):
         raise UsageError(message, self)
 
 
+# -- old spellings ------------------------------------------------------------------------------------------
+def deprecated(verb: Verb, old: str, new: str) -> Verb:
+    """``verb`` under its old top-level name ``old``: hidden from ``--help``, it runs the same after one line
+    on stderr naming ``new``."""
+    def run(args: argparse.Namespace) -> int:
+        print(f"shardscope {old}: deprecated spelling, use 'shardscope {new}' (same arguments)", file=sys.stderr)
+        return verb.run(args)
+
+    return replace(verb, name=old, run=run, help=f"deprecated: use '{new}'", also_in=(), hidden=True)
+
+
+class _DeprecatedOption(argparse.Action):
+    """An old option name: stores into the new option's ``dest`` after one line on stderr naming the new one."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str, replacement: str = "", **kwargs: Any) -> None:
+        self.replacement = replacement
+        super().__init__(option_strings, dest, **kwargs)
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
+                 option_string: str | None = None) -> None:
+        print(f"{parser.prog}: {option_string} is deprecated, use {self.replacement}", file=sys.stderr)
+        setattr(namespace, self.dest, self.const if self.nargs == 0 else values)
+
+
+def deprecated_option(old: str, new: str, *, dest: str, switch: bool = False) -> Arg:
+    """The old name ``old`` of option ``new`` (same ``dest``): hidden from ``--help``, it still works.
+
+    ``switch``: the option takes no value (``--force`` for ``--overwrite``).
+    """
+    options: dict[str, Any] = {"dest": dest, "action": _DeprecatedOption, "replacement": new,
+                               "default": argparse.SUPPRESS, "help": argparse.SUPPRESS}
+    if switch:
+        options.update(nargs=0, const=True)
+    return arg(old, **options)
+
+
+# -- help texts ---------------------------------------------------------------------------------------------
+def exit_codes_table() -> str:
+    """The exit codes and their meaning, one per line (``shardscope --help``'s epilog)."""
+    return "exit codes:\n" + "\n".join(f"  {code:>2}  {word}: {sentence}" for code, word, sentence in EXIT_MEANINGS)
+
+
+#: The line every verb's ``--help`` ends with.
+EXIT_CODES_LINE = ("exit codes: " + ", ".join(f"{code} {word}" for code, word, _ in EXIT_MEANINGS)
+                   + " (shardscope --help explains them)")
+
+
 def build_parser(extra_modules: Iterable[str] = ()) -> argparse.ArgumentParser:
     """The full ``shardscope`` parser: the core verbs, then those of ``extra_modules``."""
     parser = _Parser(
         prog="shardscope",
         description="Inspect, open and proofread sharded connectomics volumes "
         "(Neuroglancer precomputed, Zarr v3 sharding_indexed, N5).",
+        epilog=exit_codes_table() + "\n\nEvery voxel is typed and printed z,y,x from 0 (the reader's array index); "
+        "byte ranges are [start, end).",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--version", action="version", version=f"shardscope {__version__}")
     parser.add_argument("--timeout", type=float, metavar="SECONDS", default=None,
@@ -151,7 +213,7 @@ def build_parser(extra_modules: Iterable[str] = ()) -> argparse.ArgumentParser:
 
 
 def _add_group(sub: Any, group: VerbGroup) -> Any:
-    p = sub.add_parser(group.name, help=group.help, description=group.description)
+    p = sub.add_parser(group.name, help=group.help, description=group.description, epilog=EXIT_CODES_LINE)
     actions = p.add_subparsers(dest=f"{group.name}_command", metavar="ACTION", parser_class=_Parser)
     actions.required = True
     for verb in group.verbs:
@@ -160,7 +222,13 @@ def _add_group(sub: Any, group: VerbGroup) -> Any:
 
 
 def _add_verb(sub: Any, verb: Verb, full_name: str) -> None:
-    p = sub.add_parser(verb.name, help=verb.help, description=verb.description or verb.help, epilog=verb.epilog)
+    if verb.also_in and " " not in full_name:  # the top-level spelling of a group's verb: the old one
+        verb = deprecated(verb, verb.name, f"{verb.also_in[0]} {verb.name}")
+    epilog = f"{verb.epilog}\n\n{EXIT_CODES_LINE}" if verb.epilog else EXIT_CODES_LINE
+    # a hidden verb gets no help= at all: argparse would list it (as "==SUPPRESS==") even with SUPPRESS
+    listed = {} if verb.hidden else {"help": verb.help}
+    p = sub.add_parser(verb.name, **listed, description=verb.description or verb.help, epilog=epilog,
+                       usage=verb.usage)
     for a in verb.args:
         if isinstance(a, OneOf):
             group = p.add_mutually_exclusive_group(required=a.required)

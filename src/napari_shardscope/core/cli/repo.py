@@ -15,11 +15,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from napari_shardscope.core.cli.common import REPOSITORY, print_json, read_argument_file
+from napari_shardscope.core.cli.common import REF, REPOSITORY, print_json, read_argument_file
 from napari_shardscope.core.cli.parser import Verb, VerbGroup, arg
 from napari_shardscope.core.errors import EXIT_CHECK_FAILED, EXIT_OK, ArgumentError, NotFoundError, ShardscopeError
 from napari_shardscope.core.versioned import (
     MergeConflictError,
+    OpenParentError,
     Repository,
     Version,
     create_repository,
@@ -100,7 +101,17 @@ def cmd_commit(args: argparse.Namespace) -> int:
 
 def cmd_branch(args: argparse.Namespace) -> int:
     with open_repository(args.path) as repo:
-        v = repo.new_version(args.parent, args.name)
+        try:
+            v = repo.new_version(args.parent, args.name)
+        except OpenParentError as exc:  # say which committed version to branch from, as a command to run
+            head = repo.version(exc.version)
+            name = f" {args.name}" if args.name else ""
+            commit = f"shardscope repo commit {args.path} {head.short} -m MESSAGE"
+            instead = (f", or branch from its committed parent: shardscope repo branch {args.path} "
+                       f"{exc.committed_parent[:8]}{name}") if exc.committed_parent else ""
+            raise OpenParentError(f"version {head.short} (head of branch {head.branch!r}) is open: commit it first "
+                                  f"({commit}){instead}", version=exc.version,
+                                  committed_parent=exc.committed_parent) from None
         if args.json:
             print_json(_version_json(repo, v))
         else:
@@ -226,7 +237,6 @@ def merge_conflicts_json(exc: ShardscopeError) -> dict[str, Any]:
                           for c in exc.conflicts]}
 
 
-REF = arg("ref", help="version: branch name (its head) or UUID prefix")
 _KV_KEY = (REPOSITORY, REF, arg("instance", help="keyvalue instance name"), arg("key"))
 
 VERBS = (

@@ -2,7 +2,7 @@
 
 Usage::
 
-    shardscope serve DATASET|REPO... [--version V] [--instance NAME] [--port N] [--print-url] [--json]
+    shardscope serve DATASET|REPO... [--version REF] [--labelmap LABELMAP] [--port N] [--print-url] [--json]
                      [--segments ID,ID] [--equivalences]
 
 Prints the Neuroglancer link (``--json``: one JSON line with the link and the state, flushed at once
@@ -19,8 +19,8 @@ import contextlib
 import sys
 import threading
 
-from napari_shardscope.core.cli.common import emit, print_json, print_json_line
-from napari_shardscope.core.cli.parser import Verb, arg
+from napari_shardscope.core.cli.common import LABELMAP_HELP, emit, print_json, print_json_line
+from napari_shardscope.core.cli.parser import Verb, arg, deprecated_option
 from napari_shardscope.core.errors import EXIT_OK, ArgumentError
 
 
@@ -97,9 +97,10 @@ def _print_equivalences(args: argparse.Namespace) -> int:
 VERBS = (
     Verb("serve", run_serve, "serve datasets or a labelmap version to Neuroglancer (client included) on 127.0.0.1",
          (arg("targets", nargs="+", metavar="DATASET|REPO", help="dataset path/URL, or a repository directory"),
-          arg("--version", metavar="V", help="version of the repository's labelmap (UUID, prefix or branch; "
+          arg("--version", metavar="REF", help="version of the repository's labelmap (UUID, prefix or branch; "
               "default: main's head)"),
-          arg("--instance", metavar="NAME", help="labelmap instance (when the repository has several)"),
+          arg("--labelmap", dest="instance", metavar="LABELMAP", help=LABELMAP_HELP),
+          deprecated_option("--instance", "--labelmap", dest="instance"),
           arg("--port", type=int, default=0, metavar="N", help="port on 127.0.0.1 (default: any free port)"),
           arg("--segments", metavar="ID,ID", help="bodies to select in the version's layer"),
           arg("--print-url", action="store_true", help="print the link and exit (nothing is served)"),

@@ -15,18 +15,17 @@ import math
 import os
 import shutil
 import tempfile
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from napari_shardscope.core.bytestore import LocalByteStore, write_file_atomic
-from napari_shardscope.core.errors import ArgumentError, RefusedDestinationError
+from napari_shardscope.core.errors import OVERWRITE, ArgumentError, RefusedDestinationError
 from napari_shardscope.core.formats.precomputed.mesh_writer import mesh_info, write_multilod_sharded
 from napari_shardscope.core.formats.precomputed.sharding import ShardingSpec, parse_sharding_spec
 from napari_shardscope.core.labelmap import Labelmap, LabelmapVersion
-
-Progress = Callable[..., None]  # progress(done, total, ...)
+from napari_shardscope.core.progress import Progress
 
 
 @dataclass(frozen=True)
@@ -67,7 +66,7 @@ def export_meshes(labelmap: Labelmap, ref: str, dest: str | os.PathLike[str], *,
     """Write the meshes of ``bodies`` (default: the bodies ``ref`` changed) to the local directory ``dest``."""
     target = Path(dest).resolve()
     if target.exists() and not overwrite:
-        raise RefusedDestinationError(f"{target} exists; pass --overwrite to replace it")
+        raise RefusedDestinationError(f"{target} exists; pass {OVERWRITE} to replace it").suggesting(OVERWRITE)
     if target.exists() and not (target / "info").is_file():
         raise RefusedDestinationError(f"{target} exists and is not a mesh directory: not replacing it")
     v = labelmap.at(ref)
@@ -80,7 +79,7 @@ def export_meshes(labelmap: Labelmap, ref: str, dest: str | os.PathLike[str], *,
     for i, body in enumerate(chosen):
         meshes[body] = mesher.mesh(body, v)
         if progress is not None:
-            progress(i + 1, len(chosen))
+            progress(i + 1, len(chosen), f"body {body}")
     spec = mesh_sharding(len(meshes))
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))

@@ -24,7 +24,7 @@ from pathlib import Path
 
 from napari_shardscope.core.bytestore import ByteStore, LocalByteStore
 from napari_shardscope.core.bytestore.url import parse_url
-from napari_shardscope.core.errors import ArgumentError, RefusedDestinationError
+from napari_shardscope.core.errors import OVERWRITE, ArgumentError, RefusedDestinationError
 from napari_shardscope.core.export.source import ExportSource
 
 
@@ -65,8 +65,8 @@ def claim_destination(source: ExportSource, dest: str, store: ByteStore, metadat
     exists = store.read(metadata_key) is not None
     if exists and not overwrite:
         raise RefusedDestinationError(
-            f"{dest} already holds a {fmt} dataset ({metadata_key} exists); pass overwrite=True (CLI: --overwrite)"
-        )
+            f"{dest} already holds a {fmt} dataset ({metadata_key} exists); pass {OVERWRITE} to replace it"
+        ).suggesting(OVERWRITE)
     return exists
 
 
@@ -96,8 +96,8 @@ def make_room(store: ByteStore, dest: str, metadata_name: str, prefixes: Sequenc
     if leftovers and not overwrite:
         raise RefusedDestinationError(
             f"{dest} holds {len(leftovers)} files of an unfinished export ({leftovers[0]}, …) but no "
-            f"{metadata_name}; pass overwrite=True (CLI: --overwrite) to replace them"
-        )
+            f"{metadata_name}; pass {OVERWRITE} to replace them"
+        ).suggesting(OVERWRITE)
     for key in _metadata_first(leftovers, metadata_name):
         store.delete(key)
     if isinstance(store, LocalByteStore):

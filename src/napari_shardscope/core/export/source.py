@@ -15,7 +15,7 @@ from typing import Any, Literal, Protocol
 import numpy as np
 import numpy.typing as npt
 
-from napari_shardscope.core.errors import ArgumentError
+from napari_shardscope.core.errors import ArgumentError, Remedy
 from napari_shardscope.core.jobs import open_once
 from napari_shardscope.core.labelmap import TYPE_NAME, Labelmap, LabelmapVersion, open_labelmap
 from napari_shardscope.core.versioned import open_repository
@@ -206,6 +206,7 @@ def labelmap_source(repository: str | Any, instance: str, ref: str, *, labels: L
     finally:
         repo.close()
     if not v.locked and not allow_open:
+        allow = Remedy("allow_open")
         raise ArgumentError(f"version {v.short} (branch {v.branch!r}) is open: commit it first for a reproducible "
-                            f"export, or allow exporting an open version (CLI: --allow-open)")
+                            f"export, or pass {allow} to export it as it is now").suggesting(allow)
     return LabelmapSource(path, instance, v.uuid, labels)

@@ -12,7 +12,7 @@ the same levels, voxel sizes, translations, axes and dtype:
 * :meth:`Dataset.layout_backend` — the format's part of the shard browser's tree;
 * the capabilities only some formats have, as methods every dataset answers —
   :meth:`Dataset.mesh_source`, :meth:`Dataset.skeleton_source`, :meth:`Dataset.locate_chunk_id`,
-  :meth:`Dataset.locate_segment`: a format without one raises
+  :meth:`Dataset.locate_segment`, :meth:`Dataset.annotations`: a format without one raises
   :class:`~napari_shardscope.core.errors.FormatCapabilityError` naming itself, so no caller checks
   a dataset's class.
 
@@ -31,7 +31,7 @@ from napari_shardscope.core.formats.problem import Problem
 from napari_shardscope.core.progress import Progress
 
 if TYPE_CHECKING:
-    from napari_shardscope.core.formats.layout_model import LayoutBackend
+    from napari_shardscope.core.formats.layout_model import LayoutBackend, ScaleGeometry
     from napari_shardscope.core.formats.volume_spec import Kind, VolumeSpec
 
 class DatasetInspector(Protocol):
@@ -49,8 +49,10 @@ class DatasetInspector(Protocol):
         """Summary of the layout (per scale: spec, shard files, chunk counts, bytes)."""
         ...
 
-    def locate_voxel(self, voxel: Sequence[int], scale: str | None = None) -> dict[str, Any]:
-        """Where the chunk holding ``voxel`` is stored (format's own axis order)."""
+    def locate_format_voxel(self, voxel: Sequence[int], scale: str | None = None) -> dict[str, Any]:
+        """Where the chunk holding ``voxel`` is stored, the voxel given as the format stores it (its own axis
+        order, absolute: a precomputed voxel_offset included). People type the reader's z, y, x from 0:
+        :meth:`Dataset.locate_voxel` and ``LayoutTree.locate_voxel`` take that."""
         ...
 
     def list_chunks(self, scale: str | None = None, **filters: Any) -> Iterator[dict[str, Any]]:
@@ -174,6 +176,32 @@ class Dataset(Protocol):
         FormatCapabilityError
             The format has no segment-keyed data (zarr, N5).
         """
+        ...
+
+    def annotations(self) -> Any:
+        """The precomputed annotation collection this dataset is (``neuroglancer_annotations_v1``): an
+        :class:`~napari_shardscope.core.formats.precomputed.annotations.reader.AnnotationSource` (typed
+        ``Any`` here: this module cannot import a format package); :func:`open_annotations` is the door.
+
+        Raises
+        ------
+        FormatCapabilityError
+            The format has no annotations (zarr, N5).
+        MetadataError
+            A precomputed ``info`` that is not an annotation collection's.
+        """
+        ...
+
+    def geometry(self, scale: str | None = None) -> ScaleGeometry:
+        """A scale's voxel grid (default: the finest), with the conversions between the reader's index and
+        the format's coordinates (:meth:`ScaleGeometry.format_voxel`, :meth:`ScaleGeometry.reader_index`)."""
+        ...
+
+    def locate_voxel(self, voxel: Sequence[int], scale: str | None = None) -> dict[str, Any]:
+        """Where the chunk holding ``voxel`` is stored: ``voxel`` is z, y, x from 0, as the reader (napari,
+        ``open_volume``) indexes the volume, at ``scale`` (a scale key; default the finest). The record is
+        the inspector's in the reader's terms (:meth:`ScaleGeometry.reader_record`): ``voxel`` and grid
+        positions z, y, x, the format's own beside as ``format_voxel`` … where they differ."""
         ...
 
 

@@ -6,9 +6,10 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from napari_shardscope.core.bytestore import ByteStore, Location, open_store
-from napari_shardscope.core.errors import FormatCapabilityError, NotADatasetError
+from napari_shardscope.core.errors import ArgumentError, FormatCapabilityError, NotADatasetError
 
 if TYPE_CHECKING:
+    from napari_shardscope.core.formats.layout_model import LayoutBackend, ScaleGeometry
     from napari_shardscope.core.formats.volume_spec import Kind, VolumeSpec
 
 
@@ -22,7 +23,7 @@ class DatasetBase:
     :mod:`napari_shardscope.core.volumes`, the layer above the formats.
 
     The capabilities only some formats have (:meth:`mesh_source`, :meth:`skeleton_source`,
-    :meth:`locate_chunk_id`, :meth:`locate_segment`) raise
+    :meth:`locate_chunk_id`, :meth:`locate_segment`, :meth:`annotations`) raise
     :class:`~napari_shardscope.core.errors.FormatCapabilityError` here; a format that has one
     overrides it. Callers ask the dataset, never its class.
     """
@@ -74,6 +75,25 @@ class DatasetBase:
             self._layout_backend = self._make_layout_backend()
         return self._layout_backend
 
+    def locate_voxel(self, voxel: Sequence[int], scale: str | None = None) -> dict[str, Any]:
+        """Where the chunk holding ``voxel`` (z, y, x from 0, the reader's index) is stored; see
+        :meth:`~napari_shardscope.core.formats.api.Dataset.locate_voxel`."""
+        geo = self.geometry(scale)
+        record = self.inspector().locate_format_voxel(list(geo.format_voxel(voxel)), geo.scale)
+        return geo.reader_record(record)
+
+    def geometry(self, scale: str | None = None) -> ScaleGeometry:
+        """The voxel grid of ``scale`` (a scale key; default the finest) as the format's metadata places it."""
+        backend: LayoutBackend = self.layout_backend()
+        scales = backend.spatial_scales()
+        if scale is None:
+            if not scales:
+                raise ArgumentError(f"{self.url} has no voxel scales (it is keyed by segment id)")
+            scale = scales[0]
+        elif scale not in scales:
+            raise ArgumentError(f"no scale {scale!r} in {self.url}: the scale keys are {', '.join(scales)}")
+        return backend.geometry(scale)
+
     def _make_inspector(self) -> Any:
         raise NotImplementedError
 
@@ -109,3 +129,8 @@ class DatasetBase:
     def locate_segment(self, segment_id: int) -> list[dict[str, Any]]:
         """Where a segment's files are (:meth:`~napari_shardscope.core.formats.api.Dataset.locate_segment`)."""
         raise self.lacks("segment-keyed data", "locate a voxel or a chunk instead")
+
+    def annotations(self) -> Any:
+        """The annotation collection this dataset is (:meth:`~napari_shardscope.core.formats.api.Dataset.annotations`)."""
+        raise self.lacks("annotations", "annotations are Neuroglancer precomputed's (an info of @type "
+                                        "neuroglancer_annotations_v1)")

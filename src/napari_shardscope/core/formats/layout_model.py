@@ -6,8 +6,12 @@ viewer or a notebook browses) and the format packages, each of which implements
 index readers. It sits beside :mod:`.api` so that the format packages can import it without
 importing anything above them.
 
-Coordinates: voxels and grid positions are in the *format's* order (x, y, z for precomputed and
-N5, ``zarr.json`` order for zarr v3), as ``shardscope locate`` takes them. World boxes are in the
+Coordinates: inside the tree, voxels and grid positions are in the *format's* order (x, y, z for
+precomputed and N5, ``zarr.json`` order for zarr v3) and absolute (a precomputed ``voxel_offset``
+included), as the files name them. What a person types or reads is the reader's index instead — z, y,
+x (non-spatial axes first) from 0, as napari and ``open_volume`` index the volume: every door converts
+with :meth:`ScaleGeometry.format_voxel` / :meth:`ScaleGeometry.reader_index`, and
+:meth:`Located.describe` shows both orders where they differ. World boxes are in the
 order of the volume's arrays (z, y, x — napari's order) and in the volume's world unit (nm where
 the metadata names a unit), with voxel ``i`` centred at ``translate + i * voxel_size`` as napari
 and OME-Zarr place it: a chunk of voxels ``[start, stop)`` covers
@@ -18,7 +22,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal, Protocol
 
 import numpy as np
@@ -35,6 +39,10 @@ NodePath = tuple[PathPart, ...]
 ShardMapBy = Literal["shard", "minishard"]
 #: A chunk stored as a file of its own: ``(grid position, key)``.
 ChunkFile = tuple[tuple[int, ...], str]
+
+
+#: Record fields that are positions in a chunk grid (one value per axis, format order in an inspector's record).
+_GRID_FIELDS = ("grid_position", "inner_chunk", "inner_chunk_in_shard", "shard")
 
 
 # -- nodes -----------------------------------------------------------------------------------------
@@ -188,6 +196,74 @@ class ScaleGeometry:
             out[format_axis] = values[array_axis]
         return tuple(out)
 
+    @property
+    def array_shape(self) -> tuple[int, ...]:
+        """Voxels per axis in the reader's (array) order."""
+        return self.to_array_order(self.shape)
+
+    @property
+    def same_order(self) -> bool:
+        """Whether the format's coordinates are the reader's index (same order, no offset)."""
+        return self.array_order == tuple(range(self.ndim)) and not any(self.origin)
+
+    def format_voxel(self, index: Sequence[int]) -> tuple[int, ...]:
+        """A voxel as the reader indexes it (z, y, x from 0; leading non-spatial axes may be left out and are
+        then 0) → absolute, format order (what :meth:`grid_position` and the format's files use).
+
+        Raises
+        ------
+        ArgumentError
+            For a count of coordinates other than the axes', or a voxel outside the scale, naming the
+            axes in the reader's order and the scale's shape.
+        """
+        values = [int(v) for v in index]
+        axes = self.array_axes
+        spatial = min(self.ndim, 3)
+        if not spatial <= len(values) <= self.ndim:
+            wanted = ", ".join(axes[-spatial:]) if spatial == self.ndim else f"{', '.join(axes[-spatial:])} or " \
+                f"{', '.join(axes)}"
+            raise ArgumentError(f"a voxel of scale {self.scale!r} is {wanted} (from 0), got {tuple(values)}")
+        full = [0] * (self.ndim - len(values)) + values
+        shape = self.array_shape
+        if any(not 0 <= v < n for v, n in zip(full, shape, strict=True)):
+            raise ArgumentError(
+                f"voxel ({', '.join(map(str, values))}) is outside scale {self.scale!r}: its shape is "
+                f"{', '.join(f'{a} {n}' for a, n in zip(axes, shape, strict=True))}"
+            )
+        return tuple(v + o for v, o in zip(self.to_format_order(full), self.origin, strict=True))
+
+    def reader_index(self, voxel: Sequence[int]) -> tuple[int, ...]:
+        """An absolute format-order voxel (or chunk bound) → the reader's index (array order, from 0)."""
+        return self.to_array_order([int(v) - o for v, o in zip(voxel, self.origin, strict=True)])
+
+    def reader_record(self, record: dict[str, Any]) -> dict[str, Any]:
+        """An inspector's locate / ls record in the reader's terms, the format's own beside.
+
+        ``voxel`` becomes z, y, x from 0 and the grid positions (``grid_position``, ``inner_chunk``,
+        ``inner_chunk_in_shard``, a zarr ``shard``) the reader's axis order; where a value differs from
+        the format's, that one is kept as ``format_<field>``, with ``format_axes`` naming its order.
+        ``axes`` names the reader's order. Byte ranges are ``[start, end)`` either way.
+        """
+        out = dict(record)
+        out["axes"] = list(self.array_axes)
+        differs = False
+        voxel = record.get("voxel")
+        if isinstance(voxel, list) and len(voxel) == self.ndim:
+            index = [int(v) for v in self.reader_index(voxel)]
+            if index != voxel:
+                out["format_voxel"], differs = voxel, True
+            out["voxel"] = index
+        for name in _GRID_FIELDS:
+            grid = record.get(name)
+            if isinstance(grid, list) and len(grid) == self.ndim and all(isinstance(g, int) for g in grid):
+                ordered = list(self.to_array_order(grid))
+                if ordered != grid:
+                    out[f"format_{name}"], differs = grid, True
+                out[name] = ordered
+        if differs:
+            out["format_axes"] = list(self.axes)
+        return out
+
     def grid_position(self, voxel: Sequence[int]) -> tuple[int, ...]:
         """The chunk holding ``voxel`` (absolute, format order); :class:`ArgumentError` outside."""
         if len(voxel) != self.ndim:
@@ -259,13 +335,17 @@ class Located:
     world_box
         :meth:`ScaleGeometry.world_box` of :attr:`bounds` (array order), when there are bounds.
     voxel
-        The voxel that was asked for, if a voxel was.
+        The voxel that was asked for, if a voxel was (absolute, format order, like :attr:`bounds`).
+    geometry
+        The scale's geometry, which turns :attr:`bounds` and :attr:`voxel` into the reader's index
+        (:attr:`index_bounds`, :attr:`voxel_index`).
     """
 
     node: LayoutNode
     bounds: tuple[tuple[int, ...], tuple[int, ...]] | None = None
     world_box: tuple[tuple[float, ...], tuple[float, ...]] | None = None
     voxel: tuple[int, ...] | None = None
+    geometry: ScaleGeometry | None = field(default=None, compare=False)
 
     @property
     def scale(self) -> str:
@@ -275,10 +355,32 @@ class Located:
     def path(self) -> NodePath:
         return self.node.path
 
+    @property
+    def index_bounds(self) -> tuple[tuple[int, ...], tuple[int, ...]] | None:
+        """:attr:`bounds` as the reader indexes the volume: ``[start, stop)`` in z, y, x from 0."""
+        if self.bounds is None or self.geometry is None:
+            return None
+        return self.geometry.reader_index(self.bounds[0]), self.geometry.reader_index(self.bounds[1])
+
+    @property
+    def voxel_index(self) -> tuple[int, ...] | None:
+        """:attr:`voxel` as the reader indexes the volume (z, y, x from 0)."""
+        if self.voxel is None or self.geometry is None:
+            return None
+        return self.geometry.reader_index(self.voxel)
+
     def describe(self) -> str:
-        """One line: what was found and where its bytes are."""
+        """One line: what was found (voxels z, y, x from 0, the format's own order beside) and where its bytes are."""
         parts = [f"{self.node.scale or '(root)'}: {self.node.name}"]
-        if self.bounds is not None:
+        geo = self.geometry
+        if self.bounds is not None and geo is not None:
+            lo, hi = self.index_bounds or self.bounds
+            parts.append("voxels " + ", ".join(f"{n} {a}–{b}" for n, a, b in zip(geo.array_axes, lo, hi, strict=True)))
+            if not geo.same_order:
+                flo, fhi = self.bounds
+                parts[-1] += " (stored as " + ", ".join(
+                    f"{n} {a}–{b}" for n, a, b in zip(geo.axes, flo, fhi, strict=True)) + ")"
+        elif self.bounds is not None:
             lo, hi = self.bounds
             parts.append("voxels " + " ".join(f"{a}–{b}" for a, b in zip(lo, hi, strict=True)))
         for kind, value in self.node.path[1:-1]:
@@ -366,6 +468,11 @@ class LayoutBackend(Protocol):
         """Per chunk (format order) its shard or minishard number, and how many numbers there can be."""
         ...
 
+    def shard_levels(self, scale: str) -> tuple[ShardMapBy, ...]:
+        """What a shard map of ``scale`` can colour by: ``("shard", "minishard")``, ``("shard",)`` or nothing
+        (a scale whose chunks are files of their own: N5, zarr v2, unsharded zarr v3 and precomputed)."""
+        ...
+
     def problem_node(self, problem: Problem) -> LayoutNode | None:
         """The node a validation problem is about, ``None`` when none fits."""
         ...
@@ -388,6 +495,9 @@ class BackendBase:
 
     def shard_values(self, scale: str, by: ShardMapBy) -> tuple[npt.NDArray[np.uint64], int]:
         raise ArgumentError(f"{self.format_name} datasets have no shards")
+
+    def shard_levels(self, scale: str) -> tuple[ShardMapBy, ...]:
+        return ()
 
     def clear_cache(self) -> None:
         """Nothing is cached."""

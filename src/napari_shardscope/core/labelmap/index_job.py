@@ -41,7 +41,7 @@ import numpy as np
 import numpy.typing as npt
 
 from napari_shardscope.core.bytestore.url import parse_url
-from napari_shardscope.core.errors import ArgumentError
+from napari_shardscope.core.errors import OVERWRITE, ArgumentError
 from napari_shardscope.core.jobs import is_local, iter_tasks, job_scheduler, open_once, run_tasks
 from napari_shardscope.core.labelmap.config import TYPE_NAME, LabelmapConfig
 from napari_shardscope.core.labelmap.geometry import BlockGrid, Box, Coord
@@ -255,7 +255,7 @@ def _build(repo: Repository, name: str, *, scheduler: Any, num_workers: int | No
         raise ArgumentError(f"ranges must be >= 1, got {ranges}")
     if repo.get_unversioned(inst, INDEX_META_KEY) is not None and not overwrite:
         raise ArgumentError(f"labelmap {name!r} already has a complete base label index; rebuild it only if it is "
-                            f"damaged: pass overwrite=True (CLI: --force)")
+                            f"damaged: pass {OVERWRITE}").suggesting(OVERWRITE)
     config = LabelmapConfig.from_json(inst.config, name=name)
     grid = config.grid(0)
     n_blocks = grid.grid[0] * grid.grid[1] * grid.grid[2]

@@ -32,6 +32,7 @@ from napari_shardscope.core.errors import FormatError
 from napari_shardscope.core.labelmap.geometry import BlockGrid, Box, Coord
 from napari_shardscope.core.labelmap.keys import INDEX_META_KEY, INDEX_SUMMARY_KEY, base_index_key
 from napari_shardscope.core.labelmap.runs import run_starts
+from napari_shardscope.core.progress import Progress
 from napari_shardscope.core.versioned.instance import Instance
 from napari_shardscope.core.versioned.repository import Repository
 
@@ -217,11 +218,11 @@ def combine_counts(parts: Iterable[BlockCounts]) -> BaseIndex:
 
 
 def build_base_index(read_block: Callable[[Box], npt.NDArray[Any]], grid: BlockGrid, *, workers: int = 2,
-                     progress: Callable[[int, int], None] | None = None) -> BaseIndex:
+                     progress: Progress | None = None) -> BaseIndex:
     """Index the base in one pass over its scale-0 blocks (``workers`` threads read and count).
 
     ``read_block(box)`` returns the base's voxels in ``box``. Label 0 is background and not indexed.
-    ``progress(done, total)`` is called after each block (for a progress bar). For bases too large
+    ``progress(done, total, what)`` is called after each block (for a progress bar). For bases too large
     for one machine's reading, :func:`~napari_shardscope.core.labelmap.index_job.build_label_index`
     runs the same counting as a Dask job.
     """
@@ -235,7 +236,7 @@ def build_base_index(read_block: Callable[[Box], npt.NDArray[Any]], grid: BlockG
         for i, part in enumerate(pool.map(count, coords)):
             parts.append(part)
             if progress is not None:
-                progress(i + 1, len(coords))
+                progress(i + 1, len(coords), "base blocks")
     return combine_counts(parts)
 
 

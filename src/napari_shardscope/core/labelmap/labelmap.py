@@ -56,6 +56,7 @@ from napari_shardscope.core.labelmap.reading import BaseSource, Fetch, PatchedRe
 from napari_shardscope.core.labelmap.region import check_edit_in_region, region_box
 from napari_shardscope.core.labelmap.state import STAMP_KEY, VersionState, decode_stamp, load_state
 from napari_shardscope.core.labelmap.version import LabelmapVersion
+from napari_shardscope.core.progress import Progress
 from napari_shardscope.core.versioned.dag import Version
 from napari_shardscope.core.versioned.errors import IdsExhaustedError
 from napari_shardscope.core.versioned.instance import Instance, register_instance_type
@@ -198,11 +199,11 @@ class Labelmap:
 
     # -- the label index ------------------------------------------------------------------------
 
-    def index_summary(self, progress: Callable[[int, int], None] | None = None) -> IndexSummary:
+    def index_summary(self, progress: Progress | None = None) -> IndexSummary:
         """The base index summary, building the base index first if it was never built.
 
         Building reads all of scale 0 once (threads) and stores the result unversioned, visible to
-        every version; ``progress(done, total)`` reports blocks.
+        every version; ``progress(done, total, what)`` reports blocks.
         """
         if self._summary is not None:
             return self._summary
@@ -217,7 +218,7 @@ class Labelmap:
                     self._summary = IndexSummary.from_bytes(raw)
         return self._summary
 
-    def _build_index(self, progress: Callable[[int, int], None] | None) -> BaseIndex:
+    def _build_index(self, progress: Progress | None) -> BaseIndex:
         return build_base_index(lambda box: self.base.read(0, box), self.config.grid(0),
                                 workers=min(4, os.cpu_count() or 1), progress=progress)
 

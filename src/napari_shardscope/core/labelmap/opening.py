@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +34,7 @@ from napari_shardscope.core.labelmap.keys import AGGLOMERATION_KEY, INDEX_META_K
 from napari_shardscope.core.labelmap.label_index import BaseIndex, build_base_index, store_base_index
 from napari_shardscope.core.labelmap.labelmap import Labelmap
 from napari_shardscope.core.labelmap.reading import BaseSource
+from napari_shardscope.core.progress import Progress
 from napari_shardscope.core.versioned.repository import Repository
 from napari_shardscope.core.volumes.opening import open_volume
 
@@ -74,7 +75,7 @@ def load_agglomeration(source: Mapping[int, int] | str | os.PathLike[str] | None
 def create_labelmap(repo: Repository, name: str, base: str | os.PathLike[str], *,
                     agglomeration: Mapping[int, int] | str | os.PathLike[str] | None = None,
                     id_start: int | None = None, block: int | tuple[int, int, int] = DEFAULT_BLOCK,
-                    build_index: bool = True, progress: Callable[[int, int], None] | None = None) -> Labelmap:
+                    build_index: bool = True, progress: Progress | None = None) -> Labelmap:
     """Create a labelmap instance over the base segmentation at ``base`` (which is never modified).
 
     Parameters

@@ -13,7 +13,7 @@ still come from the shared cache.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
@@ -33,6 +33,7 @@ from napari_shardscope.core.labelmap.mutations import Mutation
 from napari_shardscope.core.labelmap.reading import BaseSource, virtual_array
 from napari_shardscope.core.labelmap.splitting import split_supervoxel
 from napari_shardscope.core.labelmap.state import VersionState
+from napari_shardscope.core.progress import Progress
 from napari_shardscope.core.versioned.dag import Version
 from napari_shardscope.core.versioned.instance import Instance
 from napari_shardscope.core.versioned.repository import Repository
@@ -70,7 +71,7 @@ class LabelmapBackend(Protocol):
         """The current in-memory state of a version."""
         ...
 
-    def index_summary(self, progress: Callable[[int, int], None] | None = None) -> IndexSummary:
+    def index_summary(self, progress: Progress | None = None) -> IndexSummary:
         """The base index summary (every base supervoxel and its voxel count)."""
         ...
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -23,6 +23,7 @@ import numpy.typing as npt
 
 from napari_shardscope.core.errors import ArgumentError
 from napari_shardscope.core.export.source import Box, LevelGeometry, SourceDescription
+from napari_shardscope.core.progress import Progress
 
 #: Directory of a repository holding the bases imported into it.
 IMPORTED_DIR = "bases"
@@ -79,7 +80,7 @@ def labels_array(data: Any) -> npt.NDArray[Any]:
 
 def import_labels(repository: str | os.PathLike[str], name: str, data: Any, *,
                   voxel_size: Sequence[float] = (1.0, 1.0, 1.0), translate: Sequence[float] = (0.0, 0.0, 0.0),
-                  progress: Callable[..., None] | None = None) -> str:
+                  progress: Progress | None = None) -> str:
     """Write ``data`` into ``<repository>/bases/<name>`` and return that path (the labelmap's base).
 
     ``voxel_size`` and ``translate`` are the layer's (z, y, x, world units); the offset is kept in

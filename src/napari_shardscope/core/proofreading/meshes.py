@@ -21,7 +21,7 @@ its index (napari's), whereas mesh sources use x, y, z with voxel ``i`` spanning
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
@@ -30,13 +30,13 @@ import numpy.typing as npt
 
 from napari_shardscope.core.errors import ShardscopeError
 from napari_shardscope.core.formats.precomputed.meshes import MeshData
+from napari_shardscope.core.progress import Progress
 
 if TYPE_CHECKING:
     from napari_shardscope.core.formats.precomputed.skeletons import SkeletonSource
     from napari_shardscope.core.labelmap import LabelmapVersion
     from napari_shardscope.core.proofreading.controller import ProofreadingController
 
-Progress = Callable[[int, int], None]
 #: Bodies with more supervoxels than this are shown at the source's coarsest level of detail.
 FINE_LOD_SUPERVOXELS = 2000
 #: A level of detail is fine enough while its error on screen stays under this many pixels.
@@ -232,7 +232,7 @@ class SurfaceFollower:
             made = replace(key_of(v.uuid, svs), lod=key.lod)
             out.append(BodySurface(body, made, to_world(mesh.vertices, voxel), mesh.faces))
             if progress is not None:
-                progress(i + 1, len(plan.load))
+                progress(i + 1, len(plan.load), f"body {body}")
         return out
 
     def shown(self, surfaces: Sequence[BodySurface], removed: Sequence[int]) -> None:

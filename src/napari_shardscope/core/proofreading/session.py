@@ -41,6 +41,7 @@ from napari_shardscope.core.labelmap.branch_merge import (
     plan_branch_merge,
 )
 from napari_shardscope.core.labelmap.diff import VersionDiff, diff_versions
+from napari_shardscope.core.progress import Progress
 from napari_shardscope.core.proofreading.imported import import_labels, labels_array
 from napari_shardscope.core.proofreading.wording import committed_block
 from napari_shardscope.core.versioned import Repository, Version, create_repository, open_repository
@@ -50,8 +51,9 @@ ExportFormat = Literal["precomputed", "zarr3"]
 LabelKind = Literal["bodies", "supervoxels"]
 EXPORT_FORMATS: tuple[ExportFormat, ...] = ("precomputed", "zarr3")
 LABEL_KINDS: tuple[LabelKind, ...] = ("bodies", "supervoxels")
-#: Reports long work as ``progress(done, total, *what)`` (napari's progress bar, a terminal bar).
-JobProgress = Callable[..., None]
+#: Reports long work as ``progress(done, total, what)`` (napari's progress bar, a terminal bar): the one
+#: :class:`~napari_shardscope.core.progress.Progress` protocol, under the name the controller's jobs use.
+JobProgress = Progress
 #: Runs a callable on the listeners' thread: ``dispatch(call)``.
 Dispatch = Callable[[Callable[[], None]], None]
 NO_REPOSITORY = "no repository: create or open one"
@@ -105,7 +107,7 @@ def _call_now(call: Callable[[], None]) -> None:
 
 def create_labelmap_repository(path: str | os.PathLike[str], base_url: str | None, *, name: str = "seg",
                                agglomeration: Any = None, engine: str | None = None,
-                               progress: Callable[..., None] | None = None, labels: Any = None,
+                               progress: Progress | None = None, labels: Any = None,
                                labels_name: str = "labels", voxel_size: Sequence[float] = (1.0, 1.0, 1.0),
                                translate: Sequence[float] = (0.0, 0.0, 0.0)) -> str:
     """A new repository at ``path`` with labelmap ``name`` over ``base_url``, closed again; returns the base.
@@ -226,7 +228,7 @@ class ProofreadingSession:
     # -- connecting -----------------------------------------------------------------------------
     def create(self, path: str | os.PathLike[str], base_url: str, *, name: str = "seg",
                agglomeration: Any = None, engine: str | None = None,
-               progress: Callable[[int, int], None] | None = None) -> LabelmapVersion:
+               progress: Progress | None = None) -> LabelmapVersion:
         """A new repository at ``path`` with a labelmap over ``base_url``; checks out ``main``.
 
         ``agglomeration`` is the base's supervoxel → body grouping (a bodies JSON path or a mapping).

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from napari_shardscope.core.errors import ArgumentError
+from napari_shardscope.core.errors import ArgumentError, Remedy
 from napari_shardscope.core.formats import open_dataset
 from napari_shardscope.core.labelmap import TYPE_NAME, Labelmap, open_labelmap
 from napari_shardscope.core.serve.ngstate import LayerView, ViewDescription, build_state, state_url
@@ -131,7 +131,9 @@ def labelmap_of(repo: Repository, instance: str | None) -> Labelmap:
         if not names:
             raise ArgumentError(f"{repo.path}: the repository has no labelmap")
         if len(names) > 1:
-            raise ArgumentError(f"{repo.path}: several labelmaps ({', '.join(names)}); pass --instance")
+            choose = Remedy("instance", "NAME")
+            raise ArgumentError(f"{repo.path}: several labelmaps ({', '.join(names)}); pass {choose}"
+                                ).suggesting(choose)
         instance = names[0]
     elif instance not in names:
         raise ArgumentError(f"{repo.path}: no labelmap {instance!r} (labelmaps: {', '.join(names) or 'none'})")

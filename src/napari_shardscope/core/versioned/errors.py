@@ -30,6 +30,31 @@ class UncommittedVersionError(VersionError, RefusedWriteError):
     """An operation needs a committed version (e.g. making a child, merging) but got an open one."""
 
 
+class OpenParentError(UncommittedVersionError):
+    """A new version was asked for as the child of an open version (a branch whose head is still open).
+
+    Attributes
+    ----------
+    version
+        UUID of the open version.
+    committed_parent
+        UUID of its committed parent, the version to branch from instead (``None`` for an open root).
+    """
+
+    def __init__(self, message: str, *, version: str, committed_parent: str | None) -> None:
+        self.version = version
+        self.committed_parent = committed_parent
+        super().__init__(message)
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return (_rebuild_open_parent, (type(self), str(self), self.version, self.committed_parent))
+
+
+def _rebuild_open_parent(cls: type[OpenParentError], message: str, version: str,
+                         committed_parent: str | None) -> OpenParentError:
+    return cls(message, version=version, committed_parent=committed_parent)
+
+
 class UnknownVersionError(VersionError, NotFoundError):
     """No version's UUID starts with the given text (and it names no branch)."""
 

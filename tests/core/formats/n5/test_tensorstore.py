@@ -94,12 +94,12 @@ def test_sparse_dataset(tmp_path: Path) -> None:
     assert summary["blocks_present"] == 32 - 3 and summary["num_blocks"] == 32
     assert summary["data_bytes"] == sum(p.stat().st_size for p in tmp_path.rglob("*") if p.name[0].isdigit()
                                         and p.is_file())
-    located = inspector.locate_voxel([0, 0, 0])
+    located = inspector.locate_format_voxel([0, 0, 0])
     assert located == {"scale": "", "voxel": [0, 0, 0], "grid_position": [0, 0, 0], "block_path": "0/0/0",
                        "chunk_key": "0/0/0", "present": False, "size": None}
-    located = inspector.locate_voxel([12, 9, 6])
+    located = inspector.locate_format_voxel([12, 9, 6])
     assert located["present"] is False and located["grid_position"] == [3, 3, 1]
-    located = inspector.locate_voxel([5, 4, 6])
+    located = inspector.locate_format_voxel([5, 4, 6])
     assert located["present"] is True and located["block_path"] == "1/1/1"
     assert located["size"] == (tmp_path / "1/1/1").stat().st_size
 
@@ -144,7 +144,7 @@ def test_multiscale_group_written_by_tensorstore(tmp_path: Path) -> None:
     json.dumps(report)  # JSON-able as is
     only = inspector.inspect("s1")
     assert [s["key"] for s in only["scales"]] == ["s1"]
-    rec = inspector.locate_voxel([11, 9, 8], "s1")
+    rec = inspector.locate_format_voxel([11, 9, 8], "s1")
     assert rec["chunk_key"] == "s1/1/1/2" and rec["block_path"] == "1/1/2" and rec["present"]
     block = inspector.read_block([1, 1, 2], "s1")
     assert block is not None
@@ -165,9 +165,9 @@ def test_inspector_over_http(tmp_path: Path) -> None:
     try:
         inspector = open_dataset(server.url).inspector()
         assert isinstance(inspector, N5Inspector) and isinstance(inspector.store, TensorStoreByteStore)
-        present = inspector.locate_voxel([5, 4, 6])
+        present = inspector.locate_format_voxel([5, 4, 6])
         assert present["present"] is True and present["size"] is None
-        assert inspector.locate_voxel([0, 0, 0])["present"] is False
+        assert inspector.locate_format_voxel([0, 0, 0])["present"] is False
         block = inspector.read_block([1, 1, 1])
         assert block is not None
         np.testing.assert_array_equal(block.data.T, array[4:8, 3:6, 5:7])

@@ -87,7 +87,7 @@ def test_minishard_index_bomb_is_refused_with_bounded_memory(tmp_path: Path) -> 
     errors: list[BaseException] = []
 
     def run_all() -> None:
-        for call in (lambda: inspector.inspect("s"), lambda: inspector.locate_voxel([1, 1, 1], "s")):
+        for call in (lambda: inspector.inspect("s"), lambda: inspector.locate_format_voxel([1, 1, 1], "s")):
             try:
                 call()
             except ShardscopeError as exc:

@@ -81,11 +81,11 @@ def test_voxel_locate_matches_tensorstore_grid(tmp_path: Path) -> None:
     path = tmp_path / "vol"
     write_ts_volume(path, SHARDING_MURMUR_GZIP, scales=1, offset=(-10, 4, 1))
     inspector = open_dataset(path).inspector()
-    rec = inspector.locate_voxel([-10 + 17, 4 + 33, 1 + 20])
+    rec = inspector.locate_format_voxel([-10 + 17, 4 + 33, 1 + 20])
     assert rec["grid_position"] == [1, 2, 2]
     assert rec["present"] is True
     with pytest.raises(Exception, match="outside scale"):
-        inspector.locate_voxel([-11, 4, 1])
+        inspector.locate_format_voxel([-11, 4, 1])
 
 
 @pytest.mark.parametrize("name", sorted(SPECS))

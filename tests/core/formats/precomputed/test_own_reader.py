@@ -41,7 +41,7 @@ def test_cloudvolume_gz_layout_reads_the_writers_values(tmp_path: Path) -> None:
     np.testing.assert_array_equal(vol.levels[0].array[3:9, 20:, 7].read(), cloudvolume_gz_values()[3:9, 20:, 7])
     ins = open_dataset(CVGZ).inspector()
     assert list(ins.validate()) == []
-    where = ins.locate_voxel([10, 10, 10])
+    where = ins.locate_format_voxel([10, 10, 10])
     assert where["present"] and where["chunk_key"] == "8_8_40/3-19_5-21_7-15.gz"
 
     shutil.copytree(CVGZ, tmp_path / "cv")

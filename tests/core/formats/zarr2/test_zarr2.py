@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -63,7 +64,7 @@ def test_every_compressor_reads_the_writers_data(tmp_path: Path, codec: str, ord
     assert scale["chunks_present"] == len(stored_chunks(path)) == 4 * 3 * 3
     assert scale["data_bytes"] == sum(os.path.getsize(path / c) for c in stored_chunks(path))
     assert list(ins.validate()) == []
-    where = ins.locate_voxel([9, 20, 21])
+    where = ins.locate_format_voxel([9, 20, 21])
     assert where["grid_position"] == [2, 1, 2] and where["present"]
     assert where["chunk_key"] == separator.join(["2", "1", "2"])
     assert len(list(ins.list_chunks())) == 36
@@ -114,7 +115,7 @@ def test_fill_value_where_no_chunk_is_stored(tmp_path: Path) -> None:
     path = write(tmp_path / "f.zarr", data, chunks=(5, 5), compressor=Blosc(), fill_value=7)
     assert stored_chunks(path) == []  # zarr-python does not store chunks equal to the fill value
     np.testing.assert_array_equal(open_volume(path).levels[0].array.read(), data)
-    assert open_dataset(path).inspector().locate_voxel([1, 1])["present"] is False
+    assert open_dataset(path).inspector().locate_format_voxel([1, 1])["present"] is False
 
 
 def test_ome_zarr_04_written_by_ome_zarr(tmp_path: Path) -> None:
@@ -186,10 +187,14 @@ def test_validate_finds_each_damage_and_reads_fail_typed(blosc_array: tuple[Path
     found = problems(path)
     assert any(p.startswith("0.0.0: ") for p in found)
     assert any(p.startswith("0.1.0: ") and "blosc" in p for p in found)
-    assert any(p.startswith("0.1.1: a directory") for p in found)
+    assert any(p.startswith("0.1.1: is a directory, not a chunk file") for p in found)
     assert any(p.startswith("5.0.0: grid position (5, 0, 0) is outside") for p in found)
     assert any(p.startswith("1.01.0: ") and "not a chunk key" in p for p in found)
     assert len([p for p in found if p.startswith("0.0.1")]) <= 1  # a flip may or may not break blosc's checks
+    with pytest.raises(ShardscopeError) as info:  # the directory at 0.1.1 is refused when the volume opens
+        open_volume(path).levels[0].array[0:8, 0:8, 0:8].read()
+    assert exit_code_for(info.value) == 4 and "0.1.1" in str(info.value)
+    shutil.rmtree(path / "0.1.1")  # without it, the read stops at the truncated chunk
     with pytest.raises(ShardscopeError) as info:
         open_volume(path).levels[0].array[0:8, 0:8, 0:8].read()
     assert exit_code_for(info.value) in (4, 8) and "0.0.0" in str(info.value)

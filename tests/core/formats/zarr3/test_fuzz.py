@@ -306,7 +306,7 @@ def test_mutated_shard_files(location: str, data: st.DataObject) -> None:
     all_problems = list(inspector.validate())
     assert [str(p) for p in all_problems] == [str(p) for p in problems]
     for voxel in ([0, 0], [4, 5], [3, 3]):
-        only_our_errors(inspector.locate_voxel, voxel)
+        only_our_errors(inspector.locate_format_voxel, voxel)
     only_our_errors(lambda: list(inspector.list_chunks()))
     report = inspector.inspect()
     json.dumps(report)

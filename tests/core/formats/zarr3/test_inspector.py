@@ -127,7 +127,7 @@ def test_inspect_reads_only_index_bytes(tmp_path: Path) -> None:
 def test_locate_and_list_records(tmp_path: Path) -> None:
     data = ome_group(tmp_path, "start")
     inspector = open_dataset(tmp_path).inspector()
-    rec = inspector.locate_voxel([17, 9, 5])
+    rec = inspector.locate_format_voxel([17, 9, 5])
     assert rec == {
         "scale": "s0",
         "voxel": [17, 9, 5],
@@ -141,9 +141,9 @@ def test_locate_and_list_records(tmp_path: Path) -> None:
     }
     start, end = rec["byte_range"]
     assert end - start == rec["nbytes"] and start >= 16 * 16 + 4  # chunks follow a start index
-    absent = inspector.locate_voxel([19, 23, 9])  # inner chunk [16:20, 20:24, 8:10] is all zero
+    absent = inspector.locate_format_voxel([19, 23, 9])  # inner chunk [16:20, 20:24, 8:10] is all zero
     assert absent["present"] is False and absent["byte_range"] is None and absent["nbytes"] is None
-    assert inspector.locate_voxel([1, 1, 1], scale="s1")["shard_key"] == "s1/c/0/0/0"
+    assert inspector.locate_format_voxel([1, 1, 1], scale="s1")["shard_key"] == "s1/c/0/0/0"
     # ls filters: a key relative to the array or the store, "i,j,k", or a sequence.
     by_key = list(inspector.list_chunks("s0", shard="c/2/1/0"))
     assert by_key == list(inspector.list_chunks("s0", shard="s0/c/2/1/0"))
@@ -167,10 +167,10 @@ def test_locate_and_list_records(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("call", "kwargs", "match"),
     [
-        ("locate_voxel", {"voxel": [20, 0, 0]}, "outside the array"),
-        ("locate_voxel", {"voxel": [1, 2]}, "outside the array"),
-        ("locate_voxel", {"voxel": [1, "x", 2]}, "integers"),
-        ("locate_voxel", {"voxel": [1, 2, 3], "scale": "s9"}, "scale 's9' not found"),
+        ("locate_format_voxel", {"voxel": [20, 0, 0]}, "outside the array"),
+        ("locate_format_voxel", {"voxel": [1, 2]}, "outside the array"),
+        ("locate_format_voxel", {"voxel": [1, "x", 2]}, "integers"),
+        ("locate_format_voxel", {"voxel": [1, 2, 3], "scale": "s9"}, "scale 's9' not found"),
         ("list_chunks", {"shard": "9,9,9"}, "outside the shard grid"),
         ("list_chunks", {"shard": "c/x/y"}, "neither a chunk key"),
         ("list_chunks", {"shard": 18}, "shard number 18 is outside the shard grid"),
@@ -192,7 +192,7 @@ def test_root_array_and_v2_keys(tmp_path: Path) -> None:
     assert sorted(p.name for p in tmp_path.iterdir())[:3] == ["0.0", "0.1", "1.0"]
     inspector = open_dataset(tmp_path).inspector()
     assert inspector.scale_keys() == [""]
-    assert inspector.locate_voxel([8, 6])["shard_key"] == "2.1"
+    assert inspector.locate_format_voxel([8, 6])["shard_key"] == "2.1"
     # 5 x 4 inner chunks hold data; those wholly past the edge of the edge shards are not stored.
     assert len(list(inspector.list_chunks())) == 5 * 4
     assert list(inspector.validate()) == []
@@ -207,7 +207,7 @@ def test_consolidated_group(tmp_path: Path) -> None:
         zarr.consolidate_metadata(str(tmp_path))
     inspector = open_dataset(tmp_path).inspector()
     assert inspector.scale_keys() == ["raw"]
-    assert inspector.locate_voxel([5, 5]) | {"byte_range": None, "nbytes": None} == {
+    assert inspector.locate_format_voxel([5, 5]) | {"byte_range": None, "nbytes": None} == {
         "scale": "raw",
         "voxel": [5, 5],
         "shard_key": "raw/c/1/0",
@@ -233,10 +233,13 @@ def test_unsharded_array(tmp_path: Path) -> None:
     write_array(LocalByteStore(tmp_path), "", meta, data)
     inspector = open_dataset(tmp_path).inspector()
     scale = inspector.inspect()["scales"][0]
-    assert scale["sharded"] is False and scale["index_location"] is None
-    assert scale["chunks_per_shard"] == [1, 1] and scale["shards_present"] == 9
-    rec = inspector.locate_voxel([9, 9])
-    assert rec["shard_key"] == "c/2/2" and rec["byte_range"] == [0, (tmp_path / "c/2/2").stat().st_size]
+    # chunk words, as for every unsharded format: an unsharded array has no shards to speak of
+    assert scale["sharded"] is False and not any("shard" in k or "index" in k for k in scale if k != "sharded")
+    assert scale["chunk_shape"] == [4, 4] and scale["num_chunks"] == scale["chunk_files"] == scale["chunks"] == 9
+    rec = inspector.locate_format_voxel([9, 9])
+    assert not any("shard" in k for k in rec)
+    assert rec["chunk_key"] == "c/2/2" and rec["grid_position"] == [2, 2]
+    assert rec["byte_range"] == [0, (tmp_path / "c/2/2").stat().st_size]
     reader = inspector.reader()
     np.testing.assert_array_equal(reader.read_inner_chunk((2, 2))[:2, :2], data[8:, 8:])
     (tmp_path / "c/2/2").write_bytes(b"\x1f\x8b garbage")
@@ -259,7 +262,7 @@ def test_zero_dimensional_arrays(tmp_path: Path) -> None:
             )
         )
         inspector = open_dataset(tmp_path).inspector()
-        rec = inspector.locate_voxel([])
+        rec = inspector.locate_format_voxel([])
         assert rec["shard_key"] == key and rec["present"] and rec["inner_chunk"] == []
         assert int(inspector.reader().read_inner_chunk(())) == 5
         assert list(inspector.validate()) == []
@@ -280,7 +283,7 @@ def test_remote_over_http_ranges(http_root: tuple[Path, RangeServer], location: 
     # Listing is impossible over plain HTTP: the 4 possible shards were probed, index bytes only.
     metadata = (root / "zarr.json").stat().st_size + (root / "s1" / "zarr.json").stat().st_size
     assert report["bytes_read"] == metadata + 4 * (16 * 16 + 4)
-    assert remote.locate_voxel([17, 9, 5]) == local.locate_voxel([17, 9, 5])
+    assert remote.locate_format_voxel([17, 9, 5]) == local.locate_format_voxel([17, 9, 5])
     assert list(remote.list_chunks("s1")) == list(local.list_chunks("s1"))
     ranged = [r for p, r in server.requests if "/c/" in p]
     assert ranged and all(r is not None for r in ranged)  # never a whole shard file

@@ -18,7 +18,7 @@ from typing import Any, Protocol
 from napari_shardscope.core.bytestore import ByteStore
 from napari_shardscope.core.errors import ArgumentError, FormatError, MetadataError, StoreError, UnsupportedError
 from napari_shardscope.core.formats.ome import OmeMultiscale, ome_level_placement
-from napari_shardscope.core.formats.problem import Problem, check_files
+from napari_shardscope.core.formats.problem import Problem, check_files, unreadable_problems
 from napari_shardscope.core.formats.volume_spec import LevelPlacement, VolumePlacement
 from napari_shardscope.core.formats.zarr2.chunk import (
     chunk_store_key,
@@ -28,7 +28,7 @@ from napari_shardscope.core.formats.zarr2.chunk import (
     read_chunk_bytes,
 )
 from napari_shardscope.core.formats.zarr2.metadata import ARRAY_FILE, Zarr2ArrayMetadata
-from napari_shardscope.core.formats.zarr2.volume import array_placement
+from napari_shardscope.core.formats.zarr2.volume import array_placement, chunk_key_test
 from napari_shardscope.core.progress import Progress
 
 
@@ -114,7 +114,8 @@ class Zarr2Inspector:
     def _inspect_scale(self, key: str) -> dict[str, Any]:
         meta = self.metadata(key)
         out: dict[str, Any] = {"key": key, "metadata_key": f"{key}/{ARRAY_FILE}" if key else ARRAY_FILE,
-                               **meta.to_json(), "grid_shape": list(meta.grid_shape), "num_chunks": meta.num_chunks}
+                               **meta.to_json(), "chunk_shape": list(meta.chunks), "grid_shape": list(meta.grid_shape),
+                               "num_chunks": meta.num_chunks}
         try:
             out["volume"] = self._volume_json(key)
         except (MetadataError, UnsupportedError) as exc:  # the layout is still worth showing
@@ -122,14 +123,14 @@ class Zarr2Inspector:
         try:
             chunks = [k for k, grid in list_chunks(self.store, key, meta) if meta.contains_grid_position(grid)]
         except StoreError as exc:  # e.g. plain HTTP cannot list
-            out.update(chunks_present=None, data_bytes=None, listing_error=str(exc))
+            out.update(chunks_present=None, chunk_files=None, data_bytes=None, listing_error=str(exc))
             return out
-        out["chunks_present"] = len(chunks)
+        out["chunks_present"] = out["chunk_files"] = len(chunks)  # chunk_files: the word every unsharded format uses
         out["data_bytes"] = sum(self.store.size(k) or 0 for k in chunks) if self.store.cheap_size else None
         return out
 
     # -- locate / list -----------------------------------------------------------------------
-    def locate_voxel(self, voxel: Sequence[int], scale: str | None = None) -> dict[str, Any]:
+    def locate_format_voxel(self, voxel: Sequence[int], scale: str | None = None) -> dict[str, Any]:
         """The chunk holding ``voxel`` (array order): ``grid_position``, ``chunk_key``, ``present``, ``size``."""
         key = self.resolve(scale)
         meta = self.metadata(key)
@@ -170,22 +171,22 @@ class Zarr2Inspector:
         """
         work: list[tuple[Zarr2ArrayMetadata, str, str]] = []
         early: list[Problem] = []
-        shadowed: set[str] = set()
+        bad: set[str] = set()
         for key in self._selected(scale):
             meta = self.metadata(key)
             prefix = f"{key}/" if key else ""
             nested = [s for s in self._scales if s and s != key and s.startswith(prefix)]
+            # dangling links, link loops, FIFOs, sockets, and directories where a chunk file should be
+            unreadable, found = unreadable_problems(self.store, prefix, chunk_key_test(meta), "chunk")
+            early.extend(p for p in unreadable
+                         if p.key not in bad and not any(p.key.startswith(f"{n}/") for n in nested))
+            bad |= found
             for stored in self.store.list(prefix):
                 rel = stored[len(prefix):]
-                if any(stored.startswith(f"{n}/") for n in nested):
+                if any(stored.startswith(f"{n}/") for n in nested) or stored in bad:
                     continue
                 if looks_like_chunk(rel):
                     work.append((meta, stored, rel))
-                elif meta.dimension_separator == "." and meta.parse_chunk_key(rel.split("/", 1)[0]) is not None:
-                    where = prefix + rel.split("/", 1)[0]
-                    if where not in shadowed:
-                        shadowed.add(where)
-                        early.append(Problem(where, "a directory where a chunk file should be"))
         yield from early
         yield from check_files(work, lambda w: w[1], lambda w: self._check_chunk(*w), progress, what="chunks")
 

@@ -29,7 +29,7 @@ from napari_shardscope.core.formats.ome import OmeMultiscale, ome_level_placemen
 from napari_shardscope.core.formats.problem import Problem
 from napari_shardscope.core.formats.volume_spec import LevelPlacement, VolumePlacement
 from napari_shardscope.core.formats.zarr3.metadata import ArrayMetadata, GroupMetadata
-from napari_shardscope.core.formats.zarr3.reader import Zarr3ArrayReader, read_array_metadata
+from napari_shardscope.core.formats.zarr3.reader import InnerChunkLocation, Zarr3ArrayReader, read_array_metadata
 from napari_shardscope.core.formats.zarr3.validate import validate_array
 from napari_shardscope.core.formats.zarr3.volume import array_placement
 from napari_shardscope.core.progress import Progress
@@ -134,7 +134,8 @@ class Zarr3Inspector:
         dtype, voxel_size, translate, downsampling_factors). ``bytes_read``/``requests`` count
         everything the store returned since it was opened (``zarr.json`` files included), so a fresh
         inspector reports exactly what one ``inspect`` costs. A shard whose index cannot be read
-        gets an ``error`` field instead of counts.
+        gets an ``error`` field instead of counts. An unsharded array is described in chunk words, as
+        unsharded precomputed is: ``chunk_shape``, ``grid_shape``, ``num_chunks``, ``chunk_files``.
         """
         scales = [self._inspect_scale(key) for key in self._selected(scale)]
         return {
@@ -160,27 +161,27 @@ class Zarr3Inspector:
             "chunk_key_encoding": meta.chunk_key_encoding.to_json(),
             "codecs": [c.to_json() for c in meta.codecs],
             "sharded": config is not None,
+        }
+        if config is None:
+            return self._inspect_unsharded(reader, out)
+        out.update({
             "shard_shape": list(reader.shard_shape),
             "inner_chunk_shape": list(reader.inner_chunk_shape),
             "chunks_per_shard": list(reader.chunks_per_shard),
             "shard_grid_shape": list(reader.shard_grid_shape),
             "inner_chunk_grid_shape": list(reader.inner_grid_shape),
-            "inner_codecs": config.to_json()["codecs"] if config is not None else None,
-            "index_codecs": [c.to_json() for c in config.index_codecs] if config is not None else None,
-            "index_location": config.index_location if config is not None else None,
-            "index_size": config.index_size if config is not None else None,
-        }
-        try:
-            out["volume"] = self._volume_json(key)
-        except (MetadataError, UnsupportedFeatureError) as exc:  # the layout is still worth showing
-            out.update(volume=None, volume_error=str(exc))
+            "inner_codecs": config.to_json()["codecs"],
+            "index_codecs": [c.to_json() for c in config.index_codecs],
+            "index_location": config.index_location,
+            "index_size": config.index_size,
+        })
+        self._add_volume(out, key)
         files = [(shard_key, pos) for shard_key, pos in reader.list_shard_files() if reader.in_grid(pos)]
         shards: list[dict[str, Any]] = []
         step = max(1, reader.index_cache_capacity // 2)
         for first in range(0, len(files), step):
             batch = files[first : first + step]
-            if reader.sharding is not None:
-                reader.prefetch_shard_indexes([pos for _, pos in batch])  # remote: requests in flight together
+            reader.prefetch_shard_indexes([pos for _, pos in batch])  # remote: requests in flight together
             shards.extend(self._inspect_shard(reader, shard_key, pos) for shard_key, pos in batch)
         ok = [s for s in shards if "error" not in s]
         out.update(
@@ -192,12 +193,26 @@ class Zarr3Inspector:
         )
         return out
 
+    def _add_volume(self, out: dict[str, Any], key: str) -> None:
+        try:
+            out["volume"] = self._volume_json(key)
+        except (MetadataError, UnsupportedFeatureError) as exc:  # the layout is still worth showing
+            out.update(volume=None, volume_error=str(exc))
+
+    def _inspect_unsharded(self, reader: Zarr3ArrayReader, out: dict[str, Any]) -> dict[str, Any]:
+        """An array without ``sharding_indexed``: chunks, each a file of its own, in the words the other
+        unsharded formats use (``chunk_shape``, ``num_chunks``, ``chunk_files``), never shard words."""
+        out.update(chunk_shape=list(reader.inner_chunk_shape), grid_shape=list(reader.inner_grid_shape))
+        self._add_volume(out, out["key"])
+        sizes = [reader.store.size(k) for k, pos in reader.list_shard_files() if reader.in_grid(pos)]
+        out.update(num_chunks=math.prod(reader.inner_grid_shape), chunk_files=len(sizes),
+                   chunks=sum(1 for n in sizes if n is not None),
+                   data_bytes=sum(n for n in sizes if n is not None))
+        return out
+
     def _inspect_shard(self, reader: Zarr3ArrayReader, key: str, shard: tuple[int, ...]) -> dict[str, Any]:
         record: dict[str, Any] = {"shard": list(shard), "file": key}
-        if reader.sharding is None:
-            size = reader.store.size(key)
-            record.update(file_size=size, chunks=0 if size is None else 1, data_bytes=size or 0, index_bytes=0)
-            return record
+        assert reader.sharding is not None
         index_bytes = reader.sharding.index_size
         try:
             loaded = reader.read_shard_index(shard)
@@ -216,7 +231,7 @@ class Zarr3Inspector:
         )
         return record
 
-    def locate_voxel(self, voxel: Sequence[int], scale: str | None = None) -> dict[str, Any]:
+    def locate_format_voxel(self, voxel: Sequence[int], scale: str | None = None) -> dict[str, Any]:
         """Where the inner chunk holding ``voxel`` (zarr.json ``shape`` order) is stored.
 
         Fields: ``scale``, ``voxel``, ``shard_key``, ``shard`` (shard grid position),
@@ -224,11 +239,12 @@ class Zarr3Inspector:
         ``byte_range`` ``[start, end)`` or ``null``, ``nbytes``, ``present``.
         """
         key = self._resolve(scale)
-        location = self.reader(key).locate_voxel(voxel)
-        return {"scale": key, "voxel": [int(v) for v in voxel], **location.to_json()}
+        reader = self.reader(key)
+        location = reader.locate_voxel(voxel)  # checks the voxel first (count, integers, inside)
+        return {"scale": key, "voxel": [int(v) for v in voxel], **_record(reader, location)}
 
     def list_chunks(self, scale: str | None = None, **filters: Any) -> Iterator[dict[str, Any]]:
-        """One record per stored inner chunk (fields as :meth:`locate_voxel`, without ``voxel``).
+        """One record per stored inner chunk (fields as :meth:`locate_format_voxel`, without ``voxel``).
 
         Filters: ``shard`` — a shard key (``"c/1/2/3"``, relative to the array or the store
         root), a grid position (sequence of ints or ``"1,2,3"``), or a shard number (C order over
@@ -242,7 +258,7 @@ class Zarr3Inspector:
             reader = self.reader(key)
             shard = None if shard_filter is None else parse_shard_filter(reader, shard_filter)
             for location in reader.list_inner_chunks(shard):
-                yield {"scale": key, **location.to_json()}
+                yield {"scale": key, **_record(reader, location)}
 
     def validate(self, scale: str | None = None, progress: Progress | None = None) -> Iterator[Problem]:
         """Check every shard file of one scale (or all); yield each problem with file and offset."""
@@ -256,6 +272,16 @@ class Zarr3Inspector:
                 yield Problem(exc.key or join_key(key, "zarr.json"), f"{exc.feature} is not supported")
                 continue
             yield from validate_array(reader, progress)
+
+
+def _record(reader: Zarr3ArrayReader, location: InnerChunkLocation) -> dict[str, Any]:
+    """A locate / ls record: a sharded array's inner chunk in its shard, or an unsharded array's chunk file in
+    the words zarr v2's records use (``chunk_key``, ``grid_position``): an unsharded array has no shards."""
+    record = location.to_json()
+    if reader.sharding is not None:
+        return record
+    return {"chunk_key": record["shard_key"], "grid_position": record["inner_chunk"],
+            "byte_range": record["byte_range"], "nbytes": record["nbytes"], "present": record["present"]}
 
 
 def parse_shard_filter(reader: Zarr3ArrayReader, value: Any) -> tuple[int, ...]:

@@ -156,6 +156,9 @@ class Zarr3Layout(BackendBase):
         loc = r.locate_inner_chunk(grid)
         return self._chunk(scale, loc, _chunk_path(r, scale, loc), present=loc.present)
 
+    def shard_levels(self, scale: str) -> tuple[ShardMapBy, ...]:
+        return ("shard",) if self.reader(scale).sharding is not None else ()
+
     def shard_values(self, scale: str, by: ShardMapBy) -> tuple[npt.NDArray[np.uint64], int]:
         r = self.reader(scale)
         if by != "shard":
