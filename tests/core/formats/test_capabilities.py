@@ -1,6 +1,7 @@
 """Capabilities only some formats have are methods of every dataset, never ``isinstance`` checks.
 
-``Dataset.mesh_source()``, ``skeleton_source()``, ``locate_chunk_id()`` and ``locate_segment()``: a precomputed
+``Dataset.mesh_source()``, ``skeleton_source()``, ``locate_chunk_id()``, ``locate_segment()`` and
+``annotations()``: a precomputed
 dataset answers them (``None`` when its ``info`` names no such directory), every other format raises
 :class:`~napari_shardscope.core.errors.FormatCapabilityError` naming the format. The data here is written by
 CloudVolume (a segmentation with legacy meshes and skeletons) and by the shared format cases.
@@ -29,7 +30,7 @@ from tests.volume_cases import FormatCase, format_cases  # noqa: F401  (fixture)
 cloudvolume = pytest.importorskip("cloudvolume")
 
 SRC = Path(__file__).resolve().parents[3] / "src" / "napari_shardscope"
-CAPABILITIES = ("mesh_source", "skeleton_source", "locate_chunk_id", "locate_segment")
+CAPABILITIES = ("mesh_source", "skeleton_source", "locate_chunk_id", "locate_segment", "annotations")
 
 
 @pytest.fixture(scope="module")
@@ -107,6 +108,27 @@ def test_formats_without_the_capability_raise_a_typed_error(format_cases: dict[s
     assert exit_code_for(exc) == 5
     again = pickle.loads(pickle.dumps(exc))  # Dask workers send errors back pickled
     assert type(again) is FormatCapabilityError and str(again) == str(exc) and again.capability == exc.capability
+
+
+def test_open_annotations_asks_the_dataset(tmp_path: Path, format_cases: dict[str, FormatCase]) -> None:  # noqa: F811
+    """``ss.open_annotations`` is the dataset's ``annotations()``: a collection opens, a zarr array is refused
+    as a format without annotations (exit 5), a precomputed volume as metadata that is not a collection's."""
+    import napari_shardscope as ss
+    from napari_shardscope.core.errors import MetadataError
+    from napari_shardscope.core.formats.precomputed.annotations.writer import write_annotations
+    from tests.core.formats.precomputed.annotations.cases import random_batch
+    from tests.core.formats.precomputed.annotations.test_writer import SYNAPSES
+
+    batch = random_batch(SYNAPSES, 40, 3)
+    write_annotations(tmp_path / "syn", batch)
+    source = ss.open_annotations(tmp_path / "syn")
+    assert sorted(source.ids().tolist()) == sorted(batch.ids.tolist())
+    assert open_dataset(tmp_path / "syn").annotations().ids().tolist() == source.ids().tolist()
+    with pytest.raises(FormatCapabilityError, match="zarr3 datasets have no annotations") as caught:
+        ss.open_annotations(format_cases["zarr3"].path)
+    assert exit_code_for(caught.value) == 5
+    with pytest.raises(MetadataError, match="not a precomputed annotation collection"):
+        ss.open_annotations(format_cases["precomputed"].path)
 
 
 def test_locate_chunk_id_of_a_zarr_array_is_refused_by_the_cli(format_cases: dict[str, FormatCase]) -> None:  # noqa: F811

@@ -131,6 +131,6 @@ class DatasetBase:
         raise self.lacks("segment-keyed data", "locate a voxel or a chunk instead")
 
     def annotations(self) -> Any:
-        """The annotation collection this dataset is (:meth:`~napari_shardscope.core.formats.api.Dataset.annotations`)."""
+        """The annotation collection this dataset is (:meth:`.api.Dataset.annotations`)."""
         raise self.lacks("annotations", "annotations are Neuroglancer precomputed's (an info of @type "
                                         "neuroglancer_annotations_v1)")
