@@ -117,6 +117,7 @@ API_REFERENCE: tuple[tuple[str, tuple[str, ...]], ...] = (
         "napari_shardscope.gui.session_for",
         "napari_shardscope.gui.ViewerSession",
         "napari_shardscope.gui.canvas_for",
+        "napari_shardscope.gui.add_on_grid",
         "napari_shardscope.gui.neuroglancer_url",
     )),
     ("Errors", (

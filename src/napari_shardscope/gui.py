@@ -39,6 +39,7 @@ if TYPE_CHECKING:
     from napari_shardscope.napari_plugin.sample import sample_volumes
     from napari_shardscope.napari_plugin.viewer import add_volumes
     from napari_shardscope.widgets.canvas import canvas_for
+    from napari_shardscope.widgets.placement import add_on_grid
     from napari_shardscope.widgets.session import ViewerSession, session_for
 
 #: Each public name and the module it lives in (see :func:`napari_shardscope._lazy.attach`).
@@ -49,11 +50,13 @@ _PUBLIC: dict[str, str] = {
     "session_for": "napari_shardscope.widgets.session",
     "ViewerSession": "napari_shardscope.widgets.session",
     "canvas_for": "napari_shardscope.widgets.canvas",
+    "add_on_grid": "napari_shardscope.widgets.placement",
     "neuroglancer_url": "napari_shardscope.napari_plugin.neuroglancer",
 }
 
 __all__ = [
     "ViewerSession",
+    "add_on_grid",
     "add_volumes",
     "canvas_for",
     "controller_for",
