@@ -3,6 +3,7 @@
 #
 #   bash scripts/install.sh             # the library, CLI and napari with its default binding (PyQt6) in .venv: [all]
 #   bash scripts/install.sh test        # the same plus the test tools and cross-check libraries: extra [test]
+#   bash scripts/install.sh pyqt6       # the same as the default, under the extra's old name [pyqt6]
 #   bash scripts/install.sh test-pyqt5  # the test environment under PyQt5 instead, in .venv-pyqt5: [test-pyqt5]
 #   bash scripts/install.sh pyqt5       # the library, CLI and napari (PyQt5) in .venv-pyqt5: extra [pyqt5]
 #   bash scripts/install.sh bench       # the test environment plus the bench peers and nginx: extra [bench]
@@ -30,9 +31,10 @@ esac
 apt_packages=(xvfb xauth libgl1 libegl1 libgl1-mesa-dri libglib2.0-0 libfontconfig1 libdbus-1-3
   libxkbcommon-x11-0 libxcb-cursor0 libxcb-icccm4 libxcb-image0 libxcb-keysyms1 libxcb-randr0
   libxcb-render-util0 libxcb-shape0 libxcb-xfixes0 libxcb-xinerama0 libxcb-xkb1)
-# The Neuroglancer hand-off test drives Debian's chromium through Playwright (never `playwright install`).
+# The Neuroglancer hand-off test drives Debian's chromium through Playwright (never `playwright install`);
+# only the main test lane runs it (.venv-pyqt5's lane runs the Qt tests).
 case "$extra" in
-  test|test-pyqt6) apt_packages+=(chromium) ;;
+  test) apt_packages+=(chromium) ;;
 esac
 # bench/locate.py measures remote inspect against Debian's nginx on 127.0.0.1 (CI runs no bench).
 case "$extra" in

@@ -59,3 +59,17 @@ def test_the_notebook_mode_has_jupyter_nbconvert_a_kernel_and_napari_with_its_bi
 def test_an_unknown_mode_lists_the_modes() -> None:
     done = dry_run("notebooks")
     assert done.returncode == 2 and "unknown mode 'notebooks'" in done.stderr and "notebook" in done.stderr
+
+
+def test_every_mode_the_script_branches_on_is_a_mode_and_the_header_lists_each() -> None:
+    """A ``case`` arm naming a mode that is not in ``modes`` is dead (``test-pyqt6`` was, after the PyQt6 lane
+    became ``test``); a mode missing from the header's usage lines is one a user cannot find."""
+    text = INSTALL.read_text()
+    arms = re.findall(r"^\s+([a-z0-9|-]+)\)", text, re.MULTILINE)
+    named = {m for arm in arms for m in arm.split("|")}
+    assert named and named <= set(modes()), named - set(modes())
+    usage = set(re.findall(r"^#   bash scripts/install\.sh +([a-z0-9-]+)", text, re.MULTILINE))
+    assert set(modes()) - {"all"} <= usage, set(modes()) - {"all"} - usage
+    for mode in modes():
+        done = dry_run(mode)
+        assert ("chromium" in done.stdout) == (mode == "test"), (mode, done.stdout)

@@ -212,8 +212,17 @@ def test_n5java_zi_is_an_rgb_image_of_three_channel_layers_whatever_the_compress
         assert len(layers) == 3 and viewer.dims.ndim == 2 and viewer.dims.nsteps == (512, 512)  # no 512-step slider
         for c, layer in enumerate(layers):
             np.testing.assert_array_equal(np.asarray(layer.data), png[..., c])
+        # no channel metadata: red, green and blue added up, as napari splits an RGB image
+        assert [layer.colormap.name for layer in layers] == ["red", "green", "blue"]
+        assert [layer.blending for layer in layers[1:]] == ["additive", "additive"]
         shot = _shoot(viewer, tmp_path, f"n5java_zi_{compression}")
         assert shot[..., :3].std() > 20
+        # the canvas shows the picture's colours: the centre of the drawn image against the PNG's centre
+        h, w = shot.shape[:2]
+        side = min(h, w) // 8  # well inside the image, which reset_view fits to the canvas
+        drawn = shot[h // 2 - side:h // 2 + side, w // 2 - side:w // 2 + side, :3].reshape(-1, 3).mean(axis=0)
+        want = png[256 - 64:256 + 64, 256 - 64:256 + 64, :3].reshape(-1, 3).mean(axis=0)
+        np.testing.assert_allclose(drawn, want, atol=12)
 
 
 def test_a_float_array_of_0_to_99_is_not_a_white_square(make_napari_viewer: Any, tmp_path: Path) -> None:

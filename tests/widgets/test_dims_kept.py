@@ -20,6 +20,7 @@ import numpy as np
 import pytest
 from qtpy.QtCore import Qt
 
+from napari_shardscope.core.formats.precomputed.sharding import assign_chunk_ids
 from napari_shardscope.core.labelmap import create_labelmap
 from napari_shardscope.core.versioned import create_repository
 from napari_shardscope.widgets.canvas import canvas_for
@@ -144,20 +145,77 @@ def test_seeds_and_review_layers_keep_the_dims(proofread: Proofread, qtbot: Any)
 
 
 
-@pytest.mark.xfail(strict=True, reason="widgets/shard_browser.py adds its outline with vertices on voxel edges, "
-                   "half a voxel outside the volume, moving the dims range's start (to place through "
-                   "widgets/placement.add_on_grid; shard_browser.py was left to another branch)")
 def test_shard_browser_layers_keep_the_dims(proofread: Proofread, qtbot: Any) -> None:  # noqa: F811
+    """The shard map of every scale and the located chunk's outline, added by clicks as a user adds them."""
     viewer, _panel, _repo, _, _c = proofread
     base = dims_of(viewer)
     browser = dock(viewer, "Shard browser")
     browser.layer_combo.setCurrentText("segmentation")
-    browser.show_shard_map()
-    qtbot.waitUntil(lambda: browser.shard_map_layer is not None and not browser.busy, timeout=20000)
-    assert_range(viewer, base, "the shard map")
-    browser.locate_voxel([100, 30, 20])
+    scales = [browser.scale_combo.itemText(i) for i in range(browser.scale_combo.count())]
+    assert len(scales) > 1
+    for i, scale in enumerate(scales):  # coarser scales' chunks reach past the volume's last voxel
+        browser.scale_combo.setCurrentIndex(i)
+        qtbot.mouseClick(browser.map_button, LEFT)
+        qtbot.waitUntil(lambda s=scale: browser.shard_map_layer is not None  # type: ignore[misc]
+                        and s in browser.shard_map_layer.name and not browser.busy, timeout=20000)
+        assert_dims(viewer, base, f"the shard map of {scale}")
+    shape = viewer.layers["segmentation"].level_shapes[0]
+    browser.scale_combo.setCurrentIndex(0)
+    browser.mode_combo.setCurrentText("voxel")
+    for voxel in ((20, 30, 100), (0, 0, 0), tuple(int(n) - 1 for n in shape)):  # z, y, x from 0; corners too
+        browser.locate_edit.setText(", ".join(str(v) for v in voxel))
+        qtbot.mouseClick(browser.locate_button, LEFT)
+        assert browser.outline_layer is not None and browser.locate_label.text(), voxel
+        assert_range(viewer, base, f"the outline of the chunk of voxel {voxel}")
+    plane = viewer.dims.current_step[0]
+    right_arrow(viewer, qtbot)  # the arrow still moves one plane
+    assert viewer.dims.current_step[0] == min(plane + 1, shape[0] - 1)
+    assert viewer.dims.range[0].step == pytest.approx(base[0][0][2])
+
+
+def test_a_partial_last_chunk_does_not_lengthen_the_slider(make_napari_viewer: Any, tmp_path: Path,
+                                                           qtbot: Any) -> None:
+    """A volume whose size is no multiple of its chunks (y 40 and x 36 voxels in chunks of 16): the shard map of
+    each scale and the outline of a last, partial chunk leave the dims as the volume alone made them."""
+    from tests.core.labelmap.volumes import voronoi_supervoxels, write_precomputed
+
+    write_precomputed(tmp_path / "seg", voronoi_supervoxels((12, 40, 36), 8, seed=5), ((1, 1, 1), (1, 2, 2)),
+                      chunk_xyz=(16, 16, 4), sharded=True)
+    viewer = make_napari_viewer(show=True)
+    (layer,) = viewer.open(str(tmp_path / "seg"), plugin="napari-shardscope")
+    viewer.dims.set_current_step(0, 5)
+    base = dims_of(viewer)
+    browser = dock(viewer, "Shard browser")
+    browser.layer_combo.setCurrentText(layer.name)
+    for i in range(browser.scale_combo.count()):
+        scale = browser.scale_combo.itemText(i)
+        browser.scale_combo.setCurrentIndex(i)
+        qtbot.mouseClick(browser.map_button, LEFT)
+        qtbot.waitUntil(lambda s=scale: browser.shard_map_layer is not None  # type: ignore[misc]
+                        and s in browser.shard_map_layer.name and not browser.busy, timeout=20000)
+        assert_dims(viewer, base, f"the shard map of {scale}")
+        # each voxel shows the shard of the chunk holding it (the corner voxels of the partial chunks too),
+        # from the sharding hash of the chunk's id (chunks of 16 x, 16 y, 4 z voxels of the scale), at every
+        # level napari may draw (level 1 halves y and x), each level exactly the volume's level's shape
+        assert browser.tree is not None
+        smap = browser.shard_map_layer
+        assert smap is not None and smap.multiscale and len(smap.data) == len(layer.data)
+        assert [tuple(d.shape) for d in smap.data] == [tuple(s) for s in layer.level_shapes]
+        source = browser.tree.inspector.source(scale)  # type: ignore[attr-defined]
+        f = (1, 1, 1) if i == 0 else (1, 2, 2)
+        for z, y, x in ((0, 0, 0), (11, 39, 35), (5, 33, 20), (7, 10, 34), (3, 31, 31)):
+            grid = (x // f[2] // 16, y // f[1] // 16, z // f[0] // 4)
+            want = int(assign_chunk_ids(source.sharding, [source.scale.chunk_id(grid)]).shard[0])
+            assert int(smap.data[0][z, y, x]) == want, (scale, (z, y, x))
+            assert int(smap.data[1][z, y // 2, x // 2]) == want, (scale, "level 1", (z, y, x))
+            assert int(np.asarray(smap.data[0][z])[y, x]) == want  # a plane, as napari slices it
+        viewer.dims.set_current_step(0, 5)
+    browser.scale_combo.setCurrentIndex(0)
+    browser.mode_combo.setCurrentText("voxel")
+    browser.locate_edit.setText("11, 39, 35")  # the last voxel: a chunk 8 × 4 voxels of its 16 × 16
+    qtbot.mouseClick(browser.locate_button, LEFT)
     assert browser.outline_layer is not None
-    assert_range(viewer, base, "the outline")
+    assert_range(viewer, base, "the outline of the last chunk")
 
 
 @pytest.mark.realdata

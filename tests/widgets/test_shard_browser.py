@@ -53,11 +53,18 @@ def outline_rectangles(viewer: Any) -> list[np.ndarray]:
 
 
 def assert_outlines(viewer: Any, world_box: tuple[tuple[float, ...], tuple[float, ...]]) -> None:
-    """One rectangle per z plane of the chunk, each with the chunk's y/x corners (world, nm)."""
+    """One rectangle per z plane of the chunk, each with the chunk's y/x corners (world, nm), clipped to the
+    volume's outermost voxel centres (an outline reaching past them would widen the dims range)."""
     lo, hi = np.asarray(world_box[0]), np.asarray(world_box[1])
+    outline = viewer.layers[OUTLINE_NAME]
+    (volume, *_) = [la for la in viewer.layers if hasattr(la, "level_shapes") and la is not outline
+                    and np.allclose(la.scale, outline.scale) and np.allclose(la.translate, outline.translate)]
+    first = np.asarray(volume.translate, dtype=float)
+    last = first + (np.asarray(volume.level_shapes[0], dtype=float) - 1) * np.asarray(volume.scale, dtype=float)
+    expected_planes = [z for z in np.arange(0, 64 * 40, 40.0) if lo[0] < z < hi[0]]
+    lo, hi = np.clip(lo, first, last), np.clip(hi, first, last)
     rects = outline_rectangles(viewer)
     planes = sorted({float(r[0, 0]) for r in rects})
-    expected_planes = [z for z in np.arange(0, 64 * 40, 40.0) if lo[0] < z < hi[0]]
     assert planes == pytest.approx(expected_planes)
     for r in rects:
         assert np.all(r[:, 0] == r[0, 0])
@@ -208,18 +215,21 @@ def test_shard_map_layer_values_are_the_shards(sample_viewer: tuple[Any, ShardBr
     browser.show_shard_map("8_8_40", "shard")
     qtbot.waitUntil(lambda: browser.shard_map_layer is not None and not browser.busy, timeout=20000)
     layer = browser.shard_map_layer
-    assert isinstance(layer, Labels) and layer.data.shape == (8, 4, 4)
+    volume = viewer.layers["segmentation"]
+    # on the volume's own voxels and levels (one value per voxel, that of its chunk), never at chunk scale
+    assert isinstance(layer, Labels) and [tuple(d.shape) for d in layer.data] == list(map(tuple, volume.level_shapes))
+    np.testing.assert_allclose(layer.scale, volume.scale)
+    np.testing.assert_allclose(layer.translate, volume.translate)
     source = browser.tree.inspector.source("8_8_40")  # type: ignore[attr-defined]
     geo = browser.tree.geometry("8_8_40")
     for z, y, x in np.ndindex(8, 4, 4):
         shard = int(assign_chunk_ids(source.sharding, [source.scale.chunk_id((x, y, z))]).shard[0])
-        assert int(layer.data[z, y, x]) == shard
-        # placed in the world: on the chunk's planes, the centre of each chunk shows that chunk's shard
-        centre = (np.asarray(geo.chunk_world_box((x, y, z))[0]) + np.asarray(geo.chunk_world_box((x, y, z))[1])) / 2
-        if viewer.dims.point[0] != centre[0] - 20:
-            viewer.dims.set_point(0, centre[0] - 20)  # a plane of the chunk (planes are 40 nm apart)
-        assert layer.get_value(centre, world=True) == shard
-    assert sorted(set(layer.data.ravel().tolist())) == [0, 1, 2, 3]
+        # placed in the world: the voxel at each chunk's centre (and at its first corner) shows that chunk's shard
+        box = np.asarray(geo.chunk_world_box((x, y, z)))
+        for world in ((box[0] + box[1]) / 2, box[0] + np.asarray(geo.voxel_size) / 2):
+            voxel = tuple(int(v) for v in np.round(layer.world_to_data(world)))
+            assert int(layer.data[0][voxel]) == shard, ((z, y, x), voxel)
+    assert sorted(np.unique(np.asarray(layer.data[-1])).tolist()) == [0, 1, 2, 3]
     assert stats.requests == before  # computed from ids: no reads
     assert "4 of 4 shards used by 128 chunks" in browser.status_label.text()
 
@@ -309,7 +319,8 @@ def test_zarr_and_n5_layers_in_the_panel(make_napari_viewer: Any, qtbot: Any,
     rects = outline_rectangles(viewer)
     planes = sorted({float(r[0, 0]) for r in rects})
     assert planes == pytest.approx([1400.0 + 40 * k for k in range(4, 8)])  # the finest level's z planes
-    np.testing.assert_allclose(rects[0][:, 1:].min(axis=0), lo[1:])
+    # the chunk's first x voxel is the volume's: its edge is clipped to that voxel's centre (the dims stay put)
+    np.testing.assert_allclose(rects[0][:, 1:].min(axis=0), np.maximum(lo[1:], np.asarray(image.translate)[1:]))
     assert browser.tree_widget.currentItem().data(0, Qt.ItemDataRole.UserRole).path == found.path
 
     (n5,) = viewer.open(str(format_cases["n5-multiscale"].path), plugin="napari-shardscope")

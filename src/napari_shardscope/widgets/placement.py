@@ -8,12 +8,18 @@ the volume (a mesh closes half a voxel beyond the outermost voxel centres) moves
 volume's planes just the same.
 
 So every layer the plugin adds over a volume — body surfaces and skeletons, the selection overlays, split
-seeds, the review's *after* layer, and any later kind (synapse points) — is made by :func:`add_on_grid`
+seeds, the review's *after* layer, the shard browser's chunk outline and shard map, and any later kind
+(synapse points) — is made by :func:`add_on_grid`
 with data from :func:`on_grid`: placed with the volume's scale, translate, axis labels and units, its
 coordinates (vertices, points, segment ends) in the volume's voxel units and clipped to the volume's voxel
 centres. Its step is the volume's and its extent lies inside the volume's, so the dims (steps, range, the
 plane shown) are those of the volume whichever of these layers come and go. The clip moves only geometry
 that lies outside the volume's outermost voxel centres, by at most half a voxel.
+
+Values on a coarser grid (one per chunk: the shard map) are not placed at the chunk's scale — a last,
+partial chunk would put its centre past the volume's last voxel and lengthen the slider — but read on
+the volume's own voxels and levels (:class:`BlockView`, lazily: napari slices a plane and only that
+plane's chunks are looked up).
 """
 
 from __future__ import annotations
@@ -23,12 +29,13 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
+import numpy.typing as npt
 
 if TYPE_CHECKING:
     import napari
 
 #: The kinds of layer :func:`add_on_grid` makes.
-LayerKind = Literal["labels", "image", "surface", "vectors", "points", "shapes"]
+LayerKind = Literal["labels", "image", "surface", "vectors", "points", "shapes", "blocks"]
 
 
 @dataclass(frozen=True)
@@ -40,15 +47,17 @@ class VolumeGrid:
     shape: tuple[int, ...]
     axis_labels: tuple[str, ...]
     units: tuple[str, ...] | None = None
+    #: Every level's shape, finest first (``()``: one level, ``shape``).
+    level_shapes: tuple[tuple[int, ...], ...] = ()
 
     @classmethod
     def of_layer(cls, layer: Any) -> VolumeGrid:
         """The grid of an Image or Labels layer (its level 0 when multiscale)."""
-        shape = tuple(int(n) for n in layer.level_shapes[0])  # never reads the (lazy) data
+        levels = tuple(tuple(int(n) for n in shape) for shape in layer.level_shapes)  # never reads the data
         units = getattr(layer, "units", None)
-        return cls(tuple(float(s) for s in layer.scale), tuple(float(t) for t in layer.translate), shape,
+        return cls(tuple(float(s) for s in layer.scale), tuple(float(t) for t in layer.translate), levels[0],
                    tuple(str(a) for a in layer.axis_labels),
-                   tuple(str(u) for u in units) if units is not None else None)
+                   tuple(str(u) for u in units) if units is not None else None, levels)
 
     @property
     def ndim(self) -> int:
@@ -78,6 +87,83 @@ class VolumeGrid:
                 and np.allclose(np.asarray(layer.translate, dtype=float), self.translate))
 
 
+@dataclass(frozen=True)
+class Blocks:
+    """One value per block of a regular block grid in the world (a scale's chunks).
+
+    ``values`` is indexed like the grid's axes; block ``i`` is centred at ``translate + i * size`` (world).
+    """
+
+    values: npt.NDArray[Any]
+    size: tuple[float, ...]
+    translate: tuple[float, ...]
+
+
+class BlockView:
+    """:class:`Blocks` read on one level of a volume's voxel grid: each voxel takes its centre's block.
+
+    A level of shape ``shape`` is ``level_0 / shape`` voxels of level 0 per voxel (napari places the
+    levels of a multiscale layer by these shape ratios, so this view is where napari draws that level).
+    Nothing is computed until napari slices it; a slice costs one look-up per voxel it holds.
+    """
+
+    def __init__(self, blocks: Blocks, grid: VolumeGrid, shape: Sequence[int]) -> None:
+        self.blocks = blocks
+        self.grid = grid
+        self._shape = tuple(int(n) for n in shape)
+        self._down = np.asarray(grid.shape, dtype=np.float64) / np.maximum(np.asarray(self._shape), 1)
+
+    @property
+    def dtype(self) -> np.dtype[Any]:
+        return self.blocks.values.dtype
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self._shape
+
+    @property
+    def ndim(self) -> int:
+        return len(self._shape)
+
+    @property
+    def size(self) -> int:
+        return int(np.prod(self._shape, dtype=np.int64))
+
+    def __len__(self) -> int:
+        return self._shape[0]
+
+    def block_index(self, axis: int, voxels: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
+        """The block (along ``axis``) holding the centre of each of this level's ``voxels``."""
+        g, b = self.grid, self.blocks
+        world = g.translate[axis] + ((voxels + 0.5) * self._down[axis] - 0.5) * g.scale[axis]
+        first_edge = b.translate[axis] - b.size[axis] / 2
+        index = np.floor((world - first_edge) / b.size[axis]).astype(np.int64)
+        return np.clip(index, 0, b.values.shape[axis] - 1)
+
+    def __getitem__(self, key: Any) -> Any:
+        key = key if isinstance(key, tuple) else (key,)
+        if any(k is Ellipsis for k in key):
+            at = key.index(Ellipsis)
+            key = key[:at] + (slice(None),) * (self.ndim - len(key) + 1) + key[at + 1:]
+        if len(key) > self.ndim or not all(isinstance(k, slice | int | np.integer) for k in key):
+            raise IndexError(f"a block view takes integers and slices for {self.ndim} axes, not {key!r}")
+        key = key + (slice(None),) * (self.ndim - len(key))
+        picks, kept = [], []
+        for axis, (k, n) in enumerate(zip(key, self._shape, strict=True)):
+            voxels = np.arange(n, dtype=np.int64)[k]
+            if not isinstance(k, slice):
+                voxels = np.atleast_1d(voxels)
+            else:
+                kept.append(voxels.size)
+            picks.append(self.block_index(axis, voxels))
+        out = self.blocks.values[np.ix_(*picks)].reshape(kept)
+        return out[()] if not kept else out
+
+    def __array__(self, dtype: npt.DTypeLike | None = None, copy: bool | None = None) -> npt.NDArray[Any]:
+        data = np.asarray(self[...])
+        return data if dtype is None else data.astype(dtype, copy=False)
+
+
 def on_grid(grid: VolumeGrid, kind: LayerKind, data: Any) -> Any:
     """napari data of a ``kind`` layer on ``grid`` from what the plugin has, in world units.
 
@@ -85,8 +171,11 @@ def on_grid(grid: VolumeGrid, kind: LayerKind, data: Any) -> Any:
     * ``vectors``: segments (n, 2, ndim), each ``[start, end]`` in world units;
     * ``points``: positions (n, ndim) in world units;
     * ``shapes``: a list of vertex arrays (k, ndim) in world units;
-    * ``labels`` / ``image``: arrays (or a multiscale list) on the grid's voxels, returned as given.
+    * ``labels`` / ``image``: arrays (or a multiscale list) on the grid's voxels, returned as given;
+    * ``blocks``: :class:`Blocks`, as one :class:`BlockView` per level of the grid (a Labels layer).
     """
+    if kind == "blocks":
+        return [BlockView(data, grid, shape) for shape in grid.level_shapes or (grid.shape,)]
     if kind == "surface":
         vertices, faces, *rest = data
         return (grid.to_voxels(np.asarray(vertices).reshape(-1, grid.ndim)), np.asarray(faces), *rest)
@@ -111,8 +200,13 @@ def add_on_grid(viewer: napari.Viewer, grid: VolumeGrid, kind: LayerKind, data: 
     """
     active = viewer.layers.selection.active
     add = {"labels": viewer.add_labels, "image": viewer.add_image, "surface": viewer.add_surface,
-           "vectors": viewer.add_vectors, "points": viewer.add_points, "shapes": viewer.add_shapes}[kind]
-    layer = add(on_grid(grid, kind, data), **grid.placement(origin), **kwargs)
+           "vectors": viewer.add_vectors, "points": viewer.add_points, "shapes": viewer.add_shapes,
+           "blocks": viewer.add_labels}[kind]
+    placed = on_grid(grid, kind, data)
+    if kind == "blocks":
+        placed = placed if len(placed) > 1 else placed[0]
+        kwargs.setdefault("multiscale", isinstance(placed, list))
+    layer = add(placed, **grid.placement(origin), **kwargs)
     if keep_active and active is not None and active in viewer.layers and viewer.layers.selection.active is not active:
         viewer.layers.selection.active = active
     return layer

@@ -64,6 +64,7 @@ from napari_shardscope.core.layout import (
     parse_position,
 )
 from napari_shardscope.widgets.lifecycle import on_removed
+from napari_shardscope.widgets.placement import Blocks, VolumeGrid, add_on_grid, on_grid
 from napari_shardscope.widgets.scrolling import scroll_body, wrapping
 
 if TYPE_CHECKING:
@@ -539,10 +540,22 @@ class ShardBrowser(QWidget):
         ndim = self.layer.ndim if self.layer is not None else lo.size
         return lo[-ndim:], hi[-ndim:]
 
+    def _grid(self) -> VolumeGrid:
+        """The volume's grid: the layer's (as napari places it), or the tree's finest scale with no layer."""
+        if self.layer is not None:
+            return VolumeGrid.of_layer(self.layer)
+        tree = self._require_tree()
+        geos = [tree.geometry(s) for s in tree.spatial_scales()]
+        geo = geos[0]
+        units = (geo.unit,) * len(geo.voxel_size) if geo.unit is not None else None
+        return VolumeGrid(tuple(float(v) for v in geo.voxel_size), tuple(float(t) for t in geo.translate),
+                          tuple(geo.array_shape), tuple(geo.array_axes), units,
+                          tuple(tuple(g.array_shape) for g in geos if g.ndim == geo.ndim))
+
     def _level0(self) -> tuple[np.ndarray, np.ndarray]:
-        """Voxel size and translate of the layer's finest level (where napari's planes are)."""
-        assert self.layer is not None
-        return np.asarray(self.layer.scale, dtype=float), np.asarray(self.layer.translate, dtype=float)
+        """Voxel size and translate of the volume's finest level (where napari's planes are)."""
+        grid = self._grid()
+        return np.asarray(grid.scale, dtype=float), np.asarray(grid.translate, dtype=float)
 
     def _axes(self) -> tuple[list[int], list[int], int]:
         """(displayed layer axes, other layer axes, viewer-to-layer axis offset)."""
@@ -579,24 +592,23 @@ class ShardBrowser(QWidget):
             shapes.append(vertices)
             if len(shapes) >= MAX_OUTLINE_PLANES:
                 break
-        # The outline lives on the volume's voxel grid (its scale and translate): napari shows a shape on a
-        # plane one data unit deep, so in world units (scale 1) it would be 1 nm deep along z and vanish
-        # between the volume's planes.
-        scale, translate = self._level0()
-        shapes = [(s - translate) / scale for s in shapes]
+        # The outline goes on the volume's grid through add_on_grid (its scale, translate, axis labels, units;
+        # vertices clipped to the volume's voxel centres): in world units (scale 1) a shape would be 1 nm deep
+        # along z and vanish between planes, and a chunk edge half a voxel outside the volume would move the
+        # dims range's start (and the plane the arrows step from).
+        grid = self._grid()
+        scale = np.asarray(grid.scale, dtype=float)
         width = float(np.min((hi[list(rect)] - lo[list(rect)]) / scale[list(rect)])) / 40
         active = self.viewer.layers.selection.active  # adding the outline selects it; give the clicks back
         layer = self.outline_layer
-        if (layer is None or layer not in self.viewer.layers or layer.ndim != lo.size
-                or not np.allclose(layer.scale, scale) or not np.allclose(layer.translate, translate)):
+        if layer is None or layer not in self.viewer.layers or layer.ndim != lo.size or not grid.holds(layer):
             if layer is not None and layer in self.viewer.layers:
                 self.viewer.layers.remove(layer)
-            layer = self.viewer.add_shapes(shapes, shape_type="rectangle", edge_color="yellow",
-                                           face_color="transparent", edge_width=width, name=OUTLINE_NAME,
-                                           ndim=lo.size, scale=scale, translate=translate, **self._units())
+            layer = add_on_grid(self.viewer, grid, "shapes", shapes, shape_type="rectangle", edge_color="yellow",
+                                face_color="transparent", edge_width=width, name=OUTLINE_NAME, ndim=lo.size)
             self.outline_layer = layer
         else:
-            layer.data = shapes
+            layer.data = on_grid(grid, "shapes", shapes)
             layer.shape_type = ["rectangle"] * len(shapes)
             layer.edge_width = [width] * len(shapes)
             layer.edge_color = "yellow"
@@ -605,14 +617,6 @@ class ShardBrowser(QWidget):
             self.viewer.layers.selection.active = active
         elif self.layer is not None:
             self.viewer.layers.selection.active = self.layer
-
-    def _units(self, ndim: int | None = None) -> dict[str, Any]:
-        """``units=`` of the shown layer, so napari does not warn about mixed units (and scale bars agree)."""
-        units = getattr(self.layer, "units", None) if self.layer is not None else None
-        if units is None:
-            return {}
-        units = tuple(units)
-        return {"units": units[-ndim:] if ndim is not None else units}
 
     def _move_view(self, lo: np.ndarray, hi: np.ndarray) -> None:
         _, others, offset = self._axes()
@@ -711,14 +715,23 @@ class ShardBrowser(QWidget):
                 else data
         if self.shard_map_layer is not None and self.shard_map_layer in self.viewer.layers:
             self.viewer.layers.remove(self.shard_map_layer)
-        n = data.ndim
-        active = self.viewer.layers.selection.active  # the new layer would take the clicks (body picking)
-        layer = self.viewer.add_labels(data, name=name, scale=smap.voxel_size[-n:], translate=smap.translate[-n:],
-                                       opacity=0.45, colormap=colormap, **self._units(n),
-                                       metadata={"shardscope_shard_map": {"scale": smap.scale, "by": smap.by}})
+        # One value per chunk, read on the volume's own voxels and levels (placement.Blocks): placed at the
+        # chunk's scale, a partial last chunk's centre would lie past the volume's last voxel and lengthen
+        # the slider (and a chunk-sized step would become the dims step where the volume has no layer).
+        grid = self._grid()
+        size, translate = tuple(smap.voxel_size[-data.ndim:]), tuple(smap.translate[-data.ndim:])
+        extra = grid.ndim - data.ndim  # axes the map has no chunks along (a channel axis): one block each
+        if extra > 0:
+            data = data.reshape((1,) * extra + data.shape)
+            size, translate = (1.0,) * extra + size, grid.translate[:extra] + translate
+        elif extra < 0:
+            self._error(f"the shard map of {smap.scale} has {data.ndim} axes and the layer "
+                        f"{self.layer.name if self.layer is not None else ''!r} {grid.ndim}: not shown")
+            return
+        layer = add_on_grid(self.viewer, grid, "blocks", Blocks(data, size, translate), name=name, opacity=0.45,
+                            colormap=colormap,
+                            metadata={"shardscope_shard_map": {"scale": smap.scale, "by": smap.by}})
         self.shard_map_layer = layer
-        if active is not None and active in self.viewer.layers:
-            self.viewer.layers.selection.active = active
         if self.outline_layer is not None and self.outline_layer in self.viewer.layers:
             self.viewer.layers.move(self.viewer.layers.index(self.outline_layer), len(self.viewer.layers))
         self.status_label.setText(f"{name}: {int(np.unique(smap.values).size)} of {smap.num_values} "

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import json
 import subprocess
 import sys
 from pathlib import PurePosixPath
@@ -149,3 +150,33 @@ def test_a_path_above_a_dataset_names_it_as_a_user_runs_it() -> None:
                           check=False)
     assert done.returncode == 3
     assert "datasets below it: 1 (N5 segmentation uint32 3x24x24x24)" in done.stderr, done.stderr
+
+
+#: The sharded ``neuroglancer_multilod_draco`` sources of realdata (igneous): fragments before each manifest.
+SHARDED_MULTILOD = ("crantb_mesh_sharded", "noduli_seg_head/mesh", "igneous_pinky_sharded/mesh_mip_0_err_40.0")
+
+
+@pytest.mark.realdata
+@pytest.mark.parametrize("rel", SHARDED_MULTILOD)
+def test_inspect_counts_the_fragments_of_sharded_multilod_meshes(rel: str) -> None:
+    """``shardscope inspect DIR --json`` (a subprocess, read from a pipe): a segment's entry owns its manifest and
+    the fragments stored just before it, so each shard's data bytes are the manifests' plus the fragments'. igneous
+    packs a shard with no gap, so index bytes + data bytes are the file's size (an oracle our parser has no part
+    in), and the text summary says how the bytes split."""
+    url = REALDATA / rel
+    done = subprocess.run([sys.executable, "-m", "napari_shardscope", "inspect", str(url), "--json"],
+                          capture_output=True, text=True, timeout=300, check=False)
+    assert done.returncode == 0, done.stderr
+    (scale,) = json.loads(done.stdout)["scales"]
+    assert scale["shards"], scale
+    for shard in scale["shards"]:
+        size = (url / shard["file"]).stat().st_size
+        assert shard["index_bytes"] + shard["data_bytes"] == size, (shard, size)
+        assert shard["data_bytes"] == shard["manifest_bytes"] + shard["fragment_bytes"]
+        assert shard["fragment_bytes"] > 0 and shard["manifest_bytes"] == 64 * shard["chunks"], shard
+    assert scale["data_bytes"] == sum(s["data_bytes"] for s in scale["shards"])
+    text = subprocess.run([sys.executable, "-m", "napari_shardscope", "inspect", str(url)],
+                          capture_output=True, text=True, timeout=300, check=False)
+    assert text.returncode == 0, text.stderr
+    assert (f"{scale['chunks']} segments; {scale['data_bytes']} data bytes ({scale['manifest_bytes']} in manifests, "
+            f"{scale['fragment_bytes']} in fragments)") in text.stdout, text.stdout

@@ -1,10 +1,12 @@
-"""The loopback server over HTTP: byte ranges, HEAD, CORS on every answer, keys kept inside the root,
-and a labelmap version's chunks equal to what the version reads."""
+"""The loopback server over HTTP: byte ranges, HEAD, CORS only for the origins a user allows, keys kept inside
+the root and named relative to it in every error, and a labelmap version's chunks equal to what the version reads."""
 
 from __future__ import annotations
 
 import http.client
 import json
+import os
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -15,6 +17,7 @@ from napari_shardscope.core.bytestore import open_store
 from napari_shardscope.core.errors import ArgumentError, UnsupportedError
 from napari_shardscope.core.labelmap import Labelmap, create_labelmap
 from napari_shardscope.core.serve.handoff import mount_version
+from napari_shardscope.core.serve.messages import client_message
 from napari_shardscope.core.serve.server import ShardServer, StoreMount
 from napari_shardscope.core.serve.version_source import merge_equivalences
 from napari_shardscope.core.versioned import Repository, create_repository
@@ -67,7 +70,7 @@ def test_whole_range_suffix_and_head(served: tuple[ShardServer, Path]) -> None:
     server, root = served
     data = (root / "blob").read_bytes()
     status, h, body = request(server, "GET", "/data/ds/blob")
-    assert (status, body, h["access-control-allow-origin"]) == (200, data, "*")
+    assert (status, body) == (200, data)
     status, h, body = request(server, "GET", "/data/ds/blob", {"Range": "bytes=10-19"})
     assert (status, body, h["content-range"]) == (206, data[10:20], f"bytes 10-19/{len(data)}")
     status, h, body = request(server, "GET", "/data/ds/blob", {"Range": "bytes=-16"})
@@ -80,23 +83,52 @@ def test_whole_range_suffix_and_head(served: tuple[ShardServer, Path]) -> None:
     assert (status, int(h["content-length"]), body) == (200, len(data), b"")
 
 
-def test_cors_on_errors_and_options(served: tuple[ShardServer, Path]) -> None:
+def test_no_cross_origin_access_by_default(served: tuple[ShardServer, Path]) -> None:
+    """The client is served by the same server (same origin): no page of another origin may read an answer."""
     server, _ = served
-    status, h, _ = request(server, "GET", "/data/ds/missing")
-    assert status == 404 and h["access-control-allow-origin"] == "*"
-    preflight = {"Origin": "http://x", "Access-Control-Request-Headers": "range"}
-    status, h, _ = request(server, "OPTIONS", "/data/ds/blob", preflight)
-    assert status == 204 and h["access-control-allow-origin"] == "*" and "range" in h["access-control-allow-headers"]
-    status, h, _ = request(server, "GET", "/nothing/here")
-    assert status == 404 and h["access-control-allow-origin"] == "*"
+    for method, path in (("GET", "/data/ds/blob"), ("GET", "/data/ds/missing"), ("GET", "/nothing/here"),
+                         ("OPTIONS", "/data/ds/blob")):
+        headers = {"Origin": "https://attacker.example", "Access-Control-Request-Headers": "range",
+                   "Access-Control-Request-Private-Network": "true"}
+        status, h, _ = request(server, method, path, headers)
+        assert "access-control-allow-origin" not in h, (method, path, status)
+        assert "access-control-allow-private-network" not in h, (method, path, status)
+
+
+def test_cors_for_the_origins_allowed(tmp_path: Path) -> None:
+    """``cors=(ORIGIN, ...)``: those origins (and no other) may read every answer, errors and preflights included."""
+    (tmp_path / "blob").write_bytes(b"0123456789")
+    mine = "http://localhost:8080"
+    with ShardServer(cors=(mine + "/", "https://Neuroglancer-Demo.appspot.com")) as server:
+        server.mount("data/ds", StoreMount(open_store(str(tmp_path))))
+        for origin in (mine, "https://neuroglancer-demo.appspot.com"):
+            status, h, body = request(server, "GET", "/data/ds/blob", {"Origin": origin, "Range": "bytes=0-3"})
+            assert (status, body, h["access-control-allow-origin"]) == (206, b"0123", origin)
+            assert "origin" in h["vary"].lower() and "content-range" in h["access-control-expose-headers"]
+            status, h, _ = request(server, "GET", "/data/ds/missing", {"Origin": origin})
+            assert status == 404 and h["access-control-allow-origin"] == origin
+            preflight = {"Origin": origin, "Access-Control-Request-Headers": "range",
+                         "Access-Control-Request-Private-Network": "true"}
+            status, h, _ = request(server, "OPTIONS", "/data/ds/blob", preflight)
+            assert status == 204 and h["access-control-allow-origin"] == origin
+            assert "range" in h["access-control-allow-headers"] and h["access-control-allow-private-network"] == "true"
+        for other in ("http://localhost:8081", "https://attacker.example", "null"):
+            status, h, _ = request(server, "GET", "/data/ds/blob", {"Origin": other})
+            assert status == 200 and "access-control-allow-origin" not in h and "origin" in h["vary"].lower()
+
+
+@pytest.mark.parametrize("origin", ["*", "localhost:8080", "http://h/path", "ftp://h", "http://", "http://a b"])
+def test_cors_origins_are_origins(origin: str) -> None:
+    with pytest.raises(ArgumentError, match="origin"):
+        ShardServer(cors=(origin,))
 
 
 @pytest.mark.parametrize("path", ["/data/ds/../secret", "/data/ds/%2e%2e/secret", "/data/ds//secret",
                                   "/data/ds/..%2fsecret", "/v/tok/../../secret"])
 def test_keys_stay_inside_the_root(served: tuple[ShardServer, Path], path: str) -> None:
     server, _ = served
-    status, h, body = request(server, "GET", path)
-    assert status in (400, 404) and b"SECRET-BYTES" not in body and h["access-control-allow-origin"] == "*"
+    status, _, body = request(server, "GET", path)
+    assert status in (400, 404) and b"SECRET-BYTES" not in body
 
 
 def test_links_out_of_the_root_are_refused(served: tuple[ShardServer, Path]) -> None:
@@ -104,6 +136,60 @@ def test_links_out_of_the_root_are_refused(served: tuple[ShardServer, Path]) -> 
     (root / "link").symlink_to(root.parent / "secret")
     status, _, body = request(server, "GET", "/data/ds/link")
     assert status in (400, 404) and b"SECRET-BYTES" not in body
+
+
+def leaks(body: bytes, *paths: Path) -> list[str]:
+    """The local absolute paths (as given and resolved) that ``body`` names."""
+    text = body.decode("utf-8", "replace")
+    found = [str(p) for p in paths if str(p) in text or str(p.resolve()) in text]
+    return found + re.findall(r"(?<![\w.:/~-])/(?:tmp|home|root|etc|var|usr)\b[^\s'\"]*", text)
+
+
+def test_error_bodies_name_keys_relative_to_the_served_root(served: tuple[ShardServer, Path]) -> None:
+    """An HTTP client is told which key failed and why, never where the dataset (or a link's target) lies on disk."""
+    server, root = served
+    (root / "link").symlink_to(root.parent / "secret")
+    (root / "dangling").symlink_to(root.parent / "nowhere")
+    (root / "up").symlink_to(root.parent)
+    (root / "loop").symlink_to("loop")
+    (root / "sub").mkdir()
+    os.mkfifo(root / "sub" / "fifo")
+    for key, status, says in (("link", 400, "link"), ("dangling", 400, "dangling"), ("up/secret", 400, "up/secret"),
+                              ("loop", 404, "loop"), ("sub/fifo", 404, "sub/fifo")):
+        got, _, body = request(server, "GET", f"/data/ds/{key}")
+        assert got == status and says.encode() in body, (key, got, body)
+        assert not leaks(body, root, root.parent), (key, body)
+        got, _, body = request(server, "HEAD", f"/data/ds/{key}")
+        assert got == status and body == b"", key
+
+
+@pytest.mark.parametrize(("text", "want"), [
+    ("/srv/ds/s0/1.shard: chunk 4 truncated at byte 70", "s0/1.shard: chunk 4 truncated at byte 70"),
+    ("file:///srv/ds/s0/1.shard: bad", "s0/1.shard: bad"),
+    ("/srv/base/4_4_40/0.shard: chunk 1 data [299, 506) truncated", "<base>/4_4_40/0.shard: chunk 1 data [299, 506) "
+     "truncated"),
+    ("cannot write /srv/ds: read-only", "cannot write the served root: read-only"),
+    ("link to /home/ana/.ssh/id_rsa, outside '/srv/ds2'", "link to <local path>, outside '<local path>'"),
+    ("C:\\data\\x.shard: bad", "<local path>: bad"),
+    ("no key 'a/b' at https://host/bucket/a/b or gs://b/k (1/2, x / y)",
+     "no key 'a/b' at https://host/bucket/a/b or gs://b/k (1/2, x / y)"),
+])
+def test_client_messages_hide_local_paths(text: str, want: str) -> None:
+    assert client_message(text, [("/srv/ds", ""), ("/srv/base/", "<base>")]) == want
+
+
+def test_a_broken_base_is_named_without_its_local_path(
+        edited: tuple[Repository, Labelmap, np.ndarray, list[int]], tmp_path: Path) -> None:
+    """A version's chunk whose base shard is corrupt: the client learns what broke, not the base's directory."""
+    repo, lm, _, _ = edited
+    with ShardServer() as server:
+        layer = mount_version(server, lm, "main")
+        base = layer.layer.source.removeprefix("precomputed://").removeprefix(server.url)
+        for f in (tmp_path / "seg").rglob("*.shard"):
+            f.write_bytes(b"garbage" * 10)
+        status, _, body = request(server, "GET", f"{base}s0/0-16_0-16_0-8")
+        assert status == 500 and b".shard" in body and b"truncated" in body, body
+        assert not leaks(body, tmp_path, Path(str(repo.path))), body
 
 
 def test_client_and_event_stream(served: tuple[ShardServer, Path]) -> None:
@@ -232,7 +318,7 @@ def test_a_remote_dataset_is_served_through_its_store(served: tuple[ShardServer,
         status, h, _ = request(relay, "HEAD", "/data/remote/blob")
         assert (status, int(h["content-length"])) == (200, len(data))
         status, h, _ = request(relay, "GET", "/data/remote/none", {"Range": "bytes=0-9"})
-        assert status == 404 and h["access-control-allow-origin"] == "*"
+        assert status == 404
 
 
 def test_version_meshes_are_served_as_legacy_meshes(edited: tuple[Repository, Labelmap, np.ndarray, list[int]]
@@ -270,3 +356,33 @@ def test_version_meshes_are_served_as_legacy_meshes(edited: tuple[Repository, La
         m = m[svs[0]] if isinstance(m, dict) else m
         np.testing.assert_allclose(np.asarray(m.vertices), merged.vertices, atol=1e-3)
         np.testing.assert_array_equal(np.asarray(m.faces), merged.faces)
+
+
+def test_serve_cors_option_from_the_command_line(tmp_path: Path) -> None:
+    """``shardscope serve DS --cors ORIGIN --json`` read from a pipe: that origin may read the data, no other may;
+    a value that is no origin (``*``) is refused with exit code 2 before anything is served."""
+    import subprocess
+    import sys
+
+    from tests.core.cli.test_flush import buffered_env
+    from tests.core.serve.test_streaming import fetch, read_line
+
+    write_precomputed(tmp_path / "seg", voronoi_supervoxels((4, 16, 16), 5, seed=3), ((1, 1, 1),), chunk_xyz=(8, 8, 4))
+    mine = "http://localhost:8080"
+    proc = subprocess.Popen([sys.executable, "-m", "napari_shardscope", "serve", str(tmp_path / "seg"), "--json",
+                             "--cors", mine], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=buffered_env())
+    try:
+        record = json.loads(read_line(proc))
+        port = int(record["server"].rsplit(":", 1)[1])
+        info = record["state"]["layers"][0]["source"].removeprefix("precomputed://").removeprefix(record["server"])
+        info += "info"
+        got = fetch(port, info, {"Origin": mine})
+        assert (got.status, got.headers["access-control-allow-origin"]) == (200, mine)
+        got = fetch(port, info, {"Origin": "https://attacker.example"})
+        assert got.status == 200 and "access-control-allow-origin" not in got.headers
+    finally:
+        proc.terminate()
+        proc.communicate(timeout=60)
+    done = subprocess.run([sys.executable, "-m", "napari_shardscope", "serve", str(tmp_path / "seg"), "--cors", "*"],
+                          capture_output=True, timeout=120, env=buffered_env())
+    assert done.returncode == 2 and b"origin" in done.stderr and b"Traceback" not in done.stderr, done.stderr

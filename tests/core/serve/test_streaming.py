@@ -331,5 +331,5 @@ def test_keys_too_long_for_a_file_system_are_not_found(big_served: tuple[ShardSe
     server, _ = big_served
     for key in ("a" * 300, "/".join(["abc"] * 1500), "%00", "a%2f..%2fb"):
         got = fetch(server.port, "/data/ds/" + key)
-        assert got.status in (400, 404) and got.headers["access-control-allow-origin"] == "*", key
+        assert got.status in (400, 404), key
 

@@ -57,6 +57,21 @@ def test_omero_channels_name_colour_window_and_show_each_channel(tmp_path: Path,
     )
 
 
+def test_three_channels_without_colours_are_red_green_blue(tmp_path: Path) -> None:
+    """No channel colour in the metadata and three channels: red, green, blue (napari's split of an RGB image),
+    not napari's cyan/magenta/yellow cycle; any metadata colour keeps the metadata's say; two channels keep
+    napari's magenta/green (``None``)."""
+    data = (np.arange(3 * 32 * 32) % 251).astype(np.uint8).reshape(3, 32, 32)
+    unnamed = {"channels": [{"window": {"start": 0, "end": 255}} for _ in range(3)]}
+    vol = open_volume(_ome_group(tmp_path / "rgb.zarr", data, unnamed, version="0.5"))
+    assert [v.colormap for v in display_of(vol)] == ["red", "green", "blue"]
+    one = {"channels": [{"color": "ff00ff"}, {}, {}]}
+    vol = open_volume(_ome_group(tmp_path / "one.zarr", data, one, version="0.5"))
+    assert [v.colormap for v in display_of(vol)] == ["#ff00ff", None, None]
+    vol = open_volume(_ome_group(tmp_path / "two.zarr", data[:2], unnamed, version="0.4"))
+    assert [v.colormap for v in display_of(vol)] == [None, None]
+
+
 def test_ome_zarr_0_5_from_zarr_java_names_its_channels_and_ranges_float_data() -> None:
     """zarrjava_ome05: t, c, z, y, x float32, omero labels and colours but no window: limits from the data."""
     import zarr

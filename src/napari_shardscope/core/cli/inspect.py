@@ -68,6 +68,8 @@ _SUMMARY = (
     "num_chunks",
     "chunks",
     "data_bytes",
+    "manifest_bytes",
+    "fragment_bytes",
     "shards",
     "sharding",
     "key",
@@ -103,14 +105,18 @@ def print_inspect(result: dict[str, Any]) -> None:
         if sc.get("chunk_files") is not None and "shards_present" not in sc:  # unsharded: one file per chunk
             data = f"; {sc['data_bytes']} data bytes" if sc.get("data_bytes") is not None else ""
             print(f"    {sc['chunk_files']} chunk files; {sc.get('num_chunks', '?')} chunks in the grid{data}")
+        # a multilod mesh source's entries are segments: a manifest and the fragments stored just before it
+        meshes = "fragment_bytes" in sc
+        entries = "segments" if meshes else "chunks"
         if "shards_present" in sc:
+            split = f" ({sc['manifest_bytes']} in manifests, {sc['fragment_bytes']} in fragments)" if meshes else ""
             print(
                 f"    {sc['shards_present']} shard files present of {sc.get('num_shards', '?')}; "
-                f"{sc.get('chunks', 0)} chunks; {sc.get('data_bytes', 0)} data bytes"
+                f"{sc.get('chunks', 0)} {entries}; {sc.get('data_bytes', 0)} data bytes{split}"
             )
         for sh in sc.get("shards", []):
             minis = f"{sh['minishards']} minishards, " if sh.get("minishards") is not None else ""
-            print(f"    {sh.get('file')}: {minis}{sh.get('chunks')} chunks, {sh.get('data_bytes')} bytes")
+            print(f"    {sh.get('file')}: {minis}{sh.get('chunks')} {entries}, {sh.get('data_bytes')} bytes")
         for k, v in sc.items():
             if k not in _GEOMETRY and k not in _SUMMARY and v is not None and not isinstance(v, (dict, list)):
                 print(f"    {k}: {v}")

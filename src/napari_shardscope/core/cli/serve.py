@@ -3,13 +3,17 @@
 Usage::
 
     shardscope serve DATASET|REPO... [--version REF] [--labelmap LABELMAP] [--port N] [--print-url] [--json]
-                     [--segments ID,ID] [--equivalences]
+                     [--segments ID,ID] [--cors ORIGIN]... [--equivalences]
 
 Prints the Neuroglancer link (``--json``: one JSON line with the link and the state, flushed at once
 so a script can read it from a pipe while the server runs) and serves until Ctrl-C;
 ``--print-url`` prints the link and exits without serving. ``--equivalences`` prints, instead of
 serving, a link to the hosted Neuroglancer with a state over the base itself and a merge-only
 version's merges as ``equivalences`` (for a remote public base: no server needed).
+
+The link opens the Neuroglancer client served by the server itself (same origin), so no other web
+page may read what is served; ``--cors ORIGIN`` (repeatable) lets a Neuroglancer at that origin
+(one the user runs, or a hosted one) read it too.
 """
 
 from __future__ import annotations
@@ -41,9 +45,12 @@ def run_serve(args: argparse.Namespace) -> int:
     from napari_shardscope.core.serve.handoff import serve
 
     if args.equivalences:
+        if args.cors:
+            raise ArgumentError("--cors applies to what is served; --equivalences serves nothing (the hosted "
+                                "Neuroglancer reads the remote base itself)")
         return _print_equivalences(args)
     handoff = serve(args.targets, version=args.version, instance=args.instance, port=args.port,
-                    segments=_segments(args.segments))
+                    segments=_segments(args.segments), cors=args.cors or ())
     try:
         if args.json:  # one line, flushed: a script reads it with readline() while the server runs
             print_json_line({"url": handoff.url, "server": handoff.server.url, "state": handoff.state,
@@ -103,10 +110,15 @@ VERBS = (
           deprecated_option("--instance", "--labelmap", dest="instance"),
           arg("--port", type=int, default=0, metavar="N", help="port on 127.0.0.1 (default: any free port)"),
           arg("--segments", metavar="ID,ID", help="bodies to select in the version's layer"),
+          arg("--cors", action="append", metavar="ORIGIN",
+              help="also let web pages of ORIGIN (scheme://host[:port], e.g. a Neuroglancer you run at "
+              "http://localhost:8080) read the served data; repeatable (default: only the client the server "
+              "serves itself)"),
           arg("--print-url", action="store_true", help="print the link and exit (nothing is served)"),
           arg("--equivalences", action="store_true",
               help="print a state over the (remote) base with a merge-only version's merges as equivalences")),
          description="Start a loopback HTTP server that serves the Neuroglancer client (from the neuroglancer "
-         "package), the datasets as stored (byte ranges, CORS) and a labelmap version as a precomputed "
+         "package), the datasets as stored (byte ranges; cross-origin reads only for --cors origins) and a labelmap "
+         "version as a precomputed "
          "segmentation computed on request (the version id is in the URL). Prints the link; Ctrl-C stops."),
 )

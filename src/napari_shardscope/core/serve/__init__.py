@@ -16,8 +16,10 @@ True
 'segmentation'
 >>> handoff.stop()
 
-* :mod:`.server` — :class:`ShardServer` (127.0.0.1, a thread per connection, at most 64; HEAD, CORS,
+* :mod:`.server` — :class:`ShardServer` (127.0.0.1, a thread per connection, at most 64; HEAD,
   guarded keys);
+* :mod:`.cors` — which other web origins may read the answers (none unless the user names them);
+* :mod:`.messages` — error bodies name keys, never local paths;
 * :mod:`.bodies` — what an answer sends: a stored key read in 1 MiB ranges, or computed bytes;
 * :mod:`.ranges` — the ``Range`` header read as RFC 9110 says, within bounds;
 * :mod:`.version_source` — a labelmap version as precomputed computed on request; merge-only

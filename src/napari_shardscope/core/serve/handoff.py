@@ -166,16 +166,18 @@ class Handoff:
 
 def serve(targets: str | os.PathLike[str] | Sequence[str | os.PathLike[str]], *, version: str | None = None,
           instance: str | None = None, port: int = 0, segments: Sequence[int] = (),
-          position: Zyx | None = None, zoom: float | None = None) -> Handoff:
+          position: Zyx | None = None, zoom: float | None = None, cors: Sequence[str] = ()) -> Handoff:
     """Serve datasets and/or a labelmap repository's version; returns the running hand-off and its URL.
 
     Each target is a dataset URL/path or a repository directory (its labelmap at ``version``,
-    default branch ``main``'s head). The server keeps running until :meth:`Handoff.stop`.
+    default branch ``main``'s head). The server keeps running until :meth:`Handoff.stop`. The link
+    opens the client served by the server itself; ``cors`` names other web origins (a Neuroglancer
+    the user runs elsewhere) allowed to read the served data (:mod:`.cors`).
     """
     items = [targets] if isinstance(targets, (str, os.PathLike)) else list(targets)
     if not items:
         raise ArgumentError("nothing to serve")
-    server = ShardServer(port)
+    server = ShardServer(port, cors=cors)
     closers: list[Any] = []
     try:
         server.client_root()  # no neuroglancer package: say so now, not as a 404 in the browser

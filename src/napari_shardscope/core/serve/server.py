@@ -12,10 +12,11 @@ Paths it answers:
   computed on request (:mod:`.version_source`); the version id is in the path, so a browser cache
   never mixes two versions.
 
-Every response, errors and ``OPTIONS`` included, carries ``Access-Control-Allow-Origin: *`` and
-allows the ``range`` header, which is what Neuroglancer's fetches need from any origin. Keys are
-checked by the byte stores' own guards (:func:`~..bytestore.containment.check_key`): a request
-never reads outside a dataset's root.
+The client is served by the server itself, so its fetches are same-origin: no CORS header is sent
+unless the user names the origins that may read the answers (``cors=``, ``--cors``; :mod:`.cors`).
+Keys are checked by the byte stores' own guards (:func:`~..bytestore.containment.check_key`): a
+request never reads outside a dataset's root, and an error body names the key relative to the
+served root, never a local path (:mod:`.messages`; the server's log keeps the full message).
 
 Bodies are streamed (:mod:`.bodies`): a stored value goes out in 1 MiB range reads, whatever the
 request, so memory per connection is bounded and ``Content-Length`` is always the length sent.
@@ -31,7 +32,7 @@ import logging
 import secrets
 import sys
 import threading
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -47,21 +48,18 @@ from napari_shardscope.core.errors import (
     ArgumentError,
     NotARegularFileError,
     NotFoundError,
+    OutsideRootError,
     ShardscopeError,
     StoragePermissionError,
 )
 from napari_shardscope.core.serve.bodies import PIECE, Body, StoreBody
 from napari_shardscope.core.serve.client import client_directory, client_type
+from napari_shardscope.core.serve.cors import CorsPolicy
+from napari_shardscope.core.serve.messages import client_message, local_root
 from napari_shardscope.core.serve.ranges import parse_range
 
 log = logging.getLogger(__name__)
 
-CORS_HEADERS = (
-    ("Access-Control-Allow-Origin", "*"),
-    ("Access-Control-Allow-Headers", "range, content-type"),
-    ("Access-Control-Allow-Methods", "GET, HEAD, OPTIONS"),
-    ("Access-Control-Expose-Headers", "content-range, content-length, accept-ranges, etag"),
-)
 #: Host names a request may use (anything else is a DNS-rebinding attempt on the loopback server).
 LOOPBACK_NAMES = ("127.0.0.1", "localhost", "[::1]")
 #: First path components the client's own routes use.
@@ -91,6 +89,11 @@ class Mount(Protocol):
         """The value of ``key`` to send, or ``None`` when nothing is there (a store learns it on the first read)."""
         ...
 
+    def local_roots(self) -> Mapping[str, str]:
+        """Local directories the mount reads, each with the name an HTTP client is told instead of its path
+        (``""``: the served root, whose files are then named by their keys); see :mod:`.messages`."""
+        ...
+
 
 @dataclass
 class StoreMount:
@@ -113,6 +116,9 @@ class StoreMount:
     def open(self, key: str) -> Body | None:
         return StoreBody(self.store, key, self._sizes if self.cacheable else None)
 
+    def local_roots(self) -> Mapping[str, str]:
+        return local_root(self.store.url, "")
+
 
 class ShardServer:
     """A running loopback server; mount datasets and versions, then hand out URLs.
@@ -121,9 +127,12 @@ class ShardServer:
     that exits (napari closing, Ctrl-C on the CLI) never waits on it.
     """
 
-    def __init__(self, port: int = 0, *, host: str = "127.0.0.1", max_connections: int = MAX_CONNECTIONS) -> None:
+    def __init__(self, port: int = 0, *, host: str = "127.0.0.1", max_connections: int = MAX_CONNECTIONS,
+                 cors: Iterable[str] = ()) -> None:
         if host not in ("127.0.0.1", "localhost", "::1"):
             raise ArgumentError(f"the server binds a loopback address only, not {host!r}")
+        #: The origins (besides its own) whose pages may read the answers (:mod:`.cors`).
+        self.cors = CorsPolicy.of(cors)
         self.token = secrets.token_hex(8)
         self.stopping = threading.Event()
         self._mounts: dict[str, Mount] = {}
@@ -190,6 +199,13 @@ class ShardServer:
     def mounts(self) -> Mapping[str, Mount]:
         with self._lock:
             return dict(self._mounts)
+
+    def local_roots(self) -> list[tuple[str, str]]:
+        """Every local directory served or read (the client's included) with its client-side name."""
+        roots = [(str(self.client_root()), "")] if self._client is not None else []
+        for mount in self.mounts().values():
+            roots.extend(mount.local_roots().items())
+        return roots
 
     def find(self, path: str) -> tuple[Mount, str] | None:
         """The mount serving URL path ``path`` and the key inside it (longest prefix wins)."""
@@ -334,8 +350,7 @@ class _Handler(BaseHTTPRequestHandler):
     def do_OPTIONS(self) -> None:
         self._refuse_bodies()
         self.send_response(204)
-        self._cors()
-        self.send_header("Access-Control-Max-Age", "86400")
+        self._cors(preflight=True)
         self.send_header("Content-Length", "0")
         self.end_headers()
 
@@ -382,7 +397,10 @@ class _Handler(BaseHTTPRequestHandler):
             self._fail(404, exc)
         except StoragePermissionError as exc:
             self._fail(403, exc)
-        except ArgumentError as exc:  # a key outside the root…
+        except OutsideRootError as exc:  # a link out of the root: which key, not where it leads
+            log.debug("%s: %s", self.address_string(), _one_line(str(exc)))
+            self._error(400, f"key {exc.key!r} leads outside its dataset (a symbolic link out of it): not served")
+        except ArgumentError as exc:
             self._fail(400, exc)
         except ShardscopeError as exc:  # the storage failed (a remote store: the host behind it), told in one line
             self._fail(502 if self._gateway else 500, exc)
@@ -489,8 +507,12 @@ class _Handler(BaseHTTPRequestHandler):
             pos += len(piece)
 
     # -- responses -----------------------------------------------------------------------------
-    def _cors(self) -> None:
-        for name, value in CORS_HEADERS:
+    def _cors(self, *, preflight: bool = False) -> None:
+        headers = getattr(self, "headers", None)  # none when the request line itself was refused
+        origin = headers.get("Origin") if headers is not None else None
+        private = preflight and headers is not None and (
+            headers.get("Access-Control-Request-Private-Network", "").strip().lower() == "true")
+        for name, value in self.server.owner.cors.headers(origin, preflight=preflight, private_network=private):
             self.send_header(name, value)
 
     def _head(self, status: int, ctype: str, cache: str, length: int, content_range: str | None = None) -> None:
@@ -507,12 +529,14 @@ class _Handler(BaseHTTPRequestHandler):
         self.end_headers()
 
     def _fail(self, status: int, exc: BaseException) -> None:
+        """Answer ``status`` for ``exc``: the log gets its message, the client the same with local paths
+        replaced by keys (:func:`~.messages.client_message`)."""
         message = _one_line(str(exc)) or type(exc).__name__
         if status >= 500 and not isinstance(exc, ShardscopeError):
             message = f"{type(exc).__name__}: {message}"
         elif status >= 500:
             log.warning("%s: %s %s: %s", self.address_string(), self.command, self.path[:200], message)
-        self._error(status, message)
+        self._error(status, client_message(message, self.server.owner.local_roots()))
 
     def _error(self, status: int, message: str) -> None:
         """An error answer with a one-line text body; after a status line went out, the connection is ended."""

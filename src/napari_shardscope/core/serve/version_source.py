@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -32,6 +33,7 @@ from napari_shardscope.core.errors import ArgumentError, NotFoundError, Unsuppor
 from napari_shardscope.core.labelmap import Labelmap, UnknownLabelError
 from napari_shardscope.core.labelmap.geometry import Box
 from napari_shardscope.core.serve.bodies import BytesBody
+from napari_shardscope.core.serve.messages import local_root
 
 # ASCII numbers of at most 19 digits: a coordinate or body id beyond that is no chunk or body (and Python
 # refuses int() of over 4,300 digits), so a longer one is simply no match (404).
@@ -157,6 +159,13 @@ class VersionMount:
         """``key`` computed once for the whole answer (an open version may change between two reads)."""
         data = self.read(key)
         return None if data is None else BytesBody(data)
+
+    def local_roots(self) -> Mapping[str, str]:
+        """The base (``<base>``) and the repository (``<repository>``) as an error sent to a client names them."""
+        roots = local_root(self.labelmap.config.base, "<base>")
+        if self.labelmap.repo.path is not None:
+            roots[str(self.labelmap.repo.path)] = "<repository>"
+        return roots
 
 
 def merge_equivalences(labelmap: Labelmap, ref: str) -> list[list[int]]:

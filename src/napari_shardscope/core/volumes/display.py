@@ -8,8 +8,11 @@ Per channel (one entry for an image without a channel axis, or for a segmentatio
 
 * **name** — the metadata's label (OME-Zarr ``omero.channels[i].label``); else the volume's name,
   ``"name [i]"`` for channel ``i > 0`` (napari's own naming of split channels);
-* **colour** — the metadata's colour (``"#rrggbb"``); else ``None``: the viewer's default (gray for
-  one channel, napari's channel colours for several);
+* **colour** — the metadata's colour (``"#rrggbb"``); else, for an image of exactly three channels of which
+  the metadata colours none, ``red``, ``green``, ``blue`` (:data:`RGB_CHANNELS`: napari's split of an RGB
+  image; napari's own cycle for a channel axis would draw them cyan, magenta and yellow, so a colour
+  picture stored as three channels, e.g. an N5 ``c, y, x`` image, came out in false colours); else ``None``:
+  the viewer's default (gray for one channel, napari's channel colours for several);
 * **contrast limits** — the metadata's window (``start``/``end``, else ``min``/``max``); else, for a
   float image, the range of its values (a float dtype says nothing about its range: ``(0, 1)``
   drew a field of 0..99 as a solid white square): the coarsest level when it holds at most
@@ -41,6 +44,9 @@ from napari_shardscope.core.volumes.model import Volume
 SAMPLE_VOXELS = 1 << 20
 #: Chunk edge assumed when a level does not say how it is chunked.
 DEFAULT_CHUNK = 64
+
+#: The colours of a three-channel image whose metadata colours no channel (napari's split of an RGB image).
+RGB_CHANNELS = ("red", "green", "blue")
 
 LimitsSource = Literal["metadata", "data", "dtype", "none"]
 
@@ -85,12 +91,14 @@ def _work_out(volume: Volume) -> tuple[ChannelView, ...]:
     axis = volume.channel_axis
     count = volume.shape[axis] if axis is not None else 1
     meta = volume.channels
+    said_all = [meta[c] if c < len(meta) else ChannelDisplay() for c in range(count)]
+    uncoloured = axis is not None and count == len(RGB_CHANNELS) and all(d.color is None for d in said_all)
     views = []
-    for c in range(count):
-        said = meta[c] if c < len(meta) else ChannelDisplay()
+    for c, said in enumerate(said_all):
         name = said.label or (volume.name if c == 0 else f"{volume.name} [{c}]")
         limits, source = _limits(volume, c if axis is not None else None, said.window)
-        views.append(ChannelView(name, said.color, limits, said.visible, source))
+        colour = RGB_CHANNELS[c] if uncoloured else said.color
+        views.append(ChannelView(name, colour, limits, said.visible, source))
     return tuple(views)
 
 

@@ -52,7 +52,7 @@ from napari_shardscope.core.formats.precomputed.info import (
     parse_info,
     parse_unsharded_chunk_name,
 )
-from napari_shardscope.core.formats.precomputed.meshes import MULTILOD, decode_manifest
+from napari_shardscope.core.formats.precomputed.meshes import MAX_MANIFEST_BYTES, MULTILOD, decode_manifest
 from napari_shardscope.core.formats.precomputed.morton import bits_per_dimension, decode_morton
 from napari_shardscope.core.formats.precomputed.shard_index import MinishardIndex, ShardIndex
 from napari_shardscope.core.formats.precomputed.shard_reader import (
@@ -60,6 +60,7 @@ from napari_shardscope.core.formats.precomputed.shard_reader import (
     DecodeBounds,
     ShardedReader,
     ShardFile,
+    decode_chunk,
 )
 from napari_shardscope.core.formats.precomputed.sharding import ShardingSpec, parse_sharding_spec
 from napari_shardscope.core.formats.precomputed.validate import ChunkCheck, DataBefore, validate_shard_file
@@ -259,8 +260,12 @@ class PrecomputedInspector:
         A volume's scales also carry ``volume``: the scale as ``open_volume`` presents it (axes,
         unit, shape, dtype, voxel_size, translate, downsampling_factors; z, y, x order, nm).
 
-        Reads only shard indexes and minishard indexes. ``bytes_read``/``requests`` count
-        everything the store returned since it was opened (``info`` included), so a fresh inspector
+        A sharded ``neuroglancer_multilod_draco`` source's index points at each segment's manifest only; its
+        fragments are stored just before it. Its scale and shards also carry ``manifest_bytes`` and
+        ``fragment_bytes``, and ``data_bytes`` is their sum (what the entries own), read from the manifests.
+
+        Reads only shard indexes and minishard indexes (and a mesh source's manifests). ``bytes_read`` and
+        ``requests`` count everything the store returned since it was opened (``info`` included), so a fresh inspector
         reports exactly what one ``inspect`` costs.
         """
         sources = [self.source(scale)] if scale is not None else self.sources
@@ -388,6 +393,16 @@ class PrecomputedInspector:
                     ends = np.concatenate([mi.ends for mi in mis])
                     totals[shard][0] = int(starts.size)
                     totals[shard][1] = int((ends - starts).sum()) if starts.size else 0
+                fragments: dict[int, int] = {}
+                if source.info_type == MULTILOD:  # the index points at manifests; fragments lie before them
+                    files = {shard: file for shard, (file, _) in zip(batch, loaded, strict=True) if file is not None}
+                    manifests = [(files[shard], int(cid), int(a), int(b)) for shard, mis in of_shard.items()
+                                 if shard in files for mi in mis
+                                 for cid, a, b in zip(mi.chunk_ids, mi.starts, mi.ends, strict=True)]
+                    read = (map if self.store.cheap_size else pool.map)(
+                        lambda job: _fragment_bytes(reader, *job), manifests)
+                    for (owner, _, _, _), n in zip(manifests, read, strict=True):
+                        fragments[owner.shard] = fragments.get(owner.shard, 0) + n
                 for shard, (file, index) in zip(batch, loaded, strict=True):
                     if file is None or index is None:
                         raise IndexDecodeError(
@@ -395,20 +410,25 @@ class PrecomputedInspector:
                         )
                     nonempty = index.nonempty_minishards().tolist()
                     index_bytes = spec.shard_index_size + sum(e - s for s, e in map(index.minishard_range, nonempty))
-                    per_shard.append(
-                        {
-                            "shard": shard,
-                            "file": file.display_key,
-                            "file_size": file.size,
-                            "minishards": len(nonempty),
-                            "chunks": totals[shard][0],
-                            "data_bytes": totals[shard][1],
-                            "index_bytes": index_bytes,
-                        }
-                    )
+                    record = {
+                        "shard": shard,
+                        "file": file.display_key,
+                        "file_size": file.size,
+                        "minishards": len(nonempty),
+                        "chunks": totals[shard][0],
+                        "data_bytes": totals[shard][1],
+                        "index_bytes": index_bytes,
+                    }
+                    if source.info_type == MULTILOD:
+                        record.update(manifest_bytes=totals[shard][1], fragment_bytes=fragments.get(shard, 0),
+                                      data_bytes=totals[shard][1] + fragments.get(shard, 0))
+                    per_shard.append(record)
         out["shards_present"] = len(per_shard)
         out["chunks"] = sum(s["chunks"] for s in per_shard)
         out["data_bytes"] = sum(s["data_bytes"] for s in per_shard)
+        if source.info_type == MULTILOD:
+            out["manifest_bytes"] = sum(s["manifest_bytes"] for s in per_shard)
+            out["fragment_bytes"] = sum(s["fragment_bytes"] for s in per_shard)
         out["shards"] = per_shard
         return out
 
@@ -740,6 +760,29 @@ class PrecomputedInspector:
         except FormatError as exc:
             return Problem(key, exc.message, exc.offset)
         return None
+
+
+def _fragment_bytes(reader: ShardedReader, file: ShardFile, segment_id: int, start: int, end: int) -> int:
+    """The fragment bytes a sharded multilod entry owns before its manifest at ``[start, end)`` of ``file``.
+
+    The format stores a segment's fragments just before its manifest and indexes only the manifest, so its
+    bytes are the manifest's plus the sizes the manifest lists; reading the manifest (tens of bytes) is the
+    only way to know them.
+    """
+    key = file.display_key
+    if end - start > MAX_MANIFEST_BYTES:
+        raise IndexDecodeError(f"mesh manifest of segment {segment_id} is {end - start} bytes (at most "
+                               f"{MAX_MANIFEST_BYTES})", key=key, offset=start)
+    data = reader.read_file_range(file, start, end)
+    if len(data) < end - start:
+        raise IndexDecodeError(f"mesh manifest of segment {segment_id} [{start}, {end}) is truncated", key=key,
+                               offset=start + len(data))
+    data = decode_chunk(reader.spec, reader.bounds, segment_id, data, key=key, offset=start)
+    fragments = decode_manifest(data, key=key, offset=start).data_bytes
+    if fragments > start - reader.spec.shard_index_size:
+        raise IndexDecodeError(f"mesh manifest of segment {segment_id} claims {fragments} fragment bytes before "
+                               "it, more than the shard holds there", key=key, offset=start)
+    return fragments
 
 
 def _fragments_before(chunk_id: int, manifest: bytes, offset: int) -> int:
