@@ -34,8 +34,9 @@ OURS = ("from napari_shardscope.core.volumes import open_volume\n"
 PEER = ("import sys, tensorstore as ts\n"
         "s = ts.open({'driver': 'neuroglancer_precomputed', 'kvstore': 'file://' + sys.argv[1] + '/'}).result()\n"
         "s[:, :, 256, 0].read().result()\n")
-REPORT = ("\nimport resource\n"
-          "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)\n")
+#: The child's own peak RSS in KiB (``VmHWM``; ``ru_maxrss`` would report this parent's peak when it is higher:
+#: Linux keeps it across ``fork`` and ``exec``).
+REPORT = ("\nprint(next(line.split()[1] for line in open('/proc/self/status') if line.startswith('VmHWM:')))\n")
 
 
 def child_env() -> dict[str, str]:

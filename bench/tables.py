@@ -34,7 +34,6 @@ import argparse
 import json
 import os
 import re
-import resource
 import shutil
 import statistics
 import subprocess
@@ -233,8 +232,15 @@ def run_point(store: str, url: str, n: int, case: str, seed: int) -> dict[str, A
     t_end = time.perf_counter()
     assert bool(found.all()) and bool((got == want).all()), "wrong answers"
     return {"import_s": t0 - t_import, "open_s": t_open - t0, "lookup_s": t_end - t_open, "total_s": t_end - t0,
-            "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, "client_requests": requests,
+            "rss_mb": own_peak_rss_mb(), "client_requests": requests,
             "keys": int(asked.size)}
+
+
+def own_peak_rss_mb() -> float:
+    """This process's own peak RSS (``VmHWM``): ``ru_maxrss`` is inherited from the bench process that
+    started this one (Linux keeps it across ``fork`` and ``exec``), so it would report the parent's peak."""
+    with open("/proc/self/status", encoding="ascii") as fh:
+        return next(int(line.split()[1]) for line in fh if line.startswith("VmHWM:")) / 1024
 
 
 def fresh_point(store: str, url: str, n: int, case: str, seed: int, server: ProceduralServer | None

@@ -199,8 +199,10 @@ def replay(seed: int, seeds: list, bomb: Path) -> int:
         report = Report()
         pristine = next((s.path for s in seeds if s.name == case.base), None)
         result = run_case(case, random.Random(seed ^ 0x5EED), OutsideWatch(),
-                          lambda op: print(f"  -> {op}", flush=True), pristine=pristine)
+                          lambda op: print(f"  -> {op}", flush=True), pristine=pristine,
+                          rss_limit_mb=Limits.rss_limit_mb)
         report.add(result)
+        print(f"peak RSS of this process {result.peak_rss_mb} MiB (limit {Limits.rss_limit_mb} MiB)")
         for op in result.ops:
             print(f"  {op.op:13} {op.outcome:13} {op.detail}")
             if op.trace:

@@ -35,6 +35,8 @@ from typing import Any
 
 import numpy as np
 
+from tests.realdata import REALDATA
+
 #: Outcomes of one decode; the last five are findings.
 OUTCOMES = ("exact", "typed", "other_data", "untyped", "crash", "hang", "wrong_size", "wrong_data")
 FINDING_OUTCOMES = ("untyped", "crash", "hang", "wrong_size", "wrong_data")
@@ -311,8 +313,8 @@ class DecoderChild:
 
 
 # -- the samples --------------------------------------------------------------------------------------------
-REALDATA = Path(os.environ.get("SHARDSCOPE_REALDATA",
-                               Path(__file__).resolve().parents[2] / ".." / "shared" / "realdata"))
+#: The samples cut from real datasets (name: the directory below :data:`REALDATA` they come from).
+REAL_SAMPLE_DIRS = {"cseg_cloudvolume_gz": "cloudvolume_gz/8_8_40", "cseg_igneous_pinky": "igneous_pinky_sharded"}
 
 COMPRESSO_FIELDS = tuple(HeaderField(n, o, w) for n, o, w in (
     ("magic", 0, 4), ("format_version", 4, 1), ("data_width", 5, 1), ("sx", 6, 2), ("sy", 8, 2), ("sz", 10, 2),
@@ -398,13 +400,13 @@ def _cseg_samples() -> list[Sample]:
     out.append(Sample("cseg_u64_own", "compressed_segmentation", data,
                       {"dtype": "uint64", "block": (4, 4, 4), "extent": labels64.shape, "channels": 1},
                       labels64.tobytes(order="F"), _cseg_fields(data, 1)))
-    cv = REALDATA / "cloudvolume_gz" / "8_8_40"
+    cv = REALDATA / REAL_SAMPLE_DIRS["cseg_cloudvolume_gz"]
     if cv.is_dir():  # CloudVolume's compressed_segmentation, gzipped files
         path = sorted(cv.glob("*.gz"))[0]
         data = gunzip(path.read_bytes(), max_size=1 << 24)
         x0, x1, y0, y1, z0, z1 = (int(v) for part in path.name[:-3].split("_") for v in part.split("-"))
         out.append(_cseg_real("cseg_cloudvolume_gz", data, (x1 - x0, y1 - y0, z1 - z0), "uint32", (8, 8, 8)))
-    pinky = REALDATA / "igneous_pinky_sharded"
+    pinky = REALDATA / REAL_SAMPLE_DIRS["cseg_igneous_pinky"]
     if pinky.is_dir():  # igneous' compressed_segmentation, inside gzipped shards
         from napari_shardscope.core.formats import open_dataset
 
@@ -520,7 +522,9 @@ def _draco_samples() -> list[Sample]:
 
 @cache
 def samples() -> tuple[Sample, ...]:
-    """Every sample chunk (deterministic; the real ones when ``shared/realdata`` is present)."""
+    """Every sample chunk (deterministic; the real ones when :data:`tests.realdata.REALDATA` is present: the
+    campaign also runs on a fresh clone, and ``test_the_real_chunks_are_among_the_samples`` fails or skips
+    by the realdata rule)."""
     rng = np.random.default_rng(2)
     block = np.ascontiguousarray((rng.integers(0, 9, size=(40, 52)) * 37).astype(np.uint16))
     return tuple(_compresso_samples() + _cseg_samples() + _n5_samples(block) + _zarr2_samples(block)

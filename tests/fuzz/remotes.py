@@ -237,7 +237,11 @@ def run_remote_case(work: Path) -> dict[str, str]:
 
     remote = str(work / "remote")
     outcomes: dict[str, str] = {}
-    base_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    from tests.fuzz.runner import own_peak_rss_mb
+
+    # The worker's own peak (VmHWM), not ru_maxrss: a spawned worker inherits its parent's ru_maxrss, and
+    # under a parent that once held more than this case allocates the growth would read 0.
+    base_rss = own_peak_rss_mb() or 0.0
 
     def attempt(op: str, fn: Callable[[], object]) -> None:
         try:
@@ -247,9 +251,9 @@ def run_remote_case(work: Path) -> dict[str, str]:
             outcomes[op] = type(exc).__name__
         except BaseException as exc:
             outcomes[op] = f"FINDING untyped {type(exc).__name__}: {exc}\n{traceback.format_exc()[-1500:]}"
-        grown = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - base_rss) >> 10
+        grown = (own_peak_rss_mb() or 0.0) - base_rss
         if grown > RSS_GROWTH_MB:
-            outcomes[op] = f"FINDING memory: peak RSS grew {grown} MB in {op} ({outcomes[op][:80]})"
+            outcomes[op] = f"FINDING memory: peak RSS grew {grown:.0f} MiB in {op} ({outcomes[op][:80]})"
 
     attempt("clone", lambda: R.clone(remote, work / "cloned", engine="sqlite"))
     if outcomes["clone"] != "ok" and (work / "cloned").exists():

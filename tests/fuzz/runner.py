@@ -12,9 +12,12 @@ outside the dataset root. Each rule has a detector here:
   in is known from the worker's last message) and starts a new one. CPU time, not wall time, is
   the measure: on a loaded machine a case that waits for a core is slow, not hung;
 * **crash** — the worker process died (a segfault or an abort in C++ code);
-* **memory** — a ``MemoryError`` (workers run under an address-space limit), or a worker whose peak
-  resident memory passed ``rss_limit_mb`` during the case (then it is replaced, so the next case
-  starts from a clean peak);
+* **memory** — a ``MemoryError`` (workers run under an address-space limit), or an operation during
+  which the worker's peak resident memory passed ``rss_limit_mb`` (the finding is that operation's;
+  the worker is then replaced, so the next case starts from a clean peak). The peak is the
+  process's own (``VmHWM``), never ``getrusage``'s ``ru_maxrss``: a spawned worker inherits the
+  latter from its parent (Linux keeps it across ``fork`` and ``exec``), so under a pytest process
+  that once held 1.7 GiB every case looked like a 1.7 GiB allocation;
 * **generator_error** — building the case failed: a bug of the fuzzer itself, reported so that it
   cannot hide damage it was meant to make;
 * **outside_read** — an audit hook saw Python open, list or change a path that resolves (links
@@ -285,12 +288,18 @@ PROBE_ENV = "SHARDSCOPE_FUZZ_PROBE"
 
 
 def probe_operation(probe: str) -> tuple[str, Callable[[], Any]]:
-    """The operation a probe names: ``busy:S`` (spin the CPU ``S`` seconds) or ``sleep:S``."""
+    """The operation a probe names: ``busy:S`` (spin the CPU ``S`` seconds), ``sleep:S``, or ``alloc:M``
+    (allocate and touch ``M`` MiB, then free them: what an unbounded allocation looks like to the
+    peak-memory detector)."""
     kind, _, seconds = probe.partition(":")
     duration = float(seconds or 1)
 
     def run() -> Any:
         end = time.monotonic() + duration
+        if kind == "alloc":
+            block = bytearray(int(duration) << 20)
+            block[::4096] = b"\x01" * len(range(0, len(block), 4096))  # every page resident
+            return len(block)
         if kind == "sleep":
             time.sleep(duration)
             return None
@@ -336,12 +345,17 @@ def read_pristine(pristine: Path, regions: list[tuple[int, int, tuple[Any, ...]]
 
 def run_case(case: HostileCase, rng: random.Random, watch: OutsideWatch,
              started: Callable[[str], None] = lambda op: None, probe: str | None = None,
-             pristine: Path | None = None) -> CaseResult:
+             pristine: Path | None = None, rss_limit_mb: float | None = None) -> CaseResult:
     """Every operation on ``case``, each outcome classified; ``started`` is told each operation's name first.
 
     ``pristine`` is the unmutated seed: when every mutation promises exact reads
     (:func:`promises_exact_reads`), regions read without an error must equal the seed's, else the
     read is a ``wrong_data`` finding (a decoder that did not raise gave other voxels).
+
+    ``rss_limit_mb``: the operation during which this process's peak resident memory
+    (:func:`own_peak_rss_mb`) first passes it is a ``memory`` finding, whatever it returned (the
+    peak only grows, so the first operation after which it is over the limit is the one that
+    allocated). ``result.peak_rss_mb`` is the peak after the case.
     """
     result = CaseResult(case.seed, case.base, case.fmt, list(case.mutations))
     t0 = time.monotonic()
@@ -374,8 +388,14 @@ def run_case(case: HostileCase, rng: random.Random, watch: OutsideWatch,
                 bad = sum(a != b for a, b in zip(produced, expected, strict=False))
                 op = OpResult(name, "wrong_data", f"{bad} of {len(expected)} regions decoded without an error to "
                                                   "other voxels than the seed's")
+        peak = own_peak_rss_mb()
+        if rss_limit_mb is not None and peak is not None and peak > rss_limit_mb and op.outcome not in FINDING_CLASSES \
+                and not any(o.outcome == "memory" for o in result.ops):
+            op = OpResult(name, "memory", f"worker peak RSS {peak:.0f} MiB after this operation (limit "
+                                          f"{rss_limit_mb:g} MiB); it ended as {op.outcome}", op.detail)
         result.ops.append(op)
     result.seconds = time.monotonic() - t0
+    result.peak_rss_mb = round(own_peak_rss_mb() or 0.0, 1)
     return result
 
 
@@ -432,7 +452,11 @@ def process_cpu_seconds(pid: int) -> float | None:
 
 
 def process_peak_rss_mb(pid: int) -> float | None:
-    """Peak resident memory of process ``pid`` (``VmHWM``) in MiB; ``None`` when unknown."""
+    """Peak resident memory of process ``pid`` (``VmHWM``) in MiB; ``None`` when unknown.
+
+    ``VmHWM`` belongs to the process's own address space, which ``exec`` makes new: unlike
+    ``getrusage``'s ``ru_maxrss``, it is not inherited from the parent that spawned the process.
+    """
     try:
         with open(f"/proc/{pid}/status", encoding="ascii") as fh:
             for line in fh:
@@ -441,6 +465,11 @@ def process_peak_rss_mb(pid: int) -> float | None:
     except (OSError, ValueError):
         return None
     return None
+
+
+def own_peak_rss_mb() -> float | None:
+    """This process's own peak resident memory in MiB (see :func:`process_peak_rss_mb`)."""
+    return process_peak_rss_mb(os.getpid())
 
 
 # -- worker processes ------------------------------------------------------------------------------------
@@ -456,6 +485,7 @@ def _worker_main(conn: Connection, seeds: list[SeedDataset], bomb: str | None, l
     watch = OutsideWatch()
     import napari_shardscope.cli  # noqa: F401 - import before the first case so its time is not a case's
 
+    conn.send(("ready", None, None))  # the parent starts a case's clocks from here, not from the spawn
     try:
         while True:
             msg = conn.recv()
@@ -473,18 +503,22 @@ def _worker_main(conn: Connection, seeds: list[SeedDataset], bomb: str | None, l
                     conn.send(("done", seed, asdict(result)))
                     continue
                 conn.send(("case", seed, (case.base, case.fmt, case.mutations)))
+                peak = own_peak_rss_mb()
+                if peak is not None and peak > limits.rss_limit_mb:  # the fuzzer's own allocation, not a case's
+                    result = CaseResult(seed, case.base, case.fmt, list(case.mutations),
+                                        [OpResult("make_case", "generator_error",
+                                                  f"worker peak RSS {peak:.0f} MiB after building the case "
+                                                  f"(limit {limits.rss_limit_mb} MiB)")], peak_rss_mb=peak)
+                    conn.send(("done", seed, asdict(result)))
+                    break
                 pristine = next((s.path for s in seeds if s.name == case.base), None)
                 result = run_case(case, random.Random(seed ^ 0x5EED), watch,
                                   lambda op, s=seed: conn.send(("op", s, op)), probe=env.get(PROBE_ENV),
-                                  pristine=pristine)
+                                  pristine=pristine, rss_limit_mb=limits.rss_limit_mb)
             finally:
                 shutil.rmtree(case_dir, ignore_errors=True)
-            peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-            result.peak_rss_mb = round(peak_mb, 1)
-            if peak_mb > limits.rss_limit_mb:
-                result.ops.append(OpResult("memory_peak", "memory", f"worker peak RSS {peak_mb:.0f} MiB"))
             conn.send(("done", seed, asdict(result)))
-            if peak_mb > limits.rss_limit_mb:
+            if result.peak_rss_mb > limits.rss_limit_mb:
                 break  # a fresh worker, so the next case is judged on its own peak
     finally:
         shutil.rmtree(work, ignore_errors=True)
@@ -499,6 +533,13 @@ class _Worker:
     since: float = 0.0
     cpu_since: float = 0.0
     case: tuple[str, str, list[str]] = ("?", "?", [])
+    #: The worker finished its imports (until then only :data:`STARTUP_WALL_SECONDS` bounds it).
+    ready: bool = False
+
+
+#: How long a worker may take to start (spawn and imports) on a loaded machine: not a case's time, so the
+#: per-case limits do not apply to it (a 5 s wall-time backstop once reported a slow start as a hang).
+STARTUP_WALL_SECONDS = 600.0
 
 
 class Pool:
@@ -569,6 +610,11 @@ class Pool:
             w.proc.join(timeout=5)
             yield self._lost(w, "crash", f"worker died (exit code {w.proc.exitcode}) in {w.op}")
             return
+        if kind == "ready":
+            w.ready = True
+            if w.seed is not None:
+                self._clock(w)
+            return
         if kind == "op":
             w.op = payload
             return
@@ -578,7 +624,7 @@ class Pool:
             return
         result = _result_from_dict(payload)
         w.seed = None
-        if any(op.op == "memory_peak" for op in result.ops):  # the worker exits: replace it
+        if result.peak_rss_mb > self.limits.rss_limit_mb:  # the worker exits: replace it
             w.proc.join(timeout=10)
             self._replace(w)
         yield result
@@ -590,6 +636,11 @@ class Pool:
 
     def _hung(self, w: _Worker) -> str | None:
         """Why the worker's case counts as hung (CPU limit, or the wall-time backstop), or ``None``."""
+        if not w.ready:
+            wall = time.monotonic() - w.since
+            if wall > STARTUP_WALL_SECONDS:
+                return f"the worker did not start (imports) in {wall:.0f} s of wall time"
+            return None
         cpu = process_cpu_seconds(w.proc.pid)
         if cpu is not None and cpu - w.cpu_since > self.limits.cpu_seconds:
             return f"{cpu - w.cpu_since:.1f} s of CPU time (limit {self.limits.cpu_seconds:g} s) in {w.op}"
@@ -609,7 +660,7 @@ class Pool:
 
     def _replace(self, w: _Worker) -> None:
         fresh = self._start()
-        w.proc, w.conn, w.seed, w.op = fresh.proc, fresh.conn, None, ""
+        w.proc, w.conn, w.seed, w.op, w.ready = fresh.proc, fresh.conn, None, "", False
 
 
 def _result_from_dict(d: dict[str, Any]) -> CaseResult:
@@ -638,8 +689,7 @@ class Report:
         self.datasets += 1
         self.peak_rss_mb = max(self.peak_rss_mb, result.peak_rss_mb)
         for op in result.ops:
-            if op.op != "memory_peak":
-                self.operations += 1
+            self.operations += 1
             self.outcomes[op.outcome] += 1
             self.by_format.setdefault(result.fmt, Counter())[op.outcome] += 1
             self.by_operation.setdefault(op.op, Counter())[op.outcome] += 1

@@ -81,3 +81,17 @@ def test_a_lying_header_field_of_any_decoder_is_typed_or_decodes_exactly(data: s
     mutated = mutate(sample, field, value)
     verdict = child.judge(sample, mutated, field.pinned)
     assert verdict.outcome not in FINDING_OUTCOMES, (sample.name, field.name, value, verdict)
+
+
+@pytest.mark.realdata
+def test_the_real_chunks_are_among_the_samples() -> None:
+    """The decoder campaign mutates chunks CloudVolume and igneous wrote, not only our own: with the real
+    datasets present (required in CI) both real samples are built, so a moved dataset cannot quietly drop them."""
+    from tests.fuzz.decoders import REAL_SAMPLE_DIRS
+    from tests.realdata import realdata_path
+
+    for rel in REAL_SAMPLE_DIRS.values():
+        realdata_path(*rel.split("/"))
+    names = {s.name: s for s in samples()}
+    assert set(REAL_SAMPLE_DIRS) <= set(names)
+    assert all(names[n].codec == "compressed_segmentation" and names[n].data for n in REAL_SAMPLE_DIRS)

@@ -179,6 +179,35 @@ def test_the_wall_time_backstop_reports_a_case_blocked_without_spinning(
     assert "wall time" in report.findings[0]["detail"]
 
 
+def test_a_worker_is_judged_on_its_own_peak_memory_not_on_its_parents(
+        fuzz_seeds: tuple[list[SeedDataset], Path]) -> None:
+    """CI on main: every case of the seeded run was a 'worker peak RSS 1704 MiB' memory finding (seed 0:
+    a zarr v3 dataset that does not even open). ``ru_maxrss`` survives ``fork`` and ``exec``: a spawned
+    worker reported the pytest process's own peak. A parent that once held 700 MiB must not make a
+    small case look like a 700 MiB allocation."""
+    import resource
+
+    block = bytearray(700 << 20)
+    block[::4096] = b"\x01" * len(range(0, len(block), 4096))
+    del block
+    assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss >= 700 << 10  # the parent's peak is that high
+    seeds, bomb = fuzz_seeds
+    report = fuzz(range(1), seeds, bomb, workers=1, limits=Limits(rss_limit_mb=500))
+    assert report.datasets == 1 and report.findings == [], _findings_text(report)
+    assert 0 < report.peak_rss_mb < 500
+
+
+def test_an_operation_that_allocates_past_the_limit_is_a_memory_finding_of_that_operation(
+        fuzz_seeds: tuple[list[SeedDataset], Path]) -> None:
+    """The detector still detects, and names the operation that allocated (not a pseudo-operation)."""
+    seeds, bomb = fuzz_seeds
+    report = fuzz(range(1), seeds, bomb, workers=1, limits=Limits(rss_limit_mb=400), probe="alloc:600")
+    assert [(f["class"], f["op"]) for f in report.findings] == [("memory", "probe_alloc")], _findings_text(report)
+    assert "peak RSS" in report.findings[0]["detail"] and report.peak_rss_mb >= 600
+    assert set(report.by_operation) == {"probe_alloc", "open_dataset", "inspect", "locate", "list_chunks",
+                                        "validate", "read_regions", "layout", "cli"}
+
+
 def test_a_worker_that_dies_is_reported_as_a_crash(fuzz_seeds: tuple[list[SeedDataset], Path]) -> None:
     """An address-space limit too small to import anything kills the worker: the run reports it and ends."""
     seeds, bomb = fuzz_seeds
