@@ -160,6 +160,7 @@ CASES: dict[str, Case] = {
     "repo merge": Case(("{repo}", "main", "alt"), prepare=(COMMIT_MAIN,)),
     "repo note": Case(("{repo}", "main", "looks good")),
     "repo verify": Case(("{repo}",)),
+    "repo migrate": Case(("{repo}",)),
     "kv get": Case(("{repo}", "main", "notes", "greeting")),
     "kv put": Case(("{repo}", "main", "notes", "other", "value")),
     "kv delete": Case(("{repo}", "main", "notes", "greeting")),

@@ -15,7 +15,14 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from napari_shardscope.core.cli.common import REF, REPOSITORY, print_json, read_argument_file
+from napari_shardscope.core.cli.common import (
+    QUIET,
+    REF,
+    REPOSITORY,
+    print_json,
+    progress_unless_quiet,
+    read_argument_file,
+)
 from napari_shardscope.core.cli.parser import Verb, VerbGroup, arg
 from napari_shardscope.core.errors import EXIT_CHECK_FAILED, EXIT_OK, ArgumentError, NotFoundError, ShardscopeError
 from napari_shardscope.core.versioned import (
@@ -171,6 +178,29 @@ def cmd_verify(args: argparse.Namespace) -> int:
     return EXIT_OK if not problems else EXIT_CHECK_FAILED
 
 
+def cmd_migrate(args: argparse.Namespace) -> int:
+    """``repo migrate``: rewrite older-format data types (labelmaps of the replay era) in the current format."""
+    from napari_shardscope.core.labelmap.migrate import labelmaps_to_migrate, migrate_repository
+
+    with open_repository(args.path) as repo:
+        todo = labelmaps_to_migrate(repo)
+        report = migrate_repository(repo, progress=progress_unless_quiet(args, "migrate"))
+    if args.json:
+        print_json(report.to_json())
+    else:
+        if not todo:
+            print("nothing to migrate: every labelmap is in the current format")
+        else:
+            print(f"migrated labelmap(s) {', '.join(report.labelmaps)}: {report.versions} version(s), "
+                  f"{report.mutations} mutation(s) in {report.seconds:.1f} s")
+        for u in report.unreconciled:
+            print(f"left unreconciled (a store merge whose sides edited the same labels): {u}")
+        for p in report.problems:
+            print(p)
+        print("verify: ok" if not report.problems else f"verify: {len(report.problems)} problem(s)")
+    return EXIT_OK if not report.problems else EXIT_CHECK_FAILED
+
+
 # -- kv -----------------------------------------------------------------------------------------
 
 
@@ -272,6 +302,12 @@ VERBS = (
         ), error_details=merge_conflicts_json),
         Verb("note", cmd_note, "append a note to a version's log", (REPOSITORY, REF, arg("text"))),
         Verb("verify", cmd_verify, "check the whole store (exit 1 on problems)", (REPOSITORY,)),
+        Verb("migrate", cmd_migrate, "rewrite older-format labelmaps in the current format, then verify", (
+            REPOSITORY, QUIET,
+        ), description="Labelmaps written before format 2 kept each version's body map as the replay of its "
+           "mutation log; this rewrites them as versioned records, every version and its history kept, in one "
+           "transaction per labelmap, then checks the store (exit 1 on problems). Needed once; opening an "
+           "older labelmap says so."),
     )),
     VerbGroup("kv", "keyvalue instances of a repository",
               "String keys to bytes at any version of a repository.", (
