@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Literal
 
+from napari_shardscope.core.bytestore.bounded import Bounded, BoundedReader
 from napari_shardscope.core.bytestore.coalesce import RangeRequest, check_range, read_coalesced
 from napari_shardscope.core.bytestore.protocol import ReadStats
 from napari_shardscope.core.bytestore.tserrors import error_from_tensorstore, status_code
@@ -57,6 +58,7 @@ class TensorStoreByteStore:
         self._stats = ReadStats()
         # Files through TensorStore's file driver cost no round trip: their ranges are never coalesced.
         self._is_file = (spec.get("driver") == "file") if isinstance(spec, dict) else spec.startswith("file://")
+        self._bounded = BoundedReader(self._kv, spec, context, self._where)
 
     def __repr__(self) -> str:
         return f"TensorStoreByteStore({self.url!r})"
@@ -125,6 +127,20 @@ class TensorStoreByteStore:
 
     def read(self, key: str) -> bytes | None:
         return self._read(key, None)
+
+    def read_at_most(self, keys: Sequence[str], max_bytes: int) -> list[Bounded]:
+        """The whole value of each key, or :class:`~napari_shardscope.core.bytestore.bounded.Over` when it
+        holds more than ``max_bytes`` (known before the value arrives), ``None`` when missing.
+
+        The requests of all keys are in flight together; each driver's fewest round trips
+        (:mod:`~napari_shardscope.core.bytestore.bounded`): one on HTTP, two (a probe, then the
+        read) on S3 and GCS. :func:`~napari_shardscope.core.bytestore.read_bounded` is the door.
+        """
+        got = self._bounded.read_many(keys, max_bytes)
+        for value in got:
+            if isinstance(value, bytes):
+                self._stats.add(len(value))
+        return got
 
     def read_range(self, key: str, start: int, end: int) -> bytes | None:
         check_range(key, start, end)
