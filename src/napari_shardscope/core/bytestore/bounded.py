@@ -143,7 +143,7 @@ class BoundedReader:
         gens = [b""] * len(keys)
         if self.way == "stat":
             self._by_stat(keys, max_bytes, out, gens)
-        elif self.way == "ranged":
+        elif self.way == "ranged" and max_bytes > 0:  # a Range of no bytes cannot be asked for
             self._ranged(keys, max_bytes, out, gens)
         else:
             self._probed(keys, range(len(keys)), max_bytes, out, gens)
