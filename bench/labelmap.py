@@ -144,7 +144,7 @@ def bench_split_and_reads(tmp: Path, runs: int) -> dict[str, Any]:
     fresh = []
     for i in range(runs):
         state = lm.state(v.uuid)
-        overlay = Overlay(lm.config, {s: frozenset(c) for s, c in state.blocks.items()}, lm.fetcher(state.version))
+        overlay = Overlay(lm.config, state.overlay.counts, lm.fetcher(state.version))
         view = virtual_array(lm.base, overlay, 0)
         fresh.append(timed(lambda a=view, z=20 + i: np.asarray(a[z]))[0])
     base_cold_plane = [timed(lambda z=20 + i: lm.base.stores[0][z].read().result())[0] for i in range(runs)]

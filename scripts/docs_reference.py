@@ -28,66 +28,105 @@ from pathlib import Path
 from typing import Any
 
 #: The API reference page, one section per task: a title and the objects mkdocstrings renders under it.
-#: This one list decides what the page shows; when the package grows a curated top-level namespace
-#: (``import napari_shardscope as ss``), point the paths at it (``napari_shardscope.open_volume``) here.
+#: This one list decides what the page shows. Paths name the public namespace (``napari_shardscope.X``,
+#: ``napari_shardscope.gui.X``: what users import, see ``napari_shardscope/__init__.py``); the few objects
+#: the namespace does not name (records a call returns) keep their module path.
 API_REFERENCE: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("Open and read volumes", (
-        "napari_shardscope.core.volumes.open_volume",
-        "napari_shardscope.core.volumes.open_volumes",
-        "napari_shardscope.core.volumes.Volume",
-        "napari_shardscope.core.volumes.ScaleLevel",
-        "napari_shardscope.core.volumes.LazyArray",
-        "napari_shardscope.core.volumes.set_cache_pool_size",
+    ("One import", (
+        "napari_shardscope",
     )),
-    ("Datasets: metadata, inspect, locate, validate", (
-        "napari_shardscope.core.formats.open_dataset",
-        "napari_shardscope.core.formats.Dataset",
+    ("Open and read volumes", (
+        "napari_shardscope.open_volume",
+        "napari_shardscope.open_volumes",
+        "napari_shardscope.Volume",
+        "napari_shardscope.core.volumes.ScaleLevel",
+        "napari_shardscope.LazyArray",
+        "napari_shardscope.core.volumes.set_cache_pool_size",
+        "napari_shardscope.ensure_sample_dataset",
+    )),
+    ("Datasets: metadata, inspect, locate, validate, meshes and skeletons", (
+        "napari_shardscope.open_dataset",
+        "napari_shardscope.Dataset",
         "napari_shardscope.core.formats.DatasetInspector",
         "napari_shardscope.core.formats.VolumeSpec",
         "napari_shardscope.core.formats.LevelSpec",
         "napari_shardscope.core.formats.Problem",
     )),
+    ("Annotations and sorted tables", (
+        "napari_shardscope.open_annotations",
+        "napari_shardscope.core.formats.precomputed.annotations.reader.AnnotationSource",
+        "napari_shardscope.open_sorted_table",
+        "napari_shardscope.write_sorted_table",
+        "napari_shardscope.core.tables.SortedTable",
+    )),
     ("The shard layout (what the Shard browser shows)", (
-        "napari_shardscope.core.layout.open_layout",
+        "napari_shardscope.open_layout",
         "napari_shardscope.core.layout.LayoutTree",
     )),
     ("Versioned repositories", (
-        "napari_shardscope.core.versioned.create_repository",
-        "napari_shardscope.core.versioned.open_repository",
-        "napari_shardscope.core.versioned.Repository",
+        "napari_shardscope.init_repository",
+        "napari_shardscope.open_repository",
+        "napari_shardscope.Repository",
+        "napari_shardscope.Version",
     )),
     ("Labelmaps: proofreading data", (
-        "napari_shardscope.core.labelmap.create_labelmap",
-        "napari_shardscope.core.labelmap.open_labelmap",
-        "napari_shardscope.core.labelmap.Labelmap",
-        "napari_shardscope.core.labelmap.LabelmapVersion",
+        "napari_shardscope.create_labelmap",
+        "napari_shardscope.open_labelmap",
+        "napari_shardscope.Labelmap",
+        "napari_shardscope.LabelmapVersion",
+        "napari_shardscope.Mutation",
+        "napari_shardscope.BodySplit",
+        "napari_shardscope.plan_branch_merge",
+        "napari_shardscope.merge_branches",
+        "napari_shardscope.review_branch",
     )),
     ("Remotes: clone, fetch, pull, push", (
-        "napari_shardscope.core.versioned.remotes.add_remote",
-        "napari_shardscope.core.versioned.remotes.clone",
-        "napari_shardscope.core.versioned.remotes.fetch",
-        "napari_shardscope.core.versioned.remotes.pull",
-        "napari_shardscope.core.versioned.remotes.push",
+        "napari_shardscope.add_remote",
+        "napari_shardscope.clone",
+        "napari_shardscope.fetch",
+        "napari_shardscope.pull",
+        "napari_shardscope.push",
+        "napari_shardscope.pull_merger",
+        "napari_shardscope.reserve_labelmap_ids",
         "napari_shardscope.core.versioned.remotes.status",
         "napari_shardscope.core.versioned.remotes.remaining_ids",
     )),
     ("Export", (
+        "napari_shardscope.export",
         "napari_shardscope.core.export.precomputed.export_precomputed",
         "napari_shardscope.core.export.zarr3.export_zarr3",
         "napari_shardscope.core.export.source.labelmap_source",
         "napari_shardscope.core.export.meshes.export_meshes",
     )),
     ("Neuroglancer hand-off", (
-        "napari_shardscope.core.serve.serve",
-        "napari_shardscope.core.serve.Handoff",
+        "napari_shardscope.serve",
+        "napari_shardscope.Handoff",
     )),
     ("The proofreading controller (what the panels drive)", (
-        "napari_shardscope.core.proofreading.ProofreadingController",
+        "napari_shardscope.ProofreadingController",
+    )),
+    ("The command line, from Python", (
+        "napari_shardscope.shardscope",
+    )),
+    ("In a napari viewer", (
+        "napari_shardscope.gui",
+        "napari_shardscope.gui.add_volumes",
+        "napari_shardscope.gui.open_in_background",
+        "napari_shardscope.gui.sample_volumes",
+        "napari_shardscope.gui.controller_for",
+        "napari_shardscope.gui.session_for",
+        "napari_shardscope.gui.ViewerSession",
+        "napari_shardscope.gui.canvas_for",
+        "napari_shardscope.gui.add_on_grid",
+        "napari_shardscope.gui.neuroglancer_url",
     )),
     ("Errors", (
         "napari_shardscope.core.errors",
     )),
 )
+
+#: Modules rendered for their docstring only: their names have entries of their own above.
+DOCSTRING_ONLY = frozenset({"napari_shardscope", "napari_shardscope.gui"})
 
 #: Objects whose docstring griffe cannot fully parse as numpydoc, each with the reason: rendered with the
 #: parser's warnings off (everywhere else a warning fails the strict build, so a stale docstring shows up).
@@ -319,8 +358,13 @@ def render_api_reference() -> str:
         lines += [f"## {title}", ""]
         for path in paths:
             lines.append(f"::: {path}")
+            options = []
             if path in QUIET_DOCSTRINGS:
-                lines += ["    options:", "      docstring_options:", "        warnings: false"]
+                options += ["      docstring_options:", "        warnings: false"]
+            if path in DOCSTRING_ONLY:
+                options += ["      members: false"]
+            if options:
+                lines += ["    options:", *options]
             lines.append("")
     return "\n".join(lines)
 

@@ -317,6 +317,39 @@ class UnsupportedFeatureError(UnsupportedError):
         super().__init__(f"{where}{feature} is not supported{more}")
 
 
+class FormatCapabilityError(UnsupportedError, ArgumentError):
+    """A dataset asked for something its format does not have: meshes of a zarr array, a chunk id in N5.
+
+    Capabilities only some formats offer (meshes, skeletons, chunk ids, segment lookups) are methods
+    of every dataset, so a caller asks the dataset instead of checking its class; a format without
+    the capability raises this, naming the format. It is the caller's request that does not apply,
+    so it is an :class:`ArgumentError` too; its exit code is the unsupported one's.
+
+    Parameters
+    ----------
+    format_name
+        The format's registry name (``"zarr3"``, ``"n5"``).
+    capability
+        What was asked for, in words (``"meshes"``, ``"chunk ids"``).
+    url
+        The dataset it was asked of (``None`` when not tied to one).
+    hint
+        What to do instead, appended to the message.
+    """
+
+    def __init__(self, format_name: str, capability: str, url: str | None = None, hint: str = "") -> None:
+        self.format_name = format_name
+        self.capability = capability
+        self.url = url
+        self.hint = hint
+        where = f"{url}: " if url else ""
+        more = f"; {hint}" if hint else ""
+        super().__init__(f"{where}{format_name} datasets have no {capability}{more}")
+
+    def __reduce__(self) -> tuple[object, ...]:  # the message is not the constructor's argument (Dask workers)
+        return (type(self), (self.format_name, self.capability, self.url, self.hint))
+
+
 class StorageFaultError(StoreError):
     """The storage under a path or URL failed; names the path so the user knows which disk or host to fix.
 

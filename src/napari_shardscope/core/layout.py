@@ -1,16 +1,24 @@
 """The layout of a sharded dataset as a lazily expanded tree, and where a chunk sits in the world.
 
-This is everything the shard browser shows, as calls a notebook can make too::
+This is everything the shard browser shows, as calls a notebook can make too (a path or a URL):
 
-    from napari_shardscope.core.layout import open_layout
-
-    tree = open_layout("gs://bucket/segmentation")      # reads metadata only
-    scale = tree.roots()[0]
-    shards = tree.children(scale)                       # lists shard files; no index is read
-    minishards = tree.children(shards[0])               # reads that shard's indexes, nothing else
-    hit = tree.locate_voxel((30, 2000, 1000))           # z, y, x from 0: chunk, shard, minishard, bytes, world box
-    smap = tree.shard_map(by="shard")                   # chunk grid coloured by shard: ids only, no reads
-    problems = list(tree.validate())
+>>> from napari_shardscope.core.layout import open_layout
+>>> from napari_shardscope.core.sample_data import ensure_sample_dataset
+>>> tree = open_layout(ensure_sample_dataset().segmentation)   # reads metadata only
+>>> scale = tree.roots()[0]
+>>> scale.name, scale.raw_bytes                      # the finest scale, and its voxels' size decoded
+('8_8_40', 33554432)
+>>> shards = tree.children(scale)                   # lists shard files; no index is read
+>>> [shard.file for shard in shards]
+['8_8_40/0.shard', '8_8_40/1.shard', '8_8_40/2.shard', '8_8_40/3.shard']
+>>> minishards = tree.children(shards[0])           # reads that shard's indexes, nothing else
+>>> hit = tree.locate_voxel((20, 30, 100))          # z, y, x from 0: chunk, shard, minishard, bytes, world box
+>>> hit.node.name, hit.node.file, hit.node.byte_range
+('chunk 33 @ [1, 0, 2]', '8_8_40/0.shard', (19111, 21404))
+>>> tree.shard_map(by="shard").values.shape         # the chunk grid coloured by shard: ids only, no reads
+(8, 4, 4)
+>>> list(tree.validate())                           # every index and chunk checked: no problems
+[]
 
 Why a tree that expands lazily: a large volume has 10⁴–10⁶ shard files, each with its own index.
 Opening must cost the metadata only, listing a scale costs one directory listing (plus a stat per

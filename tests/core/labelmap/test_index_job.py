@@ -14,8 +14,7 @@ from napari_shardscope.core.cli import run
 from napari_shardscope.core.errors import ArgumentError
 from napari_shardscope.core.labelmap import create_labelmap, open_labelmap
 from napari_shardscope.core.labelmap.index_job import build_label_index
-from napari_shardscope.core.labelmap.keys import base_index_key
-from napari_shardscope.core.labelmap.label_index import SvIndex, combine_counts, count_block
+from napari_shardscope.core.labelmap.label_index import combine_counts, count_block
 from napari_shardscope.core.versioned import create_repository, open_repository
 from tests.core.labelmap.volumes import voronoi_supervoxels, write_precomputed
 
@@ -116,13 +115,17 @@ def test_local_scheduler_combines_in_memory_to_the_same_bytes(base: tuple[Path, 
 def test_interrupted_rebuild_leaves_the_old_index(base: tuple[Path, np.ndarray], tmp_path: Path) -> None:
     """A rebuild stores in one transaction: failing at the last range leaves the previous index, damage and all;
     a complete rebuild repairs it."""
-    from napari_shardscope.core.labelmap.keys import base_index_key
+    from napari_shardscope.core.labelmap.label_index import SV_TABLE
+    from napari_shardscope.core.labelmap.paged import page_key
 
     path = make(tmp_path, "atomic", base[0], build=True)
     good = stored_index(path)
-    first = int(np.unique(base[1])[1])  # in the first id range
-    with open_repository(path) as repo:
-        repo.put_unversioned("seg", [(base_index_key(first), b"damaged!")])
+    with open_repository(path) as repo:  # the first page of the per-supervoxel table (the first id range's)
+        repo.put_unversioned("seg", [(page_key(SV_TABLE, 0), b"damaged!")])
+        with pytest.raises(Exception, match="not a table page"):
+            from napari_shardscope.core.labelmap import open_labelmap as _open
+
+            _open(repo, "seg").at("main").supervoxel_size(int(np.unique(base[1])[1]))
     damaged = stored_index(path)
     assert damaged != good
 
@@ -138,17 +141,44 @@ def test_interrupted_rebuild_leaves_the_old_index(base: tuple[Path, np.ndarray],
 
 
 @given(st.lists(st.tuples(st.integers(1, 40), st.integers(0, 5), st.integers(0, 5), st.integers(0, 5),
-                          st.integers(1, 2**40)), max_size=60))
-def test_entries_encoded_at_once_are_each_entrys_own_bytes(rows: list[tuple[int, int, int, int, int]]) -> None:
-    """The stored bytes of every entry are exactly SvIndex.to_bytes of its blocks and counts, in label order."""
+                          st.integers(1, 2**40)), max_size=60), st.booleans())
+def test_stored_tables_give_back_every_entry_and_body(rows: list[tuple[int, int, int, int, int]],
+                                                       grouped: bool) -> None:
+    """Counts stored as paged tables read back per supervoxel (entries, totals) and per body (rows, summaries)."""
+    from napari_shardscope.core.labelmap.agglomeration import MappingSource
+    from napari_shardscope.core.labelmap.label_index import BaseIndexReader, index_items
+
     parts = [((z, y, x), np.asarray([sv], dtype=np.uint64), np.asarray([n], dtype=np.int64))
              for sv, z, y, x, n in {(r[0], r[1], r[2], r[3]): r for r in rows}.values()]
     built = combine_counts(parts)
-    expected = []
-    for sv in built.summary.supervoxels.tolist():
+    agg = MappingSource.from_mapping({sv: 100 + sv % 3 for sv in range(1, 41) if sv % 2}) if grouped else None
+    store = dict(index_items([built], agg))
+    meta = json.loads(store[b"index/meta"])
+    index = BaseIndexReader(lambda keys: [store.get(k) for k in keys], meta)
+    assert meta["supervoxels"] == built.summary.supervoxels.size and index.max_id == built.summary.max_id
+    for sv in range(0, 42):
         mine = built.labels == sv
-        expected.append((base_index_key(sv), SvIndex(built.blocks[mine], built.counts[mine]).to_bytes()))
-    assert list(built.entries()) == expected
+        entry = index.entry(sv)
+        if not mine.any():
+            assert entry is None and not index.contains([sv])[0]
+            continue
+        assert entry is not None
+        np.testing.assert_array_equal(entry.blocks, built.blocks[mine])
+        np.testing.assert_array_equal(entry.counts, built.counts[mine])
+        assert int(index.totals([sv])[1][0]) == int(built.counts[mine].sum())
+    body_of = {int(s): int(agg.lookup(np.asarray([s], np.uint64))[0]) if agg else int(s) for s in built.labels}
+    for body in sorted(set(body_of.values())):
+        svs = [s for s, b in body_of.items() if b == body]
+        mine = np.isin(built.labels, svs)
+        want: dict[tuple[int, int, int], int] = {}
+        for c, n in zip(built.blocks[mine].tolist(), built.counts[mine].tolist(), strict=True):
+            want[tuple(c)] = want.get(tuple(c), 0) + n
+        got = index.body_rows([body])
+        assert {(int(r["z"]), int(r["y"]), int(r["x"])): int(r["n"]) for r in got} == want
+        found, summary = index.body_summaries([body])
+        assert found[0] and int(summary["voxels"][0]) == sum(want.values()) and int(summary["svs"][0]) == len(svs)
+        lo = np.asarray(list(want)).min(0)
+        assert (int(summary["z0"][0]), int(summary["y0"][0]), int(summary["x0"][0])) == tuple(int(v) for v in lo)
 
 
 @given(st.integers(0, 2**32), st.sampled_from([(1, 1, 1), (4, 4, 4), (3, 5, 7), (8, 8, 16)]), st.integers(1, 40),

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+import threading
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, Literal
 
+from napari_shardscope.core.bytestore.bounded import Bounded, BoundedReader, Over
 from napari_shardscope.core.bytestore.coalesce import RangeRequest, check_range, read_coalesced
 from napari_shardscope.core.bytestore.protocol import ReadStats
 from napari_shardscope.core.bytestore.tserrors import error_from_tensorstore, status_code
@@ -57,6 +59,9 @@ class TensorStoreByteStore:
         self._stats = ReadStats()
         # Files through TensorStore's file driver cost no round trip: their ranges are never coalesced.
         self._is_file = (spec.get("driver") == "file") if isinstance(spec, dict) else spec.startswith("file://")
+        self._bounded = BoundedReader(self._kv, spec, context, self._where)
+        self._known: dict[str, bytes | None] = {}  # documents this open already read: :meth:`remember`
+        self._known_lock = threading.Lock()
 
     def __repr__(self) -> str:
         return f"TensorStoreByteStore({self.url!r})"
@@ -125,6 +130,39 @@ class TensorStoreByteStore:
 
     def read(self, key: str) -> bytes | None:
         return self._read(key, None)
+
+    def remember(self, documents: Mapping[str, bytes | None]) -> None:
+        """Values (``None``: missing) this open has read already, through another door (format detection).
+
+        The next bounded read of each (:meth:`read_at_most`) is answered from here, once, with no
+        request: detection reads ``attributes.json`` and ``s0/attributes.json`` together, and the N5
+        opener would otherwise ask for ``s0/attributes.json`` again. Each is forgotten when used, so
+        nothing here outlives the open it belongs to.
+        """
+        with self._known_lock:
+            self._known.update(documents)
+
+    def read_at_most(self, keys: Sequence[str], max_bytes: int) -> list[Bounded]:
+        """The whole value of each key, or :class:`~napari_shardscope.core.bytestore.bounded.Over` when it
+        holds more than ``max_bytes`` (known before the value arrives), ``None`` when missing.
+
+        The requests of all keys are in flight together; each driver's fewest round trips
+        (:mod:`~napari_shardscope.core.bytestore.bounded`): one on HTTP, two (a probe, then the
+        read) on S3 and GCS. :func:`~napari_shardscope.core.bytestore.read_bounded` is the door.
+        """
+        known: dict[int, Bounded] = {}
+        with self._known_lock:
+            for i, key in enumerate(keys):
+                if key in self._known:
+                    value = self._known.pop(key)
+                    known[i] = Over(len(value)) if value is not None and len(value) > max_bytes else value
+        ask = [i for i in range(len(keys)) if i not in known]
+        read = self._bounded.read_many([keys[i] for i in ask], max_bytes) if ask else []
+        for answer in read:
+            if isinstance(answer, bytes):
+                self._stats.add(len(answer))
+        got = dict(zip(ask, read, strict=True)) | known
+        return [got[i] for i in range(len(keys))]
 
     def read_range(self, key: str, start: int, end: int) -> bytes | None:
         check_range(key, start, end)

@@ -185,7 +185,7 @@ def cmd_locate(args: argparse.Namespace) -> int:
                                 "--point X,Y,Z, --cell I,J,K, --annotation ID or --segment ID")
         result = dataset.locate_voxel(_reader_voxel(dataset, args), args.scale)
     else:
-        result = _locate_by_id(dataset.inspector(), args)
+        result = _locate_by_id(dataset, args)
         if "grid_position" in result:  # a chunk id: its grid position in the reader's order too
             result = dataset.geometry(result.get("scale")).reader_record(result)
     if args.json:
@@ -214,26 +214,24 @@ def _reader_voxel(dataset: Dataset, args: argparse.Namespace) -> tuple[int, ...]
 
 def _locate_annotation(inspector: DatasetInspector, args: argparse.Namespace) -> Any:
     """``--annotation ID``, ``--cell I,J,K`` and ``--point X,Y,Z`` of a precomputed annotation collection."""
-    from napari_shardscope.core.formats.precomputed.inspector import PrecomputedInspector
-
-    if not isinstance(inspector, PrecomputedInspector) or inspector.annotation_info is None:
+    # Only an annotation collection's inspector has an ``annotation_info`` (the same test as --voxel's): asked
+    # of the object, not its class, so no format's class is named outside its package.
+    if getattr(inspector, "annotation_info", None) is None:
         raise ArgumentError("--annotation, --cell and --point apply to precomputed annotation collections "
                             "(neuroglancer_annotations_v1)")
+    located: Any = inspector
     if args.annotation is not None:
-        return inspector.locate_annotation(args.annotation)
+        return located.locate_annotation(args.annotation)
     if args.cell is not None:
-        return inspector.locate_cell(args.cell, args.scale)
-    return inspector.locate_point(args.point, args.scale)
+        return located.locate_cell(args.cell, args.scale)
+    return located.locate_point(args.point, args.scale)
 
 
-def _locate_by_id(inspector: DatasetInspector, args: argparse.Namespace) -> Any:
-    from napari_shardscope.core.formats.precomputed.inspector import PrecomputedInspector
-
-    if not isinstance(inspector, PrecomputedInspector):
-        raise ArgumentError(f"--chunk-id and --segment apply to precomputed datasets, not {inspector.format_name}")
+def _locate_by_id(dataset: Dataset, args: argparse.Namespace) -> Any:
+    """``--chunk-id`` / ``--segment``: asked of the dataset, whose format refuses what it lacks (exit 5)."""
     if args.chunk_id is not None:
-        return inspector.locate_chunk_id(args.chunk_id, args.scale)
-    return inspector.locate_segment(args.segment)
+        return dataset.locate_chunk_id(args.chunk_id, args.scale)
+    return dataset.locate_segment(args.segment)
 
 
 def cmd_ls(args: argparse.Namespace) -> int:

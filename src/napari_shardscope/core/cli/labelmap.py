@@ -3,7 +3,8 @@
 Commands (REPO: repository directory; REF: branch name (its head) or UUID prefix; LABELMAP: the
 labelmap instance, always after the version(s) it is read at)::
 
-    shardscope labelmap create REPO LABELMAP BASE_URL [--agglomeration bodies.json] [--id-start N] [--block 64]
+    shardscope labelmap create REPO LABELMAP BASE_URL [--agglomeration bodies.json|TABLE_URL]
+                               [--agglomeration-reverse TABLE_URL] [--id-start N] [--block 64]
     shardscope labelmap info REPO REF LABELMAP               # (REPO LABELMAP: configuration only)
     shardscope labelmap index REPO LABELMAP [--overwrite]
     shardscope label REPO REF LABELMAP Z Y X [--scale KEY] [--xyz]
@@ -173,7 +174,8 @@ def cmd_create(args: argparse.Namespace) -> int:
     with open_repository(args.path) as repo:
         lm = create_labelmap(repo, args.name, args.base, agglomeration=args.agglomeration, id_start=args.id_start,
                              block=args.block, build_index=not args.no_index,
-                             progress=progress_unless_quiet(args, "index base"))
+                             progress=progress_unless_quiet(args, "index base"),
+                             agglomeration_reverse=args.agglomeration_reverse)
         info = _info(repo, lm)
     if args.json:
         print_json(info)
@@ -516,7 +518,11 @@ VERBS = (
             REPOSITORY,
             NAME,
             arg("base", help="base supervoxel volume (path or URL of precomputed, zarr v3 / v2 or N5)"),
-            arg("--agglomeration", default=None, help="bodies JSON (supervoxel -> body), e.g. the sample's"),
+            arg("--agglomeration", default=None, metavar="JSON_OR_TABLE",
+                help="supervoxel -> body: a bodies JSON (*.json, e.g. the sample's, copied into the repository) "
+                     "or a sorted table's path or URL (zarr v3, Parquet, sharded lookup; read in place)"),
+            arg("--agglomeration-reverse", default=None, metavar="TABLE",
+                help="the table's body-sorted reverse (read in place; default: the repository keeps a copy)"),
             arg("--id-start", type=int, default=None, help="first new id (default: above every base id)"),
             arg("--block", type=int, default=64, help="overlay block edge in voxels (default 64)"),
             arg("--no-index", action="store_true", help="build the base label index on first need instead"),

@@ -28,15 +28,10 @@ def open_annotations(url: str | os.PathLike[str] | Location, context: Any = None
     ------
     NotADatasetError
         When there is no ``info`` at ``url``.
+    FormatCapabilityError
+        When ``url`` is a zarr or N5 dataset (an ``UnsupportedError``).
     MetadataError
         When the ``info`` is not an annotation collection's, or breaks the spec.
     """
-    dataset = open_dataset(url, context)
-    opener = getattr(dataset, "annotations", None)
-    if not callable(opener):
-        from napari_shardscope.core.errors import MetadataError
-
-        raise MetadataError(f"is a {dataset.format_name} dataset, not a precomputed annotation collection",
-                            key=dataset.url)
-    source: AnnotationSource = opener()
+    source: AnnotationSource = open_dataset(url, context).annotations()
     return source

@@ -9,7 +9,12 @@ the same levels, voxel sizes, translations, axes and dtype:
   :func:`napari_shardscope.core.volumes.open_dataset_volumes` opens them as lazy multiscale volumes
   (the viewer, export, the labelmap base);
 * :meth:`Dataset.inspector` — ``inspect``/``locate``/``ls``/``validate`` (:class:`DatasetInspector`);
-* :meth:`Dataset.layout_backend` — the format's part of the shard browser's tree.
+* :meth:`Dataset.layout_backend` — the format's part of the shard browser's tree;
+* the capabilities only some formats have, as methods every dataset answers —
+  :meth:`Dataset.mesh_source`, :meth:`Dataset.skeleton_source`, :meth:`Dataset.locate_chunk_id`,
+  :meth:`Dataset.locate_segment`, :meth:`Dataset.annotations`: a format without one raises
+  :class:`~napari_shardscope.core.errors.FormatCapabilityError` naming itself, so no caller checks
+  a dataset's class.
 
 Records are plain JSON-ready dicts so ``--json`` output and the GUI share one shape.
 """
@@ -59,6 +64,38 @@ class DatasetInspector(Protocol):
         ...
 
 
+class SegmentMeshSource(Protocol):
+    """A directory of per-segment meshes (precomputed's legacy or multi-resolution Draco meshes).
+
+    What :meth:`Dataset.mesh_source` hands out, whatever the directory's kind; the classes are
+    :mod:`napari_shardscope.core.formats.precomputed.meshes`' ``MultilodMeshSource`` and ``LegacyMeshSource``.
+    """
+
+    def mesh(self, segment_id: int, lod: int = 0) -> Any:
+        """The segment's ``MeshData`` (vertices x, y, z in nm; faces) at ``lod``, ``None`` when it has none."""
+        ...
+
+    def num_lods(self, segment_id: int) -> int:
+        """Levels of detail stored for the segment (0 when the source has none)."""
+        ...
+
+    def segment_ids(self) -> list[int]:
+        """Every segment id with a mesh."""
+        ...
+
+
+class SegmentSkeletonSource(Protocol):
+    """A directory of per-segment skeletons (precomputed's ``neuroglancer_skeletons``)."""
+
+    def skeleton(self, segment_id: int) -> Any:
+        """The segment's ``SkeletonData`` (vertices, edges, attributes), ``None`` when it has none."""
+        ...
+
+    def segment_ids(self) -> list[int]:
+        """Every segment id with a skeleton."""
+        ...
+
+
 class Dataset(Protocol):
     """A stored dataset of one format, its metadata parsed once."""
 
@@ -97,6 +134,62 @@ class Dataset(Protocol):
 
     def layout_backend(self) -> LayoutBackend:
         """The format's backend of the shard browser's layout tree, over :meth:`inspector` (made once)."""
+        ...
+
+    def mesh_source(self) -> SegmentMeshSource | None:
+        """The segment meshes the dataset names: a precomputed volume's ``info`` ``mesh`` directory, or the
+        dataset itself when it is a mesh directory; ``None`` when it names none.
+
+        Raises
+        ------
+        FormatCapabilityError
+            The format has no meshes (zarr, N5).
+        """
+        ...
+
+    def skeleton_source(self) -> SegmentSkeletonSource | None:
+        """The skeletons the dataset names (``info`` ``skeletons``, or itself); ``None`` when it names none.
+
+        Raises
+        ------
+        FormatCapabilityError
+            The format has no skeletons (zarr, N5).
+        """
+        ...
+
+    def locate_chunk_id(self, chunk_id: int, scale: str | None = None) -> dict[str, Any]:
+        """Where the chunk with precomputed id ``chunk_id`` (a compressed Morton code) is stored: the record
+        ``inspect``/``locate`` give (shard file, minishard, byte range).
+
+        Raises
+        ------
+        FormatCapabilityError
+            The format's chunks have no ids (zarr, N5: locate a voxel or a grid position).
+        """
+        ...
+
+    def locate_segment(self, segment_id: int) -> list[dict[str, Any]]:
+        """Where segment ``segment_id``'s meshes, skeletons or annotations are stored, one record per source.
+
+        Raises
+        ------
+        FormatCapabilityError
+            The format has no segment-keyed data (zarr, N5).
+        """
+        ...
+
+    def annotations(self) -> Any:
+        """The precomputed annotation collection this dataset is (``neuroglancer_annotations_v1``): an
+        :class:`~napari_shardscope.core.formats.precomputed.annotations.reader.AnnotationSource` (typed
+        ``Any`` here: this module cannot import a format package); :func:`open_annotations` is the door.
+
+        Raises
+        ------
+        FormatCapabilityError
+            The format has no annotations (zarr, N5).
+        MetadataError
+            A precomputed ``info`` that is not an annotation collection's.
+        """
         ...
 
     def geometry(self, scale: str | None = None) -> ScaleGeometry:

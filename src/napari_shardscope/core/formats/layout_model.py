@@ -29,7 +29,7 @@ import numpy as np
 import numpy.typing as npt
 
 from napari_shardscope.core.bytestore import ByteStore
-from napari_shardscope.core.errors import ArgumentError, StoreError
+from napari_shardscope.core.errors import ArgumentError, FormatCapabilityError, StoreError
 from napari_shardscope.core.formats.problem import Problem
 
 NodeKind = Literal["scale", "shard", "minishard", "group", "chunk", "error"]
@@ -488,10 +488,10 @@ class BackendBase:
     format_name = ""
 
     def grid_of_chunk_id(self, scale: str, chunk_id: int) -> tuple[int, ...]:
-        raise ArgumentError(f"{self.format_name} chunks have no ids; give a grid position")
+        raise FormatCapabilityError(self.format_name, "chunk ids", hint="give a grid position")
 
     def locate_segment(self, segment_id: int) -> list[Located]:
-        raise ArgumentError(f"{self.format_name} datasets have no segment-keyed data; locate a voxel or chunk")
+        raise FormatCapabilityError(self.format_name, "segment-keyed data", hint="locate a voxel or chunk")
 
     def shard_values(self, scale: str, by: ShardMapBy) -> tuple[npt.NDArray[np.uint64], int]:
         raise ArgumentError(f"{self.format_name} datasets have no shards")

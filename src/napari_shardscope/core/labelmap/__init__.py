@@ -1,9 +1,10 @@
 """Labelmap proofreading on the versioned store (DVID's ``labelmap`` type; its layer: docs/architecture.md).
 
 The base segmentation (supervoxel ids, any format the reader opens) is never modified or copied.
-A version stores only what changed: overlay blocks rewritten by supervoxel splits, label-index
-entries of the supervoxels splits made, and an append-only mutation log whose replay from the root
-gives the version's supervoxel → body map. Public API::
+A version stores only what changed, as small records read on demand: its supervoxel → body map
+(pages of explicit assignments and a union-find over bodies, :mod:`.records`), overlay blocks
+rewritten by supervoxel splits, label-index entries of the supervoxels splits made, and an
+append-only mutation log (history; never replayed to open a version). Public API::
 
     from napari_shardscope.core.labelmap import create_labelmap, open_labelmap
 
@@ -16,11 +17,14 @@ gives the version's supervoxel → body map. Public API::
     lm.subscribe(callback)                 # told after every edit (EditEvent)
 """
 
+from napari_shardscope.core.labelmap.agglomeration import AgglomerationSource, MappingSource
 from napari_shardscope.core.labelmap.body_split import BodySplit
 from napari_shardscope.core.labelmap.bodymap import BaseAgglomeration, BodyMap, MapDelta
 from napari_shardscope.core.labelmap.config import DEFAULT_BLOCK, TYPE_NAME, LabelmapConfig, ScaleGeometry
 from napari_shardscope.core.labelmap.errors import (
+    IndexNotBuiltError,
     LabelmapError,
+    LabelmapFormatError,
     LabelmapStateError,
     MappingError,
     NothingToUndoError,
@@ -36,6 +40,7 @@ from napari_shardscope.core.labelmap.version import HistoryEntry, LabelmapVersio
 __all__ = [
     "DEFAULT_BLOCK",
     "TYPE_NAME",
+    "AgglomerationSource",
     "BaseAgglomeration",
     "BlockChange",
     "BodyMap",
@@ -43,13 +48,16 @@ __all__ = [
     "Box",
     "EditEvent",
     "HistoryEntry",
+    "IndexNotBuiltError",
     "Labelmap",
     "LabelmapConfig",
     "LabelmapError",
+    "LabelmapFormatError",
     "LabelmapStateError",
     "LabelmapVersion",
     "MapDelta",
     "MappingError",
+    "MappingSource",
     "Mutation",
     "NothingToUndoError",
     "ScaleGeometry",

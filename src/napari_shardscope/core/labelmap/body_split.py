@@ -56,9 +56,10 @@ class BodySplit:
 
 def split_body(ws: Workspace, body: int, seeds: Mapping[int, VoxelMask], members: list[int],
                voxel_size: tuple[float, float, float]) -> BodySplit:
-    """Plan a body split in ``ws`` (``ws.multi_step`` must be set); ``members``: the body's supervoxels."""
-    if ws.map.root(body) != body:
-        raise MappingError(f"body {body} was merged into body {ws.map.root(body)}; split that body")
+    """Plan a body split in ``ws`` (each step plans on the previous ones' records); ``members``: its supervoxels."""
+    name = ws.map.resolve(body)[1].name
+    if name != body:
+        raise MappingError(f"body {body} was merged into body {name}; split that body")
     groups = sorted(g for g, m in seeds.items() if m.count)
     if len(groups) < 2:
         raise ArgumentError(f"a body split needs seeds in at least two groups, got {len(groups)}")
@@ -88,7 +89,7 @@ def split_body(ws: Workspace, body: int, seeds: Mapping[int, VoxelMask], members
         members_of[g].append(sv)
     for g in groups[1:]:
         new_body = ws.allocate(1)[0]
-        ws.record(ws.map.plan_cleave(body, members_of[g], new_body))
+        ws.map.cleave(body, members_of[g], new_body)
         bodies[g] = new_body
     return BodySplit(bodies, {g: tuple(sorted(v)) for g, v in members_of.items()}, cut)
 

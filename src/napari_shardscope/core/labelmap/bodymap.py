@@ -1,20 +1,17 @@
-"""The supervoxel → body map of one labelmap version (DVID's in-memory label map).
+"""The body map's semantics, in memory: the deltas the mutation log keeps, and the map they define.
 
-The base segmentation stores supervoxel ids and is never modified; which body a supervoxel belongs
-to is this map. Three layers decide ``body_of(sv)``:
+A version's map lives in the store as records (:mod:`.records`, :mod:`.recordmap`); this module
+keeps what those records mean, in its simplest form:
 
-1. the *base agglomeration* (optional, immutable): the pipeline's own sv → body table;
-2. *explicit* assignments: supervoxels moved by cleaves, and the new supervoxels of splits;
-3. *merge aliases*: a forest of body → body parent pointers; a body's id is the root of its tree.
-
-A merge only adds parent pointers (one per merged body), so its cost does not depend on how many
-supervoxels the bodies hold — the property proofreaders feel on a body of a million supervoxels.
-Parent pointers are never path-compressed in the state (that would make undo impossible); reads
-use a memo of resolved roots that any change clears.
-
-Every edit is planned as a :class:`MapDelta` — the exact (key, old, new) changes — then applied.
-Replaying a version is applying its deltas in order; undo applies a delta's inverse. Deltas
-serialise to compact bytes for the mutation log.
+* :class:`MapDelta` — the exact logical change of one edit, ``(key, old, new)`` rows over three
+  tables: ``explicit`` (supervoxel → body, set by cleaves and splits), ``parent`` (body → the body it
+  was merged into) and ``retired`` (supervoxels split away). Every log record carries one; a branch
+  merge replays them (:meth:`~.recordmap.MapTxn.apply_delta`) and the migration of the replay era
+  reads them;
+* :class:`BodyMap` — the in-memory map those deltas build, the replay era's representation: body of
+  a supervoxel = the root of its direct body in the merge forest. Kept as the reference model the
+  record map is tested against, and for small in-memory uses;
+* :func:`remap_labels` — a tile's ids mapped through any look-up (runs, then distinct ids only).
 """
 
 from __future__ import annotations

@@ -56,10 +56,13 @@ from napari_shardscope.core.labelmap.bodymap import MapDelta
 from napari_shardscope.core.labelmap.edits import EditPlan, Workspace, write_plan
 from napari_shardscope.core.labelmap.errors import LabelmapError, LabelmapStateError, MappingError
 from napari_shardscope.core.labelmap.geometry import Coord
-from napari_shardscope.core.labelmap.keys import index_key
+from napari_shardscope.core.labelmap.keys import INDEX_PREFIX, index_key
+from napari_shardscope.core.labelmap.label_index import SvIndex
 from napari_shardscope.core.labelmap.labelmap import Labelmap, default_user
+from napari_shardscope.core.labelmap.logs import LogRecord, ordered_log
 from napari_shardscope.core.labelmap.mutations import Mutation
 from napari_shardscope.core.labelmap.reading import PatchedReader
+from napari_shardscope.core.labelmap.recordmap import MapTxn
 from napari_shardscope.core.labelmap.splitting import propagate_scales
 from napari_shardscope.core.labelmap.state import VersionState
 from napari_shardscope.core.versioned.dag import Version
@@ -278,12 +281,16 @@ class _Contents:
     whole ancestry's log of the two heads, read once.
     """
 
-    def __init__(self, lm: Labelmap, states: Sequence[VersionState]) -> None:
+    def __init__(self, lm: Labelmap, versions: Sequence[Version]) -> None:
         self._lm = lm
-        self._heads = [s.version for s in states]
+        self._heads = list(versions)
         self._records: dict[int, Mutation] = {}
-        for s in states:
-            for r in s.log:
+        self.logs: dict[str, list[LogRecord]] = {}
+        for v in versions:
+            with lm.repo.read(v) as view:
+                log = ordered_log(view, lm.instance, lambda uuid: lm.repo.version(uuid).parents)
+            self.logs[v.uuid] = log
+            for r in log:
                 m = r.mutation
                 self._records[m.mutation_id] = m
         self._read_all = False
@@ -332,10 +339,10 @@ class _Contents:
             out.extend(self.ops(self.record(i)))
         return tuple(out)
 
-    def of(self, state: VersionState) -> dict[int, Mutation]:
-        """The edits ``state``'s version holds, by id, in the order they went in."""
+    def of(self, version: Version) -> dict[int, Mutation]:
+        """The edits ``version`` holds, by id, in the order they went in."""
         out: dict[int, Mutation] = {}
-        for r in state.log:
+        for r in self.logs[version.uuid]:
             for add, e in self.ops(r.mutation):
                 if add:
                     out[e.mutation_id] = e
@@ -362,9 +369,8 @@ def plan_branch_merge(lm: Labelmap, ours: str, theirs: str) -> BranchMergePlan:
     if a.uuid == b.uuid:
         raise ArgumentError("cannot merge a version with itself")
     base = _merge_base(lm, a, b)
-    sa, sb, s0 = lm.state(a), lm.state(b), lm.state(base)
-    contents = _Contents(lm, (sa, sb, s0))
-    at_base, at_ours, at_theirs = contents.of(s0), contents.of(sa), contents.of(sb)
+    contents = _Contents(lm, (a, b, base))
+    at_base, at_ours, at_theirs = contents.of(base), contents.of(a), contents.of(b)
 
     def added(head: dict[int, Mutation]) -> dict[int, Mutation]:
         return {i: m for i, m in head.items() if i not in at_base}
@@ -500,11 +506,9 @@ def resolve_branch_merge(lm: Labelmap, plan: BranchMergePlan, *, resolutions: Ma
         kind, label = sorted(overlap)[0]
         raise MappingError(f"the resolutions still leave {kind} {label} edited on both sides; resolve it too")
     delta = MapDelta.concat([c.delta.inverse() for c in reversed(undone)] + [c.delta for c in kept])
-    a = lm.state(plan.ours)
-    with a.lock:
-        trial = a.map.copy()
+    trial = _merge_txn(lm, plan)
     try:
-        trial.apply(delta)
+        trial.apply_delta(delta)
     except MappingError as exc:
         raise MappingError(f"their edits do not replay onto {plan.ours[:8]} ({exc})") from exc
     return MergeOutcome(plan, sides, kept, undone, tuple(sorted(dropped)), delta)
@@ -540,6 +544,12 @@ def merge_branches(lm: Labelmap, ours: str, theirs: str, *, resolutions: Mapping
     kept, undone = list(outcome.kept), list(outcome.undone)
     a, b, base = (lm.state(x) for x in (plan.ours, plan.theirs, plan.base))
     keys_out = _merged_keys(lm, a, b, base, kept, undone)
+    txn = _merge_txn(lm, plan)
+    for key, value in keys_out.items():  # the index entries first: the map's counts read them
+        if key[:1] == INDEX_PREFIX:
+            txn.put(key, value)
+    txn.apply_delta(outcome.delta)
+    keys_out.update(txn.pending)
     labels = sorted(set().union(*(touched(c.mutation) for c in kept + undone)) if kept or undone else set())
     edit = EditPlan(
         "merge-branches",
@@ -556,8 +566,7 @@ def merge_branches(lm: Labelmap, ours: str, theirs: str, *, resolutions: Mapping
     written: list[Mutation] = []
 
     def write(w: VersionWriter) -> None:
-        m, _data = write_plan(w, lm.instance, lm.name, edit, user or default_user())
-        written.append(m)
+        written.append(write_plan(w, lm.instance, lm.name, edit, user or default_user()).mutation)
 
     result = lm.repo.merge(plan.ours, plan.theirs, branch=branch, keep_ours=[lm.name], then=write)
     return BranchMergeResult(result.version, plan, written[0], outcome.applied, outcome.reverted, outcome.dropped,
@@ -571,7 +580,7 @@ def _merged_keys(lm: Labelmap, ours: VersionState, theirs: VersionState, base: V
     r_ours = PatchedReader(lm.base, ours.overlay)
     r_theirs = PatchedReader(lm.base, theirs.overlay)
     r_base = PatchedReader(lm.base, base.overlay)
-    ws = Workspace(cfg, r_ours, ours.map, lambda _sv: None, lambda _n: range(0), multi_step=False)
+    ws = Workspace(cfg, r_ours, lm.txn(ours), lambda _n: range(0))
     blocks0: set[Coord] = {b.block for c in kept + undone for b in c.mutation.blocks if b.scale == 0}
     revert_targets = np.fromiter(_rewritten(undone), dtype=np.uint64)
     take_targets = np.fromiter(_rewritten(kept), dtype=np.uint64)
@@ -594,8 +603,28 @@ def _merged_keys(lm: Labelmap, ours: VersionState, theirs: VersionState, base: V
     # Index entries of the supervoxels the changes made or retired: theirs' for kept changes, the
     # base's for reverted ones (absent = the supervoxel does not exist there, or is a base one).
     for source, changes in ((theirs, kept), (base, undone)):
-        for sv in sorted(_indexed(changes)):
-            want = source.index.get(sv)
-            if want != ours.index.get(sv):
-                out[index_key(sv)] = want
+        svs = sorted(_indexed(changes))
+        keys = [index_key(sv) for sv in svs]
+        for key, want, have in zip(keys, source.records.get_many(keys), ours.records.get_many(keys), strict=True):
+            if want != have:
+                out[key] = want
     return out
+
+
+def _merge_txn(lm: Labelmap, plan: BranchMergePlan) -> MapTxn:
+    """A planning transaction over ours' body map that finds split-made entries on every side."""
+    sides = [lm.state(x) for x in (plan.ours, plan.theirs, plan.base)]
+
+    def entries(svs: list[int]) -> dict[int, SvIndex]:
+        # a supervoxel id's entry never changes: any side that has the supervoxel has the right one
+        # (ours too: the merge deletes the entries of the splits it reverts before re-counting bodies)
+        out: dict[int, SvIndex] = {}
+        for side in sides:
+            keys = [index_key(sv) for sv in svs if sv not in out]
+            wanted = [sv for sv in svs if sv not in out]
+            for sv, raw in zip(wanted, side.records.get_many(keys), strict=True):
+                if raw is not None:
+                    out[sv] = SvIndex.from_bytes(raw, key=f"index entry of supervoxel {sv}")
+        return out
+
+    return lm.txn(sides[0], entries=entries)

@@ -19,10 +19,38 @@ from napari_shardscope.core.labelmap.errors import LabelmapStateError
 from napari_shardscope.core.labelmap.geometry import BlockGrid, Coord, as_coord
 from napari_shardscope.core.volumes.model import Volume
 
-FORMAT = 1
+#: 2: the body map as versioned records (1: replayed from the mutation log; ``shardscope repo migrate``).
+FORMAT = 2
 TYPE_NAME = "labelmap"
 #: Overlay block edge (voxels, every axis, every scale): DVID's label block size.
 DEFAULT_BLOCK = 64
+
+
+@dataclass(frozen=True)
+class AgglomerationTable:
+    """A base agglomeration read where the pipeline wrote it (:mod:`.table_base`), not copied.
+
+    ``forward``/``reverse``: URLs (absolute paths) of the supervoxel → body table and of its
+    body-sorted reverse (None: the repository holds a body-sorted copy); ``body``: the forward
+    table's body column; ``rows``/``max_id``: the table's rows and largest id when the labelmap was
+    created (checked at open; new ids start above ``max_id``).
+    """
+
+    forward: str
+    reverse: str | None
+    body: str
+    rows: int
+    max_id: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {"forward": self.forward, "reverse": self.reverse, "body": self.body, "rows": self.rows,
+                "max_id": self.max_id}
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> AgglomerationTable:
+        reverse = d.get("reverse")
+        return cls(forward=str(d["forward"]), reverse=None if reverse is None else str(reverse), body=str(d["body"]),
+                   rows=int(d["rows"]), max_id=int(d["max_id"]))
 
 
 @dataclass(frozen=True)
@@ -69,6 +97,8 @@ class LabelmapConfig:
         True when a base supervoxel → body table is stored with the instance.
     base_dtype
         The base's voxel type (reads always return uint64: new ids may not fit the base's type).
+    table
+        Where the agglomeration table lives when it is read in place (None: stored with the instance).
     """
 
     base: str
@@ -77,6 +107,7 @@ class LabelmapConfig:
     id_start: int
     agglomeration: bool
     base_dtype: str
+    table: AgglomerationTable | None = None
 
     def grid(self, scale: int) -> BlockGrid:
         return BlockGrid(self.scales[scale].shape, self.block)
@@ -88,7 +119,8 @@ class LabelmapConfig:
     def to_json(self) -> dict[str, Any]:
         return {"format": FORMAT, "base": self.base, "block": list(self.block),
                 "scales": [s.to_json() for s in self.scales], "id_start": self.id_start,
-                "agglomeration": self.agglomeration, "base_dtype": self.base_dtype}
+                "agglomeration": self.agglomeration, "base_dtype": self.base_dtype,
+                **({"agglomeration_table": self.table.to_json()} if self.table is not None else {})}
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any], *, name: str = "labelmap") -> LabelmapConfig:
@@ -98,8 +130,10 @@ class LabelmapConfig:
             return cls(base=str(d["base"]), block=as_coord(d["block"]),
                        scales=tuple(ScaleGeometry.from_json(s) for s in d["scales"]),
                        id_start=int(d["id_start"]), agglomeration=bool(d["agglomeration"]),
-                       base_dtype=str(d["base_dtype"]))
-        except (KeyError, TypeError, ValueError, ArgumentError) as exc:
+                       base_dtype=str(d["base_dtype"]),
+                       table=AgglomerationTable.from_json(d["agglomeration_table"])
+                       if d.get("agglomeration_table") is not None else None)
+        except (KeyError, TypeError, ValueError, AttributeError, ArgumentError) as exc:
             raise LabelmapStateError(f"labelmap {name!r} has an unreadable configuration: {exc}") from exc
 
 

@@ -15,6 +15,7 @@ from napari_shardscope.core.errors import (
     NotFoundError,
     RefusedWriteError,
     ShardscopeError,
+    UnsupportedError,
 )
 
 
@@ -40,4 +41,16 @@ class NothingToUndoError(LabelmapError, RefusedWriteError):
 
 class LabelmapStateError(LabelmapError, CorruptDataError):
     """The store's labelmap data cannot be used: interrupted creation, or a store merge whose two
-    sides edited the same labels (their mutation logs no longer replay one after the other)."""
+    sides both edited the labelmap (a key merge of two body maps is no body map)."""
+
+
+class IndexNotBuiltError(LabelmapError, UnsupportedError):
+    """A query needs the base label index, which was never built and is too large to build on the spot.
+
+    Built by the Dask job ``shardscope index REPO NAME`` (a cluster with ``--scheduler``).
+    """
+
+
+class LabelmapFormatError(LabelmapError, UnsupportedError):
+    """The labelmap was written in an older format (its body map a replay of its log): migrate it first,
+    with ``shardscope repo migrate REPO`` (:func:`~napari_shardscope.core.labelmap.migrate.migrate_repository`)."""

@@ -18,12 +18,14 @@ whole index. The job therefore runs in two phases:
    sync) the counting already runs in this process, like the thread builder: unless ``ranges`` is
    given, the counts stay in memory and are combined once, with no scratch files.
 
-The stored bytes are exactly those of the thread builder (same keys, same entry encoding, same
-block order within an entry, same summary and meta), so every reader of the base index
-(:meth:`Labelmap.base_entry`, :meth:`Labelmap.index_summary`) is unchanged. Because the whole
-store happens in one transaction, a rebuild (``overwrite=True``) replaces an existing index
-atomically: readers see the old index or the new, never a mix, and an interrupted job leaves the
-old one intact.
+Only the blocks that hold stored chunks are counted (:mod:`.present`: the format's listing), so a
+petavoxel extent with a few thousand chunks is a few thousand blocks of work. The per-body tables
+(DVID's label index per body) need every range first — a body's supervoxels lie anywhere — and are
+built from body-range scratch files on a cluster. The stored bytes are exactly those of the thread
+builder (same tables, same pages, same metadata), so every reader of the base index is unchanged.
+Because the whole store happens in one transaction, a rebuild (``overwrite=True``) replaces an
+existing index atomically: readers see the old index or the new, never a mix, and an interrupted
+job leaves the old one intact.
 """
 
 from __future__ import annotations
@@ -45,13 +47,16 @@ from napari_shardscope.core.errors import OVERWRITE, ArgumentError
 from napari_shardscope.core.jobs import is_local, iter_tasks, job_scheduler, open_once, run_tasks
 from napari_shardscope.core.labelmap.config import TYPE_NAME, LabelmapConfig
 from napari_shardscope.core.labelmap.geometry import BlockGrid, Box, Coord
-from napari_shardscope.core.labelmap.keys import INDEX_META_KEY, INDEX_SUMMARY_KEY
 from napari_shardscope.core.labelmap.label_index import (
+    BOX_FIELDS,
+    BOX_NAMES,
     BaseIndex,
-    BlockCounts,
+    BoxedCounts,
     IndexSummary,
     combine_counts,
-    count_block,
+    count_block_boxes,
+    index_items,
+    load_index_meta,
 )
 from napari_shardscope.core.labelmap.reading import BaseSource
 from napari_shardscope.core.progress import Progress
@@ -59,7 +64,7 @@ from napari_shardscope.core.versioned.repository import Repository, open_reposit
 from napari_shardscope.core.volumes import open_volume
 
 #: One count: supervoxel, scale-0 block (z, y, x) and its voxels there (28 bytes, packed).
-RECORD_DTYPE = np.dtype([("sv", "<u8"), ("z", "<u4"), ("y", "<u4"), ("x", "<u4"), ("n", "<u8")])
+RECORD_DTYPE = np.dtype([("sv", "<u8"), ("z", "<u4"), ("y", "<u4"), ("x", "<u4"), ("n", "<u8"), *BOX_FIELDS])
 #: Default brick: at most this many scale-0 blocks per task (16 blocks of 64³ uint64: 32 MiB read at once,
 #: well above Dask's per-task overhead, small enough to spread a modest base over a few workers).
 BLOCKS_PER_TASK = 16
@@ -80,13 +85,12 @@ Records = npt.NDArray[np.void]
 
 @dataclass(frozen=True)
 class BrickTask:
-    """One count task: the blocks ``lo``..``hi`` (grid positions, hi exclusive) of the base at ``base``."""
+    """One count task: some scale-0 blocks (grid positions, z-major) of the base at ``base``."""
 
     base: str
     shape: Coord
     block: Coord
-    lo: Coord
-    hi: Coord
+    blocks: tuple[Coord, ...]
 
 
 @dataclass(frozen=True)
@@ -115,23 +119,21 @@ def _base_reader(url: str) -> BaseSource:
     return open_once(("label-index base", url), lambda: BaseSource(open_volume(url, kind="segmentation")))
 
 
-def count_brick(task: BrickTask) -> list[BlockCounts]:
+def count_brick(task: BrickTask) -> list[BoxedCounts]:
     """Per-block supervoxel counts of one brick, blocks z-major (the thread builder's counts, block by block).
 
     Each block is read as its own contiguous array with the next reads already issued (a remote
     base costs about one round trip per brick, and decoding overlaps counting), and counted by the
-    thread builder's :func:`count_block`.
+    thread builder's :func:`count_block_boxes`.
     """
     grid = BlockGrid(task.shape, task.block)
-    lo = (task.lo[0] * task.block[0], task.lo[1] * task.block[1], task.lo[2] * task.block[2])
-    hi = grid.box((task.hi[0] - 1, task.hi[1] - 1, task.hi[2] - 1)).hi
-    coords = list(grid.blocks_in(Box(lo, hi)))
+    coords = list(task.blocks)
     ahead = READ_AHEAD if _is_remote(task.base) else 0
     reads = _base_reader(task.base).read_many(0, [grid.box(c) for c in coords], ahead=ahead)
-    return [count_block(c, data) for c, data in zip(coords, reads, strict=True)]
+    return [count_block_boxes(c, data) for c, data in zip(coords, reads, strict=True)]
 
 
-def as_records(parts: list[BlockCounts]) -> Records:
+def as_records(parts: list[BoxedCounts]) -> Records:
     """Block counts as packed records (supervoxel, block, count): what the range files of a cluster job hold."""
     sizes = [p[1].size for p in parts]
     rec = np.zeros(sum(sizes), dtype=RECORD_DTYPE)
@@ -140,21 +142,39 @@ def as_records(parts: list[BlockCounts]) -> Records:
         rec["n"] = np.concatenate([p[2] for p in parts])
         coords = np.repeat(np.asarray([p[0] for p in parts], dtype=np.uint32).reshape(-1, 3), sizes, axis=0)
         rec["z"], rec["y"], rec["x"] = coords[:, 0], coords[:, 1], coords[:, 2]
+        boxes = np.concatenate([p[3] for p in parts]).reshape(-1, 6)
+        for i, f in enumerate(BOX_NAMES):
+            rec[f] = boxes[:, i]
     return rec
 
 
-def plan_bricks(base: str, grid: BlockGrid, blocks_per_task: int = BLOCKS_PER_TASK) -> list[BrickTask]:
-    """Bricks of at most ``blocks_per_task`` whole blocks, filling x, then y, then z (z-major order)."""
+def plan_bricks(base: str, grid: BlockGrid, blocks_per_task: int = BLOCKS_PER_TASK,
+                blocks: list[Coord] | None = None) -> list[BrickTask]:
+    """Tasks of at most ``blocks_per_task`` blocks each, z-major.
+
+    ``blocks``: the blocks to count (those holding stored chunks); default every block of the grid,
+    cut into bricks filling x, then y, then z (for small bases whose store cannot list).
+    """
     if blocks_per_task < 1:
         raise ArgumentError(f"blocks_per_task must be >= 1, got {blocks_per_task}")
-    g = grid.grid
-    budget = blocks_per_task
-    nx = min(g[2], budget)
-    ny = min(g[1], max(1, budget // nx))
-    nz = min(g[0], max(1, budget // (nx * ny)))
-    return [BrickTask(base, grid.shape, grid.block, (z, y, x),
-                      (min(z + nz, g[0]), min(y + ny, g[1]), min(x + nx, g[2])))
-            for z in range(0, g[0], nz) for y in range(0, g[1], ny) for x in range(0, g[2], nx)]
+    if blocks is None:
+        g = grid.grid
+        budget = blocks_per_task
+        nx = min(g[2], budget)
+        ny = min(g[1], max(1, budget // nx))
+        nz = min(g[0], max(1, budget // (nx * ny)))
+        out = []
+        for z in range(0, g[0], nz):
+            for y in range(0, g[1], ny):
+                for x in range(0, g[2], nx):
+                    lo, hi = (z, y, x), (min(z + nz, g[0]), min(y + ny, g[1]), min(x + nx, g[2]))
+                    box = Box((lo[0] * grid.block[0], lo[1] * grid.block[1], lo[2] * grid.block[2]),
+                              grid.box((hi[0] - 1, hi[1] - 1, hi[2] - 1)).hi)
+                    out.append(BrickTask(base, grid.shape, grid.block, tuple(grid.blocks_in(box))))
+        return out
+    ordered = sorted(blocks)
+    return [BrickTask(base, grid.shape, grid.block, tuple(ordered[i:i + blocks_per_task]))
+            for i in range(0, len(ordered), blocks_per_task)]
 
 
 def range_bounds(id_start: int, ranges: int) -> npt.NDArray[np.uint64]:
@@ -189,10 +209,11 @@ def _combine_range(records: Records) -> BaseIndex:
     labels = rec["sv"].astype(np.uint64)
     counts = rec["n"].astype(np.int64)
     blocks = np.stack([rec["z"], rec["y"], rec["x"]], axis=1).astype(np.int64).reshape(-1, 3)
+    boxes = np.stack([rec[f] for f in BOX_NAMES], axis=1).astype(np.uint16).reshape(-1, 6)
     svs, first = np.unique(labels, return_index=True)
     totals = np.add.reduceat(counts, first).astype(np.uint64) if labels.size else np.zeros(0, np.uint64)
     summary = IndexSummary(svs.astype(np.uint64), totals, int(svs[-1]) if svs.size else 0)
-    return BaseIndex(summary, labels, blocks, counts, int(counts.sum()))
+    return BaseIndex(summary, labels, blocks, counts, int(counts.sum()), boxes)
 
 
 def build_label_index(repo: Repository | str | os.PathLike[str], name: str, *, scheduler: Any = None,
@@ -247,24 +268,34 @@ def build_label_index(repo: Repository | str | os.PathLike[str], name: str, *, s
 def _build(repo: Repository, name: str, *, scheduler: Any, num_workers: int | None, progress: Progress | None,
            overwrite: bool, blocks_per_task: int | None, ranges: int | None,
            scratch: str | os.PathLike[str] | None) -> IndexJobReport:
+    from napari_shardscope.core.labelmap.index_build import INDEX_PREFIXES, blocks_to_index
+    from napari_shardscope.core.labelmap.opening import labelmap_config, open_agglomeration
+
     started = time.perf_counter()
     inst = repo.instance(name)
     if inst.type != TYPE_NAME:
         raise ArgumentError(f"instance {name!r} is a {inst.type}, not a {TYPE_NAME}")
     if ranges is not None and ranges < 1:
         raise ArgumentError(f"ranges must be >= 1, got {ranges}")
-    if repo.get_unversioned(inst, INDEX_META_KEY) is not None and not overwrite:
+
+    def read(keys: Any) -> list[bytes | None]:
+        return repo.get_unversioned_many(inst, keys)
+
+    meta = load_index_meta(read)
+    if meta is not None and int(meta.get("format", 0)) >= 2 and not overwrite:
         raise ArgumentError(f"labelmap {name!r} already has a complete base label index; rebuild it only if it is "
                             f"damaged: pass {OVERWRITE}").suggesting(OVERWRITE)
-    config = LabelmapConfig.from_json(inst.config, name=name)
+    config: LabelmapConfig = labelmap_config(repo, name)
+    agglomeration = open_agglomeration(repo, inst, config) if config.agglomeration else None
     grid = config.grid(0)
-    n_blocks = grid.grid[0] * grid.grid[1] * grid.grid[2]
+    present = blocks_to_index(config, _base_reader(config.base), command=f"shardscope index {repo.path} {name}")
+    n_blocks = len(present) if present is not None else grid.grid[0] * grid.grid[1] * grid.grid[2]
     if blocks_per_task is None:
         blocks_per_task = BLOCKS_PER_TASK
         if is_local(scheduler):
             with job_scheduler(scheduler, num_workers) as (_, threads):
                 blocks_per_task = min(16, max(4, -(-n_blocks // (LOCAL_TASKS_PER_THREAD * threads))))
-    bricks = plan_bricks(config.base, grid, blocks_per_task)
+    bricks = plan_bricks(config.base, grid, blocks_per_task, present)
     # A local scheduler runs in this process, which holds every count anyway (as the thread builder
     # does): the counts stay in memory and are combined once, with no range files to split and re-read.
     # Ranges on disk are for clusters, where the client must not hold the whole index.
@@ -281,7 +312,7 @@ def _build(repo: Repository, name: str, *, scheduler: Any, num_workers: int | No
     with nullcontext(None) if in_memory else tempfile.TemporaryDirectory(prefix="shardscope-index-",
                                                                         dir=scratch) as tmp:
         files = [Path(tmp) / f"range-{i:04d}.rec" for i in range(n_files)] if tmp is not None else []
-        held: list[list[BlockCounts]] = []
+        held: list[list[BoxedCounts]] = []
         if in_memory:  # one graph: no batch of tasks waits for its slowest brick while a thread idles
             held = run_tasks(count_brick, bricks, scheduler=scheduler, num_workers=num_workers, progress=counted,
                              label="count bricks")
@@ -299,23 +330,20 @@ def _build(repo: Repository, name: str, *, scheduler: Any, num_workers: int | No
 
         summaries: list[IndexSummary] = []
         voxels = [0]
-        stored: list[IndexSummary] = []
 
-        def items() -> Iterator[tuple[bytes, bytes]]:
+        def parts() -> Iterator[BaseIndex]:
             for i in range(n_files):
                 part = combine_range(i)
                 summaries.append(part.summary)
                 voxels[0] += part.voxels
-                yield from part.entries()
+                yield part
                 if progress is not None:
                     progress(len(bricks) + i + 1, steps, "combine ranges")
-            svs = np.concatenate([s.supervoxels for s in summaries]).astype(np.uint64)
-            totals = np.concatenate([s.totals for s in summaries]).astype(np.uint64)
-            whole = BaseIndex(IndexSummary(svs, totals, int(svs[-1]) if svs.size else 0),
-                              np.zeros(0, np.uint64), np.zeros((0, 3), np.int64), np.zeros(0, np.int64), voxels[0])
-            stored.append(whole.summary)
-            yield INDEX_SUMMARY_KEY, whole.summary.to_bytes()
-            yield INDEX_META_KEY, whole.meta()  # last: the marker of a complete index
 
-        repo.put_unversioned(inst, items())
-    return IndexJobReport(name, stored[0], voxels[0], len(bricks), n_files, time.perf_counter() - started)
+        bound = max(config.id_start, agglomeration.max_id if agglomeration is not None else 0)
+        items = index_items(parts(), agglomeration, bound=bound, spill=not in_memory, scratch=scratch)
+        repo.replace_unversioned(inst, INDEX_PREFIXES, items)
+    svs = np.concatenate([x.supervoxels for x in summaries]).astype(np.uint64) if summaries else np.zeros(0, np.uint64)
+    totals = np.concatenate([x.totals for x in summaries]).astype(np.uint64) if summaries else np.zeros(0, np.uint64)
+    summary = IndexSummary(svs, totals, int(svs[-1]) if svs.size else 0)
+    return IndexJobReport(name, summary, voxels[0], len(bricks), n_files, time.perf_counter() - started)

@@ -5,16 +5,20 @@ Versioned keys (their value at a version is the nearest ancestor's, see the stor
 * ``b"b" + scale (u8) + bz, by, bx (u32 BE)`` → an overlay label block (:mod:`.block_codec`):
   the supervoxel ids of that block at that scale after supervoxel splits. Big-endian coordinates
   make one scale's blocks one contiguous, z-major key range.
+* ``b"o" + scale (u8)`` → how many overlay blocks the scale has (absent: none), so a reader knows
+  without listing keys whether the base's own view serves the scale.
 * ``b"i" + supervoxel (u64 BE)`` → label-index entry of a supervoxel created by a split
   (:mod:`.label_index`). Supervoxels of the base are indexed in the unversioned area instead.
 * ``b"u" + mutation id (u64 BE) + key`` → what ``key`` held before that mutation (``b"\\x00"``:
-  nothing; ``b"\\x01" + value``), so undo can restore blocks and index entries exactly.
+  nothing; ``b"\\x01" + value``), so undo can restore every record it changed exactly.
+* the body map's records (:mod:`.records`): ``e`` pages of explicit assignments, ``p``/``q``/``n``/``r``
+  union-find, logical-forest, ring and root records, ``a``/``x`` per-node member corrections;
+  the undo and redo stacks (``U``, ``R``, ``k`` + mutation id) and per-body history (``h``).
 
 Unversioned keys (shared by every version; derived from the immutable base):
 
-* ``b"agglomeration"`` → the base supervoxel → body table;
-* ``b"index/meta"`` (JSON), ``b"index/summary"`` (all base supervoxels and their voxel counts) and
-  ``b"index/sv/" + supervoxel (u64 BE)`` → the base label index.
+* ``b"agglomeration/..."`` → the base supervoxel → body table, paged (:mod:`.agglomeration`);
+* ``b"index/meta"`` (JSON) and ``b"index/t/..."`` → the base label index, paged (:mod:`.label_index`).
 
 Counters (repository-wide, :meth:`Repository.allocate_ids`): ``labelmap/<name>/labels`` hands out
 new body and supervoxel ids (one space, as in DVID, so a new body id is never a supervoxel id),
@@ -32,6 +36,8 @@ Coord = tuple[int, int, int]
 BLOCK_PREFIX = b"b"
 INDEX_PREFIX = b"i"
 UNDO_PREFIX = b"u"
+OVERLAY_COUNT_PREFIX = b"o"
+#: Keys of the replay era's unversioned base data (read only by the migration).
 AGGLOMERATION_KEY = b"agglomeration"
 INDEX_META_KEY = b"index/meta"
 INDEX_SUMMARY_KEY = b"index/summary"
@@ -74,8 +80,13 @@ def parse_index_key(key: bytes) -> int:
 
 
 def base_index_key(sv: int) -> bytes:
-    """Unversioned base label-index key of supervoxel ``sv``."""
+    """The replay era's unversioned base label-index key of supervoxel ``sv`` (the migration reads it)."""
     return BASE_INDEX_PREFIX + _U64.pack(sv)
+
+
+def overlay_count_key(scale: int) -> bytes:
+    """Key of the count of overlay blocks of ``scale``."""
+    return OVERLAY_COUNT_PREFIX + bytes([scale])
 
 
 def undo_prefix(mutation_id: int) -> bytes:
@@ -100,6 +111,47 @@ def decode_previous(data: bytes) -> bytes | None:
     if data[:1] == _PRESENT:
         return data[1:]
     raise ArgumentError("malformed saved value in the labelmap's undo area")
+
+
+_SAVED_MAGIC = b"SSUP"
+
+
+def encode_saved(previous: dict[bytes, bytes | None]) -> bytes:
+    """Every key a mutation wrote and what it held before, in one value (``u`` + mutation id).
+
+    One record instead of one per key: an edit writes a dozen records, and each store write costs
+    more than the bytes. Layout: ``b"SSUP"``, u32 count, then per key u16 length, the key, and
+    :func:`encode_previous` of its value behind a u32 length.
+    """
+    parts = [_SAVED_MAGIC, struct.pack("<I", len(previous))]
+    for key, value in previous.items():
+        saved = encode_previous(value)
+        parts += [struct.pack("<H", len(key)), key, struct.pack("<I", len(saved)), saved]
+    return b"".join(parts)
+
+
+def decode_saved(data: bytes) -> dict[bytes, bytes | None]:
+    """Inverse of :func:`encode_saved` (:class:`ArgumentError` on damage)."""
+    if data[:4] != _SAVED_MAGIC or len(data) < 8:
+        raise ArgumentError("malformed saved values in the labelmap's undo area")
+    (count,) = struct.unpack_from("<I", data, 4)
+    pos = 8
+    out: dict[bytes, bytes | None] = {}
+    try:
+        for _ in range(count):
+            (klen,) = struct.unpack_from("<H", data, pos)
+            key = data[pos + 2:pos + 2 + klen]
+            (vlen,) = struct.unpack_from("<I", data, pos + 2 + klen)
+            start = pos + 6 + klen
+            if len(key) != klen or start + vlen > len(data):
+                raise ValueError("truncated")
+            out[key] = decode_previous(data[start:start + vlen])
+            pos = start + vlen
+    except (struct.error, ValueError) as exc:
+        raise ArgumentError(f"malformed saved values in the labelmap's undo area ({exc})") from exc
+    if pos != len(data):
+        raise ArgumentError("malformed saved values in the labelmap's undo area (trailing bytes)")
+    return out
 
 
 def labels_counter(name: str) -> str:

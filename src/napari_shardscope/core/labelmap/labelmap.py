@@ -5,22 +5,25 @@ Obtained from :func:`~napari_shardscope.core.labelmap.opening.create_labelmap` o
 :class:`~napari_shardscope.core.labelmap.version.LabelmapVersion` (reads and edits at one version).
 
 The :class:`Labelmap` holds what every version shares — configuration, the base volume, the base
-agglomeration, the base label index — and a cache of per-version states
-(:mod:`~napari_shardscope.core.labelmap.state`). Edits go through :meth:`Labelmap.edit`: one
-write transaction in which the version's state is checked fresh, the edit planned and written with
-its log record; the in-memory state is updated once the transaction has committed, then
-subscribers are told (:meth:`Labelmap.subscribe`).
+agglomeration (:mod:`.agglomeration`), the base label index (:mod:`.label_index`), both read page
+by page — and a cache of per-version states (:mod:`.state`): the records of each version's body
+map read so far (:mod:`.records`), never a replay of its history. Edits go through
+:meth:`Labelmap.edit`: one write transaction in which the version's state is checked fresh, the
+edit planned on its records (:class:`~napari_shardscope.core.labelmap.recordmap.MapTxn`) and
+written with its log record; the cache takes the written records once the transaction has
+committed, then subscribers are told (:meth:`Labelmap.subscribe`).
 """
 
 from __future__ import annotations
 
+import functools
 import getpass
 import logging
 import os
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar, cast
@@ -28,40 +31,37 @@ from typing import TYPE_CHECKING, Any, TypeVar, cast
 import numpy as np
 import numpy.typing as npt
 
-from napari_shardscope.core.cache import LruCache
 from napari_shardscope.core.errors import ShardscopeError
-from napari_shardscope.core.labelmap.bodymap import BaseAgglomeration
+from napari_shardscope.core.labelmap.agglomeration import AgglomerationSource
 from napari_shardscope.core.labelmap.config import (
     TYPE_NAME,
     LabelmapConfig,
 )
 from napari_shardscope.core.labelmap.edits import Planner, Workspace, write_plan
 from napari_shardscope.core.labelmap.errors import LabelmapStateError
+from napari_shardscope.core.labelmap.index_build import build_and_store_index
 from napari_shardscope.core.labelmap.keys import (
-    INDEX_META_KEY,
-    INDEX_SUMMARY_KEY,
-    base_index_key,
     labels_counter,
     mutations_counter,
+    overlay_count_key,
 )
 from napari_shardscope.core.labelmap.label_index import (
-    BaseIndex,
+    BaseIndexReader,
     IndexSummary,
     SvIndex,
-    build_base_index,
-    store_base_index,
+    load_index_meta,
 )
 from napari_shardscope.core.labelmap.mutations import Mutation
 from napari_shardscope.core.labelmap.reading import BaseSource, Fetch, PatchedReader
+from napari_shardscope.core.labelmap.recordmap import MapReader, MapTxn
+from napari_shardscope.core.labelmap.records import MERGE_MARK_KEY, STAMP_KEY
 from napari_shardscope.core.labelmap.region import check_edit_in_region, region_box
-from napari_shardscope.core.labelmap.state import STAMP_KEY, VersionState, decode_stamp, load_state
+from napari_shardscope.core.labelmap.state import EditRecords, VersionState, decode_stamp, overlay_counts
 from napari_shardscope.core.labelmap.version import LabelmapVersion
 from napari_shardscope.core.progress import Progress
 from napari_shardscope.core.versioned.dag import Version
-from napari_shardscope.core.versioned.errors import IdsExhaustedError
 from napari_shardscope.core.versioned.instance import Instance, register_instance_type
-from napari_shardscope.core.versioned.remotes.config import region_of
-from napari_shardscope.core.versioned.remotes.errors import RegionError
+from napari_shardscope.core.versioned.remotes.config import REGION_FILE, region_of
 from napari_shardscope.core.versioned.remotes.sync import reserve_ids
 from napari_shardscope.core.versioned.repository import Repository
 from napari_shardscope.core.versioned.view import VersionView, VersionWriter
@@ -76,7 +76,7 @@ register_instance_type(TYPE_NAME)
 U64 = npt.NDArray[np.uint64]
 T = TypeVar("T")
 _log = logging.getLogger(__name__)
-#: Version states kept in memory (committed ones never change; each holds a body map).
+#: Version states kept in memory (committed ones never change; each holds a bounded record cache).
 STATE_CACHE = 16
 #: A clone of a remote reserves more ids before an edit when fewer than this many are left.
 ID_LOW_WATER = 1024
@@ -116,7 +116,7 @@ class Labelmap:
     """One labelmap instance of a repository (use :func:`create_labelmap` / :func:`open_labelmap`)."""
 
     def __init__(self, repo: Repository, instance: Instance, config: LabelmapConfig, volume: Volume,
-                 agglomeration: BaseAgglomeration) -> None:
+                 agglomeration: AgglomerationSource) -> None:
         self.repo = repo
         self.instance = instance
         self.config = config
@@ -126,11 +126,13 @@ class Labelmap:
         self._states_lock = threading.RLock()
         self._edit_lock = threading.RLock()
         self._index_lock = threading.Lock()
-        self._summary: IndexSummary | None = None
-        self._entries: LruCache[int, SvIndex | None] = LruCache(4096)
+        self._index: BaseIndexReader | None = None
+        self._lineage_ok: dict[str, bool] = {}
         self._subscribers: list[Subscriber] = []
         self._meshers: dict[int, Any] = {}
         self._offline_until = 0.0
+        self._region_key: tuple[int, int] | None = None
+        self._region_value: list[list[int]] | None = None
 
     @property
     def name(self) -> str:
@@ -138,6 +140,10 @@ class Labelmap:
 
     def __repr__(self) -> str:
         return f"Labelmap({self.name!r}, base={self.config.base!r}, scales={len(self.config.scales)})"
+
+    def read_unversioned(self, keys: Sequence[bytes]) -> list[bytes | None]:
+        """The instance's unversioned values of ``keys`` (one snapshot)."""
+        return self.repo.get_unversioned_many(self.instance, keys)
 
     # -- versions -------------------------------------------------------------------------------
 
@@ -148,7 +154,7 @@ class Labelmap:
         return LabelmapVersion(self, v.uuid)
 
     def state(self, ref: str | Version) -> VersionState:
-        """The current in-memory state of a version (loaded, or refreshed when stale)."""
+        """The in-memory state of a version (made, or refreshed when another process edited it)."""
         v = self.repo.version(ref)
         with self._states_lock:
             cached = self._states.get(v.uuid)
@@ -157,28 +163,30 @@ class Labelmap:
                 if cached.version.locked:
                     return cached
         # Under the edit lock: an edit of this object commits first and updates the state after, and
-        # a reader comparing stamps in between would reload the edit and see it applied twice.
+        # a reader comparing stamps in between would take the edit's records for someone else's.
         with self._edit_lock, self.repo.read(v) as view:
-            if cached is not None and decode_stamp(view.get(self.instance, STAMP_KEY)) == cached.stamp:
-                cached.version = v
-                return cached
-            return self._load(view)
+            return self._state_from(view, cached)
 
-    def _load(self, view: VersionView) -> VersionState:
+    def _probe(self, view: VersionView) -> tuple[int, dict[int, int]]:
+        """The version's stamp and overlay block counts (one snapshot)."""
+        keys = [STAMP_KEY, *(overlay_count_key(s) for s in range(len(self.config.scales)))]
+        raw = view.get_many(self.instance, keys)
+        return decode_stamp(raw[0]), overlay_counts(raw[1:])
+
+    def _state_from(self, view: VersionView, cached: VersionState | None) -> VersionState:
         v = view.version
-        parent = None
-        if len(v.parents) == 1:
-            with self._states_lock:
-                parent = self._states.get(v.parents[0])
-        state = load_state(view, self.instance, self.config, self.agglomeration, self.fetcher(v), parent,
-                           lambda uuid: self.repo.version(uuid).parents)
+        stamp, counts = self._probe(view)
+        if cached is not None:
+            cached.version = v
+            if stamp != cached.stamp:
+                cached.refresh(stamp, counts)
+            return cached
+        self._check_lineage(v)
+        state = VersionState(v, stamp, self._loader(v), self.config, self.fetcher(v), counts)
         with self._states_lock:
             old = self._states.get(v.uuid)
             if old is not None:
-                # Someone else edited the version: refresh the object in place, so the body arrays
-                # already handed out (their transform holds the state) show the new mapping.
-                old.refresh_from(state)
-                state = old
+                return old
             self._states[v.uuid] = state
             self._states.move_to_end(v.uuid)
             # Only committed states are evicted: an open version's state backs arrays a viewer
@@ -187,6 +195,72 @@ class Labelmap:
             for uuid in committed[:max(0, len(self._states) - STATE_CACHE)]:
                 del self._states[uuid]
         return state
+
+    def _loader(self, version: Version) -> Callable[[list[bytes]], list[bytes | None]]:
+        """Reads records of ``version`` for its cache; an open version's reads notice other writers."""
+        uuid = version.uuid
+
+        def load(keys: list[bytes]) -> list[bytes | None]:
+            if self.repo.closed:
+                # the proofreader disconnected and a view still draws: it keeps what it showed (the records
+                # read for it are cached); anything never read maps as the base does
+                return [None] * len(keys)
+            with self.repo.read(version) as view:
+                values = view.get_many(self.instance, keys)
+                if not version.locked:
+                    with self._states_lock:
+                        state = self._states.get(uuid)
+                    # (an edit holds the writer lock and checked the stamp already: nobody else writes)
+                    if state is not None and not state.editing:
+                        stamp, counts = self._probe(view)
+                        if stamp != state.stamp:
+                            state.refresh(stamp, counts)
+                return values
+
+        return load
+
+    def _check_lineage(self, v: Version) -> None:
+        """Refuse a version below a store merge whose two sides both edited this labelmap.
+
+        The store merges keys; two sides' body-map records merged key by key are no body map (a
+        page, a root record edited on both). The labelmap's own branch merge writes a
+        ``merge-branches`` record and reconciled records; a migration marks the store merges it
+        reconciled. Checked once per version (a version's parents never change): the ancestor set is the
+        one every read at the version uses; only its merge versions are looked at.
+        """
+        if v.uuid in self._lineage_ok:
+            return
+        for cur in self.repo.ancestry(v):
+            if len(cur.parents) > 1 and cur.uuid not in self._lineage_ok:
+                if not self._merge_reconciled(cur):
+                    raise LabelmapStateError(
+                        f"the mutation logs of version {cur.short}'s ancestry do not replay: a store merge (repo "
+                        f"merge) combined branches that both edited labelmap {self.name!r}, and a key merge of "
+                        f"their body maps is no body map; merge the branches with `shardscope branch merge` instead")
+                self._lineage_ok[cur.uuid] = True
+        self._lineage_ok[v.uuid] = True
+
+    def _merge_reconciled(self, v: Version) -> bool:
+        with self.repo.read(v) as view:
+            if view.get(self.instance, MERGE_MARK_KEY) is not None:
+                return True
+            own = next(view.read_log(self.instance, own=True), None)
+            if own is not None and Mutation.from_bytes(own.data).operation == "merge-branches":
+                return True
+        base = self._merge_base(v.parents)
+        with self.repo.read(base) as view:
+            at_base = decode_stamp(view.get(self.instance, STAMP_KEY))
+        changed = 0
+        for p in v.parents:
+            with self.repo.read(p) as view:
+                changed += decode_stamp(view.get(self.instance, STAMP_KEY)) != at_base
+        return changed <= 1
+
+    def _merge_base(self, parents: Sequence[str]) -> Version:
+        anc = {x.uuid for x in self.repo.ancestry(parents[0])}
+        for p in parents[1:]:
+            anc &= {x.uuid for x in self.repo.ancestry(p)}
+        return max((self.repo.version(u) for u in anc), key=lambda x: x.vid)
 
     def fetcher(self, version: Version) -> Fetch:
         """Reads encoded overlay blocks at ``version`` (each call one store snapshot)."""
@@ -197,63 +271,56 @@ class Labelmap:
 
         return fetch
 
+    def reader(self, state: VersionState) -> MapReader:
+        """Reads of ``state``'s body map through its record cache (hold ``state.lock`` while using it)."""
+        return MapReader(state.records, self.agglomeration, self.base_index, state.memo)
+
+    def txn(self, state: VersionState,
+            entries: Callable[[list[int]], Mapping[int, SvIndex]] | None = None) -> MapTxn:
+        """A planning transaction over ``state``'s body map (nothing is written until the edit is).
+
+        ``entries``: where else index entries of split-made supervoxels may be found (a branch merge's sides).
+        """
+        return MapTxn(state.records, self.agglomeration, self.base_index, state.memo, entries)
+
     # -- the label index ------------------------------------------------------------------------
 
-    def index_summary(self, progress: Progress | None = None) -> IndexSummary:
-        """The base index summary, building the base index first if it was never built.
+    def base_index(self, progress: Progress | None = None) -> BaseIndexReader:
+        """The base label index, read page by page; built first when it never was and the base is small.
 
-        Building reads all of scale 0 once (threads) and stores the result unversioned, visible to
-        every version; ``progress(done, total, what)`` reports blocks.
+        A base of at most :data:`~napari_shardscope.core.labelmap.present.ON_DEMAND_BLOCKS` stored
+        blocks is counted here (threads, one pass over the blocks that hold chunks) and stored
+        unversioned, visible to every version; a larger one raises :class:`IndexNotBuiltError`
+        naming ``shardscope index`` (the Dask job).
         """
-        if self._summary is not None:
-            return self._summary
+        if self._index is not None:
+            return self._index
         with self._index_lock:
-            if self._summary is None:
-                raw = self.repo.get_unversioned(self.instance, INDEX_SUMMARY_KEY)
-                if raw is None or self.repo.get_unversioned(self.instance, INDEX_META_KEY) is None:
-                    built = self._build_index(progress)
-                    store_base_index(self.repo, self.instance, built)
-                    self._summary = built.summary
-                else:
-                    self._summary = IndexSummary.from_bytes(raw)
-        return self._summary
+            if self._index is None:
+                meta = load_index_meta(self.read_unversioned)
+                if meta is None or int(meta.get("format", 0)) < 2:
+                    meta = build_and_store_index(self.repo, self.instance, self.config, self.base,
+                                                 self.agglomeration, progress=progress, on_demand=True)
+                self._index = BaseIndexReader(self.read_unversioned, meta)
+        return self._index
 
-    def _build_index(self, progress: Progress | None) -> BaseIndex:
-        return build_base_index(lambda box: self.base.read(0, box), self.config.grid(0),
-                                workers=min(4, os.cpu_count() or 1), progress=progress)
+    def index_summary(self, progress: Progress | None = None) -> IndexSummary:
+        """Every base supervoxel and its voxel count, materialised (O(supervoxels): small bases, tests)."""
+        return self.base_index(progress).summary()
 
     def base_entry(self, sv: int) -> SvIndex | None:
         """The base index entry of supervoxel ``sv`` (None when the base has no such supervoxel)."""
-        summary = self.index_summary()
-        if not bool(summary.contains(np.asarray([sv], dtype=np.uint64))[0]):
-            return None
-
-        def load() -> SvIndex | None:
-            raw = self.repo.get_unversioned(self.instance, base_index_key(sv))
-            if raw is None:
-                raise LabelmapStateError(f"labelmap {self.name!r}: base index has no entry for supervoxel {sv}")
-            return SvIndex.from_bytes(raw, key=f"base index entry of supervoxel {sv}")
-
-        return self._entries.get_or_load(sv, load)
+        return self.base_index().entry(sv)
 
     def entry(self, state: VersionState, sv: int) -> SvIndex | None:
         """Where supervoxel ``sv`` is at a version (None: it does not exist there)."""
         with state.lock:
-            if sv in state.map.retired:
-                return None
-            own = state.sv_index(sv)
-        return own if own is not None else self.base_entry(sv)
+            return self.reader(state).entry(sv)
 
     def exists(self, state: VersionState, svs: npt.ArrayLike) -> npt.NDArray[np.bool_]:
         """Which of ``svs`` exist at a version (vectorised: retired, split-made, base)."""
-        arr = np.asarray(svs, dtype=np.uint64)
-        summary = self.index_summary()
         with state.lock:
-            retired = np.fromiter(state.map.retired, dtype=np.uint64, count=len(state.map.retired))
-            own = np.fromiter(state.index.keys(), dtype=np.uint64, count=len(state.index))
-        out: npt.NDArray[np.bool_] = (summary.contains(arr) | np.isin(arr, own)) & ~np.isin(arr, retired)
-        out &= arr != 0
-        return out
+            return self.reader(state).exists(svs)
 
     # -- edits ----------------------------------------------------------------------------------
 
@@ -302,59 +369,61 @@ class Labelmap:
     def edit(self, version: str | Version, planner: Planner[T], user: str | None = None) -> tuple[Mutation, T]:
         """Plan and write one edit at an open version as one transaction; returns the record and result."""
         who = user or default_user()
-        self.index_summary()  # built (once) outside the edit's transaction: building has its own
+        self.base_index()  # built (once) outside the edit's transaction: building has its own
         self.top_up_ids()
         with self._edit_lock:
-            try:
-                with self.repo.write(version) as w:
-                    state = self._fresh(w)
-
-                    def workspace(multi_step: bool) -> Workspace:
-                        return self.workspace(w, state, multi_step=multi_step)
-
-                    plan, result = planner(w, state, workspace)
-                    with state.lock:
-                        state.map.check(plan.delta)
-                    region = region_of(self.repo)
+            with self.repo.write(version) as w:
+                state = self._fresh(w)
+                state.editing = True
+                try:
+                    ws = self.workspace(w, state)
+                    plan, result = planner(w, state, ws)
+                    region = self._region()
                     if region is not None:
-                        check_edit_in_region(self.config, state, plan, region_box(region),
+                        check_edit_in_region(self.config, self.reader(state), plan, region_box(region),
                                              lambda sv: self.entry(state, sv))
-                    mutation, data = write_plan(w, self.instance, self.name, plan, who)
-            except (IdsExhaustedError, RegionError):
-                # The transaction was discarded, but the planner may have changed the cached map:
-                # reload the version's state (in place, so arrays already handed out stay right).
-                with self.repo.read(version) as view:
-                    self._load(view)
-                raise
-            changed = state.apply(mutation, data, plan.keys, self.fetcher(state.version), self.config)
-        event = EditEvent(self.name, state.version.uuid, mutation, changed)
+                    written = write_plan(w, self.instance, self.name, plan, who)
+                finally:
+                    state.editing = False
+            changed = state.written(written.keys, written.mutation.mutation_id, unlinked=written.unlinked)
+        event = EditEvent(self.name, state.version.uuid, written.mutation, changed)
         for callback in list(self._subscribers):
             try:
                 callback(event)
             except Exception:  # the edit is committed; a broken listener must not undo that for the caller
                 _log.exception("labelmap %s: subscriber %r failed", self.name, callback)
-        return mutation, result
+        return written.mutation, result
+
+    def _region(self) -> list[list[int]] | None:
+        """The region a region clone may edit (its file re-read only when it changed)."""
+        if self.repo.path is None:
+            return None
+        try:
+            st = (self.repo.path / REGION_FILE).stat()
+            key: tuple[int, int] | None = (st.st_mtime_ns, st.st_size)
+        except FileNotFoundError:
+            key = None
+        if key != self._region_key:
+            self._region_value = region_of(self.repo) if key is not None else None
+            self._region_key = key
+        return self._region_value
 
     def _fresh(self, w: VersionWriter) -> VersionState:
-        """The version's state, reloaded inside the write transaction if someone else edited it."""
+        """The version's state, refreshed inside the write transaction if someone else edited it."""
         with self._states_lock:
             cached = self._states.get(w.version.uuid)
-        if cached is not None and decode_stamp(w.get(self.instance, STAMP_KEY)) == cached.stamp:
-            cached.version = w.version
-            return cached
-        return self._load(w)
+        return self._state_from(w, cached)
 
-    def workspace(self, w: VersionWriter, state: VersionState, *, multi_step: bool) -> Workspace:
-        """An edit workspace over ``state`` whose new ids come from ``w``'s transaction."""
+    def workspace(self, w: VersionWriter, state: VersionState) -> Workspace:
+        """An edit workspace over ``state`` whose records and new ids come through ``w``'s transaction."""
         reader = PatchedReader(self.base, state.overlay)
-        body_map = state.map.copy() if multi_step else state.map
-
-        return Workspace(self.config, reader, body_map, lambda sv: self.entry(state, sv),
-                         lambda n: self.new_ids(w, n), multi_step=multi_step)
+        records = EditRecords(state.records, lambda keys: w.get_many(self.instance, keys))
+        txn = MapTxn(records, self.agglomeration, self.base_index, state.memo)
+        return Workspace(self.config, reader, txn, lambda n: self.new_ids(w, n))
 
     def id_floors(self) -> dict[str, int]:
         """This labelmap's id counters and the smallest id each may hand out."""
-        return {labels_counter(self.name): max(self.config.id_start, self.index_summary().max_id + 1),
+        return {labels_counter(self.name): max(self.config.id_start, self.base_index().max_id + 1),
                 mutations_counter(self.name): 1}
 
     def top_up_ids(self, low_water: int = ID_LOW_WATER) -> dict[str, int]:
@@ -386,7 +455,7 @@ class Labelmap:
         Never at or below the base's largest id, even when the user's ``id_start`` was lower and
         the index (which knows that id) was built only later.
         """
-        floor = max(self.config.id_start, self.index_summary().max_id + 1)
+        floor = max(self.config.id_start, self.base_index().max_id + 1)
         return w.allocate_ids(labels_counter(self.name), count, minimum=floor)
 
 
@@ -398,6 +467,12 @@ def default_user() -> str:
     env = os.environ.get("SHARDSCOPE_USER")
     if env:
         return env
+    return _login()
+
+
+@functools.cache
+def _login() -> str:
+    """The login name (looked up once: a password-database read per edit cost more than the edit's records)."""
     try:
         return getpass.getuser()
     except Exception:  # no login name in some containers

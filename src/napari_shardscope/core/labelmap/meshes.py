@@ -26,7 +26,7 @@ import struct
 import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import numpy.typing as npt
@@ -191,12 +191,14 @@ class BodyMesher:
         arg = self._source_arg
         if arg is None or isinstance(arg, (MultilodMeshSource, LegacyMeshSource)):
             return arg
+        from napari_shardscope.core.errors import FormatCapabilityError
         from napari_shardscope.core.formats import open_dataset
-        from napari_shardscope.core.formats.precomputed.dataset import PrecomputedDataset
-        from napari_shardscope.core.formats.precomputed.meshes import mesh_source_of
 
-        dataset = open_dataset(self.labelmap.config.base)
-        return mesh_source_of(dataset) if isinstance(dataset, PrecomputedDataset) else None
+        try:  # a precomputed base hands out its own classes
+            source = open_dataset(self.labelmap.config.base).mesh_source()
+            return cast("MultilodMeshSource | LegacyMeshSource | None", source)
+        except FormatCapabilityError:  # a zarr or N5 base: every supervoxel is meshed from the labels
+            return None
 
     # -- bodies --------------------------------------------------------------------------------
 

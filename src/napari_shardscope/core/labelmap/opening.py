@@ -1,10 +1,10 @@
 """Creating and opening labelmap instances.
 
 Creation opens the base volume (any format the reader opens), derives the scale geometry, builds
-the base label index (one pass over scale 0, unless the caller gives ``id_start`` and defers it),
-and stores the configuration in the instance record and the agglomeration and index in the
-instance's unversioned area: all of it describes the immutable base, so no version owns it and
-the root need not be open.
+the base label index (one pass over the scale-0 blocks that hold stored chunks, unless the caller
+gives ``id_start`` and defers it), and stores the configuration in the instance record and the
+agglomeration and index in the instance's unversioned area, page by page: all of it describes the
+immutable base, so no version owns it and the root need not be open.
 """
 
 from __future__ import annotations
@@ -12,16 +12,19 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
-import numpy as np
-
-from napari_shardscope.core.encoding import inflate, zlib_compress
-from napari_shardscope.core.errors import ArgumentError, FormatError
-from napari_shardscope.core.labelmap.bodymap import BaseAgglomeration
+from napari_shardscope.core.errors import ArgumentError
+from napari_shardscope.core.labelmap.agglomeration import (
+    AgglomerationSource,
+    IdentityAgglomeration,
+    agglomeration_source,
+    open_stored_agglomeration,
+    stored_items,
+)
 from napari_shardscope.core.labelmap.config import (
     DEFAULT_BLOCK,
+    FORMAT,
     TYPE_NAME,
     LabelmapConfig,
     check_block,
@@ -29,53 +32,28 @@ from napari_shardscope.core.labelmap.config import (
     normalise_base_url,
     scales_of,
 )
-from napari_shardscope.core.labelmap.errors import LabelmapStateError
-from napari_shardscope.core.labelmap.keys import AGGLOMERATION_KEY, INDEX_META_KEY
-from napari_shardscope.core.labelmap.label_index import BaseIndex, build_base_index, store_base_index
+from napari_shardscope.core.labelmap.errors import LabelmapFormatError, LabelmapStateError
+from napari_shardscope.core.labelmap.index_build import (
+    AGGLOMERATION_PREFIXES,
+    build_index,
+    store_index,
+)
+from napari_shardscope.core.labelmap.keys import INDEX_META_KEY
+from napari_shardscope.core.labelmap.label_index import BaseIndex
 from napari_shardscope.core.labelmap.labelmap import Labelmap
 from napari_shardscope.core.labelmap.reading import BaseSource
+from napari_shardscope.core.labelmap.table_base import describe_table, open_table_base, stored_reverse_items, table_of
 from napari_shardscope.core.progress import Progress
+from napari_shardscope.core.versioned.instance import Instance
 from napari_shardscope.core.versioned.repository import Repository
 from napari_shardscope.core.volumes.opening import open_volume
 
 
-def encode_agglomeration(agg: BaseAgglomeration) -> bytes:
-    n = np.array([agg.supervoxels.size], dtype="<u8").tobytes()
-    return zlib_compress(n + agg.supervoxels.astype("<u8").tobytes() + agg.bodies.astype("<u8").tobytes(), 1)
-
-
-def decode_agglomeration(data: bytes) -> BaseAgglomeration:
-    try:
-        raw = inflate(data, key="agglomeration")  # bounded by the memory budget
-        n = int(np.frombuffer(raw, dtype="<u8", count=1)[0])
-        if len(raw) != 8 + 16 * n:
-            raise ValueError(f"{len(raw)} bytes for {n} entries")
-        svs = np.frombuffer(raw, dtype="<u8", count=n, offset=8).astype(np.uint64)
-        bodies = np.frombuffer(raw, dtype="<u8", count=n, offset=8 + 8 * n).astype(np.uint64)
-    except (FormatError, ValueError) as exc:
-        raise LabelmapStateError(f"stored agglomeration is damaged ({exc})") from exc
-    return BaseAgglomeration(svs, bodies)
-
-
-def load_agglomeration(source: Mapping[int, int] | str | os.PathLike[str] | None) -> BaseAgglomeration:
-    """A base agglomeration from a mapping, a bodies JSON file (the sample's ``bodies.json``), or None."""
-    if source is None:
-        return BaseAgglomeration.identity()
-    if isinstance(source, Mapping):
-        mapping = {int(k): int(v) for k, v in source.items()}
-    else:
-        from napari_shardscope.core.sample_data import load_body_map
-
-        mapping = load_body_map(Path(source))
-    if any(k <= 0 or v <= 0 for k, v in mapping.items()):
-        raise ArgumentError("agglomeration ids must be positive (0 is background)")
-    return BaseAgglomeration.from_mapping(mapping)
-
-
 def create_labelmap(repo: Repository, name: str, base: str | os.PathLike[str], *,
-                    agglomeration: Mapping[int, int] | str | os.PathLike[str] | None = None,
+                    agglomeration: Mapping[int, int] | str | os.PathLike[str] | AgglomerationSource | None = None,
                     id_start: int | None = None, block: int | tuple[int, int, int] = DEFAULT_BLOCK,
-                    build_index: bool = True, progress: Progress | None = None) -> Labelmap:
+                    build_index: bool = True, progress: Progress | None = None,
+                    agglomeration_reverse: str | os.PathLike[str] | None = None) -> Labelmap:
     """Create a labelmap instance over the base segmentation at ``base`` (which is never modified).
 
     Parameters
@@ -87,57 +65,92 @@ def create_labelmap(repo: Repository, name: str, base: str | os.PathLike[str], *
     base
         Path or URL of a supervoxel volume :func:`~napari_shardscope.core.volumes.open_volume` reads.
     agglomeration
-        The base's supervoxel → body grouping (mapping or bodies JSON path); default: every
-        supervoxel is its own body.
+        The base's supervoxel → body grouping: a mapping, a bodies JSON path (``*.json``), the URL or
+        path of a sorted table (:mod:`napari_shardscope.core.tables`: Zarr v3, Parquet, the sharded
+        lookup; local or on a bucket), a :class:`~napari_shardscope.core.tables.TableAgglomeration`,
+        or any :class:`~napari_shardscope.core.labelmap.agglomeration.AgglomerationSource`; default:
+        every supervoxel is its own body. A table is read where it lives, page by page, on every
+        open (never copied, never loaded whole; it must not change afterwards); any other source is
+        copied into the repository page by page.
+    agglomeration_reverse
+        With a table: the same rows keyed by body
+        (:func:`~napari_shardscope.core.tables.write_reverse_table`), read in place too. Without
+        one, the repository keeps a body-sorted copy of the table's rows, written now.
     id_start
         First id for new bodies and supervoxels. Default: one above every id in the base and the
         agglomeration, found by building the label index now.
     block
         Overlay block shape (one edge or three), at every scale.
     build_index
-        Build the base label index now (one pass over scale 0); otherwise on first need.
+        Build the base label index now (one pass over the scale-0 blocks holding stored chunks);
+        otherwise on first need (or with ``shardscope index``).
     """
     volume = open_volume(base, kind="segmentation")
     scales = scales_of(volume)
     shape = check_block(block)
-    agg = load_agglomeration(agglomeration)
-    built: BaseIndex | None = None
-    if build_index or id_start is None:
-        reader = BaseSource(volume)
-        grid = LabelmapConfig("", shape, scales, 1, False, "").grid(0)
-        built = build_base_index(lambda box: reader.read(0, box), grid, workers=min(4, os.cpu_count() or 1),
-                                 progress=progress)
-    floor = max(built.summary.max_id if built is not None else 0,
-                int(agg.supervoxels.max()) if agg.supervoxels.size else 0,
-                int(agg.bodies.max()) if agg.bodies.size else 0) + 1
+    table = table_of(agglomeration, agglomeration_reverse)
+    source = table if table is not None else agglomeration_source(agglomeration)
+    reader = BaseSource(volume)
+    probe = LabelmapConfig(normalise_base_url(base), shape, scales, 1, False, str(volume.dtype))
+    built = _build_index(probe, reader, progress) if build_index or id_start is None else None
+    floor = max(built.summary.max_id if built is not None else 0, source.max_id if source is not None else 0) + 1
     if id_start is None:
         id_start = floor
     elif isinstance(id_start, bool) or not isinstance(id_start, int) or id_start < floor:
         raise ArgumentError(f"id_start must be an integer >= {floor} (above every id of the base and "
                             f"agglomeration), got {id_start!r}")
-    config = LabelmapConfig(base=normalise_base_url(base), block=shape, scales=scales, id_start=id_start,
-                            agglomeration=bool(agg.supervoxels.size), base_dtype=str(volume.dtype))
+    listed = source is not None and source.listed > 0
+    config = LabelmapConfig(base=probe.base, block=shape, scales=scales, id_start=id_start,
+                            agglomeration=listed, base_dtype=str(volume.dtype),
+                            table=describe_table(table) if table is not None and listed else None)
     inst = repo.create_instance(name, TYPE_NAME, config.to_json())
-    if config.agglomeration:
-        repo.put_unversioned(inst, [(AGGLOMERATION_KEY, encode_agglomeration(agg))])
+    if config.table is not None and table is not None:
+        if table.reverse is None or config.table.reverse is None:  # the body-sorted rows members_of reads
+            repo.replace_unversioned(inst, AGGLOMERATION_PREFIXES, stored_reverse_items(table))
+    elif config.agglomeration and source is not None:
+        repo.replace_unversioned(inst, AGGLOMERATION_PREFIXES, stored_items(source))
+    agg = open_agglomeration(repo, inst, config)
     if built is not None:
-        store_base_index(repo, inst, built)
-    lm = Labelmap(repo, inst, config, volume, agg)
-    if built is not None:
-        lm._summary = built.summary
-    return lm
+        store_index(repo, inst, built, source if config.agglomeration else None)
+    return Labelmap(repo, inst, config, volume, agg)
+
+
+def _build_index(config: LabelmapConfig, reader: BaseSource, progress: Progress | None) -> BaseIndex:
+    return build_index(config, reader, progress=progress)
+
+
+def open_agglomeration(repo: Repository, inst: Instance, config: LabelmapConfig) -> AgglomerationSource:
+    """The labelmap's base agglomeration: its table where it lives, the stored copy, or none (identity)."""
+    def read(keys: Any) -> list[bytes | None]:
+        return repo.get_unversioned_many(inst, keys)
+
+    if not config.agglomeration:
+        return IdentityAgglomeration()
+    if config.table is not None:
+        return open_table_base(config.table, read, name=inst.name)
+    stored = open_stored_agglomeration(read)
+    if stored is None:
+        raise LabelmapStateError(f"labelmap {inst.name!r} has no stored agglomeration: its creation was "
+                                 f"interrupted; create it again under another name")
+    return stored
 
 
 def labelmap_config(repo: Repository, name: str) -> LabelmapConfig:
-    """The stored configuration of labelmap instance ``name``."""
+    """The stored configuration of labelmap instance ``name`` (:class:`LabelmapFormatError` for an old one)."""
     inst = repo.instance(name)
     if inst.type != TYPE_NAME:
         raise ArgumentError(f"instance {name!r} is a {inst.type}, not a {TYPE_NAME}")
+    fmt = int(inst.config.get("format", 0)) if isinstance(inst.config.get("format", 0), int) else 0
+    if fmt < FORMAT:
+        where = repo.path if repo.path is not None else "REPO"
+        raise LabelmapFormatError(
+            f"labelmap {name!r} was written in format {fmt} (its body map replayed from its log); this library "
+            f"reads format {FORMAT}: migrate the repository once with `shardscope repo migrate {where}`")
     return LabelmapConfig.from_json(inst.config, name=name)
 
 
 def open_labelmap(repo: Repository, name: str) -> Labelmap:
-    """Open an existing labelmap instance (its base volume is opened, no voxel is read).
+    """Open an existing labelmap instance (its base volume is opened, no voxel and no record is read).
 
     The base is read from its local copy when ``clone --prefetch`` made one (offline work).
     """
@@ -147,18 +160,13 @@ def open_labelmap(repo: Repository, name: str) -> Labelmap:
     config = labelmap_config(repo, name)
     volume = open_volume(local_base(repo, name) or config.base, kind="segmentation")
     check_geometry(config, volume)
-    agg = BaseAgglomeration.identity()
-    if config.agglomeration:
-        raw = repo.get_unversioned(inst, AGGLOMERATION_KEY)
-        if raw is None:
-            raise LabelmapStateError(
-                f"labelmap {name!r} has no stored agglomeration: its creation was interrupted; "
-                f"create it again under another name")
-        agg = decode_agglomeration(raw)
-    return Labelmap(repo, inst, config, volume, agg)
+    return Labelmap(repo, inst, config, volume, open_agglomeration(repo, inst, config))
 
 
 def index_meta(repo: Repository, name: str) -> dict[str, Any] | None:
     """The stored base index's metadata (None when not built yet)."""
     raw = repo.get_unversioned(name, INDEX_META_KEY)
-    return None if raw is None else dict(json.loads(raw))
+    if raw is None:
+        return None
+    meta = dict(json.loads(raw))
+    return meta if int(meta.get("format", 0)) >= 2 else None

@@ -13,7 +13,6 @@ it chains on the base read's future and fills the chunk in the callback.
 
 from __future__ import annotations
 
-import functools
 import itertools
 import threading
 from collections import deque
@@ -122,50 +121,59 @@ class BaseSource:
 
 
 class Overlay:
-    """The overlay blocks of one state of one version: which blocks exist, and how to fetch them.
+    """The overlay blocks of one state of one version: how many each scale has, and how to fetch them.
 
-    Immutable: a split makes a new one (new ``snapshot`` id), so cached decoded blocks and the
-    chunk caches of virtual views built on an old overlay are never consulted for the new state.
+    Which blocks exist is found on demand, for the blocks a read touches (one batched fetch at the
+    version; a version never lists its blocks). Immutable: an edit that rewrites blocks makes a new
+    one (new ``snapshot`` id), so cached decoded blocks and the chunk caches of virtual views built on
+    an old overlay are never consulted for the new state.
     """
 
-    def __init__(self, config: LabelmapConfig, blocks: Mapping[int, frozenset[Coord]], fetch: Fetch) -> None:
+    def __init__(self, config: LabelmapConfig, counts: Mapping[int, int], fetch: Fetch) -> None:
         self.config = config
-        self.blocks = {s: frozenset(blocks.get(s, frozenset())) for s in range(len(config.scales))}
+        self.counts = {s: int(counts.get(s, 0)) for s in range(len(config.scales))}
         self.fetch = fetch
         self.snapshot = new_snapshot_id()
+        self._absent: LruCache[BlockId, bool] = LruCache(1 << 16)
 
     def has(self, scale: int) -> bool:
-        return bool(self.blocks[scale])
+        return self.counts.get(scale, 0) > 0
 
     def decoded(self, items: Iterable[BlockId]) -> dict[BlockId, U64]:
-        """Decoded contents of overlay blocks (shared, read-only arrays); absent ones are left out."""
+        """Decoded contents of the overlay blocks among ``items`` (shared, read-only arrays); absent ones left out."""
         out: dict[BlockId, U64] = {}
+        missing: list[BlockId] = []
         for scale, c in items:
-            got = _decoded.get_or_load((self.snapshot, scale, c), functools.partial(self._load, scale, c))
+            if not self.has(scale) or self._absent.contains((scale, c)):
+                continue
+            got = _decoded.get((self.snapshot, scale, c))
             if got is not None:
                 out[(scale, c)] = got
+            else:
+                missing.append((scale, c))
+        if missing:
+            raws = self.fetch([block_key(s, c) for s, c in missing])
+            for (scale, c), raw in zip(missing, raws, strict=True):
+                if raw is None:  # the base shows here
+                    self._absent.put((scale, c), True)
+                    continue
+                arr = decode_label_block(raw, key=f"overlay block {scale}/{c}")
+                arr.setflags(write=False)
+                _decoded.put((self.snapshot, scale, c), arr)
+                out[(scale, c)] = arr
         return out
-
-    def _load(self, scale: int, c: Coord) -> U64 | None:
-        raw = self.fetch([block_key(scale, c)])[0]
-        if raw is None:  # removed after this overlay was taken (a newer state exists): show the base
-            return None
-        arr = decode_label_block(raw, key=f"overlay block {scale}/{c}")
-        arr.setflags(write=False)
-        return arr
 
     def paste(self, scale: int, box: Box, out: U64, pending: Mapping[BlockId, U64] | None = None) -> None:
         """Overwrite ``out`` (the voxels of ``box``) with the overlay (and ``pending``) blocks it meets."""
         grid = self.config.grid(scale)
-        present = self.blocks[scale]
-        if not present and not pending:
+        if not self.has(scale) and not pending:
             return
         wanted: list[BlockId] = []
         local: dict[BlockId, U64] = {}
         for c in grid.blocks_in(box):
             if pending is not None and (scale, c) in pending:
                 local[(scale, c)] = pending[(scale, c)]
-            elif c in present:
+            else:
                 wanted.append((scale, c))
         local.update(self.decoded(wanted))
         for (_, c), block in local.items():
@@ -197,10 +205,9 @@ class PatchedReader:
         if hit is not None:
             return hit
         box = self.overlay.config.grid(scale).box(c)
-        if c in self.overlay.blocks[scale]:
-            got = self.overlay.decoded([(scale, c)]).get((scale, c))
-            if got is not None:
-                return got.copy()
+        got = self.overlay.decoded([(scale, c)]).get((scale, c))
+        if got is not None:
+            return got.copy()
         return self.base.read(scale, box)
 
 

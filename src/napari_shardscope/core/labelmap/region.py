@@ -12,12 +12,13 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 
 import numpy as np
+import numpy.typing as npt
 
 from napari_shardscope.core.labelmap.config import LabelmapConfig
 from napari_shardscope.core.labelmap.edits import EditPlan
 from napari_shardscope.core.labelmap.geometry import Box
 from napari_shardscope.core.labelmap.label_index import SvIndex
-from napari_shardscope.core.labelmap.state import VersionState
+from napari_shardscope.core.labelmap.recordmap import MapReader
 from napari_shardscope.core.versioned.remotes.errors import RegionError
 
 
@@ -29,31 +30,33 @@ def _describe(box: Box) -> str:
     return ",".join(f"{a}:{b}" for a, b in zip(box.lo, box.hi, strict=True))
 
 
-def check_edit_in_region(config: LabelmapConfig, state: VersionState, plan: EditPlan, region: Box,
+def check_edit_in_region(config: LabelmapConfig, reader: MapReader, plan: EditPlan, region: Box,
                          entry: Callable[[int], SvIndex | None]) -> None:
     """Raise :class:`RegionError` unless every label the edit touches reaches into ``region``."""
     grid = config.grid(0)
 
-    def inside(blocks: Iterable[tuple[int, int, int]]) -> bool:
-        return any(not grid.box(b).intersect(region).empty for b in blocks)
+    edge = np.asarray(grid.block, dtype=np.int64)
+    first = np.asarray(region.lo, dtype=np.int64) // edge
+    stop = -(-np.asarray(region.hi, dtype=np.int64) // edge)
+
+    def inside(blocks: Iterable[tuple[int, int, int]] | npt.NDArray[np.int64]) -> bool:
+        arr = np.asarray(list(blocks) if not isinstance(blocks, np.ndarray) else blocks, dtype=np.int64).reshape(-1, 3)
+        return bool(np.any(np.all((arr >= first) & (arr < stop), axis=1))) and not region.empty
 
     for block in plan.blocks:
         if block.scale == 0 and not inside([block.block]):
             raise RegionError(f"this clone edits only inside region {_describe(region)}; the edit rewrites block "
                               f"{block.block}, outside it")
-    labels: list[tuple[str, int, list[int]]] = [("supervoxel", sv, [sv]) for sv in plan.supervoxels]
-    with state.lock:
-        for body in plan.bodies:
-            if body in state.map.parent:
-                continue
-            members = [int(s) for s in np.asarray(state.map.member_array(body)).tolist()]
-            labels.append(("body", body, members))
-    for kind, label, svs in labels:
-        blocks: list[tuple[int, int, int]] = []
-        for sv in svs:
-            e = entry(sv)
-            if e is not None:
-                blocks.extend(e.block_set())
-        if blocks and not inside(blocks):
-            raise RegionError(f"this clone edits only inside region {_describe(region)}; {kind} {label} lies "
+    for sv in plan.supervoxels:
+        e = entry(sv)
+        if e is not None and e.counts.size and not inside(e.block_set()):
+            raise RegionError(f"this clone edits only inside region {_describe(region)}; supervoxel {sv} lies "
+                              f"entirely outside it")
+    for body in plan.bodies:
+        root, info = reader.resolve(body)
+        if info.name != body or info.svs <= 0:  # merged away, or made by this very edit
+            continue
+        blocks, _ = reader.node_blocks(reader.ring(root))
+        if blocks.size and not inside(blocks):
+            raise RegionError(f"this clone edits only inside region {_describe(region)}; body {body} lies "
                               f"entirely outside it")

@@ -71,20 +71,39 @@ def split_supervoxel(ws: Workspace, sv: int, chosen: VoxelMask) -> tuple[int, in
     split_id, remain_id = ws.allocate(2)
     split_counts: dict[Coord, int] = {}
     remain_counts: dict[Coord, int] = {}
+    split_boxes: dict[Coord, tuple[int, ...]] = {}
+    remain_boxes: dict[Coord, tuple[int, ...]] = {}
     changed: dict[Coord, Mask] = {}
     for c, data, is_sv, pick in parts:
+        rest = is_sv & ~pick
         data[pick] = split_id
-        data[is_sv & ~pick] = remain_id
+        data[rest] = remain_id
         ws.reader.pending[(0, c)] = data
         split_counts[c] = int(np.count_nonzero(pick))
         remain_counts[c] = int(np.count_nonzero(is_sv)) - split_counts[c]
+        split_boxes[c], remain_boxes[c] = mask_box(pick), mask_box(rest)
         changed[c] = is_sv
     propagate_scales(ws, changed)
-    ws.index[sv] = None
-    ws.index[split_id] = SvIndex.from_counts(split_counts)
-    ws.index[remain_id] = SvIndex.from_counts(remain_counts)
-    ws.record(ws.map.plan_split_supervoxel(sv, split_id, remain_id))
+    if sv > ws.map.index.max_id:  # a split-made supervoxel has a versioned entry (a base one: unversioned)
+        ws.map.put_entry(sv, None)
+    ws.map.put_entry(split_id, SvIndex.from_counts(split_counts, split_boxes))
+    ws.map.put_entry(remain_id, SvIndex.from_counts(remain_counts, remain_boxes))
+    ws.map.split_supervoxel(sv, split_id, remain_id)
     return split_id, remain_id
+
+
+def mask_box(mask: Mask) -> tuple[int, ...]:
+    """The box (lo z, y, x, hi z, y, x) of a block's True voxels, relative to the block (zeros when none)."""
+    if not mask.any():
+        return (0, 0, 0, 0, 0, 0)
+    out: list[int] = []
+    his: list[int] = []
+    for axis in range(3):
+        other = tuple(a for a in range(3) if a != axis)
+        hit = np.flatnonzero(mask.any(axis=other))
+        out.append(int(hit[0]))
+        his.append(int(hit[-1]) + 1)
+    return (*out, *his)
 
 
 def propagate_scales(ws: Workspace, changed: dict[Coord, Mask]) -> None:

@@ -13,6 +13,7 @@ still come from the shared cache.
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
@@ -25,12 +26,32 @@ from napari_shardscope.core.errors import ArgumentError
 from napari_shardscope.core.labelmap.body_split import BodySplit, split_body
 from napari_shardscope.core.labelmap.bodymap import remap_labels
 from napari_shardscope.core.labelmap.config import LabelmapConfig, ScaleGeometry
-from napari_shardscope.core.labelmap.edits import EditPlan, Planner, Workspace, plan_inverse
+from napari_shardscope.core.labelmap.edits import (
+    EditPlan,
+    Planner,
+    Workspace,
+    plan_inverse,
+    read_link,
+    read_mutation,
+    read_top,
+)
 from napari_shardscope.core.labelmap.errors import MappingError, NothingToUndoError, UnknownLabelError
-from napari_shardscope.core.labelmap.geometry import Box, Coord, VoxelMask, as_coord, box_from_key, voxel_mask
-from napari_shardscope.core.labelmap.label_index import IndexSummary, SvIndex
+from napari_shardscope.core.labelmap.geometry import Box, VoxelMask, as_coord, box_from_key, voxel_mask
+from napari_shardscope.core.labelmap.label_index import BaseIndexReader, IndexSummary, SvIndex
+from napari_shardscope.core.labelmap.logs import ordered_log
 from napari_shardscope.core.labelmap.mutations import Mutation
 from napari_shardscope.core.labelmap.reading import BaseSource, virtual_array
+from napari_shardscope.core.labelmap.recordmap import MapReader, MapTxn, box_of
+from napari_shardscope.core.labelmap.records import (
+    HISTORY_PREFIX,
+    LOGICAL_PREFIX,
+    REDO_TOP_KEY,
+    UNDO_TOP_KEY,
+    RootInfo,
+    decode_where,
+    history_prefix,
+    node_of_key,
+)
 from napari_shardscope.core.labelmap.splitting import split_supervoxel
 from napari_shardscope.core.labelmap.state import VersionState
 from napari_shardscope.core.progress import Progress
@@ -69,6 +90,18 @@ class LabelmapBackend(Protocol):
 
     def state(self, ref: str | Version) -> VersionState:
         """The current in-memory state of a version."""
+        ...
+
+    def reader(self, state: VersionState) -> MapReader:
+        """Reads of a version's body map (hold ``state.lock``)."""
+        ...
+
+    def txn(self, state: VersionState) -> MapTxn:
+        """A planning transaction over a version's body map."""
+        ...
+
+    def base_index(self, progress: Progress | None = None) -> BaseIndexReader:
+        """The base label index, read page by page."""
         ...
 
     def index_summary(self, progress: Progress | None = None) -> IndexSummary:
@@ -169,7 +202,7 @@ class LabelmapVersion:
             if arr is None:
 
                 def to_bodies(data: npt.NDArray[Any]) -> npt.NDArray[Any]:
-                    return LabelmapVersion._bodies_of(state, data)
+                    return self._bodies_of(state, data)
 
                 sv = self._sv_array(state, scale)
                 arr = state.arrays[key] = LazyArray(sv.store, transform=to_bodies, dtype=np.uint64)
@@ -248,45 +281,45 @@ class LabelmapVersion:
         """Vectorised :meth:`body_of` (any shape)."""
         return self._bodies_of(self._state(), svs)
 
-    @staticmethod
-    def _bodies_of(state: VersionState, svs: npt.ArrayLike) -> U64:
+    def _bodies_of(self, state: VersionState, svs: npt.ArrayLike) -> U64:
         """Map ``svs`` through ``state``'s body map, holding its lock only to look up the distinct ids."""
+        labelmap = self.labelmap
 
         def lookup(uniq: U64) -> U64:
             with state.lock:
-                return state.map.bodies_of_unique(uniq)
+                return labelmap.reader(state).bodies_of_unique(uniq)
 
         return remap_labels(svs, lookup)
 
     # -- label index queries ---------------------------------------------------------------------
+
+    def _body(self, state: VersionState, body: int, error: type[MappingError] = UnknownLabelError
+              ) -> tuple[MapReader, int, RootInfo]:
+        """The reader, root and root info of visible body ``body`` (``error`` when merged away, absent)."""
+        reader = self.labelmap.reader(state)
+        root, info = reader.resolve(body)
+        if info.name != body:
+            raise error(f"body {body} was merged into body {info.name}")
+        if info.svs <= 0:
+            raise UnknownLabelError(f"body {body} does not exist at version {self.uuid[:8]}")
+        return reader, root, info
 
     def supervoxels(self, body: int) -> list[int]:
         """The supervoxels of ``body`` (sorted). Costs the body's size."""
         return [int(s) for s in self._members(self._state(), body)]
 
     def exists(self, body: int) -> bool:
-        """True when ``body`` is a body here (not merged away, at least one supervoxel)."""
-        return self._body_exists(self._state(), body)
-
-    def _body_exists(self, state: VersionState, body: int) -> bool:
-        """Looks at a few candidate supervoxels only: a merge must not cost the body's size."""
+        """True when ``body`` is a body here (not merged away, at least one supervoxel): two record reads."""
+        state = self._state()
         with state.lock:
-            if body in state.map.parent:
-                return False
-            return any(bool(self.labelmap.exists(state, c).any()) for c in state.map.member_chunks(body, size=64))
+            _, info = self.labelmap.reader(state).resolve(int(body))
+        return info.name == body and info.svs > 0
 
     def size(self, body: int) -> int:
-        """Voxel count of ``body`` at scale 0."""
+        """Voxel count of ``body`` at scale 0: its root record, whatever the history."""
         state = self._state()
-        members = self._members(state, body)
         with state.lock:
-            split_made = np.fromiter(state.index, dtype=np.uint64, count=len(state.index))
-        own = [int(sv) for sv in np.intersect1d(split_made, members)]
-        total = int(self.labelmap.index_summary().totals_of(members).sum())  # vectorised: bodies can be huge
-        for sv in own:  # supervoxels made by splits (never in the base)
-            entry = state.sv_index(sv)
-            total += entry.total if entry is not None else 0
-        return total
+            return self._body(state, body)[2].voxels
 
     def supervoxel_size(self, sv: int) -> int:
         """Voxel count of supervoxel ``sv`` at scale 0 (:class:`UnknownLabelError` if it does not exist)."""
@@ -296,44 +329,72 @@ class LabelmapVersion:
         return entry.total
 
     def sparsevol(self, body: int) -> SparseVolume:
-        """The scale-0 blocks holding ``body`` and its voxel count in each (DVID's coarse sparse volume)."""
+        """The scale-0 blocks holding ``body`` and its voxel count in each (DVID's coarse sparse volume).
+
+        O(blocks): the per-body label index of its base bodies, corrected by what edits moved.
+        """
         state = self._state()
-        counts: dict[Coord, int] = {}
-        for sv in self._members(state, body):
-            entry = self.labelmap.entry(state, int(sv))
-            if entry is None:  # pragma: no cover - members exist by construction
-                continue
-            for c, n in zip(entry.block_set(), entry.counts, strict=True):
-                counts[c] = counts.get(c, 0) + int(n)
-        order = sorted(counts)
-        return SparseVolume(np.array(order, dtype=np.int64).reshape(-1, 3),
-                            np.array([counts[c] for c in order], dtype=np.int64))
+        with state.lock:
+            reader, root, _ = self._body(state, body)
+            blocks, counts = reader.node_blocks(reader.ring(root))
+        return SparseVolume(blocks.astype(np.int64).reshape(-1, 3), counts.astype(np.int64))
 
     def bbox(self, body: int, *, exact: bool = True) -> Box:
-        """Bounding box of ``body`` at scale 0; ``exact=False``: of its blocks (no voxel read)."""
+        """Bounding box of ``body`` at scale 0; ``exact=False``: of its blocks (no voxel read).
+
+        The block box comes from the body's root record when no cleave may have shrunk it, else
+        from its blocks (O(blocks)); the exact box from the label index's voxel box of each
+        supervoxel in each block (O(blocks), no voxel read), or — for an index without them (one
+        converted from format 1) — from the body's blocks on the six faces of its block box.
+        """
         state = self._state()
-        members = self._members(state, body)
         grid = self.labelmap.config.grid(0)
-        blocks = self.sparsevol(body).blocks
-        if not exact:
-            out = Box((0, 0, 0), (0, 0, 0))
-            for c in blocks:
-                out = out.union(grid.box((int(c[0]), int(c[1]), int(c[2]))))
-            return out
-        lo = np.full(3, np.iinfo(np.int64).max, dtype=np.int64)
-        hi = np.full(3, -1, dtype=np.int64)
-        for c in blocks:
-            bbox = grid.box((int(c[0]), int(c[1]), int(c[2])))
-            where = np.argwhere(np.isin(self.read_supervoxels(bbox), members))
+        with state.lock:
+            reader, root, info = self._body(state, body)
+            blocks: npt.NDArray[np.int64] | None = None
+            if info.exact and not info.empty_box and not exact:
+                lo, hi = info.lo, info.hi
+            else:
+                nodes = reader.ring(root)
+                if exact:
+                    box = reader.voxel_box(nodes, grid.block)
+                    if box is not None:
+                        return Box(*box)
+                blocks, _ = reader.node_blocks(nodes)
+                lo, hi = box_of(blocks)
+        shape = self.labelmap.config.shape
+        block = grid.block
+        if not exact or blocks is None or not blocks.size:
+            if any(h <= a for a, h in zip(lo, hi, strict=True)):
+                return Box((0, 0, 0), (0, 0, 0))
+            return Box((lo[0] * block[0], lo[1] * block[1], lo[2] * block[2]),
+                       (min(hi[0] * block[0], shape[0]), min(hi[1] * block[1], shape[1]),
+                        min(hi[2] * block[2], shape[2])))
+        low = np.asarray(lo, dtype=np.int64)
+        high = np.asarray(hi, dtype=np.int64) - 1
+        on_face = np.any((blocks == low) | (blocks == high), axis=1)
+        best_lo = np.full(3, np.iinfo(np.int64).max, dtype=np.int64)
+        best_hi = np.full(3, -1, dtype=np.int64)
+        for c in blocks[on_face]:
+            c3 = (int(c[0]), int(c[1]), int(c[2]))
+            if not any(c3[a] in (lo[a], hi[a] - 1) for a in range(3)):
+                continue
+            bbox = grid.box(c3)
+            where = np.argwhere(self.read_bodies(bbox) == np.uint64(body))
             if where.size:
-                lo = np.minimum(lo, where.min(axis=0) + bbox.lo)
-                hi = np.maximum(hi, where.max(axis=0) + bbox.lo + 1)
-        return Box((int(lo[0]), int(lo[1]), int(lo[2])), (int(hi[0]), int(hi[1]), int(hi[2])))
+                best_lo = np.minimum(best_lo, where.min(axis=0) + bbox.lo)
+                best_hi = np.maximum(best_hi, where.max(axis=0) + bbox.lo + 1)
+        # an axis's extreme lies in that axis's extreme plane of blocks, which was read
+        return Box((int(best_lo[0]), int(best_lo[1]), int(best_lo[2])),
+                   (int(best_hi[0]), int(best_hi[1]), int(best_hi[2])))
 
     def mask(self, body: int, region: Any = ..., scale: int = 0) -> npt.NDArray[np.bool_]:
         """Boolean mask of ``body`` within a region (a :class:`Box` or a key) at ``scale``."""
-        members = self._members(self._state(), body)
-        return np.isin(self.read_supervoxels(region, scale), members)
+        state = self._state()
+        with state.lock:
+            self._body(state, body)
+        mask: npt.NDArray[np.bool_] = self.read_bodies(region, scale) == np.uint64(body)
+        return mask
 
     def mesh(self, body: int, *, lod: int = 0) -> Any:
         """The body's mesh at this version (:class:`~napari_shardscope.core.formats.precomputed.meshes.MeshData`:
@@ -341,43 +402,106 @@ class LabelmapVersion:
         return self.labelmap.mesher(lod).mesh(body, self)
 
     def mutations(self, *, own: bool = False) -> list[HistoryEntry]:
-        """The mutation log of this version's ancestry, oldest first (``own``: this version's only)."""
-        state = self._state()
-        return [HistoryEntry(r.version, r.mutation) for r in state.log if not own or r.version == self.uuid]
+        """The mutation log of this version's ancestry, oldest first (``own``: this version's only).
+
+        Reads the log (costs the history): what a view or an edit needs never does.
+        """
+        lm = self.labelmap
+        with lm.repo.read(self.uuid) as view:
+            if own:
+                return [HistoryEntry(self.uuid, Mutation.from_bytes(e.data, key=f"mutation log of version {self.uuid}"))
+                        for e in view.read_log(lm.instance, own=True)]
+            records = ordered_log(view, lm.instance, lambda uuid: lm.repo.version(uuid).parents)
+        return [HistoryEntry(r.version, r.mutation) for r in records]
 
     def history(self, body: int) -> list[HistoryEntry]:
         """Mutations that shaped ``body``, across the ancestry, oldest first (DVID's ``history``).
 
         Walking back from the newest, a mutation belongs to the history when it touched the body
         or a body it was made of; the bodies it touched then join the lineage (the body a cleave
-        came from, the bodies a merge took in).
+        came from, the bodies a merge took in). Read from the per-body history records (body,
+        mutation id → where its log record is): the cost of the lineage, not of the log.
         """
+        lm = self.labelmap
         state = self._state()
         with state.lock:
-            lineage = set(state.map.merged_bodies(body)) | {body}
-        out: list[HistoryEntry] = []
-        for rec in reversed(state.log):
-            m = rec.mutation
-            touched = set(m.bodies)
-            if touched & lineage:
-                out.append(HistoryEntry(rec.version, m))
-                lineage |= touched
-        out.reverse()
+            lineage_start = self._lineage(state, body)
+        out: dict[int, HistoryEntry] = {}
+        heap: list[tuple[int, str, int]] = []
+        joined: dict[int, int] = {}
+        with lm.repo.read(self.uuid) as view:
+
+            def add(b: int, before: int) -> None:
+                joined[b] = before
+                for key, value in view.scan(lm.instance, prefix=history_prefix(b)):
+                    mid = int.from_bytes(key[len(HISTORY_PREFIX) + 8:], "big")
+                    if mid < before:
+                        uuid, seq = decode_where(value, key=key)
+                        heapq.heappush(heap, (-mid, uuid, seq))
+
+            for b in sorted(lineage_start):
+                add(b, 2**64)
+            while heap:
+                neg, uuid, seq = heapq.heappop(heap)
+                mid = -neg
+                if mid in out:
+                    continue
+                m = read_mutation(view, lm.instance, lm.repo.version(uuid).vid, seq, where=uuid[:8])
+                out[mid] = HistoryEntry(uuid, m)
+                for b in m.bodies:
+                    if int(b) not in joined:
+                        add(int(b), mid)
+        return [out[mid] for mid in sorted(out)]
+
+    def _lineage(self, state: VersionState, body: int) -> set[int]:
+        """``body`` and the bodies merged into it (its logical merge subtree)."""
+        reader = self.labelmap.reader(state)
+        root, info = reader.resolve(body)
+        nodes = reader.ring(root)
+        if info.name == body:
+            return set(nodes) | {body}
+        parent = dict(zip(nodes, (reader.logical_parent(n) for n in nodes), strict=True))
+        out = {body}
+        for n in nodes:
+            cur: int | None = n
+            seen = 0
+            while cur is not None and cur not in out and seen <= len(nodes):
+                cur = parent.get(cur)
+                seen += 1
+            if cur is not None and cur in out:
+                out.add(n)
+        return out
+
+    def merged_sets(self) -> dict[int, list[int]]:
+        """Every body that holds merged bodies → the bodies (union-find nodes) it is made of.
+
+        Reads the version's logical-parent records (one per merged body), so it costs the merges.
+        """
+        lm = self.labelmap
+        with lm.repo.read(self.uuid) as view:
+            merged = [node_of_key(k) for k in view.keys(lm.instance, prefix=LOGICAL_PREFIX)]
+        state = self._state()
+        with state.lock:
+            reader = lm.reader(state)
+            roots = reader.roots(np.asarray(merged, dtype=np.uint64)) if merged else np.zeros(0, np.uint64)
+            out: dict[int, list[int]] = {}
+            for r in sorted({int(x) for x in roots}):
+                info = reader.info(r)
+                out[info.name] = sorted(reader.ring(r))
         return out
 
     # -- edits -----------------------------------------------------------------------------------
 
     def merge(self, target: int, others: Sequence[int], *, user: str | None = None) -> Mutation:
-        """Merge bodies ``others`` into ``target`` (only the map changes: cost independent of body size)."""
+        """Merge bodies ``others`` into ``target`` (a few records change: cost independent of body size and history)."""
         others = [_label(o, "body") for o in others]
         target = _label(target, "body")
 
-        def plan(_w: VersionWriter, state: VersionState, _ws: Any) -> tuple[EditPlan, None]:
+        def plan(_w: VersionWriter, _state: VersionState, ws: Workspace) -> tuple[EditPlan, None]:
             for b in (target, *others):
-                self._require_body(state, b)
-            with state.lock:
-                delta = state.map.plan_merge(target, others)
-            return EditPlan("merge", {"target": target, "others": others}, delta,
+                self._require_body(ws.map, b)
+            delta = ws.map.merge(target, others)
+            return EditPlan("merge", {"target": target, "others": others}, delta, ws.keys(),
                             bodies=(target, *others)), None
 
         return self.labelmap.edit(self.uuid, plan, user)[0]
@@ -389,22 +513,22 @@ class LabelmapVersion:
         if not svs:
             raise ArgumentError("cleave needs at least one supervoxel")
 
-        def plan(w: VersionWriter, state: VersionState, ws: Any) -> tuple[EditPlan, int]:
-            self._require_body(state, body)
+        def plan(w: VersionWriter, _state: VersionState, ws: Workspace) -> tuple[EditPlan, int]:
+            info = self._require_body(ws.map, body)
             arr = np.asarray(svs, dtype=np.uint64)
-            missing = arr[~self.labelmap.exists(state, arr)]
+            missing = arr[~ws.map.exists(arr)]
             if missing.size:
                 raise UnknownLabelError(f"supervoxel {int(missing[0])} does not exist at version {self.uuid[:8]}")
-            with state.lock:
-                for sv in svs:
-                    if state.map.body_of(sv) != body:
-                        raise MappingError(f"supervoxel {sv} is in body {state.map.body_of(sv)}, not in body {body}")
-            if not self._keeps_member(state, body, set(svs)):
+            owners = ws.map.bodies_of_unique(arr)
+            wrong = np.flatnonzero(owners != np.uint64(body))
+            if wrong.size:
+                sv = int(arr[wrong[0]])
+                raise MappingError(f"supervoxel {sv} is in body {int(owners[wrong[0]])}, not in body {body}")
+            if info.svs <= len(svs):
                 raise MappingError(f"the cleave would take every supervoxel of body {body}, leaving it empty")
             new_body = self.labelmap.new_ids(w, 1)[0]
-            with state.lock:
-                delta = state.map.plan_cleave(body, svs, new_body)
-            return EditPlan("cleave", {"body": body, "supervoxels": svs, "new_body": new_body}, delta,
+            delta = ws.map.cleave(body, svs, new_body)
+            return EditPlan("cleave", {"body": body, "supervoxels": svs, "new_body": new_body}, delta, ws.keys(),
                             bodies=(body, new_body), supervoxels=tuple(svs)), new_body
 
         return self.labelmap.edit(self.uuid, plan, user)[1]
@@ -419,11 +543,8 @@ class LabelmapVersion:
         sv = _label(sv, "supervoxel")
         chosen = voxel_mask(voxels)
 
-        def plan(_w: VersionWriter, state: VersionState,
-                 workspace: Any) -> tuple[EditPlan, tuple[int, int]]:
-            ws: Workspace = workspace(False)
-            with state.lock:
-                body = state.map.body_of(sv)
+        def plan(_w: VersionWriter, _state: VersionState, ws: Workspace) -> tuple[EditPlan, tuple[int, int]]:
+            body = ws.map.body_of(sv)
             pair = split_supervoxel(ws, sv, chosen)
             return EditPlan("split-supervoxel", {"supervoxel": sv, "voxels": chosen.count, "split": pair[0],
                                                  "remainder": pair[1]}, ws.delta(), ws.keys(), bodies=(body,),
@@ -441,10 +562,9 @@ class LabelmapVersion:
         masks = {int(g): voxel_mask(v) for g, v in seeds.items()}
         voxel_size = self.scales[0].voxel_size
 
-        def plan(_w: VersionWriter, state: VersionState, workspace: Any) -> tuple[EditPlan, BodySplit]:
-            self._require_body(state, body)
-            members = [int(s) for s in self._members(state, body)]
-            ws: Workspace = workspace(True)
+        def plan(_w: VersionWriter, _state: VersionState, ws: Workspace) -> tuple[EditPlan, BodySplit]:
+            self._require_body(ws.map, body)
+            members = [int(s) for s in self._members_of(ws.map, body)]
             out = split_body(ws, body, masks, members, voxel_size)
             touched = tuple(sorted(set(out.bodies.values())))
             svs = tuple(sorted({s for parts in out.cut.values() for s in parts} | set(out.cut)))
@@ -456,38 +576,55 @@ class LabelmapVersion:
         return self.labelmap.edit(self.uuid, plan, user)[1]
 
     def undo(self, *, user: str | None = None) -> Mutation:
-        """Undo the latest not-yet-undone edit of this (open) version, as a new log entry."""
+        """Undo the latest not-yet-undone edit of this (open) version, as a new log entry.
 
-        def plan(w: VersionWriter, state: VersionState, _ws: Any) -> tuple[EditPlan, None]:
-            stacks = state.stacks()
-            if not stacks.undo:
+        The stack's top record names the edit and where its log record is: a few reads, whatever
+        the history, before and after a restart.
+        """
+        lm = self.labelmap
+
+        def plan(w: VersionWriter, _state: VersionState, _ws: Workspace) -> tuple[EditPlan, None]:
+            entry = self._stack_entry(w, UNDO_TOP_KEY)
+            if entry is None:
                 raise NothingToUndoError(f"version {self.uuid[:8]} has no edit to undo")
-            entry = stacks.undo[-1]
             original = int(entry.args.get("mutation", entry.mutation_id)) if entry.operation == "redo" \
                 else entry.mutation_id
-            return plan_inverse(w, self.labelmap.instance, entry, "undo", original), None
+            return plan_inverse(w, lm.instance, entry, "undo", original), None
 
-        return self.labelmap.edit(self.uuid, plan, user)[0]
+        return lm.edit(self.uuid, plan, user)[0]
 
     def redo(self, *, user: str | None = None) -> Mutation:
         """Redo the latest undone edit (only while no new edit was made since), as a new log entry."""
+        lm = self.labelmap
 
-        def plan(w: VersionWriter, state: VersionState, _ws: Any) -> tuple[EditPlan, None]:
-            stacks = state.stacks()
-            if not stacks.redo:
+        def plan(w: VersionWriter, _state: VersionState, _ws: Workspace) -> tuple[EditPlan, None]:
+            entry = self._stack_entry(w, REDO_TOP_KEY)
+            if entry is None:
                 raise NothingToUndoError(f"version {self.uuid[:8]} has no undone edit to redo")
-            entry = stacks.redo[-1]
-            return plan_inverse(w, self.labelmap.instance, entry, "redo", int(entry.args["mutation"])), None
+            return plan_inverse(w, lm.instance, entry, "redo", int(entry.args["mutation"])), None
 
-        return self.labelmap.edit(self.uuid, plan, user)[0]
+        return lm.edit(self.uuid, plan, user)[0]
+
+    def _stack_entry(self, view: Any, stack: bytes) -> Mutation | None:
+        """The mutation on top of the undo or redo stack (None: empty)."""
+        lm = self.labelmap
+        top = read_top(view, lm.instance, stack)
+        if top is None:
+            return None
+        link = read_link(view, lm.instance, top.mutation_id)
+        return read_mutation(view, lm.instance, lm.repo.version(link.version).vid, link.seq, where=link.version[:8])
+
+    def _has_top(self, stack: bytes) -> bool:
+        with self.labelmap.repo.read(self.uuid) as view:
+            return read_top(view, self.labelmap.instance, stack) is not None
 
     @property
     def can_undo(self) -> bool:
-        return bool(self._state().stacks().undo)
+        return self._has_top(UNDO_TOP_KEY)
 
     @property
     def can_redo(self) -> bool:
-        return bool(self._state().stacks().redo)
+        return self._has_top(REDO_TOP_KEY)
 
     # -- helpers ---------------------------------------------------------------------------------
 
@@ -504,32 +641,27 @@ class LabelmapVersion:
             return region, ()
         return box_from_key(region, shape)
 
-    def _require_body(self, state: VersionState, body: int) -> None:
-        with state.lock:
-            if body in state.map.parent:
-                raise MappingError(f"body {body} was merged into body {state.map.root(body)}")
-        if not self._body_exists(state, body):
+    def _require_body(self, reader: MapReader, body: int) -> RootInfo:
+        """The root info of visible body ``body``; :class:`MappingError` when merged away, unknown when absent."""
+        _, info = reader.resolve(body)
+        if info.name != body:
+            raise MappingError(f"body {body} was merged into body {info.name}")
+        if info.svs <= 0:
             raise UnknownLabelError(f"body {body} does not exist at version {self.uuid[:8]}")
+        return info
 
     def _members(self, state: VersionState, body: int) -> U64:
         with state.lock:
-            if body in state.map.parent:
-                raise UnknownLabelError(f"body {body} was merged into body {state.map.root(body)}")
-            candidates = state.map.member_array(body)
-        out = candidates[self.labelmap.exists(state, candidates)]
+            return self._members_of(self.labelmap.reader(state), body)
+
+    def _members_of(self, reader: MapReader, body: int) -> U64:
+        root, info = reader.resolve(body)
+        if info.name != body:
+            raise UnknownLabelError(f"body {body} was merged into body {info.name}")
+        out = reader.node_members(reader.ring(root)) if info.svs > 0 else np.zeros(0, dtype=np.uint64)
         if not out.size:
             raise UnknownLabelError(f"body {body} does not exist at version {self.uuid[:8]}")
         return out
-
-    def _keeps_member(self, state: VersionState, body: int, excluded: set[int]) -> bool:
-        """True when ``body`` has an existing supervoxel outside ``excluded`` (looks at few ids)."""
-        with state.lock:
-            chunks = state.map.member_chunks(body)
-            for chunk in chunks:
-                rest = chunk[~np.isin(chunk, np.fromiter(excluded, dtype=np.uint64, count=len(excluded)))]
-                if rest.size and bool(self.labelmap.exists(state, rest).any()):
-                    return True
-        return False
 
 
 def _label(value: Any, what: str) -> int:

@@ -256,12 +256,13 @@ class SurfaceFollower:
             v = self.controller.version
             if v is None:
                 return None
+            from napari_shardscope.core.errors import FormatCapabilityError
             from napari_shardscope.core.formats import open_dataset
-            from napari_shardscope.core.formats.precomputed.dataset import PrecomputedDataset
-            from napari_shardscope.core.formats.precomputed.skeletons import skeleton_source_of
 
-            ds = open_dataset(v.labelmap.config.base)
-            self._skeletons = skeleton_source_of(ds) if isinstance(ds, PrecomputedDataset) else None
+            try:
+                self._skeletons = open_dataset(v.labelmap.config.base).skeleton_source()
+            except FormatCapabilityError:  # a zarr or N5 base has no skeletons
+                self._skeletons = None
             self._skeletons_ready = True
         return self._skeletons  # type: ignore[no-any-return]
 

@@ -1,10 +1,20 @@
 """Hand-off with Neuroglancer: a loopback server for its client, datasets and labelmap versions; states both ways.
 
-From a notebook::
+From a notebook (``serve("path/to/repo", version="main")`` serves a labelmap version the same way):
 
-    from napari_shardscope.core.serve import serve
-    handoff = serve("path/to/repo", version="main")   # or a dataset path / URL, or several
-    handoff.url                                        # open it in a browser; handoff.stop() when done
+>>> import json, urllib.request
+>>> from napari_shardscope.core.sample_data import ensure_sample_dataset
+>>> from napari_shardscope.core.serve import serve
+>>> handoff = serve(ensure_sample_dataset().segmentation)   # a dataset path or URL, or several
+>>> handoff.url.startswith("http://127.0.0.1:")             # open it in a browser: Neuroglancer, this view
+True
+>>> source = handoff.layers[0].layer.source                 # what Neuroglancer reads, from the same server
+>>> source.startswith("precomputed://http://127.0.0.1:")
+True
+>>> with urllib.request.urlopen(source.removeprefix("precomputed://") + "info") as answer:
+...     json.load(answer)["type"]
+'segmentation'
+>>> handoff.stop()
 
 * :mod:`.server` — :class:`ShardServer` (127.0.0.1, a thread per connection, at most 64; HEAD,
   guarded keys);

@@ -185,19 +185,18 @@ def merge_equivalences(labelmap: Labelmap, ref: str) -> list[list[int]]:
     if any(op != "merge" for op in ops):
         raise UnsupportedError(f"version {v.version.short} has {', '.join(o for o in ops if o != 'merge')} "
                                f"edits: only a merge-only version can be handed over as equivalences")
-    state = labelmap.state(v.uuid)
-    with state.lock:
-        body_map = state.map
-        roots = sorted({body_map.root(b) for b in body_map.parent})
-        groups = []
-        for root in roots:
-            members: set[int] = set()
-            for body in body_map.merged_bodies(root):
-                if labelmap.config.agglomeration:
-                    members.update(body_map.base.members(body))
-                else:
+    groups = []
+    for _name, bodies in sorted(v.merged_sets().items()):
+        members: set[int] = set()
+        for body in bodies:
+            if labelmap.config.agglomeration:
+                arr = np.asarray([body], dtype=np.uint64)
+                members.update(int(s) for s in labelmap.agglomeration.members_of(arr))
+                if not bool(labelmap.agglomeration.listed_mask(arr)[0]):
                     members.add(body)
-            groups.append(sorted(members))
+            else:
+                members.add(body)
+        groups.append(sorted(members))
     return groups
 
 

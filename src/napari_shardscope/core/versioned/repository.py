@@ -127,6 +127,11 @@ class Repository:
         """Name of the engine under this repository."""
         return self._engine.name
 
+    @property
+    def closed(self) -> bool:
+        """True once :meth:`close` ran (readers holding data of it may keep showing what they read)."""
+        return self._closed
+
     def close(self) -> None:
         """Close the engine and the lock file."""
         if not self._closed:
@@ -583,6 +588,12 @@ class Repository:
         with self._engine.read() as txn:
             return txn.get(K.unversioned_key(inst.iid, key))
 
+    def get_unversioned_many(self, instance: Instance | str, keys: Iterable[bytes]) -> list[bytes | None]:
+        """Several unversioned values of an instance, in one snapshot (None for absent keys)."""
+        inst = self.instance(instance)
+        with self._engine.read() as txn:
+            return txn.get_many([K.unversioned_key(inst.iid, key) for key in keys])
+
     def scan_unversioned(self, instance: Instance | str, prefix: bytes = b"") -> list[tuple[bytes, bytes]]:
         """An instance's unversioned ``(key, value)`` pairs whose key starts with ``prefix`` (one snapshot)."""
         inst = self.instance(instance)
@@ -606,6 +617,29 @@ class Repository:
         pairs = items.items() if isinstance(items, Mapping) else items
         n = 0
         with self._writing(timeout) as p:
+            for key, value in pairs:
+                if not isinstance(value, bytes):
+                    raise ArgumentError(f"values must be bytes, got {type(value).__name__}")
+                p.txn.put(K.unversioned_key(inst.iid, key), value)
+                n += 1
+        return n
+
+    def replace_unversioned(self, instance: Instance | str, prefixes: Iterable[bytes],
+                            items: Mapping[bytes, bytes] | Iterable[tuple[bytes, bytes]], *,
+                            timeout: float | None = None) -> int:
+        """Delete every unversioned key under ``prefixes`` and store ``items``, in one transaction.
+
+        For derived data rebuilt whole (a label index rebuilt, a migration's new layout): readers see
+        the old set or the new one, never stale keys of the old beside the new. Returns how many were stored.
+        """
+        inst = self.instance(instance)
+        pairs = items.items() if isinstance(items, Mapping) else items
+        n = 0
+        with self._writing(timeout) as p:
+            for prefix in prefixes:
+                lo = K.unversioned_prefix(inst.iid, prefix)
+                for key in list(p.txn.scan_keys(lo, K.next_prefix(lo))):
+                    p.txn.delete(key)
             for key, value in pairs:
                 if not isinstance(value, bytes):
                     raise ArgumentError(f"values must be bytes, got {type(value).__name__}")
@@ -922,6 +956,20 @@ class Repository:
             p.after(lambda: self._instances.__setitem__(name, inst))
         return inst
 
+    # -- format migrations ----------------------------------------------------------------------
+
+    @contextmanager
+    def rewriting(self, *, timeout: float | None = None) -> Iterator[Rewriter]:
+        """One write transaction in which any version may be rewritten, committed ones too.
+
+        Only for format migrations, which must re-express data every version already holds (a data
+        type's new record layout) without changing what any version means: committed versions stay
+        immutable to every other write. Everything done through the :class:`Rewriter` commits
+        atomically when the block ends, or not at all.
+        """
+        with self._writing(timeout) as p:
+            yield Rewriter(self, p)
+
     # -- consistency ----------------------------------------------------------------------------
 
     def verify(self) -> list[str]:
@@ -976,6 +1024,57 @@ class Repository:
                 if len(key) <= at + 4 or K.unpack_u32(key[at:at + 4]) not in iids:
                     problems.append(f"unversioned key {key!r} names an unknown instance")
         return problems
+
+
+class Rewriter:
+    """What a format migration may do inside :meth:`Repository.rewriting`'s transaction."""
+
+    def __init__(self, repo: Repository, pending: _Pending) -> None:
+        self._repo = repo
+        self._p = pending
+
+    def at(self, ref: str | Version) -> VersionWriter:
+        """A writer at any version (committed ones too), inside this transaction."""
+        v = self._repo._resolve(self._p.dag, ref)
+        return VersionWriter(self._repo, v, self._p.txn, self._repo._ancestors_in(self._p.dag, v))
+
+    def versions(self) -> list[Version]:
+        """Every version, in creation order (parents before children)."""
+        return self._p.dag.all_versions()
+
+    def scan_all(self, instance: Instance | str, prefix: bytes) -> Iterator[tuple[bytes, int, bool, bytes]]:
+        """Every stored entry of an instance's keys starting with ``prefix``, at every version:
+        ``(key, version id, tombstone, value)`` (what a migration collects from the whole history)."""
+        inst = self._repo.instance(instance)
+        lo, hi = K.prefix_range(inst.iid, prefix)
+        for key, value in self._p.txn.scan(lo, hi):
+            stem, vid, tomb = K.split_entry(key)
+            yield K.tkey_of_stem(stem), vid, tomb, value
+
+    def get_unversioned_many(self, instance: Instance | str, keys: Iterable[bytes]) -> list[bytes | None]:
+        """Unversioned values of an instance as this transaction sees them."""
+        inst = self._repo.instance(instance)
+        return self._p.txn.get_many([K.unversioned_key(inst.iid, key) for key in keys])
+
+    def replace_unversioned(self, instance: Instance | str, prefixes: Iterable[bytes],
+                            items: Iterable[tuple[bytes, bytes]]) -> None:
+        """Delete an instance's unversioned keys under ``prefixes``, then store ``items``."""
+        inst = self._repo.instance(instance)
+        for prefix in prefixes:
+            lo = K.unversioned_prefix(inst.iid, prefix)
+            for key in list(self._p.txn.scan_keys(lo, K.next_prefix(lo))):
+                self._p.txn.delete(key)
+        for key, value in items:
+            self._p.txn.put(K.unversioned_key(inst.iid, key), value)
+
+    def set_instance_config(self, name: str, config: Mapping[str, Any]) -> Instance:
+        """Replace an instance's configuration (its format changed); takes effect when the transaction commits."""
+        inst = self._repo.instance(name)
+        new = Instance(name=inst.name, type=inst.type, iid=inst.iid, config=dict(config))
+        blob = json.dumps({"name": new.name, "type": new.type, "config": new.config}).encode()
+        self._p.txn.put(K.instance_record_key(inst.iid), blob)
+        self._p.after(lambda: self._repo._instances.__setitem__(name, new))
+        return new
 
 
 def _same_instance(inst: Instance, type_name: str, config: Mapping[str, Any]) -> Instance:

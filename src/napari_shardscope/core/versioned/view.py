@@ -196,6 +196,15 @@ class VersionView:
             if vid in self._anc:
                 yield LogEntry(version=self._repo.version_by_id(vid).uuid, seq=K.unpack_u64(key[-8:]), data=data)
 
+    def log_entry(self, instance: Instance | str, version_id: int, seq: int) -> bytes | None:
+        """Log entry ``seq`` of the instance at the version with local id ``version_id`` (None: no such entry).
+
+        A direct read, for data types that record where their entries are (the labelmap's undo stack
+        and history): no scan of the log.
+        """
+        inst = self._repo.instance(instance)
+        return self._txn.get(K.log_key(inst.iid, version_id, seq))
+
     def get_unversioned(self, instance: Instance | str, key: bytes) -> bytes | None:
         """The instance's unversioned value of ``key`` (the same at every version), in this snapshot."""
         inst = self._repo.instance(instance)

@@ -1,14 +1,19 @@
 """Multiscale volumes read lazily through TensorStore (a layer of the core, see docs/architecture.md).
 
-Public API::
+The public API (also ``napari_shardscope.open_volume`` …); a path or an ``https://``, ``gs://`` or
+``s3://`` URL of precomputed, zarr v3 / OME-Zarr, zarr v2 or N5:
 
-    from napari_shardscope.core.volumes import open_volume, open_volumes, set_cache_pool_size
-
-    vol = open_volume("https://host/path/segmentation")   # precomputed, zarr v3/OME-Zarr or N5
-    vol.kind, vol.axes, vol.voxel_size, vol.translate     # "segmentation", ("z","y","x"), nm, nm
-    arr = vol.levels[0].array                             # LazyArray, (z, y, x)
-    plane = arr[10, 0:512, 0:512]                         # still lazy
-    data = np.asarray(plane)                              # reads only those chunks
+>>> import numpy as np
+>>> from napari_shardscope.core.sample_data import ensure_sample_dataset
+>>> from napari_shardscope.core.volumes import open_volume
+>>> vol = open_volume(ensure_sample_dataset().segmentation)
+>>> vol.kind, vol.axes, vol.voxel_size, vol.translate     # voxel size and offset in nm
+('segmentation', ('z', 'y', 'x'), (40.0, 8.0, 8.0), (0.0, 0.0, 0.0))
+>>> arr = vol.levels[0].array                             # a LazyArray, (z, y, x)
+>>> plane = arr[10, 0:128, 0:128]                         # still lazy
+>>> data = np.asarray(plane)                              # reads only those chunks
+>>> data.shape, data.dtype.name
+((128, 128), 'uint64')
 
 What a volume is made of — levels, shapes, voxel sizes, axes — is decided by the format packages
 (:meth:`~napari_shardscope.core.formats.api.Dataset.volume_specs`, pure data); this package only

@@ -54,7 +54,7 @@ def test_push_clone_read_identical(base: Path, remote_url: str, tmp_path: Path) 
         assert view.get("notes", b"about") == b"the base"
     assert b.verify() == [] and verify_remote(remote_url) == []
     # the clone reads its labelmap without rebuilding the base index (unversioned data came along)
-    assert open_labelmap(b, "seg").repo.get_unversioned("seg", b"index/summary") is not None
+    assert open_labelmap(b, "seg").repo.get_unversioned("seg", b"index/meta") is not None
     a.close()
     b.close()
 

@@ -14,7 +14,9 @@ from napari_shardscope.core.json_document import load_json_object
 if TYPE_CHECKING:
     from napari_shardscope.core.formats.precomputed.annotations.info import AnnotationInfo
     from napari_shardscope.core.formats.precomputed.annotations.reader import AnnotationSource
+    from napari_shardscope.core.formats.precomputed.meshes import LegacyMeshSource, MultilodMeshSource
     from napari_shardscope.core.formats.precomputed.shard_reader import ShardedReader
+    from napari_shardscope.core.formats.precomputed.skeletons import SkeletonSource
     from napari_shardscope.core.formats.volume_spec import Kind, VolumeSpec
 
 VOLUME_TYPE = "neuroglancer_multiscale_volume"
@@ -104,6 +106,29 @@ class PrecomputedDataset(DatasetBase):
             ins = self._volume_inspector
             reader: ShardedReader = ins.reader(ins.source(scale))
         return reader
+
+    # -- the capabilities precomputed has (DatasetBase refuses them for the other formats) ------------------
+    def mesh_source(self) -> MultilodMeshSource | LegacyMeshSource | None:
+        """The ``info``'s ``mesh`` directory, or this directory when it is one; ``None`` when it names none."""
+        from napari_shardscope.core.formats.precomputed.meshes import mesh_source_of
+
+        return mesh_source_of(self)
+
+    def skeleton_source(self) -> SkeletonSource | None:
+        """The ``info``'s ``skeletons`` directory, or this directory when it is one; ``None`` when it names none."""
+        from napari_shardscope.core.formats.precomputed.skeletons import skeleton_source_of
+
+        return skeleton_source_of(self)
+
+    def locate_chunk_id(self, chunk_id: int, scale: str | None = None) -> dict[str, Any]:
+        """Where chunk ``chunk_id`` (a compressed Morton code, or an id in an id-keyed directory) is stored."""
+        record: dict[str, Any] = self.inspector().locate_chunk_id(chunk_id, scale)
+        return record
+
+    def locate_segment(self, segment_id: int) -> list[dict[str, Any]]:
+        """Where segment ``segment_id``'s meshes, skeletons or annotations are stored (``[]``: no such sources)."""
+        records: list[dict[str, Any]] = self.inspector().locate_segment(segment_id)
+        return records
 
     def _make_inspector(self) -> Any:
         from napari_shardscope.core.formats.precomputed.inspector import PrecomputedInspector

@@ -495,10 +495,15 @@ def open_mesh_source(store: ByteStore, prefix: str) -> MultilodMeshSource | Lega
 
 
 def mesh_source_of(dataset: Any) -> MultilodMeshSource | LegacyMeshSource | None:
-    """The mesh source a precomputed dataset names: its volume ``info``'s ``mesh``, or itself when it is one."""
+    """The mesh source a precomputed dataset names: its volume ``info``'s ``mesh``, or itself when it is one.
+
+    ``None`` when the volume names no mesh directory, and for a skeleton or annotation directory.
+    """
     doc = dataset.document
     if doc.get("@type") in (LEGACY, MULTILOD):
         return open_mesh_source(dataset.store, "")
+    if not dataset.is_volume:
+        return None
     name = dataset.info.mesh_dir  # parsed: a name with "..", or absolute, was refused
     if name is None:
         return None

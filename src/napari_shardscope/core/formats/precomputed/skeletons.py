@@ -123,10 +123,15 @@ def open_skeleton_source(store: ByteStore, prefix: str) -> SkeletonSource:
 
 
 def skeleton_source_of(dataset: Any) -> SkeletonSource | None:
-    """The skeleton source a precomputed dataset names (``skeletons``), or itself when it is one."""
+    """The skeleton source a precomputed dataset names (``skeletons``), or itself when it is one.
+
+    ``None`` when the volume names no skeleton directory, and for a mesh or annotation directory.
+    """
     doc = dataset.document
     if doc.get("@type") == SKELETONS:
         return open_skeleton_source(dataset.store, "")
+    if not dataset.is_volume:
+        return None
     name = dataset.info.skeletons_dir  # parsed: a path leaving the dataset was refused
     if name is None:
         return None

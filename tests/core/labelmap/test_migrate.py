@@ -1,0 +1,159 @@
+"""Migrating a repository written by the replay-era code (format 1) to versioned records (format 2).
+
+The old repository is built by the code of commit 0a4bfea itself (``git archive`` of its source tree,
+run in a subprocess by tests/core/labelmap/legacy_builder.py), which also records what every version
+read then. After ``shardscope repo migrate`` every version reads the same — every voxel's body,
+bodies, sizes, supervoxels, histories, logs, undo/redo availability — the store verifies, and the
+open head's last edit undoes and redoes as if it had been made now.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from napari_shardscope.core.labelmap import LabelmapFormatError, open_labelmap
+from napari_shardscope.core.labelmap.migrate import labelmaps_to_migrate, migrate_repository
+from napari_shardscope.core.versioned import open_repository
+
+#: Commits whose code wrote format 1: the one the records format was designed against, and main's last
+#: before the records format landed (remote-tracking names, bounded reads, tables, Progress(done, total, what)).
+OLD_COMMITS = ("0a4bfea", "25a0b04")
+ROOT = Path(__file__).resolve().parents[3]
+
+
+@pytest.fixture(scope="module", params=OLD_COMMITS)
+def legacy(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A repository the old code built, with what it read (built once per session and commit)."""
+    commit = str(request.param)
+    git = shutil.which("git")
+    if git is None or subprocess.run([git, "-C", str(ROOT), "cat-file", "-e", f"{commit}^{{commit}}"],
+                                     capture_output=True).returncode != 0:
+        pytest.skip(f"commit {commit} (the replay-era format) is not in this checkout's history")
+    tmp = tmp_path_factory.mktemp("legacy")
+    archive = subprocess.run([git, "-C", str(ROOT), "archive", commit, "src"], capture_output=True, check=True,
+                             timeout=120)
+    with tarfile.open(fileobj=io.BytesIO(archive.stdout)) as tar:
+        tar.extractall(tmp / "old", filter="data")
+    out = tmp / "built"
+    out.mkdir()
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp / "old" / "src"), str(ROOT)])}
+    subprocess.run([sys.executable, str(ROOT / "tests" / "core" / "labelmap" / "legacy_builder.py"), str(out)],
+                   env=env, check=True, timeout=600, capture_output=True)
+    return out
+
+
+@pytest.fixture
+def work(legacy: Path, tmp_path: Path) -> Path:
+    shutil.copytree(legacy, tmp_path / "w")
+    return tmp_path / "w"
+
+
+def shardscope(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "napari_shardscope", *args], capture_output=True, text=True,
+                          timeout=600)
+
+
+def test_an_old_labelmap_is_refused_until_migrated(work: Path) -> None:
+    with open_repository(work / "repo") as repo:
+        assert labelmaps_to_migrate(repo) == ["seg"]
+        with pytest.raises(LabelmapFormatError, match=f"shardscope repo migrate {work / 'repo'}"):
+            open_labelmap(repo, "seg")
+    done = shardscope("labelmap", "info", str(work / "repo"), "seg")
+    assert done.returncode != 0 and "repo migrate" in done.stderr and len(done.stderr.strip().splitlines()) == 1
+
+
+def test_migration_keeps_every_version_and_its_history(work: Path) -> None:
+    expected = json.loads((work / "expected.json").read_text())
+    done = shardscope("repo", "migrate", str(work / "repo"), "--json")
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    step = next(s for s in report["steps"] if s["name"] == "labelmap")
+    assert step["labelmaps"] == ["seg"] and report["ok"] and step["unreconciled"] == []
+    assert step["versions"] == len(expected["versions"]) and step["mutations"] > 10
+    assert shardscope("repo", "verify", str(work / "repo")).returncode == 0
+    with open_repository(work / "repo") as repo:
+        lm = open_labelmap(repo, "seg")
+        for uuid, want in expected["versions"].items():
+            v = lm.at(uuid)
+            np.testing.assert_array_equal(v.read_bodies(), np.load(work / f"bodies-{uuid}.npy"))
+            svs = np.asarray([int(s) for s in want["bodies"]], dtype=np.uint64)
+            assert v.bodies_of(svs).tolist() == list(want["bodies"].values())
+            for body, size in want["sizes"].items():
+                assert v.size(int(body)) == size
+                assert v.supervoxels(int(body)) == want["supervoxels"][body]
+                assert [h.mutation.mutation_id for h in v.history(int(body))] == want["history"][body]
+                box = v.bbox(int(body))  # the converted index has no in-block boxes: the face blocks are read
+                assert [list(box.lo), list(box.hi)] == want["bbox"][body]
+            assert [e.mutation.mutation_id for e in v.mutations()] == want["mutations"]
+            assert (v.can_undo, v.can_redo) == (want["can_undo"], want["can_redo"])
+        # the open head's last edit, made before the migration, undoes and redoes now
+        head = lm.at(expected["head"])
+        head.undo()
+        np.testing.assert_array_equal(head.read_bodies(), np.load(work / "before-last.npy"))
+        head.redo()
+        np.testing.assert_array_equal(head.read_bodies(), np.load(work / f"bodies-{expected['head']}.npy"))
+        # a rebuilt index (shardscope index --force) keeps voxel boxes: the same boxes without reading voxels
+        from napari_shardscope.core.labelmap.index_job import build_label_index
+
+        build_label_index(repo, "seg", overwrite=True)
+        lm = open_labelmap(repo, "seg")
+        head = lm.at(expected["head"])
+        assert lm.base_index().has_boxes
+        for uuid, want in expected["versions"].items():
+            v = lm.at(uuid)
+            for body in want["bbox"]:
+                box = v.bbox(int(body))
+                assert [list(box.lo), list(box.hi)] == want["bbox"][body]
+        # and editing goes on: new ids above every old one
+        ids = expected["ids"]
+        new = head.cleave(ids[8], [ids[10]])
+        assert new > max(expected["split"] + [expected["cleaved"]])
+        assert repo.verify() == []
+        again = migrate_repository(repo)
+        assert again.labelmaps == () and again.problems == ()
+
+
+def test_a_killed_migration_loses_nothing(work: Path) -> None:
+    """SIGKILL while ``repo migrate`` rewrites the labelmap (after its first progress line): the labelmap is
+    whole in one format or the other, the store verifies, and migrating again gives every version as it was."""
+    expected = json.loads((work / "expected.json").read_text())
+    repo_path = work / "repo"
+    proc = subprocess.Popen([sys.executable, "-m", "napari_shardscope", "repo", "migrate", str(repo_path)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stderr is not None
+        line = proc.stderr.readline()  # the first progress line: the rewrite has started
+        assert line.startswith("migrate: "), line
+        proc.send_signal(signal.SIGKILL)
+    finally:
+        proc.kill()
+        proc.wait(timeout=60)
+    assert proc.returncode == -signal.SIGKILL
+    with open_repository(repo_path) as repo:
+        assert repo.verify() == []
+        left = labelmaps_to_migrate(repo)
+        assert left in (["seg"], [])
+        if left:  # the killed transaction left nothing: still the old format, refused as before
+            with pytest.raises(LabelmapFormatError):
+                open_labelmap(repo, "seg")
+    done = shardscope("repo", "migrate", str(repo_path), "--json")
+    assert done.returncode == 0, done.stderr
+    with open_repository(repo_path) as repo:
+        assert labelmaps_to_migrate(repo) == [] and repo.verify() == []
+        lm = open_labelmap(repo, "seg")
+        for uuid, want in expected["versions"].items():
+            v = lm.at(uuid)
+            np.testing.assert_array_equal(v.read_bodies(), np.load(work / f"bodies-{uuid}.npy"))
+            assert [e.mutation.mutation_id for e in v.mutations()] == want["mutations"]
+            assert (v.can_undo, v.can_redo) == (want["can_undo"], want["can_redo"])
