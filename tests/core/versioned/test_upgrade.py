@@ -122,7 +122,8 @@ def test_migrate_reports_the_upgrade_then_nothing(old_repo: tuple[Path, list[obj
     again = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     assert again.returncode == 0 and json.loads(again.stdout)["changed"] is False
     text = subprocess.run(cmd[:-1], capture_output=True, text=True, timeout=300)
-    assert text.returncode == 0 and text.stdout.splitlines() == ["repository-format: up to date", "labelmap: up to date", "ok"]
+    assert text.returncode == 0
+    assert text.stdout.splitlines() == ["repository-format: up to date", "labelmap: up to date", "ok"]
     with open_repository(path) as repo:
         assert observe(repo) == expected
 
@@ -165,7 +166,8 @@ def test_repo_migrate_runs_a_data_types_step_after_the_format(old_repo: tuple[Pa
     assert "migrate: 1/1 kv" in first.stderr
     again = subprocess.run([*cmd, "--quiet"], capture_output=True, text=True, timeout=300, cwd=ROOT)
     assert again.returncode == 0 and again.stderr == ""
-    assert again.stdout.splitlines() == ["repository-format: up to date", "labelmap: up to date", "test-kv: up to date", "ok"]
+    assert again.stdout.splitlines() == [
+        "repository-format: up to date", "labelmap: up to date", "test-kv: up to date", "ok"]
 
 
 def test_a_step_reports_figures_and_what_it_left(tmp_path: Path) -> None:
