@@ -11,7 +11,10 @@ from __future__ import annotations
 
 import argparse
 import base64
+import importlib
+import re
 import sys
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +22,10 @@ from napari_shardscope.core.cli.common import (
     QUIET,
     REF,
     REPOSITORY,
+    emit,
+    parse_positive_int,
     print_json,
+    print_json_line,
     progress_unless_quiet,
     read_argument_file,
 )
@@ -35,6 +41,7 @@ from napari_shardscope.core.versioned import (
     open_repository,
 )
 from napari_shardscope.core.versioned.merge import MERGE_POLICIES
+from napari_shardscope.core.versioned.migrate import migrate_repository
 
 
 def _describe(v: Version) -> str:
@@ -70,16 +77,39 @@ def cmd_init(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+_DATE = re.compile(r"\d{4}-\d{2}-\d{2}([T ].*)?")
+
+
+def parse_since(repo: Repository, text: str) -> str | datetime:
+    """``--since``: an ISO 8601 date or time (naive ones are local time), or a version reference."""
+    if not _DATE.fullmatch(text):
+        return text
+    try:
+        when = datetime.fromisoformat(text)
+    except ValueError as exc:
+        raise ArgumentError(f"--since {text!r}: not an ISO 8601 date or time ({exc})") from exc
+    if repo.has_branch(text):
+        raise ArgumentError(f"--since {text!r} is both a date and a branch name; give the branch's head by "
+                            f"UUID prefix ({repo.head(text).short}) to mean the branch")
+    return when
+
+
 def cmd_log(args: argparse.Namespace) -> int:
     with open_repository(args.path) as repo:
-        versions = repo.versions()[::-1] if args.all else repo.ancestry(args.ref)
-        if args.json:
-            print_json([_version_json(repo, v, notes=True) for v in versions])
+        since = None if args.since is None else parse_since(repo, args.since)
+        if args.all:
+            if args.first_parent or isinstance(since, str):
+                raise ArgumentError("--all lists every version by creation; it takes --limit and --since DATE only")
+            versions = repo.newest(args.limit, since=since)
         else:
-            for v in versions:
-                print(_describe(v))
-                for n in repo.notes(v):
-                    print(f"    note {n.seq}: {n.text}")
+            versions = repo.log(args.ref, limit=args.limit, since=since, first_parent=args.first_parent)
+        for v in versions:
+            if args.json:  # JSON Lines: one version per line, flushed, so a reader gets each as it is read
+                print_json_line(_version_json(repo, v, notes=True))
+                continue
+            emit(_describe(v))
+            for n in repo.notes(v):
+                emit(f"    note {n.seq}: {n.text}")
     return EXIT_OK
 
 
@@ -170,7 +200,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
     with open_repository(args.path) as repo:
         problems = repo.verify()
         if args.json:
-            print_json({"ok": not problems, "problems": problems, "versions": len(repo.versions())})
+            print_json({"ok": not problems, "problems": problems, "versions": repo.version_count()})
         else:
             for p in problems:
                 print(p)
@@ -178,26 +208,25 @@ def cmd_verify(args: argparse.Namespace) -> int:
     return EXIT_OK if not problems else EXIT_CHECK_FAILED
 
 
-def cmd_migrate(args: argparse.Namespace) -> int:
-    """``repo migrate``: rewrite older-format data types (labelmaps of the replay era) in the current format."""
-    from napari_shardscope.core.labelmap.migrate import labelmaps_to_migrate, migrate_repository
+#: Modules of the data types that register a ``repo migrate`` step when imported (the repository
+#: format's own step is registered by :mod:`~napari_shardscope.core.versioned.migrate`).
+MIGRATING_TYPES: tuple[str, ...] = ("napari_shardscope.core.labelmap.migrate",)
 
-    with open_repository(args.path) as repo:
-        todo = labelmaps_to_migrate(repo)
+
+def cmd_migrate(args: argparse.Namespace) -> int:
+    """One verb for every migration: the repository format (opening upgrades it), then each data type's step."""
+    for module in MIGRATING_TYPES:
+        importlib.import_module(module)
+    with open_repository(args.path) as repo:  # opening upgrades the repository format itself
         report = migrate_repository(repo, progress=progress_unless_quiet(args, "migrate"))
     if args.json:
         print_json(report.to_json())
     else:
-        if not todo:
-            print("nothing to migrate: every labelmap is in the current format")
-        else:
-            print(f"migrated labelmap(s) {', '.join(report.labelmaps)}: {report.versions} version(s), "
-                  f"{report.mutations} mutation(s) in {report.seconds:.1f} s")
-        for u in report.unreconciled:
-            print(f"left unreconciled (a store merge whose sides edited the same labels): {u}")
+        for step in report.steps:
+            emit(f"{step.name}: {step.done or 'up to date'}")
         for p in report.problems:
-            print(p)
-        print("verify: ok" if not report.problems else f"verify: {len(report.problems)} problem(s)")
+            emit(p)
+        emit("ok" if not report.problems else f"{len(report.problems)} problem(s)")
     return EXIT_OK if not report.problems else EXIT_CHECK_FAILED
 
 
@@ -276,10 +305,17 @@ VERBS = (
             REPOSITORY,
             arg("--engine", choices=("lmdb", "sqlite"), default="lmdb", help="storage engine (default lmdb)"),
         )),
-        Verb("log", cmd_log, "ancestry of a version, newest first", (
+        Verb("log", cmd_log, "a version and its ancestors, newest first (--json: one line each)", (
             REPOSITORY,
             arg("ref", nargs="?", default="main", help="version (default: head of main)"),
-            arg("--all", action="store_true", help="every version, newest first"),
+            arg("-n", "--limit", type=parse_positive_int, metavar="N",
+                help="at most N versions (reads only those, whatever the history)"),
+            arg("--since", metavar="DATE|REF",
+                help="stop at the first version created before DATE (ISO 8601, e.g. 2025-01-31 or "
+                     "2025-01-31T14:00; naive times are local), or leave out REF and its ancestors (REF..ref)"),
+            arg("--first-parent", action="store_true",
+                help="follow only first parents (the branch each merge was made on)"),
+            arg("--all", action="store_true", help="every version by creation, newest first"),
         )),
         Verb("branches", cmd_branches, "branches and their heads", (REPOSITORY,)),
         Verb("commit", cmd_commit, "commit (lock) an open version", (
@@ -302,12 +338,13 @@ VERBS = (
         ), error_details=merge_conflicts_json),
         Verb("note", cmd_note, "append a note to a version's log", (REPOSITORY, REF, arg("text"))),
         Verb("verify", cmd_verify, "check the whole store (exit 1 on problems)", (REPOSITORY,)),
-        Verb("migrate", cmd_migrate, "rewrite older-format labelmaps in the current format, then verify", (
-            REPOSITORY, QUIET,
-        ), description="Labelmaps written before format 2 kept each version's body map as the replay of its "
-           "mutation log; this rewrites them as versioned records, every version and its history kept, in one "
-           "transaction per labelmap, then checks the store (exit 1 on problems). Needed once; opening an "
-           "older labelmap says so."),
+        Verb("migrate", cmd_migrate,
+             "bring a repository made by an older version up to date, then verify it (exit 1 on problems)",
+             (REPOSITORY, QUIET),
+             description="Upgrades the repository format (opening a repository does that too) and then runs "
+                         "every data type's own migration, in one command; each step says what it did or "
+                         "'up to date', and the whole store is verified at the end. Running it again does "
+                         "nothing."),
     )),
     VerbGroup("kv", "keyvalue instances of a repository",
               "String keys to bytes at any version of a repository.", (
