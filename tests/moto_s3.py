@@ -55,6 +55,17 @@ class S3Server:
         return name
 
 
+@dataclass
+class _Served:
+    """Bytes of GET responses every moto server in this process sent (a test compares before and after:
+    the server runs in the test's process, so tracemalloc cannot tell the client's reads from its own)."""
+
+    bytes: int = 0
+
+
+SERVED = _Served()
+
+
 @contextmanager
 def serve_moto(drop_headers: Sequence[str] = (), *, log: list[tuple[str, str, str | None]] | None = None,
                delay: float = 0.0) -> Iterator[str]:
@@ -80,7 +91,10 @@ def serve_moto(drop_headers: Sequence[str] = (), *, log: list[tuple[str, str, st
         if delay > 0:
             time.sleep(delay)
         with one_at_a_time:
-            return list(moto_app(environ, start_response))
+            body = list(moto_app(environ, start_response))
+            if environ.get("REQUEST_METHOD") == "GET":
+                SERVED.bytes += sum(len(part) for part in body)
+            return body
 
     server = make_server("127.0.0.1", 0, app, threaded=True, request_handler=MotoRequestHandler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)

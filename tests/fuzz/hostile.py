@@ -126,7 +126,7 @@ def build_seeds(root: Path) -> list[SeedDataset]:
     when that directory is absent).
     """
     done = root / ".complete"
-    if not done.exists():
+    if not done.exists() or done.read_text() != SEEDS_VERSION:  # seeds written by an older suite: rebuild
         if root.exists():
             shutil.rmtree(root)
         _write_own_seeds(root / "own")
@@ -135,7 +135,7 @@ def build_seeds(root: Path) -> list[SeedDataset]:
             if src.is_dir():
                 shutil.copytree(src, root / "real" / name, symlinks=True)
         (root / "bomb.gz").write_bytes(gzip_bomb(BOMB_INFLATED_BYTES))
-        done.write_text("ok")
+        done.write_text(SEEDS_VERSION)
     return list_seeds(root)
 
 
@@ -146,10 +146,16 @@ def list_seeds(root: Path) -> list[SeedDataset]:
     return [s for s in own + real if s.path.is_dir()]
 
 
+#: What :func:`build_seeds` writes; a seed directory marked with another version is rebuilt.
+SEEDS_VERSION = "2: compresso and compressed_segmentation seeds"
+
 #: Our own seeds: (name, format, directory below ``own``), as :func:`_write_own_seeds` lays them out.
 _OWN_SEEDS: tuple[tuple[str, str, str], ...] = (
     ("pc_sharded_raw", "precomputed", "pc_sharded_raw"),
     ("pc_sharded_gzip", "precomputed", "pc_sharded_gzip"),
+    ("pc_compresso_sharded", "precomputed", "pc_compresso_sharded"),
+    ("pc_compresso_unsharded", "precomputed", "pc_compresso_unsharded"),
+    ("pc_cseg_unsharded", "precomputed", "pc_cseg_unsharded"),
     ("pc_unsharded", "precomputed", "cases/pc_unsharded"),
     ("pc_channels", "precomputed", "cases/pc_rgb"),
     ("zarr3_sharded", "zarr3", "cases/labels.zarr"),
@@ -164,11 +170,21 @@ _OWN_SEEDS: tuple[tuple[str, str, str], ...] = (
 
 
 def _write_own_seeds(own: Path) -> None:
-    from tests.precomputed_data import SHARDING_IDENTITY_RAW, SHARDING_MURMUR_GZIP, write_ts_volume
+    from tests.precomputed_data import (
+        SHARDING_IDENTITY_RAW,
+        SHARDING_MURMUR_GZIP,
+        write_compresso_volume,
+        write_cseg_volume,
+        write_ts_volume,
+    )
     from tests.volume_cases import build_format_cases
 
     write_ts_volume(own / "pc_sharded_raw", SHARDING_IDENTITY_RAW, size=(20, 18, 10), chunk=(8, 8, 4), scales=2)
     write_ts_volume(own / "pc_sharded_gzip", SHARDING_MURMUR_GZIP, size=(20, 18, 10), chunk=(8, 8, 4), scales=2)
+    # compresso and compressed_segmentation, whose C++ decoders get the chunks' bytes (codec_header mutates them)
+    write_compresso_volume(own / "pc_compresso_sharded", sharded=True, size=(40, 36, 12), chunk=(20, 18, 12))
+    write_compresso_volume(own / "pc_compresso_unsharded", sharded=False, size=(40, 36, 12), chunk=(20, 18, 12))
+    write_cseg_volume(own / "pc_cseg_unsharded", size=(24, 20, 12), chunk=(12, 10, 12))
     cases = build_format_cases(own / "cases")
     expected = {rel for _, _, rel in _OWN_SEEDS if rel.startswith("cases/")}
     written = {str(c.path.relative_to(own)) for c in cases.values()}
@@ -373,6 +389,36 @@ def _gzip_bomb(t: _Target) -> str | None:
     return t.rel(path)
 
 
+def _codec_header(t: _Target) -> str | None:
+    """Overwrite one header field of an encoded stream inside a data file (the decoders' own trust boundary).
+
+    Streams are found by their magic (compresso ``cpso``, Draco, zstd, gzip, N5's LZ4Block), by a
+    blosc header whose compressed size reaches the end of the file, or by the precomputed scale's
+    ``encoding`` (compressed_segmentation chunk files, which have no magic). The detail names the
+    stream kind, the field and the value: ``kind.field`` of an exact kind (compresso) promises that a
+    read which does not raise gives the original voxels (the runner checks it).
+    """
+    from tests.fuzz.decoders import HOSTILE_VALUES, codec_streams
+
+    files = t.data_files()
+    found = [(path, kind, at, fields) for path in files
+             for kind, at, fields in codec_streams(path, t.root)]
+    if not found:
+        return None
+    path, kind, at, fields = t.rng.choice(found)
+    fld = t.rng.choice(fields)
+    data = bytearray(path.read_bytes())
+    where = at + fld.offset if fld.offset >= 0 else len(data) + fld.offset
+    if where < 0 or where + fld.width > len(data):
+        return None
+    orig = int.from_bytes(data[where:where + fld.width], "little")
+    value = t.rng.choice((*HOSTILE_VALUES, orig + 1, max(0, orig - 1), 2 * orig, orig // 2, orig ^ 1,
+                         t.rng.getrandbits(8 * fld.width)))
+    data[where:where + fld.width] = (value % (1 << (8 * fld.width))).to_bytes(fld.width, "little")
+    path.write_bytes(bytes(data))
+    return f"{t.rel(path)}@{where}:{kind}.{fld.name}={value}"
+
+
 # -- file mutations ---------------------------------------------------------------------------------------
 def _replace_path(t: _Target) -> str | None:
     """Replace a file or directory by something hostile: a link out, a loop, a FIFO, a socket, nothing."""
@@ -571,6 +617,7 @@ _MUTATION_TABLE: tuple[tuple[str, float, Callable[[_Target], str | None]], ...] 
     ("flip", 1.5, _flip_bits),
     ("splice", 0.7, _splice_bytes),
     ("integer", 1.5, _overwrite_integer),
+    ("codec_header", 1.0, _codec_header),
     ("bomb", 0.25, _gzip_bomb),
     ("path", 1.2, _replace_path),
     ("metadata", 3.0, _mutate_metadata),

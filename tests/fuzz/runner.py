@@ -6,8 +6,11 @@ outside the dataset root. Each rule has a detector here:
 
 * **untyped** — an operation raised something that is not a ``ShardscopeError`` (or the CLI exited
   70, its code for one): the type, message, traceback and seed are kept;
-* **hang** — a case did not finish within ``case_seconds``: the parent kills the worker (the
-  operation it was in is known from the worker's last message) and starts a new one;
+* **hang** — a case used more than ``cpu_seconds`` of CPU time (its worker's user + system time,
+  all threads, read from ``/proc``), or more than ``wall_seconds`` of wall time (a backstop for a
+  case blocked without spinning, on a FIFO say): the parent kills the worker (the operation it was
+  in is known from the worker's last message) and starts a new one. CPU time, not wall time, is
+  the measure: on a loaded machine a case that waits for a core is slow, not hung;
 * **crash** — the worker process died (a segfault or an abort in C++ code);
 * **memory** — a ``MemoryError`` (workers run under an address-space limit), or a worker whose peak
   resident memory passed ``rss_limit_mb`` during the case (then it is replaced, so the next case
@@ -18,6 +21,10 @@ outside the dataset root. Each rule has a detector here:
   followed) outside the dataset root, or a canary outside the root was read (its access time moved:
   this catches TensorStore's C++ reads, which audit hooks do not see), or the canary's bytes came
   back in returned data or CLI output.
+
+* **wrong_data** — a case whose only mutations are header lies a decoder must catch or undo exactly
+  (``codec_header`` of compresso, gzip, N5 LZ4 streams) read, without an error, other voxels than
+  the unmutated seed holds.
 
 Everything else is an outcome class: ``ok``, ``check_failed`` (validate found problems) or the
 typed error's group (``not_found``, ``corrupt``, ``unsupported``, ``argument``, ``store``, …).
@@ -32,6 +39,7 @@ import json
 import multiprocessing as mp
 import os
 import random
+import re
 import resource
 import shutil
 import sys
@@ -49,7 +57,7 @@ from typing import Any
 from tests.fuzz.hostile import CANARY_MARKER, HostileCase, SeedDataset, canary_reads, make_case
 
 #: Outcome classes that break a rule: each occurrence is a finding.
-FINDING_CLASSES = ("untyped", "hang", "crash", "memory", "outside_read", "generator_error")
+FINDING_CLASSES = ("untyped", "hang", "crash", "memory", "outside_read", "generator_error", "wrong_data")
 
 #: Bounds of the bounded operations (a hostile index may claim 2⁶⁴ chunks; we look at the first few).
 MAX_RECORDS = 200
@@ -60,8 +68,11 @@ MAX_NODES = 60
 class Limits:
     """What a case may cost before it is a finding."""
 
-    #: Wall time for all the operations on one dataset.
-    case_seconds: float = 20.0
+    #: CPU time (user + system, every thread of the worker) for all the operations on one dataset.
+    cpu_seconds: float = 20.0
+    #: Wall time for them: a backstop for a case that blocks without using the CPU, generous so that a
+    #: loaded machine (cases waiting for a core) never makes a slow case look hung.
+    wall_seconds: float = 300.0
     #: Address-space limit of a worker (an unbounded allocation fails with MemoryError instead of
     #: taking the machine down).
     address_space_mb: int = 6144
@@ -89,6 +100,8 @@ class CaseResult:
     mutations: list[str]
     ops: list[OpResult] = field(default_factory=list)
     seconds: float = 0.0
+    #: The worker's peak resident memory after the case (MiB; 0 when unknown).
+    peak_rss_mb: float = 0.0
 
     def findings(self) -> list[OpResult]:
         return [op for op in self.ops if op.outcome in FINDING_CLASSES]
@@ -167,8 +180,12 @@ class OutsideWatch:
 
 
 # -- the operations -----------------------------------------------------------------------------------------
-def operations(case: HostileCase, rng: random.Random) -> list[tuple[str, Callable[[], Any]]]:
-    """The entry points to call on ``case.root``: each returns what it produced (checked for the canary)."""
+def operations(case: HostileCase, rng: random.Random,
+               regions: list[tuple[int, int, tuple[Any, ...]]] | None = None) -> list[tuple[str, Callable[[], Any]]]:
+    """The entry points to call on ``case.root``: each returns what it produced (checked for the canary).
+
+    ``regions`` collects ``(volume, level, index)`` of each region ``read_regions`` read, in order.
+    """
     import numpy as np
 
     from napari_shardscope.cli import main
@@ -208,10 +225,12 @@ def operations(case: HostileCase, rng: random.Random) -> list[tuple[str, Callabl
 
     def read_regions() -> Any:
         out = []
-        for vol in open_volumes(root):
-            for level in vol.levels:
+        for v, vol in enumerate(open_volumes(root)):
+            for lv, level in enumerate(vol.levels):
                 arr = level.array
                 index = tuple(_random_slice(rng, n) for n in arr.shape)
+                if regions is not None:
+                    regions.append((v, lv, index))
                 out.append(np.asarray(arr[index]).tobytes())
         return out
 
@@ -261,13 +280,79 @@ def _random_slice(rng: random.Random, n: int) -> slice | int:
     return slice(start, min(n, start + rng.randint(1, 8)))
 
 
+#: Environment variable a worker reads for :func:`fuzz`'s ``probe`` (the watchdog's tests).
+PROBE_ENV = "SHARDSCOPE_FUZZ_PROBE"
+
+
+def probe_operation(probe: str) -> tuple[str, Callable[[], Any]]:
+    """The operation a probe names: ``busy:S`` (spin the CPU ``S`` seconds) or ``sleep:S``."""
+    kind, _, seconds = probe.partition(":")
+    duration = float(seconds or 1)
+
+    def run() -> Any:
+        end = time.monotonic() + duration
+        if kind == "sleep":
+            time.sleep(duration)
+            return None
+        n = 0
+        while time.monotonic() < end:
+            n += 1
+        return n
+
+    return f"probe_{kind}", run
+
+
+_EXACT_DETAIL = re.compile(r"@\d+:(\w+)\.")
+
+
+def promises_exact_reads(case: HostileCase) -> bool:
+    """Whether every mutation of ``case`` is a header lie a read must refuse or undo exactly.
+
+    True for ``codec_header`` mutations of the stream kinds in
+    :data:`tests.fuzz.decoders.EXACT_STREAM_KINDS` (compresso: each field pinned by another;
+    gzip, N5's LZ4 blocks: checksums): a read that does not raise must give the seed's voxels.
+    """
+    from tests.fuzz.decoders import EXACT_STREAM_KINDS
+
+    kinds = []
+    for mutation in case.mutations:
+        name, _, detail = mutation.partition(":")
+        found = _EXACT_DETAIL.search(detail) if name == "codec_header" else None
+        if found is None:
+            return False
+        kinds.append(found.group(1))
+    return bool(kinds) and all(k in EXACT_STREAM_KINDS for k in kinds)
+
+
+def read_pristine(pristine: Path, regions: list[tuple[int, int, tuple[Any, ...]]]) -> list[bytes]:
+    """The same regions read from the unmutated seed dataset (what an exact decoder must give)."""
+    import numpy as np
+
+    from napari_shardscope.core.volumes import open_volumes
+
+    volumes = open_volumes(str(pristine))
+    return [np.asarray(volumes[v].levels[lv].array[index]).tobytes() for v, lv, index in regions]
+
+
 def run_case(case: HostileCase, rng: random.Random, watch: OutsideWatch,
-             started: Callable[[str], None] = lambda op: None) -> CaseResult:
-    """Every operation on ``case``, each outcome classified; ``started`` is told each operation's name first."""
+             started: Callable[[str], None] = lambda op: None, probe: str | None = None,
+             pristine: Path | None = None) -> CaseResult:
+    """Every operation on ``case``, each outcome classified; ``started`` is told each operation's name first.
+
+    ``pristine`` is the unmutated seed: when every mutation promises exact reads
+    (:func:`promises_exact_reads`), regions read without an error must equal the seed's, else the
+    read is a ``wrong_data`` finding (a decoder that did not raise gave other voxels).
+    """
     result = CaseResult(case.seed, case.base, case.fmt, list(case.mutations))
     t0 = time.monotonic()
-    for name, call in operations(case, rng):
+    regions: list[tuple[int, int, tuple[Any, ...]]] = []
+    ops = operations(case, rng, regions)
+    if probe:
+        ops.insert(0, probe_operation(probe))
+    exact = pristine is not None and promises_exact_reads(case)
+    for name, call in ops:
         started(name)
+        produced: Any = None
         with watch.watching(case.root):
             try:
                 produced = call()
@@ -283,6 +368,12 @@ def run_case(case: HostileCase, rng: random.Random, watch: OutsideWatch,
         if touched:
             op = OpResult(name, "outside_read", f"canary read: {touched[:3]}", op.detail)
             _reset_canary(case)
+        if exact and name == "read_regions" and op.outcome == "ok" and pristine is not None:
+            expected = read_pristine(pristine, regions)
+            if produced != expected:
+                bad = sum(a != b for a, b in zip(produced, expected, strict=False))
+                op = OpResult(name, "wrong_data", f"{bad} of {len(expected)} regions decoded without an error to "
+                                                  "other voxels than the seed's")
         result.ops.append(op)
     result.seconds = time.monotonic() - t0
     return result
@@ -316,6 +407,42 @@ def _reset_canary(case: HostileCase) -> None:
             case.canary_times[path] = os.stat(path, follow_symlinks=False).st_atime
 
 
+# -- CPU time ----------------------------------------------------------------------------------------------
+_CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+def process_cpu_seconds(pid: int) -> float | None:
+    """User + system CPU time of process ``pid`` (all its threads), from ``/proc``; ``None`` when it is gone.
+
+    Read by the parent, so a worker stuck in C code (which could not report anything) is measured too.
+    """
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            stat = fh.read()
+    except OSError:
+        try:  # pragma: no cover - not Linux: psutil, if it is there
+            import psutil
+
+            times = psutil.Process(pid).cpu_times()
+            return float(times.user + times.system)
+        except Exception:
+            return None
+    fields = stat[stat.rindex(b")") + 2:].split()  # the command name may hold spaces and parentheses
+    return (int(fields[11]) + int(fields[12])) / _CLOCK_TICKS  # utime, stime (fields 14 and 15)
+
+
+def process_peak_rss_mb(pid: int) -> float | None:
+    """Peak resident memory of process ``pid`` (``VmHWM``) in MiB; ``None`` when unknown."""
+    try:
+        with open(f"/proc/{pid}/status", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024
+    except (OSError, ValueError):
+        return None
+    return None
+
+
 # -- worker processes ------------------------------------------------------------------------------------
 def _worker_main(conn: Connection, seeds: list[SeedDataset], bomb: str | None, limits: Limits,
                  env: dict[str, str]) -> None:
@@ -346,11 +473,14 @@ def _worker_main(conn: Connection, seeds: list[SeedDataset], bomb: str | None, l
                     conn.send(("done", seed, asdict(result)))
                     continue
                 conn.send(("case", seed, (case.base, case.fmt, case.mutations)))
+                pristine = next((s.path for s in seeds if s.name == case.base), None)
                 result = run_case(case, random.Random(seed ^ 0x5EED), watch,
-                                  lambda op, s=seed: conn.send(("op", s, op)))
+                                  lambda op, s=seed: conn.send(("op", s, op)), probe=env.get(PROBE_ENV),
+                                  pristine=pristine)
             finally:
                 shutil.rmtree(case_dir, ignore_errors=True)
             peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+            result.peak_rss_mb = round(peak_mb, 1)
             if peak_mb > limits.rss_limit_mb:
                 result.ops.append(OpResult("memory_peak", "memory", f"worker peak RSS {peak_mb:.0f} MiB"))
             conn.send(("done", seed, asdict(result)))
@@ -367,23 +497,26 @@ class _Worker:
     seed: int | None = None
     op: str = ""
     since: float = 0.0
+    cpu_since: float = 0.0
     case: tuple[str, str, list[str]] = ("?", "?", [])
 
 
 class Pool:
     """Worker processes (spawned: no TensorStore threads are forked) with a watchdog per case."""
 
-    def __init__(self, workers: int, seeds: list[SeedDataset], bomb: Path | None, limits: Limits) -> None:
+    def __init__(self, workers: int, seeds: list[SeedDataset], bomb: Path | None, limits: Limits,
+                 probe: str | None = None) -> None:
         self.ctx = mp.get_context("spawn")
         self.n = workers
         self.seeds = seeds
         self.bomb = str(bomb) if bomb else None
         self.limits = limits
+        self.probe = probe
         self.workers: list[_Worker] = []
 
     def _start(self) -> _Worker:
         parent, child = self.ctx.Pipe()
-        env = {"SHARDSCOPE_CACHE_MB": "64", "SHARDSCOPE_DEBUG": "0"}
+        env = {"SHARDSCOPE_CACHE_MB": "64", "SHARDSCOPE_DEBUG": "0", **({PROBE_ENV: self.probe} if self.probe else {})}
         proc = self.ctx.Process(target=_worker_main, args=(child, self.seeds, self.bomb, self.limits, env),
                                 daemon=True)
         proc.start()
@@ -406,17 +539,20 @@ class Pool:
                         if nxt is None:
                             exhausted = True
                             continue
-                        w.seed, w.op, w.since, w.case = nxt, "make_case", time.monotonic(), ("?", "?", [])
+                        w.seed, w.op, w.case = nxt, "make_case", ("?", "?", [])
+                        self._clock(w)
                         w.conn.send(nxt)
                 busy = [w for w in self.workers if w.seed is not None]
                 if not busy:
                     return
-                ready = wait([w.conn for w in busy], timeout=min(0.5, self.limits.case_seconds))
+                ready = wait([w.conn for w in busy], timeout=min(0.5, self.limits.cpu_seconds))
                 for w in busy:
                     if w.conn in ready:
                         yield from self._receive(w)
-                    if w.seed is not None and time.monotonic() - w.since > self.limits.case_seconds:
-                        yield self._lost(w, "hang", f"no result after {self.limits.case_seconds:g} s in {w.op}")
+                    if w.seed is not None:
+                        hung = self._hung(w)
+                        if hung is not None:
+                            yield self._lost(w, "hang", hung)
         finally:
             for w in self.workers:
                 with contextlib.suppress(Exception):
@@ -438,7 +574,7 @@ class Pool:
             return
         if kind == "case":  # the limit counts from here: the worker's start-up and our generator are not the case's
             w.case = payload
-            w.since = time.monotonic()
+            self._clock(w)
             return
         result = _result_from_dict(payload)
         w.seed = None
@@ -446,6 +582,21 @@ class Pool:
             w.proc.join(timeout=10)
             self._replace(w)
         yield result
+
+    def _clock(self, w: _Worker) -> None:
+        """Start the case's clocks: wall time, and the worker's CPU time so far."""
+        w.since = time.monotonic()
+        w.cpu_since = process_cpu_seconds(w.proc.pid) or 0.0
+
+    def _hung(self, w: _Worker) -> str | None:
+        """Why the worker's case counts as hung (CPU limit, or the wall-time backstop), or ``None``."""
+        cpu = process_cpu_seconds(w.proc.pid)
+        if cpu is not None and cpu - w.cpu_since > self.limits.cpu_seconds:
+            return f"{cpu - w.cpu_since:.1f} s of CPU time (limit {self.limits.cpu_seconds:g} s) in {w.op}"
+        wall = time.monotonic() - w.since
+        if wall > self.limits.wall_seconds:
+            return f"no result after {wall:.0f} s of wall time (backstop {self.limits.wall_seconds:g} s) in {w.op}"
+        return None
 
     def _lost(self, w: _Worker, outcome: str, detail: str) -> CaseResult:
         assert w.seed is not None
@@ -480,9 +631,12 @@ class Report:
     by_mutation: dict[str, Counter[str]] = field(default_factory=dict)
     by_operation: dict[str, Counter[str]] = field(default_factory=dict)
     findings: list[dict[str, Any]] = field(default_factory=list)
+    #: The highest peak resident memory a worker reported (MiB).
+    peak_rss_mb: float = 0.0
 
     def add(self, result: CaseResult) -> None:
         self.datasets += 1
+        self.peak_rss_mb = max(self.peak_rss_mb, result.peak_rss_mb)
         for op in result.ops:
             if op.op != "memory_peak":
                 self.operations += 1
@@ -500,6 +654,7 @@ class Report:
         return {
             "datasets": self.datasets, "operations": self.operations, "wall_seconds": round(self.wall_seconds, 1),
             "datasets_per_second": round(rate, 2),
+            "peak_worker_rss_mb": round(self.peak_rss_mb, 1),
             "findings": len(self.findings),
             "outcomes": dict(self.outcomes.most_common()),
             "findings_by_class": {c: self.outcomes.get(c, 0) for c in FINDING_CLASSES},
@@ -512,7 +667,8 @@ class Report:
     def summary(self) -> str:
         doc = self.to_json(max_findings=0)
         lines = [f"datasets {doc['datasets']}, operations {doc['operations']}, wall {doc['wall_seconds']} s, "
-                 f"{doc['datasets_per_second']} datasets/s, findings {doc['findings']}",
+                 f"{doc['datasets_per_second']} datasets/s, findings {doc['findings']}, "
+                 f"peak worker RSS {doc['peak_worker_rss_mb']} MiB",
                  "outcomes: " + json.dumps(doc["outcomes"]),
                  "findings by class: " + json.dumps(doc["findings_by_class"])]
         for title in ("by_format", "by_operation", "by_mutation"):
@@ -526,11 +682,15 @@ class Report:
 
 def fuzz(seeds: Iterable[int], seed_datasets: list[SeedDataset], bomb: Path | None, *, workers: int = 2,
          limits: Limits = Limits(), deadline: float | None = None,
-         on_result: Callable[[CaseResult], None] = lambda r: None) -> Report:
-    """Run one hostile dataset per seed in ``workers`` processes; the report of the run."""
+         on_result: Callable[[CaseResult], None] = lambda r: None, probe: str | None = None) -> Report:
+    """Run one hostile dataset per seed in ``workers`` processes; the report of the run.
+
+    ``probe`` (tests of the watchdog only) adds an operation before the others: ``busy:S`` spins the
+    CPU for ``S`` seconds, ``sleep:S`` sleeps that long.
+    """
     report = Report()
     t0 = time.monotonic()
-    for result in Pool(workers, seed_datasets, bomb, limits).run(seeds, deadline):
+    for result in Pool(workers, seed_datasets, bomb, limits, probe).run(seeds, deadline):
         report.add(result)
         on_result(result)
     report.wall_seconds = time.monotonic() - t0

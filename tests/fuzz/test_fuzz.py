@@ -19,12 +19,25 @@ import pytest
 
 from napari_shardscope.cli import main
 from tests.fuzz.cliargs import random_argv
-from tests.fuzz.hostile import CANARY_BYTES, MUTATIONS, SeedDataset, build_seeds, canary_reads, make_case
-from tests.fuzz.runner import EXIT_CLASSES, FINDING_CLASSES, Limits, OutsideWatch, Report, classify, fuzz
+from tests.fuzz.decoders import codec_streams, fuzz_decoders
+from tests.fuzz.hostile import CANARY_BYTES, MUTATIONS, HostileCase, SeedDataset, build_seeds, canary_reads, make_case
+from tests.fuzz.runner import (
+    EXIT_CLASSES,
+    FINDING_CLASSES,
+    Limits,
+    OutsideWatch,
+    Report,
+    classify,
+    fuzz,
+    promises_exact_reads,
+    run_case,
+)
 
 #: The seeds CI runs (about a minute on two cores); the slow test (``SHARDSCOPE_FUZZ_SLOW=1``) ten times as many.
 CI_SEEDS = range(0, 1000)
 SLOW_SEEDS = range(100_000, 110_000)
+#: The decoder header mutations CI runs (a few seconds per thousand on two cores).
+CI_DECODER_SEEDS = range(0, 2000)
 
 
 @pytest.fixture(scope="session")
@@ -137,15 +150,111 @@ def test_untyped_errors_and_memory_errors_are_findings() -> None:
     assert {"untyped", "memory"} <= set(FINDING_CLASSES)
 
 
-def test_the_watchdog_reports_a_case_that_runs_past_its_limit(fuzz_seeds: tuple[list[SeedDataset], Path]) -> None:
-    """With a limit no case can meet, the case is reported as a hang and the run still ends."""
+def test_the_watchdog_reports_a_case_that_spins_past_its_cpu_limit(fuzz_seeds: tuple[list[SeedDataset], Path]) -> None:
+    """A case that busy-loops uses CPU time without end: a hang, found by CPU time; the run still ends."""
     seeds, bomb = fuzz_seeds
-    report = fuzz(range(1), seeds, bomb, workers=1, limits=Limits(case_seconds=0.05))
-    assert report.datasets == 1 and [f["class"] for f in report.findings] == ["hang"]
+    report = fuzz(range(1), seeds, bomb, workers=1, limits=Limits(cpu_seconds=3, wall_seconds=600),
+                  probe="busy:600")
+    assert report.datasets == 1 and [(f["class"], f["op"]) for f in report.findings] == [("hang", "probe_busy")]
+    assert "CPU time" in report.findings[0]["detail"]
+
+
+def test_a_case_that_waits_longer_than_the_cpu_limit_is_not_a_hang(fuzz_seeds: tuple[list[SeedDataset], Path]) -> None:
+    """Issue 27: the fixed 20 s per case reported false hangs on a loaded machine. A case that waits (for a
+    core, for I/O; here it sleeps) past the CPU limit without using the CPU is slow, not hung."""
+    seeds, bomb = fuzz_seeds
+    report = fuzz(range(1), seeds, bomb, workers=1, limits=Limits(cpu_seconds=15, wall_seconds=600),
+                  probe="sleep:25")
+    assert report.datasets == 1 and report.findings == [], report.findings
+    assert report.by_operation["probe_sleep"] == {"ok": 1}
+
+
+def test_the_wall_time_backstop_reports_a_case_blocked_without_spinning(
+        fuzz_seeds: tuple[list[SeedDataset], Path]) -> None:
+    """A read blocked forever (a FIFO opened blocking) uses no CPU: the generous wall-time backstop reports it."""
+    seeds, bomb = fuzz_seeds
+    report = fuzz(range(1), seeds, bomb, workers=1, limits=Limits(cpu_seconds=60, wall_seconds=5),
+                  probe="sleep:600")
+    assert [(f["class"], f["op"]) for f in report.findings] == [("hang", "probe_sleep")]
+    assert "wall time" in report.findings[0]["detail"]
 
 
 def test_a_worker_that_dies_is_reported_as_a_crash(fuzz_seeds: tuple[list[SeedDataset], Path]) -> None:
     """An address-space limit too small to import anything kills the worker: the run reports it and ends."""
     seeds, bomb = fuzz_seeds
-    report = fuzz(range(1), seeds, bomb, workers=1, limits=Limits(address_space_mb=64, case_seconds=60))
+    report = fuzz(range(1), seeds, bomb, workers=1, limits=Limits(address_space_mb=64, cpu_seconds=60))
     assert report.datasets == 1 and [f["class"] for f in report.findings] == ["crash"]
+
+
+# -- decoders and the codec_header mutation (issue 27) -------------------------------------------------------
+def test_a_seeded_decoder_campaign_finds_nothing() -> None:
+    """Header lies of every C decoder's real chunks, decoded in child processes: typed errors or exact data."""
+    report = fuzz_decoders(CI_DECODER_SEEDS, workers=2)
+    assert report.cases == len(CI_DECODER_SEEDS)
+    assert report.findings == [], report.summary()
+    assert report.outcomes.get("typed", 0) > len(CI_DECODER_SEEDS) // 2  # the lies are caught, not ignored
+    assert {"compresso", "compressed_segmentation", "draco", "n5_blosc", "zarr2_blosc", "zarr3_blosc", "gzip",
+            "brotli", "zarr2_lz4", "n5_lz4", "zarr3_zstd"} <= set(report.by_codec)
+
+
+def test_codec_header_finds_the_streams_of_the_decoders_seeds(fuzz_seeds: tuple[list[SeedDataset], Path]) -> None:
+    seeds, _bomb = fuzz_seeds
+    kinds: dict[str, set[str]] = {}
+    for seed in seeds:
+        for path in sorted(p for p in seed.path.rglob("*") if p.is_file()):
+            kinds.setdefault(seed.name, set()).update(kind for kind, _, _ in codec_streams(path, seed.path))
+    assert "compresso" in kinds["pc_compresso_sharded"] and "compresso" in kinds["pc_compresso_unsharded"]
+    assert "cseg" in kinds["pc_cseg_unsharded"]
+    assert "gzip" in kinds["pc_sharded_gzip"]
+    assert "blosc" in set().union(*kinds.values())
+
+
+def test_a_decoder_that_gives_other_voxels_without_an_error_is_a_finding(
+        fuzz_seeds: tuple[list[SeedDataset], Path], tmp_path: Path) -> None:
+    """The wrong_data detector: every id of every compresso chunk changed (no header field: the format cannot
+    tell), labelled as a header lie the readers must catch or undo exactly; reads that succeed are findings."""
+    seeds, _bomb = fuzz_seeds
+    (seed,) = [s for s in seeds if s.name == "pc_compresso_unsharded"]
+    root = tmp_path / "ds"
+    shutil.copytree(seed.path, root)
+    changed = []
+    for path in sorted((root / "s0").iterdir()):
+        data = bytearray(path.read_bytes())
+        id_size = int.from_bytes(data[15:23], "little")
+        for i in range(id_size):
+            data[36 + 8 * i] ^= 0x40
+        path.write_bytes(bytes(data))
+        changed.append(f"codec_header:s0/{path.name}@15:compresso.id_size={id_size}")
+    (tmp_path / "canary").write_bytes(CANARY_BYTES)
+    case = HostileCase(0, seed.name, seed.fmt, root, tmp_path / "canary", tmp_path / "canary_dir", changed)
+    assert promises_exact_reads(case)
+    result = run_case(case, random.Random(5), OutsideWatch(), pristine=seed.path)
+    assert [(op.op, op.outcome) for op in result.ops if op.outcome == "wrong_data"] == [("read_regions", "wrong_data")]
+    assert {op.outcome for op in result.findings()} == {"wrong_data"}
+    plain = HostileCase(0, seed.name, seed.fmt, root, tmp_path / "canary", tmp_path / "canary_dir",
+                        ["flip:s0/x@[3]"])
+    assert not promises_exact_reads(plain)  # a bit flip in data may change voxels: no promise, no finding
+
+
+@pytest.mark.parametrize("damage", ["fifo", "sparse"])
+def test_codec_header_never_opens_a_fifo_or_reads_a_huge_info(tmp_path: Path, damage: str) -> None:
+    """Campaign seeds 2001816 and 2000980: an earlier mutation of the same case had made ``info`` a FIFO (the
+    generator's read blocked forever: a hang in make_case) or a 1 TiB sparse file (MemoryError: a generator
+    error). The generator looks at ``info`` with lstat first. Run in a child process: a block fails the test."""
+    import subprocess
+    import sys
+
+    root = tmp_path / "ds"
+    (root / "s0").mkdir(parents=True)
+    (root / "s0" / "0-8_0-8_0-8").write_bytes(b"cpso" + bytes(40))
+    if damage == "fifo":
+        os.mkfifo(root / "info")
+    else:
+        (root / "info").write_bytes(b"{}")
+        os.truncate(root / "info", 1 << 40)
+    code = ("import sys; from pathlib import Path; from tests.fuzz.decoders import codec_streams\n"
+            "print([k for k, _, _ in codec_streams(Path(sys.argv[1]) / 's0' / '0-8_0-8_0-8', Path(sys.argv[1]))])")
+    done = subprocess.run([sys.executable, "-c", code, str(root)], capture_output=True, text=True, timeout=120,
+                          cwd=Path(__file__).resolve().parents[2])
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == "['compresso']"

@@ -13,6 +13,7 @@ tighter is known, and also the largest chunk the metadata parsers accept.
 from __future__ import annotations
 
 import zlib
+from dataclasses import dataclass
 from typing import Any, Literal
 
 from napari_shardscope.core import libdeflate
@@ -288,13 +289,17 @@ def decompress(
     max_size: int,
     key: str | None = None,
     offset: int | None = None,
+    exact: bool = False,
+    blosc: BloscExpected | None = None,
 ) -> bytes:
     """Undo the numcodecs compressor ``codec`` on ``data``, producing at most ``max_size`` bytes.
 
     Streams (gzip, zlib, bz2, lzma, zstd) are decoded piecewise with a cap one byte past the budget;
     blosc and lz4 buffers declare their decoded size in a header, which is checked against the
-    budget (and against the buffer) before any C code sees the bytes. Failures are
-    :class:`ChunkDecodeError` naming ``key`` and ``offset``.
+    budget (and against the buffer) before any C code sees the bytes; so is a zstd frame's content
+    size. ``exact``: the data must decode to ``max_size`` bytes, and a header saying otherwise is
+    refused before decoding. ``blosc`` is what the codec's configuration says of a blosc header.
+    Failures are :class:`ChunkDecodeError` naming ``key`` and ``offset``.
     """
     if codec == "gzip":
         return gunzip(data, key=key, offset=offset, max_size=max_size)
@@ -309,11 +314,14 @@ def decompress(
 
         return _decode_stream(data, lzma.LZMADecompressor, lzma.LZMAError, "lzma", key, offset, max_size)
     if codec == "zstd":
-        return _decode_zstd(data, key, offset, max_size)
+        return _decode_zstd(data, key, offset, max_size, exact)
     if codec == "blosc":
-        return _decode_blosc(data, key, offset, max_size)
+        said = blosc or BloscExpected()
+        if exact:
+            said = BloscExpected(said.cname, said.shuffle, said.typesizes, max_size)
+        return _decode_blosc(data, key, offset, max_size, said)
     if codec == "lz4":
-        return _decode_lz4(data, key, offset, max_size)
+        return _decode_lz4(data, key, offset, max_size, exact)
     raise ArgumentError(f"unknown compressor {codec!r}; expected one of {COMPRESSORS}")
 
 
@@ -360,13 +368,36 @@ def _decode_stream(data: bytes, make: type, errors: type[Exception] | tuple[type
     return out
 
 
-def _decode_zstd(data: bytes, key: str | None, offset: int | None, max_size: int) -> bytes:
-    import io
+def check_zstd_frame(data: bytes, *, max_size: int, exact: bool = False, key: str | None = None,
+                     offset: int | None = None) -> None:
+    """Check the first zstd frame's header: a content size it declares must fit ``max_size`` (equal it if ``exact``).
 
+    The decoder bounds its output anyway; this names the lying header, before any decoding, as
+    the field it is (the frame header's content size).
+    """
     import zstandard
 
     if not data:
         raise ChunkDecodeError("zstd data is empty", key=key, offset=offset)
+    try:
+        params = zstandard.get_frame_parameters(data)
+    except zstandard.ZstdError as exc:
+        raise ChunkDecodeError(f"bad zstd frame header ({exc})", key=key, offset=offset) from exc
+    size = params.content_size
+    if size == zstandard.CONTENTSIZE_UNKNOWN:
+        return
+    if size > max_size or (exact and size != max_size):
+        raise ChunkDecodeError(f"zstd frame header declares {size} bytes of content, the chunk has "
+                               f"{'' if exact else 'at most '}{max_size}", key=key,
+                               offset=None if offset is None else offset + 4)
+
+
+def _decode_zstd(data: bytes, key: str | None, offset: int | None, max_size: int, exact: bool = False) -> bytes:
+    import io
+
+    import zstandard
+
+    check_zstd_frame(data, max_size=max_size, exact=exact, key=key, offset=offset)
     parts: list[bytes] = []
     total = 0
     try:
@@ -382,35 +413,140 @@ def _decode_zstd(data: bytes, key: str | None, offset: int | None, max_size: int
     return b"".join(parts)
 
 
-def _decode_blosc(data: bytes, key: str | None, offset: int | None, max_size: int) -> bytes:
+#: c-blosc 1's compressor codes (header flags >> 5) by the names codec configurations use.
+BLOSC_COMPRESSOR_CODES = {"blosclz": 0, "lz4": 1, "lz4hc": 1, "snappy": 2, "zlib": 3, "zstd": 4}
+BLOSC_DOSHUFFLE, BLOSC_MEMCPYED, BLOSC_DOBITSHUFFLE, BLOSC_DONT_SPLIT = 0x01, 0x02, 0x04, 0x10
+#: Header format versions c-blosc 1 reads (it writes 2).
+BLOSC_VERSIONS = (1, 2)
+
+
+@dataclass(frozen=True)
+class BloscExpected:
+    """What a blosc buffer's header must say, from the codec's configuration and the chunk (``None``: unknown).
+
+    ``shuffle`` is 0 (none), 1 (byte) or 2 (bit): a header that shuffles otherwise (or not at all)
+    decodes to other bytes than were written, with no error, so it is refused. ``typesizes`` are the element sizes a
+    writer may have shuffled by (the data type's, the configuration's): a shuffling header with another
+    type size unshuffles into other bytes too. Writers disagree about the type size of unshuffled data
+    (zarrita writes the data type's under a configuration that names another), so it is not checked there.
+    """
+
+    cname: str | None = None
+    shuffle: int | None = None
+    typesizes: tuple[int, ...] = ()
+    nbytes: int | None = None
+
+
+@dataclass(frozen=True)
+class BloscHeader:
+    """The 16-byte header of a c-blosc 1 buffer."""
+
+    version: int
+    versionlz: int
+    flags: int
+    typesize: int
+    nbytes: int
+    blocksize: int
+    cbytes: int
+
+    @property
+    def memcpyed(self) -> bool:
+        return bool(self.flags & BLOSC_MEMCPYED)
+
+
+def check_blosc_header(data: bytes, *, max_size: int, expected: BloscExpected = BloscExpected(),
+                       key: str | None = None, offset: int | None = None) -> BloscHeader:
+    """Check every field of a blosc buffer's header, and its block offsets, before c-blosc reads them.
+
+    c-blosc trusts the header's sizes and the table of block starts after it; here they must hold
+    for the bytes we have: the buffer's length is ``cbytes``; ``nbytes`` is the chunk's size (at most
+    ``max_size``); a stored-raw buffer (``memcpyed``) is that many bytes after the header; otherwise
+    ``blocksize`` splits ``nbytes`` into blocks whose starts all lie after the table and inside the
+    buffer. Version, flags, compressor, shuffle and type size must agree with the format and with
+    ``expected``. Failures are :class:`ChunkDecodeError` at the offending field's byte offset.
+    """
     import struct
 
+    def fail(message: str, at: int) -> ChunkDecodeError:
+        return ChunkDecodeError(f"blosc: {message}", key=key, offset=None if offset is None else offset + at)
+
     if len(data) < BLOSC_HEADER_SIZE:
-        raise ChunkDecodeError(f"blosc: {len(data)} bytes cannot hold the {BLOSC_HEADER_SIZE}-byte header",
-                               key=key, offset=offset)
-    version, _versionlz, _flags, typesize, nbytes, _blocksize, cbytes = struct.unpack("<BBBBIII", data[:16])
-    if nbytes > max_size:
-        raise ChunkDecodeError(f"blosc data decodes to {nbytes} bytes, more than {max_size}", key=key, offset=offset)
-    if version == 0 or typesize == 0 or cbytes != len(data):
-        raise ChunkDecodeError(f"blosc: bad header (version {version}, typesize {typesize}, nbytes {nbytes}, "
-                               f"cbytes {cbytes}) for {len(data)} stored bytes", key=key, offset=offset)
-    if nbytes == 0:  # c-blosc reports an error for an empty buffer it compressed itself
+        raise fail(f"{len(data)} bytes cannot hold the {BLOSC_HEADER_SIZE}-byte header", 0)
+    head = BloscHeader(*struct.unpack_from("<BBBBIII", data, 0))
+    if head.version not in BLOSC_VERSIONS:
+        raise fail(f"header format version {head.version} (c-blosc 1 reads {list(BLOSC_VERSIONS)})", 0)
+    known = BLOSC_DOSHUFFLE | BLOSC_MEMCPYED | BLOSC_DOBITSHUFFLE | BLOSC_DONT_SPLIT | 0xE0
+    code = head.flags >> 5
+    if head.flags & ~known or code > max(BLOSC_COMPRESSOR_CODES.values()):
+        raise fail(f"flags {head.flags:#04x} hold bits c-blosc 1 does not define", 2)
+    if expected.cname is not None and BLOSC_COMPRESSOR_CODES.get(expected.cname) != code:
+        raise fail(f"compressed with compressor code {code}, the codec says {expected.cname!r}", 2)
+    byte, bit = bool(head.flags & BLOSC_DOSHUFFLE), bool(head.flags & BLOSC_DOBITSHUFFLE)
+    # c-blosc sets the flag of the shuffle it was asked for, whatever the type size or level (even on
+    # a buffer it stored raw), so a configured shuffle pins both flags.
+    if (byte and bit) or (expected.shuffle is not None and (byte, bit) != (expected.shuffle == 1,
+                                                                          expected.shuffle == 2)):
+        said = {0: "no shuffle", 1: "byte shuffle", 2: "bit shuffle", None: "a shuffle"}[expected.shuffle]
+        raise fail(f"flags {head.flags:#04x} shuffle otherwise than the codec's {said}", 2)
+    if head.typesize == 0:
+        raise fail("type size 0", 3)
+    if expected.typesizes and head.typesize not in expected.typesizes and (byte or bit):
+        raise fail(f"shuffled by a type size of {head.typesize}, the data's elements have "
+                   f"{' or '.join(map(str, expected.typesizes))} bytes", 3)
+    if head.nbytes > max_size:
+        raise fail(f"data decodes to {head.nbytes} bytes, more than {max_size}", 4)
+    if expected.nbytes is not None and head.nbytes != expected.nbytes:
+        raise fail(f"data decodes to {head.nbytes} bytes, the chunk has {expected.nbytes}", 4)
+    if head.cbytes != len(data):
+        raise fail(f"header says {head.cbytes} compressed bytes, the buffer holds {len(data)}", 12)
+    if head.nbytes == 0:
+        return head
+    if head.memcpyed:
+        if head.cbytes != BLOSC_HEADER_SIZE + head.nbytes:
+            raise fail(f"stored raw ({head.nbytes} bytes) in a buffer of {head.cbytes}", 12)
+        return head
+    if not 1 <= head.blocksize <= head.nbytes:
+        raise fail(f"block size {head.blocksize} for {head.nbytes} bytes", 8)
+    nblocks = -(-head.nbytes // head.blocksize)
+    table_end = BLOSC_HEADER_SIZE + 4 * nblocks
+    if table_end > head.cbytes:
+        raise fail(f"{nblocks} block starts do not fit in the {head.cbytes}-byte buffer", 8)
+    import numpy as np
+
+    starts = np.frombuffer(data, dtype="<u4", count=nblocks, offset=BLOSC_HEADER_SIZE)
+    bad = (starts < table_end) | (starts >= head.cbytes)
+    if bad.any():
+        i = int(np.argmax(bad))
+        raise fail(f"block {i} starts at byte {int(starts[i])}, outside {table_end}..{head.cbytes}",
+                   BLOSC_HEADER_SIZE + 4 * i)
+    return head
+
+
+def _decode_blosc(data: bytes, key: str | None, offset: int | None, max_size: int,
+                  expected: BloscExpected = BloscExpected()) -> bytes:
+    head = check_blosc_header(data, max_size=max_size, expected=expected, key=key, offset=offset)
+    if head.nbytes == 0:  # c-blosc reports an error for an empty buffer it compressed itself
         return b""
     from numcodecs import blosc
 
     try:
-        return bytes(blosc.decompress(data))
+        out = bytes(blosc.decompress(data))
     except Exception as exc:  # numcodecs raises RuntimeError/ValueError with no common base
         raise ChunkDecodeError(f"bad blosc data ({exc})", key=key, offset=offset) from exc
+    if len(out) != head.nbytes:  # pragma: no cover - c-blosc returns what the checked header says
+        raise ChunkDecodeError(f"blosc data decoded to {len(out)} bytes, its header says {head.nbytes}", key=key,
+                               offset=offset)
+    return out
 
 
-def _decode_lz4(data: bytes, key: str | None, offset: int | None, max_size: int) -> bytes:
+def _decode_lz4(data: bytes, key: str | None, offset: int | None, max_size: int, exact: bool = False) -> bytes:
     """numcodecs' LZ4: a little-endian uint32 of the decoded size, then one LZ4 block."""
     if len(data) < 4:
         raise ChunkDecodeError(f"lz4: {len(data)} bytes cannot hold the 4-byte size header", key=key, offset=offset)
     nbytes = int.from_bytes(data[:4], "little")
-    if nbytes > max_size:
-        raise ChunkDecodeError(f"lz4 data decodes to {nbytes} bytes, more than {max_size}", key=key, offset=offset)
+    if nbytes > max_size or (exact and nbytes != max_size):
+        raise ChunkDecodeError(f"lz4 data decodes to {nbytes} bytes, the chunk has {'' if exact else 'at most '}"
+                               f"{max_size}", key=key, offset=offset)
     if nbytes == 0:  # numcodecs cannot decode the empty buffer it encodes itself
         return b""
     from numcodecs import lz4

@@ -279,6 +279,13 @@ class NotARegularFileError(FormatError):
     """
 
 
+class DanglingLinkError(NotARegularFileError):
+    """A symbolic link where a chunk, shard or metadata file should be that leads nowhere (dangling, or a loop).
+
+    Not an absent key, which reads as fill: the entry is there, the data it named is gone.
+    """
+
+
 class IndexDecodeError(FormatError):
     """A shard index or minishard index cannot be decoded or is inconsistent."""
 
@@ -344,6 +351,14 @@ class ReadOnlyStorageError(StorageFaultError):
 
 class StoragePermissionError(StorageFaultError):
     """Access to the path or URL was refused (file permissions, HTTP 401/403, missing credentials)."""
+
+
+class ResourceLimitError(StorageFaultError):
+    """The process ran out of memory or address space while mapping or reading a path: not damage.
+
+    LMDB maps its whole map size when it opens a repository; under an address-space limit (``ulimit
+    -v``, a batch scheduler's memory limit) that fails. The data is intact: raise the limit or free memory.
+    """
 
 
 class StoreUnreachableError(StorageFaultError):

@@ -27,7 +27,7 @@ def store(request: pytest.FixtureRequest, tmp_path: Path) -> ConditionalStore:
 
 
 def test_create_swap_and_stale(store: ConditionalStore) -> None:
-    got = store.read_generation("refs")
+    got = store.read_generation("refs", 1 << 10, "a test value")
     assert got.value is None and got.generation == ABSENT
     g1 = store.write_if("refs", b"A", got.generation)
     assert g1 is not None
@@ -35,7 +35,7 @@ def test_create_swap_and_stale(store: ConditionalStore) -> None:
     g2 = store.write_if("refs", b"B", g1)
     assert g2 is not None and g2 != g1
     assert store.write_if("refs", b"C", g1) is None  # stale generation loses, without raising
-    now = store.read_generation("refs")
+    now = store.read_generation("refs", 1 << 10, "a test value")
     assert now.value == b"B" and now.generation == g2
 
 
@@ -64,7 +64,7 @@ def test_racing_writers_exactly_one_wins(store: ConditionalStore) -> None:
     for t in threads:
         t.join(60)
     assert len(wins) == 1
-    assert store.read_generation("counter").value == f"writer {wins[0]}".encode()
+    assert store.read_generation("counter", 1 << 10, "a test value").value == f"writer {wins[0]}".encode()
 
 
 def test_rewriting_the_same_bytes_lets_a_stale_generation_through_on_s3(store: ConditionalStore) -> None:
@@ -98,13 +98,13 @@ def test_gcs_emulator_reads_and_writes_through_the_gcs_driver(gcs: GcsServer) ->
     """gs:// reaches a real GCS JSON API (gcp-storage-emulator on 127.0.0.1) through TensorStore's gcs driver."""
     store = ConditionalStore(gcs.url("cas"))
     assert store.location.kvstore["driver"] == "gcs"
-    got = store.read_generation("refs")
+    got = store.read_generation("refs", 1 << 10, "a test value")
     assert got.value is None and got.generation == ABSENT
     g1 = store.write_if("refs", b"A", ABSENT)
     assert g1 is not None
     # The bytes round-trip; the generation a read reports does not match the write's on this emulator
     # (a read answers generation 0), one more reason it cannot serve as a compare-and-swap store.
-    assert store.read_generation("refs").value == b"A"
+    assert store.read_generation("refs", 1 << 10, "a test value").value == b"A"
 
 
 def test_gcs_emulator_ignores_generation_match_and_the_probe_says_so(gcs: GcsServer) -> None:  # noqa: F811  (the fixture)
@@ -117,6 +117,6 @@ def test_gcs_emulator_ignores_generation_match_and_the_probe_says_so(gcs: GcsSer
     assert first is not None
     assert store.write_if("refs", b"B", ABSENT) is not None  # a create over an existing object "wins"
     assert store.write_if("refs", b"C", first) is not None  # and so does a stale generation
-    assert store.read_generation("refs").value == b"C"
+    assert store.read_generation("refs", 1 << 10, "a test value").value == b"C"
     assert not probe_cas(store)
-    assert store.read_generation("cas-probe/none").value is None
+    assert store.read_generation("cas-probe/none", 1 << 10, "a test value").value is None

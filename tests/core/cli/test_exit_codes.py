@@ -140,10 +140,19 @@ def test_an_unresolved_branch_merge_conflict_exits_7_and_lists_it(tmp_path: Path
 
 
 def test_a_store_that_fails_exits_8(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    (tmp_path / "info").symlink_to("info")  # reading it fails with ELOOP: an I/O error, not a missing file
-    code, out, err = shardscope(capsys, "inspect", str(tmp_path), "--json")
-    assert code == 8 and "symbolic links" in one_line(err, "inspect")
+    # a path the filesystem refuses (ENAMETOOLONG): the storage failed, the data is not known to be damaged
+    code, out, err = shardscope(capsys, "inspect", str(tmp_path / ("x" * 300)), "--json")
+    assert code == 8 and "File name too long" in one_line(err, "inspect")
     assert json_error(out)["group"] == "store"
+
+
+def test_a_link_loop_where_the_metadata_should_be_is_damage_exits_4(tmp_path: Path,
+                                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    # the entry is there and leads nowhere: the dataset is broken at that key (a dangling link, issue 27)
+    (tmp_path / "info").symlink_to("info")
+    code, out, err = shardscope(capsys, "inspect", str(tmp_path), "--json")
+    assert code == 4 and "symbolic link loop" in one_line(err, "inspect")
+    assert json_error(out)["group"] == "corrupt" and json_error(out)["key"] == "info"
 
 
 def test_a_bug_exits_70_with_one_line(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:

@@ -87,7 +87,7 @@ def test_ls_json_records_arrive_while_it_runs(tmp_path: Path) -> None:
             # ls now waits for the server, its first two records printed: they must be in the pipe
             assert first.wait(30), "no record reached the pipe while ls was running"
             assert proc.poll() is None
-            assert json.loads(lines[0])["shard_key"] == "c/0/0/0"
+            assert json.loads(lines[0])["chunk_key"] == "c/0/0/0"  # an unsharded array: chunk words
         finally:
             mount.release.set()
             proc.wait(timeout=120)
@@ -95,7 +95,7 @@ def test_ls_json_records_arrive_while_it_runs(tmp_path: Path) -> None:
             assert proc.stderr is not None
             err = proc.stderr.read()
     assert proc.returncode == 0, err.decode(errors="replace")
-    assert [json.loads(line)["shard_key"] for line in lines] == [f"c/0/0/{i}" for i in range(4)]
+    assert [json.loads(line)["chunk_key"] for line in lines] == [f"c/0/0/{i}" for i in range(4)]
 
 
 def test_a_reader_that_leaves_ends_the_verb_quietly(tmp_path: Path) -> None:
@@ -110,7 +110,7 @@ def test_a_reader_that_leaves_ends_the_verb_quietly(tmp_path: Path) -> None:
         try:
             assert proc.stdout is not None and proc.stderr is not None
             assert mount.holding.wait(HOLD_S), "ls never reached the third chunk"
-            assert json.loads(proc.stdout.readline())["shard_key"] == "c/0/0/0"
+            assert json.loads(proc.stdout.readline())["chunk_key"] == "c/0/0/0"
             proc.stdout.close()  # the reader leaves; the next record meets a closed pipe
         finally:
             mount.release.set()

@@ -21,6 +21,8 @@ really does not open), or listed with the one consumer that cannot read it and w
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from collections.abc import Iterator
 from typing import Any
 
@@ -62,7 +64,8 @@ NOT_VOLUMES: dict[str, tuple[type[ShardscopeError], str]] = {
     "noduli_seg_negoffset/mesh": (MetadataError, _MESH),
     "igneous_pinky_sharded/skeletons_mip_0": (MetadataError,
                                               "a skeleton directory (neuroglancer_skeletons): no voxels"),
-    "cv_annotation": (MetadataError, "precomputed annotations (neuroglancer_annotations_v1): points, no voxels"),
+    "cv_annotation": (MetadataError, "precomputed annotations (neuroglancer_annotations_v1): points, no voxels; "
+                      "inspect, ls, locate and validate read it (ANNOTATION_COLLECTIONS)"),
     "n5java_backward/data-1.5.0.n5": (NotADatasetError, _N5_CONTAINER),
     "n5java_backward/data-2.5.1.n5": (NotADatasetError, _N5_CONTAINER),
     "n5java_backward/data-3.1.3.n5": (NotADatasetError, _N5_CONTAINER),
@@ -298,6 +301,49 @@ def test_segment_keyed_directories_agree_between_inspect_and_tree(rel: str,
     url = str(REALDATA / rel)
     report = inspect_json(url, capsys)
     assert [sc["key"] for sc in report["scales"]] == [n.scale for n in open_layout(url).roots()]
+
+
+#: Precomputed annotation collections among them, with what ``validate`` must report. CloudVolume's H01 sample
+#: is cut down: its spatial cell lists 10043 points, by_id keeps one annotation (not in the cell) and the
+#: relationship index one skeleton's four; so the indexes disagree and validate says where.
+ANNOTATION_COLLECTIONS: dict[str, tuple[str, ...]] = {
+    "cv_annotation": ("spatial0/0_0_0.gz: annotation 2959571531 (spatial level 0) has no by_id entry",
+                      "skeleton_id/243895108.gz: annotation 3816437483 (related to segment 243895108 by "
+                      "'skeleton_id') has no by_id entry",
+                      "by_id/3867588737.gz: annotation 3867588737 is in by_id but in no spatial cell"),
+}
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "napari_shardscope", *args], capture_output=True, text=True,
+                          timeout=300, check=False)
+
+
+@pytest.mark.realdata
+@pytest.mark.parametrize("rel", sorted(ANNOTATION_COLLECTIONS))
+def test_annotation_collections_inspect_list_locate_and_validate(rel: str) -> None:
+    # Not a volume (open_volume refuses it, above), but every inspection verb reads it.
+    url = str(REALDATA / rel)
+    inspect = _cli("inspect", url, "--json")
+    assert inspect.returncode == 0, inspect.stderr
+    report = json.loads(inspect.stdout)
+    assert report["annotations"]["annotation_type"] in ("POINT", "LINE", "AXIS_ALIGNED_BOUNDING_BOX", "ELLIPSOID",
+                                                        "POLYLINE")
+    listed = _cli("ls", url, "--json")
+    assert listed.returncode == 0, listed.stderr
+    records = [json.loads(line) for line in listed.stdout.splitlines()]
+    assert {r["scale"] for r in records} <= {sc["key"] for sc in report["scales"]}
+    first = report["scales"][0]["key"]
+    one = next(r for r in records if r["scale"] == first)
+    located = _cli("locate", url, "--annotation", str(one["annotation_id"]) if "annotation_id" in one
+                   else str(one["chunk_id"]), "--json")
+    assert located.returncode == 0 and json.loads(located.stdout)["present"], located.stderr
+    checked = _cli("validate", url, "--json")
+    messages = [f"{p['key']}: {p['message']}" for p in json.loads(checked.stdout)["problems"]]
+    expected = ANNOTATION_COLLECTIONS[rel]
+    assert checked.returncode == (1 if expected else 0)
+    for want in expected:
+        assert any(m.startswith(want) for m in messages), (want, messages[:20])
 
 
 # -- the project's own test data ---------------------------------------------------------------------------

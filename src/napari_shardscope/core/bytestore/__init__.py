@@ -20,9 +20,11 @@ report how little it read.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from typing import Any
 
 from napari_shardscope.core.bytestore.containment import (
+    UnreadableEntry,
     check_level_tree,
     follow_symlinks,
     follow_symlinks_enabled,
@@ -47,11 +49,13 @@ __all__ = [
     "Location",
     "ReadStats",
     "TensorStoreByteStore",
+    "UnreadableEntry",
     "check_level_tree",
     "follow_symlinks",
     "follow_symlinks_enabled",
     "is_remote",
     "join_key",
+    "list_unreadable",
     "open_store",
     "parse_url",
     "read_bounded",
@@ -61,6 +65,16 @@ __all__ = [
     "set_follow_symlinks",
     "write_file_atomic",
 ]
+
+
+def list_unreadable(store: ByteStore, prefix: str,
+                    is_data_key: Callable[[str], bool] | None = None) -> list[UnreadableEntry]:
+    """Entries below ``prefix`` that are there but cannot be read as data files: dangling links, link loops,
+    links out of the root, FIFOs, sockets, devices, and directories where ``is_data_key`` (given the key
+    below ``prefix``) expects a data file. Local stores only (a bucket has none of them): ``[]`` elsewhere.
+    """
+    scan = getattr(store, "unreadable_entries", None)
+    return list(scan(prefix, is_data_key)) if scan is not None else []
 
 
 def open_store(url: str | os.PathLike[str] | Location, context: Any = None) -> ByteStore:

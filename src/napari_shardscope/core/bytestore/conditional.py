@@ -25,10 +25,11 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
+from napari_shardscope.core.bytestore.bounded import issue_probe, over_limit_message, probe_outcome
 from napari_shardscope.core.bytestore.containment import check_key
 from napari_shardscope.core.bytestore.tserrors import error_from_tensorstore
 from napari_shardscope.core.bytestore.url import Location, parse_url
-from napari_shardscope.core.errors import ArgumentError, UnsupportedError
+from napari_shardscope.core.errors import ArgumentError, FormatError, UnsupportedError
 
 #: The generation TensorStore reports for a missing key: ``write_if(key, data, ABSENT)`` creates.
 ABSENT = b"\x02"
@@ -86,15 +87,26 @@ class ConditionalStore:
         elif not key or key.startswith("/") or ".." in key.split("/"):
             raise ArgumentError(f"bad key {key!r} under {self.url}")
 
-    def read_generation(self, key: str) -> Versioned:
-        """The value of ``key`` and its generation (:data:`ABSENT`-like when missing)."""
+    def read_generation(self, key: str, max_bytes: int, what: str,
+                        error: type[FormatError] = FormatError) -> Versioned:
+        """The value of ``key`` and its generation (:data:`ABSENT`-like when missing).
+
+        A value over ``max_bytes`` is ``error`` naming the key before it is read (a one-byte
+        probe, :mod:`~napari_shardscope.core.bytestore.bounded`): these are small documents that a
+        hostile or damaged store can make huge.
+        """
         self._check(key)
+        where = self._where(key)
+        if probe_outcome(issue_probe(self._kv, key, max_bytes), where, max_bytes) == "over":
+            raise error(over_limit_message(max_bytes, what), key=where)
         try:
             r = self._kv.read(key).result()
         except Exception as exc:
-            raise error_from_tensorstore(exc, where=self._where(key), raw_bytes=True) from exc
+            raise error_from_tensorstore(exc, where=where, raw_bytes=True) from exc
         if r.state != "value":
             return Versioned(None, bytes(r.stamp.generation) or ABSENT)
+        if len(r.value) > max_bytes:  # replaced by a larger value between the two requests
+            raise error(f"is {len(r.value)} bytes, larger than the {max_bytes}-byte limit for {what}", key=where)
         return Versioned(bytes(r.value), bytes(r.stamp.generation))
 
     def write_if(self, key: str, data: bytes, generation: bytes) -> bytes | None:

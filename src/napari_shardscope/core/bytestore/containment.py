@@ -19,13 +19,21 @@ opted in or not.
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import stat
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 
 from napari_shardscope.core.bytestore.url import Location
-from napari_shardscope.core.errors import FormatError, NotARegularFileError, OutsideRootError
+from napari_shardscope.core.errors import (
+    DanglingLinkError,
+    FormatError,
+    NotARegularFileError,
+    OutsideRootError,
+    ShardscopeError,
+)
 
 #: Environment variable that turns following links out of a dataset on (``1``, ``true``, ``yes``).
 FOLLOW_SYMLINKS_ENV = "SHARDSCOPE_FOLLOW_SYMLINKS"
@@ -118,15 +126,103 @@ def check_resolved_inside(path: str, root: str, *, key: str, follow: bool, what:
 LEVEL_SCAN_LIMIT = 50_000
 
 
+@dataclass(frozen=True)
+class UnreadableEntry:
+    """A directory entry that is there but cannot be read as a data file, and why.
+
+    ``kind``: ``outside`` (a link leading out of the root, not followed), ``dangling`` (a link to
+    nothing, or a link loop), ``special`` (a FIFO, socket or device, or a link to one) or
+    ``directory`` (a directory where the format expects a data file).
+    """
+
+    key: str
+    kind: str
+    message: str
+
+    def error(self, root: str) -> ShardscopeError:
+        """The typed error a read of this entry raises."""
+        if self.kind == "outside":
+            return OutsideRootError(f"key {self.key!r} {self.message}", key=self.key, root=root)
+        if self.kind == "dangling":
+            return DanglingLinkError(self.message, key=self.key)
+        return NotARegularFileError(self.message, key=self.key)
+
+
+def link_problem(path: str, root: str, key: str, *, follow: bool) -> UnreadableEntry | None:
+    """Why the symbolic link at ``path`` cannot be read, or ``None`` when it leads to a file or directory allowed.
+
+    Only ``lstat``/``stat``/``readlink``: nothing is opened (a FIFO would block).
+    """
+    if not follow and not is_inside(os.path.realpath(path), os.path.realpath(root)):
+        return UnreadableEntry(key, "outside", f"is a symbolic link (or lies below one) leading to "
+                                               f"{os.path.realpath(path)}, outside {os.path.realpath(root)}; "
+                                               f"{OPT_IN_HINT}")
+    try:
+        mode = os.stat(path).st_mode
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            return UnreadableEntry(key, "dangling", "is a symbolic link loop, not a file")
+        if exc.errno in (errno.ENOENT, errno.ENOTDIR):
+            try:
+                target = os.readlink(path)
+            except OSError:
+                target = "?"
+            return UnreadableEntry(key, "dangling", f"is a symbolic link to {target!r}, which does not exist "
+                                                    "(a dangling link, not an absent key)")
+        return None  # refused permission and the like: the read reports it with the path
+    if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
+        return UnreadableEntry(key, "special", f"is a link to a {file_kind(mode)}, not a regular file")
+    return None
+
+
+def scan_level(root: str, rel: str, *, follow: bool, is_data_key: Callable[[str], bool] | None = None,
+               limit: int = LEVEL_SCAN_LIMIT) -> Iterator[tuple[os.DirEntry[str], str, UnreadableEntry | None]]:
+    """Every entry below the directory ``rel`` of ``root`` (the first ``limit``): ``(entry, key, problem)``.
+
+    ``key`` is the entry's key below ``root``; ``problem`` says why it cannot be read as a data file
+    (see :class:`UnreadableEntry`), ``None`` for regular files, directories and links to them inside
+    the root. A directory is a problem only where ``is_data_key`` (given the key below ``rel``) says
+    the format expects a data file. Linked directories are not descended into; nothing is opened.
+    """
+    base = os.path.join(root, rel) if rel else root
+    pending = [base]
+    seen = 0
+    while pending and seen < limit:
+        try:
+            entries = list(os.scandir(pending.pop()))
+        except OSError:
+            continue  # unreadable: a read reports it with the key
+        for entry in entries:
+            seen += 1
+            key = os.path.relpath(entry.path, root).replace(os.sep, "/")
+            below = os.path.relpath(entry.path, base).replace(os.sep, "/")
+            problem: UnreadableEntry | None = None
+            if entry.is_symlink():
+                problem = link_problem(entry.path, root, key, follow=follow)
+                if problem is None and is_data_key is not None and os.path.isdir(entry.path) and is_data_key(below):
+                    problem = UnreadableEntry(key, "directory", "is a link to a directory, not a regular file")
+            elif entry.is_dir(follow_symlinks=False):
+                pending.append(entry.path)
+                if is_data_key is not None and is_data_key(below):
+                    problem = UnreadableEntry(key, "directory", "is a directory, not a regular file")
+            elif not entry.is_file(follow_symlinks=False):
+                mode = entry.stat(follow_symlinks=False).st_mode
+                problem = UnreadableEntry(key, "special", f"is a {file_kind(mode)}, not a regular file")
+            yield entry, key, problem
+
+
 def check_level_tree(location: Location, rel: str, *, limit: int = LEVEL_SCAN_LIMIT,
-                     max_file_bytes: int | None = None) -> None:
+                     max_file_bytes: int | None = None, is_data_key: Callable[[str], bool] | None = None) -> None:
     """Check, before TensorStore reads it, the local directory ``rel`` below ``location`` (one scale's files).
 
-    TensorStore's ``file`` kvstore follows links and opens whatever it finds, so its reads are
+    TensorStore's ``file`` kvstore follows links and opens whatever it finds, and reads a missing
+    file (a dangling link) or a directory as an absent chunk, that is as fill. So its reads are
     guarded here, once per open: the directory must resolve inside the root, and (for the first
-    ``limit`` entries) no entry may be a link leading out of the root or a FIFO, socket or device —
-    a FIFO would block the read forever. Links are refused unless :func:`follow_symlinks_enabled`.
-    Remote locations are not checked (a bucket has no links or FIFOs).
+    ``limit`` entries) no entry may be a link leading out of the root, a dangling link or link
+    loop, a FIFO, socket or device — a FIFO would block the read forever — or a directory where
+    ``is_data_key`` (the format's chunk, shard or block names, given the key below ``rel``) expects a
+    data file. Links out of the root are refused unless :func:`follow_symlinks_enabled`. Remote
+    locations are not checked (a bucket has no links or FIFOs).
 
     ``max_file_bytes`` is the most a chunk or shard file of the level can take by its format's spec:
     TensorStore reads a chunk file whole (and a shard's ranges as its index claims), so a terabyte
@@ -137,8 +233,11 @@ def check_level_tree(location: Location, rel: str, *, limit: int = LEVEL_SCAN_LI
     ------
     OutsideRootError
         For a link (the directory or an entry in it) leading out of the root.
+    DanglingLinkError
+        For a link that leads nowhere (its target is missing, or a loop).
     NotARegularFileError
-        For an entry that is neither a regular file, a directory nor an allowed link.
+        For an entry that is neither a regular file, a directory nor an allowed link, or a
+        directory where a data file should be.
     FormatError
         For a file larger than ``max_file_bytes``.
     """
@@ -150,31 +249,25 @@ def check_level_tree(location: Location, rel: str, *, limit: int = LEVEL_SCAN_LI
     check_resolved_inside(base, root, key=rel or ".", follow=follow, what="scale directory")
     if not os.path.isdir(base):
         return
-    pending = [base]
-    seen = 0
-    while pending and seen < limit:
-        try:
-            entries = list(os.scandir(pending.pop()))
-        except OSError:
-            continue  # unreadable: TensorStore reports it with the key when it reads
-        for entry in entries:
-            seen += 1
-            key = os.path.relpath(entry.path, root).replace(os.sep, "/")
-            if entry.is_symlink():
-                check_resolved_inside(entry.path, root, key=key, follow=follow)
-                try:
-                    mode = os.stat(entry.path).st_mode
-                except OSError:
-                    continue  # a dangling link reads as a missing chunk
-                if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
-                    raise NotARegularFileError(f"is a link to a {file_kind(mode)}, not a regular file", key=key)
-            elif entry.is_dir(follow_symlinks=False):
-                pending.append(entry.path)
-            elif not entry.is_file(follow_symlinks=False):
-                mode = entry.stat(follow_symlinks=False).st_mode
-                raise NotARegularFileError(f"is a {file_kind(mode)}, not a regular file", key=key)
-            if max_file_bytes is not None and not entry.name.endswith(".json") and entry.name != "info":
-                _check_file_size(entry, key, max_file_bytes)
+    for entry, key, problem in scan_level(root, rel, follow=follow, is_data_key=is_data_key, limit=limit):
+        if problem is not None:
+            raise problem.error(root)
+        if max_file_bytes is not None and not entry.name.endswith(".json") and entry.name != "info":
+            _check_file_size(entry, key, max_file_bytes)
+
+
+def unreadable_entries(root: str, rel: str, *, is_data_key: Callable[[str], bool] | None = None,
+                       follow: bool | None = None, limit: int = LEVEL_SCAN_LIMIT) -> list[UnreadableEntry]:
+    """The entries below ``rel`` of the local directory ``root`` that are there but cannot be read as data files.
+
+    For ``validate``: each is a finding (see :func:`scan_level`), where a read would raise
+    :meth:`UnreadableEntry.error`. ``[]`` when the directory does not exist.
+    """
+    if not os.path.isdir(os.path.join(root, rel) if rel else root):
+        return []
+    follow = follow_symlinks_enabled() if follow is None else follow
+    return [p for _, _, p in scan_level(root, rel, follow=follow, is_data_key=is_data_key, limit=limit)
+            if p is not None]
 
 
 def _check_file_size(entry: os.DirEntry[str], key: str, max_file_bytes: int) -> None:

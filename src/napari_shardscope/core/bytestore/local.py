@@ -9,20 +9,29 @@ import stat
 import tempfile
 import threading
 import weakref
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Literal
 
 from napari_shardscope.core.bytestore.coalesce import read_coalesced
 from napari_shardscope.core.bytestore.containment import (
+    UnreadableEntry,
     check_key,
     check_resolved_inside,
     file_kind,
     follow_symlinks_enabled,
+    link_problem,
+    unreadable_entries,
 )
 from napari_shardscope.core.bytestore.oserrors import storage_fault
 from napari_shardscope.core.bytestore.protocol import LOCAL_COALESCE_SPAN, ReadStats
-from napari_shardscope.core.errors import ArgumentError, NotARegularFileError, StoreError
+from napari_shardscope.core.errors import (
+    ArgumentError,
+    DanglingLinkError,
+    NotARegularFileError,
+    ShardscopeError,
+    StoreError,
+)
 
 #: The name prefix of the temporary file an atomic write renames into place. Never a key: listings skip it.
 TEMP_PREFIX = ".shardscope-tmp-"
@@ -123,10 +132,14 @@ class LocalByteStore:
                 path = self._path(key)  # the file is a link: checked in full, read if it stays inside
                 fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
         except (FileNotFoundError, NotADirectoryError):
+            if os.path.islink(path):  # the entry is there, what it names is not: not an absent key
+                raise self._unreadable(path, key) from None
             return None
         except IsADirectoryError:
             raise NotARegularFileError("is a directory, not a regular file", key=key) from None
         except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                raise self._unreadable(path, key) from None
             raise StoreError(f"{path}: {exc.strerror or exc}") from exc
         try:
             mode = os.fstat(fd).st_mode
@@ -137,6 +150,21 @@ class LocalByteStore:
             os.close(fd)
             raise NotARegularFileError(f"is a {file_kind(mode)}, not a regular file", key=key)
         return fd
+
+    def _unreadable(self, path: Path, key: str) -> ShardscopeError:
+        """The error of a link at ``key`` that cannot be opened (dangling, a loop, leading out of the root)."""
+        problem = link_problem(str(path), str(self.root), key, follow=self.follow_symlinks)
+        if problem is None:  # it was repaired meanwhile: say what the open said
+            return DanglingLinkError("is a symbolic link that could not be followed", key=key)
+        return problem.error(str(self.root))
+
+    def unreadable_entries(self, prefix: str,
+                           is_data_key: Callable[[str], bool] | None = None) -> list[UnreadableEntry]:
+        """Entries below ``prefix`` that are there but cannot be read as data files (:func:`.unreadable_entries`)."""
+        rel = prefix.rstrip("/")
+        if rel:
+            self._path(rel)  # the prefix itself must be a key inside the root
+        return unreadable_entries(str(self.root), rel, is_data_key=is_data_key, follow=self.follow_symlinks)
 
     def read(self, key: str) -> bytes | None:
         fd = self._open_regular(key)
@@ -243,8 +271,12 @@ class LocalByteStore:
         try:
             st = path.stat()
         except (FileNotFoundError, NotADirectoryError):
+            if os.path.islink(path):
+                raise self._unreadable(path, key) from None
             return None
         except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                raise self._unreadable(path, key) from None
             raise StoreError(f"{path}: {exc.strerror or exc}") from exc
         if stat.S_ISDIR(st.st_mode):
             return None  # a prefix, not a key (as object stores see it)

@@ -22,6 +22,7 @@ from pathlib import Path
 from napari_shardscope.core.errors import (
     DiskFullError,
     ReadOnlyStorageError,
+    ResourceLimitError,
     StorageFaultError,
     StoragePermissionError,
 )
@@ -33,6 +34,7 @@ _FULL_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG})
 _FULL_WORDS = ("no space left", "disk is full", "disk full", "quota exceeded", "mdb_map_full")
 _READ_ONLY_WORDS = ("read-only file system", "readonly database", "read only")
 _PERMISSION_WORDS = ("permission denied", "operation not permitted")
+_MEMORY_WORDS = ("cannot allocate memory", "out of memory")
 
 
 def is_read_only_filesystem(path: str | os.PathLike[str]) -> bool:
@@ -72,15 +74,20 @@ def storage_fault(exc: BaseException, path: str | os.PathLike[str]) -> StorageFa
     Returns
     -------
     StorageFaultError
-        :class:`DiskFullError`, :class:`ReadOnlyStorageError`, :class:`StoragePermissionError`, or
-        the base class for any other I/O error; raise it ``from exc``.
+        :class:`DiskFullError`, :class:`ReadOnlyStorageError`, :class:`StoragePermissionError`,
+        :class:`ResourceLimitError` (out of memory or address space: LMDB maps its whole map size
+        when it opens), or the base class for any other I/O error; raise it ``from exc``.
     """
     if isinstance(exc, StorageFaultError):
         return exc
     where = Path(path)
     code = exc.errno if isinstance(exc, OSError) else None
     text = str(exc).lower()
-    detail = os.strerror(code) if code else str(exc)
+    detail = os.strerror(code) if code else (str(exc) or type(exc).__name__)
+    if isinstance(exc, MemoryError) or code == errno.ENOMEM or any(word in text for word in _MEMORY_WORDS):
+        return ResourceLimitError(f"out of memory or address space ({detail}): the process's memory limit "
+                                  "(ulimit -v, a scheduler's limit) is too low to map it; the data is intact, "
+                                  "not damaged; raise the limit or free memory", path=str(where))
     if code in _FULL_ERRNOS or any(word in text for word in _FULL_WORDS):
         return DiskFullError(f"no space left on the device ({detail}); free space or write elsewhere",
                              path=str(where))

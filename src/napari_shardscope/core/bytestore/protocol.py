@@ -7,6 +7,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Literal, Protocol, runtime_checkable
 
+from napari_shardscope.core.bytestore.bounded import over_limit_message
 from napari_shardscope.core.bytestore.coalesce import read_coalesced
 from napari_shardscope.core.errors import FormatError, MetadataError
 from napari_shardscope.core.json_document import MAX_JSON_BYTES
@@ -92,18 +93,31 @@ def read_bounded(store: ByteStore, key: str, max_bytes: int, what: str,
                  error: type[FormatError] = FormatError) -> bytes | None:
     """The bytes of ``key`` (``None`` when absent), refused when the key holds more than ``max_bytes``.
 
-    A whole-key read allocates whatever the file holds, and a damaged or hostile dataset can hold
-    a terabyte (a sparse file) where its spec allows kilobytes: the read would fail with
-    ``MemoryError`` or take minutes. Where a size is cheap (local files) it is checked before a byte
-    is read; elsewhere after the read. ``what`` names the kind of file in the message ("a metadata
-    document"); ``error`` is the :class:`FormatError` subclass raised, naming the key.
+    The one door for whole-key reads of anything a hostile or damaged store could make huge: a
+    whole-key read allocates whatever the key holds, and a dataset or a remote can hold a terabyte
+    (a sparse file) where its spec allows kilobytes: the read would abort the process in its
+    allocator, fail with ``MemoryError`` or take minutes. The size is known before a byte of the
+    value arrives: a stat where it is cheap (local files; the read itself then asks for at most
+    ``max_bytes + 1`` bytes, so a file growing meanwhile changes nothing), else a one-byte range
+    read at offset ``max_bytes`` (:mod:`~napari_shardscope.core.bytestore.bounded`). ``what`` names
+    the kind of value in the message ("a metadata document"); ``error`` is the
+    :class:`FormatError` subclass raised, naming the key.
     """
     if store.cheap_size:
         size = store.size(key)  # refuses links out of the root and special files, like read()
-        if size is not None and size > max_bytes:
+        if size is None:
+            return None
+        if size > max_bytes:
             raise error(f"is {size} bytes, larger than the {max_bytes}-byte limit for {what}", key=key)
-    data = store.read(key)
-    if data is not None and len(data) > max_bytes:
+        data = store.read_range(key, 0, max_bytes + 1)
+    else:
+        probe = store.read_range(key, max_bytes, max_bytes + 1)
+        if probe is None:
+            return None
+        if probe:
+            raise error(over_limit_message(max_bytes, what), key=key)
+        data = store.read(key)
+    if data is not None and len(data) > max_bytes:  # replaced by a larger value between the two requests
         raise error(f"is {len(data)} bytes, larger than the {max_bytes}-byte limit for {what}", key=key)
     return data
 

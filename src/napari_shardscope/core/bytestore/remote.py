@@ -67,6 +67,10 @@ class TensorStoreByteStore:
             return self._url
         return self._spec if isinstance(self._spec, str) else str(self._kv.url)
 
+    def _where(self, key: str) -> str:
+        """The URL of ``key``, for messages (one ``/`` between the root and the key, whatever the root ends with)."""
+        return f"{self.url.rstrip('/')}/{key}"
+
     @property
     def cheap_size(self) -> bool:
         return False
@@ -91,7 +95,7 @@ class TensorStoreByteStore:
                 # The range runs past the end of the value. Behave like a file: return what
                 # exists of it (index checks then report the truncation with its offset).
                 return self._read_existing_part(key, byte_range)
-            raise error_from_tensorstore(exc, where=f"{self.url}{key}", raw_bytes=True) from exc
+            raise error_from_tensorstore(exc, where=self._where(key), raw_bytes=True) from exc
         if result.state != "value":
             return None
         data = bytes(result.value)
@@ -112,7 +116,7 @@ class TensorStoreByteStore:
         except Exception as exc:
             if status_code(exc) == "OUT_OF_RANGE":
                 return b""  # ``start`` is at or past the end of an existing value
-            raise error_from_tensorstore(exc, where=f"{self.url}{key}", raw_bytes=True) from exc
+            raise error_from_tensorstore(exc, where=self._where(key), raw_bytes=True) from exc
         if result.state != "value":
             return None
         data = bytes(result.value)[: byte_range.stop - start]
@@ -176,7 +180,7 @@ class TensorStoreByteStore:
                     if status_code(exc) == "OUT_OF_RANGE":
                         out.append(empty(key) if rng is None else self._read_existing_part(key, rng))
                         continue
-                    raise error_from_tensorstore(exc, where=f"{self.url}{key}", raw_bytes=True) from exc
+                    raise error_from_tensorstore(exc, where=self._where(key), raw_bytes=True) from exc
                 if result.state != "value":
                     out.append(None)
                     continue
@@ -215,7 +219,7 @@ class TensorStoreByteStore:
         try:
             self._kv.write(key, data).result()
         except Exception as exc:
-            raise error_from_tensorstore(exc, where=f"{self.url}{key} (write)", raw_bytes=True) from exc
+            raise error_from_tensorstore(exc, where=f"{self._where(key)} (write)", raw_bytes=True) from exc
 
     def delete(self, key: str) -> None:
         self._delete_range(key, key + "\0")  # exactly ``key``: the next possible key is key + NUL
@@ -229,7 +233,7 @@ class TensorStoreByteStore:
         try:
             self._kv.delete_range(ts.KvStore.KeyRange(first, end)).result()
         except Exception as exc:
-            raise error_from_tensorstore(exc, where=f"{self.url}{first} (delete)", raw_bytes=True) from exc
+            raise error_from_tensorstore(exc, where=f"{self._where(first)} (delete)", raw_bytes=True) from exc
 
 
 def _windows(items: Sequence[tuple[str, slice | None]]) -> Iterator[Sequence[tuple[str, slice | None]]]:

@@ -117,6 +117,17 @@ def parse_coords(text: str) -> list[int]:
         raise argparse.ArgumentTypeError(f"expected comma-separated integers like 10,20,30, got {text!r}") from exc
 
 
+def parse_floats(text: str) -> list[float]:
+    """``"10.5,20,3e4"`` → ``[10.5, 20.0, 30000.0]``: finite numbers (a position in a coordinate space)."""
+    try:
+        values = [float(v) for v in text.replace(" ", "").split(",") if v != ""]
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"expected comma-separated numbers like 10,20.5,30, got {text!r}") from exc
+    if not values or not all(math.isfinite(v) for v in values):
+        raise argparse.ArgumentTypeError(f"expected finite numbers like 10,20.5,30, got {text!r}")
+    return values
+
+
 def parse_shape(text: str) -> list[int]:
     """``"64,64,32"`` → ``[64, 64, 32]``: exactly three positive integers (a chunk or shard shape)."""
     values = parse_coords(text)

@@ -76,6 +76,8 @@ def print_inspect(result: dict[str, Any]) -> None:
     if "type" in result:
         head += f"  {result['type']} {result.get('data_type')} x{result.get('num_channels')}"
     print(head)
+    if isinstance(result.get("annotations"), dict):
+        print_annotation_summary(result["annotations"])
     for sc in result.get("scales", []):
         geometry = "  ".join(f"{f}={_short(sc[f])}" for f in _GEOMETRY if sc.get(f) is not None)
         print(f"  scale {sc.get('key') or sc.get('path') or '(root)'}  {geometry}")
@@ -103,6 +105,23 @@ def print_inspect(result: dict[str, Any]) -> None:
             if k not in _GEOMETRY and k not in _SUMMARY and v is not None and not isinstance(v, (dict, list)):
                 print(f"    {k}: {v}")
     print(f"  read {result.get('bytes_read', 0)} bytes in {result.get('requests', '?')} requests")
+
+
+def print_annotation_summary(summary: dict[str, Any]) -> None:
+    """The schema of an annotation collection, in two or three lines."""
+    dims = ", ".join(f"{name} {_number(scale)} {unit}".rstrip()
+                     for name, (scale, unit) in summary["dimensions"].items())
+    print(f"  annotations {summary['annotation_type']} in {summary['rank']} dimensions ({dims}); bounds "
+          f"{_short(summary['lower_bound'])} .. {_short(summary['upper_bound'])}; "
+          f"{summary['spatial_levels']} spatial levels")
+    props = [f"{p['id']} {p['type']}" + (f" (enum of {len(p['enum_values'])})" if "enum_values" in p else "")
+             for p in summary["properties"]]
+    print(f"  properties: {', '.join(props) if props else 'none'}; relationships: "
+          f"{', '.join(summary['relationships']) if summary['relationships'] else 'none'}")
+
+
+def _number(value: Any) -> str:
+    return f"{value:g}" if isinstance(value, float) else str(value)
 
 
 def _short(value: Any) -> str:
@@ -142,7 +161,12 @@ def print_record(record: Any) -> None:
 def cmd_locate(args: argparse.Namespace) -> int:
     dataset = open_dataset(args.path)
     result: Any
-    if args.voxel is not None:
+    if args.annotation is not None or args.cell is not None or args.point is not None:
+        result = _locate_annotation(dataset.inspector(), args)
+    elif args.voxel is not None:
+        if getattr(dataset.inspector(), "annotation_info", None) is not None:
+            raise ArgumentError("a precomputed annotation collection is keyed by id, not by voxel: locate "
+                                "--point X,Y,Z, --cell I,J,K, --annotation ID or --segment ID")
         result = dataset.locate_voxel(_reader_voxel(dataset, args), args.scale)
     else:
         result = _locate_by_id(dataset.inspector(), args)
@@ -170,6 +194,20 @@ def _reader_voxel(dataset: Dataset, args: argparse.Namespace) -> tuple[int, ...]
     values = [0] * (geo.ndim - len(values)) + values
     array_origin = geo.to_array_order(geo.origin)
     return tuple(v - o for v, o in zip(values, array_origin, strict=True))
+
+
+def _locate_annotation(inspector: DatasetInspector, args: argparse.Namespace) -> Any:
+    """``--annotation ID``, ``--cell I,J,K`` and ``--point X,Y,Z`` of a precomputed annotation collection."""
+    from napari_shardscope.core.formats.precomputed.inspector import PrecomputedInspector
+
+    if not isinstance(inspector, PrecomputedInspector) or inspector.annotation_info is None:
+        raise ArgumentError("--annotation, --cell and --point apply to precomputed annotation collections "
+                            "(neuroglancer_annotations_v1)")
+    if args.annotation is not None:
+        return inspector.locate_annotation(args.annotation)
+    if args.cell is not None:
+        return inspector.locate_cell(args.cell, args.scale)
+    return inspector.locate_point(args.point, args.scale)
 
 
 def _locate_by_id(inspector: DatasetInspector, args: argparse.Namespace) -> Any:

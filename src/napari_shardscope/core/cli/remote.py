@@ -43,8 +43,8 @@ class TransferProgress:
         if self.quiet or now - self.last < (0.1 if self.tty else 5.0):
             return
         self.last = now
-        text = (f"{self.label}: {t.objects_sent} objects sent ({_size(t.bytes_sent)}), {t.objects_received} received "
-                f"({_size(t.bytes_received)}), {t.objects_skipped} already there; {what}")
+        moved = _sent(t) if self.label == "push" else _received(t)
+        text = f"{self.label}: {moved}; {what}"
         sys.stderr.write(("\r" + text + "\x1b[K") if self.tty else text + "\n")
         sys.stderr.flush()
 
@@ -61,9 +61,19 @@ def _size(n: int) -> str:
     return f"{n} B"
 
 
-def _moved(t: Transfer) -> str:
-    return (f"{t.objects_sent} objects sent ({_size(t.bytes_sent)}), {t.objects_received} received "
-            f"({_size(t.bytes_received)}), {t.objects_skipped} skipped")
+def _sent(t: Transfer) -> str:
+    """What a push moved, in a push's words (the bytes include the refs it wrote)."""
+    return f"{t.objects_sent} object(s) sent ({_size(t.bytes_sent)}), {t.objects_skipped} already on the remote"
+
+
+def _received(t: Transfer) -> str:
+    """What a fetch, pull or clone moved (the bytes include the refs it read)."""
+    return f"{t.objects_received} object(s) received ({_size(t.bytes_received)})"
+
+
+def _print_renames(remote: str, migrated: dict[str, str], why: str) -> None:
+    for old, new in sorted(migrated.items()):
+        print(f"  renamed local branch {old} to {new}: {why}; {remote}/<branch> names the remote's branch")
 
 
 # -- remote add|list|remove -------------------------------------------------------------------------
@@ -71,11 +81,12 @@ def _moved(t: Transfer) -> str:
 
 def cmd_remote_add(args: argparse.Namespace) -> int:
     with open_repository(args.path) as repo:
-        C.add_remote(repo, args.name, args.url, anonymous=args.anonymous)
+        migrated = C.add_remote(repo, args.name, args.url, anonymous=args.anonymous)
     if args.json:
-        print_json({"remote": args.name, "url": args.url})
+        print_json({"remote": args.name, "url": args.url, "migrated": migrated})
     else:
         print(f"added remote {args.name} -> {args.url}")
+        _print_renames(args.name, migrated, f"names starting with {args.name}/ are now remote-tracking names")
     return EXIT_OK
 
 
@@ -133,7 +144,7 @@ def cmd_clone(args: argparse.Namespace) -> int:
                     **({"prefetched": [p.to_json() for p in prefetched]} if args.prefetch else {})})
     else:
         print(f"cloned {args.url} into {path}: {len(result.adopted) + 1} version(s), branches {', '.join(branches)}; "
-              f"{_moved(result.transfer)}")
+              f"{_received(result.transfer)}")
         for p in prefetched:
             print(f"prefetched {p.labelmap}'s base: {p.objects} object(s), {p.bytes} bytes into {p.path}")
     return EXIT_OK
@@ -147,12 +158,18 @@ def cmd_fetch(args: argparse.Namespace) -> int:
     if args.json:
         print_json(result.to_json())
     else:
-        print(f"fetched {len(result.adopted)} version(s) from {args.remote}; {_moved(result.transfer)}")
-        for branch, node in sorted(result.tracking.items()):
-            print(f"  {args.remote}/{branch} -> {node[:8]}")
-        for uuid, name in result.renamed.items():
-            print(f"  {uuid[:8]} diverges from the local branch: adopted on {name} (pull to merge it)")
+        _print_fetch(args.remote, result)
     return EXIT_OK
+
+
+def _print_fetch(remote: str, result: S.FetchResult) -> None:
+    print(f"fetched {len(result.adopted)} version(s) from {remote}; {_received(result.transfer)}")
+    _print_renames(remote, result.migrated, "an older fetch had named it so")
+    for branch, node in sorted(result.tracking.items()):
+        print(f"  {remote}/{branch} -> {node[:8]}")
+    for uuid, name in result.renamed.items():
+        print(f"  {uuid[:8]} diverges from the local branch: adopted on {name} "
+              f"(review {remote}/<branch>, pull to merge it)")
 
 
 def cmd_push(args: argparse.Namespace) -> int:
@@ -167,7 +184,7 @@ def cmd_push(args: argparse.Namespace) -> int:
     else:
         before = result.previous[:8] if result.previous else "(new branch)"
         print(f"{args.remote}/{args.branch}: {before} -> {result.head[:8]}{' (forced)' if result.forced else ''}; "
-              f"{len(result.sent)} version(s) sent, {_moved(result.transfer)}")
+              f"{len(result.sent)} version(s), {_sent(result.transfer)}")
     return EXIT_OK
 
 
@@ -181,8 +198,9 @@ def cmd_pull(args: argparse.Namespace) -> int:
     if args.json:
         print_json(result.to_json())
     else:
+        _print_renames(args.remote, result.fetch.migrated, "an older fetch had named it so")
         print(f"{args.branch}: {result.kind} at {result.head[:8]} ({len(result.fetch.adopted)} version(s) fetched; "
-              f"{_moved(result.fetch.transfer)})")
+              f"{_received(result.fetch.transfer)})")
     return EXIT_OK
 
 
@@ -202,8 +220,12 @@ def cmd_status(args: argparse.Namespace) -> int:
             local = r.local[:8] if r.local else "-"
             remote = r.remote[:8] if r.remote else "-"
             extra = ", open version" if r.open else ""
-            print(f"{r.branch:<20} local {local}  {args.remote}/{r.branch} {remote}  "
-                  f"ahead {r.ahead}, behind {r.behind}{extra}")
+            if r.remote is None:
+                print(f"{r.branch:<20} local {local}  not on {args.remote} (as last fetched): "
+                      f"{r.ahead} committed version(s) to push{extra}")
+            else:
+                print(f"{r.branch:<20} local {local}  {args.remote}/{r.branch} {remote}  "
+                      f"ahead {r.ahead}, behind {r.behind}{extra}")
     return EXIT_OK
 
 

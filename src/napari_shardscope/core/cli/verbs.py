@@ -30,6 +30,7 @@ from napari_shardscope.core.cli.common import (
     WORKERS,
     XYZ,
     parse_coords,
+    parse_floats,
     parse_shape,
     parse_size,
     parse_uint64,
@@ -65,9 +66,18 @@ INSPECT_VERBS = (
                 help="a precomputed chunk id (compressed Morton code of the grid position)"),
             arg("--segment", type=parse_uint64, metavar="ID",
                 help="a segment id: its mesh, skeleton or annotations (precomputed)"),
+            arg("--annotation", type=parse_uint64, metavar="ID",
+                help="an annotation id: where by_id stores it (precomputed annotations)"),
+            arg("--cell", type=parse_coords, metavar="I,J,K",
+                help="a spatial index cell of the level --scale names (default: the finest; precomputed "
+                     "annotations)"),
+            arg("--point", type=parse_floats, metavar="X,Y,Z",
+                help="a position in the annotations' coordinates: the cell holding it at every spatial level "
+                     "(or the --scale one)"),
         ), required=True),
         XYZ,
-    ), description="Where the chunk holding a voxel (or a chunk id / segment id) is stored: "
+    ), description="Where the chunk holding a voxel (or a chunk id / segment id; of annotations, an annotation "
+       "id, a spatial cell or the cells holding a point) is stored: "
        "shard file, minishard and byte range [start, end). " + COORDS_HELP + "; " + RECORD_HELP + ".",
        epilog=COORDS_HELP),
     Verb("ls", lazy(_INSPECT, "cmd_ls"), "list stored chunks with their byte ranges", (

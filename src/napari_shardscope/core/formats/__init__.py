@@ -6,10 +6,11 @@ the CLI, the shard browser and export all read. See :mod:`.api` for what a datas
 :mod:`.registry` for how a format is added.
 """
 
+from napari_shardscope.core.formats.annotations import open_annotations
 from napari_shardscope.core.formats.api import Dataset, DatasetInspector, Format
 from napari_shardscope.core.formats.problem import Problem
 from napari_shardscope.core.formats.registry import FORMATS, format_named, open_dataset
 from napari_shardscope.core.formats.volume_spec import LevelSpec, VolumeSpec
 
 __all__ = ["FORMATS", "Dataset", "DatasetInspector", "Format", "LevelSpec", "Problem", "VolumeSpec",
-           "format_named", "open_dataset"]
+           "format_named", "open_annotations", "open_dataset"]

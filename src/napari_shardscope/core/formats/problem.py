@@ -8,6 +8,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from napari_shardscope.core.bytestore import ByteStore, list_unreadable
 from napari_shardscope.core.progress import Progress
 
 T = TypeVar("T")
@@ -27,6 +28,27 @@ class Problem:
 
     def to_json(self) -> dict[str, Any]:
         return {"key": self.key, "message": self.message, "offset": self.offset}
+
+
+def unreadable_problems(store: ByteStore, prefix: str, is_data_key: Callable[[str], bool] | None = None,
+                        what: str = "data") -> tuple[list[Problem], set[str]]:
+    """A problem for each entry below ``prefix`` that is there but cannot be read, and their keys.
+
+    A dangling link, a link loop, a link out of the dataset, a FIFO, socket or device anywhere in a
+    level, and a directory where ``is_data_key`` (given the key below ``prefix``) expects a ``what``
+    file (chunk, shard, block): each is a finding, never an absent key read as fill. Nothing is
+    opened (a FIFO would block). The keys let the format's own checks skip what was reported here.
+    """
+    problems = []
+    for entry in list_unreadable(store, prefix, is_data_key):
+        if entry.kind == "directory":
+            message = f"is a directory, not a {what} file"
+        elif is_data_key is not None and is_data_key(entry.key[len(prefix):]):
+            message = f"{entry.message} (where a {what} file should be)"
+        else:
+            message = entry.message
+        problems.append(Problem(entry.key, message))
+    return problems, {p.key for p in problems}
 
 
 #: Files checked at once by :func:`check_files` (reads overlap on remote stores).

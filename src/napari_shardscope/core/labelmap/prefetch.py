@@ -22,13 +22,14 @@ from typing import Any
 
 from napari_shardscope.core.bytestore.containment import check_key
 from napari_shardscope.core.bytestore.local import write_file_atomic
+from napari_shardscope.core.bytestore.protocol import join_key
 from napari_shardscope.core.errors import ArgumentError, NotFoundError
 from napari_shardscope.core.formats import open_dataset
 from napari_shardscope.core.labelmap.config import TYPE_NAME, LabelmapConfig
 from napari_shardscope.core.progress import Progress
 from napari_shardscope.core.versioned.instance import check_instance_name
-from napari_shardscope.core.versioned.remotes.config import read_json_file
 from napari_shardscope.core.versioned.repository import Repository
+from napari_shardscope.core.versioned.tracking import read_json_file
 
 CACHE_FILE = "base-cache.json"
 CACHE_DIR = "base-cache"
@@ -104,7 +105,8 @@ def prefetch_base(repo: Repository, name: str, region: Sequence[Sequence[int]] |
     dataset = open_dataset(config.base)
     # metadata documents are tried (each format keeps only some); the region's objects must be there
     optional = {str(getattr(dataset, "metadata_key", "")), ".zattrs", "zarr.json", "attributes.json"} - {""}
-    optional |= {f"{scale.key}/{doc}" for scale in config.scales for doc in _SCALE_METADATA}
+    # a bare array's one scale has the key "" (its documents sit at the root): join, never f"{key}/{doc}"
+    optional |= {join_key(scale.key, doc) for scale in config.scales for doc in _SCALE_METADATA}
     required = _region_keys(dataset, config, region)
     keys = sorted(required | optional)
     dest = Path(repo.path) / CACHE_DIR / check_instance_name(name)

@@ -82,6 +82,7 @@ from napari_shardscope.core.proofreading.wording import (
     plural,
 )
 from napari_shardscope.core.versioned import Version
+from napari_shardscope.core.versioned.tracking import tracking_names
 
 T = TypeVar("T")
 #: A split region larger than this many voxels covers only one z plane of the body (painting a
@@ -317,7 +318,10 @@ class ProofreadingController:
         if v is None:
             return []
         current = v.version.branch
-        return [b for b in self.session.branch_names() if b != current]
+        # and the remote-tracking heads (origin/alice after a fetch): what a review usually opens
+        repo = self.session.repo
+        tracked = tracking_names(repo.path) if repo is not None else []
+        return [b for b in self.session.branch_names() if b != current] + tracked
 
     # -- what is possible -----------------------------------------------------------------------
     def action(self, name: str) -> ActionState:

@@ -16,6 +16,7 @@ the store tells), so no process writes through a stale view and no update is los
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import threading
@@ -56,6 +57,7 @@ from napari_shardscope.core.versioned.errors import (
 from napari_shardscope.core.versioned.instance import Instance, check_instance
 from napari_shardscope.core.versioned.merge import MERGE_POLICIES, MergePolicy, MergeResult, plan_merge
 from napari_shardscope.core.versioned.node import NodeContent, NodeEntry, NodeLog, NodeNote
+from napari_shardscope.core.versioned.tracking import check_not_tracking_name, resolve_tracking_name
 from napari_shardscope.core.versioned.view import VersionView, VersionWriter, allocate_ids, decode_blocks, encode_blocks
 from napari_shardscope.core.versioned.writer_lock import DEFAULT_TIMEOUT, WriterLock
 
@@ -223,7 +225,10 @@ class Repository:
     # -- versions -------------------------------------------------------------------------------
 
     def version(self, ref: str | Version) -> Version:
-        """The version named by a branch name (its head), a UUID prefix, or a :class:`Version`."""
+        """The version named by a branch name (its head), a UUID prefix, a :class:`Version`, or a
+        remote-tracking name (``origin/main``: the head last fetched from remote ``origin``, see
+        :mod:`~napari_shardscope.core.versioned.tracking`), which wins over any local branch."""
+        ref = self._tracked(ref)
         with self._state:
             try:
                 if isinstance(ref, Version):
@@ -309,8 +314,22 @@ class Repository:
 
     def _fresh(self, ref: str | Version) -> Version:
         """Resolve inside a write transaction (the DAG was just refreshed)."""
+        ref = self._tracked(ref)
         with self._state:
             return self._dag.resolve(ref)
+
+    def _tracked(self, ref: str | Version) -> str | Version:
+        """``ref``, or the UUID it names when it is a remote-tracking name (``<remote>/<branch>``)."""
+        if isinstance(ref, str) and "/" in ref:
+            node = resolve_tracking_name(self.path, ref)
+            if node is not None:
+                return node
+        return ref
+
+    def _check_new_branch(self, name: str) -> None:
+        """A new branch name: well formed, unused, and not a remote-tracking name (``origin/…``)."""
+        self._dag.check_new_branch(name)
+        check_not_tracking_name(self.path, name)
 
     def _writable(self, ref: str | Version) -> Version:
         v = self._fresh(ref)
@@ -336,7 +355,7 @@ class Repository:
                     f"{parent.branch!r}; give a new branch name"
                 )
             return parent.branch
-        self._dag.check_new_branch(branch)
+        self._check_new_branch(branch)
         return branch
 
     def notes(self, ref: str | Version) -> list[Note]:
@@ -615,7 +634,7 @@ class Repository:
 
         It may continue the branch of a parent on it (the first parent for versions made here; any
         parent for an adopted merge version) when that parent has no continuing child yet, or start
-        ``branch`` when no version carries the name.
+        ``branch`` when no version carries the name and it is not a remote-tracking name.
         """
         self._sync()
         with self._state:
@@ -623,7 +642,38 @@ class Repository:
                 parent = self._dag.by_uuid(p)
                 if parent.branch == branch:
                     return self._dag.continuing_child(parent) is None
-            return not self._dag.has_branch(branch)
+            if self._dag.has_branch(branch):
+                return False
+        try:
+            check_not_tracking_name(self.path, branch)
+        except ArgumentError:
+            return False
+        return True
+
+    def rename_branch(self, old: str, new: str, *, timeout: float | None = None) -> list[Version]:
+        """Give every version of branch ``old`` the new branch name ``new``, in one transaction.
+
+        A version's branch is a field of its record, so this rewrites those records (nothing else:
+        keys hold version ids, not names). It exists for one migration: repositories whose fetches
+        (before remote-tracking names were refs) left local branches named ``origin/main``, a name
+        that now always means the remote's head. Returns the renamed versions.
+        """
+        with self._writing(timeout) as p:
+            with self._state:
+                if not self._dag.has_branch(old):
+                    raise UnknownBranchError(f"no branch {old!r}")
+                self._check_new_branch(new)
+                everything = list(self._dag)
+            renamed = [dataclasses.replace(v, branch=new) for v in everything if v.branch == old]
+            for v in renamed:
+                p.txn.put(K.version_record_key(v.vid), encode_version(v))
+            dag = Dag([*(v for v in everything if v.branch != old), *renamed])
+
+            def install() -> None:
+                self._dag = dag
+
+            p.after(install)
+        return renamed
 
     def adopt_node(self, node: NodeContent, branch: str | None = None, *, timeout: float | None = None) -> Version:
         """Add a committed version received from elsewhere, under a fresh local id, in one transaction.
@@ -649,7 +699,7 @@ class Repository:
                         raise BranchExistsError(f"version {on_branch[0].short} already has child {child.short} "
                                                 f"continuing branch {name!r}")
                 else:
-                    self._dag.check_new_branch(name)
+                    self._check_new_branch(name)
                 if not node.parents:
                     raise StoreCorruptError(f"version {node.uuid} has no parents but this repository has a root")
                 iids = self._node_instances(node)

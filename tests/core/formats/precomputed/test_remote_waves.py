@@ -3,8 +3,9 @@
 The loopback server answers every request 0.2 s late (a far bucket) and records when each request
 arrived and was answered; :meth:`RangeServer.waves` numbers a request one wave after the latest wave
 answered before it arrived. Requests a client issues together arrive within the delay, so the count is
-what the client's dependencies force, not a time. Three waves are the minimum: the ``info`` document
-(with the other formats' documents probed at once), the shard indexes it locates, the minishard
+what the client's dependencies force, not a time. Four waves are the minimum: the size of every
+candidate metadata document (one-byte probes at the size limit, all at once: a document is never read
+whole before it is known to fit), the ``info`` document, the shard indexes it locates, the minishard
 indexes those locate. Every scale's work goes in the same waves.
 """
 
@@ -24,8 +25,10 @@ from tests.http_range_server import RangeServer
 from tests.precomputed_data import SHARDING_MURMUR_GZIP, garble_minishard_index, inspect_errors, write_ts_volume
 
 DELAY_S = 0.2
-#: ``info`` (+ other formats' documents), shard indexes, minishard indexes.
-MAX_WAVES = 3
+#: Document sizes, ``info``, shard indexes, minishard indexes.
+MAX_WAVES = 4
+#: The waves format detection takes (the probes, then the documents that exist).
+DETECTION = 2
 #: Inspects before the measured one, each opening connections the pool lacked.
 WARM_UP = 2
 
@@ -65,23 +68,24 @@ def waves_of_inspect(server: RangeServer, name: str) -> tuple[dict[str, Any], li
 
 
 @pytest.mark.parametrize("name", ["one", "three"])
-def test_remote_inspect_needs_three_dependent_waves(served: tuple[Path, RangeServer], name: str) -> None:
+def test_remote_inspect_needs_four_dependent_waves(served: tuple[Path, RangeServer], name: str) -> None:
     root, server = served
     summary, waves = waves_of_inspect(server, name)
     assert comparable(summary) == comparable(open_dataset(root / name).inspector().inspect())  # type: ignore[attr-defined]
     assert max(w for w, _, _ in waves) <= MAX_WAVES, "\n".join(map(str, waves))
     # each wave is what it must be: the documents, then index probes, then minishard indexes
-    assert all(not path.endswith(".shard") for w, path, _ in waves if w == 1), waves
-    probes = {path for w, path, rng in waves if w == 2}
+    assert all(not path.endswith(".shard") for w, path, _ in waves if w <= DETECTION), waves
+    probes = {path for w, path, rng in waves if w == DETECTION + 1}
     shard_files = {"/" + p.relative_to(root).as_posix() for p in (root / name).rglob("*.shard")}
     # every possible shard is probed (plain HTTP cannot list); the missing ones' obsolete ``.index``
     # probes ride in wave 3 with the minishard indexes
     assert shard_files <= probes and all(p.endswith(".shard") for p in probes), waves
-    assert any(path.endswith(".index") for w, path, _ in waves if w == 3) == (len(probes) > len(shard_files))
+    assert any(path.endswith(".index") for w, path, _ in waves if w == DETECTION + 2) == (
+        len(probes) > len(shard_files))
     assert len(summary["scales"]) == (1 if name == "one" else 3)
 
 
-def test_cli_inspect_over_http_matches_local_in_three_waves(served: tuple[Path, RangeServer],
+def test_cli_inspect_over_http_matches_local_in_four_waves(served: tuple[Path, RangeServer],
                                             capsys: pytest.CaptureFixture[str]) -> None:
     root, server = served
     for _ in range(WARM_UP):

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -186,10 +187,14 @@ def test_validate_finds_each_damage_and_reads_fail_typed(blosc_array: tuple[Path
     found = problems(path)
     assert any(p.startswith("0.0.0: ") for p in found)
     assert any(p.startswith("0.1.0: ") and "blosc" in p for p in found)
-    assert any(p.startswith("0.1.1: a directory") for p in found)
+    assert any(p.startswith("0.1.1: is a directory, not a chunk file") for p in found)
     assert any(p.startswith("5.0.0: grid position (5, 0, 0) is outside") for p in found)
     assert any(p.startswith("1.01.0: ") and "not a chunk key" in p for p in found)
     assert len([p for p in found if p.startswith("0.0.1")]) <= 1  # a flip may or may not break blosc's checks
+    with pytest.raises(ShardscopeError) as info:  # the directory at 0.1.1 is refused when the volume opens
+        open_volume(path).levels[0].array[0:8, 0:8, 0:8].read()
+    assert exit_code_for(info.value) == 4 and "0.1.1" in str(info.value)
+    shutil.rmtree(path / "0.1.1")  # without it, the read stops at the truncated chunk
     with pytest.raises(ShardscopeError) as info:
         open_volume(path).levels[0].array[0:8, 0:8, 0:8].read()
     assert exit_code_for(info.value) in (4, 8) and "0.0.0" in str(info.value)

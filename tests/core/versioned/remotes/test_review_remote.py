@@ -35,6 +35,7 @@ def test_review_a_fetched_branch_keep_theirs_and_push(base: Path, tmp_path: Path
     c.version.merge(svs[2], [svs[0]])  # B: body 0 into 2 — the same body: a conflict
     c.commit("B: 0 into 2")
     R.fetch(c.session.repo, "origin")
+    assert "origin/main" in c.state.merge_candidates  # the Review panel offers the remote-tracking head
     reviewer = BranchReviewer(c)
     review = reviewer.open("origin/main")
     assert c.last_error == ""

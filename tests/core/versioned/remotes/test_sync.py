@@ -238,7 +238,8 @@ def test_review_a_fetched_branch(base: Path, tmp_path: Path, capsys: pytest.Capt
     b.commit(vb, "bob")
     R.push(a)
     fetched = R.fetch(b)
-    assert list(fetched.renamed.values()) == ["origin/main"]
+    (adopted_on,) = set(fetched.renamed.values())  # a branch of its own; origin/main is the tracking name
+    assert adopted_on.startswith("main+origin-") and b.version("origin/main").uuid == fetched.tracking["main"]
     review = review_branch(open_labelmap(b, "seg"), "origin/main", "main")
     by_body = {r.body: r for r in review.bodies}
     assert set(by_body) == {x, y, z, w}

@@ -236,7 +236,7 @@ def decode_block(data: bytes, attributes: DatasetAttributes, *, key: str | None 
     header = check_block_header(decode_block_header(data, key=key), attributes, key=key)
     dtype = attributes.dtype
     raw = decode_payload(data[header.nbytes:], attributes.compression, header.num_elements * dtype.itemsize,
-                         key=key, offset=header.nbytes)
+                         key=key, offset=header.nbytes, itemsize=dtype.itemsize)
     array = np.frombuffer(raw, dtype=dtype)
     if not header.varlength:
         array = array.reshape(header.shape[::-1])

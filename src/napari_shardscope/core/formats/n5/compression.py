@@ -173,7 +173,7 @@ def parse_compression(value: Any, *, key: str | None = None, field: str = "compr
 
 
 def decode_payload(payload: bytes, compression: Compression, expected_nbytes: int, *,
-                   key: str | None = None, offset: int = 0) -> bytes | bytearray:
+                   key: str | None = None, offset: int = 0, itemsize: int | None = None) -> bytes | bytearray:
     """Decompress a block's data (the bytes after its header) to exactly ``expected_nbytes``.
 
     Parameters
@@ -186,6 +186,8 @@ def decode_payload(payload: bytes, compression: Compression, expected_nbytes: in
         Elements × item size the header promises; more or fewer decoded bytes is an error.
     key, offset
         Where ``payload`` is stored (``offset`` = header length), for error messages.
+    itemsize
+        Bytes per element (the data type's), which a blosc header's type size must match when it shuffles.
 
     Raises
     ------
@@ -198,7 +200,7 @@ def decode_payload(payload: bytes, compression: Compression, expected_nbytes: in
     if decoder is None:  # pragma: no cover - parse_compression admits only known types
         raise UnsupportedCompressionError(f"cannot decode N5 compression {compression.type!r}",
                                           key=key, offset=offset)
-    out = decoder(payload, compression, expected_nbytes, key, offset)
+    out = decoder(payload, compression, expected_nbytes, key, offset, itemsize)
     if len(out) != expected_nbytes:
         size = f"more than {expected_nbytes}" if len(out) > expected_nbytes else str(len(out))
         raise ChunkDecodeError(f"{_label(compression)} data decodes to {size} bytes, expected {expected_nbytes}",
@@ -211,15 +213,17 @@ def _label(compression: Compression) -> str:
 
 
 #: A decoder returns bytes, or a bytearray it decoded into in place (gzip: no copy on the way to numpy).
-Decoder = Callable[[bytes, Compression, int, str | None, int], bytes | bytearray]
+#: Its arguments: payload, compression, expected bytes, key, offset, item size (when known).
+Decoder = Callable[[bytes, Compression, int, str | None, int, int | None], bytes | bytearray]
 
 
-def _decode_raw(payload: bytes, compression: Compression, expected: int, key: str | None, offset: int) -> bytes:
+def _decode_raw(payload: bytes, compression: Compression, expected: int, key: str | None,
+                offset: int, itemsize: int | None = None) -> bytes:
     return bytes(payload)
 
 
 def _decode_gzip(payload: bytes, compression: Compression, expected: int, key: str | None,
-                 offset: int) -> bytearray:
+                 offset: int, itemsize: int | None = None) -> bytearray:
     """gzip members (all of them: Java and pigz-style writers may concatenate) or one zlib stream.
 
     Decoded straight into a buffer of the expected size; more output than that is an error there,
@@ -249,11 +253,13 @@ def inflate_gzip_into(payload: bytes, compression: Compression, address: int, si
                                  what=_label(compression), key=key, offset=offset, start=start)
 
 
-def _decode_bzip2(payload: bytes, compression: Compression, expected: int, key: str | None, offset: int) -> bytes:
+def _decode_bzip2(payload: bytes, compression: Compression, expected: int, key: str | None,
+                offset: int, itemsize: int | None = None) -> bytes:
     return _decode_streams(payload, expected, key, offset, "bzip2", bz2.BZ2Decompressor, (OSError, ValueError))
 
 
-def _decode_xz(payload: bytes, compression: Compression, expected: int, key: str | None, offset: int) -> bytes:
+def _decode_xz(payload: bytes, compression: Compression, expected: int, key: str | None,
+                offset: int, itemsize: int | None = None) -> bytes:
     return _decode_streams(payload, expected, key, offset, "xz",
                            lambda: lzma.LZMADecompressor(format=lzma.FORMAT_XZ), lzma.LZMAError)
 
@@ -288,24 +294,20 @@ def _decode_streams(payload: bytes, expected: int, key: str | None, offset: int,
         pos += consumed
 
 
-def _decode_lz4(payload: bytes, compression: Compression, expected: int, key: str | None, offset: int) -> bytes:
+def _decode_lz4(payload: bytes, compression: Compression, expected: int, key: str | None,
+                offset: int, itemsize: int | None = None) -> bytes:
     return decode_lz4_stream(payload, expected, key=key, offset=offset)
 
 
-def _decode_blosc(payload: bytes, compression: Compression, expected: int, key: str | None, offset: int) -> bytes:
-    # Check the 16-byte blosc header ourselves before handing bytes to C: the sizes it claims must
-    # match the buffer and the block, so c-blosc never reads or allocates past what we hold.
-    if len(payload) < BLOSC_HEADER_SIZE:
-        raise ChunkDecodeError(f"blosc header truncated: {len(payload)} of {BLOSC_HEADER_SIZE} bytes",
-                               key=key, offset=offset)
-    nbytes, _blocksize, cbytes = struct.unpack_from("<III", payload, 4)
-    if cbytes != len(payload):
-        raise ChunkDecodeError(f"blosc header says {cbytes} compressed bytes, the block holds {len(payload)}",
-                               key=key, offset=offset + 12)
-    if nbytes != expected:
-        raise ChunkDecodeError(f"blosc data decodes to {nbytes} bytes, expected {expected}",
-                               key=key, offset=offset + 4)
-    if nbytes == 0:  # c-blosc reports "0 bytes decompressed" as a failure; nothing to decode anyway
+def _decode_blosc(payload: bytes, compression: Compression, expected: int, key: str | None, offset: int,
+                  itemsize: int | None = None) -> bytes:
+    # Every field of the 16-byte blosc header, and the block starts after it, are checked ourselves
+    # before c-blosc reads them: the sizes must match the buffer and the block, the compressor and
+    # shuffle the dataset's attributes, so c-blosc never reads past what we hold nor unshuffles wrongly.
+    blosc_expected = encoding.BloscExpected(cname=compression.cname, shuffle=compression.shuffle,
+                                            typesizes=(itemsize,) if itemsize else (), nbytes=expected)
+    head = encoding.check_blosc_header(payload, max_size=expected, expected=blosc_expected, key=key, offset=offset)
+    if head.nbytes == 0:  # c-blosc reports "0 bytes decompressed" as a failure; nothing to decode anyway
         return b""
     try:
         from numcodecs import blosc
@@ -319,12 +321,14 @@ def _decode_blosc(payload: bytes, compression: Compression, expected: int, key: 
     return bytes(out)
 
 
-def _decode_zstd(payload: bytes, compression: Compression, expected: int, key: str | None, offset: int) -> bytes:
+def _decode_zstd(payload: bytes, compression: Compression, expected: int, key: str | None, offset: int,
+                 itemsize: int | None = None) -> bytes:
     try:
         import zstandard
     except ImportError as exc:  # pragma: no cover - zstandard is in the codecs extra
         raise UnsupportedCompressionError("N5 zstd compression needs the 'zstandard' package "
                                           "(pip install 'napari-shardscope[codecs]')", key=key, offset=offset) from exc
+    encoding.check_zstd_frame(payload, max_size=expected, exact=True, key=key, offset=offset)
     out = bytearray()
     try:
         reader = zstandard.ZstdDecompressor().stream_reader(io.BytesIO(payload), read_across_frames=True)

@@ -34,8 +34,8 @@ from napari_shardscope.core.formats.n5.block import (
     read_block,
     read_block_bytes,
 )
-from napari_shardscope.core.formats.n5.volume import presented_order, stored_axes, volume_placement
-from napari_shardscope.core.formats.problem import Problem, check_files
+from napari_shardscope.core.formats.n5.volume import block_path_test, presented_order, stored_axes, volume_placement
+from napari_shardscope.core.formats.problem import Problem, check_files, unreadable_problems
 from napari_shardscope.core.progress import Progress
 
 
@@ -193,10 +193,15 @@ class N5Inspector:
         """
         levels = [self.level(scale)] if scale is not None else self.levels
         work: list[tuple[DatasetAttributes, str, str]] = []
+        bad: set[str] = set()
         for lvl in levels:
             prefix = f"{lvl.attributes.path}/" if lvl.attributes.path else ""
+            # dangling links, link loops, FIFOs, sockets, and directories where a block file should be
+            unreadable, found = unreadable_problems(self.store, prefix, block_path_test(lvl.attributes), "block")
+            yield from (p for p in unreadable if p.key not in bad)
+            bad |= found
             work.extend((lvl.attributes, key, key[len(prefix):]) for key in self.store.list(prefix))
-        work = [(a, key, rel) for a, key, rel in work if _looks_numeric(rel)]
+        work = [(a, key, rel) for a, key, rel in work if _looks_numeric(rel) and key not in bad]
         yield from check_files(work, lambda w: w[1], lambda w: self._check_key(*w), progress, what="blocks")
 
     def _check_key(self, attrs: DatasetAttributes, key: str, rel: str) -> list[Problem]:

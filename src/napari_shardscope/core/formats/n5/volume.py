@@ -20,7 +20,7 @@ written and the volume is unitless. N5 has no offset field: translate is 0, unle
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,7 +30,13 @@ import numpy.typing as npt
 from napari_shardscope.core.bytestore import ByteStore, Location, check_level_tree
 from napari_shardscope.core.errors import UnsupportedFeatureError
 from napari_shardscope.core.formats.n5.attributes import DatasetAttributes, ScaleLevel, is_dataset, needs_own_reader
-from napari_shardscope.core.formats.n5.block import MODE_DEFAULT, format_block_key, max_block_bytes, read_block
+from napari_shardscope.core.formats.n5.block import (
+    MODE_DEFAULT,
+    format_block_key,
+    max_block_bytes,
+    parse_block_path,
+    read_block,
+)
 from napari_shardscope.core.formats.n5.direct_source import n5_direct_source
 from napari_shardscope.core.formats.ome import channel_axis_by_name
 from napari_shardscope.core.formats.units import nm_factors
@@ -209,6 +215,14 @@ def level_chunk_source(store: ByteStore | None, attributes: DatasetAttributes) -
     return n5_direct_source(store, attributes)
 
 
+def block_path_test(attributes: DatasetAttributes) -> Callable[[str], bool]:
+    """Whether a key below the dataset is one of its block paths inside the grid: a directory there reads as fill."""
+    def test(rel: str) -> bool:
+        grid = parse_block_path(rel, attributes.ndim)
+        return grid is not None and attributes.contains_grid_position(grid)
+    return test
+
+
 def volume_spec(location: Location, levels: Sequence[ScaleLevel], root: Mapping[str, Any], *,
                 kind: Kind | None = None, store: ByteStore | None = None) -> VolumeSpec:
     """The volume at ``location``: ``levels`` from :func:`~.attributes.list_scales`, ``root`` its attributes.
@@ -220,7 +234,8 @@ def volume_spec(location: Location, levels: Sequence[ScaleLevel], root: Mapping[
     placement = volume_placement(levels, root)
     transform = ArrayTransform(order=presented_order(levels, root))
     for level in levels:  # TensorStore reads <root>/<sN>/…: keep it inside the group
-        check_level_tree(location, level.attributes.path, max_file_bytes=max_block_bytes(level.attributes))
+        check_level_tree(location, level.attributes.path, max_file_bytes=max_block_bytes(level.attributes),
+                         is_data_key=block_path_test(level.attributes))
     specs = tuple(
         LevelSpec.of(placed, {"driver": "n5", "kvstore": location.child(level.attributes.path).kvstore}, transform,
                      level_chunk_source(store, level.attributes))

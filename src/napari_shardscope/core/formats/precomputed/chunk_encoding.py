@@ -28,6 +28,7 @@ import numpy.typing as npt
 from napari_shardscope.core.bytestore import ByteStore, read_bounded
 from napari_shardscope.core.encoding import gunzip, unbrotli
 from napari_shardscope.core.errors import ChunkDecodeError, UnsupportedFeatureError
+from napari_shardscope.core.formats.precomputed.compresso_stream import check_compresso_stream
 from napari_shardscope.core.formats.precomputed.info import PrecomputedInfo, ScaleInfo
 
 #: Encodings :func:`decode_chunk_encoding` reads.
@@ -56,25 +57,30 @@ def decode_chunk_encoding(data: bytes, info: PrecomputedInfo, scale: ScaleInfo, 
             raise ChunkDecodeError(f"raw chunk has {len(data)} bytes, expected {expected}", key=key, offset=0)
         return np.frombuffer(data, dtype=dtype.newbyteorder("<")).reshape((*extent, channels), order="F")
     if scale.encoding == "compressed_segmentation":
-        return _decode_compressed_segmentation(data, dtype, scale, extent, channels, key=key)
+        block = scale.compressed_segmentation_block_size or (8, 8, 8)
+        return decode_compressed_segmentation(data, dtype, block, extent, channels, key=key)
     if scale.encoding == "compresso":
-        return _decode_compresso(data, dtype, extent, channels, key=key)
+        return decode_compresso(data, dtype, extent, channels, key=key)
     raise UnsupportedFeatureError(f"precomputed '{scale.encoding}' chunks in this layout", key=key,
                                   detail=f"read here: {', '.join(OWN_ENCODINGS)}")
 
 
-def _decode_compressed_segmentation(data: bytes, dtype: np.dtype[Any], scale: ScaleInfo,
-                                    extent: tuple[int, int, int], channels: int, *, key: str) -> npt.NDArray[Any]:
+def decode_compressed_segmentation(data: bytes, dtype: np.dtype[Any], block: tuple[int, int, int],
+                                   extent: tuple[int, int, int], channels: int, *, key: str) -> npt.NDArray[Any]:
+    """A compressed_segmentation chunk of ``extent`` voxels as ``(x, y, z, channel)``, every offset checked first."""
     import compressed_segmentation
 
-    block = scale.compressed_segmentation_block_size or (8, 8, 8)
+    if dtype.itemsize not in (4, 8) or dtype.kind not in "ui":
+        raise ChunkDecodeError(f"compressed_segmentation holds 32- or 64-bit labels, the scale's data type is {dtype}",
+                               key=key, offset=0)
     check_compressed_segmentation(data, extent, channels, block, dtype.itemsize, key=key)
+    shape = (*extent, channels) if channels > 1 else extent
     try:
-        out = compressed_segmentation.decompress(bytes(data), (*extent, channels) if channels > 1 else extent,
-                                                 dtype, block_size=block, order="F")
+        out = compressed_segmentation.decompress(bytes(data), shape, dtype, block_size=block, order="F")
     except Exception as exc:  # the codec raises ValueError/RuntimeError/IndexError for bad bytes
         raise ChunkDecodeError(f"bad compressed_segmentation data ({exc})", key=key, offset=0) from exc
-    return np.asarray(out).reshape((*extent, channels), order="F")
+    out = check_decoded(np.asarray(out), shape, dtype, "compressed_segmentation", key=key)
+    return out.reshape((*extent, channels), order="F")
 
 
 #: Most voxels in one compressed_segmentation block (256³; writers use 8³): larger sizes are damage, and
@@ -137,8 +143,9 @@ def check_compressed_segmentation(data: bytes, extent: tuple[int, int, int], cha
                                        offset=4 * (start + 2 * i))
 
 
-def _decode_compresso(data: bytes, dtype: np.dtype[Any], extent: tuple[int, int, int], channels: int, *,
-                      key: str) -> npt.NDArray[Any]:
+def decode_compresso(data: bytes, dtype: np.dtype[Any], extent: tuple[int, int, int], channels: int, *,
+                     key: str) -> npt.NDArray[Any]:
+    """A compresso chunk of ``extent`` voxels as ``(x, y, z, 1)``; the whole stream is checked before C++ decodes it."""
     try:
         import compresso
     except ImportError as exc:  # pragma: no cover - compresso is in the codecs extra
@@ -146,19 +153,25 @@ def _decode_compresso(data: bytes, dtype: np.dtype[Any], extent: tuple[int, int,
                                       detail="pip install 'napari-shardscope[codecs]'") from exc
     if channels != 1:
         raise UnsupportedFeatureError("compresso with more than one channel", key=key)
-    try:
-        head = compresso.header(bytes(data))
-    except Exception as exc:  # a short or foreign buffer
-        raise ChunkDecodeError(f"bad compresso header ({exc})", key=key, offset=0) from exc
-    shape = (int(head["sx"]), int(head["sy"]), int(head["sz"]))
-    if shape != extent or int(head["data_width"]) != dtype.itemsize:
-        raise ChunkDecodeError(f"compresso chunk of {shape} x {head['data_width']} bytes where the scale needs "
-                               f"{extent} x {dtype.itemsize}", key=key, offset=0)
+    check_compresso_stream(data, extent, dtype.itemsize, key=key)  # every field, before C++ trusts any
     try:
         out = compresso.decompress(bytes(data))
-    except Exception as exc:
+    except Exception as exc:  # compresso.DecodeError for what its own checks catch
         raise ChunkDecodeError(f"bad compresso data ({exc})", key=key, offset=0) from exc
-    return np.asarray(out, dtype=dtype).reshape((*extent, 1), order="F")
+    return check_decoded(np.asarray(out), extent, dtype, "compresso", key=key)[..., np.newaxis]
+
+
+def check_decoded(out: npt.NDArray[Any], shape: tuple[int, ...], dtype: np.dtype[Any], what: str, *,
+                  key: str) -> npt.NDArray[Any]:
+    """``out`` as an array of ``shape`` and ``dtype``; a decoder that returned anything else is an error.
+
+    The last line of defence behind the header checks: a C decoder's output whose shape, data type or
+    value count is not what the spec implies is a :class:`ChunkDecodeError`, never voxels.
+    """
+    if out.shape != tuple(shape) or out.dtype.itemsize != dtype.itemsize or out.dtype.kind not in "uib":
+        raise ChunkDecodeError(f"{what} data decoded to {out.dtype} {list(out.shape)}, the chunk is {dtype} "
+                               f"{list(shape)}", key=key, offset=0)
+    return out.view(dtype) if out.dtype != dtype else out
 
 
 def max_chunk_bytes(info: PrecomputedInfo, extent: tuple[int, int, int]) -> int:

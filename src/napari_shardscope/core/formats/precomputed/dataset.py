@@ -6,15 +6,19 @@ import threading
 from typing import TYPE_CHECKING, Any
 
 from napari_shardscope.core.bytestore import Location
+from napari_shardscope.core.errors import MetadataError
 from napari_shardscope.core.formats.base import DatasetBase
 from napari_shardscope.core.formats.precomputed.info import PrecomputedInfo, parse_info
 from napari_shardscope.core.json_document import load_json_object
 
 if TYPE_CHECKING:
+    from napari_shardscope.core.formats.precomputed.annotations.info import AnnotationInfo
+    from napari_shardscope.core.formats.precomputed.annotations.reader import AnnotationSource
     from napari_shardscope.core.formats.precomputed.shard_reader import ShardedReader
     from napari_shardscope.core.formats.volume_spec import Kind, VolumeSpec
 
 VOLUME_TYPE = "neuroglancer_multiscale_volume"
+ANNOTATION_TYPE = "neuroglancer_annotations_v1"
 
 
 class PrecomputedDataset(DatasetBase):
@@ -27,6 +31,7 @@ class PrecomputedDataset(DatasetBase):
         super().__init__(location, info, context)
         self.document = load_json_object(info, key=self.metadata_url)
         self._info: PrecomputedInfo | None = None
+        self._annotation_info: AnnotationInfo | None = None
         self._volume_inspector: Any = None
         self._reader_lock = threading.Lock()
 
@@ -36,9 +41,36 @@ class PrecomputedDataset(DatasetBase):
         return bool(self.document.get("@type", VOLUME_TYPE) == VOLUME_TYPE)
 
     @property
+    def is_annotations(self) -> bool:
+        """Whether ``info`` describes a precomputed annotation collection (``neuroglancer_annotations_v1``)."""
+        return bool(self.document.get("@type") == ANNOTATION_TYPE)
+
+    @property
+    def annotation_info(self) -> AnnotationInfo:
+        """The collection's parsed ``info`` (MetadataError for a directory that is not an annotation collection)."""
+        if self._annotation_info is None:
+            from napari_shardscope.core.formats.precomputed.annotations.info import parse_annotation_info
+
+            self._annotation_info = parse_annotation_info(self.document, key=self.metadata_url)
+        return self._annotation_info
+
+    def annotations(self) -> AnnotationSource:
+        """The annotation collection, read through this dataset's store and its inspector's shard readers."""
+        if not self.is_annotations:
+            raise MetadataError(f'"@type" {self.document.get("@type", VOLUME_TYPE)!r} is not a precomputed annotation '
+                                f"collection ({ANNOTATION_TYPE})", key=self.metadata_url)
+        source: AnnotationSource = self.inspector().annotations
+        return source
+
+    @property
     def info(self) -> PrecomputedInfo:
         """The volume's parsed ``info`` (MetadataError for a directory that is not a volume)."""
         if self._info is None:
+            if self.is_annotations:
+                raise MetadataError(f"is a precomputed annotation collection ({ANNOTATION_TYPE}: "
+                                    f"{str(self.document.get('annotation_type', '?')).lower()} annotations), not a "
+                                    "volume: it has no voxels to show; read it with open_annotations(url) or "
+                                    "inspect it with shardscope inspect", key=self.metadata_url)
             self._info = parse_info(self.document, key=self.metadata_url)
         return self._info
 
@@ -76,6 +108,8 @@ class PrecomputedDataset(DatasetBase):
     def _make_inspector(self) -> Any:
         from napari_shardscope.core.formats.precomputed.inspector import PrecomputedInspector
 
+        if self.is_annotations:
+            return PrecomputedInspector(self.store, self.annotation_info)
         return PrecomputedInspector(self.store, self.info if self.is_volume else self.document)
 
     def _make_layout_backend(self) -> Any:

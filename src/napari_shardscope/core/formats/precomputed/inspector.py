@@ -15,6 +15,7 @@ import math
 from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -30,6 +31,14 @@ from napari_shardscope.core.errors import (
     ShardscopeError,
     StoreError,
 )
+from napari_shardscope.core.formats.precomputed.annotations.info import (
+    AnnotationInfo,
+    SpatialLevel,
+    parse_annotation_info,
+)
+from napari_shardscope.core.formats.precomputed.annotations.reader import AnnotationSource, index_bounds
+from napari_shardscope.core.formats.precomputed.annotations.spatial import cell_of_chunk_id, parse_cell_key
+from napari_shardscope.core.formats.precomputed.annotations.validate import validate_annotations
 from napari_shardscope.core.formats.precomputed.chunk_encoding import (
     BROTLI_SUFFIX,
     GZIP_SUFFIX,
@@ -54,8 +63,8 @@ from napari_shardscope.core.formats.precomputed.shard_reader import (
 )
 from napari_shardscope.core.formats.precomputed.sharding import ShardingSpec, parse_sharding_spec
 from napari_shardscope.core.formats.precomputed.validate import ChunkCheck, DataBefore, validate_shard_file
-from napari_shardscope.core.formats.precomputed.volume import volume_placement
-from napari_shardscope.core.formats.problem import Problem
+from napari_shardscope.core.formats.precomputed.volume import is_data_file_name, volume_placement
+from napari_shardscope.core.formats.problem import Problem, unreadable_problems
 from napari_shardscope.core.formats.volume_spec import VolumePlacement
 from napari_shardscope.core.json_document import load_json
 from napari_shardscope.core.progress import Progress
@@ -80,6 +89,9 @@ class Source:
     sharding: ShardingSpec | None
     scale: ScaleInfo | None = None
     info_type: str | None = None  # the "@type" of a segment-keyed directory's info
+    level: SpatialLevel | None = None  # an annotation spatial index level
+    level_index: int | None = None  # its position in ``info["spatial"]`` (0 is the coarsest)
+    relationship: str | None = None  # an annotation relationship index's id
 
 
 def _load_json(store: ByteStore, key: str) -> Any:
@@ -106,39 +118,20 @@ def read_segment_sources(store: ByteStore, prefix: str, name: str, doc: Any = No
     if type_at in SEGMENT_TYPES:
         return [Source(name, "segment", prefix, sharding(obj.get("sharding"), "sharding"), info_type=type_at)]
     if type_at == ANNOTATION_TYPE:
-        out: list[Source] = []
-        by_id = obj.get("by_id")
-        if isinstance(by_id, Mapping) and isinstance(by_id.get("key"), str):
-            out.append(
-                Source(
-                    join_key(name, "by_id"),
-                    "annotation_by_id",
-                    join_key(prefix, by_id["key"]),
-                    sharding(by_id.get("sharding"), "by_id.sharding"),
-                )
-            )
-        for i, rel in enumerate(obj.get("relationships") or []):
-            if isinstance(rel, Mapping) and isinstance(rel.get("key"), str):
-                out.append(
-                    Source(
-                        join_key(name, f"relationships/{rel.get('id', i)}"),
-                        "annotation_relationship",
-                        join_key(prefix, rel["key"]),
-                        sharding(rel.get("sharding"), f"relationships[{i}].sharding"),
-                    )
-                )
-        for i, sp in enumerate(obj.get("spatial") or []):
-            if isinstance(sp, Mapping) and isinstance(sp.get("key"), str):
-                out.append(
-                    Source(
-                        join_key(name, f"spatial/{sp['key']}"),
-                        "annotation_spatial",
-                        join_key(prefix, sp["key"]),
-                        sharding(sp.get("sharding"), f"spatial[{i}].sharding"),
-                    )
-                )
-        return out
+        return annotation_sources(parse_annotation_info(obj, key=key), prefix, name)
     raise MetadataError(f'"@type" {type_at!r} is not a precomputed volume, skeleton, mesh or annotation info', key=key)
+
+
+def annotation_sources(info: AnnotationInfo, prefix: str, name: str) -> list[Source]:
+    """The index directories of an annotation collection: ``by_id``, ``relationships/<id>``, ``spatial/<key>``."""
+    out = [Source(join_key(name, "by_id"), "annotation_by_id", join_key(prefix, info.by_id.key), info.by_id.sharding)]
+    for rel in info.relationships:
+        out.append(Source(join_key(name, f"relationships/{rel.id}"), "annotation_relationship",
+                          join_key(prefix, rel.key), rel.sharding, relationship=rel.id))
+    for i, level in enumerate(info.spatial):
+        out.append(Source(join_key(name, f"spatial/{level.key}"), "annotation_spatial", join_key(prefix, level.key),
+                          level.sharding, level=level, level_index=i))
+    return out
 
 
 class PrecomputedInspector:
@@ -146,22 +139,32 @@ class PrecomputedInspector:
 
     format_name = "precomputed"
 
-    def __init__(self, store: ByteStore, info: PrecomputedInfo | Mapping[str, Any]) -> None:
+    def __init__(self, store: ByteStore, info: PrecomputedInfo | AnnotationInfo | Mapping[str, Any]) -> None:
         """Inspect the dataset at ``store`` whose ``info`` is already read.
 
-        ``info`` is the parsed volume ``info`` (what :class:`~.dataset.PrecomputedDataset` passes),
-        or the decoded document of a segment-keyed directory (meshes, skeletons, annotations); a
-        volume's decoded document is parsed here, for callers that hold only a store.
+        ``info`` is the parsed volume or annotation ``info`` (what :class:`~.dataset.PrecomputedDataset`
+        passes), or the decoded document of a segment-keyed directory (meshes, skeletons, annotations);
+        a volume's or annotation collection's decoded document is parsed here, for callers that hold
+        only a store.
         """
         self.store = store
         self.volume: PrecomputedInfo | None = None
+        self.annotation_info: AnnotationInfo | None = None
+        self._annotations: AnnotationSource | None = None
         if isinstance(info, PrecomputedInfo):
             self.volume = info
+        elif isinstance(info, AnnotationInfo):
+            self.annotation_info = info
         elif info.get("@type", VOLUME_TYPE) == VOLUME_TYPE:
             self.volume = parse_info(info)
-        if self.volume is not None:
+        elif info.get("@type") == ANNOTATION_TYPE:
+            self.annotation_info = parse_annotation_info(info)
+        self.placement: VolumePlacement | None = None
+        if self.annotation_info is not None:
+            self.sources = annotation_sources(self.annotation_info, "", "")
+        elif self.volume is not None:
             self.sources = [Source(s.key, "volume", s.key, s.sharding, s) for s in self.volume.scales]
-            self.placement: VolumePlacement | None = volume_placement(self.volume)
+            self.placement = volume_placement(self.volume)
         else:
             self.sources = read_segment_sources(store, "", "", info)
             self.placement = None
@@ -178,6 +181,17 @@ class PrecomputedInspector:
             if s.name == scale:
                 return s
         raise ArgumentError(f"no scale {scale!r}; this dataset has {self.scale_keys()}")
+
+    @property
+    def annotations(self) -> AnnotationSource:
+        """The annotation collection's reader, sharing this inspector's shard readers (index caches)."""
+        info = self.annotation_info
+        if info is None:
+            raise ArgumentError("this dataset is not a precomputed annotation collection")
+        if self._annotations is None:
+            readers = {s.prefix: self.reader(s) for s in self.sources if s.sharding is not None}
+            self._annotations = AnnotationSource(self.store, info, readers)
+        return self._annotations
 
     def reader(self, source: Source) -> ShardedReader:
         if source.sharding is None:
@@ -196,6 +210,8 @@ class PrecomputedInspector:
         (compressed_segmentation's tables can outgrow the raw size a little, never fourfold).
         """
         sc, volume = source.scale, self.volume
+        if source.kind.startswith("annotation_"):
+            return index_bounds(source.level.num_cells if source.level is not None else None)
         if sc is None or volume is None:
             return DecodeBounds()
         bytes_per_voxel = volume.bytes_per_voxel
@@ -251,6 +267,8 @@ class PrecomputedInspector:
         result: dict[str, Any] = {"format": "precomputed", "url": self.store.url, "scales": []}
         if self.volume is not None:
             result.update(type=self.volume.type, data_type=self.volume.data_type, num_channels=self.volume.num_channels)
+        if self.annotation_info is not None:
+            result["annotations"] = annotation_summary(self.annotation_info)
         self._prefetch_sources(sources)
         for source in sources:
             result["scales"].append(self._inspect_source(source))
@@ -298,6 +316,12 @@ class PrecomputedInspector:
 
     def _inspect_source(self, source: Source) -> dict[str, Any]:
         out: dict[str, Any] = {"key": source.name, "kind": source.kind, "directory": source.prefix}
+        if source.level is not None:
+            out.update(level=source.level_index, grid_shape=list(source.level.grid_shape),
+                       chunk_size=list(source.level.chunk_size), limit=source.level.limit,
+                       num_cells=source.level.num_cells)
+        if source.relationship is not None:
+            out["relationship"] = source.relationship
         if source.scale is not None:
             sc = source.scale
             out.update(
@@ -435,12 +459,58 @@ class PrecomputedInspector:
     def locate_chunk_id(self, chunk_id: int, scale: str | None = None) -> dict[str, Any]:
         """Where chunk ``chunk_id`` (a compressed Morton code, or an id in an id-keyed dir) is stored."""
         source = self.source(scale)
+        if source.kind.startswith("annotation_"):
+            return self._locate_annotation_key(source, chunk_id)
         if source.sharding is None:
             if source.scale is None:
                 raise ArgumentError(f"{source.name!r} is not sharded")
             grid = decode_morton(np.asarray([chunk_id], dtype=np.uint64), source.scale.grid_shape)[0]
             return self._locate_unsharded(source, [int(g) for g in grid], chunk_id)
         return self._volume_record(source, self.reader(source).locate(chunk_id))
+
+    # -- annotations ---------------------------------------------------------------------------
+    def _locate_annotation_key(self, source: Source, key: int) -> dict[str, Any]:
+        """An annotation index's key: an annotation id (by_id), a segment id (relationships), a cell's Morton code."""
+        ann = self.annotations
+        if source.level is not None and source.level_index is not None:
+            try:
+                cell = cell_of_chunk_id(source.level, key)
+            except ArgumentError as exc:
+                raise ArgumentError(f"chunk id {key} is not a cell of {source.name}: {exc}") from None
+            return ann.locate_cell(source.level_index, cell)
+        if source.relationship is not None:
+            return ann.locate_related(source.relationship, key)
+        return ann.locate_annotation(key)
+
+    def locate_annotation(self, annotation_id: int) -> dict[str, Any]:
+        """Where ``by_id`` stores an annotation (file, or shard, minishard and byte range)."""
+        return self.annotations.locate_annotation(annotation_id)
+
+    def locate_cell(self, cell: Sequence[int], scale: str | None = None) -> dict[str, Any]:
+        """Where a spatial level (``--scale spatial/<key>``; default the finest) stores a cell."""
+        source = self._spatial_source(scale)
+        assert source.level_index is not None
+        return self.annotations.locate_cell(source.level_index, cell)
+
+    def locate_point(self, point: Sequence[float], scale: str | None = None) -> list[dict[str, Any]]:
+        """Where the cell holding ``point`` (the collection's coordinates) is stored, at every level or one."""
+        found = self.annotations.locate_point(point)
+        if scale is None:
+            return found
+        source = self._spatial_source(scale)
+        return [r for r in found if r["level"] == source.level_index]
+
+    def _spatial_source(self, scale: str | None) -> Source:
+        levels = [s for s in self.sources if s.level is not None]
+        if self.annotation_info is None or not levels:
+            raise ArgumentError("--cell and --point locate the spatial index of a precomputed annotation collection; "
+                                "this dataset has none")
+        if scale is None:
+            return levels[-1]
+        source = self.source(scale)
+        if source.level is None:
+            raise ArgumentError(f"{scale!r} is not a spatial index level; the levels are {[s.name for s in levels]}")
+        return source
 
     def locate_segment(self, segment_id: int) -> list[dict[str, Any]]:
         """Where segment ``segment_id``'s mesh, skeleton or annotations are stored."""
@@ -481,7 +551,8 @@ class PrecomputedInspector:
                     continue
                 # Remote stores have no stat: a size there is a download of the chunk (null instead).
                 size = self.store.size(key) if self.store.cheap_size else None
-                yield {"scale": source.name, "chunk_key": key, "size": size, "sharded": False}
+                yield {"scale": source.name, "chunk_key": key, "size": size, "sharded": False,
+                       **_annotation_file_fields(source, key[len(prefix):])}
             return
         if minishard is not None and shard is None:
             raise ArgumentError("--minishard needs --shard")
@@ -498,13 +569,17 @@ class PrecomputedInspector:
             for s in batch:
                 locs = list(reader.iter_chunks(s, None if minishard is None else int(minishard)))
                 for loc, pos in zip(locs, self._grid_positions(source, locs), strict=True):
-                    yield {"scale": source.name, **loc.to_json(), **({} if pos is False else {"grid_position": pos})}
+                    yield {"scale": source.name, **loc.to_json(), **({} if pos is False else {"grid_position": pos}),
+                           **_annotation_file_fields(source, str(loc.chunk_id), sharded=True)}
 
     def _grid_positions(self, source: Source, locs: list[ChunkLocation]) -> list[list[int] | bool | None]:
-        """Each chunk's grid position (``None`` off the grid; ``False`` for id-keyed data), decoded in one pass."""
-        if source.scale is None:
+        """Each chunk's grid position (``None`` off the grid; ``False`` for id-keyed data), decoded in one pass.
+
+        An annotation spatial level's chunks are cells of its grid (their ids are the cells' Morton codes).
+        """
+        if source.scale is None and source.level is None:
             return [False] * len(locs)
-        grid = source.scale.grid_shape
+        grid = source.scale.grid_shape if source.scale is not None else source.level.grid_shape  # type: ignore[union-attr]
         ids = np.asarray([loc.chunk_id for loc in locs], dtype=np.uint64)
         pos = decode_morton(ids, grid, check=False)
         bits = sum(bits_per_dimension(grid))
@@ -515,11 +590,24 @@ class PrecomputedInspector:
 
     # -- validate ----------------------------------------------------------------------------
     def validate(self, scale: str | None = None, progress: Progress | None = None) -> Iterator[Problem]:
-        """Check every shard file of one scale (or all): see :mod:`.validate` for the checks."""
+        """Check every shard file of one scale (or all): see :mod:`.validate` for the checks.
+
+        An annotation collection decodes every record of every index and, checked whole, cross-checks
+        its indexes (:mod:`.annotations.validate`).
+        """
+        if self.annotation_info is not None:
+            index = None if scale is None else self.source(scale).name
+            yield from validate_annotations(self.annotations, index=index, progress=progress)
+            return
         sources = [self.source(scale)] if scale is not None else self.sources
         for source in sources:
+            # dangling links, link loops, FIFOs, sockets, and directories named like shard or chunk files
+            unreadable, bad = unreadable_problems(self.store, f"{source.prefix}/" if source.prefix else "",
+                                                  partial(is_data_file_name, source.sharding, source.scale),
+                                                  "shard" if source.sharding is not None else "chunk")
+            yield from unreadable
             if source.sharding is None:
-                yield from self._validate_unsharded(source, progress)
+                yield from self._validate_unsharded(source, progress, bad)
                 continue
             reader = self.reader(source)
             try:
@@ -527,13 +615,19 @@ class PrecomputedInspector:
             except FormatError as exc:
                 yield Problem(exc.key or source.prefix, exc.message, exc.offset)
                 continue
-            yield from self._unexpected_files(source)
+            yield from (p for p in self._unexpected_files(source) if p.key not in bad)
             check = self._chunk_check(source)
             before: DataBefore | None = _fragments_before if source.info_type == MULTILOD else None
             for i, shard in enumerate(shards):
                 if progress is not None:
                     progress(i, len(shards), f"{source.name} shard {shard}")
-                file = reader.shard_file(shard)
+                if reader.shard_key(shard) in bad or reader.shard_key(shard, "index") in bad:
+                    continue  # reported above
+                try:
+                    file = reader.shard_file(shard)
+                except FormatError as exc:  # replaced by a link or special file since the scan
+                    yield Problem(exc.key or reader.shard_key(shard), exc.message, exc.offset)
+                    continue
                 if file is None:
                     continue
                 try:
@@ -598,7 +692,8 @@ class PrecomputedInspector:
 
         return check
 
-    def _validate_unsharded(self, source: Source, progress: Progress | None) -> Iterator[Problem]:
+    def _validate_unsharded(self, source: Source, progress: Progress | None,
+                            bad: frozenset[str] | set[str] = frozenset()) -> Iterator[Problem]:
         """Each chunk file: its name a chunk of the grid, and its bytes decoding to exactly that chunk.
 
         Chunks in the encodings we decode ourselves (raw, compressed_segmentation, compresso) are
@@ -609,7 +704,7 @@ class PrecomputedInspector:
         if sc is None or self.volume is None:
             return
         prefix = f"{source.prefix}/"
-        keys = [k for k in self.store.list(prefix) if "/" not in k[len(prefix) :]]
+        keys = [k for k in self.store.list(prefix) if "/" not in k[len(prefix) :] and k not in bad]
         for i, key in enumerate(keys):
             if progress is not None and i % 256 == 0:
                 progress(i, len(keys), f"{source.name} chunk files")
@@ -650,6 +745,34 @@ class PrecomputedInspector:
 def _fragments_before(chunk_id: int, manifest: bytes, offset: int) -> int:
     """A sharded multilod mesh entry's fragment bytes, stored just before its manifest (the sizes it lists)."""
     return decode_manifest(manifest, key=f"mesh manifest of segment {chunk_id}", offset=offset).data_bytes
+
+
+def annotation_summary(info: AnnotationInfo) -> dict[str, Any]:
+    """What ``inspect`` says about an annotation collection as a whole (its schema and bounds)."""
+    schema = info.schema
+    return {
+        "annotation_type": schema.annotation_type.upper(),
+        "rank": schema.rank,
+        "dimensions": schema.dimensions_json(),
+        "lower_bound": list(info.lower_bound),
+        "upper_bound": list(info.upper_bound),
+        "properties": [p.to_json() for p in schema.properties],
+        "relationships": list(schema.relationships),
+        "spatial_levels": len(info.spatial),
+    }
+
+
+def _annotation_file_fields(source: Source, name: str, *, sharded: bool = False) -> dict[str, Any]:
+    """What an annotation index key says: the cell (an unsharded file name), annotation id or segment it holds."""
+    stem = name.removesuffix(GZIP_SUFFIX)
+    if source.level is not None:
+        if sharded:
+            return {}  # the cell is the grid position decoded from the Morton code
+        cell = parse_cell_key(stem, source.level)
+        return {"grid_position": list(cell)} if cell is not None else {}
+    if source.kind in ("annotation_by_id", "annotation_relationship") and stem.isdigit() and int(stem) < 1 << 64:
+        return {"annotation_id" if source.kind == "annotation_by_id" else "segment": int(stem)}
+    return {}
 
 
 def _unsharded_segment_name(source: Source, segment_id: int) -> str:

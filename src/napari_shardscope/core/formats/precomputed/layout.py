@@ -43,6 +43,7 @@ from napari_shardscope.core.formats.layout_model import (
     shard_node,
     with_totals,
 )
+from napari_shardscope.core.formats.precomputed.annotations.spatial import parse_cell_key
 from napari_shardscope.core.formats.precomputed.info import ScaleInfo
 from napari_shardscope.core.formats.precomputed.inspector import PrecomputedInspector, Source
 from napari_shardscope.core.formats.precomputed.morton import decode_morton
@@ -56,6 +57,27 @@ MAX_UNLISTED_SHARDS = 1 << 16
 EXPAND_WORKERS = 8
 #: Kinds of segment-keyed sources that ``locate_segment`` looks a segment id up in.
 SEGMENT_KINDS = ("segment", "annotation_by_id", "annotation_relationship")
+#: What the keys of an id-keyed annotation index are, as the tree names its rows.
+_ID_WORD = {"annotation_by_id": "annotation", "annotation_relationship": "segment"}
+#: Files an unsharded annotation index lists in the tree (beyond them, ``shardscope ls``).
+MAX_LISTED_FILES = 4096
+
+
+def _annotation_detail(s: Source) -> str:
+    """The root row of an annotation index: what it is keyed by, and how it is stored."""
+    sp = s.sharding
+    if s.level is not None:
+        what = (f"spatial index level {s.level_index}: {format_shape(s.level.grid_shape)} cells of "
+                f"{' × '.join(f'{c:g}' for c in s.level.chunk_size)}, limit {s.level.limit}")
+        unit = "cell"
+    elif s.relationship is not None:
+        what, unit = f"annotations by related segment ({s.relationship})", "segment"
+    else:
+        what, unit = "annotations by id", "annotation"
+    if sp is None:
+        return f"{what}; unsharded (one file per {unit})"
+    return (f"{what}; {sp.num_shards} shards × {sp.num_minishards} minishards, {sp.hash}, preshift "
+            f"{sp.preshift_bits}, data {sp.data_encoding}, index {sp.minishard_index_encoding}")
 
 
 class PrecomputedLayout:
@@ -104,6 +126,8 @@ class PrecomputedLayout:
     def _root(self, s: Source) -> LayoutNode:
         label = s.name or "(root)"
         sp = s.sharding
+        if s.kind.startswith("annotation_"):
+            return scale_node(s.name, label, _annotation_detail(s))
         if s.scale is None:
             if sp is None:
                 return scale_node(s.name, label, f"{s.kind}: unsharded (one file per id)", expandable=False)
@@ -143,7 +167,15 @@ class PrecomputedLayout:
     def _grid_and_raw(
         self, s: Source, ids: npt.NDArray[np.uint64]
     ) -> tuple[npt.NDArray[np.int64] | None, npt.NDArray[np.int64] | None]:
-        """Grid positions ``(n, 3)`` and decoded byte sizes of chunk ids (``None`` for id-keyed dirs)."""
+        """Grid positions ``(n, 3)`` and decoded byte sizes of chunk ids (``None`` for id-keyed dirs).
+
+        An annotation spatial level's chunks are cells of its grid (no decoded size is implied).
+        """
+        if s.level is not None and ids.size:
+            try:
+                return decode_morton(ids, s.level.grid_shape), None
+            except ArgumentError:
+                return None, None
         if s.scale is None or ids.size == 0:
             return None, None
         try:
@@ -171,6 +203,8 @@ class PrecomputedLayout:
         return Expansion(node, [])
 
     def _expand_scale(self, node: LayoutNode, s: Source) -> Expansion:
+        if s.sharding is None and s.kind.startswith("annotation_"):
+            return self._expand_annotation_files(node, s)
         if s.sharding is None:
             return expand_slabs(node, list_chunk_files(node, lambda: self._chunk_files(s)), self.geometry(s.name))
         spec = s.sharding
@@ -202,6 +236,31 @@ class PrecomputedLayout:
             else f"{spec.num_shards} possible shards (the store cannot list)"
         )
         return Expansion(replace(node, detail=f"{node.detail}; {what}"), children)
+
+    def _expand_annotation_files(self, node: LayoutNode, s: Source) -> Expansion:
+        """An unsharded annotation index: one row per file (a cell, an annotation, a segment's list)."""
+        prefix = f"{s.prefix}/" if s.prefix else ""
+        try:
+            keys = sorted(k for k in self.ins.store.list(prefix) if "/" not in k[len(prefix):])
+        except StoreError as exc:
+            return Expansion(node, [error_node(node, "cannot list", str(exc))])
+        children = [self._annotation_file(s, key, cheap_size(self.ins.store, key))
+                    for key in keys[:MAX_LISTED_FILES]]
+        if len(keys) > MAX_LISTED_FILES:
+            children.append(error_node(node, "more files", f"{len(keys) - MAX_LISTED_FILES} more files: "
+                                       "list them with shardscope ls, find one with shardscope locate"))
+        shown = [c for c in children if c.kind == "chunk"]
+        return Expansion(with_totals(replace(node, detail=f"{node.detail}; {len(keys)} files"), shown), children)
+
+    def _annotation_file(self, s: Source, key: str, size: int | None, present: bool = True) -> LayoutNode:
+        name = key.rsplit("/", 1)[-1].removesuffix(".gz")
+        cell = parse_cell_key(name, s.level) if s.level is not None else None
+        ident = int(name) if s.level is None and name.isdigit() and int(name) < 1 << 64 else None
+        label = (f"cell {format_part(cell)}" if cell is not None
+                 else f"{_ID_WORD.get(s.kind, 'key')} {ident}" if ident is not None else name)
+        return chunk_in_file_node(s.name, label, (("scale", s.name), ("file", name)), file=key,
+                                  byte_range=(0, size) if size is not None and present else None, raw_bytes=None,
+                                  grid_position=cell, chunk_id=ident, present=present, file_size=size)
 
     def _chunk_files(self, s: Source) -> list[ChunkFile]:
         """``(grid position, key)`` of every chunk file of an unsharded scale."""
@@ -313,7 +372,11 @@ class PrecomputedLayout:
         present: bool = True,
     ) -> LayoutNode:
         """A chunk (or segment) in a minishard of a shard file."""
-        if grid is not None:
+        if s.level is not None:
+            name = f"cell {format_part(grid)} (chunk {cid})" if grid is not None else f"chunk {cid}"
+        elif s.kind in _ID_WORD:
+            name = f"{_ID_WORD[s.kind]} {cid}"
+        elif grid is not None:
             name = f"chunk {cid} @ {format_part(grid)}"
         else:
             name = f"segment {cid}" if s.scale is None else f"chunk {cid}"
@@ -350,7 +413,14 @@ class PrecomputedLayout:
     def locate_segment(self, segment_id: int) -> list[Located]:
         out = []
         for s in self.sources():
-            if s.scale is not None or s.sharding is None or s.kind not in SEGMENT_KINDS:
+            if s.scale is not None or s.kind not in SEGMENT_KINDS:
+                continue
+            if s.sharding is None:
+                if not s.kind.startswith("annotation_"):
+                    continue
+                found = self.ins.annotations.locate_annotation(segment_id) if s.kind == "annotation_by_id" else \
+                    self.ins.annotations.locate_related(s.relationship or "", segment_id)
+                out.append(Located(node=self._annotation_file(s, found["key"], found.get("size"), found["present"])))
                 continue
             loc = self.reader(s).locate(segment_id)
             node = self._stored_chunk(
@@ -386,6 +456,8 @@ class PrecomputedLayout:
         for s in self.sources():
             if s.prefix.strip("/") != directory:
                 continue
+            if s.sharding is None and s.kind.startswith("annotation_"):
+                return self._annotation_file(s, key, cheap_size(self.ins.store, key))
             if s.sharding is None:
                 grid = s.scale.grid_position_of_chunk_name(name) if s.scale is not None else None
                 return self.locate_grid(s.name, grid) if grid is not None else None

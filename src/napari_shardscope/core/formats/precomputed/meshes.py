@@ -198,16 +198,69 @@ def decode_manifest(data: bytes, *, key: str, offset: int = 0) -> MultilodManife
     return MultilodManifest(chunk_shape, grid_origin, lod_scales, vertex_offsets, tuple(positions), tuple(sizes))
 
 
+#: A Draco stream's header: magic, version, encoder type, method, flags (``draco/compression/decode.cc``).
+DRACO_MAGIC = b"DRACO"
+DRACO_HEADER_SIZE = 11
+#: Draco bitstream major versions (1.x and 2.x: 2.2 is the current mesh version).
+DRACO_MAJOR_VERSIONS = (1, 2)
+#: Encoder type of a triangular mesh (0 is a point cloud, which a mesh fragment cannot be).
+DRACO_TRIANGULAR_MESH = 1
+#: Encoding methods: sequential, edgebreaker.
+DRACO_METHODS = (0, 1)
+#: The one header flag Draco defines: the stream holds metadata.
+DRACO_METADATA_FLAG = 0x8000
+
+
+def check_draco_header(data: bytes, *, key: str, offset: int) -> None:
+    """Check a Draco fragment's header with Python before the Draco decoder (C++) reads the rest.
+
+    A mesh fragment is a triangular mesh (encoder type 1) of a known bitstream version, method and
+    flags; anything else (a point cloud, bytes of another format, a version from the future) is a
+    :class:`ChunkDecodeError` naming the field's byte offset.
+    """
+    if len(data) < DRACO_HEADER_SIZE:
+        raise ChunkDecodeError(f"Draco fragment of {len(data)} bytes is shorter than its {DRACO_HEADER_SIZE}-byte "
+                               "header", key=key, offset=offset)
+    if data[:5] != DRACO_MAGIC:
+        raise ChunkDecodeError(f"Draco fragment does not start with {DRACO_MAGIC!r} (found {bytes(data[:5])!r})",
+                               key=key, offset=offset)
+    major, minor, kind, method = data[5], data[6], data[7], data[8]
+    flags = int.from_bytes(data[9:11], "little")
+    if major not in DRACO_MAJOR_VERSIONS:
+        raise ChunkDecodeError(f"Draco bitstream version {major}.{minor} (this reader knows 1.x and 2.x)", key=key,
+                               offset=offset + 5)
+    if kind != DRACO_TRIANGULAR_MESH:
+        raise ChunkDecodeError(f"Draco fragment of encoder type {kind}, not a triangular mesh (1)", key=key,
+                               offset=offset + 7)
+    if method not in DRACO_METHODS:
+        raise ChunkDecodeError(f"Draco encoding method {method} (known: 0 sequential, 1 edgebreaker)", key=key,
+                               offset=offset + 8)
+    if flags & ~DRACO_METADATA_FLAG:
+        raise ChunkDecodeError(f"Draco header flags {flags:#06x} hold bits Draco does not define", key=key,
+                               offset=offset + 9)
+
+
 def decode_draco_fragment(data: bytes, *, key: str, offset: int) -> tuple[F32, U32]:
-    """Vertices (quantized integers, as floats) and faces of one Draco fragment."""
+    """Vertices (quantized integers, as floats) and faces of one Draco fragment.
+
+    The header is checked before DracoPy (Draco's C++ decoder) sees the bytes; what it returns is
+    checked after: finite vertices, triangles whose corners are vertices of the fragment.
+    """
     import DracoPy
 
+    check_draco_header(data, key=key, offset=offset)
     try:
-        mesh = DracoPy.decode(data)
+        mesh = DracoPy.decode(bytes(data))
     except Exception as exc:  # DracoPy raises its own and ValueError/RuntimeError for bad bytes
         raise ChunkDecodeError(f"bad Draco mesh fragment ({exc})", key=key, offset=offset) from exc
-    points = np.asarray(mesh.points, dtype=np.float32).reshape(-1, 3)
-    faces = np.asarray(getattr(mesh, "faces", np.zeros((0, 3))), dtype=np.int64).reshape(-1, 3)
+    points = np.asarray(mesh.points, dtype=np.float32)
+    faces = np.asarray(getattr(mesh, "faces", np.zeros((0, 3))), dtype=np.int64)
+    if points.size % 3 or faces.size % 3:
+        raise ChunkDecodeError(f"Draco fragment decoded to {points.size} coordinates and {faces.size} corners, "
+                               "not whole 3-D vertices and triangles", key=key, offset=offset)
+    points, faces = points.reshape(-1, 3), faces.reshape(-1, 3)
+    if not np.isfinite(points).all():
+        raise ChunkDecodeError("Draco fragment holds a vertex that is not a finite number", key=key, offset=offset)
     if faces.size and (faces.min() < 0 or faces.max() >= len(points)):
         raise ChunkDecodeError(f"Draco fragment face refers to vertex {int(faces.max())} of {len(points)}",
                                key=key, offset=offset)

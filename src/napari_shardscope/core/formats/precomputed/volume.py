@@ -21,7 +21,12 @@ from functools import partial
 from typing import TYPE_CHECKING
 
 from napari_shardscope.core.bytestore import ByteStore, Location, check_level_tree
-from napari_shardscope.core.formats.precomputed.chunk_encoding import PrecomputedChunkSource, gzipped_layout
+from napari_shardscope.core.formats.precomputed.chunk_encoding import (
+    BROTLI_SUFFIX,
+    GZIP_SUFFIX,
+    PrecomputedChunkSource,
+    gzipped_layout,
+)
 from napari_shardscope.core.formats.precomputed.info import PrecomputedInfo, ScaleInfo
 from napari_shardscope.core.formats.precomputed.raw_source import raw_chunk_source
 from napari_shardscope.core.formats.volume_spec import (
@@ -38,6 +43,7 @@ from napari_shardscope.core.formats.volume_spec import (
 
 if TYPE_CHECKING:
     from napari_shardscope.core.formats.precomputed.shard_reader import ShardedReader
+    from napari_shardscope.core.formats.precomputed.sharding import ShardingSpec
 
 
 def volume_placement(info: PrecomputedInfo) -> VolumePlacement:
@@ -94,6 +100,22 @@ def chunk_source(location: Location, info: PrecomputedInfo, scale: ScaleInfo, st
     return raw_chunk_source(store, info, scale, partial(shard_reader, scale.key) if shard_reader is not None else None)
 
 
+def is_data_file_name(sharding: ShardingSpec | None, scale: ScaleInfo | None, rel: str) -> bool:
+    """Whether ``rel`` (a name in a scale's directory) is one its reader opens: a shard file, or a chunk file
+    of the scale's grid (plain, or CloudVolume's ``NAME.gz`` / ``NAME.br``)."""
+    if sharding is not None:
+        from napari_shardscope.core.formats.precomputed.sharding import parse_shard_name
+
+        return parse_shard_name(sharding, rel) is not None
+    if scale is None:
+        return False
+    for suffix in (GZIP_SUFFIX, BROTLI_SUFFIX):
+        if rel.endswith(suffix):
+            rel = rel[: -len(suffix)]
+            break
+    return scale.grid_position_of_chunk_name(rel) is not None
+
+
 def volume_spec(location: Location, info: PrecomputedInfo, *, kind: Kind | None = None,
                 store: ByteStore | None = None,
                 chunk_reader: Callable[[str, int], bytes | None] | None = None,
@@ -107,7 +129,8 @@ def volume_spec(location: Location, info: PrecomputedInfo, *, kind: Kind | None 
     placement = volume_placement(info)
     transform = array_transform(info)
     for scale in info.scales:  # TensorStore reads <root>/<key>/…: keep it inside the dataset, files in bounds
-        check_level_tree(location, scale.key, max_file_bytes=max_file_bytes(info, scale))
+        check_level_tree(location, scale.key, max_file_bytes=max_file_bytes(info, scale),
+                         is_data_key=partial(is_data_file_name, scale.sharding, scale))
     levels = tuple(
         LevelSpec.of(level, {"driver": "neuroglancer_precomputed", "kvstore": location.kvstore, "scale_index": i},
                      transform, chunk_source(location, info, scale, store, chunk_reader, shard_reader))

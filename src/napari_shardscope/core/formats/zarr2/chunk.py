@@ -17,7 +17,7 @@ import numpy as np
 import numpy.typing as npt
 
 from napari_shardscope.core.bytestore import ByteStore, join_key, read_bounded
-from napari_shardscope.core.encoding import decompress
+from napari_shardscope.core.encoding import BLOSC_COMPRESSOR_CODES, BloscExpected, decompress
 from napari_shardscope.core.errors import ChunkDecodeError
 from napari_shardscope.core.formats.zarr2.metadata import ARRAY_FILE, ATTRIBUTES_FILE, Zarr2ArrayMetadata
 
@@ -32,13 +32,32 @@ def decode_chunk(data: bytes, meta: Zarr2ArrayMetadata, *, key: str) -> npt.NDAr
     """
     expected = meta.chunk_nbytes
     codec = meta.compressor_id
-    raw = bytes(data) if codec is None else decompress(codec, data, max_size=expected, key=key, offset=0)
+    raw = bytes(data) if codec is None else decompress(codec, data, max_size=expected, key=key, offset=0, exact=True,
+                                                       blosc=blosc_expected(meta))
     if len(raw) != expected:
         what = "stored raw" if codec is None else f"{codec} data decodes to"
         raise ChunkDecodeError(f"chunk {what} {len(raw)} bytes, expected {expected} "
                                f"({'x'.join(map(str, meta.chunks))} x {meta.dtype.itemsize} bytes)",
                                key=key, offset=0)
     return np.frombuffer(raw, dtype=meta.dtype).reshape(meta.chunks, order=meta.order)
+
+
+def blosc_expected(meta: Zarr2ArrayMetadata) -> BloscExpected | None:
+    """What a blosc header must say for this array: numcodecs' compressor, shuffle and the data's element size.
+
+    numcodecs' ``Blosc`` compresses the chunk's array, so its type size is the data type's; its
+    ``shuffle`` -1 (``AUTOSHUFFLE``) means bit shuffle for 1-byte elements, byte shuffle otherwise.
+    """
+    cfg = meta.compressor
+    if cfg is None or cfg.get("id") != "blosc":
+        return None
+    itemsize = meta.dtype.itemsize
+    shuffle = cfg.get("shuffle", 1)
+    if shuffle == -1:
+        shuffle = 2 if itemsize == 1 else 1
+    cname = cfg.get("cname")
+    return BloscExpected(cname=cname if isinstance(cname, str) and cname in BLOSC_COMPRESSOR_CODES else None,
+                         shuffle=shuffle if shuffle in (0, 1, 2) else None, typesizes=(itemsize,))
 
 
 def read_chunk_bytes(store: ByteStore, meta: Zarr2ArrayMetadata, key: str) -> bytes | None:

@@ -18,7 +18,7 @@ from typing import Any, Protocol
 from napari_shardscope.core.bytestore import ByteStore
 from napari_shardscope.core.errors import ArgumentError, FormatError, MetadataError, StoreError, UnsupportedError
 from napari_shardscope.core.formats.ome import OmeMultiscale, ome_level_placement
-from napari_shardscope.core.formats.problem import Problem, check_files
+from napari_shardscope.core.formats.problem import Problem, check_files, unreadable_problems
 from napari_shardscope.core.formats.volume_spec import LevelPlacement, VolumePlacement
 from napari_shardscope.core.formats.zarr2.chunk import (
     chunk_store_key,
@@ -28,7 +28,7 @@ from napari_shardscope.core.formats.zarr2.chunk import (
     read_chunk_bytes,
 )
 from napari_shardscope.core.formats.zarr2.metadata import ARRAY_FILE, Zarr2ArrayMetadata
-from napari_shardscope.core.formats.zarr2.volume import array_placement
+from napari_shardscope.core.formats.zarr2.volume import array_placement, chunk_key_test
 from napari_shardscope.core.progress import Progress
 
 
@@ -171,22 +171,22 @@ class Zarr2Inspector:
         """
         work: list[tuple[Zarr2ArrayMetadata, str, str]] = []
         early: list[Problem] = []
-        shadowed: set[str] = set()
+        bad: set[str] = set()
         for key in self._selected(scale):
             meta = self.metadata(key)
             prefix = f"{key}/" if key else ""
             nested = [s for s in self._scales if s and s != key and s.startswith(prefix)]
+            # dangling links, link loops, FIFOs, sockets, and directories where a chunk file should be
+            unreadable, found = unreadable_problems(self.store, prefix, chunk_key_test(meta), "chunk")
+            early.extend(p for p in unreadable
+                         if p.key not in bad and not any(p.key.startswith(f"{n}/") for n in nested))
+            bad |= found
             for stored in self.store.list(prefix):
                 rel = stored[len(prefix):]
-                if any(stored.startswith(f"{n}/") for n in nested):
+                if any(stored.startswith(f"{n}/") for n in nested) or stored in bad:
                     continue
                 if looks_like_chunk(rel):
                     work.append((meta, stored, rel))
-                elif meta.dimension_separator == "." and meta.parse_chunk_key(rel.split("/", 1)[0]) is not None:
-                    where = prefix + rel.split("/", 1)[0]
-                    if where not in shadowed:
-                        shadowed.add(where)
-                        early.append(Problem(where, "a directory where a chunk file should be"))
         yield from early
         yield from check_files(work, lambda w: w[1], lambda w: self._check_chunk(*w), progress, what="chunks")
 

@@ -14,7 +14,7 @@ layer wraps in TensorStore's ``virtual_chunked`` driver.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from napari_shardscope.core.bytestore import ByteStore, Location, check_level_tree
@@ -66,7 +66,7 @@ def array_volume_spec(location: Location, store: ByteStore, meta: Zarr2ArrayMeta
     labelled = "image-label" in meta.attributes
     volume_kind: Kind = kind or ("segmentation" if labelled else guess_kind(meta.dtype))
     # TensorStore reads the chunks below: no FIFO, no link out, no file larger than a chunk can be
-    check_level_tree(location, "", max_file_bytes=meta.max_chunk_file_bytes)
+    check_level_tree(location, "", max_file_bytes=meta.max_chunk_file_bytes, is_data_key=chunk_key_test(meta))
     order = reader_order(array_axes(meta))
     level = LevelSpec.of(placement.levels[0], _tensorstore(location), ArrayTransform(order=order),
                          chunk_source=chunk_source(store, "", meta))
@@ -78,13 +78,21 @@ def array_volume_spec(location: Location, store: ByteStore, meta: Zarr2ArrayMeta
     )
 
 
+def chunk_key_test(meta: Zarr2ArrayMetadata) -> Callable[[str], bool]:
+    """Whether a key below the array is one of its chunk keys inside the grid: a directory there reads as fill."""
+    def test(rel: str) -> bool:
+        grid = meta.parse_chunk_key(rel)
+        return grid is not None and meta.contains_grid_position(grid)
+    return test
+
+
 def ome_volume_spec(location: Location, store: ByteStore, ms: OmeMultiscale, arrays: Mapping[str, Zarr2ArrayMetadata],
                     ome: Mapping[str, Any], *, kind: Kind | None = None, name: str | None = None) -> VolumeSpec:
     """One OME-Zarr 0.4 multiscale image or label image at ``location`` (``ome``: the group's ``.zattrs``;
     ``store``: rooted at the group)."""
     placement = ome_placement(ms, arrays, key=f"{location.url.rstrip('/')}/.zattrs")
     for path, meta in arrays.items():  # TensorStore reads <group>/<path>/…: keep it inside the group
-        check_level_tree(location, path, max_file_bytes=meta.max_chunk_file_bytes)
+        check_level_tree(location, path, max_file_bytes=meta.max_chunk_file_bytes, is_data_key=chunk_key_test(meta))
     levels = tuple(LevelSpec.of(level, _tensorstore(location.child(level.key)), ArrayTransform(order=ms.order),
                                 chunk_source=chunk_source(store, level.key, arrays[level.key]))
                    for level in placement.levels)

@@ -29,7 +29,7 @@ import crc32c as _crc32c
 import numpy as np
 import numpy.typing as npt
 
-from napari_shardscope.core.encoding import MAX_DECODED_BYTES, decompress, gunzip, gzip_compress
+from napari_shardscope.core.encoding import MAX_DECODED_BYTES, BloscExpected, decompress, gunzip, gzip_compress
 from napari_shardscope.core.errors import ChecksumError, ChunkDecodeError, MetadataError, UnsupportedFeatureError
 from napari_shardscope.core.formats.zarr3.metadata import CodecSpec
 
@@ -248,8 +248,11 @@ def decode_chunk(
     # codec still to undo, a checksum or a compressor's worst-case expansion of tiny inputs
     # (a nested shard also holds its index: only the budget applies there).
     cap = nbytes + CODEC_SLACK_BYTES * len(chain.bytes_to_bytes) if ab.name == "bytes" else MAX_DECODED_BYTES
-    for codec in reversed(chain.bytes_to_bytes):
-        data = decode_bytes_codec(data, codec, key=key, offset=offset, max_size=cap)
+    for i in reversed(range(len(chain.bytes_to_bytes))):
+        # the first bytes -> bytes codec (undone last) gives the ``bytes`` codec its input: exactly the chunk
+        exact = i == 0 and ab.name == "bytes"
+        data = decode_bytes_codec(data, chain.bytes_to_bytes[i], key=key, offset=offset,
+                                  max_size=nbytes if exact else cap, exact=exact, itemsize=dtype.itemsize)
     encoded_shape = chain.encoded_shape(shape)
     if ab.name == "bytes":
         array = decode_bytes_to_array(data, ab, encoded_shape, dtype, key=key, offset=offset)
@@ -287,18 +290,32 @@ def decode_bytes_to_array(
 
 
 def decode_bytes_codec(
-    data: bytes, codec: CodecSpec, *, key: str, offset: int | None = None, max_size: int = MAX_DECODED_BYTES
+    data: bytes, codec: CodecSpec, *, key: str, offset: int | None = None, max_size: int = MAX_DECODED_BYTES,
+    exact: bool = False, itemsize: int | None = None,
 ) -> bytes:
-    """Undo one bytes -> bytes codec, producing at most ``max_size`` bytes (else ChunkDecodeError)."""
+    """Undo one bytes -> bytes codec, producing at most ``max_size`` bytes (else ChunkDecodeError).
+
+    ``exact``: the output must be ``max_size`` bytes, and a header that says otherwise is refused
+    before decoding. ``itemsize`` is the array's element size, which a shuffling blosc header must use.
+    """
     if codec.name == "gzip":
         return gunzip(data, key=key, offset=offset, max_size=max_size)
     if codec.name == "zstd":
-        return decompress("zstd", data, key=key, offset=offset, max_size=max_size)
+        return decompress("zstd", data, key=key, offset=offset, max_size=max_size, exact=exact)
     if codec.name == "blosc":
-        return decompress("blosc", data, key=key, offset=offset, max_size=max_size)
+        return decompress("blosc", data, key=key, offset=offset, max_size=max_size, exact=exact,
+                          blosc=blosc_expected(codec.configuration, itemsize))
     if codec.name == "crc32c":
         return strip_crc32c(data, key=key, offset=offset)
     raise MetadataError(f"codec {codec.name!r} is not a bytes -> bytes codec we decode", key=key)
+
+
+def blosc_expected(cfg: Any, itemsize: int | None) -> BloscExpected:
+    """What a blosc header must say under the codec configuration ``cfg`` (``cname``, ``shuffle``, ``typesize``)."""
+    typesize = cfg.get("typesize")
+    sizes = {t for t in (typesize, itemsize) if isinstance(t, int) and not isinstance(t, bool) and t > 0}
+    return BloscExpected(cname=str(cfg.get("cname")) if cfg.get("cname") in BLOSC_CNAMES else None,
+                         shuffle=BLOSC_SHUFFLES.get(str(cfg.get("shuffle"))), typesizes=tuple(sorted(sizes)))
 
 
 def strip_crc32c(data: bytes, *, key: str, offset: int | None = None) -> bytes:

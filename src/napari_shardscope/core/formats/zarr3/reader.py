@@ -265,28 +265,6 @@ class Zarr3ArrayReader:
                 found.append((key, pos))
         return sorted(found, key=lambda kp: kp[1])
 
-    def shard_directories(self) -> list[str]:
-        """Shard keys inside the grid that are directories (holding files) instead of shard files.
-
-        Reads of such a key find no file and return fill values, so only ``validate`` can tell.
-        (An empty directory lists nothing and reads like an absent shard.)
-        """
-        prefix = self.path + "/" if self.path else ""
-        try:
-            keys = list(self.store.list(prefix))
-        except StoreError:
-            return []
-        found: set[str] = set()
-        for key in keys:
-            parts = key.split("/")
-            for end in range(1, len(parts)):
-                head = "/".join(parts[:end])
-                pos = self.shard_position(head)
-                if pos is not None and self.in_grid(pos):
-                    found.add(head)
-                    break
-        return sorted(found)
-
     def in_grid(self, shard: Sequence[int]) -> bool:
         return len(shard) == self.metadata.ndim and all(
             0 <= p < n for p, n in zip(shard, self.shard_grid_shape, strict=True)

@@ -24,10 +24,11 @@ from collections.abc import Iterator
 
 from napari_shardscope.core.bytestore import read_bounded
 from napari_shardscope.core.errors import FormatError, ShardscopeError
-from napari_shardscope.core.formats.problem import Problem
+from napari_shardscope.core.formats.problem import Problem, unreadable_problems
 from napari_shardscope.core.formats.zarr3.metadata import max_chunk_file_bytes
 from napari_shardscope.core.formats.zarr3.reader import Zarr3ArrayReader
 from napari_shardscope.core.formats.zarr3.sharding import decode_shard_index, find_index_problems, index_span
+from napari_shardscope.core.formats.zarr3.volume import chunk_key_test
 from napari_shardscope.core.progress import Progress
 
 
@@ -35,12 +36,16 @@ def validate_array(reader: Zarr3ArrayReader, progress: Progress | None = None) -
     """Check every shard file of the array; yield each problem found (nothing when clean)."""
     files = reader.list_shard_files()
     what = "shard" if reader.sharding is not None else "chunk"
-    for key in reader.shard_directories():
-        yield Problem(key, f"is a directory, not a {what} file")
+    # dangling links, link loops, FIFOs, sockets, and directories where a shard or chunk file should be
+    unreadable, bad = unreadable_problems(reader.store, f"{reader.path}/" if reader.path else "",
+                                          chunk_key_test(reader.metadata), what)
+    yield from unreadable
     total = len(files)
     for done, (key, shard) in enumerate(files):
         if progress is not None:
             progress(done, total, key)
+        if key in bad:
+            continue
         if not reader.in_grid(shard):
             yield Problem(
                 key,

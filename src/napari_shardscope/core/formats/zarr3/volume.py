@@ -16,7 +16,7 @@ the array's own axis order, which is already the presented order.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from napari_shardscope.core.bytestore import ByteStore, Location, check_level_tree
@@ -66,7 +66,7 @@ def array_volume_spec(location: Location, meta: ArrayMetadata, document: Mapping
     placement = array_placement(meta)
     volume_kind: Kind = kind or ("segmentation" if is_label_array(meta.attributes) else guess_kind(meta.dtype))
     # TensorStore reads the chunks below: no FIFO, no link out, no file larger than the spec allows
-    check_level_tree(location, "", max_file_bytes=max_chunk_file_bytes(meta))
+    check_level_tree(location, "", max_file_bytes=max_chunk_file_bytes(meta), is_data_key=chunk_key_test(meta))
     level = LevelSpec.of(placement.levels[0], {"driver": "zarr3", "kvstore": location.kvstore},
                          ArrayTransform(order=reader_order(array_axes(meta))), zarr3_chunk_source(store, "", meta))
     return VolumeSpec(
@@ -75,6 +75,17 @@ def array_volume_spec(location: Location, meta: ArrayMetadata, document: Mapping
         channel_axis=channel_axis_by_name(placement.axes) if volume_kind == "image" else None,
         metadata={"zarr.json": dict(document)},
     )
+
+
+def chunk_key_test(meta: ArrayMetadata) -> Callable[[str], bool]:
+    """Whether a key below the array is one of its chunk (or shard) keys inside the grid: a directory there
+    reads as fill."""
+    grid = meta.grid_shape
+
+    def test(rel: str) -> bool:
+        pos = meta.chunk_key_encoding.decode(rel, meta.ndim)
+        return pos is not None and all(0 <= p < n for p, n in zip(pos, grid, strict=True))
+    return test
 
 
 def ome_volume_spec(location: Location, ms: OmeMultiscale, arrays: Mapping[str, ArrayMetadata],
@@ -91,7 +102,7 @@ def ome_volume_spec(location: Location, ms: OmeMultiscale, arrays: Mapping[str, 
         check_codec_names(meta.codecs, key=f"{location.child(path).url}/zarr.json")
     placement = ome_placement(ms, arrays, key=key)
     for path, meta in arrays.items():  # TensorStore reads <group>/<path>/…: keep it inside the group
-        check_level_tree(location, path, max_file_bytes=max_chunk_file_bytes(meta))
+        check_level_tree(location, path, max_file_bytes=max_chunk_file_bytes(meta), is_data_key=chunk_key_test(meta))
     levels = tuple(LevelSpec.of(level, {"driver": "zarr3", "kvstore": location.child(level.key).kvstore},
                                 ArrayTransform(order=ms.order), zarr3_chunk_source(store, level.key, arrays[level.key]))
                    for level in placement.levels)

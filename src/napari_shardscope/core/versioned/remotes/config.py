@@ -8,6 +8,11 @@ data and all of it can be rebuilt by a fetch:
   repository in the remote's refs and id counters;
 * ``remote-state/<name>.json`` — the remote-tracking heads (``origin/main`` …) and which of this
   repository's versions are on the remote as which node object (so a push sends only the rest).
+
+``<remote>/<branch>`` is a remote-tracking name, never a local branch
+(:mod:`~napari_shardscope.core.versioned.tracking` resolves it); versions a fetch adopts beside a
+local branch that moved on go on :func:`diverged_branch_name`, and branches an older fetch left
+under a remote-tracking name are renamed to it by :func:`migrate_tracking_branches`.
 """
 
 from __future__ import annotations
@@ -24,16 +29,15 @@ from typing import Any
 
 from napari_shardscope.core.bytestore import parse_url, write_file_atomic
 from napari_shardscope.core.bytestore.oserrors import storage_fault
-from napari_shardscope.core.errors import ArgumentError, MetadataError
-from napari_shardscope.core.json_document import load_json
+from napari_shardscope.core.errors import ArgumentError
+from napari_shardscope.core.versioned.dag import check_branch_name
 from napari_shardscope.core.versioned.errors import StoreCorruptError
 from napari_shardscope.core.versioned.remotes.errors import RemoteExistsError, UnknownRemoteError
 from napari_shardscope.core.versioned.remotes.store import NodeRef
 from napari_shardscope.core.versioned.repository import Repository
+from napari_shardscope.core.versioned.tracking import CONFIG_FILE, STATE_DIR, read_json_file, state_path
 from napari_shardscope.core.versioned.writer_lock import WriterLock
 
-CONFIG_FILE = "remotes.json"
-STATE_DIR = "remote-state"
 DEFAULT_REMOTE = "origin"
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 
@@ -67,28 +71,6 @@ def _directory(repo: Repository) -> Path:
     return repo.path
 
 
-def read_json_file(path: Path, *, remedy: str = "") -> dict[str, Any]:
-    """A small JSON state file of the repository as a dict (empty when absent).
-
-    A damaged file is a :class:`StoreCorruptError` naming it (and ``remedy``, what the user can do),
-    never "absent": acting as if it were missing would fail later, far from the cause. Parsed by the
-    one JSON loader (size and depth limited), since a cloned repository's files came from a remote.
-    """
-    try:
-        raw = path.read_bytes()
-    except FileNotFoundError:
-        return {}
-    except OSError as exc:
-        raise StoreCorruptError(f"{path}: unreadable ({exc}){remedy}") from exc
-    try:
-        data = load_json(raw, key=str(path))
-    except MetadataError as exc:
-        raise StoreCorruptError(f"{exc}{remedy}") from exc
-    if not isinstance(data, dict):
-        raise StoreCorruptError(f"{path}: not a JSON object{remedy}")
-    return data
-
-
 def _write_json(path: Path, doc: dict[str, Any]) -> None:
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -119,8 +101,12 @@ def check_remote_name(name: str) -> str:
     return name
 
 
-def add_remote(repo: Repository, name: str, url: str, *, anonymous: bool = False) -> None:
-    """Configure remote ``name`` at ``url`` (any URL the byte-store door parses); ``anonymous``: no credentials."""
+def add_remote(repo: Repository, name: str, url: str, *, anonymous: bool = False) -> dict[str, str]:
+    """Configure remote ``name`` at ``url`` (any URL the byte-store door parses); ``anonymous``: no credentials.
+
+    From now on ``name/<branch>`` names that remote's branches, so local branches already named so
+    are renamed (:func:`migrate_tracking_branches`); returns what was renamed (old → new name).
+    """
     check_remote_name(name)
     parse_url(url)  # a bad URL is an argument error now, not at the first fetch
     doc = load_config(repo)
@@ -128,6 +114,36 @@ def add_remote(repo: Repository, name: str, url: str, *, anonymous: bool = False
         raise RemoteExistsError(f"a remote named {name!r} exists already ({doc['remotes'][name]['url']})")
     doc["remotes"][name] = {"url": url, **({"anonymous": True} if anonymous else {})}
     _write_json(_directory(repo) / CONFIG_FILE, doc)
+    return migrate_tracking_branches(repo, name)
+
+
+def diverged_branch_name(remote: str, branch: str, first: str) -> str:
+    """The local branch of versions fetched from ``remote``'s ``branch`` beside a local branch that moved on.
+
+    ``main+origin-1a2b3c4d`` (``first``: the UUID of the first such version): never ``origin/main``,
+    which names the remote-tracking head, and unique per divergence. A name over the length limit
+    falls back to ``fetched-<first UUID>``.
+    """
+    name = f"{branch}+{remote}-{first[:8]}"
+    try:
+        return check_branch_name(name)
+    except ArgumentError:
+        return f"fetched-{first}"
+
+
+def migrate_tracking_branches(repo: Repository, remote: str) -> dict[str, str]:
+    """Rename local branches named ``<remote>/…`` (left by fetches before remote-tracking names were refs).
+
+    Each becomes :func:`diverged_branch_name` of its first version, so ``<remote>/<branch>`` always
+    names the remote-tracking head and never a stale local chain. Returns old → new name.
+    """
+    renamed: dict[str, str] = {}
+    for b in repo.branches():
+        if b.name.startswith(f"{remote}/"):
+            new = diverged_branch_name(remote, b.name[len(remote) + 1:], b.base)
+            repo.rename_branch(b.name, new)
+            renamed[b.name] = new
+    return renamed
 
 
 def remove_remote(repo: Repository, name: str) -> None:
@@ -137,8 +153,7 @@ def remove_remote(repo: Repository, name: str) -> None:
         raise UnknownRemoteError(f"no remote named {name!r}")
     del doc["remotes"][name]
     _write_json(_directory(repo) / CONFIG_FILE, doc)
-    state = _directory(repo) / STATE_DIR / f"{name}.json"
-    state.unlink(missing_ok=True)
+    state_path(_directory(repo), name).unlink(missing_ok=True)
 
 
 def list_remotes(repo: Repository) -> dict[str, str]:
@@ -161,7 +176,7 @@ def is_anonymous(repo: Repository, name: str) -> bool:
 
 
 def load_state(repo: Repository, name: str) -> RemoteState:
-    doc = read_json_file(_directory(repo) / STATE_DIR / f"{check_remote_name(name)}.json")
+    doc = read_json_file(state_path(_directory(repo), check_remote_name(name)))
     try:
         return RemoteState(tracking={str(b): NodeRef(str(r["node"]), str(r["object"]))
                                      for b, r in doc.get("tracking", {}).items()},
@@ -172,7 +187,12 @@ def load_state(repo: Repository, name: str) -> RemoteState:
 
 
 def save_state(repo: Repository, name: str, state: RemoteState) -> None:
-    _write_json(_directory(repo) / STATE_DIR / f"{check_remote_name(name)}.json", state.to_json())
+    _write_json(state_path(_directory(repo), check_remote_name(name)), state.to_json())
+
+
+def spool_directory(repo: Repository, name: str | None = None) -> Path:
+    """Where a fetch from remote ``name`` keeps verified objects until it adopts them (None: a clone's)."""
+    return _directory(repo) / STATE_DIR / (f"{check_remote_name(name)}.incoming" if name else "clone.incoming")
 
 
 #: Seconds a fetch or push waits for another fetch or push of the same remote from this repository.

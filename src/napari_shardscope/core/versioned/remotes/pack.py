@@ -37,8 +37,19 @@ KV_MAGIC = b"SSKV001\n"
 #: Data objects are cut at about this many bytes (before compression): big enough that a node is a
 #: few objects, small enough that a retry after an interruption repeats little.
 DATA_OBJECT_BYTES = 32 * 1024 * 1024
-#: The most a stored object may inflate to (a hostile remote cannot make a fetch allocate more).
+#: The most a stored object may hold, and inflate to (a hostile remote cannot make a fetch allocate more).
 MAX_OBJECT_BYTES = 256 * 1024 * 1024
+#: The most a node object may inflate to: its record is a JSON header (UUIDs, object names, notes).
+MAX_NODE_BYTES = 16 * 1024 * 1024
+#: An object may inflate to at most this many times its stored size (or :data:`INFLATE_FLOOR` bytes,
+#: whichever is more). Honest objects stay far below (label blocks and index pages are compressed
+#: already, logs and records are JSON or binary ids: about 1-10), and writers store an object that
+#: would exceed it uncompressed (:func:`frame`); a zlib bomb — a few hundred KB inflating to
+#: gigabytes at deflate's ~1000:1 — is refused after ``MAX_INFLATE_RATIO`` times its size of work,
+#: not after :data:`MAX_OBJECT_BYTES`.
+MAX_INFLATE_RATIO = 100
+#: Objects inflating to at most this many bytes are never refused for their ratio.
+INFLATE_FLOOR = 8 * 1024 * 1024
 #: The deflate level objects are framed at: fast (a push compresses every new object) and what the
 #: format has always used. The frame is a zlib stream (RFC 1950), as written by every earlier version, so
 #: objects pushed before libdeflate did the compressing read unchanged (and old readers read new ones).
@@ -109,18 +120,39 @@ def object_key(name: str) -> str:
     return f"objects/{name[:2]}/{name[2:]}"
 
 
+def inflate_bound(stored: int, cap: int) -> int:
+    """The most an object of ``stored`` bytes may inflate to: its kind's ``cap``, and the ratio bound."""
+    return min(cap, max(INFLATE_FLOOR, MAX_INFLATE_RATIO * stored))
+
+
+def _cap(magic: bytes) -> int:
+    return MAX_NODE_BYTES if magic == NODE_MAGIC else MAX_OBJECT_BYTES
+
+
 def _frame(magic: bytes, payload: bytes) -> bytes:
-    return magic + zlib_compress(payload, PACK_LEVEL)
+    """``magic`` + the zlib stream of ``payload``; stored uncompressed (zlib level 0) when compressing would
+    pass the ratio every reader enforces (:func:`inflate_bound`), so no honest object is refused as a bomb."""
+    framed = magic + zlib_compress(payload, PACK_LEVEL)
+    if len(payload) > inflate_bound(len(framed), _cap(magic)):
+        framed = magic + zlib_compress(payload, 0)
+    return framed
 
 
 def _unframe(magic: bytes, data: bytes, name: str) -> bytes:
+    """The payload of a framed object, inflated within :func:`inflate_bound` of its stored size.
+
+    The bound is known before inflating (the stored size and the object's kind), and the inflate
+    stops at it, so a bomb with a valid hash costs at most that much memory and work, then a
+    :class:`CorruptObjectError` naming it.
+    """
     if not data.startswith(magic):
         raise CorruptObjectError(f"object {name}: not a {magic[:-1].decode()} object")
+    bound = inflate_bound(len(data), _cap(magic))
     try:
         # offset: the stream starts after the magic, so a damage is named by its byte in the stored object
-        return inflate(data[len(magic):], key=object_key(name), offset=len(magic), max_size=MAX_OBJECT_BYTES)
+        return inflate(data[len(magic):], key=object_key(name), offset=len(magic), max_size=bound)
     except FormatError as exc:
-        raise CorruptObjectError(f"object {name}: {exc}") from exc
+        raise CorruptObjectError(f"object {name}: {exc}") from exc  # a bomb: "decodes to more than {bound} bytes"
 
 
 def verify(name: str, data: bytes) -> bytes:
@@ -197,7 +229,7 @@ def decode_node(name: str, data: bytes) -> NodeHeader:
     """Inverse of :func:`encode_node` (after :func:`verify`)."""
     raw = _unframe(NODE_MAGIC, data, name)
     where = f"object {name}"
-    h = load_remote_json(raw, where, MAX_OBJECT_BYTES)
+    h = load_remote_json(raw, where, MAX_NODE_BYTES)
     try:
         parents = tuple((check_uuid(p, where), check_object_name(o, where)) for p, o in h["parents"])
         header = NodeHeader(

@@ -23,10 +23,10 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from napari_shardscope.core.bytestore import ByteStore, open_store
-from napari_shardscope.core.bytestore.conditional import ConditionalStore, probe_cas
+from napari_shardscope.core.bytestore import ByteStore, open_store, read_bounded
+from napari_shardscope.core.bytestore.conditional import ConditionalStore, Versioned, probe_cas
 from napari_shardscope.core.bytestore.context import shared_context
-from napari_shardscope.core.errors import ArgumentError
+from napari_shardscope.core.errors import ArgumentError, FormatError
 from napari_shardscope.core.versioned.remotes.errors import (
     CorruptObjectError,
     LostRaceError,
@@ -185,6 +185,10 @@ class RemoteStore:
     def read_only(self) -> bool:
         return self.cas.read_only
 
+    def where(self, key: str) -> str:
+        """The URL of ``key`` on the remote, for messages (the remote's URL may or may not end with ``/``)."""
+        return f"{self.url.rstrip('/')}/{key}"
+
     def _tick(self, what: str) -> None:
         if self._progress is not None:
             self._progress(self.transfer, what)
@@ -209,13 +213,19 @@ class RemoteStore:
         return name
 
     def get_object(self, name: str, what: str = "object") -> bytes:
-        """The verified bytes of object ``name`` (a missing or damaged object is a corrupt remote)."""
+        """The verified bytes of object ``name`` (a missing or damaged object is a corrupt remote).
+
+        Read through the bounded door: an object over :data:`MAX_OBJECT_BYTES` is refused before
+        its bytes arrive.
+        """
         check_object_name(name, self.url)
-        data = self.objects.read(object_key(name))
+        key = object_key(name)
+        try:
+            data = read_bounded(self.objects, key, MAX_OBJECT_BYTES, "a remote object")
+        except FormatError as exc:
+            raise CorruptObjectError(f"{self.where(key)}: {exc.message}") from exc
         if data is None:
-            raise CorruptObjectError(f"{self.url}: object {name} is missing")
-        if len(data) > MAX_OBJECT_BYTES:
-            raise CorruptObjectError(f"{self.url}: object {name} is {len(data)} bytes, over the limit")
+            raise CorruptObjectError(f"{self.where(key)}: object {name} is missing")
         self.transfer.bytes_received += len(data)
         self.transfer.objects_received += 1
         self._tick(what)
@@ -225,13 +235,18 @@ class RemoteStore:
 
     def read_refs(self) -> tuple[Refs | None, bytes]:
         """The refs (None: no repository here yet) and the generation to compare-and-swap against."""
-        got = self.cas.read_generation(REFS_KEY)
+        got = self._read_document(REFS_KEY, "a refs object")
         if got.value is None:
             return None, got.generation
-        if len(got.value) > MAX_REFS_BYTES:
-            raise CorruptObjectError(f"{self.url}{REFS_KEY}: {len(got.value)} bytes, over the limit")
         self.transfer.bytes_received += len(got.value)
-        return Refs.from_bytes(got.value, f"{self.url}{REFS_KEY}"), got.generation
+        return Refs.from_bytes(got.value, self.where(REFS_KEY)), got.generation
+
+    def _read_document(self, key: str, what: str) -> Versioned:
+        """``refs.json`` or ``ids.json`` with its generation, refused over :data:`MAX_REFS_BYTES` before reading."""
+        try:
+            return self.cas.read_generation(key, MAX_REFS_BYTES, what)
+        except FormatError as exc:
+            raise CorruptObjectError(str(exc)) from exc
 
     def require_refs(self) -> tuple[Refs, bytes]:
         refs, gen = self.read_refs()
@@ -273,10 +288,10 @@ class RemoteStore:
         A damaged ``ids.json`` is a :class:`CorruptObjectError`, not "no counters": a clone that
         silently skipped its reservations would later hand out ids another clone owns.
         """
-        got = self.cas.read_generation(IDS_KEY)
+        got = self._read_document(IDS_KEY, "the id counters")
         if got.value is None:
             return []
-        where = f"{self.url}{IDS_KEY}"
+        where = self.where(IDS_KEY)
         counters = load_remote_json(got.value, where, MAX_REFS_BYTES).get("counters")
         if not isinstance(counters, dict):
             raise CorruptObjectError(f"{where}: unreadable id counters (no counters object)")
@@ -293,11 +308,11 @@ class RemoteStore:
         self.check_cas()
         self.require_refs()  # a directory remote that vanished (unmounted) must not start a fresh counter
         for _ in range(CAS_ATTEMPTS):
-            got = self.cas.read_generation(IDS_KEY)
+            got = self._read_document(IDS_KEY, "the id counters")
             if got.value is None:
                 doc: dict[str, Any] = {"seq": 0, "writer": writer, "counters": {}}
             else:
-                where = f"{self.url}{IDS_KEY}"
+                where = self.where(IDS_KEY)
                 doc = load_remote_json(got.value, where, MAX_REFS_BYTES)
                 if not isinstance(doc.get("counters"), dict):
                     raise CorruptObjectError(f"{where}: unreadable id counters (no counters object)")
@@ -305,9 +320,9 @@ class RemoteStore:
                 start = max(int(doc["counters"].get(counter, 0)), minimum)
                 doc["seq"] = int(doc.get("seq", 0)) + 1
             except (ValueError, TypeError, OverflowError) as exc:
-                raise CorruptObjectError(f"{self.url}{IDS_KEY}: unreadable id counters ({exc})") from exc
+                raise CorruptObjectError(f"{self.where(IDS_KEY)}: unreadable id counters ({exc})") from exc
             if start + count > MAX_ID:  # ids are uint64 everywhere downstream
-                raise CorruptObjectError(f"{self.url}{IDS_KEY}: counter {counter!r} at {start} leaves no "
+                raise CorruptObjectError(f"{self.where(IDS_KEY)}: counter {counter!r} at {start} leaves no "
                                          f"{count} ids below 2**64")
             doc["counters"][counter] = start + count
             doc["writer"] = writer

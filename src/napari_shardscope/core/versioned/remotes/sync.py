@@ -4,8 +4,10 @@
   has (node objects name their parents' objects, so no listing is needed), downloads the rest,
   verifies every object's hash, and adopts each version in one local transaction, parents first.
   A fetched version keeps its branch name when it fits this DAG; when the local branch has moved
-  on (a divergence), it is adopted on ``<remote>/<branch>`` instead — the remote-tracking branch
-  a pull then merges.
+  on (a divergence), it is adopted on a branch of its own (``main+origin-1a2b3c4d``). Either way
+  ``<remote>/<branch>`` (``origin/main``) is the remote-tracking name of the head just fetched —
+  a ref kept in the remote state, never a local branch — and what ``review``, ``diff`` and a
+  pull's merge see.
 * **push** sends only committed versions, and only those the remote lacks (objects first), then
   moves the branch by one compare-and-swap of the refs. A push that is not a fast-forward is
   refused ("fetch and merge first") unless ``force_with_lease`` and the remote head is still the
@@ -29,6 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from napari_shardscope.core.bytestore.oserrors import storage_fault
 from napari_shardscope.core.errors import ArgumentError, ShardscopeError, UnsupportedError
 from napari_shardscope.core.versioned.dag import Version, check_branch_name
 from napari_shardscope.core.versioned.errors import (
@@ -36,6 +39,7 @@ from napari_shardscope.core.versioned.errors import (
     StoreCorruptError,
     UncommittedVersionError,
     UnknownBranchError,
+    UnknownInstanceError,
     UnknownVersionError,
 )
 from napari_shardscope.core.versioned.node import NodeContent, NodeEntry, NodeLog
@@ -75,17 +79,23 @@ Merger = Callable[[Repository, str, str], Version]
 
 @dataclass(frozen=True)
 class FetchResult:
-    """What a fetch did: versions adopted, the remote heads now tracked, bytes and objects moved."""
+    """What a fetch did: versions adopted, the remote heads now tracked, bytes and objects moved.
+
+    ``renamed``: fetched version → the local branch it went on when that is not its remote branch's
+    name (a divergence); ``migrated``: local branches an older fetch had named ``<remote>/…``, renamed
+    (old → new) so that name means the remote-tracking head.
+    """
 
     remote: str
     adopted: tuple[str, ...]
     tracking: dict[str, str]
     renamed: dict[str, str]
     transfer: Transfer
+    migrated: dict[str, str] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         return {"remote": self.remote, "adopted": list(self.adopted), "tracking": self.tracking,
-                "renamed": self.renamed, **self.transfer.to_json()}
+                "renamed": self.renamed, "migrated": self.migrated, **self.transfer.to_json()}
 
 
 @dataclass(frozen=True)
@@ -178,15 +188,76 @@ def _check_same(repo: Repository, refs: Refs, url: str) -> None:
 # -- instances and unversioned data -----------------------------------------------------------------
 
 
-def _sync_instances_in(repo: Repository, store: RemoteStore, refs: Refs) -> None:
+def _instances_in(repo: Repository, refs: Refs) -> dict[str, RemoteInstance]:
+    """The remote's instances this repository holds (a partial clone: only its own)."""
     only = C.instances_of(repo)
-    for name, ri in refs.instances.items():
-        if only is not None and name not in only:
-            continue
+    return {name: ri for name, ri in refs.instances.items() if only is None or name in only}
+
+
+def _lacks_unversioned(repo: Repository, name: str, ri: RemoteInstance) -> bool:
+    if ri.unversioned is None:
+        return False
+    try:
+        return len(repo.scan_unversioned(name)) < ri.keys
+    except UnknownInstanceError:
+        return True
+
+
+def _check_unversioned(repo: Repository, store: RemoteStore, refs: Refs, spool: _Spool) -> None:
+    """Download, verify and decode the unversioned objects this repository lacks, into ``spool``."""
+    for name, ri in _instances_in(repo, refs).items():
+        if ri.unversioned is not None and _lacks_unversioned(repo, name, ri):
+            data = store.get_object(ri.unversioned, f"unversioned data of {name}")
+            decode_pairs(ri.unversioned, data)
+            spool.put(ri.unversioned, data)
+
+
+def _adopt_instances(repo: Repository, refs: Refs, spool: _Spool) -> None:
+    """Add the remote's instances and the unversioned data :func:`_check_unversioned` verified."""
+    for name, ri in _instances_in(repo, refs).items():
         repo.adopt_instance(name, ri.type, ri.config)
-        if ri.unversioned is not None and len(repo.scan_unversioned(name)) < ri.keys:
-            pairs = decode_pairs(ri.unversioned, store.get_object(ri.unversioned, f"unversioned data of {name}"))
-            repo.put_unversioned(name, pairs)
+        if ri.unversioned is not None and _lacks_unversioned(repo, name, ri):
+            repo.put_unversioned(name, decode_pairs(ri.unversioned, spool.get(ri.unversioned)))
+
+
+def _sync_instances_in(repo: Repository, store: RemoteStore, refs: Refs) -> None:
+    with _Spool(C.spool_directory(repo)) as spool:
+        _check_unversioned(repo, store, refs, spool)
+        _adopt_instances(repo, refs, spool)
+
+
+class _Spool:
+    """A fetch's verified objects, kept on disk between checking all of them and adopting any.
+
+    A fetch downloads, hash-checks and decodes every object first (one at a time in memory) and
+    writes nothing to the repository until all passed, so a damaged or hostile object (a zlib bomb,
+    a bad record) refuses the whole fetch with nothing adopted; the objects wait here meanwhile.
+    The directory is per remote, used under the remote's state lock, emptied at the start of
+    every fetch (one killed midway leaves it behind) and removed at the end.
+    """
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+        shutil.rmtree(directory, ignore_errors=True)
+        try:
+            directory.mkdir(parents=True)
+        except OSError as exc:
+            raise storage_fault(exc, directory) from exc
+
+    def __enter__(self) -> _Spool:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        shutil.rmtree(self.directory, ignore_errors=True)
+
+    def put(self, name: str, data: bytes) -> None:
+        try:
+            (self.directory / name).write_bytes(data)
+        except OSError as exc:
+            raise storage_fault(exc, self.directory / name) from exc
+
+    def get(self, name: str) -> bytes:
+        return (self.directory / name).read_bytes()
 
 
 def _instances_out(repo: Repository, store: RemoteStore, refs: Refs | None) -> dict[str, RemoteInstance]:
@@ -254,7 +325,8 @@ def _local_branch(repo: Repository, remote: str, header: NodeHeader, preferred: 
             candidates.append(chosen[first])
         elif first not in walk.headers and repo.version(first).branch == header.branch:
             candidates.append(header.branch)
-    candidates += [header.branch, f"{remote}/{header.branch}", f"{remote}/{header.branch}+{header.uuid[:8]}"]
+    # never ``<remote>/<branch>``: that names the remote-tracking head (a ref), not a local branch
+    candidates += [header.branch, C.diverged_branch_name(remote, header.branch, header.uuid), f"fetched-{header.uuid}"]
     for name in candidates:
         try:
             check_branch_name(name)
@@ -280,6 +352,7 @@ def _fetch(repo: Repository, remote: str, store: RemoteStore, branches: Sequence
 def _fetch_held(repo: Repository, remote: str, store: RemoteStore, branches: Sequence[str] | None) -> FetchResult:
     refs, _ = store.require_refs()
     _check_same(repo, refs, store.url)
+    migrated = C.migrate_tracking_branches(repo, remote)
     state = C.load_state(repo, remote)
     if branches:
         missing = [b for b in branches if b not in refs.branches]
@@ -287,9 +360,34 @@ def _fetch_held(repo: Repository, remote: str, store: RemoteStore, branches: Seq
             raise UnknownBranchError(f"{store.url} has no branch {missing[0]!r} "
                                      f"(branches: {', '.join(sorted(refs.branches)) or 'none'})")
     wanted = {b: r for b, r in refs.branches.items() if not branches or b in branches}
-    _sync_instances_in(repo, store, refs)
     state.objects[refs.root.node] = refs.root.object
-    walk = _walk(repo, store, wanted.values(), state.objects)
+    with _Spool(C.spool_directory(repo, remote)) as spool:
+        # every object is verified before anything is written: a bad one leaves the repository as it was
+        _check_unversioned(repo, store, refs, spool)
+        walk = _walk(repo, store, wanted.values(), state.objects)
+        for uuid in walk.order:
+            _, header = walk.headers[uuid]
+            records: list[NodeEntry | NodeLog] = []
+            for data_name in header.data:
+                data = store.get_object(data_name, "version data")
+                records.extend(decode_data(data_name, data, header.instances))
+                spool.put(data_name, data)
+            node_content(header, records)  # the record counts the node declares
+            del records
+        _adopt_instances(repo, refs, spool)
+        renamed = _adopt_walk(repo, remote, walk, wanted, spool, state)
+    if branches:
+        state.tracking.update(wanted)
+    else:
+        state.tracking = dict(wanted)
+    C.save_state(repo, remote, state)
+    return FetchResult(remote, tuple(walk.order), {b: r.node for b, r in state.tracking.items()}, renamed,
+                       store.transfer, migrated)
+
+
+def _adopt_walk(repo: Repository, remote: str, walk: _Walk, wanted: dict[str, NodeRef], spool: _Spool,
+                state: C.RemoteState) -> dict[str, str]:
+    """Adopt the verified versions of ``walk``, parents first; fetched version → local branch when renamed."""
     preferred: dict[str, str] = {}
     for name, ref in wanted.items():
         cur: str | None = ref.node
@@ -305,19 +403,13 @@ def _fetch_held(repo: Repository, remote: str, store: RemoteStore, branches: Seq
         name = _local_branch(repo, remote, header, preferred.get(uuid), chosen, walk)
         records: list[NodeEntry | NodeLog] = []
         for data_name in header.data:
-            records.extend(decode_data(data_name, store.get_object(data_name, "version data"), header.instances))
+            records.extend(decode_data(data_name, spool.get(data_name), header.instances))
         repo.adopt_node(_only(node_content(header, records), only), branch=name)
         chosen[uuid] = name
         if name != header.branch:
             renamed[uuid] = name
         state.objects[uuid] = obj
-    if branches:
-        state.tracking.update(wanted)
-    else:
-        state.tracking = dict(wanted)
-    C.save_state(repo, remote, state)
-    return FetchResult(remote, tuple(walk.order), {b: r.node for b, r in state.tracking.items()}, renamed,
-                       store.transfer)
+    return renamed
 
 
 # -- push -----------------------------------------------------------------------------------------
@@ -474,7 +566,14 @@ def pull(repo: Repository, remote: str = C.DEFAULT_REMOTE, branch: str = "main",
 
 
 def status(repo: Repository, remote: str = C.DEFAULT_REMOTE) -> list[BranchStatus]:
-    """Every local branch and remote-tracking branch: committed versions ahead and behind (as of the last fetch)."""
+    """Each branch against ``<remote>/<branch>`` as last fetched or pushed: committed versions ahead and behind.
+
+    A branch the remote-tracking state knows is compared with that head (git's ahead/behind). A
+    local branch it does not know is "ahead" by the committed versions the remote lacks (what a push
+    would send), and listed only when there are some or it has an open version: a branch whose
+    versions all came from the remote (a fetched divergence, a branch only reachable through another
+    one's history) has nothing to report.
+    """
     state = C.load_state(repo, remote)
     names = sorted({b.name for b in repo.branches() if not b.name.startswith(f"{remote}/")} | set(state.tracking))
     out: list[BranchStatus] = []
@@ -488,9 +587,13 @@ def status(repo: Repository, remote: str = C.DEFAULT_REMOTE) -> list[BranchStatu
             pass
         ref = state.tracking.get(name)
         mine = {v.uuid for v in repo.ancestry(local)} if local is not None else set()
-        theirs = ({v.uuid for v in repo.ancestry(ref.node)} if ref is not None and has_version(repo, ref.node)
-                  else set())
-        out.append(BranchStatus(name, None if local is None else local.uuid, None if ref is None else ref.node,
+        if ref is None:
+            ahead = len(mine - set(state.objects))
+            if ahead or is_open:
+                out.append(BranchStatus(name, None if local is None else local.uuid, None, ahead, 0, is_open))
+            continue
+        theirs = {v.uuid for v in repo.ancestry(ref.node)} if has_version(repo, ref.node) else set()
+        out.append(BranchStatus(name, None if local is None else local.uuid, ref.node,
                                 len(mine - theirs), len(theirs - mine), is_open))
     return out
 
@@ -635,6 +738,10 @@ def verify_remote(url: str) -> list[str]:
             problems.append(f"version {ref.node}: {exc}")
             continue
         stack.extend(NodeRef(p, o) for p, o in header.parents)
+    try:
+        store.counter_names()  # a clone reserves ids from these: a damaged or huge ids.json breaks every clone
+    except ShardscopeError as exc:
+        problems.append(f"id counters: {exc}")
     for name, inst in refs.instances.items():
         if inst.unversioned is not None:
             try:
