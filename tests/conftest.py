@@ -1,5 +1,6 @@
 """Shared fixtures: a range-capable HTTP server on loopback; the hypothesis profile; the Qt binding of this
-environment for qtpy and pytest-qt alike; ``slow`` tests only on request (``-m slow``)."""
+environment for qtpy and pytest-qt alike; ``slow`` tests only on request (``-m slow``); the run spread over
+every core (pytest-xdist) unless told otherwise."""
 
 from __future__ import annotations
 
@@ -44,6 +45,26 @@ if _BINDING is not None:
 # No per-example deadline: the machine is shared and noisy, and tests never assert on timing.
 settings.register_profile("shardscope", deadline=None, print_blob=True)
 settings.load_profile("shardscope")
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_cmdline_main(config: pytest.Config) -> None:
+    """``pytest`` (the README's test command) runs on every core: pytest-xdist's ``-n auto --dist loadgroup``.
+
+    Set here rather than in ``addopts`` so that ``-p no:xdist`` (one process, no xdist at all) still parses,
+    and so that an explicit ``-n N`` / ``-n 0`` / ``--dist`` wins. ``loadgroup`` hands out single tests, except
+    that the tests of one ``xdist_group`` (a costly module fixture, a shared server) stay on one worker. This
+    hook runs before xdist's own (both try first; a conftest registers later), which turns ``auto`` into the
+    number of cores (``PYTEST_XDIST_AUTO_NUM_WORKERS`` overrides it). Never inside a worker: it would spawn
+    workers of its own.
+    """
+    if not config.pluginmanager.has_plugin("xdist") or os.environ.get("PYTEST_XDIST_WORKER"):
+        return
+    option = config.option
+    if option.numprocesses is None and not option.collectonly and not option.usepdb:
+        option.numprocesses = "auto"
+        if option.dist == "no":
+            option.dist = "loadgroup"
 
 
 @pytest.fixture

@@ -35,6 +35,8 @@ from typing import Any
 
 import numpy as np
 
+from tests.realdata import REALDATA
+
 #: Outcomes of one decode; the last five are findings.
 OUTCOMES = ("exact", "typed", "other_data", "untyped", "crash", "hang", "wrong_size", "wrong_data")
 FINDING_OUTCOMES = ("untyped", "crash", "hang", "wrong_size", "wrong_data")
@@ -311,8 +313,6 @@ class DecoderChild:
 
 
 # -- the samples --------------------------------------------------------------------------------------------
-REALDATA = Path(os.environ.get("SHARDSCOPE_REALDATA",
-                               Path(__file__).resolve().parents[2] / ".." / "shared" / "realdata"))
 
 COMPRESSO_FIELDS = tuple(HeaderField(n, o, w) for n, o, w in (
     ("magic", 0, 4), ("format_version", 4, 1), ("data_width", 5, 1), ("sx", 6, 2), ("sy", 8, 2), ("sz", 10, 2),
