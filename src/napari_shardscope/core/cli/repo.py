@@ -19,17 +19,12 @@ from pathlib import Path
 from typing import Any
 
 from napari_shardscope.core.cli.common import (
-    QUIET,
-    REF,
-    REPOSITORY,
     emit,
-    parse_positive_int,
     print_json,
     print_json_line,
     progress_unless_quiet,
     read_argument_file,
 )
-from napari_shardscope.core.cli.parser import Verb, VerbGroup, arg
 from napari_shardscope.core.errors import EXIT_CHECK_FAILED, EXIT_OK, ArgumentError, NotFoundError, ShardscopeError
 from napari_shardscope.core.versioned import (
     MergeConflictError,
@@ -40,7 +35,6 @@ from napari_shardscope.core.versioned import (
     open_keyvalue,
     open_repository,
 )
-from napari_shardscope.core.versioned.merge import MERGE_POLICIES
 from napari_shardscope.core.versioned.migrate import migrate_repository
 
 
@@ -294,69 +288,3 @@ def merge_conflicts_json(exc: ShardscopeError) -> dict[str, Any]:
         return {}
     return {"conflicts": [{"instance": c.instance, "key": c.key.decode("utf-8", "backslashreplace")}
                           for c in exc.conflicts]}
-
-
-_KV_KEY = (REPOSITORY, REF, arg("instance", help="keyvalue instance name"), arg("key"))
-
-VERBS = (
-    VerbGroup("repo", "versioned repositories: versions, branches, merges",
-              "Versioned repositories (DVID's model). REF is a branch name (its head) or a unique UUID prefix.", (
-        Verb("init", cmd_init, "create a repository (root version open on main)", (
-            REPOSITORY,
-            arg("--engine", choices=("lmdb", "sqlite"), default="lmdb", help="storage engine (default lmdb)"),
-        )),
-        Verb("log", cmd_log, "a version and its ancestors, newest first (--json: one line each)", (
-            REPOSITORY,
-            arg("ref", nargs="?", default="main", help="version (default: head of main)"),
-            arg("-n", "--limit", type=parse_positive_int, metavar="N",
-                help="at most N versions (reads only those, whatever the history)"),
-            arg("--since", metavar="DATE|REF",
-                help="stop at the first version created before DATE (ISO 8601, e.g. 2025-01-31 or "
-                     "2025-01-31T14:00; naive times are local), or leave out REF and its ancestors (REF..ref)"),
-            arg("--first-parent", action="store_true",
-                help="follow only first parents (the branch each merge was made on)"),
-            arg("--all", action="store_true", help="every version by creation, newest first"),
-        )),
-        Verb("branches", cmd_branches, "branches and their heads", (REPOSITORY,)),
-        Verb("commit", cmd_commit, "commit (lock) an open version", (
-            REPOSITORY, REF, arg("-m", "--message", required=True),
-        )),
-        Verb("branch", cmd_branch, "new open child of a committed version", (
-            REPOSITORY,
-            arg("parent", help="committed parent version"),
-            arg("name", nargs="?", default=None, help="new branch name (default: continue the parent's)"),
-        )),
-        Verb("checkout", cmd_checkout, "show a version as it would be opened (--write: must be open)", (
-            REPOSITORY, REF, arg("--write", action="store_true", help="fail unless the version accepts writes"),
-        )),
-        Verb("merge", cmd_merge, "new open version with two committed parents", (
-            REPOSITORY,
-            arg("ours"),
-            arg("theirs"),
-            arg("--policy", choices=MERGE_POLICIES, default="fail", help="conflict policy (default fail)"),
-            arg("--branch", default=None, help="new branch for the merge (default: continue ours)"),
-        ), error_details=merge_conflicts_json),
-        Verb("note", cmd_note, "append a note to a version's log", (REPOSITORY, REF, arg("text"))),
-        Verb("verify", cmd_verify, "check the whole store (exit 1 on problems)", (REPOSITORY,)),
-        Verb("migrate", cmd_migrate,
-             "bring a repository made by an older version up to date, then verify it (exit 1 on problems)",
-             (REPOSITORY, QUIET),
-             description="Upgrades the repository format (opening a repository does that too) and then runs "
-                         "every data type's own migration, in one command; each step says what it did or "
-                         "'up to date', and the whole store is verified at the end. Running it again does "
-                         "nothing."),
-    )),
-    VerbGroup("kv", "keyvalue instances of a repository",
-              "String keys to bytes at any version of a repository.", (
-        Verb("get", cmd_kv_get, "print a value (raw bytes; exit 3 when absent)", (
-            *_KV_KEY, arg("--out", help="write the value to this file"),
-        )),
-        Verb("put", cmd_kv_put, "store a value at an open version (creates the instance)", (
-            *_KV_KEY,
-            arg("value", nargs="?", default=None, help="UTF-8 text value"),
-            arg("--file", help="read the value from this file"),
-        )),
-        Verb("delete", cmd_kv_delete, "delete a key at an open version", _KV_KEY),
-        Verb("ls", cmd_kv_ls, "list keys at a version", (*_KV_KEY[:3], arg("--prefix", default=""))),
-    )),
-)
