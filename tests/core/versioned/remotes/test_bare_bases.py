@@ -24,6 +24,7 @@ import numpy as np
 import pytest
 import tensorstore as ts
 
+from napari_shardscope.core.bytestore.url import parse_url
 from tests.core.labelmap.volumes import voronoi_supervoxels
 from tests.core.versioned.remotes.cli import shardscope, shardscope_json
 from tests.moto_s3 import S3Server
@@ -57,9 +58,16 @@ def _bare_n5(path: Path, data: np.ndarray) -> None:
 BARE: dict[str, Callable[[Path, np.ndarray], None]] = {"zarr3": _bare_zarr3, "zarr2": _bare_zarr2, "n5": _bare_n5}
 
 
+def _kvstore(url: str) -> ts.KvStore:
+    """``url`` opened as the library opens it: through its URL grammar, which names the S3 endpoint of
+    ``AWS_ENDPOINT_URL`` in the spec (TensorStore in this process does not read that variable; a bare
+    ``ts.KvStore.open("s3://…")`` here went to AWS itself, unreachable, and retried until killed)."""
+    return ts.KvStore.open(parse_url(url.rstrip("/") + "/").kvstore).result()
+
+
 def _upload(directory: Path, url: str) -> None:
     """Copy a dataset directory to ``url`` (an S3 prefix) key by key."""
-    kv = ts.KvStore.open(url.rstrip("/") + "/").result()
+    kv = _kvstore(url)
     for f in sorted(directory.rglob("*")):
         if f.is_file():
             kv.write(f.relative_to(directory).as_posix(), f.read_bytes()).result()
@@ -146,7 +154,7 @@ def test_bare_zarr3_base_on_s3_clones_with_prefetch(tmp_path: Path, s3: S3Server
     shutil.rmtree(local)
 
     def gone() -> None:
-        kv = ts.KvStore.open(base + "/").result()
+        kv = _kvstore(base)
         kv.delete_range(ts.KvStore.KeyRange("", "")).result()
         assert not kv.list().result()
 
