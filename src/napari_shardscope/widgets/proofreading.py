@@ -46,6 +46,7 @@ from napari_shardscope.core.errors import ArgumentError, ShardscopeError
 from napari_shardscope.core.proofreading import MODES, ControllerState, PendingSplit
 from napari_shardscope.core.proofreading.actions import ACTION_TABLE
 from napari_shardscope.core.proofreading.places import default_repository, local_dataset, remember_folder
+from napari_shardscope.core.volumes.display import LAYER_METADATA_KEY
 from napari_shardscope.widgets.canvas import canvas_for
 from napari_shardscope.widgets.lifecycle import on_removed
 from napari_shardscope.widgets.placement import add_on_grid
@@ -57,8 +58,6 @@ if TYPE_CHECKING:
     import napari
     from napari.layers import Labels
 
-#: Key of the layer metadata written by our reader (``napari_plugin.layers.METADATA_KEY``).
-METADATA_KEY = "shardscope"
 SEEDS_NAME = "split seeds"
 
 
@@ -238,7 +237,7 @@ class ProofreadingPanel(QWidget):  # type: ignore[misc]
 
         out = []
         for layer in self.viewer.layers:
-            meta = layer.metadata.get(METADATA_KEY) if hasattr(layer, "metadata") else None
+            meta = layer.metadata.get(LAYER_METADATA_KEY) if hasattr(layer, "metadata") else None
             ours = isinstance(meta, dict) and meta.get("kind") == "segmentation" and meta.get("url")
             session_layer = LAYER_KEY in getattr(layer, "metadata", {}) or layer is self._seeds_layer
             if ours or (isinstance(layer, Labels) and not session_layer and layer.name != SEEDS_NAME):
@@ -248,7 +247,7 @@ class ProofreadingPanel(QWidget):  # type: ignore[misc]
     @staticmethod
     def layer_url(layer: Any) -> str | None:
         """The path or URL a layer was read from: our reader's URL, else napari's ``layer.source.path``."""
-        meta = layer.metadata.get(METADATA_KEY) if hasattr(layer, "metadata") else None
+        meta = layer.metadata.get(LAYER_METADATA_KEY) if hasattr(layer, "metadata") else None
         if isinstance(meta, dict) and meta.get("url"):
             return str(meta["url"])
         source = getattr(layer, "source", None)
@@ -317,7 +316,7 @@ class ProofreadingPanel(QWidget):  # type: ignore[misc]
         if path is None:
             path = self._ask_for_place(layer)
         url = self.layer_url(layer)
-        meta = layer.metadata.get(METADATA_KEY) if hasattr(layer, "metadata") else None
+        meta = layer.metadata.get(LAYER_METADATA_KEY) if hasattr(layer, "metadata") else None
         ours = isinstance(meta, dict) and meta.get("url")
         labels = None if ours else (layer.data[0] if getattr(layer, "multiscale", False) else layer.data)
         job = self.controller.create_job(
