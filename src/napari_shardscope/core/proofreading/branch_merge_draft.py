@@ -80,7 +80,7 @@ class BranchMergeDrafting(ControllerBase):
         with self._action():
             self._require("merge_branch")
             if self.busy:
-                raise ArgumentError(f"wait: {self._jobs[0].description} is running")
+                raise ArgumentError(self._wait_text())
             theirs = theirs or self._merge_theirs
             if not theirs:
                 raise ArgumentError("choose the branch to merge")
