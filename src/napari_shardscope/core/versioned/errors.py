@@ -139,3 +139,12 @@ class IdsExhaustedError(ConflictError):
         self.counter = counter
         self.count = count
         self.minimum = minimum
+
+
+class RegionError(RefusedWriteError):
+    """An edit outside the region a region clone holds.
+
+    Raised by the labelmap's region check, about a repository setting the remotes record
+    (``shardscope clone --region``): it lives here, below both (also exported by
+    :mod:`napari_shardscope.core.versioned.remotes.errors`).
+    """
