@@ -34,7 +34,7 @@ from typing import Any
 
 from napari_shardscope.core.errors import UnsupportedFeatureError
 from napari_shardscope.core.volumes import Volume
-from napari_shardscope.core.volumes.display import display_of
+from napari_shardscope.core.volumes.display import LAYER_METADATA_KEY, display_of
 from napari_shardscope.napari_plugin.damage import attach
 from napari_shardscope.napari_plugin.shown import DamageLog, shown
 
@@ -46,8 +46,9 @@ LayerData = tuple[Any, dict[str, Any], str]
 #: above this many pixels per plane that read becomes the cost of every z-step.
 COARSEST_PLANE_LIMIT = 1024 * 1024
 
-#: Key of the layer ``metadata`` entry holding where a layer came from (widgets read it).
-METADATA_KEY = "shardscope"
+#: Key of the layer ``metadata`` entry holding where a layer came from (widgets read it): the one
+#: shared constant, :data:`napari_shardscope.core.volumes.display.LAYER_METADATA_KEY`.
+METADATA_KEY = LAYER_METADATA_KEY
 
 
 def volume_layer_data(volume: Volume) -> LayerData:

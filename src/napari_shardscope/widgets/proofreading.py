@@ -44,7 +44,9 @@ from qtpy.QtWidgets import (
 
 from napari_shardscope.core.errors import ArgumentError, ShardscopeError
 from napari_shardscope.core.proofreading import MODES, ControllerState, PendingSplit
+from napari_shardscope.core.proofreading.actions import ACTION_TABLE
 from napari_shardscope.core.proofreading.places import default_repository, local_dataset, remember_folder
+from napari_shardscope.core.volumes.display import LAYER_METADATA_KEY
 from napari_shardscope.widgets.canvas import canvas_for
 from napari_shardscope.widgets.lifecycle import on_removed
 from napari_shardscope.widgets.placement import add_on_grid
@@ -56,40 +58,36 @@ if TYPE_CHECKING:
     import napari
     from napari.layers import Labels
 
-#: Key of the layer metadata written by our reader (``napari_plugin.layers.METADATA_KEY``).
-METADATA_KEY = "shardscope"
 SEEDS_NAME = "split seeds"
 
-#: (key, action, what it does): bound on the viewer while the panel is open.
+
+
+def _bound(action: str) -> tuple[str, str, str]:
+    """The key binding of a controller action: its key and words from its row of ``ACTION_TABLE``."""
+    row = ACTION_TABLE[action]
+    return row.key, action, row.text
+
+
+#: (key, action, what it does): bound on the viewer while the panel is open. The controller's actions
+#: come from its table; the others are this panel's (the split toggle) or a view's.
 KEYBINDINGS: tuple[tuple[str, str, str], ...] = (
-    ("Shift-M", "merge", "merge the selected bodies into the first"),
-    ("Shift-C", "cleave", "cleave the picked supervoxels into a new body"),
+    _bound("merge"),
+    _bound("cleave"),
     ("Shift-S", "toggle_split", "start a split (paint seeds 1, 2, …) / split with the painted seeds"),
-    ("Shift-U", "undo", "undo the last edit of this version"),
-    ("Shift-R", "redo", "redo the last undone edit"),
-    ("Shift-X", "clear_selection", "clear the selection"),
+    _bound("undo"),
+    _bound("redo"),
+    _bound("clear_selection"),
     ("Shift-T", "toggle_mode", "switch clicks between bodies and supervoxels"),
     ("Shift-D", "toggle_dim", "dim every body but the selected ones (and back)"),
     ("Shift-N", "next_item", "go to the next open item of the to-do list"),
     ("Shift-B", "previous_item", "go back to the previous item of the to-do list"),
 )
-
 HELP = """<b>Proofreading</b> the checked-out version of the labelmap.<br>
 <b>Click</b> a body to select it, <b>Shift-click</b> to add one (a drag pans, it selects nothing).
 In <i>supervoxels</i> mode, clicks pick supervoxels of the selected body for a cleave.<br>
 <b>Split</b>: <i>Start split</i> adds a <i>split seeds</i> layer; paint label 1 on one part and 2 (3, …)
 on the others, then <i>Split</i>.<br>Keys: """ + "; ".join(f"<b>{k}</b> {what}" for k, _, what in KEYBINDINGS)
 
-#: Tooltips of enabled buttons, by controller action (a disabled button shows the controller's reason).
-_ACTION_TIPS = {
-    "merge": "merge the selected bodies into the first (Shift-M)",
-    "cleave": "move the picked supervoxels to a new body (Shift-C)",
-    "start_split": "paint seeds to split the selected body (Shift-S)",
-    "split": "split the body by the painted seeds (Shift-S)",
-    "cancel_split": "remove the seeds layer",
-    "undo": "undo the last edit of this version (Shift-U)",
-    "redo": "redo the last undone edit (Shift-R)",
-}
 _STATUS_COLOURS = {"error": "color: #e06c75", "warning": "color: #d19a66"}
 
 
@@ -239,7 +237,7 @@ class ProofreadingPanel(QWidget):  # type: ignore[misc]
 
         out = []
         for layer in self.viewer.layers:
-            meta = layer.metadata.get(METADATA_KEY) if hasattr(layer, "metadata") else None
+            meta = layer.metadata.get(LAYER_METADATA_KEY) if hasattr(layer, "metadata") else None
             ours = isinstance(meta, dict) and meta.get("kind") == "segmentation" and meta.get("url")
             session_layer = LAYER_KEY in getattr(layer, "metadata", {}) or layer is self._seeds_layer
             if ours or (isinstance(layer, Labels) and not session_layer and layer.name != SEEDS_NAME):
@@ -249,7 +247,7 @@ class ProofreadingPanel(QWidget):  # type: ignore[misc]
     @staticmethod
     def layer_url(layer: Any) -> str | None:
         """The path or URL a layer was read from: our reader's URL, else napari's ``layer.source.path``."""
-        meta = layer.metadata.get(METADATA_KEY) if hasattr(layer, "metadata") else None
+        meta = layer.metadata.get(LAYER_METADATA_KEY) if hasattr(layer, "metadata") else None
         if isinstance(meta, dict) and meta.get("url"):
             return str(meta["url"])
         source = getattr(layer, "source", None)
@@ -318,7 +316,7 @@ class ProofreadingPanel(QWidget):  # type: ignore[misc]
         if path is None:
             path = self._ask_for_place(layer)
         url = self.layer_url(layer)
-        meta = layer.metadata.get(METADATA_KEY) if hasattr(layer, "metadata") else None
+        meta = layer.metadata.get(LAYER_METADATA_KEY) if hasattr(layer, "metadata") else None
         ours = isinstance(meta, dict) and meta.get("url")
         labels = None if ours else (layer.data[0] if getattr(layer, "multiscale", False) else layer.data)
         job = self.controller.create_job(
@@ -503,7 +501,7 @@ class ProofreadingPanel(QWidget):  # type: ignore[misc]
                              ("undo", self.undo_button), ("redo", self.redo_button)):
             action = state.actions[name]
             button.setEnabled(action.enabled)
-            button.setToolTip(action.reason or _ACTION_TIPS[name])
+            button.setToolTip(action.reason or ACTION_TABLE[name].tip)
         status = state.status
         if status.level != "error" and state.edit_block:
             self.status_label.setStyleSheet(_STATUS_COLOURS["warning"])  # why nothing can be edited here

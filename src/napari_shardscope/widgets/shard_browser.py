@@ -63,16 +63,16 @@ from napari_shardscope.core.layout import (
     open_layout,
     parse_position,
 )
+from napari_shardscope.core.volumes.display import LAYER_METADATA_KEY
 from napari_shardscope.widgets.lifecycle import on_removed
 from napari_shardscope.widgets.placement import Blocks, VolumeGrid, add_on_grid, on_grid
 from napari_shardscope.widgets.scrolling import scroll_body, wrapping
+from napari_shardscope.widgets.workers import GuiProgress, Stopped, start_worker
 
 if TYPE_CHECKING:
     import napari
     from napari.layers import Layer, Shapes
 
-#: Key of the layer metadata written by our reader (``napari_plugin.layers.METADATA_KEY``).
-METADATA_KEY = "shardscope"
 #: Children added to the tree per page ("show more" adds the next page).
 PAGE_SIZE = 200
 #: At most this many rectangles outline one chunk (one per displayed plane it spans).
@@ -103,10 +103,6 @@ def camera(viewer: Any) -> Any:
     return scene.camera if scene is not None else viewer.camera
 
 
-class _Cancelled(Exception):
-    """Raised inside a worker when the user pressed Stop."""
-
-
 class ShardBrowser(QWidget):
     """Dock widget: browse a sharded volume's layout, locate chunks, map shards, validate.
 
@@ -121,8 +117,7 @@ class ShardBrowser(QWidget):
     :meth:`validate`, :meth:`stop`, :meth:`select_problem`.
     """
 
-    #: Emitted from worker threads; Qt queues them to the GUI thread.
-    _progress = Signal(int, int, str)
+    #: Emitted from worker threads; Qt queues it to the GUI thread.
     _problem = Signal(object)
 
     def __init__(self, napari_viewer: napari.viewer.Viewer, parent: QWidget | None = None) -> None:
@@ -140,11 +135,9 @@ class ShardBrowser(QWidget):
         self._pending: dict[NodePath, list[LayoutNode]] = {}
         self._workers: list[Any] = []
         self._cancel = threading.Event()
-        self._pbar: Any = None
         self._cursor_mode = False
         self._hover_grid: tuple[str, tuple[int, ...]] | None = None
         self._build_ui()
-        self._progress.connect(self._on_progress)
         self._problem.connect(self._on_problem)
         self.viewer.layers.events.inserted.connect(self._refresh_layers)
         self.viewer.layers.events.removed.connect(self._refresh_layers)
@@ -257,7 +250,7 @@ class ShardBrowser(QWidget):
 
     # -- layers and the tree ---------------------------------------------------------------------------
     def _shardscope_layers(self) -> list[Layer]:
-        return [layer for layer in self.viewer.layers if METADATA_KEY in getattr(layer, "metadata", {})]
+        return [layer for layer in self.viewer.layers if LAYER_METADATA_KEY in getattr(layer, "metadata", {})]
 
     def _refresh_layers(self, event: Any = None) -> None:
         layers = self._shardscope_layers()
@@ -288,7 +281,7 @@ class ShardBrowser(QWidget):
             self.layer_combo.blockSignals(True)
             self.layer_combo.setCurrentIndex(names.index(layer.name))
             self.layer_combo.blockSignals(False)
-        meta = layer.metadata[METADATA_KEY]
+        meta = layer.metadata[LAYER_METADATA_KEY]
         url = str(meta["url"])
         try:
             tree = open_layout(url, meta.get("volume"))
@@ -746,38 +739,25 @@ class ShardBrowser(QWidget):
         self.problem_list.clear()
         self._cancel.clear()
         self.progress_bar.setRange(0, 0)
-        from napari.utils import progress
-
-        self._pbar = progress(total=0, desc=f"validate {scale or 'all scales'}")
-
-        def report(done: int, total: int, what: str) -> None:
-            if self._cancel.is_set():
-                raise _Cancelled
-            self._progress.emit(done, total, what)
+        # napari's progress bar, mirrored in the panel's; a report after Stop ends the worker
+        report = GuiProgress(f"validate {scale or 'all scales'}", stop=self._cancel, on_step=self._on_progress)
 
         def run() -> int:
             count = 0
             for problem in tree.validate(scale, report):
                 if self._cancel.is_set():
-                    raise _Cancelled
+                    raise Stopped
                 self._problem.emit(problem)
                 count += 1
             return count
 
         self.status_label.setText(f"validating {scale or 'all scales'} …")
-        self._start(run, self._on_validated, button=self.validate_button, stoppable=True)
+        self._start(run, self._on_validated, button=self.validate_button, stoppable=True, progress=report)
 
     def _on_progress(self, done: int, total: int, what: str) -> None:
         self.progress_bar.setRange(0, max(total, 1))
         self.progress_bar.setValue(min(done, max(total, 1)))
         self.status_label.setText(f"validating: {what}")
-        pbar = self._pbar
-        if pbar is not None:
-            if pbar.total != total:
-                pbar.total = total
-            if done > pbar.n:
-                pbar.update(done - pbar.n)
-            pbar.set_description(f"validate: {what}")
 
     def _on_problem(self, problem: Problem) -> None:
         self.problems.append(problem)
@@ -821,34 +801,29 @@ class ShardBrowser(QWidget):
         """Whether a worker (validate, shard map) is still running."""
         return bool(self._workers)
 
-    def _start(self, func: Any, on_done: Any, *, button: QPushButton, stoppable: bool = False) -> None:
-        from napari.qt.threading import create_worker
+    def _start(self, func: Any, on_done: Any, *, button: QPushButton, stoppable: bool = False,
+               progress: GuiProgress | None = None) -> None:
+        """Run ``func`` in a worker (the shared :func:`start_worker`) with ``button`` disabled meanwhile.
 
-        # errors come to _on_worker_error (ours shown in the panel, others re-raised to napari's handler)
-        worker = create_worker(func, _start_thread=False, _ignore_errors=True)
+        Errors come to :meth:`_on_worker_error` (ours shown in the panel, others re-raised to
+        napari's handler); ``progress`` (napari's bar) is closed when the worker ends either way.
+        """
         button.setEnabled(False)
         if stoppable:
             self.stop_button.setEnabled(True)
-        worker.returned.connect(on_done)
-        worker.errored.connect(self._on_worker_error)
 
         def finished() -> None:
             button.setEnabled(True)
             if stoppable:
                 self.stop_button.setEnabled(False)
-                if self._pbar is not None:
-                    self._pbar.close()
-                    self._pbar = None
-            if worker in self._workers:
-                self._workers.remove(worker)
+            if progress is not None:
+                progress.close()
 
-        worker.finished.connect(finished)
-        self._workers.append(worker)
-        worker.start()
+        start_worker(func, on_done, self._on_worker_error, running=self._workers, finished=finished)
 
     def _on_worker_error(self, exc: BaseException) -> None:
         self.progress_bar.setRange(0, 1)
-        if isinstance(exc, _Cancelled):
+        if isinstance(exc, Stopped):
             self.status_label.setStyleSheet("")
             self.status_label.setText(f"stopped ({len(self.problems)} problem(s) so far)")
             return

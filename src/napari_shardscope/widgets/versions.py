@@ -38,6 +38,7 @@ from qtpy.QtWidgets import (
 
 from napari_shardscope.core.export.precomputed import ExportReport
 from napari_shardscope.core.proofreading import ControllerState, MergePlanState
+from napari_shardscope.core.proofreading.actions import ACTION_TABLE
 from napari_shardscope.core.proofreading.session import ExportFormat, LabelKind
 from napari_shardscope.core.proofreading.wording import (
     SIDE_WORDS,
@@ -60,18 +61,15 @@ UNCHOSEN = "choose…"
 KEEP_CHOICES = {words: side for side, words in SIDE_WORDS.items()}
 #: Columns of the conflict list holding the Keep box and the Show button.
 KEEP_COLUMN, SHOW_COLUMN = 1, 2
-EXPORT_TIP = ("write the selected committed version (or the checked-out one) as a new sharded volume, "
-              "every scale, in a worker with napari's progress bar; the result opens as a hidden layer")
+#: What the Export button adds to the action's words (the action itself: ``ACTION_TABLE["export"]``).
+EXPORT_TIP = (f"{ACTION_TABLE['export'].text}, every scale, in a worker with napari's progress bar; "
+              "the result opens as a hidden layer")
 COLUMNS = ("Version", "Branch", "State", "Message", "Edits", "Parents", "Created")
 UUID_ROLE = Qt.ItemDataRole.UserRole
-#: Tooltips of enabled buttons, by controller action (a disabled button shows the controller's reason).
-_ACTION_TIPS = {
-    "checkout": "show the selected version in the layers (double-click a row does too)",
-    "diff": "what changed between the two selected versions (or the selected and the current)",
-    "commit": "commit the checked-out version with the message (and go on editing a new version after it)",
-    "branch": "a new open version after the selected committed version (or the checked-out one)",
-    "plan_merge": "list the bodies and supervoxels both branches edited (conflicts)",
-    "merge_branch": "make the merge version, with the side chosen for each conflict",
+#: Tooltips of enabled buttons where this panel does more than the action's words say (the others: the
+#: action's row in ``ACTION_TABLE``; a disabled button shows the controller's reason).
+_PANEL_TIPS = {
+    "checkout": f"{ACTION_TABLE['checkout'].text} in the layers (double-click a row does too)",
     "export": EXPORT_TIP,
 }
 
@@ -271,7 +269,7 @@ class VersionsPanel(QWidget):  # type: ignore[misc]
                              ("export", self.export_button)):
             action = state.actions[name]
             button.setEnabled(action.enabled)
-            button.setToolTip(action.reason or _ACTION_TIPS.get(name, _ACTION_TIPS["commit"]))
+            button.setToolTip(action.reason or _PANEL_TIPS.get(name, ACTION_TABLE[name].tip))
         self.status_label.setStyleSheet("color: #e06c75" if state.status.level == "error" else "")
         self.status_label.setText(state.status.render())
 

@@ -11,6 +11,7 @@ controller hands its long work out as a :class:`~napari_shardscope.core.proofrea
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -20,21 +21,36 @@ from napari_shardscope.core.errors import ShardscopeError
 from napari_shardscope.core.proofreading import Job
 
 
+class Stopped(Exception):
+    """Raised inside a worker by its progress report once the user pressed Stop."""
+
+
 class GuiProgress(QObject):  # type: ignore[misc]
     """napari's progress bar as the one :class:`~napari_shardscope.core.progress.Progress`: any thread may
-    call ``progress(done, total, what)``; the bar (its count and the step's name) moves on the GUI thread."""
+    call ``progress(done, total, what)``; the bar (its count and the step's name) moves on the GUI thread.
+
+    ``stop``: when set, the next report raises :class:`Stopped` in the reporting (worker) thread, so a
+    panel's Stop button ends the work at its next step. ``on_step(done, total, what)`` runs on the GUI
+    thread after the bar moved (a panel mirrors the count in its own widgets).
+    """
 
     _step = Signal(int, int, str)
 
-    def __init__(self, desc: str) -> None:
+    def __init__(self, desc: str, *, stop: threading.Event | None = None,
+                 on_step: Callable[[int, int, str], None] | None = None) -> None:
         super().__init__()
         from napari.utils import progress
 
         self.desc = desc
+        self._stop = stop
         self._pbar = progress(total=0, desc=desc)
         self._step.connect(self._on_step)
+        if on_step is not None:  # a Qt connection: dropped with its widget, if the panel goes first
+            self._step.connect(on_step)
 
     def __call__(self, done: int, total: int, what: str, /) -> None:
+        if self._stop is not None and self._stop.is_set():
+            raise Stopped
         self._step.emit(int(done), int(total), str(what))
 
     def _on_step(self, done: int, total: int, what: str) -> None:

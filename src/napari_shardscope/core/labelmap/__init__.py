@@ -35,6 +35,10 @@ from napari_shardscope.core.labelmap.geometry import Box, VoxelMask, voxel_mask
 from napari_shardscope.core.labelmap.labelmap import EditEvent, Labelmap
 from napari_shardscope.core.labelmap.mutations import BlockChange, Mutation
 from napari_shardscope.core.labelmap.opening import create_labelmap, open_labelmap
+
+# The adapter to the remotes: wires their id reservation and region lookup into every labelmap
+# (see .id_reservation), so a clone's edits take ids from its remote whoever opened the labelmap.
+from napari_shardscope.core.labelmap import remote as _remote  # noqa: F401  isort: skip
 from napari_shardscope.core.labelmap.version import HistoryEntry, LabelmapVersion, SparseVolume
 
 __all__ = [

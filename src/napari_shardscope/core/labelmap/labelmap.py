@@ -39,6 +39,7 @@ from napari_shardscope.core.labelmap.config import (
 )
 from napari_shardscope.core.labelmap.edits import Planner, Workspace, write_plan
 from napari_shardscope.core.labelmap.errors import LabelmapStateError
+from napari_shardscope.core.labelmap.id_reservation import id_reservation
 from napari_shardscope.core.labelmap.index_build import build_and_store_index
 from napari_shardscope.core.labelmap.keys import (
     labels_counter,
@@ -61,8 +62,6 @@ from napari_shardscope.core.labelmap.version import LabelmapVersion
 from napari_shardscope.core.progress import Progress
 from napari_shardscope.core.versioned.dag import Version
 from napari_shardscope.core.versioned.instance import Instance, register_instance_type
-from napari_shardscope.core.versioned.remotes.config import REGION_FILE, region_of
-from napari_shardscope.core.versioned.remotes.sync import reserve_ids
 from napari_shardscope.core.versioned.repository import Repository
 from napari_shardscope.core.versioned.view import VersionView, VersionWriter
 from napari_shardscope.core.volumes.model import Volume
@@ -398,13 +397,10 @@ class Labelmap:
         """The region a region clone may edit (its file re-read only when it changed)."""
         if self.repo.path is None:
             return None
-        try:
-            st = (self.repo.path / REGION_FILE).stat()
-            key: tuple[int, int] | None = (st.st_mtime_ns, st.st_size)
-        except FileNotFoundError:
-            key = None
+        ids = id_reservation()
+        key = ids.region_stamp(self.repo)
         if key != self._region_key:
-            self._region_value = region_of(self.repo) if key is not None else None
+            self._region_value = ids.region_of(self.repo) if key is not None else None
             self._region_key = key
         return self._region_value
 
@@ -439,7 +435,7 @@ class Labelmap:
             n = sum(max(0, b - max(a, floor)) for a, b in self.repo.id_blocks(counter))
             if n < low_water and time.monotonic() >= self._offline_until:
                 try:
-                    block = reserve_ids(self.repo, counter, minimum=floor)
+                    block = id_reservation().reserve_ids(self.repo, counter, minimum=floor)
                     n += len(block)
                 except ShardscopeError as exc:
                     # offline: do not make every following edit wait for the network's timeout

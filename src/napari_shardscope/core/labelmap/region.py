@@ -1,6 +1,6 @@
 """Region clones: a proofreader who cloned only a region of interest edits only inside it.
 
-The clone records its region (:func:`~napari_shardscope.core.versioned.remotes.config.region_of`);
+The clone records its region (read through :mod:`.id_reservation`);
 every edit is checked before it is written: each body and supervoxel it touches must have voxels
 in the region (by the label index, which knows the blocks of every supervoxel), and each overlay
 block it rewrites must overlap it. An edit reaching only outside is refused with the label and
@@ -19,7 +19,7 @@ from napari_shardscope.core.labelmap.edits import EditPlan
 from napari_shardscope.core.labelmap.geometry import Box
 from napari_shardscope.core.labelmap.label_index import SvIndex
 from napari_shardscope.core.labelmap.recordmap import MapReader
-from napari_shardscope.core.versioned.remotes.errors import RegionError
+from napari_shardscope.core.versioned.errors import RegionError
 
 
 def region_box(region: list[list[int]]) -> Box:

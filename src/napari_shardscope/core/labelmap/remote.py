@@ -4,6 +4,11 @@ Two clones' edits of different bodies rewrite the same keys (the freshness stamp
 both bodies' supervoxels), so the store's key merge would call them conflicts; the labelmap's own
 merge (:func:`~napari_shardscope.core.labelmap.branch_merge.merge_branches`) merges edits and calls
 only edits of the same body conflicts.
+
+This module is the one place the labelmap package meets the transport (the import contract
+``labelmap-not-remotes`` allows it alone): it gives pull the labelmap's merge, and gives every
+labelmap the remotes' id reservation and region lookup (:mod:`.id_reservation`), wired in when
+the package is imported.
 """
 
 from __future__ import annotations
@@ -13,11 +18,15 @@ from collections.abc import Mapping
 from napari_shardscope.core.errors import ArgumentError
 from napari_shardscope.core.labelmap.branch_merge import MergePolicy, Resolution, merge_branches
 from napari_shardscope.core.labelmap.config import TYPE_NAME
+from napari_shardscope.core.labelmap.id_reservation import use_id_reservation
 from napari_shardscope.core.labelmap.opening import open_labelmap
 from napari_shardscope.core.labelmap.prefetch import PrefetchReport, prefetch_base
 from napari_shardscope.core.versioned.dag import Version
+from napari_shardscope.core.versioned.remotes.reservation import RemoteIdReservation
 from napari_shardscope.core.versioned.remotes.sync import Merger, default_merge
 from napari_shardscope.core.versioned.repository import Repository
+
+use_id_reservation(RemoteIdReservation())
 
 
 def pull_merger(policy: MergePolicy = "fail", resolutions: Mapping[str, Resolution] | None = None,

@@ -20,7 +20,8 @@ True
 'alt'
 """
 
-from napari_shardscope.core.proofreading.controller import ACTIONS, MAX_SEED_VOXELS, ProofreadingController
+from napari_shardscope.core.proofreading.actions import ACTIONS
+from napari_shardscope.core.proofreading.controller import MAX_SEED_VOXELS, ProofreadingController
 from napari_shardscope.core.proofreading.jobs import Job
 from napari_shardscope.core.proofreading.session import (
     ProofreadingSession,

@@ -24,21 +24,18 @@ Long work (building a repository's index, a split, an export) is offered as a :c
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
-from dataclasses import replace
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, TypeVar
-
-import numpy as np
-import numpy.typing as npt
+from typing import Any
 
 from napari_shardscope.core.errors import ArgumentError, ShardscopeError
 from napari_shardscope.core.export.precomputed import ExportReport
-from napari_shardscope.core.labelmap import BodySplit, Box, LabelmapVersion, Mutation
-from napari_shardscope.core.labelmap.branch_merge import BranchMergePlan, BranchMergeResult, Resolution
+from napari_shardscope.core.labelmap import LabelmapVersion, Mutation
 from napari_shardscope.core.labelmap.diff import VersionDiff
-from napari_shardscope.core.proofreading.jobs import Job, JobKind
+from napari_shardscope.core.proofreading.actions import ACTIONS
+from napari_shardscope.core.proofreading.branch_merge_draft import BranchMergeDrafting
+from napari_shardscope.core.proofreading.controller_base import NavigationListener, StateListener
+from napari_shardscope.core.proofreading.jobs import Job
 from napari_shardscope.core.proofreading.navigation import (
     TARGET_KINDS,
     NavTarget,
@@ -56,336 +53,42 @@ from napari_shardscope.core.proofreading.session import (
     SessionEvent,
     create_labelmap_repository,
 )
-from napari_shardscope.core.proofreading.state import (
-    MODES,
-    ActionState,
-    BodyInfo,
-    ControllerState,
-    Level,
-    MergePlanState,
-    Mode,
-    PendingSplit,
-    Status,
-)
+from napari_shardscope.core.proofreading.split_draft import MAX_SEED_VOXELS, SplitDrafting
+from napari_shardscope.core.proofreading.state import MODES, BodyInfo, Mode
 from napari_shardscope.core.proofreading.todo import TodoItem, Worklist
 from napari_shardscope.core.proofreading.wording import (
     describe_bounds,
-    describe_branch_merge,
-    describe_branch_merge_plan,
     describe_commit,
     describe_edit,
     describe_edits,
     describe_relation,
     describe_undo,
     edit_phrase,
-    id_list,
     plural,
 )
 from napari_shardscope.core.versioned import Version
-from napari_shardscope.core.versioned.tracking import tracking_names
 
-T = TypeVar("T")
-#: A split region larger than this many voxels covers only one z plane of the body (painting a
-#: seeds layer of a whole large body would not fit in memory).
-MAX_SEED_VOXELS = 1 << 26
+__all__ = ["ACTIONS", "HISTORY_SHOWN", "MAX_SEED_VOXELS", "NavigationListener", "ProofreadingController",
+           "StateListener"]
+
 HISTORY_SHOWN = 5
 
-#: Every action the controller judges, with what it does (for tooltips and key help).
-ACTIONS: Mapping[str, str] = {
-    "merge": "merge the selected bodies into the first",
-    "cleave": "move the picked supervoxels of the selected body to a new body",
-    "start_split": "seed a split of the selected body (paint labels 1, 2, …)",
-    "split": "split the body by the seeds",
-    "cancel_split": "drop the seeds of the split being prepared",
-    "undo": "undo the last edit of this version",
-    "redo": "redo the last undone edit",
-    "clear_selection": "clear the selection",
-    "checkout": "show the selected version",
-    "diff": "what changed between the two selected versions (or the selected and the checked-out one)",
-    "commit": "commit the checked-out version",
-    "commit_continue": "commit the checked-out version and go on editing a new version after it, on the same branch",
-    "branch": "a new open version after the selected committed version (or the checked-out one)",
-    "plan_merge": "list the bodies and supervoxels both branches edited (conflicts)",
-    "merge_branch": "make the merge version, with the side chosen for each conflict",
-    "export": "write the selected committed version (or the checked-out one) as a new sharded volume",
-}
 
+class ProofreadingController(SplitDrafting, BranchMergeDrafting):
+    """Selection, mode, pending split, merge plan, actions and messages over a :class:`ProofreadingSession`.
 
-StateListener = Callable[[ControllerState], None]
-NavigationListener = Callable[[NavTarget], None]
-
-
-class ProofreadingController:
-    """Selection, mode, pending split, merge plan, actions and messages over a :class:`ProofreadingSession`."""
+    The split and the branch merge being drafted are in :class:`SplitDrafting` and
+    :class:`BranchMergeDrafting`; what every part shares (state, listeners, messages, jobs) in
+    :class:`~napari_shardscope.core.proofreading.controller_base.ControllerBase`.
+    """
 
     def __init__(self, session: ProofreadingSession | None = None) -> None:
-        self.session = session if session is not None else ProofreadingSession()
-        self._listeners: list[StateListener] = []
-        self._mode: Mode = "bodies"
-        self._selected: list[int] = []
-        self._picked: list[int] = []
-        self._pending: PendingSplit | None = None
-        self._status = Status(NO_REPOSITORY)
-        self._last_error = ""
-        self._jobs: list[Job[Any]] = []
-        self._versions_selected: tuple[str, ...] = ()
-        self._merge_theirs: str | None = None
-        self._plan: MergePlanState | None = None
-        self._diff: VersionDiff | None = None
-        self._diff_summary = ""
-        self._notes: list[str] = []
-        self.last_export: ExportReport | None = None
-        self._depth = 0
-        self._dirty = False
-        self._nav_listeners: list[NavigationListener] = []
+        super().__init__(session)
         #: The to-do list being walked (statuses kept in the repository; see core/proofreading/todo.py).
         self.todo = Worklist(lambda: self.session.repo,
                              lambda: self.session.version.uuid if self.session.version is not None else None,
                              go=self.go_to_item)
         self.session.subscribe(self._on_session)
-
-    # -- listeners and batching -----------------------------------------------------------------
-    def subscribe(self, listener: StateListener) -> Callable[[], None]:
-        """Call ``listener(state)`` after every change; returns an unsubscribe."""
-        self._listeners.append(listener)
-
-        def unsubscribe() -> None:
-            if listener in self._listeners:
-                self._listeners.remove(listener)
-
-        return unsubscribe
-
-    def is_subscribed(self, listener: StateListener) -> bool:
-        return listener in self._listeners
-
-    @contextmanager
-    def _action(self) -> Iterator[None]:
-        """One user action: listeners hear once, at the end; a typed error becomes the status line."""
-        self._depth += 1
-        try:
-            yield
-        except ShardscopeError as exc:
-            self._error(str(exc))
-            raise
-        finally:
-            self._depth -= 1
-            if self._depth == 0:
-                self._flush()
-
-    def _touch(self) -> None:
-        self._dirty = True
-        if self._depth == 0:
-            self._flush()
-
-    def _flush(self) -> None:
-        if self._notes:  # side effects no message of the action mentioned (a split cancelled by a checkout)
-            notes, self._notes = self._notes, []
-            if self._status.level == "error":
-                self._last_error = "; ".join([self._status.text, *notes])
-                self._status = Status(self._last_error, "error")
-            else:
-                self._status = Status("; ".join(notes), "warning")
-            self._dirty = True
-        if not self._dirty:
-            return
-        self._dirty = False
-        state = self.state
-        for listener in list(self._listeners):
-            listener(state)
-
-    def attempt(self, action: Callable[..., T], *args: Any, **kwargs: Any) -> T | None:
-        """Run a user action; a typed error becomes the status line instead of propagating.
-
-        What a button or key does: the user sees the message, no traceback. Other exceptions
-        (bugs) propagate.
-        """
-        try:
-            return action(*args, **kwargs)
-        except ShardscopeError as exc:
-            if not (self._status.level == "error" and self._status.text.startswith(str(exc))):
-                with self._action():  # raised outside the controller's actions (a view's own check)
-                    self._error(str(exc))
-            return None
-
-    # -- messages -------------------------------------------------------------------------------
-    @property
-    def status(self) -> Status:
-        return self._status
-
-    @property
-    def last_error(self) -> str:
-        """The last refusal or failure (``''`` once an action succeeded since)."""
-        return self._last_error
-
-    def report(self, text: str, level: Level = "info") -> None:
-        """Put a message in the status line (for views: "switch to 2D to pick bodies")."""
-        with self._action():
-            if level == "error":
-                self._error(text)
-            else:
-                self._set_status(text, level)
-
-    def _set_status(self, text: str, level: Level) -> None:
-        if self._notes:
-            text = "; ".join([text, *self._notes]) if text else "; ".join(self._notes)
-            self._notes = []
-        self._status = Status(text, level)
-        self._touch()
-
-    def _ok(self, text: str) -> None:
-        self._last_error = ""
-        self._set_status(text, "ok")
-
-    def _error(self, text: str) -> None:
-        self._last_error = text
-        self._status = Status(text, "error")
-        self._touch()
-
-    # -- state ----------------------------------------------------------------------------------
-    @property
-    def version(self) -> LabelmapVersion | None:
-        """The checked-out version (reads and edits), ``None`` until connected."""
-        return self.session.version
-
-    @property
-    def mode(self) -> Mode:
-        return self._mode
-
-    @property
-    def selected(self) -> tuple[int, ...]:
-        """Selected bodies; the first is the one merged into, cleaved, split, described."""
-        return tuple(self._selected)
-
-    @property
-    def picked(self) -> tuple[int, ...]:
-        """Supervoxels of the first selected body picked for a cleave."""
-        return tuple(self._picked)
-
-    @property
-    def pending_split(self) -> PendingSplit | None:
-        return self._pending
-
-    @property
-    def merge_plan(self) -> MergePlanState | None:
-        return self._plan
-
-    @property
-    def last_diff(self) -> VersionDiff | None:
-        return self._diff
-
-    @property
-    def versions_selected(self) -> tuple[str, ...]:
-        return self._versions_selected
-
-    @property
-    def busy(self) -> bool:
-        """True while a job that blocks edits (creating a repository, a split) runs."""
-        return any(j.kind != "export" for j in self._jobs)
-
-    @property
-    def exporting(self) -> bool:
-        return any(j.kind == "export" for j in self._jobs)
-
-    @property
-    def idle(self) -> bool:
-        """No job of any kind is running."""
-        return not self._jobs
-
-    @property
-    def state(self) -> ControllerState:
-        s = self.session
-        v = s.version
-        version = v.version if v is not None else None
-        candidates = self._candidates()
-        return ControllerState(
-            connected=s.is_connected, version=version, revision=s.revision, mode=self._mode,
-            selected=self.selected, picked=self.picked, pending_split=self._pending,
-            actions={name: self.action(name) for name in ACTIONS}, status=self._status,
-            last_error=self._last_error, edit_block=s.why_not_editable() if version is not None else "",
-            busy=self.busy, exporting=self.exporting, versions_selected=self._versions_selected,
-            merge_candidates=tuple(candidates), merge_theirs=self._merge_theirs, merge_plan=self._plan,
-            diff=self._diff, diff_summary=self._diff_summary)
-
-    def target_version(self) -> str | None:
-        """What Branch and Export act on: the one selected version, else the checked-out one."""
-        if len(self._versions_selected) == 1:
-            return self._versions_selected[0]
-        return self.session.version.uuid if self.session.version is not None else None
-
-    def _candidates(self) -> list[str]:
-        """Branches that can be merged into the checked-out version's branch."""
-        v = self.session.version
-        if v is None:
-            return []
-        current = v.version.branch
-        # and the remote-tracking heads (origin/alice after a fetch): what a review usually opens
-        repo = self.session.repo
-        tracked = tracking_names(repo.path) if repo is not None else []
-        return [b for b in self.session.branch_names() if b != current] + tracked
-
-    # -- what is possible -----------------------------------------------------------------------
-    def action(self, name: str) -> ActionState:
-        """Whether action ``name`` (one of :data:`ACTIONS`) can run now, and why not."""
-        why = self._why_not(name)
-        return ActionState(not why, why)
-
-    def _why_not(self, name: str) -> str:
-        if name not in ACTIONS:
-            raise ArgumentError(f"unknown action {name!r}; one of {sorted(ACTIONS)}")
-        s = self.session
-        v = s.version
-        if v is None:
-            return NO_REPOSITORY
-        if name in ("merge", "cleave", "start_split", "split", "cancel_split", "undo", "redo"):
-            if name != "cancel_split":
-                why = s.why_not_editable()
-                if why:
-                    return why
-            if self.busy:
-                return f"wait: {self._jobs[0].description} is running"
-            if name == "merge" and len(self._selected) < 2:
-                return "select two or more bodies to merge (Shift-click adds one)"
-            if name == "cleave" and not self._picked:
-                return "pick supervoxels first (mode: supervoxels, then click them)"
-            if name == "start_split" and not self._selected and self._pending is None:
-                return "select the body to split"
-            if name in ("split", "cancel_split") and self._pending is None:
-                return "start a split first"
-            if name == "undo" and not v.can_undo:
-                return "nothing to undo in this version"
-            if name == "redo" and not v.can_redo:
-                return "nothing to redo in this version"
-            return ""
-        sel = self._versions_selected
-        if name == "checkout" and len(sel) != 1:
-            return "select one version"
-        if name == "diff" and len(sel) not in (1, 2):
-            return "select two versions (Ctrl-click), or one to compare with the checked-out one"
-        if name in ("commit", "commit_continue") and v.version.locked:
-            return f"version {v.version.short} is already committed"
-        if name == "commit_continue" and self.busy:
-            return f"wait: {self._jobs[0].description} is running"
-        if name in ("branch", "export"):
-            target = self.target_version()
-            if target is None or not s.resolve(target).locked:
-                return ("a new version starts after a committed one: commit first" if name == "branch"
-                        else "commit first: an export is a snapshot of a committed version")
-            if name == "export" and self.exporting:
-                return "an export is running: wait for it to finish"
-        if name in ("plan_merge", "merge_branch"):
-            if not v.version.locked:
-                return "commit the checked-out version first: a merge joins two committed heads"
-            if not self._candidates():
-                return "no other branch to merge"
-        return ""
-
-    def _require(self, name: str) -> LabelmapVersion:
-        why = self._why_not(name)
-        if why:
-            raise ArgumentError(why)
-        v = self.session.version
-        assert v is not None  # _why_not refused a disconnected session
-        return v
 
     # -- connecting -----------------------------------------------------------------------------
     def create(self, path: str | os.PathLike[str], base_url: str, *, name: str = "seg",
@@ -408,7 +111,7 @@ class ProofreadingController:
             if path is None or not str(path).strip():
                 raise ArgumentError("give the new repository's directory")
             if self.busy:
-                raise ArgumentError(f"wait: {self._jobs[0].description} is running")
+                raise ArgumentError(self._wait_text())
             what = base_url or f"the labels {labels_name!r}"
             bases: list[str] = []
 
@@ -450,15 +153,6 @@ class ProofreadingController:
             self._refuse_while_busy()
             self.session.disconnect()
             self._set_status(NO_REPOSITORY, "info")
-
-    def _refuse_while_busy(self) -> None:
-        """Connecting or disconnecting closes the repository a running split or merge writes through.
-
-        The job's worker would then fail inside a transaction with the engine's own untyped error
-        (LMDB: "closed/deleted/dropped object"), so the switch is refused until the job has ended.
-        """
-        if self.busy:
-            raise ArgumentError(f"wait: {self._jobs[0].description} is running")
 
     # -- selection ------------------------------------------------------------------------------
     def set_mode(self, mode: str) -> None:
@@ -654,125 +348,6 @@ class ProofreadingController:
         wanted = m.args.get("mutation", m.target)
         return next((e.mutation for e in reversed(v.mutations()) if e.mutation.mutation_id == wanted), None)
 
-    # -- splitting ------------------------------------------------------------------------------
-    def start_split(self, plane: int | None = None) -> PendingSplit:
-        """Start seeding a split of the first selected body (returns the split already started, if any).
-
-        The region to paint in is the body's block bounds; for a body larger than
-        :data:`MAX_SEED_VOXELS` only z plane ``plane`` of them (default: the first).
-        """
-        with self._action():
-            v = self._require("start_split")
-            if self._pending is not None:
-                return self._pending
-            body = self._selected[0]
-            box = v.bbox(body, exact=False).intersect(Box.of_shape(v.scales[0].shape))
-            lo, hi = list(box.lo), list(box.hi)
-            if int(np.prod(np.subtract(hi, lo))) > MAX_SEED_VOXELS:
-                z = lo[0] if plane is None else min(max(int(plane), lo[0]), hi[0] - 1)
-                lo[0], hi[0] = z, z + 1
-            self._pending = PendingSplit(body, v.uuid, Box((lo[0], lo[1], lo[2]), (hi[0], hi[1], hi[2])))
-            self._set_status(f"paint seed 1 on one part of body {body} and 2 (3, …) on the others, then Split",
-                             "info")
-            return self._pending
-
-    def _inside(self, pending: PendingSplit, voxels: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
-        """The voxels of ``voxels`` that belong to the body being split (a brush spills over its edge)."""
-        if len(voxels) == 0:
-            return voxels
-        v = self.session.version
-        assert v is not None
-        shape = np.asarray(v.scales[0].shape)
-        voxels = voxels[np.all((voxels >= 0) & (voxels < shape), axis=1)]
-        if len(voxels) == 0:
-            return voxels
-        lo, hi = voxels.min(axis=0), voxels.max(axis=0) + 1
-        inside = v.mask(pending.body, Box((int(lo[0]), int(lo[1]), int(lo[2])), (int(hi[0]), int(hi[1]), int(hi[2]))))
-        rel = voxels - lo
-        kept: npt.NDArray[np.int64] = voxels[inside[rel[:, 0], rel[:, 1], rel[:, 2]]]
-        return kept
-
-    def add_seeds(self, label: int, voxels: npt.ArrayLike) -> PendingSplit:
-        """Add scale-0 voxels (n, 3; z y x) to seed group ``label``; voxels outside the body are left out."""
-        with self._action():
-            pending = self._pending_here()
-            if int(label) <= 0:
-                raise ArgumentError(f"seed labels are positive integers, got {label}")
-            pts = np.asarray(voxels, dtype=np.int64).reshape(-1, 3)
-            seeds = dict(pending.seeds)
-            old = seeds.get(int(label), np.empty((0, 3), dtype=np.int64))
-            seeds[int(label)] = np.unique(np.concatenate([old, self._inside(pending, pts)]), axis=0)
-            self._pending = replace(pending, seeds=seeds)
-            self._touch()
-            return self._pending
-
-    def set_painted_seeds(self, painted: npt.ArrayLike) -> PendingSplit:
-        """Replace the seeds with a painted array covering the split's box (0: no seed; 1, 2, …: groups).
-
-        Voxels painted on other bodies are left out: they are not seeds of this split.
-        """
-        with self._action():
-            pending = self._pending_here()
-            data = np.asarray(painted)
-            if data.shape != pending.box.shape:
-                raise ArgumentError(f"painted seeds of shape {data.shape} do not cover the split's region "
-                                    f"{pending.box.shape}")
-            inside = self.session.require()[2].mask(pending.body, pending.box)
-            origin = np.asarray(pending.box.lo, dtype=np.int64)
-            seeds = {int(g): np.argwhere((data == g) & inside).astype(np.int64) + origin
-                     for g in np.unique(data[inside]) if g != 0}
-            self._pending = replace(pending, seeds=seeds)
-            self._touch()
-            return self._pending
-
-    def _pending_here(self) -> PendingSplit:
-        pending = self._pending
-        if pending is None:
-            raise ArgumentError("start a split first")
-        v = self.session.version
-        if v is None or pending.version != v.uuid:
-            raise ArgumentError("these seeds were painted on another version: start the split again")
-        return pending
-
-    def split_job(self) -> Job[BodySplit]:
-        """Split the body by the seeds, as a job (``run`` is the seeded split; ``finish`` selects the parts)."""
-        with self._action():
-            v = self._require("split")
-            pending = self._pending_here()
-            groups = {g: pts for g, pts in pending.seeds.items() if len(pts)}
-            if len(groups) < 2:
-                raise ArgumentError("paint at least two seed labels (1 and 2) before splitting")
-            body = pending.body
-
-            def work(_progress: JobProgress | None) -> BodySplit:
-                return v.split_body(body, groups)
-
-            def done(out: BodySplit) -> str:
-                parts = sorted(set(out.bodies.values()))
-                if self._pending is not None and self._pending.version == v.uuid:
-                    self._pending = None
-                shown = self.session.version
-                if shown is None or shown.uuid != v.uuid:
-                    # another version was checked out while the split ran: its selection stays, since
-                    # the parts exist only at the split's version
-                    ver = v.version
-                    return f"split body {body} into {id_list(parts)} at {ver.short} on {ver.branch} (not checked out)"
-                self._selected, self._picked = parts, []
-                return f"split body {body} into {id_list(parts)}"
-
-            job = self._begin_job("split", f"split of body {body}", work, done)
-            self._set_status(f"splitting body {body} …", "info")
-            return job
-
-    def split(self) -> BodySplit:
-        """Split the body by the seeds in the calling thread."""
-        return self.split_job().run_here()
-
-    def cancel_split(self) -> None:
-        with self._action():
-            if self._pending is not None:
-                self._pending = None
-                self._set_status("split cancelled", "info")
 
     # -- versions -------------------------------------------------------------------------------
     def select_versions(self, *refs: str) -> tuple[str, ...]:
@@ -851,107 +426,6 @@ class ProofreadingController:
             self._touch()
             return d
 
-    # -- merging branches -----------------------------------------------------------------------
-    def set_merge_theirs(self, branch: str | None) -> None:
-        """Choose the branch to merge; the conflicts and choices listed for another branch are dropped."""
-        with self._action():
-            branch = branch or None
-            if branch != self._merge_theirs:
-                self._merge_theirs = branch
-                if self._plan is not None and self._plan.theirs != branch:
-                    self._plan = None
-                self._touch()
-
-    def plan_branch_merge(self, theirs: str | None = None) -> BranchMergePlan:
-        """List the conflicts of merging ``theirs`` into the checked-out version, each waiting for a side."""
-        with self._action():
-            self._require("plan_merge")
-            theirs = theirs or self._merge_theirs
-            if not theirs:
-                raise ArgumentError("choose the branch to merge")
-            self.set_merge_theirs(theirs)
-            plan = self.session.plan_branch_merge(theirs)
-            self._plan = MergePlanState(theirs, plan, {c.key: None for c in plan.conflicts})
-            self._ok(describe_branch_merge_plan(plan, self._ours_name(), theirs))
-            return plan
-
-    def choose(self, key: str, side: str | None) -> None:
-        """Keep ``side`` for conflict ``key`` of the checked merge: ``ours`` (keep mine), ``theirs``,
-        ``both`` (their edits replayed after mine), ``None`` unsets."""
-        with self._action():
-            if self._plan is None or key not in self._plan.choices:
-                raise ArgumentError(f"no conflict {key!r} listed: check the merge first")
-            if side not in ("ours", "theirs", "both", None):
-                raise ArgumentError(f"a conflict is resolved keep mine ('ours'), keep theirs ('theirs') or "
-                                    f"keep both ('both'), got {side!r}")
-            self._plan = replace(self._plan, choices={**self._plan.choices, key: side})  # type: ignore[dict-item]
-            self._touch()
-
-    def _plan_is_current(self, plan: MergePlanState, theirs: str) -> bool:
-        v = self.session.version
-        return (v is not None and plan.theirs == theirs and plan.plan.ours == v.uuid
-                and plan.plan.theirs == self.session.resolve(theirs).uuid)
-
-    def merge_branch(self, theirs: str | None = None,
-                     resolutions: Mapping[str, Resolution] | None = None) -> BranchMergeResult:
-        """Merge branch ``theirs`` into the checked-out version and check out the (open) merge version.
-
-        ``resolutions`` (conflict key → side) default to the sides chosen with :meth:`choose` for
-        a plan of these two heads; without one, the merge is checked first and refused while it
-        has conflicts (nothing is written). Runs in the calling thread (see :meth:`merge_branch_job`).
-        """
-        return self.merge_branch_job(theirs, resolutions).run_here()
-
-    def merge_branch_job(self, theirs: str | None = None,
-                         resolutions: Mapping[str, Resolution] | None = None) -> Job[BranchMergeResult]:
-        """:meth:`merge_branch` as a job: ``run`` writes the merge version (seconds on a large log),
-        ``finish`` checks it out and says what came in."""
-        with self._action():
-            self._require("merge_branch")
-            if self.busy:
-                raise ArgumentError(f"wait: {self._jobs[0].description} is running")
-            theirs = theirs or self._merge_theirs
-            if not theirs:
-                raise ArgumentError("choose the branch to merge")
-            self.set_merge_theirs(theirs)
-            if resolutions is None:
-                plan = self._plan
-                if plan is None or not self._plan_is_current(plan, theirs):
-                    fresh = self.plan_branch_merge(theirs)  # the listed choices were for another merge
-                    if fresh.conflicts:
-                        raise ArgumentError(f"merging {theirs}: {plural(len(fresh.conflicts), 'conflict')} listed — "
-                                            "choose keep mine, keep theirs or keep both for each, then Merge")
-                    plan = self._plan
-                assert plan is not None
-                resolutions = plan.resolutions
-                head = plan.plan.theirs
-            else:
-                head = self.session.resolve(theirs).uuid
-            ours_name = self._ours_name()
-            chosen = dict(resolutions)
-            name = theirs
-            session = self.session
-            # Both heads are fixed here, on this thread (``head`` above, ``ours`` now): the worker runs
-            # later, and meanwhile this thread may check out another version or a commit may move
-            # ``theirs``; the merge must still be the one planned here, which the resolutions are for.
-            ours = self.session.require()[2].uuid
-
-            def work(_progress: JobProgress | None) -> BranchMergeResult:
-                return session.write_branch_merge(head, chosen, ours=ours)
-
-            def done(result: BranchMergeResult) -> str:
-                self.session.show_branch_merge(result)
-                self._plan = None
-                return describe_branch_merge(name, ours_name, len(result.applied), len(result.reverted),
-                                             len(result.dropped), result.mutation.bodies, result.version.short)
-
-            job = self._begin_job("merge", f"merge of {theirs} into {ours_name}", work, done)
-            self._set_status(f"merging {theirs} into {ours_name} …", "info")
-            return job
-
-    def _ours_name(self) -> str:
-        v = self.session.version
-        return f"{v.version.branch} ({v.version.short})" if v is not None else "this version"
 
     # -- exporting ------------------------------------------------------------------------------
     def default_export_dest(self, ref: str | None = None, fmt: ExportFormat = "precomputed",
@@ -1001,29 +475,6 @@ class ProofreadingController:
         """Export in the calling thread (see :meth:`export_job`)."""
         return self.export_job(dest, ref=ref, fmt=fmt, labels=labels).run_here()
 
-    # -- jobs -----------------------------------------------------------------------------------
-    def _begin_job(self, kind: JobKind, description: str, work: Callable[[JobProgress | None], T],
-                   done: Callable[[T], str]) -> Job[T]:
-        """Open a job; ``done(result)`` applies its result and returns the message."""
-
-        def on_finish(result: T) -> None:
-            with self._action():
-                self._ok(done(result))
-
-        def on_fail(exc: BaseException) -> None:
-            with self._action():
-                self._error(f"{description} failed: {exc}" if kind == "export" else str(exc))
-
-        job: Job[T] = Job(kind, description, work, on_finish=on_finish, on_fail=on_fail, on_close=self._end_job)
-        self._jobs.append(job)
-        self._touch()
-        return job
-
-    def _end_job(self, job: Job[Any]) -> None:
-        if job in self._jobs:
-            with self._action():
-                self._jobs.remove(job)
-                self._touch()
 
     # -- following the session ------------------------------------------------------------------
     def _on_session(self, event: SessionEvent) -> None:

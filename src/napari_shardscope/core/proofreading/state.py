@@ -115,7 +115,7 @@ class ControllerState:
         The session's change counter: a view re-reads the version list only when it moved
         (selections and messages change far more often than the DAG).
     actions
-        Every action of :data:`~napari_shardscope.core.proofreading.controller.ACTIONS`: enabled,
+        Every action of :data:`~napari_shardscope.core.proofreading.actions.ACTIONS`: enabled,
         or the reason it is not.
     edit_block
         Why the checked-out version takes no edits (``''`` when it does).

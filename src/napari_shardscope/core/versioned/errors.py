@@ -147,3 +147,12 @@ class RepositoryFormatError(VersionError, UnsupportedError):
 
     The message names ``shardscope repo migrate``, which upgrades it where it can be written.
     """
+
+
+class RegionError(RefusedWriteError):
+    """An edit outside the region a region clone holds.
+
+    Raised by the labelmap's region check, about a repository setting the remotes record
+    (``shardscope clone --region``): it lives here, below both (also exported by
+    :mod:`napari_shardscope.core.versioned.remotes.errors`).
+    """

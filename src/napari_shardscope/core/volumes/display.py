@@ -42,6 +42,11 @@ from napari_shardscope.core.volumes.model import Volume
 
 #: The most voxels (per channel) read to estimate a float image's contrast limits.
 SAMPLE_VOXELS = 1 << 20
+
+#: Key of the napari layer ``metadata`` entry saying where a layer came from (url, format, kind, the
+#: volume): written by the reader, read by the panels. Defined once here, below both.
+LAYER_METADATA_KEY = "shardscope"
+
 #: Chunk edge assumed when a level does not say how it is chunked.
 DEFAULT_CHUNK = 64
 

@@ -10,6 +10,7 @@ from napari_shardscope.core.errors import (
     RefusedWriteError,
     UnsupportedError,
 )
+from napari_shardscope.core.versioned.errors import RegionError as RegionError  # raised by the labelmap
 
 
 class NonFastForwardError(ConflictError):
@@ -44,5 +45,3 @@ class ReadOnlyRemoteError(RefusedWriteError):
     """The remote is read-only (http(s)://): clone and fetch only."""
 
 
-class RegionError(RefusedWriteError):
-    """An edit outside the region a region clone holds."""
