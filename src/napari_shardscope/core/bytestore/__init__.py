@@ -36,9 +36,11 @@ from napari_shardscope.core.bytestore.protocol import (
     ReadStats,
     join_key,
     read_bounded,
+    read_bounded_many,
     read_document,
     read_ranges,
     read_suffixes,
+    write_many,
 )
 from napari_shardscope.core.bytestore.remote import TensorStoreByteStore
 from napari_shardscope.core.bytestore.url import Location, is_remote, parse_url
@@ -59,11 +61,13 @@ __all__ = [
     "open_store",
     "parse_url",
     "read_bounded",
+    "read_bounded_many",
     "read_document",
     "read_ranges",
     "read_suffixes",
     "set_follow_symlinks",
     "write_file_atomic",
+    "write_many",
 ]
 
 

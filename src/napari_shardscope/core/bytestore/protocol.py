@@ -122,6 +122,36 @@ def read_bounded(store: ByteStore, key: str, max_bytes: int, what: str,
     return data
 
 
+def read_bounded_many(store: ByteStore, keys: Sequence[str], max_bytes: int, what: str,
+                      error: type[FormatError] = FormatError, *, in_flight: int = 64) -> list[bytes | None]:
+    """:func:`read_bounded` of each key, concurrently where the store can (``None``: missing).
+
+    Remote stores send the size probes of up to ``in_flight`` keys together, then their whole reads
+    together (two round trips per window, not two per key); local stores read in turn, as
+    :func:`read_bounded` does. A key over ``max_bytes`` raises ``error`` naming it, as there.
+    """
+    batch = getattr(store, "read_bounded_many", None)
+    if batch is None:
+        return [read_bounded(store, key, max_bytes, what, error) for key in keys]
+    got: list[bytes | int | None] = batch(keys, max_bytes, in_flight)
+    out: list[bytes | None] = []
+    for key, value in zip(keys, got, strict=True):
+        if isinstance(value, int):
+            raise error(over_limit_message(max_bytes, what), key=key)
+        out.append(value)
+    return out
+
+
+def write_many(store: ByteStore, items: Sequence[tuple[str, bytes]], *, in_flight: int = 32) -> None:
+    """:meth:`ByteStore.write` of each ``(key, data)``, concurrently where the store can."""
+    batch = getattr(store, "write_many", None)
+    if batch is not None:
+        batch(items, in_flight)
+        return
+    for key, data in items:
+        store.write(key, data)
+
+
 def read_document(store: ByteStore, key: str) -> bytes | None:
     """A metadata document's bytes (``None`` when absent), refused over :data:`MAX_JSON_BYTES` before reading."""
     return read_bounded(store, key, MAX_JSON_BYTES, "a metadata document", MetadataError)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Literal
 
+from napari_shardscope.core.bytestore.bounded import issue_probe, probe_outcome
 from napari_shardscope.core.bytestore.coalesce import RangeRequest, check_range, read_coalesced
 from napari_shardscope.core.bytestore.protocol import ReadStats
 from napari_shardscope.core.bytestore.tserrors import error_from_tensorstore, status_code
@@ -188,6 +189,47 @@ class TensorStoreByteStore:
                 self._stats.add(len(data))
                 out.append(data)
         return out
+
+    def read_bounded_many(self, keys: Sequence[str], max_bytes: int, in_flight: int) -> list[bytes | int | None]:
+        """Each key whole (``None``: missing; an ``int``: holds more than ``max_bytes``, not read), concurrently.
+
+        :func:`~napari_shardscope.core.bytestore.protocol.read_bounded` for many keys: the one-byte
+        probes of a window go out together, then the whole reads of the keys that fit, so ``n`` keys
+        cost two round trips per window of ``in_flight`` instead of two per key.
+        """
+        out: list[bytes | int | None] = []
+        for first in range(0, len(keys), max(1, in_flight)):
+            window = keys[first:first + max(1, in_flight)]
+            probes = [issue_probe(self._kv, key, max_bytes) for key in window]
+            found = [probe_outcome(f, self._where(key), max_bytes) for key, f in zip(window, probes, strict=True)]
+            reads = {i: self._kv.read(key) for i, (key, got) in enumerate(zip(window, found, strict=True))
+                     if got == "fits"}
+            for i, (key, got) in enumerate(zip(window, found, strict=True)):
+                if got != "fits":
+                    out.append(None if got == "missing" else max_bytes + 1)
+                    continue
+                try:
+                    result = reads[i].result()
+                except Exception as exc:
+                    raise error_from_tensorstore(exc, where=self._where(key), raw_bytes=True) from exc
+                if result.state != "value":
+                    out.append(None)
+                    continue
+                data = bytes(result.value)
+                self._stats.add(len(data))
+                out.append(data if len(data) <= max_bytes else len(data))
+        return out
+
+    def write_many(self, items: Sequence[tuple[str, bytes]], in_flight: int) -> None:
+        """:meth:`write` of each ``(key, data)``, at most ``in_flight`` writes pending at once."""
+        for first in range(0, len(items), max(1, in_flight)):
+            window = items[first:first + max(1, in_flight)]
+            futures = [self._kv.write(key, data) for key, data in window]
+            for (key, _), future in zip(window, futures, strict=True):
+                try:
+                    future.result()
+                except Exception as exc:
+                    raise error_from_tensorstore(exc, where=f"{self._where(key)} (write)", raw_bytes=True) from exc
 
     def read_suffix(self, key: str, length: int) -> bytes | None:
         if length <= 0:
