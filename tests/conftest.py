@@ -1,5 +1,6 @@
 """Shared fixtures: a range-capable HTTP server on loopback; the hypothesis profile; the Qt binding of this
-environment for qtpy and pytest-qt alike; ``slow`` tests only on request (``-m slow``)."""
+environment for qtpy and pytest-qt alike; ``slow`` tests only on request (``-m slow``); the run spread over
+every core (pytest-xdist) unless told otherwise."""
 
 from __future__ import annotations
 
@@ -41,9 +42,33 @@ if _BINDING is not None:
         raise pytest.UsageError(f"PYTEST_QT_API={os.environ['PYTEST_QT_API']} and QT_API={os.environ['QT_API']} "
                                 "name different Qt bindings: pytest-qt and qtpy must load the same one")
 
-# No per-example deadline: the machine is shared and noisy, and tests never assert on timing.
-settings.register_profile("shardscope", deadline=None, print_blob=True)
-settings.load_profile("shardscope")
+# Hypothesis profiles. No per-example deadline in any: the machine is shared and noisy, and tests never assert
+# on timing. "ci" (the default) bounds the examples of every test that does not set its own count; "long"
+# (`pytest --hypothesis-profile long`, with the slow tests: `-m "slow or not slow"`) searches twenty times deeper.
+# A test that sets max_examples keeps its count in both (its author sized it).
+settings.register_profile("ci", deadline=None, print_blob=True, max_examples=50)
+settings.register_profile("long", deadline=None, print_blob=True, max_examples=1000)
+settings.load_profile("ci")
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_cmdline_main(config: pytest.Config) -> None:
+    """``pytest`` (the README's test command) runs on every core: pytest-xdist's ``-n auto --dist loadfile``.
+
+    Set here rather than in ``addopts`` so that ``-p no:xdist`` (one process, no xdist at all) still parses,
+    and so that an explicit ``-n N`` / ``-n 0`` / ``--dist`` wins. ``loadfile`` keeps each test file on one
+    worker: many files build a costly module fixture once (a fuzz campaign, a written dataset, a server) that
+    handing out single tests would build on every worker. This hook runs before xdist's own (both try first;
+    a conftest registers later), which turns ``auto`` into the number of cores (``PYTEST_XDIST_AUTO_NUM_WORKERS``
+    overrides it). Never inside a worker: it would spawn workers of its own.
+    """
+    if not config.pluginmanager.has_plugin("xdist") or os.environ.get("PYTEST_XDIST_WORKER"):
+        return
+    option = config.option
+    if option.numprocesses is None and not option.collectonly and not option.usepdb:
+        option.numprocesses = "auto"
+        if option.dist == "no":
+            option.dist = "loadfile"
 
 
 @pytest.fixture

@@ -293,6 +293,32 @@ def test_versions_panel_commit_branch_checkout_diff(proofread: Proofread, qtbot:
     assert versions.diff_tree.topLevelItemCount() == 1 and versions.diff_label.text() == c.state.diff_summary
 
 
+def test_versions_panel_lists_the_newest_versions_of_a_long_history(proofread: Proofread, qtbot: Any) -> None:
+    """A long history (written by another handle, in one batch) is listed as its newest versions plus
+    the checked-out one, with a line saying how many there are; the viewer keeps its plane."""
+    from napari_shardscope.core.proofreading.session import VERSION_ROWS
+
+    viewer, _, repo, _, c = proofread
+    root = c.commit("base")
+    n = VERSION_ROWS + 50
+    with open_repository(repo) as other, other.batch() as b:
+        v = b.version(root.uuid)
+        for i in range(n):
+            v = b.commit(b.new_version(v, "bulk" if i == 0 else None), f"bulk {i}")
+        newest = v.uuid
+    versions = dock(viewer, "Versions")
+    versions.refresh()
+    rows = versions.versions()
+    assert len(rows) == VERSION_ROWS + 1 and rows[0] == newest and rows[-1] == root.uuid  # the checked-out one last
+    assert "●" in versions.tree.topLevelItem(VERSION_ROWS).text(0)
+    assert not versions.rows_label.isHidden()
+    assert versions.rows_label.text().startswith(f"the newest {VERSION_ROWS + 1:,} of {n + 1:,} versions")
+    c.checkout(newest)
+    assert versions.versions()[0] == newest and "●" in versions.tree.topLevelItem(0).text(0)
+    assert len(versions.versions()) == VERSION_ROWS
+    assert viewer.dims.current_step[0] == Z
+
+
 def test_versions_panel_merges_branches_with_a_choice_per_conflict(proofread: Proofread, qtbot: Any) -> None:
     viewer, panel, repo, _, c = proofread
     versions = dock(viewer, "Versions")

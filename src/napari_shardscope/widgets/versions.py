@@ -8,7 +8,9 @@ the controller (``c.checkout``, ``c.commit``, ``c.branch``, ``c.diff``, ``c.plan
 a list, newest first, with each version's parents, so merges and branch points read like
 ``git log --graph`` without drawing: short UUID, branch, lock state, message, own edit count, time.
 The checked-out version is marked and bold; a checkout switches the layers (the viewer binding does
-that, for both panels). Only the export's worker thread and the layer it opens need napari here.
+that, for both panels). Only the newest versions are listed (``session.VERSION_ROWS``, plus the
+checked-out one), so the panel stays quick with a history of 10⁵ versions; a line under the list
+says so. Only the export's worker thread and the layer it opens need napari here.
 """
 
 from __future__ import annotations
@@ -110,6 +112,10 @@ class VersionsPanel(QWidget):  # type: ignore[misc]
         self.tree.itemSelectionChanged.connect(
             lambda: c.attempt(c.select_versions, *[str(i.data(0, UUID_ROLE)) for i in self.tree.selectedItems()]))
         vbox.addWidget(self.tree, 2)
+        self.rows_label = QLabel("")  # says so when the list shows only the newest versions of a long history
+        self.rows_label.setWordWrap(True)
+        self.rows_label.setVisible(False)
+        vbox.addWidget(self.rows_label)
 
         row = QHBoxLayout()
         self.checkout_button = QPushButton("Checkout")
@@ -274,7 +280,8 @@ class VersionsPanel(QWidget):  # type: ignore[misc]
         self.tree.clear()
         bold = QFont()
         bold.setBold(True)
-        for row in self.controller.session.version_rows():
+        rows = self.controller.session.version_rows()
+        for row in rows:
             created = datetime.fromtimestamp(row.created).strftime("%Y-%m-%d %H:%M")
             item = QTreeWidgetItem([
                 f"{'● ' if row.checked_out else ''}{row.short}", row.branch, "committed" if row.locked else "open",
@@ -290,6 +297,11 @@ class VersionsPanel(QWidget):  # type: ignore[misc]
         for col in (0, 1, 2, 4):
             self.tree.resizeColumnToContents(col)
         self.tree.blockSignals(False)
+        total = self.controller.session.version_total()
+        hidden = total - len(rows)
+        self.rows_label.setVisible(hidden > 0)
+        self.rows_label.setText(f"the newest {len(rows):,} of {total:,} versions; `shardscope repo log` lists "
+                                f"the others" if hidden > 0 else "")
 
     def _select_rows(self, uuids: tuple[str, ...]) -> None:
         self.tree.blockSignals(True)

@@ -3,7 +3,8 @@
 ``read_bounded`` (metadata documents, remote objects), ``ConditionalStore.read_generation`` (a
 remote's refs and id counters) and metadata detection (``kvreads.read_keys``) refuse a key over
 their limit having read at most one byte of it: a local file by its size (a 5 GiB sparse file),
-TensorStore's ``file`` driver, HTTP (bytes the server sent) and S3 (moto; bytes the store returned).
+TensorStore's ``file`` driver (by its size too), HTTP (at most the first window of 64 KiB sent, in one
+request) and S3 (moto; one probe byte, then the read).
 """
 
 from __future__ import annotations
@@ -16,12 +17,13 @@ import pytest
 import tensorstore as ts
 
 from napari_shardscope.core.bytestore import LocalByteStore, TensorStoreByteStore, parse_url, read_bounded
+from napari_shardscope.core.bytestore.bounded import FIRST_WINDOW
 from napari_shardscope.core.bytestore.conditional import ConditionalStore
 from napari_shardscope.core.bytestore.context import shared_context
 from napari_shardscope.core.bytestore.kvreads import read_keys
 from napari_shardscope.core.errors import FormatError, MetadataError
 from tests.http_range_server import RangeServer
-from tests.moto_s3 import S3Server, s3, s3_server  # noqa: F401  (fixtures)
+from tests.moto_s3 import S3Server, s3, s3_server, serve_moto  # noqa: F401  (fixtures)
 
 LIMIT = 1 << 20
 BIG = 48 << 20
@@ -64,13 +66,56 @@ def test_http(files: Path) -> None:
     server = RangeServer(files)
     try:
         _check(TensorStoreByteStore(server.url, context=shared_context()))
-        assert server.bytes_sent < 3 * LIMIT  # small and exact, and one byte of big
-        sent = server.bytes_sent
+        assert server.bytes_sent < 3 * LIMIT  # small and exact, and the first window of big
+        server.requests.clear()
         with pytest.raises(MetadataError, match=r"info.*limit for a metadata document"):
             read_keys(parse_url(server.url), ["info", "zarr.json"], shared_context())  # format detection
-        assert server.bytes_sent - sent <= 2, server.bytes_sent - sent  # a probe byte per candidate at most
+        # one request per candidate, each asking for at most the first window: the 80 MiB info is
+        # refused having been sent 64 KiB (the server's count may land after the refusal: the Range asked)
+        assert sorted(server.requests) == [("/info", f"bytes=0-{FIRST_WINDOW - 1}"),
+                                           ("/zarr.json", f"bytes=0-{FIRST_WINDOW - 1}")], server.requests
     finally:
         server.close()
+
+
+def test_http_reads_a_bounded_value_in_one_request(files: Path) -> None:
+    """A value within the first window costs one GET (no probe first); a larger one within the limit two;
+    an empty one (which the test server answers with a 206 TensorStore refuses) is still read."""
+    (files / "empty").write_bytes(b"")
+    server = RangeServer(files)
+    try:
+        store = TensorStoreByteStore(server.url, context=shared_context())
+        assert read_bounded(store, "small", LIMIT, "a test value") == b"x" * 1000
+        assert server.requests == [("/small", f"bytes=0-{FIRST_WINDOW - 1}")]
+        server.requests.clear()
+        assert read_bounded(store, "exact", LIMIT, "a test value") == b"y" * LIMIT
+        assert server.requests == [("/exact", f"bytes=0-{FIRST_WINDOW - 1}"), ("/exact", f"bytes=0-{LIMIT - 1}")]
+        assert read_bounded(store, "empty", LIMIT, "a test value") == b""
+        server.requests.clear()
+        keys = ["small", "zarr.json", ".zarray", "attributes.json"]
+        assert read_keys(parse_url(server.url), keys, shared_context()) == {
+            "small": b"x" * 1000, "zarr.json": None, ".zarray": None, "attributes.json": None}
+        assert sorted(p for p, _ in server.requests) == sorted(f"/{k}" for k in keys)  # one request each
+    finally:
+        server.close()
+
+
+def test_s3_sizes_by_a_probe_then_reads(files: Path, request: pytest.FixtureRequest) -> None:
+    """S3 (and GCS) refuse any range past a value's end and take no header of ours: the real bound
+    there is a one-byte probe and then the read, two requests (the reason remote opens on a bucket
+    cost one more round trip than over HTTP)."""
+    log: list[tuple[str, str, str | None]] = []
+    with serve_moto(log=log) as endpoint:
+        server = S3Server(endpoint, S3Server(endpoint, "").new_bucket())
+        monkeypatch = request.getfixturevalue("monkeypatch")
+        for k, v in server.env().items():
+            monkeypatch.setenv(k, v)
+        url = server.url("probe/")
+        store = TensorStoreByteStore(parse_url(url).kvstore, context=shared_context(), url=url)
+        store.write("small", b"x" * 1000)
+        del log[:]
+        assert read_bounded(store, "small", LIMIT, "a test value") == b"x" * 1000
+        assert [rng for _, _, rng in log] == [f"bytes={LIMIT}-{LIMIT}", None], log
 
 
 def test_s3(files: Path, request: pytest.FixtureRequest) -> None:

@@ -152,7 +152,7 @@ CASES: dict[str, Case] = {
     "ls": Case(("{seg}",)),
     "validate": Case(("{seg}",)),
     "repo init": Case(("{out}/new",)),
-    "repo log": Case(("{repo}",)),
+    "repo log": Case(("{repo}", "--limit", "5")),
     "repo branches": Case(("{repo}",)),
     "repo commit": Case(("{repo}", "main", "-m", "done")),
     "repo branch": Case(("{repo}", "alt", "alt2")),

@@ -24,6 +24,13 @@ def cli_json(capsys: pytest.CaptureFixture[str], *argv: str) -> object:
     return json.loads(out)
 
 
+def cli_json_lines(capsys: pytest.CaptureFixture[str], *argv: str) -> list[dict[str, object]]:
+    """A listing's ``--json`` output: JSON Lines, one record per line."""
+    code, out, err = cli(capsys, *argv, "--json")
+    assert code == 0, err
+    return [json.loads(line) for line in out.splitlines()]
+
+
 @pytest.mark.parametrize("engine", ["lmdb", "sqlite"])
 def test_repo_and_kv_commands(tmp_path: Path, capsys: pytest.CaptureFixture[str], engine: str) -> None:
     path = str(tmp_path / "repo")
@@ -51,10 +58,10 @@ def test_repo_and_kv_commands(tmp_path: Path, capsys: pytest.CaptureFixture[str]
     branches = cli_json(capsys, "repo", "branches", path)
     assert {b["name"]: b["head"] for b in branches} == {"main": child["uuid"], "trial": trial["uuid"]}
     assert cli(capsys, "repo", "note", path, "trial", "looks good")[0] == 0
-    log = cli_json(capsys, "repo", "log", path, "trial")
+    log = cli_json_lines(capsys, "repo", "log", path, "trial")
     assert [v["uuid"] for v in log] == [trial["uuid"], root]
     assert log[0]["notes"][0]["text"] == "looks good"
-    assert len(cli_json(capsys, "repo", "log", path, "--all")) == 3
+    assert len(cli_json_lines(capsys, "repo", "log", path, "--all")) == 3
 
     code, _, err = cli(capsys, "repo", "merge", path, "main", "trial")
     assert code == 7 and "changed on both sides" in err

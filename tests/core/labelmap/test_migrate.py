@@ -78,8 +78,9 @@ def test_migration_keeps_every_version_and_its_history(work: Path) -> None:
     done = shardscope("repo", "migrate", str(work / "repo"), "--json")
     assert done.returncode == 0, done.stderr
     report = json.loads(done.stdout)
-    assert report["labelmaps"] == ["seg"] and report["verified"] and report["unreconciled"] == []
-    assert report["versions"] == len(expected["versions"]) and report["mutations"] > 10
+    step = next(s for s in report["steps"] if s["name"] == "labelmap")
+    assert step["labelmaps"] == ["seg"] and report["ok"] and step["unreconciled"] == []
+    assert step["versions"] == len(expected["versions"]) and step["mutations"] > 10
     assert shardscope("repo", "verify", str(work / "repo")).returncode == 0
     with open_repository(work / "repo") as repo:
         lm = open_labelmap(repo, "seg")

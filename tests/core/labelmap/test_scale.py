@@ -24,7 +24,7 @@ from napari_shardscope.core.labelmap import IndexNotBuiltError, create_labelmap,
 from napari_shardscope.core.labelmap.agglomeration import AgglomerationSource
 from napari_shardscope.core.labelmap.paged import PagedTable, write_table
 from napari_shardscope.core.labelmap.records import parent_key
-from napari_shardscope.core.versioned import Repository, create_repository
+from napari_shardscope.core.versioned import Repository, create_repository, open_repository
 
 PETA = (10_000, 1_000_000, 1_000_000)  # z, y, x: 3.8e10 blocks of 64³
 
@@ -178,3 +178,70 @@ def test_a_large_base_without_an_index_names_the_job(tmp_path: Path, repo: Repos
         lm.at("main").size(5)
     monkeypatch.undo()
     assert lm.at("main").size(5) == 1  # small enough: indexed on first need
+
+
+# -- read-once passes keep out of the shared chunk cache ----------------------------------------------------
+#: Prints the process's peak resident memory (VmHWM, bytes) on stderr at exit, after running the CLI verb.
+PEAK_WRAPPER = (
+    "import atexit, re, runpy, sys\n"
+    "def peak():\n"
+    "    text = open('/proc/self/status').read()\n"
+    "    print('VMHWM', int(re.search(r'^VmHWM:\\s+(\\d+) kB', text, re.M).group(1)) << 10, file=sys.stderr)\n"
+    "atexit.register(peak)\n"
+    "sys.argv = ['shardscope', *sys.argv[1:]]\n"
+    "runpy.run_module('napari_shardscope', run_name='__main__')\n"
+)
+#: A shared cache large enough to hold every chunk the verbs below read (the default is a fraction of RAM).
+BIG_CACHE_MB = "4096"
+
+
+def write_dense_zarr(path: Path, grid: tuple[int, int, int]) -> int:
+    """A zarr v3 uint64 volume of 64³ chunks, every chunk stored (a few supervoxels each); its decoded bytes."""
+    shape = [64 * g for g in grid]
+    store = ts.open({"driver": "zarr3", "kvstore": {"driver": "file", "path": str(path)}}, create=True,
+                    dtype=ts.uint64, shape=shape, chunk_layout=ts.ChunkLayout(chunk_shape=[64, 64, 64])).result()
+    cells = (np.arange(64)[:, None, None] // 32 * 4 + np.arange(64)[None, :, None] // 32 * 2
+             + np.arange(64)[None, None, :] // 32).astype(np.uint64)
+    n = 0
+    for z in range(grid[0]):
+        for y in range(grid[1]):
+            for x in range(grid[2]):
+                store[64 * z:64 * z + 64, 64 * y:64 * y + 64, 64 * x:64 * x + 64].write(cells + 1 + 8 * n).result()
+                n += 1
+    return n * 64**3 * 8
+
+
+def peak_of(args: list[str], tmp_path: Path) -> int:
+    """Run ``shardscope ARGS`` (a fresh process, a shared cache that could hold the whole volume): its VmHWM."""
+    import os
+    import re
+    import subprocess
+    import sys
+
+    env = {**os.environ, "SHARDSCOPE_CACHE_MB": BIG_CACHE_MB, "PYTHONDONTWRITEBYTECODE": "1"}
+    done = subprocess.run([sys.executable, "-c", PEAK_WRAPPER, *args], env=env, capture_output=True, text=True,
+                          timeout=600, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    m = re.search(r"^VMHWM (\d+)$", done.stderr, re.M)
+    assert m is not None, done.stderr[-3000:]
+    return int(m.group(1))
+
+
+@pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="needs /proc (VmHWM)")
+def test_creating_a_labelmap_keeps_its_reads_out_of_the_shared_cache(tmp_path: Path) -> None:
+    """``labelmap create`` reads every stored chunk once to build the index: the chunks must not stay in the
+    viewer's chunk cache. A volume of 384 MiB of decoded chunks, with a shared cache that could hold all of
+    it, peaks at most a third of that above the create of a 2-chunk volume (it held every chunk before)."""
+    small = write_dense_zarr(tmp_path / "small", (1, 1, 2))
+    big = write_dense_zarr(tmp_path / "big", (2, 8, 12))
+    peaks = {}
+    for name in ("small", "big"):
+        create_repository(tmp_path / f"repo-{name}").close()
+        peaks[name] = peak_of(["labelmap", "create", str(tmp_path / f"repo-{name}"), "seg", str(tmp_path / name)],
+                              tmp_path)
+    repo = open_repository(tmp_path / "repo-big")
+    try:  # the index the create built counts every voxel
+        assert open_labelmap(repo, "seg").base_index().meta["voxels"] == big // 8
+    finally:
+        repo.close()
+    assert peaks["big"] - peaks["small"] < (big - small) // 3, {k: v >> 20 for k, v in peaks.items()}

@@ -25,7 +25,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
-from napari_shardscope.core.bytestore.bounded import issue_probe, over_limit_message, probe_outcome
+from napari_shardscope.core.bytestore.bounded import BoundedReader, Over, over_limit_message
 from napari_shardscope.core.bytestore.containment import check_key
 from napari_shardscope.core.bytestore.tserrors import error_from_tensorstore
 from napari_shardscope.core.bytestore.url import Location, parse_url
@@ -72,6 +72,7 @@ class ConditionalStore:
             self._kv = ts.KvStore.open(spec, context=context if context is not None else shared_context()).result()
         except Exception as exc:
             raise error_from_tensorstore(exc, where=self.location.url, opening=True, raw_bytes=True) from exc
+        self._bounded = BoundedReader(self._kv, spec, context if context is not None else shared_context(), self._where)
 
     @property
     def url(self) -> str:
@@ -91,23 +92,16 @@ class ConditionalStore:
                         error: type[FormatError] = FormatError) -> Versioned:
         """The value of ``key`` and its generation (:data:`ABSENT`-like when missing).
 
-        A value over ``max_bytes`` is ``error`` naming the key before it is read (a one-byte
-        probe, :mod:`~napari_shardscope.core.bytestore.bounded`): these are small documents that a
-        hostile or damaged store can make huge.
+        A value over ``max_bytes`` is ``error`` naming the key, refused before it arrives (a stat,
+        a ranged read or a one-byte probe, per driver: :mod:`~napari_shardscope.core.bytestore.bounded`):
+        these are small documents that a hostile or damaged store can make huge.
         """
         self._check(key)
         where = self._where(key)
-        if probe_outcome(issue_probe(self._kv, key, max_bytes), where, max_bytes) == "over":
-            raise error(over_limit_message(max_bytes, what), key=where)
-        try:
-            r = self._kv.read(key).result()
-        except Exception as exc:
-            raise error_from_tensorstore(exc, where=where, raw_bytes=True) from exc
-        if r.state != "value":
-            return Versioned(None, bytes(r.stamp.generation) or ABSENT)
-        if len(r.value) > max_bytes:  # replaced by a larger value between the two requests
-            raise error(f"is {len(r.value)} bytes, larger than the {max_bytes}-byte limit for {what}", key=where)
-        return Versioned(bytes(r.value), bytes(r.stamp.generation))
+        [got], [generation] = self._bounded.read_versioned([key], max_bytes)
+        if isinstance(got, Over):
+            raise error(over_limit_message(max_bytes, what, got.size), key=where)
+        return Versioned(got, generation or ABSENT)
 
     def write_if(self, key: str, data: bytes, generation: bytes) -> bytes | None:
         """Write ``data`` only if ``key`` is still at ``generation``; the new generation, or None if lost.

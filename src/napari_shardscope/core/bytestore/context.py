@@ -57,6 +57,9 @@ CACHE_MEMORY_FRACTION = 1 / 8
 MIN_DEFAULT_CACHE_BYTES = 256 * 1024 * 1024
 MAX_DEFAULT_CACHE_BYTES = 4 * 1024 * 1024 * 1024
 
+#: Cache pool of the read-once context: shard and minishard indexes of the chunks being read, not the chunks.
+READ_ONCE_CACHE_BYTES = 32 * 1024 * 1024
+
 #: Environment variable holding the remote timeout in seconds (connect, and longest stall).
 TIMEOUT_ENV = "SHARDSCOPE_TIMEOUT_S"
 #: Environment variable holding how many times a failed remote request is retried.
@@ -125,6 +128,8 @@ class RemoteLimits:
 
 _lock = threading.Lock()
 _context: Any = None
+#: The read-once context (:func:`read_once_context`) and the remote limits it was made with.
+_read_once: tuple[RemoteLimits, Any] | None = None
 _cache_bytes: int | None = None
 _limits: RemoteLimits | None = None
 #: The curl variables this module set (the user's own settings are never overwritten).
@@ -274,6 +279,27 @@ def shared_context() -> Any:
                 _limits = limits_from_env()
             _context = make_context(_cache_bytes, _limits)
         return _context
+
+
+def read_once_context() -> Any:
+    """The context of passes that read each chunk once (index build, labelmap export): a small pool of its own.
+
+    Why: through the shared context, building the label index over a petavoxel base (or exporting a
+    labelmap) put every chunk it decoded into the viewer's cache, which grew to its limit (2.4 GiB on a
+    20 GiB machine) with chunks never read again and evicted what the viewer had cached. This pool is
+    :data:`READ_ONCE_CACHE_BYTES`: room for the shard and minishard indexes those reads revisit (a
+    chunk of a sharded volume costs one request then, not three), not for the chunks. Same remote
+    limits as the shared context; rebuilt when they change.
+    """
+    global _read_once
+    limits = remote_limits()
+    with _lock:
+        if _read_once is not None and _read_once[0] == limits:
+            return _read_once[1]
+    new = make_context(READ_ONCE_CACHE_BYTES, limits)
+    with _lock:
+        _read_once = (limits, new)
+    return new
 
 
 def cache_pool_bytes() -> int:

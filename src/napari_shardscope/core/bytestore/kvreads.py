@@ -9,12 +9,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from napari_shardscope.core.bytestore.bounded import issue_probe, over_limit_message, probe_outcome
+from napari_shardscope.core.bytestore.bounded import BoundedReader, Over, over_limit_message
 from napari_shardscope.core.bytestore.local import LocalByteStore
 from napari_shardscope.core.bytestore.protocol import read_document
-from napari_shardscope.core.bytestore.tserrors import error_from_tensorstore, status_code
+from napari_shardscope.core.bytestore.tserrors import error_from_tensorstore
 from napari_shardscope.core.bytestore.url import Location
-from napari_shardscope.core.errors import MetadataError, ShardscopeError
+from napari_shardscope.core.errors import MetadataError
 from napari_shardscope.core.json_document import MAX_JSON_BYTES, load_json_object
 
 
@@ -42,35 +42,18 @@ def read_keys(loc: Location, keys: list[str], context: Any) -> dict[str, bytes |
         kv = ts.KvStore.open(loc.kvstore, context=context).result()
     except Exception as exc:  # TensorStore raises ValueError for bad specs and unreachable stores
         raise error_from_tensorstore(exc, where=loc.url, opening=True) from exc
-    where = {key: f"{loc.url.rstrip('/')}/{key}" for key in keys}
-    # every document is sized before it is read (a one-byte probe each, all in flight together), so a
-    # hostile server's 5 GiB "info" is refused, not downloaded; then the ones that exist are read
-    probes = {key: issue_probe(kv, key, MAX_JSON_BYTES) for key in keys}
-    present: list[str] = []
-    for key, probe in probes.items():
-        try:
-            outcome = probe_outcome(probe, where[key], MAX_JSON_BYTES)
-        except ShardscopeError:
-            outcome = "fits"  # an unreachable key: the read below reports it as before
-        if outcome == "over":
-            raise MetadataError(over_limit_message(MAX_JSON_BYTES, "a metadata document"), key=where[key])
-        if outcome == "fits":
-            present.append(key)
-    futures = {key: kv.read(key) for key in present}
-    out: dict[str, bytes | None] = dict.fromkeys(keys)
-    for key, future in futures.items():
-        try:
-            result = future.result()
-        except Exception as exc:  # I/O, auth and network failures
-            message = str(exc)
-            if status_code(exc) == "NOT_FOUND" or "404" in message or "Not a directory" in message:
-                out[key] = None
-                continue
-            raise error_from_tensorstore(exc, where=where[key]) from exc
-        if result.state == "value" and len(result.value) > MAX_JSON_BYTES:  # replaced since the probe
-            raise MetadataError(f"is {len(result.value)} bytes, larger than the {MAX_JSON_BYTES}-byte limit "
-                                f"for a metadata document", key=where[key])
-        out[key] = bytes(result.value) if result.state == "value" else None
+    def where(key: str) -> str:
+        return f"{loc.url.rstrip('/')}/{key}"
+
+    # every document is bounded before it arrives, all in flight together: one ranged GET each on
+    # HTTP, a probe and then the read on S3 and GCS (see bounded.py); a hostile server's 5 GiB
+    # "info" is refused, not downloaded
+    found = BoundedReader(kv, loc.kvstore, context, where).read_many(keys, MAX_JSON_BYTES)
+    out: dict[str, bytes | None] = {}
+    for key, got in zip(keys, found, strict=True):
+        if isinstance(got, Over):
+            raise MetadataError(over_limit_message(MAX_JSON_BYTES, "a metadata document", got.size), key=where(key))
+        out[key] = got
     return out
 
 

@@ -7,7 +7,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Literal, Protocol, runtime_checkable
 
-from napari_shardscope.core.bytestore.bounded import over_limit_message
+from napari_shardscope.core.bytestore.bounded import Over, over_limit_message
 from napari_shardscope.core.bytestore.coalesce import read_coalesced
 from napari_shardscope.core.errors import FormatError, MetadataError
 from napari_shardscope.core.json_document import MAX_JSON_BYTES
@@ -96,13 +96,33 @@ def read_bounded(store: ByteStore, key: str, max_bytes: int, what: str,
     The one door for whole-key reads of anything a hostile or damaged store could make huge: a
     whole-key read allocates whatever the key holds, and a dataset or a remote can hold a terabyte
     (a sparse file) where its spec allows kilobytes: the read would abort the process in its
-    allocator, fail with ``MemoryError`` or take minutes. The size is known before a byte of the
-    value arrives: a stat where it is cheap (local files; the read itself then asks for at most
-    ``max_bytes + 1`` bytes, so a file growing meanwhile changes nothing), else a one-byte range
-    read at offset ``max_bytes`` (:mod:`~napari_shardscope.core.bytestore.bounded`). ``what`` names
-    the kind of value in the message ("a metadata document"); ``error`` is the
-    :class:`FormatError` subclass raised, naming the key.
+    allocator, fail with ``MemoryError`` or take minutes. The size is known before the value
+    arrives: a stat where it is cheap (local files; the read itself then asks for at most
+    ``max_bytes + 1`` bytes, so a file growing meanwhile changes nothing); on TensorStore's stores
+    in the fewest requests the driver allows (one ranged GET on HTTP, a one-byte probe and the
+    read on S3 and GCS: :mod:`~napari_shardscope.core.bytestore.bounded`). ``what`` names the kind
+    of value in the message ("a metadata document"); ``error`` is the :class:`FormatError`
+    subclass raised, naming the key.
     """
+    return read_bounded_many(store, [key], max_bytes, what, error)[0]
+
+
+def read_bounded_many(store: ByteStore, keys: Sequence[str], max_bytes: int, what: str,
+                      error: type[FormatError] = FormatError) -> list[bytes | None]:
+    """:func:`read_bounded` of each of ``keys``; on a remote store their requests are in flight together."""
+    batch = getattr(store, "read_at_most", None)
+    if batch is not None:
+        out: list[bytes | None] = []
+        for key, got in zip(keys, batch(keys, max_bytes), strict=True):
+            if isinstance(got, Over):
+                raise error(over_limit_message(max_bytes, what, got.size), key=key)
+            out.append(got)
+        return out
+    return [_read_bounded_one(store, key, max_bytes, what, error) for key in keys]
+
+
+def _read_bounded_one(store: ByteStore, key: str, max_bytes: int, what: str,
+                      error: type[FormatError]) -> bytes | None:
     if store.cheap_size:
         size = store.size(key)  # refuses links out of the root and special files, like read()
         if size is None:
@@ -110,7 +130,7 @@ def read_bounded(store: ByteStore, key: str, max_bytes: int, what: str,
         if size > max_bytes:
             raise error(f"is {size} bytes, larger than the {max_bytes}-byte limit for {what}", key=key)
         data = store.read_range(key, 0, max_bytes + 1)
-    else:
+    else:  # any other store: the byte at the limit exists only in a value over it
         probe = store.read_range(key, max_bytes, max_bytes + 1)
         if probe is None:
             return None
@@ -120,26 +140,6 @@ def read_bounded(store: ByteStore, key: str, max_bytes: int, what: str,
     if data is not None and len(data) > max_bytes:  # replaced by a larger value between the two requests
         raise error(f"is {len(data)} bytes, larger than the {max_bytes}-byte limit for {what}", key=key)
     return data
-
-
-def read_bounded_many(store: ByteStore, keys: Sequence[str], max_bytes: int, what: str,
-                      error: type[FormatError] = FormatError, *, in_flight: int = 64) -> list[bytes | None]:
-    """:func:`read_bounded` of each key, concurrently where the store can (``None``: missing).
-
-    Remote stores send the size probes of up to ``in_flight`` keys together, then their whole reads
-    together (two round trips per window, not two per key); local stores read in turn, as
-    :func:`read_bounded` does. A key over ``max_bytes`` raises ``error`` naming it, as there.
-    """
-    batch = getattr(store, "read_bounded_many", None)
-    if batch is None:
-        return [read_bounded(store, key, max_bytes, what, error) for key in keys]
-    got: list[bytes | int | None] = batch(keys, max_bytes, in_flight)
-    out: list[bytes | None] = []
-    for key, value in zip(keys, got, strict=True):
-        if isinstance(value, int):
-            raise error(over_limit_message(max_bytes, what), key=key)
-        out.append(value)
-    return out
 
 
 def write_many(store: ByteStore, items: Sequence[tuple[str, bytes]], *, in_flight: int = 32) -> None:
@@ -155,6 +155,11 @@ def write_many(store: ByteStore, items: Sequence[tuple[str, bytes]], *, in_fligh
 def read_document(store: ByteStore, key: str) -> bytes | None:
     """A metadata document's bytes (``None`` when absent), refused over :data:`MAX_JSON_BYTES` before reading."""
     return read_bounded(store, key, MAX_JSON_BYTES, "a metadata document", MetadataError)
+
+
+def read_documents(store: ByteStore, keys: Sequence[str]) -> list[bytes | None]:
+    """:func:`read_document` of each of ``keys``, their requests in flight together on a remote store."""
+    return read_bounded_many(store, keys, MAX_JSON_BYTES, "a metadata document", MetadataError)
 
 
 def read_ranges(store: ByteStore, requests: Sequence[tuple[str, int, int]],

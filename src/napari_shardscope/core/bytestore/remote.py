@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+import threading
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, Literal
 
-from napari_shardscope.core.bytestore.bounded import issue_probe, probe_outcome
+from napari_shardscope.core.bytestore.bounded import Bounded, BoundedReader, Over
 from napari_shardscope.core.bytestore.coalesce import RangeRequest, check_range, read_coalesced
 from napari_shardscope.core.bytestore.protocol import ReadStats
 from napari_shardscope.core.bytestore.tserrors import error_from_tensorstore, status_code
@@ -58,6 +59,9 @@ class TensorStoreByteStore:
         self._stats = ReadStats()
         # Files through TensorStore's file driver cost no round trip: their ranges are never coalesced.
         self._is_file = (spec.get("driver") == "file") if isinstance(spec, dict) else spec.startswith("file://")
+        self._bounded = BoundedReader(self._kv, spec, context, self._where)
+        self._known: dict[str, bytes | None] = {}  # documents this open already read: :meth:`remember`
+        self._known_lock = threading.Lock()
 
     def __repr__(self) -> str:
         return f"TensorStoreByteStore({self.url!r})"
@@ -127,6 +131,39 @@ class TensorStoreByteStore:
     def read(self, key: str) -> bytes | None:
         return self._read(key, None)
 
+    def remember(self, documents: Mapping[str, bytes | None]) -> None:
+        """Values (``None``: missing) this open has read already, through another door (format detection).
+
+        The next bounded read of each (:meth:`read_at_most`) is answered from here, once, with no
+        request: detection reads ``attributes.json`` and ``s0/attributes.json`` together, and the N5
+        opener would otherwise ask for ``s0/attributes.json`` again. Each is forgotten when used, so
+        nothing here outlives the open it belongs to.
+        """
+        with self._known_lock:
+            self._known.update(documents)
+
+    def read_at_most(self, keys: Sequence[str], max_bytes: int) -> list[Bounded]:
+        """The whole value of each key, or :class:`~napari_shardscope.core.bytestore.bounded.Over` when it
+        holds more than ``max_bytes`` (known before the value arrives), ``None`` when missing.
+
+        The requests of all keys are in flight together; each driver's fewest round trips
+        (:mod:`~napari_shardscope.core.bytestore.bounded`): one on HTTP, two (a probe, then the
+        read) on S3 and GCS. :func:`~napari_shardscope.core.bytestore.read_bounded` is the door.
+        """
+        known: dict[int, Bounded] = {}
+        with self._known_lock:
+            for i, key in enumerate(keys):
+                if key in self._known:
+                    value = self._known.pop(key)
+                    known[i] = Over(len(value)) if value is not None and len(value) > max_bytes else value
+        ask = [i for i in range(len(keys)) if i not in known]
+        read = self._bounded.read_many([keys[i] for i in ask], max_bytes) if ask else []
+        for answer in read:
+            if isinstance(answer, bytes):
+                self._stats.add(len(answer))
+        got = dict(zip(ask, read, strict=True)) | known
+        return [got[i] for i in range(len(keys))]
+
     def read_range(self, key: str, start: int, end: int) -> bytes | None:
         check_range(key, start, end)
         if end == start:
@@ -188,36 +225,6 @@ class TensorStoreByteStore:
                 data = b"" if rng is None else bytes(result.value)
                 self._stats.add(len(data))
                 out.append(data)
-        return out
-
-    def read_bounded_many(self, keys: Sequence[str], max_bytes: int, in_flight: int) -> list[bytes | int | None]:
-        """Each key whole (``None``: missing; an ``int``: holds more than ``max_bytes``, not read), concurrently.
-
-        :func:`~napari_shardscope.core.bytestore.protocol.read_bounded` for many keys: the one-byte
-        probes of a window go out together, then the whole reads of the keys that fit, so ``n`` keys
-        cost two round trips per window of ``in_flight`` instead of two per key.
-        """
-        out: list[bytes | int | None] = []
-        for first in range(0, len(keys), max(1, in_flight)):
-            window = keys[first:first + max(1, in_flight)]
-            probes = [issue_probe(self._kv, key, max_bytes) for key in window]
-            found = [probe_outcome(f, self._where(key), max_bytes) for key, f in zip(window, probes, strict=True)]
-            reads = {i: self._kv.read(key) for i, (key, got) in enumerate(zip(window, found, strict=True))
-                     if got == "fits"}
-            for i, (key, got) in enumerate(zip(window, found, strict=True)):
-                if got != "fits":
-                    out.append(None if got == "missing" else max_bytes + 1)
-                    continue
-                try:
-                    result = reads[i].result()
-                except Exception as exc:
-                    raise error_from_tensorstore(exc, where=self._where(key), raw_bytes=True) from exc
-                if result.state != "value":
-                    out.append(None)
-                    continue
-                data = bytes(result.value)
-                self._stats.add(len(data))
-                out.append(data if len(data) <= max_bytes else len(data))
         return out
 
     def write_many(self, items: Sequence[tuple[str, bytes]], in_flight: int) -> None:

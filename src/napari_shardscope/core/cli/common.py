@@ -1,7 +1,9 @@
 """What the verb modules share: JSON output, argument types, the options several verbs take, progress.
 
 Kept in one module so a verb module never borrows from another: each imports this and
-:mod:`.parser`, and the core library.
+:mod:`.parser`, and the core library. Imported to build the parser (the options several verbs take
+and the argument types are here), so it imports the standard library only, and numpy inside the
+functions that need it.
 """
 
 from __future__ import annotations
@@ -15,12 +17,14 @@ import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from napari_shardscope.core.cli.parser import arg
 from napari_shardscope.core.errors import ArgumentError
-from napari_shardscope.core.labelmap.branch_merge import Resolution
-from napari_shardscope.core.progress import Progress
+
+if TYPE_CHECKING:  # for annotations only: this module is imported to build the parser (see .verbs)
+    from napari_shardscope.core.labelmap.branch_merge import Resolution
+    from napari_shardscope.core.progress import Progress
 
 
 # -- output ---------------------------------------------------------------------------------------------

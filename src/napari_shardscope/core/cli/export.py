@@ -13,21 +13,10 @@ from pathlib import Path
 from typing import Any
 
 from napari_shardscope.core.cli.common import (
-    LABELMAP,
-    LABELMAP_HELP,
-    QUIET,
-    REPOSITORY,
-    SCHEDULER,
-    WORKERS,
-    parse_coords,
-    parse_shape,
-    parse_size,
     print_json,
     progress_unless_quiet,
     read_argument_file,
 )
-from napari_shardscope.core.cli.parser import Verb, arg, deprecated_option
-from napari_shardscope.core.encoding import DEFAULT_GZIP_LEVEL
 from napari_shardscope.core.errors import EXIT_OK, ArgumentError, MetadataError
 from napari_shardscope.core.export.precomputed import export_precomputed
 from napari_shardscope.core.export.source import ExportSource, LabelmapSource, VolumeSource, labelmap_source
@@ -173,68 +162,3 @@ def cmd_export_meshes(args: argparse.Namespace) -> int:
         print(f"wrote meshes of {len(report.bodies)} bodies ({report.shard_files} shard files, {report.bytes} bytes) "
               f"to {report.dest}{linked}")
     return EXIT_OK
-
-
-VERBS = (
-    Verb("export-meshes", cmd_export_meshes, "write a version's changed bodies as sharded multilod Draco meshes", (
-        REPOSITORY,
-        arg("dest", help="new mesh directory (inside an exported precomputed volume, its info is linked to it)"),
-        arg("--labelmap", metavar="LABELMAP", help=LABELMAP_HELP),
-        arg("--version", metavar="REF", help="version (branch name = its head, or a UUID prefix; default main)"),
-        arg("--bodies", type=parse_coords, metavar="ID,ID,...",
-            help="these bodies instead of the ones the version changed"),
-        arg("--lod", type=int, default=0, help="level of detail read from the base's mesh source (-1: coarsest)"),
-        arg("--overwrite", action="store_true", help="replace an existing mesh directory at DEST"),
-        QUIET,
-    ), description="Mesh every body the version's mutation log touched (or --bodies) as the union of its "
-       "supervoxels' meshes (the base's mesh source, or meshed from the labels) and write them as a sharded "
-       "neuroglancer_multilod_draco directory that Neuroglancer, CloudVolume and TensorStore read. Written to a "
-       "temporary directory and renamed into place."),
-    Verb("export", cmd_export, "write a volume as a new sharded volume (precomputed or OME-Zarr v3)", (
-        arg("source", help="volume path or URL to read, or a repository directory (with --labelmap)"),
-        arg("dest", help="new directory (or writable URL) to create"),
-        arg("--format", choices=("precomputed", "zarr3"), default="precomputed"),
-        arg("--chunk", type=parse_shape, metavar="Z,Y,X",
-            help="chunk size (precomputed) or inner chunk (zarr3), z,y,x like every shape here (default 64,64,64)"),
-        arg("--sharding", metavar="JSON",
-            help="precomputed: the sharding spec of every scale, as in an info file "
-            '(\'{"@type": "neuroglancer_uint64_sharded_v1", "preshift_bits": 9, "hash": "murmurhash3_x86_128", '
-            "...}'), a JSON list of one spec per scale, or @FILE holding either (default: identity hash + "
-            "preshift, about 1000 chunks per minishard)"),
-        arg("--shard-bytes", type=parse_size, metavar="SIZE",
-            help="target uncompressed bytes per shard for the default sharding, e.g. 512M or 2G (default 2G)"),
-        arg("--gzip-level", type=int, default=DEFAULT_GZIP_LEVEL, metavar="0-9",
-            help="precomputed: gzip level of gzip-encoded chunks and minishard indexes "
-            f"(default {DEFAULT_GZIP_LEVEL}, TensorStore's)"),
-        arg("--shard-shape", type=parse_shape, metavar="Z,Y,X",
-            help="zarr3: the shard shape in voxels, whole inner chunks "
-            "(default: grown from the inner chunk to --shard-bytes)"),
-        SCHEDULER,
-        WORKERS,
-        arg("--overwrite", action="store_true", help="replace an existing dataset at DEST"),
-        arg("--xyz", action="store_true", help="--chunk and --shard-shape in Neuroglancer's x,y,z order"),
-        arg("--labelmap", metavar="LABELMAP",
-            help="SOURCE is a repository: export this labelmap instance at --version (default: its only one)"),
-        arg("--version", metavar="REF",
-            help="version to export (branch name = its head, or a UUID prefix; default main)"),
-        arg("--supervoxels", action="store_true",
-            help="export supervoxel ids (the base patched by splits) instead of body ids"),
-        arg("--allow-open", action="store_true",
-            help="export an open (uncommitted) version as it is now (default: committed versions only)"),
-        QUIET,
-    ), description="Materialise a volume (any format `shardscope open` reads) as a new sharded precomputed "
-       "volume or an OME-Zarr 0.5 group of sharding_indexed Zarr v3 arrays, every scale. One Dask task per "
-       "output shard (no two tasks write one file); the threaded scheduler unless --scheduler names a "
-       "dask.distributed scheduler."),
-    Verb("index", cmd_index, "build a labelmap's base label index as a Dask job (threads or a distributed cluster)", (
-        REPOSITORY,
-        LABELMAP,
-        SCHEDULER,
-        WORKERS,
-        arg("--overwrite", action="store_true", help="rebuild an index that is already stored"),
-        deprecated_option("--force", "--overwrite", dest="overwrite", switch=True),
-        QUIET,
-    ), description="Count every scale-0 block of the labelmap's base segmentation as a Dask job (one task per run "
-       "of blocks; the threaded scheduler unless --scheduler names a dask.distributed scheduler) and "
-       "store the label index in the repository in one transaction.", also_in=("labelmap",)),
-)

@@ -14,23 +14,13 @@ import sys
 from typing import Any
 
 from napari_shardscope.core.cli.common import (
-    COORDS_HELP,
-    QUIET,
-    XYZ,
     emit,
-    parse_coords,
-    parse_floats,
-    parse_uint64,
     print_json,
     print_json_line,
     progress_unless_quiet,
 )
-from napari_shardscope.core.cli.parser import Arg, OneOf, Verb, arg
 from napari_shardscope.core.errors import EXIT_CHECK_FAILED, EXIT_OK, ArgumentError
 from napari_shardscope.core.formats import Dataset, DatasetInspector, open_dataset
-
-RECORD_HELP = ("records give positions in the format's own order (precomputed and N5 x,y,z, absolute; zarr in "
-               "its shape order) and voxel_zyx in the reader's")
 
 
 def cmd_inspect(args: argparse.Namespace) -> int:
@@ -279,48 +269,3 @@ def cmd_validate(args: argparse.Namespace) -> int:
     elif not problems and not args.quiet:
         print("validate: no problems found", file=sys.stderr)
     return EXIT_CHECK_FAILED if problems else EXIT_OK
-
-
-#: The dataset and scale every inspection verb starts from.
-_DATASET: tuple[Arg, ...] = (
-    arg("path", help="dataset path or URL (local, file://, http(s)://, gs://, s3://)"),
-    arg("--scale", metavar="KEY",
-        help="scale key / array path (default: all for inspect and validate, the finest otherwise)"),
-)
-
-VERBS = (
-    Verb("inspect", cmd_inspect, "summarise shards, minishards, chunks and bytes", _DATASET,
-         description="Summarise the sharded layout, reading only index bytes (the JSON reports bytes_read)."),
-    Verb("locate", cmd_locate, "where one chunk is stored", (
-        *_DATASET,
-        OneOf((
-            arg("--voxel", type=parse_coords, metavar="Z,Y,X", help="a voxel (" + COORDS_HELP + ")"),
-            arg("--chunk-id", type=parse_uint64, metavar="ID",
-                help="a precomputed chunk id (compressed Morton code of the grid position)"),
-            arg("--segment", type=parse_uint64, metavar="ID",
-                help="a segment id: its mesh, skeleton or annotations (precomputed)"),
-            arg("--annotation", type=parse_uint64, metavar="ID",
-                help="an annotation id: where by_id stores it (precomputed annotations)"),
-            arg("--cell", type=parse_coords, metavar="I,J,K",
-                help="a spatial index cell of the level --scale names (default: the finest; precomputed "
-                     "annotations)"),
-            arg("--point", type=parse_floats, metavar="X,Y,Z",
-                help="a position in the annotations' coordinates: the cell holding it at every spatial level "
-                     "(or the --scale one)"),
-        ), required=True),
-        XYZ,
-    ), description="Where the chunk holding a voxel (or a chunk id / segment id; of annotations, an annotation "
-       "id, a spatial cell or the cells holding a point) is stored: "
-       "shard file, minishard and byte range [start, end). " + COORDS_HELP + "; " + RECORD_HELP + ".",
-       epilog=COORDS_HELP),
-    Verb("ls", cmd_ls, "list stored chunks with their byte ranges", (
-        *_DATASET,
-        arg("--shard", type=int, metavar="N", help="only this shard"),
-        arg("--minishard", type=int, metavar="M", help="only this minishard (needs --shard)"),
-    ), description="One record per stored chunk. With --json, JSON Lines (one object a line)."),
-    Verb("validate", cmd_validate, "check every shard's indexes and data", (*_DATASET, QUIET),
-         description="Check index ranges (inside the file, no overlaps), minishard indexes, "
-         "sorted unique ids that hash to the shard and minishard holding them, decodable data, "
-         "crc32c (zarr v3). Exit 0 clean, 1 with one line per problem; errors exit with the "
-         "code of their group (see the README)."),
-)

@@ -43,13 +43,6 @@ import numpy as np
 import numpy.typing as npt
 
 from napari_shardscope.core.cli.common import (
-    COORDS_HELP,
-    LABELMAP,
-    QUIET,
-    REF,
-    REPOSITORY,
-    RESOLVE,
-    XYZ,
     neuroglancer_origin,
     parse_resolutions,
     print_json,
@@ -58,7 +51,6 @@ from napari_shardscope.core.cli.common import (
     reader_voxel,
     reader_voxels,
 )
-from napari_shardscope.core.cli.parser import Arg, Verb, VerbGroup, arg, deprecated
 from napari_shardscope.core.errors import EXIT_OK, ArgumentError, MetadataError, ShardscopeError
 from napari_shardscope.core.json_document import load_json, load_json_object
 from napari_shardscope.core.labelmap import (
@@ -452,108 +444,3 @@ def cmd_merge_branches(args: argparse.Namespace) -> int:
         print(describe_branch_merge(args.theirs, args.ours, len(result.applied), len(result.reverted),
                                     len(result.dropped), result.mutation.bodies, result.version.short))
     return EXIT_OK
-
-
-# -- verbs ----------------------------------------------------------------------------------------------
-NAME = LABELMAP
-USER = arg("--user", default=None, help="who edits (default $SHARDSCOPE_USER or the login name)")
-#: Where a read or an edit happens: a labelmap instance at a version of a repository.
-_AT: tuple[Arg, ...] = (REPOSITORY, REF, NAME)
-_EDIT: tuple[Arg, ...] = (*_AT, USER)
-
-
-_VOXELS_HELP = "file with an (N, 3) list of scale-0 voxels z, y, x (x, y, z with --xyz)"
-LABEL = Verb("label", cmd_label, "supervoxel and body at a voxel (z y x)", (
-    *_AT,
-    arg("z", type=int, help="z (x with --xyz)"),
-    arg("y", type=int),
-    arg("x", type=int, help="x (z with --xyz)"),
-    arg("--scale", metavar="KEY", default=None, help="scale key, as inspect lists it (default: the finest)"),
-    XYZ,
-), description="The supervoxel and body at a voxel. " + COORDS_HELP + ".")
-BODY_MERGE = Verb("merge", cmd_merge, "merge bodies into a target body", (
-    *_EDIT, arg("target", type=int), arg("others", type=int, nargs="+"),
-))
-CLEAVE = Verb("cleave", cmd_cleave, "move supervoxels of a body to a new body", (
-    *_EDIT, arg("body", type=int), arg("supervoxels", type=int, nargs="+"),
-), also_in=("body",))
-SPLIT_SUPERVOXEL = Verb("split-supervoxel", cmd_split_supervoxel,
-                        "split a supervoxel by a voxel list (.npy or .json, z y x)", (
-    *_EDIT, arg("supervoxel", type=int), arg("voxels", help=_VOXELS_HELP), XYZ,
-), also_in=("body",))
-BODY_SPLIT = Verb("split", cmd_split_body, "split a body by seed groups (JSON: group -> voxel list)", (
-    *_EDIT, arg("body", type=int),
-    arg("seeds", help='JSON file {"1": [[z, y, x], ...], "2": [...]} (x, y, z with --xyz)'), XYZ,
-))
-SIZE = Verb("size", cmd_size, "voxel count, supervoxels and bounding box of a body", (
-    *_AT,
-    arg("body", type=int),
-    arg("--coarse", action="store_true", help="block-granular bounding box (reads no voxels)"),
-), also_in=("body",))
-HISTORY = Verb("history", cmd_history, "the edits that shaped a body, across the ancestry",
-               (*_AT, arg("body", type=int)), also_in=("body",))
-BRANCH_MERGE = Verb("merge", cmd_merge_branches,
-                    "3-way merge of two branch heads' labelmap edits (a new open merge version)", (
-    REPOSITORY,
-    arg("ours", help="my branch (its head) or version; must be committed"),
-    arg("theirs", help="their branch or version; must be committed"),
-    NAME,
-    RESOLVE,
-    arg("--policy", choices=("fail", "ours", "theirs"), default="fail",
-        help="side for conflicts not resolved one by one (default: fail, report them)"),
-    arg("--branch", default=None, help="start a new branch for the merge version"),
-    arg("--dry-run", action="store_true", help="only report the plan and conflicts"),
-    arg("--user", default=None, help="who merges (default $SHARDSCOPE_USER or the login name)"),
-), description="Merge the labelmap edits of committed version THEIRS into committed version OURS from their "
-   "common ancestor. Edits of different bodies and supervoxels replay cleanly; a label edited on both sides "
-   "is a conflict: exit 7 and a list (with the plan, as JSON with --json) until each is resolved with "
-   "--resolve KIND:ID=ours|theirs|both or --policy. Nothing is written until then.",
-   error_details=branch_merge_conflicts_json)
-
-VERBS = (
-    VerbGroup("labelmap", "labelmap instances: supervoxel base + versioned edits",
-              "Labelmap instances (DVID's labelmap): a base supervoxel volume that is never modified, and "
-              "per-version edits in the repository.", (
-        Verb("create", cmd_create, "create a labelmap over a base segmentation", (
-            REPOSITORY,
-            NAME,
-            arg("base", help="base supervoxel volume (path or URL of precomputed, zarr v3 / v2 or N5)"),
-            arg("--agglomeration", default=None, metavar="JSON_OR_TABLE",
-                help="supervoxel -> body: a bodies JSON (*.json, e.g. the sample's, copied into the repository) "
-                     "or a sorted table's path or URL (zarr v3, Parquet, sharded lookup; read in place)"),
-            arg("--agglomeration-reverse", default=None, metavar="TABLE",
-                help="the table's body-sorted reverse (read in place; default: the repository keeps a copy)"),
-            arg("--id-start", type=int, default=None, help="first new id (default: above every base id)"),
-            arg("--block", type=int, default=64, help="overlay block edge in voxels (default 64)"),
-            arg("--no-index", action="store_true", help="build the base label index on first need instead"),
-            QUIET,
-        )),
-        Verb("info", cmd_info, "configuration, index and (with REF) a version's edit counts", (
-            REPOSITORY,
-            arg("words", nargs="+", metavar="[REF] LABELMAP",
-                help="the version to describe (optional) and the labelmap instance"),
-        ), usage="shardscope labelmap info [-h] [--json] REPO [REF] LABELMAP"),
-    )),
-    VerbGroup("body", "edit and read bodies: merge, cleave, split, size, history",
-              "Body edits and reads on an open version of a labelmap (one meaning of 'merge': bodies).",
-              (BODY_MERGE, BODY_SPLIT)),
-    VerbGroup("branch", "merge two branches' labelmap edits",
-              "Branch-level labelmap work (one meaning of 'merge': two branches' edits, conflicts per body).",
-              (BRANCH_MERGE,)),
-    LABEL,
-    CLEAVE,
-    SPLIT_SUPERVOXEL,
-    Verb("undo", cmd_undo, "undo the latest edit of an open version", _EDIT),
-    Verb("redo", cmd_undo, "redo the latest edit of an open version", _EDIT),
-    SIZE,
-    Verb("diff", cmd_diff, "what changed between two versions: the edits and bodies on each side", (
-        REPOSITORY,
-        arg("a", metavar="A", help="first version (branch name or UUID prefix)"),
-        arg("b", metavar="B", help="second version"),
-        NAME,
-    )),
-    HISTORY,
-    deprecated(BODY_MERGE, "merge", "body merge"),
-    deprecated(BODY_SPLIT, "split-body", "body split"),
-    deprecated(BRANCH_MERGE, "merge-branches", "branch merge"),
-)

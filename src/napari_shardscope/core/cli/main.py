@@ -26,8 +26,6 @@ import traceback
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-from napari_shardscope.core.bytestore import follow_symlinks
-from napari_shardscope.core.bytestore.context import remote_limits, set_remote_limits
 from napari_shardscope.core.cli.common import print_json
 from napari_shardscope.core.cli.parser import ErrorDetails, Handler, UsageError, build_parser
 from napari_shardscope.core.errors import EXIT_OK, Remedy, ShardscopeError, exit_code_for, group_name
@@ -54,8 +52,10 @@ def run(argv: Sequence[str] | None = None, extra_modules: Iterable[str] = ()) ->
     except SystemExit as exc:  # --help, --version
         return exc.code if isinstance(exc.code, int) else EXIT_OK
     handler: Handler = args.func
-    links = follow_symlinks(True) if getattr(args, "follow_symlinks", False) else contextlib.nullcontext()
     try:
+        from napari_shardscope.core.bytestore import follow_symlinks  # the store, for a verb about to use it
+
+        links = follow_symlinks(True) if getattr(args, "follow_symlinks", False) else contextlib.nullcontext()
         apply_global_options(args)
         with links:
             return handler(args)
@@ -71,6 +71,8 @@ def apply_global_options(args: Any) -> None:
 
     Done before the verb runs, so the timeout reaches TensorStore before its first HTTP request.
     """
+    from napari_shardscope.core.bytestore.context import remote_limits, set_remote_limits
+
     if args.timeout is not None or args.retries is not None:
         set_remote_limits(args.timeout, args.retries)
     else:

@@ -1,14 +1,19 @@
 """The ``shardscope`` argument parser, built in one place from the verbs each module declares.
 
-A verb module (:mod:`.inspect`, :mod:`.repo`, :mod:`.export`, :mod:`.labelmap`, and outside core
-:mod:`napari_shardscope.napari_plugin.cli`) does not touch argparse: it lists its verbs in a
-module-level ``VERBS`` tuple of :class:`Verb` and :class:`VerbGroup` records, each argument an
-:func:`arg` with argparse's own keywords. :func:`build_parser` turns them into subcommands, so the
-conventions every verb shares are applied here once, not remembered by each module: every verb
-gets ``--json`` (unless it has no machine-readable output, like the GUI verbs), usage errors are
-raised as :class:`UsageError` (an :class:`ArgumentError`, so they exit like one), every ``--help``
-names the exit codes (the table in ``shardscope --help``, from :data:`~napari_shardscope.core.errors.EXIT_MEANINGS`),
-and ``shardscope --version`` prints the package version.
+A verb module does not touch argparse: it lists its verbs in a module-level ``VERBS`` tuple of
+:class:`Verb` and :class:`VerbGroup` records, each argument an :func:`arg` with argparse's own keywords.
+The core verbs are declared in :mod:`.verbs`, the GUI verbs in :mod:`napari_shardscope.napari_plugin.cli`.
+A verb names the function that runs it with :func:`lazy` (``lazy("napari_shardscope.core.cli.inspect",
+"cmd_inspect")``): the module that holds it (and the library it imports: numpy, TensorStore, the
+formats, the store) is imported only when that verb runs, so ``shardscope --help``, ``--version``, a
+verb's help and a usage error cost an interpreter start and argparse, not the whole library.
+
+:func:`build_parser` turns the declarations into subcommands, so the conventions every verb shares
+are applied here once, not remembered by each module: every verb gets ``--json`` (unless it has no
+machine-readable output, like the GUI verbs), usage errors are raised as :class:`UsageError` (an
+:class:`ArgumentError`, so they exit like one), every ``--help`` names the exit codes (the table in
+``shardscope --help``, from :data:`~napari_shardscope.core.errors.EXIT_MEANINGS`), and ``shardscope
+--version`` prints the package version.
 
 One name per verb: a verb offered in a group (``body cleave``, ``labelmap index``) is spelt with its
 group; the same verb at the top level (``cleave``, ``index``) and the old spellings of
@@ -33,17 +38,42 @@ Handler = Callable[[argparse.Namespace], int]
 #: Extra top-level fields for a verb's ``--json`` error document (e.g. the conflicts a merge left).
 ErrorDetails = Callable[[ShardscopeError], dict[str, Any]]
 
-#: Modules whose ``VERBS`` make up the core command line, in ``--help`` order.
-CORE_VERB_MODULES: tuple[str, ...] = (
-    "napari_shardscope.core.cli.inspect",
-    "napari_shardscope.core.cli.repo",
-    "napari_shardscope.core.cli.export",
-    "napari_shardscope.core.cli.labelmap",
-    "napari_shardscope.core.cli.serve",
-    "napari_shardscope.core.cli.remote",
-)
+#: Modules whose ``VERBS`` make up the core command line, in ``--help`` order. Imported to build the parser,
+#: so they hold declarations only (their verbs' functions are :func:`lazy` references).
+CORE_VERB_MODULES: tuple[str, ...] = ("napari_shardscope.core.cli.verbs",)
 
 JSON_HELP = "machine-readable output on stdout (errors too, as {\"error\": {...}})"
+
+
+@dataclass(frozen=True)
+class LazyRef:
+    """A function named by its module and name, imported the first time it is called.
+
+    What a :class:`Verb` runs (and its ``error_details``): declaring a verb then costs a string, and
+    the verb's module, with everything it imports, loads only when that verb runs.
+    """
+
+    module: str
+    name: str
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return resolve(self)(*args, **kwargs)
+
+    def __str__(self) -> str:
+        return f"{self.module}:{self.name}"
+
+
+def lazy(module: str, name: str) -> LazyRef:
+    """The function ``name`` of ``module``, imported when called (``lazy(_INSPECT, "cmd_inspect")``)."""
+    return LazyRef(module, name)
+
+
+def resolve(function: Callable[..., Any]) -> Callable[..., Any]:
+    """The function itself: a :class:`LazyRef` imported (an ``AttributeError`` if it names nothing there)."""
+    if isinstance(function, LazyRef):
+        target: Callable[..., Any] = getattr(importlib.import_module(function.module), function.name)
+        return target
+    return function
 
 
 @dataclass(frozen=True)
@@ -73,6 +103,9 @@ class Verb:
 
     Attributes
     ----------
+    run
+        The function that runs the verb, usually a :func:`lazy` reference to it: the module holding it is
+        imported when the verb runs, not when the parser is built (``--help`` stays cheap).
     also_in
         Names of :class:`VerbGroup` s that offer this verb as an action (``index`` is ``labelmap index``):
         the group's spelling is the verb's name; the top-level one still runs, hidden from ``--help``,

@@ -16,8 +16,7 @@ import sys
 import time
 from typing import Any
 
-from napari_shardscope.core.cli.common import LABELMAP_HELP, REPOSITORY, RESOLVE, parse_resolutions, print_json
-from napari_shardscope.core.cli.parser import Verb, VerbGroup, arg, deprecated_option
+from napari_shardscope.core.cli.common import parse_resolutions, print_json
 from napari_shardscope.core.errors import EXIT_CHECK_FAILED, EXIT_OK, ArgumentError
 from napari_shardscope.core.labelmap import open_labelmap
 from napari_shardscope.core.labelmap.branch_merge import BranchMergeConflictError
@@ -261,63 +260,3 @@ def cmd_review(args: argparse.Namespace) -> int:
     else:
         print(review.to_text())
     return EXIT_OK
-
-
-REMOTE_ARG = arg("remote", nargs="?", default=C.DEFAULT_REMOTE, help="remote name (default origin)")
-BRANCH_ARG = arg("branch", nargs="?", default="main", help="branch (default main)")
-
-VERBS = (
-    VerbGroup("remote", "remotes of a repository (buckets, directories)",
-              "Remotes: URLs (s3://, gs://, a directory, file://; http(s):// read-only) to push to and fetch from.", (
-        Verb("add", cmd_remote_add, "add a remote", (
-            REPOSITORY, arg("name"), arg("url"),
-            arg("--anonymous", action="store_true", help="a public bucket: send no credentials (s3)"),
-        )),
-        Verb("list", cmd_remote_list, "list the remotes", (REPOSITORY,)),
-        Verb("remove", cmd_remote_remove, "forget a remote (the remote itself is untouched)",
-             (REPOSITORY, arg("name"))),
-        Verb("check", cmd_remote_check, "verify a remote: every object its refs reach (exit 1 on problems)",
-             (arg("url", help="remote URL"),)),
-    )),
-    Verb("clone", cmd_clone, "copy a remote repository into a new directory (origin configured)", (
-        arg("url", help="remote URL"), arg("dest", help="new repository directory"),
-        arg("--branch", default=None, help="fetch only this branch's history"),
-        arg("--region", default=None, metavar="Z0:Z1,Y0:Y1,X0:X1",
-            help="a region clone: labelmap edits only inside these scale-0 voxels (recorded on pushed branches)"),
-        arg("--anonymous", action="store_true", help="a public bucket: send no credentials (s3)"),
-        arg("--instances", action="append", metavar="NAME[,NAME]",
-            help="a partial clone holding only these data instances"),
-        arg("--engine", choices=("lmdb", "sqlite"), default=None, help="storage engine (default lmdb)"),
-        arg("--prefetch", action="store_true",
-            help="copy the base segmentation's objects holding the region (or all of it) for offline work"),
-    )),
-    Verb("fetch", cmd_fetch, "download the remote's versions this repository lacks (remote-tracking heads)", (
-        REPOSITORY, REMOTE_ARG, arg("--branch", action="append", help="only this branch (repeatable)"),
-    )),
-    Verb("push", cmd_push, "send a branch's committed versions and move the remote branch (fast-forward only)", (
-        REPOSITORY, REMOTE_ARG, BRANCH_ARG,
-        arg("--force-with-lease", action="store_true",
-            help="move the remote branch even when not a fast-forward, if it is still where it was last fetched"),
-    )),
-    Verb("pull", cmd_pull, "fetch a branch and fast-forward or merge it (a committed merge version)", (
-        REPOSITORY, REMOTE_ARG, BRANCH_ARG,
-        arg("--policy", choices=("fail", "ours", "theirs"), default="fail",
-            help="side for body conflicts not resolved with --resolve (default fail: nothing written)"),
-        RESOLVE,
-        arg("--user", default=None, help="who merges (default $SHARDSCOPE_USER or the login name)"),
-    ), error_details=pull_conflicts_json),
-    Verb("status", cmd_status, "committed versions ahead of and behind the remote, per branch (as last fetched)", (
-        REPOSITORY, REMOTE_ARG,
-    )),
-    Verb("review", cmd_review, "the bodies a branch changed against its target, like a pull request", (
-        REPOSITORY, arg("branch", help="the branch to review (e.g. origin/alice, after a fetch)"),
-        arg("--target", default="main", help="the branch it would merge into (default main)"),
-        arg("--labelmap", dest="name", metavar="LABELMAP", default=None, help=LABELMAP_HELP),
-        deprecated_option("--name", "--labelmap", dest="name"),
-    )),
-    Verb("ids", cmd_ids, "ids left in this clone's reserved blocks (--reserve COUNTER: reserve more, online)", (
-        REPOSITORY,
-        arg("--reserve", metavar="COUNTER", default=None, help="reserve another block of this counter"),
-        arg("--count", type=int, default=S.ID_BLOCK, help=f"ids per block (default {S.ID_BLOCK})"),
-    )),
-)

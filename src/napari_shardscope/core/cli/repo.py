@@ -11,19 +11,20 @@ from __future__ import annotations
 
 import argparse
 import base64
+import importlib
+import re
 import sys
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 from napari_shardscope.core.cli.common import (
-    QUIET,
-    REF,
-    REPOSITORY,
+    emit,
     print_json,
+    print_json_line,
     progress_unless_quiet,
     read_argument_file,
 )
-from napari_shardscope.core.cli.parser import Verb, VerbGroup, arg
 from napari_shardscope.core.errors import EXIT_CHECK_FAILED, EXIT_OK, ArgumentError, NotFoundError, ShardscopeError
 from napari_shardscope.core.versioned import (
     MergeConflictError,
@@ -34,7 +35,7 @@ from napari_shardscope.core.versioned import (
     open_keyvalue,
     open_repository,
 )
-from napari_shardscope.core.versioned.merge import MERGE_POLICIES
+from napari_shardscope.core.versioned.migrate import migrate_repository
 
 
 def _describe(v: Version) -> str:
@@ -70,16 +71,39 @@ def cmd_init(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+_DATE = re.compile(r"\d{4}-\d{2}-\d{2}([T ].*)?")
+
+
+def parse_since(repo: Repository, text: str) -> str | datetime:
+    """``--since``: an ISO 8601 date or time (naive ones are local time), or a version reference."""
+    if not _DATE.fullmatch(text):
+        return text
+    try:
+        when = datetime.fromisoformat(text)
+    except ValueError as exc:
+        raise ArgumentError(f"--since {text!r}: not an ISO 8601 date or time ({exc})") from exc
+    if repo.has_branch(text):
+        raise ArgumentError(f"--since {text!r} is both a date and a branch name; give the branch's head by "
+                            f"UUID prefix ({repo.head(text).short}) to mean the branch")
+    return when
+
+
 def cmd_log(args: argparse.Namespace) -> int:
     with open_repository(args.path) as repo:
-        versions = repo.versions()[::-1] if args.all else repo.ancestry(args.ref)
-        if args.json:
-            print_json([_version_json(repo, v, notes=True) for v in versions])
+        since = None if args.since is None else parse_since(repo, args.since)
+        if args.all:
+            if args.first_parent or isinstance(since, str):
+                raise ArgumentError("--all lists every version by creation; it takes --limit and --since DATE only")
+            versions = repo.newest(args.limit, since=since)
         else:
-            for v in versions:
-                print(_describe(v))
-                for n in repo.notes(v):
-                    print(f"    note {n.seq}: {n.text}")
+            versions = repo.log(args.ref, limit=args.limit, since=since, first_parent=args.first_parent)
+        for v in versions:
+            if args.json:  # JSON Lines: one version per line, flushed, so a reader gets each as it is read
+                print_json_line(_version_json(repo, v, notes=True))
+                continue
+            emit(_describe(v))
+            for n in repo.notes(v):
+                emit(f"    note {n.seq}: {n.text}")
     return EXIT_OK
 
 
@@ -170,7 +194,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
     with open_repository(args.path) as repo:
         problems = repo.verify()
         if args.json:
-            print_json({"ok": not problems, "problems": problems, "versions": len(repo.versions())})
+            print_json({"ok": not problems, "problems": problems, "versions": repo.version_count()})
         else:
             for p in problems:
                 print(p)
@@ -178,26 +202,25 @@ def cmd_verify(args: argparse.Namespace) -> int:
     return EXIT_OK if not problems else EXIT_CHECK_FAILED
 
 
-def cmd_migrate(args: argparse.Namespace) -> int:
-    """``repo migrate``: rewrite older-format data types (labelmaps of the replay era) in the current format."""
-    from napari_shardscope.core.labelmap.migrate import labelmaps_to_migrate, migrate_repository
+#: Modules of the data types that register a ``repo migrate`` step when imported (the repository
+#: format's own step is registered by :mod:`~napari_shardscope.core.versioned.migrate`).
+MIGRATING_TYPES: tuple[str, ...] = ("napari_shardscope.core.labelmap.migrate",)
 
-    with open_repository(args.path) as repo:
-        todo = labelmaps_to_migrate(repo)
+
+def cmd_migrate(args: argparse.Namespace) -> int:
+    """One verb for every migration: the repository format (opening upgrades it), then each data type's step."""
+    for module in MIGRATING_TYPES:
+        importlib.import_module(module)
+    with open_repository(args.path) as repo:  # opening upgrades the repository format itself
         report = migrate_repository(repo, progress=progress_unless_quiet(args, "migrate"))
     if args.json:
         print_json(report.to_json())
     else:
-        if not todo:
-            print("nothing to migrate: every labelmap is in the current format")
-        else:
-            print(f"migrated labelmap(s) {', '.join(report.labelmaps)}: {report.versions} version(s), "
-                  f"{report.mutations} mutation(s) in {report.seconds:.1f} s")
-        for u in report.unreconciled:
-            print(f"left unreconciled (a store merge whose sides edited the same labels): {u}")
+        for step in report.steps:
+            emit(f"{step.name}: {step.done or 'up to date'}")
         for p in report.problems:
-            print(p)
-        print("verify: ok" if not report.problems else f"verify: {len(report.problems)} problem(s)")
+            emit(p)
+        emit("ok" if not report.problems else f"{len(report.problems)} problem(s)")
     return EXIT_OK if not report.problems else EXIT_CHECK_FAILED
 
 
@@ -265,61 +288,3 @@ def merge_conflicts_json(exc: ShardscopeError) -> dict[str, Any]:
         return {}
     return {"conflicts": [{"instance": c.instance, "key": c.key.decode("utf-8", "backslashreplace")}
                           for c in exc.conflicts]}
-
-
-_KV_KEY = (REPOSITORY, REF, arg("instance", help="keyvalue instance name"), arg("key"))
-
-VERBS = (
-    VerbGroup("repo", "versioned repositories: versions, branches, merges",
-              "Versioned repositories (DVID's model). REF is a branch name (its head) or a unique UUID prefix.", (
-        Verb("init", cmd_init, "create a repository (root version open on main)", (
-            REPOSITORY,
-            arg("--engine", choices=("lmdb", "sqlite"), default="lmdb", help="storage engine (default lmdb)"),
-        )),
-        Verb("log", cmd_log, "ancestry of a version, newest first", (
-            REPOSITORY,
-            arg("ref", nargs="?", default="main", help="version (default: head of main)"),
-            arg("--all", action="store_true", help="every version, newest first"),
-        )),
-        Verb("branches", cmd_branches, "branches and their heads", (REPOSITORY,)),
-        Verb("commit", cmd_commit, "commit (lock) an open version", (
-            REPOSITORY, REF, arg("-m", "--message", required=True),
-        )),
-        Verb("branch", cmd_branch, "new open child of a committed version", (
-            REPOSITORY,
-            arg("parent", help="committed parent version"),
-            arg("name", nargs="?", default=None, help="new branch name (default: continue the parent's)"),
-        )),
-        Verb("checkout", cmd_checkout, "show a version as it would be opened (--write: must be open)", (
-            REPOSITORY, REF, arg("--write", action="store_true", help="fail unless the version accepts writes"),
-        )),
-        Verb("merge", cmd_merge, "new open version with two committed parents", (
-            REPOSITORY,
-            arg("ours"),
-            arg("theirs"),
-            arg("--policy", choices=MERGE_POLICIES, default="fail", help="conflict policy (default fail)"),
-            arg("--branch", default=None, help="new branch for the merge (default: continue ours)"),
-        ), error_details=merge_conflicts_json),
-        Verb("note", cmd_note, "append a note to a version's log", (REPOSITORY, REF, arg("text"))),
-        Verb("verify", cmd_verify, "check the whole store (exit 1 on problems)", (REPOSITORY,)),
-        Verb("migrate", cmd_migrate, "rewrite older-format labelmaps in the current format, then verify", (
-            REPOSITORY, QUIET,
-        ), description="Labelmaps written before format 2 kept each version's body map as the replay of its "
-           "mutation log; this rewrites them as versioned records, every version and its history kept, in one "
-           "transaction per labelmap, then checks the store (exit 1 on problems). Needed once; opening an "
-           "older labelmap says so."),
-    )),
-    VerbGroup("kv", "keyvalue instances of a repository",
-              "String keys to bytes at any version of a repository.", (
-        Verb("get", cmd_kv_get, "print a value (raw bytes; exit 3 when absent)", (
-            *_KV_KEY, arg("--out", help="write the value to this file"),
-        )),
-        Verb("put", cmd_kv_put, "store a value at an open version (creates the instance)", (
-            *_KV_KEY,
-            arg("value", nargs="?", default=None, help="UTF-8 text value"),
-            arg("--file", help="read the value from this file"),
-        )),
-        Verb("delete", cmd_kv_delete, "delete a key at an open version", _KV_KEY),
-        Verb("ls", cmd_kv_ls, "list keys at a version", (*_KV_KEY[:3], arg("--prefix", default=""))),
-    )),
-)

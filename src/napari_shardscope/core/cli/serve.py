@@ -23,8 +23,7 @@ import contextlib
 import sys
 import threading
 
-from napari_shardscope.core.cli.common import LABELMAP_HELP, emit, print_json, print_json_line
-from napari_shardscope.core.cli.parser import Verb, arg, deprecated_option
+from napari_shardscope.core.cli.common import emit, print_json, print_json_line
 from napari_shardscope.core.errors import EXIT_OK, ArgumentError
 
 
@@ -99,26 +98,3 @@ def _print_equivalences(args: argparse.Namespace) -> int:
     else:
         print(url)
     return EXIT_OK
-
-
-VERBS = (
-    Verb("serve", run_serve, "serve datasets or a labelmap version to Neuroglancer (client included) on 127.0.0.1",
-         (arg("targets", nargs="+", metavar="DATASET|REPO", help="dataset path/URL, or a repository directory"),
-          arg("--version", metavar="REF", help="version of the repository's labelmap (UUID, prefix or branch; "
-              "default: main's head)"),
-          arg("--labelmap", dest="instance", metavar="LABELMAP", help=LABELMAP_HELP),
-          deprecated_option("--instance", "--labelmap", dest="instance"),
-          arg("--port", type=int, default=0, metavar="N", help="port on 127.0.0.1 (default: any free port)"),
-          arg("--segments", metavar="ID,ID", help="bodies to select in the version's layer"),
-          arg("--cors", action="append", metavar="ORIGIN",
-              help="also let web pages of ORIGIN (scheme://host[:port], e.g. a Neuroglancer you run at "
-              "http://localhost:8080) read the served data; repeatable (default: only the client the server "
-              "serves itself)"),
-          arg("--print-url", action="store_true", help="print the link and exit (nothing is served)"),
-          arg("--equivalences", action="store_true",
-              help="print a state over the (remote) base with a merge-only version's merges as equivalences")),
-         description="Start a loopback HTTP server that serves the Neuroglancer client (from the neuroglancer "
-         "package), the datasets as stored (byte ranges; cross-origin reads only for --cors origins) and a labelmap "
-         "version as a precomputed "
-         "segmentation computed on request (the version id is in the URL). Prints the link; Ctrl-C stops."),
-)

@@ -36,6 +36,7 @@ class DatasetBase:
         self.context = context
         self._metadata_size = len(metadata)
         self._store: ByteStore | None = None
+        self._known: dict[str, bytes | None] = {}
         self._inspector: Any = None
         self._layout_backend: Any = None
 
@@ -56,7 +57,25 @@ class DatasetBase:
         if self._store is None:
             self._store = open_store(self.location, context=self.context)
             self._store.stats.add(self._metadata_size)  # the detection read belongs to this dataset
+            self._hand_over_documents()
         return self._store
+
+    def adopt_documents(self, documents: dict[str, bytes | None]) -> None:
+        """The documents format detection read at this root (``None``: absent), so this open reads none again.
+
+        A remote store answers its next read of each from them (``TensorStoreByteStore.remember``):
+        detection asks for every format's document at once, and an opener then needing one of them
+        (N5's ``s0/attributes.json``) costs no request and no round trip.
+        """
+        self._known.update(documents)
+        if self._store is not None:
+            self._hand_over_documents()
+
+    def _hand_over_documents(self) -> None:
+        remember = getattr(self._store, "remember", None)
+        if remember is not None and self._known:
+            remember(self._known)
+        self._known = {}
 
     def volume_specs(self, kind: Kind | None = None) -> list[VolumeSpec]:
         raise NotImplementedError

@@ -83,7 +83,11 @@ def open_dataset(url: str | os.PathLike[str] | Location, context: Any = None) ->
     for fmt in formats:
         data = found.get(fmt.metadata_key)
         if data is not None:
-            return fmt.open(location, data, context)
+            dataset = fmt.open(location, data, context)
+            adopt = getattr(dataset, "adopt_documents", None)
+            if adopt is not None:  # the other documents detection read: the opener reads none of them again
+                adopt({key: value for key, value in found.items() if key != fmt.metadata_key})
+            return dataset
     documents = _or([f.metadata_key for f in formats if "/" not in f.metadata_key])
     names = _or(list(dict.fromkeys(f.title for f in formats)))
     raise not_a_dataset(location, f"{location.url}: no {documents} here, so it is not a {names} dataset", context)

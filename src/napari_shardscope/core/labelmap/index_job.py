@@ -129,7 +129,7 @@ def count_brick(task: BrickTask) -> list[BoxedCounts]:
     grid = BlockGrid(task.shape, task.block)
     coords = list(task.blocks)
     ahead = READ_AHEAD if _is_remote(task.base) else 0
-    reads = _base_reader(task.base).read_many(0, [grid.box(c) for c in coords], ahead=ahead)
+    reads = _base_reader(task.base).read_many(0, [grid.box(c) for c in coords], ahead=ahead, once=True)
     return [count_block_boxes(c, data) for c, data in zip(coords, reads, strict=True)]
 
 

@@ -72,6 +72,7 @@ from napari_shardscope.core.labelmap.records import (
 from napari_shardscope.core.progress import Progress
 from napari_shardscope.core.versioned.dag import Version
 from napari_shardscope.core.versioned.instance import Instance
+from napari_shardscope.core.versioned.migrate import StepOutcome, register_migration
 from napari_shardscope.core.versioned.repository import Repository, Rewriter
 from napari_shardscope.core.versioned.view import VersionWriter
 
@@ -379,3 +380,22 @@ class _Migration:
         view = self.rw.at(v)
         return ordered_log(view, self.inst, lambda uuid: by_uuid[uuid].parents)
 
+
+def _labelmap_step(repo: Repository, progress: Progress | None) -> StepOutcome | None:
+    """``repo migrate``'s labelmap step: every older-format labelmap rewritten as records."""
+    names = labelmaps_to_migrate(repo)
+    if not names:
+        return None
+    versions = mutations = 0
+    unreconciled: list[str] = []
+    for name in names:
+        stats = migrate_labelmap(repo, name, progress=progress)
+        versions, mutations = versions + stats.versions, mutations + stats.mutations
+        unreconciled += [f"{name}@{u}" for u in stats.unreconciled]
+    return StepOutcome(
+        f"migrated labelmap(s) {', '.join(names)}: {versions} version(s), {mutations} mutation(s)",
+        {"labelmaps": names, "versions": versions, "mutations": mutations, "unreconciled": unreconciled},
+        tuple(f"{u}: left unreconciled (a store merge whose sides edited the same labels)" for u in unreconciled))
+
+
+register_migration("labelmap", _labelmap_step)

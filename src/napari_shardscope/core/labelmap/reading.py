@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from napari_shardscope.core.bytestore.context import shared_context
+from napari_shardscope.core.bytestore.context import read_once_context, shared_context
 from napari_shardscope.core.bytestore.tserrors import error_from_tensorstore
 from napari_shardscope.core.cache import LruCache
 from napari_shardscope.core.labelmap.block_codec import decode_label_block
@@ -32,6 +32,7 @@ from napari_shardscope.core.labelmap.keys import block_key
 from napari_shardscope.core.volumes.direct import BoxReader
 from napari_shardscope.core.volumes.lazy import LazyArray
 from napari_shardscope.core.volumes.model import Volume
+from napari_shardscope.core.volumes.tsopen import reopen_store
 
 U64 = npt.NDArray[np.uint64]
 BlockId = tuple[int, Coord]
@@ -57,32 +58,49 @@ class BaseSource:
         self.chunks = [level.array.chunks for level in volume.levels]
         self.direct = [level.array.direct for level in volume.levels]
         self._box_readers: dict[int, BoxReader | None] = {}
+        self._once_stores: dict[int, Any] = {}
         self._box_lock = threading.Lock()
 
     def read(self, scale: int, box: Box) -> U64:
-        """The base's supervoxel ids in ``box`` of ``scale`` (a new array)."""
+        """The base's supervoxel ids in ``box`` of ``scale`` (a new array), through the shared chunk cache."""
+        return self._read_from(self.stores[scale], box)
+
+    def _read_from(self, store: Any, box: Box) -> U64:
         if box.empty:
             return np.zeros(box.shape, dtype=np.uint64)
         try:
-            return np.asarray(self.stores[scale][box.slices].read().result(), dtype=np.uint64)
+            return np.asarray(store[box.slices].read().result(), dtype=np.uint64)
         except Exception as exc:  # TensorStore raises ValueError for every failure kind
             raise error_from_tensorstore(exc, where=self.volume.url) from exc
 
     def read_uncached(self, scale: int, box: Box) -> U64:
-        """:meth:`read` past the chunk cache, for reads that touch each chunk once (an export).
+        """:meth:`read` past the shared chunk cache, for passes that touch each chunk once (an export,
+        the label index build).
 
-        Why: a labelmap export read its base through TensorStore (the cache, and for a base this
-        project decodes itself — precomputed's raw scales on local disk — a Python callback on
-        TensorStore's threads per chunk): each chunk was decoded into the cache, copied out and
-        evicted again, with the GIL taken on the way. The level's
-        :class:`~napari_shardscope.core.volumes.direct.DirectReader` decodes straight into the
-        result with the GIL released while it inflates, so an export's workers scale. Levels
-        without one (TensorStore drivers, remote data) are read through :meth:`read`.
+        Why: through the shared cache, such a pass decoded every chunk into the viewer's cache and
+        left it there: building the index of a base with 2,000 stored chunks grew the process to the
+        cache's limit (2.4 GiB here) with chunks never read again, evicting what the viewer had
+        cached. A level this project decodes itself (precomputed's raw scales on local disk) is read
+        by its :class:`~napari_shardscope.core.volumes.direct.DirectReader`, straight into the result
+        with the GIL released while it inflates (an export's workers scale); a TensorStore driver
+        level through a twin of its view opened on the read-once context
+        (:func:`~napari_shardscope.core.bytestore.context.read_once_context`: a small pool of its own,
+        holding shard indexes, not chunks). A level that can be neither (a ``virtual_chunked`` view
+        of a format without a direct reader) is read through :meth:`read`.
         """
         reader = self._box_reader(scale)
         if reader is None or box.empty:
-            return self.read(scale, box)
+            return self._read_from(self._once_store(scale), box)
         return np.asarray(reader.read(box.lo, box.hi), dtype=np.uint64)
+
+    def _once_store(self, scale: int) -> Any:
+        """The level's view on the read-once context (opened on first use), or its shared view when it cannot reopen."""
+        with self._box_lock:
+            if scale not in self._once_stores:
+                store = self.stores[scale]
+                twin = reopen_store(store, read_once_context())
+                self._once_stores[scale] = store if twin is None else twin
+            return self._once_stores[scale]
 
     def _box_reader(self, scale: int) -> BoxReader | None:
         """The level's direct box reader (planned on first use), or ``None`` when TensorStore must read it."""
@@ -92,15 +110,18 @@ class BaseSource:
                 self._box_readers[scale] = None if direct is None else direct.box_reader(self.stores[scale])
             return self._box_readers[scale]
 
-    def read_many(self, scale: int, boxes: Sequence[Box], *, ahead: int = 1) -> Iterator[U64]:
+    def read_many(self, scale: int, boxes: Sequence[Box], *, ahead: int = 1, once: bool = False) -> Iterator[U64]:
         """:meth:`read` of each box, in order, with the reads of the next ``ahead`` boxes already issued.
 
         A remote base serves the reads concurrently, and decoding overlaps whatever the caller does
         with each box; at most ``ahead + 1`` boxes are in memory at once. Each box arrives as its own
-        contiguous array (no copy out of a larger read).
+        contiguous array (no copy out of a larger read). ``once``: a pass that reads each chunk once
+        (the index job), read past the shared chunk cache as :meth:`read_uncached` does.
         """
+        store = self._once_store(scale) if once else self.stores[scale]
+
         def issue(box: Box) -> Any:
-            return None if box.empty else self.stores[scale][box.slices].read()
+            return None if box.empty else store[box.slices].read()
 
         pending = deque(issue(box) for box in boxes[:ahead + 1])
         for i, box in enumerate(boxes):

@@ -57,6 +57,8 @@ JobProgress = Progress
 #: Runs a callable on the listeners' thread: ``dispatch(call)``.
 Dispatch = Callable[[Callable[[], None]], None]
 NO_REPOSITORY = "no repository: create or open one"
+#: Versions the Versions panel lists, newest first (it redraws them on every change).
+VERSION_ROWS = 200
 
 
 @dataclass(frozen=True)
@@ -363,31 +365,45 @@ class ProofreadingSession:
         repo, _, _ = self.require()
         return [b.name for b in repo.branches()]
 
-    def version_rows(self) -> list[VersionRow]:
-        """Every version, newest first, with its own edit count and parents (short UUIDs)."""
+    def version_rows(self, limit: int = VERSION_ROWS) -> list[VersionRow]:
+        """The newest ``limit`` versions, newest first (and the checked-out one, if older), with each
+        one's own edit count and parents (short UUIDs).
+
+        Bounded whatever the history: the Versions panel draws these rows on every change, and a
+        repository may hold 10⁵ versions; :meth:`version_total` says how many there are in all.
+        """
         if self._repo is None or self._labelmap is None:
             return []
         repo = self._repo
         current = self._version.uuid if self._version is not None else None
-        edits = self._own_edit_counts()
+        shown = list(repo.newest(limit))
+        if current is not None and all(v.uuid != current for v in shown):
+            shown.append(repo.version(current))
+        edits = self._own_edit_counts(shown)
         return [VersionRow(v.uuid, v.short, v.branch, v.locked, v.message, edits.get(v.uuid, 0),
-                           tuple(repo.version(p).short for p in v.parents), v.created, v.uuid == current)
-                for v in sorted(repo.versions(), key=lambda v: v.vid, reverse=True)]
+                           tuple(p[:8] for p in v.parents), v.created, v.uuid == current)
+                for v in shown]
 
-    def _own_edit_counts(self) -> dict[str, int]:
-        """Mutations each version's own log holds.
+    def version_total(self) -> int:
+        """How many versions the repository holds (one record read)."""
+        return 0 if self._repo is None else self._repo.version_count()
+
+    def _own_edit_counts(self, shown: Sequence[Version]) -> dict[str, int]:
+        """Mutations each shown version's own log holds.
 
         A version's state holds the logs of its first-parent chain (a branch merge carries the
         other side's edits in one record), so one state per chain tip covers every version:
-        newest first, each version not yet on a visited chain is a tip.
+        newest first, each shown version not yet on a visited chain is a tip; a chain is followed
+        only while it stays among the shown versions.
         """
         repo, lm = self._repo, self._labelmap
         if repo is None or lm is None:
             return {}
+        window = {v.uuid: v for v in shown}
         counts: dict[str, int] = {}
         seen: set[int] = set()
         covered: set[str] = set()
-        for v in sorted(repo.versions(), key=lambda v: v.vid, reverse=True):
+        for v in sorted(shown, key=lambda v: v.vid, reverse=True):
             if v.uuid in covered:
                 continue
             for entry in lm.at(v.uuid).mutations():
@@ -397,7 +413,7 @@ class ProofreadingSession:
             cur: Version | None = v
             while cur is not None and cur.uuid not in covered:
                 covered.add(cur.uuid)
-                cur = repo.version(cur.parents[0]) if cur.parents else None
+                cur = window.get(cur.parents[0]) if cur.parents else None
         return counts
 
     # -- exporting ------------------------------------------------------------------------------

@@ -12,11 +12,17 @@ Public API (the labelmap, the Versions widget and the CLI use these)::
     with repo.read("main") as view:                    # any version, one snapshot
         view.get(inst, b"key")
     repo.merge(a, b, policy="ours")
+    for v in repo.log("main", limit=20):            # newest first, reads only what it yields
+        print(v.short, v.message)
+    with repo.batch() as b:                         # many changes, one transaction
+        v = b.new_version(repo.root, "import")
 
 Modules: :mod:`.engines` (the ordered key-value protocol; memory, LMDB and SQLite engines),
-:mod:`.keys` (key layout), :mod:`.dag` (versions, branches), :mod:`.instance`, :mod:`.view` (reads
-and writes at a version), :mod:`.merge`, :mod:`.writer_lock`, :mod:`.repository` (transactions,
-create/open), :mod:`.keyvalue` (the ``keyvalue`` type), :mod:`.node` (a version in portable form),
+:mod:`.keys` (key layout), :mod:`.dag` (versions, branches; the whole DAG in memory, for checks),
+:mod:`.dagindex` (the DAG as records read on demand), :mod:`.ancestry` (compact ancestor sets),
+:mod:`.upgrade` (format versions), :mod:`.migrate` (``repo migrate`` steps), :mod:`.instance`,
+:mod:`.view` (reads and writes at a version), :mod:`.merge`, :mod:`.writer_lock`, :mod:`.repository`
+(transactions, create/open), :mod:`.keyvalue` (the ``keyvalue`` type), :mod:`.node` (a version in portable form),
 :mod:`.remotes` (push, fetch, pull, clone through a bucket or a directory). Its command line is
 :mod:`napari_shardscope.core.cli.repo`. They import each other
 without cycles and never take a name from this ``__init__``, so any of them can be imported first.
@@ -35,6 +41,7 @@ from napari_shardscope.core.versioned.errors import (
     NestedTransactionError,
     NotARepositoryError,
     OpenParentError,
+    RepositoryFormatError,
     StoreCorruptError,
     UncommittedVersionError,
     UnknownBranchError,
@@ -46,6 +53,7 @@ from napari_shardscope.core.versioned.keyvalue import KeyValue, open_keyvalue
 from napari_shardscope.core.versioned.merge import MergeResult
 from napari_shardscope.core.versioned.repository import (
     DEFAULT_ENGINE,
+    Batch,
     Checkout,
     Repository,
     create_repository,
@@ -56,6 +64,7 @@ from napari_shardscope.core.versioned.view import Change, LogEntry, VersionView,
 __all__ = [
     "DEFAULT_ENGINE",
     "AmbiguousVersionError",
+    "Batch",
     "Branch",
     "BranchExistsError",
     "Change",
@@ -75,6 +84,7 @@ __all__ = [
     "Note",
     "OpenParentError",
     "Repository",
+    "RepositoryFormatError",
     "StoreCorruptError",
     "UncommittedVersionError",
     "UnknownBranchError",

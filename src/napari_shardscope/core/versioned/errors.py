@@ -18,6 +18,7 @@ from napari_shardscope.core.errors import (
     NotADatasetError,
     NotFoundError,
     RefusedWriteError,
+    UnsupportedError,
     VersionError,
 )
 
@@ -139,3 +140,10 @@ class IdsExhaustedError(ConflictError):
         self.counter = counter
         self.count = count
         self.minimum = minimum
+
+
+class RepositoryFormatError(VersionError, UnsupportedError):
+    """A repository in an older format that could not be upgraded where it is (e.g. a read-only copy).
+
+    The message names ``shardscope repo migrate``, which upgrades it where it can be written.
+    """

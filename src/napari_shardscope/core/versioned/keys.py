@@ -46,11 +46,26 @@ CHANGE_PREFIX = META + b"c"
 COUNTER_PREFIX = META + b"a"
 UNVERSIONED_PREFIX = META + b"u"
 #: Per instance, a counter every write to its unversioned data bumps (a remote sync's "unchanged since" mark).
-UNVERSIONED_GENERATION_PREFIX = META + b"U"
+UNVERSIONED_GENERATION_PREFIX = META + b"w"
 #: Id blocks reserved from a remote, per counter (a clone allocates only from these).
 RESERVATION_PREFIX = META + b"r"
 #: Present (holding the remote's name) when every counter must allocate from reserved blocks.
 RESERVATION_MODE_KEY = META + b"R"
+# Format 2: the DAG as small records read on demand (see :mod:`.dagindex`), instead of every version
+# record read at open.
+#: ``+ 32 hex characters`` -> version id (u32): UUIDs and UUID prefixes resolved by one range scan.
+UUID_PREFIX = META + b"U"
+#: ``+ branch name (UTF-8)`` -> the branch's base, head and length (JSON).
+BRANCH_PREFIX = META + b"b"
+#: ``+ parent id + child id`` -> empty: the children of a version by one range scan.
+CHILD_PREFIX = META + b"k"
+#: ``+ version id`` -> the version's ancestor page table (:mod:`.ancestry`).
+ANCESTOR_PREFIX = META + b"A"
+#: ``+ owner version id + page number`` -> one page of an ancestor bitmap (:mod:`.ancestry`).
+ANCESTOR_PAGE_PREFIX = META + b"P"
+#: ``+ generation (u64)`` -> ids of the versions whose records that generation rewrote (JSON list; only
+#: for generations that rewrote some, ``*`` for "all"): another handle re-reads only those after a write.
+JOURNAL_PREFIX = META + b"J"
 
 
 @dataclass(frozen=True)
@@ -176,6 +191,31 @@ def tkey_of_stem(stem: bytes) -> bytes:
 def version_record_key(version_id: int) -> bytes:
     """Where a version's record lives."""
     return VERSION_PREFIX + _U32.pack(version_id)
+
+
+def uuid_key(uuid: str) -> bytes:
+    """Where the id of the version with this (full, lowercase hex) UUID lives."""
+    return UUID_PREFIX + uuid.encode("ascii")
+
+
+def branch_key(name: str) -> bytes:
+    """Where branch ``name``'s record lives."""
+    return BRANCH_PREFIX + name.encode("utf-8")
+
+
+def child_prefix(parent_id: int) -> bytes:
+    """Prefix of the child-index keys of a version."""
+    return CHILD_PREFIX + _U32.pack(parent_id)
+
+
+def child_key(parent_id: int, child_id: int) -> bytes:
+    """Child-index key: ``child_id`` is a child of ``parent_id``."""
+    return CHILD_PREFIX + _U32.pack(parent_id) + _U32.pack(child_id)
+
+
+def journal_key(generation: int) -> bytes:
+    """Where the list of versions a generation rewrote lives."""
+    return JOURNAL_PREFIX + _U64.pack(generation)
 
 
 def instance_record_key(instance_id: int) -> bytes:

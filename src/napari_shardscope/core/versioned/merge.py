@@ -18,7 +18,8 @@ from dataclasses import dataclass
 from typing import Literal
 
 import napari_shardscope.core.versioned.keys as K
-from napari_shardscope.core.versioned.dag import Dag, Version
+from napari_shardscope.core.versioned.dag import Version
+from napari_shardscope.core.versioned.dagindex import DagReader
 from napari_shardscope.core.versioned.engines.protocol import ReadTxn
 from napari_shardscope.core.versioned.errors import MergeConflict
 from napari_shardscope.core.versioned.instance import Instance
@@ -59,7 +60,7 @@ class MergePlan:
     conflicts: tuple[MergeConflict, ...]
 
 
-def plan_merge(txn: ReadTxn, dag: Dag, instances: list[Instance], ours: Version, theirs: Version,
+def plan_merge(txn: ReadTxn, dag: DagReader, instances: list[Instance], ours: Version, theirs: Version,
                policy: MergePolicy, keep_ours: frozenset[int] = frozenset()) -> MergePlan:
     """Decide every key whose value differs between ``ours`` and ``theirs`` (reads only).
 

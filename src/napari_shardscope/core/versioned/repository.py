@@ -6,48 +6,59 @@ notes, per-version logs and the data — lives in one ordered key-value engine, 
 that changes the store is *one* engine transaction: a crash leaves the old or the new state.
 
 Reads at a version follow DVID's rule (:mod:`~napari_shardscope.core.versioned.view`): one walk
-over a key's versions, the in-memory DAG picking the nearest ancestor. Merges make a version with
-two parents (:mod:`~napari_shardscope.core.versioned.merge`).
+over a key's versions, the version's ancestor set picking the nearest ancestor. Merges make a
+version with two parents (:mod:`~napari_shardscope.core.versioned.merge`).
 
-Processes: any number may read; writers serialise on :class:`WriterLock` (with a timeout) and each
-write transaction first reloads the DAG if another process changed it (a generation counter in
-the store tells), so no process writes through a stale view and no update is lost.
+The DAG is not held in memory (format 2, :mod:`~napari_shardscope.core.versioned.dagindex`): a
+version, a branch head, a UUID prefix, children or an ancestor set are each a record or a short
+range scan read when asked, through bounded caches, so opening a repository reads a few records
+whatever its history. Format-1 repositories (every version record read at open) are upgraded in
+place, in one transaction, the first time they are opened writable (:mod:`.migrate`).
+
+Processes: any number may read; writers serialise on :class:`WriterLock` (with a timeout). A
+generation counter in the store changes with every write that changes the DAG or the instances,
+and a journal record names the versions a generation rewrote (a commit), so a handle that sees a new
+generation forgets only those (and re-reads the instances), and every write transaction does so
+first: no process writes through a stale view and no update is lost.
 """
 
 from __future__ import annotations
 
-import dataclasses
+import contextlib
 import json
 import os
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import napari_shardscope.core.versioned.keys as K
 from napari_shardscope.core.bytestore import write_file_atomic
 from napari_shardscope.core.bytestore.oserrors import storage_fault
-from napari_shardscope.core.errors import ArgumentError
+from napari_shardscope.core.errors import ArgumentError, ReadOnlyStorageError, StorageFaultError, StoragePermissionError
+from napari_shardscope.core.versioned.ancestry import AncestorSet
 from napari_shardscope.core.versioned.dag import (
     ROOT_BRANCH,
     Branch,
     Dag,
     Note,
     Version,
-    decode_versions,
-    encode_version,
     new_uuid,
 )
+from napari_shardscope.core.versioned.dagindex import DagIndex, DagReader, DagWriter, check_index, read_journal
 from napari_shardscope.core.versioned.engines import ENGINES, OrderedKV, ReadTxn, WriteTxn, engine_kind, open_engine
 from napari_shardscope.core.versioned.errors import (
     BranchExistsError,
     CommittedVersionError,
     InstanceExistsError,
+    LockTimeoutError,
     MergeConflictError,
     NotARepositoryError,
     OpenParentError,
+    RepositoryFormatError,
     StoreCorruptError,
     UncommittedVersionError,
     UnknownBranchError,
@@ -58,12 +69,12 @@ from napari_shardscope.core.versioned.instance import Instance, check_instance
 from napari_shardscope.core.versioned.merge import MERGE_POLICIES, MergePolicy, MergeResult, plan_merge
 from napari_shardscope.core.versioned.node import NodeContent, NodeEntry, NodeLog, NodeNote
 from napari_shardscope.core.versioned.tracking import check_not_tracking_name, resolve_tracking_name
+from napari_shardscope.core.versioned.upgrade import FORMAT_VERSION, upgrade_format
 from napari_shardscope.core.versioned.view import VersionView, VersionWriter, allocate_ids, decode_blocks, encode_blocks
 from napari_shardscope.core.versioned.writer_lock import DEFAULT_TIMEOUT, WriterLock
 
 MARKER_FILE = "shardscope-repository.json"
 FORMAT_NAME = "napari-shardscope versioned repository"
-FORMAT_VERSION = 1
 #: The default engine: on the labelmap's pattern (28 KB gets, 1,000-key scans, batched puts) LMDB is
 #: the faster one; see bench/versioned.py.
 DEFAULT_ENGINE = "lmdb"
@@ -74,15 +85,20 @@ DEFAULT_ENGINE = "lmdb"
 
 
 class _Pending:
-    """In-memory changes to apply once a write transaction has committed."""
+    """One write transaction: its DAG writer, and the in-memory changes to apply once it committed."""
 
-    def __init__(self, txn: WriteTxn) -> None:
+    def __init__(self, txn: WriteTxn, dag: DagWriter) -> None:
         self.txn = txn
+        self.dag = dag
         self.actions: list[Callable[[], None]] = []
         self.dag_changed = False
 
     def after(self, action: Callable[[], None]) -> None:
         self.actions.append(action)
+        self.dag_changed = True
+
+    def touched(self) -> None:
+        """The DAG changed (new or rewritten versions): the generation moves on."""
         self.dag_changed = True
 
 
@@ -97,10 +113,12 @@ class Repository:
         self.path = directory
         self._lock = WriterLock(directory, lock_timeout)
         self._state = threading.RLock()
-        self._dag = Dag()
+        self._index = DagIndex()
         self._instances: dict[str, Instance] = {}
-        self._generation = -1
+        self._root_uuid = ""
         self._closed = False
+        #: The format this handle found and upgraded at open (None: it was current).
+        self.upgraded_from: int | None = None
 
     # -- life cycle -----------------------------------------------------------------------------
 
@@ -132,28 +150,24 @@ class Repository:
 
     # -- state loading --------------------------------------------------------------------------
 
-    def _load(self, txn: ReadTxn) -> tuple[Dag, dict[str, Instance]]:
-        """Read the DAG and instances of ``txn``'s snapshot, and install them if they are newer.
-
-        Generations only grow, so a snapshot no newer than what memory holds is never installed:
-        a reader that raced a writer in this process must not put back the state before the
-        write (nor install the write's state twice). Returns the snapshot's own state.
-        """
+    def _read_format(self, txn: ReadTxn) -> dict[str, Any]:
+        """The format record; refuses stores that are not repositories or are newer than this library."""
         raw = txn.get(K.FORMAT_KEY)
         if raw is None:
             raise NotARepositoryError(f"{self.path}: the store holds no repository format record")
         try:
             fmt = json.loads(raw)
-            ok = fmt.get("format") == FORMAT_NAME
+            ok = isinstance(fmt, dict) and fmt.get("format") == FORMAT_NAME and isinstance(fmt.get("version", 0), int)
         except ValueError:
             ok = False
         if not ok:
             raise StoreCorruptError(f"{self.path}: unrecognised repository format record")
         if int(fmt.get("version", 0)) > FORMAT_VERSION:
-            raise StoreCorruptError(f"{self.path}: repository format {fmt['version']} is newer than this library")
-        versions = decode_versions([v for _, v in txn.scan(K.VERSION_PREFIX, K.next_prefix(K.VERSION_PREFIX))])
-        if not versions:
-            raise StoreCorruptError(f"{self.path}: repository has no versions")
+            raise StoreCorruptError(f"{self.path}: repository format {fmt['version']} is newer than this library "
+                                    f"(format {FORMAT_VERSION}); upgrade napari-shardscope")
+        return dict(fmt)
+
+    def _read_instances(self, txn: ReadTxn) -> dict[str, Instance]:
         instances: dict[str, Instance] = {}
         for key, value in txn.scan(K.INSTANCE_PREFIX, K.next_prefix(K.INSTANCE_PREFIX)):
             try:
@@ -163,14 +177,40 @@ class Repository:
             except (ValueError, KeyError, TypeError) as exc:
                 raise StoreCorruptError(f"{self.path}: unreadable instance record: {exc}") from exc
             instances[inst.name] = inst
-        dag = Dag(versions)
-        generation = self._read_generation(txn)
+        return instances
+
+    def _open_state(self, txn: ReadTxn) -> None:
+        """Read what a handle needs at open: the format (current), the root, the instances. O(1) in history."""
+        fmt = self._read_format(txn)
+        if int(fmt.get("version", 0)) != FORMAT_VERSION:
+            raise RepositoryFormatError(
+                f"{self.path}: repository format {fmt.get('version')} must be upgraded to {FORMAT_VERSION} "
+                f"(open it where it can be written, or run `shardscope repo migrate {self.path}`)")
+        root = fmt.get("root")
+        if not isinstance(root, str):
+            raise StoreCorruptError(f"{self.path}: the format record names no root version")
+        self._root_uuid = root
+        self._catch_up(txn, self._read_generation(txn), force=True)
+        reader = DagReader(self._index, txn, self._index.generation)
+        if reader.max_vid() == 0:
+            raise StoreCorruptError(f"{self.path}: repository has no versions")
+        if reader.by_uuid(root).parents:
+            raise StoreCorruptError(f"{self.path}: the root version {root} has parents")
+
+    def _catch_up(self, txn: ReadTxn, generation: int, *, force: bool = False) -> None:
+        """Bring memory to ``txn``'s ``generation``: forget the versions its journal names, re-read instances.
+
+        Generations only grow, so a snapshot older than what memory holds changes nothing (a reader
+        that raced a writer in this process must not put back the state before the write).
+        """
         with self._state:
-            if generation > self._generation:
-                self._dag = dag
-                self._instances = instances
-                self._generation = generation
-        return dag, instances
+            if generation <= self._index.generation and not force:
+                return
+            changed = None if self._index.generation < 0 else read_journal(txn, self._index.generation, generation)
+            self._instances = self._read_instances(txn)
+            if force:
+                self._index.reset()
+            self._index.advance(generation, changed)
 
     @staticmethod
     def _read_generation(txn: ReadTxn) -> int:
@@ -179,53 +219,92 @@ class Repository:
             raise StoreCorruptError("repository generation counter is missing")
         return K.unpack_u64(raw)
 
-    def _sync(self) -> None:
-        """Reload the DAG and instances if another process changed them (one engine get)."""
+    @contextmanager
+    def _snapshot(self) -> Iterator[DagReader]:
+        """A read transaction and the DAG as it sees it (memory caught up first if the store moved on)."""
+        if self._closed:
+            raise ArgumentError("the repository is closed")
         with self._engine.read() as txn:
-            if self._read_generation(txn) != self._generation:
-                self._load(txn)
+            generation = self._read_generation(txn)
+            if generation != self._index.generation:
+                self._catch_up(txn, generation)
+            yield DagReader(self._index, txn, generation)
+
+    def _sync(self) -> None:
+        """Catch up with other handles' writes (one engine get when nothing changed)."""
+        with self._snapshot():
+            pass
 
     def version_by_id(self, vid: int) -> Version:
         """The version with repository-local id ``vid`` (ids appear in keys, logs and change lists)."""
-        with self._state:
-            try:
-                return self._dag.by_vid(vid)
-            except KeyError:
-                pass
-        self._sync()
-        with self._state:
-            try:
-                return self._dag.by_vid(vid)
-            except KeyError:
-                raise UnknownVersionError(f"no version with id {vid}") from None
+        hit = self._index.cached_version(vid)
+        if hit is not None:
+            return hit
+        with self._snapshot() as dag:
+            return dag.by_vid(vid)
 
     # -- transactions -------------------------------------------------------------------------
 
     @contextmanager
     def _writing(self, timeout: float | None = None) -> Iterator[_Pending]:
-        """One write transaction under the writer lock, on a fresh DAG.
+        """One write transaction under the writer lock, on a caught-up view of the DAG.
 
-        In-memory DAG changes registered with :meth:`_Pending.after` are applied only once the
-        engine has committed, while the lock is still held, so memory never runs ahead of disk.
+        The DAG writer changes only the store; memory learns of it once the engine has committed,
+        while the lock is still held (the caches forget what was rewritten), so memory never runs
+        ahead of disk.
         """
         if self._closed:
             raise ArgumentError("the repository is closed")
         with self._lock.hold(timeout):
             with self._engine.write() as txn:
-                if self._read_generation(txn) != self._generation:
-                    self._load(txn)
-                pending = _Pending(txn)
+                generation = self._read_generation(txn)
+                if generation != self._index.generation:
+                    self._catch_up(txn, generation)
+                pending = _Pending(txn, DagWriter(self._index, txn, generation))
                 yield pending
-                written = self._generation + 1
+                written = generation + 1
                 if pending.dag_changed:
                     pending.txn.put(K.GENERATION_KEY, K.pack_u64(written))
-            with self._state:
-                # Between the engine's commit and here another thread may have synced and
-                # loaded this very write from disk; its actions are then in memory already.
-                if pending.dag_changed and self._generation < written:
-                    for action in pending.actions:
-                        action()
-                    self._generation = written
+                    if pending.dag.changed:  # what other handles must forget (new versions: nothing)
+                        pending.txn.put(K.journal_key(written), json.dumps(sorted(pending.dag.changed)).encode())
+            if pending.dag_changed:
+                with self._state:
+                    # Between the engine's commit and here another thread may have caught up with
+                    # this very write from disk; its actions are then in memory already.
+                    if self._index.generation < written:
+                        for action in pending.actions:
+                            action()
+                        self._index.advance(written, pending.dag.changed)
+
+    @contextmanager
+    def batch(self, *, timeout: float | None = None) -> Iterator[Batch]:
+        """Several DAG and data changes in *one* transaction: all of them, or none after a crash.
+
+        Made for ingesting histories (a generator of test repositories, an importer): 1,000 new
+        versions with a commit each cost one transaction instead of 2,000. The batch's methods are
+        those of the repository (:class:`Batch`); nothing else may write while the block runs.
+        """
+        with self._writing(timeout) as p:
+            yield Batch(self, p)
+
+    def _upgrade(self) -> None:
+        """Upgrade an older format in place: one transaction under the writer lock (old or new after a crash).
+
+        A repository that cannot be written here (read-only filesystem or files) is refused with
+        :class:`RepositoryFormatError` naming ``shardscope repo migrate``.
+        """
+        try:
+            with self._lock.hold(), self._engine.write() as txn:
+                fmt = self._read_format(txn)  # again: another process may have upgraded it meanwhile
+                found = int(fmt.get("version", 0))
+                if found < FORMAT_VERSION:
+                    upgrade_format(txn, fmt)
+                    self.upgraded_from = found
+        except (ReadOnlyStorageError, StoragePermissionError) as exc:
+            raise RepositoryFormatError(
+                f"{self.path}: repository format is older than {FORMAT_VERSION} and cannot be upgraded here "
+                f"({exc}); copy it somewhere writable and run `shardscope repo migrate`") from exc
+        self._index.reset()
 
     # -- versions -------------------------------------------------------------------------------
 
@@ -233,72 +312,129 @@ class Repository:
         """The version named by a branch name (its head), a UUID prefix, a :class:`Version`, or a
         remote-tracking name (``origin/main``: the head last fetched from remote ``origin``, see
         :mod:`~napari_shardscope.core.versioned.tracking`), which wins over any local branch."""
-        ref = self._tracked(ref)
-        with self._state:
-            try:
-                if isinstance(ref, Version):
-                    return self._dag.resolve(ref)
-            except UnknownVersionError:
-                pass
-        self._sync()
-        with self._state:
-            return self._dag.resolve(ref)
+        if isinstance(ref, Version):
+            hit = self._index.cached_version(ref.vid)
+            if hit is not None and hit.uuid == ref.uuid:
+                return hit
+        with self._snapshot() as dag:
+            return self._resolve(dag, ref)
 
     @property
     def root(self) -> Version:
         """The root version."""
-        with self._state:
-            return self._dag.root
+        with self._snapshot() as dag:
+            return dag.by_uuid(self._root_uuid)
 
     def versions(self) -> list[Version]:
-        """All versions in creation order."""
-        self._sync()
-        with self._state:
-            return list(self._dag)
+        """All versions in creation order (reads every version record: O(history); see :meth:`log`)."""
+        with self._snapshot() as dag:
+            return dag.all_versions()
+
+    def newest(self, limit: int | None = None, *, since: datetime | float | None = None) -> Iterator[Version]:
+        """Versions by creation, newest first, read as consumed (one snapshot): at most ``limit``,
+        stopping at the first created before ``since`` (a time). Reads only what it yields."""
+        limit = _check_limit(limit)
+        since_time = _since_time(since)
+        with self._snapshot() as dag:
+            yield from dag.newest(limit, since_time=since_time)
+
+    def version_count(self) -> int:
+        """How many versions there are (one key read: ids are handed out densely and never reused)."""
+        with self._snapshot() as dag:
+            return dag.max_vid()
+
+    def has_branch(self, name: str) -> bool:
+        """True when a branch is named ``name`` (one record read)."""
+        with self._snapshot() as dag:
+            return dag.has_branch(name)
 
     def branches(self) -> list[Branch]:
-        """All branches with their base and head."""
-        self._sync()
-        with self._state:
-            return self._dag.branches()
+        """All branches with their base and head (one record per branch)."""
+        with self._snapshot() as dag:
+            return dag.branches()
 
     def head(self, branch: str) -> Version:
         """The head (last version) of ``branch``."""
-        self._sync()
-        with self._state:
-            return self._dag.head(branch)
+        with self._snapshot() as dag:
+            return dag.head(branch)
 
     def parents(self, ref: str | Version) -> list[Version]:
         """The parents of a version."""
-        v = self.version(ref)
-        with self._state:
-            return [self._dag.by_uuid(p) for p in v.parents]
+        with self._snapshot() as dag:
+            v = self._resolve(dag, ref)
+            return [dag.by_uuid(p) for p in v.parents]
 
     def children(self, ref: str | Version) -> list[Version]:
         """The children of a version."""
-        v = self.version(ref)
-        with self._state:
-            return self._dag.children(v)
+        with self._snapshot() as dag:
+            return dag.children(self._resolve(dag, ref))
 
     def ancestry(self, ref: str | Version) -> list[Version]:
-        """The version and all its ancestors, newest first (``repo log``)."""
-        v = self.version(ref)
-        with self._state:
-            return self._dag.ancestry(v)
+        """The version and all its ancestors, newest first.
 
-    def _ancestors(self, v: Version) -> frozenset[int]:
-        with self._state:
-            return self._dag.ancestors(v)
+        Reads one record per ancestor (O(history)); :meth:`log` with a limit, :meth:`is_ancestor` and
+        :meth:`merge_base` answer the usual questions reading only what they need.
+        """
+        with self._snapshot() as dag:
+            return dag.ancestry(self._resolve(dag, ref))
+
+    def is_ancestor(self, ancestor: str | Version, descendant: str | Version) -> bool:
+        """True when ``ancestor`` is ``descendant`` or one of its ancestors (one ancestor-set read)."""
+        with self._snapshot() as dag:
+            return dag.is_ancestor(self._resolve(dag, ancestor), self._resolve(dag, descendant))
+
+    def merge_base(self, a: str | Version, b: str | Version) -> Version:
+        """The common ancestor of ``a`` and ``b`` created last (what a merge compares against)."""
+        with self._snapshot() as dag:
+            return dag.merge_base(self._resolve(dag, a), self._resolve(dag, b))
+
+    def log(self, ref: str | Version = ROOT_BRANCH, *, limit: int | None = None,
+            since: str | Version | datetime | float | None = None, first_parent: bool = False) -> Iterator[Version]:
+        """``ref`` and its ancestors, newest first (``git log`` order), read as they are consumed.
+
+        The walk runs in one snapshot held while the iterator is consumed (close it, or let it run
+        out, to release it).
+
+        Parameters
+        ----------
+        ref
+            Where to start: a branch name (its head), a UUID prefix or a :class:`Version`.
+        limit
+            At most this many versions; the walk reads O(limit) records whatever the history.
+        since
+            A version (``str``/:class:`Version`): leave out it and its ancestors (``git log since..ref``).
+            A time (:class:`~datetime.datetime`, or Unix seconds as a number): stop at the first
+            version, in log order, created before it.
+        first_parent
+            Follow only first parents (the branch each merge was made on), as ``git log --first-parent``.
+        """
+        limit = _check_limit(limit)
+        since_time = None if isinstance(since, str | Version) else _since_time(since)
+        with self._snapshot() as dag:
+            start = self._resolve(dag, ref)
+            exclude = dag.ancestors(self._resolve(dag, since)) if isinstance(since, str | Version) else None
+            yield from dag.log(start, limit=limit, since=exclude, since_time=since_time, first_parent=first_parent)
+
+    def _ancestors(self, v: Version) -> AncestorSet:
+        hit = self._index.cached_ancestors(v.vid)
+        if hit is not None:
+            return hit
+        with self._snapshot() as dag:
+            return dag.ancestors(self._resolve(dag, v))
 
     def commit(self, ref: str | Version, message: str, *, timeout: float | None = None) -> Version:
         """Lock an open version with a commit message; it becomes immutable and may have children."""
+        with self._writing(timeout) as p:
+            return self._commit_in(p, ref, message)
+
+    def _commit_in(self, p: _Pending, ref: str | Version, message: str) -> Version:
         if not isinstance(message, str):
             raise ArgumentError("the commit message must be a string")
-        with self._writing(timeout) as p:
-            v = self._writable(ref)
-            done = self._dag.with_commit(v, message, time.time())
-            p.txn.put(K.version_record_key(done.vid), encode_version(done))
-            p.after(lambda: self._dag.update(done))
+        v = self._writable(p.dag, ref)
+        done = Version(uuid=v.uuid, vid=v.vid, parents=v.parents, branch=v.branch, locked=True, message=message,
+                       created=v.created, committed=time.time())
+        p.dag.update(done)
+        p.touched()
         return done
 
     def new_version(self, parent: str | Version, branch: str | None = None, *,
@@ -309,19 +445,26 @@ class Repository:
         it, the child starts that new branch (names are unique across the DAG).
         """
         with self._writing(timeout) as p:
-            par = self._fresh(parent)
-            name = self._child_branch(par, branch)
-            v = Version(uuid=new_uuid(), vid=self._dag.max_vid + 1, parents=(par.uuid,), branch=name,
-                        locked=False, message="", created=time.time(), committed=None)
-            p.txn.put(K.version_record_key(v.vid), encode_version(v))
-            p.after(lambda: self._dag.add(v))
+            return self._new_version_in(p, parent, branch)
+
+    def _new_version_in(self, p: _Pending, parent: str | Version, branch: str | None) -> Version:
+        par = self._resolve(p.dag, parent)
+        name = self._child_branch(p.dag, par, branch)
+        v = Version(uuid=new_uuid(), vid=p.dag.max_vid() + 1, parents=(par.uuid,), branch=name,
+                    locked=False, message="", created=time.time(), committed=None)
+        p.dag.add(v)
+        p.touched()
         return v
 
     def _fresh(self, ref: str | Version) -> Version:
-        """Resolve inside a write transaction (the DAG was just refreshed)."""
-        ref = self._tracked(ref)
-        with self._state:
-            return self._dag.resolve(ref)
+        """Resolve with the store's current state (a new snapshot)."""
+        with self._snapshot() as dag:
+            return self._resolve(dag, ref)
+
+    def _resolve(self, dag: DagReader, ref: str | Version) -> Version:
+        """``ref`` in ``dag``: every text reference goes through here, so a remote-tracking name
+        (``origin/main``) means the remote's head wherever a version is named."""
+        return dag.resolve(self._tracked(ref))
 
     def _tracked(self, ref: str | Version) -> str | Version:
         """``ref``, or the UUID it names when it is a remote-tracking name (``<remote>/<branch>``)."""
@@ -331,13 +474,13 @@ class Repository:
                 return node
         return ref
 
-    def _check_new_branch(self, name: str) -> None:
+    def _check_new_branch(self, dag: DagReader, name: str) -> None:
         """A new branch name: well formed, unused, and not a remote-tracking name (``origin/…``)."""
-        self._dag.check_new_branch(name)
+        dag.check_new_branch(name)
         check_not_tracking_name(self.path, name)
 
-    def _writable(self, ref: str | Version) -> Version:
-        v = self._fresh(ref)
+    def _writable(self, dag: DagReader, ref: str | Version) -> Version:
+        v = self._resolve(dag, ref)
         if v.locked:
             raise CommittedVersionError(
                 f"version {v.short} on {v.branch} is committed (read-only): start a new version after it "
@@ -345,22 +488,22 @@ class Repository:
             )
         return v
 
-    def _child_branch(self, parent: Version, branch: str | None) -> str:
+    def _child_branch(self, dag: DagReader, parent: Version, branch: str | None) -> str:
         if not parent.locked:
-            committed = next((p for p in parent.parents if self._dag.resolve(p).locked), None)
+            committed = next((p for p in parent.parents if dag.by_uuid(p).locked), None)
             instead = f", or make the new version a child of its committed parent {committed[:8]}" if committed else ""
             raise OpenParentError(
                 f"version {parent.short} (branch {parent.branch!r}) is open; commit it before making children"
                 f"{instead}", version=parent.uuid, committed_parent=committed)
         if branch is None:
-            child = self._dag.continuing_child(parent)
+            child = dag.continuing_child(parent)
             if child is not None:
                 raise BranchExistsError(
                     f"version {parent.short} already has child {child.short} continuing branch "
                     f"{parent.branch!r}; give a new branch name"
                 )
             return parent.branch
-        self._check_new_branch(branch)
+        self._check_new_branch(dag, branch)
         return branch
 
     def notes(self, ref: str | Version) -> list[Note]:
@@ -379,9 +522,7 @@ class Repository:
         if not isinstance(text, str) or not text:
             raise ArgumentError("a note needs some text")
         with self._writing(timeout) as p:
-            v = self._fresh(ref)
-            note = self._append_note(p.txn, v, text)
-        return note
+            return self._append_note(p.txn, self._resolve(p.dag, ref), text)
 
     @staticmethod
     def _append_note(txn: WriteTxn, v: Version, text: str) -> Note:
@@ -562,17 +703,24 @@ class Repository:
     @contextmanager
     def read(self, ref: str | Version) -> Iterator[VersionView]:
         """Read any version (committed or open) inside one snapshot."""
-        v = self.version(ref)
-        anc = self._ancestors(v)
-        with self._engine.read() as txn:
-            yield VersionView(self, v, txn, anc)
+        with self._snapshot() as dag:
+            v = self._resolve(dag, ref)
+            yield VersionView(self, v, dag.txn, dag.ancestors(v))
 
     @contextmanager
     def write(self, ref: str | Version, *, timeout: float | None = None) -> Iterator[VersionWriter]:
         """Write to an open version: everything in the block is one atomic transaction."""
         with self._writing(timeout) as p:
-            v = self._writable(ref)
-            yield VersionWriter(self, v, p.txn, self._ancestors(v))
+            yield self._writer_in(p, ref)
+
+    def _writer_in(self, p: _Pending, ref: str | Version) -> VersionWriter:
+        v = self._writable(p.dag, ref)
+        return VersionWriter(self, v, p.txn, self._ancestors_in(p.dag, v))
+
+    def _ancestors_in(self, dag: DagReader, v: Version) -> AncestorSet:
+        """``v``'s ancestor set inside a write: from the cache when the version predates the transaction."""
+        hit = self._index.cached_ancestors(v.vid)
+        return hit if hit is not None and dag.generation == self._index.generation else dag.ancestors(v)
 
     def checkout(self, ref: str | Version, *, write: bool = False) -> Checkout:
         """A handle on one version: for reading (any version) or writing (an open leaf)."""
@@ -605,39 +753,43 @@ class Repository:
         if policy not in MERGE_POLICIES:
             raise ArgumentError(f"merge policy must be one of {', '.join(MERGE_POLICIES)}, got {policy!r}")
         with self._writing(timeout) as p:
-            a, b = self._fresh(ours), self._fresh(theirs)
-            if a.uuid == b.uuid:
-                raise ArgumentError("cannot merge a version with itself")
-            if not b.locked:
-                raise UncommittedVersionError(f"version {b.short} is open; commit it before merging it")
-            name = self._child_branch(a, branch)
-            with self._state:
-                pinned = frozenset(self.instance(n).iid for n in keep_ours)
-                plan = plan_merge(p.txn, self._dag, list(self._instances.values()), a, b, policy, pinned)
-            base, conflicts = plan.base, plan.conflicts
-            if conflicts and policy == "fail":
-                shown = ", ".join(f"{c.instance}:{c.key!r}" for c in conflicts[:5])
-                raise MergeConflictError(
-                    f"merging {b.short} into {a.short}: {len(conflicts)} key(s) changed on both sides since "
-                    f"{base.short} ({shown}{', …' if len(conflicts) > 5 else ''}); choose policy ours or theirs",
-                    conflicts,
-                )
-            m = Version(uuid=new_uuid(), vid=self._dag.max_vid + 1, parents=(a.uuid, b.uuid), branch=name,
-                        locked=False, message="", created=time.time(), committed=None)
-            p.txn.put(K.version_record_key(m.vid), encode_version(m))
-            for stem, value in plan.decided:
-                if value is None:
-                    p.txn.put(K.entry_key(stem, m.vid, True), b"")
-                else:
-                    p.txn.put(K.entry_key(stem, m.vid, False), value)
-                p.txn.put(K.change_key(m.vid, stem), b"")
-            self._append_note(p.txn, m, f"merge of {b.uuid} into {a.uuid} (base {base.uuid}, policy {policy}, "
-                                        f"{len(conflicts)} conflict(s), {len(plan.decided)} key(s) merged)")
-            if then is not None:
-                with self._state:
-                    anc = self._dag.ancestors(a) | self._dag.ancestors(b) | {m.vid}
-                then(VersionWriter(self, m, p.txn, anc))
-            p.after(lambda: self._dag.add(m))
+            return self._merge_in(p, ours, theirs, policy=policy, branch=branch, keep_ours=keep_ours, then=then)
+
+    def _merge_in(self, p: _Pending, ours: str | Version, theirs: str | Version, *, policy: MergePolicy,
+                  branch: str | None, keep_ours: Iterable[str] = (),
+                  then: Callable[[VersionWriter], None] | None = None) -> MergeResult:
+        a, b = self._resolve(p.dag, ours), self._resolve(p.dag, theirs)
+        if a.uuid == b.uuid:
+            raise ArgumentError("cannot merge a version with itself")
+        if not b.locked:
+            raise UncommittedVersionError(f"version {b.short} is open; commit it before merging it")
+        name = self._child_branch(p.dag, a, branch)
+        pinned = frozenset(self.instance(n).iid for n in keep_ours)
+        with self._state:
+            instances = list(self._instances.values())
+        plan = plan_merge(p.txn, p.dag, instances, a, b, policy, pinned)
+        base, conflicts = plan.base, plan.conflicts
+        if conflicts and policy == "fail":
+            shown = ", ".join(f"{c.instance}:{c.key!r}" for c in conflicts[:5])
+            raise MergeConflictError(
+                f"merging {b.short} into {a.short}: {len(conflicts)} key(s) changed on both sides since "
+                f"{base.short} ({shown}{', …' if len(conflicts) > 5 else ''}); choose policy ours or theirs",
+                conflicts,
+            )
+        m = Version(uuid=new_uuid(), vid=p.dag.max_vid() + 1, parents=(a.uuid, b.uuid), branch=name,
+                    locked=False, message="", created=time.time(), committed=None)
+        p.dag.add(m)
+        p.touched()
+        for stem, value in plan.decided:
+            if value is None:
+                p.txn.put(K.entry_key(stem, m.vid, True), b"")
+            else:
+                p.txn.put(K.entry_key(stem, m.vid, False), value)
+            p.txn.put(K.change_key(m.vid, stem), b"")
+        self._append_note(p.txn, m, f"merge of {b.uuid} into {a.uuid} (base {base.uuid}, policy {policy}, "
+                                    f"{len(conflicts)} conflict(s), {len(plan.decided)} key(s) merged)")
+        if then is not None:
+            then(VersionWriter(self, m, p.txn, p.dag.ancestors(m)))
         return MergeResult(version=m, base=base.uuid, conflicts=conflicts, merged=len(plan.decided))
 
     # -- nodes (what remotes move) --------------------------------------------------------------
@@ -682,13 +834,12 @@ class Repository:
         parent for an adopted merge version) when that parent has no continuing child yet, or start
         ``branch`` when no version carries the name and it is not a remote-tracking name.
         """
-        self._sync()
-        with self._state:
+        with self._snapshot() as dag:
             for p in parents:
-                parent = self._dag.by_uuid(p)
+                parent = dag.by_uuid(p)
                 if parent.branch == branch:
-                    return self._dag.continuing_child(parent) is None
-            if self._dag.has_branch(branch):
+                    return dag.continuing_child(parent) is None
+            if dag.has_branch(branch):
                 return False
         try:
             check_not_tracking_name(self.path, branch)
@@ -699,26 +850,18 @@ class Repository:
     def rename_branch(self, old: str, new: str, *, timeout: float | None = None) -> list[Version]:
         """Give every version of branch ``old`` the new branch name ``new``, in one transaction.
 
-        A version's branch is a field of its record, so this rewrites those records (nothing else:
-        keys hold version ids, not names). It exists for one migration: repositories whose fetches
-        (before remote-tracking names were refs) left local branches named ``origin/main``, a name
-        that now always means the remote's head. Returns the renamed versions.
+        A version's branch is a field of its record, so this rewrites those records and moves the
+        branch record (nothing else: keys hold version ids, not names); O(length of the branch). It
+        exists for one migration: repositories whose fetches (before remote-tracking names were refs)
+        left local branches named ``origin/main``, a name that now always means the remote's head.
+        Returns the renamed versions, oldest first.
         """
         with self._writing(timeout) as p:
-            with self._state:
-                if not self._dag.has_branch(old):
-                    raise UnknownBranchError(f"no branch {old!r}")
-                self._check_new_branch(new)
-                everything = list(self._dag)
-            renamed = [dataclasses.replace(v, branch=new) for v in everything if v.branch == old]
-            for v in renamed:
-                p.txn.put(K.version_record_key(v.vid), encode_version(v))
-            dag = Dag([*(v for v in everything if v.branch != old), *renamed])
-
-            def install() -> None:
-                self._dag = dag
-
-            p.after(install)
+            if not p.dag.has_branch(old):
+                raise UnknownBranchError(f"no branch {old!r}")
+            self._check_new_branch(p.dag, new)
+            renamed = p.dag.rename_branch(old, new)
+            p.touched()
         return renamed
 
     def adopt_node(self, node: NodeContent, branch: str | None = None, *, timeout: float | None = None) -> Version:
@@ -728,32 +871,38 @@ class Repository:
         (:meth:`branch_fits`). The parents must be here and committed; every instance the node
         names must exist. Adopting a version already present returns it unchanged.
         """
-        name = node.branch if branch is None else branch
         with self._writing(timeout) as p:
-            with self._state:
-                if node.uuid in self._dag:
-                    return self._dag.by_uuid(node.uuid)
-                for par in node.parents:
-                    if par not in self._dag:
-                        raise UnknownVersionError(f"version {node.uuid}: parent {par} is not in this repository")
-                    if not self._dag.by_uuid(par).locked:
-                        raise UncommittedVersionError(f"version {node.uuid}: parent {par} is open here")
-                on_branch = [self._dag.by_uuid(par) for par in node.parents if self._dag.by_uuid(par).branch == name]
-                if on_branch:
-                    child = self._dag.continuing_child(on_branch[0])
-                    if child is not None:
-                        raise BranchExistsError(f"version {on_branch[0].short} already has child {child.short} "
-                                                f"continuing branch {name!r}")
-                else:
-                    self._check_new_branch(name)
-                if not node.parents:
-                    raise StoreCorruptError(f"version {node.uuid} has no parents but this repository has a root")
-                iids = self._node_instances(node)
-                v = Version(uuid=node.uuid, vid=self._dag.max_vid + 1, parents=node.parents, branch=name,
-                            locked=True, message=node.message, created=node.created, committed=node.committed)
-            p.txn.put(K.version_record_key(v.vid), encode_version(v))
-            self._put_node_data(p.txn, node, v.vid, iids)
-            p.after(lambda: self._dag.add(v))
+            return self._adopt_node_in(p, node, branch)
+
+    def _adopt_node_in(self, p: _Pending, node: NodeContent, branch: str | None) -> Version:
+        name = node.branch if branch is None else branch
+        dag = p.dag
+        if dag.contains(node.uuid):
+            return dag.by_uuid(node.uuid)
+        parents = []
+        for par in node.parents:
+            if not dag.contains(par):
+                raise UnknownVersionError(f"version {node.uuid}: parent {par} is not in this repository")
+            parents.append(dag.by_uuid(par))
+            if not parents[-1].locked:
+                raise UncommittedVersionError(f"version {node.uuid}: parent {par} is open here")
+        on_branch = [par for par in parents if par.branch == name]
+        if on_branch:
+            child = dag.continuing_child(on_branch[0])
+            if child is not None:
+                raise BranchExistsError(f"version {on_branch[0].short} already has child {child.short} "
+                                        f"continuing branch {name!r}")
+        else:
+            self._check_new_branch(dag, name)
+        if not node.parents:
+            raise StoreCorruptError(f"version {node.uuid} has no parents but this repository has a root")
+        with self._state:
+            iids = self._node_instances(node)
+        v = Version(uuid=node.uuid, vid=dag.max_vid() + 1, parents=node.parents, branch=name,
+                    locked=True, message=node.message, created=node.created, committed=node.committed)
+        dag.add(v)
+        p.touched()
+        self._put_node_data(p.txn, node, v.vid, iids)
         return v
 
     def _node_instances(self, node: NodeContent) -> dict[str, int]:
@@ -783,13 +932,13 @@ class Repository:
         The repository must have been created with ``root=node`` (same UUID, committed, empty).
         """
         with self._writing(timeout) as p:
+            root = p.dag.by_uuid(self._root_uuid)
+            if root.uuid != node.uuid or node.parents:
+                raise ArgumentError(f"{node.uuid} is not this repository's root ({root.uuid})")
+            lo = K.change_prefix(root.vid)
+            if next(p.txn.scan_keys(lo, K.next_prefix(lo)), None) is not None:
+                return root
             with self._state:
-                root = self._dag.root
-                if root.uuid != node.uuid or node.parents:
-                    raise ArgumentError(f"{node.uuid} is not this repository's root ({root.uuid})")
-                lo = K.change_prefix(root.vid)
-                if next(p.txn.scan_keys(lo, K.next_prefix(lo)), None) is not None:
-                    return root
                 iids = self._node_instances(node)
             self._put_node_data(p.txn, node, root.vid, iids)
         return root
@@ -836,11 +985,23 @@ class Repository:
     # -- consistency ----------------------------------------------------------------------------
 
     def verify(self) -> list[str]:
-        """Check the whole store; returns problems (empty when consistent). Reads everything."""
+        """Check the whole store; returns problems (empty when consistent). Reads everything.
+
+        The DAG is rebuilt in memory from every version record (:class:`~.dag.Dag`) and the records
+        that answer look-ups on demand — UUID index, branch records, child index, ancestor sets — are
+        checked against it (:func:`~.dagindex.check_index`).
+        """
         problems: list[str] = []
         with self._engine.read() as txn:
-            dag, instances = self._load(txn)  # check this snapshot, whatever memory holds
+            self._read_format(txn)
+            instances = self._read_instances(txn)  # check this snapshot, whatever memory holds
+            records = DagReader(self._index, txn, -1, cacheable=False).all_versions()
+            try:
+                dag = Dag(records)
+            except StoreCorruptError as exc:
+                return [str(exc)]
             problems.extend(dag.check())
+            problems.extend(check_index(txn, dag))
             vids = {v.vid for v in dag}
             iids = {i.iid for i in instances.values()}
             entries: set[tuple[int, bytes]] = set()
@@ -886,14 +1047,12 @@ class Rewriter:
 
     def at(self, ref: str | Version) -> VersionWriter:
         """A writer at any version (committed ones too), inside this transaction."""
-        with self._repo._state:
-            v = self._repo._dag.resolve(ref)
-            return VersionWriter(self._repo, v, self._p.txn, self._repo._dag.ancestors(v))
+        v = self._repo._resolve(self._p.dag, ref)
+        return VersionWriter(self._repo, v, self._p.txn, self._repo._ancestors_in(self._p.dag, v))
 
     def versions(self) -> list[Version]:
         """Every version, in creation order (parents before children)."""
-        with self._repo._state:
-            return list(self._repo._dag)
+        return self._p.dag.all_versions()
 
     def scan_all(self, instance: Instance | str, prefix: bytes) -> Iterator[tuple[bytes, int, bool, bytes]]:
         """Every stored entry of an instance's keys starting with ``prefix``, at every version:
@@ -948,6 +1107,23 @@ def _same_instance(inst: Instance, type_name: str, config: Mapping[str, Any]) ->
     return inst
 
 
+def _check_limit(limit: object) -> int | None:
+    if limit is not None and (not isinstance(limit, int) or isinstance(limit, bool) or limit < 0):
+        raise ArgumentError(f"limit must be a non-negative integer, got {limit!r}")
+    return limit
+
+
+def _since_time(since: object) -> float | None:
+    """A time bound: a datetime (naive means local time) or Unix seconds."""
+    if since is None:
+        return None
+    if isinstance(since, datetime):
+        return since.timestamp()
+    if isinstance(since, int | float) and not isinstance(since, bool):
+        return float(since)
+    raise ArgumentError(f"since must be a version or a time, got {since!r}")
+
+
 class Checkout:
     """A version opened for reading (any version) or writing (an open version).
 
@@ -959,6 +1135,7 @@ class Checkout:
         self.repo = repo
         self._version = version
         self.writable = writable
+        self._anc: AncestorSet | None = None
 
     @property
     def version(self) -> Version:
@@ -968,7 +1145,9 @@ class Checkout:
     @contextmanager
     def read(self) -> Iterator[VersionView]:
         """One snapshot at this version."""
-        anc = self.repo._ancestors(self._version)
+        if self._anc is None:
+            self._anc = self.repo._ancestors(self._version)  # never changes: read once per checkout
+        anc = self._anc
         with self.repo._engine.read() as txn:
             yield VersionView(self.repo, self._version, txn, anc)
 
@@ -1010,6 +1189,51 @@ class Checkout:
         self._version = done
         self.writable = False
         return done
+
+
+class Batch:
+    """Changes made inside one :meth:`Repository.batch` transaction (all committed together, or none).
+
+    Each method does what the repository's method of the same name does, without a transaction of
+    its own; later calls see what earlier ones wrote. Raising inside the ``with`` block discards all.
+    """
+
+    def __init__(self, repo: Repository, pending: _Pending) -> None:
+        self._repo = repo
+        self._p = pending
+
+    def version(self, ref: str | Version) -> Version:
+        """A version as this batch sees it."""
+        return self._repo._resolve(self._p.dag, ref)
+
+    def new_version(self, parent: str | Version, branch: str | None = None) -> Version:
+        """See :meth:`Repository.new_version`."""
+        return self._repo._new_version_in(self._p, parent, branch)
+
+    def commit(self, ref: str | Version, message: str) -> Version:
+        """See :meth:`Repository.commit`."""
+        return self._repo._commit_in(self._p, ref, message)
+
+    def write(self, ref: str | Version) -> VersionWriter:
+        """A writer on an open version, inside this batch's transaction (see :meth:`Repository.write`)."""
+        return self._repo._writer_in(self._p, ref)
+
+    def merge(self, ours: str | Version, theirs: str | Version, *, policy: MergePolicy = "fail",
+              branch: str | None = None) -> MergeResult:
+        """See :meth:`Repository.merge`."""
+        if policy not in MERGE_POLICIES:
+            raise ArgumentError(f"merge policy must be one of {', '.join(MERGE_POLICIES)}, got {policy!r}")
+        return self._repo._merge_in(self._p, ours, theirs, policy=policy, branch=branch)
+
+    def add_note(self, ref: str | Version, text: str) -> Note:
+        """See :meth:`Repository.add_note`."""
+        if not isinstance(text, str) or not text:
+            raise ArgumentError("a note needs some text")
+        return self._repo._append_note(self._p.txn, self._repo._resolve(self._p.dag, ref), text)
+
+    def adopt_node(self, node: NodeContent, branch: str | None = None) -> Version:
+        """See :meth:`Repository.adopt_node` (a fetch adopting many nodes in one transaction)."""
+        return self._repo._adopt_node_in(self._p, node, branch)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1064,17 +1288,21 @@ def create_repository(path: str | os.PathLike[str] | None, *, engine: str | None
         txn.put(K.FORMAT_KEY, json.dumps({"format": FORMAT_NAME, "version": FORMAT_VERSION,
                                           "root": root_.uuid}).encode())
         txn.put(K.GENERATION_KEY, K.pack_u64(1))
-        txn.put(K.version_record_key(root_.vid), encode_version(root_))
+        DagWriter(repo._index, txn, 1).add(root_)
     if directory is not None:
-        marker = {"format": FORMAT_NAME, "version": FORMAT_VERSION, "engine": name, "root": root_.uuid}
         try:
-            write_file_atomic(directory / MARKER_FILE, json.dumps(marker, indent=2).encode() + b"\n")
+            _write_marker(directory, name, root_.uuid)
         except OSError as exc:
             repo.close()
             raise storage_fault(exc, directory / MARKER_FILE) from exc
     with kv.read() as txn:
-        repo._load(txn)
+        repo._open_state(txn)
     return repo
+
+
+def _write_marker(directory: Path, engine: str, root: str) -> None:
+    marker = {"format": FORMAT_NAME, "version": FORMAT_VERSION, "engine": engine, "root": root}
+    write_file_atomic(directory / MARKER_FILE, json.dumps(marker, indent=2).encode() + b"\n")
 
 
 def open_repository(path: str | os.PathLike[str], *, durable: bool = True,
@@ -1112,14 +1340,21 @@ def open_repository(path: str | os.PathLike[str], *, durable: bool = True,
     repo = Repository(kv, directory, lock_timeout=lock_timeout)
     try:
         with kv.read() as txn:
-            repo._load(txn)
-            fmt = json.loads(txn.get(K.FORMAT_KEY) or b"{}")
-        if fmt.get("root") != marker.get("root") or repo.root.uuid != marker.get("root"):
+            fmt = repo._read_format(txn)
+        if fmt.get("root") != marker.get("root"):
             raise StoreCorruptError(f"{directory}: engine files belong to another repository (root mismatch)")
+        if int(fmt.get("version", 0)) < FORMAT_VERSION:
+            repo._upgrade()
+            if repo.upgraded_from is not None:
+                with contextlib.suppress(OSError):  # the marker's version is informative; the engine's rules
+                    _write_marker(directory, kind.name, str(fmt["root"]))
+        with kv.read() as txn:
+            repo._open_state(txn)
     except NotARepositoryError as exc:
         repo.close()
         raise StoreCorruptError(str(exc)) from exc
-    except (StoreCorruptError, UnknownVersionError, UnknownBranchError):
+    except (StoreCorruptError, UnknownVersionError, UnknownBranchError, RepositoryFormatError, LockTimeoutError,
+            StorageFaultError):
         repo.close()
         raise
     except Exception as exc:

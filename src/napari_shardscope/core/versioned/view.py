@@ -2,10 +2,10 @@
 
 Reading key K at version V is one walk over the entries of K, newest version id first (all
 versions of a key sit together, see :mod:`~napari_shardscope.core.versioned.keys`), stopping at the
-first entry stored at an ancestor of V (a set lookup in the ancestor set the in-memory DAG
-computed). Version ids are a topological order, so on a chain that is the nearest ancestor; a
-tombstone there means "deleted". Scans at a version walk the key range once and apply the same
-rule per key, so they merge the ancestor layers in one pass.
+first entry stored at an ancestor of V (a byte lookup in V's ancestor set, see
+:mod:`~napari_shardscope.core.versioned.ancestry`). Version ids are a topological order, so on a
+chain that is the nearest ancestor; a tombstone there means "deleted". Scans at a version walk the
+key range once and apply the same rule per key, so they merge the ancestor layers in one pass.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from typing import Protocol
 
 import napari_shardscope.core.versioned.keys as K
 from napari_shardscope.core.errors import ArgumentError
+from napari_shardscope.core.versioned.ancestry import AncestorSet
 from napari_shardscope.core.versioned.dag import Version
 from napari_shardscope.core.versioned.engines.protocol import ReadTxn, WriteTxn
 from napari_shardscope.core.versioned.errors import IdsExhaustedError, StoreCorruptError
@@ -23,7 +24,7 @@ from napari_shardscope.core.versioned.instance import Instance
 
 
 class Catalog(Protocol):
-    """What a view asks of its repository: instances by name and versions by id (the in-memory DAG).
+    """What a view asks of its repository: instances by name and versions by id.
 
     :class:`~napari_shardscope.core.versioned.repository.Repository` is the one implementation; a
     Protocol here because the repository builds views, so this module cannot import it back.
@@ -60,7 +61,7 @@ class LogEntry:
     data: bytes
 
 
-def visible_entry(txn: ReadTxn, stem: bytes, ancestors: frozenset[int], skip: int = -1) -> bytes | None:
+def visible_entry(txn: ReadTxn, stem: bytes, ancestors: AncestorSet, skip: int = -1) -> bytes | None:
     """The engine key of the entry of ``stem`` visible from a version whose ancestors are given.
 
     One reverse range scan over the key's entries; the first one stored at an ancestor wins
@@ -69,18 +70,27 @@ def visible_entry(txn: ReadTxn, stem: bytes, ancestors: frozenset[int], skip: in
     """
     lo, hi = K.stem_range(stem)
     n = len(stem)
+    flags = ancestors.flags
+    m = len(flags)
     for key in txn.scan_keys(lo, hi, reverse=True):
         vid = int.from_bytes(key[n:n + 4], "big")
-        if vid in ancestors and vid != skip:
+        if vid < m and flags[vid] and vid != skip:
             return key
     return None
 
 
-def read_visible(txn: ReadTxn, stem: bytes, ancestors: frozenset[int]) -> bytes | None:
+def read_visible(txn: ReadTxn, stem: bytes, ancestors: AncestorSet) -> bytes | None:
     """The value of ``stem`` visible from a version (None when absent or deleted): one engine walk."""
     lo, hi = K.stem_range(stem)
     n = len(stem)
-    hit = txn.find_last(lo, hi, lambda key: int.from_bytes(key[n:n + 4], "big") in ancestors)
+    flags = ancestors.flags
+    m = len(flags)
+
+    def accept(key: bytes) -> bool:
+        vid = int.from_bytes(key[n:n + 4], "big")
+        return vid < m and flags[vid] == 1
+
+    hit = txn.find_last(lo, hi, accept)
     if hit is None or hit[0][-1] == K.TOMBSTONE:
         return None
     return hit[1]
@@ -93,7 +103,7 @@ class VersionView:
     another process writes.
     """
 
-    def __init__(self, repo: Catalog, version: Version, txn: ReadTxn, ancestors: frozenset[int]) -> None:
+    def __init__(self, repo: Catalog, version: Version, txn: ReadTxn, ancestors: AncestorSet) -> None:
         self._repo = repo
         self.version = version
         self._txn = txn
@@ -132,7 +142,8 @@ class VersionView:
         """
         inst = self._repo.instance(instance)
         lo, hi = self._range(inst.iid, prefix, start, stop)
-        anc, cut = self._anc, -K.SUFFIX_LEN
+        flags, cut = self._anc.flags, -K.SUFFIX_LEN
+        m = len(flags)
         stem: bytes | None = None
         best: bytes | None = None
         for key in self._txn.scan_keys(lo, hi):
@@ -141,7 +152,8 @@ class VersionView:
                 if best is not None and best[-1] != K.TOMBSTONE:
                     yield K.tkey_of_stem(best[:cut])
                 stem, best = s, None
-            if int.from_bytes(key[cut:-1], "big") in anc:
+            vid = int.from_bytes(key[cut:-1], "big")
+            if vid < m and flags[vid]:
                 best = key
         if best is not None and best[-1] != K.TOMBSTONE:
             yield K.tkey_of_stem(best[:cut])
@@ -155,7 +167,8 @@ class VersionView:
         """
         inst = self._repo.instance(instance)
         lo, hi = self._range(inst.iid, prefix, start, stop)
-        anc, cut = self._anc, -K.SUFFIX_LEN
+        flags, cut = self._anc.flags, -K.SUFFIX_LEN
+        m = len(flags)
         stem: bytes | None = None
         best: tuple[bytes, bytes] | None = None
         for key, value in self._txn.scan(lo, hi):
@@ -164,7 +177,8 @@ class VersionView:
                 if best is not None and best[0][-1] != K.TOMBSTONE:
                     yield K.tkey_of_stem(best[0][:cut]), best[1]
                 stem, best = s, None
-            if int.from_bytes(key[cut:-1], "big") in anc:
+            vid = int.from_bytes(key[cut:-1], "big")
+            if vid < m and flags[vid]:
                 best = (key, value)
         if best is not None and best[0][-1] != K.TOMBSTONE:
             yield K.tkey_of_stem(best[0][:cut]), best[1]
@@ -207,10 +221,11 @@ class VersionView:
     def changes(self, instance: Instance | str | None = None) -> Iterator[Change]:
         """Keys this version itself wrote or deleted (not inherited), from the change index."""
         by_iid = {i.iid: i for i in self._repo.instances()}
+        own = AncestorSet.of([self.version.vid])
         lo = K.change_prefix(self.version.vid, None if instance is None else self._repo.instance(instance).iid)
         for ckey in self._txn.scan_keys(lo, K.next_prefix(lo)):
             stem = K.stem_of_change_key(ckey)
-            entry = visible_entry(self._txn, stem, frozenset({self.version.vid}))
+            entry = visible_entry(self._txn, stem, own)
             inst = by_iid.get(K.unpack_u32(stem[:4]))
             if entry is None or inst is None:  # pragma: no cover - verify() reports these
                 continue
@@ -224,7 +239,7 @@ class VersionWriter(VersionView):
     discarded if it ends with an exception.
     """
 
-    def __init__(self, repo: Catalog, version: Version, txn: WriteTxn, ancestors: frozenset[int]) -> None:
+    def __init__(self, repo: Catalog, version: Version, txn: WriteTxn, ancestors: AncestorSet) -> None:
         super().__init__(repo, version, txn, ancestors)
         self._wtxn = txn
         self._unversioned_written: set[int] = set()

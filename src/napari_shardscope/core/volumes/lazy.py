@@ -423,13 +423,9 @@ def zero_origin(store: Any) -> Any:
 
 def _reopen_uncached(store: Any) -> Any:
     """``store`` reopened on a context without a chunk cache, or ``None`` (virtual views cannot reopen)."""
-    try:
-        import tensorstore as ts
+    from napari_shardscope.core.volumes.tsopen import reopen_store
 
-        spec = store.spec(retain_context=False)
-        return ts.open(spec, read=True, context=_uncached_context()).result()
-    except Exception:
-        return None
+    return reopen_store(store, _uncached_context())
 
 
 #: A read producing at least this many bytes bypasses the chunk cache (see :func:`_bulk_view`).

@@ -57,6 +57,21 @@ def open_stores(specs: Sequence[Mapping[str, Any]], context: Any, *, where: str)
     return stores
 
 
+def reopen_store(store: Any, context: Any) -> Any | None:
+    """The same view as ``store`` (domain, transform, cache policy) opened read-only on ``context``.
+
+    ``None`` for a view that cannot be reopened from its spec (``virtual_chunked``: a format decoded
+    here, a labelmap's view). Used to read a volume past the shared chunk cache.
+    """
+    try:
+        import tensorstore as ts
+
+        spec = store.spec(retain_context=False)
+        return ts.open(spec, read=True, context=context).result()
+    except Exception:
+        return None
+
+
 def open_chunk_source(source: ChunkSource, context: Any, *, where: str) -> Any:
     """A read-only TensorStore over ``source``'s chunks (``virtual_chunked``), cached in ``context``'s pool.
 

@@ -3,10 +3,12 @@
 The loopback server answers every request 0.2 s late (a far bucket) and records when each request
 arrived and was answered; :meth:`RangeServer.waves` numbers a request one wave after the latest wave
 answered before it arrived. Requests a client issues together arrive within the delay, so the count is
-what the client's dependencies force, not a time. Four waves are the minimum: the size of every
-candidate metadata document (one-byte probes at the size limit, all at once: a document is never read
-whole before it is known to fit), the ``info`` document, the shard indexes it locates, the minishard
-indexes those locate. Every scale's work goes in the same waves.
+what the client's dependencies force, not a time. Three waves are the minimum: every candidate
+metadata document (``info`` and the other formats' ones, all at once, each one GET asking for at most
+its first 64 KiB, so a hostile 5 GiB ``info`` is never downloaded; no probe first over HTTP:
+``bytestore/bounded.py``), the shard indexes ``info`` locates, the minishard indexes those locate.
+Every scale's work goes in the same waves. (On S3 and GCS a document is sized by a probe before it is
+read: one wave more there.)
 """
 
 from __future__ import annotations
@@ -25,10 +27,10 @@ from tests.http_range_server import RangeServer
 from tests.precomputed_data import SHARDING_MURMUR_GZIP, garble_minishard_index, inspect_errors, write_ts_volume
 
 DELAY_S = 0.2
-#: Document sizes, ``info``, shard indexes, minishard indexes.
-MAX_WAVES = 4
-#: The waves format detection takes (the probes, then the documents that exist).
-DETECTION = 2
+#: ``info`` (+ the other formats' documents), shard indexes, minishard indexes.
+MAX_WAVES = 3
+#: The waves format detection takes (every candidate document at once, bounded).
+DETECTION = 1
 #: Inspects before the measured one, each opening connections the pool lacked.
 WARM_UP = 2
 

@@ -247,9 +247,12 @@ class RemoteStore:
         for name in names:
             check_object_name(name, self.url)
         keys = [object_key(n) for n in names]
+        window = max(1, in_flight or OBJECTS_IN_FLIGHT)
+        got: list[bytes | None] = []
         try:
-            got = read_bounded_many(self.objects, keys, MAX_OBJECT_BYTES, "a remote object",
-                                    in_flight=in_flight or OBJECTS_IN_FLIGHT)
+            for first in range(0, len(keys), window):
+                got += read_bounded_many(self.objects, keys[first:first + window], MAX_OBJECT_BYTES,
+                                         "a remote object")
         except FormatError as exc:
             raise CorruptObjectError(f"{self.where(exc.key or '')}: {exc.message}") from exc
         out: list[bytes] = []

@@ -1,0 +1,631 @@
+"""The version DAG as small records in the store, read on demand (repository format 2).
+
+Format 1 kept the DAG in memory, as DVID does: opening a repository read every version record
+(10⁴ versions: 1.3 s) and every other handle re-read all of them after any write. Here the DAG stays
+in the engine as records that each answer one question with one get or one short range scan:
+
+==========================  =====================================================================
+record (under the META id)  answers
+==========================  =====================================================================
+``v`` + id                  the version (JSON, unchanged from format 1)
+``U`` + UUID hex            the id of a UUID; a UUID *prefix* is a range scan over these keys
+``b`` + branch name         the branch's base, head and length: a head is one get
+``k`` + parent + child      the children of a version: one range scan
+``A`` + id / ``P`` + ...    the version's ancestor set (:mod:`~napari_shardscope.core.versioned.ancestry`)
+``J`` + generation          the ids of the versions a write rewrote (a commit): what other handles
+                            must forget, so they re-read only that, never the whole DAG
+==========================  =====================================================================
+
+A handle keeps bounded caches (:class:`DagIndex`): recently used versions, UUID → id, and a few
+ancestor sets. Ids, UUIDs, parents and ancestor sets never change once written; a version's locked
+flag, message and commit time change once (the commit), which the journal tells other handles about.
+
+Every lookup happens through a :class:`DagReader` bound to one engine transaction, so a read sees
+one consistent DAG. A reader fills the caches only if its snapshot is as new as what the caches
+describe (the *generation*); a writer (:class:`DagWriter`) never fills them, because its
+transaction may still be rolled back.
+"""
+
+from __future__ import annotations
+
+import heapq
+import json
+import re
+import threading
+from collections import OrderedDict
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import TypeVar
+
+import numpy as np
+
+import napari_shardscope.core.versioned.keys as K
+from napari_shardscope.core.errors import ArgumentError
+from napari_shardscope.core.versioned.ancestry import (
+    EMPTY,
+    PAGE_BITS,
+    PAGE_MASK,
+    PAGE_SHIFT,
+    AncestorSet,
+    PageReader,
+    load_ancestors,
+    write_ancestors,
+)
+from napari_shardscope.core.versioned.ancestry import read_table as read_ancestor_table
+from napari_shardscope.core.versioned.dag import (
+    Branch,
+    Dag,
+    Version,
+    check_branch_name,
+    decode_version,
+    decode_versions,
+    encode_version,
+)
+from napari_shardscope.core.versioned.engines.protocol import ReadTxn, WriteTxn
+from napari_shardscope.core.versioned.errors import (
+    AmbiguousVersionError,
+    BranchExistsError,
+    StoreCorruptError,
+    UnknownBranchError,
+    UnknownVersionError,
+)
+
+_HEX = re.compile(r"[0-9a-f]+")
+_KT = TypeVar("_KT")
+_VT = TypeVar("_VT")
+#: Versions a handle keeps decoded (a few MB at most).
+VERSION_CACHE = 4096
+#: Ancestor sets a handle keeps (each one byte per version id of the history: 100 KB at 10⁵).
+ANCESTOR_CACHE = 16
+
+
+@dataclass(frozen=True)
+class BranchRecord:
+    """A branch as stored: its first version, its last (the head) and how many versions it has."""
+
+    name: str
+    base: int
+    head: int
+    length: int
+
+    def encode(self) -> bytes:
+        return json.dumps({"base": self.base, "head": self.head, "length": self.length},
+                          separators=(",", ":")).encode()
+
+    @classmethod
+    def decode(cls, name: str, raw: bytes) -> BranchRecord:
+        try:
+            r = json.loads(raw)
+            return cls(name=name, base=int(r["base"]), head=int(r["head"]), length=int(r["length"]))
+        except (ValueError, KeyError, TypeError) as exc:
+            raise StoreCorruptError(f"unreadable record of branch {name!r}: {exc}") from exc
+
+
+class DagIndex:
+    """What one repository handle keeps of the DAG in memory: bounded caches and their generation.
+
+    Thread-safe. ``generation`` is the store's generation the caches describe; :meth:`advance` moves
+    it forward, forgetting the versions the journal names (or everything, after a format upgrade).
+    """
+
+    def __init__(self, *, versions: int = VERSION_CACHE, ancestors: int = ANCESTOR_CACHE) -> None:
+        self._lock = threading.Lock()
+        self.generation = -1
+        self._versions: OrderedDict[int, Version] = OrderedDict()
+        self._vids: OrderedDict[str, int] = OrderedDict()
+        self._ancestors: OrderedDict[int, AncestorSet] = OrderedDict()
+        self._limits = (versions, ancestors)
+
+    # -- caches -----------------------------------------------------------------------------------
+
+    @staticmethod
+    def _get(cache: OrderedDict[_KT, _VT], key: _KT) -> _VT | None:
+        hit = cache.get(key)
+        if hit is not None:
+            cache.move_to_end(key)
+        return hit
+
+    def cached_version(self, vid: int) -> Version | None:
+        with self._lock:
+            return self._get(self._versions, vid)
+
+    def cached_vid(self, uuid: str) -> int | None:
+        with self._lock:
+            return self._get(self._vids, uuid)
+
+    def cached_ancestors(self, vid: int) -> AncestorSet | None:
+        with self._lock:
+            return self._get(self._ancestors, vid)
+
+    def remember(self, generation: int, *, version: Version | None = None,
+                 ancestors: tuple[int, AncestorSet] | None = None) -> None:
+        """Cache what a reader at ``generation`` read, if that is the generation the caches describe."""
+        with self._lock:
+            if generation != self.generation:
+                return
+            if version is not None:
+                self._versions[version.vid] = version
+                self._versions.move_to_end(version.vid)
+                self._vids[version.uuid] = version.vid
+                self._vids.move_to_end(version.uuid)
+                while len(self._versions) > self._limits[0]:
+                    self._versions.popitem(last=False)
+                while len(self._vids) > self._limits[0]:
+                    self._vids.popitem(last=False)
+            if ancestors is not None:
+                self._ancestors[ancestors[0]] = ancestors[1]
+                self._ancestors.move_to_end(ancestors[0])
+                while len(self._ancestors) > self._limits[1]:
+                    self._ancestors.popitem(last=False)
+
+    def advance(self, generation: int, changed: set[int] | None) -> None:
+        """The store reached ``generation``; ``changed`` versions were rewritten (None: forget all)."""
+        with self._lock:
+            if generation <= self.generation:
+                return
+            if changed is None:
+                self._versions.clear()
+            else:
+                for vid in changed:
+                    self._versions.pop(vid, None)
+            self.generation = generation
+
+    def reset(self) -> None:
+        """Forget everything (the store was rebuilt, e.g. upgraded)."""
+        with self._lock:
+            self._versions.clear()
+            self._vids.clear()
+            self._ancestors.clear()
+            self.generation = -1
+
+
+#: A journal record meaning "forget everything" (written by a format upgrade, which rebuilds the records).
+JOURNAL_ALL = b"*"
+
+
+def read_journal(txn: ReadTxn, after: int, upto: int) -> set[int] | None:
+    """Ids of the versions rewritten by generations ``after+1 .. upto`` (None: forget everything).
+
+    Only generations that rewrote versions have a record (a new version rewrites none), so the
+    scan costs the commits since ``after``, not the writes.
+    """
+    changed: set[int] = set()
+    hi = K.journal_key(upto + 1) if upto + 1 < 2**64 else K.next_prefix(K.JOURNAL_PREFIX)
+    for key, raw in txn.scan(K.journal_key(after + 1), hi):
+        if raw == JOURNAL_ALL:
+            return None
+        try:
+            changed.update(int(v) for v in json.loads(raw))
+        except (ValueError, TypeError) as exc:
+            raise StoreCorruptError(f"unreadable journal record {key!r}: {exc}") from exc
+    return changed
+
+
+class DagReader:
+    """The DAG as seen from one engine transaction (lookups read records on demand)."""
+
+    def __init__(self, index: DagIndex, txn: ReadTxn, generation: int, *, cacheable: bool = True) -> None:
+        self.index = index
+        self.txn = txn
+        self.generation = generation
+        self._cacheable = cacheable
+
+    # -- versions ---------------------------------------------------------------------------------
+
+    def get_vid(self, vid: int) -> Version | None:
+        """The version with id ``vid``, or None."""
+        if self._cacheable:
+            hit = self.index.cached_version(vid)
+            if hit is not None:
+                return hit
+        if not 0 < vid <= K.MAX_ID:
+            return None
+        raw = self.txn.get(K.version_record_key(vid))
+        if raw is None:
+            return None
+        v = decode_version(raw)
+        if v.vid != vid:
+            raise StoreCorruptError(f"version record under id {vid} names id {v.vid}")
+        if self._cacheable:
+            self.index.remember(self.generation, version=v)
+        return v
+
+    def by_vid(self, vid: int) -> Version:
+        """The version with id ``vid``."""
+        v = self.get_vid(vid)
+        if v is None:
+            raise UnknownVersionError(f"no version with id {vid}")
+        return v
+
+    def vid_of(self, uuid: str) -> int | None:
+        """The id of the version with this full UUID, or None."""
+        if self._cacheable:
+            hit = self.index.cached_vid(uuid)
+            if hit is not None:
+                return hit
+        if not isinstance(uuid, str) or len(uuid) != 32 or not _HEX.fullmatch(uuid):
+            return None
+        raw = self.txn.get(K.uuid_key(uuid))
+        if raw is None:
+            return None
+        if len(raw) != 4:
+            raise StoreCorruptError(f"UUID index entry of {uuid} is damaged")
+        return K.unpack_u32(raw)
+
+    def by_uuid(self, uuid: str) -> Version:
+        """The version with this full UUID."""
+        vid = self.vid_of(uuid)
+        if vid is None:
+            raise UnknownVersionError(f"no version {uuid}")
+        v = self.by_vid(vid)
+        if v.uuid != uuid:
+            raise StoreCorruptError(f"UUID index maps {uuid} to id {vid}, which is version {v.uuid}")
+        return v
+
+    def contains(self, uuid: str) -> bool:
+        """True when a version has this full UUID."""
+        return self.vid_of(uuid) is not None
+
+    def parent_vids(self, v: Version) -> list[int]:
+        """Ids of ``v``'s parents."""
+        out = []
+        for p in v.parents:
+            pv = self.vid_of(p)
+            if pv is None:
+                raise StoreCorruptError(f"version {v.uuid} names a parent {p} that is not in the DAG")
+            out.append(pv)
+        return out
+
+    def max_vid(self) -> int:
+        """The largest id in use (0 when empty)."""
+        last = next(self.txn.scan_keys(K.VERSION_PREFIX, K.next_prefix(K.VERSION_PREFIX), reverse=True), None)
+        return 0 if last is None else K.unpack_u32(last[len(K.VERSION_PREFIX):])
+
+    # -- names ------------------------------------------------------------------------------------
+
+    def resolve_prefix(self, prefix: str) -> Version:
+        """The one version whose UUID starts with ``prefix`` (as DVID resolves UUID prefixes)."""
+        text = prefix.strip().lower()
+        if not text or not _HEX.fullmatch(text):
+            raise UnknownVersionError(f"{prefix!r} is neither a branch name nor a UUID prefix (hex)")
+        if len(text) == 32:
+            return self.by_uuid(text)
+        lo = K.UUID_PREFIX + text.encode("ascii")
+        hits: list[tuple[str, int]] = []
+        for key, raw in self.txn.scan(lo, K.next_prefix(lo)):
+            hits.append((key[len(K.UUID_PREFIX):].decode("ascii"), K.unpack_u32(raw)))
+            if len(hits) >= 6:
+                break
+        if not hits:
+            raise UnknownVersionError(f"no version UUID starts with {text!r}")
+        if len(hits) > 1:
+            shown = ", ".join(h[: max(len(text) + 4, 8)] for h, _ in hits[:5])
+            raise AmbiguousVersionError(f"UUID prefix {text!r} matches several versions: {shown}…")
+        return self.by_vid(hits[0][1])
+
+    def resolve(self, ref: str | Version) -> Version:
+        """A version from a branch name (its head), a UUID prefix or a :class:`Version`.
+
+        Branch names win over UUID prefixes when a text is both.
+        """
+        if isinstance(ref, Version):
+            v = self.get_vid(ref.vid)
+            if v is not None and v.uuid == ref.uuid:
+                return v
+            return self.by_uuid(ref.uuid)
+        if not isinstance(ref, str):
+            raise ArgumentError(f"a version reference must be a string, got {type(ref).__name__}")
+        rec = self.branch(ref) if ref else None
+        if rec is not None:
+            return self.by_vid(rec.head)
+        return self.resolve_prefix(ref)
+
+    # -- branches ---------------------------------------------------------------------------------
+
+    def branch(self, name: str) -> BranchRecord | None:
+        """Branch ``name``'s record, or None."""
+        try:
+            key = K.branch_key(name)
+        except UnicodeEncodeError:
+            return None
+        raw = self.txn.get(key)
+        return None if raw is None else BranchRecord.decode(name, raw)
+
+    def has_branch(self, name: str) -> bool:
+        """True when some version is on branch ``name``."""
+        return self.branch(name) is not None
+
+    def head(self, name: str) -> Version:
+        """The last version of a branch."""
+        rec = self.branch(name)
+        if rec is None:
+            raise UnknownBranchError(f"no branch named {name!r}")
+        return self.by_vid(rec.head)
+
+    def branch_records(self) -> list[BranchRecord]:
+        """Every branch record, in order of creation (of their first versions)."""
+        recs = [BranchRecord.decode(key[len(K.BRANCH_PREFIX):].decode("utf-8"), raw)
+                for key, raw in self.txn.scan(K.BRANCH_PREFIX, K.next_prefix(K.BRANCH_PREFIX))]
+        return sorted(recs, key=lambda r: r.base)
+
+    def branches(self) -> list[Branch]:
+        """Every branch with its base and head, in order of creation."""
+        return [Branch(name=r.name, base=self.by_vid(r.base).uuid, head=self.by_vid(r.head).uuid, length=r.length)
+                for r in self.branch_records()]
+
+    def check_new_branch(self, name: str) -> None:
+        """Raise when ``name`` is malformed or already names a branch."""
+        check_branch_name(name)
+        rec = self.branch(name)
+        if rec is not None:
+            raise BranchExistsError(f"branch {name!r} already exists (head {self.by_vid(rec.head).uuid})")
+
+    # -- structure --------------------------------------------------------------------------------
+
+    def child_vids(self, v: Version) -> list[int]:
+        """Ids of ``v``'s children, ascending (creation order)."""
+        lo = K.child_prefix(v.vid)
+        return [K.unpack_u32(key[-4:]) for key in self.txn.scan_keys(lo, K.next_prefix(lo))]
+
+    def children(self, v: Version) -> list[Version]:
+        """Children of ``v`` in creation order."""
+        return [self.by_vid(c) for c in self.child_vids(v)]
+
+    def continuing_child(self, v: Version) -> Version | None:
+        """The child of ``v`` on ``v``'s branch, if any (there is at most one).
+
+        A branch is a chain ending at its head, so only a version that is not its branch's head
+        can have one: the common case (appending at a head) costs one get.
+        """
+        rec = self.branch(v.branch)
+        if rec is None or rec.head == v.vid:
+            return None
+        for c in self.child_vids(v):
+            child = self.by_vid(c)
+            if child.branch == v.branch:
+                return child
+        return None
+
+    def ancestors(self, v: Version) -> AncestorSet:
+        """Ids of ``v`` and all its ancestors (one record and its pages; cached)."""
+        if self._cacheable:
+            hit = self.index.cached_ancestors(v.vid)
+            if hit is not None:
+                return hit
+        anc = load_ancestors(self.txn, v.vid)
+        if anc.max() != v.vid:
+            raise StoreCorruptError(f"the ancestor record of version {v.uuid} does not end at its own id {v.vid}")
+        if self._cacheable:
+            self.index.remember(self.generation, ancestors=(v.vid, anc))
+        return anc
+
+    def is_ancestor(self, ancestor: Version, v: Version) -> bool:
+        """True when ``ancestor`` is ``v`` or one of its ancestors (one record read)."""
+        return ancestor.vid <= v.vid and ancestor.vid in self.ancestors(v)
+
+    def ancestry(self, v: Version) -> list[Version]:
+        """``v`` and its ancestors, newest first: reads one record per ancestor (O(history))."""
+        return [self.by_vid(i) for i in self.ancestors(v).descending()]
+
+    def merge_base(self, a: Version, b: Version) -> Version:
+        """The common ancestor of ``a`` and ``b`` with the largest id.
+
+        No other common ancestor descends from it (a descendant would have a larger id), so it is
+        a lowest common ancestor, and the choice is deterministic when there are several.
+        """
+        common = self.ancestors(a) & self.ancestors(b)
+        if not common:
+            raise StoreCorruptError(f"versions {a.uuid} and {b.uuid} share no ancestor")
+        return self.by_vid(common.max())
+
+    def log(self, start: Version, *, limit: int | None = None, since: AncestorSet | None = None,
+            since_time: float | None = None, first_parent: bool = False) -> Iterator[Version]:
+        """``start`` and its ancestors, newest (largest id) first, reading only what is yielded.
+
+        A walk with a max-heap on ids: ids are a topological order, so every version comes after
+        all its descendants, as ``git log`` orders commits. ``first_parent`` follows only the first
+        parent (the branch a merge was made on). Versions in ``since`` (an ancestor set) are left
+        out and not walked through; with ``since_time`` the walk stops at the first version created
+        before it. Each yielded version costs one record read and its parents' id look-ups.
+        """
+        if since is not None and start.vid in since:
+            return
+        heap = [-start.vid]
+        queued = {start.vid}
+        n = 0
+        while heap and (limit is None or n < limit):
+            v = self.by_vid(-heapq.heappop(heap))
+            if since_time is not None and v.created < since_time:
+                return
+            yield v
+            n += 1
+            for pv in self.parent_vids(v)[: 1 if first_parent else None]:
+                if pv not in queued and (since is None or pv not in since):
+                    queued.add(pv)
+                    heapq.heappush(heap, -pv)
+
+    def newest(self, limit: int | None = None, *, since_time: float | None = None) -> Iterator[Version]:
+        """Versions by id, largest first (one reverse range scan): at most ``limit``, stopping at the
+        first created before ``since_time``."""
+        for n, (_, raw) in enumerate(self.txn.scan(K.VERSION_PREFIX, K.next_prefix(K.VERSION_PREFIX), reverse=True)):
+            if limit is not None and n >= limit:
+                return
+            v = decode_version(raw)
+            if since_time is not None and v.created < since_time:
+                return
+            yield v
+
+    def all_versions(self) -> list[Version]:
+        """Every version in creation order (reads every record: listings and checks only)."""
+        return decode_versions([raw for _, raw in self.txn.scan(K.VERSION_PREFIX, K.next_prefix(K.VERSION_PREFIX))])
+
+
+class DagWriter(DagReader):
+    """DAG changes inside one write transaction; caches stay untouched until it commits.
+
+    ``changed`` collects the ids of rewritten versions, for the journal record the repository
+    writes with the transaction's new generation.
+    """
+
+    def __init__(self, index: DagIndex, txn: WriteTxn, generation: int) -> None:
+        super().__init__(index, txn, generation, cacheable=False)
+        self.wtxn = txn
+        self.changed: set[int] = set()
+        self._pages = PageReader(txn)
+
+    def add(self, v: Version) -> None:
+        """Write a new version: record, UUID index, child index, branch record, ancestor set.
+
+        Its parents must be here; its id must be the next one; its branch must continue a parent's
+        branch at that branch's head, or be new (the repository checks the rules first and says why).
+        """
+        if v.vid != self.max_vid() + 1:
+            raise StoreCorruptError(f"version {v.uuid} gets id {v.vid}, not the next one ({self.max_vid() + 1})")
+        if self.contains(v.uuid):
+            raise StoreCorruptError(f"version {v.uuid} is already in the DAG")
+        parents = self.parent_vids(v)
+        rec = self.branch(v.branch)
+        if rec is None:
+            rec = BranchRecord(v.branch, base=v.vid, head=v.vid, length=1)
+        elif rec.head in parents:
+            rec = BranchRecord(v.branch, base=rec.base, head=v.vid, length=rec.length + 1)
+        else:
+            raise StoreCorruptError(f"version {v.uuid} would continue branch {v.branch!r} away from its head")
+        self.wtxn.put(K.version_record_key(v.vid), encode_version(v))
+        self.wtxn.put(K.uuid_key(v.uuid), K.pack_u32(v.vid))
+        for pv in parents:
+            self.wtxn.put(K.child_key(pv, v.vid), b"")
+        self.wtxn.put(K.branch_key(v.branch), rec.encode())
+        write_ancestors(self.wtxn, v.vid, parents, self._pages)
+
+    def update(self, v: Version) -> None:
+        """Rewrite a version's mutable fields (locked, message, committed) after a commit."""
+        old = self.by_vid(v.vid)
+        if (old.uuid, old.parents, old.branch) != (v.uuid, v.parents, v.branch):
+            raise StoreCorruptError(f"version {v.uuid}: identity fields changed")
+        self.wtxn.put(K.version_record_key(v.vid), encode_version(v))
+        self.changed.add(v.vid)
+
+    def rename_branch(self, old: str, new: str) -> list[Version]:
+        """Give every version of branch ``old`` the name ``new`` (O(length of the branch)).
+
+        A version's branch is a field of its record, so its members' records are rewritten (and
+        journalled), and the branch record moves. Members are found from the head along parents on
+        the branch (a branch is a chain).
+        """
+        rec = self.branch(old)
+        if rec is None:
+            raise UnknownBranchError(f"no branch {old!r}")
+        self.check_new_branch(new)
+        renamed: list[Version] = []
+        v: Version | None = self.by_vid(rec.head)
+        while v is not None:
+            done = Version(uuid=v.uuid, vid=v.vid, parents=v.parents, branch=new, locked=v.locked,
+                           message=v.message, created=v.created, committed=v.committed)
+            self.wtxn.put(K.version_record_key(v.vid), encode_version(done))
+            self.changed.add(v.vid)
+            renamed.append(done)
+            v = next((p for p in map(self.by_vid, self.parent_vids(v)) if p.branch == old), None)
+        if len(renamed) != rec.length or renamed[-1].vid != rec.base:
+            raise StoreCorruptError(f"branch {old!r}: its record says {rec.length} versions from id {rec.base}, "
+                                    f"its chain has {len(renamed)}")
+        self.wtxn.delete(K.branch_key(old))
+        self.wtxn.put(K.branch_key(new), BranchRecord(new, rec.base, rec.head, rec.length).encode())
+        return renamed[::-1]
+
+
+# -- building and checking ------------------------------------------------------------------------
+
+
+def build_index(txn: WriteTxn, versions: list[Version]) -> None:
+    """Write every format-2 DAG record for ``versions`` (format 1 held only the version records).
+
+    One pass in id order (parents first), sharing ancestor pages as :func:`write_ancestors` does,
+    so the cost is O(versions × pages) whatever the shape of the DAG.
+    """
+    dag = Dag(versions)  # validates parents and ids
+    pages = PageReader(txn, limit=1 << 16)
+    vid_of = {v.uuid: v.vid for v in versions}
+    for v in dag:
+        txn.put(K.uuid_key(v.uuid), K.pack_u32(v.vid))
+        parents = [vid_of[p] for p in v.parents]
+        for pv in parents:
+            txn.put(K.child_key(pv, v.vid), b"")
+        write_ancestors(txn, v.vid, parents, pages)
+    for b in dag.branches():
+        rec = BranchRecord(b.name, base=vid_of[b.base], head=vid_of[b.head], length=b.length)
+        txn.put(K.branch_key(b.name), rec.encode())
+
+
+def check_index(txn: ReadTxn, dag: Dag) -> list[str]:
+    """Problems of the format-2 records against the full DAG ``dag`` (what ``verify`` adds).
+
+    The ancestor sets are checked page by page against their parents' (a page inherited unchanged,
+    same code as every parent, needs no read), so the check costs O(versions × pages), not O(n²).
+    """
+    problems: list[str] = []
+    versions = list(dag)
+    want_uuids = {v.uuid.encode("ascii"): v.vid for v in versions}
+    got_uuids: dict[bytes, int] = {}
+    for key, raw in txn.scan(K.UUID_PREFIX, K.next_prefix(K.UUID_PREFIX)):
+        got_uuids[key[len(K.UUID_PREFIX):]] = K.unpack_u32(raw) if len(raw) == 4 else -1
+    if got_uuids != want_uuids:
+        bad = sorted(set(got_uuids.items()) ^ set(want_uuids.items()))[:3]
+        problems.append(f"UUID index disagrees with the version records ({len(bad)}+ entries, e.g. {bad})")
+    want_children = {(dag.by_uuid(p).vid, v.vid) for v in versions for p in v.parents if p in dag}
+    got_children = {(K.unpack_u32(k[-8:-4]), K.unpack_u32(k[-4:]))
+                    for k in txn.scan_keys(K.CHILD_PREFIX, K.next_prefix(K.CHILD_PREFIX))}
+    if got_children != want_children:
+        problems.append(f"child index disagrees with the version records: {len(got_children - want_children)} "
+                        f"extra, {len(want_children - got_children)} missing")
+    want_branches = {b.name: (dag.by_uuid(b.base).vid, dag.by_uuid(b.head).vid, b.length) for b in dag.branches()}
+    got_branches: dict[str, tuple[int, int, int]] = {}
+    for key, raw in txn.scan(K.BRANCH_PREFIX, K.next_prefix(K.BRANCH_PREFIX)):
+        try:
+            rec = BranchRecord.decode(key[len(K.BRANCH_PREFIX):].decode("utf-8"), raw)
+        except (StoreCorruptError, UnicodeDecodeError) as exc:
+            problems.append(str(exc))
+            continue
+        got_branches[rec.name] = (rec.base, rec.head, rec.length)
+    for name in sorted(set(want_branches) | set(got_branches)):
+        if want_branches.get(name) != got_branches.get(name):
+            problems.append(f"branch {name!r}: record {got_branches.get(name)} but the versions say "
+                            f"(base, head, length) = {want_branches.get(name)}")
+    problems += _check_ancestor_records(txn, dag, versions)
+    return problems
+
+
+def _check_ancestor_records(txn: ReadTxn, dag: Dag, versions: list[Version]) -> list[str]:
+    problems: list[str] = []
+    pages = PageReader(txn, limit=1 << 16)
+    tables: dict[int, list[int]] = {}
+    for v in versions:
+        try:
+            codes = read_ancestor_table(txn, v.vid)
+            parents = [dag.by_uuid(p).vid for p in v.parents if p in dag]
+            ptables = [tables[p] if p in tables else read_ancestor_table(txn, p) for p in parents]
+            own = v.vid >> PAGE_SHIFT
+            size = max([own + 1, *(len(t) for t in ptables)])
+            if len(codes) != size:
+                problems.append(f"version {v.uuid}: ancestor record has {len(codes)} pages, expected {size}")
+                continue
+            for i in range(size):
+                pc = [t[i] if i < len(t) else EMPTY for t in ptables]
+                if i != own and pc and len(set(pc)) == 1 and codes[i] == pc[0]:
+                    continue
+                expected = np.zeros(PAGE_BITS, dtype=np.uint8)
+                for content in pages.pages([(c, i) for c in pc]):
+                    expected |= np.frombuffer(content, dtype=np.uint8)
+                if i == own:
+                    expected[v.vid & PAGE_MASK] = 1
+                if pages.pages([(codes[i], i)])[0] != expected.tobytes():
+                    problems.append(f"version {v.uuid}: ancestor page {i} is not its parents' union plus itself")
+                    break
+        except StoreCorruptError as exc:
+            problems.append(f"version {v.uuid}: {exc}")
+            continue
+        tables[v.vid] = codes
+        if len(tables) > 1 << 14:  # bounded memory: parents are usually recent
+            for old in sorted(tables)[: 1 << 13]:
+                del tables[old]
+    return problems

@@ -1,0 +1,151 @@
+"""What a repository reads: opening, reading a version, ``log --limit`` and catching up with another
+handle's write cost the same number of engine reads with 40 or 400 versions in the history.
+
+Counted, not timed: the engine is wrapped so every key a transaction returns is counted (a get, each
+item of a scan). Before format 2 opening read every version record, and a handle that saw another's
+commit re-read all of them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import napari_shardscope.core.versioned.keys as K
+import napari_shardscope.core.versioned.repository as repository_module
+from napari_shardscope.core.versioned import Repository, create_repository, open_keyvalue, open_repository
+
+
+class Counter:
+    def __init__(self) -> None:
+        self.keys = 0
+        self.version_records = 0
+
+    def saw(self, key: bytes) -> None:
+        self.keys += 1
+        if key.startswith(K.VERSION_PREFIX):
+            self.version_records += 1
+
+
+class CountingTxn:
+    def __init__(self, txn: Any, counter: Counter) -> None:
+        self._txn, self._c = txn, counter
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._txn, name)
+
+    def get(self, key: bytes) -> bytes | None:
+        self._c.saw(key)
+        return self._txn.get(key)  # type: ignore[no-any-return]
+
+    def get_many(self, keys: Sequence[bytes]) -> list[bytes | None]:
+        for k in keys:
+            self._c.saw(k)
+        return self._txn.get_many(keys)  # type: ignore[no-any-return]
+
+    def scan(self, lo: bytes, hi: bytes | None, *, reverse: bool = False) -> Iterator[tuple[bytes, bytes]]:
+        for key, value in self._txn.scan(lo, hi, reverse=reverse):
+            self._c.saw(key)
+            yield key, value
+
+    def scan_keys(self, lo: bytes, hi: bytes | None, *, reverse: bool = False) -> Iterator[bytes]:
+        for key in self._txn.scan_keys(lo, hi, reverse=reverse):
+            self._c.saw(key)
+            yield key
+
+    def find_last(self, lo: bytes, hi: bytes, accept: Callable[[bytes], bool]) -> tuple[bytes, bytes] | None:
+        def counted(key: bytes) -> bool:
+            self._c.saw(key)
+            return accept(key)
+        return self._txn.find_last(lo, hi, counted)  # type: ignore[no-any-return]
+
+
+class CountingEngine:
+    def __init__(self, engine: Any, counter: Counter) -> None:
+        self.engine, self._c = engine, counter
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.engine, name)
+
+    @contextmanager
+    def read(self) -> Iterator[Any]:
+        with self.engine.read() as txn:
+            yield CountingTxn(txn, self._c)
+
+    @contextmanager
+    def write(self) -> Iterator[Any]:
+        with self.engine.write() as txn:
+            yield CountingTxn(txn, self._c)
+
+
+@pytest.fixture
+def counter(monkeypatch: pytest.MonkeyPatch) -> Counter:
+    """Every repository opened in the test counts what its engine returns."""
+    c = Counter()
+    real = repository_module.open_engine
+
+    def counting_open_engine(*args: Any, **kwargs: Any) -> Any:
+        return CountingEngine(real(*args, **kwargs), c)
+
+    monkeypatch.setattr(repository_module, "open_engine", counting_open_engine)
+    return c
+
+
+def make_history(path: Path, n: int, engine: str) -> list[str]:
+    """``n`` committed versions: a main line with a side branch every 10 versions (merged back), one key each."""
+    uuids = []
+    with create_repository(path, engine=engine) as repo:
+        kv = open_keyvalue(repo, "kv", create=True)
+        kv.put("main", "k", b"root")
+        repo.commit("main", "root")
+        for i in range(n - 1):
+            if i % 10 == 5:
+                side = repo.new_version(repo.head("main"), f"side{i}")
+                repo.commit(side, f"side {i}")
+                v = repo.merge("main", side.uuid, policy="ours").version
+            else:
+                v = repo.new_version("main")
+            kv.put(v, "k", f"{i}".encode())
+            uuids.append(repo.commit(v, f"v{i}").uuid)
+    return uuids
+
+
+def costs(path: Path, counter: Counter) -> dict[str, tuple[int, int]]:
+    """(keys, version records) read by each step a user takes, on a repository at ``path``."""
+    out = {}
+
+    def step(name: str, fn: Callable[[], object]) -> object:
+        before = (counter.keys, counter.version_records)
+        got = fn()
+        out[name] = (counter.keys - before[0], counter.version_records - before[1])
+        return got
+
+    repo: Repository = step("open", lambda: open_repository(path))  # type: ignore[assignment]
+    other = open_repository(path)
+    try:
+        step("read head", lambda: open_keyvalue(repo, "kv").get("main", "k"))
+        step("log 5", lambda: list(repo.log("main", limit=5)))
+        step("log first-parent 5", lambda: list(repo.log("main", limit=5, first_parent=True)))
+        step("branch head", lambda: repo.head("main"))
+        step("prefix", lambda: repo.version(repo.head("main").uuid[:8]))
+        child = other.new_version("main")  # another handle writes...
+        other.commit(child, "elsewhere")
+        step("catch up", lambda: repo.version("main"))  # ...and this one re-reads only what changed
+    finally:
+        other.close()
+        repo.close()
+    return out
+
+
+@pytest.mark.parametrize("engine", ["lmdb", "sqlite"])
+def test_costs_do_not_grow_with_the_history(tmp_path: Path, counter: Counter, engine: str) -> None:
+    make_history(tmp_path / "small", 40, engine)
+    make_history(tmp_path / "large", 400, engine)
+    small, large = costs(tmp_path / "small", counter), costs(tmp_path / "large", counter)
+    assert small == large, f"read counts grew with the history: {small} vs {large}"
+    assert large["open"][1] <= 2 and large["log 5"][1] <= 5 and large["catch up"][1] <= 2, large
+    assert all(keys < 60 for keys, _ in large.values()), large
