@@ -41,6 +41,7 @@ from napari_shardscope.core.bytestore.protocol import (
     read_documents,
     read_ranges,
     read_suffixes,
+    write_many,
 )
 from napari_shardscope.core.bytestore.remote import TensorStoreByteStore
 from napari_shardscope.core.bytestore.url import Location, is_remote, parse_url
@@ -68,6 +69,7 @@ __all__ = [
     "read_suffixes",
     "set_follow_symlinks",
     "write_file_atomic",
+    "write_many",
 ]
 
 

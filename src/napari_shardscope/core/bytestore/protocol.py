@@ -142,6 +142,16 @@ def _read_bounded_one(store: ByteStore, key: str, max_bytes: int, what: str,
     return data
 
 
+def write_many(store: ByteStore, items: Sequence[tuple[str, bytes]], *, in_flight: int = 32) -> None:
+    """:meth:`ByteStore.write` of each ``(key, data)``, concurrently where the store can."""
+    batch = getattr(store, "write_many", None)
+    if batch is not None:
+        batch(items, in_flight)
+        return
+    for key, data in items:
+        store.write(key, data)
+
+
 def read_document(store: ByteStore, key: str) -> bytes | None:
     """A metadata document's bytes (``None`` when absent), refused over :data:`MAX_JSON_BYTES` before reading."""
     return read_bounded(store, key, MAX_JSON_BYTES, "a metadata document", MetadataError)

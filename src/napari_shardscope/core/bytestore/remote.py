@@ -227,6 +227,17 @@ class TensorStoreByteStore:
                 out.append(data)
         return out
 
+    def write_many(self, items: Sequence[tuple[str, bytes]], in_flight: int) -> None:
+        """:meth:`write` of each ``(key, data)``, at most ``in_flight`` writes pending at once."""
+        for first in range(0, len(items), max(1, in_flight)):
+            window = items[first:first + max(1, in_flight)]
+            futures = [self._kv.write(key, data) for key, data in window]
+            for (key, _), future in zip(window, futures, strict=True):
+                try:
+                    future.result()
+                except Exception as exc:
+                    raise error_from_tensorstore(exc, where=f"{self._where(key)} (write)", raw_bytes=True) from exc
+
     def read_suffix(self, key: str, length: int) -> bytes | None:
         if length <= 0:
             return b"" if self._read(key, slice(0, 0)) is not None else None

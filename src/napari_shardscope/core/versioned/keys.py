@@ -45,6 +45,8 @@ LOG_PREFIX = META + b"l"
 CHANGE_PREFIX = META + b"c"
 COUNTER_PREFIX = META + b"a"
 UNVERSIONED_PREFIX = META + b"u"
+#: Per instance, a counter every write to its unversioned data bumps (a remote sync's "unchanged since" mark).
+UNVERSIONED_GENERATION_PREFIX = META + b"w"
 #: Id blocks reserved from a remote, per counter (a clone allocates only from these).
 RESERVATION_PREFIX = META + b"r"
 #: Present (holding the remote's name) when every counter must allocate from reserved blocks.
@@ -250,6 +252,11 @@ def unversioned_prefix(instance_id: int, prefix: bytes = b"") -> bytes:
     no tombstone and no change-index entry, and are written whether or not any version is open.
     """
     return UNVERSIONED_PREFIX + _U32.pack(instance_id) + prefix
+
+
+def unversioned_generation_key(instance_id: int) -> bytes:
+    """Where the count of writes to an instance's unversioned data lives (u64)."""
+    return UNVERSIONED_GENERATION_PREFIX + _U32.pack(instance_id)
 
 
 def unversioned_key(instance_id: int, key: bytes) -> bytes:

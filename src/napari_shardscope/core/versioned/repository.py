@@ -594,6 +594,16 @@ class Repository:
         with self._engine.read() as txn:
             return txn.get_many([K.unversioned_key(inst.iid, key) for key in keys])
 
+    def unversioned_generation(self, instance: Instance | str) -> int:
+        """How many transactions have written ``instance``'s unversioned data (0: never).
+
+        A remote sync records the value it saw with the pages it synced: while it stays the same, the
+        unversioned data is those pages and need not be read again (see ``remotes.pages``).
+        """
+        inst = self.instance(instance)
+        with self._engine.read() as txn:
+            return _unversioned_generation(txn, inst.iid)
+
     def scan_unversioned(self, instance: Instance | str, prefix: bytes = b"") -> list[tuple[bytes, bytes]]:
         """An instance's unversioned ``(key, value)`` pairs whose key starts with ``prefix`` (one snapshot)."""
         inst = self.instance(instance)
@@ -622,6 +632,7 @@ class Repository:
                     raise ArgumentError(f"values must be bytes, got {type(value).__name__}")
                 p.txn.put(K.unversioned_key(inst.iid, key), value)
                 n += 1
+            _bump_unversioned(p.txn, inst.iid)
         return n
 
     def replace_unversioned(self, instance: Instance | str, prefixes: Iterable[bytes],
@@ -645,6 +656,7 @@ class Repository:
                     raise ArgumentError(f"values must be bytes, got {type(value).__name__}")
                 p.txn.put(K.unversioned_key(inst.iid, key), value)
                 n += 1
+            _bump_unversioned(p.txn, inst.iid)
         return n
 
     # -- instances ------------------------------------------------------------------------------
@@ -1066,6 +1078,7 @@ class Rewriter:
                 self._p.txn.delete(key)
         for key, value in items:
             self._p.txn.put(K.unversioned_key(inst.iid, key), value)
+        _bump_unversioned(self._p.txn, inst.iid)
 
     def set_instance_config(self, name: str, config: Mapping[str, Any]) -> Instance:
         """Replace an instance's configuration (its format changed); takes effect when the transaction commits."""
@@ -1075,6 +1088,16 @@ class Rewriter:
         self._p.txn.put(K.instance_record_key(inst.iid), blob)
         self._p.after(lambda: self._repo._instances.__setitem__(name, new))
         return new
+
+
+def _unversioned_generation(txn: ReadTxn, iid: int) -> int:
+    raw = txn.get(K.unversioned_generation_key(iid))
+    return 0 if raw is None else K.unpack_u64(raw)
+
+
+def _bump_unversioned(txn: WriteTxn, iid: int) -> None:
+    """Count a write to instance ``iid``'s unversioned data, in the transaction that writes it."""
+    txn.put(K.unversioned_generation_key(iid), K.pack_u64(_unversioned_generation(txn, iid) + 1))
 
 
 def _same_instance(inst: Instance, type_name: str, config: Mapping[str, Any]) -> Instance:

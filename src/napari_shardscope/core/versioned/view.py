@@ -242,6 +242,7 @@ class VersionWriter(VersionView):
     def __init__(self, repo: Catalog, version: Version, txn: WriteTxn, ancestors: AncestorSet) -> None:
         super().__init__(repo, version, txn, ancestors)
         self._wtxn = txn
+        self._unversioned_written: set[int] = set()
 
     def put(self, instance: Instance | str, key: bytes, value: bytes) -> None:
         """Store ``value`` under ``key`` in this version (ancestors keep theirs)."""
@@ -305,6 +306,11 @@ class VersionWriter(VersionView):
         if not isinstance(value, bytes):
             raise ArgumentError(f"values must be bytes, got {type(value).__name__}")
         self._wtxn.put(K.unversioned_key(inst.iid, key), value)
+        if inst.iid not in self._unversioned_written:  # once per transaction: a remote sync's "changed" mark
+            self._unversioned_written.add(inst.iid)
+            mark = K.unversioned_generation_key(inst.iid)
+            raw = self._wtxn.get(mark)
+            self._wtxn.put(mark, K.pack_u64(1 + (0 if raw is None else K.unpack_u64(raw))))
 
     def append_log(self, instance: Instance | str, data: bytes) -> int:
         """Append ``data`` to the instance's log of this version; returns its sequence number.

@@ -19,7 +19,7 @@ import hashlib
 import json
 import re
 import struct
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -314,3 +314,93 @@ def decode_pairs(name: str, data: bytes) -> list[tuple[bytes, bytes]]:
     except (struct.error, ValueError) as exc:
         raise CorruptObjectError(f"object {name}: bad record at byte {pos} ({exc})") from exc
     return out
+
+
+# -- unversioned data as content-addressed pages -----------------------------------------------------
+
+MANIFEST_MAGIC = b"SSMANI1\n"
+#: Pages of an instance's unversioned key-values average about this many bytes (before compression):
+#: a cut follows a key with a probability proportional to its record's size, decided by the key's
+#: hash alone, so a page boundary depends on the keys around it and not on where the data started — an
+#: added key changes its own page (rarely two), and every other page keeps its name.
+PAGE_TARGET_BYTES = 1 << 20
+#: No content-defined cut before this many bytes (no tiny pages) ...
+PAGE_MIN_BYTES = 256 << 10
+#: ... and always a cut at this many (a page is bounded whatever the keys hash to).
+PAGE_MAX_BYTES = 4 << 20
+#: A manifest object lists at most this many entries (pages or sub-manifests): about 5 MB of JSON.
+MANIFEST_ENTRIES = 65_536
+#: Manifests nest at most this deep (65,536² pages of 1 MiB is far past any store).
+MANIFEST_DEPTH = 3
+_KV_HEAD = _KV.size
+
+
+def _record_size(key: bytes, value: bytes) -> int:
+    return _KV_HEAD + len(key) + len(value)
+
+
+def _cuts_after(key: bytes, size: int) -> bool:
+    """Is ``key`` (a record of ``size`` bytes) a content-defined page boundary?"""
+    h = int.from_bytes(hashlib.blake2b(key, digest_size=8).digest(), "big")
+    return h * PAGE_TARGET_BYTES < size * (1 << 64)
+
+
+def cut_pages(pairs: Iterable[tuple[bytes, bytes]]) -> Iterator[list[tuple[bytes, bytes]]]:
+    """Sorted key-values cut into pages by key range (content-defined boundaries, bounded size)."""
+    page: list[tuple[bytes, bytes]] = []
+    size = 0
+    for key, value in pairs:
+        page.append((key, value))
+        rec = _record_size(key, value)
+        size += rec
+        if size >= PAGE_MAX_BYTES or (size >= PAGE_MIN_BYTES and _cuts_after(key, rec)):
+            yield page
+            page, size = [], 0
+    if page:
+        yield page
+
+
+@dataclass(frozen=True)
+class PageRef:
+    """A page object (or, in an upper manifest level, a sub-manifest) and how many keys it holds."""
+
+    name: str
+    keys: int
+
+
+def encode_manifest(entries: Sequence[PageRef], level: int) -> bytes:
+    """A manifest object: ``level`` 0 lists pages, ``level`` n > 0 lists manifests of level n - 1."""
+    doc = {"level": level, "entries": [[e.name, e.keys] for e in entries]}
+    return _frame(MANIFEST_MAGIC, json.dumps(doc, separators=(",", ":")).encode())
+
+
+def decode_manifest(name: str, data: bytes) -> tuple[int, list[PageRef]]:
+    """Inverse of :func:`encode_manifest` (after :func:`verify`): its level and entries."""
+    raw = _unframe(MANIFEST_MAGIC, data, name)
+    where = f"object {name}"
+    doc = load_remote_json(raw, where, MAX_NODE_BYTES)
+    try:
+        level = int(doc["level"])
+        entries = [PageRef(check_object_name(n, where), int(k)) for n, k in doc["entries"]]
+    except (ValueError, KeyError, TypeError, OverflowError) as exc:
+        raise CorruptObjectError(f"{where}: unreadable manifest ({exc})") from exc
+    if not 0 <= level < MANIFEST_DEPTH or len(entries) > MANIFEST_ENTRIES or any(e.keys < 0 for e in entries):
+        raise CorruptObjectError(f"{where}: manifest out of bounds (level {level}, {len(entries)} entries)")
+    return level, entries
+
+
+def build_manifests(pages: Sequence[PageRef]) -> tuple[list[bytes], bytes]:
+    """The manifest objects listing ``pages``: (lower levels' objects, the top one), each bounded."""
+    lower: list[bytes] = []
+    entries, level = list(pages), 0
+    while len(entries) > MANIFEST_ENTRIES:
+        if level + 1 >= MANIFEST_DEPTH:
+            raise ArgumentError(f"{len(pages)} unversioned pages are more than a manifest may list")
+        upper: list[PageRef] = []
+        for i in range(0, len(entries), MANIFEST_ENTRIES):
+            chunk = entries[i:i + MANIFEST_ENTRIES]
+            obj = encode_manifest(chunk, level)
+            lower.append(obj)
+            upper.append(PageRef(object_name(obj), sum(e.keys for e in chunk)))
+        entries, level = upper, level + 1
+    return lower, encode_manifest(entries, level)

@@ -19,11 +19,18 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from napari_shardscope.core.bytestore import ByteStore, open_store, read_bounded
+from napari_shardscope.core.bytestore import (
+    ByteStore,
+    open_store,
+    read_bounded,
+    read_bounded_many,
+    read_ranges,
+    write_many,
+)
 from napari_shardscope.core.bytestore.conditional import ConditionalStore, Versioned, probe_cas
 from napari_shardscope.core.bytestore.context import shared_context
 from napari_shardscope.core.errors import ArgumentError, FormatError
@@ -53,6 +60,8 @@ REFS_VERSION = 1
 #: Compare-and-swap attempts before a push or a reservation gives up on a busy remote.
 CAS_ATTEMPTS = 50
 MAX_REFS_BYTES = 16 * 1024 * 1024
+#: Objects a batched transfer keeps in flight (existence checks, writes, small downloads).
+OBJECTS_IN_FLIGHT = 64
 #: Ids are uint64 (label ids, mutation ids): a counter the remote pushes past this is damage.
 MAX_ID = 2**64 - 1
 
@@ -70,15 +79,23 @@ class NodeRef:
 
 @dataclass(frozen=True)
 class RemoteInstance:
-    """A data instance as the remote records it, with its unversioned data (an object, and its key count)."""
+    """A data instance as the remote records it, with its unversioned data and its key count.
+
+    ``pages`` names the manifest object of the unversioned data's pages (:mod:`.pages`);
+    ``unversioned`` the single object of all its key-values that remotes written before pages hold.
+    """
 
     type: str
     config: Mapping[str, Any]
     unversioned: str | None = None
     keys: int = 0
+    pages: str | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return {"type": self.type, "config": dict(self.config), "unversioned": self.unversioned, "keys": self.keys}
+        doc = {"type": self.type, "config": dict(self.config), "unversioned": self.unversioned, "keys": self.keys}
+        if self.pages is not None:
+            doc["pages"] = self.pages
+        return doc
 
 
 @dataclass(frozen=True)
@@ -142,11 +159,13 @@ def _remote_instance(i: Any, where: str) -> RemoteInstance:
     if not isinstance(i, dict) or not isinstance(i.get("config"), dict):
         raise TypeError(f"an instance record is not an object with a config: {str(i)[:80]!r}")
     unversioned = i.get("unversioned")
+    pages = i.get("pages")
     keys = int(i.get("keys", 0))
     if keys < 0:
         raise ValueError(f"negative key count {keys}")
     return RemoteInstance(str(i["type"]), dict(i["config"]),
-                          None if unversioned is None else check_object_name(unversioned, where), keys)
+                          None if unversioned is None else check_object_name(unversioned, where), keys,
+                          None if pages is None else check_object_name(pages, where))
 
 
 @dataclass
@@ -197,6 +216,54 @@ class RemoteStore:
 
     def has_object(self, name: str) -> bool:
         return self.objects.read_range(object_key(name), 0, 0) is not None
+
+    def has_objects(self, names: Sequence[str]) -> list[bool]:
+        """:meth:`has_object` of each name, the requests in flight together (one round trip per window)."""
+        got = read_ranges(self.objects, [(object_key(n), 0, 0) for n in names], max_gap=None)
+        return [g is not None for g in got]
+
+    def put_objects(self, datas: Sequence[bytes], what: str = "object") -> list[str]:
+        """:meth:`put_object` of each, batched: one wave of existence checks, one of writes; their names."""
+        if self.read_only:
+            raise ReadOnlyRemoteError(f"{self.url} is read-only (http); push to s3://, gs:// or a directory")
+        names = [object_name(d) for d in datas]
+        todo: dict[str, bytes] = {}
+        unique = list(dict.fromkeys(names))
+        for name, there in zip(unique, self.has_objects(unique), strict=True):
+            if there:
+                self.transfer.objects_skipped += 1
+            else:
+                todo[name] = datas[names.index(name)]
+        write_many(self.objects, [(object_key(n), d) for n, d in todo.items()], in_flight=OBJECTS_IN_FLIGHT)
+        for d in todo.values():
+            self.transfer.bytes_sent += len(d)
+            self.transfer.objects_sent += 1
+            self._tick(what)
+        return names
+
+    def get_objects(self, names: Sequence[str], what: str = "object", *,
+                    in_flight: int | None = None) -> list[bytes]:
+        """:meth:`get_object` of each name, downloads in flight together (bounded windows)."""
+        for name in names:
+            check_object_name(name, self.url)
+        keys = [object_key(n) for n in names]
+        window = max(1, in_flight or OBJECTS_IN_FLIGHT)
+        got: list[bytes | None] = []
+        try:
+            for first in range(0, len(keys), window):
+                got += read_bounded_many(self.objects, keys[first:first + window], MAX_OBJECT_BYTES,
+                                         "a remote object")
+        except FormatError as exc:
+            raise CorruptObjectError(f"{self.where(exc.key or '')}: {exc.message}") from exc
+        out: list[bytes] = []
+        for name, key, data in zip(names, keys, got, strict=True):
+            if data is None:
+                raise CorruptObjectError(f"{self.where(key)}: object {name} is missing")
+            self.transfer.bytes_received += len(data)
+            self.transfer.objects_received += 1
+            self._tick(what)
+            out.append(verify(name, data))
+        return out
 
     def put_object(self, data: bytes, what: str = "object") -> str:
         """Store ``data`` under its hash unless it is there already; its name."""

@@ -39,11 +39,11 @@ from napari_shardscope.core.versioned.errors import (
     StoreCorruptError,
     UncommittedVersionError,
     UnknownBranchError,
-    UnknownInstanceError,
     UnknownVersionError,
 )
 from napari_shardscope.core.versioned.node import NodeContent, NodeEntry, NodeLog
 from napari_shardscope.core.versioned.remotes import config as C
+from napari_shardscope.core.versioned.remotes import pages
 from napari_shardscope.core.versioned.remotes.errors import (
     CorruptObjectError,
     LostRaceError,
@@ -54,10 +54,8 @@ from napari_shardscope.core.versioned.remotes.pack import (
     NodeHeader,
     decode_data,
     decode_node,
-    decode_pairs,
     encode_data,
     encode_node,
-    encode_pairs,
     node_content,
 )
 from napari_shardscope.core.versioned.remotes.store import (
@@ -71,6 +69,8 @@ from napari_shardscope.core.versioned.remotes.store import (
 )
 from napari_shardscope.core.versioned.repository import Repository, create_repository
 
+#: Data objects of one version downloaded together (each holds up to ``DATA_OBJECT_BYTES`` of records).
+DATA_IN_FLIGHT = 4
 #: How many ids a clone reserves per counter at a time.
 ID_BLOCK = 100_000
 #: ``merge(repo, ours_branch, theirs_uuid) -> open merge version`` (pull's 3-way merge).
@@ -194,36 +194,27 @@ def _instances_in(repo: Repository, refs: Refs) -> dict[str, RemoteInstance]:
     return {name: ri for name, ri in refs.instances.items() if only is None or name in only}
 
 
-def _lacks_unversioned(repo: Repository, name: str, ri: RemoteInstance) -> bool:
-    if ri.unversioned is None:
-        return False
-    try:
-        return len(repo.scan_unversioned(name)) < ri.keys
-    except UnknownInstanceError:
-        return True
-
-
-def _check_unversioned(repo: Repository, store: RemoteStore, refs: Refs, spool: _Spool) -> None:
-    """Download, verify and decode the unversioned objects this repository lacks, into ``spool``."""
+def _check_unversioned(repo: Repository, store: RemoteStore, refs: Refs, spool: _Spool) -> list[pages.Incoming]:
+    """Download, verify and decode the unversioned pages this repository lacks, into ``spool``."""
+    out = []
     for name, ri in _instances_in(repo, refs).items():
-        if ri.unversioned is not None and _lacks_unversioned(repo, name, ri):
-            data = store.get_object(ri.unversioned, f"unversioned data of {name}")
-            decode_pairs(ri.unversioned, data)
-            spool.put(ri.unversioned, data)
+        incoming = pages.plan_fetch(repo, store, name, ri, spool.put)
+        if incoming is not None:
+            out.append(incoming)
+    return out
 
 
-def _adopt_instances(repo: Repository, refs: Refs, spool: _Spool) -> None:
-    """Add the remote's instances and the unversioned data :func:`_check_unversioned` verified."""
+def _adopt_instances(repo: Repository, refs: Refs, spool: _Spool, incoming: list[pages.Incoming]) -> None:
+    """Add the remote's instances and the unversioned pages :func:`_check_unversioned` verified."""
     for name, ri in _instances_in(repo, refs).items():
         repo.adopt_instance(name, ri.type, ri.config)
-        if ri.unversioned is not None and _lacks_unversioned(repo, name, ri):
-            repo.put_unversioned(name, decode_pairs(ri.unversioned, spool.get(ri.unversioned)))
+    for got in incoming:
+        pages.adopt_pages(repo, got, spool.get)
 
 
 def _sync_instances_in(repo: Repository, store: RemoteStore, refs: Refs) -> None:
     with _Spool(C.spool_directory(repo)) as spool:
-        _check_unversioned(repo, store, refs, spool)
-        _adopt_instances(repo, refs, spool)
+        _adopt_instances(repo, refs, spool, _check_unversioned(repo, store, refs, spool))
 
 
 class _Spool:
@@ -266,10 +257,11 @@ def _instances_out(repo: Repository, store: RemoteStore, refs: Refs | None) -> d
         have = out.get(inst.name)
         if have is not None and (have.type != inst.type or dict(have.config) != dict(inst.config)):
             raise ArgumentError(f"instance {inst.name!r} has another type or configuration on {store.url}")
-        pairs = repo.scan_unversioned(inst)
-        if have is None or len(pairs) > have.keys:
-            obj = store.put_object(encode_pairs(pairs), f"unversioned data of {inst.name}") if pairs else None
-            out[inst.name] = RemoteInstance(inst.type, dict(inst.config), obj, len(pairs))
+        sent = pages.push_pages(repo, store, inst, have)
+        if sent is not None:
+            out[inst.name] = sent
+        elif have is None:
+            out[inst.name] = RemoteInstance(inst.type, dict(inst.config))
     return out
 
 
@@ -363,18 +355,19 @@ def _fetch_held(repo: Repository, remote: str, store: RemoteStore, branches: Seq
     state.objects[refs.root.node] = refs.root.object
     with _Spool(C.spool_directory(repo, remote)) as spool:
         # every object is verified before anything is written: a bad one leaves the repository as it was
-        _check_unversioned(repo, store, refs, spool)
+        incoming = _check_unversioned(repo, store, refs, spool)
         walk = _walk(repo, store, wanted.values(), state.objects)
         for uuid in walk.order:
             _, header = walk.headers[uuid]
             records: list[NodeEntry | NodeLog] = []
-            for data_name in header.data:
-                data = store.get_object(data_name, "version data")
+            # a node's data objects download together (each up to DATA_OBJECT_BYTES: a few at a time)
+            for data_name, data in zip(header.data, store.get_objects(header.data, "version data",
+                                                                      in_flight=DATA_IN_FLIGHT), strict=True):
                 records.extend(decode_data(data_name, data, header.instances))
                 spool.put(data_name, data)
             node_content(header, records)  # the record counts the node declares
             del records
-        _adopt_instances(repo, refs, spool)
+        _adopt_instances(repo, refs, spool, incoming)
         renamed = _adopt_walk(repo, remote, walk, wanted, spool, state)
     if branches:
         state.tracking.update(wanted)
@@ -429,7 +422,7 @@ def _upload_history(repo: Repository, store: RemoteStore, head: Version, state: 
                                    f"cannot merge the instances it lacks; merge in a full clone and push from there")
         content = repo.read_node(v)
         datas, instances = encode_data(content)
-        names = [store.put_object(d, f"data of {v.short}") for d in datas]
+        names = store.put_objects(datas, f"data of {v.short}")  # checked and written together
         node = encode_node(content, state.objects, names, instances, region=C.region_of(repo))
         state.objects[v.uuid] = store.put_object(node, f"version {v.short}")
         sent.append(v.uuid)
@@ -743,9 +736,9 @@ def verify_remote(url: str) -> list[str]:
     except ShardscopeError as exc:
         problems.append(f"id counters: {exc}")
     for name, inst in refs.instances.items():
-        if inst.unversioned is not None:
+        if inst.unversioned is not None or inst.pages is not None:
             try:
-                decode_pairs(inst.unversioned, store.get_object(inst.unversioned))
+                pages.verify_pages(store, inst)
             except ShardscopeError as exc:
                 problems.append(f"unversioned data of {name}: {exc}")
     return problems
