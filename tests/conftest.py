@@ -99,7 +99,11 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Tests marked ``slow`` (long crash loops) run only when asked for: ``pytest -m slow``."""
+    """Tests marked ``slow`` (long crash loops) run only when asked for: ``pytest -m slow``; they run as
+    long as they need (no pytest-timeout limit, which guards the default run against a hang)."""
+    for item in items:
+        if "slow" in item.keywords and item.get_closest_marker("timeout") is None:
+            item.add_marker(pytest.mark.timeout(0))
     if config.getoption("markexpr"):
         return
     skip = pytest.mark.skip(reason="slow: run with `pytest -m slow`")

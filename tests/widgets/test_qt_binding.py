@@ -72,10 +72,10 @@ def test_ci_runs_the_qt_tests_under_both_bindings() -> None:
     installs ``[test-pyqt5]`` in ``.venv-pyqt5`` and runs every Qt test with ``QT_API=pyqt5``."""
     ci = (ROOT / ".ci" / "run").read_text()
     install = (ROOT / "scripts" / "install.sh").read_text()
-    assert "bash scripts/install.sh test\n" in ci and ".venv/bin/python -m pytest\n" in ci
+    assert "bash scripts/install.sh test\n" in ci and "\n.venv/bin/python -m pytest --durations=30\n" in ci
     assert "bash scripts/install.sh test-pyqt5" in ci
     lane = next(line for line in ci.splitlines() if line.startswith("QT_API=pyqt5"))
-    assert ".venv-pyqt5/bin/python -m pytest tests/widgets tests/napari_plugin tests/examples" in lane
+    assert ".venv-pyqt5/bin/python -m pytest --durations=30 tests/widgets tests/napari_plugin tests/examples" in lane
     assert "pyqt5|test-pyqt5) venv=.venv-pyqt5" in install
     extras = _extras()
     assert _bindings_of("test", extras) != _bindings_of("test-pyqt5", extras)  # two lanes, two bindings
