@@ -81,6 +81,10 @@ def test_bad_arguments_exit_2_and_a_missing_dataset_3(volume: Path) -> None:
         (["locate", str(volume)], 2),
         (["inspect", str(volume), "--scale", "nope"], 2),
         (["ls", str(volume), "--minishard", "1"], 2),
+        # a shard or minishard number past what the sharding spec has (found by the fuzz campaign: IndexError)
+        (["ls", str(volume), "--shard", "0", "--minishard", "4096"], 2),
+        (["ls", str(volume), "--shard", "-1"], 2),
+        (["ls", str(volume), "--shard", str(1 << 40)], 2),
         (["inspect", str(volume.parent / "none")], 3),
     ):
         proc = subprocess.run([*base, *argv], capture_output=True, text=True)

@@ -576,6 +576,12 @@ class PrecomputedInspector:
             return
         if minishard is not None and shard is None:
             raise ArgumentError("--minishard needs --shard")
+        sharding = source.sharding
+        for name, value, count in (("shard", shard, sharding.num_shards),
+                                   ("minishard", minishard, sharding.num_minishards)):
+            if value is not None and not 0 <= int(value) < count:
+                raise ArgumentError(f"--{name} {value}: scale {source.name!r} has {name}s 0 to {count - 1} "
+                                    f"({name}_bits={count.bit_length() - 1})")
         reader = self.reader(source)
         if shard is None:
             # Remote: the shard probes in one wave and the minishard indexes (of the first batch) in the next,
