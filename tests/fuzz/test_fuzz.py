@@ -289,3 +289,19 @@ def test_codec_header_never_opens_a_fifo_or_reads_a_huge_info(tmp_path: Path, da
                           cwd=Path(__file__).resolve().parents[2])
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.strip() == "['compresso']"
+
+
+@pytest.mark.parametrize(("seed", "argv"), [
+    # 2026-12-04 campaign (seed 3100000 on): a shard/minishard number past the sharding spec's counts
+    (3100880, ["ls", "{root}", "--shard", "３", "--minishard", "7"]),
+    # an OME-Zarr group whose labels .zattrs lists null: a child with no volume while naming openable children
+    (3101853, ["inspect", "{root}|zarr3:", "--scale", "s1", "--json"]),
+])
+def test_the_campaign_findings_replay_as_typed_errors(fuzz_seeds: tuple[list[SeedDataset], Path], tmp_path: Path,
+                                                      seed: int, argv: list[str]) -> None:
+    seeds, bomb = fuzz_seeds
+    case = make_case(seed, seeds, tmp_path / "case", bomb)
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = main([a.format(root=case.root) for a in argv])
+    assert code in EXIT_CLASSES and EXIT_CLASSES[code] != "untyped", (code, err.getvalue()[-2000:])

@@ -121,6 +121,8 @@ def _probe(location: Location, *, context: Any) -> tuple[str, str] | None:
         if data is None:
             continue
         specs = fmt.open(location, data, context).volume_specs()
+        if not specs:  # metadata without a volume (an OME-Zarr group whose images are all unusable)
+            continue
         first = specs[0]
         title = "OME-Zarr" if first.format == "ome-zarr" else fmt.title
         level = first.levels[0]
