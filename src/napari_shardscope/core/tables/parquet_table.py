@@ -37,7 +37,6 @@ import numpy.typing as npt
 
 from napari_shardscope.core.bytestore import (
     ByteStore,
-    ReadStats,
     open_store,
     parse_url,
     read_document,
@@ -57,6 +56,7 @@ from napari_shardscope.core.tables.directory import (
     stored_key_column,
 )
 from napari_shardscope.core.tables.errors import PageDirectoryError, TableDtypeError, TableError, TruncatedPageError
+from napari_shardscope.core.tables.protocol import StoredPageSource
 
 #: The key of our metadata in a file's key-value metadata, and the manifest of a directory of parts.
 METADATA_KEY = "shardscope_sorted_table"
@@ -298,7 +298,7 @@ def _column_range(col: Any) -> tuple[int, int, int]:
     return int(start), int(start) + int(col.total_compressed_size), int(col.total_uncompressed_size)
 
 
-class ParquetSource:
+class ParquetSource(StoredPageSource):
     """A table's pages from Parquet files (module docstring)."""
 
     def __init__(self, store: ByteStore, url: str, schema: TableSchema, files: Sequence[ParquetFileInfo],
@@ -313,22 +313,6 @@ class ParquetSource:
         self.page_group = page_group
         self._directory = directory
         self.column_index = dict(column_index)
-
-    @property
-    def url(self) -> str:
-        return self._url
-
-    @property
-    def schema(self) -> TableSchema:
-        return self._schema
-
-    @property
-    def directory(self) -> PageDirectory:
-        return self._directory
-
-    @property
-    def stats(self) -> ReadStats:
-        return self.store.stats
 
     def page_where(self, page: int) -> tuple[str, int | None]:
         f = self.files[int(self.page_file[page])]

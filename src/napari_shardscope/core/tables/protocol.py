@@ -16,7 +16,7 @@ from typing import Protocol, runtime_checkable
 import numpy as np
 import numpy.typing as npt
 
-from napari_shardscope.core.bytestore import ReadStats
+from napari_shardscope.core.bytestore import ByteStore, ReadStats
 from napari_shardscope.core.tables.directory import Columns, Page, PageDirectory, TableSchema
 
 U64 = npt.NDArray[np.uint64]
@@ -114,3 +114,30 @@ class PageSource(Protocol):
     def page_where(self, page: int) -> tuple[str, int | None]:
         """The file or key holding ``page`` and the byte offset where it starts (for messages)."""
         ...
+
+
+class StoredPageSource:
+    """What every byte-store backend answers the same way: its URL, schema and directory as read at
+    open, and its store's read counts. A backend sets ``store``, ``_url``, ``_schema`` and
+    ``_directory`` and adds ``fetch_pages`` and ``page_where``."""
+
+    store: ByteStore
+    _url: str
+    _schema: TableSchema
+    _directory: PageDirectory
+
+    @property
+    def url(self) -> str:
+        return self._url
+
+    @property
+    def schema(self) -> TableSchema:
+        return self._schema
+
+    @property
+    def directory(self) -> PageDirectory:
+        return self._directory
+
+    @property
+    def stats(self) -> ReadStats:
+        return self.store.stats

@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from napari_shardscope.core.bytestore import ByteStore, ReadStats, read_bounded, read_document, read_ranges
+from napari_shardscope.core.bytestore import ByteStore, read_bounded, read_document, read_ranges
 from napari_shardscope.core.encoding import Encoding
 from napari_shardscope.core.errors import ArgumentError
 from napari_shardscope.core.formats.precomputed.shard_reader import DecodeBounds, ShardedReader, decode_chunk
@@ -51,6 +51,7 @@ from napari_shardscope.core.tables.directory import (
     parse_value_max,
 )
 from napari_shardscope.core.tables.errors import PageDirectoryError, TruncatedPageError
+from napari_shardscope.core.tables.protocol import StoredPageSource
 
 TABLE_TYPE = "shardscope_sorted_table"
 DIRECTORY_FILE = "page_directory"
@@ -140,7 +141,7 @@ class ShardedSink:
         self.dest.abort()
 
 
-class ShardedSource:
+class ShardedSource(StoredPageSource):
     """A table's pages from a sharded lookup (module docstring)."""
 
     def __init__(self, store: ByteStore, url: str, schema: TableSchema, spec: ShardingSpec,
@@ -160,22 +161,6 @@ class ShardedSource:
         self.reader = ShardedReader(store, "", spec, bounds=DecodeBounds(
             max_chunks=max(1, directory.pages), max_chunk_bytes=max(1, page_rows * row_bytes),
             exact_chunk_bytes=exact))
-
-    @property
-    def url(self) -> str:
-        return self._url
-
-    @property
-    def schema(self) -> TableSchema:
-        return self._schema
-
-    @property
-    def directory(self) -> PageDirectory:
-        return self._directory
-
-    @property
-    def stats(self) -> ReadStats:
-        return self.store.stats
 
     def page_where(self, page: int) -> tuple[str, int | None]:
         shard = int(assign_chunk_ids(self.spec, np.asarray([page], dtype=np.uint64)).shard[0])

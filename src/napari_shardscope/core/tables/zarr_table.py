@@ -35,7 +35,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from napari_shardscope.core.bytestore import ByteStore, ReadStats, join_key, read_ranges
+from napari_shardscope.core.bytestore import ByteStore, join_key, read_ranges
 from napari_shardscope.core.errors import ArgumentError, MetadataError
 from napari_shardscope.core.formats.zarr3.codecs import encode_chunk, split_codec_chain
 from napari_shardscope.core.formats.zarr3.metadata import (
@@ -65,6 +65,7 @@ from napari_shardscope.core.tables.errors import (
     TruncatedPageError,
     UnsortedTableError,
 )
+from napari_shardscope.core.tables.protocol import StoredPageSource
 
 #: The group attribute naming a table written here.
 ATTRIBUTE = "shardscope_sorted_table"
@@ -309,7 +310,7 @@ def _fill(reader: Zarr3ArrayReader) -> npt.NDArray[Any]:
     return np.full(reader.inner_chunk_shape, meta.fill_scalar, dtype=meta.dtype)
 
 
-class ZarrSource:
+class ZarrSource(StoredPageSource):
     """A table's pages from Zarr v3 arrays (see the module docstring for the layouts read)."""
 
     def __init__(self, store: ByteStore, url: str, schema: TableSchema, key: ZarrColumn,
@@ -323,22 +324,6 @@ class ZarrSource:
         self.value_columns = dict(values)
         self._directory = directory
         self._fetcher = ChunkFetcher(store)
-
-    @property
-    def url(self) -> str:
-        return self._url
-
-    @property
-    def schema(self) -> TableSchema:
-        return self._schema
-
-    @property
-    def directory(self) -> PageDirectory:
-        return self._directory
-
-    @property
-    def stats(self) -> ReadStats:
-        return self.store.stats
 
     def page_where(self, page: int) -> tuple[str, int | None]:
         r = self.key_column.reader
