@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
@@ -33,6 +32,7 @@ import numpy.typing as npt
 
 from napari_shardscope.core.errors import ArgumentError
 from napari_shardscope.core.labelmap.paged import PagedTable, ReadMany, write_table
+from napari_shardscope.core.tables.reverse import sort_by_ranges
 
 U64 = npt.NDArray[np.uint64]
 Bools = npt.NDArray[np.bool_]
@@ -207,26 +207,16 @@ def reverse_rows(source: AgglomerationSource, listed: int, max_body: int,
         return
     n_parts = -(-listed // (SORT_IN_MEMORY // 2))
     edges = np.linspace(0, max_body + 1, n_parts + 1)[1:-1].astype(np.uint64)
-    with tempfile.TemporaryDirectory(prefix="shardscope-agglomeration-", dir=scratch) as tmp:
-        files = [Path(tmp) / f"part-{i:05d}" for i in range(n_parts)]
-        handles = [f.open("wb") for f in files]
-        try:
-            for svs, bodies in source.iter_pages():
-                rows = np.zeros(len(svs), dtype=REVERSE_DTYPE)
-                rows["body"], rows["sv"] = bodies, svs
-                which = np.searchsorted(edges, rows["body"], side="right")
-                order = np.argsort(which, kind="stable")
-                cuts = np.searchsorted(which[order], np.arange(1, n_parts))
-                for i, part in enumerate(np.split(rows[order], cuts)):
-                    if part.size:
-                        handles[i].write(part.tobytes())
-        finally:
-            for h in handles:
-                h.close()
-        for f in files:
-            part = np.fromfile(f, dtype=REVERSE_DTYPE)
-            f.unlink()
-            yield part[np.lexsort((part["sv"], part["body"]))]
+
+    def page_rows() -> Iterator[np.ndarray[Any, Any]]:
+        for svs, bodies in source.iter_pages():
+            rows = np.zeros(len(svs), dtype=REVERSE_DTYPE)
+            rows["body"], rows["sv"] = bodies, svs
+            yield rows
+
+    for part in sort_by_ranges(page_rows(), edges, ("body", "sv"), scratch=scratch,
+                               prefix="shardscope-agglomeration-"):
+        yield part if part.size else np.zeros(0, dtype=REVERSE_DTYPE)
 
 
 class MappingSource:

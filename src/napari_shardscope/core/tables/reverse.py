@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import os
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -65,31 +65,48 @@ def reverse_rows(table: SortedTable, value: str, *, memory_rows: int = DEFAULT_M
         yield v[order], {key_name: k[order]}
         return
     edges = _range_edges(table, value, -(-n // memory_rows))
-    with tempfile.TemporaryDirectory(prefix="shardscope-reverse-", dir=scratch) as tmp:
+    row = np.dtype([("v", "<u8"), ("k", "<u8")])
+
+    def page_rows() -> Iterator[npt.NDArray[Any]]:
+        for page in table.iter_pages([value]):
+            v = page.values[value]
+            _check_non_negative(v, value)
+            rows = np.empty(page.keys.size, dtype=row)
+            rows["v"], rows["k"] = v.astype(np.uint64), page.keys
+            yield rows
+
+    for part in sort_by_ranges(page_rows(), edges, ("v", "k"), scratch=scratch, prefix="shardscope-reverse-"):
+        if part.size:
+            yield part["v"].astype(np.uint64), {key_name: part["k"].astype(np.uint64)}
+
+
+def sort_by_ranges(batches: Iterable[npt.NDArray[Any]], edges: U64, order: tuple[str, str], *,
+                   scratch: str | os.PathLike[str] | None = None, prefix: str = "shardscope-sort-",
+                   ) -> Iterator[npt.NDArray[Any]]:
+    """Rows (structured arrays) sorted by ``order`` (major field, minor field) with bounded memory: each batch is
+    split by the major field's ranges (``edges``: the ranges' inner bounds) into one spill file per range, then each
+    range is read back and sorted alone. Yields one sorted part per range, in order (empty ones too)."""
+    major, minor = order
+    with tempfile.TemporaryDirectory(prefix=prefix, dir=scratch) as tmp:
         files = [Path(tmp) / f"range-{i:05d}" for i in range(edges.size + 1)]
-        row = np.dtype([("v", "<u8"), ("k", "<u8")])
+        dtype: np.dtype[Any] | None = None
         handles = [f.open("wb") for f in files]
         try:
-            for page in table.iter_pages([value]):
-                v = page.values[value]
-                _check_non_negative(v, value)
-                rows = np.empty(page.keys.size, dtype=row)
-                rows["v"], rows["k"] = v.astype(np.uint64), page.keys
-                which = np.searchsorted(edges, rows["v"], side="right")
-                order = np.argsort(which, kind="stable")
-                cuts = np.searchsorted(which[order], np.arange(1, len(files)))
-                for i, part in enumerate(np.split(rows[order], cuts)):
-                    if part.size:
-                        handles[i].write(part.tobytes())
+            for rows in batches:
+                dtype = rows.dtype
+                which = np.searchsorted(edges, rows[major], side="right")
+                by_range = np.argsort(which, kind="stable")
+                cuts = np.searchsorted(which[by_range], np.arange(1, len(files)))
+                for i, piece in enumerate(np.split(rows[by_range], cuts)):
+                    if piece.size:
+                        handles[i].write(piece.tobytes())
         finally:
             for h in handles:
                 h.close()
         for f in files:
-            part = np.fromfile(f, dtype=row)
+            part: npt.NDArray[Any] = np.fromfile(f, dtype=dtype) if dtype is not None else np.zeros(0)
             f.unlink()
-            if part.size:
-                part = part[np.lexsort((part["k"], part["v"]))]
-                yield part["v"].astype(np.uint64), {key_name: part["k"].astype(np.uint64)}
+            yield part[np.lexsort((part[minor], part[major]))] if part.size else part
 
 
 def _check_non_negative(v: npt.NDArray[Any], name: str) -> None:
