@@ -286,3 +286,31 @@ def test_branch_merge_conflicts_named_by_annotation(syn: AnnotationInstance, rep
         for key in view.keys("synapses", prefix=K.SPATIAL_PREFIX):
             a = m.get(K.id_of_index_key(key))
             assert key == K.spatial_key(tuple(p // b for p, b in zip(a.point, syn.block, strict=True)), a.id)
+
+
+def test_merge_with_labelmap_edited_on_both_sides(syn: AnnotationInstance, repo: Repository,
+                                                  base0: np.ndarray) -> None:
+    ids, main, alt = two_branches(syn, repo)
+    lm = syn.labelmap
+    a_body = lm.at(main).body_at((10, 60, 60))
+    b_body = lm.at(main).body_at((10, 200, 200))
+    c_body = lm.at(main).body_at((50, 20, 230))
+    assert len({a_body, b_body, c_body}) == 3
+    lm.at(main).merge(a_body, [b_body])  # ours: a labelmap edit and an annotation edit
+    syn.at(main).move(ids["pre"], (10, 60, 60))
+    lm.at(alt).merge(c_body, [lm.at(alt).body_at((50, 230, 20))])  # theirs: the same
+    syn.at(alt).move(ids["post"], (10, 200, 200))
+    repo.commit(main, "ours")
+    repo.commit(alt, "theirs")
+    with pytest.raises(ConflictError):  # the annotation merge alone cannot merge two labelmap histories
+        merge_annotation_branches(syn, "main", "alt")
+    from napari_shardscope.core.annotation import merge_with_labelmap
+
+    result = merge_with_labelmap(lm, [syn], "main", "alt", message="both")
+    m = syn.at(result.version.uuid)
+    assert m.get(ids["pre"]).point == (10, 60, 60) and m.get(ids["post"]).point == (10, 200, 200)
+    # the synapse's two ends now lie in one merged body of the merge version's labelmap
+    assert m.body_of(ids["pre"]) == m.body_of(ids["post"]) == a_body
+    assert {a.id for a in m.by_body(a_body)} >= {ids["pre"], ids["post"]}
+    assert_by_body(syn, result.version.uuid)
+    assert result.annotations["synapses"].mutation.operation == "merge-branches"

@@ -14,6 +14,7 @@ without a write here. Public API::
     v.in_box(lo, hi); v.with_tag("checked"); v.by_body(body); v.body_of(pre.id)
     v.undo(); v.redo(); v.mutations()
     merge_annotation_branches(syn, "main", "alt", resolutions={"annotation:12": "theirs"})
+    merge_with_labelmap(lm, [syn], "main", "alt")   # labelmap and annotations edited on both sides
 """
 
 from napari_shardscope.core.annotation.branch_merge import (
@@ -21,7 +22,9 @@ from napari_shardscope.core.annotation.branch_merge import (
     AnnotationMergeConflictError,
     AnnotationMergePlan,
     AnnotationMergeResult,
+    CombinedMergeResult,
     merge_annotation_branches,
+    merge_with_labelmap,
     plan_annotation_merge,
 )
 from napari_shardscope.core.annotation.errors import (
@@ -57,12 +60,14 @@ __all__ = [
     "AnnotationMutation",
     "AnnotationRecordError",
     "AnnotationVersion",
+    "CombinedMergeResult",
     "KeyChange",
     "NothingToUndoError",
     "Relationship",
     "UnknownAnnotationError",
     "create_annotation_instance",
     "merge_annotation_branches",
+    "merge_with_labelmap",
     "open_annotation_instance",
     "plan_annotation_merge",
 ]

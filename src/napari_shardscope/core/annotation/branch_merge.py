@@ -31,6 +31,9 @@ from napari_shardscope.core.annotation.model import Annotation
 from napari_shardscope.core.annotation.mutations import AnnotationMutation
 from napari_shardscope.core.annotation.version import AnnotationBackend, Editor, commit_edit, decode
 from napari_shardscope.core.errors import ConflictError
+from napari_shardscope.core.labelmap import Labelmap
+from napari_shardscope.core.labelmap.branch_merge import BranchMergeResult, merge_branches
+from napari_shardscope.core.labelmap.branch_merge import MergePolicy as LabelmapPolicy
 from napari_shardscope.core.versioned.dag import Version
 from napari_shardscope.core.versioned.errors import UncommittedVersionError
 from napari_shardscope.core.versioned.view import VersionWriter
@@ -212,3 +215,57 @@ def write_merge(w: VersionWriter, backend: AnnotationBackend, plan: AnnotationMe
     if message:
         args["message"] = message
     return commit_edit(w, backend, ed, "merge-branches", args, user)
+
+
+@dataclass(frozen=True)
+class CombinedMergeResult:
+    """A branch merge of a labelmap and the annotation instances bound to it: one merge version."""
+
+    version: Version
+    labelmap: BranchMergeResult
+    annotations: Mapping[str, AnnotationMergeResult]
+
+
+def merge_with_labelmap(lm: Labelmap, annotations: Sequence[AnnotationBackend], ours: str, theirs: str, *,
+                        resolutions: Mapping[str, str] | None = None, policy: str = "fail",
+                        branch: str | None = None, user: str | None = None,
+                        message: str | None = None) -> CombinedMergeResult:
+    """Merge ``theirs`` into ``ours`` for a labelmap *and* its annotation instances, as one merge version.
+
+    The labelmap merges its edits (:func:`~napari_shardscope.core.labelmap.branch_merge.merge_branches`),
+    each annotation instance its records id by id; ``resolutions`` holds both kinds of conflict key
+    (``"body:12"``, ``"supervoxel:34"``, ``"annotation:56"``; an annotation key applies to every
+    instance with that conflict). The annotations are planned and checked first, so unresolved
+    annotation conflicts raise :class:`AnnotationMergeConflictError` before anything is written.
+    """
+    chosen = dict(resolutions or {})
+    ann_keys = {k: v for k, v in chosen.items() if k.startswith("annotation:")}
+    lm_keys = {k: v for k, v in chosen.items() if k not in ann_keys}
+    decided: list[tuple[AnnotationBackend, AnnotationMergePlan, tuple[int, ...], dict[str, str]]] = []
+    named: set[str] = set()
+    for backend in annotations:
+        if backend.labelmap.name != lm.name:
+            raise AnnotationArgumentError(f"annotation instance {backend.name!r} is bound to labelmap "
+                                          f"{backend.labelmap.name!r}, not {lm.name!r}")
+        plan = plan_annotation_merge(backend, ours, theirs)
+        mine = {c.key for c in plan.conflicts}
+        named |= mine & set(ann_keys)
+        take, sides = resolve_annotation_merge(plan, resolutions={k: v for k, v in ann_keys.items() if k in mine},
+                                               policy=policy)
+        decided.append((backend, plan, take, sides))
+    stray = sorted(set(ann_keys) - named)
+    if stray:
+        raise AnnotationArgumentError(f"resolution {stray[0]!r} names no annotation conflict")
+    written: dict[str, AnnotationMutation] = {}
+
+    def write(w: VersionWriter) -> None:
+        for backend, plan, take, sides in decided:
+            written[backend.name] = write_merge(w, backend, plan, take, sides, user, message)
+
+    lm_policy: LabelmapPolicy = "ours" if policy == "ours" else "theirs" if policy == "theirs" else "fail"
+    done = merge_branches(lm, ours, theirs, resolutions=lm_keys, policy=lm_policy,  # type: ignore[arg-type]
+                          branch=branch, user=user, message=message, keep_ours=[b.name for b, *_ in decided],
+                          then=write)
+    results = {b.name: AnnotationMergeResult(done.version, plan, written[b.name], take, sides)
+               for b, plan, take, sides in decided}
+    return CombinedMergeResult(done.version, done, results)

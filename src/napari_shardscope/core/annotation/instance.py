@@ -9,24 +9,32 @@ blocks are the spatial index's blocks). ``inst.at(ref)`` gives an
 
 from __future__ import annotations
 
+import logging
 import threading
+import time
 from typing import Any
 
 from napari_shardscope.core.annotation.errors import AnnotationArgumentError, AnnotationRecordError
-from napari_shardscope.core.annotation.keys import DATA_PREFIXES
+from napari_shardscope.core.annotation.keys import DATA_PREFIXES, ids_counter, mutations_counter
 from napari_shardscope.core.annotation.version import AnnotationVersion
-from napari_shardscope.core.errors import UnsupportedError
+from napari_shardscope.core.errors import ShardscopeError, UnsupportedError
 from napari_shardscope.core.labelmap import TYPE_NAME as LABELMAP_TYPE
 from napari_shardscope.core.labelmap import Labelmap, open_labelmap
 from napari_shardscope.core.progress import Progress
 from napari_shardscope.core.versioned.dag import Version
 from napari_shardscope.core.versioned.instance import Instance, register_instance_type
 from napari_shardscope.core.versioned.migrate import register_migration
+from napari_shardscope.core.versioned.remotes.sync import reserve_ids
 from napari_shardscope.core.versioned.repository import Repository
 
 TYPE_NAME = "annotation"
 #: The instance format this library writes (the record layout of :mod:`.model` and :mod:`.keys`).
 FORMAT = 1
+#: A clone of a remote reserves more ids before an edit when fewer than this many are left.
+ID_LOW_WATER = 256
+#: After a failed reservation (offline), edits use the ids left without asking again for this long.
+OFFLINE_RETRY_S = 60.0
+_log = logging.getLogger(__name__)
 
 register_instance_type(TYPE_NAME)
 
@@ -41,6 +49,7 @@ class AnnotationInstance:
         self.block: tuple[int, int, int] = labelmap.config.block
         self.shape: tuple[int, int, int] = labelmap.config.scales[0].shape
         self.edit_lock = threading.RLock()
+        self._offline_until = 0.0
 
     @property
     def name(self) -> str:
@@ -48,6 +57,28 @@ class AnnotationInstance:
 
     def __repr__(self) -> str:
         return f"AnnotationInstance({self.name!r}, labelmap={self.labelmap.name!r})"
+
+    def top_up_ids(self, low_water: int = ID_LOW_WATER) -> dict[str, int]:
+        """In a clone of a remote, reserve more ids when fewer than ``low_water`` are left; ids left per counter.
+
+        A clone hands out ids only from blocks reserved from its remote (so two clones never hand
+        out the same annotation or mutation id); offline, a failed reservation is logged and the
+        edit that finds none left raises :class:`~napari_shardscope.core.versioned.errors.IdsExhaustedError`.
+        """
+        left: dict[str, int] = {}
+        if self.repo.id_source() is None:
+            return left
+        for counter in (ids_counter(self.name), mutations_counter(self.name)):
+            n = sum(max(0, b - max(a, 1)) for a, b in self.repo.id_blocks(counter))
+            if n < low_water and time.monotonic() >= self._offline_until:
+                try:
+                    n += len(reserve_ids(self.repo, counter, minimum=1))
+                except ShardscopeError as exc:
+                    self._offline_until = time.monotonic() + OFFLINE_RETRY_S
+                    _log.warning("annotation %s: could not reserve more ids of %s (%d left): %s",
+                                 self.name, counter, n, exc)
+            left[counter] = n
+        return left
 
     def at(self, ref: str | Version) -> AnnotationVersion:
         """Reads and edits at one version (a branch name means its head *now*)."""

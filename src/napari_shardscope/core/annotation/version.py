@@ -68,6 +68,10 @@ class AnnotationBackend(Protocol):
     @property
     def name(self) -> str: ...
 
+    def top_up_ids(self) -> dict[str, int]:
+        """In a clone, reserve more ids from the remote when few are left."""
+        ...
+
 
 def default_user() -> str:
     """Who edits, for the mutation log: ``$SHARDSCOPE_USER``, else the login name."""
@@ -366,6 +370,7 @@ class AnnotationVersion:
     def _edit(self, operation: str, args: dict[str, Any], user: str | None,
               change: Callable[[Editor], T]) -> tuple[AnnotationMutation, T]:
         b = self.instance
+        b.top_up_ids()
         with b.edit_lock, b.repo.write(self.uuid) as w:
             ed = Editor(w, b.instance, b.block)
             result = change(ed)
@@ -384,6 +389,8 @@ class AnnotationVersion:
         wanted = None if id is None else check_id(id)
         sv = self._supervoxel(p)
         counter = K.ids_counter(self.instance.name)
+        # a clone hands out ids only from reserved blocks; a caller's id does not move those
+        lift = self.instance.repo.id_source() is None
 
         def change(ed: Editor) -> Annotation:
             if wanted is None:
@@ -392,7 +399,8 @@ class AnnotationVersion:
                 aid = wanted
                 if ed.get(aid) is not None:
                     raise AnnotationExistsError(f"annotation {aid} already exists at version {self.uuid[:8]}")
-                ed.w.allocate_ids(counter, 1, minimum=aid + 1)  # later handed-out ids pass it
+                if lift:
+                    ed.w.allocate_ids(counter, 1, minimum=aid + 1)  # later handed-out ids pass it
             a = make_annotation(aid, kind, p, tag_t, props)
             ed.store(aid, Stored(a, sv))
             return a
@@ -507,6 +515,7 @@ class AnnotationVersion:
 
     def _invert(self, stack: bytes, operation: str, user: str | None) -> AnnotationMutation:
         b = self.instance
+        b.top_up_ids()
         with b.edit_lock, b.repo.write(self.uuid) as w:
             top = _top(w, b.instance, stack)
             if top is None:
