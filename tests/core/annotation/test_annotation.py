@@ -314,3 +314,19 @@ def test_merge_with_labelmap_edited_on_both_sides(syn: AnnotationInstance, repo:
     assert {a.id for a in m.by_body(a_body)} >= {ids["pre"], ids["post"]}
     assert_by_body(syn, result.version.uuid)
     assert result.annotations["synapses"].mutation.operation == "merge-branches"
+
+
+def test_instance_binding_and_format_are_checked(syn: AnnotationInstance, repo: Repository) -> None:
+    from napari_shardscope.core.errors import UnsupportedError
+    from napari_shardscope.core.versioned.migrate import migrate_repository
+
+    with pytest.raises(AnnotationArgumentError):
+        create_annotation_instance(repo, "bad", labelmap="synapses")  # not a labelmap
+    repo.create_instance("future", "annotation", {"format": 99, "labelmap": "seg"})
+    with pytest.raises(UnsupportedError, match="format 99"):
+        open_annotation_instance(repo, "future")
+    with pytest.raises(UnsupportedError, match="format 99"):
+        migrate_repository(repo)  # the annotation step refuses what it cannot read
+    repo.create_instance("broken", "annotation", {"labelmap": 5})
+    with pytest.raises(AnnotationRecordError):
+        open_annotation_instance(repo, "broken")
