@@ -1,5 +1,6 @@
 """The versioned annotation records against a dict model: add/move/delete/tags/properties/relationships,
-undo/redo, commit and branch, on a real labelmap in a memory repository.
+undo/redo, commit, branch and branch merges (id-level three-way, conflicts by policy), on a real labelmap
+in a memory repository.
 
 After every step the version's records, its spatial and tag index keys, box and tag queries must
 equal what the model derives; every committed version keeps the model state it was committed with.
@@ -14,14 +15,18 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from hypothesis import event
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from napari_shardscope.core.annotation import (
     AnnotationInstance,
+    AnnotationMergeConflictError,
     NothingToUndoError,
     UnknownAnnotationError,
     create_annotation_instance,
+    merge_annotation_branches,
+    plan_annotation_merge,
 )
 from napari_shardscope.core.annotation import keys as K
 from napari_shardscope.core.annotation.version import block_of
@@ -184,7 +189,10 @@ class AnnotationMachine(RuleBasedStateMachine):
     @precondition(lambda self: self.committed)
     @rule(data=st.data())
     def branch_from_old(self, data: st.DataObject) -> None:
-        """Go back to any committed version and start a branch there."""
+        """Commit here, go back to any committed version and start a branch there (the work here stays a
+        committed head another branch can merge: what makes merges with changes on both sides likely)."""
+        done = self.repo.commit(self.cur.uuid, "left")
+        self.committed[done.uuid] = dict(self.cur.state)
         uuid = data.draw(st.sampled_from(list(self.committed)))
         self.branches += 1
         child = self.repo.new_version(uuid, f"b{self.branches}")
@@ -200,6 +208,73 @@ class AnnotationMachine(RuleBasedStateMachine):
         except CommittedVersionError:
             pass
         self.check(uuid, self.committed[uuid])
+
+    @precondition(lambda self: len(self.committed) >= 2)
+    @rule(data=st.data(), policy=st.sampled_from(("ours", "theirs")))
+    def merge_branches(self, data: st.DataObject, policy: str) -> None:
+        """Commit here, merge another committed version in: the model's id-level three-way merge."""
+        done = self.repo.commit(self.cur.uuid, "before merge")
+        self.committed[done.uuid] = dict(self.cur.state)
+        theirs = data.draw(st.sampled_from([u for u in self.committed if u != done.uuid]))
+        self.merge(done.uuid, theirs, policy)
+
+    @precondition(lambda self: self.cur.state)
+    @rule(data=st.data(), mine=points, other=points, tags=tag_sets, policy=st.sampled_from(("ours", "theirs")))
+    def diverge_and_merge(self, data: st.DataObject, mine: tuple[int, int, int], other: tuple[int, int, int],
+                          tags: list[str], policy: str) -> None:
+        """Two branches edit the same annotation (a move here, a move or a retag there), then merge."""
+        aid = data.draw(st.sampled_from(self.ids()))
+        done = self.repo.commit(self.cur.uuid, "fork")
+        self.committed[done.uuid] = dict(self.cur.state)
+        self.branches += 1
+        there = self.repo.new_version(done, f"b{self.branches}")
+        k, pt, t, p, r = self.cur.state[aid]
+        if data.draw(st.booleans()):
+            self.inst.at(there).move(aid, other)
+            theirs_rec = (k, other, t, p, r)
+        else:
+            self.inst.at(there).set_tags(aid, tags)
+            theirs_rec = (k, pt, tuple(sorted(set(tags))), p, r)
+        theirs = self.repo.commit(there, "theirs")
+        self.committed[theirs.uuid] = {**self.cur.state, aid: theirs_rec}
+        here = self.repo.new_version(done)
+        self.inst.at(here).move(aid, mine)
+        ours = self.repo.commit(here, "ours")
+        self.committed[ours.uuid] = {**self.cur.state, aid: (k, mine, t, p, r)}
+        self.merge(ours.uuid, theirs.uuid, policy)
+
+    def merge(self, ours: str, theirs: str, policy: str) -> None:
+        self.branches += 1
+        name = f"b{self.branches}"
+        if self.repo.is_ancestor(theirs, ours) or self.repo.is_ancestor(ours, theirs):
+            event("merge skipped: one side is the other's ancestor")
+            self.cur = Branch(self.repo.new_version(ours, name).uuid, dict(self.committed[ours]))
+            return
+        base = self.committed[self.repo.merge_base(ours, theirs).uuid]
+        ours_s, theirs_s = self.committed[ours], self.committed[theirs]
+        want: dict[int, Rec] = {}
+        conflicts = set()
+        for i in set(base) | set(ours_s) | set(theirs_s):
+            r0, ra, rb = base.get(i), ours_s.get(i), theirs_s.get(i)
+            pick = ra
+            if ra != rb and ra != r0 and rb != r0:
+                conflicts.add(f"annotation:{i}")
+                pick = ra if policy == "ours" else rb
+            elif ra == r0:
+                pick = rb
+            if pick is not None:
+                want[i] = pick
+        event("merge with conflicts" if conflicts else "merge without conflicts")
+        plan = plan_annotation_merge(self.inst, ours, theirs)
+        assert {c.key for c in plan.conflicts} == conflicts
+        if conflicts:
+            try:
+                merge_annotation_branches(self.inst, ours, theirs, branch=name)
+                raise AssertionError("a merge with conflicts was accepted without a policy")
+            except AnnotationMergeConflictError as exc:
+                assert {c.key for c in exc.unresolved} == conflicts
+        result = merge_annotation_branches(self.inst, ours, theirs, branch=name, policy=policy)
+        self.cur = Branch(result.version.uuid, want, undo=[dict(ours_s)])  # one undo takes the merge back
 
     @rule(lo=points, hi=points)
     def box_query(self, lo: tuple[int, int, int], hi: tuple[int, int, int]) -> None:
