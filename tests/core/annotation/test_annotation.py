@@ -5,11 +5,14 @@ conflicts named like the labelmap's; typed errors for bad input and damaged reco
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from napari_shardscope.core.annotation import (
     AnnotationArgumentError,
@@ -26,7 +29,7 @@ from napari_shardscope.core.annotation import (
 )
 from napari_shardscope.core.annotation import keys as K
 from napari_shardscope.core.annotation.model import decode_record
-from napari_shardscope.core.annotation.mutations import AnnotationMutation
+from napari_shardscope.core.annotation.mutations import AnnotationMutation, KeyChange
 from napari_shardscope.core.errors import ArgumentError, ConflictError, NotFoundError
 from napari_shardscope.core.labelmap import Labelmap, create_labelmap
 from napari_shardscope.core.sample_data import SampleDataset, ensure_sample_dataset
@@ -330,3 +333,26 @@ def test_instance_binding_and_format_are_checked(syn: AnnotationInstance, repo: 
     repo.create_instance("broken", "annotation", {"labelmap": 5})
     with pytest.raises(AnnotationRecordError):
         open_annotation_instance(repo, "broken")
+
+
+@settings(max_examples=300)
+@given(body=st.binary(max_size=200), cut=st.integers(0, 80), nest=st.integers(0, 3000))
+def test_hostile_records_and_log_entries_give_only_typed_errors(body: bytes, cut: int, nest: int) -> None:
+    from napari_shardscope.core.annotation.model import Annotation, Relationship, Stored, encode_record
+
+    good = encode_record(Stored(Annotation(7, "pre", (1, 2, 3), ("t",), {"s": 1}, (Relationship("PreSynTo", 8),)), 9))
+    deep = b"[" * nest + b"]" * nest
+    head = good[:good.index(b"{")]
+    for raw in (body, good[:cut] + body, head[:-4] + len(deep).to_bytes(4, "little") + deep):
+        with contextlib.suppress(AnnotationRecordError):
+            decode_record(7, raw, key="k")
+    m = AnnotationMutation(1, "add", (7,), {"a": [1]}, "u", 0.0, None,
+                           (KeyChange(b"i1", None, b"x"), KeyChange(b"s1", b"", None))).to_bytes()
+    assert AnnotationMutation.from_bytes(m).changes[1] == KeyChange(b"s1", b"", None)
+    for raw in (body, m[:cut] + body, m[:9] + len(deep).to_bytes(4, "little")[:0] + body):
+        with contextlib.suppress(AnnotationRecordError):
+            AnnotationMutation.from_bytes(raw)
+    text = b"[" * nest + b"]" * nest
+    crafted = b"SSAN\x01" + len(text).to_bytes(4, "little") + text + b"\x00\x00\x00\x00"
+    with pytest.raises(AnnotationRecordError):
+        AnnotationMutation.from_bytes(crafted)

@@ -27,6 +27,8 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from napari_shardscope.core.annotation.errors import AnnotationArgumentError, AnnotationRecordError
+from napari_shardscope.core.errors import MetadataError
+from napari_shardscope.core.json_document import load_json
 
 Kind = Literal["pre", "post", "point"]
 KINDS: tuple[str, ...] = ("pre", "post", "point")
@@ -196,12 +198,12 @@ def decode_record(aid: int, raw: bytes, *, key: str) -> Stored:
     tail: dict[str, Any] = {}
     if n:
         try:
-            tail = json.loads(raw[_HEAD.size:])
+            tail = load_json(raw[_HEAD.size:], key=key, max_depth=4)
             if not isinstance(tail, dict):
                 raise ValueError("not an object")
             rels = [Relationship(check_relation(r), check_id(t)) for r, t in tail.get("rels", [])]
             a = make_annotation(aid, KINDS[kind], (z, y, x), tail.get("tags", []), tail.get("props", {}), rels)
-        except (ValueError, TypeError, AnnotationArgumentError) as exc:
+        except (ValueError, TypeError, AnnotationArgumentError, MetadataError) as exc:
             raise AnnotationRecordError(f"malformed record tail ({exc})", key=key, offset=_HEAD.size) from exc
     else:
         a = Annotation(aid, KINDS[kind], (z, y, x))

@@ -18,6 +18,8 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from napari_shardscope.core.annotation.errors import AnnotationRecordError
+from napari_shardscope.core.errors import MetadataError
+from napari_shardscope.core.json_document import load_json
 
 Operation = Literal["add", "move", "delete", "set-properties", "set-tags", "relate", "unrelate", "undo", "redo",
                     "merge-branches"]
@@ -95,13 +97,13 @@ class AnnotationMutation:
         if pos + _COUNT.size > len(data):
             raise AnnotationRecordError("header truncated", key=key, offset=len(data))
         try:
-            h = json.loads(data[_HEAD.size:pos])
+            h = load_json(data[_HEAD.size:pos], key=key, max_depth=16)
             if h["op"] not in OPERATIONS:
                 raise ValueError(f"unknown operation {h['op']!r}")
             head = dict(mutation_id=int(h["id"]), operation=str(h["op"]), ids=tuple(int(i) for i in h["ids"]),
                         args=dict(h["args"]), user=str(h["user"]), time=float(h["time"]),
                         target=None if h["target"] is None else int(h["target"]))
-        except (ValueError, TypeError, KeyError) as exc:
+        except (ValueError, TypeError, KeyError, MetadataError) as exc:
             raise AnnotationRecordError(f"malformed header ({type(exc).__name__}: {exc})", key=key,
                                         offset=_HEAD.size) from exc
         (count,) = _COUNT.unpack_from(data, pos)
