@@ -356,3 +356,22 @@ def test_hostile_records_and_log_entries_give_only_typed_errors(body: bytes, cut
     crafted = b"SSAN\x01" + len(text).to_bytes(4, "little") + text + b"\x00\x00\x00\x00"
     with pytest.raises(AnnotationRecordError):
         AnnotationMutation.from_bytes(crafted)
+
+
+def test_bad_query_arguments_are_typed(syn: AnnotationInstance) -> None:
+    from napari_shardscope.core.labelmap import UnknownLabelError
+
+    v = syn.at("main")
+    v.add("pre", (3, 3, 3))
+    for lo, hi in (((0, 0), (1, 1, 1)), (("a", 0, 0), (1, 1, 1)), (None, (1, 1, 1)), ((0.5, 0, 0), (9, 9, 9))):
+        with pytest.raises(AnnotationArgumentError):
+            v.in_box(lo, hi)  # type: ignore[arg-type]
+    assert [a.point for a in v.in_box((-5, -5, -5), (10**6, 10**6, 10**6))] == [(3, 3, 3)]
+    assert v.in_box((9, 9, 9), (1, 1, 1)) == []
+    for bad in (0, -1, 2**64, "7", True):
+        with pytest.raises(AnnotationArgumentError):
+            v.get(bad)  # type: ignore[arg-type]
+    with pytest.raises(AnnotationArgumentError):
+        v.with_tag("")
+    with pytest.raises(UnknownLabelError):
+        v.by_body(2**63)

@@ -96,6 +96,17 @@ def index_keys(s: Stored | None, block: tuple[int, int, int]) -> set[bytes]:
     return {K.spatial_key(block_of(a.point, block), a.id), *(K.tag_key(t, a.id) for t in a.tags)}
 
 
+def _corner(value: object) -> list[int] | None:
+    """Three integer voxel coordinates (any sign: a box may reach past the volume), or None."""
+    try:
+        items = list(value)  # type: ignore[call-overload]
+    except TypeError:
+        return None
+    if len(items) != 3 or any(isinstance(v, bool) or not isinstance(v, int | np.integer) for v in items):
+        return None
+    return [int(v) for v in items]
+
+
 def decode(aid: int, raw: bytes | None) -> Stored | None:
     return None if raw is None else decode_record(aid, raw, key=f"annotation {aid}")
 
@@ -278,10 +289,9 @@ class AnnotationVersion:
         One range scan per row of blocks the box overlaps (clipped to the labelmap's shape), then
         the records of the candidates.
         """
-        box_lo = [int(v) for v in lo]
-        box_hi = [int(v) for v in hi]
-        if len(box_lo) != 3 or len(box_hi) != 3:
-            raise AnnotationArgumentError(f"a box is two (z, y, x) corners, got {lo!r}, {hi!r}")
+        box_lo, box_hi = _corner(lo), _corner(hi)
+        if box_lo is None or box_hi is None:
+            raise AnnotationArgumentError(f"a box is two (z, y, x) corners of integers, got {lo!r}, {hi!r}")
         shape, block = self.instance.shape, self.instance.block
         clo = [max(0, v) for v in box_lo]
         chi = [min(s, v) for s, v in zip(shape, box_hi, strict=True)]
@@ -320,6 +330,8 @@ class AnnotationVersion:
         index); a candidate belongs when its recorded supervoxel still exists here and maps to the
         body, or — when a supervoxel split retired that supervoxel — when the voxel under its point
         does. No annotation record depends on the body map, so merges and cleaves need no write here.
+        A body that does not exist here (merged away, never made) raises the labelmap's
+        :class:`~napari_shardscope.core.labelmap.errors.UnknownLabelError`.
         """
         lm = self.instance.labelmap
         lmv = lm.at(self.uuid)
