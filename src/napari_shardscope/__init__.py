@@ -78,6 +78,12 @@ _PUBLIC: dict[str, str] = {
     "merge_branches": "napari_shardscope.core.labelmap.branch_merge",
     "review_branch": "napari_shardscope.core.labelmap.review",
     "ProofreadingController": "napari_shardscope.core.proofreading",
+    # annotations versioned beside a labelmap (synapses; their body is the labelmap's at each version)
+    "create_annotation_instance": "napari_shardscope.core.annotation",
+    "open_annotation_instance": "napari_shardscope.core.annotation",
+    "AnnotationInstance": "napari_shardscope.core.annotation",
+    "AnnotationVersion": "napari_shardscope.core.annotation",
+    "Annotation": "napari_shardscope.core.annotation",
     # remotes
     "add_remote": "napari_shardscope.core.versioned.remotes",
     "clone": "napari_shardscope.core.versioned.remotes",
@@ -108,6 +114,9 @@ _PUBLIC: dict[str, str] = {
 _SUBMODULES = ("gui", "core", "cli", "napari_plugin", "widgets")
 
 __all__ = [
+    "Annotation",
+    "AnnotationInstance",
+    "AnnotationVersion",
     "ArgumentError",
     "BodySplit",
     "ConflictError",
@@ -130,6 +139,7 @@ __all__ = [
     "__version__",
     "add_remote",
     "clone",
+    "create_annotation_instance",
     "create_labelmap",
     "create_repository",
     "ensure_sample_dataset",
@@ -137,6 +147,7 @@ __all__ = [
     "fetch",
     "init_repository",
     "merge_branches",
+    "open_annotation_instance",
     "open_annotations",
     "open_dataset",
     "open_labelmap",
@@ -158,6 +169,13 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:  # what mypy, IDEs and the API reference (griffe) read; at run time __getattr__ loads them
+    from napari_shardscope.core.annotation import (
+        Annotation,
+        AnnotationInstance,
+        AnnotationVersion,
+        create_annotation_instance,
+        open_annotation_instance,
+    )
     from napari_shardscope.core.cli import run as shardscope
     from napari_shardscope.core.errors import (
         ArgumentError,

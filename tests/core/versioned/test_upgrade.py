@@ -123,7 +123,8 @@ def test_migrate_reports_the_upgrade_then_nothing(old_repo: tuple[Path, list[obj
     assert again.returncode == 0 and json.loads(again.stdout)["changed"] is False
     text = subprocess.run(cmd[:-1], capture_output=True, text=True, timeout=300)
     assert text.returncode == 0
-    assert text.stdout.splitlines() == ["repository-format: up to date", "labelmap: up to date", "ok"]
+    assert text.stdout.splitlines() == ["repository-format: up to date", "labelmap: up to date",
+                                        "annotation: up to date", "ok"]
     with open_repository(path) as repo:
         assert observe(repo) == expected
 
@@ -161,13 +162,14 @@ def test_repo_migrate_runs_a_data_types_step_after_the_format(old_repo: tuple[Pa
     first = subprocess.run([*cmd, "--json"], capture_output=True, text=True, timeout=300, cwd=ROOT)
     assert first.returncode == 0, first.stderr
     steps = json.loads(first.stdout)["steps"]
-    assert [s["name"] for s in steps] == ["repository-format", "labelmap", "test-kv"]
-    assert steps[0]["from"] == 1 and steps[2] == {"name": "test-kv", "done": "marked kv migrated", "instances": ["kv"]}
+    assert [s["name"] for s in steps] == ["repository-format", "labelmap", "annotation", "test-kv"]
+    assert steps[0]["from"] == 1 and steps[3] == {"name": "test-kv", "done": "marked kv migrated", "instances": ["kv"]}
     assert "migrate: 1/1 kv" in first.stderr
     again = subprocess.run([*cmd, "--quiet"], capture_output=True, text=True, timeout=300, cwd=ROOT)
     assert again.returncode == 0 and again.stderr == ""
     assert again.stdout.splitlines() == [
-        "repository-format: up to date", "labelmap: up to date", "test-kv: up to date", "ok"]
+        "repository-format: up to date", "labelmap: up to date", "annotation: up to date", "test-kv: up to date",
+        "ok"]
 
 
 def test_a_step_reports_figures_and_what_it_left(tmp_path: Path) -> None:

@@ -204,7 +204,8 @@ def cmd_verify(args: argparse.Namespace) -> int:
 
 #: Modules of the data types that register a ``repo migrate`` step when imported (the repository
 #: format's own step is registered by :mod:`~napari_shardscope.core.versioned.migrate`).
-MIGRATING_TYPES: tuple[str, ...] = ("napari_shardscope.core.labelmap.migrate",)
+MIGRATING_TYPES: tuple[str, ...] = ("napari_shardscope.core.labelmap.migrate",
+                                    "napari_shardscope.core.annotation.instance")
 
 
 def cmd_migrate(args: argparse.Namespace) -> int:

@@ -45,7 +45,7 @@ write nothing.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -516,7 +516,8 @@ def resolve_branch_merge(lm: Labelmap, plan: BranchMergePlan, *, resolutions: Ma
 
 def merge_branches(lm: Labelmap, ours: str, theirs: str, *, resolutions: Mapping[str, Resolution] | None = None,
                    policy: MergePolicy = "fail", branch: str | None = None, user: str | None = None,
-                   message: str | None = None) -> BranchMergeResult:
+                   message: str | None = None, keep_ours: Sequence[str] = (),
+                   then: Callable[[VersionWriter], None] | None = None) -> BranchMergeResult:
     """Merge branch head ``theirs`` into ``ours`` as a new open version (parents ours, theirs).
 
     Parameters
@@ -528,6 +529,10 @@ def merge_branches(lm: Labelmap, ours: str, theirs: str, *, resolutions: Mapping
         :class:`BranchMergeConflictError` (nothing written) when any is left.
     branch
         A new branch name for the merge version (default: continue ``ours``'s branch).
+    keep_ours, then
+        Other instances that merge themselves (annotations bound to this labelmap): their keys
+        take ours' value in the store's merge, and ``then(writer)`` writes their merge on the same
+        merge version, in the same transaction.
 
     Raises
     ------
@@ -567,8 +572,10 @@ def merge_branches(lm: Labelmap, ours: str, theirs: str, *, resolutions: Mapping
 
     def write(w: VersionWriter) -> None:
         written.append(write_plan(w, lm.instance, lm.name, edit, user or default_user()).mutation)
+        if then is not None:
+            then(w)
 
-    result = lm.repo.merge(plan.ours, plan.theirs, branch=branch, keep_ours=[lm.name], then=write)
+    result = lm.repo.merge(plan.ours, plan.theirs, branch=branch, keep_ours=[lm.name, *keep_ours], then=write)
     return BranchMergeResult(result.version, plan, written[0], outcome.applied, outcome.reverted, outcome.dropped,
                              outcome.removed, outcome.restored)
 
