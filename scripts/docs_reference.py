@@ -80,6 +80,13 @@ API_REFERENCE: tuple[tuple[str, tuple[str, ...]], ...] = (
         "napari_shardscope.merge_branches",
         "napari_shardscope.review_branch",
     )),
+    ("Versioned annotations (synapses) on a labelmap", (
+        "napari_shardscope.create_annotation_instance",
+        "napari_shardscope.open_annotation_instance",
+        "napari_shardscope.AnnotationInstance",
+        "napari_shardscope.AnnotationVersion",
+        "napari_shardscope.Annotation",
+    )),
     ("Remotes: clone, fetch, pull, push", (
         "napari_shardscope.add_remote",
         "napari_shardscope.clone",
