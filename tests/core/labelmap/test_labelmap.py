@@ -5,7 +5,7 @@ notifications and errors."""
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -422,3 +422,20 @@ def test_read_once_through_tensorstore_when_no_direct_reader(tmp_path: Path, rep
     v.split_supervoxel(40, [[2, 13, 20], [2, 13, 21]])
     check_read_once(v, 1)
     assert v.read_once(..., bodies=False).dtype == np.uint64
+
+
+@pytest.mark.parametrize("raw", [b"[1, 2]", b"{", b"[" * 100_000, b"\xff\xfe", b"1" * 5000])
+def test_damaged_stored_metadata_is_a_typed_error(raw: bytes) -> None:
+    """The agglomeration's and the label index's stored metadata go through the one bounded JSON loader:
+    a damaged document is the labelmap's typed error naming the key (deep nesting was a RecursionError)."""
+    from napari_shardscope.core.labelmap.agglomeration import open_stored_agglomeration
+    from napari_shardscope.core.labelmap.errors import LabelmapStateError
+    from napari_shardscope.core.labelmap.label_index import IndexDecodeError, load_index_meta
+
+    def read(keys: Sequence[bytes]) -> list[bytes | None]:
+        return [raw for _ in keys]
+
+    with pytest.raises(LabelmapStateError, match="agglomeration/meta"):
+        open_stored_agglomeration(read)
+    with pytest.raises(IndexDecodeError, match="index/meta"):
+        load_index_meta(read)

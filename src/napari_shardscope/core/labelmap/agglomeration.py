@@ -30,7 +30,8 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 import numpy.typing as npt
 
-from napari_shardscope.core.errors import ArgumentError
+from napari_shardscope.core.errors import ArgumentError, MetadataError
+from napari_shardscope.core.json_document import load_json_object
 from napari_shardscope.core.labelmap.paged import PagedTable, ReadMany, write_table
 from napari_shardscope.core.tables.reverse import sort_by_ranges
 
@@ -142,10 +143,8 @@ def open_stored_agglomeration(read: ReadMany) -> StoredAgglomeration | None:
     if raw is None:
         return None
     try:
-        meta = json.loads(raw)
-        if not isinstance(meta, dict):
-            raise ValueError("not an object")
-    except ValueError as exc:
+        meta = load_json_object(raw, key=META_KEY.decode())
+    except MetadataError as exc:
         from napari_shardscope.core.labelmap.errors import LabelmapStateError
 
         raise LabelmapStateError(f"stored agglomeration metadata is damaged ({exc})") from exc

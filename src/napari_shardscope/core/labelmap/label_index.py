@@ -38,7 +38,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from napari_shardscope.core.errors import FormatError
+from napari_shardscope.core.errors import FormatError, MetadataError
+from napari_shardscope.core.json_document import load_json_object
 from napari_shardscope.core.labelmap.agglomeration import AgglomerationSource
 from napari_shardscope.core.labelmap.geometry import BlockGrid, Box, Coord
 from napari_shardscope.core.labelmap.keys import INDEX_META_KEY
@@ -592,9 +593,6 @@ def load_index_meta(read: ReadMany) -> dict[str, Any] | None:
     if raw is None:
         return None
     try:
-        meta = json.loads(raw)
-        if not isinstance(meta, dict):
-            raise ValueError("not an object")
-    except ValueError as exc:
+        return load_json_object(raw, key="index/meta")
+    except MetadataError as exc:
         raise IndexDecodeError(f"label index metadata is damaged ({exc})", key="index/meta") from exc
-    return meta
