@@ -32,7 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench.common import paired_rounds, record_pair, save
 
 import napari_shardscope as ss
-from napari_shardscope.core.annotation import create_annotation_instance
+from napari_shardscope.core.annotation import add_many, create_annotation_instance
 from napari_shardscope.core.annotation.connectome import _connections_from, recount_connectivity
 
 BENCH = "connectome"
@@ -51,7 +51,7 @@ def run(n: int, rounds: int) -> None:
         shape = syn.shape
         pts = np.stack([rng.integers(0, s, 2 * n) for s in shape], axis=1)
         t0 = time.perf_counter()
-        v.add_many(["pre"] * n + ["post"] * n, pts, synapses=np.stack([np.arange(n), n + np.arange(n)], axis=1))
+        add_many(v, ["pre"] * n + ["post"] * n, pts, synapses=np.stack([np.arange(n), n + np.arange(n)], axis=1))
         print(f"  N={n:,}: add_many of {2 * n:,} annotations and {n:,} synapses in {time.perf_counter() - t0:.1f} s")
         lmv = lm.at("main")
         bodies, counts = np.unique(lmv.bodies_of(lmv.read_supervoxels()), return_counts=True)

@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from napari_shardscope.core.annotation import AnnotationInstance, create_annotation_instance
+from napari_shardscope.core.annotation import AnnotationInstance, add_many, create_annotation_instance
 from napari_shardscope.core.annotation.connectome import (
     _connections_from,
     diff_connectivity,
@@ -65,7 +65,7 @@ class ConnectomeMachine(RuleBasedStateMachine):
     def add_many(self, pre: list[Any], post: list[Any], data: st.DataObject) -> None:
         pairs = data.draw(st.lists(st.tuples(st.integers(0, len(pre) - 1), st.integers(0, len(post) - 1)),
                                    max_size=4, unique=True))
-        self.v.add_many(["pre"] * len(pre) + ["post"] * len(post), np.asarray(pre + post),
+        add_many(self.v, ["pre"] * len(pre) + ["post"] * len(post), np.asarray(pre + post),
                         synapses=[(i, len(pre) + j) for i, j in pairs])
 
     @precondition(lambda self: True)

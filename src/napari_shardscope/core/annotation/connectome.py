@@ -21,9 +21,9 @@ from __future__ import annotations
 import threading
 import weakref
 from collections import Counter, OrderedDict
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -32,12 +32,12 @@ from napari_shardscope.core.annotation import keys as K
 from napari_shardscope.core.annotation import synapse_index as S
 from napari_shardscope.core.annotation.errors import AnnotationArgumentError
 from napari_shardscope.core.annotation.model import Annotation, Point
+from napari_shardscope.core.annotation.points import supervoxels_at
 from napari_shardscope.core.errors import UnsupportedFeatureError
-from napari_shardscope.core.labelmap.geometry import Box
-from napari_shardscope.core.labelmap.version import LabelmapVersion
 
-if TYPE_CHECKING:
-    from napari_shardscope.core.annotation.version import AnnotationVersion
+#: An :class:`~.version.AnnotationVersion` (not imported: ``version`` calls into this module, and
+#: core's packages keep their modules acyclic).
+AnnotationVersion = Any
 
 U64 = npt.NDArray[np.uint64]
 #: States of versions whose re-resolved synapses (on retired supervoxels) are kept per instance.
@@ -149,9 +149,10 @@ class ConnectionTable:
     def to_pandas(self) -> Any:
         """A DataFrame with columns ``pre``, ``post``, ``count`` (needs pandas: ``pip install pandas``)."""
         try:
-            import pandas as pd
+            import pandas as pd  # type: ignore[import-untyped,unused-ignore]
         except ImportError as exc:
-            raise UnsupportedFeatureError("ConnectionTable.to_pandas", detail="install pandas: pip install pandas") from exc
+            raise UnsupportedFeatureError("ConnectionTable.to_pandas",
+                                          detail="install pandas: pip install pandas") from exc
         return pd.DataFrame({"pre": self.pre, "post": self.post, "count": self.count})
 
 
@@ -189,29 +190,6 @@ class ConnectivityDiff:
 # -- resolution of supervoxels and points to bodies ----------------------------------------------------
 
 
-def supervoxels_at(lmv: LabelmapVersion, points: npt.ArrayLike, block: Sequence[int]) -> U64:
-    """The supervoxel under each (z, y, x) point: one read per labelmap block the points fall in."""
-    pts = np.asarray(points, dtype=np.int64).reshape(-1, 3)
-    out = np.zeros(len(pts), dtype=np.uint64)
-    if not len(pts):
-        return out
-    blk = np.asarray(block, dtype=np.int64)
-    shape = np.asarray(lmv.scales[0].shape, dtype=np.int64)
-    cells = pts // blk
-    uniq, inverse = np.unique(cells, axis=0, return_inverse=True)
-    inverse = inverse.reshape(-1)
-    order = np.argsort(inverse, kind="stable")
-    bounds = np.searchsorted(inverse[order], np.arange(len(uniq) + 1))
-    for i, cell in enumerate(uniq):
-        idx = order[bounds[i]:bounds[i + 1]]
-        lo = cell * blk
-        hi = np.minimum(lo + blk, shape)
-        data = lmv.read_supervoxels(Box(tuple(int(v) for v in lo), tuple(int(v) for v in hi)))  # type: ignore[arg-type]
-        rel = pts[idx] - lo
-        out[idx] = data[rel[:, 0], rel[:, 1], rel[:, 2]]
-    return out
-
-
 class Resolver:
     """Maps recorded supervoxels (and, for retired ones, points) to bodies at one version."""
 
@@ -233,7 +211,7 @@ class Resolver:
             pts = np.asarray(points, dtype=np.int64).reshape(-1, 3)[stale]
             svs = svs.copy()
             svs[stale] = supervoxels_at(self.lmv, pts, self.v.instance.block)
-        return self.lmv.bodies_of(svs)
+        return np.asarray(self.lmv.bodies_of(svs), dtype=np.uint64)
 
     def retired_with_synapses(self) -> list[int]:
         """Supervoxels retired at this version (by a split) that synapse keys are filed under."""
@@ -317,9 +295,8 @@ def stale_edges(v: AnnotationVersion, r: Resolver) -> dict[int, list[Edge]]:
 
 def check_indexed(v: AnnotationVersion) -> bool:
     """True when the instance keeps the synapse index (format ≥ 2); older instances are recounted."""
-    from napari_shardscope.core.annotation.instance import annotation_config
-
-    return int(annotation_config(v.instance.instance)["format"]) >= 2
+    fmt = v.instance.instance.config.get("format")
+    return isinstance(fmt, int) and fmt >= 2
 
 
 def body_edges(v: AnnotationVersion, body: int, r: Resolver | None = None) -> list[Edge]:
@@ -471,6 +448,21 @@ def recount_connectivity(v: AnnotationVersion) -> ConnectionTable:
     return _table(pre[keep], post[keep])
 
 
+def _changed_ids(v: AnnotationVersion, base: Any) -> set[int]:
+    """Ids whose record a version between ``base`` (excluded) and ``v`` wrote (the store's change index)."""
+    repo = v.instance.repo
+    below = {x.uuid for x in repo.ancestry(base)}
+    ids: set[int] = set()
+    for x in repo.ancestry(v.version):
+        if x.uuid in below:
+            continue
+        with repo.read(x) as view:
+            for c in view.changes(v.instance.instance):
+                if c.key[:1] == K.RECORD_PREFIX and len(c.key) == 9:
+                    ids.add(K.id_of_record_key(c.key))
+    return ids
+
+
 def affected_bodies(a: AnnotationVersion, b: AnnotationVersion) -> tuple[int, ...]:
     """Bodies (at ``a`` or ``b``) whose connections can differ between the two versions.
 
@@ -478,7 +470,6 @@ def affected_bodies(a: AnnotationVersion, b: AnnotationVersion) -> tuple[int, ..
     either version of every supervoxel their deltas name), and the annotations whose record
     differs (their bodies at either version).
     """
-    from napari_shardscope.core.annotation.branch_merge import _changed_ids
     from napari_shardscope.core.labelmap.diff import diff_versions
 
     lm = a.instance.labelmap
@@ -493,7 +484,7 @@ def affected_bodies(a: AnnotationVersion, b: AnnotationVersion) -> tuple[int, ..
             bodies.update(x for x in (k, o, n) if x)
     repo = a.instance.repo
     base = repo.version(d.base)
-    ids = _changed_ids(a.instance, a.version, base) | _changed_ids(b.instance, b.version, base)
+    ids = _changed_ids(a, base) | _changed_ids(b, base)
     sv_arr = _as_u64(sorted(svs))
     for v in (a, b):
         r = Resolver(v)

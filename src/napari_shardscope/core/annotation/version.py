@@ -54,7 +54,7 @@ from napari_shardscope.core.versioned.repository import Repository
 from napari_shardscope.core.versioned.view import VersionView, VersionWriter
 
 if TYPE_CHECKING:
-    from napari_shardscope.core.annotation.connectome import ConnectionTable, Connections, SynapseSite
+    from napari_shardscope.core.annotation.connectome import Connections, ConnectionTable, SynapseSite
 
 T = TypeVar("T")
 
@@ -390,13 +390,6 @@ class AnnotationVersion:
         from napari_shardscope.core.annotation.connectome import connectivity
 
         return connectivity(self, bodies, within=within)
-
-    def add_many(self, kinds: Sequence[str] | str, points: Any, *, ids: Sequence[int] | None = None,
-                 synapses: Any = None, user: str | None = None) -> list[int]:
-        """Add many annotations in one transaction (see :func:`~.instance.add_many`); their ids."""
-        from napari_shardscope.core.annotation.instance import add_many
-
-        return add_many(self, kinds, points, ids=ids, synapses=synapses, user=user)
 
     def mutations(self, *, own: bool = False) -> list[AnnotationMutation]:
         """The mutation log of this version's ancestry (``own``: this version's only), oldest version first."""
