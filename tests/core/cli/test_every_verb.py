@@ -104,6 +104,7 @@ def build_world(root: Path) -> None:
     sh("repo", "init", repo)
     sh("labelmap", "create", repo, "seg", seg, "--block", "8", "--quiet")
     sh("body", "merge", repo, "main", "seg", "10", "30")
+    add_synapses(Path(repo))
     sh("repo", "commit", repo, "main", "-m", "base")
     sh("repo", "branch", repo, "main", "alt")
     sh("body", "merge", repo, "alt", "seg", "5", "40")
@@ -115,6 +116,17 @@ def build_world(root: Path) -> None:
     sh("push", repo, "origin", "alt")
     (root / "seeds.json").write_text(json.dumps({"1": [[4, 8, 5]], "2": [[4, 8, 25]]}))
     (root / "voxels.json").write_text(json.dumps([[2, 13, 2], [2, 13, 3]]))
+
+
+def add_synapses(repo_path: Path) -> None:
+    """An annotation instance with two synapses (no CLI verb creates one yet: the library does)."""
+    from napari_shardscope.core.annotation import add_many, create_annotation_instance
+    from napari_shardscope.core.versioned import open_repository
+
+    with open_repository(repo_path) as repo:
+        v = create_annotation_instance(repo, "synapses", labelmap="seg").at("main")
+        add_many(v, ["pre", "post", "pre", "post"], [[4, 14, 5], [4, 8, 25], [4, 8, 25], [4, 14, 5]],
+                   synapses=[(0, 1), (2, 3)])
 
 
 @pytest.fixture(scope="module")
@@ -181,6 +193,9 @@ CASES: dict[str, Case] = {
     "undo": Case(AT, prepare=(EDIT_MAIN,)),
     "redo": Case(AT, prepare=(EDIT_MAIN, ("undo", *AT))),
     "diff": Case(("{repo}", "main", "alt", "seg")),
+    "synapses": Case(("{repo}", "main", "10")),
+    "connections": Case(("{repo}", "main", "10", "--csv")),
+    "connectome": Case(("{repo}", "main")),
     "serve": Case(("{seg}", "--print-url")),
     "remote add": Case(("{repo}", "backup", "{out}/backup")),
     "remote list": Case(("{repo}",)),

@@ -27,6 +27,16 @@ from napari_shardscope.core.annotation.branch_merge import (
     merge_with_labelmap,
     plan_annotation_merge,
 )
+from napari_shardscope.core.annotation.connectome import (
+    ConnectionChange,
+    Connections,
+    ConnectionTable,
+    ConnectivityDiff,
+    Partner,
+    SynapseSite,
+    diff_connectivity,
+    recount_connectivity,
+)
 from napari_shardscope.core.annotation.errors import (
     AnnotationArgumentError,
     AnnotationError,
@@ -38,6 +48,7 @@ from napari_shardscope.core.annotation.errors import (
 from napari_shardscope.core.annotation.instance import (
     TYPE_NAME,
     AnnotationInstance,
+    add_many,
     create_annotation_instance,
     open_annotation_instance,
 )
@@ -61,13 +72,22 @@ __all__ = [
     "AnnotationRecordError",
     "AnnotationVersion",
     "CombinedMergeResult",
+    "ConnectionChange",
+    "ConnectionTable",
+    "Connections",
+    "ConnectivityDiff",
     "KeyChange",
     "NothingToUndoError",
+    "Partner",
     "Relationship",
+    "SynapseSite",
     "UnknownAnnotationError",
+    "add_many",
     "create_annotation_instance",
+    "diff_connectivity",
     "merge_annotation_branches",
     "merge_with_labelmap",
     "open_annotation_instance",
     "plan_annotation_merge",
+    "recount_connectivity",
 ]

@@ -12,7 +12,10 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Sequence
 from typing import Any
+
+import numpy as np
 
 from napari_shardscope.core.annotation.errors import AnnotationArgumentError, AnnotationRecordError
 from napari_shardscope.core.annotation.keys import DATA_PREFIXES, ids_counter, mutations_counter
@@ -29,7 +32,9 @@ from napari_shardscope.core.versioned.repository import Repository
 
 TYPE_NAME = "annotation"
 #: The instance format this library writes (the record layout of :mod:`.model` and :mod:`.keys`).
-FORMAT = 1
+#: 2: the synapse index (:mod:`.synapse_index`) is kept from the instance's creation on; format-1
+#: instances are read, and their connectome is recounted from the records.
+FORMAT = 2
 #: A clone of a remote reserves more ids before an edit when fewer than this many are left.
 ID_LOW_WATER = 256
 #: After a failed reservation (offline), edits use the ids left without asking again for this long.
@@ -128,6 +133,120 @@ def open_annotation_instance(repo: Repository, name: str, *, labelmap: Labelmap 
     return AnnotationInstance(repo, inst, labelmap or open_labelmap(repo, str(cfg["labelmap"])))
 
 
+#: Keys written per ``put_many`` call of :func:`add_many` (bounds the memory of a bulk add).
+ADD_MANY_BATCH = 65536
+
+
+def add_many(v: AnnotationVersion, kinds: Sequence[str] | str, points: Any, *, ids: Sequence[int] | None = None,
+             synapses: Any = None, user: str | None = None) -> list[int]:
+    """Add ``len(points)`` annotations at open version ``v`` in one transaction; returns their ids.
+
+    ``kinds`` is one kind for all or one per point; ``points`` an (n, 3) array of (z, y, x)
+    voxels; ``ids`` explicit ids (default: handed out, one block); ``synapses`` an (m, 2) array of
+    row indices ``(pre row, post row)`` linked ``PreSynTo`` / ``PostSynTo``. The supervoxels under
+    the points are read once per labelmap block (vectorised), records and index keys written in
+    batches. One ``add-many`` mutation is logged *without* its keys (a log record of 10⁷ keys would
+    dwarf the data): a bulk add cannot be undone, and it empties the version's undo and redo stacks
+    so an undo never reaches past it.
+    """
+    from napari_shardscope.core.annotation import keys as K
+    from napari_shardscope.core.annotation import synapse_index as S
+    from napari_shardscope.core.annotation.errors import AnnotationExistsError
+    from napari_shardscope.core.annotation.model import (
+        KINDS,
+        Annotation,
+        Relationship,
+        Stored,
+        check_id,
+        check_kind,
+        encode_record,
+    )
+    from napari_shardscope.core.annotation.mutations import AnnotationMutation
+    from napari_shardscope.core.annotation.points import supervoxels_at
+    from napari_shardscope.core.annotation.version import block_of, default_user
+
+    backend = v.instance
+    pts = np.asarray(points)
+    if pts.ndim != 2 or pts.shape[1] != 3 or not np.issubdtype(pts.dtype, np.integer):
+        raise AnnotationArgumentError(f"points must be an (n, 3) integer array of (z, y, x) voxels, "
+                                      f"got shape {pts.shape} of {pts.dtype}")
+    pts = pts.astype(np.int64)
+    n = len(pts)
+    shape = np.asarray(backend.shape, dtype=np.int64)
+    bad = np.flatnonzero(((pts < 0) | (pts >= shape)).any(axis=1))
+    if bad.size:
+        raise AnnotationArgumentError(f"point {tuple(int(c) for c in pts[bad[0]])} (row {int(bad[0])}) is outside "
+                                      f"the labelmap's scale-0 shape {backend.shape} (z, y, x)")
+    kind_list = [check_kind(kinds)] * n if isinstance(kinds, str) else [check_kind(k) for k in kinds]
+    if len(kind_list) != n:
+        raise AnnotationArgumentError(f"{len(kind_list)} kinds for {n} points")
+    rels: list[list[Relationship]] = [[] for _ in range(n)]
+    pairs = np.zeros((0, 2), dtype=np.int64) if synapses is None else np.asarray(synapses)
+    if pairs.size and (pairs.ndim != 2 or pairs.shape[1] != 2 or not np.issubdtype(pairs.dtype, np.integer)
+                       or pairs.min() < 0 or pairs.max() >= n):
+        raise AnnotationArgumentError(f"synapses must be an (m, 2) array of row indices in 0..{n - 1}")
+    pairs = pairs.reshape(-1, 2).astype(np.int64)
+    for pi, qi in pairs.tolist():
+        if (kind_list[pi], kind_list[qi]) != ("pre", "post"):
+            raise AnnotationArgumentError(f"synapse rows ({pi}, {qi}) link a {kind_list[pi]} to a {kind_list[qi]}; "
+                                          f"a synapse links a pre to a post annotation")
+    chosen = None if ids is None else [check_id(int(i)) for i in ids]
+    if chosen is not None and (len(chosen) != n or len(set(chosen)) != n):
+        raise AnnotationArgumentError(f"ids must be {n} distinct ids, one per point")
+    if n == 0:
+        return []
+    lmv = backend.labelmap.at(v.uuid)
+    svs = supervoxels_at(lmv, pts, backend.block).tolist()
+    inst = backend.instance
+    counter = K.ids_counter(backend.name)
+    backend.top_up_ids()
+    with backend.edit_lock, backend.repo.write(v.uuid) as w:
+        if chosen is None:
+            got = w.allocate_ids(counter, n, minimum=1)
+            out = list(got)
+        else:
+            out = chosen
+            taken = [i for i, raw in zip(out, w.get_many(inst, [K.record_key(i) for i in out]), strict=True)
+                     if raw is not None]
+            if taken:
+                raise AnnotationExistsError(f"annotation {taken[0]} already exists at version {v.uuid[:8]}")
+            if backend.repo.id_source() is None:
+                w.allocate_ids(counter, 1, minimum=max(out) + 1)
+        for pi, qi in pairs.tolist():
+            rels[pi].append(Relationship("PreSynTo", out[qi]))
+            rels[qi].append(Relationship("PostSynTo", out[pi]))
+        plist = pts.tolist()
+        batch: list[tuple[bytes, bytes]] = []
+
+        def flush(force: bool = False) -> None:
+            if batch and (force or len(batch) >= ADD_MANY_BATCH):
+                w.put_many(inst, batch)
+                batch.clear()
+
+        stored: list[Stored] = []
+        for i in range(n):
+            p = (plist[i][0], plist[i][1], plist[i][2])
+            r = tuple(sorted(set(rels[i]), key=lambda x: (x.to, x.rel)))
+            s = Stored(Annotation(out[i], kind_list[i], p, (), {}, r), int(svs[i]))
+            stored.append(s)
+            batch.append((K.record_key(out[i]), encode_record(s)))
+            batch.append((K.spatial_key(block_of(p, backend.block), out[i]), b""))
+            flush()
+        for pi, qi in pairs.tolist():
+            batch.extend(S.pair_items(stored[pi], stored[qi]).items())
+            flush()
+        flush(True)
+        for key in (K.undo_top_key(v.uuid), K.redo_top_key(v.uuid)):
+            w.delete(inst, key)
+        mid = w.allocate_ids(K.mutations_counter(backend.name), 1, minimum=1)[0]
+        kinds_count = {k: kind_list.count(k) for k in KINDS if k in kind_list}
+        m = AnnotationMutation(mid, "add-many", (), {"count": n, "kinds": kinds_count, "synapses": len(pairs),
+                                                    "first": out[0], "last": out[-1]},
+                               user or default_user(), time.time())
+        w.append_log(inst, m.to_bytes())
+    return out
+
+
 def _annotation_step(repo: Repository, progress: Progress | None) -> str | None:
     """``repo migrate``'s annotation step: format 1 is the first, so it only checks every configuration."""
     for inst in repo.instances():
@@ -138,5 +257,5 @@ def _annotation_step(repo: Repository, progress: Progress | None) -> str | None:
 
 register_migration(TYPE_NAME, _annotation_step)
 
-__all__ = ["DATA_PREFIXES", "FORMAT", "TYPE_NAME", "AnnotationInstance", "annotation_config",
+__all__ = ["DATA_PREFIXES", "FORMAT", "TYPE_NAME", "AnnotationInstance", "add_many", "annotation_config",
            "create_annotation_instance", "open_annotation_instance"]

@@ -22,9 +22,9 @@ from napari_shardscope.core.errors import MetadataError
 from napari_shardscope.core.json_document import load_json
 
 Operation = Literal["add", "move", "delete", "set-properties", "set-tags", "relate", "unrelate", "undo", "redo",
-                    "merge-branches"]
+                    "merge-branches", "add-many"]
 OPERATIONS: tuple[str, ...] = ("add", "move", "delete", "set-properties", "set-tags", "relate", "unrelate", "undo",
-                               "redo", "merge-branches")
+                               "redo", "merge-branches", "add-many")
 MAGIC = b"SSAN"
 _HEAD = struct.Struct("<4sBI")
 _KEYLEN = struct.Struct("<H")

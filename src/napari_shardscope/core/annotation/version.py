@@ -17,7 +17,7 @@ import os
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import numpy as np
 
@@ -46,11 +46,15 @@ from napari_shardscope.core.annotation.model import (
     make_annotation,
 )
 from napari_shardscope.core.annotation.mutations import AnnotationMutation, KeyChange
+from napari_shardscope.core.annotation.synapse_index import edge_items
 from napari_shardscope.core.labelmap import Labelmap
 from napari_shardscope.core.versioned.dag import Version
 from napari_shardscope.core.versioned.instance import Instance
 from napari_shardscope.core.versioned.repository import Repository
 from napari_shardscope.core.versioned.view import VersionView, VersionWriter
+
+if TYPE_CHECKING:
+    from napari_shardscope.core.annotation.connectome import Connections, ConnectionTable, SynapseSite
 
 T = TypeVar("T")
 
@@ -148,7 +152,14 @@ class Editor:
             self.set(k, None)
         for k in sorted(has - had):
             self.set(k, b"")
+        edges_before = edge_items(old, self.get)
         self.set(K.record_key(aid), None if new is None else encode_record(new))
+        edges_after = edge_items(new, self.get)
+        for k in sorted(set(edges_before) - set(edges_after)):
+            self.set(k, None)
+        for k, v in sorted(edges_after.items()):
+            if edges_before.get(k) != v:
+                self.set(k, v)
 
     def changes(self) -> tuple[KeyChange, ...]:
         return tuple(KeyChange(k, self.before[k], self.after[k]) for k in sorted(self.after)
@@ -356,6 +367,29 @@ class AnnotationVersion:
             if owner == body:
                 out.append(s.annotation)
         return out
+
+    # -- the connectome (core/annotation/connectome.py) ------------------------------------------
+
+    def connections(self, body: int) -> Connections:
+        """Partners of ``body`` with synapse counts, outgoing (body pre) and incoming (body post).
+
+        Costs the body's supervoxels and synapses, whatever the instance's size and history.
+        """
+        from napari_shardscope.core.annotation.connectome import connections
+
+        return connections(self, body)
+
+    def synapses(self, body: int) -> list[SynapseSite]:
+        """The ``pre``/``post`` annotations in ``body`` with their partners' ids and bodies."""
+        from napari_shardscope.core.annotation.connectome import synapses
+
+        return synapses(self, body)
+
+    def connectivity(self, bodies: Iterable[int] | None = None, *, within: bool = False) -> ConnectionTable:
+        """Adjacency table (pre, post, count) of the connections touching ``bodies`` (None: all)."""
+        from napari_shardscope.core.annotation.connectome import connectivity
+
+        return connectivity(self, bodies, within=within)
 
     def mutations(self, *, own: bool = False) -> list[AnnotationMutation]:
         """The mutation log of this version's ancestry (``own``: this version's only), oldest version first."""

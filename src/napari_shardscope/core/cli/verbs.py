@@ -339,6 +339,41 @@ LABELMAP_VERBS = (
 )
 
 
+# -- connectome -----------------------------------------------------------------------------------------
+_CONNECTOME = "napari_shardscope.core.cli.connectome"
+_ROWS: tuple[Arg | OneOf, ...] = (
+    arg("--instance", default=None, metavar="NAME",
+        help="annotation instance (default: the repository's only one)"),
+    OneOf((arg("--csv", action="store_true", help="CSV on stdout (a header line, then one line per row)"),
+          arg("--parquet", metavar="FILE", default=None,
+              help="write the rows to a Parquet file (needs pyarrow: the 'tables' extra)"))),
+)
+CONNECTOME_VERBS = (
+    Verb("synapses", lazy(_CONNECTOME, "cmd_synapses"),
+         "a body's pre/post synaptic sites and their partners at a version",
+         (REPOSITORY, REF, arg("body", type=parse_uint64), *_ROWS),
+         description="One row per synapse end in BODY (a site without a partner: partner 0): annotation id, "
+                     "kind, point z y x, body, partner annotation and its body. JSON Lines with --json."),
+    Verb("connections", lazy(_CONNECTOME, "cmd_connections"),
+         "a body's partner bodies with synapse counts, outgoing and incoming",
+         (REPOSITORY, REF, arg("body", type=parse_uint64), *_ROWS),
+         description="One row per partner: direction 'out' (BODY is pre-synaptic) or 'in', partner body, "
+                     "synapse count; largest first. Costs the body's supervoxels and synapses."),
+    Verb("connectome", lazy(_CONNECTOME, "cmd_connectome"),
+         "adjacency table (pre, post, count) of bodies, or what changed against another version",
+         (REPOSITORY, REF, arg("bodies", type=parse_uint64, nargs="*", metavar="BODY",
+                               help="bodies whose connections to list (none: the whole connectome)"),
+          arg("--within", action="store_true", help="only connections with both ends among the BODY list"),
+          arg("--against", metavar="REF2", default=None,
+              help="list the connections that differ from version REF2 to REF: pre, post, before, after, "
+                   "status (created, removed, changed)"),
+          *_ROWS),
+         description="The connections touching the BODY list (or every connection) at version REF, one row "
+                     "per (pre body, post body, synapse count). With --against REF2, only what the edits "
+                     "between the two versions created, removed or changed."),
+)
+
+
 # -- serve -----------------------------------------------------------------------------------------------
 _SERVE = "napari_shardscope.core.cli.serve"
 SERVE_VERBS = (
@@ -433,4 +468,5 @@ REMOTE_VERBS = (
 
 
 #: The core verbs, in ``shardscope --help`` order.
-VERBS = (*INSPECT_VERBS, *REPO_VERBS, *EXPORT_VERBS, *LABELMAP_VERBS, *SERVE_VERBS, *REMOTE_VERBS)
+VERBS = (*INSPECT_VERBS, *REPO_VERBS, *EXPORT_VERBS, *LABELMAP_VERBS, *CONNECTOME_VERBS, *SERVE_VERBS,
+         *REMOTE_VERBS)

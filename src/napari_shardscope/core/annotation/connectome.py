@@ -1,0 +1,521 @@
+"""The connectome of a version: partners, synapses, adjacency tables and what an edit changed.
+
+Everything here reads the synapse index (:mod:`.synapse_index`: synapse keys filed under the
+supervoxel of each end) and maps supervoxels to bodies through the version's labelmap at read time:
+
+* ``connections(body)`` scans the prefixes of the body's supervoxels — after a labelmap merge the
+  merged body's partners are the sum of its parts, and no synapse of another body is read; no
+  write is needed when the labelmap changes, on any branch, through undo or a branch merge;
+* a supervoxel split retires a supervoxel; the synapses recorded on retired supervoxels (and only
+  they) are re-resolved by the voxel under their point, once per state of the version (cached);
+* :func:`recount_connectivity` is the reference: every record read, every point's body read from
+  the voxels. The model test checks ``connections`` against it after every edit.
+
+Synapses with an end on background (body 0) are listed by :meth:`synapses` but count in no
+connection. A synapse is one ``PreSynTo`` link from a ``pre`` to a ``post`` annotation (a
+polyadic T-bar with four post sites is four synapses, neuPrint's "weight").
+"""
+
+from __future__ import annotations
+
+import threading
+import weakref
+from collections import Counter, OrderedDict
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from napari_shardscope.core.annotation import keys as K
+from napari_shardscope.core.annotation import synapse_index as S
+from napari_shardscope.core.annotation.errors import AnnotationArgumentError
+from napari_shardscope.core.annotation.model import Annotation, Point
+from napari_shardscope.core.annotation.points import supervoxels_at
+from napari_shardscope.core.errors import UnsupportedFeatureError
+
+#: An :class:`~.version.AnnotationVersion` (not imported: ``version`` calls into this module, and
+#: core's packages keep their modules acyclic).
+AnnotationVersion = Any
+
+U64 = npt.NDArray[np.uint64]
+#: States of versions whose re-resolved synapses (on retired supervoxels) are kept per instance.
+STALE_CACHE = 16
+
+
+@dataclass(frozen=True)
+class Partner:
+    """A partner body and the number of synapses to (outgoing) or from (incoming) it."""
+
+    body: int
+    count: int
+
+
+@dataclass(frozen=True)
+class Connections:
+    """The partners of ``body`` at a version, each side sorted by count (largest first), then body id."""
+
+    body: int
+    outgoing: tuple[Partner, ...]
+    incoming: tuple[Partner, ...]
+
+    @property
+    def out_total(self) -> int:
+        return sum(p.count for p in self.outgoing)
+
+    @property
+    def in_total(self) -> int:
+        return sum(p.count for p in self.incoming)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"body": self.body, "outgoing": [[p.body, p.count] for p in self.outgoing],
+                "incoming": [[p.body, p.count] for p in self.incoming]}
+
+    def rows(self) -> Iterator[dict[str, Any]]:
+        """One row per partner: ``direction`` (``out``: body is pre), ``partner``, ``count``."""
+        for direction, side in (("out", self.outgoing), ("in", self.incoming)):
+            for p in side:
+                yield {"body": self.body, "direction": direction, "partner": p.body, "count": p.count}
+
+
+@dataclass(frozen=True)
+class SynapseSite:
+    """One synaptic annotation of a body and its partners: ``(partner annotation id, partner body)``."""
+
+    annotation: Annotation
+    body: int
+    partners: tuple[tuple[int, int], ...]
+
+    def rows(self) -> Iterator[dict[str, Any]]:
+        a = self.annotation
+        base = {"id": a.id, "kind": a.kind, "z": a.point[0], "y": a.point[1], "x": a.point[2], "body": self.body}
+        if not self.partners:
+            yield {**base, "partner": 0, "partner_body": 0}
+        for pid, pbody in self.partners:
+            yield {**base, "partner": pid, "partner_body": pbody}
+
+    def to_json(self) -> dict[str, Any]:
+        return {"annotation": self.annotation.to_json(), "body": self.body,
+                "partners": [{"id": i, "body": b} for i, b in self.partners]}
+
+
+def _as_u64(values: Iterable[int]) -> U64:
+    return np.fromiter((int(v) for v in values), dtype=np.uint64)
+
+
+@dataclass(frozen=True, eq=False)
+class ConnectionTable:
+    """An adjacency table (neuPrint's ``fetch_adjacencies`` / CAVE's synapse table, aggregated).
+
+    One row per connected pair of bodies: ``pre`` (body of the pre-synaptic sites), ``post`` and
+    ``count`` (synapses), sorted by count (largest first), then pre, post. Columns are NumPy
+    arrays; :meth:`to_pandas` gives a DataFrame, :meth:`to_records` a structured array.
+    """
+
+    pre: U64
+    post: U64
+    count: npt.NDArray[np.int64]
+
+    DTYPE = np.dtype([("pre", "<u8"), ("post", "<u8"), ("count", "<i8")])
+
+    @classmethod
+    def from_counts(cls, counts: dict[tuple[int, int], int]) -> ConnectionTable:
+        rows = sorted(((-n, a, b) for (a, b), n in counts.items() if n), key=lambda r: r)
+        return cls(_as_u64(r[1] for r in rows), _as_u64(r[2] for r in rows),
+                   np.fromiter((-r[0] for r in rows), dtype=np.int64))
+
+    def __len__(self) -> int:
+        return int(self.pre.size)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, ConnectionTable) and self.as_dict() == other.as_dict()
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def as_dict(self) -> dict[tuple[int, int], int]:
+        """``{(pre, post): count}``."""
+        return {(int(a), int(b)): int(n) for a, b, n in zip(self.pre, self.post, self.count, strict=True)}
+
+    def rows(self) -> Iterator[dict[str, int]]:
+        for a, b, n in zip(self.pre.tolist(), self.post.tolist(), self.count.tolist(), strict=True):
+            yield {"pre": a, "post": b, "count": n}
+
+    def to_records(self) -> npt.NDArray[Any]:
+        out = np.zeros(len(self), dtype=self.DTYPE)
+        out["pre"], out["post"], out["count"] = self.pre, self.post, self.count
+        return out
+
+    def to_pandas(self) -> Any:
+        """A DataFrame with columns ``pre``, ``post``, ``count`` (needs pandas: ``pip install pandas``)."""
+        try:
+            import pandas as pd  # type: ignore[import-untyped,unused-ignore]
+        except ImportError as exc:
+            raise UnsupportedFeatureError("ConnectionTable.to_pandas",
+                                          detail="install pandas: pip install pandas") from exc
+        return pd.DataFrame({"pre": self.pre, "post": self.post, "count": self.count})
+
+
+@dataclass(frozen=True)
+class ConnectionChange:
+    """One connection an edit created (``before`` 0), removed (``after`` 0) or changed."""
+
+    pre: int
+    post: int
+    before: int
+    after: int
+
+    @property
+    def status(self) -> str:
+        return "created" if self.before == 0 else "removed" if self.after == 0 else "changed"
+
+    def to_json(self) -> dict[str, Any]:
+        return {"pre": self.pre, "post": self.post, "before": self.before, "after": self.after,
+                "status": self.status}
+
+
+@dataclass(frozen=True)
+class ConnectivityDiff:
+    """What differs in the wiring between versions ``a`` and ``b`` (sorted by pre, post)."""
+
+    a: str
+    b: str
+    bodies: tuple[int, ...]
+    changes: tuple[ConnectionChange, ...]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"a": self.a, "b": self.b, "bodies": list(self.bodies), "changes": [c.to_json() for c in self.changes]}
+
+
+# -- resolution of supervoxels and points to bodies ----------------------------------------------------
+
+
+class Resolver:
+    """Maps recorded supervoxels (and, for retired ones, points) to bodies at one version."""
+
+    def __init__(self, v: AnnotationVersion) -> None:
+        self.v = v
+        lm = v.instance.labelmap
+        self.lm = lm
+        self.lmv = lm.at(v.uuid)
+        self.state = lm.state(v.uuid)
+
+    def bodies(self, svs: U64, points: npt.ArrayLike) -> U64:
+        """Bodies of records with supervoxels ``svs`` at ``points``: retired supervoxels read the voxel."""
+        svs = np.asarray(svs, dtype=np.uint64)
+        if not svs.size:
+            return svs.copy()
+        live = self.lm.exists(self.state, svs) | (svs == 0)
+        if not live.all():
+            stale = np.flatnonzero(~live)
+            pts = np.asarray(points, dtype=np.int64).reshape(-1, 3)[stale]
+            svs = svs.copy()
+            svs[stale] = supervoxels_at(self.lmv, pts, self.v.instance.block)
+        return np.asarray(self.lmv.bodies_of(svs), dtype=np.uint64)
+
+    def retired_with_synapses(self) -> list[int]:
+        """Supervoxels retired at this version (by a split) that synapse keys are filed under."""
+        seen: set[int] = set()
+        for e in self.lmv.mutations():
+            d = e.mutation.delta
+            seen.update(sv for sv, _old, _new in d.retired)
+        if not seen:
+            return []
+        cand = np.asarray(sorted(seen), dtype=np.uint64)
+        gone = cand[~self.lm.exists(self.state, cand)]
+        out = []
+        inst = self.v.instance.instance
+        with self.v.instance.repo.read(self.v.uuid) as view:
+            for sv in gone.tolist():
+                if next(iter(view.keys(inst, prefix=S.sv_prefix(int(sv)))), None) is not None:
+                    out.append(int(sv))
+        return out
+
+
+@dataclass(frozen=True)
+class Edge:
+    """One synapse end read from the index: ``own`` annotation (in ``own_body``) and its partner."""
+
+    direction: bytes
+    own: int
+    partner: int
+    partner_sv: int
+    partner_point: Point
+
+
+_stale_lock = threading.Lock()
+_stale: weakref.WeakKeyDictionary[Any, OrderedDict[tuple[Any, ...], dict[int, list[Edge]]]] = \
+    weakref.WeakKeyDictionary()
+
+
+def _generation(v: AnnotationVersion) -> tuple[Any, ...]:
+    """What identifies the annotations and body map of a version now (changes with every edit of either)."""
+    inst = v.instance.instance
+    with v.instance.repo.read(v.uuid) as view:
+        tops = view.get_many(inst, [K.undo_top_key(v.uuid), K.redo_top_key(v.uuid)])
+    return v.uuid, v.instance.labelmap.state(v.uuid).stamp, *tops
+
+
+def stale_edges(v: AnnotationVersion, r: Resolver) -> dict[int, list[Edge]]:
+    """Synapse ends recorded on retired supervoxels, by the body now under their point (cached per state)."""
+    gen = _generation(v)
+    with _stale_lock:
+        cache = _stale.setdefault(v.instance, OrderedDict())
+        hit = cache.get(gen)
+        if hit is not None:
+            cache.move_to_end(gen)
+            return hit
+    edges: list[Edge] = []
+    owners: list[int] = []
+    inst = v.instance.instance
+    retired = r.retired_with_synapses()
+    with v.instance.repo.read(v.uuid) as view:
+        for sv in retired:
+            for k, raw in view.scan(inst, prefix=S.sv_prefix(sv)):
+                _, d, own, partner = S.decode_key(k)
+                psv, ppt = S.decode_value(raw, key=k)
+                edges.append(Edge(d, own, partner, psv, ppt))
+                owners.append(own)
+        recs = v._records(view, owners) if owners else []
+    point_of = {s.annotation.id: s.annotation.point for s in recs}
+    out: dict[int, list[Edge]] = {}
+    if edges:
+        svs = supervoxels_at(r.lmv, [point_of[e.own] for e in edges], v.instance.block)
+        for e, b in zip(edges, r.lmv.bodies_of(svs).tolist(), strict=True):
+            out.setdefault(int(b), []).append(e)
+    with _stale_lock:
+        cache[gen] = out
+        while len(cache) > STALE_CACHE:
+            cache.popitem(last=False)
+    return out
+
+
+# -- queries ---------------------------------------------------------------------------------------
+
+
+def check_indexed(v: AnnotationVersion) -> bool:
+    """True when the instance keeps the synapse index (format ≥ 2); older instances are recounted."""
+    fmt = v.instance.instance.config.get("format")
+    return isinstance(fmt, int) and fmt >= 2
+
+
+def body_edges(v: AnnotationVersion, body: int, r: Resolver | None = None) -> list[Edge]:
+    """Every synapse end of ``body`` at ``v``: its supervoxels' index prefixes plus re-resolved stale ends."""
+    r = r or Resolver(v)
+    svs = r.lmv.supervoxels(body)  # UnknownLabelError when the body does not exist here
+    inst = v.instance.instance
+    edges: list[Edge] = []
+    with v.instance.repo.read(v.uuid) as view:
+        for sv in svs:
+            for k, raw in view.scan(inst, prefix=S.sv_prefix(sv)):
+                _, d, own, partner = S.decode_key(k)
+                psv, ppt = S.decode_value(raw, key=k)
+                edges.append(Edge(d, own, partner, psv, ppt))
+    edges.extend(stale_edges(v, r).get(int(body), []))
+    return edges
+
+
+def _check_body(body: object) -> int:
+    if isinstance(body, bool) or not isinstance(body, int | np.integer) or not 0 < int(body) < 2**64:
+        raise AnnotationArgumentError(f"a body id must be a positive integer, got {body!r}")
+    return int(body)
+
+
+def connections(v: AnnotationVersion, body: int) -> Connections:
+    """Partners of ``body`` at ``v`` with synapse counts: outgoing (body pre) and incoming (body post)."""
+    body = _check_body(body)
+    if not check_indexed(v):
+        return _connections_from(recount_connectivity(v).as_dict(), body)
+    r = Resolver(v)
+    edges = body_edges(v, body, r)
+    if not edges:
+        return Connections(body, (), ())
+    partner_bodies = r.bodies(_as_u64(e.partner_sv for e in edges), [e.partner_point for e in edges])
+    out: Counter[int] = Counter()
+    inc: Counter[int] = Counter()
+    for e, pb in zip(edges, partner_bodies.tolist(), strict=True):
+        if pb:
+            (out if e.direction == S.OUT else inc)[int(pb)] += 1
+    return Connections(body, _partners(out), _partners(inc))
+
+
+def _partners(c: Counter[int]) -> tuple[Partner, ...]:
+    return tuple(Partner(b, n) for b, n in sorted(c.items(), key=lambda t: (-t[1], t[0])))
+
+
+def _connections_from(table: dict[tuple[int, int], int], body: int) -> Connections:
+    out: Counter[int] = Counter()
+    inc: Counter[int] = Counter()
+    for (a, b), n in table.items():
+        if a == body:
+            out[b] += n
+        if b == body:
+            inc[a] += n
+    return Connections(body, _partners(out), _partners(inc))
+
+
+def synapses(v: AnnotationVersion, body: int) -> list[SynapseSite]:
+    """The ``pre`` and ``post`` annotations in ``body`` at ``v`` (by id) with their partners' ids and bodies."""
+    body = _check_body(body)
+    sites = [a for a in v.by_body(body) if a.kind in ("pre", "post")]
+    links = {a.id: [x.to for x in a.relationships if x.rel in ("PreSynTo", "PostSynTo")] for a in sites}
+    ids = sorted({i for ls in links.values() for i in ls})
+    r = Resolver(v)
+    with v.instance.repo.read(v.uuid) as view:
+        recs = v._records(view, ids) if ids else []
+    bodies = r.bodies(_as_u64(s.supervoxel for s in recs), [s.annotation.point for s in recs])
+    body_of = {s.annotation.id: int(b) for s, b in zip(recs, bodies.tolist(), strict=True)}
+    return [SynapseSite(a, body, tuple((i, body_of[i]) for i in links[a.id])) for a in sites]
+
+
+def connectivity(v: AnnotationVersion, bodies: Iterable[int] | None = None, *,
+                 within: bool = False) -> ConnectionTable:
+    """The adjacency table at ``v``: every connection with ``pre`` or ``post`` among ``bodies``
+    (``within``: both), or the whole connectome when ``bodies`` is None (costs the whole index)."""
+    if bodies is None:
+        return _whole(v) if check_indexed(v) else recount_connectivity(v)
+    chosen = sorted({_check_body(b) for b in bodies})
+    counts: dict[tuple[int, int], int] = {}
+    for b in chosen:
+        c = connections(v, b)
+        for p in c.outgoing:
+            counts[(b, p.body)] = p.count
+        for p in c.incoming:
+            counts[(p.body, b)] = p.count
+    if within:
+        keep = set(chosen)
+        counts = {k: n for k, n in counts.items() if k[0] in keep and k[1] in keep}
+    return ConnectionTable.from_counts(counts)
+
+
+def _whole(v: AnnotationVersion) -> ConnectionTable:
+    """Every outgoing synapse key of the version, both ends mapped to bodies."""
+    r = Resolver(v)
+    inst = v.instance.instance
+    own_sv: list[int] = []
+    own_id: list[int] = []
+    p_sv: list[int] = []
+    p_pt: list[Point] = []
+    with v.instance.repo.read(v.uuid) as view:
+        for k, raw in view.scan(inst, prefix=S.EDGE_PREFIX):
+            sv, d, own, _partner = S.decode_key(k)
+            if d != S.OUT:
+                continue
+            psv, ppt = S.decode_value(raw, key=k)
+            own_sv.append(sv)
+            own_id.append(own)
+            p_sv.append(psv)
+            p_pt.append(ppt)
+        svs = _as_u64(own_sv)
+        live = r.lm.exists(r.state, svs) | (svs == 0) if svs.size else np.zeros(0, dtype=bool)
+        stale_ids = sorted({own_id[i] for i in np.flatnonzero(~live).tolist()})
+        recs = v._records(view, stale_ids) if stale_ids else []
+    point_of = {s.annotation.id: s.annotation.point for s in recs}
+    own_pts = [point_of.get(i, (0, 0, 0)) for i in own_id]
+    pre = r.bodies(svs, own_pts)
+    post = r.bodies(_as_u64(p_sv), p_pt)
+    keep = (pre != 0) & (post != 0)
+    return _table(pre[keep], post[keep])
+
+
+def _table(pre: U64, post: U64) -> ConnectionTable:
+    if not pre.size:
+        return ConnectionTable(np.zeros(0, np.uint64), np.zeros(0, np.uint64), np.zeros(0, np.int64))
+    pairs = np.stack([pre, post], axis=1)
+    uniq, counts = np.unique(pairs, axis=0, return_counts=True)
+    return ConnectionTable.from_counts({(int(a), int(b)): int(n) for (a, b), n in zip(uniq, counts, strict=True)})
+
+
+def recount_connectivity(v: AnnotationVersion) -> ConnectionTable:
+    """The whole connectome from scratch: every record read, every point's body read from the voxels.
+
+    The reference the index is checked against (the model test) and the peer of the benchmark:
+    it uses neither the synapse index nor the recorded supervoxels.
+    """
+    records = {a.id: a for a in v.all()}
+    pairs = [(a.id, r.to) for a in records.values() if a.kind == "pre" for r in a.relationships
+             if r.rel == "PreSynTo" and r.to in records and records[r.to].kind == "post"
+             and any(x.rel == "PostSynTo" and x.to == a.id for x in records[r.to].relationships)]
+    if not pairs:
+        return _table(np.zeros(0, np.uint64), np.zeros(0, np.uint64))
+    lmv = v.instance.labelmap.at(v.uuid)
+    ids = sorted(records)
+    svs = supervoxels_at(lmv, [records[i].point for i in ids], v.instance.block)
+    body = dict(zip(ids, lmv.bodies_of(svs).tolist(), strict=True))
+    pre = _as_u64(body[p] for p, _ in pairs)
+    post = _as_u64(body[q] for _, q in pairs)
+    keep = (pre != 0) & (post != 0)
+    return _table(pre[keep], post[keep])
+
+
+def _changed_ids(v: AnnotationVersion, base: Any) -> set[int]:
+    """Ids whose record a version between ``base`` (excluded) and ``v`` wrote (the store's change index)."""
+    repo = v.instance.repo
+    below = {x.uuid for x in repo.ancestry(base)}
+    ids: set[int] = set()
+    for x in repo.ancestry(v.version):
+        if x.uuid in below:
+            continue
+        with repo.read(x) as view:
+            for c in view.changes(v.instance.instance):
+                if c.key[:1] == K.RECORD_PREFIX and len(c.key) == 9:
+                    ids.add(K.id_of_record_key(c.key))
+    return ids
+
+
+def affected_bodies(a: AnnotationVersion, b: AnnotationVersion) -> tuple[int, ...]:
+    """Bodies (at ``a`` or ``b``) whose connections can differ between the two versions.
+
+    The labelmap mutations one version has and the other lacks (their bodies, and the bodies at
+    either version of every supervoxel their deltas name), and the annotations whose record
+    differs (their bodies at either version).
+    """
+    from napari_shardscope.core.labelmap.diff import diff_versions
+
+    lm = a.instance.labelmap
+    d = diff_versions(lm, a.uuid, b.uuid)
+    bodies: set[int] = set(d.bodies_a) | set(d.bodies_b)
+    svs: set[int] = set(d.supervoxels_a) | set(d.supervoxels_b)
+    for e in (*d.only_a, *d.only_b):
+        delta = e.mutation.delta
+        svs.update(k for k, _o, _n in delta.explicit)
+        svs.update(k for k, _o, _n in delta.retired)
+        for k, o, n in delta.parent:
+            bodies.update(x for x in (k, o, n) if x)
+    repo = a.instance.repo
+    base = repo.version(d.base)
+    ids = _changed_ids(a, base) | _changed_ids(b, base)
+    sv_arr = _as_u64(sorted(svs))
+    for v in (a, b):
+        r = Resolver(v)
+        if sv_arr.size:
+            live = sv_arr[r.lm.exists(r.state, sv_arr)]
+            bodies.update(int(x) for x in r.lmv.bodies_of(live).tolist())
+        if ids:
+            recs = [s for s in (v.find(i) for i in sorted(ids)) if s is not None]
+            pts = [s.point for s in recs]
+            bodies.update(int(x) for x in r.lmv.bodies_of(supervoxels_at(r.lmv, pts, v.instance.block)).tolist())
+    bodies.discard(0)
+    return tuple(sorted(bodies))
+
+
+def diff_connectivity(a: AnnotationVersion, b: AnnotationVersion,
+                      bodies: Iterable[int] | None = None) -> ConnectivityDiff:
+    """Which connections differ from version ``a`` to ``b``: created, removed or changed, counts before/after.
+
+    Only the bodies the intervening edits touched are read (:func:`affected_bodies`), unless
+    ``bodies`` names the ones to compare.
+    """
+    if a.instance.name != b.instance.name:
+        raise AnnotationArgumentError(f"compare one annotation instance at two versions, not "
+                                      f"{a.instance.name!r} and {b.instance.name!r}")
+    chosen = tuple(sorted({_check_body(x) for x in bodies})) if bodies is not None else affected_bodies(a, b)
+    sides = []
+    for v in (a, b):
+        lmv = v.instance.labelmap.at(v.uuid)
+        here = [x for x in chosen if lmv.exists(x)]
+        sides.append(connectivity(v, here).as_dict() if here else {})
+    before, after = sides
+    changes = [ConnectionChange(p, q, before.get((p, q), 0), after.get((p, q), 0))
+               for p, q in sorted(set(before) | set(after)) if before.get((p, q), 0) != after.get((p, q), 0)]
+    return ConnectivityDiff(a.uuid, b.uuid, chosen, tuple(changes))

@@ -1,0 +1,40 @@
+"""Points to supervoxels, many at once: one read per labelmap block the points fall in.
+
+Used by the bulk add (:func:`.instance.add_many`), the connectome's re-resolution of points whose
+recorded supervoxel a split retired, and the recount from scratch (:mod:`.connectome`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import numpy.typing as npt
+
+from napari_shardscope.core.labelmap.geometry import Box
+from napari_shardscope.core.labelmap.version import LabelmapVersion
+
+U64 = npt.NDArray[np.uint64]
+
+
+def supervoxels_at(lmv: LabelmapVersion, points: npt.ArrayLike, block: Sequence[int]) -> U64:
+    """The supervoxel under each (z, y, x) point: one read per labelmap block the points fall in."""
+    pts = np.asarray(points, dtype=np.int64).reshape(-1, 3)
+    out = np.zeros(len(pts), dtype=np.uint64)
+    if not len(pts):
+        return out
+    blk = np.asarray(block, dtype=np.int64)
+    shape = np.asarray(lmv.scales[0].shape, dtype=np.int64)
+    cells = pts // blk
+    uniq, inverse = np.unique(cells, axis=0, return_inverse=True)
+    inverse = inverse.reshape(-1)
+    order = np.argsort(inverse, kind="stable")
+    bounds = np.searchsorted(inverse[order], np.arange(len(uniq) + 1))
+    for i, cell in enumerate(uniq):
+        idx = order[bounds[i]:bounds[i + 1]]
+        lo = cell * blk
+        hi = np.minimum(lo + blk, shape)
+        data = lmv.read_supervoxels(Box(tuple(int(v) for v in lo), tuple(int(v) for v in hi)))  # type: ignore[arg-type]
+        rel = pts[idx] - lo
+        out[idx] = data[rel[:, 0], rel[:, 1], rel[:, 2]]
+    return out

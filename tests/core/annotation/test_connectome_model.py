@@ -1,0 +1,187 @@
+"""The connectome of a version against a full recount, under random labelmap and synapse edits.
+
+Random labelmap merges, cleaves, supervoxel splits and their undo/redo, and random synapse edits
+(add pre/post, bulk adds, relate, move, delete, undo/redo), with commits and branches. After every
+step ``connections(body)`` of every body, ``connectivity()`` and the diff against the last
+committed version must equal what a recount from scratch derives (every record read, every
+point's body read from the labelmap's voxels at that version) — the synapse index is never
+rebuilt, only kept by the edits.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+
+from napari_shardscope.core.annotation import AnnotationInstance, add_many, create_annotation_instance
+from napari_shardscope.core.annotation.connectome import (
+    _connections_from,
+    diff_connectivity,
+    recount_connectivity,
+)
+from napari_shardscope.core.labelmap import create_labelmap
+from napari_shardscope.core.versioned import Repository, create_repository
+from tests.core.annotation.test_annotation_model import BLOCK, SHAPE, base_volume
+
+points = st.tuples(st.integers(0, SHAPE[0] - 1), st.integers(0, SHAPE[1] - 1), st.integers(0, SHAPE[2] - 1))
+
+
+class ConnectomeMachine(RuleBasedStateMachine):
+    def __init__(self) -> None:
+        super().__init__()
+        path, _ = base_volume()
+        self.repo: Repository = create_repository(None, engine="memory")
+        self.lm = create_labelmap(self.repo, "seg", path, block=BLOCK)
+        self.inst: AnnotationInstance = create_annotation_instance(self.repo, "syn", labelmap=self.lm)
+        self.cur = self.repo.root.uuid
+        self.last_committed: str | None = None
+        self.branches = 0
+
+    @property
+    def v(self) -> Any:
+        return self.inst.at(self.cur)
+
+    @property
+    def lmv(self) -> Any:
+        return self.lm.at(self.cur)
+
+    def bodies(self) -> list[int]:
+        return sorted(int(b) for b in np.unique(self.lmv.read_bodies()) if b)
+
+    def ids(self, kind: str | None = None) -> list[int]:
+        return [a.id for a in self.v.all() if kind is None or a.kind == kind]
+
+    # -- synapse edits ----------------------------------------------------------------------------
+    @rule(kind=st.sampled_from(("pre", "post")), point=points)
+    def add(self, kind: str, point: tuple[int, int, int]) -> None:
+        self.v.add(kind, point)
+
+    @rule(pre=st.lists(points, min_size=1, max_size=3), post=st.lists(points, min_size=1, max_size=3),
+          data=st.data())
+    def add_many(self, pre: list[Any], post: list[Any], data: st.DataObject) -> None:
+        pairs = data.draw(st.lists(st.tuples(st.integers(0, len(pre) - 1), st.integers(0, len(post) - 1)),
+                                   max_size=4, unique=True))
+        add_many(self.v, ["pre"] * len(pre) + ["post"] * len(post), np.asarray(pre + post),
+                        synapses=[(i, len(pre) + j) for i, j in pairs])
+
+    @precondition(lambda self: True)
+    @rule(data=st.data())
+    def relate(self, data: st.DataObject) -> None:
+        pres, posts = self.ids("pre"), self.ids("post")
+        if pres and posts:
+            self.v.relate(data.draw(st.sampled_from(pres)), data.draw(st.sampled_from(posts)))
+
+    @rule(data=st.data())
+    def unrelate(self, data: st.DataObject) -> None:
+        linked = [(a.id, r.to) for a in self.v.all() for r in a.relationships if r.rel == "PreSynTo"]
+        if linked:
+            self.v.unrelate(*data.draw(st.sampled_from(linked)))
+
+    @rule(data=st.data(), point=points)
+    def move(self, data: st.DataObject, point: tuple[int, int, int]) -> None:
+        ids = self.ids()
+        if ids:
+            self.v.move(data.draw(st.sampled_from(ids)), point)
+
+    @rule(data=st.data())
+    def delete(self, data: st.DataObject) -> None:
+        ids = self.ids()
+        if ids:
+            self.v.delete(data.draw(st.sampled_from(ids)))
+
+    @rule()
+    def undo_annotation(self) -> None:
+        if self.v.can_undo:
+            self.v.undo()
+
+    @rule()
+    def redo_annotation(self) -> None:
+        if self.v.can_redo:
+            self.v.redo()
+
+    # -- labelmap edits ---------------------------------------------------------------------------
+    @rule(data=st.data())
+    def merge(self, data: st.DataObject) -> None:
+        bodies = self.bodies()
+        if len(bodies) >= 2:
+            target = data.draw(st.sampled_from(bodies))
+            others = data.draw(st.lists(st.sampled_from([b for b in bodies if b != target]), min_size=1,
+                                        max_size=2, unique=True))
+            self.lmv.merge(target, others)
+
+    @rule(data=st.data())
+    def cleave(self, data: st.DataObject) -> None:
+        lmv = self.lmv
+        big = [b for b in self.bodies() if len(lmv.supervoxels(b)) >= 2]
+        if big:
+            body = data.draw(st.sampled_from(big))
+            members = lmv.supervoxels(body)
+            svs = data.draw(st.lists(st.sampled_from(members), min_size=1, max_size=len(members) - 1, unique=True))
+            lmv.cleave(body, svs)
+
+    @rule(data=st.data())
+    def split_supervoxel(self, data: st.DataObject) -> None:
+        sv_vol = self.lmv.read_supervoxels()
+        svs, counts = np.unique(sv_vol[sv_vol != 0], return_counts=True)
+        choices = [int(s) for s, n in zip(svs, counts, strict=True) if n >= 2]
+        if not choices:
+            return
+        sv = data.draw(st.sampled_from(choices))
+        where = np.argwhere(sv_vol == sv)
+        axis = data.draw(st.integers(0, 2))
+        values = np.unique(where[:, axis])
+        if values.size < 2:
+            axis = int(np.argmax(where.max(0) - where.min(0)))
+            values = np.unique(where[:, axis])
+        cut = values[data.draw(st.integers(1, values.size - 1))]
+        self.lmv.split_supervoxel(sv, where[where[:, axis] < cut])
+
+    @rule()
+    def undo_labelmap(self) -> None:
+        if self.lmv.can_undo:
+            self.lmv.undo()
+
+    @rule()
+    def redo_labelmap(self) -> None:
+        if self.lmv.can_redo:
+            self.lmv.redo()
+
+    # -- versions -------------------------------------------------------------------------------
+    @rule(branch=st.booleans())
+    def commit_and_continue(self, branch: bool) -> None:
+        self.repo.commit(self.cur, "proofread")
+        self.last_committed = self.cur
+        name = None
+        if branch:
+            self.branches += 1
+            name = f"trial-{self.branches}"
+        self.cur = self.repo.new_version(self.cur, name).uuid
+
+    # -- the check ------------------------------------------------------------------------------
+    @invariant()
+    def connectome_equals_recount(self) -> None:
+        v = self.v
+        truth = recount_connectivity(v).as_dict()
+        assert v.connectivity().as_dict() == truth
+        for body in self.bodies():
+            assert v.connections(body) == _connections_from(truth, body), body
+        if truth:
+            some = sorted({a for a, _ in truth})[:2]
+            want = {k: n for k, n in truth.items() if k[0] in some or k[1] in some}
+            assert v.connectivity(some).as_dict() == want
+        if self.last_committed is not None:
+            old = self.inst.at(self.last_committed)
+            before = recount_connectivity(old).as_dict()
+            full = {k: (before.get(k, 0), truth.get(k, 0)) for k in set(before) | set(truth)
+                    if before.get(k, 0) != truth.get(k, 0)}
+            got = diff_connectivity(old, v)
+            assert {(c.pre, c.post): (c.before, c.after) for c in got.changes} == full
+
+
+ConnectomeMachine.TestCase.settings = settings(max_examples=25, stateful_step_count=25, deadline=None,
+                                               suppress_health_check=[HealthCheck.too_slow])
+TestConnectomeModel = ConnectomeMachine.TestCase
