@@ -22,8 +22,9 @@ bytes: gzip's header and trailer alone take 18), the lists gzip-encoded.
 The write is atomic where the store allows it: on a local disk everything is written into a sibling
 directory, synced, then swapped in by one rename (``renameat2(RENAME_EXCHANGE)`` where Linux has it),
 so a reader sees the old collection or the new one, never a mix, and a failure leaves the old one in
-place (:mod:`.directory_swap`). A remote store cannot rename a directory: there the old ``info`` is deleted first and the new
-one written last, so a failed write leaves no collection rather than a half-written one.
+place (:mod:`.directory_swap`). A remote store cannot rename a directory: there the old ``info`` is
+deleted first and the new one written last, so a failed write leaves no collection rather than a
+half-written one.
 """
 
 from __future__ import annotations
