@@ -119,7 +119,7 @@ class ShardBrowser(QWidget):
         self._workers: list[Any] = []
         self._cancel = threading.Event()
         self.cursor_locator = CursorLocator(self.viewer, lambda: (self.tree, self.layer), self._on_hover,
-                                    lambda located: self.show_located(located, move=False))
+                                            lambda located: self.show_located(located, move=False))
         self._build_ui()
         self._problem.connect(self._on_problem)
         self.viewer.layers.events.inserted.connect(self._refresh_layers)
