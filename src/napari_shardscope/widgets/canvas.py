@@ -40,9 +40,9 @@ from napari_shardscope.core.proofreading.highlight import (
     supervoxel_arrays,
 )
 from napari_shardscope.core.proofreading.navigation import NavTarget
+from napari_shardscope.widgets.chunk_outline import camera
 from napari_shardscope.widgets.placement import VolumeGrid, add_on_grid
 from napari_shardscope.widgets.session import LAYER_KEY, ViewerSession, keep_read_only, session_for
-from napari_shardscope.widgets.shard_browser import camera
 
 if TYPE_CHECKING:
     import napari

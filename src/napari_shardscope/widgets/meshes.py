@@ -13,17 +13,36 @@ from __future__ import annotations
 import contextlib
 import importlib
 import threading
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 from qtpy.QtCore import QTimer
 
 from napari_shardscope.core.proofreading.meshes import BodySurface, SurfaceFollower, SurfacePlan
 from napari_shardscope.widgets.placement import add_on_grid, on_grid
-from napari_shardscope.widgets.workers import GuiProgress
+from napari_shardscope.widgets.workers import GuiProgress, GuiThreadBridge
 
 if TYPE_CHECKING:
-    from napari_shardscope.widgets.session import ViewerSession
+    import napari
+    from napari.layers import Labels
+
+    from napari_shardscope.core.proofreading import ProofreadingController
+    from napari_shardscope.widgets.placement import VolumeGrid
+
+
+class SurfaceSession(Protocol):
+    """What the surfaces ask of the viewer session (:class:`~.session.ViewerSession`, which makes them).
+
+    A Protocol, not the class: the session imports this module to make its surfaces.
+    """
+
+    controller: ProofreadingController
+    body_layer: Labels | None
+
+    @property
+    def viewer(self) -> napari.Viewer: ...
+
+    def grid(self) -> VolumeGrid | None: ...
 
 #: Metadata key marking the layers this module owns (value: the body id).
 SURFACE_KEY = "shardscope_body_surface"
@@ -41,7 +60,7 @@ def skeleton_name(body: int) -> str:
 class BodySurfaces:
     """The Surface layers of one viewer session's selected bodies."""
 
-    def __init__(self, session: ViewerSession, *, skeletons: bool = True) -> None:
+    def __init__(self, session: SurfaceSession, *, skeletons: bool = True) -> None:
         self.session = session
         self.follower = SurfaceFollower(session.controller)
         self.skeletons = skeletons
@@ -51,9 +70,8 @@ class BodySurfaces:
         self._running: list[Any] = []
         self._again = False
         self._scheduled = False
-        from napari_shardscope.widgets.session import _ToGuiThread
 
-        self._bridge = _ToGuiThread()
+        self._bridge = GuiThreadBridge()
         # Imported here, on the GUI thread: a first import inside the loading thread would take the import lock
         # while napari's own threads start.
         for module in ("DracoPy", "zmesh"):

@@ -34,6 +34,8 @@ import numpy.typing as npt
 if TYPE_CHECKING:
     import napari
 
+    from napari_shardscope.core.layout import LayoutTree
+
 #: The kinds of layer :func:`add_on_grid` makes.
 LayerKind = Literal["labels", "image", "surface", "vectors", "points", "shapes", "blocks"]
 
@@ -58,6 +60,16 @@ class VolumeGrid:
         return cls(tuple(float(s) for s in layer.scale), tuple(float(t) for t in layer.translate), levels[0],
                    tuple(str(a) for a in layer.axis_labels),
                    tuple(str(u) for u in units) if units is not None else None, levels)
+
+    @classmethod
+    def of_layout(cls, tree: LayoutTree) -> VolumeGrid:
+        """The grid of a layout tree's finest scale, for a dataset shown with no layer (the shard browser)."""
+        geos = [tree.geometry(s) for s in tree.spatial_scales()]
+        geo = geos[0]
+        units = (geo.unit,) * len(geo.voxel_size) if geo.unit is not None else None
+        return cls(tuple(float(v) for v in geo.voxel_size), tuple(float(t) for t in geo.translate),
+                   tuple(geo.array_shape), tuple(geo.array_axes), units,
+                   tuple(tuple(g.array_shape) for g in geos if g.ndim == geo.ndim))
 
     @property
     def ndim(self) -> int:

@@ -23,13 +23,11 @@ Notebook use::
 from __future__ import annotations
 
 import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from psygnal import Signal
-from qtpy.QtCore import QObject
-from qtpy.QtCore import Signal as QtSignal  # type: ignore[attr-defined]
 
 from napari_shardscope.core.labelmap import EditEvent, LabelmapVersion
 from napari_shardscope.core.proofreading import (
@@ -40,6 +38,7 @@ from napari_shardscope.core.proofreading import (
     Status,
 )
 from napari_shardscope.widgets.placement import VolumeGrid
+from napari_shardscope.widgets.workers import GuiThreadBridge
 
 if TYPE_CHECKING:
     import napari
@@ -47,22 +46,6 @@ if TYPE_CHECKING:
 
 #: Layer metadata key naming the session's layers (not ``"shardscope"``: those are base volumes).
 LAYER_KEY = "shardscope_proofreading"
-
-
-class _ToGuiThread(QObject):  # type: ignore[misc]
-    """Runs callables posted from any thread in the thread this object lives in (the GUI thread)."""
-
-    call = QtSignal(object)
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.call.connect(self._run)
-
-    def _run(self, func: Callable[[], None]) -> None:
-        func()
-
-    def post(self, func: Callable[[], None]) -> None:
-        self.call.emit(func)
 
 
 class ViewerSession:
@@ -73,7 +56,7 @@ class ViewerSession:
 
     def __init__(self, viewer: napari.Viewer) -> None:
         self._viewer = weakref.ref(viewer)
-        self._bridge = _ToGuiThread()
+        self._bridge = GuiThreadBridge()
         session = ProofreadingSession(dispatch=self._bridge.post)
         session.subscribe(self._on_session)  # before the controller's: panels see the new layers
         self.controller = ProofreadingController(session)

@@ -6,10 +6,10 @@ comes from a core call a notebook can make (``open_layout``, ``LayoutTree.expand
 ``locate_problem``). What lives here is only what needs a viewer:
 
 * the tree widget, filled when a row is expanded (the core reads that row's index then, and only
-  then), children added in pages so a scale with 10⁴ shards opens at once;
+  then), children added in pages so a scale with 10⁴ shards opens at once (:mod:`.layout_tree_view`);
 * the chunk outline: a Shapes layer on the volume's voxel grid (its scale and translate), one
   rectangle per displayed plane the chunk covers (napari shows a shape only on the plane it lies
-  in, one voxel deep), and the move of the view there;
+  in, one voxel deep), and the move of the view there (:mod:`.chunk_outline`);
 * "locate under cursor": viewer mouse callbacks that map the cursor to the layer's data at the
   level napari is showing, then to the core's world (so a moved layer still picks right);
 * the shard map as a Labels layer (value = shard number; background set to a value that never
@@ -20,22 +20,18 @@ comes from a core call a notebook can make (``open_layout``, ``LayoutTree.expand
 
 from __future__ import annotations
 
-import math
 import threading
 from collections.abc import Sequence
-from itertools import product
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from qtpy.QtCore import Qt, Signal  # type: ignore[attr-defined]
-from qtpy.QtGui import QColor
 from qtpy.QtWidgets import (
     QCheckBox,
     QComboBox,
     QFormLayout,
     QGroupBox,
     QHBoxLayout,
-    QHeaderView,
     QLabel,
     QLineEdit,
     QListWidget,
@@ -43,7 +39,6 @@ from qtpy.QtWidgets import (
     QProgressBar,
     QPushButton,
     QSizePolicy,
-    QTreeWidget,
     QTreeWidgetItem,
     QVBoxLayout,
     QWidget,
@@ -58,31 +53,28 @@ from napari_shardscope.core.layout import (
     NodePath,
     ShardMap,
     ShardMapBy,
-    format_bytes,
-    format_ratio,
     open_layout,
     parse_position,
 )
 from napari_shardscope.core.volumes.display import LAYER_METADATA_KEY
+from napari_shardscope.widgets.chunk_outline import OUTLINE_NAME, camera, draw_outline, layer_box, move_view
+from napari_shardscope.widgets.cursor_locate import CursorLocator
+from napari_shardscope.widgets.layout_tree_view import NODE_ROLE, PAGE_SIZE, LayoutTreeView
 from napari_shardscope.widgets.lifecycle import on_removed
-from napari_shardscope.widgets.placement import Blocks, VolumeGrid, add_on_grid, on_grid
+from napari_shardscope.widgets.placement import VolumeGrid
 from napari_shardscope.widgets.scrolling import scroll_body, wrapping
+from napari_shardscope.widgets.shard_map_layer import add_shard_map, shard_map_name
 from napari_shardscope.widgets.workers import GuiProgress, Stopped, start_worker
 
 if TYPE_CHECKING:
     import napari
     from napari.layers import Layer, Shapes
 
-#: Children added to the tree per page ("show more" adds the next page).
-PAGE_SIZE = 200
-#: At most this many rectangles outline one chunk (one per displayed plane it spans).
-MAX_OUTLINE_PLANES = 2048
-OUTLINE_NAME = "chunk outline"
-COLUMNS = ("Layout", "Chunks", "Stored", "Raw", "Ratio")
-NODE_ROLE = Qt.ItemDataRole.UserRole
-MORE_ROLE = Qt.ItemDataRole.UserRole + 1
 LOCATE_MODES = ("voxel", "chunk id", "grid position", "segment id")
 ALL_SCALES = "(all scales)"
+
+# OUTLINE_NAME, PAGE_SIZE and camera moved with the outline and the tree view; still importable from here.
+__all__ = ["HELP", "LOCATE_MODES", "OUTLINE_NAME", "PAGE_SIZE", "ShardBrowser", "camera"]
 
 HELP = """<b>Shard browser</b><br>
 Tree: expand a scale to list its shard files, a shard to read its index (minishards with chunk
@@ -95,12 +87,6 @@ clicking outlines it.<br>
 Shard map (sharded scales only): a layer colouring every chunk by its shard (or minishard) —
 computed from chunk ids, no data is read.<br>
 Validate: reads every shard file of the scale in a worker thread; click a problem to go to its chunk."""
-
-
-def camera(viewer: Any) -> Any:
-    """The viewer's camera: ``viewer.scene.camera`` since napari 0.9, ``viewer.camera`` before."""
-    scene = getattr(viewer, "scene", None)
-    return scene.camera if scene is not None else viewer.camera
 
 
 class ShardBrowser(QWidget):
@@ -128,15 +114,12 @@ class ShardBrowser(QWidget):
         self.outline_layer: Shapes | None = None
         self.shard_map_layer: Layer | None = None
         self.last_located: Located | None = None
-        self.hover: Located | None = None
         self.problems: list[Problem] = []
         self.last_error: str | None = None
-        self._items: dict[NodePath, QTreeWidgetItem] = {}
-        self._pending: dict[NodePath, list[LayoutNode]] = {}
         self._workers: list[Any] = []
         self._cancel = threading.Event()
-        self._cursor_mode = False
-        self._hover_grid: tuple[str, tuple[int, ...]] | None = None
+        self.cursor_locator = CursorLocator(self.viewer, lambda: (self.tree, self.layer), self._on_hover,
+                                            lambda located: self.show_located(located, move=False))
         self._build_ui()
         self._problem.connect(self._on_problem)
         self.viewer.layers.events.inserted.connect(self._refresh_layers)
@@ -161,18 +144,7 @@ class ShardBrowser(QWidget):
         top.addWidget(self.reload_button)
         layout.addLayout(top)
 
-        self.tree_widget = QTreeWidget()
-        self.tree_widget.setColumnCount(len(COLUMNS))
-        self.tree_widget.setHeaderLabels(list(COLUMNS))
-        self.tree_widget.setUniformRowHeights(True)
-        self.tree_widget.setIndentation(12)
-        header = self.tree_widget.header()
-        assert header is not None
-        header.setStretchLastSection(False)
-        header.setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)
-        for col in range(1, len(COLUMNS)):
-            header.setSectionResizeMode(col, QHeaderView.ResizeMode.ResizeToContents)
-        self.tree_widget.itemExpanded.connect(self._on_item_expanded)
+        self.tree_widget = LayoutTreeView(self._error)  # rows read when expanded, children in pages
         self.tree_widget.itemClicked.connect(self._on_item_clicked)
         self.tree_widget.setMinimumHeight(220)
         layout.addWidget(self.tree_widget, stretch=4)
@@ -299,7 +271,7 @@ class ShardBrowser(QWidget):
             self._error(f"cannot inspect {tree.inspector.store.url}: {exc}")
             return
         self.tree = tree
-        self.tree_widget.addTopLevelItems([self._make_item(node) for node in roots])
+        self.tree_widget.show_roots(tree, roots)
         scales = tree.spatial_scales()
         self.scale_combo.addItems([s or "(array)" for s in scales])
         self.validate_scope.addItems([ALL_SCALES, *[s or "(array)" for s in scales]])
@@ -309,10 +281,8 @@ class ShardBrowser(QWidget):
     def _clear(self, layer: Layer | None) -> None:
         self.layer = layer
         self.tree = None
-        self._hover_grid = None
-        self.tree_widget.clear()
-        self._items.clear()
-        self._pending.clear()
+        self.cursor_locator.forget()
+        self.tree_widget.reset()
         self.scale_combo.clear()
         self.validate_scope.clear()
         self.map_row.setVisible(False)
@@ -363,65 +333,8 @@ class ShardBrowser(QWidget):
         self.map_row.setVisible(bool(levels))
 
     # -- tree items ----------------------------------------------------------------------------------------
-    def _make_item(self, node: LayoutNode) -> QTreeWidgetItem:
-        item = QTreeWidgetItem()
-        self._fill_item(item, node)
-        if node.expandable:
-            item.setChildIndicatorPolicy(QTreeWidgetItem.ChildIndicatorPolicy.ShowIndicator)
-        self._items[node.path] = item
-        return item
-
-    @staticmethod
-    def _fill_item(item: QTreeWidgetItem, node: LayoutNode) -> None:
-        item.setData(0, NODE_ROLE, node)
-        values = (node.name, "" if node.chunks is None else str(node.chunks), format_bytes(node.stored_bytes),
-                  format_bytes(node.raw_bytes), format_ratio(node.ratio))
-        for col, text in enumerate(values):
-            item.setText(col, text)
-            if col:
-                item.setTextAlignment(col, Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
-        item.setToolTip(0, node.detail or node.name)
-        if node.kind == "error" or not node.present:
-            item.setForeground(0, QColor("#e06c75"))
-
-    def _on_item_expanded(self, item: QTreeWidgetItem) -> None:
-        node = item.data(0, NODE_ROLE)
-        if isinstance(node, LayoutNode):
-            self._populate(item, node)
-
-    def _populate(self, item: QTreeWidgetItem, node: LayoutNode) -> None:
-        if self.tree is None or node.path in self._pending or item.childCount():
-            return
-        try:
-            expansion = self.tree.expand(node)
-        except ShardscopeError as exc:
-            self._error(str(exc))
-            return
-        self._fill_item(item, expansion.node)
-        self._pending[node.path] = list(expansion.children)
-        self._add_page(item, node.path)
-        if not expansion.children:
-            item.setChildIndicatorPolicy(QTreeWidgetItem.ChildIndicatorPolicy.DontShowIndicatorWhenChildless)
-
-    def _add_page(self, item: QTreeWidgetItem, path: NodePath) -> None:
-        pending = self._pending.get(path, [])
-        last = item.child(item.childCount() - 1) if item.childCount() else None
-        if last is not None and last.data(0, MORE_ROLE):
-            item.removeChild(last)
-        page, rest = pending[:PAGE_SIZE], pending[PAGE_SIZE:]
-        self._pending[path] = rest
-        item.addChildren([self._make_item(child) for child in page])
-        if rest:
-            more = QTreeWidgetItem([f"… show {min(PAGE_SIZE, len(rest))} more of {len(rest)}"])
-            more.setData(0, MORE_ROLE, True)
-            more.setForeground(0, QColor("#61afef"))
-            item.addChild(more)
-
     def _on_item_clicked(self, item: QTreeWidgetItem, column: int = 0) -> None:
-        parent = item.parent()
-        if item.data(0, MORE_ROLE) and parent is not None:
-            parent_node = parent.data(0, NODE_ROLE)
-            self._add_page(parent, parent_node.path)
+        if self.tree_widget.show_more(item):
             return
         node = item.data(0, NODE_ROLE)
         if not isinstance(node, LayoutNode):
@@ -434,23 +347,7 @@ class ShardBrowser(QWidget):
 
     def expand_path(self, path: NodePath) -> QTreeWidgetItem:
         """Expand the tree down to ``path`` (reading the indexes on the way) and return its row."""
-        if self.tree is None:
-            raise ArgumentError("no dataset is shown")
-        item: QTreeWidgetItem | None = None
-        for depth in range(1, len(path) + 1):
-            sub = path[:depth]
-            if sub not in self._items and item is not None:
-                self._populate(item, item.data(0, NODE_ROLE))
-                while sub not in self._items and self._pending.get(path[: depth - 1]):
-                    self._add_page(item, path[: depth - 1])
-            if sub not in self._items:
-                raise ArgumentError(f"no row {' / '.join(f'{k} {v}' for k, v in sub)} in the tree")
-            item = self._items[sub]
-            if depth < len(path):
-                item.setExpanded(True)
-                self._populate(item, item.data(0, NODE_ROLE))
-        assert item is not None
-        return item
+        return self.tree_widget.expand_path(path)
 
     def select_path(self, path: NodePath) -> QTreeWidgetItem:
         """Expand to ``path``, select its row and scroll to it."""
@@ -461,7 +358,7 @@ class ShardBrowser(QWidget):
 
     def item_for_path(self, path: NodePath) -> QTreeWidgetItem | None:
         """The row of ``path`` if it has been created (``None`` if its parent was never expanded)."""
-        return self._items.get(path)
+        return self.tree_widget.item_for_path(path)
 
     # -- locate ---------------------------------------------------------------------------------------------
     def _require_tree(self) -> LayoutTree:
@@ -522,169 +419,46 @@ class ShardBrowser(QWidget):
                 self.detail_label.setText(str(exc))
         if located.world_box is None:
             return
-        lo, hi = self._layer_box(located.world_box)
-        self._draw_outline(lo, hi)
+        lo, hi = layer_box(self.layer, located.world_box)
+        grid = self._grid()
+        self.outline_layer = draw_outline(self.viewer, grid, self.layer, self.outline_layer, lo, hi)
         if move:
-            self._move_view(lo, hi)
-
-    def _layer_box(self, box: tuple[tuple[float, ...], tuple[float, ...]]) -> tuple[np.ndarray, np.ndarray]:
-        """The world box in the layer's dimensions (a channel axis split off by napari is dropped)."""
-        lo, hi = np.asarray(box[0], dtype=float), np.asarray(box[1], dtype=float)
-        ndim = self.layer.ndim if self.layer is not None else lo.size
-        return lo[-ndim:], hi[-ndim:]
+            move_view(self.viewer, grid, self.layer, lo, hi)
 
     def _grid(self) -> VolumeGrid:
         """The volume's grid: the layer's (as napari places it), or the tree's finest scale with no layer."""
-        if self.layer is not None:
-            return VolumeGrid.of_layer(self.layer)
-        tree = self._require_tree()
-        geos = [tree.geometry(s) for s in tree.spatial_scales()]
-        geo = geos[0]
-        units = (geo.unit,) * len(geo.voxel_size) if geo.unit is not None else None
-        return VolumeGrid(tuple(float(v) for v in geo.voxel_size), tuple(float(t) for t in geo.translate),
-                          tuple(geo.array_shape), tuple(geo.array_axes), units,
-                          tuple(tuple(g.array_shape) for g in geos if g.ndim == geo.ndim))
-
-    def _level0(self) -> tuple[np.ndarray, np.ndarray]:
-        """Voxel size and translate of the volume's finest level (where napari's planes are)."""
-        grid = self._grid()
-        return np.asarray(grid.scale, dtype=float), np.asarray(grid.translate, dtype=float)
-
-    def _axes(self) -> tuple[list[int], list[int], int]:
-        """(displayed layer axes, other layer axes, viewer-to-layer axis offset)."""
-        ndim = self.layer.ndim if self.layer is not None else 3
-        offset = self.viewer.dims.ndim - ndim
-        displayed = [d - offset for d in self.viewer.dims.displayed if d >= offset]
-        rect = displayed[-2:]
-        others = [a for a in range(ndim) if a not in rect]
-        return rect, others, offset
-
-    def _plane_positions(self, axis: int, lo: float, hi: float) -> list[float]:
-        """World positions of the finest-level planes along ``axis`` whose centres lie in ``[lo, hi]``."""
-        scale, translate = self._level0()
-        step, start = float(scale[axis]), float(translate[axis])
-        first = math.ceil((lo - start) / step - 1e-9)
-        last = math.floor((hi - start) / step + 1e-9)
-        values = [start + k * step for k in range(first, last + 1) if lo < start + k * step < hi]
-        return values or [(lo + hi) / 2]
-
-    def _draw_outline(self, lo: np.ndarray, hi: np.ndarray) -> None:
-        rect, others, _ = self._axes()
-        if len(rect) < 2:
-            return
-        planes = [self._plane_positions(a, lo[a], hi[a]) for a in others]
-        shapes = []
-        (ay, ax) = rect
-        for values in product(*planes):
-            corners = [(lo[ay], lo[ax]), (lo[ay], hi[ax]), (hi[ay], hi[ax]), (hi[ay], lo[ax])]
-            vertices = np.zeros((4, lo.size))
-            for i, (y, x) in enumerate(corners):
-                vertices[i, ay], vertices[i, ax] = y, x
-                for a, v in zip(others, values, strict=True):
-                    vertices[i, a] = v
-            shapes.append(vertices)
-            if len(shapes) >= MAX_OUTLINE_PLANES:
-                break
-        # The outline goes on the volume's grid through add_on_grid (its scale, translate, axis labels, units;
-        # vertices clipped to the volume's voxel centres): in world units (scale 1) a shape would be 1 nm deep
-        # along z and vanish between planes, and a chunk edge half a voxel outside the volume would move the
-        # dims range's start (and the plane the arrows step from).
-        grid = self._grid()
-        scale = np.asarray(grid.scale, dtype=float)
-        width = float(np.min((hi[list(rect)] - lo[list(rect)]) / scale[list(rect)])) / 40
-        active = self.viewer.layers.selection.active  # adding the outline selects it; give the clicks back
-        layer = self.outline_layer
-        if layer is None or layer not in self.viewer.layers or layer.ndim != lo.size or not grid.holds(layer):
-            if layer is not None and layer in self.viewer.layers:
-                self.viewer.layers.remove(layer)
-            layer = add_on_grid(self.viewer, grid, "shapes", shapes, shape_type="rectangle", edge_color="yellow",
-                                face_color="transparent", edge_width=width, name=OUTLINE_NAME, ndim=lo.size)
-            self.outline_layer = layer
-        else:
-            layer.data = on_grid(grid, "shapes", shapes)
-            layer.shape_type = ["rectangle"] * len(shapes)
-            layer.edge_width = [width] * len(shapes)
-            layer.edge_color = "yellow"
-            layer.face_color = "transparent"
-        if active is not None and active in self.viewer.layers and active is not layer:
-            self.viewer.layers.selection.active = active
-        elif self.layer is not None:
-            self.viewer.layers.selection.active = self.layer
-
-    def _move_view(self, lo: np.ndarray, hi: np.ndarray) -> None:
-        _, others, offset = self._axes()
-        center = (lo + hi) / 2
-        for a in others:
-            planes = self._plane_positions(a, lo[a], hi[a])
-            nearest = min(planes, key=lambda v: abs(v - center[a]))
-            self.viewer.dims.set_point(a + offset, nearest)
-        displayed = [d - offset for d in self.viewer.dims.displayed if d >= offset]
-        camera(self.viewer).center = tuple(float(center[d]) for d in displayed)
+        return VolumeGrid.of_layer(self.layer) if self.layer is not None else VolumeGrid.of_layout(self._require_tree())
 
     # -- cursor mode ---------------------------------------------------------------------------------------
     @property
     def cursor_mode(self) -> bool:
-        return self._cursor_mode
+        return self.cursor_locator.enabled
+
+    @property
+    def hover(self) -> Located | None:
+        """The chunk under the cursor (cursor mode), or the one last clicked."""
+        return self.cursor_locator.hover
 
     def set_cursor_mode(self, enabled: bool) -> None:
         """Turn "locate under cursor" on/off: mouse moves show the chunk, clicks outline it."""
         enabled = bool(enabled)
-        if enabled == self._cursor_mode:
+        if enabled == self.cursor_locator.enabled:
             return
-        self._cursor_mode = enabled
+        self.cursor_locator.set_enabled(enabled)
         if self.cursor_check.isChecked() != enabled:
             self.cursor_check.setChecked(enabled)
-        moves, drags = self.viewer.mouse_move_callbacks, self.viewer.mouse_drag_callbacks
-        if enabled:
-            moves.append(self._on_mouse_move)
-            drags.append(self._on_mouse_press)
-        else:
-            for callbacks, cb in ((moves, self._on_mouse_move), (drags, self._on_mouse_press)):
-                if cb in callbacks:
-                    callbacks.remove(cb)
-            self._hover_grid = None
 
     def is_listening(self) -> bool:
         """True while the panel's mouse callbacks are on the viewer (cursor mode on, panel not removed)."""
-        return (self._on_mouse_move in self.viewer.mouse_move_callbacks
-                or self._on_mouse_press in self.viewer.mouse_drag_callbacks)
+        return self.cursor_locator.is_listening()
 
     def locate_position(self, position: Sequence[float]) -> Located | None:
         """The chunk under a viewer world position, at the level the layer is showing (``None`` outside)."""
-        if self.tree is None or self.layer is None:
-            return None
-        level = int(getattr(self.layer, "data_level", 0)) if getattr(self.layer, "multiscale", False) else 0
-        try:
-            scale = self.tree.scale_of_volume_level(level)
-            # the layer may have been moved: go through its own transform to its data, then to the core's world
-            data = np.asarray(self.layer.world_to_data(tuple(position)), dtype=float)
-            geo0 = self.tree.geometry(self.tree.scale_of_volume_level(0))
-            world = np.asarray(geo0.translate) + data[-geo0.ndim:] * np.asarray(geo0.voxel_size)
-            geo = self.tree.geometry(scale)
-            grid = geo.grid_position(geo.voxel_at_world(world))
-            if self.hover is not None and self._hover_grid == (scale, grid):
-                return self.hover
-            located = self.tree.locate_chunk(geo.to_array_order(grid), scale)
-        except ShardscopeError:
-            return None
-        self._hover_grid = (scale, grid)
-        return located
+        return self.cursor_locator.locate_position(position)
 
-    def _on_mouse_move(self, viewer: Any, event: Any) -> None:
-        located = self.locate_position(event.position)
-        if located is self.hover:
-            return
-        self.hover = located
+    def _on_hover(self, located: Located | None) -> None:
         self.locate_label.setStyleSheet("")
         self.locate_label.setText("under cursor: " + located.describe() if located is not None else "")
-
-    def _on_mouse_press(self, viewer: Any, event: Any) -> None:
-        if event.type != "mouse_press" or getattr(event, "button", 1) != 1:
-            return
-        located = self.locate_position(event.position)
-        if located is not None:
-            self.hover = located
-            self.show_located(located, move=False)
 
     # -- shard map -------------------------------------------------------------------------------------------
     def show_shard_map(self, scale: str | None = None, by: ShardMapBy | None = None) -> None:
@@ -697,33 +471,12 @@ class ShardBrowser(QWidget):
         self._start(lambda: tree.shard_map(scale, chosen), self._on_shard_map, button=self.map_button)
 
     def _on_shard_map(self, smap: ShardMap) -> None:
-        name = f"shard map {smap.scale} ({smap.by})"
-        from napari.utils.colormaps import label_colormap
-
-        # background = a value that never occurs, so shard 0 gets a colour like every other shard
-        colormap = label_colormap(num_colors=min(max(smap.num_values, 1), 256), background_value=smap.num_values)
-        data = smap.values
-        if self.layer is not None and data.ndim > self.layer.ndim:
-            data = data.reshape(data.shape[-self.layer.ndim:]) if math.prod(data.shape[:-self.layer.ndim]) == 1 \
-                else data
-        if self.shard_map_layer is not None and self.shard_map_layer in self.viewer.layers:
-            self.viewer.layers.remove(self.shard_map_layer)
-        # One value per chunk, read on the volume's own voxels and levels (placement.Blocks): placed at the
-        # chunk's scale, a partial last chunk's centre would lie past the volume's last voxel and lengthen
-        # the slider (and a chunk-sized step would become the dims step where the volume has no layer).
-        grid = self._grid()
-        size, translate = tuple(smap.voxel_size[-data.ndim:]), tuple(smap.translate[-data.ndim:])
-        extra = grid.ndim - data.ndim  # axes the map has no chunks along (a channel axis): one block each
-        if extra > 0:
-            data = data.reshape((1,) * extra + data.shape)
-            size, translate = (1.0,) * extra + size, grid.translate[:extra] + translate
-        elif extra < 0:
-            self._error(f"the shard map of {smap.scale} has {data.ndim} axes and the layer "
-                        f"{self.layer.name if self.layer is not None else ''!r} {grid.ndim}: not shown")
+        name = shard_map_name(smap)
+        try:
+            layer = add_shard_map(self.viewer, self._grid(), self.layer, smap, self.shard_map_layer)
+        except ArgumentError as exc:
+            self._error(str(exc))
             return
-        layer = add_on_grid(self.viewer, grid, "blocks", Blocks(data, size, translate), name=name, opacity=0.45,
-                            colormap=colormap,
-                            metadata={"shardscope_shard_map": {"scale": smap.scale, "by": smap.by}})
         self.shard_map_layer = layer
         if self.outline_layer is not None and self.outline_layer in self.viewer.layers:
             self.viewer.layers.move(self.viewer.layers.index(self.outline_layer), len(self.viewer.layers))

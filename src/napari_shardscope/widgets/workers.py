@@ -126,3 +126,23 @@ def start_job(job: Job[Any], on_done: Callable[[Any], None] | None = None) -> An
         job.close()
 
     return start_worker(lambda: job.run(pbar), done, failed, running=_JOBS, finished=finished)
+
+
+class GuiThreadBridge(QObject):  # type: ignore[misc]
+    """Runs callables posted from any thread in the thread this object lives in (the GUI thread).
+
+    The viewer session posts the proofreading session's callbacks through one, the body surfaces their
+    meshes; it lives here, beside the workers, so neither imports the other for it.
+    """
+
+    call = Signal(object)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.call.connect(self._run)
+
+    def _run(self, func: Callable[[], None]) -> None:
+        func()
+
+    def post(self, func: Callable[[], None]) -> None:
+        self.call.emit(func)

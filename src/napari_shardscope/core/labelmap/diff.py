@@ -12,8 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from napari_shardscope.core.labelmap.history import HistoryEntry
 from napari_shardscope.core.labelmap.labelmap import Labelmap
-from napari_shardscope.core.labelmap.version import HistoryEntry
 
 
 @dataclass(frozen=True)

@@ -40,9 +40,10 @@ from napari_shardscope.core.formats.precomputed.meshes import (
     concatenate_meshes,
     empty_mesh,
 )
+from napari_shardscope.core.labelmap.backend import LabelmapBackend
 from napari_shardscope.core.labelmap.config import ScaleGeometry
 from napari_shardscope.core.labelmap.geometry import Box
-from napari_shardscope.core.labelmap.version import LabelmapBackend, LabelmapVersion
+from napari_shardscope.core.labelmap.version import LabelmapVersion
 
 #: Most voxels read to mesh one supervoxel from the labels (a 128³ box): the scale is chosen to fit.
 MAX_MESH_VOXELS = 128**3

@@ -9,26 +9,27 @@ For napari: :meth:`LabelmapVersion.supervoxel_arrays` and :meth:`LabelmapVersion
 multiscale lists of lazy arrays. After a merge or cleave the body arrays read the new mapping (a
 ``layer.refresh()`` shows it); after a split (or its undo) ask for fresh arrays — unchanged chunks
 still come from the shared cache.
+
+What the handle asks of its labelmap is the :class:`~.backend.LabelmapBackend` Protocol; the history
+reads (:meth:`LabelmapVersion.history`, :meth:`LabelmapVersion.mutations`) are :mod:`.history`'s.
 """
 
 from __future__ import annotations
 
-import heapq
 from collections.abc import Mapping, Sequence
-from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from typing import Any, Protocol, TypeVar
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
 from napari_shardscope.core.errors import ArgumentError
+from napari_shardscope.core.labelmap.backend import LabelmapBackend
 from napari_shardscope.core.labelmap.body_split import BodySplit, split_body
 from napari_shardscope.core.labelmap.bodymap import remap_labels
-from napari_shardscope.core.labelmap.config import LabelmapConfig, ScaleGeometry
+from napari_shardscope.core.labelmap.config import ScaleGeometry
 from napari_shardscope.core.labelmap.edits import (
     EditPlan,
-    Planner,
     Workspace,
     plan_inverse,
     read_link,
@@ -37,100 +38,27 @@ from napari_shardscope.core.labelmap.edits import (
 )
 from napari_shardscope.core.labelmap.errors import MappingError, NothingToUndoError, UnknownLabelError
 from napari_shardscope.core.labelmap.geometry import Box, VoxelMask, as_coord, box_from_key, voxel_mask
-from napari_shardscope.core.labelmap.label_index import BaseIndexReader, IndexSummary, SvIndex
-from napari_shardscope.core.labelmap.logs import ordered_log
+from napari_shardscope.core.labelmap.history import HistoryEntry, read_history, read_mutations
 from napari_shardscope.core.labelmap.mutations import Mutation
-from napari_shardscope.core.labelmap.reading import BaseSource, virtual_array
-from napari_shardscope.core.labelmap.recordmap import MapReader, MapTxn, box_of
+from napari_shardscope.core.labelmap.reading import virtual_array
+from napari_shardscope.core.labelmap.recordmap import MapReader, box_of
 from napari_shardscope.core.labelmap.records import (
-    HISTORY_PREFIX,
     LOGICAL_PREFIX,
     REDO_TOP_KEY,
     UNDO_TOP_KEY,
     RootInfo,
-    decode_where,
-    history_prefix,
     node_of_key,
 )
 from napari_shardscope.core.labelmap.splitting import split_supervoxel
 from napari_shardscope.core.labelmap.state import VersionState
-from napari_shardscope.core.progress import Progress
 from napari_shardscope.core.versioned.dag import Version
-from napari_shardscope.core.versioned.instance import Instance
-from napari_shardscope.core.versioned.repository import Repository
 from napari_shardscope.core.versioned.view import VersionWriter
 from napari_shardscope.core.volumes.lazy import LazyArray
 
 U64 = npt.NDArray[np.uint64]
-T = TypeVar("T")
 
+__all__ = ["HistoryEntry", "LabelmapBackend", "LabelmapVersion", "SparseVolume"]
 
-class LabelmapBackend(Protocol):
-    """What a version handle asks of its labelmap: shared state, the label index and the edit transaction.
-
-    :class:`~napari_shardscope.core.labelmap.labelmap.Labelmap` is the one implementation. The handle
-    names it by this Protocol because the labelmap hands out handles (:meth:`Labelmap.at`), so this
-    module cannot import it back.
-    """
-
-    @property
-    def name(self) -> str: ...
-
-    @property
-    def repo(self) -> Repository: ...
-
-    @property
-    def instance(self) -> Instance: ...
-
-    @property
-    def config(self) -> LabelmapConfig: ...
-
-    @property
-    def base(self) -> BaseSource: ...
-
-    def state(self, ref: str | Version) -> VersionState:
-        """The current in-memory state of a version."""
-        ...
-
-    def reader(self, state: VersionState) -> MapReader:
-        """Reads of a version's body map (hold ``state.lock``)."""
-        ...
-
-    def txn(self, state: VersionState) -> MapTxn:
-        """A planning transaction over a version's body map."""
-        ...
-
-    def base_index(self, progress: Progress | None = None) -> BaseIndexReader:
-        """The base label index, read page by page."""
-        ...
-
-    def index_summary(self, progress: Progress | None = None) -> IndexSummary:
-        """The base index summary (every base supervoxel and its voxel count)."""
-        ...
-
-    def entry(self, state: VersionState, sv: int) -> SvIndex | None:
-        """Where supervoxel ``sv`` is at a version (None: it does not exist there)."""
-        ...
-
-    def exists(self, state: VersionState, svs: npt.ArrayLike) -> npt.NDArray[np.bool_]:
-        """Which of ``svs`` exist at a version."""
-        ...
-
-    def edit(self, version: str | Version, planner: Planner[T], user: str | None = None) -> tuple[Mutation, T]:
-        """Plan and write one edit at an open version as one transaction."""
-        ...
-
-    def new_ids(self, w: VersionWriter, count: int) -> range:
-        """``count`` new body/supervoxel ids reserved in ``w``'s transaction."""
-        ...
-
-    def holding_edits(self) -> AbstractContextManager[None]:
-        """A context in which edits of the labelmap wait."""
-        ...
-
-    def mesher(self, lod: int = 0) -> Any:
-        """The labelmap's :class:`~napari_shardscope.core.labelmap.meshes.BodyMesher` for ``lod``."""
-        ...
 
 
 @dataclass(frozen=True)
@@ -143,14 +71,6 @@ class SparseVolume:
     @property
     def size(self) -> int:
         return int(self.counts.sum())
-
-
-@dataclass(frozen=True)
-class HistoryEntry:
-    """One mutation of a body's history, with the version whose log holds it."""
-
-    version: str
-    mutation: Mutation
 
 
 class LabelmapVersion:
@@ -404,73 +324,18 @@ class LabelmapVersion:
     def mutations(self, *, own: bool = False) -> list[HistoryEntry]:
         """The mutation log of this version's ancestry, oldest first (``own``: this version's only).
 
-        Reads the log (costs the history): what a view or an edit needs never does.
+        Reads the log (costs the history): what a view or an edit needs never does (see :mod:`.history`).
         """
-        lm = self.labelmap
-        with lm.repo.read(self.uuid) as view:
-            if own:
-                return [HistoryEntry(self.uuid, Mutation.from_bytes(e.data, key=f"mutation log of version {self.uuid}"))
-                        for e in view.read_log(lm.instance, own=True)]
-            records = ordered_log(view, lm.instance, lambda uuid: lm.repo.version(uuid).parents)
-        return [HistoryEntry(r.version, r.mutation) for r in records]
+        return read_mutations(self.labelmap, self.uuid, own=own)
 
     def history(self, body: int) -> list[HistoryEntry]:
         """Mutations that shaped ``body``, across the ancestry, oldest first (DVID's ``history``).
 
         Walking back from the newest, a mutation belongs to the history when it touched the body
-        or a body it was made of; the bodies it touched then join the lineage (the body a cleave
-        came from, the bodies a merge took in). Read from the per-body history records (body,
-        mutation id → where its log record is): the cost of the lineage, not of the log.
+        or a body it was made of; the bodies it touched then join the lineage (see :mod:`.history`):
+        the cost of the lineage, not of the log.
         """
-        lm = self.labelmap
-        state = self._state()
-        with state.lock:
-            lineage_start = self._lineage(state, body)
-        out: dict[int, HistoryEntry] = {}
-        heap: list[tuple[int, str, int]] = []
-        joined: dict[int, int] = {}
-        with lm.repo.read(self.uuid) as view:
-
-            def add(b: int, before: int) -> None:
-                joined[b] = before
-                for key, value in view.scan(lm.instance, prefix=history_prefix(b)):
-                    mid = int.from_bytes(key[len(HISTORY_PREFIX) + 8:], "big")
-                    if mid < before:
-                        uuid, seq = decode_where(value, key=key)
-                        heapq.heappush(heap, (-mid, uuid, seq))
-
-            for b in sorted(lineage_start):
-                add(b, 2**64)
-            while heap:
-                neg, uuid, seq = heapq.heappop(heap)
-                mid = -neg
-                if mid in out:
-                    continue
-                m = read_mutation(view, lm.instance, lm.repo.version(uuid).vid, seq, where=uuid[:8])
-                out[mid] = HistoryEntry(uuid, m)
-                for b in m.bodies:
-                    if int(b) not in joined:
-                        add(int(b), mid)
-        return [out[mid] for mid in sorted(out)]
-
-    def _lineage(self, state: VersionState, body: int) -> set[int]:
-        """``body`` and the bodies merged into it (its logical merge subtree)."""
-        reader = self.labelmap.reader(state)
-        root, info = reader.resolve(body)
-        nodes = reader.ring(root)
-        if info.name == body:
-            return set(nodes) | {body}
-        parent = dict(zip(nodes, (reader.logical_parent(n) for n in nodes), strict=True))
-        out = {body}
-        for n in nodes:
-            cur: int | None = n
-            seen = 0
-            while cur is not None and cur not in out and seen <= len(nodes):
-                cur = parent.get(cur)
-                seen += 1
-            if cur is not None and cur in out:
-                out.add(n)
-        return out
+        return read_history(self.labelmap, self.uuid, body)
 
     def merged_sets(self) -> dict[int, list[int]]:
         """Every body that holds merged bodies → the bodies (union-find nodes) it is made of.

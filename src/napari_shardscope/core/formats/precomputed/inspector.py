@@ -6,7 +6,9 @@ keyed by segment/annotation id: skeletons (``neuroglancer_skeletons``), multi-re
 ``by_id``, ``relationships`` and ``spatial`` indexes may each be sharded). A volume's ``info`` may
 point at its ``mesh`` and ``skeletons`` directories; ``locate_segment`` follows those.
 
-Each sharded or unsharded piece is a :class:`Source`; the CLI's ``--scale`` names one.
+Each sharded or unsharded piece is a :class:`Source`; the CLI's ``--scale`` names one. The sources
+and what their file names mean are :mod:`.sources`'; the validation of a whole dataset (every byte
+read) is :mod:`.dataset_validation`'s. Both names stay importable from here.
 """
 
 from __future__ import annotations
@@ -14,125 +16,77 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
-from functools import partial
 from typing import Any
 
 import numpy as np
 
-from napari_shardscope.core.bytestore import ByteStore, join_key, read_bounded, read_document
-from napari_shardscope.core.encoding import MAX_DECODED_BYTES, gunzip, unbrotli
+from napari_shardscope.core.bytestore import ByteStore, join_key, read_document
+from napari_shardscope.core.encoding import MAX_DECODED_BYTES
 from napari_shardscope.core.errors import (
     ArgumentError,
-    ChunkDecodeError,
-    FormatError,
     IndexDecodeError,
-    MetadataError,
     ShardscopeError,
     StoreError,
 )
 from napari_shardscope.core.formats.precomputed.annotations.info import (
     AnnotationInfo,
-    SpatialLevel,
     parse_annotation_info,
 )
 from napari_shardscope.core.formats.precomputed.annotations.reader import AnnotationSource, index_bounds
-from napari_shardscope.core.formats.precomputed.annotations.spatial import cell_of_chunk_id, parse_cell_key
-from napari_shardscope.core.formats.precomputed.annotations.validate import validate_annotations
+from napari_shardscope.core.formats.precomputed.annotations.spatial import cell_of_chunk_id
 from napari_shardscope.core.formats.precomputed.chunk_encoding import (
     BROTLI_SUFFIX,
     GZIP_SUFFIX,
-    OWN_ENCODINGS,
-    decode_chunk_encoding,
-    max_chunk_bytes,
 )
+from napari_shardscope.core.formats.precomputed.dataset_validation import validate_dataset
 from napari_shardscope.core.formats.precomputed.info import (
     PrecomputedInfo,
-    ScaleInfo,
     parse_info,
-    parse_unsharded_chunk_name,
 )
-from napari_shardscope.core.formats.precomputed.meshes import MAX_MANIFEST_BYTES, MULTILOD, decode_manifest
+from napari_shardscope.core.formats.precomputed.meshes import MULTILOD
 from napari_shardscope.core.formats.precomputed.morton import bits_per_dimension, decode_morton
+from napari_shardscope.core.formats.precomputed.multilod_fragments import fragment_bytes
 from napari_shardscope.core.formats.precomputed.shard_index import MinishardIndex, ShardIndex
 from napari_shardscope.core.formats.precomputed.shard_reader import (
     ChunkLocation,
     DecodeBounds,
     ShardedReader,
     ShardFile,
-    decode_chunk,
 )
-from napari_shardscope.core.formats.precomputed.sharding import ShardingSpec, parse_sharding_spec
-from napari_shardscope.core.formats.precomputed.validate import ChunkCheck, DataBefore, validate_shard_file
-from napari_shardscope.core.formats.precomputed.volume import is_data_file_name, volume_placement
-from napari_shardscope.core.formats.problem import Problem, unreadable_problems
+from napari_shardscope.core.formats.precomputed.sources import (
+    ANNOTATION_TYPE,
+    SEGMENT_TYPES,
+    VOLUME_TYPE,
+    Source,
+    annotation_file_fields,
+    annotation_sources,
+    read_segment_sources,
+    unsharded_segment_name,
+)
+from napari_shardscope.core.formats.precomputed.volume import volume_placement
+from napari_shardscope.core.formats.problem import Problem
 from napari_shardscope.core.formats.volume_spec import VolumePlacement
-from napari_shardscope.core.json_document import load_json
 from napari_shardscope.core.progress import Progress
-
-VOLUME_TYPE = "neuroglancer_multiscale_volume"
-SEGMENT_TYPES = ("neuroglancer_skeletons", "neuroglancer_multilod_draco", "neuroglancer_legacy_mesh")
-ANNOTATION_TYPE = "neuroglancer_annotations_v1"
 
 #: Remote stores cannot list; below this many shards we probe each shard file instead.
 MAX_PROBED_SHARDS = 4096
 #: Shards ``inspect`` summarises at a time (a quarter of the reader's shard caches).
 INSPECT_BATCH = 256
 
-
-@dataclass(frozen=True)
-class Source:
-    """One directory of chunks: a volume scale, a segment-keyed dir or an annotation index."""
-
-    name: str
-    kind: str  # "volume" | "segment" | "annotation_by_id" | "annotation_relationship" | "annotation_spatial"
-    prefix: str
-    sharding: ShardingSpec | None
-    scale: ScaleInfo | None = None
-    info_type: str | None = None  # the "@type" of a segment-keyed directory's info
-    level: SpatialLevel | None = None  # an annotation spatial index level
-    level_index: int | None = None  # its position in ``info["spatial"]`` (0 is the coarsest)
-    relationship: str | None = None  # an annotation relationship index's id
+__all__ = [
+    "ANNOTATION_TYPE",
+    "INSPECT_BATCH",
+    "MAX_PROBED_SHARDS",
+    "SEGMENT_TYPES",
+    "VOLUME_TYPE",
+    "PrecomputedInspector",
+    "Source",
+    "annotation_sources",
+    "annotation_summary",
+    "read_segment_sources",
+]
 
 
-def _load_json(store: ByteStore, key: str) -> Any:
-    data = read_document(store, key)
-    if data is None:
-        raise MetadataError("not found", key=key)
-    return load_json(data, key=key)
-
-
-def read_segment_sources(store: ByteStore, prefix: str, name: str, doc: Any = None) -> list[Source]:
-    """Sources of a segment-id-keyed directory (skeletons, meshes or annotations) at ``prefix``.
-
-    ``doc`` is the directory's decoded ``info`` when the caller has already read it.
-    """
-    key = join_key(prefix, "info")
-    obj = _load_json(store, key) if doc is None else doc
-    if not isinstance(obj, Mapping):
-        raise MetadataError(f"must be a JSON object, got {type(obj).__name__}", key=key)
-    type_at = obj.get("@type")
-
-    def sharding(value: Any, where: str) -> ShardingSpec | None:
-        return None if value is None else parse_sharding_spec(value, key=key, where=where)
-
-    if type_at in SEGMENT_TYPES:
-        return [Source(name, "segment", prefix, sharding(obj.get("sharding"), "sharding"), info_type=type_at)]
-    if type_at == ANNOTATION_TYPE:
-        return annotation_sources(parse_annotation_info(obj, key=key), prefix, name)
-    raise MetadataError(f'"@type" {type_at!r} is not a precomputed volume, skeleton, mesh or annotation info', key=key)
-
-
-def annotation_sources(info: AnnotationInfo, prefix: str, name: str) -> list[Source]:
-    """The index directories of an annotation collection: ``by_id``, ``relationships/<id>``, ``spatial/<key>``."""
-    out = [Source(join_key(name, "by_id"), "annotation_by_id", join_key(prefix, info.by_id.key), info.by_id.sharding)]
-    for rel in info.relationships:
-        out.append(Source(join_key(name, f"relationships/{rel.id}"), "annotation_relationship",
-                          join_key(prefix, rel.key), rel.sharding, relationship=rel.id))
-    for i, level in enumerate(info.spatial):
-        out.append(Source(join_key(name, f"spatial/{level.key}"), "annotation_spatial", join_key(prefix, level.key),
-                          level.sharding, level=level, level_index=i))
-    return out
 
 
 class PrecomputedInspector:
@@ -400,7 +354,7 @@ class PrecomputedInspector:
                                  if shard in files for mi in mis
                                  for cid, a, b in zip(mi.chunk_ids, mi.starts, mi.ends, strict=True)]
                     read = (map if self.store.cheap_size else pool.map)(
-                        lambda job: _fragment_bytes(reader, *job), manifests)
+                        lambda job: fragment_bytes(reader, *job), manifests)
                     for (owner, _, _, _), n in zip(manifests, read, strict=True):
                         fragments[owner.shard] = fragments.get(owner.shard, 0) + n
                 for shard, (file, index) in zip(batch, loaded, strict=True):
@@ -537,7 +491,7 @@ class PrecomputedInspector:
         out = []
         for source in self.segment_sources():
             if source.sharding is None:
-                key = join_key(source.prefix, _unsharded_segment_name(source, segment_id))
+                key = join_key(source.prefix, unsharded_segment_name(source, segment_id))
                 present = self.store.read_range(key, 0, 0) is not None
                 if not present and self.store.read_range(key + GZIP_SUFFIX, 0, 0) is not None:
                     key, present = key + GZIP_SUFFIX, True  # CloudVolume's local layout
@@ -572,7 +526,7 @@ class PrecomputedInspector:
                 # Remote stores have no stat: a size there is a download of the chunk (null instead).
                 size = self.store.size(key) if self.store.cheap_size else None
                 yield {"scale": source.name, "chunk_key": key, "size": size, "sharded": False,
-                       **_annotation_file_fields(source, key[len(prefix):])}
+                       **annotation_file_fields(source, key[len(prefix):])}
             return
         if minishard is not None and shard is None:
             raise ArgumentError("--minishard needs --shard")
@@ -596,7 +550,7 @@ class PrecomputedInspector:
                 locs = list(reader.iter_chunks(s, None if minishard is None else int(minishard)))
                 for loc, pos in zip(locs, self._grid_positions(source, locs), strict=True):
                     yield {"scale": source.name, **loc.to_json(), **({} if pos is False else {"grid_position": pos}),
-                           **_annotation_file_fields(source, str(loc.chunk_id), sharded=True)}
+                           **annotation_file_fields(source, str(loc.chunk_id), sharded=True)}
 
     def _grid_positions(self, source: Source, locs: list[ChunkLocation]) -> list[list[int] | bool | None]:
         """Each chunk's grid position (``None`` off the grid; ``False`` for id-keyed data), decoded in one pass.
@@ -619,181 +573,10 @@ class PrecomputedInspector:
         """Check every shard file of one scale (or all): see :mod:`.validate` for the checks.
 
         An annotation collection decodes every record of every index and, checked whole, cross-checks
-        its indexes (:mod:`.annotations.validate`).
+        its indexes (:mod:`.annotations.validate`). The walk is :mod:`.dataset_validation`'s.
         """
-        if self.annotation_info is not None:
-            index = None if scale is None else self.source(scale).name
-            yield from validate_annotations(self.annotations, index=index, progress=progress)
-            return
-        sources = [self.source(scale)] if scale is not None else self.sources
-        for source in sources:
-            # dangling links, link loops, FIFOs, sockets, and directories named like shard or chunk files
-            unreadable, bad = unreadable_problems(self.store, f"{source.prefix}/" if source.prefix else "",
-                                                  partial(is_data_file_name, source.sharding, source.scale),
-                                                  "shard" if source.sharding is not None else "chunk")
-            yield from unreadable
-            if source.sharding is None:
-                yield from self._validate_unsharded(source, progress, bad)
-                continue
-            reader = self.reader(source)
-            try:
-                shards = self.shards_present(source)
-            except FormatError as exc:
-                yield Problem(exc.key or source.prefix, exc.message, exc.offset)
-                continue
-            yield from (p for p in self._unexpected_files(source) if p.key not in bad)
-            check = self._chunk_check(source)
-            before: DataBefore | None = _fragments_before if source.info_type == MULTILOD else None
-            for i, shard in enumerate(shards):
-                if progress is not None:
-                    progress(i, len(shards), f"{source.name} shard {shard}")
-                if reader.shard_key(shard) in bad or reader.shard_key(shard, "index") in bad:
-                    continue  # reported above
-                try:
-                    file = reader.shard_file(shard)
-                except FormatError as exc:  # replaced by a link or special file since the scan
-                    yield Problem(exc.key or reader.shard_key(shard), exc.message, exc.offset)
-                    continue
-                if file is None:
-                    continue
-                try:
-                    data = reader.read_whole_file(file)
-                except FormatError as exc:  # larger than any valid shard: reported, not read
-                    yield Problem(exc.key or file.display_key, exc.message, exc.offset)
-                    continue
-                yield from validate_shard_file(
-                    source.sharding, data, key=file.display_key, shard=shard, check_chunk=check, bounds=reader.bounds,
-                    data_before=before,
-                )
-            if progress is not None:
-                progress(len(shards), len(shards), f"{source.name} done")
+        yield from validate_dataset(self, scale, progress)
 
-    def _unexpected_files(self, source: Source) -> Iterator[Problem]:
-        """Files in a sharded directory that no reader would ever open (wrong name or number)."""
-        from napari_shardscope.core.formats.precomputed.sharding import parse_shard_name
-
-        if source.sharding is None:
-            return
-        prefix = f"{source.prefix}/" if source.prefix else ""
-        try:
-            keys = list(self.store.list(prefix))
-        except StoreError:
-            return
-        for key in keys:
-            name = key[len(prefix) :]
-            if "/" in name or name == "info" or not name.endswith((".shard", ".index", ".data")):
-                continue
-            if parse_shard_name(source.sharding, name) is None:
-                yield Problem(key, f"file name is not a shard of this spec (shard_bits={source.sharding.shard_bits})")
-
-    def _chunk_check(self, source: Source) -> ChunkCheck | None:
-        """For volume scales: ids inside the grid, raw chunks of exactly the clipped size, and chunks in
-        the encodings decoded here (compressed_segmentation, compresso) decoding to their chunk."""
-        sc = source.scale
-        if sc is None or self.volume is None:
-            return None
-        bytes_per_voxel = self.volume.bytes_per_voxel
-        volume = self.volume
-        grid = sc.grid_shape
-
-        def check(chunk_id: int, data: bytes) -> str | None:
-            try:
-                pos = decode_morton(np.asarray([chunk_id], dtype=np.uint64), grid)[0]
-            except ArgumentError:
-                return f"id is not the Morton code of a position in the {grid} chunk grid"
-            if sc.encoding in OWN_ENCODINGS and sc.encoding != "raw":  # decoded here: the bytes must decode
-                start, stop = sc.chunk_bounds(tuple(int(p) for p in pos))
-                extent = (stop[0] - start[0], stop[1] - start[1], stop[2] - start[2])
-                try:
-                    decode_chunk_encoding(data, volume, sc, extent, key=f"chunk {chunk_id}")
-                except FormatError as exc:
-                    return exc.message
-                return None
-            if sc.encoding != "raw":
-                return None
-            expected = int(sc.chunk_voxels(pos)) * bytes_per_voxel
-            if len(data) != expected:
-                return f"raw chunk decodes to {len(data)} bytes, expected {expected}"
-            return None
-
-        return check
-
-    def _validate_unsharded(self, source: Source, progress: Progress | None,
-                            bad: frozenset[str] | set[str] = frozenset()) -> Iterator[Problem]:
-        """Each chunk file: its name a chunk of the grid, and its bytes decoding to exactly that chunk.
-
-        Chunks in the encodings we decode ourselves (raw, compressed_segmentation, compresso) are
-        decoded; CloudVolume's ``NAME.gz`` and ``NAME.br`` files are decompressed first; other
-        encodings (jpeg, png) are left to TensorStore.
-        """
-        sc = source.scale
-        if sc is None or self.volume is None:
-            return
-        prefix = f"{source.prefix}/"
-        keys = [k for k in self.store.list(prefix) if "/" not in k[len(prefix) :] and k not in bad]
-        for i, key in enumerate(keys):
-            if progress is not None and i % 256 == 0:
-                progress(i, len(keys), f"{source.name} chunk files")
-            name = key[len(prefix) :]
-            stored_as = next((x for x in (GZIP_SUFFIX, BROTLI_SUFFIX) if name.endswith(x)), "")
-            name = name[: len(name) - len(stored_as)]
-            if parse_unsharded_chunk_name(name) is None:
-                continue
-            grid = sc.grid_position_of_chunk_name(name)
-            if grid is None:
-                yield Problem(key, "file name is not a chunk of this scale's grid")
-                continue
-            if sc.encoding not in OWN_ENCODINGS:
-                continue
-            problem = self._check_chunk_file(key, stored_as, sc, grid)
-            if problem is not None:
-                yield problem
-
-    def _check_chunk_file(self, key: str, stored_as: str, sc: ScaleInfo, grid: tuple[int, int, int]) -> Problem | None:
-        assert self.volume is not None
-        start, stop = sc.chunk_bounds(grid)
-        extent = (stop[0] - start[0], stop[1] - start[1], stop[2] - start[2])
-        cap = max_chunk_bytes(self.volume, extent)
-        try:
-            data = read_bounded(self.store, key, cap, "a chunk file", ChunkDecodeError)
-            if data is None:
-                return Problem(key, "listed but could not be read")
-            if stored_as == GZIP_SUFFIX:
-                data = gunzip(data, key=key, offset=0, max_size=cap)
-            elif stored_as == BROTLI_SUFFIX:
-                data = unbrotli(data, key=key, offset=0, max_size=cap)
-            decode_chunk_encoding(data, self.volume, sc, extent, key=key)
-        except FormatError as exc:
-            return Problem(key, exc.message, exc.offset)
-        return None
-
-
-def _fragment_bytes(reader: ShardedReader, file: ShardFile, segment_id: int, start: int, end: int) -> int:
-    """The fragment bytes a sharded multilod entry owns before its manifest at ``[start, end)`` of ``file``.
-
-    The format stores a segment's fragments just before its manifest and indexes only the manifest, so its
-    bytes are the manifest's plus the sizes the manifest lists; reading the manifest (tens of bytes) is the
-    only way to know them.
-    """
-    key = file.display_key
-    if end - start > MAX_MANIFEST_BYTES:
-        raise IndexDecodeError(f"mesh manifest of segment {segment_id} is {end - start} bytes (at most "
-                               f"{MAX_MANIFEST_BYTES})", key=key, offset=start)
-    data = reader.read_file_range(file, start, end)
-    if len(data) < end - start:
-        raise IndexDecodeError(f"mesh manifest of segment {segment_id} [{start}, {end}) is truncated", key=key,
-                               offset=start + len(data))
-    data = decode_chunk(reader.spec, reader.bounds, segment_id, data, key=key, offset=start)
-    fragments = decode_manifest(data, key=key, offset=start).data_bytes
-    if fragments > start - reader.spec.shard_index_size:
-        raise IndexDecodeError(f"mesh manifest of segment {segment_id} claims {fragments} fragment bytes before "
-                               "it, more than the shard holds there", key=key, offset=start)
-    return fragments
-
-
-def _fragments_before(chunk_id: int, manifest: bytes, offset: int) -> int:
-    """A sharded multilod mesh entry's fragment bytes, stored just before its manifest (the sizes it lists)."""
-    return decode_manifest(manifest, key=f"mesh manifest of segment {chunk_id}", offset=offset).data_bytes
 
 
 def annotation_summary(info: AnnotationInfo) -> dict[str, Any]:
@@ -809,29 +592,3 @@ def annotation_summary(info: AnnotationInfo) -> dict[str, Any]:
         "relationships": list(schema.relationships),
         "spatial_levels": len(info.spatial),
     }
-
-
-def _annotation_file_fields(source: Source, name: str, *, sharded: bool = False) -> dict[str, Any]:
-    """What an annotation index key says: the cell (an unsharded file name), annotation id or segment it holds."""
-    stem = name.removesuffix(GZIP_SUFFIX)
-    if source.level is not None:
-        if sharded:
-            return {}  # the cell is the grid position decoded from the Morton code
-        cell = parse_cell_key(stem, source.level)
-        return {"grid_position": list(cell)} if cell is not None else {}
-    if source.kind in ("annotation_by_id", "annotation_relationship") and stem.isdigit() and int(stem) < 1 << 64:
-        return {"annotation_id" if source.kind == "annotation_by_id" else "segment": int(stem)}
-    return {}
-
-
-def _unsharded_segment_name(source: Source, segment_id: int) -> str:
-    """The file an unsharded directory stores a segment's data (or its manifest) under.
-
-    Skeletons: ``<id>``; multi-resolution meshes: the manifest ``<id>.index``; legacy meshes: the
-    manifest ``<id>:0``; annotation ``by_id`` / relationship indexes: ``<id>``.
-    """
-    if source.info_type == "neuroglancer_multilod_draco":
-        return f"{segment_id}.index"
-    if source.info_type == "neuroglancer_legacy_mesh":
-        return f"{segment_id}:0"
-    return str(segment_id)

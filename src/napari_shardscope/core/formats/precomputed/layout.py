@@ -45,10 +45,11 @@ from napari_shardscope.core.formats.layout_model import (
 )
 from napari_shardscope.core.formats.precomputed.annotations.spatial import parse_cell_key
 from napari_shardscope.core.formats.precomputed.info import ScaleInfo
-from napari_shardscope.core.formats.precomputed.inspector import PrecomputedInspector, Source
+from napari_shardscope.core.formats.precomputed.inspector import PrecomputedInspector
 from napari_shardscope.core.formats.precomputed.morton import decode_morton
 from napari_shardscope.core.formats.precomputed.shard_reader import ShardedReader
 from napari_shardscope.core.formats.precomputed.sharding import assign_chunk_ids, format_shard_name, parse_shard_name
+from napari_shardscope.core.formats.precomputed.sources import Source
 from napari_shardscope.core.formats.problem import Problem
 
 #: Above this many shards a store that cannot list is not enumerated shard by shard.

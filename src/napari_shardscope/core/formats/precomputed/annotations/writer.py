@@ -16,46 +16,48 @@ chosen per index from what it holds (:func:`choose_id_sharding`, :func:`choose_s
 the id-keyed indexes hash ids with ``murmurhash3_x86_128`` (ids are not spatial), about a thousand
 keys per minishard, at most 512 minishards per shard and shards of about ``shard_bytes``; spatial levels
 use the identity hash of the cells' Morton codes, so a shard and a minishard are spatially compact
-blocks of cells. ``by_id`` data is stored raw (a record is tens of bytes: gzip's header and trailer
-alone take 18), the lists gzip-encoded.
+blocks of cells (the rule is :mod:`.index_sharding`'s). ``by_id`` data is stored raw (a record is tens of
+bytes: gzip's header and trailer alone take 18), the lists gzip-encoded.
 
 The write is atomic where the store allows it: on a local disk everything is written into a sibling
 directory, synced, then swapped in by one rename (``renameat2(RENAME_EXCHANGE)`` where Linux has it),
 so a reader sees the old collection or the new one, never a mix, and a failure leaves the old one in
-place. A remote store cannot rename a directory: there the old ``info`` is deleted first and the new
-one written last, so a failed write leaves no collection rather than a half-written one.
+place (:mod:`.directory_swap`). A remote store cannot rename a directory: there the old ``info`` is
+deleted first and the new one written last, so a failed write leaves no collection rather than a
+half-written one.
 """
 
 from __future__ import annotations
 
-import contextlib
-import ctypes
-import ctypes.util
 import dataclasses
 import json
-import math
 import os
 import re
-import secrets
-import shutil
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
 from napari_shardscope.core.bytestore import join_key, open_store, parse_url
-from napari_shardscope.core.bytestore.oserrors import storage_fault
-from napari_shardscope.core.encoding import Encoding, check_level, encode_bytes
+from napari_shardscope.core.encoding import check_level, encode_bytes
 from napari_shardscope.core.errors import ArgumentError, RefusedDestinationError
+from napari_shardscope.core.formats.precomputed.annotations.directory_swap import Writable, write_local_atomic
 from napari_shardscope.core.formats.precomputed.annotations.encoding import (
     encode_multiple,
     encode_single_many,
     polyline_records,
     record_words,
+)
+from napari_shardscope.core.formats.precomputed.annotations.index_sharding import (
+    DEFAULT_SHARD_BYTES,
+    KEYS_PER_MINISHARD,
+    MAX_MINISHARD_BITS,
+    choose_id_sharding,
+    choose_spatial_sharding,
 )
 from napari_shardscope.core.formats.precomputed.annotations.info import (
     AnnotationInfo,
@@ -69,19 +71,12 @@ from napari_shardscope.core.formats.precomputed.annotations.spatial import (
     cell_key,
 )
 from napari_shardscope.core.formats.precomputed.annotations.table import I64, U64, Annotations
-from napari_shardscope.core.formats.precomputed.morton import bits_per_dimension
 from napari_shardscope.core.formats.precomputed.shard_index import encode_minishard_index, encode_shard_index
 from napari_shardscope.core.formats.precomputed.sharding import ShardingSpec, assign_chunk_ids, format_shard_name
 from napari_shardscope.core.progress import Progress
 
 #: The spatial index's default ``limit`` (CloudVolume's): annotations per cell a viewer draws per level.
 DEFAULT_LIMIT = 10_000
-#: Target uncompressed bytes of one shard file.
-DEFAULT_SHARD_BYTES = 1 << 30
-#: About this many keys per minishard index (24 bytes each before gzip: a 24 KiB index).
-KEYS_PER_MINISHARD = 1 << 10
-#: At most this many minishards per shard (an 8 KiB shard index).
-MAX_MINISHARD_BITS = 9
 #: gzip level of the lists and minishard indexes: zlib's default. Annotation records are mostly float
 #: coordinates and ids, which level 9 packs less than 0.1 % tighter at twice the time (measured on 3·10⁵
 #: synapses: 30.04 MB either way, 8.6 s against 4.4 s).
@@ -89,46 +84,19 @@ DEFAULT_ANNOTATION_GZIP_LEVEL = 6
 #: Files written at once to a remote store.
 WRITE_THREADS = 16
 
-
-# -- sharding parameters -----------------------------------------------------------------------------------
-def _ceil_log2(x: float) -> int:
-    return 0 if x <= 1 else math.ceil(math.log2(x))
-
-
-def choose_id_sharding(num_keys: int, total_bytes: int, *, shard_bytes: int = DEFAULT_SHARD_BYTES,
-                       data_encoding: Encoding = "gzip") -> ShardingSpec:
-    """Sharding of an id-keyed index (``by_id``, a relationship) holding ``num_keys`` chunks of ``total_bytes``.
-
-    Ids are hashed (``murmurhash3_x86_128``, no preshift): about :data:`KEYS_PER_MINISHARD` keys per
-    minishard, at most 2**:data:`MAX_MINISHARD_BITS` minishards per shard, and enough shards that each
-    holds about ``shard_bytes``.
-    """
-    if shard_bytes <= 0:
-        raise ArgumentError(f"shard_bytes must be positive, got {shard_bytes}")
-    group_bits = _ceil_log2(num_keys / KEYS_PER_MINISHARD)
-    shard_bits = min(64, max(_ceil_log2(total_bytes / shard_bytes), group_bits - MAX_MINISHARD_BITS, 0))
-    minishard_bits = min(64 - shard_bits, max(0, group_bits - shard_bits))
-    return ShardingSpec(preshift_bits=0, hash="murmurhash3_x86_128", minishard_bits=minishard_bits,
-                        shard_bits=shard_bits, minishard_index_encoding="gzip", data_encoding=data_encoding)
-
-
-def choose_spatial_sharding(grid_shape: Sequence[int], nonempty_cells: int, total_bytes: int, *,
-                            shard_bytes: int = DEFAULT_SHARD_BYTES) -> ShardingSpec:
-    """Sharding of a spatial level: identity hash of the cells' Morton codes, shards and minishards as blocks.
-
-    The shard number is the top bits of the Morton code (enough shards for about ``shard_bytes`` each),
-    the minishard the bits below (about :data:`KEYS_PER_MINISHARD` non-empty cells per minishard), and
-    the rest is the preshift: neighbouring cells share a minishard.
-    """
-    if shard_bytes <= 0:
-        raise ArgumentError(f"shard_bytes must be positive, got {shard_bytes}")
-    bits = sum(bits_per_dimension(grid_shape))
-    shard_bits = min(bits, _ceil_log2(total_bytes / shard_bytes))
-    minishard_bits = max(0, min(bits - shard_bits, MAX_MINISHARD_BITS,
-                                _ceil_log2(nonempty_cells / KEYS_PER_MINISHARD) - shard_bits))
-    return ShardingSpec(preshift_bits=bits - shard_bits - minishard_bits, hash="identity",
-                        minishard_bits=minishard_bits, shard_bits=shard_bits, minishard_index_encoding="gzip",
-                        data_encoding="gzip")
+__all__ = [
+    "DEFAULT_ANNOTATION_GZIP_LEVEL",
+    "DEFAULT_LIMIT",
+    "DEFAULT_SHARD_BYTES",
+    "KEYS_PER_MINISHARD",
+    "MAX_MINISHARD_BITS",
+    "IndexContents",
+    "Writable",
+    "WriteReport",
+    "choose_id_sharding",
+    "choose_spatial_sharding",
+    "write_annotations",
+]
 
 
 # -- what is written -----------------------------------------------------------------------------------------
@@ -272,7 +240,7 @@ def write_annotations(
         return files + 1, written + len(document)
 
     if target is not None:
-        files, written = _write_local_atomic(target, write_all, overwrite=overwrite)
+        files, written = write_local_atomic(target, write_all, overwrite=overwrite)
     else:
         if overwrite:
             store.delete("info")
@@ -491,118 +459,3 @@ def _write_many(store: Writable, items: Sequence[tuple[str, bytes]]) -> None:
         list(pool.map(lambda kv: store.write(*kv), items))
 
 
-def _write_local_atomic(target: Path, write_all: Callable[[Writable], tuple[int, int]], *,
-                        overwrite: bool) -> tuple[int, int]:
-    """Write into a sibling staging directory, then swap it in with one rename."""
-    target = Path(os.path.abspath(target))
-    parent = target.parent
-    token = secrets.token_hex(4)
-    staging = parent / f".{target.name}.writing-{token}"
-    try:
-        parent.mkdir(parents=True, exist_ok=True)
-        staging.mkdir()
-    except OSError as exc:
-        raise storage_fault(exc, staging) from exc
-    try:
-        result = write_all(_StagingWriter(staging))
-        _fsync_tree(staging)
-        if target.exists():
-            if not overwrite:
-                raise RefusedDestinationError(f"{target} appeared while writing; pass overwrite=True to replace it")
-            old = parent / f".{target.name}.replaced-{token}"
-            if _exchange(staging, target):
-                os.rename(staging, old)  # the staging name now holds the old collection
-            else:  # two renames: between them the target is briefly absent, never half-written
-                os.rename(target, old)
-                os.rename(staging, target)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            os.rename(staging, target)
-        _fsync_dir(parent)
-        return result
-    except OSError as exc:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise storage_fault(exc, target) from exc
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
-
-
-def _exchange(a: Path, b: Path) -> bool:
-    """Atomically swap two paths with ``renameat2(RENAME_EXCHANGE)``; ``False`` where that is unavailable."""
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
-        renameat2 = libc.renameat2
-    except (OSError, AttributeError):
-        return False
-    at_fdcwd, rename_exchange = -100, 2
-    result = renameat2(at_fdcwd, os.fsencode(a), at_fdcwd, os.fsencode(b), rename_exchange)
-    return bool(result == 0)
-
-
-def _fsync_tree(root: Path) -> None:
-    """Make the staged files durable before they are swapped in (a crash must not expose empty files).
-
-    One ``syncfs`` of the staging directory's filesystem where Linux has it (an unsharded collection is
-    one file per annotation: one fsync each costs milliseconds apiece), else each file's fsync.
-    """
-    fd = os.open(root, os.O_RDONLY)
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
-        if int(libc.syncfs(fd)) == 0:
-            return
-    except (OSError, AttributeError):
-        pass
-    finally:
-        os.close(fd)
-    for dirpath, _, filenames in os.walk(root):
-        for name in filenames:
-            fd = os.open(os.path.join(dirpath, name), os.O_RDONLY)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-        _fsync_dir(Path(dirpath))
-
-
-def _fsync_dir(path: Path) -> None:
-    with contextlib.suppress(OSError):
-        fd = os.open(path, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-
-
-class Writable(Protocol):
-    """What the index writers need of a destination: a (possibly remote) store, or a staging directory."""
-
-    @property
-    def cheap_size(self) -> bool: ...
-
-    def write(self, key: str, data: bytes) -> None: ...
-
-
-class _StagingWriter:
-    """Plain file writes into a fresh staging directory (made durable together by :func:`_fsync_tree`).
-
-    Nothing reads the staging directory until it is complete and renamed, so each file needs neither its
-    own temporary name nor its own fsync; keys are the writer's own (``by_id/123``), never user input.
-    """
-
-    cheap_size = True
-
-    def __init__(self, root: Path) -> None:
-        self.root = root
-        self._dirs: set[str] = set()
-
-    def write(self, key: str, data: bytes) -> None:
-        directory, _, _ = key.rpartition("/")
-        if directory not in self._dirs:
-            (self.root / directory).mkdir(parents=True, exist_ok=True)
-            self._dirs.add(directory)
-        try:
-            with open(self.root / key, "wb") as fh:
-                fh.write(data)
-        except OSError as exc:
-            raise storage_fault(exc, self.root / key) from exc
