@@ -17,7 +17,7 @@ import os
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import numpy as np
 
@@ -51,6 +51,9 @@ from napari_shardscope.core.versioned.dag import Version
 from napari_shardscope.core.versioned.instance import Instance
 from napari_shardscope.core.versioned.repository import Repository
 from napari_shardscope.core.versioned.view import VersionView, VersionWriter
+
+if TYPE_CHECKING:
+    from napari_shardscope.core.annotation.export import AnnotationExportReport
 
 T = TypeVar("T")
 
@@ -356,6 +359,17 @@ class AnnotationVersion:
             if owner == body:
                 out.append(s.annotation)
         return out
+
+    def export(self, dest: str | os.PathLike[str], *, sharded: bool = True, **options: Any) -> AnnotationExportReport:
+        """Write this version's annotations as a Neuroglancer precomputed annotation collection at ``dest``.
+
+        See :func:`~napari_shardscope.core.annotation.export.export_annotations` (``geometry``,
+        ``properties``, ``tags``, ``overwrite``…); returns its
+        :class:`~napari_shardscope.core.annotation.export.AnnotationExportReport`.
+        """
+        from napari_shardscope.core.annotation.export import export_annotations
+
+        return export_annotations(self, dest, sharded=sharded, **options)
 
     def mutations(self, *, own: bool = False) -> list[AnnotationMutation]:
         """The mutation log of this version's ancestry (``own``: this version's only), oldest version first."""
