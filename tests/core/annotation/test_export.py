@@ -201,7 +201,7 @@ def test_huge_property_lists_are_refused_with_a_remedy(syn: AnnotationInstance, 
     v = syn.at("main")
     for i in range(5):
         v.add("point", (1, 1, 1 + i), properties={f"p{i}_{j}": j for j in range(60)})
-    with pytest.raises(ArgumentError, match="300 properties.*properties="):
+    with pytest.raises(ArgumentError, match=r"300 properties.*properties="):
         v.export(tmp_path / "all", geometry="points")
     assert not (tmp_path / "all").exists()  # refused before anything was written
     report = v.export(tmp_path / "some", geometry="points", properties=["p0_1", "p4_59"])

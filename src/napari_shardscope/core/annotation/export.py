@@ -34,14 +34,14 @@ import os
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 import numpy as np
 import numpy.typing as npt
 
 from napari_shardscope.core.annotation import keys as K
 from napari_shardscope.core.annotation.errors import AnnotationRecordError
-from napari_shardscope.core.annotation.model import KINDS, Annotation, Stored
+from napari_shardscope.core.annotation.model import KINDS, Annotation, Stored, decode_record
 from napari_shardscope.core.errors import ArgumentError
 from napari_shardscope.core.formats.precomputed.annotations.schema import (
     MAX_ENUM_VALUES,
@@ -51,9 +51,32 @@ from napari_shardscope.core.formats.precomputed.annotations.schema import (
 )
 from napari_shardscope.core.formats.precomputed.annotations.table import Annotations, Related, make_annotations
 from napari_shardscope.core.formats.precomputed.annotations.writer import DEFAULT_LIMIT, WriteReport, write_annotations
+from napari_shardscope.core.labelmap import Labelmap
 from napari_shardscope.core.progress import Progress
+from napari_shardscope.core.versioned.instance import Instance
+from napari_shardscope.core.versioned.repository import Repository
 
-from napari_shardscope.core.annotation.version import AnnotationVersion, decode
+
+class _Backend(Protocol):
+    """What an export reads of an annotation instance (an :class:`~.instance.AnnotationInstance`)."""
+
+    repo: Repository
+    instance: Instance
+    labelmap: Labelmap
+
+    @property
+    def name(self) -> str: ...
+
+
+class AnnotationVersion(Protocol):
+    """An annotation instance at one version (:class:`~.version.AnnotationVersion`; a protocol here, so that
+    :meth:`~.version.AnnotationVersion.export` can call this module without an import cycle)."""
+
+    uuid: str
+
+    @property
+    def instance(self) -> _Backend: ...
+
 
 Geometry = Literal["lines", "points"]
 GEOMETRIES: tuple[str, ...] = ("lines", "points")
@@ -106,9 +129,7 @@ def read_owned(version: AnnotationVersion) -> _Owned:
     with backend.repo.read(version.uuid) as view:
         for key, raw in view.scan(backend.instance, prefix=K.RECORD_PREFIX):
             aid = K.id_of_record_key(key)
-            s = decode(aid, raw)
-            assert s is not None
-            records[aid] = s
+            records[aid] = decode_record(aid, raw, key=f"annotation {aid}")
     bodies: dict[int, int] = {}
     if records:
         lm = backend.labelmap

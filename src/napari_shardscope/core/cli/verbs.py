@@ -367,12 +367,17 @@ SERVE_VERBS = (
               "http://localhost:8080) read the served data; repeatable (default: only the client the server "
               "serves itself)"),
           arg("--print-url", action="store_true", help="print the link and exit (nothing is served)"),
+          arg("--annotations", metavar="NAME,NAME",
+              help="annotation instances served beside the version, as precomputed annotation layers linked to "
+              "its segmentation (default: every one bound to the labelmap)"),
+          arg("--no-annotations", action="store_true", help="serve no annotation instance"),
           arg("--equivalences", action="store_true",
               help="print a state over the (remote) base with a merge-only version's merges as equivalences")),
          description="Start a loopback HTTP server that serves the Neuroglancer client (from the neuroglancer "
          "package), the datasets as stored (byte ranges; cross-origin reads only for --cors origins) and a labelmap "
          "version as a precomputed "
-         "segmentation computed on request (the version id is in the URL). Prints the link; Ctrl-C stops."),
+         "segmentation computed on request (the version id is in the URL), with the annotation instances bound to "
+         "the labelmap as precomputed annotation layers linked to it. Prints the link; Ctrl-C stops."),
 )
 
 
