@@ -18,7 +18,14 @@ from typing import Any
 from napari.viewer import Viewer
 
 from napari_shardscope.core.errors import ArgumentError
-from napari_shardscope.core.serve.handoff import ServedLayer, default_view, mount_dataset, mount_version
+from napari_shardscope.core.serve.annotations import mount_version_annotations
+from napari_shardscope.core.serve.handoff import (
+    LAYER_ORDER,
+    ServedLayer,
+    default_view,
+    mount_dataset,
+    mount_version,
+)
 from napari_shardscope.core.serve.ngstate import ParsedState, build_state, parse_state, state_from_text, state_url
 from napari_shardscope.core.serve.server import ShardServer
 from napari_shardscope.core.volumes import Volume
@@ -110,13 +117,16 @@ def state_of(snap: ViewSnapshot, server: ShardServer) -> dict[str, Any]:
     served: list[ServedLayer] = []
     for w in snap.layers:
         if w.labelmap is not None and w.version is not None:
-            served.append(mount_version(server, w.labelmap, w.version, name=w.name, segments=w.segments))
+            seg = mount_version(server, w.labelmap, w.version, name=w.name, segments=w.segments)
+            served.append(seg)  # and the version's annotations (synapses), linked to it
+            served.extend(replace(seg, layer=view) for view in mount_version_annotations(
+                server, w.labelmap, w.version, segmentation_layer=seg.layer.name))
         elif w.url is not None:
             got = mount_dataset(server, w.url, name=w.name)
             if w.segments:
                 got = replace(got, layer=replace(got.layer, segments=w.segments))
             served.append(got)
-    served.sort(key=lambda s: 0 if s.layer.kind == "image" else 1)
+    served.sort(key=lambda s: LAYER_ORDER[s.layer.kind])
     return build_state(default_view(served, position=snap.position, zoom=snap.zoom, layout=snap.layout))
 
 

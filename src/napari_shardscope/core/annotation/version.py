@@ -55,6 +55,7 @@ from napari_shardscope.core.versioned.view import VersionView, VersionWriter
 
 if TYPE_CHECKING:
     from napari_shardscope.core.annotation.connectome import Connections, ConnectionTable, SynapseSite
+    from napari_shardscope.core.annotation.export import AnnotationExportReport
 
 T = TypeVar("T")
 
@@ -390,6 +391,17 @@ class AnnotationVersion:
         from napari_shardscope.core.annotation.connectome import connectivity
 
         return connectivity(self, bodies, within=within)
+
+    def export(self, dest: str | os.PathLike[str], *, sharded: bool = True, **options: Any) -> AnnotationExportReport:
+        """Write this version's annotations as a Neuroglancer precomputed annotation collection at ``dest``.
+
+        See :func:`~napari_shardscope.core.annotation.export.export_annotations` (``geometry``,
+        ``properties``, ``tags``, ``overwrite``…); returns its
+        :class:`~napari_shardscope.core.annotation.export.AnnotationExportReport`.
+        """
+        from napari_shardscope.core.annotation.export import export_annotations
+
+        return export_annotations(self, dest, sharded=sharded, **options)
 
     def mutations(self, *, own: bool = False) -> list[AnnotationMutation]:
         """The mutation log of this version's ancestry (``own``: this version's only), oldest version first."""

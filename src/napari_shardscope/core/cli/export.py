@@ -17,6 +17,7 @@ from napari_shardscope.core.cli.common import (
     progress_unless_quiet,
     read_argument_file,
 )
+from napari_shardscope.core.encoding import DEFAULT_GZIP_LEVEL as DEFAULT_VOLUME_GZIP
 from napari_shardscope.core.errors import EXIT_OK, ArgumentError, MetadataError
 from napari_shardscope.core.export.precomputed import export_precomputed
 from napari_shardscope.core.export.source import ExportSource, LabelmapSource, VolumeSource, labelmap_source
@@ -84,6 +85,12 @@ def _zyx(shape: list[int] | None, xyz: bool) -> tuple[int, int, int] | None:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
+    if args.annotations is not None:
+        return cmd_export_annotations(args)
+    annotation_only = [opt for opt, value in (("--geometry", args.geometry), ("--unsharded", args.unsharded),
+                                              ("--properties", args.properties), ("--tags", args.tags)) if value]
+    if annotation_only:
+        raise ArgumentError(f"{', '.join(annotation_only)}: only with --annotations INSTANCE")
     if args.format == "zarr3" and args.sharding is not None:
         raise ArgumentError("--sharding is a precomputed sharding spec; for --format zarr3 use --shard-shape")
     if args.format == "precomputed" and args.shard_shape is not None:
@@ -161,4 +168,48 @@ def cmd_export_meshes(args: argparse.Namespace) -> int:
         linked = f"; {report.linked_info} now names it as its mesh" if report.linked_info else ""
         print(f"wrote meshes of {len(report.bodies)} bodies ({report.shard_files} shard files, {report.bytes} bytes) "
               f"to {report.dest}{linked}")
+    return EXIT_OK
+
+
+#: Options of a volume export that an annotation export does not take (and the value meaning "not given").
+_VOLUME_ONLY = (("--format", "format", "precomputed"), ("--chunk", "chunk", None), ("--sharding", "sharding", None),
+                ("--shard-bytes", "shard_bytes", None), ("--gzip-level", "gzip_level", DEFAULT_VOLUME_GZIP),
+                ("--shard-shape", "shard_shape", None), ("--scheduler", "scheduler", None),
+                ("--workers", "workers", None), ("--xyz", "xyz", False), ("--supervoxels", "supervoxels", False))
+
+
+def _names(text: str | None) -> list[str] | None:
+    return None if text is None else [n for n in (t.strip() for t in text.split(",")) if n]
+
+
+def cmd_export_annotations(args: argparse.Namespace) -> int:
+    """``shardscope export REPO DEST --annotations INSTANCE``: a version's annotations as precomputed annotations."""
+    from napari_shardscope.core.annotation import open_annotation_instance
+
+    given = [opt for opt, name, unset in _VOLUME_ONLY if getattr(args, name, unset) != unset]
+    if given:
+        raise ArgumentError(f"{', '.join(given)}: options of a volume export, not of --annotations")
+    if not (Path(args.source) / MARKER_FILE).is_file():
+        raise ArgumentError(f"--annotations exports an annotation instance of a repository; {args.source} is not "
+                            "a repository directory")
+    with open_repository(args.source) as repo:
+        syn = open_annotation_instance(repo, args.annotations)
+        if args.labelmap is not None and args.labelmap != syn.labelmap.name:
+            raise ArgumentError(f"annotation instance {args.annotations!r} is bound to labelmap "
+                                f"{syn.labelmap.name!r}, not {args.labelmap!r}")
+        version = syn.at(args.version or "main")
+        if not version.version.locked and not args.allow_open:
+            raise ArgumentError(f"version {version.version.short} is open (still editable): commit it, or pass "
+                                "--allow-open to export it as it is now")
+        report = version.export(args.dest, sharded=not args.unsharded, geometry=args.geometry or "lines",
+                                properties=_names(args.properties), tags=_names(args.tags),
+                                overwrite=args.overwrite, progress=progress_unless_quiet(args, "export"))
+    if args.json:
+        print_json(report.to_json())
+    else:
+        what = "synapse lines" if report.geometry == "lines" else "annotations"
+        unpaired = f" ({report.unpaired} annotations in no pre->post pair left out)" if report.unpaired else ""
+        print(f"wrote {report.written} {what} of {report.annotations} annotations of {report.instance} at "
+              f"{report.version[:8]}{unpaired} to {report.url} ({report.write.files} files, "
+              f"{report.write.bytes_written} bytes)")
     return EXIT_OK

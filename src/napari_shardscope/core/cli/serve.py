@@ -4,12 +4,15 @@ Usage::
 
     shardscope serve DATASET|REPO... [--version REF] [--labelmap LABELMAP] [--port N] [--print-url] [--json]
                      [--segments ID,ID] [--cors ORIGIN]... [--equivalences]
+                     [--annotations NAME,NAME | --no-annotations]
 
 Prints the Neuroglancer link (``--json``: one JSON line with the link and the state, flushed at once
 so a script can read it from a pipe while the server runs) and serves until Ctrl-C;
 ``--print-url`` prints the link and exits without serving. ``--equivalences`` prints, instead of
 serving, a link to the hosted Neuroglancer with a state over the base itself and a merge-only
-version's merges as ``equivalences`` (for a remote public base: no server needed).
+version's merges as ``equivalences`` (for a remote public base: no server needed). A repository's
+annotation instances bound to the served labelmap (``--annotations`` names some) are served beside the
+version as precomputed annotation layers linked to its segmentation layer.
 
 The link opens the Neuroglancer client served by the server itself (same origin), so no other web
 page may read what is served; ``--cors ORIGIN`` (repeatable) lets a Neuroglancer at that origin
@@ -36,6 +39,10 @@ def _segments(text: str | None) -> tuple[int, ...]:
         raise ArgumentError(f"--segments takes comma-separated body ids, got {text!r}") from exc
 
 
+def _names(text: str | None) -> tuple[str, ...] | None:
+    return None if text is None else tuple(n for n in (t.strip() for t in text.split(",")) if n)
+
+
 #: The hosted Neuroglancer a merge-only hand-off links to (it reads the public base itself).
 PUBLIC_CLIENT = "https://neuroglancer-demo.appspot.com/"
 
@@ -49,7 +56,8 @@ def run_serve(args: argparse.Namespace) -> int:
                                 "Neuroglancer reads the remote base itself)")
         return _print_equivalences(args)
     handoff = serve(args.targets, version=args.version, instance=args.instance, port=args.port,
-                    segments=_segments(args.segments), cors=args.cors or ())
+                    segments=_segments(args.segments), cors=args.cors or (),
+                    annotations=() if args.no_annotations else _names(args.annotations))
     try:
         if args.json:  # one line, flushed: a script reads it with readline() while the server runs
             print_json_line({"url": handoff.url, "server": handoff.server.url, "state": handoff.state,

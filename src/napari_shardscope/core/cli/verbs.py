@@ -211,11 +211,22 @@ EXPORT_VERBS = (
             help="export supervoxel ids (the base patched by splits) instead of body ids"),
         arg("--allow-open", action="store_true",
             help="export an open (uncommitted) version as it is now (default: committed versions only)"),
+        arg("--annotations", metavar="INSTANCE",
+            help="SOURCE is a repository: export this annotation instance at --version as Neuroglancer "
+            "precomputed annotations (neuroglancer_annotations_v1) related to the version's body ids"),
+        arg("--geometry", choices=("lines", "points"), default=None,
+            help="--annotations: one line per synapse pre->post with pre_segment/post_segment (lines, the default) "
+            "or every annotation as a point with a kind property and a segment relationship (points)"),
+        arg("--unsharded", action="store_true", help="--annotations: one file per key instead of sharded indexes"),
+        arg("--properties", metavar="NAME,NAME",
+            help="--annotations: export only these instance properties (default: all)"),
+        arg("--tags", metavar="TAG,TAG", help="--annotations: export only these tags (default: all)"),
         QUIET,
     ), description="Materialise a volume (any format `shardscope open` reads) as a new sharded precomputed "
        "volume or an OME-Zarr 0.5 group of sharding_indexed Zarr v3 arrays, every scale. One Dask task per "
        "output shard (no two tasks write one file); the threaded scheduler unless --scheduler names a "
-       "dask.distributed scheduler."),
+       "dask.distributed scheduler. With --annotations, a repository's annotation instance at a version is "
+       "written as a precomputed annotation collection instead."),
     Verb("index", lazy(_EXPORT, "cmd_index"),
          "build a labelmap's base label index as a Dask job (threads or a distributed cluster)", (
         REPOSITORY,
@@ -391,12 +402,17 @@ SERVE_VERBS = (
               "http://localhost:8080) read the served data; repeatable (default: only the client the server "
               "serves itself)"),
           arg("--print-url", action="store_true", help="print the link and exit (nothing is served)"),
+          arg("--annotations", metavar="NAME,NAME",
+              help="annotation instances served beside the version, as precomputed annotation layers linked to "
+              "its segmentation (default: every one bound to the labelmap)"),
+          arg("--no-annotations", action="store_true", help="serve no annotation instance"),
           arg("--equivalences", action="store_true",
               help="print a state over the (remote) base with a merge-only version's merges as equivalences")),
          description="Start a loopback HTTP server that serves the Neuroglancer client (from the neuroglancer "
          "package), the datasets as stored (byte ranges; cross-origin reads only for --cors origins) and a labelmap "
          "version as a precomputed "
-         "segmentation computed on request (the version id is in the URL). Prints the link; Ctrl-C stops."),
+         "segmentation computed on request (the version id is in the URL), with the annotation instances bound to "
+         "the labelmap as precomputed annotation layers linked to it. Prints the link; Ctrl-C stops."),
 )
 
 

@@ -9,13 +9,14 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from napari_shardscope.core.errors import ArgumentError, Remedy
 from napari_shardscope.core.formats import open_dataset
 from napari_shardscope.core.labelmap import TYPE_NAME, Labelmap, open_labelmap
+from napari_shardscope.core.serve.annotations import close_annotation_mounts, mount_version_annotations
 from napari_shardscope.core.serve.ngstate import LayerView, ViewDescription, build_state, state_url
 from napari_shardscope.core.serve.server import ShardServer, StoreMount
 from napari_shardscope.core.serve.version_source import VersionMount
@@ -25,6 +26,8 @@ from napari_shardscope.core.versioned.repository import MARKER_FILE
 Zyx = tuple[float, float, float]
 #: Neuroglancer's source prefix for each of the project's format names.
 NG_PREFIX = {"precomputed": "precomputed", "zarr3": "zarr3", "zarr2": "zarr2", "zarr": "zarr", "n5": "n5"}
+#: Neuroglancer draws later layers on top: images, then segmentations, then annotations.
+LAYER_ORDER = {"image": 0, "segmentation": 1, "annotation": 2}
 #: Width in screen pixels the default zoom fits the volume into.
 DEFAULT_VIEW_PIXELS = 800
 
@@ -166,19 +169,22 @@ class Handoff:
 
 def serve(targets: str | os.PathLike[str] | Sequence[str | os.PathLike[str]], *, version: str | None = None,
           instance: str | None = None, port: int = 0, segments: Sequence[int] = (),
-          position: Zyx | None = None, zoom: float | None = None, cors: Sequence[str] = ()) -> Handoff:
+          position: Zyx | None = None, zoom: float | None = None, cors: Sequence[str] = (),
+          annotations: Sequence[str] | None = None) -> Handoff:
     """Serve datasets and/or a labelmap repository's version; returns the running hand-off and its URL.
 
     Each target is a dataset URL/path or a repository directory (its labelmap at ``version``,
     default branch ``main``'s head). The server keeps running until :meth:`Handoff.stop`. The link
     opens the client served by the server itself; ``cors`` names other web origins (a Neuroglancer
-    the user runs elsewhere) allowed to read the served data (:mod:`.cors`).
+    the user runs elsewhere) allowed to read the served data (:mod:`.cors`). A repository's annotation
+    instances bound to its labelmap (or those ``annotations`` names; ``()``: none) are served beside
+    the version as precomputed annotation layers linked to it (:mod:`.annotations`).
     """
     items = [targets] if isinstance(targets, (str, os.PathLike)) else list(targets)
     if not items:
         raise ArgumentError("nothing to serve")
     server = ShardServer(port, cors=cors)
-    closers: list[Any] = []
+    closers: list[Any] = [lambda: close_annotation_mounts(server)]
     try:
         server.client_root()  # no neuroglancer package: say so now, not as a 404 in the browser
         layers: list[ServedLayer] = []
@@ -187,12 +193,17 @@ def serve(targets: str | os.PathLike[str] | Sequence[str | os.PathLike[str]], *,
                 repo = open_repository(os.fspath(item))
                 closers.append(repo.close)
                 lm = labelmap_of(repo, instance)
-                layers.append(mount_version(server, lm, version or "main", segments=segments))
+                seg = mount_version(server, lm, version or "main", segments=segments)
+                layers.append(seg)
+                layers.extend(replace(seg, layer=view) for view in mount_version_annotations(
+                    server, lm, version or "main", segmentation_layer=seg.layer.name, names=annotations))
             else:
                 if version is not None and len(items) == 1:
                     raise ArgumentError(f"{os.fspath(item)}: --version applies to a repository, not a dataset")
                 layers.append(mount_dataset(server, item))
-        layers.sort(key=lambda s: 0 if s.layer.kind == "image" else 1)
+        if annotations and not any(is_repository(item) for item in items):
+            raise ArgumentError("annotations are served beside a repository's version: no target is a repository")
+        layers.sort(key=lambda s: LAYER_ORDER[s.layer.kind])
         view = default_view(layers, position=position, zoom=zoom)
         state = build_state(view)
         return Handoff(server, layers, view, state, state_url(server.client_url, state), closers)

@@ -29,7 +29,7 @@ from urllib.parse import quote, unquote
 from napari_shardscope.core.errors import ArgumentError
 from napari_shardscope.core.json_document import MAX_JSON_BYTES
 
-LayerKind = Literal["image", "segmentation"]
+LayerKind = Literal["image", "segmentation", "annotation"]
 #: napari's 2-D view is Neuroglancer's ``xy`` layout; a 3-D view is ``3d``.
 LAYOUTS = ("xy", "yz", "xz", "4panel", "3d", "xy-3d", "xz-3d", "yz-3d")
 #: Neuroglancer source prefixes the project reads, and the format they name.
@@ -62,6 +62,9 @@ class LayerView:
         Groups of ids Neuroglancer shows as one (a merge-only version over a remote base).
     ome
         True for an OME-Zarr source (Neuroglancer puts its voxel centres where napari does).
+    linked_segmentation
+        Annotation layers: (relationship, segmentation layer name) pairs, Neuroglancer's
+        ``linkedSegmentationLayer`` (selecting a segment there lists the annotations related to it).
     """
 
     name: str
@@ -72,6 +75,7 @@ class LayerView:
     segments: tuple[int, ...] = ()
     equivalences: tuple[tuple[int, ...], ...] = ()
     ome: bool = False
+    linked_segmentation: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -122,6 +126,8 @@ def build_state(view: ViewDescription) -> dict[str, Any]:
                 entry["segments"] = [str(int(s)) for s in lay.segments]
             if lay.equivalences:
                 entry["equivalences"] = [[str(int(s)) for s in group] for group in lay.equivalences]
+        if lay.kind == "annotation" and lay.linked_segmentation:
+            entry["linkedSegmentationLayer"] = dict(lay.linked_segmentation)
         layers.append(entry)
     state: dict[str, Any] = {
         "dimensions": ({"x": [vx / NM_PER_M, "m"], "y": [vy / NM_PER_M, "m"], "z": [vz / NM_PER_M, "m"]}
