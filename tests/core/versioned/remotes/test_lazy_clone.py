@@ -156,21 +156,21 @@ def test_offline_lazy_clone_reads_what_it_read_and_names_what_it_lacks(tmp_path:
         env = {**os.environ, **server.env()}
         url = server.url("offline")
         origin = tmp_path / "origin"
-        for argv in (["repo", "init", str(origin)], ["repo", "kv", "put", str(origin), "main", "kv", "a", "one"],
+        for argv in (["repo", "init", str(origin)], ["kv", "put", str(origin), "main", "kv", "a", "one"],
                      ["repo", "commit", str(origin), "main", "-m", "a"],
                      ["repo", "branch", str(origin), "main"],
-                     ["repo", "kv", "put", str(origin), "main", "kv", "b", "two"],
+                     ["kv", "put", str(origin), "main", "kv", "b", "two"],
                      ["repo", "commit", str(origin), "main", "-m", "b"],
                      ["remote", "add", str(origin), "origin", url], ["push", str(origin)],
                      ["clone", url, str(tmp_path / "lazy"), "--json"],
-                     ["repo", "kv", "get", str(tmp_path / "lazy"), "main", "kv", "a"]):
+                     ["kv", "get", str(tmp_path / "lazy"), "main", "kv", "a"]):
             done = _cli(*argv, env=env)
             assert done.returncode == 0, (argv, done.stderr)
         assert done.stdout == "one"
     offline = {**env, "SHARDSCOPE_RETRIES": "0", "SHARDSCOPE_TIMEOUT_S": "2"}
-    done = _cli("repo", "kv", "get", str(tmp_path / "lazy"), "main", "kv", "a", env=offline)
+    done = _cli("kv", "get", str(tmp_path / "lazy"), "main", "kv", "a", env=offline)
     assert done.returncode == 0 and done.stdout == "one", done.stderr  # read before: local
-    done = _cli("repo", "kv", "get", str(tmp_path / "lazy"), "main", "kv", "b", env=offline)
+    done = _cli("kv", "get", str(tmp_path / "lazy"), "main", "kv", "b", env=offline)
     assert done.returncode == 8, done.stderr  # the storage group: retry or fix access
     assert "'origin'" in done.stderr and "objects/" in done.stderr and "--prefetch" in done.stderr, done.stderr
     assert "Traceback" not in done.stderr
