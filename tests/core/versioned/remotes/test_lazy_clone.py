@@ -214,3 +214,33 @@ def test_prefetch_clone_holds_every_version(s3env: tuple[S3Server, list], tmp_pa
         assert not repo.lazy and repo.not_local() == (0, {})
         assert open_keyvalue(repo, "kv").get("main", "k4") == b"a4"
     origin.close()  # type: ignore[attr-defined]
+
+
+def test_prefetch_leaves_an_in_place_agglomeration_table_where_it_lives(tmp_path: Path) -> None:
+    """``clone --prefetch`` copies the base segmentation, not a table the labelmap reads by URL."""
+    from napari_shardscope.core.labelmap import create_labelmap
+    from napari_shardscope.core.tables import write_sorted_table
+    from tests.core.versioned.remotes.helpers import write_base
+
+    data = write_base(tmp_path / "seg")
+    svs = np.unique(data[data > 0]).astype(np.uint64)
+    bodies = svs.copy()
+    bodies[1::2] = svs[0::2][: len(bodies[1::2])]  # pairs of supervoxels share a body
+    table = tmp_path / "agglo.parquet"
+    write_sorted_table(table, svs, {"body": bodies}, key="supervoxel", format="parquet")
+    origin = create_repository(tmp_path / "origin")
+    create_labelmap(origin, "seg", tmp_path / "seg", agglomeration=str(table), block=8)
+    origin.commit(origin.root, "base")
+    R.add_remote(origin, "origin", str(tmp_path / "remote"))
+    R.push(origin)
+    want = open_labelmap(origin, "seg").at("main").read_bodies()
+    origin.close()
+    done = _cli("clone", str(tmp_path / "remote"), str(tmp_path / "full"), "--prefetch", "--json")
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["prefetched"], done.stdout  # the base was copied ...
+    copied = [p for p in (tmp_path / "full").rglob("*") if p.is_file()]
+    assert not [p for p in copied if p.suffix == ".parquet" or "agglo" in p.name], copied  # ... the table not
+    with open_repository(tmp_path / "full") as repo:
+        assert not repo.lazy
+        assert [k for k, _ in repo.scan_unversioned("seg", b"agglomeration/fwd")] == []
+        np.testing.assert_array_equal(open_labelmap(repo, "seg").at("main").read_bodies(), want)
