@@ -86,7 +86,7 @@ _PUBLIC: dict[str, str] = {
     "Annotation": "napari_shardscope.core.annotation",
     # remotes
     "add_remote": "napari_shardscope.core.versioned.remotes",
-    "clone": "napari_shardscope.core.versioned.remotes",
+    "clone": "napari_shardscope.core.labelmap.remote",  # remotes.clone, with the labelmap's base prefetch registered
     "fetch": "napari_shardscope.core.versioned.remotes",
     "pull": "napari_shardscope.core.versioned.remotes",
     "push": "napari_shardscope.core.versioned.remotes",
@@ -198,7 +198,7 @@ if TYPE_CHECKING:  # what mypy, IDEs and the API reference (griffe) read; at run
         open_labelmap,
     )
     from napari_shardscope.core.labelmap.branch_merge import merge_branches, plan_branch_merge
-    from napari_shardscope.core.labelmap.remote import pull_merger, reserve_labelmap_ids
+    from napari_shardscope.core.labelmap.remote import clone, pull_merger, reserve_labelmap_ids
     from napari_shardscope.core.labelmap.review import review_branch
     from napari_shardscope.core.layout import open_layout
     from napari_shardscope.core.proofreading import ProofreadingController
@@ -207,7 +207,7 @@ if TYPE_CHECKING:  # what mypy, IDEs and the API reference (griffe) read; at run
     from napari_shardscope.core.tables import open_sorted_table, write_sorted_table
     from napari_shardscope.core.versioned import Repository, Version, create_repository, open_repository, remotes
     from napari_shardscope.core.versioned import create_repository as init_repository
-    from napari_shardscope.core.versioned.remotes import add_remote, clone, fetch, pull, push
+    from napari_shardscope.core.versioned.remotes import add_remote, fetch, pull, push
     from napari_shardscope.core.volumes import LazyArray, Volume, open_volume, open_volumes
 else:
     from napari_shardscope._lazy import attach

@@ -21,7 +21,7 @@ from napari_shardscope.core.errors import EXIT_CHECK_FAILED, EXIT_OK, ArgumentEr
 from napari_shardscope.core.labelmap import open_labelmap
 from napari_shardscope.core.labelmap.branch_merge import BranchMergeConflictError
 from napari_shardscope.core.labelmap.config import TYPE_NAME
-from napari_shardscope.core.labelmap.remote import prefetch_labelmaps, pull_merger, reserve_labelmap_ids
+from napari_shardscope.core.labelmap.remote import pull_merger, reserve_labelmap_ids
 from napari_shardscope.core.labelmap.review import review_branch
 from napari_shardscope.core.versioned import open_repository
 from napari_shardscope.core.versioned.remotes import config as C
@@ -132,19 +132,22 @@ def cmd_clone(args: argparse.Namespace) -> int:
     progress = TransferProgress("clone", args.json)
     instances = [n for part in args.instances or [] for n in part.split(",") if n] or None
     path, result = S.clone(args.url, args.dest, branch=args.branch, engine=args.engine, region=args.region,
-                           instances=instances, anonymous=args.anonymous, progress=progress)
+                           instances=instances, anonymous=args.anonymous, progress=progress,
+                           prefetch=args.prefetch)  # with --prefetch, also each labelmap's base (registered hook)
     progress.done()
     with open_repository(path) as repo:
         branches = [b.name for b in repo.branches()]
         reserve_labelmap_ids(repo)  # now, while online: a laptop can edit offline straight away
         left = S.remaining_ids(repo)
-        prefetched = prefetch_labelmaps(repo) if args.prefetch else []
+    prefetched = list(result.prefetched)
     if args.json:
-        print_json({"path": str(path), "branches": branches, "ids_left": left, **result.to_json(),
-                    **({"prefetched": [p.to_json() for p in prefetched]} if args.prefetch else {})})
+        print_json({"path": str(path), "branches": branches, "ids_left": left, "lazy": not args.prefetch,
+                    **result.to_json(), **({"prefetched": [p.to_json() for p in prefetched]} if args.prefetch else {})})
     else:
         print(f"cloned {args.url} into {path}: {len(result.adopted) + 1} version(s), branches {', '.join(branches)}; "
               f"{_received(result.transfer)}")
+        if not args.prefetch:
+            print("  lazy: version data is downloaded when first read (clone with --prefetch to work offline)")
         for p in prefetched:
             print(f"prefetched {p.labelmap}'s base: {p.objects} object(s), {p.bytes} bytes into {p.path}")
     return EXIT_OK

@@ -193,13 +193,29 @@ def cmd_note(args: argparse.Namespace) -> int:
 def cmd_verify(args: argparse.Namespace) -> int:
     with open_repository(args.path) as repo:
         problems = repo.verify()
+        hollow, objects = repo.not_local()  # a lazy clone: data on the remote until read (not a problem)
+        local = _cached_objects(repo.path, objects)
+        not_local = {"versions": hollow, "objects": {r: len(o) for r, o in objects.items()},
+                     "objects_local": {r: local[r] for r in objects}}
         if args.json:
-            print_json({"ok": not problems, "problems": problems, "versions": repo.version_count()})
+            print_json({"ok": not problems, "problems": problems, "versions": repo.version_count(),
+                        "not_local": not_local})
         else:
             for p in problems:
                 print(p)
+            for remote, names in sorted(objects.items()):
+                print(f"lazy clone: {hollow} version(s) keep their data on {remote} until read: "
+                      f"{local[remote]} of {len(names)} data object(s) local")
             print("ok" if not problems else f"{len(problems)} problem(s)")
     return EXIT_OK if not problems else EXIT_CHECK_FAILED
+
+
+def _cached_objects(path: Path | None, objects: dict[str, set[str]]) -> dict[str, int]:
+    """Per remote, how many of a lazy clone's data objects have a local copy (downloaded on a first read)."""
+    from napari_shardscope.core.versioned.remotes.objects import cache_path
+
+    return {r: sum(1 for n in names if path is not None and cache_path(Path(path), n).is_file())
+            for r, names in objects.items()}
 
 
 #: Modules of the data types that register a ``repo migrate`` step when imported (the repository

@@ -445,7 +445,8 @@ REMOTE_VERBS = (
             help="a partial clone holding only these data instances"),
         arg("--engine", choices=("lmdb", "sqlite"), default=None, help="storage engine (default lmdb)"),
         arg("--prefetch", action="store_true",
-            help="copy the base segmentation's objects holding the region (or all of it) for offline work"),
+            help="download every version's data now and copy the base segmentation's objects holding the region "
+                 "(or all of it), for offline work (default: a lazy clone, data downloaded when first read)"),
     )),
     Verb("fetch", lazy(_REMOTE, "cmd_fetch"),
          "download the remote's versions this repository lacks (remote-tracking heads)", (

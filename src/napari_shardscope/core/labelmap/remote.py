@@ -23,7 +23,8 @@ from napari_shardscope.core.labelmap.opening import open_labelmap
 from napari_shardscope.core.labelmap.prefetch import PrefetchReport, prefetch_base
 from napari_shardscope.core.versioned.dag import Version
 from napari_shardscope.core.versioned.remotes.reservation import RemoteIdReservation
-from napari_shardscope.core.versioned.remotes.sync import Merger, default_merge
+from napari_shardscope.core.versioned.remotes.sync import Merger, default_merge, use_prefetcher
+from napari_shardscope.core.versioned.remotes.sync import clone as clone  # ss.clone: with the hook below registered
 from napari_shardscope.core.versioned.repository import Repository
 
 use_id_reservation(RemoteIdReservation())
@@ -71,3 +72,6 @@ def prefetch_labelmaps(repo: Repository) -> list[PrefetchReport]:
 
     region = region_of(repo)
     return [prefetch_base(repo, inst.name, region) for inst in repo.instances() if inst.type == TYPE_NAME]
+
+
+use_prefetcher(prefetch_labelmaps)  # clone(prefetch=True) also copies each labelmap's base for offline work

@@ -18,6 +18,7 @@ from napari_shardscope.core.errors import (
     NotADatasetError,
     NotFoundError,
     RefusedWriteError,
+    StoreUnreachableError,
     UnsupportedError,
     VersionError,
 )
@@ -156,3 +157,24 @@ class RegionError(RefusedWriteError):
     (``shardscope clone --region``): it lives here, below both (also exported by
     :mod:`napari_shardscope.core.versioned.remotes.errors`).
     """
+
+
+class NotLocalError(StoreUnreachableError):
+    """A lazy clone needed version data it does not hold, and the remote holding it could not be read.
+
+    A lazy clone (``shardscope clone`` without ``--prefetch``) keeps each version's data on the remote
+    until it is first read; offline, a read of data never read before fails with this error naming the
+    remote and the object, never with wrong or missing values. Clone with ``--prefetch`` to work offline.
+    """
+
+    def __init__(self, message: str, *, remote: str, key: str, path: str | None = None) -> None:
+        self.remote = remote
+        self.key = key
+        super().__init__(message, path=path)
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return (_rebuild_not_local, (self.message, self.remote, self.key, self.path))
+
+
+def _rebuild_not_local(message: str, remote: str, key: str, path: str | None) -> NotLocalError:
+    return NotLocalError(message, remote=remote, key=key, path=path)

@@ -65,6 +65,14 @@ from napari_shardscope.core.versioned.errors import (
     UnknownInstanceError,
     UnknownVersionError,
 )
+from napari_shardscope.core.versioned.hollow import (
+    HOLLOW_FLAG_KEY,
+    HollowEngine,
+    HollowRef,
+    HollowValues,
+    hollow_key,
+    hollow_summary,
+)
 from napari_shardscope.core.versioned.instance import Instance, check_instance
 from napari_shardscope.core.versioned.merge import MERGE_POLICIES, MergePolicy, MergeResult, plan_merge
 from napari_shardscope.core.versioned.node import NodeContent, NodeEntry, NodeLog, NodeNote
@@ -117,6 +125,7 @@ class Repository:
         self._instances: dict[str, Instance] = {}
         self._root_uuid = ""
         self._closed = False
+        self._hollow: HollowValues | None = None  # set once the repository holds hollow versions (a lazy clone)
         #: The format this handle found and upgraded at open (None: it was current).
         self.upgraded_from: int | None = None
 
@@ -190,6 +199,8 @@ class Repository:
         if not isinstance(root, str):
             raise StoreCorruptError(f"{self.path}: the format record names no root version")
         self._root_uuid = root
+        if txn.get(HOLLOW_FLAG_KEY) is not None:
+            self._enable_hollow()
         self._catch_up(txn, self._read_generation(txn), force=True)
         reader = DagReader(self._index, txn, self._index.generation)
         if reader.max_vid() == 0:
@@ -208,9 +219,30 @@ class Repository:
                 return
             changed = None if self._index.generation < 0 else read_journal(txn, self._index.generation, generation)
             self._instances = self._read_instances(txn)
+            if self._hollow is not None:
+                self._hollow.forget()  # another handle may have adopted hollow versions
+            elif txn.get(HOLLOW_FLAG_KEY) is not None:
+                self._enable_hollow()
             if force:
                 self._index.reset()
             self._index.advance(generation, changed)
+
+    def _enable_hollow(self) -> None:
+        """Read through :class:`~.hollow.HollowTxn` from now on: the repository holds hollow versions."""
+        with self._state:
+            if self._hollow is None:
+                self._hollow = HollowValues(self)
+                self._engine = HollowEngine(self._engine, self._hollow)
+
+    @property
+    def lazy(self) -> bool:
+        """True when some versions' data stay on a remote until first read (a lazy clone)."""
+        return self._hollow is not None
+
+    def not_local(self) -> tuple[int, dict[str, set[str]]]:
+        """Hollow versions (data on a remote until first read): their count, and their data objects per remote."""
+        with self._engine.read() as txn:
+            return hollow_summary(txn)
 
     @staticmethod
     def _read_generation(txn: ReadTxn) -> int:
@@ -835,12 +867,15 @@ class Repository:
         ``branch`` when no version carries the name and it is not a remote-tracking name.
         """
         with self._snapshot() as dag:
-            for p in parents:
-                parent = dag.by_uuid(p)
-                if parent.branch == branch:
-                    return dag.continuing_child(parent) is None
-            if dag.has_branch(branch):
-                return False
+            return self._branch_fits(dag, parents, branch)
+
+    def _branch_fits(self, dag: DagReader, parents: tuple[str, ...], branch: str) -> bool:
+        for p in parents:
+            parent = dag.by_uuid(p)
+            if parent.branch == branch:
+                return dag.continuing_child(parent) is None
+        if dag.has_branch(branch):
+            return False
         try:
             check_not_tracking_name(self.path, branch)
         except ArgumentError:
@@ -864,17 +899,22 @@ class Repository:
             p.touched()
         return renamed
 
-    def adopt_node(self, node: NodeContent, branch: str | None = None, *, timeout: float | None = None) -> Version:
+    def adopt_node(self, node: NodeContent, branch: str | None = None, *, timeout: float | None = None,
+                   hollow: HollowRef | None = None) -> Version:
         """Add a committed version received from elsewhere, under a fresh local id, in one transaction.
 
         ``branch`` (default: the node's own) is the local branch name; it must fit the DAG
         (:meth:`branch_fits`). The parents must be here and committed; every instance the node
         names must exist. Adopting a version already present returns it unchanged.
+
+        ``hollow`` (a lazy clone): the node's values and log entries are stubs
+        (:func:`~.hollow.encode_stub`) into the remote's data objects it names; they are read on demand.
         """
         with self._writing(timeout) as p:
-            return self._adopt_node_in(p, node, branch)
+            return self._adopt_node_in(p, node, branch, hollow)
 
-    def _adopt_node_in(self, p: _Pending, node: NodeContent, branch: str | None) -> Version:
+    def _adopt_node_in(self, p: _Pending, node: NodeContent, branch: str | None,
+                       hollow: HollowRef | None = None) -> Version:
         name = node.branch if branch is None else branch
         dag = p.dag
         if dag.contains(node.uuid):
@@ -903,7 +943,15 @@ class Repository:
         dag.add(v)
         p.touched()
         self._put_node_data(p.txn, node, v.vid, iids)
+        if hollow is not None:
+            self._mark_hollow(p, v.vid, hollow)
         return v
+
+    def _mark_hollow(self, p: _Pending, vid: int, hollow: HollowRef) -> None:
+        """Record that ``vid``'s values are stubs into ``hollow``'s objects (after its data: the rewrite guard)."""
+        p.txn.put(hollow_key(vid), hollow.encode())
+        p.txn.put(HOLLOW_FLAG_KEY, b"1")
+        p.after(self._enable_hollow)
 
     def _node_instances(self, node: NodeContent) -> dict[str, int]:
         iids: dict[str, int] = {}
@@ -926,7 +974,7 @@ class Repository:
         for n in node.notes:
             txn.put(K.note_key(vid, n.seq), json.dumps({"time": n.time, "text": n.text}).encode())
 
-    def fill_root(self, node: NodeContent, *, timeout: float | None = None) -> Version:
+    def fill_root(self, node: NodeContent, *, timeout: float | None = None, hollow: HollowRef | None = None) -> Version:
         """Write a received root's data into this repository's root (a clone's first step).
 
         The repository must have been created with ``root=node`` (same UUID, committed, empty).
@@ -941,6 +989,8 @@ class Repository:
             with self._state:
                 iids = self._node_instances(node)
             self._put_node_data(p.txn, node, root.vid, iids)
+            if hollow is not None:
+                self._mark_hollow(p, root.vid, hollow)
         return root
 
     def adopt_instance(self, name: str, type_name: str, config: Mapping[str, Any], *,
@@ -1231,9 +1281,13 @@ class Batch:
             raise ArgumentError("a note needs some text")
         return self._repo._append_note(self._p.txn, self._repo._resolve(self._p.dag, ref), text)
 
-    def adopt_node(self, node: NodeContent, branch: str | None = None) -> Version:
+    def adopt_node(self, node: NodeContent, branch: str | None = None, *, hollow: HollowRef | None = None) -> Version:
         """See :meth:`Repository.adopt_node` (a fetch adopting many nodes in one transaction)."""
-        return self._repo._adopt_node_in(self._p, node, branch)
+        return self._repo._adopt_node_in(self._p, node, branch, hollow)
+
+    def branch_fits(self, parents: tuple[str, ...], branch: str) -> bool:
+        """See :meth:`Repository.branch_fits`, as this transaction sees the DAG (versions adopted in it too)."""
+        return self._repo._branch_fits(self._p.dag, parents, branch)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -167,6 +167,9 @@ class VersionView:
         """
         inst = self._repo.instance(instance)
         lo, hi = self._range(inst.iid, prefix, start, stop)
+        if getattr(self._txn, "defers_values", False):
+            yield from self._scan_selected(lo, hi)
+            return
         flags, cut = self._anc.flags, -K.SUFFIX_LEN
         m = len(flags)
         stem: bytes | None = None
@@ -183,6 +186,36 @@ class VersionView:
         if best is not None and best[0][-1] != K.TOMBSTONE:
             yield K.tkey_of_stem(best[0][:cut]), best[1]
 
+    def _scan_selected(self, lo: bytes, hi: bytes) -> Iterator[tuple[bytes, bytes]]:
+        """:meth:`scan` where values cost a download (a lazy clone's hollow versions): keys chosen first,
+        then only the chosen entries' values read, a batch at a time."""
+        flags, cut = self._anc.flags, -K.SUFFIX_LEN
+        m = len(flags)
+        chosen: list[bytes] = []
+        stem: bytes | None = None
+        best: bytes | None = None
+
+        def flush() -> Iterator[tuple[bytes, bytes]]:
+            for key, value in zip(chosen, self._txn.get_many(chosen), strict=True):
+                if value is not None:
+                    yield K.tkey_of_stem(key[:cut]), value
+            chosen.clear()
+
+        for key in self._txn.scan_keys(lo, hi):
+            s = key[:cut]
+            if s != stem:
+                if best is not None and best[-1] != K.TOMBSTONE:
+                    chosen.append(best)
+                    if len(chosen) >= 256:
+                        yield from flush()
+                stem, best = s, None
+            vid = int.from_bytes(key[cut:-1], "big")
+            if vid < m and flags[vid]:
+                best = key
+        if best is not None and best[-1] != K.TOMBSTONE:
+            chosen.append(best)
+        yield from flush()
+
     def read_log(self, instance: Instance | str, *, own: bool = False) -> Iterator[LogEntry]:
         """The instance's log entries of this version's ancestry, parents first (or only its own).
 
@@ -191,8 +224,19 @@ class VersionView:
         inst = self._repo.instance(instance)
         lo = K.log_prefix(inst.iid, self.version.vid if own else None)
         hi = K.next_prefix(lo)
+        at = len(K.LOG_PREFIX) + 4
+        if getattr(self._txn, "defers_values", False):  # only the ancestors' entries are downloaded
+            keys = [k for k in self._txn.scan_keys(lo, hi) if K.unpack_u32(k[at:at + 4]) in self._anc]
+            for first in range(0, len(keys), 256):
+                part = keys[first:first + 256]
+                for key, data in zip(part, self._txn.get_many(part), strict=True):
+                    if data is not None:
+                        vid = K.unpack_u32(key[at:at + 4])
+                        yield LogEntry(version=self._repo.version_by_id(vid).uuid, seq=K.unpack_u64(key[-8:]),
+                                       data=data)
+            return
         for key, data in self._txn.scan(lo, hi):
-            vid = K.unpack_u32(key[len(K.LOG_PREFIX) + 4:len(K.LOG_PREFIX) + 8])
+            vid = K.unpack_u32(key[at:at + 4])
             if vid in self._anc:
                 yield LogEntry(version=self._repo.version_by_id(vid).uuid, seq=K.unpack_u64(key[-8:]), data=data)
 

@@ -117,10 +117,13 @@ def test_damaged_object_is_refused(base: Path, tmp_path: Path) -> None:
     R.add_remote(a, "origin", str(url))
     R.push(a)
     head = remote_versions(str(url))[a.head("main").uuid]
-    path = url / object_key(head)
-    data = bytearray(path.read_bytes())
-    data[-1] ^= 0xFF
-    path.write_bytes(bytes(data))
+    # the node object, and the history pack a clone reads it from (a pack is an object like any other)
+    packs = json.loads((url / "refs.json").read_text())["packs"]
+    for name in [head, *(p[0] for p in packs)]:
+        path = url / object_key(name)
+        data = bytearray(path.read_bytes())
+        data[-1] ^= 0xFF
+        path.write_bytes(bytes(data))
     with pytest.raises(R.CorruptObjectError, match="does not match its hash"):
         R.clone(str(url), tmp_path / "b")
     assert not (tmp_path / "b").exists()

@@ -34,6 +34,7 @@ from napari_shardscope.core.versioned.remotes.errors import (
     RemoteExistsError,
     UnknownRemoteError,
 )
+from napari_shardscope.core.versioned.remotes.objects import RemoteObjects  # registers the lazy clone's source
 from napari_shardscope.core.versioned.remotes.store import RemoteStore, Transfer
 from napari_shardscope.core.versioned.remotes.sync import (
     BranchStatus,
@@ -62,6 +63,7 @@ __all__ = [
     "PushResult",
     "ReadOnlyRemoteError",
     "RemoteExistsError",
+    "RemoteObjects",
     "RemoteStore",
     "Transfer",
     "UnknownRemoteError",

@@ -175,6 +175,24 @@ def is_anonymous(repo: Repository, name: str) -> bool:
     return bool(load_config(repo)["remotes"][name].get("anonymous", False))
 
 
+def set_lazy(repo: Repository, name: str, lazy: bool = True) -> None:
+    """Make fetches from remote ``name`` adopt versions hollow (data read on first use: a lazy clone) or not."""
+    doc = load_config(repo)
+    if name not in doc["remotes"]:
+        raise UnknownRemoteError(f"no remote named {name!r}")
+    if lazy:
+        doc["remotes"][name]["lazy"] = True
+    else:
+        doc["remotes"][name].pop("lazy", None)
+    _write_json(_directory(repo) / CONFIG_FILE, doc)
+
+
+def is_lazy(repo: Repository, name: str) -> bool:
+    """Whether fetches from remote ``name`` leave version data on the remote until it is read."""
+    remote_url(repo, name)
+    return bool(load_config(repo)["remotes"][name].get("lazy", False))
+
+
 def load_state(repo: Repository, name: str) -> RemoteState:
     doc = read_json_file(state_path(_directory(repo), check_remote_name(name)))
     try:

@@ -27,6 +27,7 @@ from napari_shardscope.core.encoding import inflate, zlib_compress
 from napari_shardscope.core.errors import ArgumentError, FormatError
 from napari_shardscope.core.json_document import load_json
 from napari_shardscope.core.versioned.dag import check_branch_name
+from napari_shardscope.core.versioned.hollow import encode_stub
 from napari_shardscope.core.versioned.instance import check_instance_name
 from napari_shardscope.core.versioned.node import NodeContent, NodeEntry, NodeLog, NodeNote
 from napari_shardscope.core.versioned.remotes.errors import CorruptObjectError
@@ -34,6 +35,12 @@ from napari_shardscope.core.versioned.remotes.errors import CorruptObjectError
 NODE_MAGIC = b"SSNODE1\n"
 DATA_MAGIC = b"SSDATA1\n"
 KV_MAGIC = b"SSKV001\n"
+#: A node's key listing: every key it writes or deletes and log entry it appends, with where each value sits in
+#: its data objects (what a lazy clone adopts instead of the values).
+KEYS_MAGIC = b"SSKEYS1\n"
+#: Node objects and key listings of many versions in one object (a push's history pack), so a fetch walks a
+#: history of any length in a few requests instead of one per version.
+PACK_MAGIC = b"SSPACK1\n"
 #: Data objects are cut at about this many bytes (before compression): big enough that a node is a
 #: few objects, small enough that a retry after an interruption repeats little.
 DATA_OBJECT_BYTES = 32 * 1024 * 1024
@@ -58,6 +65,10 @@ _E = struct.Struct(">cHI")
 _V = struct.Struct(">BI")
 _L = struct.Struct(">cHQI")
 _KV = struct.Struct(">II")
+_KE = struct.Struct(">cHI")
+_KEV = struct.Struct(">BHII")
+_KL = struct.Struct(">cHQHII")
+_PACKED = struct.Struct(">I")
 
 
 _OBJECT = re.compile(r"[0-9a-f]{64}")
@@ -178,14 +189,27 @@ class NodeHeader:
     entries: int
     logs: int
     region: Any = None
+    keys: str | None = None  # the key listing object (nodes pushed before listings have none)
 
 
 def encode_data(node: NodeContent) -> tuple[list[bytes], tuple[str, ...]]:
     """The node's data objects (framed) and the instance table their records index."""
+    objects, instances, _ = encode_data_and_keys(node)
+    return objects, instances
+
+
+def encode_data_and_keys(node: NodeContent) -> tuple[list[bytes], tuple[str, ...], bytes]:
+    """The node's data objects (framed), the instance table their records index, and its key listing.
+
+    The listing names, per key-value and log entry, the data object and the byte range of its value in
+    that object's inflated payload (:func:`decode_keys`): a lazy clone reads one value by downloading
+    one object, and knows every key a version wrote without downloading any.
+    """
     instances = tuple(sorted(node.instances))
     index = {n: i for i, n in enumerate(instances)}
     objects: list[bytes] = []
     parts: list[bytes] = []
+    listing: list[bytes] = []
     size = 0
 
     def flush() -> None:
@@ -196,23 +220,84 @@ def encode_data(node: NodeContent) -> tuple[list[bytes], tuple[str, ...]]:
 
     for e in node.entries:
         value = b"" if e.value is None else e.value
-        rec = _E.pack(b"E", index[e.instance], len(e.key)) + e.key + _V.pack(e.value is None, len(value)) + value
-        parts.append(rec)
-        size += len(rec)
+        head = _E.pack(b"E", index[e.instance], len(e.key)) + e.key + _V.pack(e.value is None, len(value))
+        listing.append(_KE.pack(b"E", index[e.instance], len(e.key)) + e.key
+                       + _KEV.pack(e.value is None, len(objects), size + len(head), len(value)))
+        parts.append(head + value)
+        size += len(head) + len(value)
         if size >= DATA_OBJECT_BYTES:
             flush()
     for g in node.logs:
-        rec = _L.pack(b"L", index[g.instance], g.seq, len(g.data)) + g.data
-        parts.append(rec)
-        size += len(rec)
+        head = _L.pack(b"L", index[g.instance], g.seq, len(g.data))
+        listing.append(_KL.pack(b"L", index[g.instance], g.seq, len(objects), size + len(head), len(g.data)))
+        parts.append(head + g.data)
+        size += len(head) + len(g.data)
         if size >= DATA_OBJECT_BYTES:
             flush()
     flush()
-    return objects, instances
+    return objects, instances, _frame(KEYS_MAGIC, b"".join(listing))
+
+
+def decode_keys(name: str, data: bytes, header: NodeHeader) -> list[NodeEntry | NodeLog]:
+    """A node's key listing (after :func:`verify`) as records whose values are stubs (:mod:`~..hollow`).
+
+    Tombstones stay tombstones (no value to fetch); every stub names a data object the node has.
+    """
+    raw = _unframe(KEYS_MAGIC, data, name)
+    out: list[NodeEntry | NodeLog] = []
+    pos, n = 0, len(raw)
+    try:
+        while pos < n:
+            kind = raw[pos:pos + 1]
+            if kind == b"E":
+                _, inst, klen = _KE.unpack_from(raw, pos)
+                pos += _KE.size
+                key = raw[pos:pos + klen]
+                pos += klen
+                tomb, obj, offset, length = _KEV.unpack_from(raw, pos)
+                pos += _KEV.size
+                if len(key) != klen or (not tomb and obj >= len(header.data)):
+                    raise ValueError("record runs past the end or names a data object the node lacks")
+                out.append(NodeEntry(header.instances[inst], key, None if tomb else encode_stub(obj, offset, length)))
+            elif kind == b"L":
+                _, inst, seq, obj, offset, length = _KL.unpack_from(raw, pos)
+                pos += _KL.size
+                if obj >= len(header.data):
+                    raise ValueError("a log record names a data object the node lacks")
+                out.append(NodeLog(header.instances[inst], seq, encode_stub(obj, offset, length)))
+            else:
+                raise ValueError(f"unknown record kind {kind!r}")
+    except (struct.error, IndexError, ValueError) as exc:
+        raise CorruptObjectError(f"object {name}: bad key listing record at byte {pos} ({exc})") from exc
+    return out
+
+
+def encode_pack(objects: Sequence[bytes]) -> bytes:
+    """A history pack: node objects and key listings of many versions, each kept byte for byte."""
+    return _frame(PACK_MAGIC, b"".join(_PACKED.pack(len(o)) + o for o in objects))
+
+
+def decode_pack(name: str, data: bytes) -> dict[str, bytes]:
+    """Inverse of :func:`encode_pack` (after :func:`verify`): object name (its hash, computed here) → bytes."""
+    raw = _unframe(PACK_MAGIC, data, name)
+    out: dict[str, bytes] = {}
+    pos = 0
+    try:
+        while pos < len(raw):
+            (size,) = _PACKED.unpack_from(raw, pos)
+            pos += _PACKED.size
+            obj = raw[pos:pos + size]
+            pos += size
+            if len(obj) != size:
+                raise ValueError("object runs past the end")
+            out[object_name(obj)] = obj
+    except (struct.error, ValueError) as exc:
+        raise CorruptObjectError(f"object {name}: bad pack record at byte {pos} ({exc})") from exc
+    return out
 
 
 def encode_node(node: NodeContent, parent_objects: Mapping[str, str], data_names: Sequence[str],
-                instances: Sequence[str], region: Any = None) -> bytes:
+                instances: Sequence[str], region: Any = None, keys: str | None = None) -> bytes:
     """The node object of ``node`` (deterministic: the same node always hashes the same)."""
     header: dict[str, Any] = {
         "uuid": node.uuid, "parents": [[p, parent_objects[p]] for p in node.parents], "branch": node.branch,
@@ -222,6 +307,8 @@ def encode_node(node: NodeContent, parent_objects: Mapping[str, str], data_names
     }
     if region is not None:
         header["region"] = region
+    if keys is not None:
+        header["keys"] = keys
     return _frame(NODE_MAGIC, json.dumps(header, sort_keys=True, separators=(",", ":")).encode())
 
 
@@ -238,7 +325,8 @@ def decode_node(name: str, data: bytes) -> NodeHeader:
             notes=tuple(NodeNote(int(s), float(t), str(x)) for s, t, x in h["notes"]),
             instances=tuple(check_remote_instance(i, where) for i in h["instances"]),
             data=tuple(check_object_name(d, where) for d in h["data"]),
-            entries=int(h["entries"]), logs=int(h["logs"]), region=h.get("region"))
+            entries=int(h["entries"]), logs=int(h["logs"]), region=h.get("region"),
+            keys=None if h.get("keys") is None else check_object_name(h["keys"], where))
     except (ValueError, KeyError, TypeError, OverflowError) as exc:
         raise CorruptObjectError(f"{where}: unreadable node record ({exc})") from exc
     if header.entries < 0 or header.logs < 0:
@@ -404,3 +492,8 @@ def build_manifests(pages: Sequence[PageRef]) -> tuple[list[bytes], bytes]:
             upper.append(PageRef(object_name(obj), sum(e.keys for e in chunk)))
         entries, level = upper, level + 1
     return lower, encode_manifest(entries, level)
+
+
+def data_payload(name: str, data: bytes) -> bytes:
+    """The inflated records of a data object (after :func:`verify`): what a hollow version's stubs point into."""
+    return _unframe(DATA_MAGIC, data, name)

@@ -99,6 +99,17 @@ class RemoteInstance:
 
 
 @dataclass(frozen=True)
+class PackRef:
+    """A history pack on the remote (:func:`~.pack.encode_pack`) and how many versions it holds."""
+
+    name: str
+    count: int
+
+    def to_json(self) -> list[Any]:
+        return [self.name, self.count]
+
+
+@dataclass(frozen=True)
 class Refs:
     """The refs object: the remote's branches, root and instances, with the CAS guard fields."""
 
@@ -108,12 +119,18 @@ class Refs:
     branches: Mapping[str, NodeRef] = field(default_factory=dict)
     instances: Mapping[str, RemoteInstance] = field(default_factory=dict)
     regions: Mapping[str, Any] = field(default_factory=dict)
+    #: History packs, oldest and largest first: every pushed version's node object and key listing in
+    #: O(log versions) objects (:mod:`.history`). Remotes written before packs have none; a fetch then
+    #: walks node by node.
+    packs: tuple[PackRef, ...] = ()
 
     def to_bytes(self) -> bytes:
         doc = {"format": REFS_FORMAT, "version": REFS_VERSION, "seq": self.seq, "writer": self.writer,
                "root": self.root.to_json(), "branches": {b: r.to_json() for b, r in sorted(self.branches.items())},
                "instances": {n: i.to_json() for n, i in sorted(self.instances.items())},
                "regions": dict(self.regions)}
+        if self.packs:
+            doc["packs"] = [p.to_json() for p in self.packs]
         return json.dumps(doc, sort_keys=True, indent=1).encode()
 
     @staticmethod
@@ -138,7 +155,8 @@ class Refs:
                                   for b, r in d["branches"].items()},
                         instances={check_remote_instance(n, where): _remote_instance(i, where)
                                    for n, i in d["instances"].items()},
-                        regions={check_remote_branch(b, where): r for b, r in dict(d.get("regions", {})).items()})
+                        regions={check_remote_branch(b, where): r for b, r in dict(d.get("regions", {})).items()},
+                        packs=tuple(_pack_ref(p, where) for p in d.get("packs", [])))
         except (ValueError, KeyError, TypeError, AttributeError, OverflowError) as exc:
             raise CorruptObjectError(f"{where}: unreadable refs object ({exc})") from exc
 
@@ -152,6 +170,14 @@ def _node_ref(r: Any, where: str) -> NodeRef:
     if not isinstance(r, dict):
         raise TypeError(f"a node reference is not an object: {str(r)[:80]!r}")
     return NodeRef(check_uuid(r["node"], where), check_object_name(r["object"], where))
+
+
+def _pack_ref(p: Any, where: str) -> PackRef:
+    """A :class:`PackRef` read from a remote: an object name and a non-negative count."""
+    name, count = p
+    if int(count) < 0:
+        raise ValueError(f"negative pack count {count}")
+    return PackRef(check_object_name(name, where), int(count))
 
 
 def _remote_instance(i: Any, where: str) -> RemoteInstance:

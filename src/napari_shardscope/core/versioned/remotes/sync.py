@@ -29,7 +29,7 @@ import uuid as uuidlib
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 from napari_shardscope.core.bytestore.oserrors import storage_fault
 from napari_shardscope.core.errors import ArgumentError, ShardscopeError, UnsupportedError
@@ -41,6 +41,7 @@ from napari_shardscope.core.versioned.errors import (
     UnknownBranchError,
     UnknownVersionError,
 )
+from napari_shardscope.core.versioned.hollow import HollowRef
 from napari_shardscope.core.versioned.node import NodeContent, NodeEntry, NodeLog
 from napari_shardscope.core.versioned.remotes import config as C
 from napari_shardscope.core.versioned.remotes import pages
@@ -50,13 +51,16 @@ from napari_shardscope.core.versioned.remotes.errors import (
     NonFastForwardError,
     NoRemoteRepositoryError,
 )
+from napari_shardscope.core.versioned.remotes.history import PackedHistory, extend_packs
 from napari_shardscope.core.versioned.remotes.pack import (
     NodeHeader,
     decode_data,
+    decode_keys,
     decode_node,
-    encode_data,
+    encode_data_and_keys,
     encode_node,
     node_content,
+    object_name,
 )
 from napari_shardscope.core.versioned.remotes.store import (
     CAS_ATTEMPTS,
@@ -69,12 +73,28 @@ from napari_shardscope.core.versioned.remotes.store import (
 )
 from napari_shardscope.core.versioned.repository import Repository, create_repository
 
-#: Data objects of one version downloaded together (each holds up to ``DATA_OBJECT_BYTES`` of records).
-DATA_IN_FLIGHT = 4
+#: Data objects downloaded together by a fetch (each holds up to ``DATA_OBJECT_BYTES`` of records), of one
+#: version or of many.
+DATA_WINDOW = 16
+#: Fetched versions adopted per local transaction.
+ADOPT_BATCH = 1000
+#: A push uploads its objects in waves of about this many bytes or versions (existence checks, then writes).
+UPLOAD_BYTES = 64 * 1024 * 1024
+UPLOAD_VERSIONS = 2000
 #: How many ids a clone reserves per counter at a time.
 ID_BLOCK = 100_000
 #: ``merge(repo, ours_branch, theirs_uuid) -> open merge version`` (pull's 3-way merge).
 Merger = Callable[[Repository, str, str], Version]
+#: ``prefetch(repo) -> reports``: what a data type copies for offline work after ``clone(prefetch=True)``.
+Prefetcher = Callable[[Repository], Sequence[Any]]
+_prefetchers: list[Prefetcher] = []
+
+
+def use_prefetcher(prefetcher: Prefetcher) -> None:
+    """Have ``clone(prefetch=True)`` run ``prefetcher`` on the finished clone (a data type's offline copy:
+    the labelmap registers the copy of its base segmentation, :mod:`napari_shardscope.core.labelmap.remote`)."""
+    if prefetcher not in _prefetchers:
+        _prefetchers.append(prefetcher)
 
 
 @dataclass(frozen=True)
@@ -92,10 +112,13 @@ class FetchResult:
     renamed: dict[str, str]
     transfer: Transfer
     migrated: dict[str, str] = field(default_factory=dict)
+    #: What ``clone(prefetch=True)``'s data types copied for offline work (the labelmap's base); ``to_json`` each.
+    prefetched: tuple[Any, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         return {"remote": self.remote, "adopted": list(self.adopted), "tracking": self.tracking,
-                "renamed": self.renamed, "migrated": self.migrated, **self.transfer.to_json()}
+                "renamed": self.renamed, "migrated": self.migrated, **self.transfer.to_json(),
+                **({"prefetched": [p.to_json() for p in self.prefetched]} if self.prefetched else {})}
 
 
 @dataclass(frozen=True)
@@ -276,8 +299,12 @@ def _only(node: NodeContent, instances: set[str] | None) -> NodeContent:
                                logs=tuple(g for g in node.logs if g.instance in instances))
 
 
-def _walk(repo: Repository, store: RemoteStore, starts: Iterable[NodeRef], known: dict[str, str]) -> _Walk:
-    """Node headers the remote has and this repository lacks, parents first."""
+def _walk(repo: Repository, history: PackedHistory, starts: Iterable[NodeRef], known: dict[str, str]) -> _Walk:
+    """Node headers the remote has and this repository lacks, parents first.
+
+    Node objects come from the remote's history packs (newest first, :mod:`.history`), so a walk of
+    any length costs a few requests; a version no pack holds is read on its own.
+    """
     walk = _Walk()
     done: set[str] = set()
     stack: list[tuple[str, str, bool]] = [(r.node, r.object, False) for r in starts]
@@ -294,9 +321,9 @@ def _walk(repo: Repository, store: RemoteStore, starts: Iterable[NodeRef], known
             done.add(uuid)
             continue
         if uuid not in walk.headers:
-            header = decode_node(obj, store.get_object(obj, "version record"))
+            header = decode_node(obj, history.get(obj, "version record"))
             if header.uuid != uuid:
-                raise StoreCorruptError(f"{store.url}: node object {obj} holds version {header.uuid}, not {uuid}")
+                raise StoreCorruptError(f"{history.url}: node object {obj} holds version {header.uuid}, not {uuid}")
             walk.headers[uuid] = (obj, header)
         stack.append((uuid, obj, True))
         for parent, pobj in reversed(walk.headers[uuid][1].parents):
@@ -305,7 +332,15 @@ def _walk(repo: Repository, store: RemoteStore, starts: Iterable[NodeRef], known
     return walk
 
 
-def _local_branch(repo: Repository, remote: str, header: NodeHeader, preferred: str | None,
+class _Dag(Protocol):
+    """What choosing a fetched version's branch asks of the DAG (a :class:`Batch` adopting them)."""
+
+    def version(self, ref: str | Version) -> Version: ...
+
+    def branch_fits(self, parents: tuple[str, ...], branch: str) -> bool: ...
+
+
+def _local_branch(dag: _Dag, remote: str, header: NodeHeader, preferred: str | None,
                   chosen: dict[str, str], walk: _Walk) -> str:
     """The branch name a fetched version takes here: its own when it fits, else a tracking name."""
     candidates: list[str] = []
@@ -315,7 +350,7 @@ def _local_branch(repo: Repository, remote: str, header: NodeHeader, preferred: 
         first = header.parents[0][0]
         if first in walk.headers and walk.headers[first][1].branch == header.branch:
             candidates.append(chosen[first])
-        elif first not in walk.headers and repo.version(first).branch == header.branch:
+        elif first not in walk.headers and dag.version(first).branch == header.branch:
             candidates.append(header.branch)
     # never ``<remote>/<branch>``: that names the remote-tracking head (a ref), not a local branch
     candidates += [header.branch, C.diverged_branch_name(remote, header.branch, header.uuid), f"fetched-{header.uuid}"]
@@ -324,14 +359,18 @@ def _local_branch(repo: Repository, remote: str, header: NodeHeader, preferred: 
             check_branch_name(name)
         except ArgumentError:
             continue
-        if repo.branch_fits(tuple(p for p, _ in header.parents), name):
+        if dag.branch_fits(tuple(p for p, _ in header.parents), name):
             return name
     raise BranchExistsError(f"no free branch name for fetched version {header.uuid} (tried {', '.join(candidates)})")
 
 
 def fetch(repo: Repository, remote: str = C.DEFAULT_REMOTE, branches: Sequence[str] | None = None, *,
           progress: Progress | None = None) -> FetchResult:
-    """Download the versions of the remote's branches (all, or ``branches``) that this repository lacks."""
+    """Download the versions of the remote's branches (all, or ``branches``) that this repository lacks.
+
+    In a lazy clone, versions whose node carries a key listing are adopted *hollow*: their keys now,
+    their values on first read (:mod:`~napari_shardscope.core.versioned.hollow`).
+    """
     store = open_remote(repo, remote, progress)
     return _fetch(repo, remote, store, branches)
 
@@ -339,6 +378,37 @@ def fetch(repo: Repository, remote: str = C.DEFAULT_REMOTE, branches: Sequence[s
 def _fetch(repo: Repository, remote: str, store: RemoteStore, branches: Sequence[str] | None) -> FetchResult:
     with C.holding_state(repo, remote):  # from reading the refs to saving what they said
         return _fetch_held(repo, remote, store, branches)
+
+
+def _hollow_records(history: PackedHistory, walk: _Walk) -> dict[str, list[NodeEntry | NodeLog]]:
+    """The key listings of the walked versions that have one (a lazy fetch adopts those hollow)."""
+    listed = [u for u in walk.order if walk.headers[u][1].keys is not None]
+    names = [walk.headers[u][1].keys or "" for u in listed]
+    out: dict[str, list[NodeEntry | NodeLog]] = {}
+    for uuid, name, data in zip(listed, names, history.get_many(names, "key listing"), strict=True):
+        header = walk.headers[uuid][1]
+        records = decode_keys(name, data, header)
+        node_content(header, records)  # the record counts the node declares
+        out[uuid] = records
+    return out
+
+
+def _download_data(store: RemoteStore, walk: _Walk, uuids: Sequence[str], spool: _Spool) -> None:
+    """Download, verify and spool the data objects of ``uuids``, many versions' objects in flight together."""
+    names = [(u, d) for u in uuids for d in walk.headers[u][1].data]
+    counts: dict[str, list[int]] = {u: [0, 0] for u in uuids}
+    for first in range(0, len(names), DATA_WINDOW):
+        part = names[first:first + DATA_WINDOW]
+        datas = store.get_objects([d for _, d in part], "version data", in_flight=DATA_WINDOW)
+        for (uuid, data_name), data in zip(part, datas, strict=True):
+            for r in decode_data(data_name, data, walk.headers[uuid][1].instances):
+                counts[uuid][0 if isinstance(r, NodeEntry) else 1] += 1
+            spool.put(data_name, data)
+    for uuid in uuids:
+        header = walk.headers[uuid][1]
+        if counts[uuid] != [header.entries, header.logs]:
+            raise CorruptObjectError(f"node {uuid}: {counts[uuid][0]} entries and {counts[uuid][1]} log records, "
+                                     f"expected {header.entries} and {header.logs}")
 
 
 def _fetch_held(repo: Repository, remote: str, store: RemoteStore, branches: Sequence[str] | None) -> FetchResult:
@@ -353,22 +423,16 @@ def _fetch_held(repo: Repository, remote: str, store: RemoteStore, branches: Seq
                                      f"(branches: {', '.join(sorted(refs.branches)) or 'none'})")
     wanted = {b: r for b, r in refs.branches.items() if not branches or b in branches}
     state.objects[refs.root.node] = refs.root.object
+    lazy = C.is_lazy(repo, remote)
+    history = PackedHistory(store, refs.packs)
     with _Spool(C.spool_directory(repo, remote)) as spool:
         # every object is verified before anything is written: a bad one leaves the repository as it was
         incoming = _check_unversioned(repo, store, refs, spool)
-        walk = _walk(repo, store, wanted.values(), state.objects)
-        for uuid in walk.order:
-            _, header = walk.headers[uuid]
-            records: list[NodeEntry | NodeLog] = []
-            # a node's data objects download together (each up to DATA_OBJECT_BYTES: a few at a time)
-            for data_name, data in zip(header.data, store.get_objects(header.data, "version data",
-                                                                      in_flight=DATA_IN_FLIGHT), strict=True):
-                records.extend(decode_data(data_name, data, header.instances))
-                spool.put(data_name, data)
-            node_content(header, records)  # the record counts the node declares
-            del records
+        walk = _walk(repo, history, wanted.values(), state.objects)
+        hollow = _hollow_records(history, walk) if lazy else {}
+        _download_data(store, walk, [u for u in walk.order if u not in hollow], spool)
         _adopt_instances(repo, refs, spool, incoming)
-        renamed = _adopt_walk(repo, remote, walk, wanted, spool, state)
+        renamed = _adopt_walk(repo, remote, walk, wanted, spool, state, hollow)
     if branches:
         state.tracking.update(wanted)
     else:
@@ -379,8 +443,11 @@ def _fetch_held(repo: Repository, remote: str, store: RemoteStore, branches: Seq
 
 
 def _adopt_walk(repo: Repository, remote: str, walk: _Walk, wanted: dict[str, NodeRef], spool: _Spool,
-                state: C.RemoteState) -> dict[str, str]:
-    """Adopt the verified versions of ``walk``, parents first; fetched version → local branch when renamed."""
+                state: C.RemoteState, hollow: dict[str, list[NodeEntry | NodeLog]]) -> dict[str, str]:
+    """Adopt the verified versions of ``walk``, parents first, ``ADOPT_BATCH`` per transaction.
+
+    Returns fetched version → local branch, for those renamed.
+    """
     preferred: dict[str, str] = {}
     for name, ref in wanted.items():
         cur: str | None = ref.node
@@ -391,29 +458,65 @@ def _adopt_walk(repo: Repository, remote: str, walk: _Walk, wanted: dict[str, No
     chosen: dict[str, str] = {}
     renamed: dict[str, str] = {}
     only = C.instances_of(repo)
-    for uuid in walk.order:
-        obj, header = walk.headers[uuid]
-        name = _local_branch(repo, remote, header, preferred.get(uuid), chosen, walk)
-        records: list[NodeEntry | NodeLog] = []
-        for data_name in header.data:
-            records.extend(decode_data(data_name, spool.get(data_name), header.instances))
-        repo.adopt_node(_only(node_content(header, records), only), branch=name)
-        chosen[uuid] = name
-        if name != header.branch:
-            renamed[uuid] = name
-        state.objects[uuid] = obj
+    for first in range(0, len(walk.order), ADOPT_BATCH):
+        with repo.batch() as batch:
+            for uuid in walk.order[first:first + ADOPT_BATCH]:
+                header = walk.headers[uuid][1]
+                name = _local_branch(batch, remote, header, preferred.get(uuid), chosen, walk)
+                records = hollow.get(uuid)
+                where: HollowRef | None = None
+                if records is None:
+                    records = []
+                    for data_name in header.data:
+                        records.extend(decode_data(data_name, spool.get(data_name), header.instances))
+                else:
+                    where = HollowRef(remote, header.data)
+                batch.adopt_node(_only(node_content(header, records), only), branch=name, hollow=where)
+                chosen[uuid] = name
+                if name != header.branch:
+                    renamed[uuid] = name
+        for uuid in walk.order[first:first + ADOPT_BATCH]:  # committed: the remote has them, as these objects
+            state.objects[uuid] = walk.headers[uuid][0]
     return renamed
 
 
 # -- push -----------------------------------------------------------------------------------------
 
 
-def _upload_history(repo: Repository, store: RemoteStore, head: Version, state: C.RemoteState) -> list[str]:
-    """Send every ancestor of ``head`` (itself included) the remote lacks, objects first; their UUIDs."""
-    sent: list[str] = []
+@dataclass
+class _Upload:
+    """A push's progress: versions sent, and the node objects and key listings its history pack holds."""
+
+    sent: list[str] = field(default_factory=list)
+    packed: list[bytes] = field(default_factory=list)
+
+
+def _upload_history(repo: Repository, store: RemoteStore, head: Version, state: C.RemoteState,
+                    upload: _Upload) -> None:
+    """Send every ancestor of ``head`` (itself included) the remote lacks, objects first.
+
+    Objects are named by their hashes, so a version's node object (which names its parents' node
+    objects and its data objects) is made locally; many versions' objects go up together
+    (``UPLOAD_BYTES`` at a time, existence checked in one wave, written in another), and a version
+    counts as on the remote (``state.objects``) only once its wave is written.
+    """
     partial = C.instances_of(repo) is not None
+    names = dict(state.objects)
+    wave: list[bytes] = []
+    wave_versions: list[tuple[str, str]] = []
+    size = 0
+
+    def flush() -> None:
+        nonlocal wave, wave_versions, size
+        if wave:
+            store.put_objects(wave, "version objects")
+            for uuid, obj in wave_versions:
+                state.objects[uuid] = obj
+                upload.sent.append(uuid)
+        wave, wave_versions, size = [], [], 0
+
     for v in reversed(repo.ancestry(head)):  # ascending local id: parents first
-        if v.uuid in state.objects:
+        if v.uuid in names:
             continue
         if partial and len(v.parents) > 1:
             # a merge version must hold every key its parents disagree on, in every instance; a
@@ -421,12 +524,17 @@ def _upload_history(repo: Repository, store: RemoteStore, head: Version, state: 
             raise UnsupportedError(f"merge version {v.short} was made in a partial clone (--instances), which "
                                    f"cannot merge the instances it lacks; merge in a full clone and push from there")
         content = repo.read_node(v)
-        datas, instances = encode_data(content)
-        names = store.put_objects(datas, f"data of {v.short}")  # checked and written together
-        node = encode_node(content, state.objects, names, instances, region=C.region_of(repo))
-        state.objects[v.uuid] = store.put_object(node, f"version {v.short}")
-        sent.append(v.uuid)
-    return sent
+        datas, instances, keys = encode_data_and_keys(content)
+        node = encode_node(content, names, [object_name(d) for d in datas], instances, region=C.region_of(repo),
+                           keys=object_name(keys))
+        names[v.uuid] = object_name(node)
+        wave += [*datas, keys, node]
+        wave_versions.append((v.uuid, names[v.uuid]))
+        upload.packed += [node, keys]
+        size += sum(len(d) for d in datas) + len(keys) + len(node)
+        if size >= UPLOAD_BYTES or len(wave_versions) >= UPLOAD_VERSIONS:
+            flush()
+    flush()
 
 
 def push(repo: Repository, remote: str = C.DEFAULT_REMOTE, branch: str = "main", *,
@@ -458,7 +566,7 @@ def _push_held(repo: Repository, remote: str, store: RemoteStore, branch: str, f
     else:
         store.check_cas()
         state.cas_checked = True
-    sent: list[str] = []
+    upload = _Upload()
     for _ in range(CAS_ATTEMPTS):
         refs, generation = store.read_refs()
         if refs is not None:
@@ -468,7 +576,7 @@ def _push_held(repo: Repository, remote: str, store: RemoteStore, branch: str, f
             state.tracking[branch] = current
             state.objects[head.uuid] = current.object
             C.save_state(repo, remote, state)
-            return PushResult(remote, branch, head.uuid, current.node, tuple(sent), False, store.transfer)
+            return PushResult(remote, branch, head.uuid, current.node, tuple(upload.sent), False, store.transfer)
         forced = False
         if current is not None:
             ahead = has_version(repo, current.node) and current.node in {a.uuid for a in repo.ancestry(head)}
@@ -482,24 +590,27 @@ def _push_held(repo: Repository, remote: str, store: RemoteStore, branch: str, f
                         f"{head.short} does not contain; {why} (`shardscope pull`), or push with --force-with-lease")
                 forced = True
         try:
-            sent += _upload_history(repo, store, head, state)
+            _upload_history(repo, store, head, state, upload)
             instances = _instances_out(repo, store, refs)
         finally:
             C.save_state(repo, remote, state)
+        # this push's versions (every try's: a lost swap's pack was never named) join the history packs
+        packs = extend_packs(store, refs.packs if refs is not None else (), upload.packed, len(upload.sent))
         ref = NodeRef(head.uuid, state.objects[head.uuid])
         if refs is None:
             root = repo.root
             refs = Refs(seq=0, writer=writer, root=NodeRef(root.uuid, state.objects[root.uuid]))
         region = C.region_of(repo)
         regions = {**refs.regions, branch: region} if region is not None else dict(refs.regions)
-        new = refs.bumped(writer, branches={**refs.branches, branch: ref}, instances=instances, regions=regions)
+        new = refs.bumped(writer, branches={**refs.branches, branch: ref}, instances=instances, regions=regions,
+                          packs=packs)
         if store.swap_refs(new, generation) is not None:
             state.tracking[branch] = ref
             C.save_state(repo, remote, state)
             if repo.id_source() is None:
                 _start_reservations(repo, remote, store, writer)
-            return PushResult(remote, branch, head.uuid, None if current is None else current.node, tuple(sent),
-                              forced, store.transfer)
+            return PushResult(remote, branch, head.uuid, None if current is None else current.node,
+                              tuple(upload.sent), forced, store.transfer)
     raise LostRaceError(f"{store.url}: the refs kept changing; push of {branch!r} gave up after {CAS_ATTEMPTS} tries")
 
 
@@ -596,7 +707,8 @@ def status(repo: Repository, remote: str = C.DEFAULT_REMOTE) -> list[BranchStatu
 
 def clone(url: str, dest: str | os.PathLike[str], *, branch: str | None = None, engine: str | None = None,
           remote: str = C.DEFAULT_REMOTE, region: str | None = None, instances: Sequence[str] | None = None,
-          anonymous: bool = False, progress: Progress | None = None) -> tuple[Path, FetchResult]:
+          anonymous: bool = False, progress: Progress | None = None,
+          prefetch: bool = False) -> tuple[Path, FetchResult]:
     """A new repository at ``dest`` holding the remote's branches (or ``branch``), with ``origin`` configured.
 
     Built in a hidden sibling directory and renamed into place when complete; reserves a block of
@@ -605,6 +717,12 @@ def clone(url: str, dest: str | os.PathLike[str], *, branch: str | None = None, 
     are refused outside the region, and its pushes record the region on the branch. ``instances``
     makes a partial clone holding only those data instances (its fetches leave the others out).
     ``anonymous`` reads a public bucket without credentials (and remembers it for later fetches).
+
+    Lazy by default: the clone holds the refs, every version's DAG record and the keys each version
+    wrote (from the remote's history packs, a few requests whatever the history's length), and
+    downloads a version's values the first time they are read, keeping them (hash-verified) in the
+    repository directory; later fetches stay lazy. ``prefetch`` downloads every version's data now,
+    for offline work (versions pushed before key listings existed are always downloaded).
     """
     box = C.parse_region(region) if region is not None else None
     target = Path(dest)
@@ -625,8 +743,14 @@ def clone(url: str, dest: str | os.PathLike[str], *, branch: str | None = None, 
         raise CorruptObjectError(f"{url}: root object {refs.root.object} holds version {header.uuid}"
                                  f"{' with parents' if header.parents else ''}, not the root {refs.root.node}")
     records: list[NodeEntry | NodeLog] = []
-    for data_name in header.data:
-        records.extend(decode_data(data_name, store.get_object(data_name, "root data"), header.instances))
+    hollow_root = None
+    if not prefetch and header.keys is not None:
+        records = decode_keys(header.keys, store.get_object(header.keys, "root key listing"), header)
+        hollow_root = HollowRef(remote, header.data)
+    else:
+        for data_name, data in zip(header.data, store.get_objects(header.data, "root data", in_flight=DATA_WINDOW),
+                                   strict=True):
+            records.extend(decode_data(data_name, data, header.instances))
     root = _only(node_content(header, records), set(instances) if instances is not None else None)
     work = target.parent / f".{target.name}.clone-{uuidlib.uuid4().hex[:8]}"
     repo = create_repository(work, engine=engine, root=root)
@@ -638,8 +762,10 @@ def clone(url: str, dest: str | os.PathLike[str], *, branch: str | None = None, 
             C.set_region(repo, box)
         if instances is not None:
             C.set_instances(repo, list(instances))
+        if not prefetch:
+            C.set_lazy(repo, remote)
         _sync_instances_in(repo, store, refs)
-        repo.fill_root(root)
+        repo.fill_root(root, hollow=hollow_root)
         result = _fetch(repo, remote, store, [branch] if branch else None)
         if not store.read_only and not anonymous:
             writer = C.writer_id(repo)
@@ -655,6 +781,12 @@ def clone(url: str, dest: str | os.PathLike[str], *, branch: str | None = None, 
     if target.exists():
         target.rmdir()
     os.replace(work, target)
+    if prefetch and _prefetchers:  # after the rename: the copies record paths under the final directory
+        from napari_shardscope.core.versioned.repository import open_repository
+
+        with open_repository(target) as done:
+            reports = tuple(r for fn in _prefetchers for r in fn(done))
+        result = dataclasses.replace(result, prefetched=reports)
     return target, result
 
 
