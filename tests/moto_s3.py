@@ -99,9 +99,8 @@ def serve_moto(drop_headers: Sequence[str] = (), *, log: list[tuple[str, str, st
     server = make_server("127.0.0.1", 0, app, threaded=True, request_handler=MotoRequestHandler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
-    host, port = server.server_address[:2]
     try:
-        yield f"http://{host}:{port}"
+        yield f"http://{server.host}:{server.port}"  # werkzeug sets port to the one bound (port 0 asked)
     finally:
         server.shutdown()
         thread.join(START_TIMEOUT_S)

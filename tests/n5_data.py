@@ -50,8 +50,10 @@ def random_array(shape: Sequence[int], data_type: str, seed: int = 0) -> np.ndar
         values[values == 0] = 1.5
         return values.astype(dtype)
     info = np.iinfo(dtype)
-    return rng.integers(max(info.min, -(1 << 62)) if info.min < 0 else 1, min(info.max, 1 << 62),
-                        size=shape, endpoint=True).astype(dtype) | np.asarray(1, dtype=dtype)
+    ints = rng.integers(max(info.min, -(1 << 62)) if info.min < 0 else 1, min(info.max, 1 << 62),
+                        size=shape, endpoint=True).astype(dtype)
+    odd: np.ndarray = ints | np.asarray(1, dtype=dtype)
+    return odd
 
 
 def iter_blocks(array: np.ndarray, block_size: Sequence[int], *,

@@ -86,9 +86,9 @@ def inspect_errors(local: Any, remote: str) -> tuple[Any, Any]:
     from napari_shardscope.core.formats import open_dataset
 
     with pytest.raises(IndexDecodeError) as local_error:
-        open_dataset(local).inspector().inspect()  # type: ignore[attr-defined]
+        open_dataset(local).inspector().inspect()
     with pytest.raises(IndexDecodeError) as remote_error:
-        open_dataset(remote).inspector().inspect()  # type: ignore[attr-defined]
+        open_dataset(remote).inspector().inspect()
     return local_error.value, remote_error.value
 
 
@@ -119,6 +119,7 @@ def write_compresso_volume(root: Path, *, sharded: bool, size: tuple[int, int, i
 
     from napari_shardscope.core.bytestore import LocalByteStore
     from napari_shardscope.core.formats import open_dataset
+    from napari_shardscope.core.formats.precomputed.inspector import PrecomputedInspector
     from napari_shardscope.core.formats.precomputed.shard_writer import group_by_shard, write_shard
     from napari_shardscope.core.formats.precomputed.sharding import parse_sharding_spec
 
@@ -131,7 +132,9 @@ def write_compresso_volume(root: Path, *, sharded: bool, size: tuple[int, int, i
             "num_channels": 1, "scales": [scale]}
     root.mkdir(parents=True)
     (root / "info").write_text(json.dumps(info))
-    sc = open_dataset(root).inspector().source("s0").scale
+    inspector = open_dataset(root).inspector()
+    assert isinstance(inspector, PrecomputedInspector)  # a precomputed dataset's inspector names its sources
+    sc = inspector.source("s0").scale
     assert sc is not None
     chunks: dict[int, bytes] = {}
     for gx in range(-(-size[0] // chunk[0])):

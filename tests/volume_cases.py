@@ -193,7 +193,7 @@ def write_zarr2_array(root: Path) -> FormatCase:
     z.attrs["_ARRAY_DIMENSIONS"] = ["z", "y", "x"]
 
     def read(level: int) -> np.ndarray:
-        return np.asarray(zarr.open(str(path), mode="r")[:])
+        return np.asarray(zarr.open_array(str(path), mode="r")[:])
 
     return FormatCase("zarr2", path, (10, 36, 28), (1.0, 1.0, 1.0), (0.0, 0.0, 0.0), "uint64", "segmentation",
                       1, None, read)
@@ -214,7 +214,7 @@ def write_ome_zarr_04(root: Path) -> tuple[FormatCase, FormatCase]:
     write_labels(labels=labels, group=g, name="cells", axes="zyx", fmt=FormatV04(), scale_factors=(2,))
 
     def reference(paths: list[Path]) -> Callable[[int], np.ndarray]:
-        return lambda level: np.asarray(zarr.open(str(paths[level]), mode="r")[:])
+        return lambda level: np.asarray(zarr.open_array(str(paths[level]), mode="r")[:])
 
     def paths(where: Path) -> list[Path]:
         attrs = json.loads((where / ".zattrs").read_text())

@@ -31,7 +31,10 @@ import traceback
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from napari_shardscope.core.formats.precomputed.annotations.schema import AnnotationType
 
 #: Operations on one case, and the most records any of them takes from a generator.
 MAX_RECORDS = 200
@@ -42,7 +45,7 @@ ADDRESS_SPACE_MB = 4096
 #: Outcomes that break a rule.
 FINDINGS = ("untyped", "hang", "crash", "memory", "outside_read", "generator_error")
 
-KINDS = ("point", "line", "axis_aligned_bounding_box", "ellipsoid", "polyline")
+KINDS: tuple[AnnotationType, ...] = ("point", "line", "axis_aligned_bounding_box", "ellipsoid", "polyline")
 
 
 # -- seeds ------------------------------------------------------------------------------------------------------
@@ -201,7 +204,7 @@ def operations(root: Path, rng: random.Random) -> list[tuple[str, Any]]:
 
     def layout() -> Any:
         tree = open_layout(root)
-        pending, seen = list(tree.roots()), []
+        pending, seen = list(tree.roots()), list[str]()
         while pending and len(seen) < 60:
             node = pending.pop(0)
             seen.append(repr(node))

@@ -356,7 +356,7 @@ def _label_volume(shape: tuple[int, int, int], seed: int, n: int = 30, huge: boo
 def _compresso_samples() -> list[Sample]:
     import compresso
 
-    out = []
+    out: list[Sample] = []
     for name, shape, dtype, kw, huge in (
             ("compresso_v1_u64", (40, 36, 12), "uint64", {}, False),
             ("compresso_v0_u32", (33, 30, 9), "uint32", {"random_access_z_index": False}, True),
@@ -389,7 +389,7 @@ def _cseg_samples() -> list[Sample]:
 
     from napari_shardscope.core.encoding import gunzip
 
-    out = []
+    out: list[Sample] = []
     labels = _label_volume((20, 18, 10), seed=7, dtype="uint32")
     data = bytes(cseg.compress(labels, block_size=(8, 8, 8), order="F"))
     out.append(Sample("cseg_u32_own", "compressed_segmentation", data,
@@ -409,17 +409,19 @@ def _cseg_samples() -> list[Sample]:
     pinky = REALDATA / REAL_SAMPLE_DIRS["cseg_igneous_pinky"]
     if pinky.is_dir():  # igneous' compressed_segmentation, inside gzipped shards
         from napari_shardscope.core.formats import open_dataset
+        from napari_shardscope.core.formats.precomputed.inspector import PrecomputedInspector
 
         inspector = open_dataset(pinky).inspector()
+        assert isinstance(inspector, PrecomputedInspector)  # its sources and shard reader
         source = inspector.source("8_8_40")
         scale = source.scale
         assert scale is not None
         position = (1, 1, 0)
         start, stop = scale.chunk_bounds(position)
-        data = inspector.reader(source).read_chunk(scale.chunk_id(position))
-        assert data is not None
+        chunk = inspector.reader(source).read_chunk(scale.chunk_id(position))
+        assert chunk is not None
         extent = (stop[0] - start[0], stop[1] - start[1], stop[2] - start[2])
-        out.append(_cseg_real("cseg_igneous_pinky", data, extent, "uint32", (8, 8, 8)))
+        out.append(_cseg_real("cseg_igneous_pinky", chunk, extent, "uint32", (8, 8, 8)))
     return out
 
 
@@ -438,7 +440,7 @@ def _n5_samples(block: np.ndarray) -> list[Sample]:
     from napari_shardscope.core.formats.n5.compression import encode_payload, parse_compression
 
     raw = block.astype(">u2").tobytes()
-    out = []
+    out: list[Sample] = []
     for kind, attrs, fields in (("n5_blosc", {"type": "blosc", "cname": "lz4", "shuffle": 1, "clevel": 5},
                                  BLOSC_FIELDS),
                                 ("n5_blosc", {"type": "blosc", "cname": "zstd", "shuffle": 2, "clevel": 3,
@@ -456,7 +458,7 @@ def _n5_samples(block: np.ndarray) -> list[Sample]:
 def _zarr2_samples(block: np.ndarray) -> list[Sample]:
     import numcodecs
 
-    out = []
+    out: list[Sample] = []
     for cfg, fields in (({"id": "blosc", "cname": "lz4", "clevel": 5, "shuffle": 1, "blocksize": 0}, BLOSC_FIELDS),
                         ({"id": "blosc", "cname": "zlib", "clevel": 5, "shuffle": -1, "blocksize": 2048},
                          BLOSC_FIELDS),
@@ -479,7 +481,7 @@ def _zarr3_samples(block: np.ndarray) -> list[Sample]:
     from napari_shardscope.core.formats.zarr3.codecs import encode_chunk, split_codec_chain
     from napari_shardscope.core.formats.zarr3.metadata import CodecSpec
 
-    out = []
+    out: list[Sample] = []
     for codecs, fields in (((("bytes", {"endian": "little"}),
                              ("blosc", {"cname": "lz4", "clevel": 5, "shuffle": "shuffle", "typesize": 2,
                                         "blocksize": 0})), BLOSC_FIELDS),
@@ -507,7 +509,7 @@ def _draco_samples() -> list[Sample]:
 
     from napari_shardscope.core.formats.precomputed.meshes import decode_draco_fragment
 
-    out = []
+    out: list[Sample] = []
     rng = np.random.default_rng(3)
     for method, n in ((10, 60), (0, 40)):  # edgebreaker (speed 0..9 default) and sequential (speed 10)
         points = rng.integers(0, 1023, size=(n, 3)).astype(np.float32)

@@ -239,7 +239,7 @@ def operations(case: HostileCase, rng: random.Random,
 
     def expand_layout() -> Any:
         tree = open_layout(root)
-        pending, seen = list(tree.roots()), []
+        pending, seen = list(tree.roots()), list[str]()
         while pending and len(seen) < MAX_NODES:
             node = pending.pop(0)
             seen.append(repr(node))
@@ -512,8 +512,11 @@ def _worker_main(conn: Connection, seeds: list[SeedDataset], bomb: str | None, l
                     conn.send(("done", seed, asdict(result)))
                     break
                 pristine = next((s.path for s in seeds if s.name == case.base), None)
-                result = run_case(case, random.Random(seed ^ 0x5EED), watch,
-                                  lambda op, s=seed: conn.send(("op", s, op)), probe=env.get(PROBE_ENV),
+
+                def started(op: str, s: int = seed) -> None:
+                    conn.send(("op", s, op))
+
+                result = run_case(case, random.Random(seed ^ 0x5EED), watch, started, probe=env.get(PROBE_ENV),
                                   pristine=pristine, rss_limit_mb=limits.rss_limit_mb)
             finally:
                 shutil.rmtree(case_dir, ignore_errors=True)

@@ -60,7 +60,7 @@ def build_seeds(root: Path) -> list[Seed]:
 
     root.mkdir(parents=True, exist_ok=True)
     keys = np.unique(np.random.default_rng(7).integers(1, 1 << 40, 2500, dtype=np.uint64))
-    cols = {"body": keys % 97 + 1, "score": np.linspace(0, 1, keys.size, dtype=np.float32)}
+    cols: dict[str, np.ndarray] = {"body": keys % 97 + 1, "score": np.linspace(0, 1, keys.size, dtype=np.float32)}
     seeds = []
     for name, url, opts in (("zarr3", "z.zarr", {"format": "zarr3", "shard_pages": 4}),
                             ("zarr3-unsharded", "u.zarr", {"format": "zarr3", "shard_pages": 0}),
@@ -134,7 +134,7 @@ def damage(rng: random.Random, table: Path) -> list[str]:
         data = bytearray(f.read_bytes())
         kind = rng.choice(["flip", "truncate", "grow", "int", "json", "delete", "sparse", "zero-tail"])
         rel = f.relative_to(table.parent)
-        if kind == "json" and data[:1] in (b"{", b"["):
+        if kind == "json" and bytes(data[:1]) in (b"{", b"["):
             try:
                 doc = json.loads(data)
             except ValueError:

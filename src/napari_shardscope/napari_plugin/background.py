@@ -54,7 +54,7 @@ def _cancel_button_progress(desc: str, on_cancel: Callable[[], None]) -> Any:
     """
     from napari.utils import cancelable_progress
 
-    class _Progress(cancelable_progress):  # type: ignore[misc]
+    class _Progress(cancelable_progress):
         def cancel(self) -> None:
             super().cancel()
             on_cancel()
@@ -83,10 +83,10 @@ class BackgroundOpen:
         label = short_name(self.urls[0]) if len(self.urls) == 1 else f"{len(self.urls)} volumes"
         #: napari's progress bar (indeterminate: an open is a handful of requests of unknown length).
         self.progress: Any = _cancel_button_progress(f"Opening {label}", self.cancel)
-        self._worker = create_worker(self._open, _start_thread=False, _ignore_errors=True)
+        self._worker = create_worker(self._open, _start_thread=False, _ignore_errors=True)  # type: ignore[arg-type]  # napari annotates func as FunctionType; a bound method or closure works
         self._worker.returned.connect(self._on_opened)
         self._worker.errored.connect(self._on_failed)
-        self._worker.finished.connect(self._on_finished)
+        self._worker.finished.connect(self._on_finished)  # type: ignore[arg-type]  # superqt types it SigInst[None]: it emits no argument
         _RUNNING.append(self)
         self._worker.start()
 

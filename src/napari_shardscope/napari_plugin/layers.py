@@ -75,8 +75,8 @@ def volume_layer_data(volume: Volume) -> LayerData:
     hatch_values = (min(lo for lo, _ in limits), max(hi for _, hi in limits)) if limits else None
     damage = DamageLog(volume.name, volume.url, drawn="hatched" if hatch_values is not None else "as background")
     attach(damage, METADATA_KEY)
-    arrays = shown(list(arrays), damage, hatch_values)  # a damaged chunk is drawn hatched and reported, not raised
-    multiscale = len(arrays) > 1
+    drawn = shown(list(arrays), damage, hatch_values)  # a damaged chunk is drawn hatched and reported, not raised
+    multiscale = len(drawn) > 1
     coarsest = volume.levels[-1].shape
     if len(coarsest) >= 2 and math.prod(coarsest[-2:]) > COARSEST_PLANE_LIMIT:
         log.warning("%s: the coarsest scale is %s voxels per plane; napari reads a whole plane of it on "
@@ -102,7 +102,7 @@ def volume_layer_data(volume: Volume) -> LayerData:
     }
     if volume.unit is not None:
         kwargs["units"] = tuple(volume.unit if volume.axes[i] in ("z", "y", "x") else "pixel" for i in keep)
-    data: Any = arrays if multiscale else arrays[0]
+    data: Any = drawn if multiscale else drawn[0]
     if volume.kind == "segmentation":
         return data, kwargs, "labels"
     # Never napari's RGB guess (a last axis of 3 or 4): our formats' axes are spatial or named channels, and a

@@ -141,7 +141,7 @@ def neuroglancer_url(viewer: Any) -> str:
     return state_url(server.client_url, view_state(viewer, server))
 
 
-def request_link(viewer: Any, deliver: Callable[[str], None]) -> Any:
+def request_link(viewer: Any, deliver: Callable[[str], object]) -> Any:
     """Build the viewer's link in a worker thread, then call ``deliver(url)`` on the GUI thread.
 
     Returns the started worker (its ``finished`` signal fires after delivery or a reported error).
@@ -156,11 +156,18 @@ def request_link(viewer: Any, deliver: Callable[[str], None]) -> Any:
         server.client_root()  # no neuroglancer package: an error now, not a 404 in the browser
         return state_url(server.client_url, state_of(snap, server))
 
-    worker = create_worker(build, _start_thread=False, _ignore_errors=True)
+    def forget() -> None:
+        if worker in _WORKERS:
+            _WORKERS.remove(worker)
+
+    def report(exc: Exception) -> None:
+        show_error(f"napari-shardscope: Show in Neuroglancer: {exc}")
+
+    worker = create_worker(build, _start_thread=False, _ignore_errors=True)  # type: ignore[arg-type]  # napari annotates func as FunctionType; a bound method or closure works
     worker.returned.connect(deliver)
-    worker.errored.connect(lambda exc: show_error(f"napari-shardscope: Show in Neuroglancer: {exc}"))
+    worker.errored.connect(report)
     _WORKERS.append(worker)
-    worker.finished.connect(lambda: _WORKERS.remove(worker) if worker in _WORKERS else None)
+    worker.finished.connect(forget)  # type: ignore[arg-type]  # superqt types it SigInst[None]: it emits no argument
     worker.start()
     return worker
 

@@ -212,7 +212,8 @@ class ShownArray:
 
     @property
     def dtype(self) -> np.dtype[Any]:
-        return np.dtype(self._inner.dtype)
+        dtype: np.dtype[Any] = np.dtype(self._inner.dtype)
+        return dtype
 
     @property
     def shape(self) -> tuple[int, ...]:

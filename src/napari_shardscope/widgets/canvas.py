@@ -49,7 +49,9 @@ if TYPE_CHECKING:
     from napari.layers import Labels
 
 #: Overlay colours (RGBA): the body merged into / cleaved / split, the other selected bodies, picked supervoxels.
-COLOURS = {FIRST: (1.0, 0.85, 0.0, 1.0), OTHER: (0.0, 0.9, 1.0, 1.0), PICKED: (1.0, 0.1, 0.9, 1.0)}
+#: Keyed like napari's DirectLabelColormap (label or None, its default) so it merges into one.
+COLOURS: dict[int | None, tuple[float, float, float, float]] = {
+    FIRST: (1.0, 0.85, 0.0, 1.0), OTHER: (0.0, 0.9, 1.0, 1.0), PICKED: (1.0, 0.1, 0.9, 1.0)}
 #: Body layer opacity while the others are dimmed.
 DIMMED_OPACITY = 0.15
 #: Outline width (screen-independent: data pixels of the level shown) of the selection in 2-D.
@@ -187,8 +189,8 @@ class CanvasBinding:
 
     def _add_overlay(self, body: Labels, data: Any, **kwargs: Any) -> Labels:
         """An overlay Labels layer on the body layer's voxel grid (its dims; the body layer stays active)."""
-        layer = add_on_grid(self.viewer, VolumeGrid.of_layer(body), "labels", data, multiscale=bool(body.multiscale),
-                            metadata={LAYER_KEY: {"overlay": True}}, **kwargs)
+        layer: Labels = add_on_grid(self.viewer, VolumeGrid.of_layer(body), "labels", data,
+                                    multiscale=bool(body.multiscale), metadata={LAYER_KEY: {"overlay": True}}, **kwargs)
         keep_read_only(layer)
         return layer
 

@@ -14,7 +14,7 @@ from typing import Any
 from qtpy.QtCore import QEvent, QObject
 
 
-class _RemovalWatch(QObject):  # type: ignore[misc]
+class _RemovalWatch(QObject):
     def __init__(self, widget: Any, teardown: Callable[[], None]) -> None:
         super().__init__(widget)
         self._teardown = teardown

@@ -32,7 +32,7 @@ from qtpy.QtWidgets import (
 )
 
 from napari_shardscope.core.proofreading.highlight import HoverInfo
-from napari_shardscope.core.proofreading.todo import WorklistState
+from napari_shardscope.core.proofreading.todo import ItemStatus, WorklistState
 from napari_shardscope.widgets.canvas import canvas_for
 from napari_shardscope.widgets.lifecycle import on_removed
 from napari_shardscope.widgets.proofreading import KEYBINDINGS
@@ -54,7 +54,7 @@ note are saved in the repository at the checked-out version (they survive a rest
     f"<b>{k}</b> {what}" for k, _, what in KEYBINDINGS)
 
 
-class NavigatorPanel(QWidget):  # type: ignore[misc]
+class NavigatorPanel(QWidget):
     """Dock widget: go to, to-do list, dim toggle, hover text."""
 
     def __init__(self, napari_viewer: napari.viewer.Viewer, parent: QWidget | None = None) -> None:
@@ -174,12 +174,12 @@ class NavigatorPanel(QWidget):  # type: ignore[misc]
         if name and name != self.controller.todo.name:
             self.controller.attempt(self.controller.todo.open, name)
 
-    def mark_and_next(self, status: str) -> None:
+    def mark_and_next(self, status: ItemStatus) -> None:
         """Done / Skip: save the status (and the note typed) of the current item, then go to the next open one."""
         todo = self.controller.todo
         note = self.note_edit.text()
         current = todo.current
-        todo.mark(status, note if current is None or note != current.note else None)  # type: ignore[arg-type]
+        todo.mark(status, note if current is None or note != current.note else None)
         if any(e.status == "open" for e in todo.entries[todo.state.current + 1:]):
             todo.next()
 

@@ -90,7 +90,8 @@ class VolumeGrid:
         """World positions (..., ndim) → voxel units of this grid, clipped to the volume's voxel centres."""
         pos = (np.asarray(world, dtype=np.float64) - np.asarray(self.translate)) / np.asarray(self.scale)
         top = np.asarray(self.shape, dtype=np.float64) - 1
-        return np.clip(pos, 0.0, np.maximum(top, 0.0)).astype(np.float32)
+        voxels: np.ndarray = np.clip(pos, 0.0, np.maximum(top, 0.0)).astype(np.float32)
+        return voxels
 
     def holds(self, layer: Any) -> bool:
         """Whether ``layer`` is placed on this grid (same scale, translate and axis labels)."""
@@ -150,7 +151,8 @@ class BlockView:
         world = g.translate[axis] + ((voxels + 0.5) * self._down[axis] - 0.5) * g.scale[axis]
         first_edge = b.translate[axis] - b.size[axis] / 2
         index = np.floor((world - first_edge) / b.size[axis]).astype(np.int64)
-        return np.clip(index, 0, b.values.shape[axis] - 1)
+        clipped: npt.NDArray[np.int64] = np.clip(index, 0, b.values.shape[axis] - 1)
+        return clipped
 
     def __getitem__(self, key: Any) -> Any:
         key = key if isinstance(key, tuple) else (key,)
@@ -211,9 +213,14 @@ def add_on_grid(viewer: napari.Viewer, grid: VolumeGrid, kind: LayerKind, data: 
     that was active stays so (clicks keep going to the body layer).
     """
     active = viewer.layers.selection.active
-    add = {"labels": viewer.add_labels, "image": viewer.add_image, "surface": viewer.add_surface,
-           "vectors": viewer.add_vectors, "points": viewer.add_points, "shapes": viewer.add_shapes,
-           "blocks": viewer.add_labels}[kind]
+    # napari attaches add_labels, add_points, ... to ViewerModel at import (setattr): mypy sees add_image only.
+    add = {"labels": viewer.add_labels,  # type: ignore[attr-defined]
+           "image": viewer.add_image,
+           "surface": viewer.add_surface,  # type: ignore[attr-defined]
+           "vectors": viewer.add_vectors,  # type: ignore[attr-defined]
+           "points": viewer.add_points,  # type: ignore[attr-defined]
+           "shapes": viewer.add_shapes,  # type: ignore[attr-defined]
+           "blocks": viewer.add_labels}[kind]  # type: ignore[attr-defined]
     placed = on_grid(grid, kind, data)
     if kind == "blocks":
         placed = placed if len(placed) > 1 else placed[0]

@@ -91,7 +91,7 @@ on the others, then <i>Split</i>.<br>Keys: """ + "; ".join(f"<b>{k}</b> {what}" 
 _STATUS_COLOURS = {"error": "color: #e06c75", "warning": "color: #d19a66"}
 
 
-class ProofreadingPanel(QWidget):  # type: ignore[misc]
+class ProofreadingPanel(QWidget):
     """Dock widget: connect a repository, pick bodies, merge / cleave / split / undo / redo."""
 
     def __init__(self, napari_viewer: napari.viewer.Viewer, parent: QWidget | None = None) -> None:

@@ -30,7 +30,7 @@ from qtpy.QtWidgets import (
 
 from napari_shardscope.core.errors import ArgumentError
 from napari_shardscope.core.proofreading import ControllerState
-from napari_shardscope.core.proofreading.review import KEEPS, BranchReviewer, ReviewRow
+from napari_shardscope.core.proofreading.review import KEEPS, BranchReviewer, Keep, ReviewRow
 from napari_shardscope.widgets.canvas import canvas_for
 from napari_shardscope.widgets.lifecycle import on_removed
 from napari_shardscope.widgets.placement import add_on_grid
@@ -45,7 +45,7 @@ KEY_ROLE = Qt.ItemDataRole.UserRole
 AFTER_LAYER = "review: after"
 
 
-class ReviewPanel(QWidget):  # type: ignore[misc]
+class ReviewPanel(QWidget):
     """Dock widget: review a branch against the checked-out version, choose per conflict, accept, commit."""
 
     def __init__(self, napari_viewer: napari.viewer.Viewer, parent: QWidget | None = None) -> None:
@@ -130,9 +130,9 @@ class ReviewPanel(QWidget):  # type: ignore[misc]
             self.show_after(False)
             self._fill()
 
-    def keep(self, key: str | int, keep: str | None) -> None:
+    def keep(self, key: str | int, keep: Keep | None) -> None:
         """Choose the side of conflict ``key`` as its Keep box does."""
-        self.controller.attempt(self.reviewer.keep, key, keep)  # type: ignore[arg-type]
+        self.controller.attempt(self.reviewer.keep, key, keep)
 
     def go_to(self, key: str | int) -> None:
         """Centre and zoom the view on a body of the review, as the Navigate panel's go-to does."""
@@ -184,7 +184,7 @@ class ReviewPanel(QWidget):  # type: ignore[misc]
     def item(self, key: str) -> QTreeWidgetItem:
         for i in range(self.tree.topLevelItemCount()):
             item = self.tree.topLevelItem(i)
-            if item.data(0, KEY_ROLE) == key:
+            if item is not None and item.data(0, KEY_ROLE) == key:
                 return item
         raise KeyError(key)
 

@@ -16,17 +16,19 @@ from qtpy.QtWidgets import QFrame, QScrollArea, QSizePolicy, QVBoxLayout, QWidge
 MIN_PANEL_HEIGHT = 160
 
 
-class _VerticalScrollArea(QScrollArea):  # type: ignore[misc]
+class _VerticalScrollArea(QScrollArea):
     """Scrolls vertically only: as wide as its contents need (nothing cut on the right), as short as the dock."""
 
-    def eventFilter(self, watched: QObject, event: QEvent) -> bool:
+    def eventFilter(self, watched: QObject | None, event: QEvent | None) -> bool:
         """The contents changed their layout: the panel's size hints changed with them (the dock re-asks)."""
-        if watched is self.widget() and event.type() == QEvent.Type.LayoutRequest:
+        if event is not None and watched is self.widget() and event.type() == QEvent.Type.LayoutRequest:
             self.updateGeometry()
         return bool(super().eventFilter(watched, event))
 
     def _extra(self) -> int:
-        return int(self.verticalScrollBar().sizeHint().width()) + 2 * int(self.frameWidth())
+        bar = self.verticalScrollBar()  # a scroll area always has one; Qt's signature allows None
+        width = int(bar.sizeHint().width()) if bar is not None else 0
+        return width + 2 * int(self.frameWidth())
 
     def minimumSizeHint(self) -> QSize:
         body = self.widget()

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import weakref
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeGuard
 
 import numpy as np
 from psygnal import Signal
@@ -149,7 +149,7 @@ class ViewerSession:
         layer = self.body_layer
         return VolumeGrid.of_layer(layer) if layer is not None and self._layer_alive(layer) else None
 
-    def _layer_alive(self, layer: Labels | None) -> bool:
+    def _layer_alive(self, layer: Labels | None) -> TypeGuard[Labels]:
         return layer is not None and layer in self.viewer.layers
 
     def _show(self, v: LabelmapVersion) -> None:
@@ -188,10 +188,11 @@ class ViewerSession:
         base = self._hide_base_layers(v)
         if base is not None and getattr(base, "units", None) is not None:
             common["units"] = tuple(base.units)[-3:]  # the same world units as the base's layer
-        self.supervoxel_layer = self.viewer.add_labels(_data(svs), name=f"{name} supervoxels", visible=False,
-                                                       metadata=dict(meta), **common)
-        self.body_layer = self.viewer.add_labels(_data(bodies), name=f"{name} bodies", metadata=dict(meta),
-                                                 **common)
+        # napari attaches add_labels to ViewerModel at import (setattr), unseen by mypy
+        self.supervoxel_layer = self.viewer.add_labels(  # type: ignore[attr-defined]
+            _data(svs), name=f"{name} supervoxels", visible=False, metadata=dict(meta), **common)
+        self.body_layer = self.viewer.add_labels(  # type: ignore[attr-defined]
+            _data(bodies), name=f"{name} bodies", metadata=dict(meta), **common)
         for layer in (self.supervoxel_layer, self.body_layer):
             keep_read_only(layer)  # napari must never write into a lazy view of the store
         self._layout = layout

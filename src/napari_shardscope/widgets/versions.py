@@ -74,7 +74,7 @@ _PANEL_TIPS = {
 }
 
 
-class VersionsPanel(QWidget):  # type: ignore[misc]
+class VersionsPanel(QWidget):
     """Dock widget: the versions of the controller's repository and what to do with them."""
 
     def __init__(self, napari_viewer: napari.viewer.Viewer, parent: QWidget | None = None) -> None:
@@ -211,7 +211,8 @@ class VersionsPanel(QWidget):  # type: ignore[misc]
 
     def versions(self) -> list[str]:
         """UUIDs in the list, top (newest) first."""
-        return [str(self.tree.topLevelItem(i).data(0, UUID_ROLE)) for i in range(self.tree.topLevelItemCount())]
+        items = (self.tree.topLevelItem(i) for i in range(self.tree.topLevelItemCount()))
+        return [str(item.data(0, UUID_ROLE)) for item in items if item is not None]
 
     def merge_branch(self, theirs: str | None = None) -> Any:
         """Merge branch ``theirs`` with the sides chosen, in a worker with napari's progress; returns the worker."""
@@ -305,7 +306,8 @@ class VersionsPanel(QWidget):  # type: ignore[misc]
         self.tree.blockSignals(True)
         for i in range(self.tree.topLevelItemCount()):
             item = self.tree.topLevelItem(i)
-            item.setSelected(item.data(0, UUID_ROLE) in uuids)
+            if item is not None:  # never for i < topLevelItemCount(); Qt's signature allows None
+                item.setSelected(item.data(0, UUID_ROLE) in uuids)
         self.tree.blockSignals(False)
 
     def _fill_theirs(self, state: ControllerState) -> None:

@@ -25,7 +25,7 @@ class Stopped(Exception):
     """Raised inside a worker by its progress report once the user pressed Stop."""
 
 
-class GuiProgress(QObject):  # type: ignore[misc]
+class GuiProgress(QObject):
     """napari's progress bar as the one :class:`~napari_shardscope.core.progress.Progress`: any thread may
     call ``progress(done, total, what)``; the bar (its count and the step's name) moves on the GUI thread.
 
@@ -79,7 +79,7 @@ def start_worker(
     """
     from napari.qt.threading import create_worker
 
-    worker = create_worker(func, _start_thread=False, _ignore_errors=True)
+    worker = create_worker(func, _start_thread=False, _ignore_errors=True)  # type: ignore[arg-type]  # napari annotates func as FunctionType; a bound method or closure works
     worker.returned.connect(on_done)
     worker.errored.connect(on_error)
 
@@ -89,7 +89,7 @@ def start_worker(
         if finished is not None:
             finished()
 
-    worker.finished.connect(end)
+    worker.finished.connect(end)  # type: ignore[arg-type]  # superqt types it SigInst[None]: it emits no argument
     running.append(worker)
     worker.start()
     return worker

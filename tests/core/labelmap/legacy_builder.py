@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -25,7 +26,7 @@ from tests.core.labelmap.volumes import voronoi_supervoxels, write_precomputed
 SHAPE = (8, 24, 24)
 
 
-def snapshot(lm, uuid: str, out: Path) -> dict:  # type: ignore[no-untyped-def]
+def snapshot(lm: Any, uuid: str, out: Path) -> dict[str, Any]:  # lm: a Labelmap of the old or the new code
     v = lm.at(uuid)
     bodies = v.read_bodies()
     np.save(out / f"bodies-{uuid}.npy", bodies)
@@ -89,7 +90,7 @@ def main(out: Path) -> None:
     before_last = snapshot(lm, head.uuid, out)
     np.save(out / "before-last.npy", hv.read_bodies())
     hv.cleave(ids[8], [ids[11]])
-    expected = {"versions": {}, "head": head.uuid, "before_last": before_last, "ids": ids,
+    expected: dict[str, Any] = {"versions": {}, "head": head.uuid, "before_last": before_last, "ids": ids,
                 "split": [a, b], "cleaved": new}
     lm2 = open_labelmap(repo, "seg")
     for version in repo.versions():

@@ -33,7 +33,8 @@ def voronoi_supervoxels(shape: Sequence[int], n: int, seed: int, *, id_base: int
     d = ((grid[..., None, :] - seeds) ** 2 * np.array([4.0, 1.0, 1.0])).sum(-1)
     nearest = d.argmin(-1)
     ids = id_base + np.sort(rng.choice(50_000, size=n, replace=False)).astype(np.uint64)
-    return ids[nearest].astype(np.uint64)
+    cells: U64 = ids[nearest].astype(np.uint64)
+    return cells
 
 
 def write_precomputed(path: Path, data: U64, factors: Sequence[Sequence[int]], *,
