@@ -9,6 +9,8 @@ itself: the scroll area is small, its contents keep their natural size and scrol
 
 from __future__ import annotations
 
+from typing import TypeVar
+
 from qtpy.QtCore import QEvent, QObject, QSize, Qt
 from qtpy.QtWidgets import QFrame, QScrollArea, QSizePolicy, QVBoxLayout, QWidget
 
@@ -60,7 +62,10 @@ def scroll_body(panel: QWidget) -> QWidget:
     return body
 
 
-def wrapping(label: QWidget) -> QWidget:
+_W = TypeVar("_W", bound=QWidget)
+
+
+def wrapping(label: _W) -> _W:
     """Let a word-wrapped label take the width it is given (a long path no longer widens the panel)."""
     label.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
     return label

@@ -128,7 +128,7 @@ def start_job(job: Job[Any], on_done: Callable[[Any], None] | None = None) -> An
     return start_worker(lambda: job.run(pbar), done, failed, running=_JOBS, finished=finished)
 
 
-class GuiThreadBridge(QObject):  # type: ignore[misc]
+class GuiThreadBridge(QObject):
     """Runs callables posted from any thread in the thread this object lives in (the GUI thread).
 
     The viewer session posts the proofreading session's callbacks through one, the body surfaces their
