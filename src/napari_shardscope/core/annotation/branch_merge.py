@@ -29,7 +29,7 @@ from napari_shardscope.core.annotation import keys as K
 from napari_shardscope.core.annotation.errors import AnnotationArgumentError, AnnotationError
 from napari_shardscope.core.annotation.model import Annotation
 from napari_shardscope.core.annotation.mutations import AnnotationMutation
-from napari_shardscope.core.annotation.version import AnnotationBackend, Editor, commit_edit, decode
+from napari_shardscope.core.annotation.version import AnnotationBackend, Editor, commit_edit, effective
 from napari_shardscope.core.errors import ConflictError
 from napari_shardscope.core.labelmap import Labelmap
 from napari_shardscope.core.labelmap.branch_merge import BranchMergeResult, merge_branches
@@ -153,8 +153,8 @@ def plan_annotation_merge(backend: AnnotationBackend, ours: str | Version,
         elif ra == r0:
             take.append(i)
         else:
-            conflicts.append(AnnotationConflict(i, *(None if s is None else s.annotation
-                                                     for s in (decode(i, r0), decode(i, ra), decode(i, rb)))))
+            conflicts.append(AnnotationConflict(i, *(None if s is None else s.annotation for s in
+                                                     (effective(backend.base, i, r) for r in (r0, ra, rb)))))
     return AnnotationMergePlan(backend.name, a.uuid, b.uuid, base.uuid, tuple(take), tuple(keep), tuple(conflicts),
                                records)
 
@@ -207,9 +207,9 @@ def merge_annotation_branches(backend: AnnotationBackend, ours: str, theirs: str
 def write_merge(w: VersionWriter, backend: AnnotationBackend, plan: AnnotationMergePlan, take: Sequence[int],
                 sides: Mapping[str, str], user: str | None, message: str | None = None) -> AnnotationMutation:
     """Write the records taken from theirs on the merge version (which holds ours'), as one mutation."""
-    ed = Editor(w, backend.instance, backend.block)
+    ed = Editor(w, backend.instance, backend.block, backend.base)
     for i in take:
-        ed.store(i, decode(i, plan.records[i][2]))
+        ed.store(i, effective(backend.base, i, plan.records[i][2]))
     args: dict[str, Any] = {"ours": plan.ours, "theirs": plan.theirs, "base": plan.base, "taken": list(take),
                             "resolutions": dict(sides)}
     if message:
