@@ -146,8 +146,9 @@ def create_annotation_instance(repo: Repository, name: str, *, labelmap: str | L
         config = {"format": FORMAT, "labelmap": lm_name, "base": built.to_json()}
     inst = repo.create_instance(name, TYPE_NAME, config)
     if base is not None:
-        # ids handed out later pass every base id (a repository-wide counter: every branch, every clone)
-        repo.allocate_ids(ids_counter(name), 1, minimum=int(config["base"]["max_id"]) + 1)
+        # ids handed out later pass every base id (a repository-wide counter: every branch, every clone);
+        # reserving the largest base id itself leaves the counter where adding the base would have
+        repo.allocate_ids(ids_counter(name), 1, minimum=max(1, int(config["base"]["max_id"])))
     return AnnotationInstance(repo, inst, lm)
 
 
