@@ -113,12 +113,12 @@ def bench_import(n: int, rounds: int, peer_n: int, work: Path) -> None:
     rss: list[float] = []
     peer: list[float] = []
     for r in range(rounds):
-        def run_ours() -> None:
+        def run_ours(r: int = r) -> None:
             t, m = in_child("import", str(work / "repo"), f"base{n}-{r}", str(table))
             ours.append(t)
             rss.append(m)
 
-        def run_peer() -> None:
+        def run_peer(r: int = r) -> None:
             if peer_n:
                 t, _ = in_child("add", str(work / "repo"), f"peer{n}-{r}", str(peer_n), str(r))
                 peer.append(t / peer_n * n)

@@ -265,7 +265,7 @@ HOSTILE = {
     "outside the labelmap": (lambda t: _set(t, "pre_pt_position_z", [0] * 3 + [SHAPE[0]] + [0] * (N - 4)),
                              r"row 3: voxel .* outside the labelmap"),
     "negative": (lambda t: _set(t, "pre_pt_position_x", [0] * 5 + [-1] + [0] * (N - 6)), r"row 5: voxel .* outside"),
-    "duplicate ids": (lambda t: _set(t, "id", [5] + list(range(10, 10 + N - 2)) + [5]),
+    "duplicate ids": (lambda t: _set(t, "id", [5, *list(range(10, 10 + N - 2)), 5]),
                       rf"'id': rows 0 and {N - 1} have the same id 5"),
     "float ids": (lambda t: _set(t, "id", [1.5] * N), r"'id' is float64, not integer ids"),
     "empty cell": (lambda t: _set(t, "size", [1] * 9 + [None] + [1] * (N - 10)), r"'size', row 9: no value"),
@@ -346,7 +346,7 @@ def _model_table() -> tuple[Path, dict[int, Any]]:
 class BasedAnnotationMachine(AnnotationMachine):
     """The model machine of test_annotation_model, on an instance that starts from an imported base."""
 
-    def __init__(self) -> None:  # noqa: D107
+    def __init__(self) -> None:
         super().__init__()
         table, state = _model_table()
         self.inst = create_annotation_instance(self.repo, "based", labelmap=self.inst.labelmap,

@@ -3,9 +3,10 @@
 An instance created with ``base=`` (:func:`~.base_import.import_annotation_base`) records in its
 configuration two sorted tables (:mod:`napari_shardscope.core.tables`) written once at import:
 
-* the **records** table, keyed by annotation id: ``kind`` (u8), ``z``, ``y``, ``x`` (int64 voxels of
-  the labelmap's scale 0), ``partner`` (the other site of the synapse, 0: none) and one column per
-  property;
+* the **records** table, keyed by annotation id: ``z``, ``y``, ``x`` (int32 voxels of the labelmap's
+  scale 0) and one column per property. A synapse base's kinds and links follow from the ids (``2S + 1``
+  is the pre site of synapse ``S``, ``2S + 2`` its post site), so they are not stored; a point base's
+  annotations are points;
 * the **spatial** table, keyed by block code (:func:`block_code` of the labelmap's block grid, the
   grid of the versioned spatial index) with the ids of the annotations whose point lies in it.
 
@@ -31,7 +32,6 @@ import numpy.typing as npt
 
 from napari_shardscope.core.annotation.errors import AnnotationRecordError
 from napari_shardscope.core.annotation.model import (
-    KINDS,
     Annotation,
     PropertyValue,
     Relationship,
@@ -48,13 +48,15 @@ UNKNOWN_SUPERVOXEL = 2**64 - 1
 BLOCK_BITS = 21
 MAX_BLOCKS = 1 << BLOCK_BITS
 #: The records table's fixed columns (properties follow, named ``p0``, ``p1``, ...).
-FIXED_COLUMNS = ("kind", "z", "y", "x", "partner")
+FIXED_COLUMNS = ("z", "y", "x")
+#: What a base holds: synapses (pre and post sites, ids 2S+1 and 2S+2) or points.
+LAYOUTS = ("synapses", "points")
 
 
 def block_code(bz: npt.ArrayLike, by: npt.ArrayLike, bx: npt.ArrayLike) -> U64:
     """Block coordinates packed into one u64, ordered as the versioned spatial keys are (z, then y, then x)."""
     z, y, x = (np.asarray(v, dtype=np.uint64) for v in (bz, by, bx))
-    return (z << np.uint64(2 * BLOCK_BITS)) | (y << np.uint64(BLOCK_BITS)) | x  # type: ignore[no-any-return]
+    return (z << np.uint64(2 * BLOCK_BITS)) | (y << np.uint64(BLOCK_BITS)) | x
 
 
 @dataclass(frozen=True)
@@ -90,11 +92,12 @@ class BaseConfig:
     max_id: int
     block: tuple[int, int, int]
     source: str
+    layout: str
     properties: tuple[BaseProperty, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         return {"records": self.records, "spatial": self.spatial, "rows": self.rows, "max_id": self.max_id,
-                "block": list(self.block), "source": self.source,
+                "block": list(self.block), "source": self.source, "layout": self.layout,
                 "properties": [p.to_json() for p in self.properties]}
 
     @classmethod
@@ -103,8 +106,10 @@ class BaseConfig:
             block = tuple(int(v) for v in doc["block"])
             if len(block) != 3:
                 raise ValueError("block is not three integers")
+            if doc["layout"] not in LAYOUTS:
+                raise ValueError(f"layout is not one of {LAYOUTS}")
             return cls(str(doc["records"]), str(doc["spatial"]), int(doc["rows"]), int(doc["max_id"]),
-                       (block[0], block[1], block[2]), str(doc["source"]),
+                       (block[0], block[1], block[2]), str(doc["source"]), str(doc["layout"]),
                        tuple(BaseProperty.from_json(p) for p in doc.get("properties", [])))
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise AnnotationRecordError(f"annotation instance {name!r} has a malformed base record ({exc}): "
@@ -141,13 +146,12 @@ class AnnotationBase:
 
     def _decode(self, ids: U64, cols: Mapping[str, npt.NDArray[Any]]) -> dict[int, Stored]:
         """Records from columns (one Python object per annotation: what a query returns)."""
-        kinds = cols["kind"].tolist()
         zs, ys, xs = cols["z"].tolist(), cols["y"].tolist(), cols["x"].tolist()
-        partners = cols["partner"].tolist()
         props = [(p, cols[p.column].tolist(), set(p.kinds)) for p in self.config.properties]
+        synapses = self.config.layout == "synapses"
         out: dict[int, Stored] = {}
         for i, aid in enumerate(ids.tolist()):
-            kind = KINDS[kinds[i]]
+            kind = ("pre" if aid % 2 else "post") if synapses else "point"
             values: dict[str, PropertyValue] = {}
             for p, col, carried in props:
                 if kind not in carried:
@@ -163,11 +167,9 @@ class AnnotationBase:
                     values[p.name] = p.labels.get(str(v), v)
                 else:
                     values[p.name] = int(v)
-            partner = partners[i]
             rels: tuple[Relationship, ...] = ()
-            if partner:
-                rel = "PreSynTo" if kind == "pre" else "PostSynTo"
-                rels = (Relationship(rel, partner),)
+            if synapses:
+                rels = (Relationship("PreSynTo", aid + 1),) if kind == "pre" else (Relationship("PostSynTo", aid - 1),)
             a = Annotation(aid, kind, (zs[i], ys[i], xs[i]), (), dict(sorted(values.items())), rels)
             out[aid] = Stored(a, UNKNOWN_SUPERVOXEL)
         return out

@@ -28,6 +28,7 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -37,14 +38,13 @@ import numpy.typing as npt
 
 from napari_shardscope.core.annotation.base import MAX_BLOCKS, BaseConfig, BaseProperty, block_code
 from napari_shardscope.core.annotation.errors import AnnotationArgumentError, AnnotationTableError
-from napari_shardscope.core.annotation.model import KINDS, MAX_ID
+from napari_shardscope.core.annotation.model import MAX_ID
 from napari_shardscope.core.errors import ArgumentError, RefusedWriteError, UnsupportedFeatureError
 from napari_shardscope.core.tables import write_sorted_table
 
 U64 = npt.NDArray[np.uint64]
 I64 = npt.NDArray[np.int64]
 TABLE_SUFFIXES = (".csv", ".csv.gz", ".parquet", ".pq", ".feather", ".arrow", ".ipc")
-_KIND = {k: i for i, k in enumerate(KINDS)}
 
 
 @dataclass(frozen=True)
@@ -242,9 +242,8 @@ class Sites:
     """The annotations of a base as columns, before sorting (what both inputs produce)."""
 
     ids: U64
-    kinds: npt.NDArray[np.uint8]
+    layout: str  # "synapses" (ids 2S+1 pre, 2S+2 post) or "points"
     zyx: I64
-    partner: U64
     properties: list[tuple[BaseProperty, npt.NDArray[Any]]]
 
 
@@ -345,23 +344,19 @@ def _sites(sid: U64, pre: I64, post: I64 | None, props: list[tuple[BaseProperty,
         post = None if post is None else post[order]
         props = [(p, arr[order]) for p, arr in props]
     if post is None:
-        return Sites(sid, np.full(n, _KIND["point"], np.uint8), pre, np.zeros(n, np.uint64), props)
+        return Sites(sid, "points", pre, props)
     a, b = synapse_ids(sid)
     ids = np.empty(2 * n, np.uint64)
     ids[0::2], ids[1::2] = a, b
-    kinds = np.empty(2 * n, np.uint8)
-    kinds[0::2], kinds[1::2] = _KIND["pre"], _KIND["post"]
     zyx = np.empty((2 * n, 3), np.int64)
     zyx[0::2], zyx[1::2] = pre, post
-    partner = np.empty(2 * n, np.uint64)
-    partner[0::2], partner[1::2] = b, a
     out = []
     for p, arr in props:
         both = np.empty(2 * n, arr.dtype)
         both[0::2] = arr
         both[1::2] = arr
         out.append((p, both))
-    return Sites(ids, kinds, zyx, partner, out)
+    return Sites(ids, "synapses", zyx, out)
 
 
 def sites_from_precomputed(source: Any, *, where: str, shape: tuple[int, int, int],
@@ -437,8 +432,9 @@ def _unit_nm(unit: str, where: str) -> float:
 
 
 # -- writing the base ---------------------------------------------------------------------------------------
-def write_base(sites: Sites, base_dir: str | os.PathLike[str], *, block: tuple[int, int, int], shape: tuple[int, int, int],
-               source: str, format: str = "parquet", overwrite: bool = False) -> BaseConfig:
+def write_base(sites: Sites, base_dir: str | os.PathLike[str], *, block: tuple[int, int, int],
+               shape: tuple[int, int, int], source: str, format: str = "parquet",
+               overwrite: bool = False) -> BaseConfig:
     """Sort the sites by id and by block, and write the records and spatial tables into ``base_dir``."""
     grid = [-(-s // b) for s, b in zip(shape, block, strict=True)]
     if max(grid) > MAX_BLOCKS:
@@ -456,9 +452,8 @@ def write_base(sites: Sites, base_dir: str | os.PathLike[str], *, block: tuple[i
 
     zyx = sort(sites.zyx)
     keys = sort(ids)
-    cols: dict[str, npt.NDArray[Any]] = {"kind": sort(sites.kinds), "z": np.ascontiguousarray(zyx[:, 0]),
-                                         "y": np.ascontiguousarray(zyx[:, 1]), "x": np.ascontiguousarray(zyx[:, 2]),
-                                         "partner": sort(sites.partner)}
+    # int32: a labelmap's scale 0 is below 2**31 voxels per axis (its block grid is checked above)
+    cols: dict[str, npt.NDArray[Any]] = {a: zyx[:, i].astype(np.int32) for i, a in enumerate("zyx")}
     for p, arr in sites.properties:
         cols[p.column] = sort(arr)
     b = zyx // np.asarray(block, dtype=np.int64)
@@ -467,13 +462,17 @@ def write_base(sites: Sites, base_dir: str | os.PathLike[str], *, block: tuple[i
     ext = ".parquet" if format == "parquet" else ".zarr"
     records_url, spatial_url = str(root / f"records{ext}"), str(root / f"spatial{ext}")
     # lz4: a Parquet base is written 3x faster than with zstd, for a fifth more bytes
-    options = {"compression": "lz4"} if format == "parquet" else {}
-    write_sorted_table(records_url, [(keys, cols)], format=format, key="id",  # type: ignore[arg-type]
-                       overwrite=overwrite, **options)
-    write_sorted_table(spatial_url, [(codes[by_block], {"id": keys[by_block]})], format=format,  # type: ignore[arg-type]
-                       key="block", unique=False, overwrite=overwrite, **options)
+    options: dict[str, Any] = {"compression": "lz4"} if format == "parquet" else {}
+    # the two tables are written at once: the writers spend their time in pyarrow / numpy, GIL released
+    with ThreadPoolExecutor(2) as pool:
+        jobs = [pool.submit(write_sorted_table, records_url, [(keys, cols)], format=format, key="id",
+                            overwrite=overwrite, **options),
+                pool.submit(write_sorted_table, spatial_url, [(codes[by_block], {"id": keys[by_block]})],
+                            format=format, key="block", unique=False, overwrite=overwrite, **options)]
+        for job in jobs:
+            job.result()
     return BaseConfig(records_url, spatial_url, int(keys.size), int(keys[-1]) if keys.size else 0, block, source,
-                      tuple(p for p, _ in sites.properties))
+                      sites.layout, tuple(p for p, _ in sites.properties))
 
 
 def build_base(source: Any, base_dir: str | os.PathLike[str], *, shape: tuple[int, int, int],
