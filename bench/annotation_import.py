@@ -37,6 +37,9 @@ from napari_shardscope.core.labelmap import create_labelmap, open_labelmap
 from napari_shardscope.core.versioned import create_repository, open_repository
 
 BENCH = "annotation_import"
+#: CPU seconds (user + system) of each import, as the child measured them: on a shared machine the
+#: wall time includes waiting for a core; the CPU time does not.
+CPU: list[float] = []
 SHAPE = (64, 1024, 1024)
 
 
@@ -70,7 +73,11 @@ def in_child(*args: str) -> tuple[float, float]:
     proc.returncode = os.waitstatus_to_exitcode(status)
     if proc.returncode:
         raise RuntimeError(f"child {args} failed ({proc.returncode})")
-    return float(out.decode().strip().splitlines()[-1]), usage.ru_maxrss / 1024
+    lines = out.decode().strip().splitlines()
+    cpu = [float(x.split()[1]) for x in lines if x.startswith("cpu ")]
+    if cpu:
+        CPU.append(cpu[0])
+    return float(lines[-1]), usage.ru_maxrss / 1024
 
 
 def import_once(repo_path: str, name: str, table: str) -> float:
@@ -81,9 +88,10 @@ def import_once(repo_path: str, name: str, table: str) -> float:
 
     repo = open_repository(repo_path)
     lm = open_labelmap(repo, "seg")
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     inst = create_annotation_instance(repo, name, labelmap=lm, base=table)
     took = time.perf_counter() - t0
+    print(f"cpu {time.process_time() - c0}")
     assert inst.base is not None
     return took
 
@@ -125,6 +133,10 @@ def bench_import(n: int, rounds: int, peer_n: int, work: Path) -> None:
 
         for step in ((run_ours, run_peer) if r % 2 == 0 else (run_peer, run_ours)):
             step()
+    cpu = CPU[-len(ours):]
+    uptime = os.getloadavg()[0]
+    print(f"  cpu per import: {spread(cpu)} s ({spread([n / c / 1e6 for c in cpu])} M synapses per CPU second); "
+          f"load average {uptime:.1f} on {os.cpu_count()} cpus")
     rates = [n / t / 1e6 for t in ours]
     met = min(rates) >= 1.0 if rates else None
     if peer:
@@ -132,11 +144,13 @@ def bench_import(n: int, rounds: int, peer_n: int, work: Path) -> None:
         record(Row(BENCH, f"import {n:.0e} synapses (CAVE Parquet)", "-", spread(ours, "{:.2f}") + " s",
                    f"add+relate per synapse ({peer_n} measured, extrapolated)", spread(peer, "{:.0f}") + " s",
                    spread(ratios, "{:.0f}") + "x", ">= 1 M synapses/s", met, rounds,
-                   f"{spread(rates)} M synapses/s; peak RSS {spread(rss, '{:.0f}')} MiB"))
+                   f"{spread(rates)} M synapses/s; {spread([n / c / 1e6 for c in cpu])} M synapses/CPU-s; peak RSS "
+                   f"{spread(rss, '{:.0f}')} MiB; load {uptime:.0f} on {os.cpu_count()} cpus"))
     else:
         record(Row(BENCH, f"import {n:.0e} synapses (CAVE Parquet)", "-", spread(ours, "{:.2f}") + " s", "-", "-",
                    "-", ">= 1 M synapses/s", met, rounds,
-                   f"{spread(rates)} M synapses/s; peak RSS {spread(rss, '{:.0f}')} MiB"))
+                   f"{spread(rates)} M synapses/s; {spread([n / c / 1e6 for c in cpu])} M synapses/CPU-s; peak RSS "
+                   f"{spread(rss, '{:.0f}')} MiB; load {uptime:.0f} on {os.cpu_count()} cpus"))
 
 
 def main() -> None:

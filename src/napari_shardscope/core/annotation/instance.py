@@ -77,11 +77,12 @@ class AnnotationInstance:
         left: dict[str, int] = {}
         if self.repo.id_source() is None:
             return left
-        for counter in (ids_counter(self.name), mutations_counter(self.name)):
-            n = sum(max(0, b - max(a, 1)) for a, b in self.repo.id_blocks(counter))
+        above = int(annotation_config(self.instance).get("base", {}).get("max_id", 0)) + 1
+        for counter, minimum in ((ids_counter(self.name), above), (mutations_counter(self.name), 1)):
+            n = sum(max(0, b - max(a, minimum)) for a, b in self.repo.id_blocks(counter))
             if n < low_water and time.monotonic() >= self._offline_until:
                 try:
-                    n += len(reserve_ids(self.repo, counter, minimum=1))
+                    n += len(reserve_ids(self.repo, counter, minimum=minimum))
                 except ShardscopeError as exc:
                     self._offline_until = time.monotonic() + OFFLINE_RETRY_S
                     _log.warning("annotation %s: could not reserve more ids of %s (%d left): %s",
@@ -145,11 +146,15 @@ def create_annotation_instance(repo: Repository, name: str, *, labelmap: str | L
                            columns=columns, voxel_size=voxel_size, format=base_format)
         config = {"format": FORMAT, "labelmap": lm_name, "base": built.to_json()}
     inst = repo.create_instance(name, TYPE_NAME, config)
+    made = AnnotationInstance(repo, inst, lm)
     if base is not None:
         # ids handed out later pass every base id (a repository-wide counter: every branch, every clone);
         # reserving the largest base id itself leaves the counter where adding the base would have
-        repo.allocate_ids(ids_counter(name), 1, minimum=max(1, int(config["base"]["max_id"])))
-    return AnnotationInstance(repo, inst, lm)
+        if repo.id_source() is None:
+            repo.allocate_ids(ids_counter(name), 1, minimum=max(1, int(config["base"]["max_id"])))
+        else:
+            made.top_up_ids()  # a clone: blocks above the base from the remote (or at the first add, offline)
+    return made
 
 
 def annotation_config(inst: Instance) -> dict[str, Any]:
