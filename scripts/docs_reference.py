@@ -86,6 +86,7 @@ API_REFERENCE: tuple[tuple[str, tuple[str, ...]], ...] = (
         "napari_shardscope.AnnotationInstance",
         "napari_shardscope.AnnotationVersion",
         "napari_shardscope.Annotation",
+        "napari_shardscope.SynapseColumns",
     )),
     ("Remotes: clone, fetch, pull, push", (
         "napari_shardscope.add_remote",

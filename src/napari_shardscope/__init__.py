@@ -84,6 +84,7 @@ _PUBLIC: dict[str, str] = {
     "AnnotationInstance": "napari_shardscope.core.annotation",
     "AnnotationVersion": "napari_shardscope.core.annotation",
     "Annotation": "napari_shardscope.core.annotation",
+    "SynapseColumns": "napari_shardscope.core.annotation",
     # remotes
     "add_remote": "napari_shardscope.core.versioned.remotes",
     "clone": "napari_shardscope.core.labelmap.remote",  # remotes.clone, with the labelmap's base prefetch registered
@@ -133,6 +134,7 @@ __all__ = [
     "Repository",
     "ShardscopeError",
     "StoreError",
+    "SynapseColumns",
     "UnsupportedError",
     "Version",
     "Volume",
@@ -173,6 +175,7 @@ if TYPE_CHECKING:  # what mypy, IDEs and the API reference (griffe) read; at run
         Annotation,
         AnnotationInstance,
         AnnotationVersion,
+        SynapseColumns,
         create_annotation_instance,
         open_annotation_instance,
     )

@@ -84,7 +84,8 @@ class World:
     def values(self) -> dict[str, str]:
         r = self.root
         return {"repo": str(r / "repo"), "seg": str(r / "seg"), "remote": str(r / "remote"),
-                "out": str(r / "out"), "seeds": str(r / "seeds.json"), "voxels": str(r / "voxels.json")}
+                "out": str(r / "out"), "seeds": str(r / "seeds.json"), "voxels": str(r / "voxels.json"),
+                "synapses": str(r / "synapses.csv")}
 
     def fill(self, argv: tuple[str, ...]) -> list[str]:
         return [a.format(**self.values) for a in argv]
@@ -116,6 +117,8 @@ def build_world(root: Path) -> None:
     sh("push", repo, "origin", "alt")
     (root / "seeds.json").write_text(json.dumps({"1": [[4, 8, 5]], "2": [[4, 8, 25]]}))
     (root / "voxels.json").write_text(json.dumps([[2, 13, 2], [2, 13, 3]]))
+    (root / "synapses.csv").write_text("x_pre,y_pre,z_pre,x_post,y_post,z_post,confidence_pre\n"
+                                       "5,14,4,25,8,4,0.9\n2,13,2,3,13,2,0.5\n")
 
 
 def add_synapses(repo_path: Path) -> None:
@@ -182,6 +185,7 @@ CASES: dict[str, Case] = {
     "labelmap create": Case(("{repo}", "seg2", "{seg}", "--block", "8")),
     "labelmap info": Case(AT),
     "labelmap index": Case(("{repo}", "seg", "--overwrite")),
+    "annotation import": Case(("{repo}", "syn", "{synapses}", "--labelmap", "seg")),
     "body merge": Case((*AT, "10", "40")),
     "body split": Case((*AT, "10", "{seeds}")),
     "body cleave": Case((*AT, "10", "30")),

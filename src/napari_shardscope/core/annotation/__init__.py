@@ -8,6 +8,7 @@ without a write here. Public API::
     from napari_shardscope.core.annotation import create_annotation_instance, open_annotation_instance
 
     syn = create_annotation_instance(repo, "synapses", labelmap="seg")
+    syn = create_annotation_instance(repo, "synapses", labelmap="seg", base="cave.parquet")  # imported base
     v = syn.at("main")
     pre = v.add("pre", (z, y, x)); post = v.add("post", (z, y, x + 3)); v.relate(pre.id, post.id)
     v.move(pre.id, (z, y, x + 1)); v.set_tags(pre.id, ["checked"]); v.set_properties(pre.id, {"score": 0.9})
@@ -17,6 +18,7 @@ without a write here. Public API::
     merge_with_labelmap(lm, [syn], "main", "alt")   # labelmap and annotations edited on both sides
 """
 
+from napari_shardscope.core.annotation.base_import import SynapseColumns, synapse_ids
 from napari_shardscope.core.annotation.branch_merge import (
     AnnotationConflict,
     AnnotationMergeConflictError,
@@ -42,6 +44,7 @@ from napari_shardscope.core.annotation.errors import (
     AnnotationError,
     AnnotationExistsError,
     AnnotationRecordError,
+    AnnotationTableError,
     NothingToUndoError,
     UnknownAnnotationError,
 )
@@ -70,6 +73,7 @@ __all__ = [
     "AnnotationMergeResult",
     "AnnotationMutation",
     "AnnotationRecordError",
+    "AnnotationTableError",
     "AnnotationVersion",
     "CombinedMergeResult",
     "ConnectionChange",
@@ -80,6 +84,7 @@ __all__ = [
     "NothingToUndoError",
     "Partner",
     "Relationship",
+    "SynapseColumns",
     "SynapseSite",
     "UnknownAnnotationError",
     "add_many",
@@ -90,4 +95,5 @@ __all__ = [
     "open_annotation_instance",
     "plan_annotation_merge",
     "recount_connectivity",
+    "synapse_ids",
 ]

@@ -27,9 +27,9 @@ from typing import Any, Literal
 
 from napari_shardscope.core.annotation import keys as K
 from napari_shardscope.core.annotation.errors import AnnotationArgumentError, AnnotationError
-from napari_shardscope.core.annotation.model import Annotation
+from napari_shardscope.core.annotation.model import Annotation, encode_record
 from napari_shardscope.core.annotation.mutations import AnnotationMutation
-from napari_shardscope.core.annotation.version import AnnotationBackend, Editor, commit_edit, decode
+from napari_shardscope.core.annotation.version import AnnotationBackend, Editor, commit_edit, decode, effective
 from napari_shardscope.core.errors import ConflictError
 from napari_shardscope.core.labelmap import Labelmap
 from napari_shardscope.core.labelmap.branch_merge import BranchMergeResult, merge_branches
@@ -140,21 +140,28 @@ def plan_annotation_merge(backend: AnnotationBackend, ours: str | Version,
     for v in (base, a, b):
         with backend.repo.read(v) as view:
             sides.append(view.get_many(backend.instance, keys))
+    if backend.base is not None:  # a base annotation no version rewrote compares as its base record
+        from_base = backend.base.stored(ids)
+        sides = [[encode_record(from_base[i]) if r is None and i in from_base else r for i, r in zip(ids, side,
+                                                                                                     strict=True)]
+                 for side in sides]
     take: list[int] = []
     keep: list[int] = []
     conflicts: list[AnnotationConflict] = []
     records: dict[int, tuple[bytes | None, bytes | None, bytes | None]] = {}
     for i, r0, ra, rb in zip(ids, *sides, strict=True):
-        if ra == rb:
+        # compared as annotations: a record rewritten to what it was (or a base annotation's copy, whose
+        # supervoxel is read at query time) is unchanged
+        a0, aa, ab = (None if s is None else s.annotation for s in (decode(i, r) for r in (r0, ra, rb)))
+        if aa == ab:
             continue
         records[i] = (r0, ra, rb)
-        if rb == r0:
+        if ab == a0:
             keep.append(i)
-        elif ra == r0:
+        elif aa == a0:
             take.append(i)
         else:
-            conflicts.append(AnnotationConflict(i, *(None if s is None else s.annotation
-                                                     for s in (decode(i, r0), decode(i, ra), decode(i, rb)))))
+            conflicts.append(AnnotationConflict(i, a0, aa, ab))
     return AnnotationMergePlan(backend.name, a.uuid, b.uuid, base.uuid, tuple(take), tuple(keep), tuple(conflicts),
                                records)
 
@@ -207,9 +214,9 @@ def merge_annotation_branches(backend: AnnotationBackend, ours: str, theirs: str
 def write_merge(w: VersionWriter, backend: AnnotationBackend, plan: AnnotationMergePlan, take: Sequence[int],
                 sides: Mapping[str, str], user: str | None, message: str | None = None) -> AnnotationMutation:
     """Write the records taken from theirs on the merge version (which holds ours'), as one mutation."""
-    ed = Editor(w, backend.instance, backend.block)
+    ed = Editor(w, backend.instance, backend.block, backend.base)
     for i in take:
-        ed.store(i, decode(i, plan.records[i][2]))
+        ed.store(i, effective(backend.base, i, plan.records[i][2]))
     args: dict[str, Any] = {"ours": plan.ours, "theirs": plan.theirs, "base": plan.base, "taken": list(take),
                             "resolutions": dict(sides)}
     if message:

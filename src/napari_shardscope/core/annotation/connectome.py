@@ -294,9 +294,14 @@ def stale_edges(v: AnnotationVersion, r: Resolver) -> dict[int, list[Edge]]:
 
 
 def check_indexed(v: AnnotationVersion) -> bool:
-    """True when the instance keeps the synapse index (format ≥ 2); older instances are recounted."""
-    fmt = v.instance.instance.config.get("format")
-    return isinstance(fmt, int) and fmt >= 2
+    """True when the synapse index holds every synapse of the instance: format ≥ 2 and no imported base.
+
+    Older instances, and those whose synapses start in an imported base table (not in the index),
+    are recounted from the records.
+    """
+    config = v.instance.instance.config
+    fmt = config.get("format")
+    return isinstance(fmt, int) and fmt >= 2 and config.get("base") is None
 
 
 def body_edges(v: AnnotationVersion, body: int, r: Resolver | None = None) -> list[Edge]:

@@ -39,3 +39,7 @@ class NothingToUndoError(AnnotationError, RefusedWriteError):
 
 class AnnotationRecordError(AnnotationError, FormatError):
     """An annotation record or mutation-log entry cannot be decoded (a damaged store or a newer format)."""
+
+
+class AnnotationTableError(AnnotationError, FormatError):
+    """A synapse table or annotation source being imported breaks what a base needs (names the file, column, row)."""

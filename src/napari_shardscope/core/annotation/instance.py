@@ -9,18 +9,22 @@ blocks are the spatial index's blocks). ``inst.at(ref)`` gives an
 
 from __future__ import annotations
 
+import functools
 import logging
+import os
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from napari_shardscope.core.annotation.base import AnnotationBase, BaseConfig, open_base
 from napari_shardscope.core.annotation.errors import AnnotationArgumentError, AnnotationRecordError
 from napari_shardscope.core.annotation.keys import DATA_PREFIXES, ids_counter, mutations_counter
 from napari_shardscope.core.annotation.version import AnnotationVersion
-from napari_shardscope.core.errors import ShardscopeError, UnsupportedError
+from napari_shardscope.core.errors import ArgumentError, ShardscopeError, UnsupportedError
 from napari_shardscope.core.labelmap import TYPE_NAME as LABELMAP_TYPE
 from napari_shardscope.core.labelmap import Labelmap, open_labelmap
 from napari_shardscope.core.progress import Progress
@@ -32,9 +36,13 @@ from napari_shardscope.core.versioned.repository import Repository
 
 TYPE_NAME = "annotation"
 #: The instance format this library writes (the record layout of :mod:`.model` and :mod:`.keys`).
-#: 2: the synapse index (:mod:`.synapse_index`) is kept from the instance's creation on; format-1
-#: instances are read, and their connectome is recounted from the records.
+#: 2: the synapse index (:mod:`.synapse_index`) is kept from the instance's creation on, and the
+#: instance may have an imported base (:mod:`.base`; its synapses are not in the index, so the
+#: connectome of such an instance is recounted). Format-1 instances are read, and their connectome
+#: is recounted from the records.
 FORMAT = 2
+#: Where a repository on disk keeps the tables of imported bases (``<repo>/annotation-bases/<name>``).
+BASES_DIR = "annotation-bases"
 #: A clone of a remote reserves more ids before an edit when fewer than this many are left.
 ID_LOW_WATER = 256
 #: After a failed reservation (offline), edits use the ids left without asking again for this long.
@@ -73,17 +81,24 @@ class AnnotationInstance:
         left: dict[str, int] = {}
         if self.repo.id_source() is None:
             return left
-        for counter in (ids_counter(self.name), mutations_counter(self.name)):
-            n = sum(max(0, b - max(a, 1)) for a, b in self.repo.id_blocks(counter))
+        above = int(annotation_config(self.instance).get("base", {}).get("max_id", 0)) + 1
+        for counter, minimum in ((ids_counter(self.name), above), (mutations_counter(self.name), 1)):
+            n = sum(max(0, b - max(a, minimum)) for a, b in self.repo.id_blocks(counter))
             if n < low_water and time.monotonic() >= self._offline_until:
                 try:
-                    n += len(reserve_ids(self.repo, counter, minimum=1))
+                    n += len(reserve_ids(self.repo, counter, minimum=minimum))
                 except ShardscopeError as exc:
                     self._offline_until = time.monotonic() + OFFLINE_RETRY_S
                     _log.warning("annotation %s: could not reserve more ids of %s (%d left): %s",
                                  self.name, counter, n, exc)
             left[counter] = n
         return left
+
+    @functools.cached_property
+    def base(self) -> AnnotationBase | None:
+        """The imported annotations every version starts from (None: the instance started empty)."""
+        doc = annotation_config(self.instance).get("base")
+        return None if doc is None else open_base(BaseConfig.from_json(doc, name=self.name), name=self.name)
 
     def at(self, ref: str | Version) -> AnnotationVersion:
         """Reads and edits at one version (a branch name means its head *now*)."""
@@ -94,19 +109,56 @@ def _labelmap_name(labelmap: str | Labelmap) -> str:
     return labelmap.name if isinstance(labelmap, Labelmap) else labelmap
 
 
-def create_annotation_instance(repo: Repository, name: str, *, labelmap: str | Labelmap) -> AnnotationInstance:
-    """Create an (empty) annotation instance bound to labelmap instance ``labelmap`` of ``repo``.
+def create_annotation_instance(repo: Repository, name: str, *, labelmap: str | Labelmap, base: Any = None,
+                               columns: Any = None, voxel_size: Sequence[float] | None = None,
+                               base_dir: str | os.PathLike[str] | None = None,
+                               base_format: str = "parquet") -> AnnotationInstance:
+    """Create an annotation instance bound to labelmap instance ``labelmap`` of ``repo``.
 
     Repository-wide, like DVID's instances: no version needs to be open. Points are (z, y, x)
     voxels of the labelmap's scale 0, and a point's body at a version is the labelmap's there.
+
+    ``base``: start from imported annotations instead of none — a CSV, Parquet or Feather synapse
+    table (CAVE's or neuPrint's columns, or ``columns``: a
+    :class:`~napari_shardscope.core.annotation.base_import.SynapseColumns`), or a precomputed
+    annotation source (a path or URL). It is converted once into two page-readable tables in
+    ``base_dir`` (default ``<repository>/annotation-bases/<name>``; ``base_format`` ``parquet`` or
+    ``zarr3``) that every version reads; versions store only edits over them
+    (:mod:`napari_shardscope.core.annotation.base`). ``voxel_size`` (nm per voxel, x y z): the
+    input's coordinates are nm, not voxels of the labelmap's scale 0.
     """
     lm_name = _labelmap_name(labelmap)
     lm_inst = repo.instance(lm_name)
     if lm_inst.type != LABELMAP_TYPE:
         raise AnnotationArgumentError(f"instance {lm_name!r} is a {lm_inst.type}, not a {LABELMAP_TYPE}")
     lm = labelmap if isinstance(labelmap, Labelmap) else open_labelmap(repo, lm_name)
-    inst = repo.create_instance(name, TYPE_NAME, {"format": FORMAT, "labelmap": lm_name})
-    return AnnotationInstance(repo, inst, lm)
+    config: dict[str, Any] = {"format": FORMAT, "labelmap": lm_name}
+    if base is None:
+        if columns is not None or voxel_size is not None or base_dir is not None:
+            raise AnnotationArgumentError("columns, voxel_size and base_dir describe a base: pass base= as well")
+    else:
+        from napari_shardscope.core.annotation.base_import import build_base
+
+        if name in {i.name for i in repo.instances()}:
+            raise AnnotationArgumentError(f"repository already has an instance named {name!r}")
+        if base_dir is None:
+            if repo.path is None:
+                raise ArgumentError("a repository held in memory has no directory for the base's tables: pass "
+                                    "base_dir=")
+            base_dir = Path(repo.path) / BASES_DIR / name
+        built = build_base(base, base_dir, shape=lm.config.scales[0].shape, block=lm.config.block,
+                           columns=columns, voxel_size=voxel_size, format=base_format)
+        config = {"format": FORMAT, "labelmap": lm_name, "base": built.to_json()}
+    inst = repo.create_instance(name, TYPE_NAME, config)
+    made = AnnotationInstance(repo, inst, lm)
+    if base is not None:
+        # ids handed out later pass every base id (a repository-wide counter: every branch, every clone);
+        # reserving the largest base id itself leaves the counter where adding the base would have
+        if repo.id_source() is None:
+            repo.allocate_ids(ids_counter(name), 1, minimum=max(1, int(config["base"]["max_id"])))
+        else:
+            made.top_up_ids()  # a clone: blocks above the base from the remote (or at the first add, offline)
+    return made
 
 
 def annotation_config(inst: Instance) -> dict[str, Any]:
@@ -115,7 +167,8 @@ def annotation_config(inst: Instance) -> dict[str, Any]:
         raise AnnotationArgumentError(f"instance {inst.name!r} is a {inst.type}, not an {TYPE_NAME}")
     cfg = dict(inst.config)
     fmt = cfg.get("format")
-    if not isinstance(fmt, int) or isinstance(fmt, bool) or not isinstance(cfg.get("labelmap"), str):
+    if not isinstance(fmt, int) or isinstance(fmt, bool) or not isinstance(cfg.get("labelmap"), str) \
+            or ("base" in cfg and not isinstance(cfg["base"], Mapping)):
         raise AnnotationRecordError(f"annotation instance {inst.name!r} has a malformed configuration: {cfg!r}")
     if fmt > FORMAT:
         raise UnsupportedError(f"annotation instance {inst.name!r} was written in format {fmt}; this library "
@@ -206,8 +259,11 @@ def add_many(v: AnnotationVersion, kinds: Sequence[str] | str, points: Any, *, i
             out = list(got)
         else:
             out = chosen
-            taken = [i for i, raw in zip(out, w.get_many(inst, [K.record_key(i) for i in out]), strict=True)
-                     if raw is not None]
+            raws = w.get_many(inst, [K.record_key(i) for i in out])
+            in_base = backend.base.stored([i for i, raw in zip(out, raws, strict=True) if raw is None]) \
+                if backend.base is not None else {}
+            # a record (not a tombstone: b"" is a deleted base annotation) or a base annotation not rewritten
+            taken = [i for i, raw in zip(out, raws, strict=True) if raw or (raw is None and i in in_base)]
             if taken:
                 raise AnnotationExistsError(f"annotation {taken[0]} already exists at version {v.uuid[:8]}")
             if backend.repo.id_source() is None:

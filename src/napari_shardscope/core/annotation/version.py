@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 import numpy as np
 
 from napari_shardscope.core.annotation import keys as K
+from napari_shardscope.core.annotation.base import TOMBSTONE, UNKNOWN_SUPERVOXEL, AnnotationBase
 from napari_shardscope.core.annotation.errors import (
     AnnotationArgumentError,
     AnnotationExistsError,
@@ -73,6 +74,11 @@ class AnnotationBackend(Protocol):
     @property
     def name(self) -> str: ...
 
+    @property
+    def base(self) -> AnnotationBase | None:
+        """The imported annotations every version starts from (None: the instance started empty)."""
+        ...
+
     def top_up_ids(self) -> dict[str, int]:
         """In a clone, reserve more ids from the remote when few are left."""
         ...
@@ -113,16 +119,26 @@ def _corner(value: object) -> list[int] | None:
 
 
 def decode(aid: int, raw: bytes | None) -> Stored | None:
-    return None if raw is None else decode_record(aid, raw, key=f"annotation {aid}")
+    """A stored record value (None: no key; a base tombstone: deleted)."""
+    return None if raw is None or raw == TOMBSTONE else decode_record(aid, raw, key=f"annotation {aid}")
+
+
+def effective(base: AnnotationBase | None, aid: int, raw: bytes | None) -> Stored | None:
+    """Annotation ``aid`` as a version sees it: its stored record, else the base's (a tombstone hides that)."""
+    if raw is None and base is not None:
+        return base.stored([aid]).get(aid)
+    return decode(aid, raw)
 
 
 class Editor:
     """The keys one edit writes, with what each held before (reads see the edit's own writes)."""
 
-    def __init__(self, w: VersionWriter, instance: Instance, block: tuple[int, int, int]) -> None:
+    def __init__(self, w: VersionWriter, instance: Instance, block: tuple[int, int, int],
+                 base: AnnotationBase | None = None) -> None:
         self.w = w
         self.instance = instance
         self.block = block
+        self.base = base
         self.before: dict[bytes, bytes | None] = {}
         self.after: dict[bytes, bytes | None] = {}
         self.ids: set[int] = set()
@@ -136,7 +152,7 @@ class Editor:
         self.after[key] = value
 
     def get(self, aid: int) -> Stored | None:
-        return decode(aid, self.read(K.record_key(aid)))
+        return effective(self.base, aid, self.read(K.record_key(aid)))
 
     def require(self, aid: int) -> Stored:
         s = self.get(aid)
@@ -154,7 +170,8 @@ class Editor:
         for k in sorted(has - had):
             self.set(k, b"")
         edges_before = edge_items(old, self.get)
-        self.set(K.record_key(aid), None if new is None else encode_record(new))
+        gone = TOMBSTONE if self.base is not None and self.base.stored([aid]) else None
+        self.set(K.record_key(aid), gone if new is None else encode_record(new))
         edges_after = edge_items(new, self.get)
         for k in sorted(set(edges_before) - set(edges_after)):
             self.set(k, None)
@@ -260,7 +277,8 @@ class AnnotationVersion:
         """Annotation ``aid`` at this version (None: absent)."""
         aid = check_id(aid)
         with self.instance.repo.read(self.uuid) as view:
-            s = decode(aid, view.get(self.instance.instance, K.record_key(aid)))
+            raw = view.get(self.instance.instance, K.record_key(aid))
+        s = effective(self.instance.base, aid, raw)
         return None if s is None else s.annotation
 
     def get(self, aid: int) -> Annotation:
@@ -273,20 +291,27 @@ class AnnotationVersion:
     def all(self) -> list[Annotation]:
         """Every annotation at this version, by id (costs the instance's size)."""
         with self.instance.repo.read(self.uuid) as view:
-            return [self._decoded(k, v).annotation
-                    for k, v in view.scan(self.instance.instance, prefix=K.RECORD_PREFIX)]
-
-    def _decoded(self, key: bytes, raw: bytes) -> Stored:
-        aid = K.id_of_record_key(key)
-        s = decode(aid, raw)
-        assert s is not None
-        return s
+            stored = {K.id_of_record_key(k): v for k, v in view.scan(self.instance.instance, prefix=K.RECORD_PREFIX)}
+        out = {aid: s.annotation for aid, raw in stored.items() if (s := decode(aid, raw)) is not None}
+        base = self.instance.base
+        if base is not None:
+            for page in base.iter_stored():
+                out.update((aid, s.annotation) for aid, s in page.items() if aid not in stored)
+        return [out[i] for i in sorted(out)]
 
     def _records(self, view: VersionView, ids: Iterable[int]) -> list[Stored]:
+        """The records of ``ids`` at this version, by id (an id the base holds and this version deleted is left out)."""
         ids = sorted(set(ids))
         raws = view.get_many(self.instance.instance, [K.record_key(i) for i in ids])
+        base = self.instance.base
+        from_base = {} if base is None else base.stored([i for i, r in zip(ids, raws, strict=True) if r is None])
         out = []
         for aid, raw in zip(ids, raws, strict=True):
+            if raw == TOMBSTONE:
+                continue
+            if raw is None and aid in from_base:
+                out.append(from_base[aid])
+                continue
             if raw is None:
                 raise AnnotationRecordError(f"an index names annotation {aid}, whose record is missing at version "
                                             f"{self.uuid[:8]}")
@@ -319,6 +344,8 @@ class AnnotationVersion:
                     start = K.spatial_block_prefix((bz, by, b0[2]))
                     stop = K.spatial_block_prefix((bz, by, b1[2] + 1))
                     ids.extend(K.id_of_index_key(k) for k in view.keys(inst, start=start, stop=stop))
+            if self.instance.base is not None:
+                ids.extend(self.instance.base.ids_in_block_box(b0, b1).tolist())
             found = self._records(view, ids)
         return [s.annotation for s in found
                 if all(c <= p < h for c, p, h in zip(box_lo, s.annotation.point, box_hi, strict=True))]
@@ -354,12 +381,18 @@ class AnnotationVersion:
             for bz, by, bx in blocks.tolist():
                 prefix = K.spatial_block_prefix((bz, by, bx))
                 ids.extend(K.id_of_index_key(k) for k in view.keys(inst, prefix=prefix))
+            if self.instance.base is not None:
+                ids.extend(self.instance.base.ids_in_blocks(blocks).tolist())
             found = self._records(view, ids)
         if not found:
             return []
         svs = np.asarray([s.supervoxel for s in found], dtype=np.uint64)
-        exists = lm.exists(lm.state(self.uuid), svs)
-        bodies = lmv.bodies_of(svs)
+        known = svs != np.uint64(UNKNOWN_SUPERVOXEL)  # base records: read the voxel under the point
+        exists = np.zeros(svs.size, dtype=np.bool_)
+        bodies = np.zeros(svs.size, dtype=np.uint64)
+        if known.any():
+            exists[known] = lm.exists(lm.state(self.uuid), svs[known])
+            bodies[known] = lmv.bodies_of(svs[known])
         out = []
         for s, ok, b in zip(found, exists.tolist(), bodies.tolist(), strict=True):
             if s.supervoxel == 0:
@@ -430,7 +463,7 @@ class AnnotationVersion:
         b = self.instance
         b.top_up_ids()
         with b.edit_lock, b.repo.write(self.uuid) as w:
-            ed = Editor(w, b.instance, b.block)
+            ed = Editor(w, b.instance, b.block, b.base)
             result = change(ed)
             return commit_edit(w, b, ed, operation, args, user), result
 
@@ -580,7 +613,7 @@ class AnnotationVersion:
                 what = "edit to undo" if operation == "undo" else "undone edit to redo"
                 raise NothingToUndoError(f"annotation instance {b.name!r} has no {what} at version {self.uuid[:8]}")
             entry = read_mutation(w, b.repo, b.instance, top)
-            ed = Editor(w, b.instance, b.block)
+            ed = Editor(w, b.instance, b.block, b.base)
             for c in entry.changes:
                 if ed.read(c.key) != c.after:
                     raise AnnotationRecordError(f"{operation} of mutation {top}: key {c.key.hex()} no longer holds "

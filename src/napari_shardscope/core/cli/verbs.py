@@ -421,6 +421,38 @@ _REMOTE = "napari_shardscope.core.cli.remote"
 REMOTE_ARG = arg("remote", nargs="?", default=DEFAULT_REMOTE, help="remote name (default origin)")
 BRANCH_ARG = arg("branch", nargs="?", default="main", help="branch (default main)")
 
+# -- annotation -------------------------------------------------------------------------------------------
+_ANNOTATION = "napari_shardscope.core.cli.annotation"
+ANNOTATION_VERBS = (
+    VerbGroup("annotation", "annotation instances: synapses and points bound to a labelmap",
+              "Annotation instances (DVID's annotation type): points and synapses bound to a labelmap, "
+              "versioned like it.", (
+        Verb("import", lazy(_ANNOTATION, "cmd_import"),
+             "create an annotation instance whose base is a synapse table or precomputed annotations", (
+            REPOSITORY,
+            arg("name", metavar="NAME", help="the new annotation instance"),
+            arg("source", metavar="SOURCE",
+                help="a CSV, Parquet or Feather synapse table (CAVE or neuPrint columns) or a precomputed "
+                     "annotation source (path or URL)"),
+            arg("--labelmap", required=True, metavar="LABELMAP", help="the labelmap instance it is bound to"),
+            arg("--pre", default=None, metavar="COLS", help="pre sites: one x,y,z list column or X,Y,Z columns "
+                                                             "(default: CAVE's or neuPrint's names)"),
+            arg("--post", default=None, metavar="COLS", help="post sites, as --pre (none: a table of points)"),
+            arg("--id-column", default=None, metavar="COL", help="synapse ids (default: the row number)"),
+            arg("--properties", default=None, metavar="COLS",
+                help="comma-separated columns to keep (default: every other numeric or boolean column)"),
+            arg("--voxel-size", type=parse_floats, default=None, metavar="X,Y,Z",
+                help="the source is in nm: nm per voxel of the labelmap's scale 0"),
+            arg("--base-dir", default=None, metavar="DIR",
+                help="where the base tables go (default REPO/annotation-bases/NAME)"),
+            arg("--format", choices=("parquet", "zarr3"), default="parquet", help="base table format"),
+        ), description="Convert SOURCE once into two page-readable tables (by id, by block) beside the "
+           "repository and create annotation instance NAME on them: every version reads them where they are "
+           "and stores only its edits. Each synapse row becomes a pre and a post annotation (ids 2S+1, 2S+2) "
+           "linked PreSynTo/PostSynTo; other numeric columns become properties."),
+    )),
+)
+
 REMOTE_VERBS = (
     VerbGroup("remote", "remotes of a repository (buckets, directories)",
               "Remotes: URLs (s3://, gs://, a directory, file://; http(s):// read-only) to push to and fetch from.", (
@@ -485,5 +517,5 @@ REMOTE_VERBS = (
 
 
 #: The core verbs, in ``shardscope --help`` order.
-VERBS = (*INSPECT_VERBS, *REPO_VERBS, *EXPORT_VERBS, *LABELMAP_VERBS, *CONNECTOME_VERBS, *SERVE_VERBS,
-         *REMOTE_VERBS)
+VERBS = (*INSPECT_VERBS, *REPO_VERBS, *EXPORT_VERBS, *LABELMAP_VERBS, *ANNOTATION_VERBS, *CONNECTOME_VERBS,
+         *SERVE_VERBS, *REMOTE_VERBS)

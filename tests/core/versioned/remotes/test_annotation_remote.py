@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
+
 from napari_shardscope.core.annotation import create_annotation_instance, open_annotation_instance
 from napari_shardscope.core.annotation.remote import pull_merger
 from napari_shardscope.core.labelmap import open_labelmap
@@ -63,3 +65,46 @@ def test_clone_push_pull_of_annotations(base: Path, tmp_path: Path) -> None:
     assert a.verify() == []
     a.close()
     b.close()
+
+
+def test_clone_of_an_instance_whose_base_is_a_table_references_the_base(base: Path, tmp_path: Path) -> None:
+    """The base tables are referenced, like the labelmap's base volume and agglomeration table: push and
+    clone move only the instance record and its edits; the clone reads the base where the import wrote it,
+    hands out ids above the base's, and its tombstone of a base annotation travels back on pull."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from napari_shardscope.core.annotation import keys as K
+    from napari_shardscope.core.annotation.base_import import synapse_ids
+
+    rng = np.random.default_rng(3)
+    n = 30
+    table = pa.table({"id": np.arange(1000, 1000 + n), "pre_pt_position": rng.integers(0, [32, 32, 8], (n, 3)).tolist(),
+                      "post_pt_position": rng.integers(0, [32, 32, 8], (n, 3)).tolist(), "size": rng.integers(1, 9, n)})
+    pq.write_table(table, tmp_path / "syn.parquet")
+    remote_url = str(tmp_path / "remote")
+    a = make_repo(tmp_path / "a", base)
+    syn = create_annotation_instance(a, "synapses", labelmap="seg", base=tmp_path / "syn.parquet")
+    pre, post = (int(x[0]) for x in synapse_ids([1000]))
+    R.add_remote(a, "origin", remote_url)
+    R.push(a, "origin", "main")
+    assert not any("annotation-bases" in str(p) for p in Path(remote_url).rglob("*"))  # referenced, not copied
+
+    path, _ = R.clone(remote_url, tmp_path / "b")
+    b = open_repository(path)
+    syn_b = open_annotation_instance(b, "synapses")
+    assert syn_b.at("main").all() == syn.at("main").all()
+    assert len(syn_b.at("main").all()) == 2 * n
+    vb = b.new_version(b.head("main"))
+    syn_b.at(vb).delete(pre)
+    added = syn_b.at(vb).add("point", (1, 1, 1))
+    assert added.id > int(synapse_ids([1000 + n - 1])[1][0])
+    b.commit(vb, "clone edits")
+    R.push(b, "origin", "main")
+
+    R.pull(a, "origin", "main", merge=pull_merger())
+    m = open_annotation_instance(a, "synapses").at("main")
+    assert m.find(pre) is None and m.get(post).relationships == ()
+    assert m.get(added.id).point == (1, 1, 1)
+    with a.read("main") as view:
+        assert {K.id_of_record_key(k) for k in view.keys("synapses", prefix=K.RECORD_PREFIX)} == {pre, post, added.id}

@@ -1,0 +1,523 @@
+"""Import a synapse table or a precomputed annotation source as the base of an annotation instance, once.
+
+The input is read whole into columns (vectorised: no Python loop per row), checked, and written
+as the base's two sorted, page-readable tables (:mod:`.base`) in ``base_dir`` beside the
+repository. Nothing of it enters the versioned store: versions hold only edits over it.
+
+Inputs:
+
+* a **CSV, Parquet or Feather** synapse table as CAVE and neuPrint export them. CAVE: ``id``,
+  ``pre_pt_position`` / ``post_pt_position`` (list columns, x y z) or their ``_x``/``_y``/``_z``
+  columns; neuPrint: ``x_pre``, ``y_pre``, ``z_pre``, ``x_post``, ... ``bodyId_pre``,
+  ``confidence_post``. Other names through :class:`SynapseColumns`. A CSV has no random access, so
+  it is converted like every table: the tables written here are what is read afterwards;
+* a **precomputed annotation source** (``neuroglancer_annotations_v1``, local or a URL, read through
+  the one byte store): lines are synapses (``point_a`` pre, ``point_b`` post), points are points.
+
+Each synapse row becomes a ``pre`` and a ``post`` annotation linked ``PreSynTo``/``PostSynTo``;
+a row id ``S`` (the table's ``id`` column, or the row number) gives ids ``2S + 1`` (pre) and
+``2S + 2`` (post) — :func:`synapse_ids`. Other numeric and boolean columns become properties:
+a column named ``pre_*``/``pre_pt_*``/``*_pre`` goes on the pre site (without that affix),
+``post_*``/``*_post`` on the post site, any other on both. Coordinates are voxels of the
+labelmap's scale 0 unless ``voxel_size`` (nm per voxel, x y z) says the table is in nm; a
+non-integer coordinate is floored to the voxel holding it.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from napari_shardscope.core.annotation.base import MAX_BLOCKS, BaseConfig, BaseProperty, block_code
+from napari_shardscope.core.annotation.errors import AnnotationArgumentError, AnnotationTableError
+from napari_shardscope.core.annotation.model import MAX_ID
+from napari_shardscope.core.errors import ArgumentError, RefusedWriteError, UnsupportedFeatureError
+from napari_shardscope.core.tables import write_sorted_table
+
+U64 = npt.NDArray[np.uint64]
+I64 = npt.NDArray[np.int64]
+TABLE_SUFFIXES = (".csv", ".csv.gz", ".parquet", ".pq", ".feather", ".arrow", ".ipc")
+
+
+@dataclass(frozen=True)
+class SynapseColumns:
+    """Which columns of a synapse table hold what.
+
+    ``pre`` / ``post``: one list column of (x, y, z) or three columns x, y, z; ``post=None`` for a
+    table of points. ``id``: the synapse id column (None: the row number). ``properties``: the
+    columns to keep (None: every other numeric or boolean column).
+    """
+
+    pre: str | tuple[str, str, str]
+    post: str | tuple[str, str, str] | None = None
+    id: str | None = None
+    properties: tuple[str, ...] | None = None
+
+
+#: CAVE's synapse tables (position list columns, or their split ``_x/_y/_z`` columns).
+CAVE = SynapseColumns("pre_pt_position", "post_pt_position", "id")
+#: neuPrint's synapse connections export.
+NEUPRINT = SynapseColumns(("x_pre", "y_pre", "z_pre"), ("x_post", "y_post", "z_post"))
+
+
+def synapse_ids(synapse: npt.ArrayLike) -> tuple[U64, U64]:
+    """The annotation ids of synapse ids ``synapse``: ``2S + 1`` for the pre site, ``2S + 2`` for the post."""
+    s = np.asarray(synapse, dtype=np.uint64)
+    return s * np.uint64(2) + np.uint64(1), s * np.uint64(2) + np.uint64(2)
+
+
+def detect_columns(names: Sequence[str], *, where: str) -> SynapseColumns:
+    """The layout of a table from its column names (CAVE or neuPrint), or an error naming what is missing."""
+    have = set(names)
+    if {"pre_pt_position", "post_pt_position"} <= have:
+        return SynapseColumns(CAVE.pre, CAVE.post, "id" if "id" in have else None)
+    if all(f"pre_pt_position_{a}" in have and f"post_pt_position_{a}" in have for a in "xyz"):
+        return SynapseColumns(tuple(f"pre_pt_position_{a}" for a in "xyz"),  # type: ignore[arg-type]
+                              tuple(f"post_pt_position_{a}" for a in "xyz"),  # type: ignore[arg-type]
+                              "id" if "id" in have else None)
+    if set(NEUPRINT.pre) | set(NEUPRINT.post or ()) <= have:
+        return SynapseColumns(NEUPRINT.pre, NEUPRINT.post, None)
+    if {"x", "y", "z"} <= have:
+        return SynapseColumns(("x", "y", "z"), None, "id" if "id" in have else None)
+    raise AnnotationArgumentError(
+        f"{where}: cannot tell which columns hold the synapse sites (columns: {', '.join(names)}); name them: "
+        f"columns=SynapseColumns(pre=('x_pre', 'y_pre', 'z_pre'), post=(...), id=...)")
+
+
+# -- reading the input --------------------------------------------------------------------------------------
+def _pyarrow() -> Any:
+    try:
+        import pyarrow
+        import pyarrow.compute
+        import pyarrow.csv
+        import pyarrow.feather
+        import pyarrow.parquet
+    except ImportError as exc:
+        raise UnsupportedFeatureError("synapse tables", detail="install pyarrow: pip install "
+                                      "'napari-shardscope[tables]'") from exc
+    return pyarrow
+
+
+def read_table_file(path: str | os.PathLike[str]) -> Any:
+    """The whole table at ``path`` (CSV, Parquet file or directory, Feather) as a pyarrow Table."""
+    pa = _pyarrow()
+    p = Path(path)
+    name = p.name.lower()
+    if not p.exists():
+        raise AnnotationArgumentError(f"{p}: no such synapse table")
+    try:
+        if name.endswith((".csv", ".csv.gz")):
+            return pa.csv.read_csv(p)
+        if name.endswith((".feather", ".arrow", ".ipc")):
+            return pa.feather.read_table(p)
+        if p.is_file():  # ParquetFile: read_table would import pyarrow.dataset (seconds, on a cold start)
+            with pa.parquet.ParquetFile(p) as fh:
+                return fh.read()
+        return pa.parquet.read_table(p)
+    except (pa.ArrowException, OSError, ValueError) as exc:
+        raise AnnotationTableError(f"not a readable table ({exc})", key=str(p)) from exc
+
+
+def _np(col: Any) -> npt.NDArray[Any]:
+    """A pyarrow (chunked) numeric or boolean array as numpy, zero-copy where the layout allows.
+
+    ``to_numpy(zero_copy_only=False)`` imports pandas (seconds on a cold start, more than the import
+    of 10⁶ synapses): booleans go through uint8 and a float column's empty cells become NaN first.
+    """
+    pa = _pyarrow()
+    arr = col.combine_chunks() if hasattr(col, "combine_chunks") else col
+    if pa.types.is_boolean(arr.type):
+        return _np(pa.compute.cast(arr.fill_null(False), pa.uint8())).astype(np.bool_)
+    if arr.null_count:
+        arr = arr.fill_null(float("nan") if pa.types.is_floating(arr.type) else 0)
+    name = str(arr.type)
+    dtype = np.dtype({"float": "float32", "double": "float64", "halffloat": "float16"}.get(name, name))
+    out: npt.NDArray[Any] = np.frombuffer(arr.buffers()[1], dtype=dtype, count=arr.offset + len(arr))
+    return out[arr.offset:]
+
+
+class _Cols:
+    """Column access on a pyarrow Table with checks whose errors name the file, column and row."""
+
+    def __init__(self, table: Any, where: str) -> None:
+        self.pa = _pyarrow()
+        self.table = table
+        self.where = where
+        self.names = [str(n) for n in table.column_names]
+
+    def _column(self, name: str) -> Any:
+        if name not in self.names:
+            raise AnnotationTableError(f"has no column {name!r} (columns: {', '.join(self.names)})", key=self.where)
+        col = self.table.column(name)
+        if col.null_count:
+            row = int(np.flatnonzero(_np(col.is_null()))[0])
+            raise AnnotationTableError(f"column {name!r}, row {row}: no value", key=self.where)
+        return col
+
+    def numeric(self, name: str) -> npt.NDArray[Any]:
+        col = self._column(name)
+        t = col.type
+        pa = self.pa
+        if not (pa.types.is_integer(t) or pa.types.is_floating(t)):
+            raise AnnotationTableError(f"column {name!r} is {t}, not a number", key=self.where)
+        return _np(col)
+
+    def xyz(self, spec: str | tuple[str, str, str]) -> npt.NDArray[Any]:
+        """``(n, 3)`` x, y, z values of one list column or three columns."""
+        if isinstance(spec, str):
+            col = self._column(spec)
+            pa = self.pa
+            if not (pa.types.is_list(col.type) or pa.types.is_fixed_size_list(col.type)
+                    or pa.types.is_large_list(col.type)):
+                raise AnnotationTableError(f"column {spec!r} is {col.type}, not a list of x, y, z", key=self.where)
+            col = col.combine_chunks()
+            lengths = _np(pa.compute.list_value_length(col))
+            bad = np.flatnonzero(lengths != 3)
+            if bad.size:
+                raise AnnotationTableError(f"column {spec!r}, row {int(bad[0])}: {int(lengths[bad[0]])} values, "
+                                           f"not x, y, z", key=self.where)
+            flat = pa.compute.list_flatten(col)
+            if flat.null_count:
+                row = int(np.flatnonzero(_np(flat.is_null()))[0]) // 3
+                raise AnnotationTableError(f"column {spec!r}, row {row}: no value", key=self.where)
+            if not (pa.types.is_integer(flat.type) or pa.types.is_floating(flat.type)):
+                raise AnnotationTableError(f"column {spec!r} holds {flat.type}, not numbers", key=self.where)
+            return _np(flat).reshape(-1, 3)
+        return np.stack([self.numeric(c) for c in spec], axis=1)
+
+
+def to_voxels(xyz: npt.NDArray[Any], *, columns: str, where: str, shape: tuple[int, int, int],
+              voxel_size: Sequence[float] | None) -> I64:
+    """``(n, 3)`` x, y, z (voxels, or nm with ``voxel_size``) → ``(n, 3)`` int64 z, y, x inside ``shape``."""
+    v = xyz
+    if v.dtype.kind == "f" or voxel_size is not None:
+        v = v.astype(np.float64)
+        bad = np.flatnonzero(~np.isfinite(v).all(axis=1))
+        if bad.size:
+            raise AnnotationTableError(f"columns {columns}, row {int(bad[0])}: coordinate {v[bad[0]].tolist()} "
+                                       f"is not a finite number", key=where)
+        if voxel_size is not None:
+            v = v / np.asarray(voxel_size, dtype=np.float64)
+        v = np.floor(v)
+        lim = float(2**62)
+        big = np.flatnonzero((np.abs(v) >= lim).any(axis=1))
+        if big.size:
+            raise AnnotationTableError(f"columns {columns}, row {int(big[0])}: coordinate {v[big[0]].tolist()} "
+                                       f"is out of range", key=where)
+    elif v.dtype.kind == "u" and v.size and int(v.max()) >= 2**62:
+        row = int(np.flatnonzero((v >= 2**62).any(axis=1))[0])
+        raise AnnotationTableError(f"columns {columns}, row {row}: coordinate {v[row].tolist()} is out of range",
+                                   key=where)
+    zyx = np.ascontiguousarray(v[:, ::-1].astype(np.int64))
+    outside = np.flatnonzero(((zyx < 0) | (zyx >= np.asarray(shape, dtype=np.int64))).any(axis=1))
+    if outside.size:
+        r = int(outside[0])
+        raise AnnotationTableError(
+            f"columns {columns}, row {r}: voxel (z, y, x) {tuple(zyx[r].tolist())} is outside the labelmap's scale-0 "
+            f"shape {shape} ({outside.size} row(s) outside; is the table in nm? pass voxel_size)", key=where)
+    return zyx
+
+
+def _kinds_of(column: str) -> tuple[str, tuple[str, ...]]:
+    """A property column's name on the annotations and which sites carry it (the affix rule)."""
+    for pattern, kinds in ((r"^pre_pt_(.+)$", ("pre",)), (r"^post_pt_(.+)$", ("post",)),
+                           (r"^pre_(.+)$", ("pre",)), (r"^post_(.+)$", ("post",)),
+                           (r"^(.+)_pre$", ("pre",)), (r"^(.+)_post$", ("post",))):
+        m = re.match(pattern, column)
+        if m:
+            return m.group(1), kinds
+    return column, ("pre", "post")
+
+
+@dataclass
+class Sites:
+    """The annotations of a base as columns, before sorting (what both inputs produce)."""
+
+    ids: U64
+    layout: str  # "synapses" (ids 2S+1 pre, 2S+2 post) or "points"
+    zyx: I64
+    properties: list[tuple[BaseProperty, npt.NDArray[Any]]]
+
+
+def _check_ids(ids: npt.NDArray[Any], *, column: str, where: str, pairs: bool) -> U64:
+    if ids.dtype.kind not in "iu":
+        raise AnnotationTableError(f"column {column!r} is {ids.dtype}, not integer ids", key=where)
+    if ids.dtype.kind == "i" and ids.size and int(ids.min()) < 0:
+        r = int(np.flatnonzero(ids < 0)[0])
+        raise AnnotationTableError(f"column {column!r}, row {r}: negative id {int(ids[r])}", key=where)
+    out = ids.astype(np.uint64)
+    top = (MAX_ID - 2) // 2 if pairs else MAX_ID
+    low = 0 if pairs else 1
+    bad = np.flatnonzero((out > np.uint64(top)) | (out < np.uint64(low)))
+    if bad.size:
+        r = int(bad[0])
+        raise AnnotationTableError(f"column {column!r}, row {r}: id {int(out[r])} is outside {low}..{top}",
+                                   key=where)
+    order = np.argsort(out, kind="stable")
+    s = out[order]
+    dup = np.flatnonzero(s[1:] == s[:-1])
+    if dup.size:
+        a, b = sorted((int(order[dup[0]]), int(order[dup[0] + 1])))
+        raise AnnotationTableError(f"column {column!r}: rows {a} and {b} have the same id {int(s[dup[0]])}",
+                                   key=where)
+    return out
+
+
+def sites_from_table(table: Any, *, where: str, columns: SynapseColumns | None, shape: tuple[int, int, int],
+                     voxel_size: Sequence[float] | None) -> Sites:
+    """The annotations of a synapse (or point) table, vectorised."""
+    c = _Cols(table, where)
+    cols = columns or detect_columns(c.names, where=where)
+    n = int(table.num_rows)
+    pre = to_voxels(c.xyz(cols.pre), columns=_name(cols.pre), where=where, shape=shape, voxel_size=voxel_size)
+    post = None if cols.post is None else to_voxels(c.xyz(cols.post), columns=_name(cols.post), where=where,
+                                                    shape=shape, voxel_size=voxel_size)
+    pairs = post is not None
+    if cols.id is not None:
+        sid = _check_ids(c.numeric(cols.id), column=cols.id, where=where, pairs=pairs)
+    else:
+        sid = np.arange(n, dtype=np.uint64) + np.uint64(0 if pairs else 1)
+    used = {cols.id} | _used(cols.pre) | _used(cols.post)
+    wanted = cols.properties
+    names = [x for x in c.names if x not in used] if wanted is None else list(wanted)
+    props: list[tuple[BaseProperty, npt.NDArray[Any]]] = []
+    seen: dict[tuple[str, str], str] = {}
+    for i, col_name in enumerate(names):
+        if col_name not in c.names:
+            raise AnnotationTableError(f"has no column {col_name!r} (columns: {', '.join(c.names)})", key=where)
+        t = table.column(col_name).type
+        pa = c.pa
+        if not (pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_boolean(t)):
+            if wanted is None:
+                continue  # text, lists, timestamps: not properties of a base (named in the docs)
+            raise AnnotationTableError(f"column {col_name!r} is {t}; a base property is a number or a boolean",
+                                       key=where)
+        col = table.column(col_name)
+        if col.null_count and not pa.types.is_floating(t):
+            row = int(np.flatnonzero(_np(col.is_null()))[0])
+            raise AnnotationTableError(f"column {col_name!r}, row {row}: no value (only a float column may have "
+                                       f"empty cells)", key=where)
+        arr = _np(col)
+        if arr.dtype == object:
+            arr = arr.astype(np.float64)
+        prop, kinds = _kinds_of(col_name) if pairs else (col_name, ("point",))
+        for k in kinds:
+            if (prop, k) in seen:
+                raise AnnotationTableError(f"columns {seen[(prop, k)]!r} and {col_name!r} both give the {k} sites' "
+                                           f"property {prop!r}; choose one with columns=SynapseColumns(properties=...)",
+                                           key=where)
+            seen[(prop, k)] = col_name
+        typ = "bool" if arr.dtype == np.bool_ else "float" if arr.dtype.kind == "f" else "int"
+        if typ == "float":
+            arr = arr.astype(np.float64)
+        props.append((BaseProperty(prop, f"p{i}", typ, kinds), arr))
+    return _sites(sid, pre, post, props)
+
+
+def _name(spec: str | tuple[str, str, str]) -> str:
+    return repr(spec) if isinstance(spec, str) else "/".join(spec)
+
+
+def _used(spec: str | tuple[str, str, str] | None) -> set[str | None]:
+    if spec is None:
+        return set()
+    return {spec} if isinstance(spec, str) else set(spec)
+
+
+def _sites(sid: U64, pre: I64, post: I64 | None, props: list[tuple[BaseProperty, npt.NDArray[Any]]]) -> Sites:
+    """Interleave pre and post sites (ids 2S+1, 2S+2) or take points (id S); property columns follow.
+
+    Rows are put in synapse-id order first (one sort of ``n`` rows), so the interleaved ids are sorted.
+    """
+    n = sid.size
+    if n > 1 and bool((sid[1:] < sid[:-1]).any()):
+        order = np.argsort(sid)
+        sid, pre = sid[order], pre[order]
+        post = None if post is None else post[order]
+        props = [(p, arr[order]) for p, arr in props]
+    if post is None:
+        return Sites(sid, "points", pre, props)
+    a, b = synapse_ids(sid)
+    ids = np.empty(2 * n, np.uint64)
+    ids[0::2], ids[1::2] = a, b
+    zyx = np.empty((2 * n, 3), np.int64)
+    zyx[0::2], zyx[1::2] = pre, post
+    out = []
+    for p, arr in props:
+        both = np.empty(2 * n, arr.dtype)
+        both[0::2] = arr
+        both[1::2] = arr
+        out.append((p, both))
+    return Sites(ids, "synapses", zyx, out)
+
+
+def sites_from_precomputed(source: Any, *, where: str, shape: tuple[int, int, int],
+                           voxel_size: Sequence[float] | None) -> Sites:
+    """The annotations of a precomputed annotation collection: lines are synapses, points are points."""
+    schema = source.schema
+    kind = schema.annotation_type
+    if kind not in ("point", "line"):
+        raise UnsupportedFeatureError(f"importing {kind} annotations", detail="a base holds points and lines "
+                                      "(synapses)")
+    dims = [d.name for d in schema.dimensions]
+    if sorted(dims) != ["x", "y", "z"]:
+        raise AnnotationTableError(f"annotation dimensions are {dims}; an import needs x, y and z", key=where)
+    order = [dims.index(a) for a in "xyz"]
+    scale_nm = np.asarray([schema.dimensions[i].scale * _unit_nm(schema.dimensions[i].unit, where)
+                           for i in order], dtype=np.float64)
+    ids_parts, geo_parts = [], []
+    prop_parts: dict[str, list[npt.NDArray[Any]]] = {p.id: [] for p in schema.properties}
+    rel_parts: dict[str, list[U64]] = {r: [] for r in schema.relationships}
+    for batch in source.iter_batches():
+        ids_parts.append(np.asarray(batch.ids, dtype=np.uint64))
+        geo_parts.append(np.asarray(batch.geometry, dtype=np.float64))
+        for p in schema.properties:
+            prop_parts[p.id].append(np.asarray(batch.properties[p.id]))
+        for r in schema.relationships:
+            rel = (batch.relationships or {}).get(r)
+            first = np.zeros(len(batch), np.uint64)
+            if rel is not None:
+                has = rel.counts > 0
+                first[has] = rel.values[rel.offsets[:-1][has]]
+            rel_parts[r].append(first)
+    ids = np.concatenate(ids_parts) if ids_parts else np.zeros(0, np.uint64)
+    rank = len(dims)
+    geo = np.concatenate(geo_parts) if geo_parts else np.zeros((0, 2 * rank if kind == "line" else rank))
+
+    def voxels(cols: npt.NDArray[Any], what: str) -> I64:
+        xyz = cols[:, order] * (scale_nm / np.asarray(voxel_size, dtype=np.float64) if voxel_size is not None
+                                else 1.0)
+        return to_voxels(xyz, columns=what, where=where, shape=shape, voxel_size=None)
+
+    props: list[tuple[BaseProperty, npt.NDArray[Any]]] = []
+    for i, p in enumerate(schema.properties):
+        if p.components != 1:
+            continue  # rgb / rgba colours: display hints, not properties of a synapse
+        arr = np.concatenate(prop_parts[p.id]) if prop_parts[p.id] else np.zeros(0, p.dtype)
+        labels = None
+        typ = "float" if arr.dtype.kind == "f" else "int"
+        if p.enum_values is not None and p.enum_labels is not None:
+            typ = "enum"
+            labels = {str(int(v) if typ != "float" and float(v).is_integer() else v): lab
+                      for v, lab in zip(p.enum_values, p.enum_labels, strict=True)}
+        if typ == "float":
+            arr = arr.astype(np.float64)
+        kinds = ("pre", "post") if kind == "line" else ("point",)
+        props.append((BaseProperty(p.id, f"p{i}", typ, kinds, labels), arr))
+    for j, r in enumerate(schema.relationships):
+        arr = np.concatenate(rel_parts[r]) if rel_parts[r] else np.zeros(0, np.uint64)
+        kinds = ("pre", "post") if kind == "line" else ("point",)
+        props.append((BaseProperty(r, f"r{j}", "int", kinds), arr))
+    if kind == "line":
+        pre, post = voxels(geo[:, :rank], "point_a"), voxels(geo[:, rank:], "point_b")
+        sid = _check_ids(ids, column="id", where=where, pairs=True)
+        return _sites(sid, pre, post, props)
+    sid = _check_ids(ids, column="id", where=where, pairs=False)
+    return _sites(sid, voxels(geo, "point"), None, props)
+
+
+def _unit_nm(unit: str, where: str) -> float:
+    factors = {"m": 1e9, "mm": 1e6, "um": 1e3, "µm": 1e3, "nm": 1.0, "pm": 1e-3, "": 1.0}
+    if unit not in factors:
+        raise AnnotationTableError(f"dimension unit {unit!r} is not a length", key=where)
+    return factors[unit]
+
+
+# -- writing the base ---------------------------------------------------------------------------------------
+def write_base(sites: Sites, base_dir: str | os.PathLike[str], *, block: tuple[int, int, int],
+               shape: tuple[int, int, int], source: str, format: str = "parquet",
+               overwrite: bool = False) -> BaseConfig:
+    """Sort the sites by id and by block, and write the records and spatial tables into ``base_dir``."""
+    grid = [-(-s // b) for s, b in zip(shape, block, strict=True)]
+    if max(grid) > MAX_BLOCKS:
+        raise UnsupportedFeatureError(f"a labelmap of {grid} blocks per axis", detail=f"a base indexes at most "
+                                      f"{MAX_BLOCKS} blocks per axis")
+    root = Path(base_dir)
+    if root.exists() and any(root.iterdir()) and not overwrite:
+        raise RefusedWriteError(f"{root}: a base is already there; choose another base_dir or pass overwrite=True")
+    root.mkdir(parents=True, exist_ok=True)
+    ids = sites.ids
+    order = np.argsort(ids, kind="stable") if ids.size > 1 and bool((ids[1:] < ids[:-1]).any()) else None
+
+    def sort(a: npt.NDArray[Any]) -> npt.NDArray[Any]:
+        return a if order is None else a[order]
+
+    zyx = sort(sites.zyx)
+    keys = sort(ids)
+    # int32: a labelmap's scale 0 is below 2**31 voxels per axis (its block grid is checked above)
+    cols: dict[str, npt.NDArray[Any]] = {a: zyx[:, i].astype(np.int32) for i, a in enumerate("zyx")}
+    for p, arr in sites.properties:
+        cols[p.column] = sort(arr)
+    b = zyx // np.asarray(block, dtype=np.int64)
+    codes = block_code(b[:, 0], b[:, 1], b[:, 2])
+    by_block = np.argsort(codes, kind="stable")  # keys are sorted: this orders by (block, id)
+    ext = ".parquet" if format == "parquet" else ".zarr"
+    records_url, spatial_url = str(root / f"records{ext}"), str(root / f"spatial{ext}")
+    # lz4: a Parquet base is written 3x faster than with zstd, for a fifth more bytes
+    options: dict[str, Any] = {"format": format}
+    if format == "parquet":
+        options["compression"] = "lz4"
+    # the two tables are written at once: the writers spend their time in pyarrow / numpy, GIL released
+    with ThreadPoolExecutor(2) as pool:
+        jobs = [pool.submit(write_sorted_table, records_url, [(keys, cols)], key="id", overwrite=overwrite,
+                            **options),
+                pool.submit(write_sorted_table, spatial_url, [(codes[by_block], {"id": keys[by_block]})],
+                            key="block", unique=False, overwrite=overwrite, **options)]
+        for job in jobs:
+            job.result()
+    return BaseConfig(records_url, spatial_url, int(keys.size), int(keys[-1]) if keys.size else 0, block, source,
+                      sites.layout, tuple(p for p, _ in sites.properties))
+
+
+def build_base(source: Any, base_dir: str | os.PathLike[str], *, shape: tuple[int, int, int],
+               block: tuple[int, int, int], columns: SynapseColumns | Mapping[str, Any] | None = None,
+               voxel_size: Sequence[float] | None = None, format: str = "parquet",
+               overwrite: bool = False) -> BaseConfig:
+    """Read ``source`` (a table file or a precomputed annotation source) and write its base tables."""
+    if voxel_size is not None:
+        vs = [float(v) for v in voxel_size]
+        if len(vs) != 3 or not all(np.isfinite(v) and v > 0 for v in vs):
+            raise AnnotationArgumentError(f"voxel_size is three positive nm sizes (x, y, z), got {voxel_size!r}")
+        voxel_size = vs
+    if isinstance(columns, Mapping):
+        columns = SynapseColumns(**columns)
+    if format not in ("parquet", "zarr3"):
+        raise ArgumentError(f"base table format must be parquet or zarr3, got {format!r}")
+    if is_table_file(source):
+        where = str(Path(source).resolve())
+        sites = sites_from_table(read_table_file(source), where=where, columns=columns, shape=shape,
+                                 voxel_size=voxel_size)
+    else:
+        from napari_shardscope.core.formats.annotations import open_annotations
+        from napari_shardscope.core.formats.precomputed.annotations.reader import AnnotationSource
+
+        if columns is not None:
+            raise AnnotationArgumentError("columns= names the columns of a table; a precomputed source has none")
+        src = source if isinstance(source, AnnotationSource) else open_annotations(_url(source))
+        where = src.store.url
+        sites = sites_from_precomputed(src, where=where, shape=shape, voxel_size=voxel_size)
+    return write_base(sites, base_dir, block=block, shape=shape, source=where, format=format, overwrite=overwrite)
+
+
+def _url(source: Any) -> str:
+    text = os.fspath(source)
+    return text if "://" in text else str(Path(text).resolve())
+
+
+def is_table_file(source: Any) -> bool:
+    """Whether ``source`` names a table file (by its suffix, or a local directory of Parquet files)."""
+    if not isinstance(source, str | os.PathLike):
+        return False
+    text = os.fspath(source)
+    if text.lower().rstrip("/").endswith(TABLE_SUFFIXES):
+        return True
+    p = Path(text)
+    return "://" not in text and p.is_dir() and not (p / "info").exists() and any(p.glob("*.parquet"))
