@@ -29,7 +29,7 @@ from napari_shardscope.core.annotation import (
     plan_annotation_merge,
 )
 from napari_shardscope.core.annotation import keys as K
-from napari_shardscope.core.annotation.version import block_of
+from napari_shardscope.core.annotation.editing import block_of
 from napari_shardscope.core.labelmap import create_labelmap
 from napari_shardscope.core.versioned import CommittedVersionError, Repository, create_repository
 from tests.core.labelmap.volumes import voronoi_supervoxels, write_precomputed

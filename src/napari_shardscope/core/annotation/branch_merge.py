@@ -26,10 +26,10 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from napari_shardscope.core.annotation import keys as K
+from napari_shardscope.core.annotation.editing import AnnotationBackend, Editor, commit_edit, decode, effective
 from napari_shardscope.core.annotation.errors import AnnotationArgumentError, AnnotationError
 from napari_shardscope.core.annotation.model import Annotation, encode_record
 from napari_shardscope.core.annotation.mutations import AnnotationMutation
-from napari_shardscope.core.annotation.version import AnnotationBackend, Editor, commit_edit, decode, effective
 from napari_shardscope.core.errors import ConflictError
 from napari_shardscope.core.labelmap import Labelmap
 from napari_shardscope.core.labelmap.branch_merge import BranchMergeResult, merge_branches

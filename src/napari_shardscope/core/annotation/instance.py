@@ -204,6 +204,7 @@ def add_many(v: AnnotationVersion, kinds: Sequence[str] | str, points: Any, *, i
     """
     from napari_shardscope.core.annotation import keys as K
     from napari_shardscope.core.annotation import synapse_index as S
+    from napari_shardscope.core.annotation.editing import block_of, default_user
     from napari_shardscope.core.annotation.errors import AnnotationExistsError
     from napari_shardscope.core.annotation.model import (
         KINDS,
@@ -216,7 +217,6 @@ def add_many(v: AnnotationVersion, kinds: Sequence[str] | str, points: Any, *, i
     )
     from napari_shardscope.core.annotation.mutations import AnnotationMutation
     from napari_shardscope.core.annotation.points import supervoxels_at
-    from napari_shardscope.core.annotation.version import block_of, default_user
 
     backend = v.instance
     pts = np.asarray(points)
