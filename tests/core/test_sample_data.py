@@ -172,7 +172,8 @@ def test_cloudvolume_reads_the_sample(sample: SampleDataset) -> None:  # noqa: F
 
 
 def test_demo_screenshot(tmp_path: Path, sample: SampleDataset) -> None:  # noqa: F811
-    """``shardscope demo --screenshot`` renders the sample (under pytest-xvfb's display)."""
+    """``shardscope demo --screenshot`` renders the sample (under pytest-xvfb's display). Also the ``demo`` verb's
+    piped run of tests/core/cli/test_every_verb.py (its ``RUN_ELSEWHERE``): exit 0, no internal error."""
     import imageio.v3 as iio
 
     assert os.environ.get("DISPLAY"), "pytest-xvfb provides a display"
@@ -181,6 +182,7 @@ def test_demo_screenshot(tmp_path: Path, sample: SampleDataset) -> None:  # noqa
                             capture_output=True, text=True, timeout=180,
                             env={**os.environ, "SHARDSCOPE_CACHE_DIR": str(sample.root.parent)})
     assert result.returncode == 0, result.stderr
+    assert "internal error" not in result.stderr and "Traceback" not in result.stderr, result.stderr
     pixels = iio.imread(out)[..., :3]
     assert pixels.shape[:2] == (1000, 1600)  # the whole window (data and the docked panels), not a squeezed canvas
     assert pixels.std() > 20

@@ -36,7 +36,8 @@ import pytest
 from napari_shardscope.cli import GUI_VERB_MODULES
 from napari_shardscope.core.cli import run
 from napari_shardscope.core.cli.parser import build_parser
-from tests.core.cli.verb_batch import MARKER
+from tests.cli_batch import SCRIPT as BATCH
+from tests.cli_batch import split_cases
 from tests.core.labelmap.test_labelmap import dumbbell
 from tests.core.labelmap.volumes import write_precomputed
 from tests.volume_cases import sample  # noqa: F401  (fixture: the demo's cached sample)
@@ -236,11 +237,19 @@ def test_every_verb_has_a_case() -> None:
 GUI_VERBS = ("open", "demo")
 
 
+#: Runs another test makes already, with the same command line, output streams and checks (and more): not
+#: started twice. ``shardscope demo --screenshot`` piped is tests/core/test_sample_data.py::test_demo_screenshot
+#: (which also checks what the screenshot shows); each napari start costs about ten seconds of CPU.
+RUN_ELSEWHERE = {("demo", "pipe")}
+
+
 def runs() -> Iterator[tuple[str, str]]:
     for verb in sorted(VERBS):
         for mode in MODES:
             if mode == "json" and not takes_json(VERBS[verb]):
                 continue  # documented: the GUI verbs print nothing to parse
+            if (verb, mode) in RUN_ELSEWHERE:
+                continue
             yield verb, mode
 
 
@@ -327,11 +336,8 @@ def prepared_world(template: Path, root: Path, case: Case) -> World:
     return world
 
 
-BATCH = Path(__file__).with_name("verb_batch.py")
-
-
 def run_batch(mode: str, template: Path, where: Path) -> dict[str, Outcome]:
-    """Every non-GUI verb in one process (``verb_batch.py``), its output cut into one piece per verb.
+    """Every non-GUI verb in one process (``tests/cli_batch.py``), its output cut into one piece per verb.
 
     Each verb runs through the console script's ``main`` exactly as ``shardscope VERB ...`` would, on
     stdout/stderr that are pipes or a terminal; only Python's start-up is shared.
@@ -355,20 +361,6 @@ def run_batch(mode: str, template: Path, where: Path) -> dict[str, Outcome]:
     outs = split_cases(whole.stdout, len(verbs))
     errs = outs if mode == "terminal" else split_cases(whole.stderr, len(verbs))
     return {v: Outcome(codes[i], outs[i], errs[i]) for i, v in enumerate(verbs)}
-
-
-def split_cases(text: str, n: int) -> list[str]:
-    """``text`` cut at the batch's marker lines: the output of each case (a terminal writes CR LF)."""
-    text = text.replace("\r\n", "\n")
-    pieces = []
-    for i in range(n):
-        marker = f"\n{MARKER.format(i)}\n"
-        head, found, text = text.partition(marker)
-        assert found, f"no marker for case {i}"
-        if i:
-            pieces.append(head)
-    pieces.append(text)
-    return pieces
 
 
 @pytest.fixture(scope="module")

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from napari_shardscope.core.cli import run
+from tests.cli_batch import run_commands
 from tests.precomputed_data import SHARDING_MURMUR_GZIP, write_ts_volume
 
 
@@ -74,8 +75,7 @@ def test_locate_and_ls_agree(volume: Path, capsys: pytest.CaptureFixture[str]) -
 
 
 def test_bad_arguments_exit_2_and_a_missing_dataset_3(volume: Path) -> None:
-    base = [sys.executable, "-m", "napari_shardscope"]
-    for argv, code in (
+    cases = (
         (["locate", str(volume), "--voxel", "1,2"], 2),
         (["locate", str(volume), "--voxel", "a,b,c"], 2),
         (["locate", str(volume)], 2),
@@ -86,8 +86,9 @@ def test_bad_arguments_exit_2_and_a_missing_dataset_3(volume: Path) -> None:
         (["ls", str(volume), "--shard", "-1"], 2),
         (["ls", str(volume), "--shard", str(1 << 40)], 2),
         (["inspect", str(volume.parent / "none")], 3),
-    ):
-        proc = subprocess.run([*base, *argv], capture_output=True, text=True)
+    )
+    # the command lines in one child process (tests/cli_batch.py): each prints and returns as on its own
+    for (argv, code), proc in zip(cases, run_commands([argv for argv, _ in cases]), strict=True):
         assert proc.returncode == code, (argv, proc.stderr)
         assert proc.stderr.strip() and "Traceback" not in proc.stderr
 

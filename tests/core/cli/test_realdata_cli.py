@@ -26,8 +26,9 @@ from pathlib import PurePosixPath
 import pytest
 
 from napari_shardscope.core.cli import run
+from tests.cli_batch import run_commands
 from tests.core.formats.test_consistency import DIRS
-from tests.realdata import NO_REALDATA, REALDATA, have_realdata
+from tests.realdata import NO_REALDATA, REALDATA, have_realdata, missing
 
 #: ``validate`` findings the datasets really have (see ../shared/realdata/README.md), each a text validate prints.
 KNOWN_PROBLEMS = {"ngscripts_sharded/zlib_as_gzip": ("bad gzip data", "the bytes are a zlib stream, not gzip"),
@@ -164,16 +165,29 @@ def test_a_path_above_a_dataset_names_it_as_a_user_runs_it() -> None:
 SHARDED_MULTILOD = ("crantb_mesh_sharded", "noduli_seg_head/mesh", "igneous_pinky_sharded/mesh_mip_0_err_40.0")
 
 
+@pytest.fixture(scope="module")
+def multilod_inspected() -> dict[str, tuple[subprocess.CompletedProcess[str], subprocess.CompletedProcess[str]]]:
+    """``shardscope inspect DIR --json`` and ``shardscope inspect DIR`` of each sharded multilod source, the six
+    command lines run in one child process (tests/cli_batch.py: what each prints and returns, one start-up)."""
+    if not have_realdata():
+        missing()
+    commands = [[*cmd] for rel in SHARDED_MULTILOD for cmd in (("inspect", str(REALDATA / rel), "--json"),
+                                                                 ("inspect", str(REALDATA / rel)))]
+    done = run_commands(commands, timeout=600)
+    return {rel: (done[2 * i], done[2 * i + 1]) for i, rel in enumerate(SHARDED_MULTILOD)}
+
+
 @pytest.mark.realdata
 @pytest.mark.parametrize("rel", SHARDED_MULTILOD)
-def test_inspect_counts_the_fragments_of_sharded_multilod_meshes(rel: str) -> None:
-    """``shardscope inspect DIR --json`` (a subprocess, read from a pipe): a segment's entry owns its manifest and
-    the fragments stored just before it, so each shard's data bytes are the manifests' plus the fragments'. igneous
-    packs a shard with no gap, so index bytes + data bytes are the file's size (an oracle our parser has no part
-    in), and the text summary says how the bytes split."""
+def test_inspect_counts_the_fragments_of_sharded_multilod_meshes(
+        rel: str, multilod_inspected: dict[str, tuple[subprocess.CompletedProcess[str],
+                                                       subprocess.CompletedProcess[str]]]) -> None:
+    """``shardscope inspect DIR --json`` (a child process, read from a pipe): a segment's entry owns its manifest
+    and the fragments stored just before it, so each shard's data bytes are the manifests' plus the fragments'.
+    igneous packs a shard with no gap, so index bytes + data bytes are the file's size (an oracle our parser has
+    no part in), and the text summary says how the bytes split."""
     url = REALDATA / rel
-    done = subprocess.run([sys.executable, "-m", "napari_shardscope", "inspect", str(url), "--json"],
-                          capture_output=True, text=True, timeout=300, check=False)
+    done, text = multilod_inspected[rel]
     assert done.returncode == 0, done.stderr
     (scale,) = json.loads(done.stdout)["scales"]
     assert scale["shards"], scale
@@ -183,8 +197,6 @@ def test_inspect_counts_the_fragments_of_sharded_multilod_meshes(rel: str) -> No
         assert shard["data_bytes"] == shard["manifest_bytes"] + shard["fragment_bytes"]
         assert shard["fragment_bytes"] > 0 and shard["manifest_bytes"] == 64 * shard["chunks"], shard
     assert scale["data_bytes"] == sum(s["data_bytes"] for s in scale["shards"])
-    text = subprocess.run([sys.executable, "-m", "napari_shardscope", "inspect", str(url)],
-                          capture_output=True, text=True, timeout=300, check=False)
     assert text.returncode == 0, text.stderr
     assert (f"{scale['chunks']} segments; {scale['data_bytes']} data bytes ({scale['manifest_bytes']} in manifests, "
             f"{scale['fragment_bytes']} in fragments)") in text.stdout, text.stdout

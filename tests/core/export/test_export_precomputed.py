@@ -24,6 +24,9 @@ from napari_shardscope.core.export.sharding_params import choose_sharding
 from napari_shardscope.core.export.source import ArraySource, VolumeSource
 from napari_shardscope.core.formats import open_dataset
 from napari_shardscope.core.formats.precomputed.sharding import ShardingSpec, assign_chunk_ids
+from napari_shardscope.core.sample_data import SampleDataset
+from tests.cli_batch import run_commands
+from tests.volume_cases import sample  # noqa: F401  (fixture: the session's sample, read only here)
 
 
 def _source(seed: int = 0) -> ArraySource:
@@ -81,11 +84,9 @@ def test_distributed_cluster_writes_the_same_bytes(tmp_path: Path) -> None:
     assert _digests(tmp_path / "threads") == _digests(tmp_path / "cluster")
 
 
-def test_convert_a_volume(tmp_path: Path) -> None:
-    from napari_shardscope.core.sample_data import ensure_sample_dataset
+def test_convert_a_volume(tmp_path: Path, sample: SampleDataset) -> None:  # noqa: F811
     from napari_shardscope.core.volumes import open_volume
 
-    sample = ensure_sample_dataset(tmp_path / "cache")
     export_precomputed(VolumeSource(str(sample.segmentation)), str(tmp_path / "copy"))
     original, copy = open_volume(str(sample.segmentation)), open_volume(str(tmp_path / "copy"))
     assert [lv.shape for lv in copy.levels] == [lv.shape for lv in original.levels]
@@ -114,24 +115,20 @@ def test_default_sharding_covers_the_grid(grid: list[int], chunk_bytes: int) -> 
         assert spec.preshift_bits == 10  # about a thousand chunks per minishard
 
 
-def test_cli_export_then_validate(tmp_path: Path) -> None:
-    import json
-    import subprocess
-    import sys
-
-    from napari_shardscope.core.sample_data import ensure_sample_dataset
-
-    seg = ensure_sample_dataset(tmp_path / "cache").segmentation
-    base = [sys.executable, "-m", "napari_shardscope"]
-    for fmt in ("precomputed", "zarr3"):
-        dest = tmp_path / fmt
-        run = subprocess.run(
-            [*base, "export", str(seg), str(dest), "--format", fmt, "--json", "--quiet"], capture_output=True, text=True
-        )
+def test_cli_export_then_validate(tmp_path: Path, sample: SampleDataset) -> None:  # noqa: F811
+    # One process runs the command lines in turn (tests/cli_batch.py): what is checked is what each prints
+    # and returns, not a process starting.
+    seg, formats = sample.segmentation, ("precomputed", "zarr3")
+    done = iter(run_commands([cmd for fmt in formats for cmd in (
+        ["export", str(seg), str(tmp_path / fmt), "--format", fmt, "--json", "--quiet"],
+        ["validate", str(tmp_path / fmt), "--quiet"],
+        ["export", str(seg), str(tmp_path / fmt), "--format", fmt],
+    )]))
+    for _ in formats:
+        run, validate, again = next(done), next(done), next(done)
         assert run.returncode == 0, run.stderr
         assert json.loads(run.stdout)["shard_files"] > 0
-        assert subprocess.run([*base, "validate", str(dest), "--quiet"]).returncode == 0
-        again = subprocess.run([*base, "export", str(seg), str(dest), "--format", fmt], capture_output=True, text=True)
+        assert validate.returncode == 0, validate.stderr
         assert again.returncode == 6 and "--overwrite" in again.stderr  # a refused write
 
 
@@ -180,35 +177,15 @@ def test_one_sharding_spec_per_scale(tmp_path: Path) -> None:
     assert not (tmp_path / "other").exists() or not any((tmp_path / "other").iterdir())
 
 
-def test_cli_sets_the_sharding(tmp_path: Path) -> None:
-    import json
-    import subprocess
-    import sys
-
-    from napari_shardscope.core.sample_data import ensure_sample_dataset
-
-    seg = ensure_sample_dataset(tmp_path / "cache").segmentation
-    base = [sys.executable, "-m", "napari_shardscope", "export", str(seg)]
+def test_cli_sets_the_sharding(tmp_path: Path, sample: SampleDataset) -> None:  # noqa: F811
+    # The command lines run in one process (tests/cli_batch.py); each prints and returns as on its own.
+    base = ["export", str(sample.segmentation)]
     spec = {"@type": "neuroglancer_uint64_sharded_v1", "preshift_bits": 2, "hash": "murmurhash3_x86_128",
             "minishard_bits": 2, "shard_bits": 3, "minishard_index_encoding": "gzip", "data_encoding": "gzip"}
     (tmp_path / "spec.json").write_text(json.dumps(spec))
-    for arg in (json.dumps(spec), f"@{tmp_path / 'spec.json'}"):
-        dest = tmp_path / f"out{len(arg)}"
-        run = subprocess.run([*base, str(dest), "--sharding", arg, "--json", "--quiet"], capture_output=True, text=True)
-        assert run.returncode == 0, run.stderr
-        info = json.loads((dest / "info").read_text())
-        assert all(sc["sharding"] == spec for sc in info["scales"])
-        validate = [sys.executable, "-m", "napari_shardscope", "validate", str(dest), "--quiet"]
-        assert subprocess.run(validate).returncode == 0
-    # a smaller shard budget for the default choice makes more, smaller shards
-    counts = {}
-    for size in ("2G", "64K"):
-        dest = tmp_path / f"budget{size}"
-        run = subprocess.run([*base, str(dest), "--shard-bytes", size, "--json", "--quiet"],
-                             capture_output=True, text=True)
-        assert run.returncode == 0, run.stderr
-        counts[size] = json.loads(run.stdout)["shard_files"]
-    assert counts["64K"] > counts["2G"]
+    given_spec = {tmp_path / f"out{len(arg)}": arg for arg in (json.dumps(spec), f"@{tmp_path / 'spec.json'}")}
+    budgets = {size: tmp_path / f"budget{size}" for size in ("2G", "64K")}
+    refused = tmp_path / "refused"
     bad = {
         ("--sharding", "{not json"): "--sharding: invalid JSON",
         ("--sharding", json.dumps({**spec, "shard_bits": 70})): "shard_bits must be in [0, 64], got 70",
@@ -216,13 +193,31 @@ def test_cli_sets_the_sharding(tmp_path: Path) -> None:
         ("--shard-bytes", "lots"): "expected a size like 512M",
         ("--shard-shape", "64,64,64"): "--shard-shape is for --format zarr3",
     }
+    commands = [cmd for dest, arg in given_spec.items()
+                for cmd in ([*base, str(dest), "--sharding", arg, "--json", "--quiet"],
+                            ["validate", str(dest), "--quiet"])]
+    commands += [[*base, str(dest), "--shard-bytes", size, "--json", "--quiet"] for size, dest in budgets.items()]
+    commands += [[*base, str(refused), opt, value] for opt, value in bad]
+    commands.append([*base, str(tmp_path / "z"), "--format", "zarr3", "--sharding", json.dumps(spec)])
+    done = iter(run_commands(commands))
+    for dest in given_spec:
+        run, validate = next(done), next(done)
+        assert run.returncode == 0, run.stderr
+        info = json.loads((dest / "info").read_text())
+        assert all(sc["sharding"] == spec for sc in info["scales"])
+        assert validate.returncode == 0, validate.stderr
+    # a smaller shard budget for the default choice makes more, smaller shards
+    counts = {}
+    for size in budgets:
+        run = next(done)
+        assert run.returncode == 0, run.stderr
+        counts[size] = json.loads(run.stdout)["shard_files"]
+    assert counts["64K"] > counts["2G"]
     for (opt, value), message in bad.items():
-        dest = tmp_path / "refused"
-        run = subprocess.run([*base, str(dest), opt, value], capture_output=True, text=True)
+        run = next(done)
         assert run.returncode == 2 and message in run.stderr, (opt, value, run.stderr)
-        assert not dest.exists()
-    run = subprocess.run([*base, str(tmp_path / "z"), "--format", "zarr3", "--sharding", json.dumps(spec)],
-                         capture_output=True, text=True)
+    assert not refused.exists()
+    run = next(done)
     assert run.returncode == 2 and "use --shard-shape" in run.stderr
 
 

@@ -44,6 +44,7 @@ from napari_shardscope.core.formats.volume_spec import VolumeSpec
 from napari_shardscope.core.layout import open_layout
 from napari_shardscope.core.sample_data import SampleDataset
 from napari_shardscope.core.volumes import Volume, open_volumes
+from tests.cli_batch import run_commands
 from tests.realdata import REALDATA, realdata_dirs
 from tests.volume_cases import FormatCase, format_cases, sample  # noqa: F401  (fixtures)
 
@@ -324,12 +325,13 @@ def _cli(*args: str) -> subprocess.CompletedProcess[str]:
 def test_annotation_collections_inspect_list_locate_and_validate(rel: str) -> None:
     # Not a volume (open_volume refuses it, above), but every inspection verb reads it.
     url = str(REALDATA / rel)
-    inspect = _cli("inspect", url, "--json")
+    # inspect, ls and validate in one child process (tests/cli_batch.py: each prints and returns as on its own)
+    inspect, listed, checked = run_commands([["inspect", url, "--json"], ["ls", url, "--json"],
+                                             ["validate", url, "--json"]], timeout=300)
     assert inspect.returncode == 0, inspect.stderr
     report = json.loads(inspect.stdout)
     assert report["annotations"]["annotation_type"] in ("POINT", "LINE", "AXIS_ALIGNED_BOUNDING_BOX", "ELLIPSOID",
                                                         "POLYLINE")
-    listed = _cli("ls", url, "--json")
     assert listed.returncode == 0, listed.stderr
     records = [json.loads(line) for line in listed.stdout.splitlines()]
     assert {r["scale"] for r in records} <= {sc["key"] for sc in report["scales"]}
@@ -338,7 +340,6 @@ def test_annotation_collections_inspect_list_locate_and_validate(rel: str) -> No
     located = _cli("locate", url, "--annotation", str(one["annotation_id"]) if "annotation_id" in one
                    else str(one["chunk_id"]), "--json")
     assert located.returncode == 0 and json.loads(located.stdout)["present"], located.stderr
-    checked = _cli("validate", url, "--json")
     messages = [f"{p['key']}: {p['message']}" for p in json.loads(checked.stdout)["problems"]]
     expected = ANNOTATION_COLLECTIONS[rel]
     assert checked.returncode == (1 if expected else 0)

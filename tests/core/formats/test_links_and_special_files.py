@@ -102,26 +102,27 @@ def plant(path: Path, kind: str) -> None:
         raise AssertionError(kind)
 
 
-#: Run in the child for one (dataset copy, kind): validate through the API, then a read of everything.
+#: Run in the child for each (dataset copy, kind) in turn: validate through the API, then a read of everything;
+#: one JSON line per copy. Each copy is opened afresh by its own path, so one copy's outcome cannot be another's.
 CHILD = r"""
 import json, sys
 from napari_shardscope.core.errors import ShardscopeError
 from napari_shardscope.core.formats import open_dataset
 from napari_shardscope.core.volumes import open_volume
-root, key = sys.argv[1], sys.argv[2]
-out = {}
-try:
-    out["problems"] = [p.key for p in open_dataset(root).inspector().validate()]
-except ShardscopeError as exc:
-    out["problems"] = f"raised {type(exc).__name__}: {exc}"
-try:
-    vol = open_volume(root)
-    for level in vol.levels:
-        level.array.read()
-    out["read"] = "read"
-except ShardscopeError as exc:
-    out["read"] = f"{type(exc).__name__}: {exc}"
-print(json.dumps(out))
+for root in sys.argv[1:]:
+    out = {}
+    try:
+        out["problems"] = [p.key for p in open_dataset(root).inspector().validate()]
+    except ShardscopeError as exc:
+        out["problems"] = f"raised {type(exc).__name__}: {exc}"
+    try:
+        vol = open_volume(root)
+        for level in vol.levels:
+            level.array.read()
+        out["read"] = "read"
+    except ShardscopeError as exc:
+        out["read"] = f"{type(exc).__name__}: {exc}"
+    print(json.dumps(out), flush=True)
 """
 
 
@@ -132,17 +133,18 @@ def run(*args: str) -> subprocess.CompletedProcess[str]:
 @pytest.mark.parametrize(("fmt", "rel", "pattern"), FORMATS, ids=[f[0] for f in FORMATS])
 def test_each_unreadable_entry_is_a_finding_and_a_typed_read_error(datasets: Path, tmp_path: Path, fmt: str,
                                                                     rel: str, pattern: str) -> None:
-    # One copy per kind (a read stops at the first bad entry); the child checks each copy in turn.
-    results = {}
+    # One copy per kind (a read stops at the first bad entry); one child checks each copy in turn.
+    copies = {}
     for kind in (*KINDS, "missing"):
         ds = tmp_path / kind / "ds"
         shutil.copytree(datasets / rel, ds, symlinks=True)
         target = data_files(ds, pattern)[1]
-        key = target.relative_to(ds).as_posix()
         plant(target, kind)
-        done = run("-c", CHILD, str(ds), key)
-        assert done.returncode == 0, (kind, done.returncode, done.stderr[-3000:])
-        results[kind] = (key, json.loads(done.stdout.splitlines()[-1]))
+        copies[kind] = (ds, target.relative_to(ds).as_posix())
+    done = run("-c", CHILD, *(str(ds) for ds, _ in copies.values()))
+    assert done.returncode == 0, (done.returncode, done.stdout[-3000:], done.stderr[-3000:])
+    lines = done.stdout.splitlines()[-len(copies):]
+    results = {kind: (key, json.loads(line)) for (kind, (_, key)), line in zip(copies.items(), lines, strict=True)}
     wrong = {}
     for kind, (key, got) in results.items():
         found = isinstance(got["problems"], list) and any(str(p).endswith(key) for p in got["problems"])

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import shutil
 import struct
 import subprocess
 import sys
@@ -23,6 +24,7 @@ from napari_shardscope.core.formats.precomputed.shard_index import decode_minish
 from napari_shardscope.core.formats.precomputed.shard_reader import ShardedReader
 from napari_shardscope.core.formats.precomputed.shard_writer import encode_shard
 from napari_shardscope.core.formats.precomputed.sharding import ShardingSpec, parse_sharding_spec
+from tests.cli_batch import run_commands
 
 SPEC_JSON = {
     "@type": "neuroglancer_uint64_sharded_v1",
@@ -229,17 +231,18 @@ def test_info_errors(tmp_path: Path) -> None:
 
 def test_cli_validate_exit_codes(tmp_path: Path) -> None:
     root, _, _ = _make(tmp_path)
-    cmd = [sys.executable, "-m", "napari_shardscope", "validate", str(root), "--quiet"]
-    assert subprocess.run(cmd, capture_output=True, text=True).returncode == 0
-    blob = (root / "0.shard").read_bytes()
-    (root / "0.shard").write_bytes(blob[:20])
-    run = subprocess.run(cmd, capture_output=True, text=True)
+    cut = tmp_path / "cut"
+    shutil.copytree(root, cut)
+    blob = (cut / "0.shard").read_bytes()
+    (cut / "0.shard").write_bytes(blob[:20])
+    # the four command lines in one child process (tests/cli_batch.py): each prints and returns as on its own
+    good, run, nope, usage = run_commands([["validate", str(root), "--quiet"], ["validate", str(cut), "--quiet"],
+                                           ["validate", str(tmp_path / "nope")], ["validate"]])
+    assert good.returncode == 0, good.stderr
     assert run.returncode == 1
     assert run.stdout.strip().splitlines() == ["0.shard: shard index truncated: 20 of 32 bytes at byte 20"]
-    run = subprocess.run([*cmd[:3], "validate", str(tmp_path / "nope")], capture_output=True, text=True)
-    assert run.returncode == 3 and "no info" in run.stderr  # not found
-    run = subprocess.run([*cmd[:3], "validate"], capture_output=True, text=True)
-    assert run.returncode == 2
+    assert nope.returncode == 3 and "no info" in nope.stderr  # not found
+    assert usage.returncode == 2
 
 
 def test_errors_are_shardscope_errors() -> None:
