@@ -196,6 +196,17 @@ class VersionView:
             if vid in self._anc:
                 yield LogEntry(version=self._repo.version_by_id(vid).uuid, seq=K.unpack_u64(key[-8:]), data=data)
 
+    def log_length(self, instance: Instance | str) -> int:
+        """How many log entries this version itself appended for the instance (one reverse seek).
+
+        For data types whose every write appends a log entry: the count then names the state of
+        the version's data, a key for caches of what is derived from it.
+        """
+        inst = self._repo.instance(instance)
+        prefix = K.log_prefix(inst.iid, self.version.vid)
+        last = next(self._txn.scan_keys(prefix, K.next_prefix(prefix), reverse=True), None)
+        return 0 if last is None else K.unpack_u64(last[-8:]) + 1
+
     def log_entry(self, instance: Instance | str, version_id: int, seq: int) -> bytes | None:
         """Log entry ``seq`` of the instance at the version with local id ``version_id`` (None: no such entry).
 
