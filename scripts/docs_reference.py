@@ -87,6 +87,11 @@ API_REFERENCE: tuple[tuple[str, tuple[str, ...]], ...] = (
         "napari_shardscope.AnnotationVersion",
         "napari_shardscope.Annotation",
         "napari_shardscope.SynapseColumns",
+        "napari_shardscope.add_many",
+        "napari_shardscope.Connections",
+        "napari_shardscope.ConnectionTable",
+        "napari_shardscope.diff_connectivity",
+        "napari_shardscope.merge_with_labelmap",
     )),
     ("Remotes: clone, fetch, pull, push", (
         "napari_shardscope.add_remote",

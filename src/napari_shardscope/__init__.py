@@ -85,13 +85,18 @@ _PUBLIC: dict[str, str] = {
     "AnnotationVersion": "napari_shardscope.core.annotation",
     "Annotation": "napari_shardscope.core.annotation",
     "SynapseColumns": "napari_shardscope.core.annotation",
+    "add_many": "napari_shardscope.core.annotation",
+    "Connections": "napari_shardscope.core.annotation",
+    "ConnectionTable": "napari_shardscope.core.annotation",
+    "diff_connectivity": "napari_shardscope.core.annotation",
+    "merge_with_labelmap": "napari_shardscope.core.annotation",
     # remotes
     "add_remote": "napari_shardscope.core.versioned.remotes",
     "clone": "napari_shardscope.core.labelmap.remote",  # remotes.clone, with the labelmap's base prefetch registered
     "fetch": "napari_shardscope.core.versioned.remotes",
     "pull": "napari_shardscope.core.versioned.remotes",
     "push": "napari_shardscope.core.versioned.remotes",
-    "pull_merger": "napari_shardscope.core.labelmap.remote",
+    "pull_merger": "napari_shardscope.core.annotation.remote",
     "reserve_labelmap_ids": "napari_shardscope.core.labelmap.remote",
     "remotes": "napari_shardscope.core.versioned.remotes:",
     # export, Neuroglancer, the command line
@@ -121,6 +126,8 @@ __all__ = [
     "ArgumentError",
     "BodySplit",
     "ConflictError",
+    "ConnectionTable",
+    "Connections",
     "CorruptDataError",
     "Dataset",
     "Handoff",
@@ -139,16 +146,19 @@ __all__ = [
     "Version",
     "Volume",
     "__version__",
+    "add_many",
     "add_remote",
     "clone",
     "create_annotation_instance",
     "create_labelmap",
     "create_repository",
+    "diff_connectivity",
     "ensure_sample_dataset",
     "export",
     "fetch",
     "init_repository",
     "merge_branches",
+    "merge_with_labelmap",
     "open_annotation_instance",
     "open_annotations",
     "open_dataset",
@@ -175,10 +185,16 @@ if TYPE_CHECKING:  # what mypy, IDEs and the API reference (griffe) read; at run
         Annotation,
         AnnotationInstance,
         AnnotationVersion,
+        Connections,
+        ConnectionTable,
         SynapseColumns,
+        add_many,
         create_annotation_instance,
+        diff_connectivity,
+        merge_with_labelmap,
         open_annotation_instance,
     )
+    from napari_shardscope.core.annotation.remote import pull_merger
     from napari_shardscope.core.cli import run as shardscope
     from napari_shardscope.core.errors import (
         ArgumentError,
@@ -201,7 +217,7 @@ if TYPE_CHECKING:  # what mypy, IDEs and the API reference (griffe) read; at run
         open_labelmap,
     )
     from napari_shardscope.core.labelmap.branch_merge import merge_branches, plan_branch_merge
-    from napari_shardscope.core.labelmap.remote import clone, pull_merger, reserve_labelmap_ids
+    from napari_shardscope.core.labelmap.remote import clone, reserve_labelmap_ids
     from napari_shardscope.core.labelmap.review import review_branch
     from napari_shardscope.core.layout import open_layout
     from napari_shardscope.core.proofreading import ProofreadingController

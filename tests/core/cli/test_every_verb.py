@@ -200,7 +200,8 @@ CASES: dict[str, Case] = {
     "diff": Case(("{repo}", "main", "alt", "seg")),
     "synapses": Case(("{repo}", "main", "10")),
     "connections": Case(("{repo}", "main", "10", "--csv")),
-    "connectome": Case(("{repo}", "main")),
+    # main cleaves the body its two synapses join (alt keeps it whole): a difference to list
+    "connectome": Case(("{repo}", "main", "--against", "alt"), prepare=(("body", "cleave", *AT, "10", "30"),)),
     "serve": Case(("{seg}", "--print-url")),
     "remote add": Case(("{repo}", "backup", "{out}/backup")),
     "remote list": Case(("{repo}",)),

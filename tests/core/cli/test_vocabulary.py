@@ -108,7 +108,7 @@ def test_the_top_level_lists_each_verb_once() -> None:
     listed = shardscope("--help").stdout
     names = [line.split()[0] for line in listed.split("COMMAND\n", 1)[1].split("\noptions:")[0].splitlines()
              if line.startswith("    ") and not line.startswith("          ")]
-    assert len(names) == len(set(names)) == 26  # 36 before: deprecated and duplicate spellings
+    assert len(names) == len(set(names)) == 29  # 36 before: deprecated and duplicate spellings; +3 connectome verbs
     assert not {"index", "merge", "cleave", "size", "history", "split-supervoxel", "split-body",
                 "merge-branches"} & set(names)
 
@@ -129,7 +129,8 @@ def test_scale_is_always_a_key(repo: str, capsys: pytest.CaptureFixture[str]) ->
 
 
 def test_resolve_has_one_syntax_for_branch_merge_and_pull(repo: str, capsys: pytest.CaptureFixture[str]) -> None:
-    assert parse_resolutions(["body:12=ours", "supervoxel:7=both"]) == {"body:12": "ours", "supervoxel:7": "both"}
+    assert parse_resolutions(["body:12=ours", "supervoxel:7=both", "annotation:5=theirs"]) == {
+        "body:12": "ours", "supervoxel:7": "both", "annotation:5": "theirs"}
     for bad in ("body:12", "body:x=ours", "bodies:1=ours", "body:1=mine"):
         with pytest.raises(ArgumentError, match="KIND:ID=SIDE"):
             parse_resolutions([bad])
@@ -137,7 +138,7 @@ def test_resolve_has_one_syntax_for_branch_merge_and_pull(repo: str, capsys: pyt
     capsys.readouterr()
     for verb in (["branch", "merge", repo, "main", "main", "seg"], ["pull", repo]):
         assert run([*verb, "--resolve", "body:1=mine"]) == 2
-        assert "--resolve takes KIND:ID=SIDE with KIND body or supervoxel and SIDE ours|theirs|both" in \
+        assert "--resolve takes KIND:ID=SIDE with KIND body, supervoxel or annotation and SIDE ours|theirs|both" in \
             capsys.readouterr().err
     help_text = " ".join(build_parser()._subparsers._group_actions[0].choices["pull"].format_help().split())  # type: ignore[union-attr]
     assert "--resolve KIND:ID=SIDE" in help_text

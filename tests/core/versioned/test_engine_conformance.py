@@ -64,6 +64,21 @@ class TestEngineConformance:
         with kv.read() as r:
             assert r.get(b"k") is None
 
+    def test_put_many_is_put_per_pair_and_refuses_bad_pairs_whole(self, kv: OrderedKV) -> None:
+        from napari_shardscope.core.errors import ArgumentError
+
+        with kv.write() as txn:
+            txn.put(b"b", b"old")
+            txn.put_many([(b"c", b"3"), (b"a", b"1"), (b"b", b"2"), (b"\x00z", b"")])
+            assert txn.get(b"b") == b"2"
+        with kv.read() as r:
+            assert list(r.scan(b"\x00", None)) == [(b"\x00z", b""), (b"a", b"1"), (b"b", b"2"), (b"c", b"3")]
+        for bad in ([(b"d", b"4"), (b"", b"x")], [(b"d", b"4"), ("e", b"5")], [(b"d", b"4"), (b"e", "5")]):
+            with pytest.raises(ArgumentError), kv.write() as txn:
+                txn.put_many(bad)  # type: ignore[arg-type]
+            with kv.read() as r:
+                assert r.get(b"d") is None  # checked before anything is written; the transaction rolled back
+
     def test_large_values(self, kv: OrderedKV) -> None:
         big = bytes(range(256)) * 112  # 28 KB, a compressed 64^3 label block
         with kv.write() as txn:

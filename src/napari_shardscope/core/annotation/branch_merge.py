@@ -263,6 +263,8 @@ def merge_with_labelmap(lm: Labelmap, annotations: Sequence[AnnotationBackend], 
     stray = sorted(set(ann_keys) - named)
     if stray:
         raise AnnotationArgumentError(f"resolution {stray[0]!r} names no annotation conflict")
+    for backend, *_ in decided:
+        backend.top_up_ids()  # the merge logs a mutation per instance: a clone reserves ids while online
     written: dict[str, AnnotationMutation] = {}
 
     def write(w: VersionWriter) -> None:

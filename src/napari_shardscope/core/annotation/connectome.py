@@ -232,62 +232,137 @@ class Resolver:
         return out
 
 
-@dataclass(frozen=True)
-class Edge:
-    """One synapse end read from the index: ``own`` annotation (in ``own_body``) and its partner."""
+#: Per instance and state ``(version, log length)``: supervoxel → its synapse aggregate.
+_aggs_lock = threading.Lock()
+_aggs: weakref.WeakKeyDictionary[Any, OrderedDict[tuple[str, int], dict[int, SvAggregate]]] = \
+    weakref.WeakKeyDictionary()
+#: States of versions whose supervoxel aggregates are kept per instance, and supervoxels per state.
+AGG_STATES = 4
+AGG_SUPERVOXELS = 1 << 18
+I64 = npt.NDArray[np.int64]
 
-    direction: bytes
-    own: int
-    partner: int
-    partner_sv: int
-    partner_point: Point
+
+@dataclass(frozen=True)
+class SvAggregate:
+    """The synapse ends filed under one supervoxel, summed by partner supervoxel (unique, ascending).
+
+    Derived from the supervoxel's synapse keys at one state of the annotations; a labelmap edit
+    (merge, cleave) changes none, so the partners of a merged body are these aggregates summed.
+    """
+
+    out_sv: U64
+    out_n: I64
+    in_sv: U64
+    in_n: I64
+
+
+_EMPTY = SvAggregate(np.zeros(0, np.uint64), np.zeros(0, np.int64), np.zeros(0, np.uint64), np.zeros(0, np.int64))
+
+
+def aggregate_rows(rows: list[tuple[bytes, bytes]]) -> SvAggregate:
+    """The aggregate of one supervoxel's synapse keys, decoded vectorised (every key and value checked)."""
+    if not rows:
+        return _EMPTY
+    keys = [k for k, _ in rows]
+    vals = [x for _, x in rows]
+    if {len(k) for k in keys} != {S.KEY_LEN} or keys[0][:1] != S.EDGE_PREFIX:
+        bad = next((k for k in keys if len(k) != S.KEY_LEN or k[:1] != S.EDGE_PREFIX), keys[0])
+        S.decode_key(bad)  # raises with the key named
+    if {len(x) for x in vals} != {S.VALUE_LEN}:
+        k, x = next((k, x) for k, x in rows if len(x) != S.VALUE_LEN)
+        S.decode_value(x, key=k)  # raises with the key named
+    kb = np.frombuffer(b"".join(keys), dtype=np.uint8).reshape(-1, S.KEY_LEN)
+    d = kb[:, 9]
+    is_out = d == S.OUT[0]
+    if not (is_out | (d == S.IN[0])).all():
+        S.decode_key(keys[int(np.flatnonzero(~(is_out | (d == S.IN[0])))[0])])
+    psv = np.frombuffer(b"".join(vals), dtype="<u8").reshape(-1, 4)[:, 0].astype(np.uint64)
+    o_sv, o_n = np.unique(psv[is_out], return_counts=True)
+    i_sv, i_n = np.unique(psv[~is_out], return_counts=True)
+    return SvAggregate(o_sv, o_n.astype(np.int64), i_sv, i_n.astype(np.int64))
+
+
+def sv_aggregates(v: AnnotationVersion, view: Any, svs: Iterable[int]) -> list[SvAggregate]:
+    """Aggregates of ``svs`` at the state ``view`` reads: cached per state, the missing ones scanned."""
+    inst = v.instance.instance
+    state = (v.uuid, view.log_length(inst))
+    with _aggs_lock:
+        per = _aggs.setdefault(v.instance, OrderedDict())
+        cached = per.setdefault(state, {})
+        per.move_to_end(state)
+        while len(per) > AGG_STATES:
+            per.popitem(last=False)
+        got = {sv: cached.get(sv) for sv in svs}
+    for sv, agg in got.items():
+        if agg is None:
+            got[sv] = aggregate_rows(list(view.scan(inst, prefix=S.sv_prefix(sv))))
+    with _aggs_lock:
+        if len(cached) > AGG_SUPERVOXELS:
+            cached.clear()
+        cached.update(got)  # type: ignore[arg-type]
+    return [a for a in got.values() if a is not None]
+
+
+@dataclass(frozen=True)
+class StaleTable:
+    """Synapse ends filed under supervoxels a split retired, each end's body re-resolved by its point.
+
+    One row per key: ``is_out`` (the own end is the pre), ``own_body`` (by the own point),
+    ``partner_sv`` / ``partner_live`` (the recorded partner supervoxel, still existing?) and
+    ``partner_body`` (through the body map, or by the partner's point when its supervoxel is retired).
+    """
+
+    is_out: npt.NDArray[np.bool_]
+    own_body: U64
+    partner_sv: U64
+    partner_live: npt.NDArray[np.bool_]
+    partner_body: U64
 
 
 _stale_lock = threading.Lock()
-_stale: weakref.WeakKeyDictionary[Any, OrderedDict[tuple[Any, ...], dict[int, list[Edge]]]] = \
-    weakref.WeakKeyDictionary()
+_stale: weakref.WeakKeyDictionary[Any, OrderedDict[tuple[Any, ...], StaleTable]] = weakref.WeakKeyDictionary()
 
 
-def _generation(v: AnnotationVersion) -> tuple[Any, ...]:
-    """What identifies the annotations and body map of a version now (changes with every edit of either)."""
-    inst = v.instance.instance
-    with v.instance.repo.read(v.uuid) as view:
-        tops = view.get_many(inst, [K.undo_top_key(v.uuid), K.redo_top_key(v.uuid)])
-    return v.uuid, v.instance.labelmap.state(v.uuid).stamp, *tops
-
-
-def stale_edges(v: AnnotationVersion, r: Resolver) -> dict[int, list[Edge]]:
-    """Synapse ends recorded on retired supervoxels, by the body now under their point (cached per state)."""
-    gen = _generation(v)
+def stale_table(v: AnnotationVersion, r: Resolver, log_length: int) -> StaleTable:
+    """The :class:`StaleTable` of the version's state (cached per annotation and labelmap state)."""
+    gen = (v.uuid, log_length, r.state.stamp)
     with _stale_lock:
         cache = _stale.setdefault(v.instance, OrderedDict())
         hit = cache.get(gen)
         if hit is not None:
             cache.move_to_end(gen)
             return hit
-    edges: list[Edge] = []
+    is_out: list[bool] = []
     owners: list[int] = []
+    p_sv: list[int] = []
+    p_pt: list[Point] = []
     inst = v.instance.instance
     retired = r.retired_with_synapses()
     with v.instance.repo.read(v.uuid) as view:
         for sv in retired:
             for k, raw in view.scan(inst, prefix=S.sv_prefix(sv)):
-                _, d, own, partner = S.decode_key(k)
+                _, d, own, _partner = S.decode_key(k)
                 psv, ppt = S.decode_value(raw, key=k)
-                edges.append(Edge(d, own, partner, psv, ppt))
+                is_out.append(d == S.OUT)
                 owners.append(own)
-        recs = v._records(view, owners) if owners else []
+                p_sv.append(psv)
+                p_pt.append(ppt)
+        recs = v._records(view, sorted(set(owners))) if owners else []
     point_of = {s.annotation.id: s.annotation.point for s in recs}
-    out: dict[int, list[Edge]] = {}
-    if edges:
-        svs = supervoxels_at(r.lmv, [point_of[e.own] for e in edges], v.instance.block)
-        for e, b in zip(edges, r.lmv.bodies_of(svs).tolist(), strict=True):
-            out.setdefault(int(b), []).append(e)
+    psvs = _as_u64(p_sv)
+    if owners:
+        own_svs = supervoxels_at(r.lmv, [point_of[o] for o in owners], v.instance.block)
+        own_body = np.asarray(r.lmv.bodies_of(own_svs), dtype=np.uint64)
+        live = r.lm.exists(r.state, psvs) | (psvs == 0)
+        partner_body = r.bodies(psvs, p_pt)
+    else:
+        own_body, live, partner_body = psvs.copy(), np.zeros(0, dtype=bool), psvs.copy()
+    table = StaleTable(np.asarray(is_out, dtype=bool), own_body, psvs, live, partner_body)
     with _stale_lock:
-        cache[gen] = out
+        cache[gen] = table
         while len(cache) > STALE_CACHE:
             cache.popitem(last=False)
-    return out
+    return table
 
 
 # -- queries ---------------------------------------------------------------------------------------
@@ -304,22 +379,6 @@ def check_indexed(v: AnnotationVersion) -> bool:
     return isinstance(fmt, int) and fmt >= 2 and config.get("base") is None
 
 
-def body_edges(v: AnnotationVersion, body: int, r: Resolver | None = None) -> list[Edge]:
-    """Every synapse end of ``body`` at ``v``: its supervoxels' index prefixes plus re-resolved stale ends."""
-    r = r or Resolver(v)
-    svs = r.lmv.supervoxels(body)  # UnknownLabelError when the body does not exist here
-    inst = v.instance.instance
-    edges: list[Edge] = []
-    with v.instance.repo.read(v.uuid) as view:
-        for sv in svs:
-            for k, raw in view.scan(inst, prefix=S.sv_prefix(sv)):
-                _, d, own, partner = S.decode_key(k)
-                psv, ppt = S.decode_value(raw, key=k)
-                edges.append(Edge(d, own, partner, psv, ppt))
-    edges.extend(stale_edges(v, r).get(int(body), []))
-    return edges
-
-
 def _check_body(body: object) -> int:
     if isinstance(body, bool) or not isinstance(body, int | np.integer) or not 0 < int(body) < 2**64:
         raise AnnotationArgumentError(f"a body id must be a positive integer, got {body!r}")
@@ -332,16 +391,40 @@ def connections(v: AnnotationVersion, body: int) -> Connections:
     if not check_indexed(v):
         return _connections_from(recount_connectivity(v).as_dict(), body)
     r = Resolver(v)
-    edges = body_edges(v, body, r)
-    if not edges:
-        return Connections(body, (), ())
-    partner_bodies = r.bodies(_as_u64(e.partner_sv for e in edges), [e.partner_point for e in edges])
-    out: Counter[int] = Counter()
-    inc: Counter[int] = Counter()
-    for e, pb in zip(edges, partner_bodies.tolist(), strict=True):
-        if pb:
-            (out if e.direction == S.OUT else inc)[int(pb)] += 1
-    return Connections(body, _partners(out), _partners(inc))
+    svs = r.lmv.supervoxels(body)  # UnknownLabelError when the body does not exist here
+    with v.instance.repo.read(v.uuid) as view:
+        log_length = view.log_length(v.instance.instance)
+        aggs = sv_aggregates(v, view, [int(s) for s in svs])
+    stale = stale_table(v, r, log_length)
+    sides = []
+    for out_side in (True, False):
+        psv = np.concatenate([a.out_sv if out_side else a.in_sv for a in aggs] or [np.zeros(0, np.uint64)])
+        cnt = np.concatenate([a.out_n if out_side else a.in_n for a in aggs] or [np.zeros(0, np.int64)])
+        if psv.size:  # one lookup per distinct partner supervoxel
+            psv, inverse = np.unique(psv, return_inverse=True)
+            cnt = np.bincount(inverse.reshape(-1), weights=cnt, minlength=len(psv)).astype(np.int64)
+        live = r.lm.exists(r.state, psv) | (psv == 0) if psv.size else np.zeros(0, dtype=bool)
+        # Ends under the body's live supervoxels whose partner is on a retired one are counted from
+        # the retired side (the stale table), the partner's body read under its point.
+        parts = [np.asarray(r.lmv.bodies_of(psv[live]), dtype=np.uint64)]
+        weights = [cnt[live]]
+        mine = stale.is_out == out_side
+        owned = mine & (stale.own_body == np.uint64(body))
+        theirs = ~mine & stale.partner_live & (stale.partner_body == np.uint64(body))
+        parts += [stale.partner_body[owned], stale.own_body[theirs]]
+        weights += [np.ones(int(owned.sum()), np.int64), np.ones(int(theirs.sum()), np.int64)]
+        sides.append(_sum_partners(np.concatenate(parts), np.concatenate(weights)))
+    return Connections(body, sides[0], sides[1])
+
+
+def _sum_partners(bodies: U64, weights: I64) -> tuple[Partner, ...]:
+    keep = bodies != 0
+    if not keep.any():
+        return ()
+    uniq, inverse = np.unique(bodies[keep], return_inverse=True)
+    sums = np.bincount(inverse.reshape(-1), weights=weights[keep], minlength=len(uniq)).astype(np.int64)
+    order = np.lexsort((uniq, -sums))
+    return tuple(Partner(int(uniq[i]), int(sums[i])) for i in order.tolist() if sums[i])
 
 
 def _partners(c: Counter[int]) -> tuple[Partner, ...]:

@@ -36,6 +36,7 @@ IN = b"i"
 _KEY = struct.Struct(">Q1sQQ")
 _VALUE = struct.Struct("<Q3q")
 KEY_LEN = 1 + _KEY.size
+VALUE_LEN = _VALUE.size
 
 
 def edge_key(sv: int, direction: bytes, own: int, partner: int) -> bytes:

@@ -187,15 +187,16 @@ def parse_resolutions(items: Sequence[str] | None) -> dict[str, Resolution]:
     Raises
     ------
     ArgumentError
-        Naming the item and the syntax, for a KIND other than body/supervoxel, an ID that is not an
+        Naming the item and the syntax, for a KIND other than body/supervoxel/annotation, an ID that is not an
         integer, or a SIDE other than ours/theirs/both.
     """
     out: dict[str, Resolution] = {}
     for item in items or ():
         key, sep, side = item.partition("=")
         kind, colon, label = key.partition(":")
-        if not sep or not colon or kind not in ("body", "supervoxel") or not label.isdigit() or side not in _SIDES:
-            raise ArgumentError(f"--resolve takes KIND:ID=SIDE with KIND body or supervoxel and SIDE "
+        if (not sep or not colon or kind not in ("body", "supervoxel", "annotation") or not label.isdigit()
+                or side not in _SIDES):
+            raise ArgumentError(f"--resolve takes KIND:ID=SIDE with KIND body, supervoxel or annotation and SIDE "
                                 f"ours|theirs|both (e.g. body:123=ours), got {item!r}")
         out[f"{kind}:{int(label)}"] = _SIDES[side]
     return out
@@ -226,7 +227,7 @@ LABELMAP = arg("name", metavar="LABELMAP", help="labelmap instance name")
 LABELMAP_HELP = "labelmap instance (default: the repository's only one)"
 RESOLVE = arg("--resolve", action="append", metavar="KIND:ID=SIDE",
               help="resolve one conflict: body:123=ours (keep mine), =theirs (keep theirs) or =both (their edits "
-                   "after mine); KIND is body or supervoxel (repeatable)")
+                   "after mine); KIND is body, supervoxel or annotation (annotation: ours or theirs; repeatable)")
 QUIET = arg("--quiet", action="store_true", help="no progress on stderr")
 SCHEDULER = arg("--scheduler", metavar="ADDR",
                 help="'threads' (default), 'sync' or a dask.distributed scheduler address like tcp://host:8786")

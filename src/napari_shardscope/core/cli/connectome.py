@@ -27,7 +27,7 @@ def _instance(repo: Any, name: str | None) -> Any:
     found = [i.name for i in repo.instances() if i.type == TYPE_NAME]
     if len(found) != 1:
         raise ArgumentError(f"the repository holds {len(found)} annotation instances "
-                            f"({', '.join(found) or 'none'}): name one with --instance")
+                            f"({', '.join(found) or 'none'}): name one with --annotations")
     return open_annotation_instance(repo, found[0])
 
 

@@ -379,11 +379,20 @@ def _show_unresolved(args: argparse.Namespace, exc: BranchMergeConflictError) ->
             print(f"  unresolved {c.key}: mine: {w.mine}; theirs: {w.theirs}")
 
 
+def bound_annotations(repo: Any, lm: Any) -> list[Any]:
+    """The annotation instances of ``repo`` bound to labelmap ``lm`` (a branch merge merges them too)."""
+    from napari_shardscope.core.annotation.instance import TYPE_NAME, annotation_config, open_annotation_instance
+
+    return [open_annotation_instance(repo, i.name, labelmap=lm) for i in repo.instances()
+            if i.type == TYPE_NAME and annotation_config(i)["labelmap"] == lm.name]
+
+
 def branch_merge_conflicts_json(exc: ShardscopeError) -> dict[str, Any]:
     """With ``--json``, a merge refused for conflicts still prints its plan and the unresolved conflicts."""
+    from napari_shardscope.core.annotation.branch_merge import AnnotationMergeConflictError
     from napari_shardscope.core.labelmap.branch_merge import BranchMergeConflictError
 
-    if not isinstance(exc, BranchMergeConflictError):
+    if not isinstance(exc, BranchMergeConflictError | AnnotationMergeConflictError):
         return {}
     return {**exc.plan.to_json(), "conflicts": [c.to_json() for c in exc.unresolved]}
 
@@ -432,15 +441,31 @@ def cmd_merge_branches(args: argparse.Namespace) -> int:
                       f"{plural(len(outcome.reverted), 'edit')} of mine, leave out {len(outcome.dropped)} of theirs "
                       f"(dry run: nothing written)")
             return EXIT_OK
+        annotations = bound_annotations(repo, lm)
         try:
-            result = merge_branches(lm, args.ours, args.theirs, resolutions=resolutions,
-                                    policy=args.policy, branch=args.branch, user=args.user)
+            if annotations:  # one merge version: the labelmap's edits and the annotations id by id
+                from napari_shardscope.core.annotation.branch_merge import merge_with_labelmap
+
+                combined = merge_with_labelmap(lm, annotations, args.ours, args.theirs, resolutions=resolutions,
+                                               policy=args.policy, branch=args.branch, user=args.user)
+                result = combined.labelmap
+            else:
+                result = merge_branches(lm, args.ours, args.theirs, resolutions=resolutions,
+                                        policy=args.policy, branch=args.branch, user=args.user)
         except BranchMergeConflictError as exc:
             _show_unresolved(args, exc)
             raise
     if args.json:
-        print_json(result.to_json())
+        doc = result.to_json()
+        if annotations:
+            doc["annotations"] = {name: {"taken": list(r.taken), "kept": list(r.plan.keep),
+                                         "resolutions": dict(r.resolutions)}
+                                  for name, r in combined.annotations.items()}
+        print_json(doc)
     else:
+        for name, r in (combined.annotations.items() if annotations else ()):
+            print(f"annotations {name}: {len(r.taken)} taken from {args.theirs}, {len(r.plan.keep)} kept, "
+                  f"{len(r.resolutions)} conflict(s) resolved")
         print(describe_branch_merge(args.theirs, args.ours, len(result.applied), len(result.reverted),
                                     len(result.dropped), result.mutation.bodies, result.version.short))
     return EXIT_OK

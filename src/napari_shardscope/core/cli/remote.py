@@ -21,7 +21,7 @@ from napari_shardscope.core.errors import EXIT_CHECK_FAILED, EXIT_OK, ArgumentEr
 from napari_shardscope.core.labelmap import open_labelmap
 from napari_shardscope.core.labelmap.branch_merge import BranchMergeConflictError
 from napari_shardscope.core.labelmap.config import TYPE_NAME
-from napari_shardscope.core.labelmap.remote import pull_merger, reserve_labelmap_ids
+from napari_shardscope.core.labelmap.remote import reserve_labelmap_ids
 from napari_shardscope.core.labelmap.review import review_branch
 from napari_shardscope.core.versioned import open_repository
 from napari_shardscope.core.versioned.remotes import config as C
@@ -192,6 +192,8 @@ def cmd_push(args: argparse.Namespace) -> int:
 
 
 def cmd_pull(args: argparse.Namespace) -> int:
+    from napari_shardscope.core.annotation.remote import pull_merger  # annotations merge id by id
+
     progress = TransferProgress("pull", args.json)
     resolutions = parse_resolutions(args.resolve)
     with open_repository(args.path) as repo:
@@ -208,7 +210,9 @@ def cmd_pull(args: argparse.Namespace) -> int:
 
 
 def pull_conflicts_json(exc: Exception) -> dict[str, Any]:
-    if isinstance(exc, BranchMergeConflictError):
+    from napari_shardscope.core.annotation.branch_merge import AnnotationMergeConflictError
+
+    if isinstance(exc, BranchMergeConflictError | AnnotationMergeConflictError):
         return {**exc.plan.to_json(), "conflicts": [c.to_json() for c in exc.unresolved]}
     return {}
 

@@ -353,7 +353,7 @@ LABELMAP_VERBS = (
 # -- connectome -----------------------------------------------------------------------------------------
 _CONNECTOME = "napari_shardscope.core.cli.connectome"
 _ROWS: tuple[Arg | OneOf, ...] = (
-    arg("--instance", default=None, metavar="NAME",
+    arg("--annotations", dest="instance", default=None, metavar="NAME",
         help="annotation instance (default: the repository's only one)"),
     OneOf((arg("--csv", action="store_true", help="CSV on stdout (a header line, then one line per row)"),
           arg("--parquet", metavar="FILE", default=None,

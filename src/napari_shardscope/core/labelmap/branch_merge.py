@@ -243,6 +243,7 @@ def merge_branches(lm: Labelmap, ours: str, theirs: str, *, resolutions: Mapping
     _check_policy(policy)
     plan = plan_branch_merge(lm, ours, theirs)
     outcome = resolve_branch_merge(lm, plan, resolutions=resolutions, policy=policy)
+    lm.top_up_ids()  # a clone's merge needs a mutation id: reserve now (a pull is online), as every edit does
     kept, undone = list(outcome.kept), list(outcome.undone)
     a, b, base = (lm.state(x) for x in (plan.ours, plan.theirs, plan.base))
     keys_out = _merged_keys(lm, a, b, base, kept, undone)

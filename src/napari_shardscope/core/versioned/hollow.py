@@ -283,6 +283,17 @@ class HollowTxn:
         self._check_writable(key)
         self._txn.put(key, value)
 
+    def put_many(self, items: Sequence[tuple[bytes, bytes]]) -> None:
+        # a bulk put writes new keys of an open version; each is checked like put's (a hollow version's
+        # keys are refused), then the engine loops natively
+        checked: set[int | None] = {None}
+        for key, _ in items:
+            vid = stub_version(key)
+            if vid not in checked:  # one look-up per version written, not per key
+                self._check_writable(key)
+                checked.add(vid)
+        self._txn.put_many(items)
+
     def delete(self, key: bytes) -> bool:
         self._check_writable(key)
         return bool(self._txn.delete(key))

@@ -34,6 +34,7 @@ MAX_ID = 2**32 - 1
 #: Bytes after the escaped type-specific key: version id + tombstone flag.
 SUFFIX_LEN = 5
 _TERMINATOR = b"\x00\x01"
+TERMINATOR = _TERMINATOR
 
 META = _U32.pack(0)
 FORMAT_KEY = META + b"f"

@@ -10,7 +10,7 @@ key range once and apply the same rule per key, so they merge the ancestor layer
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -240,6 +240,17 @@ class VersionView:
             if vid in self._anc:
                 yield LogEntry(version=self._repo.version_by_id(vid).uuid, seq=K.unpack_u64(key[-8:]), data=data)
 
+    def log_length(self, instance: Instance | str) -> int:
+        """How many log entries this version itself appended for the instance (one reverse seek).
+
+        For data types whose every write appends a log entry: the count then names the state of
+        the version's data, a key for caches of what is derived from it.
+        """
+        inst = self._repo.instance(instance)
+        prefix = K.log_prefix(inst.iid, self.version.vid)
+        last = next(self._txn.scan_keys(prefix, K.next_prefix(prefix), reverse=True), None)
+        return 0 if last is None else K.unpack_u64(last[-8:]) + 1
+
     def log_entry(self, instance: Instance | str, version_id: int, seq: int) -> bytes | None:
         """Log entry ``seq`` of the instance at the version with local id ``version_id`` (None: no such entry).
 
@@ -307,6 +318,30 @@ class VersionWriter(VersionView):
             self.put(instance, key, value)
             n += 1
         return n
+
+    def put_new(self, instance: Instance | str, items: Sequence[tuple[bytes, bytes]], *, fresh: bool = False) -> int:
+        """Store keys that have no value at this version (a bulk import): one engine bulk put.
+
+        What :meth:`put` does per key, with the entries sorted and handed to the engine at once.
+        ``fresh`` (the keys carry ids just handed out by :meth:`allocate_ids`, so no version ever
+        held them) also skips removing this version's tombstones, one engine call per key otherwise.
+        """
+        inst = self._repo.instance(instance)
+        prefix = K.pack_u32(inst.iid)
+        suffix = K.pack_u32(self.version.vid) + b"\x00"
+        change = K.change_key(self.version.vid, b"")
+        stems = [prefix + k.replace(b"\x00", b"\x00\xff") + K.TERMINATOR for k, _ in items]
+        if any(len(s) == len(prefix) + len(K.TERMINATOR) for s in stems):
+            raise ArgumentError("keys must be non-empty bytes")
+        if not fresh:
+            tomb = K.pack_u32(self.version.vid) + b"\x01"
+            for s in stems:
+                self._wtxn.delete(s + tomb)
+        pairs = [(s + suffix, v) for s, (_, v) in zip(stems, items, strict=True)]
+        pairs += [(change + s, b"") for s in stems]
+        pairs.sort()
+        self._wtxn.put_many(pairs)
+        return len(items)
 
     def delete(self, instance: Instance | str, key: bytes) -> bool:
         """Delete ``key`` at this version; True when it had a value here.

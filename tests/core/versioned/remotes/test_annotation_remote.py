@@ -108,3 +108,71 @@ def test_clone_of_an_instance_whose_base_is_a_table_references_the_base(base: Pa
     assert m.get(added.id).point == (1, 1, 1)
     with a.read("main") as view:
         assert {K.id_of_record_key(k) for k in view.keys("synapses", prefix=K.RECORD_PREFIX)} == {pre, post, added.id}
+
+
+def test_cli_pull_merges_annotations_id_by_id_with_named_conflicts(base: Path, tmp_path: Path) -> None:
+    """``shardscope pull`` (a subprocess, as a user runs it) uses the annotation merge: an annotation both
+    sides moved is the conflict ``annotation:<id>`` (exit 7, nothing written), settled by ``--resolve``;
+    an annotation only one side added arrives."""
+    from tests.core.versioned.remotes.cli import shardscope, shardscope_json
+
+    remote_url = str(tmp_path / "remote")
+    a = make_repo(tmp_path / "a", base)
+    syn = create_annotation_instance(a, "synapses", labelmap="seg")
+    v = a.new_version(a.head("main"))
+    p = syn.at(v).add("point", (1, 2, 3))
+    a.commit(v, "a point")
+    R.add_remote(a, "origin", remote_url)
+    R.push(a, "origin", "main")
+    path, _ = R.clone(remote_url, tmp_path / "b")
+    b = open_repository(path)
+    syn_b = open_annotation_instance(b, "synapses")
+    vb = b.new_version(b.head("main"))
+    syn_b.at(vb).move(p.id, (3, 3, 3))
+    theirs_new = syn_b.at(vb).add("point", (6, 6, 6))
+    b.commit(vb, "theirs")
+    R.push(b, "origin", "main")
+    b.close()
+    va = a.new_version(a.head("main"))
+    syn.at(va).move(p.id, (4, 4, 4))
+    a.commit(va, "ours")
+    a.close()
+    refused = shardscope_json("pull", str(tmp_path / "a"), "origin", "main", expect=7)
+    assert [c["key"] for c in refused["conflicts"]] == [f"annotation:{p.id}"]
+    out = shardscope("pull", str(tmp_path / "a"), "origin", "main", "--resolve", f"annotation:{p.id}=theirs")
+    assert "merge" in out.stdout
+    a = open_repository(tmp_path / "a")
+    m = open_annotation_instance(a, "synapses").at("main")
+    assert m.get(p.id).point == (3, 3, 3)
+    assert m.get(theirs_new.id).point == (6, 6, 6)
+    a.close()
+
+
+def test_cli_branch_merge_merges_annotations_id_by_id(base: Path, tmp_path: Path) -> None:
+    """``shardscope branch merge`` merges the annotation instances bound to the labelmap too (one merge
+    version): a conflict names ``annotation:<id>`` and exits 7; resolved, both sides' annotations are there."""
+    from tests.core.versioned.remotes.cli import shardscope_json
+
+    a = make_repo(tmp_path / "a", base)
+    syn = create_annotation_instance(a, "synapses", labelmap="seg")
+    v = a.new_version(a.head("main"))
+    p = syn.at(v).add("point", (1, 2, 3))
+    a.commit(v, "a point")
+    vt = a.new_version(a.head("main"), branch="trial")
+    syn.at(vt).move(p.id, (3, 3, 3))
+    added = syn.at(vt).add("point", (6, 6, 6))
+    a.commit(vt, "theirs")
+    vm = a.new_version(a.head("main"))
+    syn.at(vm).move(p.id, (4, 4, 4))
+    a.commit(vm, "ours")
+    a.close()
+    refused = shardscope_json("branch", "merge", str(tmp_path / "a"), "main", "trial", "seg", expect=7)
+    assert f"annotation:{p.id}" in [c["key"] for c in refused["conflicts"]]
+    done = shardscope_json("branch", "merge", str(tmp_path / "a"), "main", "trial", "seg",
+                           "--resolve", f"annotation:{p.id}=ours")
+    assert done["annotations"]["synapses"]["taken"] == [added.id]
+    a = open_repository(tmp_path / "a")
+    merged = open_annotation_instance(a, "synapses").at(done["version"])
+    assert merged.get(p.id).point == (4, 4, 4)
+    assert merged.get(added.id).point == (6, 6, 6)
+    a.close()

@@ -33,7 +33,14 @@ import lmdb
 
 from napari_shardscope.core.bytestore.oserrors import is_read_only_filesystem, storage_fault
 from napari_shardscope.core.errors import ReadOnlyStorageError, StorageFaultError
-from napari_shardscope.core.versioned.engines.protocol import ReadTxn, WriteTxn, check_key, check_range, closed_error
+from napari_shardscope.core.versioned.engines.protocol import (
+    ReadTxn,
+    WriteTxn,
+    check_items,
+    check_key,
+    check_range,
+    closed_error,
+)
 from napari_shardscope.core.versioned.errors import NotARepositoryError, StoreCorruptError
 
 #: Virtual size reserved for the map; LMDB grows the file only as data arrives (sparse on Linux).
@@ -181,6 +188,11 @@ class _LmdbWrite(_LmdbRead):
     def delete(self, key: bytes) -> bool:
         check_key(key)
         return bool(self._txn.delete(key))
+
+    def put_many(self, items: Sequence[tuple[bytes, bytes]]) -> None:
+        check_items(items)
+        with self._txn.cursor() as cursor:
+            cursor.putmulti(items)
 
 
 class LmdbEngine:

@@ -12,7 +12,14 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 
 from napari_shardscope.core.errors import ArgumentError
-from napari_shardscope.core.versioned.engines.protocol import ReadTxn, WriteTxn, check_key, check_range, closed_error
+from napari_shardscope.core.versioned.engines.protocol import (
+    ReadTxn,
+    WriteTxn,
+    check_items,
+    check_key,
+    check_range,
+    closed_error,
+)
 
 
 class _MemorySnapshot:
@@ -90,6 +97,10 @@ class _MemoryWrite(_MemoryRead):
         if not isinstance(value, bytes | bytearray | memoryview):
             raise ArgumentError(f"values must be bytes, got {type(value).__name__}")
         self.pending[key] = bytes(value)
+
+    def put_many(self, items: Sequence[tuple[bytes, bytes]]) -> None:
+        check_items(items)
+        self.pending.update(items)
 
     def delete(self, key: bytes) -> bool:
         check_key(key)

@@ -69,6 +69,10 @@ class WriteTxn(ReadTxn, Protocol):
         """Remove ``key``; True when it existed."""
         ...
 
+    def put_many(self, items: Sequence[tuple[bytes, bytes]]) -> None:
+        """Store many pairs in one call (bulk imports: the engine loops natively, ascending keys fastest)."""
+        ...
+
 
 class OrderedKV(Protocol):
     """An embedded ordered key-value engine."""
@@ -95,6 +99,17 @@ def check_range(lo: bytes, hi: bytes | None) -> None:
     """Reject argument types early: a ``str`` key would otherwise sort or hash silently wrong."""
     if not isinstance(lo, bytes) or (hi is not None and not isinstance(hi, bytes)):
         raise ArgumentError(f"range bounds must be bytes, got {type(lo).__name__}, {type(hi).__name__}")
+
+
+def check_items(items: Sequence[tuple[bytes, bytes]]) -> None:
+    """:func:`check_key` and a bytes value for every pair of a bulk put (one pass, no engine call)."""
+    if not items:
+        return
+    keys, values = zip(*items, strict=True)
+    if not (set(map(type, keys)) == {bytes} and all(keys) and set(map(type, values)) == {bytes}):
+        bad = next(p for p in items if not (type(p[0]) is bytes and p[0] and type(p[1]) is bytes))
+        check_key(bad[0])
+        raise ArgumentError(f"values must be bytes, got {type(bad[1]).__name__} (key {bad[0]!r})")
 
 
 def check_key(key: bytes) -> None:

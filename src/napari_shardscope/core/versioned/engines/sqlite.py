@@ -28,7 +28,14 @@ from pathlib import Path
 
 from napari_shardscope.core.bytestore.oserrors import is_read_only_filesystem, storage_fault
 from napari_shardscope.core.errors import ReadOnlyStorageError, StorageFaultError
-from napari_shardscope.core.versioned.engines.protocol import ReadTxn, WriteTxn, check_key, check_range, closed_error
+from napari_shardscope.core.versioned.engines.protocol import (
+    ReadTxn,
+    WriteTxn,
+    check_items,
+    check_key,
+    check_range,
+    closed_error,
+)
 from napari_shardscope.core.versioned.errors import NotARepositoryError, StoreCorruptError
 
 DB_FILE = "store.sqlite"
@@ -89,6 +96,12 @@ class _SqliteWrite(_SqliteRead):
     def delete(self, key: bytes) -> bool:
         check_key(key)
         return self._conn.execute("DELETE FROM kv WHERE k = ?", (key,)).rowcount > 0
+
+    def put_many(self, items: Sequence[tuple[bytes, bytes]]) -> None:
+        check_items(items)
+        self._conn.executemany(
+            "INSERT INTO kv (k, v) VALUES (?, ?) ON CONFLICT(k) DO UPDATE SET v = excluded.v", items
+        )
 
 
 class SqliteEngine:
