@@ -37,7 +37,8 @@ import napari_shardscope.core.versioned.keys as K
 from napari_shardscope.core.errors import ArgumentError, ReadOnlyStorageError, StoragePermissionError
 from napari_shardscope.core.versioned.ancestry import AncestorSet
 from napari_shardscope.core.versioned.dag import Version
-from napari_shardscope.core.versioned.dagindex import DagIndex, DagReader, DagWriter, read_journal
+from napari_shardscope.core.versioned.dagcache import DagIndex, read_journal
+from napari_shardscope.core.versioned.dagindex import DagReader, DagWriter
 from napari_shardscope.core.versioned.engines import OrderedKV, ReadTxn, WriteTxn
 from napari_shardscope.core.versioned.errors import (
     BranchExistsError,
