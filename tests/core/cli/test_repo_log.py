@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-import napari_shardscope.core.versioned.repository as repository_module
+import napari_shardscope.core.versioned.history as history_module
 from napari_shardscope.core.cli import run
 from napari_shardscope.core.versioned import create_repository
 
@@ -35,7 +35,7 @@ def dag(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[str, dict[str,
     def fake_time() -> float:
         return now[0]
 
-    monkeypatch.setattr(repository_module.time, "time", fake_time)
+    monkeypatch.setattr(history_module.time, "time", fake_time)
     path = tmp_path / "repo"
     names: dict[str, str] = {}
     with create_repository(path) as repo:

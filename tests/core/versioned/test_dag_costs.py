@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 import napari_shardscope.core.versioned.keys as K
-import napari_shardscope.core.versioned.repository as repository_module
+import napari_shardscope.core.versioned.opening as opening_module
 from napari_shardscope.core.versioned import Repository, create_repository, open_keyvalue, open_repository
 
 
@@ -86,12 +86,12 @@ class CountingEngine:
 def counter(monkeypatch: pytest.MonkeyPatch) -> Counter:
     """Every repository opened in the test counts what its engine returns."""
     c = Counter()
-    real = repository_module.open_engine
+    real = opening_module.open_engine
 
     def counting_open_engine(*args: Any, **kwargs: Any) -> Any:
         return CountingEngine(real(*args, **kwargs), c)
 
-    monkeypatch.setattr(repository_module, "open_engine", counting_open_engine)
+    monkeypatch.setattr(opening_module, "open_engine", counting_open_engine)
     return c
 
 

@@ -13,7 +13,7 @@ import sys
 from typing import Any
 
 import napari_shardscope.core.versioned.dagindex as dagindex
-import napari_shardscope.core.versioned.repository as repository
+import napari_shardscope.core.versioned.handle as handle
 from napari_shardscope.core.versioned import open_repository
 
 
@@ -24,7 +24,7 @@ def die() -> None:
 def main(path: str, kill_at: int | None) -> None:
     if kill_at is not None:
         calls = [0]
-        real_write, real_upgrade = dagindex.write_ancestors, repository.upgrade_format
+        real_write, real_upgrade = dagindex.write_ancestors, handle.upgrade_format
 
         def counted(*args: Any, **kwargs: Any) -> None:
             calls[0] += 1
@@ -38,7 +38,7 @@ def main(path: str, kill_at: int | None) -> None:
                 die()
 
         dagindex.write_ancestors = counted  # type: ignore[assignment]
-        repository.upgrade_format = then_die  # type: ignore[assignment]
+        handle.upgrade_format = then_die  # type: ignore[assignment]
     sys.stdout.write("opening\n")
     sys.stdout.flush()
     with open_repository(path) as repo:
