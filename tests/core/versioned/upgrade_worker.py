@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import signal
 import sys
-from typing import Any
+from typing import Any, cast
 
 import napari_shardscope.core.versioned.dagindex as dagindex
 import napari_shardscope.core.versioned.handle as handle
@@ -24,7 +24,9 @@ def die() -> None:
 def main(path: str, kill_at: int | None) -> None:
     if kill_at is not None:
         calls = [0]
-        real_write, real_upgrade = dagindex.write_ancestors, handle.upgrade_format
+        # the worker patches the names where the modules look them up (imported names: Any for mypy)
+        dag_module, handle_module = cast(Any, dagindex), cast(Any, handle)
+        real_write, real_upgrade = dag_module.write_ancestors, handle_module.upgrade_format
 
         def counted(*args: Any, **kwargs: Any) -> None:
             calls[0] += 1
@@ -37,8 +39,8 @@ def main(path: str, kill_at: int | None) -> None:
             if kill_at == 0:
                 die()
 
-        dagindex.write_ancestors = counted  # type: ignore[assignment]
-        handle.upgrade_format = then_die  # type: ignore[assignment]
+        dag_module.write_ancestors = counted
+        handle_module.upgrade_format = then_die
     sys.stdout.write("opening\n")
     sys.stdout.flush()
     with open_repository(path) as repo:
