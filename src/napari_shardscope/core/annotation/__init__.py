@@ -29,16 +29,15 @@ from napari_shardscope.core.annotation.branch_merge import (
     merge_with_labelmap,
     plan_annotation_merge,
 )
-from napari_shardscope.core.annotation.connectome import (
+from napari_shardscope.core.annotation.connections import (
     ConnectionChange,
     Connections,
     ConnectionTable,
     ConnectivityDiff,
     Partner,
     SynapseSite,
-    diff_connectivity,
-    recount_connectivity,
 )
+from napari_shardscope.core.annotation.connectome import diff_connectivity, recount_connectivity
 from napari_shardscope.core.annotation.errors import (
     AnnotationArgumentError,
     AnnotationError,

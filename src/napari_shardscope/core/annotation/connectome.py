@@ -21,7 +21,7 @@ from __future__ import annotations
 import threading
 import weakref
 from collections import Counter, OrderedDict
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,10 +30,18 @@ import numpy.typing as npt
 
 from napari_shardscope.core.annotation import keys as K
 from napari_shardscope.core.annotation import synapse_index as S
+from napari_shardscope.core.annotation.connections import (
+    ConnectionChange,
+    Connections,
+    ConnectionTable,
+    ConnectivityDiff,
+    Partner,
+    SynapseSite,
+    as_u64,
+)
 from napari_shardscope.core.annotation.errors import AnnotationArgumentError
-from napari_shardscope.core.annotation.model import Annotation, Point
+from napari_shardscope.core.annotation.model import Point
 from napari_shardscope.core.annotation.points import supervoxels_at
-from napari_shardscope.core.errors import UnsupportedFeatureError
 
 #: An :class:`~.version.AnnotationVersion` (not imported: ``version`` calls into this module, and
 #: core's packages keep their modules acyclic).
@@ -42,149 +50,6 @@ AnnotationVersion = Any
 U64 = npt.NDArray[np.uint64]
 #: States of versions whose re-resolved synapses (on retired supervoxels) are kept per instance.
 STALE_CACHE = 16
-
-
-@dataclass(frozen=True)
-class Partner:
-    """A partner body and the number of synapses to (outgoing) or from (incoming) it."""
-
-    body: int
-    count: int
-
-
-@dataclass(frozen=True)
-class Connections:
-    """The partners of ``body`` at a version, each side sorted by count (largest first), then body id."""
-
-    body: int
-    outgoing: tuple[Partner, ...]
-    incoming: tuple[Partner, ...]
-
-    @property
-    def out_total(self) -> int:
-        return sum(p.count for p in self.outgoing)
-
-    @property
-    def in_total(self) -> int:
-        return sum(p.count for p in self.incoming)
-
-    def to_json(self) -> dict[str, Any]:
-        return {"body": self.body, "outgoing": [[p.body, p.count] for p in self.outgoing],
-                "incoming": [[p.body, p.count] for p in self.incoming]}
-
-    def rows(self) -> Iterator[dict[str, Any]]:
-        """One row per partner: ``direction`` (``out``: body is pre), ``partner``, ``count``."""
-        for direction, side in (("out", self.outgoing), ("in", self.incoming)):
-            for p in side:
-                yield {"body": self.body, "direction": direction, "partner": p.body, "count": p.count}
-
-
-@dataclass(frozen=True)
-class SynapseSite:
-    """One synaptic annotation of a body and its partners: ``(partner annotation id, partner body)``."""
-
-    annotation: Annotation
-    body: int
-    partners: tuple[tuple[int, int], ...]
-
-    def rows(self) -> Iterator[dict[str, Any]]:
-        a = self.annotation
-        base = {"id": a.id, "kind": a.kind, "z": a.point[0], "y": a.point[1], "x": a.point[2], "body": self.body}
-        if not self.partners:
-            yield {**base, "partner": 0, "partner_body": 0}
-        for pid, pbody in self.partners:
-            yield {**base, "partner": pid, "partner_body": pbody}
-
-    def to_json(self) -> dict[str, Any]:
-        return {"annotation": self.annotation.to_json(), "body": self.body,
-                "partners": [{"id": i, "body": b} for i, b in self.partners]}
-
-
-def _as_u64(values: Iterable[int]) -> U64:
-    return np.fromiter((int(v) for v in values), dtype=np.uint64)
-
-
-@dataclass(frozen=True, eq=False)
-class ConnectionTable:
-    """An adjacency table (neuPrint's ``fetch_adjacencies`` / CAVE's synapse table, aggregated).
-
-    One row per connected pair of bodies: ``pre`` (body of the pre-synaptic sites), ``post`` and
-    ``count`` (synapses), sorted by count (largest first), then pre, post. Columns are NumPy
-    arrays; :meth:`to_pandas` gives a DataFrame, :meth:`to_records` a structured array.
-    """
-
-    pre: U64
-    post: U64
-    count: npt.NDArray[np.int64]
-
-    DTYPE = np.dtype([("pre", "<u8"), ("post", "<u8"), ("count", "<i8")])
-
-    @classmethod
-    def from_counts(cls, counts: dict[tuple[int, int], int]) -> ConnectionTable:
-        rows = sorted(((-n, a, b) for (a, b), n in counts.items() if n), key=lambda r: r)
-        return cls(_as_u64(r[1] for r in rows), _as_u64(r[2] for r in rows),
-                   np.fromiter((-r[0] for r in rows), dtype=np.int64))
-
-    def __len__(self) -> int:
-        return int(self.pre.size)
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, ConnectionTable) and self.as_dict() == other.as_dict()
-
-    __hash__ = None  # type: ignore[assignment]
-
-    def as_dict(self) -> dict[tuple[int, int], int]:
-        """``{(pre, post): count}``."""
-        return {(int(a), int(b)): int(n) for a, b, n in zip(self.pre, self.post, self.count, strict=True)}
-
-    def rows(self) -> Iterator[dict[str, int]]:
-        for a, b, n in zip(self.pre.tolist(), self.post.tolist(), self.count.tolist(), strict=True):
-            yield {"pre": a, "post": b, "count": n}
-
-    def to_records(self) -> npt.NDArray[Any]:
-        out = np.zeros(len(self), dtype=self.DTYPE)
-        out["pre"], out["post"], out["count"] = self.pre, self.post, self.count
-        return out
-
-    def to_pandas(self) -> Any:
-        """A DataFrame with columns ``pre``, ``post``, ``count`` (needs pandas: ``pip install pandas``)."""
-        try:
-            import pandas as pd  # type: ignore[import-untyped,unused-ignore]
-        except ImportError as exc:
-            raise UnsupportedFeatureError("ConnectionTable.to_pandas",
-                                          detail="install pandas: pip install pandas") from exc
-        return pd.DataFrame({"pre": self.pre, "post": self.post, "count": self.count})
-
-
-@dataclass(frozen=True)
-class ConnectionChange:
-    """One connection an edit created (``before`` 0), removed (``after`` 0) or changed."""
-
-    pre: int
-    post: int
-    before: int
-    after: int
-
-    @property
-    def status(self) -> str:
-        return "created" if self.before == 0 else "removed" if self.after == 0 else "changed"
-
-    def to_json(self) -> dict[str, Any]:
-        return {"pre": self.pre, "post": self.post, "before": self.before, "after": self.after,
-                "status": self.status}
-
-
-@dataclass(frozen=True)
-class ConnectivityDiff:
-    """What differs in the wiring between versions ``a`` and ``b`` (sorted by pre, post)."""
-
-    a: str
-    b: str
-    bodies: tuple[int, ...]
-    changes: tuple[ConnectionChange, ...]
-
-    def to_json(self) -> dict[str, Any]:
-        return {"a": self.a, "b": self.b, "bodies": list(self.bodies), "changes": [c.to_json() for c in self.changes]}
 
 
 # -- resolution of supervoxels and points to bodies ----------------------------------------------------
@@ -349,7 +214,7 @@ def stale_table(v: AnnotationVersion, r: Resolver, log_length: int) -> StaleTabl
                 p_pt.append(ppt)
         recs = v._records(view, sorted(set(owners))) if owners else []
     point_of = {s.annotation.id: s.annotation.point for s in recs}
-    psvs = _as_u64(p_sv)
+    psvs = as_u64(p_sv)
     if owners:
         own_svs = supervoxels_at(r.lmv, [point_of[o] for o in owners], v.instance.block)
         own_body = np.asarray(r.lmv.bodies_of(own_svs), dtype=np.uint64)
@@ -451,7 +316,7 @@ def synapses(v: AnnotationVersion, body: int) -> list[SynapseSite]:
     r = Resolver(v)
     with v.instance.repo.read(v.uuid) as view:
         recs = v._records(view, ids) if ids else []
-    bodies = r.bodies(_as_u64(s.supervoxel for s in recs), [s.annotation.point for s in recs])
+    bodies = r.bodies(as_u64(s.supervoxel for s in recs), [s.annotation.point for s in recs])
     body_of = {s.annotation.id: int(b) for s, b in zip(recs, bodies.tolist(), strict=True)}
     return [SynapseSite(a, body, tuple((i, body_of[i]) for i in links[a.id])) for a in sites]
 
@@ -494,14 +359,14 @@ def _whole(v: AnnotationVersion) -> ConnectionTable:
             own_id.append(own)
             p_sv.append(psv)
             p_pt.append(ppt)
-        svs = _as_u64(own_sv)
+        svs = as_u64(own_sv)
         live = r.lm.exists(r.state, svs) | (svs == 0) if svs.size else np.zeros(0, dtype=bool)
         stale_ids = sorted({own_id[i] for i in np.flatnonzero(~live).tolist()})
         recs = v._records(view, stale_ids) if stale_ids else []
     point_of = {s.annotation.id: s.annotation.point for s in recs}
     own_pts = [point_of.get(i, (0, 0, 0)) for i in own_id]
     pre = r.bodies(svs, own_pts)
-    post = r.bodies(_as_u64(p_sv), p_pt)
+    post = r.bodies(as_u64(p_sv), p_pt)
     keep = (pre != 0) & (post != 0)
     return _table(pre[keep], post[keep])
 
@@ -530,8 +395,8 @@ def recount_connectivity(v: AnnotationVersion) -> ConnectionTable:
     ids = sorted(records)
     svs = supervoxels_at(lmv, [records[i].point for i in ids], v.instance.block)
     body = dict(zip(ids, lmv.bodies_of(svs).tolist(), strict=True))
-    pre = _as_u64(body[p] for p, _ in pairs)
-    post = _as_u64(body[q] for _, q in pairs)
+    pre = as_u64(body[p] for p, _ in pairs)
+    post = as_u64(body[q] for _, q in pairs)
     keep = (pre != 0) & (post != 0)
     return _table(pre[keep], post[keep])
 
@@ -573,7 +438,7 @@ def affected_bodies(a: AnnotationVersion, b: AnnotationVersion) -> tuple[int, ..
     repo = a.instance.repo
     base = repo.version(d.base)
     ids = _changed_ids(a, base) | _changed_ids(b, base)
-    sv_arr = _as_u64(sorted(svs))
+    sv_arr = as_u64(sorted(svs))
     for v in (a, b):
         r = Resolver(v)
         if sv_arr.size:

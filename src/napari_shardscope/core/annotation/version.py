@@ -56,7 +56,7 @@ from napari_shardscope.core.versioned.dag import Version
 from napari_shardscope.core.versioned.view import VersionView
 
 if TYPE_CHECKING:
-    from napari_shardscope.core.annotation.connectome import Connections, ConnectionTable, SynapseSite
+    from napari_shardscope.core.annotation.connections import Connections, ConnectionTable, SynapseSite
     from napari_shardscope.core.annotation.export import AnnotationExportReport
 
 
