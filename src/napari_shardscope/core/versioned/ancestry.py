@@ -191,8 +191,35 @@ def decode_table(data: bytes) -> list[int]:
     return codes
 
 
+#: Runs :func:`encode_page` finds by byte search before it lets numpy find them all.
+_FEW_RUNS = 32
+
+
 def encode_page(flags: bytes) -> bytes:
-    """A page's flag bytes (PAGE_BITS of them) as runs of set ids or a raw bitmap, the shorter."""
+    """A page's flag bytes (PAGE_BITS of them) as runs of set ids or a raw bitmap, the shorter.
+
+    A chain's pages are a few runs: found by byte search (a version adopted costs one page, so this
+    is per version); past :data:`_FEW_RUNS` runs numpy finds them. Both give the same bytes.
+    """
+    fields: list[int] = []
+    prev = 0
+    pos = flags.find(1)
+    while pos != -1 and len(fields) < 2 * _FEW_RUNS:
+        end = flags.find(0, pos)
+        if end == -1:
+            end = len(flags)
+        fields += (pos - prev, end - pos)
+        prev = end
+        pos = flags.find(1, end)
+    if pos == -1:
+        runs = bytes([_RUNS]) + _varints(fields)
+        raw_len = 1 + (prev + 7) // 8  # the packed bitmap up to its last set bit
+        if len(runs) <= raw_len:
+            return runs
+    return _encode_page_numpy(flags)
+
+
+def _encode_page_numpy(flags: bytes) -> bytes:
     arr = np.frombuffer(flags, dtype=np.uint8)
     edges = np.diff(np.concatenate(([0], arr, [0])).astype(np.int8))
     starts, ends = np.flatnonzero(edges == 1), np.flatnonzero(edges == -1)
@@ -254,12 +281,33 @@ def read_table(txn: ReadTxn, vid: int) -> list[int]:
 
 
 class PageReader:
-    """Page contents by ``(code, page)``, read once per use (a migration or a verify reuses them)."""
+    """Page contents by ``(code, page)``, read once per use (a migration or a verify reuses them).
+
+    A writer's reader also remembers the page tables and pages it wrote (:func:`write_ancestors`),
+    so adopting a chain of versions in one transaction reads nothing back: each version's table is
+    its parent's with one code changed, and its own page its parent's with one bit more.
+    """
 
     def __init__(self, txn: ReadTxn, limit: int = 4096) -> None:
         self._txn = txn
         self._cache: dict[tuple[int, int], bytes] = {}
+        self._tables: dict[int, list[int]] = {}
         self._limit = limit
+
+    def table(self, vid: int) -> list[int]:
+        """Version ``vid``'s page codes: remembered if this reader wrote them, else read."""
+        hit = self._tables.get(vid)
+        return list(hit) if hit is not None else read_table(self._txn, vid)
+
+    def remember(self, vid: int, codes: list[int], pages: dict[int, bytes]) -> None:
+        """What :func:`write_ancestors` just wrote for ``vid`` (its table and the pages it owns)."""
+        if len(self._tables) >= self._limit:
+            self._tables.clear()
+        self._tables[vid] = codes
+        if len(self._cache) + len(pages) > self._limit:
+            self._cache.clear()
+        for i, flags in pages.items():
+            self._cache[(vid + _OWNED, i)] = flags
 
     def pages(self, wanted: Sequence[tuple[int, int]]) -> list[bytes]:
         """Flag bytes of each ``(code, page)``, with one batched engine read for the stored ones."""
@@ -300,12 +348,33 @@ def write_ancestors(txn: WriteTxn, vid: int, parents: Sequence[int], pages: Page
     if any(p >= vid for p in parents):
         raise StoreCorruptError(f"version id {vid}: a parent has a larger id (ids must be a topological order)")
     reader = pages or PageReader(txn)
-    tables = [read_table(txn, p) for p in parents]
+    tables = [reader.table(p) for p in parents]
     own_page = vid >> PAGE_SHIFT
     size = max([own_page + 1, *(len(t) for t in tables)])
+    if len(tables) == 1:  # a chain: the parent's table, with the own page changed below
+        codes = tables[0] + [EMPTY] * (size - len(tables[0]))
+        fresh: dict[int, bytes] = {}  # page -> flags this version stores itself
+    else:
+        codes, fresh = _merged_codes(reader, tables, size, vid)
+    current = fresh.get(own_page) or reader.pages([(codes[own_page], own_page)])[0]
+    bit = vid & PAGE_MASK
+    fresh[own_page] = current[:bit] + b"\x01" + current[bit + 1:]
+    owned: dict[int, bytes] = {}
+    for i, flags in fresh.items():
+        codes[i] = _code_of(flags, vid)
+        if codes[i] >= _OWNED:
+            txn.put(page_key(vid, i), encode_page(flags))
+            owned[i] = flags
+    txn.put(page_table_key(vid), encode_table(codes))
+    reader.remember(vid, codes, owned)
+
+
+def _merged_codes(reader: PageReader, tables: list[list[int]], size: int,
+                  vid: int) -> tuple[list[int], dict[int, bytes]]:
+    """Page codes of the union of several parents' sets, and the pages ``vid`` must store itself."""
     padded = [t + [EMPTY] * (size - len(t)) for t in tables] or [[EMPTY] * size]
     codes = list(padded[0])
-    fresh: dict[int, bytes] = {}  # page -> flags this version stores itself
+    fresh: dict[int, bytes] = {}
     for i in range(size):
         distinct = sorted({t[i] for t in padded})
         if len(distinct) == 1 or FULL in distinct:
@@ -319,11 +388,4 @@ def write_ancestors(txn: WriteTxn, vid: int, parents: Sequence[int], pages: Page
         else:
             fresh[i] = union
             codes[i] = _code_of(union, vid)
-    current = fresh.get(own_page) or reader.pages([(codes[own_page], own_page)])[0]
-    bit = vid & PAGE_MASK
-    fresh[own_page] = current[:bit] + b"\x01" + current[bit + 1:]
-    for i, flags in fresh.items():
-        codes[i] = _code_of(flags, vid)
-        if codes[i] >= _OWNED:
-            txn.put(page_key(vid, i), encode_page(flags))
-    txn.put(page_table_key(vid), encode_table(codes))
+    return codes, fresh

@@ -369,6 +369,40 @@ class DagWriter(DagReader):
         self.wtxn = txn
         self.changed: set[int] = set()
         self._pages = PageReader(txn)
+        # What this transaction wrote, so adopting thousands of versions in it reads none of them back
+        # (records, UUIDs, branch records; the ancestor tables and pages are in ``_pages``). Only this
+        # writer writes these records in its transaction, and it dies with the transaction.
+        self._written: dict[int, Version] = {}
+        self._written_vids: dict[str, int] = {}
+        self._branches: dict[str, BranchRecord | None] = {}
+        self._max_vid: int | None = None
+
+    def get_vid(self, vid: int) -> Version | None:
+        hit = self._written.get(vid)
+        return hit if hit is not None else super().get_vid(vid)
+
+    def vid_of(self, uuid: str) -> int | None:
+        hit = self._written_vids.get(uuid) if isinstance(uuid, str) else None
+        return hit if hit is not None else super().vid_of(uuid)
+
+    def branch(self, name: str) -> BranchRecord | None:
+        if name not in self._branches:
+            if len(self._branches) >= VERSION_CACHE:
+                self._branches.clear()
+            self._branches[name] = super().branch(name)
+        return self._branches[name]
+
+    def max_vid(self) -> int:
+        if self._max_vid is None:
+            self._max_vid = super().max_vid()
+        return self._max_vid
+
+    def _remember(self, v: Version) -> None:
+        if len(self._written) >= VERSION_CACHE:
+            self._written.clear()
+            self._written_vids.clear()
+        self._written[v.vid] = v
+        self._written_vids[v.uuid] = v.vid
 
     def add(self, v: Version) -> None:
         """Write a new version: record, UUID index, child index, branch record, ancestor set.
@@ -394,6 +428,9 @@ class DagWriter(DagReader):
             self.wtxn.put(K.child_key(pv, v.vid), b"")
         self.wtxn.put(K.branch_key(v.branch), rec.encode())
         write_ancestors(self.wtxn, v.vid, parents, self._pages)
+        self._branches[v.branch] = rec
+        self._max_vid = v.vid
+        self._remember(v)
 
     def update(self, v: Version) -> None:
         """Rewrite a version's mutable fields (locked, message, committed) after a commit."""
@@ -402,6 +439,8 @@ class DagWriter(DagReader):
             raise StoreCorruptError(f"version {v.uuid}: identity fields changed")
         self.wtxn.put(K.version_record_key(v.vid), encode_version(v))
         self.changed.add(v.vid)
+        if v.vid in self._written:
+            self._remember(v)
 
     def rename_branch(self, old: str, new: str) -> list[Version]:
         """Give every version of branch ``old`` the name ``new`` (O(length of the branch)).
@@ -421,6 +460,7 @@ class DagWriter(DagReader):
                            message=v.message, created=v.created, committed=v.committed)
             self.wtxn.put(K.version_record_key(v.vid), encode_version(done))
             self.changed.add(v.vid)
+            self._written.pop(v.vid, None)
             renamed.append(done)
             v = next((p for p in map(self.by_vid, self.parent_vids(v)) if p.branch == old), None)
         if len(renamed) != rec.length or renamed[-1].vid != rec.base:
@@ -428,6 +468,8 @@ class DagWriter(DagReader):
                                     f"its chain has {len(renamed)}")
         self.wtxn.delete(K.branch_key(old))
         self.wtxn.put(K.branch_key(new), BranchRecord(new, rec.base, rec.head, rec.length).encode())
+        self._branches[old] = None
+        self._branches[new] = BranchRecord(new, rec.base, rec.head, rec.length)
         return renamed[::-1]
 
 

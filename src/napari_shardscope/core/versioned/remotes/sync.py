@@ -307,6 +307,7 @@ def _walk(repo: Repository, history: PackedHistory, starts: Iterable[NodeRef], k
     """
     walk = _Walk()
     done: set[str] = set()
+    here = _local_versions(repo)
     stack: list[tuple[str, str, bool]] = [(r.node, r.object, False) for r in starts]
     while stack:
         uuid, obj, expanded = stack.pop()
@@ -316,7 +317,7 @@ def _walk(repo: Repository, history: PackedHistory, starts: Iterable[NodeRef], k
             walk.order.append(uuid)
             done.add(uuid)
             continue
-        if uuid not in walk.headers and has_version(repo, uuid):
+        if uuid not in walk.headers and here(uuid):
             known[uuid] = obj
             done.add(uuid)
             continue
@@ -330,6 +331,18 @@ def _walk(repo: Repository, history: PackedHistory, starts: Iterable[NodeRef], k
             if parent not in done:
                 stack.append((parent, pobj, False))
     return walk
+
+
+#: Up to this many local versions, a walk reads their UUIDs once instead of one look-up per walked version.
+WALK_LOCAL_SET = 4096
+
+
+def _local_versions(repo: Repository) -> Callable[[str], bool]:
+    """Whether a (full) UUID is a local version: a set for a small repository (a clone walks its whole
+    history against one root), else a look-up each (a fetch of k versions into a long history)."""
+    if repo.version_count() <= WALK_LOCAL_SET:
+        return {v.uuid for v in repo.versions()}.__contains__
+    return lambda uuid: has_version(repo, uuid)
 
 
 class _Dag(Protocol):

@@ -1,0 +1,116 @@
+"""Adopting many versions in one transaction stores exactly what adopting them one by one stores.
+
+A fetch or a clone adopts its versions ``ADOPT_BATCH`` per transaction, and the DAG writer then
+answers from what it wrote in that transaction (versions, UUIDs, branch records, ancestor tables and
+pages) instead of reading it back; adopting one version per transaction reads everything back. The
+two must leave the same records, byte for byte (the format is unchanged), and read back the same:
+ancestors, children, log order, ``repo log``. The history crosses an ancestor page boundary
+(``PAGE_BITS`` ids) on a chain, on side branches and at merges, where copy-on-write pages change hands.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import napari_shardscope.core.versioned.keys as K
+from napari_shardscope.core.versioned import Repository, create_repository, open_keyvalue, open_repository
+from napari_shardscope.core.versioned.ancestry import PAGE_BITS
+from napari_shardscope.core.versioned.engines import open_engine
+from tests.core.versioned.format1 import engine_of
+
+DAG_PREFIXES = (K.VERSION_PREFIX, K.UUID_PREFIX, K.BRANCH_PREFIX, K.CHILD_PREFIX, K.ANCESTOR_PREFIX,
+                K.ANCESTOR_PAGE_PREFIX)
+
+
+def make_origin(path: Path) -> Repository:
+    """A chain past one ancestor page, with branches forking on both sides of the boundary and merges back."""
+    repo = create_repository(path, durable=False)
+    kv = open_keyvalue(repo, "kv", create=True)
+    repo.commit(repo.root, "root")
+    forks: list[str] = []
+    with repo.batch() as b:
+        v = b.version("main")
+        for i in range(PAGE_BITS + 150):
+            nv = b.new_version(v)
+            b.write(nv).put(kv.instance, b"k%d" % (i % 7), b"%d" % i)
+            v = b.commit(nv, f"main {i}")
+            if i in (5, PAGE_BITS - 40, PAGE_BITS - 3, PAGE_BITS + 20):
+                forks.append(v.uuid)
+    for n, fork in enumerate(forks):
+        with repo.batch() as b:
+            side = b.new_version(fork, branch=f"side{n}")
+            b.write(side).put(kv.instance, b"side%d" % n, b"x")
+            side = b.commit(side, f"side {n}")
+            for j in range(3 + n * 20):  # the last sides end past the boundary
+                nv = b.new_version(side)
+                b.write(nv).put(kv.instance, b"side%d" % n, b"%d" % j)
+                side = b.commit(nv, f"side {n}.{j}")
+            if n % 2 == 0:  # every other side merges into main (different keys: no conflict)
+                head = b.version("main")
+                merged = b.merge(head, side).version
+                b.commit(merged, f"merge side {n}")
+            with_child = b.new_version(side)  # continue the side after the merge too
+            b.write(with_child).put(kv.instance, b"after", b"%d" % n)
+            b.commit(with_child, f"side {n} after")
+    return repo
+
+
+def dag_records(path: Path) -> dict[bytes, bytes]:
+    kv = open_engine(engine_of(path), path, create=False, durable=True)
+    try:
+        with kv.read() as txn:
+            return {k: v for p in DAG_PREFIXES for k, v in txn.scan(p, K.next_prefix(p))}
+    finally:
+        kv.close()
+
+
+def repo_log(path: Path, *args: str) -> list[str]:
+    done = subprocess.run([sys.executable, "-m", "napari_shardscope", "repo", "log", str(path), *args, "--json"],
+                          capture_output=True, text=True, timeout=300, check=True)
+    return [json.loads(line)["uuid"] for line in done.stdout.splitlines() if line.strip()]
+
+
+def test_bulk_adoption_stores_what_one_by_one_adoption_stores(tmp_path: Path) -> None:
+    per_transaction = 1000  # as a fetch does (``ADOPT_BATCH``): the writer's memory starts empty in each
+    origin = make_origin(tmp_path / "origin")
+    order = list(reversed(origin.ancestry(origin.head("main"))))  # parents first, ids ascending
+    order += [v for v in origin.versions() if v.uuid not in {o.uuid for o in order}]
+    order.sort(key=lambda v: v.vid)
+    nodes = [origin.read_node(v) for v in order]
+    heads = {b.name: b.head for b in origin.branches()}
+    origin.close()
+    assert len(nodes) > PAGE_BITS + 150 and len(heads) == 5
+
+    one = create_repository(tmp_path / "one", durable=False, root=nodes[0])
+    bulk = create_repository(tmp_path / "bulk", durable=False, root=nodes[0])
+    for repo in (one, bulk):
+        open_keyvalue(repo, "kv", create=True)
+        repo.fill_root(nodes[0])
+    for node in nodes[1:]:
+        one.adopt_node(node)  # a transaction each: every record read back from the store
+    for first in range(1, len(nodes), per_transaction):
+        with bulk.batch() as b:
+            for node in nodes[first:first + per_transaction]:
+                b.adopt_node(node)
+
+    for name, head in heads.items():
+        assert one.head(name).uuid == bulk.head(name).uuid == head
+        assert [v.uuid for v in one.log(name)] == [v.uuid for v in bulk.log(name)]
+        assert [v.uuid for v in one.ancestry(name)] == [v.uuid for v in bulk.ancestry(name)]
+    for v in one.versions()[:: 97] + one.versions()[-200:]:
+        w = bulk.version(v.uuid)
+        assert (w.vid, w.parents, w.branch, w.message) == (v.vid, v.parents, v.branch, v.message)
+        assert [c.uuid for c in one.children(v)] == [c.uuid for c in bulk.children(w)]
+        assert [a.uuid for a in one.ancestry(v)] == [a.uuid for a in bulk.ancestry(w)]
+    assert bulk.verify() == [] and one.verify() == []
+    one.close()
+    bulk.close()
+
+    assert dag_records(tmp_path / "one") == dag_records(tmp_path / "bulk")  # same records, same bytes
+    for args in ((), ("side2",), ("--all",)):
+        assert repo_log(tmp_path / "one", *args) == repo_log(tmp_path / "bulk", *args)
+    with open_repository(tmp_path / "bulk") as repo:
+        assert repo_log(tmp_path / "bulk", "side2")[0] == repo.head("side2").uuid
