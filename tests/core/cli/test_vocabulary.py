@@ -108,7 +108,7 @@ def test_the_top_level_lists_each_verb_once() -> None:
     listed = shardscope("--help").stdout
     names = [line.split()[0] for line in listed.split("COMMAND\n", 1)[1].split("\noptions:")[0].splitlines()
              if line.startswith("    ") and not line.startswith("          ")]
-    assert len(names) == len(set(names)) == 30  # 36 before: deprecated and duplicate spellings; +3 connectome verbs, +annotation
+    assert len(names) == len(set(names)) == 30  # 36 before dropping old spellings; +4 annotation verbs
     assert not {"index", "merge", "cleave", "size", "history", "split-supervoxel", "split-body",
                 "merge-branches"} & set(names)
 
