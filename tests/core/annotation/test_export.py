@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -18,43 +17,12 @@ import pytest
 from napari_shardscope.core.annotation import (
     AnnotationArgumentError,
     AnnotationInstance,
-    create_annotation_instance,
 )
 from napari_shardscope.core.annotation.export import PAIR_ID_BIT, export_annotations
 from napari_shardscope.core.errors import ArgumentError, RefusedDestinationError
-from napari_shardscope.core.labelmap import Labelmap, create_labelmap
-from napari_shardscope.core.sample_data import SampleDataset, ensure_sample_dataset
-from napari_shardscope.core.versioned import Repository, create_repository
-from napari_shardscope.core.volumes import open_volume
+from napari_shardscope.core.versioned import Repository
 
 AnnotationReader = pytest.importorskip("neuroglancer.read_precomputed_annotations").AnnotationReader
-
-
-@pytest.fixture(scope="module")
-def sample(tmp_path_factory: pytest.TempPathFactory) -> SampleDataset:
-    return ensure_sample_dataset(tmp_path_factory.getbasetemp() / "shardscope-cache")
-
-
-@pytest.fixture(scope="module")
-def base0(sample: SampleDataset) -> np.ndarray:
-    return np.asarray(open_volume(sample.segmentation).levels[0].array)
-
-
-@pytest.fixture
-def repo(tmp_path: Path) -> Iterator[Repository]:
-    r = create_repository(tmp_path / "repo")
-    yield r
-    r.close()
-
-
-@pytest.fixture
-def lm(sample: SampleDataset, repo: Repository) -> Labelmap:
-    return create_labelmap(repo, "seg", sample.segmentation, agglomeration=sample.bodies)
-
-
-@pytest.fixture
-def syn(lm: Labelmap, repo: Repository) -> AnnotationInstance:
-    return create_annotation_instance(repo, "synapses", labelmap=lm)
 
 
 def points_in(base0: np.ndarray, svs: list[int], n: int, seed: int) -> list[tuple[int, int, int]]:
