@@ -69,6 +69,11 @@ class ViewerSession:
 
         #: The selected bodies' meshes as Surface layers (widgets/meshes.py), following the controller.
         self.surfaces = BodySurfaces(self)
+        from napari_shardscope.widgets.synapses import SynapseLayer
+
+        #: The selected bodies' synapses as a Points layer (widgets/synapses.py), when the repository has them.
+        self.synapses = SynapseLayer(self)
+        self.layers_changed.connect(self.synapses.schedule)  # the volume replaced: placed on its grid again
 
     def _notify(self, state: ControllerState) -> None:
         """Each new result or refusal once as a napari notification (the panels keep it in their status line).
