@@ -31,6 +31,8 @@ LAYER_NAME = "synapses"
 COLOURS = {"pre": (1.0, 0.35, 0.1, 1.0), "post": (0.0, 0.9, 1.0, 1.0)}
 #: Point diameter in voxels of the volume's finest scale (napari scales it with the zoom).
 SIZE_VOXELS = 5.0
+#: A thin dark rim (a fraction of the diameter): the sites stand out on any body colour.
+BORDER, BORDER_COLOUR = 0.15, "#111111"
 
 
 class SynapseLayer:
@@ -99,13 +101,14 @@ class SynapseLayer:
         if self.layer is None:
             self.layer = add_on_grid(
                 viewer, grid, "points", data, name=LAYER_NAME, size=SIZE_VOXELS, face_color=colours,
-                border_width=0, features=features, metadata=meta)
+                border_width=BORDER, border_color=BORDER_COLOUR, features=features, metadata=meta)
             return
         layer = self.layer
         layer.data = on_grid(grid, "points", data)
         layer.features = features
         layer.size = SIZE_VOXELS
         layer.face_color = colours
+        layer.border_color = BORDER_COLOUR
         layer.metadata.update(meta)
 
     def _remove(self) -> None:
