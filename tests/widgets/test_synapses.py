@@ -123,12 +123,15 @@ def test_selected_bodies_synapses_follow_selection_and_merge(proofread: Proofrea
     np.testing.assert_allclose(world_points(synapse_layer(viewer)), expected_world(repo, c, [a]))
     assert list(synapse_layer(viewer).features["kind"]) == ["pre"] * 5 + ["post"]
     assert panel.partner_rows() == [("out", p, 5), ("in", p, 1)]
+    # what the merge did to the wiring, in words: b's 2 synapses onto p now count for a
+    assert panel.wiring_label.text() == f"merge of {b} into {a} joined 2 synapses onto partner {p}"
     assert_dims(viewer, moved, "after the merge")
 
     qtbot.mouseClick(panel.undo_button, LEFT)
     qtbot.waitUntil(lambda: settled(viewer) and panel.partner_rows() == [("out", p, 3), ("in", p, 1)],
                     timeout=60000)
     assert sorted(synapse_layer(viewer).features["body"]) == [a] * 4
+    assert panel.wiring_label.text() == f"undid: merge of {b} into {a} moved 2 synapses: 2 with partner {p} to {b}"
     c.clear_selection()
     qtbot.waitUntil(lambda: settled(viewer) and synapse_layer(viewer) is None, timeout=60000)
     assert panel.partner_rows() == []

@@ -219,6 +219,10 @@ class ProofreadingPanel(QWidget):
         self.partner_tree.setMaximumHeight(160)
         self.partner_tree.itemClicked.connect(self._partner_clicked)
         pv.addWidget(self.partner_tree)
+        self.wiring_label = QLabel("")
+        self.wiring_label.setWordWrap(True)
+        self.wiring_label.setToolTip("what the last edit did to the wiring of the bodies it touched")
+        pv.addWidget(self.wiring_label)
         self.partner_box.setVisible(False)  # shown when the repository has synapses of this labelmap
         vbox.addWidget(self.partner_box)
 
@@ -589,6 +593,7 @@ class ProofreadingPanel(QWidget):
         if key == self._partners_key:
             return
         self._partners_key = key
+        self.wiring_label.setText(self.session.synapses.wiring.last)
         tree = self.partner_tree
         tree.clear()
         source = self.session.synapses.source

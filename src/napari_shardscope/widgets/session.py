@@ -103,9 +103,11 @@ class ViewerSession:
         if version is None:
             return  # disconnected: the layers stay until the user removes them
         if event.kind in ("connected", "checkout"):
+            self.synapses.wiring.last = ""
             self._show(version)
         elif event.kind == "edited" and event.edit is not None and event.edit.version == version.uuid:
             self.refresh(event.edit)
+            self.synapses.on_edit(event.edit)  # before the controller's listeners: the panel shows the words
 
     def refresh(self, event: EditEvent | None = None) -> None:
         """Show the checked-out version's current state after an edit.

@@ -18,7 +18,8 @@ import numpy as np
 from qtpy.QtCore import QTimer
 
 from napari_shardscope.core.errors import ShardscopeError
-from napari_shardscope.core.proofreading.synapses import SynapsePoints, SynapseSource
+from napari_shardscope.core.labelmap import EditEvent
+from napari_shardscope.core.proofreading.synapses import SynapsePoints, SynapseSource, WiringWatch
 from napari_shardscope.widgets.placement import add_on_grid, on_grid
 
 if TYPE_CHECKING:
@@ -47,10 +48,28 @@ class SynapseLayer:
         self.error = ""
         self._shown: tuple[Any, ...] | None = None
         self._scheduled = False
-        self._unsubscribe = session.controller.subscribe(lambda _state: self.schedule())
+        #: The selected bodies' connections per state, for the wiring words of the next edit.
+        self.wiring = WiringWatch(self.source)
+        self._unsubscribe = session.controller.subscribe(self._on_state)
 
     def close(self) -> None:
         self._unsubscribe()
+
+    def _on_state(self, state: Any) -> None:
+        """Remember the selection's connections now (the next edit is compared with them); redraw soon."""
+        try:
+            self.wiring.remember(state.selected)
+        except ShardscopeError as exc:
+            self.error = f"synapses: {exc}"
+        self.schedule()
+
+    def on_edit(self, event: EditEvent) -> None:
+        """An edit of the checked-out version: put what it did to the wiring in words (:attr:`WiringWatch.last`)."""
+        try:
+            self.wiring.edited(event.mutation, self.session.controller.edit_words(event.mutation))
+        except ShardscopeError as exc:
+            self.wiring.last = ""
+            self.error = f"synapses: {exc}"
 
     def schedule(self) -> None:
         """Sync on the next turn of the event loop (controller news arrive inside napari's mouse callbacks)."""

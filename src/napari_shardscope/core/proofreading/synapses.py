@@ -11,7 +11,7 @@ handle, so the answers follow the edits the controller makes (they share the liv
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -25,9 +25,11 @@ from napari_shardscope.core.annotation import (
     open_annotation_instance,
 )
 from napari_shardscope.core.annotation.instance import annotation_config
+from napari_shardscope.core.labelmap.edit_words import plural
+from napari_shardscope.core.labelmap.errors import UnknownLabelError
 
 if TYPE_CHECKING:
-    from napari_shardscope.core.labelmap import Labelmap, LabelmapVersion
+    from napari_shardscope.core.labelmap import Labelmap, LabelmapVersion, Mutation
     from napari_shardscope.core.proofreading.session import ProofreadingSession
     from napari_shardscope.core.versioned import Repository
 
@@ -127,3 +129,114 @@ class SynapseSource:
 def _open_bound(repo: Repository, lm: Labelmap) -> AnnotationInstance | None:
     name = bound_instance_name(repo, lm.name)
     return None if name is None else open_annotation_instance(repo, name, labelmap=lm)
+
+
+def describe_wiring(what: str, before: Mapping[int, Connections], after: Mapping[int, Connections | None]) -> str:
+    """What an edit did to the wiring of the bodies it touched, in plain words.
+
+    ``before``: the touched bodies' connections just before the edit; ``after``: just after (``None``
+    for a body the edit made disappear, a merged one). ``"merge of 30 into 10 joined 14 synapses onto
+    partner 77"``; ``"cleave of 2 supervoxels off 10 into 31 moved 5 synapses: 4 with partner 77 to
+    31, …"``; ``"… changed no synapse connection"``.
+    """
+    delta: dict[tuple[int, int], int] = {}  # (body, partner) → change in synapses, both directions summed
+    for sign, side in ((-1, before), (1, after)):
+        for body, conns in side.items():
+            if conns is None:
+                continue
+            for p in (*conns.outgoing, *conns.incoming):
+                delta[(body, p.body)] = delta.get((body, p.body), 0) + sign * p.count
+    gains = sorted(((n, b, p) for (b, p), n in delta.items() if n > 0), key=lambda t: (-t[0], t[1], t[2]))
+    if not gains:
+        return f"{what} changed no synapse connection"
+    moved = sum(n for n, _, _ in gains)
+    bodies = {b for _, b, _ in gains}
+    partners = {p for _, _, p in gains}
+    gone = [b for b, conns in after.items() if conns is None]
+    if gone and len(bodies) == 1:  # a merge: what the merged bodies had now belongs to the target
+        if len(partners) == 1:
+            return f"{what} joined {plural(moved, 'synapse')} onto partner {gains[0][2]}"
+        most, _, partner = gains[0]
+        return (f"{what} joined {plural(moved, 'synapse')} onto {len(partners)} partners "
+                f"(most: {most} with partner {partner})")
+    top = "; ".join(f"{n} with partner {p} to {b}" for n, b, p in gains[:3])
+    more = f"; {len(gains) - 3} more" if len(gains) > 3 else ""
+    return f"{what} moved {plural(moved, 'synapse')}: {top}{more}"
+
+
+@dataclass(frozen=True)
+class WiringSnapshot:
+    """Connections of some bodies read at one state of a version (``stamp``: its last mutation id)."""
+
+    version: str
+    stamp: int
+    connections: dict[int, Connections]
+
+
+class WiringWatch:
+    """Remembers the selected bodies' connections, so that an edit can be told in wiring words.
+
+    An edit only happens to bodies that were selected (merge, cleave, split) or that the previous edit
+    touched (undo, redo): their connections are read at each state of the version (a few ms each: the
+    aggregates), and after the edit the touched bodies' connections are compared with those of the
+    latest state before it (:func:`describe_wiring`). The news of an edit may arrive after the
+    selection already changed (it is queued to the GUI thread), so the last few states are kept.
+    """
+
+    #: States of the version whose snapshots are kept.
+    KEEP = 4
+
+    def __init__(self, source: SynapseSource) -> None:
+        self.source = source
+        self.snapshots: dict[tuple[str, int], WiringSnapshot] = {}
+        #: The last edit's wiring change in words ("" when none is known).
+        self.last = ""
+
+    @staticmethod
+    def _stamp(v: LabelmapVersion) -> int:
+        return int(v.labelmap.state(v.uuid).stamp)
+
+    def remember(self, bodies: Sequence[int]) -> None:
+        """Read (or keep) the connections of ``bodies`` at the checked-out version's current state."""
+        v = self.source.session.version
+        if v is None or self.source.instance() is None:
+            self.snapshots.clear()
+            return
+        key = (v.uuid, self._stamp(v))
+        snap = self.snapshots.pop(key, None)
+        known = dict(snap.connections) if snap is not None else {}
+        for body in bodies:
+            if body and body not in known:
+                conns = self._read(body)
+                if conns is not None:
+                    known[body] = conns
+        self._keep(WiringSnapshot(key[0], key[1], known))
+
+    def _keep(self, snap: WiringSnapshot) -> None:
+        self.snapshots[(snap.version, snap.stamp)] = snap
+        while len(self.snapshots) > self.KEEP:
+            self.snapshots.pop(next(iter(self.snapshots)))
+
+    def _read(self, body: int) -> Connections | None:
+        try:
+            return self.source.connections(body)
+        except UnknownLabelError:
+            return None  # merged away: no connections
+
+    def edited(self, m: Mutation, what: str) -> str:
+        """The wiring words of edit ``m`` (``what``: the edit in words); remembers the touched bodies after it.
+
+        ``""`` when the bodies' connections before the edit are not known (the edit came from elsewhere).
+        """
+        v = self.source.session.version
+        self.last = ""
+        if v is None or self.source.instance() is None:
+            return ""
+        earlier = [s for (uuid, stamp), s in self.snapshots.items() if uuid == v.uuid and stamp < m.mutation_id]
+        snap = max(earlier, key=lambda s: s.stamp) if earlier else None
+        touched = [int(b) for b in m.bodies if b]
+        after = {b: self._read(b) for b in touched}
+        if snap is not None and all(b in snap.connections or after[b] is not None for b in touched):
+            before = {b: snap.connections[b] for b in touched if b in snap.connections}
+            self.last = describe_wiring(what, before, after)
+        return self.last
