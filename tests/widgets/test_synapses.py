@@ -164,3 +164,40 @@ def test_no_layer_without_a_bound_instance(proofread: Proofread, qtbot: Any) -> 
     assert synapse_layer(viewer) is None
     assert panel.partner_rows() == []
     assert panel.partner_box.isHidden()
+
+
+def test_a_split_in_a_worker_moves_synapses_to_the_new_part(proofread: Proofread, qtbot: Any) -> None:  # noqa: F811
+    """A split runs in a worker (holding the labelmap's lock): the layer and the list follow when it ends."""
+    viewer, panel, repo, _, c = proofread
+    a, _b, p = with_synapses(c)
+    c.select(a)
+    qtbot.waitUntil(lambda: settled(viewer) and panel.partner_rows() == [("out", p, 3), ("in", p, 1)],
+                    timeout=60000)
+    qtbot.mouseClick(panel.split_button, LEFT)  # Start split
+    seeds = panel.seeds_layer
+    assert seeds is not None
+    origin = np.asarray(seeds.metadata["split_origin"])
+    sites = voxels_of(c, a, 4)  # where with_synapses put a's sites: 3 pre, then 1 post
+    plane = c.version.read_bodies((Z, slice(None), slice(None)))  # type: ignore[union-attr]
+    yx = np.argwhere(plane == a)
+    far = yx[np.argmax(((yx - np.asarray(sites[0][1:])) ** 2).sum(axis=1))]
+    for label, (y, x) in ((1, sites[0][1:]), (2, far)):
+        seeds.paint((Z - origin[0], y - origin[1], x - origin[2]), label, refresh=True)
+    qtbot.mouseClick(panel.split_button, LEFT)  # Split: in a worker thread
+    qtbot.waitUntil(lambda: not panel.busy, timeout=60000)
+    assert c.last_error == ""
+    parts = sorted(c.selected)
+    assert len(parts) == 2
+    qtbot.waitUntil(lambda: settled(viewer) and synapse_layer(viewer) is not None
+                    and set(synapse_layer(viewer).features["body"]) <= set(parts), timeout=60000)
+    # every site of a before the split is now in one of the parts, shown where the library puts it
+    layer = synapse_layer(viewer)
+    np.testing.assert_allclose(world_points(layer), expected_world(repo, c, parts))
+    assert len(layer.data) == 4
+    syn = open_annotation_instance(open_repository(repo), "synapses").at(c.version.uuid)  # type: ignore[union-attr]
+    first = c.selected[0]
+    conns = syn.connections(first)
+    rows = [("out", x.body, x.count) for x in conns.outgoing] + [("in", x.body, x.count) for x in conns.incoming]
+    want = sorted(rows, key=lambda r: (-r[2], r[0] != "out", r[1]))
+    assert panel.partner_rows() == want
+    assert panel.wiring_label.text().startswith("split of ")

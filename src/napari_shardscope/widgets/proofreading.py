@@ -590,7 +590,7 @@ class ProofreadingPanel(QWidget):
         """The first selected body's partners, most synapses first (read when the body or the version changed)."""
         first = state.selected[0] if state.selected else None
         key = (first, state.revision, state.version.uuid if state.version else None)
-        if key == self._partners_key:
+        if key == self._partners_key or state.busy:  # busy: a split in a worker holds the labelmap's lock
             return
         self._partners_key = key
         self.wiring_label.setText(self.session.synapses.wiring.last)

@@ -56,7 +56,13 @@ class SynapseLayer:
         self._unsubscribe()
 
     def _on_state(self, state: Any) -> None:
-        """Remember the selection's connections now (the next edit is compared with them); redraw soon."""
+        """Remember the selection's connections now (the next edit is compared with them); redraw soon.
+
+        Not while a job runs (a split in a worker holds the labelmap's edit lock: reading now would
+        freeze the GUI until it ends); the state after the job is read when it ends.
+        """
+        if state.busy:
+            return
         try:
             self.wiring.remember(state.selected)
         except ShardscopeError as exc:
@@ -93,6 +99,8 @@ class SynapseLayer:
             return  # the viewer was closed
         c = self.session.controller
         state = c.state
+        if state.busy:
+            return  # a split in a worker holds the labelmap's edit lock; synced again when it ends
         grid = self.session.grid()
         if self.layer is not None and self.layer not in viewer.layers:
             self.layer, self._shown = None, None  # the user removed it: made again on the next change
