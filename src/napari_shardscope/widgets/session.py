@@ -69,6 +69,11 @@ class ViewerSession:
 
         #: The selected bodies' meshes as Surface layers (widgets/meshes.py), following the controller.
         self.surfaces = BodySurfaces(self)
+        from napari_shardscope.widgets.synapses import SynapseLayer
+
+        #: The selected bodies' synapses as a Points layer (widgets/synapses.py), when the repository has them.
+        self.synapses = SynapseLayer(self)
+        self.layers_changed.connect(self.synapses.schedule)  # the volume replaced: placed on its grid again
 
     def _notify(self, state: ControllerState) -> None:
         """Each new result or refusal once as a napari notification (the panels keep it in their status line).
@@ -98,9 +103,11 @@ class ViewerSession:
         if version is None:
             return  # disconnected: the layers stay until the user removes them
         if event.kind in ("connected", "checkout"):
+            self.synapses.wiring.last = ""
             self._show(version)
         elif event.kind == "edited" and event.edit is not None and event.edit.version == version.uuid:
             self.refresh(event.edit)
+            self.synapses.on_edit(event.edit)  # before the controller's listeners: the panel shows the words
 
     def refresh(self, event: EditEvent | None = None) -> None:
         """Show the checked-out version's current state after an edit.

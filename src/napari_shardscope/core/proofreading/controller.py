@@ -255,6 +255,11 @@ class ProofreadingController(SplitDrafting, BranchMergeDrafting):
                         bounds_text=describe_bounds(box.lo, box.hi, lm.config.block),
                         edits=tuple(self._phrase(v, h.mutation) for h in history))
 
+    def edit_words(self, m: Mutation) -> str:
+        """Edit ``m`` of the checked-out version in words (an undo or redo names the edit it took back or put back)."""
+        v = self.session.version
+        return edit_phrase(m) if v is None else self._phrase(v, m)
+
     def _phrase(self, v: LabelmapVersion, m: Mutation) -> str:
         """An edit of a history in words; an undo or redo names the edit it took back or put back."""
         if m.operation in ("undo", "redo"):
