@@ -27,7 +27,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from qtpy.QtCore import Qt
 from qtpy.QtWidgets import (
     QCheckBox,
     QComboBox,
@@ -39,8 +38,6 @@ from qtpy.QtWidgets import (
     QLineEdit,
     QListWidget,
     QPushButton,
-    QTreeWidget,
-    QTreeWidgetItem,
     QVBoxLayout,
     QWidget,
 )
@@ -52,6 +49,7 @@ from napari_shardscope.core.proofreading.places import default_repository, local
 from napari_shardscope.core.volumes.display import LAYER_METADATA_KEY
 from napari_shardscope.widgets.canvas import canvas_for
 from napari_shardscope.widgets.lifecycle import on_removed
+from napari_shardscope.widgets.partners import PartnerBox
 from napari_shardscope.widgets.placement import add_on_grid
 from napari_shardscope.widgets.scrolling import scroll_body
 from napari_shardscope.widgets.session import LAYER_KEY, ViewerSession, session_for
@@ -106,7 +104,6 @@ class ProofreadingPanel(QWidget):
         self._seeds_layer: Labels | None = None
         self._hooked: Any = None
         self._info_key: tuple[Any, ...] | None = None
-        self._partners_key: tuple[Any, ...] | None = None
         self._suggested: dict[QLineEdit, str] = {}  # what _suggest_paths last put in each field
         self._repo_shown: str | None = None  # the controller's repository the Repository field last showed
         self._build()
@@ -209,21 +206,8 @@ class ProofreadingPanel(QWidget):
             iform.addRow(key, lab)
         vbox.addWidget(info)
 
-        self.partner_box = QGroupBox("Partners")
-        self.partner_box.setToolTip("the first selected body's synaptic partners at this version, most synapses "
-                                    "first (out: it is presynaptic); click one to select it and go to it")
-        pv = QVBoxLayout(self.partner_box)
-        self.partner_tree = QTreeWidget()
-        self.partner_tree.setHeaderLabels(["", "partner", "synapses"])
-        self.partner_tree.setRootIsDecorated(False)
-        self.partner_tree.setMaximumHeight(160)
-        self.partner_tree.itemClicked.connect(self._partner_clicked)
-        pv.addWidget(self.partner_tree)
-        self.wiring_label = QLabel("")
-        self.wiring_label.setWordWrap(True)
-        self.wiring_label.setToolTip("what the last edit did to the wiring of the bodies it touched")
-        pv.addWidget(self.wiring_label)
-        self.partner_box.setVisible(False)  # shown when the repository has synapses of this labelmap
+        self.partner_box = PartnerBox(self)
+        self.partner_tree, self.wiring_label = self.partner_box.tree, self.partner_box.wiring_label
         vbox.addWidget(self.partner_box)
 
         self.status_label = QLabel("")
@@ -587,50 +571,11 @@ class ProofreadingPanel(QWidget):
             for what, (_, user, t, _) in zip(info.edits, info.history, strict=True)) or "no edits")
 
     def _show_partners(self, state: ControllerState) -> None:
-        """The first selected body's partners, most synapses first (read when the body or the version changed)."""
-        first = state.selected[0] if state.selected else None
-        key = (first, state.revision, state.version.uuid if state.version else None)
-        if key == self._partners_key or state.busy:  # busy: a split in a worker holds the labelmap's lock
-            return
-        self._partners_key = key
-        self.wiring_label.setText(self.session.synapses.wiring.last)
-        tree = self.partner_tree
-        tree.clear()
-        source = self.session.synapses.source
-        try:
-            bound = source.instance() is not None
-            conns = source.connections(first) if bound and first is not None else None
-        except ShardscopeError as exc:
-            self.partner_box.setVisible(True)
-            self.partner_box.setTitle(f"Partners ({exc})")
-            return
-        self.partner_box.setVisible(bound)
-        if conns is None:
-            self.partner_box.setTitle("Partners")
-            return
-        self.partner_box.setTitle(f"Partners of {conns.body}: {conns.out_total} out, {conns.in_total} in")
-        rows = [("out", p.body, p.count) for p in conns.outgoing] + [("in", p.body, p.count) for p in conns.incoming]
-        rows.sort(key=lambda r: (-r[2], r[0] != "out", r[1]))  # strongest first; out before in on a tie
-        for direction, body, count in rows:
-            item = QTreeWidgetItem(["→ out" if direction == "out" else "← in", str(body), str(count)])
-            item.setData(0, Qt.ItemDataRole.UserRole, (direction, body, count))
-            tree.addTopLevelItem(item)
+        self.partner_box.show_state(state)
 
     def partner_rows(self) -> list[tuple[str, int, int]]:
         """The partner list as shown: (``"out"``/``"in"``, partner body, synapse count), top row first."""
-        tree = self.partner_tree
-        items = (tree.topLevelItem(i) for i in range(tree.topLevelItemCount()))
-        rows: list[tuple[str, int, int]] = []
-        for item in items:
-            if item is not None:
-                direction, body, count = item.data(0, Qt.ItemDataRole.UserRole)
-                rows.append((str(direction), int(body), int(count)))
-        return rows
-
-    def _partner_clicked(self, item: QTreeWidgetItem, _column: int = 0) -> None:
-        """A click on a partner row selects that body and goes to it (the go-to path of the to-do list)."""
-        _, body, _ = item.data(0, Qt.ItemDataRole.UserRole)
-        self.controller.attempt(self.controller.go_to, "body", int(body))
+        return self.partner_box.rows()
 
     def _teardown(self) -> None:
         """The panel left the viewer: unbind its keys, its click hook and its listeners."""
