@@ -49,8 +49,12 @@ class LayoutTreeView(QTreeWidget):
             header.setSectionResizeMode(col, QHeaderView.ResizeMode.ResizeToContents)
         self.itemExpanded.connect(self._on_item_expanded)
 
-    def reset(self) -> None:
-        """Forget the tree and every row."""
+    def forget_tree(self) -> None:
+        """Forget the tree and every row.
+
+        Not named ``reset``: that is QAbstractItemView's slot, which ``clear()`` calls back (an override
+        recursed until the interpreter aborted when the panel first cleared its tree).
+        """
         self.tree = None
         self.clear()
         self._items.clear()

@@ -282,7 +282,7 @@ class ShardBrowser(QWidget):
         self.layer = layer
         self.tree = None
         self.cursor_locator.forget()
-        self.tree_widget.reset()
+        self.tree_widget.forget_tree()
         self.scale_combo.clear()
         self.validate_scope.clear()
         self.map_row.setVisible(False)
