@@ -20,7 +20,7 @@ from qtpy.QtCore import QTimer
 
 from napari_shardscope.core.proofreading.meshes import BodySurface, SurfaceFollower, SurfacePlan
 from napari_shardscope.widgets.placement import add_on_grid, on_grid
-from napari_shardscope.widgets.workers import GuiProgress, GuiThreadBridge
+from napari_shardscope.widgets.workers import GuiProgress, GuiThreadBridge, NextTurnSync
 
 if TYPE_CHECKING:
     import napari
@@ -57,7 +57,7 @@ def skeleton_name(body: int) -> str:
     return f"body {body} skeleton"
 
 
-class BodySurfaces:
+class BodySurfaces(NextTurnSync):
     """The Surface layers of one viewer session's selected bodies."""
 
     def __init__(self, session: SurfaceSession, *, skeletons: bool = True) -> None:
@@ -69,7 +69,6 @@ class BodySurfaces:
         self.error = ""
         self._running: list[Any] = []
         self._again = False
-        self._scheduled = False
 
         self._bridge = GuiThreadBridge()
         # Imported here, on the GUI thread: a first import inside the loading thread would take the import lock
@@ -98,21 +97,6 @@ class BodySurfaces:
             self.schedule()
 
     # -- following the controller ----------------------------------------------------------------
-    def schedule(self) -> None:
-        """Sync on the next turn of the event loop, once for any number of changes before it.
-
-        Controller changes arrive inside napari's mouse and key callbacks; starting a progress bar or
-        adding a layer there would run the event loop inside the callback (napari's mouse generators
-        are not re-entrant).
-        """
-        if not self._scheduled:
-            self._scheduled = True
-            QTimer.singleShot(0, self._scheduled_sync)
-
-    def _scheduled_sync(self) -> None:
-        self._scheduled = False
-        self.sync()
-
     def alive(self) -> bool:
         """Whether the viewer is open and shows a labelmap (a closed viewer's layers are gone)."""
         viewer = self.session.viewer

@@ -15,12 +15,12 @@ import contextlib
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from qtpy.QtCore import QTimer
 
 from napari_shardscope.core.errors import ShardscopeError
 from napari_shardscope.core.labelmap import EditEvent
 from napari_shardscope.core.proofreading.synapses import SynapsePoints, SynapseSource, WiringWatch
 from napari_shardscope.widgets.placement import add_on_grid, on_grid
+from napari_shardscope.widgets.workers import NextTurnSync
 
 if TYPE_CHECKING:
     from napari_shardscope.widgets.meshes import SurfaceSession
@@ -36,7 +36,7 @@ SIZE_VOXELS = 5.0
 BORDER, BORDER_COLOUR = 0.15, "#111111"
 
 
-class SynapseLayer:
+class SynapseLayer(NextTurnSync):
     """The Points layer of one viewer session's selected bodies' synapses."""
 
     def __init__(self, session: SurfaceSession) -> None:
@@ -47,7 +47,6 @@ class SynapseLayer:
         self.points: SynapsePoints | None = None
         self.error = ""
         self._shown: tuple[Any, ...] | None = None
-        self._scheduled = False
         #: The selected bodies' connections per state, for the wiring words of the next edit.
         self.wiring = WiringWatch(self.source)
         self._unsubscribe = session.controller.subscribe(self._on_state)
@@ -76,21 +75,6 @@ class SynapseLayer:
         except ShardscopeError as exc:
             self.wiring.last = ""
             self.error = f"synapses: {exc}"
-
-    def schedule(self) -> None:
-        """Sync on the next turn of the event loop (controller news arrive inside napari's mouse callbacks)."""
-        if not self._scheduled:
-            self._scheduled = True
-            QTimer.singleShot(0, self._scheduled_sync)
-
-    def _scheduled_sync(self) -> None:
-        self._scheduled = False
-        self.sync()
-
-    @property
-    def pending(self) -> bool:
-        """True while a sync is scheduled (tests wait for it)."""
-        return self._scheduled
 
     def sync(self) -> None:
         """Bring the layer in step with the controller's selection at the checked-out version."""

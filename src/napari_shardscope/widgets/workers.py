@@ -15,7 +15,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from qtpy.QtCore import QObject, Signal
+from qtpy.QtCore import QObject, QTimer, Signal
 
 from napari_shardscope.core.errors import ShardscopeError
 from napari_shardscope.core.proofreading import Job
@@ -146,3 +146,32 @@ class GuiThreadBridge(QObject):
 
     def post(self, func: Callable[[], None]) -> None:
         self.call.emit(func)
+
+
+class NextTurnSync:
+    """Runs ``sync()`` on the next turn of the event loop, once for any number of requests before it.
+
+    Controller changes arrive inside napari's mouse and key callbacks; starting a progress bar or
+    adding a layer there would run the event loop inside the callback (napari's mouse generators
+    are not re-entrant). The body surfaces and the synapse layer both follow the controller this way.
+    """
+
+    _scheduled = False
+
+    def schedule(self) -> None:
+        """Sync on the next turn of the event loop (once, however often this is called before it)."""
+        if not self._scheduled:
+            self._scheduled = True
+            QTimer.singleShot(0, self._scheduled_sync)
+
+    def _scheduled_sync(self) -> None:
+        self._scheduled = False
+        self.sync()
+
+    @property
+    def pending(self) -> bool:
+        """True while a sync is scheduled (tests wait for it)."""
+        return self._scheduled
+
+    def sync(self) -> None:
+        raise NotImplementedError

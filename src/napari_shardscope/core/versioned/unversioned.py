@@ -63,17 +63,7 @@ class UnversionedData(RepositoryHandle):
         even when the root is long committed. Versioned data must never go here: nothing records
         who changed it, and no version could be read as it was before.
         """
-        inst = self.instance(instance)
-        pairs = items.items() if isinstance(items, Mapping) else items
-        n = 0
-        with self._writing(timeout) as p:
-            for key, value in pairs:
-                if not isinstance(value, bytes):
-                    raise ArgumentError(f"values must be bytes, got {type(value).__name__}")
-                p.txn.put(K.unversioned_key(inst.iid, key), value)
-                n += 1
-            _bump_unversioned(p.txn, inst.iid)
-        return n
+        return self.replace_unversioned(instance, (), items, timeout=timeout)  # nothing deleted first
 
     def replace_unversioned(self, instance: Instance | str, prefixes: Iterable[bytes],
                             items: Mapping[bytes, bytes] | Iterable[tuple[bytes, bytes]], *,
