@@ -29,7 +29,7 @@ def all_subclasses(cls: type) -> set[type]:
 
 
 #: Roots of a domain's errors (every subclass also joins a group); never raised themselves.
-DOMAIN_ROOTS = {"VersionError", "LabelmapError"}
+DOMAIN_ROOTS = {"VersionError", "LabelmapError", "AnnotationError"}
 
 
 def test_every_error_class_in_core_has_a_group() -> None:
