@@ -157,6 +157,8 @@ def find_weak_partners(v: AnnotationVersion, body: int | None = None, *, min_syn
     """
     if isinstance(min_synapses, bool) or not isinstance(min_synapses, int) or min_synapses < 1:
         raise AnnotationArgumentError(f"min_synapses is a whole number ≥ 1, got {min_synapses!r}")
+    if isinstance(min_body_synapses, bool) or not isinstance(min_body_synapses, int) or min_body_synapses < 1:
+        raise AnnotationArgumentError(f"min_body_synapses is a whole number ≥ 1, got {min_body_synapses!r}")
     if body is not None:
         return _weak_of(v, _check_body(body), min_synapses)
     totals: dict[int, int] = {}

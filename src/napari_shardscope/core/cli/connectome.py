@@ -77,11 +77,43 @@ def _write_parquet(path: Path, columns: Sequence[str], rows: list[dict[str, Any]
 def cmd_synapses(args: argparse.Namespace) -> int:
     from napari_shardscope.core.versioned import open_repository
 
+    if args.todo is not None:
+        return _synapse_todo(args)
+    if args.body is None:
+        raise ArgumentError("name the BODY whose synapses to list (or pass --todo orphans|weak to check the "
+                            "whole version)")
+    if args.save is not None:
+        raise ArgumentError("--save stores a synapse to-do list: pass --todo orphans|weak with it")
     with open_repository(args.path) as repo:
         v = _instance(repo, args.instance).at(args.ref)
         sites = v.synapses(args.body)
     rows = (r for s in sites for r in s.rows())
     return write_rows(args, ("id", "kind", "z", "y", "x", "body", "partner", "partner_body"), rows)
+
+
+def _synapse_todo(args: argparse.Namespace) -> int:
+    """``synapses REPO REF [BODY] --todo orphans|weak``: the sites to look at, optionally saved as a to-do list."""
+    from napari_shardscope.core.annotation.synapse_checks import find_synapse_issues
+    from napari_shardscope.core.proofreading.synapse_todo import todo_items
+    from napari_shardscope.core.proofreading.todo import TodoStore
+    from napari_shardscope.core.versioned import open_repository
+
+    for flag, value in (("--min-synapses", args.min_synapses), ("--min-body-synapses", args.min_body_synapses)):
+        if value < 1:
+            raise ArgumentError(f"{flag} is a whole number ≥ 1, got {value}")
+    with open_repository(args.path) as repo:
+        v = _instance(repo, args.instance).at(args.ref)
+        found = find_synapse_issues(v, args.todo, args.body, min_synapses=args.min_synapses,
+                                    min_body_synapses=args.min_body_synapses)
+        if args.save is not None:
+            if not found:
+                raise ArgumentError(f"no {args.todo} found: nothing to save as to-do list {args.save!r}")
+            TodoStore(repo).save(v.uuid, args.save, todo_items(found))
+    code = write_rows(args, ("check", "id", "kind", "z", "y", "x", "body", "reasons", "partner_body", "count",
+                             "note"), (f.to_json() for f in found))
+    if args.save is not None and not (args.json or args.csv or args.parquet):
+        emit(f"saved {len(found)} items as to-do list {args.save!r} at version {v.uuid[:8]}")
+    return code
 
 
 def cmd_connections(args: argparse.Namespace) -> int:

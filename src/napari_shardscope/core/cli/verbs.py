@@ -362,9 +362,27 @@ _ROWS: tuple[Arg | OneOf, ...] = (
 CONNECTOME_VERBS = (
     Verb("synapses", lazy(_CONNECTOME, "cmd_synapses"),
          "a body's pre/post synaptic sites and their partners at a version",
-         (REPOSITORY, REF, arg("body", type=parse_uint64), *_ROWS),
+         (REPOSITORY, REF, arg("body", type=parse_uint64, nargs="?", default=None,
+                               help="body whose synapses to list (with --todo: the body to check; none: the "
+                                    "whole version)"),
+          arg("--todo", choices=("orphans", "weak"), default=None,
+              help="list the synapses a proofreader should look at instead: 'orphans' (a site on background, "
+                   "without a partner or whose partner is missing, or an autapse) or 'weak' (partners connected "
+                   "by fewer than --min-synapses synapses); one row per site with a note saying why"),
+          arg("--min-synapses", type=int, default=3, metavar="N",
+              help="with --todo weak: a partner with fewer synapses than N is weak (default 3, FlyEM's usual "
+                   "threshold)"),
+          arg("--min-body-synapses", type=int, default=10, metavar="N",
+              help="with --todo weak and no BODY: check every body with at least N synapses (default 10)"),
+          arg("--save", metavar="LIST", default=None,
+              help="with --todo: also store the rows as to-do list LIST at REF (an open version), for the "
+                   "Navigate panel's Next/Previous"),
+          *_ROWS),
          description="One row per synapse end in BODY (a site without a partner: partner 0): annotation id, "
-                     "kind, point z y x, body, partner annotation and its body. JSON Lines with --json."),
+                     "kind, point z y x, body, partner annotation and its body. JSON Lines with --json. "
+                     "With --todo orphans|weak: the synapse to-do list of BODY (or of the whole version): "
+                     "one row per site to look at (check, id, kind, z y x, body, reasons, partner_body, count, "
+                     "note); --save LIST stores it as a to-do list at REF."),
     Verb("connections", lazy(_CONNECTOME, "cmd_connections"),
          "a body's partner bodies with synapse counts, outgoing and incoming",
          (REPOSITORY, REF, arg("body", type=parse_uint64), *_ROWS),
