@@ -89,6 +89,7 @@ _PUBLIC: dict[str, str] = {
     "Connections": "napari_shardscope.core.annotation",
     "ConnectionTable": "napari_shardscope.core.annotation",
     "diff_connectivity": "napari_shardscope.core.annotation",
+    "synapse_todo": "napari_shardscope.core.proofreading.synapse_todo",
     "merge_with_labelmap": "napari_shardscope.core.annotation",
     # remotes
     "add_remote": "napari_shardscope.core.versioned.remotes",
@@ -177,6 +178,7 @@ __all__ = [
     "review_branch",
     "serve",
     "shardscope",
+    "synapse_todo",
     "write_sorted_table",
 ]
 
@@ -221,6 +223,7 @@ if TYPE_CHECKING:  # what mypy, IDEs and the API reference (griffe) read; at run
     from napari_shardscope.core.labelmap.review import review_branch
     from napari_shardscope.core.layout import open_layout
     from napari_shardscope.core.proofreading import ProofreadingController
+    from napari_shardscope.core.proofreading.synapse_todo import synapse_todo
     from napari_shardscope.core.sample_data import ensure_sample_dataset
     from napari_shardscope.core.serve import Handoff, serve
     from napari_shardscope.core.tables import open_sorted_table, write_sorted_table

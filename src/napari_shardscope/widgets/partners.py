@@ -10,8 +10,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Protocol
 
 from qtpy.QtCore import Qt
-from qtpy.QtWidgets import QGroupBox, QLabel, QTreeWidget, QTreeWidgetItem, QVBoxLayout, QWidget
+from qtpy.QtWidgets import QGroupBox, QLabel, QMenu, QToolButton, QTreeWidget, QTreeWidgetItem, QVBoxLayout, QWidget
 
+from napari_shardscope.core.annotation.synapse_checks import MIN_SYNAPSES
 from napari_shardscope.core.errors import ShardscopeError
 
 if TYPE_CHECKING:
@@ -49,6 +50,18 @@ class PartnerBox(QGroupBox):
         self.wiring_label.setWordWrap(True)
         self.wiring_label.setToolTip("what the last edit did to the wiring of the bodies it touched")
         box.addWidget(self.wiring_label)
+        self.todo_button = QToolButton()
+        self.todo_button.setText("Synapse to-do…")
+        self.todo_button.setToolTip("make a to-do list of the first selected body's synapses to check, kept in the "
+                                    "repository at this version; the Navigate panel's Next / Previous walk it")
+        self.todo_button.setPopupMode(QToolButton.ToolButtonPopupMode.InstantPopup)
+        menu = QMenu(self.todo_button)
+        self.orphans_action = menu.addAction("Orphan synapses (background, no partner, autapse)")
+        self.orphans_action.triggered.connect(lambda: self.make_todo("orphans"))
+        self.weak_action = menu.addAction(f"Weak partners (fewer than {MIN_SYNAPSES} synapses)")
+        self.weak_action.triggered.connect(lambda: self.make_todo("weak"))
+        self.todo_button.setMenu(menu)
+        box.addWidget(self.todo_button)
         self.setVisible(False)  # shown when the repository has synapses of this labelmap
 
     def show_state(self, state: ControllerState) -> None:
@@ -89,6 +102,18 @@ class PartnerBox(QGroupBox):
                 direction, body, count = item.data(0, Qt.ItemDataRole.UserRole)
                 out.append((str(direction), int(body), int(count)))
         return out
+
+    def make_todo(self, kind: str) -> str | None:
+        """Make synapse to-do list ``kind`` of the first selected body, open it, and show the Navigate panel.
+
+        A typed error (nothing selected, nothing to check) goes to the status line; returns the list's name.
+        """
+        controller = self._owner.controller
+        name = controller.attempt(controller.synapse_todo, kind)
+        if name is not None:
+            window = self._owner.session.viewer.window
+            window.add_plugin_dock_widget("napari-shardscope", "Navigate")  # shown (made once) for Next / Previous
+        return name
 
     def _clicked(self, item: QTreeWidgetItem, _column: int = 0) -> None:
         """A click on a partner row selects that body and goes to it (the go-to path of the to-do list)."""

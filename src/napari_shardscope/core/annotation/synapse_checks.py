@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
@@ -31,8 +31,8 @@ from napari_shardscope.core.annotation.errors import AnnotationArgumentError
 from napari_shardscope.core.annotation.model import Annotation, Point
 from napari_shardscope.core.annotation.points import supervoxels_at
 
-#: An :class:`~.version.AnnotationVersion` (not imported: ``version`` imports the connectome modules).
-AnnotationVersion = Any
+if TYPE_CHECKING:
+    from napari_shardscope.core.annotation.version import AnnotationVersion
 
 CheckKind = Literal["orphans", "weak"]
 CHECKS: tuple[CheckKind, ...] = ("orphans", "weak")

@@ -28,6 +28,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from napari_shardscope.core.annotation.synapse_checks import MIN_SYNAPSES
 from napari_shardscope.core.errors import ArgumentError, ShardscopeError
 from napari_shardscope.core.export.precomputed import ExportReport
 from napari_shardscope.core.labelmap import LabelmapVersion, Mutation
@@ -55,6 +56,8 @@ from napari_shardscope.core.proofreading.session import (
 )
 from napari_shardscope.core.proofreading.split_draft import MAX_SEED_VOXELS, SplitDrafting
 from napari_shardscope.core.proofreading.state import MODES, BodyInfo, Mode
+from napari_shardscope.core.proofreading.synapse_todo import make_synapse_todo
+from napari_shardscope.core.proofreading.synapses import SynapseSource
 from napari_shardscope.core.proofreading.todo import TodoItem, Worklist
 from napari_shardscope.core.proofreading.wording import (
     describe_bounds,
@@ -305,6 +308,31 @@ class ProofreadingController(SplitDrafting, BranchMergeDrafting):
     def go_to_item(self, item: TodoItem) -> NavTarget:
         """Go to a to-do item (what :attr:`todo` calls on next / previous)."""
         return self.go_to(item.kind, item.value)
+
+    def synapse_todo(self, kind: str = "orphans", body: int | None = None, *, min_synapses: int = MIN_SYNAPSES,
+                     replace_list: bool = False) -> str:
+        """Make synapse to-do list ``kind`` (``"orphans"``/``"weak"``) of ``body`` (default: the first selected)
+        at the checked-out version, store it there and open it in :attr:`todo`; returns the list's name.
+
+        A list of that name already kept at this version is opened with its statuses (``replace_list``
+        remakes it). See :mod:`~napari_shardscope.core.proofreading.synapse_todo`.
+        """
+        with self._action():
+            v = self.session.version
+            if v is None or self.session.repo is None:
+                raise ArgumentError("open a repository first: synapse to-do lists are kept in it")
+            if body is None:
+                if not self._selected:
+                    raise ArgumentError("select the body whose synapses to check")
+                body = self._selected[0]
+            inst = SynapseSource(self.session).instance()
+            if inst is None:
+                raise ArgumentError(f"the repository holds no annotation instance bound to labelmap "
+                                    f"{v.labelmap.name!r}: no synapses to check")
+            name, n = make_synapse_todo(self.todo, inst.at(v.uuid), kind, body=int(body), min_synapses=min_synapses,
+                                        replace_list=replace_list)
+            self._ok(f"to-do list {name!r}: {plural(n, 'site')} to check — Next goes to the first")
+            return name
 
     # -- edits ----------------------------------------------------------------------------------
     def merge(self) -> Mutation:

@@ -14,7 +14,7 @@ in the repository. No second list format, no side file.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING
 
 from napari_shardscope.core.annotation.synapse_checks import (
     CHECKS,
@@ -26,6 +26,9 @@ from napari_shardscope.core.annotation.synapse_checks import (
 from napari_shardscope.core.errors import ArgumentError
 from napari_shardscope.core.proofreading.todo import TodoItem, Worklist
 
+if TYPE_CHECKING:
+    from napari_shardscope.core.annotation import AnnotationVersion
+
 #: What each check is called in list names and menus.
 LIST_STEMS = {"orphans": "orphan-synapses", "weak": "weak-partners"}
 
@@ -35,8 +38,8 @@ def todo_items(findings: Sequence[SynapseFinding]) -> list[TodoItem]:
     return [TodoItem("point", f.point, f.note) for f in findings]
 
 
-def synapse_todo(v: Any, kind: str = "orphans", *, body: int | None = None, min_synapses: int = MIN_SYNAPSES,
-                 min_body_synapses: int = MIN_BODY_SYNAPSES) -> list[TodoItem]:
+def synapse_todo(v: AnnotationVersion, kind: str = "orphans", *, body: int | None = None,
+                 min_synapses: int = MIN_SYNAPSES, min_body_synapses: int = MIN_BODY_SYNAPSES) -> list[TodoItem]:
     """The to-do items of synapse check ``kind`` (``"orphans"`` or ``"weak"``) at annotation version ``v``.
 
     ``body`` None: the whole version (orphans: every site; weak: every body with at least
@@ -55,7 +58,7 @@ def list_name(kind: str, body: int | None = None, min_synapses: int = MIN_SYNAPS
     return f"{LIST_STEMS[kind]}-{where}{threshold}"
 
 
-def make_synapse_todo(worklist: Worklist, v: Any, kind: str, *, body: int | None = None,
+def make_synapse_todo(worklist: Worklist, v: AnnotationVersion, kind: str, *, body: int | None = None,
                       min_synapses: int = MIN_SYNAPSES, name: str | None = None,
                       replace_list: bool = False) -> tuple[str, int]:
     """Compute synapse check ``kind`` at ``v``, store it as to-do list ``name`` in ``worklist``'s repository
