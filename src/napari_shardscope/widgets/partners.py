@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Protocol
 
 from qtpy.QtCore import Qt
+from qtpy.QtGui import QAction
 from qtpy.QtWidgets import QGroupBox, QLabel, QMenu, QToolButton, QTreeWidget, QTreeWidgetItem, QVBoxLayout, QWidget
 
 from napari_shardscope.core.annotation.synapse_checks import MIN_SYNAPSES
@@ -56,10 +57,12 @@ class PartnerBox(QGroupBox):
                                     "repository at this version; the Navigate panel's Next / Previous walk it")
         self.todo_button.setPopupMode(QToolButton.ToolButtonPopupMode.InstantPopup)
         menu = QMenu(self.todo_button)
-        self.orphans_action = menu.addAction("Orphan synapses (background, no partner, autapse)")
+        self.orphans_action = QAction("Orphan synapses (background, no partner, autapse)", menu)
         self.orphans_action.triggered.connect(lambda: self.make_todo("orphans"))
-        self.weak_action = menu.addAction(f"Weak partners (fewer than {MIN_SYNAPSES} synapses)")
+        self.weak_action = QAction(f"Weak partners (fewer than {MIN_SYNAPSES} synapses)", menu)
         self.weak_action.triggered.connect(lambda: self.make_todo("weak"))
+        menu.addAction(self.orphans_action)
+        menu.addAction(self.weak_action)
         self.todo_button.setMenu(menu)
         box.addWidget(self.todo_button)
         self.setVisible(False)  # shown when the repository has synapses of this labelmap
