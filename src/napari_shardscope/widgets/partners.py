@@ -38,6 +38,7 @@ class PartnerBox(QGroupBox):
         super().__init__("Partners", parent)
         self._owner = owner
         self._key: tuple[object, ...] | None = None
+        self._source: object = None  # the synapse layer whose reads the box listens to
         self.setToolTip("the first selected body's synaptic partners at this version, most synapses "
                         "first (out: it is presynaptic); click one to select it and go to it")
         box = QVBoxLayout(self)
@@ -68,26 +69,52 @@ class PartnerBox(QGroupBox):
         self.setVisible(False)  # shown when the repository has synapses of this labelmap
 
     def show_state(self, state: ControllerState) -> None:
-        """The first selected body's partners, most synapses first (read when the body or the version changed)."""
+        """The first selected body's partners, most synapses first (when the body, an edit or the version changed).
+
+        The partners come with the synapse layer's read, in its worker thread (a body with 10⁵ synapses
+        takes seconds): until it ends the box says it is reading; :meth:`_loaded` draws the rows.
+        """
         first = state.selected[0] if state.selected else None
         key = (first, state.revision, state.version.uuid if state.version else None)
         if key == self._key or state.busy:  # busy: a split in a worker holds the labelmap's lock
             return
         self._key = key
         synapses = self._owner.session.synapses
+        if self._source is not synapses:
+            synapses.signals.loaded.connect(self._loaded)  # dropped by Qt with the box
+            self._source = synapses
+        self._render()
+
+    def _loaded(self) -> None:
+        if self._key is not None:
+            self._render()
+
+    def _render(self) -> None:
+        assert self._key is not None
+        first, revision, version = self._key
+        synapses = self._owner.session.synapses
         self.wiring_label.setText(synapses.wiring.last)
         self.tree.clear()
         try:
             bound = synapses.source.instance() is not None
-            conns = synapses.source.connections(first) if bound and first is not None else None
         except ShardscopeError as exc:
             self.setVisible(True)
             self.setTitle(f"Partners ({exc})")
             return
         self.setVisible(bound)
-        if conns is None:
+        if not bound or first is None:
             self.setTitle("Partners")
             return
+        read, key = synapses.read, synapses.read_key
+        if key is not None and key[:2] == (version, revision) and read is not None and first in read.bodies \
+                and first not in read.connections:
+            self.setTitle(f"Partners of {first}: not a body at this version")
+            return
+        if key is None or key[:2] != (version, revision) or read is None or first not in read.connections:
+            self.setTitle(f"Partners ({synapses.error})" if synapses.error and key is not None
+                          and key[:2] == (version, revision) else f"Partners of {first}: reading…")
+            return
+        conns = read.connections[first]
         self.setTitle(f"Partners of {conns.body}: {conns.out_total} out, {conns.in_total} in")
         rows = [("out", p.body, p.count) for p in conns.outgoing] + [("in", p.body, p.count) for p in conns.incoming]
         rows.sort(key=lambda r: (-r[2], r[0] != "out", r[1]))  # strongest first; out before in on a tie

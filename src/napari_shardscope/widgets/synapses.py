@@ -12,15 +12,22 @@ shown) stay the volume's. With no bound instance, or nothing selected, there is 
 from __future__ import annotations
 
 import contextlib
+import threading
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+from qtpy.QtCore import QObject, Signal
 
 from napari_shardscope.core.errors import ShardscopeError
 from napari_shardscope.core.labelmap import EditEvent
-from napari_shardscope.core.proofreading.synapses import SynapsePoints, SynapseSource, WiringWatch
+from napari_shardscope.core.proofreading.synapses import (
+    SelectionSynapses,
+    SynapsePoints,
+    SynapseSource,
+    WiringWatch,
+)
 from napari_shardscope.widgets.placement import add_on_grid, on_grid
-from napari_shardscope.widgets.workers import NextTurnSync
+from napari_shardscope.widgets.workers import GuiThreadBridge, NextTurnSync
 
 if TYPE_CHECKING:
     from napari_shardscope.widgets.meshes import SurfaceSession
@@ -36,17 +43,35 @@ SIZE_VOXELS = 5.0
 BORDER, BORDER_COLOUR = 0.15, "#111111"
 
 
+class SynapseReads(QObject):
+    """The Qt side of :class:`SynapseLayer`: ``loaded`` is emitted on the GUI thread after each read is shown."""
+
+    loaded = Signal()
+
+
 class SynapseLayer(NextTurnSync):
-    """The Points layer of one viewer session's selected bodies' synapses."""
+    """The Points layer of one viewer session's selected bodies' synapses.
+
+    The sites and partners are read in a daemon thread (a body with 10⁵ synapses takes seconds):
+    the viewer keeps painting, and a read whose selection, edit or version is no longer current
+    when it ends is dropped and read again. :attr:`read` holds the last one shown; the Partners box
+    listens to :attr:`signals` ``.loaded``.
+    """
 
     def __init__(self, session: SurfaceSession) -> None:
         self.session = session
         self.source = SynapseSource(session.controller.session)
         self.layer: Any = None
-        #: The last sites shown (``None``: no bound instance or not connected).
+        #: The last sites shown (``None``: no bound instance, nothing selected, or not connected).
         self.points: SynapsePoints | None = None
+        #: The last read shown (sites and connections of the selected bodies) and its key.
+        self.read: SelectionSynapses | None = None
+        self.read_key: tuple[Any, ...] | None = None
         self.error = ""
+        self.signals = SynapseReads()
         self._shown: tuple[Any, ...] | None = None
+        self._loading: tuple[Any, ...] | None = None
+        self._bridge = GuiThreadBridge()
         #: The selected bodies' connections per state, for the wiring words of the next edit.
         self.wiring = WiringWatch(self.source)
         self._unsubscribe = session.controller.subscribe(self._on_state)
@@ -54,19 +79,21 @@ class SynapseLayer(NextTurnSync):
     def close(self) -> None:
         self._unsubscribe()
 
-    def _on_state(self, state: Any) -> None:
-        """Remember the selection's connections now (the next edit is compared with them); redraw soon.
+    @property
+    def pending(self) -> bool:
+        """True while a sync is scheduled or a read runs (tests wait for it)."""
+        return self._scheduled or self._loading is not None
 
-        Not while a job runs (a split in a worker holds the labelmap's edit lock: reading now would
-        freeze the GUI until it ends); the state after the job is read when it ends.
-        """
-        if state.busy:
-            return
-        try:
-            self.wiring.remember(state.selected)
-        except ShardscopeError as exc:
-            self.error = f"synapses: {exc}"
-        self.schedule()
+    @property
+    def loading(self) -> bool:
+        """True while the selected bodies' synapses are read in the worker thread."""
+        return self._loading is not None
+
+    def _on_state(self, state: Any) -> None:
+        """Read again soon — not while a job runs (a split in a worker holds the labelmap's edit lock:
+        the read would wait for it); the state after the job is read when it ends."""
+        if not state.busy:
+            self.schedule()
 
     def on_edit(self, event: EditEvent) -> None:
         """An edit of the checked-out version: put what it did to the wiring in words (:attr:`WiringWatch.last`)."""
@@ -76,30 +103,78 @@ class SynapseLayer(NextTurnSync):
             self.wiring.last = ""
             self.error = f"synapses: {exc}"
 
+    def _alive(self) -> bool:
+        return hasattr(self.session.viewer.window, "_qt_window")  # False once the viewer was closed
+
+    def _key(self) -> tuple[Any, ...]:
+        state = self.session.controller.state
+        return (state.version.uuid if state.version else None, state.revision, state.selected, self.session.grid())
+
     def sync(self) -> None:
-        """Bring the layer in step with the controller's selection at the checked-out version."""
-        viewer = self.session.viewer
-        if not hasattr(viewer.window, "_qt_window"):
-            return  # the viewer was closed
+        """Bring the layer in step with the controller's selection at the checked-out version (reads in a thread)."""
+        if not self._alive():
+            return
         c = self.session.controller
         state = c.state
         if state.busy:
             return  # a split in a worker holds the labelmap's edit lock; synced again when it ends
-        grid = self.session.grid()
-        if self.layer is not None and self.layer not in viewer.layers:
+        if self.layer is not None and self.layer not in self.session.viewer.layers:
             self.layer, self._shown = None, None  # the user removed it: made again on the next change
-        key = (state.version.uuid if state.version else None, state.revision, state.selected, grid)
-        if key == self._shown:
-            return
-        self._shown = key
+        key = self._key()
+        if key == self._shown or self._loading is not None:
+            return  # shown; or a read runs: when it ends, a changed key is read again
         try:
-            points = self.source.points(state.selected) if grid is not None and state.selected else None
-            self.error = ""
+            read = self.source.reader(state.selected) if state.selected else None
         except ShardscopeError as exc:
-            points, self.error = None, f"synapses: {exc}"
-            c.report(self.error, "warning")
-        self.points = points
-        if points is None or grid is None:
+            self._fail(key, exc)
+            return
+        if read is None:
+            self._shown, self.read, self.read_key, self.points, self.error = key, None, key, None, ""
+            self._remove()
+            self.signals.loaded.emit()
+            return
+        self._loading = key
+
+        def work() -> None:
+            try:
+                result = read()
+            except BaseException as exc:  # handed to the GUI thread, which reports it
+                error = exc
+                self._bridge.post(lambda: self._finished(key, None, error))
+                return
+            self._bridge.post(lambda: self._finished(key, result, None))
+
+        threading.Thread(target=work, name="shardscope-synapses", daemon=True).start()
+
+    def _finished(self, key: tuple[Any, ...], result: SelectionSynapses | None, exc: BaseException | None) -> None:
+        self._loading = None
+        if not self._alive():
+            return
+        if key != self._key():
+            self.sync()  # stale: the selection, an edit or the version changed while it read
+            return
+        if exc is not None:
+            if not isinstance(exc, ShardscopeError):
+                raise exc  # a bug: napari's error handler shows it
+            self._fail(key, exc)
+            return
+        assert result is not None
+        self._shown, self.read, self.read_key, self.points, self.error = key, result, key, result.points, ""
+        self.wiring.keep_read(result)
+        self._show(result.points)
+        self.signals.loaded.emit()
+
+    def _fail(self, key: tuple[Any, ...], exc: ShardscopeError) -> None:
+        self._shown, self.read, self.read_key, self.points = key, None, key, None
+        self.error = f"synapses: {exc}"
+        self.session.controller.report(self.error, "warning")
+        self._remove()
+        self.signals.loaded.emit()
+
+    def _show(self, points: SynapsePoints) -> None:
+        viewer = self.session.viewer
+        grid = self.session.grid()
+        if grid is None:
             self._remove()
             return
         data = np.asarray(points.world, dtype=np.float64).reshape(-1, 3)

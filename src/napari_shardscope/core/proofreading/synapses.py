@@ -11,7 +11,7 @@ handle, so the answers follow the edits the controller makes (they share the liv
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -21,6 +21,7 @@ import numpy.typing as npt
 from napari_shardscope.core.annotation import (
     TYPE_NAME,
     AnnotationInstance,
+    AnnotationVersion,
     Connections,
     open_annotation_instance,
 )
@@ -109,14 +110,33 @@ class SynapseSource:
         inst, v = self.instance(), self.session.version
         if inst is None or v is None:
             return None
+        return _points(inst.at(v.uuid), v, bodies)
+
+    def reader(self, bodies: Sequence[int]) -> Callable[[], SelectionSynapses] | None:
+        """What the viewer shows of ``bodies`` — their sites and each one's partners — as a call for a worker thread.
+
+        The instance, the version and its state are taken now (on the thread that owns the session);
+        the returned call only reads, through handles of its own, so it may run in any thread while the
+        viewer goes on. ``None`` without a bound instance or a checked-out version.
+        """
+        inst, v = self.instance(), self.session.version
+        if inst is None or v is None:
+            return None
         at = inst.at(v.uuid)
-        rows: list[tuple[str, tuple[int, int, int], int, int]] = []
-        for body in dict.fromkeys(int(b) for b in bodies if b):
-            rows.extend((s.annotation.kind, s.annotation.point, body, s.annotation.id) for s in at.synapses(body))
-        rows.sort(key=lambda r: (SITE_KINDS.index(r[0]), r[3]))
-        return SynapsePoints(
-            v.uuid, world_of(v, [r[1] for r in rows]), tuple(r[0] for r in rows),
-            np.asarray([r[2] for r in rows], dtype=np.uint64), np.asarray([r[3] for r in rows], dtype=np.uint64))
+        stamp = int(v.labelmap.state(v.uuid).stamp)
+        chosen = tuple(dict.fromkeys(int(b) for b in bodies if b))
+
+        def read() -> SelectionSynapses:
+            points = _points(at, v, chosen)
+            conns: dict[int, Connections] = {}
+            for body in chosen:
+                try:
+                    conns[body] = at.connections(body)
+                except UnknownLabelError:
+                    continue  # merged away since the selection was read: no connections
+            return SelectionSynapses(v.uuid, stamp, chosen, points, conns)
+
+        return read
 
     def connections(self, body: int) -> Connections | None:
         """``body``'s partners (out and in, largest count first) at the checked-out version; ``None`` without one."""
@@ -124,6 +144,27 @@ class SynapseSource:
         if inst is None or v is None or not body:
             return None
         return inst.at(v.uuid).connections(int(body))
+
+
+@dataclass(frozen=True)
+class SelectionSynapses:
+    """What one read of the selected bodies gave (:meth:`SynapseSource.reader`), at version state ``stamp``."""
+
+    version: str
+    stamp: int
+    bodies: tuple[int, ...]
+    points: SynapsePoints
+    connections: dict[int, Connections]
+
+
+def _points(at: AnnotationVersion, v: LabelmapVersion, bodies: Sequence[int]) -> SynapsePoints:
+    rows: list[tuple[str, tuple[int, int, int], int, int]] = []
+    for body in dict.fromkeys(int(b) for b in bodies if b):
+        rows.extend((s.annotation.kind, s.annotation.point, body, s.annotation.id) for s in at.synapses(body))
+    rows.sort(key=lambda r: (SITE_KINDS.index(r[0]), r[3]))
+    return SynapsePoints(
+        v.uuid, world_of(v, [r[1] for r in rows]), tuple(r[0] for r in rows),
+        np.asarray([r[2] for r in rows], dtype=np.uint64), np.asarray([r[3] for r in rows], dtype=np.uint64))
 
 
 def _open_bound(repo: Repository, lm: Labelmap) -> AnnotationInstance | None:
@@ -210,6 +251,14 @@ class WiringWatch:
                 conns = self._read(body)
                 if conns is not None:
                     known[body] = conns
+        self._keep(WiringSnapshot(key[0], key[1], known))
+
+    def keep_read(self, read: SelectionSynapses) -> None:
+        """Remember connections read in a worker (:meth:`SynapseSource.reader`) at their version's state."""
+        key = (read.version, read.stamp)
+        snap = self.snapshots.pop(key, None)
+        known = dict(snap.connections) if snap is not None else {}
+        known.update(read.connections)
         self._keep(WiringSnapshot(key[0], key[1], known))
 
     def _keep(self, snap: WiringSnapshot) -> None:
