@@ -37,8 +37,11 @@ SYNAPSE_KEY = "shardscope_synapses"
 LAYER_NAME = "synapses"
 #: Face colours (RGBA) of the two kinds of site: presynaptic orange-red, postsynaptic cyan.
 COLOURS = {"pre": (1.0, 0.35, 0.1, 1.0), "post": (0.0, 0.9, 1.0, 1.0)}
-#: Point diameter in voxels of the volume's finest scale (napari scales it with the zoom).
+#: Point diameter in voxels of the volume's finest scale (napari scales it with the zoom) …
 SIZE_VOXELS = 5.0
+#: … kept between these diameters in screen pixels: zoomed out a site stays a dot you can see (not a
+#: sub-pixel speck), zoomed in it stays a marker (not a disc hiding the membrane it sits on).
+SCREEN_PIXELS = (6.0, 40.0)
 #: A thin dark rim (a fraction of the diameter): the sites stand out on any body colour.
 BORDER, BORDER_COLOUR = 0.15, "#111111"
 
@@ -187,12 +190,14 @@ class SynapseLayer(NextTurnSync):
         if self.layer is None:
             self.layer = add_on_grid(
                 viewer, grid, "points", data, name=LAYER_NAME, size=SIZE_VOXELS, face_color=colours,
-                border_width=BORDER, border_color=BORDER_COLOUR, features=features, metadata=meta)
+                border_width=BORDER, border_color=BORDER_COLOUR, features=features, metadata=meta,
+                canvas_size_limits=SCREEN_PIXELS)
             return
         layer = self.layer
         layer.data = on_grid(grid, "points", data)
         layer.features = features
         layer.size = SIZE_VOXELS
+        layer.canvas_size_limits = SCREEN_PIXELS
         layer.face_color = colours
         layer.border_color = BORDER_COLOUR
         layer.metadata.update(meta)
