@@ -99,7 +99,14 @@ class SynapseLayer(NextTurnSync):
             self.schedule()
 
     def on_edit(self, event: EditEvent) -> None:
-        """An edit of the checked-out version: put what it did to the wiring in words (:attr:`WiringWatch.last`)."""
+        """An edit of the checked-out version: put what it did to the wiring in words (:attr:`WiringWatch.last`).
+
+        No words while the selection's connections are still being read: the state before the edit is
+        not known whole, and words from part of it would be wrong.
+        """
+        if self._loading is not None:
+            self.wiring.last = ""
+            return
         try:
             self.wiring.edited(event.mutation, self.session.controller.edit_words(event.mutation))
         except ShardscopeError as exc:
