@@ -91,6 +91,7 @@ API_REFERENCE: tuple[tuple[str, tuple[str, ...]], ...] = (
         "napari_shardscope.Connections",
         "napari_shardscope.ConnectionTable",
         "napari_shardscope.diff_connectivity",
+        "napari_shardscope.synapse_todo",
         "napari_shardscope.merge_with_labelmap",
     )),
     ("Remotes: clone, fetch, pull, push", (
