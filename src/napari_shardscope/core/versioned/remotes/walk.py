@@ -4,7 +4,7 @@ heads down to versions this repository already has (no listing of the remote nee
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, MutableMapping
 from dataclasses import dataclass, field
 
 from napari_shardscope.core.versioned.errors import StoreCorruptError
@@ -23,7 +23,8 @@ class Walk:
     order: list[str] = field(default_factory=list)
 
 
-def walk_missing(repo: Repository, history: PackedHistory, starts: Iterable[NodeRef], known: dict[str, str]) -> Walk:
+def walk_missing(repo: Repository, history: PackedHistory, starts: Iterable[NodeRef],
+                 known: MutableMapping[str, str]) -> Walk:
     """Node headers the remote has and this repository lacks, parents first.
 
     Node objects come from the remote's history packs (newest first, :mod:`.history`), so a walk of
