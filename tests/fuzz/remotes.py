@@ -233,7 +233,7 @@ def run_remote_case(work: Path) -> dict[str, str]:
     from napari_shardscope.core.errors import ShardscopeError
     from napari_shardscope.core.versioned import open_repository
     from napari_shardscope.core.versioned import remotes as R
-    from napari_shardscope.core.versioned.remotes.sync import verify_remote
+    from napari_shardscope.core.versioned.remotes.verify import verify_remote
 
     remote = str(work / "remote")
     outcomes: dict[str, str] = {}

@@ -110,7 +110,7 @@ def test_defaults_shown_in_help_are_the_librarys() -> None:
     from napari_shardscope.core.encoding import DEFAULT_GZIP_LEVEL
     from napari_shardscope.core.versioned.merge import MERGE_POLICIES
     from napari_shardscope.core.versioned.remotes.config import DEFAULT_REMOTE
-    from napari_shardscope.core.versioned.remotes.sync import ID_BLOCK
+    from napari_shardscope.core.versioned.remotes.id_blocks import ID_BLOCK
 
     assert verbs.MERGE_POLICIES == MERGE_POLICIES
     assert verbs.DEFAULT_REMOTE == DEFAULT_REMOTE

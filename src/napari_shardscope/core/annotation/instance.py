@@ -31,7 +31,7 @@ from napari_shardscope.core.progress import Progress
 from napari_shardscope.core.versioned.dag import Version
 from napari_shardscope.core.versioned.instance import Instance, register_instance_type
 from napari_shardscope.core.versioned.migrate import register_migration
-from napari_shardscope.core.versioned.remotes.sync import reserve_ids
+from napari_shardscope.core.versioned.remotes.id_blocks import reserve_ids
 from napari_shardscope.core.versioned.repository import Repository
 
 TYPE_NAME = "annotation"

@@ -17,7 +17,7 @@ from napari_shardscope.core.errors import ArgumentError
 from napari_shardscope.core.labelmap import open_labelmap
 from napari_shardscope.core.labelmap.remote import pull_merger as labelmap_pull_merger
 from napari_shardscope.core.versioned.dag import Version
-from napari_shardscope.core.versioned.remotes.sync import Merger
+from napari_shardscope.core.versioned.remotes.pulling import Merger
 from napari_shardscope.core.versioned.repository import Repository
 
 

@@ -24,9 +24,10 @@ from napari_shardscope.core.labelmap.config import TYPE_NAME
 from napari_shardscope.core.labelmap.remote import reserve_labelmap_ids
 from napari_shardscope.core.labelmap.review import review_branch
 from napari_shardscope.core.versioned import open_repository
+from napari_shardscope.core.versioned import remotes as S
 from napari_shardscope.core.versioned.remotes import config as C
-from napari_shardscope.core.versioned.remotes import sync as S
 from napari_shardscope.core.versioned.remotes.store import Transfer
+from napari_shardscope.core.versioned.remotes.verify import remote_versions, verify_remote
 
 
 class TransferProgress:
@@ -113,8 +114,8 @@ def cmd_remote_remove(args: argparse.Namespace) -> int:
 
 
 def cmd_remote_check(args: argparse.Namespace) -> int:
-    problems = S.verify_remote(args.url)
-    versions = len(S.remote_versions(args.url)) if not problems else None
+    problems = verify_remote(args.url)
+    versions = len(remote_versions(args.url)) if not problems else None
     if args.json:
         print_json({"url": args.url, "problems": problems, "versions": versions})
     elif problems:

@@ -41,7 +41,7 @@ from napari_shardscope.core.cli.parser import Arg, OneOf, Verb, VerbGroup, arg, 
 #: Library constants shown by ``--help``, as literals (checked against the library by the tests).
 MERGE_POLICIES = ("fail", "ours", "theirs")  # core.versioned.merge.MERGE_POLICIES
 DEFAULT_REMOTE = "origin"  # core.versioned.remotes.config.DEFAULT_REMOTE
-ID_BLOCK = 100_000  # core.versioned.remotes.sync.ID_BLOCK
+ID_BLOCK = 100_000  # core.versioned.remotes.id_blocks.ID_BLOCK
 DEFAULT_GZIP_LEVEL = 9  # core.encoding.DEFAULT_GZIP_LEVEL
 
 

@@ -22,9 +22,10 @@ from napari_shardscope.core.labelmap.id_reservation import use_id_reservation
 from napari_shardscope.core.labelmap.opening import open_labelmap
 from napari_shardscope.core.labelmap.prefetch import PrefetchReport, prefetch_base
 from napari_shardscope.core.versioned.dag import Version
+from napari_shardscope.core.versioned.remotes.cloning import clone as clone  # ss.clone: with the hook below registered
+from napari_shardscope.core.versioned.remotes.cloning import use_prefetcher
+from napari_shardscope.core.versioned.remotes.pulling import Merger, default_merge
 from napari_shardscope.core.versioned.remotes.reservation import RemoteIdReservation
-from napari_shardscope.core.versioned.remotes.sync import Merger, default_merge, use_prefetcher
-from napari_shardscope.core.versioned.remotes.sync import clone as clone  # ss.clone: with the hook below registered
 from napari_shardscope.core.versioned.repository import Repository
 
 use_id_reservation(RemoteIdReservation())

@@ -13,7 +13,7 @@ import numpy as np
 
 from napari_shardscope.core.versioned import open_repository
 from napari_shardscope.core.versioned import remotes as R
-from napari_shardscope.core.versioned.remotes.sync import remove_stale_clones
+from napari_shardscope.core.versioned.remotes.cloning import remove_stale_clones
 from tests.core.versioned.remotes.helpers import edit, make_repo
 
 ROOT = Path(__file__).resolve().parents[4]

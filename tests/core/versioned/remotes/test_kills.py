@@ -22,7 +22,7 @@ import pytest
 
 from napari_shardscope.core.versioned import Repository, open_repository
 from napari_shardscope.core.versioned import remotes as R
-from napari_shardscope.core.versioned.remotes.sync import remote_versions, verify_remote
+from napari_shardscope.core.versioned.remotes.verify import remote_versions, verify_remote
 from tests.core.versioned.remotes.helpers import edit, make_repo
 from tests.moto_s3 import S3Server
 

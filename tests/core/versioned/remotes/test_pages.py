@@ -22,7 +22,7 @@ from napari_shardscope.core.versioned import remotes as R
 from napari_shardscope.core.versioned.remotes import pack as P
 from napari_shardscope.core.versioned.remotes import pages as G
 from napari_shardscope.core.versioned.remotes.store import RemoteInstance, RemoteStore
-from napari_shardscope.core.versioned.remotes.sync import verify_remote
+from napari_shardscope.core.versioned.remotes.verify import verify_remote
 from tests.moto_s3 import S3Server, serve_moto
 
 KEYS = 6000

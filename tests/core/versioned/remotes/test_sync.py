@@ -21,8 +21,9 @@ from napari_shardscope.core.labelmap import open_labelmap
 from napari_shardscope.core.labelmap.remote import pull_merger
 from napari_shardscope.core.versioned import IdsExhaustedError, Repository, open_repository
 from napari_shardscope.core.versioned import remotes as R
+from napari_shardscope.core.versioned.remotes.endpoints import open_remote
 from napari_shardscope.core.versioned.remotes.pack import object_key
-from napari_shardscope.core.versioned.remotes.sync import remote_versions, verify_remote
+from napari_shardscope.core.versioned.remotes.verify import remote_versions, verify_remote
 from tests.core.versioned.remotes.helpers import bodies_at, edit, made_ids, make_repo
 
 
@@ -104,7 +105,7 @@ def test_force_with_lease(base: Path, tmp_path: Path) -> None:
         R.push(b, force_with_lease=True)  # b never saw a's head: the lease does not hold
     R.fetch(b)
     forced = R.push(b, force_with_lease=True)  # now it does, and b's history replaces a's on the remote
-    assert forced.forced and R.sync.verify_remote(url) == []
+    assert forced.forced and verify_remote(url) == []
     assert remote_versions(url).keys() >= {b.head("main").uuid}
     a.close()
     b.close()
@@ -332,7 +333,7 @@ def test_anonymous_clone_of_a_public_bucket(base: Path, s3: Any, tmp_path: Path)
     assert run(["clone", url, str(tmp_path / "b"), "--anonymous", "--json"]) == 0
     b = open_repository(tmp_path / "b")
     assert same_node(a, b, a.head("main").uuid)
-    store = R.sync.open_remote(b, "origin")
+    store = open_remote(b, "origin")
     assert store.cas.location.kvstore["aws_credentials"] == {"type": "anonymous"}
     assert b.id_source() is None  # reading a public bucket reserves nothing there
     b.close()

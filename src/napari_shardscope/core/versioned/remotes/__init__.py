@@ -13,10 +13,16 @@ Notebook API (the CLI's ``shardscope remote|clone|fetch|push|pull|status`` call 
     remotes.remaining_ids(repo)                     # ids left in this clone's reserved blocks
 
 Modules: :mod:`.store` (the remote's layout: objects, refs and id counters by compare-and-swap),
-:mod:`.pack` (object encodings), :mod:`.config` (a local repository's remotes and tracking state),
-:mod:`.sync` (the verbs).
+:mod:`.pack` (object encodings), :mod:`.config` (a local repository's remotes and tracking state);
+the verbs, one module each (named so no module shadows the function the package exports):
+:mod:`.fetching` (with :mod:`.walk`, the ref negotiation, and :mod:`.spool`), :mod:`.pushing`,
+:mod:`.pulling`, :mod:`.branch_status`, :mod:`.cloning`, :mod:`.verify`; what they share:
+:mod:`.instances` (instances and their unversioned data), :mod:`.id_blocks` (ids reserved from
+the remote), :mod:`.endpoints` (the remote's store, the local branch's last committed version).
 """
 
+from napari_shardscope.core.versioned.remotes.branch_status import BranchStatus, status
+from napari_shardscope.core.versioned.remotes.cloning import clone
 from napari_shardscope.core.versioned.remotes.config import (
     DEFAULT_REMOTE,
     add_remote,
@@ -34,21 +40,12 @@ from napari_shardscope.core.versioned.remotes.errors import (
     RemoteExistsError,
     UnknownRemoteError,
 )
+from napari_shardscope.core.versioned.remotes.fetching import FetchResult, fetch
+from napari_shardscope.core.versioned.remotes.id_blocks import remaining_ids, reserve_ids
 from napari_shardscope.core.versioned.remotes.objects import RemoteObjects  # registers the lazy clone's source
+from napari_shardscope.core.versioned.remotes.pulling import PullResult, pull
+from napari_shardscope.core.versioned.remotes.pushing import PushResult, push
 from napari_shardscope.core.versioned.remotes.store import RemoteStore, Transfer
-from napari_shardscope.core.versioned.remotes.sync import (
-    BranchStatus,
-    FetchResult,
-    PullResult,
-    PushResult,
-    clone,
-    fetch,
-    pull,
-    push,
-    remaining_ids,
-    reserve_ids,
-    status,
-)
 
 __all__ = [
     "DEFAULT_REMOTE",

@@ -6,8 +6,10 @@ data and all of it can be rebuilt by a fetch:
 
 * ``remotes.json`` — ``{"writer": id, "remotes": {name: {"url": url}}}``; ``writer`` names this
   repository in the remote's refs and id counters;
-* ``remote-state/<name>.json`` — the remote-tracking heads (``origin/main`` …) and which of this
-  repository's versions are on the remote as which node object (so a push sends only the rest).
+* ``remote-state/<name>.json`` — the remote-tracking heads (``origin/main`` …), O(branches);
+* ``remote-state/<name>.objects`` — which of this repository's versions are on the remote as which
+  node object (so a push sends only the rest): an append-only record, so a push or fetch writes
+  what it changed, not the whole history (:mod:`.object_record`).
 
 ``<remote>/<branch>`` is a remote-tracking name, never a local branch
 (:mod:`~napari_shardscope.core.versioned.tracking` resolves it); versions a fetch adopts beside a
@@ -33,6 +35,7 @@ from napari_shardscope.core.errors import ArgumentError
 from napari_shardscope.core.versioned.dag import check_branch_name
 from napari_shardscope.core.versioned.errors import StoreCorruptError
 from napari_shardscope.core.versioned.remotes.errors import RemoteExistsError, UnknownRemoteError
+from napari_shardscope.core.versioned.remotes.object_record import ObjectRecord, record_path
 from napari_shardscope.core.versioned.remotes.store import NodeRef
 from napari_shardscope.core.versioned.repository import Repository
 from napari_shardscope.core.versioned.tracking import CONFIG_FILE, STATE_DIR, read_json_file, state_path
@@ -51,18 +54,22 @@ class RemoteState:
     tracking
         Remote branch → its head when last fetched or pushed (``origin/<branch>``).
     objects
-        Version UUID → its node object on the remote.
+        Version UUID → its node object on the remote (kept in its own append-only file).
     cas_checked
         The remote's compare-and-swap was probed and held (probed once per remote, not per push).
     """
 
     tracking: dict[str, NodeRef] = field(default_factory=dict)
-    objects: dict[str, str] = field(default_factory=dict)
+    objects: ObjectRecord = field(default_factory=ObjectRecord)
     cas_checked: bool = False
 
     def to_json(self) -> dict[str, Any]:
+        return {**self.heads_json(), "objects": dict(sorted(self.objects.items()))}
+
+    def heads_json(self) -> dict[str, Any]:
+        """What the state file holds: the tracking heads and the CAS probe (the objects have a file of their own)."""
         return {"tracking": {b: r.to_json() for b, r in sorted(self.tracking.items())},
-                "objects": dict(sorted(self.objects.items())), "cas_checked": self.cas_checked}
+                "cas_checked": self.cas_checked}
 
 
 def _directory(repo: Repository) -> Path:
@@ -154,6 +161,7 @@ def remove_remote(repo: Repository, name: str) -> None:
     del doc["remotes"][name]
     _write_json(_directory(repo) / CONFIG_FILE, doc)
     state_path(_directory(repo), name).unlink(missing_ok=True)
+    record_path(state_path(_directory(repo), name)).unlink(missing_ok=True)
 
 
 def list_remotes(repo: Repository) -> dict[str, str]:
@@ -194,18 +202,37 @@ def is_lazy(repo: Repository, name: str) -> bool:
 
 
 def load_state(repo: Repository, name: str) -> RemoteState:
-    doc = read_json_file(state_path(_directory(repo), check_remote_name(name)))
+    path = state_path(_directory(repo), check_remote_name(name))
+    doc = read_json_file(path)
+    objects = ObjectRecord.load(record_path(path))
     try:
-        return RemoteState(tracking={str(b): NodeRef(str(r["node"]), str(r["object"]))
-                                     for b, r in doc.get("tracking", {}).items()},
-                           objects={str(k): str(v) for k, v in doc.get("objects", {}).items()},
-                           cas_checked=bool(doc.get("cas_checked", False)))
+        state = RemoteState(tracking={str(b): NodeRef(str(r["node"]), str(r["object"]))
+                                      for b, r in doc.get("tracking", {}).items()},
+                            objects=objects, cas_checked=bool(doc.get("cas_checked", False)))
+        # a state file written before the record: its objects move to the record on the next save
+        for uuid, obj in doc.get("objects", {}).items():
+            if str(uuid) not in objects:
+                objects[str(uuid)] = str(obj)
     except (KeyError, TypeError, AttributeError) as exc:
         raise StoreCorruptError(f"remote state of {name!r} is damaged ({exc}); delete it and fetch again") from exc
+    return state
 
 
 def save_state(repo: Repository, name: str, state: RemoteState) -> None:
-    _write_json(state_path(_directory(repo), check_remote_name(name)), state.to_json())
+    """Append the objects learned since loading to the record, then replace the (small) state file.
+
+    In that order: a kill between the two leaves true entries in the record and the old heads, as
+    if the last save had not happened, and an older state file's objects are in the record before
+    the state file stops holding them.
+    """
+    path = state_path(_directory(repo), check_remote_name(name))
+    record = record_path(path)
+    if state.objects.path != record:  # a state made rather than loaded: add to the record, never replace it
+        loaded = ObjectRecord.load(record)
+        loaded.update(state.objects)
+        state.objects = loaded
+    state.objects.save()
+    _write_json(path, state.heads_json())
 
 
 def spool_directory(repo: Repository, name: str | None = None) -> Path:

@@ -8,12 +8,12 @@ wires an instance in.
 from __future__ import annotations
 
 from napari_shardscope.core.versioned.remotes.config import REGION_FILE, region_of
-from napari_shardscope.core.versioned.remotes.sync import reserve_ids
+from napari_shardscope.core.versioned.remotes.id_blocks import reserve_ids
 from napari_shardscope.core.versioned.repository import Repository
 
 
 class RemoteIdReservation:
-    """Ids from the repository's id remote (:func:`~.sync.reserve_ids`), the region from its clone config."""
+    """Ids from the repository's id remote (:func:`~.id_blocks.reserve_ids`), the region from its clone config."""
 
     def reserve_ids(self, repo: Repository, counter: str, *, minimum: int) -> range:
         return reserve_ids(repo, counter, minimum=minimum)
