@@ -61,6 +61,8 @@ def pytest_cmdline_main(config: pytest.Config) -> None:
     handing out single tests would build on every worker. This hook runs before xdist's own (both try first;
     a conftest registers later), which turns ``auto`` into the number of cores (``PYTEST_XDIST_AUTO_NUM_WORKERS``
     overrides it). Never inside a worker: it would spawn workers of its own.
+
+    A crashed worker is not replaced (``--max-worker-restart 0``): see below.
     """
     if not config.pluginmanager.has_plugin("xdist") or os.environ.get("PYTEST_XDIST_WORKER"):
         return
@@ -69,6 +71,14 @@ def pytest_cmdline_main(config: pytest.Config) -> None:
         option.numprocesses = "auto"
         if option.dist == "no":
             option.dist = "loadfile"
+    if option.maxworkerrestart is None:
+        # A worker that dies (a segfault in a GL driver, an abort) fails the run at once, with the test it was
+        # running named in the summary. xdist's default (4 replacements per worker) is worse than useless
+        # with --dist loadfile: the file goes back on the queue with the crashed test still pending, so each
+        # replacement re-runs the same test and dies again (a Qt file costs minutes per round, which looked
+        # like a hang), and a replacement that registers late can stop the controller with an INTERNALERROR
+        # (KeyError in LoadScopeScheduling). ``--max-worker-restart N`` on the command line still wins.
+        option.maxworkerrestart = "0"
 
 
 @pytest.fixture
