@@ -5,7 +5,9 @@ every core (pytest-xdist) unless told otherwise."""
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
+from collections import defaultdict
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -61,6 +63,8 @@ def pytest_cmdline_main(config: pytest.Config) -> None:
     handing out single tests would build on every worker. This hook runs before xdist's own (both try first;
     a conftest registers later), which turns ``auto`` into the number of cores (``PYTEST_XDIST_AUTO_NUM_WORKERS``
     overrides it). Never inside a worker: it would spawn workers of its own.
+
+    A crashed worker is not replaced (``--max-worker-restart 0``): see below.
     """
     if not config.pluginmanager.has_plugin("xdist") or os.environ.get("PYTEST_XDIST_WORKER"):
         return
@@ -69,6 +73,18 @@ def pytest_cmdline_main(config: pytest.Config) -> None:
         option.numprocesses = "auto"
         if option.dist == "no":
             option.dist = "loadfile"
+            # Files are handed out in the order workers collected them: heaviest first (see
+            # order_heaviest_files_first), not xdist's "most tests first", which put the few long files (a
+            # crash loop, a fuzz campaign, the docs build) last, where one of them ran alone at the end.
+            option.loadscopereorder = False
+    if option.maxworkerrestart is None:
+        # A worker that dies (a segfault in a GL driver, an abort) fails the run at once, with the test it was
+        # running named in the summary. xdist's default (4 replacements per worker) is worse than useless
+        # with --dist loadfile: the file goes back on the queue with the crashed test still pending, so each
+        # replacement re-runs the same test and dies again (a Qt file costs minutes per round, which looked
+        # like a hang), and a replacement that registers late can stop the controller with an INTERNALERROR
+        # (KeyError in LoadScopeScheduling). ``--max-worker-restart N`` on the command line still wins.
+        option.maxworkerrestart = "0"
 
 
 @pytest.fixture
@@ -98,9 +114,82 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
         missing()
 
 
+#: Seconds each test file took (setup, call and teardown of its tests, on one worker of the 2-core CI machine):
+#: the order in which xdist hands files out. The last run's figures (pytest's cache) take precedence; a file in
+#: neither counts DEFAULT_TEST_SECONDS per test. ``pytest --record-file-seconds`` rewrites the table.
+FILE_SECONDS = Path(__file__).with_name("file_seconds.json")
+FILE_SECONDS_CACHE_KEY = "shardscope/file-seconds"
+DEFAULT_TEST_SECONDS = 0.3
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--record-file-seconds", action="store_true",
+                     help=f"write the seconds each test file took in this run to {FILE_SECONDS.name} (merged)")
+
+
+def file_seconds(config: pytest.Config) -> dict[str, float]:
+    """What each test file cost: the committed table, updated by the last run's figures where there are any."""
+    known: dict[str, float] = json.loads(FILE_SECONDS.read_text(encoding="utf-8")) if FILE_SECONDS.exists() else {}
+    cache = getattr(config, "cache", None)
+    if cache is not None:
+        known.update({f: seconds for f, (seconds, _) in cache.get(FILE_SECONDS_CACHE_KEY, {}).items()})
+    return known
+
+
+def order_heaviest_files_first(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Put the test files in order of cost, heaviest first, each file's tests in their own order.
+
+    With ``--dist loadfile`` a worker takes the next whole file when it runs dry, in collection order; a long
+    file taken last leaves the other core idle until it ends. Heaviest first, the last files are the short
+    ones and the workers finish together. Every worker computes the same order (the same table and cache:
+    the controller writes the cache only when the run ends), as xdist requires.
+    """
+    by_file: dict[str, list[pytest.Item]] = {}
+    for item in items:
+        by_file.setdefault(item.nodeid.split("::", 1)[0], []).append(item)
+    cost = file_seconds(config)
+    ordered = sorted(by_file, key=lambda f: -cost.get(f, DEFAULT_TEST_SECONDS * len(by_file[f])))
+    items[:] = [item for f in ordered for item in by_file[f]]
+
+
+_seconds_this_run: defaultdict[str, float] = defaultdict(float)
+_tests_this_run: defaultdict[str, set[str]] = defaultdict(set)
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    """Add up each file's seconds (in the controller, from every worker's reports; or in a run without xdist)."""
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        path = report.nodeid.split("::", 1)[0]
+        _seconds_this_run[path] += report.duration
+        _tests_this_run[path].add(report.nodeid)
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """Keep this run's seconds per file for the next run's order (and in the table, when asked). A file of
+    which fewer tests ran than last time (``-k``, one test named) keeps its figure: a part is not the whole."""
+    if os.environ.get("PYTEST_XDIST_WORKER") or not _seconds_this_run:
+        return
+    measured = {f: round(s, 1) for f, s in _seconds_this_run.items()}
+    cache = getattr(session.config, "cache", None)
+    if cache is not None:
+        kept: dict[str, list[float]] = cache.get(FILE_SECONDS_CACHE_KEY, {})
+        for f, seconds in measured.items():
+            if len(_tests_this_run[f]) >= (kept[f][1] if f in kept else 0):
+                kept[f] = [seconds, len(_tests_this_run[f])]
+        cache.set(FILE_SECONDS_CACHE_KEY, kept)
+    if session.config.getoption("record_file_seconds"):
+        table = json.loads(FILE_SECONDS.read_text(encoding="utf-8")) if FILE_SECONDS.exists() else {}
+        table.update(measured)
+        FILE_SECONDS.write_text(json.dumps(dict(sorted(table.items(), key=lambda kv: -kv[1])), indent=1) + "\n",
+                                encoding="utf-8")
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Tests marked ``slow`` (long crash loops) run only when asked for: ``pytest -m slow``; they run as
-    long as they need (no pytest-timeout limit, which guards the default run against a hang)."""
+    long as they need (no pytest-timeout limit, which guards the default run against a hang). Under xdist
+    the files come heaviest first (:func:`order_heaviest_files_first`)."""
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        order_heaviest_files_first(config, items)
     for item in items:
         if "slow" in item.keywords and item.get_closest_marker("timeout") is None:
             item.add_marker(pytest.mark.timeout(0))

@@ -31,7 +31,10 @@ from napari_shardscope.core.versioned import Repository, Version, open_repositor
 from tests.core.versioned.crash_writer import INSTANCE, setup
 
 ROOT = Path(__file__).resolve().parents[3]
-KILLS = 50
+#: Kills per engine in every run (each a fresh writer process: about half a CPU second); the ``slow`` variant
+#: (``pytest -m slow``) kills ``SLOW_KILLS`` times. Half the rounds kill after a commit, half at once.
+KILLS = 16
+SLOW_KILLS = 100
 
 
 def contents(repo: Repository, v: Version) -> dict[bytes, bytes]:
@@ -73,14 +76,25 @@ def identity(v: Version) -> tuple[object, ...]:
 
 @pytest.mark.parametrize("engine", ["lmdb", "sqlite"])
 def test_sigkill_during_writes_keeps_committed_versions(tmp_path: Path, engine: str) -> None:
+    kill_loop(tmp_path, engine, KILLS, seed=1234)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("engine", ["lmdb", "sqlite"])
+def test_many_sigkills_during_writes_keep_committed_versions(tmp_path: Path, engine: str) -> None:
+    kill_loop(tmp_path, engine, SLOW_KILLS, seed=4321)
+
+
+def kill_loop(tmp_path: Path, engine: str, kills: int, *, seed: int) -> None:
+    """``kills`` rounds of start a writer, SIGKILL it, reopen and check (the module's docstring)."""
     path = str(tmp_path / "repo")
     setup(path, engine)
-    rng = random.Random(1234)
+    rng = random.Random(seed)
     seen: dict[str, tuple[object, ...]] = {}
     frozen: dict[str, tuple[str, dict[bytes, bytes]]] = {}  # committed uuid -> (message, data)
     reported: set[str] = set()
     killed_mid_work = 0
-    for round_ in range(KILLS):
+    for round_ in range(kills):
         proc = subprocess.Popen([sys.executable, "-m", "tests.core.versioned.crash_writer", path, str(round_)],
                                 cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                 env={**os.environ, "PYTHONPATH": str(ROOT)})
@@ -106,7 +120,7 @@ def test_sigkill_during_writes_keeps_committed_versions(tmp_path: Path, engine: 
                 assert identity(versions[uuid]) == ident
             for uuid in reported:
                 assert versions[uuid].locked, f"reported commit of {uuid} was lost"
-            last = round_ == KILLS - 1
+            last = round_ == kills - 1
             sample = frozen if last else dict(rng.sample(sorted(frozen.items()), min(12, len(frozen))))
             for uuid, (message, data) in sample.items():
                 v = versions[uuid]
@@ -120,5 +134,6 @@ def test_sigkill_during_writes_keeps_committed_versions(tmp_path: Path, engine: 
                 seen.setdefault(v.uuid, identity(v))
                 if v.locked and v.uuid not in frozen:
                     frozen[v.uuid] = (v.message, data)
-    assert killed_mid_work >= 50
-    assert len(frozen) > 10, "the writers should have committed many versions"
+    assert killed_mid_work == kills
+    # every other round waited for a commit before its kill: at least that many committed versions
+    assert len(frozen) >= kills // 2, "the writers should have committed many versions"

@@ -3,9 +3,10 @@
 A bare array — a zarr v3 array, a zarr v2 array, an N5 dataset, with no multiscale group — has one
 scale whose key is ``""``: its documents sit at the dataset's root. ``clone --prefetch`` built
 ``"/.zarray"`` from it and refused the absolute key. Each kind is driven the way a user drives it,
-every step a ``shardscope`` subprocess: create a labelmap over the base, edit and commit, push to a
-directory remote and to S3 (moto), ``clone --prefetch``, then take the base away and read a voxel,
-export the version and serve it — all from the prefetched copy.
+every step a ``shardscope`` command line in a child process (the writer's steps share one, as do the
+reader's): create a labelmap over the base, edit and commit, push to a directory remote and to S3 (moto),
+``clone --prefetch`` (a process of its own), then take the base away and read a voxel, export the version
+and serve it — all from the prefetched copy.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import sys
 import urllib.request
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 from urllib.parse import unquote
 
 import numpy as np
@@ -25,8 +27,9 @@ import pytest
 import tensorstore as ts
 
 from napari_shardscope.core.bytestore.url import parse_url
+from tests.cli_batch import run_commands
 from tests.core.labelmap.volumes import voronoi_supervoxels
-from tests.core.versioned.remotes.cli import shardscope, shardscope_json
+from tests.core.versioned.remotes.cli import STEP_TIMEOUT_S, shardscope_json
 from tests.moto_s3 import S3Server
 
 SHAPE = (8, 32, 32)  # z, y, x
@@ -100,29 +103,41 @@ def _serve_chunk(repo: Path) -> tuple[tuple[slice, slice, slice], np.ndarray]:
         proc.wait(timeout=60)
 
 
+def _steps(*commands: list[str]) -> list[Any]:
+    """``shardscope`` command lines run in one child process; each must succeed."""
+    done = run_commands(commands, timeout=STEP_TIMEOUT_S * len(commands))
+    for proc in done:
+        assert proc.returncode == 0, (f"{' '.join(proc.args)}: exit {proc.returncode}\n"
+                                      f"stdout: {proc.stdout[-3000:]}\nstderr: {proc.stderr[-3000:]}")
+    return done
+
+
 def _round_trip(tmp_path: Path, base: str, remote: str, data: np.ndarray, gone: Callable[[], None], *,
                 serve: bool) -> None:
     """Labelmap over ``base``, a merge, push to ``remote``, ``clone --prefetch``; after ``gone()`` the clone
     reads a voxel, exports the version and (``serve``) serves it, from its local copy alone."""
     a, b = tmp_path / "a", tmp_path / "b"
     svs = [int(s) for s in np.unique(data) if s]
-    shardscope("repo", "init", str(a))
-    shardscope("labelmap", "create", str(a), "seg", base, "--block", "8")
-    shardscope("repo", "commit", str(a), "main", "-m", "base")
-    shardscope("repo", "branch", str(a), "main")
-    shardscope("body", "merge", str(a), "main", "seg", str(svs[0]), str(svs[1]))
-    shardscope("repo", "commit", str(a), "main", "-m", "merge")
-    shardscope("remote", "add", str(a), "origin", remote)
-    shardscope("push", str(a))
+    # The writer's steps in one child process (tests/cli_batch.py: each through the console script's main, on
+    # pipes; one interpreter start-up instead of eight); clone, the subject, in a process of its own.
+    _steps(["repo", "init", str(a)],
+           ["labelmap", "create", str(a), "seg", base, "--block", "8"],
+           ["repo", "commit", str(a), "main", "-m", "base"],
+           ["repo", "branch", str(a), "main"],
+           ["body", "merge", str(a), "main", "seg", str(svs[0]), str(svs[1])],
+           ["repo", "commit", str(a), "main", "-m", "merge"],
+           ["remote", "add", str(a), "origin", remote],
+           ["push", str(a)])
     cloned = shardscope_json("clone", remote, str(b), "--prefetch")
     assert [p["labelmap"] for p in cloned["prefetched"]] == ["seg"] and cloned["prefetched"][0]["objects"] > 0
     gone()  # from here on only the prefetched copy holds the base
     want = np.where(data == svs[1], svs[0], data)
     z, y, x = (int(i[0]) for i in np.nonzero(data == svs[1]))
-    at = shardscope_json("label", str(b), "main", "seg", str(z), str(y), str(x))
+    label, _ = _steps(["label", str(b), "main", "seg", str(z), str(y), str(x), "--json"],
+                      ["export", str(b), str(tmp_path / "out"), "--labelmap", "seg", "--version", "main",
+                       "--format", "zarr3", "--chunk", "4,16,16"])
+    at = json.loads(label.stdout)
     assert (at["supervoxel"], at["body"]) == (svs[1], svs[0])
-    shardscope("export", str(b), str(tmp_path / "out"), "--labelmap", "seg", "--version", "main",
-               "--format", "zarr3", "--chunk", "4,16,16")
     exported = ts.open({"driver": "zarr3", "kvstore": f"file://{tmp_path / 'out' / '0'}/"}).result().read().result()
     np.testing.assert_array_equal(np.asarray(exported), want)
     if serve:
