@@ -506,16 +506,7 @@ def synapse_aggregates(pre_sv: U64, post_sv: U64) -> tuple[U64, U64, npt.NDArray
     k = uniq.size
     bits = max(1, (k - 1).bit_length())
     if 2 * bits + 1 > 64:  # beyond 2³¹ distinct supervoxels: a (slower) lexsort of the three columns
-        own = np.concatenate([pre_sv, post_sv])
-        partner = np.concatenate([post_sv, pre_sv])
-        d = np.repeat(np.asarray([0, 1], np.uint8), m)
-        order = np.lexsort((partner, d, own))
-        own, partner, d = own[order], partner[order], d[order]
-        new = np.ones(2 * m, dtype=bool)
-        new[1:] = (own[1:] != own[:-1]) | (partner[1:] != partner[:-1]) | (d[1:] != d[:-1])
-        starts = np.flatnonzero(new)
-        counts = np.diff(np.append(starts, 2 * m)).astype(np.uint32)
-        return own[starts], partner[starts], d[starts], counts
+        return aggregate_by_lexsort(pre_sv, post_sv)
     dp = np.searchsorted(uniq, pre_sv).astype(np.uint64)
     dq = np.searchsorted(uniq, post_sv).astype(np.uint64)
     sh, dbit, mask = np.uint64(bits + 1), np.uint64(1 << bits), np.uint64((1 << bits) - 1)
@@ -529,6 +520,22 @@ def synapse_aggregates(pre_sv: U64, post_sv: U64) -> tuple[U64, U64, npt.NDArray
     c = codes[starts]
     return (uniq[(c >> sh).astype(np.intp)], uniq[(c & mask).astype(np.intp)],
             ((c & dbit) != 0).astype(np.uint8), counts)
+
+
+def aggregate_by_lexsort(pre_sv: U64, post_sv: U64) -> tuple[U64, U64, npt.NDArray[np.uint8],
+                                                               npt.NDArray[np.uint32]]:
+    """:func:`synapse_aggregates` without packing (any number of supervoxels): a lexsort of the columns."""
+    m = pre_sv.size
+    own = np.concatenate([pre_sv, post_sv])
+    partner = np.concatenate([post_sv, pre_sv])
+    d = np.repeat(np.asarray([0, 1], np.uint8), m)
+    order = np.lexsort((partner, d, own))
+    own, partner, d = own[order], partner[order], d[order]
+    new = np.ones(2 * m, dtype=bool)
+    new[1:] = (own[1:] != own[:-1]) | (partner[1:] != partner[:-1]) | (d[1:] != d[:-1])
+    starts = np.flatnonzero(new)
+    counts = np.diff(np.append(starts, 2 * m)).astype(np.uint32)
+    return own[starts], partner[starts], d[starts], counts
 
 
 def write_base(sites: Sites, base_dir: str | os.PathLike[str], *, block: tuple[int, int, int],
