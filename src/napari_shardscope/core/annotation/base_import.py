@@ -576,7 +576,9 @@ def write_base(sites: Sites, base_dir: str | os.PathLike[str], *, block: tuple[i
     if labelmap is not None:
         starts = np.flatnonzero(np.append(True, codes[1:] != codes[:-1])) if n else np.zeros(0, np.int64)
         svs = np.empty(n, np.uint64)
-        svs[by_block] = supervoxels_of_block_runs(labelmap, zyx[by_block], starts, block)
+        zyx32 = np.stack([cols["z"], cols["y"], cols["x"]], axis=1)  # a gather of half the bytes of int64
+        svs[by_block] = supervoxels_of_block_runs(labelmap, zyx32[by_block], starts, block)
+        del zyx32
         cols["sv"] = svs
         if sites.layout == "synapses":
             synapses = synapse_aggregates(svs[0::2], svs[1::2])

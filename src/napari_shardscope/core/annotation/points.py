@@ -48,7 +48,7 @@ def supervoxels_of_block_runs(lmv: LabelmapVersion, points: npt.ArrayLike, start
     import sorts its points by block anyway (for the spatial table), so no ``np.unique`` of the
     points is needed here: one read per block, one fancy-index per run.
     """
-    pts = np.asarray(points, dtype=np.int64).reshape(-1, 3)
+    pts = np.asarray(points).reshape(-1, 3)  # int32 or int64: only sliced per block
     out = np.zeros(len(pts), dtype=np.uint64)
     if not len(pts):
         return out
@@ -56,9 +56,9 @@ def supervoxels_of_block_runs(lmv: LabelmapVersion, points: npt.ArrayLike, start
     shape = np.asarray(lmv.scales[0].shape, dtype=np.int64)
     bounds = np.append(np.asarray(starts, dtype=np.int64), len(pts)).tolist()
     for a, b in zip(bounds[:-1], bounds[1:], strict=True):
-        lo = (pts[a] // blk) * blk
+        lo = (pts[a].astype(np.int64) // blk) * blk
         hi = np.minimum(lo + blk, shape)
         data = lmv.read_supervoxels(Box(tuple(int(v) for v in lo), tuple(int(v) for v in hi)))  # type: ignore[arg-type]
-        rel = pts[a:b] - lo
+        rel = pts[a:b] - lo.astype(pts.dtype)
         out[a:b] = data[rel[:, 0], rel[:, 1], rel[:, 2]]
     return out
