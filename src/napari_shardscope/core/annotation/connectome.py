@@ -338,25 +338,26 @@ def _connections_over_base(v: AnnotationVersion, body: int, base: Any) -> Connec
     if ov.fallback:
         return _connections_from(recount_connectivity(v).as_dict(), body)
     _own, partner, direction, count = base.synapse_rows(svs)
-    sides = []
-    for out_side, mine, theirs, own_b, other_b in ((True, ov.dirty_pre_sv, ov.dirty_post_sv, ov.pre_body,
-                                                    ov.post_body),
-                                                   (False, ov.dirty_post_sv, ov.dirty_pre_sv, ov.post_body,
-                                                    ov.pre_body)):
+    sides: list[tuple[U64, I64]] = []
+    for out_side, mine, theirs in ((True, ov.dirty_pre_sv, ov.dirty_post_sv),
+                                   (False, ov.dirty_post_sv, ov.dirty_pre_sv)):
         sel = direction == (0 if out_side else 1)
         gone = np.isin(mine, svs)
-        psv = np.concatenate([partner[sel], theirs[gone]])
-        cnt = np.concatenate([count[sel], -np.ones(int(gone.sum()), np.int64)])
-        if psv.size:  # one body-map lookup per distinct partner supervoxel
-            psv, inverse = np.unique(psv, return_inverse=True)
-            cnt = np.bincount(inverse.reshape(-1), weights=cnt, minlength=len(psv)).astype(np.int64)
-            nz = cnt != 0
-            psv, cnt = psv[nz], cnt[nz]
-        bodies = np.asarray(r.lmv.bodies_of(psv), dtype=np.uint64) if psv.size else psv
+        sides.append((np.concatenate([partner[sel], theirs[gone]]),
+                      np.concatenate([count[sel], -np.ones(int(gone.sum()), np.int64)])))
+    # one body-map lookup per distinct partner supervoxel, both directions at once
+    every = np.concatenate([sides[0][0], sides[1][0]])
+    uniq, inverse = np.unique(every, return_inverse=True)
+    inverse = inverse.reshape(-1)
+    body_of = np.asarray(r.lmv.bodies_of(uniq), dtype=np.uint64) if uniq.size else uniq
+    split = sides[0][0].size
+    out = []
+    for j, (own_b, other_b) in enumerate(((ov.pre_body, ov.post_body), (ov.post_body, ov.pre_body))):
+        idx = inverse[:split] if j == 0 else inverse[split:]
         here = own_b == np.uint64(body)
-        sides.append(_sum_partners(np.concatenate([bodies, other_b[here]]),
-                                   np.concatenate([cnt, np.ones(int(here.sum()), np.int64)])))
-    return Connections(body, sides[0], sides[1])
+        out.append(_sum_partners(np.concatenate([body_of[idx], other_b[here]]),
+                                 np.concatenate([sides[j][1], np.ones(int(here.sum()), np.int64)])))
+    return Connections(body, out[0], out[1])
 
 
 def _check_body(body: object) -> int:
