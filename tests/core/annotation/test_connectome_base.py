@@ -112,7 +112,7 @@ def _based(tmp: Path, n: int, seed: int = 0) -> tuple[Any, Any, Any]:
 
 def test_connections_over_a_base_after_merges_read_the_index_not_a_recount(tmp_path: Path,
                                                                             monkeypatch: pytest.MonkeyPatch) -> None:
-    repo, lm, inst = _based(tmp_path, 300)
+    _repo, lm, inst = _based(tmp_path, 300)
     assert inst.base is not None and inst.base.indexed
     v = inst.at("main")
     lmv = lm.at("main")
@@ -131,7 +131,7 @@ def test_connections_over_a_base_after_merges_read_the_index_not_a_recount(tmp_p
 
 def test_a_base_imported_without_the_index_is_still_counted(tmp_path: Path) -> None:
     """A base written before the synapse index existed (no ``sv`` column, no synapses table) is recounted."""
-    repo, lm, inst = _based(tmp_path, 50, seed=3)
+    _repo, _lm, inst = _based(tmp_path, 50, seed=3)
     v = inst.at("main")
     old = build_base(_table(tmp_path / "old.parquet", 50, 3), tmp_path / "old-base", shape=SHAPE, block=(4, 8, 8))
     assert old.synapses is None and not old.supervoxels

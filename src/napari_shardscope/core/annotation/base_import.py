@@ -269,7 +269,8 @@ def id_order(ids: U64) -> npt.NDArray[np.intp] | None:
     return np.argsort(ids, kind="stable")
 
 
-def _check_ids(ids: npt.NDArray[Any], *, column: str, where: str, pairs: bool) -> tuple[U64, npt.NDArray[np.intp] | None]:
+def _check_ids(ids: npt.NDArray[Any], *, column: str, where: str,
+               pairs: bool) -> tuple[U64, npt.NDArray[np.intp] | None]:
     """The ids as u64 (checked: in range, no duplicate) and the permutation that sorts them (None: sorted)."""
     if ids.dtype.kind not in "iu":
         raise AnnotationTableError(f"column {column!r} is {ids.dtype}, not integer ids", key=where)

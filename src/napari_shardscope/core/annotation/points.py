@@ -6,6 +6,7 @@ recorded supervoxel a split retired, and the recount from scratch (:mod:`.connec
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 
 import numpy as np
@@ -55,7 +56,7 @@ def supervoxels_of_block_runs(lmv: LabelmapVersion, points: npt.ArrayLike, start
     blk = np.asarray(block, dtype=np.int64)
     shape = np.asarray(lmv.scales[0].shape, dtype=np.int64)
     bounds = np.append(np.asarray(starts, dtype=np.int64), len(pts)).tolist()
-    for a, b in zip(bounds[:-1], bounds[1:], strict=True):
+    for a, b in itertools.pairwise(bounds):
         lo = (pts[a].astype(np.int64) // blk) * blk
         hi = np.minimum(lo + blk, shape)
         data = lmv.read_supervoxels(Box(tuple(int(v) for v in lo), tuple(int(v) for v in hi)))  # type: ignore[arg-type]
