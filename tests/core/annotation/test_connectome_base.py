@@ -179,3 +179,31 @@ class BasedConnectomeMachine(ConnectomeMachine):
 TestBasedConnectomeModel = BasedConnectomeMachine.TestCase
 TestBasedConnectomeModel.settings = settings(max_examples=20, stateful_step_count=20, deadline=None,
                                              suppress_health_check=[HealthCheck.too_slow])
+
+
+@given(pts=st.lists(st.tuples(st.integers(0, SHAPE[0] - 1), st.integers(0, SHAPE[1] - 1),
+                              st.integers(0, SHAPE[2] - 1)), max_size=40))
+@settings(max_examples=40, deadline=None)
+def test_supervoxels_of_block_runs_equal_the_per_point_read(pts: list[tuple[int, int, int]]) -> None:
+    """The import's read of runs of points sorted by block gives each point what the general read gives it."""
+    from napari_shardscope.core.annotation import points as P
+
+    lmv = _labelmap_root()
+    p = np.asarray(pts, dtype=np.int32).reshape(-1, 3)
+    block = (4, 8, 8)
+    c = p.astype(np.int64) // np.asarray(block)
+    order, codes = block_order(c, [-(-s // b) for s, b in zip(SHAPE, block, strict=True)])
+    starts = np.flatnonzero(np.append(True, codes[1:] != codes[:-1])) if p.size else np.zeros(0, np.int64)
+    got = P.supervoxels_of_block_runs(lmv, p[order], starts, block)
+    assert got.tolist() == P.supervoxels_at(lmv, p[order], block).tolist()
+
+
+_lm_cache: list[Any] = []
+
+
+def _labelmap_root() -> Any:
+    if not _lm_cache:
+        seg, _ = base_volume()
+        repo = create_repository(None, engine="memory")
+        _lm_cache.append(create_labelmap(repo, "seg", seg, block=(4, 8, 8)).at("main"))
+    return _lm_cache[0]
