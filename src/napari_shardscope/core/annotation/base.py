@@ -16,9 +16,12 @@ its base segmentation and agglomeration table. A record key present in the store
 base: an edited base annotation has its whole record there; a deleted one has a *tombstone* (an
 empty value, :data:`TOMBSTONE`); undoing either restores the key's absence and so the base.
 
-A base record's supervoxel is not stored (reading 10⁷ voxels at import would cost more than the
-import); it reads as :data:`UNKNOWN_SUPERVOXEL`, which exists at no version, so a query by body
-reads the voxel under such a point as it does for a supervoxel a split retired.
+A base record reads as :data:`UNKNOWN_SUPERVOXEL`, which exists at no version, so a query by body
+reads the voxel under such a point as it does for a supervoxel a split retired. Bases imported with
+their synapse index also keep each site's supervoxel at import (records column ``sv``) and a third
+table, the **synapse index** (keyed by supervoxel: partner supervoxel, direction, count), which
+``connections(body)`` reads for the body's supervoxels only (:mod:`.connectome`); older bases have
+neither and are recounted.
 """
 
 from __future__ import annotations
