@@ -16,9 +16,12 @@ its base segmentation and agglomeration table. A record key present in the store
 base: an edited base annotation has its whole record there; a deleted one has a *tombstone* (an
 empty value, :data:`TOMBSTONE`); undoing either restores the key's absence and so the base.
 
-A base record's supervoxel is not stored (reading 10⁷ voxels at import would cost more than the
-import); it reads as :data:`UNKNOWN_SUPERVOXEL`, which exists at no version, so a query by body
-reads the voxel under such a point as it does for a supervoxel a split retired.
+A base record reads as :data:`UNKNOWN_SUPERVOXEL`, which exists at no version, so a query by body
+reads the voxel under such a point as it does for a supervoxel a split retired. Bases imported with
+their synapse index also keep each site's supervoxel at import (records column ``sv``) and a third
+table, the **synapse index** (keyed by supervoxel: partner supervoxel, direction, count), which
+``connections(body)`` reads for the body's supervoxels only (:mod:`.connectome`); older bases have
+neither and are recounted.
 """
 
 from __future__ import annotations
@@ -94,11 +97,24 @@ class BaseConfig:
     source: str
     layout: str
     properties: tuple[BaseProperty, ...] = ()
+    #: The synapse index table (per supervoxel, partners summed), None in bases imported without it.
+    synapses: str | None = None
+    #: Whether the records table has the ``sv`` column (each site's supervoxel at import).
+    supervoxels: bool = False
+    synapse_rows: int = 0
 
     def to_json(self) -> dict[str, Any]:
-        return {"records": self.records, "spatial": self.spatial, "rows": self.rows, "max_id": self.max_id,
-                "block": list(self.block), "source": self.source, "layout": self.layout,
-                "properties": [p.to_json() for p in self.properties]}
+        # the keys added later are written only when set: a base without them reads as before, and code
+        # that predates them ignores them (it recounts a base's connections from the records)
+        out = {"records": self.records, "spatial": self.spatial, "rows": self.rows, "max_id": self.max_id,
+               "block": list(self.block), "source": self.source, "layout": self.layout,
+               "properties": [p.to_json() for p in self.properties]}
+        if self.supervoxels:
+            out["supervoxels"] = True
+        if self.synapses is not None:
+            out["synapses"] = self.synapses
+            out["synapse_rows"] = self.synapse_rows
+        return out
 
     @classmethod
     def from_json(cls, doc: Any, *, name: str) -> BaseConfig:
@@ -108,9 +124,12 @@ class BaseConfig:
                 raise ValueError("block is not three integers")
             if doc["layout"] not in LAYOUTS:
                 raise ValueError(f"layout is not one of {LAYOUTS}")
+            syn = doc.get("synapses")
             return cls(str(doc["records"]), str(doc["spatial"]), int(doc["rows"]), int(doc["max_id"]),
                        (block[0], block[1], block[2]), str(doc["source"]), str(doc["layout"]),
-                       tuple(BaseProperty.from_json(p) for p in doc.get("properties", [])))
+                       tuple(BaseProperty.from_json(p) for p in doc.get("properties", [])),
+                       None if syn is None else str(syn), bool(doc.get("supervoxels", False)),
+                       int(doc.get("synapse_rows", 0)))
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise AnnotationRecordError(f"annotation instance {name!r} has a malformed base record ({exc}): "
                                         f"{doc!r}") from exc
@@ -123,10 +142,29 @@ class AnnotationBase:
     fall in is fetched once, and pages are cached by the tables' bounded LRU.
     """
 
-    def __init__(self, config: BaseConfig, records: SortedTable, spatial: SortedTable) -> None:
+    def __init__(self, config: BaseConfig, records: SortedTable, spatial: SortedTable,
+                 synapses: SortedTable | None = None) -> None:
         self.config = config
         self.records = records
         self.spatial = spatial
+        self.synapses = synapses
+
+    @property
+    def indexed(self) -> bool:
+        """Whether the base has its synapse index and supervoxels (imported with them)."""
+        return self.synapses is not None and self.config.supervoxels
+
+    def supervoxels(self, ids: npt.ArrayLike) -> tuple[U64, npt.NDArray[np.bool_]]:
+        """The supervoxel each of ``ids`` had at import, and which of them the base holds."""
+        cols, found = self.records.lookup(np.asarray(ids, dtype=np.uint64).reshape(-1), ["sv"])
+        return np.asarray(cols["sv"], dtype=np.uint64), found
+
+    def synapse_rows(self, svs: npt.ArrayLike) -> tuple[U64, U64, npt.NDArray[np.uint8], npt.NDArray[np.int64]]:
+        """The synapse index rows of supervoxels ``svs``: (sv, partner sv, direction 0 out / 1 in, count)."""
+        assert self.synapses is not None
+        keys, cols = self.synapses.select(np.asarray(svs, dtype=np.uint64).reshape(-1), ["partner", "dir", "n"])
+        return (np.asarray(keys, dtype=np.uint64), np.asarray(cols["partner"], dtype=np.uint64),
+                np.asarray(cols["dir"], dtype=np.uint8), np.asarray(cols["n"], dtype=np.int64))
 
     @property
     def max_id(self) -> int:
@@ -213,7 +251,18 @@ def open_base(config: BaseConfig, *, name: str) -> AnnotationBase:
     if missing:
         raise AnnotationRecordError(f"annotation instance {name!r}: its base table {config.records} lacks the "
                                     f"columns {sorted(missing)}")
-    return AnnotationBase(config, records, spatial)
+    synapses = None
+    if config.synapses is not None:
+        synapses = open_sorted_table(config.synapses)
+        if synapses.num_rows != config.synapse_rows:
+            raise AnnotationRecordError(
+                f"annotation instance {name!r}: its base's synapse index {config.synapses} holds "
+                f"{synapses.num_rows} rows, {config.synapse_rows} when it was imported: a base must not change "
+                f"under an instance; put the imported tables back")
+    if config.supervoxels and "sv" not in records.schema.value_names:
+        raise AnnotationRecordError(f"annotation instance {name!r}: its base table {config.records} lacks the "
+                                    f"column 'sv'")
+    return AnnotationBase(config, records, spatial, synapses)
 
 
 __all__ = ["MAX_BLOCKS", "TOMBSTONE", "UNKNOWN_SUPERVOXEL", "AnnotationBase", "BaseConfig", "BaseProperty",

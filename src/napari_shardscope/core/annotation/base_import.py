@@ -39,7 +39,9 @@ import numpy.typing as npt
 from napari_shardscope.core.annotation.base import MAX_BLOCKS, BaseConfig, BaseProperty, block_code
 from napari_shardscope.core.annotation.errors import AnnotationArgumentError, AnnotationTableError
 from napari_shardscope.core.annotation.model import MAX_ID
+from napari_shardscope.core.annotation.points import supervoxels_of_block_runs
 from napari_shardscope.core.errors import ArgumentError, RefusedWriteError, UnsupportedFeatureError
+from napari_shardscope.core.labelmap.version import LabelmapVersion
 from napari_shardscope.core.tables import write_sorted_table
 
 U64 = npt.NDArray[np.uint64]
@@ -247,7 +249,29 @@ class Sites:
     properties: list[tuple[BaseProperty, npt.NDArray[Any]]]
 
 
-def _check_ids(ids: npt.NDArray[Any], *, column: str, where: str, pairs: bool) -> U64:
+def id_order(ids: U64) -> npt.NDArray[np.intp] | None:
+    """The permutation that sorts ``ids`` (None: already sorted); duplicates are left adjacent for the caller.
+
+    Ids of a synapse table are usually a dense range in arbitrary order: then one scatter (O(n))
+    sorts them, several times faster than an argsort of 10⁷ u64; sparse ids are argsorted.
+    """
+    n = ids.size
+    if n < 2 or not bool((ids[1:] < ids[:-1]).any()):
+        return None
+    lo, hi = int(ids.min()), int(ids.max())
+    span = hi - lo + 1
+    if span <= 4 * n and n < 2**31:
+        slot = np.full(span, -1, dtype=np.int32)
+        slot[(ids - np.uint64(lo)).astype(np.intp)] = np.arange(n, dtype=np.int32)
+        order = slot[slot >= 0]
+        if order.size == n:  # else a duplicate id took another's slot: fall back (it is reported below)
+            return order.astype(np.intp)
+    return np.argsort(ids, kind="stable")
+
+
+def _check_ids(ids: npt.NDArray[Any], *, column: str, where: str,
+               pairs: bool) -> tuple[U64, npt.NDArray[np.intp] | None]:
+    """The ids as u64 (checked: in range, no duplicate) and the permutation that sorts them (None: sorted)."""
     if ids.dtype.kind not in "iu":
         raise AnnotationTableError(f"column {column!r} is {ids.dtype}, not integer ids", key=where)
     if ids.dtype.kind == "i" and ids.size and int(ids.min()) < 0:
@@ -261,14 +285,15 @@ def _check_ids(ids: npt.NDArray[Any], *, column: str, where: str, pairs: bool) -
         r = int(bad[0])
         raise AnnotationTableError(f"column {column!r}, row {r}: id {int(out[r])} is outside {low}..{top}",
                                    key=where)
-    order = np.argsort(out, kind="stable")
-    s = out[order]
+    order = id_order(out)
+    s = out if order is None else out[order]
     dup = np.flatnonzero(s[1:] == s[:-1])
     if dup.size:
-        a, b = sorted((int(order[dup[0]]), int(order[dup[0] + 1])))
+        full = np.arange(out.size) if order is None else order
+        a, b = sorted((int(full[dup[0]]), int(full[dup[0] + 1])))
         raise AnnotationTableError(f"column {column!r}: rows {a} and {b} have the same id {int(s[dup[0]])}",
                                    key=where)
-    return out
+    return out, order
 
 
 def sites_from_table(table: Any, *, where: str, columns: SynapseColumns | None, shape: tuple[int, int, int],
@@ -281,8 +306,9 @@ def sites_from_table(table: Any, *, where: str, columns: SynapseColumns | None, 
     post = None if cols.post is None else to_voxels(c.xyz(cols.post), columns=_name(cols.post), where=where,
                                                     shape=shape, voxel_size=voxel_size)
     pairs = post is not None
+    order: npt.NDArray[np.intp] | None = None
     if cols.id is not None:
-        sid = _check_ids(c.numeric(cols.id), column=cols.id, where=where, pairs=pairs)
+        sid, order = _check_ids(c.numeric(cols.id), column=cols.id, where=where, pairs=pairs)
     else:
         sid = np.arange(n, dtype=np.uint64) + np.uint64(0 if pairs else 1)
     used = {cols.id} | _used(cols.pre) | _used(cols.post)
@@ -319,7 +345,7 @@ def sites_from_table(table: Any, *, where: str, columns: SynapseColumns | None, 
         if typ == "float":
             arr = arr.astype(np.float64)
         props.append((BaseProperty(prop, f"p{i}", typ, kinds), arr))
-    return _sites(sid, pre, post, props)
+    return _sites(sid, pre, post, props, order)
 
 
 def _name(spec: str | tuple[str, str, str]) -> str:
@@ -332,29 +358,33 @@ def _used(spec: str | tuple[str, str, str] | None) -> set[str | None]:
     return {spec} if isinstance(spec, str) else set(spec)
 
 
-def _sites(sid: U64, pre: I64, post: I64 | None, props: list[tuple[BaseProperty, npt.NDArray[Any]]]) -> Sites:
+def _sites(sid: U64, pre: I64, post: I64 | None, props: list[tuple[BaseProperty, npt.NDArray[Any]]],
+           order: npt.NDArray[np.intp] | None = None) -> Sites:
     """Interleave pre and post sites (ids 2S+1, 2S+2) or take points (id S); property columns follow.
 
-    Rows are put in synapse-id order first (one sort of ``n`` rows), so the interleaved ids are sorted.
+    Rows are put in synapse-id order first (``order``, from :func:`_check_ids`), so the interleaved
+    ids are sorted; the interleaving writes straight into the output (no gathered copy first).
     """
     n = sid.size
-    if n > 1 and bool((sid[1:] < sid[:-1]).any()):
-        order = np.argsort(sid)
-        sid, pre = sid[order], pre[order]
-        post = None if post is None else post[order]
-        props = [(p, arr[order]) for p, arr in props]
+
+    def take(a: npt.NDArray[Any]) -> npt.NDArray[Any]:
+        return a if order is None else a[order]
+
     if post is None:
-        return Sites(sid, "points", pre, props)
-    a, b = synapse_ids(sid)
+        return Sites(take(sid), "points", take(pre), [(p, take(arr)) for p, arr in props])
     ids = np.empty(2 * n, np.uint64)
-    ids[0::2], ids[1::2] = a, b
+    s = take(sid)
+    np.multiply(s, np.uint64(2), out=ids[0::2])
+    ids[0::2] += np.uint64(1)
+    np.add(ids[0::2], np.uint64(1), out=ids[1::2])
     zyx = np.empty((2 * n, 3), np.int64)
-    zyx[0::2], zyx[1::2] = pre, post
+    zyx[0::2], zyx[1::2] = take(pre), take(post)
     out = []
     for p, arr in props:
+        a = take(arr)
         both = np.empty(2 * n, arr.dtype)
-        both[0::2] = arr
-        both[1::2] = arr
+        both[0::2] = a
+        both[1::2] = a
         out.append((p, both))
     return Sites(ids, "synapses", zyx, out)
 
@@ -418,10 +448,10 @@ def sites_from_precomputed(source: Any, *, where: str, shape: tuple[int, int, in
         props.append((BaseProperty(r, f"r{j}", "int", kinds), arr))
     if kind == "line":
         pre, post = voxels(geo[:, :rank], "point_a"), voxels(geo[:, rank:], "point_b")
-        sid = _check_ids(ids, column="id", where=where, pairs=True)
-        return _sites(sid, pre, post, props)
-    sid = _check_ids(ids, column="id", where=where, pairs=False)
-    return _sites(sid, voxels(geo, "point"), None, props)
+        sid, by_id = _check_ids(ids, column="id", where=where, pairs=True)
+        return _sites(sid, pre, post, props, by_id)
+    sid, by_id = _check_ids(ids, column="id", where=where, pairs=False)
+    return _sites(sid, voxels(geo, "point"), None, props, by_id)
 
 
 def _unit_nm(unit: str, where: str) -> float:
@@ -432,10 +462,93 @@ def _unit_nm(unit: str, where: str) -> float:
 
 
 # -- writing the base ---------------------------------------------------------------------------------------
+def block_order(cells: I64, grid: Sequence[int]) -> tuple[npt.NDArray[np.intp], U64]:
+    """The permutation ordering rows by block (z, y, x), rows of one block keeping their order (stable),
+    and the rows' block codes (:func:`block_code`) in that order.
+
+    The block's linear index and the row number are packed into one u64 and sorted with ``np.sort``
+    (SIMD, several times faster than a stable argsort of 10⁷ codes); linear order is
+    :func:`block_code` order, since both are lexicographic in (z, y, x).
+    """
+    n = len(cells)
+    linear = (cells[:, 0] * int(grid[1]) + cells[:, 1]) * int(grid[2]) + cells[:, 2]
+    row_bits = max(1, (n - 1).bit_length())
+    top = int(grid[0]) * int(grid[1]) * int(grid[2])
+    if top.bit_length() + row_bits > 64:
+        order = np.argsort(linear, kind="stable")
+        lin = linear[order].astype(np.uint64)
+    else:
+        packed = (linear.astype(np.uint64) << np.uint64(row_bits)) | np.arange(n, dtype=np.uint64)
+        del linear
+        packed.sort()
+        order = (packed & np.uint64((1 << row_bits) - 1)).astype(np.intp)
+        lin = packed >> np.uint64(row_bits)  # sorted: the codes follow without gathering the cells
+        del packed
+    gx, gy = np.uint64(grid[2]), np.uint64(grid[1])
+    bx = lin % gx
+    lin //= gx
+    return order, block_code(lin // gy, lin % gy, bx)
+
+
+def synapse_aggregates(pre_sv: U64, post_sv: U64) -> tuple[U64, U64, npt.NDArray[np.uint8], npt.NDArray[np.uint32]]:
+    """The base's synapse index: per supervoxel, its synapse ends summed by direction and partner supervoxel.
+
+    Rows ``(sv, partner, direction, n)`` sorted by (sv, direction, partner): direction 0 (``out``:
+    ``sv`` holds the pre site, ``partner`` the post site) or 1 (``in``). What
+    :func:`~.connectome.aggregate_rows` derives from the versioned keys of one supervoxel, for every
+    supervoxel at once: supervoxels are numbered densely (order kept), each end packed with its
+    partner and direction into one u64 and sorted once; runs of equal codes are the counts.
+    """
+    m = pre_sv.size
+    empty = (np.zeros(0, np.uint64), np.zeros(0, np.uint64), np.zeros(0, np.uint8), np.zeros(0, np.uint32))
+    if not m:
+        return empty
+    uniq = np.unique(np.concatenate([pre_sv, post_sv]))
+    k = uniq.size
+    bits = max(1, (k - 1).bit_length())
+    if 2 * bits + 1 > 64:  # beyond 2³¹ distinct supervoxels: a (slower) lexsort of the three columns
+        return aggregate_by_lexsort(pre_sv, post_sv)
+    dp = np.searchsorted(uniq, pre_sv).astype(np.uint64)
+    dq = np.searchsorted(uniq, post_sv).astype(np.uint64)
+    sh, dbit, mask = np.uint64(bits + 1), np.uint64(1 << bits), np.uint64((1 << bits) - 1)
+    codes = np.concatenate([(dp << sh) | dq, (dq << sh) | dbit | dp])
+    del dp, dq
+    codes.sort()
+    new = np.ones(codes.size, dtype=bool)
+    np.not_equal(codes[1:], codes[:-1], out=new[1:])
+    starts = np.flatnonzero(new)
+    counts = np.diff(np.append(starts, codes.size)).astype(np.uint32)
+    c = codes[starts]
+    return (uniq[(c >> sh).astype(np.intp)], uniq[(c & mask).astype(np.intp)],
+            ((c & dbit) != 0).astype(np.uint8), counts)
+
+
+def aggregate_by_lexsort(pre_sv: U64, post_sv: U64) -> tuple[U64, U64, npt.NDArray[np.uint8],
+                                                               npt.NDArray[np.uint32]]:
+    """:func:`synapse_aggregates` without packing (any number of supervoxels): a lexsort of the columns."""
+    m = pre_sv.size
+    own = np.concatenate([pre_sv, post_sv])
+    partner = np.concatenate([post_sv, pre_sv])
+    d = np.repeat(np.asarray([0, 1], np.uint8), m)
+    order = np.lexsort((partner, d, own))
+    own, partner, d = own[order], partner[order], d[order]
+    new = np.ones(2 * m, dtype=bool)
+    new[1:] = (own[1:] != own[:-1]) | (partner[1:] != partner[:-1]) | (d[1:] != d[:-1])
+    starts = np.flatnonzero(new)
+    counts = np.diff(np.append(starts, 2 * m)).astype(np.uint32)
+    return own[starts], partner[starts], d[starts], counts
+
+
 def write_base(sites: Sites, base_dir: str | os.PathLike[str], *, block: tuple[int, int, int],
                shape: tuple[int, int, int], source: str, format: str = "parquet",
-               overwrite: bool = False) -> BaseConfig:
-    """Sort the sites by id and by block, and write the records and spatial tables into ``base_dir``."""
+               overwrite: bool = False, labelmap: LabelmapVersion | None = None) -> BaseConfig:
+    """Sort the sites by id and by block, and write the records, spatial and synapse index tables into ``base_dir``.
+
+    With ``labelmap`` (the labelmap at the version the base is imported at), each site's supervoxel is
+    read (one read per block holding sites) and kept in the records table (column ``sv``), and a
+    synapse base gets its synapse index (:func:`synapse_aggregates`, the ``synapses`` table) so that
+    ``connections(body)`` reads only the body's supervoxels' rows.
+    """
     grid = [-(-s // b) for s, b in zip(shape, block, strict=True)]
     if max(grid) > MAX_BLOCKS:
         raise UnsupportedFeatureError(f"a labelmap of {grid} blocks per axis", detail=f"a base indexes at most "
@@ -445,43 +558,68 @@ def write_base(sites: Sites, base_dir: str | os.PathLike[str], *, block: tuple[i
         raise RefusedWriteError(f"{root}: a base is already there; choose another base_dir or pass overwrite=True")
     root.mkdir(parents=True, exist_ok=True)
     ids = sites.ids
-    order = np.argsort(ids, kind="stable") if ids.size > 1 and bool((ids[1:] < ids[:-1]).any()) else None
+    order = id_order(ids)  # the table readers made them sorted already: a check
 
     def sort(a: npt.NDArray[Any]) -> npt.NDArray[Any]:
         return a if order is None else a[order]
 
     zyx = sort(sites.zyx)
     keys = sort(ids)
+    n = int(keys.size)
     # int32: a labelmap's scale 0 is below 2**31 voxels per axis (its block grid is checked above)
     cols: dict[str, npt.NDArray[Any]] = {a: zyx[:, i].astype(np.int32) for i, a in enumerate("zyx")}
     for p, arr in sites.properties:
         cols[p.column] = sort(arr)
-    b = zyx // np.asarray(block, dtype=np.int64)
-    codes = block_code(b[:, 0], b[:, 1], b[:, 2])
-    by_block = np.argsort(codes, kind="stable")  # keys are sorted: this orders by (block, id)
+    cells = zyx // np.asarray(block, dtype=np.int64)
+    by_block, codes = block_order(cells, grid)  # keys are sorted: this orders by (block, id)
+    del cells
+    synapses: tuple[U64, U64, npt.NDArray[np.uint8], npt.NDArray[np.uint32]] | None = None
+    if labelmap is not None:
+        starts = np.flatnonzero(np.append(True, codes[1:] != codes[:-1])) if n else np.zeros(0, np.int64)
+        svs = np.empty(n, np.uint64)
+        zyx32 = np.stack([cols["z"], cols["y"], cols["x"]], axis=1)  # a gather of half the bytes of int64
+        svs[by_block] = supervoxels_of_block_runs(labelmap, zyx32[by_block], starts, block)
+        del zyx32
+        cols["sv"] = svs
+        if sites.layout == "synapses":
+            synapses = synapse_aggregates(svs[0::2], svs[1::2])
+    del zyx
     ext = ".parquet" if format == "parquet" else ".zarr"
     records_url, spatial_url = str(root / f"records{ext}"), str(root / f"spatial{ext}")
-    # lz4: a Parquet base is written 3x faster than with zstd, for a fifth more bytes
+    synapses_url = str(root / f"synapses{ext}") if synapses is not None else None
+    # lz4: a Parquet base is written 3x faster than with zstd, for a fifth more bytes; no dictionary
+    # encoding: points, ids and scores are distinct values (it was half the CPU of the writes)
     options: dict[str, Any] = {"format": format}
     if format == "parquet":
         options["compression"] = "lz4"
-    # the two tables are written at once: the writers spend their time in pyarrow / numpy, GIL released
+        options["dictionary"] = False
+    # the tables are written at once: the writers spend their time in pyarrow / numpy, GIL released
     with ThreadPoolExecutor(2) as pool:
         jobs = [pool.submit(write_sorted_table, records_url, [(keys, cols)], key="id", overwrite=overwrite,
                             **options),
-                pool.submit(write_sorted_table, spatial_url, [(codes[by_block], {"id": keys[by_block]})],
+                pool.submit(write_sorted_table, spatial_url, [(codes, {"id": keys[by_block]})],
                             key="block", unique=False, overwrite=overwrite, **options)]
+        if synapses is not None and synapses_url is not None:
+            sv, partner, d, cnt = synapses
+            jobs.append(pool.submit(write_sorted_table, synapses_url, [(sv, {"partner": partner, "dir": d,
+                                                                              "n": cnt})],
+                                    key="sv", unique=False, overwrite=overwrite, **options))
         for job in jobs:
             job.result()
-    return BaseConfig(records_url, spatial_url, int(keys.size), int(keys[-1]) if keys.size else 0, block, source,
-                      sites.layout, tuple(p for p, _ in sites.properties))
+    return BaseConfig(records_url, spatial_url, n, int(keys[-1]) if n else 0, block, source,
+                      sites.layout, tuple(p for p, _ in sites.properties), synapses=synapses_url,
+                      supervoxels=labelmap is not None,
+                      synapse_rows=0 if synapses is None else int(synapses[0].size))
 
 
 def build_base(source: Any, base_dir: str | os.PathLike[str], *, shape: tuple[int, int, int],
                block: tuple[int, int, int], columns: SynapseColumns | Mapping[str, Any] | None = None,
                voxel_size: Sequence[float] | None = None, format: str = "parquet",
-               overwrite: bool = False) -> BaseConfig:
-    """Read ``source`` (a table file or a precomputed annotation source) and write its base tables."""
+               overwrite: bool = False, labelmap: LabelmapVersion | None = None) -> BaseConfig:
+    """Read ``source`` (a table file or a precomputed annotation source) and write its base tables.
+
+    ``labelmap``: read each site's supervoxel there and write the synapse index (:func:`write_base`).
+    """
     if voxel_size is not None:
         vs = [float(v) for v in voxel_size]
         if len(vs) != 3 or not all(np.isfinite(v) and v > 0 for v in vs):
@@ -493,8 +631,9 @@ def build_base(source: Any, base_dir: str | os.PathLike[str], *, shape: tuple[in
         raise ArgumentError(f"base table format must be parquet or zarr3, got {format!r}")
     if is_table_file(source):
         where = str(Path(source).resolve())
-        sites = sites_from_table(read_table_file(source), where=where, columns=columns, shape=shape,
-                                 voxel_size=voxel_size)
+        table = read_table_file(source)
+        sites = sites_from_table(table, where=where, columns=columns, shape=shape, voxel_size=voxel_size)
+        del table  # the arrow buffers: the sites are copies (sorted), so the peak holds one of the two
     else:
         from napari_shardscope.core.formats.annotations import open_annotations
         from napari_shardscope.core.formats.precomputed.annotations.reader import AnnotationSource
@@ -504,7 +643,8 @@ def build_base(source: Any, base_dir: str | os.PathLike[str], *, shape: tuple[in
         src = source if isinstance(source, AnnotationSource) else open_annotations(_url(source))
         where = src.store.url
         sites = sites_from_precomputed(src, where=where, shape=shape, voxel_size=voxel_size)
-    return write_base(sites, base_dir, block=block, shape=shape, source=where, format=format, overwrite=overwrite)
+    return write_base(sites, base_dir, block=block, shape=shape, source=where, format=format, overwrite=overwrite,
+                      labelmap=labelmap)
 
 
 def _url(source: Any) -> str:

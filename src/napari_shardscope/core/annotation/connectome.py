@@ -244,6 +244,122 @@ def check_indexed(v: AnnotationVersion) -> bool:
     return isinstance(fmt, int) and fmt >= 2 and config.get("base") is None
 
 
+def _format(v: AnnotationVersion) -> int:
+    fmt = v.instance.instance.config.get("format")
+    return fmt if isinstance(fmt, int) else 0
+
+
+# -- over an imported base with its synapse index ---------------------------------------------------
+
+
+@dataclass(frozen=True)
+class BaseOverlay:
+    """What a version's records change in an indexed base's connectome (one state of version and labelmap).
+
+    ``dirty_pre_sv`` / ``dirty_post_sv``: the import-time supervoxels of both ends of every base
+    synapse a record at the version overrides (an edit or a tombstone of either end): their rows in
+    the base's index no longer hold and are subtracted. ``pre_body`` / ``post_body``: every synapse
+    with an end whose record the version holds (base partners read from the base), both ends' bodies
+    at this version: they are counted instead. ``fallback``: a split retired a supervoxel that base
+    synapses are filed under (the index cannot say which of them moved where): recount.
+    """
+
+    dirty_pre_sv: U64
+    dirty_post_sv: U64
+    pre_body: U64
+    post_body: U64
+    fallback: bool
+
+
+_overlay_lock = threading.Lock()
+_overlays: weakref.WeakKeyDictionary[Any, OrderedDict[tuple[Any, ...], BaseOverlay]] = weakref.WeakKeyDictionary()
+
+
+def base_overlay(v: AnnotationVersion, r: Resolver, base: Any, log_length: int) -> BaseOverlay:
+    """The :class:`BaseOverlay` of ``v`` (cached per state of the annotations and of the labelmap).
+
+    Costs the records the version holds (its edits), never the base.
+    """
+    gen = (v.uuid, log_length, r.state.stamp)
+    with _overlay_lock:
+        cache = _overlays.setdefault(v.instance, OrderedDict())
+        hit = cache.get(gen)
+        if hit is not None:
+            cache.move_to_end(gen)
+            return hit
+    inst = v.instance.instance
+    with v.instance.repo.read(v.uuid) as view:
+        held = [K.id_of_record_key(k) for k in view.keys(inst, prefix=K.RECORD_PREFIX) if len(k) == 9]
+        recs = v._records(view, held)
+        known = {s.annotation.id: s for s in recs}
+        wanted = {x.to for s in recs for x in s.annotation.relationships} - known.keys()
+        known.update((s.annotation.id, s) for s in v._records(view, sorted(wanted)))
+    pairs: dict[tuple[int, int], tuple[Any, Any]] = {}
+    for s in recs:
+        for pre, post in S.synapse_pairs(s, known.get):
+            pairs[(pre.annotation.id, post.annotation.id)] = (pre, post)
+    if pairs:
+        ends = list(pairs.values())
+        pre_body = r.bodies(as_u64(p.supervoxel for p, _ in ends), [p.annotation.point for p, _ in ends])
+        post_body = r.bodies(as_u64(q.supervoxel for _, q in ends), [q.annotation.point for _, q in ends])
+    else:
+        pre_body = post_body = np.zeros(0, np.uint64)
+    # base synapses S (ids 2S+1 pre, 2S+2 post) with an end the version holds a record (or tombstone) of
+    syn = np.unique((as_u64(i for i in held if 0 < i <= base.max_id) - np.uint64(1)) // np.uint64(2))
+    pre_sv, found_pre = base.supervoxels(syn * np.uint64(2) + np.uint64(1))
+    post_sv, found_post = base.supervoxels(syn * np.uint64(2) + np.uint64(2))
+    keep = found_pre & found_post
+    # supervoxels a split retired at this version that base synapses are filed under
+    retired: set[int] = set()
+    for e in r.lmv.mutations():
+        retired.update(sv for sv, _old, _new in e.mutation.delta.retired)
+    fallback = False
+    if retired:
+        cand = as_u64(sorted(retired))
+        gone = cand[~r.lm.exists(r.state, cand)]
+        fallback = bool(gone.size) and bool(base.synapse_rows(gone)[0].size)
+    out = BaseOverlay(pre_sv[keep], post_sv[keep], pre_body, post_body, fallback)
+    with _overlay_lock:
+        cache[gen] = out
+        while len(cache) > STALE_CACHE:
+            cache.popitem(last=False)
+    return out
+
+
+def _connections_over_base(v: AnnotationVersion, body: int, base: Any) -> Connections:
+    """``connections(body)`` over an indexed base: the base's rows of the body's supervoxels, corrected by
+    what the version's records change (:class:`BaseOverlay`), partners mapped through the body map once
+    per distinct supervoxel. After a labelmap merge, the merged body's rows are the sum of its parts."""
+    r = Resolver(v)
+    svs = np.asarray(r.lmv.supervoxels(body), dtype=np.uint64)  # UnknownLabelError when the body does not exist
+    with v.instance.repo.read(v.uuid) as view:
+        log_length = view.log_length(v.instance.instance)
+    ov = base_overlay(v, r, base, log_length)
+    if ov.fallback:
+        return _connections_from(recount_connectivity(v).as_dict(), body)
+    _own, partner, direction, count = base.synapse_rows(svs)
+    sides: list[tuple[U64, I64]] = []
+    for out_side, mine, theirs in ((True, ov.dirty_pre_sv, ov.dirty_post_sv),
+                                   (False, ov.dirty_post_sv, ov.dirty_pre_sv)):
+        sel = direction == (0 if out_side else 1)
+        gone = np.isin(mine, svs)
+        sides.append((np.concatenate([partner[sel], theirs[gone]]),
+                      np.concatenate([count[sel], -np.ones(int(gone.sum()), np.int64)])))
+    # one body-map lookup per distinct partner supervoxel, both directions at once
+    every = np.concatenate([sides[0][0], sides[1][0]])
+    uniq, inverse = np.unique(every, return_inverse=True)
+    inverse = inverse.reshape(-1)
+    body_of = np.asarray(r.lmv.bodies_of(uniq), dtype=np.uint64) if uniq.size else uniq
+    split = sides[0][0].size
+    out = []
+    for j, (own_b, other_b) in enumerate(((ov.pre_body, ov.post_body), (ov.post_body, ov.pre_body))):
+        idx = inverse[:split] if j == 0 else inverse[split:]
+        here = own_b == np.uint64(body)
+        out.append(_sum_partners(np.concatenate([body_of[idx], other_b[here]]),
+                                 np.concatenate([sides[j][1], np.ones(int(here.sum()), np.int64)])))
+    return Connections(body, out[0], out[1])
+
+
 def _check_body(body: object) -> int:
     if isinstance(body, bool) or not isinstance(body, int | np.integer) or not 0 < int(body) < 2**64:
         raise AnnotationArgumentError(f"a body id must be a positive integer, got {body!r}")
@@ -253,6 +369,9 @@ def _check_body(body: object) -> int:
 def connections(v: AnnotationVersion, body: int) -> Connections:
     """Partners of ``body`` at ``v`` with synapse counts: outgoing (body pre) and incoming (body post)."""
     body = _check_body(body)
+    base = v.instance.base
+    if base is not None and base.indexed and _format(v) >= 2:
+        return _connections_over_base(v, body, base)
     if not check_indexed(v):
         return _connections_from(recount_connectivity(v).as_dict(), body)
     r = Resolver(v)

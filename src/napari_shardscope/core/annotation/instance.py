@@ -146,8 +146,11 @@ def create_annotation_instance(repo: Repository, name: str, *, labelmap: str | L
                 raise ArgumentError("a repository held in memory has no directory for the base's tables: pass "
                                     "base_dir=")
             base_dir = Path(repo.path) / BASES_DIR / name
+        # each site's supervoxel is read at the root (every version descends from it; a later split
+        # that retires one is found by the connectome, which re-resolves those sites by their point)
         built = build_base(base, base_dir, shape=lm.config.scales[0].shape, block=lm.config.block,
-                           columns=columns, voxel_size=voxel_size, format=base_format)
+                           columns=columns, voxel_size=voxel_size, format=base_format,
+                           labelmap=lm.at(repo.root.uuid))
         config = {"format": FORMAT, "labelmap": lm_name, "base": built.to_json()}
     inst = repo.create_instance(name, TYPE_NAME, config)
     made = AnnotationInstance(repo, inst, lm)

@@ -6,6 +6,7 @@ recorded supervoxel a split retired, and the recount from scratch (:mod:`.connec
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 
 import numpy as np
@@ -37,4 +38,28 @@ def supervoxels_at(lmv: LabelmapVersion, points: npt.ArrayLike, block: Sequence[
         data = lmv.read_supervoxels(Box(tuple(int(v) for v in lo), tuple(int(v) for v in hi)))  # type: ignore[arg-type]
         rel = pts[idx] - lo
         out[idx] = data[rel[:, 0], rel[:, 1], rel[:, 2]]
+    return out
+
+
+def supervoxels_of_block_runs(lmv: LabelmapVersion, points: npt.ArrayLike, starts: npt.ArrayLike,
+                              block: Sequence[int]) -> U64:
+    """The supervoxel under each point of ``points`` already grouped by labelmap block.
+
+    ``starts``: the index of the first point of each block's run (ascending, the first is 0). The
+    import sorts its points by block anyway (for the spatial table), so no ``np.unique`` of the
+    points is needed here: one read per block, one fancy-index per run.
+    """
+    pts = np.asarray(points).reshape(-1, 3)  # int32 or int64: only sliced per block
+    out = np.zeros(len(pts), dtype=np.uint64)
+    if not len(pts):
+        return out
+    blk = np.asarray(block, dtype=np.int64)
+    shape = np.asarray(lmv.scales[0].shape, dtype=np.int64)
+    bounds = np.append(np.asarray(starts, dtype=np.int64), len(pts)).tolist()
+    for a, b in itertools.pairwise(bounds):
+        lo = (pts[a].astype(np.int64) // blk) * blk
+        hi = np.minimum(lo + blk, shape)
+        data = lmv.read_supervoxels(Box(tuple(int(v) for v in lo), tuple(int(v) for v in hi)))  # type: ignore[arg-type]
+        rel = pts[a:b] - lo.astype(pts.dtype)
+        out[a:b] = data[rel[:, 0], rel[:, 1], rel[:, 2]]
     return out

@@ -108,12 +108,16 @@ class ParquetSink:
     """Writes one row group per page, into one file or a directory of parts (module docstring)."""
 
     def __init__(self, url: str | os.PathLike[str], schema: TableSchema, page_rows: int, *, overwrite: bool,
-                 context: Any = None, compression: str = "zstd", file_rows: int | None = None) -> None:
+                 context: Any = None, compression: str = "zstd", file_rows: int | None = None,
+                 dictionary: bool = True) -> None:
         pa = _pyarrow()
         self.pa = pa
         self.schema = schema
         self.page_rows = page_rows
         self.compression = compression
+        # dictionary encoding pays for repeated values (body ids); on distinct values (points, scores) it
+        # is half the CPU of writing and saves nothing: such tables pass dictionary=False
+        self.dictionary = dictionary
         self.overwrite = overwrite
         self.context = context
         fields = [pa.field(schema.key, pa.uint64(), nullable=False)]
@@ -164,7 +168,8 @@ class ParquetSink:
         import pyarrow.parquet as pq
 
         self._writer = pq.ParquetWriter(str(self._path), self.arrow_schema, compression=self.compression,
-                                        use_dictionary=list(self.schema.value_names), write_statistics=True)
+                                        use_dictionary=list(self.schema.value_names) if self.dictionary else False,
+                                        write_statistics=True)
         self._rows_in_part = 0
 
     def write_page(self, number: int, keys: npt.NDArray[np.uint64], values: Columns) -> None:

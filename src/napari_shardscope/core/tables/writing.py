@@ -201,7 +201,8 @@ def write_sorted_table(url: str | os.PathLike[str], rows: Any, values: Any = Non
     options
         Per format: zarr3 ``compression`` (``"gzip"``, ``"zstd"``, ``"none"``), ``shard_pages``
         (pages per shard file, 0 for one file per page); precomputed ``shard_pages``, ``gzip``;
-        parquet ``compression``, ``file_rows`` (rows per file of a directory of Parquet files).
+        parquet ``compression``, ``file_rows`` (rows per file of a directory of Parquet files),
+        ``dictionary`` (False: no dictionary encoding of the value columns, for distinct values).
 
     Raises
     ------
