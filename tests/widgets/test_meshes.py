@@ -76,6 +76,7 @@ def proofread(make_napari_viewer: Any, sample: SampleDataset, tmp_path: Path, qt
     return viewer, c
 
 
+@pytest.mark.qt_binding_lane
 def test_select_merge_undo_surfaces_follow(proofread: Any, qtbot: Any) -> None:
     viewer, c = proofread
     meshes = session_for(viewer).surfaces
