@@ -1,6 +1,6 @@
 """Selection you can see, go-to, the to-do list and the keys, in a real napari viewer (Xvfb) on the EM sample.
 
-The highlight is checked in rendered pixels (``viewer.screenshot(canvas_only=True)``, mapped back to
+The highlight is checked in rendered pixels (``viewer.screenshot(canvas_only=True, flash=False)``, mapped back to
 the voxels they show through the camera), go-to through the camera and the dims, the to-do list by
 closing the repository and opening it again (statuses read from the repository, not from the panel),
 and the keys by real key presses on the canvas. Expected values come from the core (a fresh

@@ -84,7 +84,8 @@ def test_ci_runs_the_qt_tests_under_both_bindings() -> None:
     lane = ci[start:ci.index("\necho", start)].replace("\\\n", " ").split()
     assert lane[:8] == ["QT_API=pyqt5", ".venv-pyqt5/bin/python", "-m", "pytest", "--durations=30", "-m",
                         "qt_binding_lane", "tests/widgets"]
-    assert {"tests/napari_plugin", "tests/examples", "tests/core/test_sample_data.py::test_demo_screenshot"} <= set(lane)
+    demo = "tests/core/test_sample_data.py::test_demo_screenshot"
+    assert {"tests/napari_plugin", "tests/examples", demo} <= set(lane)
     assert "pyqt5|test-pyqt5) venv=.venv-pyqt5" in install
     extras = _extras()
     assert _bindings_of("test", extras) != _bindings_of("test-pyqt5", extras)  # two lanes, two bindings
