@@ -171,6 +171,7 @@ def test_cloudvolume_reads_the_sample(sample: SampleDataset) -> None:  # noqa: F
         np.testing.assert_array_equal(got.T, ours)
 
 
+@pytest.mark.qt_binding_lane
 def test_demo_screenshot(tmp_path: Path, sample: SampleDataset) -> None:  # noqa: F811
     """``shardscope demo --screenshot`` renders the sample (under pytest-xvfb's display). Also the ``demo`` verb's
     piped run of tests/core/cli/test_every_verb.py (its ``RUN_ELSEWHERE``): exit 0, no internal error."""

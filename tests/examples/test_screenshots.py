@@ -12,6 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from PIL import Image
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -25,6 +26,7 @@ def panels() -> list[str]:
     return out.stdout.split()
 
 
+@pytest.mark.qt_binding_lane
 def test_screenshots_script_renders_every_panel(tmp_path: Path) -> None:
     names = panels()
     assert "shard_browser" in names

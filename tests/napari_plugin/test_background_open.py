@@ -118,6 +118,7 @@ def test_open_in_background_from_a_notebook(make_napari_viewer: Any, sample: Sam
     assert {type(layer).__name__ for layer in viewer.layers} == {"Image", "Labels"}
 
 
+@pytest.mark.qt_binding_lane
 def test_file_menu_open_volume_url(make_napari_viewer: Any, qtbot: Any, sample: SampleDataset,  # noqa: F811
                                    gated: tuple[RangeServer, threading.Event]) -> None:
     from napari._app_model import get_app_model  # napari's documented accessor

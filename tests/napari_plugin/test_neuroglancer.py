@@ -90,6 +90,7 @@ def test_version_round_trip_keeps_selected_bodies(make_napari_viewer: Any, tmp_p
         session_for(first).controller.disconnect()
 
 
+@pytest.mark.qt_binding_lane
 @pytest.mark.realdata
 def test_file_menu_show_and_open_neuroglancer_link(make_napari_viewer: Any, qtbot: Any) -> None:
     """The menu actions as a user clicks them: the link lands on the clipboard, and pasting it opens the view."""

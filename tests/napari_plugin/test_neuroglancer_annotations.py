@@ -23,6 +23,7 @@ from tests.core.labelmap.volumes import voronoi_supervoxels, write_precomputed
 AnnotationReader = pytest.importorskip("neuroglancer.read_precomputed_annotations").AnnotationReader
 
 
+@pytest.mark.qt_binding_lane
 def test_show_in_neuroglancer_includes_the_versions_synapses(make_napari_viewer: Any, tmp_path: Path) -> None:
     base = voronoi_supervoxels((6, 48, 56), 16, seed=4)
     write_precomputed(tmp_path / "seg", base, ((1, 1, 1),), chunk_xyz=(16, 16, 4), sharded=True)

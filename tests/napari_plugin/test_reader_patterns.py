@@ -55,6 +55,7 @@ def test_project_formats_are_claimed(tmp_path: Path, sample: SampleDataset) -> N
         assert PLUGIN in offered(url), url
 
 
+@pytest.mark.qt_binding_lane
 def test_a_tif_opens_with_napari_reader_without_asking(make_napari_viewer: Any, tmp_path: Path) -> None:
     import tifffile
 

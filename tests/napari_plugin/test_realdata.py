@@ -199,6 +199,7 @@ def test_a_damaged_chunk_among_good_ones_is_hatched_and_the_rest_is_drawn(make_n
     _shoot(viewer, tmp_path, "cloudvolume_jpeg_damaged")
 
 
+@pytest.mark.qt_binding_lane
 @pytest.mark.realdata
 def test_n5java_zi_is_an_rgb_image_of_three_channel_layers_whatever_the_compression(make_napari_viewer: Any,
                                                                                    tmp_path: Path) -> None:

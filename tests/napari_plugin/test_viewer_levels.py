@@ -46,6 +46,7 @@ def test_adding_a_volume_opens_only_the_levels_napari_reads(make_napari_viewer: 
     prefetcher.close()
 
 
+@pytest.mark.qt_binding_lane
 @pytest.mark.parametrize("kind", ["segmentation", "image"])
 def test_z_steps_in_the_viewer_find_the_next_chunk_layer_cached(
         make_napari_viewer: Any, sample: SampleDataset, kind: str) -> None:  # noqa: F811

@@ -1,6 +1,6 @@
 """Selection you can see, go-to, the to-do list and the keys, in a real napari viewer (Xvfb) on the EM sample.
 
-The highlight is checked in rendered pixels (``viewer.screenshot(canvas_only=True)``, mapped back to
+The highlight is checked in rendered pixels (``viewer.screenshot(canvas_only=True, flash=False)``, mapped back to
 the voxels they show through the camera), go-to through the camera and the dims, the to-do list by
 closing the repository and opening it again (statuses read from the repository, not from the panel),
 and the keys by real key presses on the canvas. Expected values come from the core (a fresh
@@ -167,6 +167,7 @@ def test_dim_the_others_and_supervoxel_boundaries(proofread: Proofread, qtbot: A
     assert c.mode == "bodies" and not svs_layer.visible
 
 
+@pytest.mark.qt_binding_lane
 def test_hover_shows_body_supervoxel_size_and_last_edit(proofread: Proofread, qtbot: Any) -> None:  # noqa: F811
     viewer, panel, repo, _, c = proofread
     a, b, va, _vb = two_bodies(c)
@@ -311,6 +312,7 @@ def test_todo_json_neu3_task_list_and_committed_version(proofread: Proofread, qt
     assert c.attempt(nav.load, bad) is None and "bad.csv line 2" in c.last_error
 
 
+@pytest.mark.qt_binding_lane
 def test_shortcuts_trigger_the_actions_and_are_listed(proofread: Proofread, qtbot: Any) -> None:  # noqa: F811
     viewer, panel, repo, _, c = proofread
     a, b, _va, _vb = two_bodies(c)

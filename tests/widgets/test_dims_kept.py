@@ -63,6 +63,7 @@ def right_arrow(viewer: Any, qtbot: Any) -> None:
     qtbot.keyClick(canvas_of(viewer), Qt.Key.Key_Right)
 
 
+@pytest.mark.qt_binding_lane
 def test_select_merge_deselect_undo_keep_the_z_step_and_plane(proofread: Proofread, qtbot: Any) -> None:  # noqa: F811
     viewer, _panel, _repo, _, c = proofread
     s = session_for(viewer)

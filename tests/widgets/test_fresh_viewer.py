@@ -87,6 +87,7 @@ def screen_box(viewer: Any, lo: Any, hi: Any) -> tuple[np.ndarray, np.ndarray]:
     return ((np.asarray(lo[-2:]) - centre) * cam.zoom + half, (np.asarray(hi[-2:]) - centre) * cam.zoom + half)
 
 
+@pytest.mark.qt_binding_lane
 def test_go_to_in_a_fresh_viewer_fits_the_canvas_as_laid_out(make_napari_viewer: Any, sample: SampleDataset,  # noqa: F811
                                                              repo: Path, qtbot: Any) -> None:
     viewer = make_napari_viewer(show=True)

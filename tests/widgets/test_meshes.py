@@ -76,6 +76,7 @@ def proofread(make_napari_viewer: Any, sample: SampleDataset, tmp_path: Path, qt
     return viewer, c
 
 
+@pytest.mark.qt_binding_lane
 def test_select_merge_undo_surfaces_follow(proofread: Any, qtbot: Any) -> None:
     viewer, c = proofread
     meshes = session_for(viewer).surfaces
@@ -150,7 +151,7 @@ def test_source_meshes_and_skeletons_of_a_real_base(make_napari_viewer: Any, tmp
     assert len(skeletons) == 1 and skeletons[0].metadata[SKELETON_KEY] == body
     assert len(skeletons[0].data) > 0
     viewer.dims.ndisplay = 3
-    shot = viewer.screenshot(canvas_only=True)
+    shot = viewer.screenshot(canvas_only=True, flash=False)  # no flash animation left drawing past the test
     assert shot.ndim == 3 and shot[..., :3].std() > 0  # something drawn in 3-D
     c.clear_selection()
     qtbot.waitUntil(lambda: not surfaces(viewer) and not [la for la in viewer.layers if SKELETON_KEY in la.metadata],

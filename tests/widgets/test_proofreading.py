@@ -129,6 +129,7 @@ def test_create_shows_bodies_and_hides_base(proofread: Proofread) -> None:
     assert panel.toolTip().count("Shift-") >= 5  # keybindings documented in the tooltip
 
 
+@pytest.mark.qt_binding_lane
 def test_click_select_shift_click_merge_undo_redo(proofread: Proofread, qtbot: Any) -> None:
     viewer, panel, repo, _, c = proofread
     a, b, va, vb = two_bodies(c)
@@ -252,6 +253,7 @@ def test_committed_version_disables_edits(proofread: Proofread, qtbot: Any) -> N
     assert fresh(repo, "main").mutations() == before
 
 
+@pytest.mark.qt_binding_lane
 def test_versions_panel_commit_branch_checkout_diff(proofread: Proofread, qtbot: Any) -> None:
     viewer, panel, repo, _, c = proofread
     versions = dock(viewer, "Versions")

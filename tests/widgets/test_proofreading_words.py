@@ -106,6 +106,7 @@ def test_results_and_refusals_are_napari_notifications_naming_bodies(labels_day:
     assert lm.at("main").body_of(3) == 3  # undone in the store too
 
 
+@pytest.mark.qt_binding_lane
 def test_a_conflict_in_plain_words_jumps_to_its_body(labels_day: Any, qtbot: Any) -> None:
     viewer, _, repo, c = labels_day
     versions = viewer.window.add_plugin_dock_widget("napari-shardscope", "Versions")[1]

@@ -1,8 +1,9 @@
 """One Qt binding per environment, the same for qtpy, pytest-qt and napari; none pinned by the package.
 
-CI runs the Qt tests twice: in ``.venv`` (napari's default PyQt6, ``[test]``) and in ``.venv-pyqt5`` (PyQt5,
-``[test-pyqt5]``). These tests say which binding a run really used, that the extras keep the two apart, and that
-CI really runs both lanes.
+CI runs every Qt test in ``.venv`` (napari's default PyQt6, ``[test]``) and the ``qt_binding_lane`` tests again in
+``.venv-pyqt5`` (PyQt5, ``[test-pyqt5]``): these binding checks and one end-to-end test of every file that makes a
+viewer or uses qtbot. These tests say which binding a run really used, that the extras keep the two apart, that CI
+really runs both lanes, and that no Qt test file is left out of the PyQt5 lane.
 """
 
 from __future__ import annotations
@@ -13,6 +14,11 @@ import re
 import sys
 import tomllib
 from pathlib import Path
+
+import pytest
+
+# The binding checks are what the PyQt5 lane is for: all of them run there (.ci/run, -m qt_binding_lane).
+pytestmark = pytest.mark.qt_binding_lane
 
 ROOT = Path(__file__).resolve().parents[2]
 BINDINGS = {"PyQt5": "pyqt5", "PyQt6": "pyqt6", "PySide2": "pyside2", "PySide6": "pyside6"}
@@ -69,13 +75,30 @@ def test_no_extra_installs_two_bindings_and_the_runtime_names_none() -> None:
 
 def test_ci_runs_the_qt_tests_under_both_bindings() -> None:
     """``.ci/run``: the main lane installs ``[test]`` (PyQt6) in ``.venv`` and runs everything; the second lane
-    installs ``[test-pyqt5]`` in ``.venv-pyqt5`` and runs every Qt test with ``QT_API=pyqt5``."""
+    installs ``[test-pyqt5]`` in ``.venv-pyqt5`` and runs the ``qt_binding_lane`` tests with ``QT_API=pyqt5``."""
     ci = (ROOT / ".ci" / "run").read_text()
     install = (ROOT / "scripts" / "install.sh").read_text()
     assert "bash scripts/install.sh test\n" in ci and "\n.venv/bin/python -m pytest --durations=30\n" in ci
     assert "bash scripts/install.sh test-pyqt5" in ci
-    lane = next(line for line in ci.splitlines() if line.startswith("QT_API=pyqt5"))
-    assert ".venv-pyqt5/bin/python -m pytest --durations=30 tests/widgets tests/napari_plugin tests/examples" in lane
+    start = ci.index("\nQT_API=pyqt5 ")
+    lane = ci[start:ci.index("\necho", start)].replace("\\\n", " ").split()
+    assert lane[:8] == ["QT_API=pyqt5", ".venv-pyqt5/bin/python", "-m", "pytest", "--durations=30", "-m",
+                        "qt_binding_lane", "tests/widgets"]
+    demo = "tests/core/test_sample_data.py::test_demo_screenshot"
+    assert {"tests/napari_plugin", "tests/examples", demo} <= set(lane)
     assert "pyqt5|test-pyqt5) venv=.venv-pyqt5" in install
     extras = _extras()
     assert _bindings_of("test", extras) != _bindings_of("test-pyqt5", extras)  # two lanes, two bindings
+
+
+def test_every_qt_test_file_has_a_test_in_the_pyqt5_lane() -> None:
+    """A file that makes a napari viewer or uses qtbot has at least one test marked ``qt_binding_lane``, so the
+    PyQt5 lane drives every widget module and the plugin's viewer paths; the marker is registered in pyproject."""
+    markers = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["pytest"]["ini_options"]["markers"]
+    assert any(m.startswith("qt_binding_lane:") for m in markers)
+    qt_files = [path for folder in ("widgets", "napari_plugin", "examples")
+                for path in sorted((ROOT / "tests" / folder).glob("test_*.py"))
+                if re.search(r"\b(make_napari_viewer|qtbot)\b", path.read_text())]
+    assert len(qt_files) >= 15
+    left_out = [path.name for path in qt_files if "pytest.mark.qt_binding_lane" not in path.read_text()]
+    assert left_out == []

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pytest
 
 from napari_shardscope.widgets.review import AFTER_LAYER, KEY_ROLE, ReviewPanel
 from tests.volume_cases import sample  # noqa: F401  (fixture)
@@ -30,6 +31,7 @@ def four_bodies(c: Any) -> list[tuple[int, tuple[int, int, int]]]:
     return out
 
 
+@pytest.mark.qt_binding_lane
 def test_review_lists_clean_and_conflicting_bodies_and_keeps_theirs(proofread: Proofread, qtbot: Any,  # noqa: F811
                                                                      tmp_path: Path) -> None:
     viewer, _, repo, _, c = proofread

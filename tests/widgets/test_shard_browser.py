@@ -173,6 +173,7 @@ def test_locate_outlines_the_chunk_and_moves_the_view(sample_viewer: tuple[Any, 
     assert "outside" in (browser.last_error or "") and "its shape is z 32, y 64, x 64" in (browser.last_error or "")
 
 
+@pytest.mark.qt_binding_lane
 def test_locate_under_cursor_with_real_mouse_events(make_napari_viewer: Any, sample: SampleDataset,  # noqa: F811
                                                     qtbot: Any) -> None:
     viewer = make_napari_viewer(show=True)

@@ -62,6 +62,7 @@ def test_locate_outline_has_the_volumes_voxel_size(make_napari_viewer: Any, samp
     assert shown.shape == hidden.shape and np.any(shown != hidden)
 
 
+@pytest.mark.qt_binding_lane
 def test_clicking_a_problem_on_a_damaged_chunk_goes_there_without_error(
         make_napari_viewer: Any, sample: SampleDataset, tmp_path: Path, qtbot: Any) -> None:  # noqa: F811
     copy, bad = damaged_copy(sample, tmp_path)

@@ -138,6 +138,7 @@ def test_selected_bodies_synapses_follow_selection_and_merge(proofread: Proofrea
     assert_dims(viewer, moved, "synapses gone")
 
 
+@pytest.mark.qt_binding_lane
 def test_clicking_a_partner_selects_it_and_goes_there(proofread: Proofread, qtbot: Any) -> None:  # noqa: F811
     viewer, panel, _repo, _, c = proofread
     a, b, p = with_synapses(c)
