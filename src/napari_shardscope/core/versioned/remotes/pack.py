@@ -20,9 +20,9 @@ import json
 import re
 import struct
 import zlib
-from sys import intern
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from sys import intern
 from typing import Any
 
 from napari_shardscope.core.encoding import inflate, zlib_compress
