@@ -46,6 +46,11 @@ def peak_rss_kb():
     with open("/proc/self/status") as f:
         return next(int(line.split()[1]) for line in f if line.startswith("VmHWM:"))
 url, dest, prefetch = sys.argv[1], sys.argv[2], sys.argv[3] == "1"
+profile = sys.argv[4] if len(sys.argv) > 4 else ""
+if profile:
+    import cProfile
+    prof = cProfile.Profile()
+    prof.enable()
 t0 = time.perf_counter()
 from napari_shardscope.core.labelmap import open_labelmap
 from napari_shardscope.core.versioned import open_repository
@@ -56,13 +61,29 @@ t2 = time.perf_counter()
 with open_repository(path) as repo:
     plane = open_labelmap(repo, "seg").at("main").read_bodies(scale=0)[0]
 t3 = time.perf_counter()
+if profile:
+    prof.disable()
+    prof.dump_stats(profile)
 print(json.dumps({"import_s": t1 - t0, "clone_s": t2 - t1, "plane_s": t3 - t2, "total_s": t3 - t1,
                   "rss_kb": peak_rss_kb(), "versions": len(result.adopted) + 1,
                   "plane_sum": int(plane.astype("uint64").sum())}))
 """
 
 
-def build(work: Path, versions: int, bucket: str, prefix: str) -> int:
+def put_cached(cache: Path, bucket: str, prefix: str) -> int:
+    """Put an origin saved by :func:`build` (``--cache``) into the bucket again; the head's first plane's sum."""
+    from moto.core import DEFAULT_ACCOUNT_ID
+    from moto.s3.models import s3_backends
+
+    backend = s3_backends[DEFAULT_ACCOUNT_ID]["aws"]
+    for path in (cache / "objects").rglob("*"):
+        if path.is_file():
+            backend.put_object(bucket, f"{prefix}/{path.relative_to(cache / 'objects').as_posix()}",
+                               path.read_bytes())
+    return int((cache / "plane_sum").read_text())
+
+
+def build(work: Path, versions: int, bucket: str, prefix: str, cache: Path | None = None) -> int:
     """The origin of ``versions`` versions, put into the bucket as a push would; the head's first plane's sum.
 
     The root (instances, unversioned pages) goes through a real push to a directory remote; the history is
@@ -89,7 +110,7 @@ def build(work: Path, versions: int, bucket: str, prefix: str) -> int:
     )
     from napari_shardscope.core.versioned.remotes.store import REFS_KEY, NodeRef, PackRef, Refs
 
-    base = work / "base"
+    base = (cache if cache is not None else work) / "base"  # the clones read the base where the origin has it
     write_base(base)
     origin = make_repo(work / "origin", base)
     remote = work / "remote"
@@ -121,6 +142,9 @@ def build(work: Path, versions: int, bucket: str, prefix: str) -> int:
 
     def put(key: str, data: bytes) -> None:
         backend.put_object(bucket, f"{prefix}/{key}", data)
+        if cache is not None:
+            (cache / "objects" / key).parent.mkdir(parents=True, exist_ok=True)
+            (cache / "objects" / key).write_bytes(data)
 
     for path in remote.rglob("*"):
         if path.is_file() and not path.name.startswith(".") and path.name != REFS_KEY:
@@ -156,14 +180,16 @@ def build(work: Path, versions: int, bucket: str, prefix: str) -> int:
     print(f"encoded and put {versions} versions in {time.perf_counter() - t0:.0f} s ({len(packs)} pack(s))",
           file=sys.stderr)
     origin.close()
+    if cache is not None:
+        (cache / "plane_sum").write_text(str(int(plane.astype("uint64").sum())))
     return int(plane.astype("uint64").sum())
 
 
 def run_child(src: Path, env: dict[str, str], url: str, dest: Path, prefetch: bool,
-              log: list[Any]) -> dict[str, Any]:
+              log: list[Any], profile: str = "") -> dict[str, Any]:
     shutil.rmtree(dest, ignore_errors=True)
     before, served = len(log), SERVED.bytes
-    done = subprocess.run([sys.executable, "-c", CHILD, url, str(dest), "1" if prefetch else "0"],
+    done = subprocess.run([sys.executable, "-c", CHILD, url, str(dest), "1" if prefetch else "0", profile],
                           env={**env, "PYTHONPATH": str(src)}, capture_output=True, text=True, timeout=7200)
     if done.returncode != 0:
         raise SystemExit(f"child failed: {done.stderr[-3000:]}")
@@ -186,6 +212,9 @@ def main() -> None:
     ap.add_argument("--peer-src", type=Path, default=None, help="src directory of the previous main")
     ap.add_argument("--peer-versions", type=int, default=1000)
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--cache", type=Path, default=None,
+                    help="directory keeping each built origin (h<N>/), reused by later runs (setup of 10⁵: ~5 min)")
+    ap.add_argument("--profile", default="", help="cProfile the first round of 'ours lazy' into this file")
     args = ap.parse_args()
     ours = Path(__file__).resolve().parents[1] / "src"
     work = Path(tempfile.mkdtemp(prefix="bench-clone-"))
@@ -196,7 +225,16 @@ def main() -> None:
         with serve_moto(log=log, delay=args.delay) as endpoint:
             server = S3Server(endpoint, S3Server(endpoint, "").new_bucket())
             env = {**os.environ, **server.env()}
-            sums = {n: build(work / f"h{n}", n, server.bucket, f"h{n}") for n in sizes}
+            sums = {}
+            for n in sizes:
+                cached = args.cache / f"h{n}" if args.cache is not None else None
+                if cached is not None and (cached / "plane_sum").exists():
+                    sums[n] = put_cached(cached, server.bucket, f"h{n}")
+                    continue
+                if cached is not None:
+                    shutil.rmtree(cached, ignore_errors=True)
+                    cached.mkdir(parents=True)
+                sums[n] = build(work / f"h{n}", n, server.bucket, f"h{n}", cached)
             cases: list[tuple[str, Path, int, bool, int]] = [("ours lazy", ours, args.versions, False, args.rounds)]
             if args.prefetch_rounds:
                 cases.append(("ours --prefetch", ours, args.versions, True, args.prefetch_rounds))
@@ -205,7 +243,8 @@ def main() -> None:
                           ("previous main (peer size)", args.peer_src, args.peer_versions, False, args.rounds)]
             for name, src, n, prefetch, rounds in cases:
                 for r in range(rounds):
-                    got = run_child(src, env, server.url(f"h{n}"), work / "dest", prefetch, log)
+                    profile = args.profile if (name == "ours lazy" and r == 0) else ""
+                    got = run_child(src, env, server.url(f"h{n}"), work / "dest", prefetch, log, profile)
                     assert got["plane_sum"] == sums[n], (name, got)  # the first plane is the origin's
                     got["n"] = n
                     results.setdefault(name, []).append(got)

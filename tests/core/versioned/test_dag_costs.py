@@ -149,3 +149,38 @@ def test_costs_do_not_grow_with_the_history(tmp_path: Path, counter: Counter, en
     assert small == large, f"read counts grew with the history: {small} vs {large}"
     assert large["open"][1] <= 2 and large["log 5"][1] <= 5 and large["catch up"][1] <= 2, large
     assert all(keys < 60 for keys, _ in large.values()), large
+
+
+def make_chain_with_merges(path: Path, n: int) -> None:
+    """Two merge versions early in the history, then a chain of ``n`` versions on main."""
+    with create_repository(path, engine="lmdb") as repo:
+        kv = open_keyvalue(repo, "kv", create=True)
+        kv.put("main", "k", b"root")
+        repo.commit("main", "root")
+        for i in range(2):
+            side = repo.new_version(repo.head("main"), f"side{i}")
+            kv.put(side, "s", f"{i}".encode())
+            repo.commit(side, f"side {i}")
+            repo.commit(repo.merge("main", side.uuid, policy="ours").version, f"merge {i}")
+        with repo.batch() as b:
+            v = b.version("main")
+            for i in range(n):
+                v = b.commit(b.new_version(v), f"v{i}")
+
+
+def test_merges_in_a_lineage_cost_the_merges_not_the_history(tmp_path: Path, counter: Counter) -> None:
+    """A labelmap checks the merges of the version it opens: that reads the merges' records, not every ancestor's."""
+    found = {}
+    for n in (40, 400):
+        make_chain_with_merges(tmp_path / f"h{n}", n)
+        with open_repository(tmp_path / f"h{n}") as repo:
+            head = repo.head("main")
+            want = [v.uuid for v in repo.ancestry(head) if len(v.parents) > 1]
+            before = counter.version_records
+            got = [v.uuid for v in repo.merges_in(head)]
+            found[n] = counter.version_records - before
+            assert got == want and len(got) == 2  # newest first, as ancestry orders them
+            side = repo.head("side0")
+            assert repo.merges_in(side) == []  # a side branch's lineage holds no merge
+            assert [v.uuid for v in repo.merges_in(repo.parents(want[0])[0])] == want[1:]
+    assert found[40] == found[400] <= 3, found

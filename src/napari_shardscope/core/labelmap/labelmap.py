@@ -229,8 +229,8 @@ class Labelmap:
         """
         if v.uuid in self._lineage_ok:
             return
-        for cur in self.repo.ancestry(v):
-            if len(cur.parents) > 1 and cur.uuid not in self._lineage_ok:
+        for cur in self.repo.merges_in(v):  # only merges matter: never a record per ancestor (O(history))
+            if cur.uuid not in self._lineage_ok:
                 if not self._merge_reconciled(cur):
                     raise LabelmapStateError(
                         f"the mutation logs of version {cur.short}'s ancestry do not replay: a store merge (repo "

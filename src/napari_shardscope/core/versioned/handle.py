@@ -66,6 +66,8 @@ class _Pending:
         self.dag = dag
         self.actions: list[Callable[[], None]] = []
         self.dag_changed = False
+        #: This transaction marked a version hollow (the flag record and the switch to hollow reads: once).
+        self.marked_hollow = False
 
     def after(self, action: Callable[[], None]) -> None:
         self.actions.append(action)
@@ -256,7 +258,9 @@ class RepositoryHandle:
                 generation = self._read_generation(txn)
                 if generation != self._index.generation:
                     self._catch_up(txn, generation)
-                pending = _Pending(txn, DagWriter(self._index, txn, generation))
+                # DAG records are never hollow: the DAG writer reads and writes them past the hollow
+                # layer (a lazy clone adopts 10⁵ versions' records through it otherwise)
+                pending = _Pending(txn, DagWriter(self._index, getattr(txn, "inner_txn", txn), generation))
                 yield pending
                 written = generation + 1
                 if pending.dag_changed:

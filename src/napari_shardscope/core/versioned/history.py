@@ -83,6 +83,15 @@ class VersionHistory(RepositoryHandle):
         with self._snapshot() as dag:
             return dag.ancestry(self._resolve(dag, ref))
 
+    def merges_in(self, ref: str | Version) -> list[Version]:
+        """The merge versions (more than one parent) among the version and its ancestors, newest first.
+
+        Reads the DAG's child index (keys only) and the merges' records, never a record per ancestor:
+        what a reader checking its lineage for merges needs, in a fraction of :meth:`ancestry`'s cost.
+        """
+        with self._snapshot() as dag:
+            return dag.merges_in(self._resolve(dag, ref))
+
     def is_ancestor(self, ancestor: str | Version, descendant: str | Version) -> bool:
         """True when ``ancestor`` is ``descendant`` or one of its ancestors (one ancestor-set read)."""
         with self._snapshot() as dag:

@@ -239,6 +239,11 @@ class HollowTxn:
         self._txn = txn
         self._values = values
 
+    @property
+    def inner_txn(self) -> Any:
+        """The engine's transaction under this one: for records that are never hollow (the DAG's)."""
+        return self._txn
+
     def get(self, key: bytes) -> bytes | None:
         return self._values.resolve(self._txn, [(key, self._txn.get(key))])[0]
 

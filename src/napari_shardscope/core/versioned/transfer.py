@@ -145,8 +145,10 @@ class NodeTransfer(RepositoryHandle):
     def _mark_hollow(self, p: _Pending, vid: int, hollow: HollowRef) -> None:
         """Record that ``vid``'s values are stubs into ``hollow``'s objects (after its data: the rewrite guard)."""
         p.txn.put(hollow_key(vid), hollow.encode())
-        p.txn.put(HOLLOW_FLAG_KEY, b"1")
-        p.after(self._enable_hollow)
+        if not p.marked_hollow:  # once per transaction, not per version (a clone adopts 1,000 per transaction)
+            p.txn.put(HOLLOW_FLAG_KEY, b"1")
+            p.after(self._enable_hollow)
+            p.marked_hollow = True
 
     def _node_instances(self, node: NodeContent) -> dict[str, int]:
         iids: dict[str, int] = {}
@@ -160,14 +162,19 @@ class NodeTransfer(RepositoryHandle):
 
     @staticmethod
     def _put_node_data(txn: WriteTxn, node: NodeContent, vid: int, iids: Mapping[str, int]) -> None:
+        # one bulk put: the engine loops natively, and a lazy clone's rewrite guard looks the version
+        # up once instead of once per key (HollowTxn.put_many)
+        items: list[tuple[bytes, bytes]] = []
         for e in node.entries:
             stem = K.key_stem(iids[e.instance], e.key)
-            txn.put(K.entry_key(stem, vid, e.value is None), b"" if e.value is None else e.value)
-            txn.put(K.change_key(vid, stem), b"")
+            items.append((K.entry_key(stem, vid, e.value is None), b"" if e.value is None else e.value))
+            items.append((K.change_key(vid, stem), b""))
         for g in node.logs:
-            txn.put(K.log_key(iids[g.instance], vid, g.seq), g.data)
+            items.append((K.log_key(iids[g.instance], vid, g.seq), g.data))
         for n in node.notes:
-            txn.put(K.note_key(vid, n.seq), json.dumps({"time": n.time, "text": n.text}).encode())
+            items.append((K.note_key(vid, n.seq), json.dumps({"time": n.time, "text": n.text}).encode()))
+        if items:
+            txn.put_many(items)
 
     def fill_root(self, node: NodeContent, *, timeout: float | None = None, hollow: HollowRef | None = None) -> Version:
         """Write a received root's data into this repository's root (a clone's first step).

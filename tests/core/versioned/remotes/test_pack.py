@@ -136,3 +136,38 @@ def test_damaged_frames_name_the_byte_of_the_object_where_the_damage_is() -> Non
         name = P.object_name(bad)
         with pytest.raises(CorruptObjectError, match=rf"^object {name}: {P.object_key(name)}: .* at byte {at}$"):
             list(P.decode_data(name, bad, ("seg",)))
+
+
+def test_small_objects_inflating_past_their_bound_are_refused() -> None:
+    """Objects small enough for the in-process inflate (node records, key listings) keep the ratio bound."""
+    from napari_shardscope.core.encoding import zlib_compress
+
+    body = bytes(P.INFLATE_FLOOR + 1)
+    for magic in (P.NODE_MAGIC, P.KEYS_MAGIC, P.DATA_MAGIC):
+        bomb = magic + zlib_compress(body, 9)
+        assert len(bomb) <= P.SMALL_OBJECT_BYTES
+        name = P.object_name(bomb)
+        with pytest.raises(CorruptObjectError, match=f"more than {P.INFLATE_FLOOR} bytes"):
+            P._unframe(magic, bomb, name)
+
+
+def test_node_records_nested_deeper_than_the_loader_allows_are_refused() -> None:
+    """The node record's fast JSON path hands anything but a flat record to the bounded loader."""
+    import json as _json
+    import zlib
+
+    node = NodeContent(uuid="a" * 32, parents=("b" * 32,), branch="main", message="m", created=1.0, committed=2.0,
+                       entries=(), logs=(), notes=())
+    good = P.encode_node(node, {"b" * 32: "c" * 64}, [], [])
+    header = _json.loads(zlib.decompress(good[len(P.NODE_MAGIC):]))
+    for field, deep in (("message", [[[[[["x"]]]]]] * 1), ("region", {"a": [[[1]]]})):
+        nested: object = deep
+        for _ in range(70):
+            nested = [nested]
+        obj = P.NODE_MAGIC + zlib.compress(_json.dumps({**header, field: nested}).encode())
+        with pytest.raises(CorruptObjectError, match="nested deeper"):
+            P.decode_node(P.object_name(obj), obj)
+    # a region nested a few levels (what a region clone writes) decodes as before
+    obj = P.NODE_MAGIC + zlib.compress(_json.dumps({**header, "region": [[0, 4], [0, 8], [0, 8]]}).encode())
+    assert P.decode_node(P.object_name(obj), obj).region == [[0, 4], [0, 8], [0, 8]]
+    assert P.decode_node(P.object_name(good), good).parents == (("b" * 32, "c" * 64),)
