@@ -14,7 +14,8 @@ generated procedurally, chunk by chunk and page by page, into ``--data`` (kept b
 * **histories**: 10² … 10⁶ mutations (half merges of two random bodies, half cleaves of one
   supervoxel) on the 10⁵ base, spread over 10 committed versions and an open head, written in the
   previous format straight into the log (what the previous code would have written; generating 10⁶
-  edits through either API would take hours), then migrated (``shardscope repo migrate``, timed) for
+  edits through either API would take hours; from 10⁵ mutations a merge joins two random bodies
+  rather than the bodies of two random supervoxels), then migrated (``shardscope repo migrate``, timed) for
   shardscope.
 * **chains**: N merges of the growing body into a new one (the worst order for a forest named by
   its bodies), through the public API in one process.
@@ -387,6 +388,11 @@ def make_history(data: Path, n_svs: int, mutations: int, old: Path) -> Path:
     for b in bodies.tolist():
         size[b] = size.get(b, 0) + 1
     rng = np.random.default_rng(mutations)
+    # Up to 10⁴ mutations a merge joins the bodies of two random supervoxels. Past that nearly every
+    # supervoxel is in one giant body and finding two distinct bodies that way takes ever more draws
+    # (each a walk of the merge forest): from 10⁵ on, a merge joins two random bodies instead.
+    uniform = mutations >= 100_000
+    live = list(size)
     repo = open_repository(path / "repo", durable=False)
     inst = repo.instance("seg")
     id_start = int(inst.config["id_start"])
@@ -399,7 +405,12 @@ def make_history(data: Path, n_svs: int, mutations: int, old: Path) -> Path:
             last = 0
             for _ in range(min(per, mutations - done, 10_000)):
                 mid = w.allocate_ids(mutations_counter("seg"), 1, minimum=1)[0]
-                if done % 2 == 0:
+                if done % 2 == 0 and uniform:
+                    i, j = (int(x) for x in rng.choice(len(live), size=2, replace=False))
+                    a, b = live[i], live[j]
+                    live[j] = live[-1]
+                    live.pop()
+                elif done % 2 == 0:
                     while True:
                         a, b = (bm.body_of(int(s)) for s in rng.integers(1, n_svs + 1, size=2))
                         if a != b:
@@ -420,6 +431,7 @@ def make_history(data: Path, n_svs: int, mutations: int, old: Path) -> Path:
                                  time.time(), delta, bodies=(body, new), supervoxels=(sv,))
                     size[body] -= 1
                     size[new] = 1
+                    live.append(new)
                 bm.apply(delta)
                 w.append_log(inst, m.to_bytes())
                 last = mid
