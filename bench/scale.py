@@ -275,6 +275,8 @@ def run_child(task: dict[str, Any]) -> dict[str, Any]:
         import napari_shardscope.core.tables.zarr_table  # noqa: F401
     out: dict[str, Any] = {}
     kind = task["task"]
+    if kind == "history":
+        return {**write_history(task), "rss_mb": peak_rss_mb()}
     if kind == "sparse-setup":
         out = sparse_setup(task)
     elif kind == "create":
@@ -364,14 +366,10 @@ def run_child(task: dict[str, Any]) -> dict[str, Any]:
 
 
 def make_history(data: Path, n_svs: int, mutations: int, old: Path) -> Path:
-    """An old-format repository over the ``n_svs`` base with ``mutations`` edits in 10 versions + an open head."""
-    from napari_shardscope.core.labelmap.bodymap import BaseAgglomeration, BodyMap
-    from napari_shardscope.core.labelmap.keys import labels_counter, mutations_counter
-    from napari_shardscope.core.labelmap.mutations import Mutation
-    from napari_shardscope.core.labelmap.records import STAMP_KEY
-    from napari_shardscope.core.labelmap.state import encode_stamp
-    from napari_shardscope.core.versioned import open_repository
+    """An old-format repository over the ``n_svs`` base with ``mutations`` edits in 10 versions + an open head.
 
+    Written by the previous implementation itself (a child on its source): this library's store
+    upgrades a repository it opens for writing to its own format, which the previous code refuses."""
     path = data / f"history-{mutations}"
     if (path / "done").exists():
         return path
@@ -380,6 +378,23 @@ def make_history(data: Path, n_svs: int, mutations: int, old: Path) -> Path:
     base = make_base(data, n_svs)
     child({"task": "create", "repo": str(path / "repo"), "base": str(base / "seg"), "bodies": str(base / "bodies.json"),
            "n": n_svs, "old": True}, old=old)
+    got = child({"task": "history", "repo": str(path / "repo"), "n": n_svs, "mutations": mutations}, old=old,
+                timeout=4 * 3600)
+    assert got is not None
+    (path / "head.json").write_text(json.dumps({"head": got["head"], "middle": got["middle"]}))
+    (path / "done").write_text("ok")
+    return path
+
+
+def write_history(task: dict[str, Any]) -> dict[str, Any]:
+    """The edits of :func:`make_history`, written straight into the log (run on the previous code)."""
+    from napari_shardscope.core.labelmap.bodymap import BaseAgglomeration, BodyMap
+    from napari_shardscope.core.labelmap.keys import labels_counter, mutations_counter
+    from napari_shardscope.core.labelmap.mutations import Mutation
+    from napari_shardscope.core.labelmap.state import STAMP_KEY, encode_stamp
+    from napari_shardscope.core.versioned import open_repository
+
+    n_svs, mutations = task["n"], task["mutations"]
     svs = np.arange(1, n_svs + 1, dtype=np.uint64)
     bodies = body_of(n_svs, svs)
     listed = svs != bodies
@@ -393,7 +408,7 @@ def make_history(data: Path, n_svs: int, mutations: int, old: Path) -> Path:
     # (each a walk of the merge forest): from 10⁵ on, a merge joins two random bodies instead.
     uniform = mutations >= 100_000
     live = list(size)
-    repo = open_repository(path / "repo", durable=False)
+    repo = open_repository(task["repo"], durable=False)
     inst = repo.instance("seg")
     id_start = int(inst.config["id_start"])
     versions = 10
@@ -405,16 +420,17 @@ def make_history(data: Path, n_svs: int, mutations: int, old: Path) -> Path:
             last = 0
             for _ in range(min(per, mutations - done, 10_000)):
                 mid = w.allocate_ids(mutations_counter("seg"), 1, minimum=1)[0]
-                if done % 2 == 0 and uniform:
-                    i, j = (int(x) for x in rng.choice(len(live), size=2, replace=False))
-                    a, b = live[i], live[j]
-                    live[j] = live[-1]
-                    live.pop()
-                elif done % 2 == 0:
-                    while True:
-                        a, b = (bm.body_of(int(s)) for s in rng.integers(1, n_svs + 1, size=2))
-                        if a != b:
-                            break
+                if done % 2 == 0:
+                    if uniform:
+                        i, j = (int(x) for x in rng.choice(len(live), size=2, replace=False))
+                        a, b = live[i], live[j]
+                        live[j] = live[-1]
+                        live.pop()
+                    else:
+                        while True:
+                            a, b = (bm.body_of(int(s)) for s in rng.integers(1, n_svs + 1, size=2))
+                            if a != b:
+                                break
                     delta = bm.plan_merge(a, [b])
                     m = Mutation(mid, "merge", {"target": a, "others": [b]}, "bench", time.time(), delta,
                                  bodies=(a, b))
@@ -440,10 +456,12 @@ def make_history(data: Path, n_svs: int, mutations: int, old: Path) -> Path:
         if done % per == 0 and done < mutations:
             repo.commit(version, f"{done} mutations")
             version = repo.new_version(version)
+    committed = [v for v in repo.versions() if v.locked]
+    middle = committed[len(committed) // 2].uuid if committed else version.uuid
     repo.close()
-    (path / "head.json").write_text(json.dumps({"head": version.uuid}))
-    (path / "done").write_text("ok")
-    return path
+    return {"head": version.uuid, "middle": middle, "seconds": 0.0}
+
+
 
 
 def migrated(data: Path, history: Path, rounds: int) -> tuple[Path, list[float]]:
@@ -515,12 +533,9 @@ def part_mutations(data: Path, rounds: int, points: list[int], old: Path) -> Non
             "shardscope repo migrate (with repo verify), fresh process")
         _, cy, _ = geometry(n_svs)
         win = min(WINDOW, cy * SV[1])
-        middle = None
-        from napari_shardscope.core.versioned import open_repository
-
-        with open_repository(history / "repo") as r:
-            committed = [v for v in r.versions() if v.locked]
-            middle = committed[len(committed) // 2].uuid if committed else head
+        # the committed version in the middle, found by the writer (opening the history with this
+        # library would upgrade its store past what the previous code reads)
+        middle = json.loads((history / "head.json").read_text()).get("middle", head)
         for label, ref in (("head", head), ("a committed version", middle)):
             task = {"task": "open", "ref": ref, "z": 5, "h": win, "w": win}
             ours, rss, _ = measure({**task, "repo": str(new_repo / "repo")}, rounds, old=None)
