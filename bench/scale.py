@@ -464,9 +464,10 @@ def write_history(task: dict[str, Any]) -> dict[str, Any]:
 
 
 
-def migrated(data: Path, history: Path, rounds: int) -> tuple[Path, list[float]]:
-    """A copy of an old-format history migrated by shardscope (the migration timed in fresh processes)."""
-    times = []
+def migrated(data: Path, history: Path, rounds: int) -> tuple[Path, list[float], list[float]]:
+    """A copy of an old-format history migrated by shardscope (the migration timed in fresh processes):
+    the copy, the times and the peak RSS (MB) of each migration."""
+    times, rss = [], []
     out = history.parent / (history.name + "-migrated")
     for r in range(rounds):
         target = history.parent / f"{history.name}-migrate-{r}"
@@ -475,12 +476,13 @@ def migrated(data: Path, history: Path, rounds: int) -> tuple[Path, list[float]]
         got = child({"task": "migrate", "repo": str(target / "repo")}, old=None, timeout=4 * 3600)
         assert got is not None and not got["problems"], got
         times.append(got["seconds"])
+        rss.append(got["rss_mb"])
         if r == 0:
             shutil.rmtree(out, ignore_errors=True)
             target.rename(out)
         else:
             shutil.rmtree(target)
-    return out, times
+    return out, times, rss
 
 
 # -- reporting ----------------------------------------------------------------------------------------
@@ -528,9 +530,11 @@ def part_mutations(data: Path, rounds: int, points: list[int], old: Path) -> Non
         # the long points once: the previous code replays 10⁵-10⁶ mutations for each of its figures
         big = count >= 100_000
         peer_rounds = 1 if big else rounds
-        new_repo, migrate_times = migrated(data, history, 1 if big else rounds)
+        new_repo, migrate_times, migrate_rss = migrated(data, history, 1 if big else rounds)
         row(f"migrate a repository of {count:.0e} mutations", migrate_times, None, "-", None, len(migrate_times),
             "shardscope repo migrate (with repo verify), fresh process")
+        row(f"peak RSS migrate a repository of {count:.0e} mutations", migrate_rss, None, "-", None,
+            len(migrate_rss), "whole process", unit="MB", digits=0)
         _, cy, _ = geometry(n_svs)
         win = min(WINDOW, cy * SV[1])
         # the committed version in the middle, found by the writer (opening the history with this
