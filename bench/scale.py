@@ -26,8 +26,13 @@ generated procedurally, chunk by chunk and page by page, into ``--data`` (kept b
   (:mod:`napari_shardscope.core.tables`), given to ``create_labelmap`` by URL: read in place on
   every open (item 2), measured beside the copied procedural source.
 
-Run: ``PYTHONPATH=src:. .venv/bin/python bench/scale.py [--part mutations chain supervoxels peta]
-[--mutations N ...] [--chains N ...] [--supervoxels N ...] [--long] [--rounds 3] [--data DIR]``: the
+* **sparse** (``--part sparse``, 10⁷ … 10⁹ supervoxels): a base declaring the petavoxel extent with 2,048
+  chunks stored, ids spanning 1..N, its agglomeration a Zarr v3 table of N rows and its reverse written
+  page by page (see the section comment above :func:`sparse_setup`); the previous code cannot run it.
+
+Run: ``PYTHONPATH=src:. .venv/bin/python bench/scale.py [--part mutations chain supervoxels peta sparse]
+[--mutations N ...] [--chains N ...] [--supervoxels N ...] [--sparse N ...] [--long] [--rounds 3] [--data DIR]
+[--results NAME]``: the
 default points take minutes (10² … 10⁴ mutations, 10⁵ … 10⁶ supervoxels), ``--long`` runs the
 issue's whole curves (10⁶ mutations, 10⁷ supervoxels: hours). Rows go to ``bench/results/scale.json``.
 """
