@@ -14,7 +14,8 @@ generated procedurally, chunk by chunk and page by page, into ``--data`` (kept b
 * **histories**: 10² … 10⁶ mutations (half merges of two random bodies, half cleaves of one
   supervoxel) on the 10⁵ base, spread over 10 committed versions and an open head, written in the
   previous format straight into the log (what the previous code would have written; generating 10⁶
-  edits through either API would take hours), then migrated (``shardscope repo migrate``, timed) for
+  edits through either API would take hours; from 10⁵ mutations a merge joins two random bodies
+  rather than the bodies of two random supervoxels), then migrated (``shardscope repo migrate``, timed) for
   shardscope.
 * **chains**: N merges of the growing body into a new one (the worst order for a forest named by
   its bodies), through the public API in one process.
@@ -25,8 +26,13 @@ generated procedurally, chunk by chunk and page by page, into ``--data`` (kept b
   (:mod:`napari_shardscope.core.tables`), given to ``create_labelmap`` by URL: read in place on
   every open (item 2), measured beside the copied procedural source.
 
-Run: ``PYTHONPATH=src:. .venv/bin/python bench/scale.py [--part mutations chain supervoxels peta]
-[--mutations N ...] [--chains N ...] [--supervoxels N ...] [--long] [--rounds 3] [--data DIR]``: the
+* **sparse** (``--part sparse``, 10⁷ … 10⁹ supervoxels): a base declaring the petavoxel extent with 2,048
+  chunks stored, ids spanning 1..N, its agglomeration a Zarr v3 table of N rows and its reverse written
+  page by page (see the section comment above :func:`sparse_setup`); the previous code cannot run it.
+
+Run: ``PYTHONPATH=src:. .venv/bin/python bench/scale.py [--part mutations chain supervoxels peta sparse]
+[--mutations N ...] [--chains N ...] [--supervoxels N ...] [--sparse N ...] [--long] [--rounds 3] [--data DIR]
+[--results NAME]``: the
 default points take minutes (10² … 10⁴ mutations, 10⁵ … 10⁶ supervoxels), ``--long`` runs the
 issue's whole curves (10⁶ mutations, 10⁷ supervoxels: hours). Rows go to ``bench/results/scale.json``.
 """
@@ -60,9 +66,12 @@ CZ = 16  # cells along z: 32 voxels
 GROUP = 10  # cells per ordinary body, along x
 WINDOW = 512  # the "first plane": a WINDOW x WINDOW view of one z plane of scale 0 (64 chunks of 64³)
 #: The points of each curve: the default run (minutes) and ``--long`` (the issue's curves; hours).
-SHORT = {"mutations": [100, 1000, 10_000], "chains": [100, 1000], "supervoxels": [100_000, 1_000_000]}
+SHORT = {"mutations": [100, 1000, 10_000], "chains": [100, 1000], "supervoxels": [100_000, 1_000_000],
+         "sparse": [10_000_000]}
+#: The results file's name (``bench/results/<name>.json``): ``--results`` sets it.
+RESULTS_NAME = ["scale"]
 LONG = {"mutations": [100, 1000, 10_000, 100_000, 1_000_000], "chains": [100, 1000, 10_000],
-        "supervoxels": [100_000, 1_000_000, 10_000_000]}
+        "supervoxels": [100_000, 1_000_000, 10_000_000], "sparse": [10_000_000, 100_000_000, 1_000_000_000]}
 
 
 # -- the procedural base ------------------------------------------------------------------------------
@@ -238,6 +247,16 @@ def child(task: dict[str, Any], *, old: Path | None, timeout: float = 3600) -> d
     return dict(json.loads(done.stdout.strip().splitlines()[-1]))
 
 
+def fresh_copy(src: Path, dst: Path) -> None:
+    """Copy a repository for one measurement, its pages flushed to disk before any clock starts.
+
+    A copy leaves the whole file dirty in the page cache, and the first durable commit in it
+    (``fdatasync``) would flush all of it: 0.4 s for a 1.1 GB repository, timed as if the edit cost it.
+    """
+    shutil.copytree(src, dst)
+    os.sync()
+
+
 def peak_rss_mb() -> float:
     """This process's peak resident memory: ``VmHWM`` (reset by exec). ``ru_maxrss`` is not: Linux carries
     the parent's peak across fork and exec, so a child of a bench process that grew reported at least the
@@ -271,7 +290,11 @@ def run_child(task: dict[str, Any]) -> dict[str, Any]:
         import napari_shardscope.core.tables.zarr_table  # noqa: F401
     out: dict[str, Any] = {}
     kind = task["task"]
-    if kind == "create":
+    if kind == "history":
+        return {**write_history(task), "rss_mb": peak_rss_mb()}
+    if kind == "sparse-setup":
+        out = sparse_setup(task)
+    elif kind == "create":
         repo = create_repository(task["repo"])
         agg: Any = task["bodies"] if task["old"] else ProceduralAgglomeration(task["n"])
         if task.get("none"):
@@ -358,14 +381,10 @@ def run_child(task: dict[str, Any]) -> dict[str, Any]:
 
 
 def make_history(data: Path, n_svs: int, mutations: int, old: Path) -> Path:
-    """An old-format repository over the ``n_svs`` base with ``mutations`` edits in 10 versions + an open head."""
-    from napari_shardscope.core.labelmap.bodymap import BaseAgglomeration, BodyMap
-    from napari_shardscope.core.labelmap.keys import labels_counter, mutations_counter
-    from napari_shardscope.core.labelmap.mutations import Mutation
-    from napari_shardscope.core.labelmap.records import STAMP_KEY
-    from napari_shardscope.core.labelmap.state import encode_stamp
-    from napari_shardscope.core.versioned import open_repository
+    """An old-format repository over the ``n_svs`` base with ``mutations`` edits in 10 versions + an open head.
 
+    Written by the previous implementation itself (a child on its source): this library's store
+    upgrades a repository it opens for writing to its own format, which the previous code refuses."""
     path = data / f"history-{mutations}"
     if (path / "done").exists():
         return path
@@ -374,6 +393,23 @@ def make_history(data: Path, n_svs: int, mutations: int, old: Path) -> Path:
     base = make_base(data, n_svs)
     child({"task": "create", "repo": str(path / "repo"), "base": str(base / "seg"), "bodies": str(base / "bodies.json"),
            "n": n_svs, "old": True}, old=old)
+    got = child({"task": "history", "repo": str(path / "repo"), "n": n_svs, "mutations": mutations}, old=old,
+                timeout=4 * 3600)
+    assert got is not None
+    (path / "head.json").write_text(json.dumps({"head": got["head"], "middle": got["middle"]}))
+    (path / "done").write_text("ok")
+    return path
+
+
+def write_history(task: dict[str, Any]) -> dict[str, Any]:
+    """The edits of :func:`make_history`, written straight into the log (run on the previous code)."""
+    from napari_shardscope.core.labelmap.bodymap import BaseAgglomeration, BodyMap
+    from napari_shardscope.core.labelmap.keys import labels_counter, mutations_counter
+    from napari_shardscope.core.labelmap.mutations import Mutation
+    from napari_shardscope.core.labelmap.state import STAMP_KEY, encode_stamp
+    from napari_shardscope.core.versioned import open_repository
+
+    n_svs, mutations = task["n"], task["mutations"]
     svs = np.arange(1, n_svs + 1, dtype=np.uint64)
     bodies = body_of(n_svs, svs)
     listed = svs != bodies
@@ -382,7 +418,12 @@ def make_history(data: Path, n_svs: int, mutations: int, old: Path) -> Path:
     for b in bodies.tolist():
         size[b] = size.get(b, 0) + 1
     rng = np.random.default_rng(mutations)
-    repo = open_repository(path / "repo", durable=False)
+    # Up to 10⁴ mutations a merge joins the bodies of two random supervoxels. Past that nearly every
+    # supervoxel is in one giant body and finding two distinct bodies that way takes ever more draws
+    # (each a walk of the merge forest): from 10⁵ on, a merge joins two random bodies instead.
+    uniform = mutations >= 100_000
+    live = list(size)
+    repo = open_repository(task["repo"], durable=False)
     inst = repo.instance("seg")
     id_start = int(inst.config["id_start"])
     versions = 10
@@ -395,10 +436,16 @@ def make_history(data: Path, n_svs: int, mutations: int, old: Path) -> Path:
             for _ in range(min(per, mutations - done, 10_000)):
                 mid = w.allocate_ids(mutations_counter("seg"), 1, minimum=1)[0]
                 if done % 2 == 0:
-                    while True:
-                        a, b = (bm.body_of(int(s)) for s in rng.integers(1, n_svs + 1, size=2))
-                        if a != b:
-                            break
+                    if uniform:
+                        i, j = (int(x) for x in rng.choice(len(live), size=2, replace=False))
+                        a, b = live[i], live[j]
+                        live[j] = live[-1]
+                        live.pop()
+                    else:
+                        while True:
+                            a, b = (bm.body_of(int(s)) for s in rng.integers(1, n_svs + 1, size=2))
+                            if a != b:
+                                break
                     delta = bm.plan_merge(a, [b])
                     m = Mutation(mid, "merge", {"target": a, "others": [b]}, "bench", time.time(), delta,
                                  bodies=(a, b))
@@ -415,6 +462,7 @@ def make_history(data: Path, n_svs: int, mutations: int, old: Path) -> Path:
                                  time.time(), delta, bodies=(body, new), supervoxels=(sv,))
                     size[body] -= 1
                     size[new] = 1
+                    live.append(new)
                 bm.apply(delta)
                 w.append_log(inst, m.to_bytes())
                 last = mid
@@ -423,15 +471,18 @@ def make_history(data: Path, n_svs: int, mutations: int, old: Path) -> Path:
         if done % per == 0 and done < mutations:
             repo.commit(version, f"{done} mutations")
             version = repo.new_version(version)
+    committed = [v for v in repo.versions() if v.locked]
+    middle = committed[len(committed) // 2].uuid if committed else version.uuid
     repo.close()
-    (path / "head.json").write_text(json.dumps({"head": version.uuid}))
-    (path / "done").write_text("ok")
-    return path
+    return {"head": version.uuid, "middle": middle, "seconds": 0.0}
 
 
-def migrated(data: Path, history: Path, rounds: int) -> tuple[Path, list[float]]:
-    """A copy of an old-format history migrated by shardscope (the migration timed in fresh processes)."""
-    times = []
+
+
+def migrated(data: Path, history: Path, rounds: int) -> tuple[Path, list[float], list[float]]:
+    """A copy of an old-format history migrated by shardscope (the migration timed in fresh processes):
+    the copy, the times and the peak RSS (MB) of each migration."""
+    times, rss = [], []
     out = history.parent / (history.name + "-migrated")
     for r in range(rounds):
         target = history.parent / f"{history.name}-migrate-{r}"
@@ -440,12 +491,13 @@ def migrated(data: Path, history: Path, rounds: int) -> tuple[Path, list[float]]
         got = child({"task": "migrate", "repo": str(target / "repo")}, old=None, timeout=4 * 3600)
         assert got is not None and not got["problems"], got
         times.append(got["seconds"])
+        rss.append(got["rss_mb"])
         if r == 0:
             shutil.rmtree(out, ignore_errors=True)
             target.rename(out)
         else:
             shutil.rmtree(target)
-    return out, times
+    return out, times, rss
 
 
 # -- reporting ----------------------------------------------------------------------------------------
@@ -481,7 +533,7 @@ def row(case: str, ours: list[float], peer: list[float] | None, goal: str, met: 
     if peer and ours:
         ratio = spread([p / o for o, p in zip(ours, peer, strict=False)]) + "x"
     peer_text = peer_note or (fmt(peer, scale, unit, digits) if peer is not None else "not run")
-    record(Row("scale", case, "uint64", fmt(ours, scale, unit, digits), f"previous ({OLD_COMMIT})", peer_text,
+    record(Row(RESULTS_NAME[0], case, "uint64", fmt(ours, scale, unit, digits), f"previous ({OLD_COMMIT})", peer_text,
                ratio, goal, met, rounds, setting))
 
 
@@ -493,17 +545,16 @@ def part_mutations(data: Path, rounds: int, points: list[int], old: Path) -> Non
         # the long points once: the previous code replays 10⁵-10⁶ mutations for each of its figures
         big = count >= 100_000
         peer_rounds = 1 if big else rounds
-        new_repo, migrate_times = migrated(data, history, 1 if big else rounds)
+        new_repo, migrate_times, migrate_rss = migrated(data, history, 1 if big else rounds)
         row(f"migrate a repository of {count:.0e} mutations", migrate_times, None, "-", None, len(migrate_times),
             "shardscope repo migrate (with repo verify), fresh process")
+        row(f"peak RSS migrate a repository of {count:.0e} mutations", migrate_rss, None, "-", None,
+            len(migrate_rss), "whole process", unit="MB", digits=0)
         _, cy, _ = geometry(n_svs)
         win = min(WINDOW, cy * SV[1])
-        middle = None
-        from napari_shardscope.core.versioned import open_repository
-
-        with open_repository(history / "repo") as r:
-            committed = [v for v in r.versions() if v.locked]
-            middle = committed[len(committed) // 2].uuid if committed else head
+        # the committed version in the middle, found by the writer (opening the history with this
+        # library would upgrade its store past what the previous code reads)
+        middle = json.loads((history / "head.json").read_text()).get("middle", head)
         for label, ref in (("head", head), ("a committed version", middle)):
             task = {"task": "open", "ref": ref, "z": 5, "h": win, "w": win}
             ours, rss, _ = measure({**task, "repo": str(new_repo / "repo")}, rounds, old=None)
@@ -522,7 +573,7 @@ def part_mutations(data: Path, rounds: int, points: list[int], old: Path) -> Non
                 if impl is not None and r >= peer_rounds:
                     continue
                 shutil.rmtree(fresh_new, ignore_errors=True)
-                shutil.copytree(src, fresh_new)
+                fresh_copy(src, fresh_new)
                 got = child({**edit, "repo": str(fresh_new / store)}, old=impl, timeout=3600)
                 if got is not None:
                     m.append(got["merge_seconds"])
@@ -540,7 +591,7 @@ def part_mutations(data: Path, rounds: int, points: list[int], old: Path) -> Non
                 if impl is not None and r >= peer_rounds:
                     continue
                 shutil.rmtree(fresh_new, ignore_errors=True)
-                shutil.copytree(src, fresh_new)
+                fresh_copy(src, fresh_new)
                 got = child({"task": "undo", "ref": head, "repo": str(fresh_new / "repo")}, old=impl, timeout=3600)
                 if got is not None:
                     out.append(got["seconds"])
@@ -634,7 +685,7 @@ def part_supervoxels(data: Path, rounds: int, points: list[int], old: Path) -> N
                     continue
                 copy = data / f"sv-{n}-edit"
                 shutil.rmtree(copy, ignore_errors=True)
-                shutil.copytree(src, copy)
+                fresh_copy(src, copy)
                 got = child({**edit, "repo": str(copy)}, old=impl, timeout=1800)
                 shutil.rmtree(copy, ignore_errors=True)
                 if got is not None:
@@ -686,7 +737,7 @@ def part_table(data: Path, rounds: int, n: int, base: Path, win: int, big: int, 
     copy = data / f"sv-{n}-table-edit"
     for _ in range(rounds):
         shutil.rmtree(copy, ignore_errors=True)
-        shutil.copytree(repo, copy)
+        fresh_copy(repo, copy)
         got = child({"task": "edit", "ref": "main", "svs": [11, 21], "repo": str(copy)}, old=None)
         assert got is not None
         merges.append(got["merge_seconds"])
@@ -723,6 +774,167 @@ def make_peta(data: Path, chunks: int = 2000) -> Path:
     return path
 
 
+# -- 10⁷ … 10⁹ supervoxels: a sparse base and a table written page by page -----------------------------------
+#
+# A dense base of 10⁹ supervoxels (3.2 × 10¹⁰ voxels) cannot be written on a laptop, and the point is
+# what the labelmap reads, not the voxels: this base declares the petavoxel extent (10⁴ × 10⁶ × 10⁶,
+# zarr v3, 64³ chunks) with SPARSE_CHUNKS chunks stored in one z layer at the origin. The first
+# BIG_CHUNKS chunks hold 8,192 supervoxels each (2 × 4 × 4-voxel cells), ids 1..FINE contiguous:
+# one body of FINE ≈ 10⁶ supervoxels, all of them in the volume (the body whose size/bbox is
+# measured). The other chunks hold 128 supervoxels each (16 × 8 × 16 cells) whose ids are spread
+# over FINE+1..N, so the ids in the volume span 1..N. The agglomeration lists every id 1..N (N =
+# 10⁷ … 10⁹ rows): sv ≤ FINE → body 1, else groups of 10 consecutive ids named by their first
+# member. body_of is non-decreasing in sv, so the reverse (body-sorted) table is the same rows in
+# the same order: both tables are generated page by page, never held whole.
+
+SPARSE_SHAPE = (10_000, 1_000_000, 1_000_000)
+SPARSE_CHUNKS = 2048
+SPARSE_GRID_X = 64  # stored chunks in z layer 0, row-major: 32 rows of 64 chunks
+BIG_CHUNKS = 123  # × 8,192 = 1,007,616 supervoxels in the big body
+FINE_CELL = (2, 4, 4)
+COARSE_CELL = (16, 8, 16)
+FINE = BIG_CHUNKS * (64 // 2) * (64 // 4) * (64 // 4)
+
+
+def sparse_stride(n: int) -> int:
+    """Id distance between consecutive coarse chunks (their ids spread over FINE+1..n)."""
+    stride = (n - FINE) // (SPARSE_CHUNKS - BIG_CHUNKS)
+    if stride < 128:
+        raise SystemExit(f"--sparse needs n >= {FINE + 128 * (SPARSE_CHUNKS - BIG_CHUNKS)}, got {n}")
+    return stride
+
+
+def sparse_chunk(n: int, i: int) -> tuple[tuple[int, int, int], np.ndarray]:
+    """Origin (z, y, x) and ids of stored chunk ``i``."""
+    cell, base = (FINE_CELL, i * 8192) if i < BIG_CHUNKS else \
+        (COARSE_CELL, FINE + (i - BIG_CHUNKS) * sparse_stride(n))
+    z, y, x = np.meshgrid(np.arange(64) // cell[0], np.arange(64) // cell[1], np.arange(64) // cell[2],
+                          indexing="ij")
+    local = (z * (64 // cell[1]) + y) * (64 // cell[2]) + x
+    origin = (0, (i // SPARSE_GRID_X) * 64, (i % SPARSE_GRID_X) * 64)
+    return origin, (base + 1 + local).astype(np.uint64)
+
+
+def sparse_body_of(svs: np.ndarray) -> np.ndarray:
+    s = np.asarray(svs, dtype=np.uint64)
+    group = (s - np.uint64(1)) // np.uint64(10) * np.uint64(10) + np.uint64(1)
+    return np.where(s <= FINE, np.uint64(1), np.maximum(group, np.uint64(FINE + 1))).astype(np.uint64)
+
+
+def sparse_pages(n: int, page: int = 1 << 20) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    for start in range(1, n + 1, page):
+        svs = np.arange(start, min(start + page, n + 1), dtype=np.uint64)
+        yield svs, sparse_body_of(svs)
+
+
+def sparse_setup(task: dict[str, Any]) -> dict[str, Any]:
+    """Write the sparse base and its two tables (a child task: its time and peak RSS are the setup's)."""
+    import tensorstore as ts
+
+    from napari_shardscope.core.tables import write_sorted_table
+
+    n, path = task["n"], Path(task["path"])
+    out: dict[str, Any] = {}
+    t0 = time.perf_counter()
+    store = ts.open({"driver": "zarr3", "kvstore": {"driver": "file", "path": str(path / "seg")},
+                     "metadata": {"codecs": [{"name": "bytes", "configuration": {"endian": "little"}},
+                                             {"name": "zstd", "configuration": {"level": 1}}]}},
+                    create=True, delete_existing=True, dtype=ts.uint64, shape=list(SPARSE_SHAPE),
+                    chunk_layout=ts.ChunkLayout(chunk_shape=[64, 64, 64])).result()
+    for i in range(SPARSE_CHUNKS):
+        (z, y, x), ids = sparse_chunk(n, i)
+        store[z:z + 64, y:y + 64, x:x + 64].write(ids).result()
+    out["volume_seconds"] = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    write_sorted_table(path / "agglomeration.zarr", ((s, {"body": b}) for s, b in sparse_pages(n)),
+                       key="supervoxel", value_name="body", overwrite=True)
+    out["forward_seconds"] = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    write_sorted_table(path / "agglomeration-reverse.zarr", ((b, {"supervoxel": s}) for s, b in sparse_pages(n)),
+                       key="body", value_name="supervoxel", unique=False, overwrite=True)
+    out["reverse_seconds"] = time.perf_counter() - t0
+    out["seconds"] = out["volume_seconds"] + out["forward_seconds"] + out["reverse_seconds"]
+    return out
+
+
+def dir_bytes(path: Path) -> int:
+    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
+
+
+def part_sparse(data: Path, rounds: int, points: list[int]) -> None:
+    for n in points:
+        base = data / f"sparse-{n}"
+        what = f"{n:.0e} supervoxels (sparse base, table of {n:.0e} rows read in place)"
+        if not (base / "done").exists():
+            shutil.rmtree(base, ignore_errors=True)
+            base.mkdir(parents=True)
+            got = child({"task": "sparse-setup", "n": n, "path": str(base)}, old=None, timeout=4 * 3600)
+            assert got is not None
+            got["bytes"] = {p.name: dir_bytes(p) for p in base.iterdir()}
+            (base / "setup.json").write_text(json.dumps(got))
+            (base / "done").write_text("ok")
+        setup = json.loads((base / "setup.json").read_text())
+        tables_gb = (setup["bytes"]["agglomeration.zarr"] + setup["bytes"]["agglomeration-reverse.zarr"]) / 1e9
+        row(f"setup: write the tables of {what}", [setup["forward_seconds"] + setup["reverse_seconds"]], None, "-",
+            None, 1, f"forward + reverse Zarr v3 (gzip), page by page, {tables_gb:.2f} GB on disk; outside every "
+            f"clock below", peer_note="-")
+        row(f"setup: peak RSS writing the tables of {what}", [setup["rss_mb"]], None, "-", None, 1,
+            "the writing process (volume + both tables)", unit="MB", digits=0, peer_note="-")
+        fwd, rev = base / "agglomeration.zarr", base / "agglomeration-reverse.zarr"
+        times, rss = [], []
+        repo = data / f"sparse-{n}-repo"
+        for _ in range(rounds):
+            shutil.rmtree(repo, ignore_errors=True)
+            got = child({"task": "create", "repo": str(repo), "base": str(base / "seg"), "bodies": None, "n": n,
+                         "old": False, "table": str(fwd), "reverse": str(rev)}, old=None)
+            assert got is not None
+            times.append(got["seconds"])
+            rss.append(got["rss_mb"])
+        note = "not run: it lists all 3.8e10 declared blocks before reading one"
+        row(f"create over {what}", times, None, "-", None, rounds,
+            f"label index built over the {SPARSE_CHUNKS} stored chunks", peer_note=note)
+        row(f"peak RSS create over {what}", rss, None, "-", None, rounds, "whole process", unit="MB", digits=0,
+            peer_note=note)
+        task = {"task": "open", "ref": "main", "z": 5, "h": WINDOW, "w": WINDOW, "repo": str(repo)}
+        ours, ours_rss, _ = measure(task, rounds, old=None)
+        row(f"open + first plane, {what}", ours, None, "<= 1 s", bool(ours) and statistics.median(ours) <= 1.0,
+            rounds, f"{WINDOW}x{WINDOW} z plane (64 stored chunks), fresh process", peer_note=note)
+        row(f"peak RSS open + first plane, {what}", ours_rss, None, "<= 500 MB",
+            bool(ours_rss) and statistics.median(ours_rss) <= 500, rounds, "whole process", unit="MB", digits=0,
+            peer_note=note)
+        sizes, boxes = [], []
+        for _ in range(rounds):
+            got = child({"task": "body", "repo": str(repo), "body": 1}, old=None)
+            assert got is not None and got["size"] == FINE * 32, got
+            sizes.append(got["size_seconds"])
+            boxes.append(got["bbox_seconds"])
+        for label, o in (("size", sizes), ("exact bbox", boxes)):
+            row(f"{label} of a body of {FINE:.1e} supervoxels ({what})", o, None, "<= 100 ms",
+                bool(o) and statistics.median(o) <= 0.1, rounds, "fresh process, after one look-up", scale=1e3,
+                unit="ms", digits=1, peer_note=note)
+        copy = data / f"sparse-{n}-edit"
+        for label, svs in (("two bodies of 10 supervoxels", [FINE + 11, FINE + 21]),
+                           (f"a body of 10 supervoxels into the body of {FINE:.1e}", [1, FINE + 11])):
+            merges, cleaves, undos = [], [], []
+            for _ in range(rounds):
+                shutil.rmtree(copy, ignore_errors=True)
+                fresh_copy(repo, copy)
+                got = child({"task": "edit", "ref": "main", "svs": svs, "repo": str(copy)}, old=None)
+                assert got is not None
+                merges.append(got["merge_seconds"])
+                cleaves.append(got["cleave_seconds"])
+                got = child({"task": "undo", "ref": "main", "repo": str(copy)}, old=None)
+                assert got is not None
+                undos.append(got["seconds"])
+            shutil.rmtree(copy, ignore_errors=True)
+            for verb, o, setting in (("merge", merges, "after open, fresh process"),
+                                     ("cleave (one supervoxel back out)", cleaves, "right after the merge"),
+                                     ("undo after a restart (of that cleave)", undos, "first undo in a fresh process")):
+                row(f"{verb}, {label}, {what}", o, None, "<= 50 ms", bool(o) and statistics.median(o) <= 0.05, rounds,
+                    setting, scale=1e3, unit="ms", digits=1, peer_note=note)
+        shutil.rmtree(repo, ignore_errors=True)
+
+
 def part_peta(data: Path, rounds: int, old: Path) -> None:
     base = make_peta(data)
     task = {"task": "create", "base": str(base / "seg"), "bodies": None, "n": 0, "none": True}
@@ -747,24 +959,29 @@ def part_peta(data: Path, rounds: int, old: Path) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
-    parser.add_argument("--part", nargs="*", default=["peta", "supervoxels", "chain", "mutations"],
-                        choices=["mutations", "chain", "supervoxels", "peta"])
+    parser.add_argument("--part", nargs="*", default=["peta", "supervoxels", "chain", "mutations", "sparse"],
+                        choices=["mutations", "chain", "supervoxels", "peta", "sparse"])
     parser.add_argument("--mutations", nargs="*", type=int, default=None,
                         help=f"default {SHORT['mutations']}; --long: {LONG['mutations']}")
     parser.add_argument("--chains", nargs="*", type=int, default=None,
                         help=f"default {SHORT['chains']}; --long: {LONG['chains']}")
     parser.add_argument("--supervoxels", nargs="*", type=int, default=None,
                         help=f"default {SHORT['supervoxels']}; --long: {LONG['supervoxels']}")
+    parser.add_argument("--sparse", nargs="*", type=int, default=None,
+                        help=f"default {SHORT['sparse']}; --long: {LONG['sparse']}")
     parser.add_argument("--long", action="store_true",
                         help="the issue's whole curves (hours on a laptop: the previous code replays 10^6 mutations)")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--data", default="/tmp/shardscope-scale-bench")
+    parser.add_argument("--results", default="scale",
+                        help="rows go to bench/results/<this>.json (merged with its rows of other cases)")
     args = parser.parse_args(argv)
+    RESULTS_NAME[0] = args.results
     if args.child is not None:
         print(json.dumps(run_child(json.loads(args.child))))
         return 0
     sizes = LONG if args.long else SHORT
-    for what in ("mutations", "chains", "supervoxels"):
+    for what in ("mutations", "chains", "supervoxels", "sparse"):
         if getattr(args, what) is None:
             setattr(args, what, sizes[what])
     data = Path(args.data)
@@ -780,9 +997,11 @@ def main(argv: list[str] | None = None) -> int:
             part_chain(data, args.rounds, args.chains, old)
         elif part == "supervoxels":
             part_supervoxels(data, args.rounds, args.supervoxels, old)
+        elif part == "sparse":
+            part_sparse(data, args.rounds, args.sparse)
         elif part == "peta":
             part_peta(data, args.rounds, old)
-        save("scale", partial=True)
+        save(RESULTS_NAME[0], partial=True)
     return 0
 
 

@@ -169,6 +169,53 @@ def test_a_directory_checked_once_still_guards_each_file_in_it(tmp_path: Path) -
         store.read("1/secret")
 
 
+def test_level_scan_names_every_entry_without_resolving_its_path(tmp_path: Path,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """Opening a local volume scans its level directory (up to 50,000 entries): the keys it names are
+    the entries' paths below the root and below the level, found by cutting the path the scan built,
+    not by resolving every path again (``os.path.relpath`` per entry made a 2,048-chunk zarr array's
+    open cost most of a second, issue 28's sparse bases)."""
+    from napari_shardscope.core.bytestore.containment import scan_level
+
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    root = tmp_path / "root"
+    for z in range(3):
+        for y in range(4):
+            (root / "s0" / "c" / str(z) / str(y)).mkdir(parents=True)
+            for x in range(5):
+                (root / "s0" / "c" / str(z) / str(y) / str(x)).write_bytes(b"chunk")
+    (root / "s0" / "c" / "0" / "0" / "9").symlink_to(outside)  # a link out of the root: a problem, named
+    (root / "s0" / "zarr.json").write_text("{}")
+    expected = {os.path.relpath(os.path.join(d, n), root).replace(os.sep, "/")
+                for d, dirs, files in os.walk(root / "s0") for n in (*dirs, *files)}
+    below_expected = {k.removeprefix("s0/") for k in expected}
+    real_relpath = os.path.relpath
+    calls = []
+
+    def counting(path: str, start: str | None = None) -> str:
+        calls.append(path)
+        return real_relpath(path, start)
+
+    monkeypatch.setattr(os.path, "relpath", counting)
+    for where, rel in ((str(root), "s0"), (str(root) + os.sep, "s0"), (str(root / "s0"), ""),
+                       (str(tmp_path) + os.sep + "." + os.sep + "root", "s0"), (str(root), "./s0")):
+        calls.clear()
+        seen_below: list[str] = []
+
+        def is_data_key(below: str, seen: list[str] = seen_below) -> bool:
+            seen.append(below)
+            return below.count("/") == 4  # c/z/y/x: a chunk file expected there
+
+        got = list(scan_level(where, rel, follow=False, is_data_key=is_data_key))
+        prefix = "s0/" if rel else ""
+        assert {key for _, key, _ in got} == (expected if rel else below_expected), (where, rel)
+        assert set(seen_below) <= below_expected and "c/0/0" in seen_below
+        problems = {key: p.kind for _, key, p in got if p is not None}
+        assert problems == {f"{prefix}c/0/0/9": "outside"}, (where, rel)
+        assert len(calls) <= 2, f"{len(calls)} relpath calls for {len(got)} entries"
+
+
 def _precomputed_with_linked_scale(tmp_path: Path) -> tuple[Path, Path]:
     real = tmp_path / "real"
     write_ts_volume(real, None, size=(16, 16, 8), chunk=(8, 8, 8), scales=1)
