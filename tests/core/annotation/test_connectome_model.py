@@ -185,3 +185,26 @@ class ConnectomeMachine(RuleBasedStateMachine):
 ConnectomeMachine.TestCase.settings = settings(max_examples=25, stateful_step_count=25, deadline=None,
                                                suppress_health_check=[HealthCheck.too_slow])
 TestConnectomeModel = ConnectomeMachine.TestCase
+
+
+def test_synapses_added_after_a_split_count_once_the_split_is_undone() -> None:
+    """Found by the model (CI, seed of 2026-12-05): a synapse added on a split's new supervoxels is
+    filed under them; undoing the split retires them, and the body's connections lost the synapse
+    while ``connectivity()`` (a whole recount) still had it."""
+    m = ConnectomeMachine()
+    sv_vol = m.lmv.read_supervoxels()
+    svs, counts = np.unique(sv_vol[sv_vol != 0], return_counts=True)
+    sv = int(svs[np.argmax(counts)])
+    where = np.argwhere(sv_vol == sv)
+    axis = int(np.argmax(where.max(0) - where.min(0)))
+    cut = np.unique(where[:, axis])[1]
+    m.lmv.split_supervoxel(sv, where[where[:, axis] < cut])
+    inside = tuple(int(x) for x in where[0])
+    other = next(tuple(int(x) for x in p) for p in np.argwhere(sv_vol != 0) if sv_vol[tuple(p)] != sv)
+    add_many(m.v, ["pre", "post"], np.asarray([inside, other]), synapses=[(0, 1)])
+    m.connectome_equals_recount()
+    m.lmv.undo()
+    body = int(m.lmv.read_bodies()[inside])
+    assert body != int(m.lmv.read_bodies()[other])
+    assert m.v.connections(body).outgoing, "the synapse on the undone split's supervoxel was lost"
+    m.connectome_equals_recount()

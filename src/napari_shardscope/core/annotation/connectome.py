@@ -79,11 +79,18 @@ class Resolver:
         return np.asarray(self.lmv.bodies_of(svs), dtype=np.uint64)
 
     def retired_with_synapses(self) -> list[int]:
-        """Supervoxels retired at this version (by a split) that synapse keys are filed under."""
+        """Supervoxels gone at this version that synapse keys are filed under.
+
+        A split retires its supervoxel and creates two; undoing it brings the old one back and
+        retires the two new ones, under which synapses added after the split are filed. So every
+        supervoxel a split names (retired or created) is a candidate; those that exist are not.
+        """
         seen: set[int] = set()
         for e in self.lmv.mutations():
             d = e.mutation.delta
-            seen.update(sv for sv, _old, _new in d.retired)
+            if d.retired:
+                seen.update(sv for sv, _old, _new in d.retired)
+                seen.update(sv for sv, _old, _new in d.explicit)
         if not seen:
             return []
         cand = np.asarray(sorted(seen), dtype=np.uint64)
