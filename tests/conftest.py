@@ -7,6 +7,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import signal
 from collections import defaultdict
 from collections.abc import Iterator
 from pathlib import Path
@@ -43,6 +44,14 @@ if _BINDING is not None:
     if os.environ["PYTEST_QT_API"].lower() != os.environ["QT_API"].lower():
         raise pytest.UsageError(f"PYTEST_QT_API={os.environ['PYTEST_QT_API']} and QT_API={os.environ['QT_API']} "
                                 "name different Qt bindings: pytest-qt and qtpy must load the same one")
+
+# Ctrl-C reaches the command lines the tests start. A shell starts a background job (`bash .ci/run &`,
+# `nohup …`) with SIGINT ignored, and a process that starts with SIGINT ignored passes that on to its
+# children and gets no KeyboardInterrupt: the tests that stop `shardscope serve` with SIGINT, as a user's
+# Ctrl-C does, then waited for it in vain. The test run restores the default, so what a child does with
+# Ctrl-C is its own code's doing, however the run was started.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 # Hypothesis profiles. No per-example deadline in any: the machine is shared and noisy, and tests never assert
 # on timing. "ci" (the default) bounds the examples of every test that does not set its own count; "long"
