@@ -20,6 +20,7 @@ import napari_shardscope.core.versioned.keys as K
 from napari_shardscope.core.versioned import Repository, create_repository, open_keyvalue, open_repository
 from napari_shardscope.core.versioned.ancestry import PAGE_BITS, decode_page, encode_page
 from napari_shardscope.core.versioned.engines import open_engine
+from napari_shardscope.core.versioned.errors import UnknownVersionError
 from napari_shardscope.core.versioned.hollow import HollowRef, encode_stub
 from tests.core.versioned.format1 import engine_of
 
@@ -170,3 +171,36 @@ def test_bulk_adoption_of_hollow_versions_stores_what_adopting_them_one_by_one_s
     each, bulk = engine_dump(paths["each"]), engine_dump(paths["bulk"])
     assert len(each) > 7 * len(nodes)
     assert each == bulk
+
+
+def test_an_error_in_a_bulk_adoption_leaves_what_one_by_one_adoption_leaves(tmp_path: Path) -> None:
+    """A node that cannot be adopted, the error handled inside the batch: the versions before it are whole."""
+    origin = create_repository(tmp_path / "origin", durable=False)
+    kv = open_keyvalue(origin, "kv", create=True)
+    origin.commit(origin.root, "root")
+    for i in range(6):
+        v = origin.new_version("main")
+        with origin.write(v) as w:
+            w.put(kv.instance, b"k%d" % i, b"%d" % i)
+        origin.commit(v, f"v{i}")
+    nodes = [origin.read_node(v) for v in sorted(origin.versions(), key=lambda v: v.vid)]
+    origin.close()
+    orphan = replace(nodes[5], parents=("f" * 32,))  # its parent is nowhere: refused
+    wanted = [*nodes[1:4], orphan, nodes[4]]
+    for how in ("each", "bulk"):
+        repo = create_repository(tmp_path / how, durable=False, root=nodes[0])
+        open_keyvalue(repo, "kv", create=True)
+        repo.fill_root(nodes[0])
+        with repo.batch() as b:
+            try:
+                if how == "each":
+                    for node in wanted:
+                        b.adopt_node(node)
+                else:
+                    b.adopt_nodes((node, None, None) for node in wanted)
+            except UnknownVersionError:
+                pass
+        assert repo.version_count() == 4 and repo.verify() == []
+        assert open_keyvalue(repo, "kv").get(nodes[3].uuid, "k2") == b"2"
+        repo.close()
+    assert engine_dump(tmp_path / "each") == engine_dump(tmp_path / "bulk")

@@ -502,8 +502,9 @@ class DagWriter(DagReader):
         What a clone or a fetch adopting 1,000 versions per transaction uses: every record of the
         batch is built in memory (each version's ancestor table and page from its parent's, kept in
         memory, never read back) and written by one ``put_many``. The records are those
-        :meth:`add` writes one by one, byte for byte. Nested blocks flush at the outermost end; an
-        exception discards what waits (the transaction is rolled back anyway).
+        :meth:`add` writes one by one, byte for byte. Nested blocks flush at the outermost end. An
+        exception flushes too: what was added before it is in the transaction, as with :meth:`add`
+        one by one, for a caller that handles the error and commits.
         """
         if self._buffer.buffering:
             yield
@@ -511,9 +512,9 @@ class DagWriter(DagReader):
         self._buffer.buffering = True
         try:
             yield
-            self._buffer.flush()
         finally:
             self._buffer.buffering = False
+            self._buffer.flush()
 
     def add(self, v: Version, *, known_new: bool = False) -> None:
         """Write a new version: record, UUID index, child index, branch record, ancestor set.

@@ -121,13 +121,15 @@ class NodeTransfer(RepositoryHandle):
         data: list[tuple[bytes, bytes]] = []
         marks: list[tuple[bytes, bytes]] = []
         out: list[Version] = []
-        with p.dag.bulk():
-            for node, branch, hollow in nodes:
-                out.append(self._adopt_node_in(p, node, branch, hollow, into=(data, marks)))
-        if data:
-            p.txn.put_many(data)  # before the hollow records: the rewrite guard lets a version's data in
-        if marks:
-            p.txn.put_many(marks)
+        try:
+            with p.dag.bulk():
+                for node, branch, hollow in nodes:
+                    out.append(self._adopt_node_in(p, node, branch, hollow, into=(data, marks)))
+        finally:  # after an error too: the versions adopted before it are whole, as one by one
+            if data:
+                p.txn.put_many(data)  # before the hollow records: the rewrite guard lets a version's data in
+            if marks:
+                p.txn.put_many(marks)
         return out
 
     def _adopt_node_in(self, p: _Pending, node: NodeContent, branch: str | None,
