@@ -13,12 +13,15 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import napari_shardscope.core.versioned.keys as K
 from napari_shardscope.core.versioned import Repository, create_repository, open_keyvalue, open_repository
-from napari_shardscope.core.versioned.ancestry import PAGE_BITS
+from napari_shardscope.core.versioned.ancestry import PAGE_BITS, decode_page, encode_page
 from napari_shardscope.core.versioned.engines import open_engine
+from napari_shardscope.core.versioned.errors import UnknownVersionError
+from napari_shardscope.core.versioned.hollow import HollowRef, encode_stub
 from tests.core.versioned.format1 import engine_of
 
 DAG_PREFIXES = (K.VERSION_PREFIX, K.UUID_PREFIX, K.BRANCH_PREFIX, K.CHILD_PREFIX, K.ANCESTOR_PREFIX,
@@ -67,6 +70,16 @@ def dag_records(path: Path) -> dict[bytes, bytes]:
         kv.close()
 
 
+def engine_dump(path: Path) -> dict[bytes, bytes]:
+    """Every key and value the engine holds (data, DAG, hollow records, generation, journal)."""
+    kv = open_engine(engine_of(path), path, create=False, durable=True)
+    try:
+        with kv.read() as txn:
+            return dict(txn.scan(b"\x00", None))
+    finally:
+        kv.close()
+
+
 def repo_log(path: Path, *args: str) -> list[str]:
     done = subprocess.run([sys.executable, "-m", "napari_shardscope", "repo", "log", str(path), *args, "--json"],
                           capture_output=True, text=True, timeout=300, check=True)
@@ -86,7 +99,8 @@ def test_bulk_adoption_stores_what_one_by_one_adoption_stores(tmp_path: Path) ->
 
     one = create_repository(tmp_path / "one", durable=False, root=nodes[0])
     bulk = create_repository(tmp_path / "bulk", durable=False, root=nodes[0])
-    for repo in (one, bulk):
+    built = create_repository(tmp_path / "built", durable=False, root=nodes[0])
+    for repo in (one, bulk, built):
         open_keyvalue(repo, "kv", create=True)
         repo.fill_root(nodes[0])
     for node in nodes[1:]:
@@ -95,6 +109,9 @@ def test_bulk_adoption_stores_what_one_by_one_adoption_stores(tmp_path: Path) ->
         with bulk.batch() as b:
             for node in nodes[first:first + per_transaction]:
                 b.adopt_node(node)
+    for first in range(1, len(nodes), per_transaction):  # the bulk path: records built in memory, one put
+        with built.batch() as b:
+            b.adopt_nodes((node, None, None) for node in nodes[first:first + per_transaction])
 
     for name, head in heads.items():
         assert one.head(name).uuid == bulk.head(name).uuid == head
@@ -105,12 +122,85 @@ def test_bulk_adoption_stores_what_one_by_one_adoption_stores(tmp_path: Path) ->
         assert (w.vid, w.parents, w.branch, w.message) == (v.vid, v.parents, v.branch, v.message)
         assert [c.uuid for c in one.children(v)] == [c.uuid for c in bulk.children(w)]
         assert [a.uuid for a in one.ancestry(v)] == [a.uuid for a in bulk.ancestry(w)]
-    assert bulk.verify() == [] and one.verify() == []
+    assert bulk.verify() == [] and one.verify() == [] and built.verify() == []
     one.close()
     bulk.close()
+    built.close()
 
     assert dag_records(tmp_path / "one") == dag_records(tmp_path / "bulk")  # same records, same bytes
+    assert dag_records(tmp_path / "one") == dag_records(tmp_path / "built")
+    assert engine_dump(tmp_path / "bulk") == engine_dump(tmp_path / "built")  # everything, generations too
+    # a chain's pages are grown from their parent's runs, not encoded from their bits: they must still be
+    # the canonical encoding of their bits (what encode_page gives), and never a full page (coded FULL)
+    pages = [(k, v) for k, v in dag_records(tmp_path / "built").items() if k.startswith(K.ANCESTOR_PAGE_PREFIX)]
+    assert len(pages) > PAGE_BITS
+    for key, raw in pages:
+        flags = decode_page(raw)
+        assert encode_page(flags) == raw, key
+        assert flags != b"\x01" * PAGE_BITS, key
     for args in ((), ("side2",), ("--all",)):
         assert repo_log(tmp_path / "one", *args) == repo_log(tmp_path / "bulk", *args)
     with open_repository(tmp_path / "bulk") as repo:
         assert repo_log(tmp_path / "bulk", "side2")[0] == repo.head("side2").uuid
+
+
+def test_bulk_adoption_of_hollow_versions_stores_what_adopting_them_one_by_one_stores(tmp_path: Path) -> None:
+    """A lazy clone's adoption (stubs, hollow records, the hollow flag) through the bulk path: the same engine."""
+    origin = make_origin(tmp_path / "origin")
+    order = sorted(origin.versions(), key=lambda v: v.vid)
+    nodes = [origin.read_node(v) for v in order]
+    origin.close()
+    stubbed = [replace(n, entries=tuple(replace(e, value=None if e.value is None else encode_stub(0, i, len(e.value)))
+                                        for i, e in enumerate(n.entries))) for n in nodes]
+    where = [HollowRef("origin", (f"{i:064x}",)) for i in range(len(stubbed))]
+    paths = {"each": tmp_path / "each", "bulk": tmp_path / "bulk"}
+    for how, path in paths.items():
+        repo = create_repository(path, durable=False, root=stubbed[0])
+        open_keyvalue(repo, "kv", create=True)
+        repo.fill_root(stubbed[0], hollow=where[0])
+        for first in range(1, len(stubbed), 1000):
+            with repo.batch() as b:
+                part = range(first, min(first + 1000, len(stubbed)))
+                if how == "each":
+                    for i in part:
+                        b.adopt_node(stubbed[i], hollow=where[i])
+                else:
+                    b.adopt_nodes((stubbed[i], None, where[i]) for i in part)
+        assert repo.lazy and repo.version_count() == len(nodes)
+        repo.close()
+    each, bulk = engine_dump(paths["each"]), engine_dump(paths["bulk"])
+    assert len(each) > 7 * len(nodes)
+    assert each == bulk
+
+
+def test_an_error_in_a_bulk_adoption_leaves_what_one_by_one_adoption_leaves(tmp_path: Path) -> None:
+    """A node that cannot be adopted, the error handled inside the batch: the versions before it are whole."""
+    origin = create_repository(tmp_path / "origin", durable=False)
+    kv = open_keyvalue(origin, "kv", create=True)
+    origin.commit(origin.root, "root")
+    for i in range(6):
+        v = origin.new_version("main")
+        with origin.write(v) as w:
+            w.put(kv.instance, b"k%d" % i, b"%d" % i)
+        origin.commit(v, f"v{i}")
+    nodes = [origin.read_node(v) for v in sorted(origin.versions(), key=lambda v: v.vid)]
+    origin.close()
+    orphan = replace(nodes[5], parents=("f" * 32,))  # its parent is nowhere: refused
+    wanted = [*nodes[1:4], orphan, nodes[4]]
+    for how in ("each", "bulk"):
+        repo = create_repository(tmp_path / how, durable=False, root=nodes[0])
+        open_keyvalue(repo, "kv", create=True)
+        repo.fill_root(nodes[0])
+        with repo.batch() as b:
+            try:
+                if how == "each":
+                    for node in wanted:
+                        b.adopt_node(node)
+                else:
+                    b.adopt_nodes((node, None, None) for node in wanted)
+            except UnknownVersionError:
+                pass
+        assert repo.version_count() == 4 and repo.verify() == []
+        assert open_keyvalue(repo, "kv").get(nodes[3].uuid, "k2") == b"2"
+        repo.close()
+    assert engine_dump(tmp_path / "each") == engine_dump(tmp_path / "bulk")

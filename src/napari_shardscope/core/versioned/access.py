@@ -345,6 +345,16 @@ class Batch:
         """See :meth:`Repository.adopt_node` (a fetch adopting many nodes in one transaction)."""
         return self._repo._adopt_node_in(self._p, node, branch, hollow)
 
+    def adopt_nodes(self, nodes: Iterable[tuple[NodeContent, str | None, HollowRef | None]]) -> list[Version]:
+        """Adopt many ``(node, branch, hollow)`` (parents first) as :meth:`adopt_node` each, records written in bulk.
+
+        The store ends byte for byte as after calling :meth:`adopt_node` for each in this batch; the DAG
+        records are built in memory and written with one bulk put (what a clone adopts per batch).
+        ``nodes`` is consumed lazily: each is adopted before the next is taken, so a generator may
+        choose a node's branch from the DAG as it stands (:meth:`branch_fits`).
+        """
+        return self._repo._adopt_nodes_in(self._p, nodes)
+
     def branch_fits(self, parents: tuple[str, ...], branch: str) -> bool:
         """See :meth:`Repository.branch_fits`, as this transaction sees the DAG (versions adopted in it too)."""
         return self._repo._branch_fits(self._p.dag, parents, branch)

@@ -292,6 +292,9 @@ class PageReader:
         self._txn = txn
         self._cache: dict[tuple[int, int], bytes] = {}
         self._tables: dict[int, list[int]] = {}
+        #: Run fields (:func:`encode_page`'s) of pages this reader's writer stored as runs: a chain's next
+        #: page is its parent's with the last run grown or one run added, encoded without the flag bytes.
+        self.fields: dict[tuple[int, int], list[int]] = {}
         self._limit = limit
 
     def table(self, vid: int) -> list[int]:
@@ -308,6 +311,12 @@ class PageReader:
             self._cache.clear()
         for i, flags in pages.items():
             self._cache[(vid + _OWNED, i)] = flags
+
+    def remember_fields(self, code: int, page: int, fields: list[int]) -> None:
+        """The run fields of page ``page`` stored under ``code`` (bounded like the other caches)."""
+        if len(self.fields) >= self._limit:
+            self.fields.clear()
+        self.fields[(code, page)] = fields
 
     def pages(self, wanted: Sequence[tuple[int, int]]) -> list[bytes]:
         """Flag bytes of each ``(code, page)``, with one batched engine read for the stored ones."""
@@ -353,6 +362,8 @@ def write_ancestors(txn: WriteTxn, vid: int, parents: Sequence[int], pages: Page
     size = max([own_page + 1, *(len(t) for t in tables)])
     if len(tables) == 1:  # a chain: the parent's table, with the own page changed below
         codes = tables[0] + [EMPTY] * (size - len(tables[0]))
+        if _write_chain_page(txn, vid, codes, reader):
+            return
         fresh: dict[int, bytes] = {}  # page -> flags this version stores itself
     else:
         codes, fresh = _merged_codes(reader, tables, size, vid)
@@ -363,10 +374,46 @@ def write_ancestors(txn: WriteTxn, vid: int, parents: Sequence[int], pages: Page
     for i, flags in fresh.items():
         codes[i] = _code_of(flags, vid)
         if codes[i] >= _OWNED:
-            txn.put(page_key(vid, i), encode_page(flags))
+            encoded = encode_page(flags)
+            txn.put(page_key(vid, i), encoded)
             owned[i] = flags
+            if encoded[0] == _RUNS:
+                reader.remember_fields(codes[i], i, _read_varints(encoded, 1))
     txn.put(page_table_key(vid), encode_table(codes))
     reader.remember(vid, codes, owned)
+
+
+def _write_chain_page(txn: WriteTxn, vid: int, codes: list[int], reader: PageReader) -> bool:
+    """Store a chain version's records from its parent's run fields, without its page's flag bytes.
+
+    ``codes`` is the parent's table padded. Every id of the version's set is below its own (ids are a
+    topological order), so its own page is the parent's with the last run grown by one (the id right
+    after it) or one run of one added: the fields :func:`encode_page` would find in the flags. Taken
+    only when :func:`encode_page` would return those runs (at most ``_FEW_RUNS`` of them and no
+    longer than the packed bitmap), so the bytes are the same; False (nothing written) otherwise.
+    """
+    own_page, bit = vid >> PAGE_SHIFT, vid & PAGE_MASK
+    code = codes[own_page]
+    fields = [] if code == EMPTY else reader.fields.get((code, own_page)) if code >= _OWNED else None
+    if fields is None:
+        return False
+    end = sum(fields)  # where the last run ends
+    if bit < end:
+        return False
+    grown = bool(fields) and bit == end
+    new = [*fields[:-1], fields[-1] + 1] if grown else [*fields, bit - end, 1]
+    runs = bytes([_RUNS]) + _varints(new)
+    if len(new) > 2 * _FEW_RUNS or len(runs) > 1 + (bit + 1 + 7) // 8:
+        return False
+    if new == [0, PAGE_BITS]:
+        codes[own_page] = FULL
+    else:
+        codes[own_page] = vid + _OWNED
+        txn.put(page_key(vid, own_page), runs)
+        reader.remember_fields(vid + _OWNED, own_page, new)
+    txn.put(page_table_key(vid), encode_table(codes))
+    reader.remember(vid, codes, {})
+    return True
 
 
 def _merged_codes(reader: PageReader, tables: list[list[int]], size: int,

@@ -40,6 +40,8 @@ ROOT_BRANCH = "main"
 _HEX = re.compile(r"[0-9a-f]+")
 _BRANCH = re.compile(r"[A-Za-z0-9][A-Za-z0-9._/+-]{0,127}")
 _ANCESTOR_CACHE = 256
+#: ``json.dumps(..., separators=(",", ":"))`` builds an encoder per call; one shared gives the same bytes.
+_COMPACT = json.JSONEncoder(separators=(",", ":"))
 
 
 @dataclass(frozen=True)
@@ -125,7 +127,7 @@ def encode_version(version: Version) -> bytes:
     """The stored record of a version (JSON: self-describing and readable with any LMDB/SQLite tool)."""
     record = version.to_json()
     record["vid"] = version.vid
-    return json.dumps(record, separators=(",", ":")).encode()
+    return _COMPACT.encode(record).encode()
 
 
 def decode_version(data: bytes) -> Version:

@@ -10,7 +10,7 @@ Split out of the repository module (issue 30), unchanged: :class:`~.repository.R
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import napari_shardscope.core.versioned.keys as K
@@ -108,8 +108,33 @@ class NodeTransfer(RepositoryHandle):
         with self._writing(timeout) as p:
             return self._adopt_node_in(p, node, branch, hollow)
 
+    def _adopt_nodes_in(self, p: _Pending,
+                        nodes: Iterable[tuple[NodeContent, str | None, HollowRef | None]]) -> list[Version]:
+        """Adopt many received versions (parents first) in transaction ``p``, their records written in bulk.
+
+        Each ``(node, branch, hollow)`` is checked and adopted as :meth:`adopt_node` does, in order (a
+        later one may name an earlier one as its parent); the DAG records of all of them are built in
+        memory (:meth:`~.dagindex.DagWriter.bulk`), and their data, then their hollow records, go to
+        the engine in one bulk put each. The store ends as it would after adopting them one by one in
+        this transaction, byte for byte; what a clone or a fetch of a long history calls per batch.
+        """
+        data: list[tuple[bytes, bytes]] = []
+        marks: list[tuple[bytes, bytes]] = []
+        out: list[Version] = []
+        try:
+            with p.dag.bulk():
+                for node, branch, hollow in nodes:
+                    out.append(self._adopt_node_in(p, node, branch, hollow, into=(data, marks)))
+        finally:  # after an error too: the versions adopted before it are whole, as one by one
+            if data:
+                p.txn.put_many(data)  # before the hollow records: the rewrite guard lets a version's data in
+            if marks:
+                p.txn.put_many(marks)
+        return out
+
     def _adopt_node_in(self, p: _Pending, node: NodeContent, branch: str | None,
-                       hollow: HollowRef | None = None) -> Version:
+                       hollow: HollowRef | None = None,
+                       into: tuple[list[tuple[bytes, bytes]], list[tuple[bytes, bytes]]] | None = None) -> Version:
         name = node.branch if branch is None else branch
         dag = p.dag
         if dag.contains(node.uuid):
@@ -135,20 +160,34 @@ class NodeTransfer(RepositoryHandle):
             iids = self._node_instances(node)
         v = Version(uuid=node.uuid, vid=dag.max_vid() + 1, parents=node.parents, branch=name,
                     locked=True, message=node.message, created=node.created, committed=node.committed)
-        dag.add(v)
+        dag.add(v, known_new=True)  # looked up above
         p.touched()
-        self._put_node_data(p.txn, node, v.vid, iids)
-        if hollow is not None:
-            self._mark_hollow(p, v.vid, hollow)
+        if into is None:
+            self._put_node_data(p.txn, node, v.vid, iids)
+            if hollow is not None:
+                self._mark_hollow(p, v.vid, hollow)
+        else:
+            into[0].extend(self._node_data(node, v.vid, iids))
+            if hollow is not None:
+                self._mark_hollow(p, v.vid, hollow, into[1])
         return v
 
-    def _mark_hollow(self, p: _Pending, vid: int, hollow: HollowRef) -> None:
-        """Record that ``vid``'s values are stubs into ``hollow``'s objects (after its data: the rewrite guard)."""
-        p.txn.put(hollow_key(vid), hollow.encode())
+    def _mark_hollow(self, p: _Pending, vid: int, hollow: HollowRef,
+                     into: list[tuple[bytes, bytes]] | None = None) -> None:
+        """Record that ``vid``'s values are stubs into ``hollow``'s objects (after its data: the rewrite guard).
+
+        ``into``: append the records there instead (bulk adoption puts them after every version's data).
+        """
+        marks = [(hollow_key(vid), hollow.encode())]
         if not p.marked_hollow:  # once per transaction, not per version (a clone adopts 1,000 per transaction)
-            p.txn.put(HOLLOW_FLAG_KEY, b"1")
+            marks.append((HOLLOW_FLAG_KEY, b"1"))
             p.after(self._enable_hollow)
             p.marked_hollow = True
+        if into is not None:
+            into.extend(marks)
+        else:
+            for key, value in marks:
+                p.txn.put(key, value)
 
     def _node_instances(self, node: NodeContent) -> dict[str, int]:
         iids: dict[str, int] = {}
@@ -160,10 +199,17 @@ class NodeTransfer(RepositoryHandle):
             iids[inst_name] = inst.iid
         return iids
 
-    @staticmethod
-    def _put_node_data(txn: WriteTxn, node: NodeContent, vid: int, iids: Mapping[str, int]) -> None:
+    @classmethod
+    def _put_node_data(cls, txn: WriteTxn, node: NodeContent, vid: int, iids: Mapping[str, int]) -> None:
         # one bulk put: the engine loops natively, and a lazy clone's rewrite guard looks the version
         # up once instead of once per key (HollowTxn.put_many)
+        items = cls._node_data(node, vid, iids)
+        if items:
+            txn.put_many(items)
+
+    @staticmethod
+    def _node_data(node: NodeContent, vid: int, iids: Mapping[str, int]) -> list[tuple[bytes, bytes]]:
+        """The engine records of a node's data at local id ``vid``: entries, change index, logs, notes."""
         items: list[tuple[bytes, bytes]] = []
         for e in node.entries:
             stem = K.key_stem(iids[e.instance], e.key)
@@ -173,8 +219,7 @@ class NodeTransfer(RepositoryHandle):
             items.append((K.log_key(iids[g.instance], vid, g.seq), g.data))
         for n in node.notes:
             items.append((K.note_key(vid, n.seq), json.dumps({"time": n.time, "text": n.text}).encode()))
-        if items:
-            txn.put_many(items)
+        return items
 
     def fill_root(self, node: NodeContent, *, timeout: float | None = None, hollow: HollowRef | None = None) -> Version:
         """Write a received root's data into this repository's root (a clone's first step).

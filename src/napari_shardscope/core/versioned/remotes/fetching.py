@@ -12,7 +12,7 @@ merge see.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -20,7 +20,7 @@ from napari_shardscope.core.errors import ArgumentError
 from napari_shardscope.core.versioned.dag import Version, check_branch_name
 from napari_shardscope.core.versioned.errors import BranchExistsError, UnknownBranchError
 from napari_shardscope.core.versioned.hollow import HollowRef
-from napari_shardscope.core.versioned.node import NodeEntry, NodeLog
+from napari_shardscope.core.versioned.node import NodeContent, NodeEntry, NodeLog
 from napari_shardscope.core.versioned.remotes import config as C
 from napari_shardscope.core.versioned.remotes.endpoints import check_same_repository, open_remote
 from napari_shardscope.core.versioned.remotes.errors import CorruptObjectError
@@ -30,7 +30,7 @@ from napari_shardscope.core.versioned.remotes.pack import NodeHeader, decode_dat
 from napari_shardscope.core.versioned.remotes.spool import Spool
 from napari_shardscope.core.versioned.remotes.store import NodeRef, Progress, RemoteStore, Transfer
 from napari_shardscope.core.versioned.remotes.walk import Walk, walk_missing
-from napari_shardscope.core.versioned.repository import Repository
+from napari_shardscope.core.versioned.repository import Batch, Repository
 
 #: Data objects downloaded together by a fetch (each holds up to ``DATA_OBJECT_BYTES`` of records), of one
 #: version or of many.
@@ -192,21 +192,32 @@ def _adopt_walk(repo: Repository, remote: str, walk: Walk, wanted: dict[str, Nod
     only = C.instances_of(repo)
     for first in range(0, len(walk.order), ADOPT_BATCH):
         with repo.batch() as batch:
-            for uuid in walk.order[first:first + ADOPT_BATCH]:
-                header = walk.headers[uuid][1]
-                name = _local_branch(batch, remote, header, preferred.get(uuid), chosen, walk)
-                records = hollow.get(uuid)
-                where: HollowRef | None = None
-                if records is None:
-                    records = []
-                    for data_name in header.data:
-                        records.extend(decode_data(data_name, spool.get(data_name), header.instances))
-                else:
-                    where = HollowRef(remote, header.data)
-                batch.adopt_node(only_instances(node_content(header, records), only), branch=name, hollow=where)
-                chosen[uuid] = name
-                if name != header.branch:
-                    renamed[uuid] = name
+            # one by one, each adopted before the next is named (its branch depends on the DAG so far);
+            # the batch's records are built in memory and written with one bulk put
+            batch.adopt_nodes(_nodes_to_adopt(batch, remote, walk.order[first:first + ADOPT_BATCH], walk, spool,
+                                              hollow, preferred, chosen, renamed, only))
         for uuid in walk.order[first:first + ADOPT_BATCH]:  # committed: the remote has them, as these objects
             state.objects[uuid] = walk.headers[uuid][0]
     return renamed
+
+
+def _nodes_to_adopt(batch: Batch, remote: str, uuids: Sequence[str], walk: Walk, spool: Spool,
+                    hollow: dict[str, list[NodeEntry | NodeLog]], preferred: dict[str, str], chosen: dict[str, str],
+                    renamed: dict[str, str], only: set[str] | None,
+                    ) -> Iterator[tuple[NodeContent, str | None, HollowRef | None]]:
+    """``(node, local branch, hollow)`` of each of ``uuids``, named once the previous one was adopted."""
+    for uuid in uuids:
+        header = walk.headers[uuid][1]
+        name = _local_branch(batch, remote, header, preferred.get(uuid), chosen, walk)
+        records = hollow.get(uuid)
+        where: HollowRef | None = None
+        if records is None:
+            records = []
+            for data_name in header.data:
+                records.extend(decode_data(data_name, spool.get(data_name), header.instances))
+        else:
+            where = HollowRef(remote, header.data)
+        chosen[uuid] = name
+        if name != header.branch:
+            renamed[uuid] = name
+        yield only_instances(node_content(header, records), only), name, where
