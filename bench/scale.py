@@ -363,6 +363,33 @@ def run_child(task: dict[str, Any]) -> dict[str, Any]:
             body = new
         out["seconds"] = time.perf_counter() - t0
         out["last_ms"] = 1000 * statistics.median(times[-max(1, len(times) // 10):])
+    elif kind == "undo-bytes":
+        # the bytes of the labelmap's undo records (``u`` + mutation id): the migrated history's, then
+        # those of new edits at the head (cleaves of one supervoxel and merges of two bodies)
+        from napari_shardscope.core.labelmap.keys import UNDO_PREFIX
+
+        repo = open_repository(task["repo"])
+        lm = open_labelmap(repo, "seg")
+
+        def undo_sizes() -> list[int]:  # every version's stored entries (the rewriter's scan: nothing rewritten)
+            with repo.rewriting() as rw:
+                return [len(value) for _k, _vid, tomb, value in rw.scan_all(lm.instance, UNDO_PREFIX) if not tomb]
+
+        sizes = undo_sizes()
+        out["history_bytes"], out["history_records"] = sum(sizes), len(sizes)
+        v = lm.at(task["ref"])
+        rng = np.random.default_rng(5)
+        for _ in range(task["edits"]):
+            a, b = (v.body_of(int(s)) for s in rng.integers(1, task["n"] + 1, size=2))
+            if a != b:
+                v.merge(a, [b])
+            sv = int(rng.integers(1, task["n"] + 1))
+            body = v.body_of(sv)
+            if len(v.supervoxels(body)) > 1:
+                v.cleave(body, [sv])
+        after = undo_sizes()
+        out["edit_bytes"], out["edit_records"] = sum(after) - sum(sizes), len(after) - len(sizes)
+        out["seconds"] = 0.0
     elif kind == "migrate":
         from napari_shardscope.core.labelmap.migrate import migrate_repository
 
@@ -550,6 +577,19 @@ def part_mutations(data: Path, rounds: int, points: list[int], old: Path) -> Non
             "shardscope repo migrate (with repo verify), fresh process")
         row(f"peak RSS migrate a repository of {count:.0e} mutations", migrate_rss, None, "-", None,
             len(migrate_rss), "whole process", unit="MB", digits=0)
+        scratch = history.parent / f"{history.name}-undo-bytes"
+        shutil.rmtree(scratch, ignore_errors=True)
+        fresh_copy(new_repo, scratch)  # the edits go to a copy: the migrated store is measured as migrated
+        got = child({"task": "undo-bytes", "repo": str(scratch / "repo"), "ref": head, "n": n_svs, "edits": 20},
+                    old=None)
+        shutil.rmtree(scratch, ignore_errors=True)
+        if got is not None:
+            row(f"undo-record bytes per migrated edit, {count:.0e} mutations",
+                [got["history_bytes"] / max(1, got["history_records"])], None, "-", None, 1,
+                f"{got['history_records']} records, {got['history_bytes']} bytes", unit="B", digits=0)
+            row(f"undo-record bytes per new edit at the head, {count:.0e} mutations",
+                [got["edit_bytes"] / max(1, got["edit_records"])], None, "-", None, 1,
+                f"{got['edit_records']} merges and cleaves", unit="B", digits=0)
         _, cy, _ = geometry(n_svs)
         win = min(WINDOW, cy * SV[1])
         # the committed version in the middle, found by the writer (opening the history with this

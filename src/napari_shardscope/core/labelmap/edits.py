@@ -3,11 +3,13 @@
 Every edit — merge, cleave, supervoxel split, body split, undo, redo, branch merge — becomes an
 :class:`EditPlan`: the logical map delta (for the log) plus the new values of every versioned key it
 rewrites (body-map records, overlay blocks, index entries). :func:`write_plan` then, inside the
-caller's write transaction, saves each key's previous value under the mutation's undo keys, writes
+caller's write transaction, saves what each key held before in the mutation's undo record (for
+pages and id sets only the rows the edit changes: :mod:`.undo_records`), writes
 the new values, moves the freshness stamp, appends the log record and keeps the bookkeeping records:
 the undo and redo stacks (a linked list: the top of each stack, and per mutation the entry below it
 and where its log record is) and the per-body history. Undo is the same machinery run backwards:
-its plan is the saved previous values (:func:`plan_inverse`), which restore every record exactly,
+its plan is the saved previous values, rebuilt from the keys' current values (:func:`plan_inverse`),
+which restore every record exactly,
 and it saves what it overwrites in turn — exactly what a later redo needs. Undo after a restart is
 therefore a few reads, whatever the history.
 """
@@ -31,8 +33,6 @@ from napari_shardscope.core.labelmap.keys import (
     BLOCK_PREFIX,
     block_key,
     decode_previous,
-    decode_saved,
-    encode_saved,
     mutations_counter,
     overlay_count_key,
     parse_block_key,
@@ -56,6 +56,7 @@ from napari_shardscope.core.labelmap.records import (
     link_key,
 )
 from napari_shardscope.core.labelmap.state import VersionState, encode_stamp
+from napari_shardscope.core.labelmap.undo_records import encode_undo_record, read_undo_record
 from napari_shardscope.core.versioned.instance import Instance
 from napari_shardscope.core.versioned.view import VersionView, VersionWriter
 
@@ -161,7 +162,7 @@ def write_plan(w: VersionWriter, instance: Instance, name: str, plan: EditPlan, 
         else:
             w.put(instance, key, new)
     if keys:
-        w.put(instance, undo_prefix(mid), encode_saved(previous))
+        w.put(instance, undo_prefix(mid), encode_undo_record(previous, keys))
     m = Mutation(mutation_id=mid, operation=plan.operation, args=plan.args, user=user, time=time.time(),
                  delta=plan.delta, blocks=plan.blocks, bodies=plan.bodies, supervoxels=plan.supervoxels,
                  target=plan.target)
@@ -218,12 +219,18 @@ def stack_records(view: VersionView, instance: Instance, m: Mutation, seq: int) 
 
 def read_saved(view: VersionView, instance: Instance, mutation_id: int) -> dict[bytes, bytes | None]:
     """What every key mutation ``mutation_id`` wrote held before it: its one packed record, and the
-    per-key records of the replay era (and of migrations)."""
+    per-key records of the replay era (and of migrations).
+
+    A packed record keeps the rows the mutation changed in pages and id sets, not their whole old
+    values (:mod:`.undo_records`): they are rebuilt from the keys' values at ``view``, which must be
+    what the mutation wrote — true whenever it is on top of its stack, the only time it is inverted.
+    """
     prefix = undo_prefix(mutation_id)
     out: dict[bytes, bytes | None] = {}
     for k, v in view.scan(instance, prefix=prefix):
         if len(k) == len(prefix):
-            out.update(decode_saved(v))
+            out.update(read_undo_record(v, lambda keys: view.get_many(instance, keys),
+                                        where=f"undo record of mutation {mutation_id}"))
         else:
             out[k[len(prefix):]] = decode_previous(v)
     return out

@@ -9,8 +9,10 @@ Versioned keys (their value at a version is the nearest ancestor's, see the stor
   without listing keys whether the base's own view serves the scale.
 * ``b"i" + supervoxel (u64 BE)`` → label-index entry of a supervoxel created by a split
   (:mod:`.label_index`). Supervoxels of the base are indexed in the unversioned area instead.
-* ``b"u" + mutation id (u64 BE) + key`` → what ``key`` held before that mutation (``b"\\x00"``:
-  nothing; ``b"\\x01" + value``), so undo can restore every record it changed exactly.
+* ``b"u" + mutation id (u64 BE)`` → the mutation's undo record: every key it wrote and what that key
+  held before — the whole value for small records, only the changed rows for pages and id sets
+  (:mod:`.undo_records`) — so undo can restore every record it changed exactly. The replay era kept
+  one record per key, ``b"u" + mutation id + key`` (``b"\\x00"``: nothing; ``b"\\x01" + value``).
 * the body map's records (:mod:`.records`): ``e`` pages of explicit assignments, ``p``/``q``/``n``/``r``
   union-find, logical-forest, ring and root records, ``a``/``x`` per-node member corrections;
   the undo and redo stacks (``U``, ``R``, ``k`` + mutation id) and per-body history (``h``).
@@ -116,22 +118,13 @@ def decode_previous(data: bytes) -> bytes | None:
 _SAVED_MAGIC = b"SSUP"
 
 
-def encode_saved(previous: dict[bytes, bytes | None]) -> bytes:
-    """Every key a mutation wrote and what it held before, in one value (``u`` + mutation id).
-
-    One record instead of one per key: an edit writes a dozen records, and each store write costs
-    more than the bytes. Layout: ``b"SSUP"``, u32 count, then per key u16 length, the key, and
-    :func:`encode_previous` of its value behind a u32 length.
-    """
-    parts = [_SAVED_MAGIC, struct.pack("<I", len(previous))]
-    for key, value in previous.items():
-        saved = encode_previous(value)
-        parts += [struct.pack("<H", len(key)), key, struct.pack("<I", len(saved)), saved]
-    return b"".join(parts)
-
-
 def decode_saved(data: bytes) -> dict[bytes, bytes | None]:
-    """Inverse of :func:`encode_saved` (:class:`ArgumentError` on damage)."""
+    """An undo record of the first packed layout: every key a mutation wrote and its whole previous value.
+
+    Written until undo records became deltas (:mod:`.undo_records`, which reads both layouts); kept
+    for the records of existing stores. Layout: ``b"SSUP"``, u32 count, then per key u16 length, the
+    key, and :func:`encode_previous` of its value behind a u32 length (:class:`ArgumentError` on damage).
+    """
     if data[:4] != _SAVED_MAGIC or len(data) < 8:
         raise ArgumentError("malformed saved values in the labelmap's undo area")
     (count,) = struct.unpack_from("<I", data, 4)

@@ -46,7 +46,6 @@ from napari_shardscope.core.labelmap.keys import (
     UNDO_PREFIX,
     block_prefix,
     decode_previous,
-    encode_saved,
     overlay_count_key,
     undo_prefix,
 )
@@ -69,6 +68,7 @@ from napari_shardscope.core.labelmap.records import (
     encode_where,
     history_key,
 )
+from napari_shardscope.core.labelmap.undo_records import encode_undo_record
 from napari_shardscope.core.progress import Progress
 from napari_shardscope.core.versioned.dag import Version
 from napari_shardscope.core.versioned.instance import Instance
@@ -288,7 +288,7 @@ class _Migration:
                 previous[key] = w.get(self.inst, key)
                 self._put(w, key, new)
             if previous:  # beside format 1's per-key records of its blocks and index entries
-                w.put(self.inst, undo_prefix(m.mutation_id), encode_saved(previous))
+                w.put(self.inst, undo_prefix(m.mutation_id), encode_undo_record(previous, changes))
             book = stack_records(w, self.inst, m, seq)
             for body in sorted(set(m.bodies)):
                 book[history_key(body, m.mutation_id)] = encode_where(v.uuid, seq)
