@@ -111,3 +111,36 @@ def test_synapses_of_a_body_read_only_its_sites_and_their_partners(based: bool, 
         assert v.synapses(body) == sites
         allowed = {s.annotation.id for s in sites} | {i for s in sites for i, _ in s.partners}
         assert set(read) <= allowed, (body, sorted(set(read) - allowed)[:10])
+
+
+def test_instances_and_bases_from_before_the_supervoxel_index_are_still_answered(tmp_path: Path) -> None:
+    """A format-2 instance (no ``v`` keys) and a base without its ids by supervoxel use the former path."""
+    from napari_shardscope.core.annotation.instance import TYPE_NAME, AnnotationInstance
+
+    seg, _ = base_volume()
+    repo = create_repository(None, engine="memory")
+    lm = create_labelmap(repo, "seg", seg, block=BLOCK)
+    new = create_annotation_instance(repo, "new", labelmap=lm, base=_table(tmp_path / "syn.parquet", 60, 2),
+                                     base_dir=tmp_path / "base")
+    doc = dict(new.instance.config["base"])
+    assert "sites" in doc and new.base is not None and new.base.sites_indexed
+    del doc["sites"], doc["site_rows"]  # what the previous import wrote
+    old_base = AnnotationInstance(repo, repo.create_instance("old-base", TYPE_NAME,
+                                                             {"format": 3, "labelmap": "seg", "base": doc}), lm)
+    old_fmt = AnnotationInstance(repo, repo.create_instance("old-format", TYPE_NAME,
+                                                            {"format": 2, "labelmap": "seg"}), lm)
+    rng = np.random.default_rng(3)
+    pts = rng.integers(0, SHAPE, size=(40, 3))
+    v2 = old_fmt.at("main")
+    for i, p in enumerate(pts.tolist()):
+        v2.add("pre" if i % 2 == 0 else "post", p)
+    ids = [a.id for a in v2.all()]
+    for i in range(0, len(ids) - 1, 2):
+        v2.relate(ids[i], ids[i + 1])
+    for inst in (new, old_base, old_fmt):
+        v = inst.at("main")
+        assert _sites_indexed(v) == (inst is new)
+        truth = brute_force_synapses(v)
+        assert truth
+        for body in sorted(int(b) for b in np.unique(lm.at("main").read_bodies()) if b):
+            assert v.synapses(body) == truth.get(body, []), (inst.name, body)

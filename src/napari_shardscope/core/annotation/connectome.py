@@ -30,6 +30,7 @@ import numpy.typing as npt
 
 from napari_shardscope.core.annotation import keys as K
 from napari_shardscope.core.annotation import synapse_index as S
+from napari_shardscope.core.annotation.base import UNKNOWN_SUPERVOXEL
 from napari_shardscope.core.annotation.connections import (
     ConnectionChange,
     Connections,
@@ -40,7 +41,6 @@ from napari_shardscope.core.annotation.connections import (
     as_u64,
 )
 from napari_shardscope.core.annotation.errors import AnnotationArgumentError
-from napari_shardscope.core.annotation.base import UNKNOWN_SUPERVOXEL
 from napari_shardscope.core.annotation.model import Annotation, Point
 from napari_shardscope.core.annotation.points import supervoxels_at
 
@@ -442,7 +442,7 @@ def retired_supervoxels(r: Resolver) -> U64:
     if not seen:
         return np.zeros(0, np.uint64)
     cand = as_u64(sorted(seen))
-    return cand[~r.lm.exists(r.state, cand)]
+    return np.asarray(cand[~r.lm.exists(r.state, cand)], dtype=np.uint64)
 
 
 def _sites_of_body(v: AnnotationVersion, body: int) -> list[Annotation]:
@@ -482,10 +482,9 @@ def _sites_of_body(v: AnnotationVersion, body: int) -> list[Annotation]:
 def synapses(v: AnnotationVersion, body: int) -> list[SynapseSite]:
     """The ``pre`` and ``post`` annotations in ``body`` at ``v`` (by id) with their partners' ids and bodies."""
     body = _check_body(body)
-    if _sites_indexed(v):
-        sites = _sites_of_body(v, body)
-    else:  # an instance or base from before the supervoxel index: through the body's blocks
-        sites = [a for a in v.by_body(body) if a.kind in ("pre", "post")]
+    # an instance or base from before the supervoxel index: through the body's blocks
+    sites = _sites_of_body(v, body) if _sites_indexed(v) else [a for a in v.by_body(body)
+                                                                if a.kind in ("pre", "post")]
     links = {a.id: [x.to for x in a.relationships if x.rel in ("PreSynTo", "PostSynTo")] for a in sites}
     ids = sorted({i for ls in links.values() for i in ls})
     r = Resolver(v)
