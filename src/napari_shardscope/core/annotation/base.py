@@ -21,7 +21,9 @@ reads the voxel under such a point as it does for a supervoxel a split retired. 
 their synapse index also keep each site's supervoxel at import (records column ``sv``) and a third
 table, the **synapse index** (keyed by supervoxel: partner supervoxel, direction, count), which
 ``connections(body)`` reads for the body's supervoxels only (:mod:`.connectome`); older bases have
-neither and are recounted.
+neither and are recounted. Bases imported since also have a fourth table, the **sites** (keyed by the
+supervoxel at import: the ids of the annotations under it), which ``synapses(body)`` reads for the
+body's supervoxels only; bases without it are read through the body's blocks, as before.
 """
 
 from __future__ import annotations
