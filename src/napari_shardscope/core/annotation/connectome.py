@@ -445,7 +445,11 @@ def retired_supervoxels(r: Resolver) -> U64:
     return np.asarray(cand[~r.lm.exists(r.state, cand)], dtype=np.uint64)
 
 
-def _sites_of_body(v: AnnotationVersion, body: int) -> list[Annotation]:
+#: (own id, partner id) → the partner's recorded supervoxel and point, from the synapse index.
+Ends = dict[tuple[int, int], tuple[int, Point]]
+
+
+def _sites_of_body(v: AnnotationVersion, body: int) -> tuple[list[Annotation], Ends]:
     """The ``pre``/``post`` annotations in ``body`` at ``v``, by id, read through the supervoxel index.
 
     Candidates: the annotations filed under the body's supervoxels, and under the supervoxels a split
@@ -453,7 +457,8 @@ def _sites_of_body(v: AnnotationVersion, body: int) -> list[Annotation]:
     supervoxel at import. Their records are then read at the version (edits and tombstones win over
     the base, as everywhere) and each kept when its body here is ``body``: a record moved away since
     it was filed (a base site moved by a version) is dropped. Costs the body's annotations (and the
-    retired supervoxels'), never the instance's.
+    retired supervoxels'), never the instance's. Also returns the synapse-index entries filed under the
+    same supervoxels: the partners' supervoxels and points, so that their records need not be read.
     """
     r = Resolver(v)
     svs = np.asarray(r.lmv.supervoxels(body), dtype=np.uint64)  # UnknownLabelError when absent here
@@ -461,14 +466,18 @@ def _sites_of_body(v: AnnotationVersion, body: int) -> list[Annotation]:
     inst = v.instance.instance
     base = v.instance.base
     ids: list[int] = []
+    ends: Ends = {}
     with v.instance.repo.read(v.uuid) as view:
         for sv in cand.tolist():
             ids.extend(K.id_of_index_key(k) for k in view.keys(inst, prefix=K.supervoxel_prefix(sv)))
+            for k, raw in view.scan(inst, prefix=S.sv_prefix(sv)):
+                _sv, _d, own, partner = S.decode_key(k)
+                ends[(own, partner)] = S.decode_value(raw, key=k)
         if base is not None:
             ids.extend(base.ids_of_supervoxels(cand).tolist())
         recs = [s for s in v._records(view, ids) if s.annotation.kind in ("pre", "post")] if ids else []
     if not recs:
-        return []
+        return [], ends
     rec_sv = as_u64(s.supervoxel for s in recs)
     unknown = rec_sv == np.uint64(UNKNOWN_SUPERVOXEL)  # base-placed records: the supervoxel at import
     if base is not None and unknown.any():
@@ -476,23 +485,35 @@ def _sites_of_body(v: AnnotationVersion, body: int) -> list[Annotation]:
                                                                                   strict=True) if u))
         rec_sv[unknown] = np.where(found, at_import, np.uint64(UNKNOWN_SUPERVOXEL))
     bodies = r.bodies(rec_sv, [s.annotation.point for s in recs])
-    return [s.annotation for s, b in zip(recs, bodies.tolist(), strict=True) if b == body]
+    return [s.annotation for s, b in zip(recs, bodies.tolist(), strict=True) if b == body], ends
 
 
 def synapses(v: AnnotationVersion, body: int) -> list[SynapseSite]:
     """The ``pre`` and ``post`` annotations in ``body`` at ``v`` (by id) with their partners' ids and bodies."""
     body = _check_body(body)
     # an instance or base from before the supervoxel index: through the body's blocks
-    sites = _sites_of_body(v, body) if _sites_indexed(v) else [a for a in v.by_body(body)
-                                                                if a.kind in ("pre", "post")]
+    if _sites_indexed(v):
+        sites, ends = _sites_of_body(v, body)
+    else:
+        sites, ends = [a for a in v.by_body(body) if a.kind in ("pre", "post")], {}
     links = {a.id: [x.to for x in a.relationships if x.rel in ("PreSynTo", "PostSynTo")] for a in sites}
-    ids = sorted({i for ls in links.values() for i in ls})
+    # a partner's supervoxel and point: from the synapse index when the link is a synapse filed there,
+    # else from its record (a base synapse, a link without its inverse)
+    where: dict[int, tuple[int, Point]] = {}
+    for a in sites:
+        for i in links[a.id]:
+            end = ends.get((a.id, i))
+            if end is not None:
+                where[i] = end
+    ids = sorted({i for ls in links.values() for i in ls} - where.keys())
     r = Resolver(v)
     with v.instance.repo.read(v.uuid) as view:
         recs = v._records(view, ids) if ids else []
-    bodies = r.bodies(as_u64(s.supervoxel for s in recs), [s.annotation.point for s in recs])
-    body_of = {s.annotation.id: int(b) for s, b in zip(recs, bodies.tolist(), strict=True)}
-    return [SynapseSite(a, body, tuple((i, body_of[i]) for i in links[a.id])) for a in sites]
+    where.update((s.annotation.id, (s.supervoxel, s.annotation.point)) for s in recs)
+    order = list(where)
+    bodies = r.bodies(as_u64(where[i][0] for i in order), [where[i][1] for i in order])
+    body_of = dict(zip(order, bodies.tolist(), strict=True))
+    return [SynapseSite(a, body, tuple((i, int(body_of[i])) for i in links[a.id])) for a in sites]
 
 
 def connectivity(v: AnnotationVersion, bodies: Iterable[int] | None = None, *,
