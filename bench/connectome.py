@@ -11,7 +11,12 @@ the order alternating:
 1. ``connections(A)`` (ours: the synapse index, the body's supervoxels only) vs the peer, a full
    recount (:func:`recount_connectivity`: every record read, every point's body read from the
    voxels) reduced to A's partners — what a tool without an index must do after an edit;
-2. a view's box (8 x 128 x 128 voxels): ``in_box`` (the spatial index) vs a scan of every record.
+2. a view's box (8 x 128 x 128 voxels): ``in_box`` (the spatial index) vs a scan of every record;
+3. ``synapses(A)`` (every site of the body, with its partners' ids and bodies: ours reads the body's
+   supervoxels' annotations through the supervoxel index) vs the peer, a full scan: every annotation
+   read, every point's body read from the voxels, the body's sites kept. The former path (every
+   annotation in the body's blocks) is timed once per size for the record (``--only synapses`` runs
+   this case alone).
 
 Goals (issue 29): connections of one body in <= 10 ms at 10⁷ synapses, >= 100x faster than a recount.
 """
@@ -80,7 +85,67 @@ def recount_base(v: object, body: int) -> object:
     return Connections(body, side(out), side(inc))
 
 
-def run(n: int, rounds: int, *, from_base: bool = False, peer_rounds: int | None = None) -> None:
+def scan_synapses(v: object, body: int) -> list[object]:
+    """The peer of ``synapses(body)``: every annotation of the version read, every point's body read from
+    the voxels (one read per block the points fall in), the body's ``pre``/``post`` sites kept."""
+    from napari_shardscope.core.annotation.connections import SynapseSite
+    from napari_shardscope.core.annotation.points import supervoxels_at
+
+    every = v.all()  # type: ignore[attr-defined]
+    lmv = v.instance.labelmap.at(v.uuid)  # type: ignore[attr-defined]
+    pts = np.asarray([a.point for a in every], dtype=np.int64).reshape(-1, 3)
+    bodies = lmv.bodies_of(supervoxels_at(lmv, pts, v.instance.block)).tolist()  # type: ignore[attr-defined]
+    body_of = {a.id: int(b) for a, b in zip(every, bodies, strict=True)}
+    return [SynapseSite(a, body, tuple((r.to, body_of[r.to]) for r in a.relationships
+                                       if r.rel in ("PreSynTo", "PostSynTo")))
+            for a, b in zip(every, bodies, strict=True) if b == body and a.kind in ("pre", "post")]
+
+
+def former_synapses(v: object, body: int) -> object:
+    """``synapses(body)`` through the body's blocks (what it did before the supervoxel index)."""
+    real = C._sites_indexed
+    C._sites_indexed = lambda _v: False  # type: ignore[assignment]
+    try:
+        return v.synapses(body)  # type: ignore[attr-defined]
+    finally:
+        C._sites_indexed = real  # type: ignore[assignment]
+
+
+def bench_synapses(v: object, n: int, rounds: int, a: int, b: int, lm: object, where: str) -> None:
+    def setup(_r: int) -> None:  # merge B into A, or undo that merge (whatever the state left before)
+        lmv = lm.at("main")  # type: ignore[attr-defined]
+        if lmv.exists(b):
+            lmv.merge(a, [b])
+        else:
+            lmv.undo()
+
+    def ours() -> object:
+        return v.synapses(a)  # type: ignore[attr-defined]
+
+    def peer() -> object:
+        return scan_synapses(v, a)
+
+    setup(0)
+    if lm.at("main").exists(b):  # type: ignore[attr-defined]
+        setup(0)  # A holds B: the merged body
+    got = ours()
+    assert C._sites_indexed(v) and got == peer()
+    former = "not timed (beyond 10⁵ it reads every annotation in the body's blocks: minutes)"
+    if n <= 10**5:
+        t_former = timed(lambda: former_synapses(v, a))
+        assert former_synapses(v, a) == got
+        former = f"{t_former:.2f} s (one round, merged)"
+    setup(1)
+    pair = paired_rounds(ours, peer, rounds, setup=setup)
+    record_pair(BENCH, f"synapses(body) after a merge/undo, N={n:,} synapses ({len(got)} sites of A+B "
+                f"merged)", "-", pair, "full scan (every annotation read, every point's voxel read)", None,
+                setting=f"{where}, body {a} (+{b}); the former path through the body's blocks: {former}")
+    print(f"  synapses N={n:,}: ours {[round(x * 1e3, 1) for x in pair.ours]} ms; peer "
+          f"{[round(x, 2) for x in pair.peer]} s; former {former}", flush=True)
+
+
+def run(n: int, rounds: int, *, from_base: bool = False, peer_rounds: int | None = None,
+        only: str | None = None) -> None:
     tmp = Path(tempfile.mkdtemp(prefix="bench-connectome-"))
     try:
         sample = ss.ensure_sample_dataset()
@@ -132,11 +197,15 @@ def run(n: int, rounds: int, *, from_base: bool = False, peer_rounds: int | None
                 return recount_base(v, a)
             return _connections_from(recount_connectivity(v).as_dict(), a)
 
+        where = f"sample labelmap, LMDB, {'imported base' if from_base else 'add_many'}"
+        if only == "synapses":
+            bench_synapses(v, n, rounds, a, b, lm, where)
+            repo.close()
+            return
         if from_base and n <= 10**4:  # the vectorised peer agrees with the reference recount
             assert peer() == _connections_from(recount_connectivity(v).as_dict(), a)
         assert ours() == peer()
         kind = "full recount (vectorised, every point's voxel read)" if from_base else "full recount"
-        where = f"sample labelmap, LMDB, {'imported base' if from_base else 'add_many'}"
         if peer_rounds is not None and peer_rounds < rounds:  # the peer is too slow to repeat: ours alone
             pair = Paired()
             for r in range(rounds):
@@ -162,6 +231,8 @@ def run(n: int, rounds: int, *, from_base: bool = False, peer_rounds: int | None
                     setting=f"{where}, body {a} (+{b})", met=met)
         print(f"  N={n:,}: ours {[round(x * 1e3, 1) for x in pair.ours]} ms; peer {[round(x, 2) for x in pair.peer]} s",
               flush=True)
+        if n <= 10**6:
+            bench_synapses(v, n, rounds if n < 10**6 else min(rounds, 3), a, b, lm, where)
         if n >= 10**6 or from_base:  # the box's peer reads every record: measured at 10^4
             repo.close()
             return
@@ -195,6 +266,7 @@ def main() -> None:
     p.add_argument("--base", action="store_true",
                    help="build the synapses by importing a Parquet table as the base (the synapse index is "
                         "built at import) instead of add_many; the peer is then a vectorised recount")
+    p.add_argument("--only", choices=["synapses"], default=None, help="measure only this case")
     p.add_argument("--sizes", default=None, help="comma-separated N (overrides the defaults and --long)")
     args = p.parse_args()
     sizes = [10**4, 10**6] + ([10**7] if args.long else [])
@@ -202,10 +274,10 @@ def main() -> None:
         sizes = [int(float(x)) for x in args.sizes.split(",")]
     for n in sizes:
         if args.base:
-            run(n, args.rounds, from_base=True, peer_rounds=1 if n >= 10**7 else None)
+            run(n, args.rounds, from_base=True, peer_rounds=1 if n >= 10**7 else None, only=args.only)
         else:
-            run(n, args.rounds if n < 10**6 else min(args.rounds, 3))
-    print(save(BENCH, partial=args.base or bool(args.sizes)))
+            run(n, args.rounds if n < 10**6 else min(args.rounds, 3), only=args.only)
+    print(save(BENCH, partial=args.base or bool(args.sizes) or bool(args.only)))
 
 
 if __name__ == "__main__":

@@ -21,7 +21,9 @@ reads the voxel under such a point as it does for a supervoxel a split retired. 
 their synapse index also keep each site's supervoxel at import (records column ``sv``) and a third
 table, the **synapse index** (keyed by supervoxel: partner supervoxel, direction, count), which
 ``connections(body)`` reads for the body's supervoxels only (:mod:`.connectome`); older bases have
-neither and are recounted.
+neither and are recounted. Bases imported since also have a fourth table, the **sites** (keyed by the
+supervoxel at import: the ids of the annotations under it), which ``synapses(body)`` reads for the
+body's supervoxels only; bases without it are read through the body's blocks, as before.
 """
 
 from __future__ import annotations
@@ -102,6 +104,9 @@ class BaseConfig:
     #: Whether the records table has the ``sv`` column (each site's supervoxel at import).
     supervoxels: bool = False
     synapse_rows: int = 0
+    #: The ids by supervoxel at import (key ``sv``, column ``id``), None in bases imported without it.
+    sites: str | None = None
+    site_rows: int = 0
 
     def to_json(self) -> dict[str, Any]:
         # the keys added later are written only when set: a base without them reads as before, and code
@@ -114,6 +119,9 @@ class BaseConfig:
         if self.synapses is not None:
             out["synapses"] = self.synapses
             out["synapse_rows"] = self.synapse_rows
+        if self.sites is not None:
+            out["sites"] = self.sites
+            out["site_rows"] = self.site_rows
         return out
 
     @classmethod
@@ -125,11 +133,13 @@ class BaseConfig:
             if doc["layout"] not in LAYOUTS:
                 raise ValueError(f"layout is not one of {LAYOUTS}")
             syn = doc.get("synapses")
+            sites = doc.get("sites")
             return cls(str(doc["records"]), str(doc["spatial"]), int(doc["rows"]), int(doc["max_id"]),
                        (block[0], block[1], block[2]), str(doc["source"]), str(doc["layout"]),
                        tuple(BaseProperty.from_json(p) for p in doc.get("properties", [])),
                        None if syn is None else str(syn), bool(doc.get("supervoxels", False)),
-                       int(doc.get("synapse_rows", 0)))
+                       int(doc.get("synapse_rows", 0)), None if sites is None else str(sites),
+                       int(doc.get("site_rows", 0)))
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise AnnotationRecordError(f"annotation instance {name!r} has a malformed base record ({exc}): "
                                         f"{doc!r}") from exc
@@ -143,11 +153,23 @@ class AnnotationBase:
     """
 
     def __init__(self, config: BaseConfig, records: SortedTable, spatial: SortedTable,
-                 synapses: SortedTable | None = None) -> None:
+                 synapses: SortedTable | None = None, sites: SortedTable | None = None) -> None:
         self.config = config
         self.records = records
         self.spatial = spatial
         self.synapses = synapses
+        self.sites = sites
+
+    @property
+    def sites_indexed(self) -> bool:
+        """Whether the base has its ids by supervoxel (imported with them): ``synapses(body)`` reads those."""
+        return self.sites is not None and self.config.supervoxels
+
+    def ids_of_supervoxels(self, svs: npt.ArrayLike) -> U64:
+        """Ids of the base annotations whose supervoxel at import is one of ``svs`` (the pages holding them)."""
+        assert self.sites is not None
+        _, cols = self.sites.select(np.asarray(svs, dtype=np.uint64).reshape(-1), ["id"])
+        return np.asarray(cols["id"], dtype=np.uint64)
 
     @property
     def indexed(self) -> bool:
@@ -259,10 +281,18 @@ def open_base(config: BaseConfig, *, name: str) -> AnnotationBase:
                 f"annotation instance {name!r}: its base's synapse index {config.synapses} holds "
                 f"{synapses.num_rows} rows, {config.synapse_rows} when it was imported: a base must not change "
                 f"under an instance; put the imported tables back")
+    sites = None
+    if config.sites is not None:
+        sites = open_sorted_table(config.sites)
+        if sites.num_rows != config.site_rows:
+            raise AnnotationRecordError(
+                f"annotation instance {name!r}: its base's supervoxel index {config.sites} holds "
+                f"{sites.num_rows} rows, {config.site_rows} when it was imported: a base must not change "
+                f"under an instance; put the imported tables back")
     if config.supervoxels and "sv" not in records.schema.value_names:
         raise AnnotationRecordError(f"annotation instance {name!r}: its base table {config.records} lacks the "
                                     f"column 'sv'")
-    return AnnotationBase(config, records, spatial, synapses)
+    return AnnotationBase(config, records, spatial, synapses, sites)
 
 
 __all__ = ["MAX_BLOCKS", "TOMBSTONE", "UNKNOWN_SUPERVOXEL", "AnnotationBase", "BaseConfig", "BaseProperty",

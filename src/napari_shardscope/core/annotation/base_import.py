@@ -547,7 +547,8 @@ def write_base(sites: Sites, base_dir: str | os.PathLike[str], *, block: tuple[i
     With ``labelmap`` (the labelmap at the version the base is imported at), each site's supervoxel is
     read (one read per block holding sites) and kept in the records table (column ``sv``), and a
     synapse base gets its synapse index (:func:`synapse_aggregates`, the ``synapses`` table) so that
-    ``connections(body)`` reads only the body's supervoxels' rows.
+    ``connections(body)`` reads only the body's supervoxels' rows; every base gets the ids by
+    supervoxel (the ``sites`` table) so that ``synapses(body)`` reads only the body's sites.
     """
     grid = [-(-s // b) for s, b in zip(shape, block, strict=True)]
     if max(grid) > MAX_BLOCKS:
@@ -587,6 +588,7 @@ def write_base(sites: Sites, base_dir: str | os.PathLike[str], *, block: tuple[i
     ext = ".parquet" if format == "parquet" else ".zarr"
     records_url, spatial_url = str(root / f"records{ext}"), str(root / f"spatial{ext}")
     synapses_url = str(root / f"synapses{ext}") if synapses is not None else None
+    sites_url = str(root / f"sites{ext}") if labelmap is not None else None
     # lz4: a Parquet base is written 3x faster than with zstd, for a fifth more bytes; no dictionary
     # encoding: points, ids and scores are distinct values (it was half the CPU of the writes)
     options: dict[str, Any] = {"format": format}
@@ -604,12 +606,18 @@ def write_base(sites: Sites, base_dir: str | os.PathLike[str], *, block: tuple[i
             jobs.append(pool.submit(write_sorted_table, synapses_url, [(sv, {"partner": partner, "dir": d,
                                                                               "n": cnt})],
                                     key="sv", unique=False, overwrite=overwrite, **options))
+        if sites_url is not None:
+            # the ids by supervoxel: ``synapses(body)`` reads the rows of the body's supervoxels only
+            by_sv = np.argsort(cols["sv"], kind="stable")
+            jobs.append(pool.submit(write_sorted_table, sites_url, [(cols["sv"][by_sv], {"id": keys[by_sv]})],
+                                    key="sv", unique=False, overwrite=overwrite, **options))
         for job in jobs:
             job.result()
     return BaseConfig(records_url, spatial_url, n, int(keys[-1]) if n else 0, block, source,
                       sites.layout, tuple(p for p, _ in sites.properties), synapses=synapses_url,
                       supervoxels=labelmap is not None,
-                      synapse_rows=0 if synapses is None else int(synapses[0].size))
+                      synapse_rows=0 if synapses is None else int(synapses[0].size),
+                      sites=sites_url, site_rows=n if sites_url is not None else 0)
 
 
 def build_base(source: Any, base_dir: str | os.PathLike[str], *, shape: tuple[int, int, int],

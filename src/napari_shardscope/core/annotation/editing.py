@@ -78,11 +78,12 @@ def block_of(point: Point, block: tuple[int, int, int]) -> tuple[int, int, int]:
 
 
 def index_keys(s: Stored | None, block: tuple[int, int, int]) -> set[bytes]:
-    """The index keys a record has (spatial and tags): derived from the record alone."""
+    """The index keys a record has (spatial, supervoxel and tags): derived from the record alone."""
     if s is None:
         return set()
     a = s.annotation
-    return {K.spatial_key(block_of(a.point, block), a.id), *(K.tag_key(t, a.id) for t in a.tags)}
+    return {K.spatial_key(block_of(a.point, block), a.id), K.supervoxel_key(s.supervoxel, a.id),
+            *(K.tag_key(t, a.id) for t in a.tags)}
 
 
 def box_corner(value: object) -> list[int] | None:

@@ -39,8 +39,10 @@ TYPE_NAME = "annotation"
 #: 2: the synapse index (:mod:`.synapse_index`) is kept from the instance's creation on, and the
 #: instance may have an imported base (:mod:`.base`; its synapses are not in the index, so the
 #: connectome of such an instance is recounted). Format-1 instances are read, and their connectome
-#: is recounted from the records.
-FORMAT = 2
+#: is recounted from the records. 3: every annotation is also filed under its supervoxel (the
+#: ``v`` keys of :mod:`.keys`), so ``synapses(body)`` reads the body's supervoxels' annotations only;
+#: format-2 instances are read as before (their synapses found through the body's blocks).
+FORMAT = 3
 #: Where a repository on disk keeps the tables of imported bases (``<repo>/annotation-bases/<name>``).
 BASES_DIR = "annotation-bases"
 #: A clone of a remote reserves more ids before an edit when fewer than this many are left.
@@ -278,6 +280,7 @@ ADD_MANY_ROWS = 1 << 17
 _HEAD = np.dtype([("fmt", "u1"), ("kind", "u1"), ("z", "<i8"), ("y", "<i8"), ("x", "<i8"), ("sv", "<u8"),
                   ("n", "<u4")])
 _SPATIAL = np.dtype([("p", "S1"), ("bz", ">u4"), ("by", ">u4"), ("bx", ">u4"), ("id", ">u8")])
+_SUPERVOXEL = np.dtype([("p", "S1"), ("sv", ">u8"), ("id", ">u8")])
 _EDGE = np.dtype([("p", "S1"), ("sv", ">u8"), ("d", "S1"), ("own", ">u8"), ("partner", ">u8")])
 _EDGE_VALUE = np.dtype([("sv", "<u8"), ("z", "<i8"), ("y", "<i8"), ("x", "<i8")])
 
@@ -325,12 +328,16 @@ def write_rows(w: Any, inst: Instance, ids: Any, kinds: Sequence[str], pts: Any,
     cells = pts // np.asarray(block, dtype=np.int64)
     spatial["bz"], spatial["by"], spatial["bx"] = cells[:, 0], cells[:, 1], cells[:, 2]
     spatial["id"] = ids
+    by_sv = np.zeros(n, dtype=_SUPERVOXEL)
+    by_sv["p"] = K.SUPERVOXEL_PREFIX
+    by_sv["sv"], by_sv["id"] = svs, ids
     for lo in range(0, n, ADD_MANY_ROWS):
         hi = min(n, lo + ADD_MANY_ROWS)
         heads = _split(head[lo:hi].tobytes(), _HEAD.itemsize)
         rec_keys = [K.RECORD_PREFIX + b for b in _split(ids[lo:hi].astype(">u8").tobytes(), 8)]
         items = [(k, h + t) for k, h, t in zip(rec_keys, heads, tails[lo:hi], strict=True)]
         items += [(k, b"") for k in _split(spatial[lo:hi].tobytes(), _SPATIAL.itemsize)]
+        items += [(k, b"") for k in _split(by_sv[lo:hi].tobytes(), _SUPERVOXEL.itemsize)]
         w.put_new(inst, items, fresh=fresh)
     for lo in range(0, len(pairs), ADD_MANY_ROWS // 2):
         part = pairs[lo:lo + ADD_MANY_ROWS // 2]
@@ -351,7 +358,8 @@ def write_rows(w: Any, inst: Instance, ids: Any, kinds: Sequence[str], pts: Any,
 
 
 def _annotation_step(repo: Repository, progress: Progress | None) -> str | None:
-    """``repo migrate``'s annotation step: format 1 is the first, so it only checks every configuration."""
+    """``repo migrate``'s annotation step: it checks every configuration (formats 1 and 2 are read as they are:
+    their queries fall back to the paths that do not need the indexes added later)."""
     for inst in repo.instances():
         if inst.type == TYPE_NAME:
             annotation_config(inst)

@@ -9,7 +9,10 @@ annotations is exactly their id-level merge (:mod:`.branch_merge` decides the id
   block of the bound labelmap's block grid holding its point. Big-endian block coordinates make
   one row of blocks (fixed bz, by) one contiguous key range, so a box query is one range scan per
   row it overlaps;
-* ``b"t" + tag (UTF-8) + b"\\x00" + id`` → empty: the tag index (tags hold no NUL).
+* ``b"t" + tag (UTF-8) + b"\\x00" + id`` → empty: the tag index (tags hold no NUL);
+* ``b"v" + supervoxel (u64 BE) + id`` → empty: the supervoxel index (format 3), one key per
+  annotation under the supervoxel its record holds, so the annotations of a body are one prefix scan
+  per supervoxel of the body (``synapses(body)``), not a read of every annotation in its blocks.
 
 Edit bookkeeping (never conflicting between branches: keyed by version or by a repository-wide
 mutation id):
@@ -31,11 +34,12 @@ from napari_shardscope.core.annotation.errors import AnnotationRecordError
 RECORD_PREFIX = b"i"
 SPATIAL_PREFIX = b"s"
 TAG_PREFIX = b"t"
+SUPERVOXEL_PREFIX = b"v"
 LINK_PREFIX = b"k"
 UNDO_PREFIX = b"U"
 REDO_PREFIX = b"R"
 #: Prefixes of the keys that describe annotations (what a branch merge reconciles id by id).
-DATA_PREFIXES = (RECORD_PREFIX, SPATIAL_PREFIX, TAG_PREFIX)
+DATA_PREFIXES = (RECORD_PREFIX, SPATIAL_PREFIX, TAG_PREFIX, SUPERVOXEL_PREFIX)
 
 _U64 = struct.Struct(">Q")
 _BLOCK = struct.Struct(">III")
@@ -64,6 +68,15 @@ def spatial_key(block: tuple[int, int, int], aid: int) -> bytes:
 
 def spatial_block_prefix(block: tuple[int, int, int]) -> bytes:
     return SPATIAL_PREFIX + _BLOCK.pack(*block)
+
+
+def supervoxel_prefix(sv: int) -> bytes:
+    """Prefix of the supervoxel-index keys of the annotations recorded under supervoxel ``sv``."""
+    return SUPERVOXEL_PREFIX + _U64.pack(sv)
+
+
+def supervoxel_key(sv: int, aid: int) -> bytes:
+    return SUPERVOXEL_PREFIX + _U64.pack(sv) + _U64.pack(aid)
 
 
 def tag_prefix(tag: str) -> bytes:
