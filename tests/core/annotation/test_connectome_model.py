@@ -207,4 +207,5 @@ def test_synapses_added_after_a_split_count_once_the_split_is_undone() -> None:
     body = int(m.lmv.read_bodies()[inside])
     assert body != int(m.lmv.read_bodies()[other])
     assert m.v.connections(body).outgoing, "the synapse on the undone split's supervoxel was lost"
+    assert [tuple(s.annotation.point) for s in m.v.synapses(body) if s.annotation.kind == "pre"] == [inside]
     m.connectome_equals_recount()

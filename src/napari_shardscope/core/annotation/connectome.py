@@ -86,16 +86,9 @@ class Resolver:
         retires the two new ones, under which synapses added after the split are filed. So every
         supervoxel a split names (retired or created) is a candidate; those that exist are not.
         """
-        seen: set[int] = set()
-        for e in self.lmv.mutations():
-            d = e.mutation.delta
-            if d.retired:
-                seen.update(sv for sv, _old, _new in d.retired)
-                seen.update(sv for sv, _old, _new in d.explicit)
-        if not seen:
+        gone = retired_supervoxels(self)
+        if not gone.size:
             return []
-        cand = np.asarray(sorted(seen), dtype=np.uint64)
-        gone = cand[~self.lm.exists(self.state, cand)]
         out = []
         inst = self.v.instance.instance
         with self.v.instance.repo.read(self.v.uuid) as view:
@@ -442,10 +435,18 @@ def _sites_indexed(v: AnnotationVersion) -> bool:
 
 
 def retired_supervoxels(r: Resolver) -> U64:
-    """Supervoxels a split in the version's ancestry retired and that no longer exist here."""
+    """Supervoxels a split in the version's ancestry named and that no longer exist here.
+
+    A split retires its supervoxel and creates two; undoing it brings the old one back and retires
+    the two new ones, under which annotations added after the split are filed. So every supervoxel
+    a split names (retired or created) is a candidate; those that exist at the version are not.
+    """
     seen: set[int] = set()
     for e in r.lmv.mutations():
-        seen.update(sv for sv, _old, _new in e.mutation.delta.retired)
+        d = e.mutation.delta
+        if d.retired:
+            seen.update(sv for sv, _old, _new in d.retired)
+            seen.update(sv for sv, _old, _new in d.explicit)
     if not seen:
         return np.zeros(0, np.uint64)
     cand = as_u64(sorted(seen))
