@@ -26,8 +26,9 @@ from napari_shardscope.core.serve.handoff import (
     mount_dataset,
     mount_version,
 )
-from napari_shardscope.core.serve.ngstate import ParsedState, build_state, parse_state, state_from_text
+from napari_shardscope.core.serve.ngstate import ParsedState, build_state, parse_state
 from napari_shardscope.core.serve.server import ShardServer
+from napari_shardscope.core.serve.states import load_state
 from napari_shardscope.core.volumes import Volume
 from napari_shardscope.napari_plugin.layers import METADATA_KEY
 
@@ -256,7 +257,7 @@ def open_state(viewer: Any, text: str) -> Any:
     from napari_shardscope.napari_plugin.background import BackgroundOpen
     from napari_shardscope.napari_plugin.viewer import add_volumes
 
-    parsed = parse_state(state_from_text(text))
+    parsed = parse_state(load_state(text))
     skipped = [f"{s.layer} ({s.url or 'no source'}): {s.reason}" for s in parsed.not_opened]
     if skipped or parsed.problems:
         show_warning("Not opened from the Neuroglancer state: " + "; ".join([*skipped, *parsed.problems]))

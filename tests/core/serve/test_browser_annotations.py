@@ -173,8 +173,8 @@ def open_link(browser: Browser, link: str) -> tuple[list[str], list[str], str, R
         names = page.evaluate("() => viewer.layerManager.managedLayers.map(l => l.name)")
         in_state = page.evaluate("() => (viewer.state.toJSON().layers || []).map(l => l.name)")
         # an error message of the client's status bar comes with a "Dismiss" button
-        errors = page.evaluate("""() => [...document.querySelectorAll('button')].filter(b => b.textContent === 'Dismiss')
-            .map(b => b.parentElement.textContent).join(' | ')""")
+        errors = page.evaluate("""() => [...document.querySelectorAll('button')]
+            .filter(b => b.textContent === 'Dismiss').map(b => b.parentElement.textContent).join(' | ')""")
         rect = page.evaluate("""() => {
             const r = document.querySelector('.neuroglancer-rendered-data-panel').getBoundingClientRect();
             return [r.x, r.y, r.width, r.height]; }""")
@@ -208,10 +208,9 @@ def test_the_link_shows_both_layers_in_every_page_load(tmp_path: Path, browser: 
             patches = int((counts >= 0.005 * len(panel)).sum())
             mask = yellow(rendered)
 
-            def screen(p: tuple[int, int, int]) -> tuple[float, float]:
-                return (w / 2 + (p[2] - centre[2]) * PX, h / 2 + (p[1] - centre[1]) * PX)
-
-            drawn = int((mask & near_segment(mask.shape, screen((3, 10, 10)), screen((3, 20, 10)), 6)).sum())
+            pre, post = ((w / 2 + (p[2] - centre[2]) * PX, h / 2 + (p[1] - centre[1]) * PX)
+                         for p in ((3, 10, 10), (3, 20, 10)))
+            drawn = int((mask & near_segment(mask.shape, pre, post, 6)).sum())
             outcomes.append((names, in_state, errors, patches, drawn))
         for names, in_state, errors, patches, drawn in outcomes:
             assert names == expected and in_state == expected and not errors, outcomes

@@ -9,6 +9,7 @@ import os
 import re
 from collections.abc import Iterator
 from pathlib import Path
+from urllib.parse import quote
 
 import numpy as np
 import pytest
@@ -95,6 +96,31 @@ def test_unknown_or_hostile_state_names_are_not_found(served: tuple[ShardServer,
     server.state_link({"layers": []})
     status, _, body = request(server, "GET", "/state/" + name)
     assert status == 404 and bytes(range(16)) not in body and b"{" not in body
+
+
+def test_a_served_link_reads_back_to_its_state(tmp_path: Path) -> None:
+    """``shardscope open`` / "Open Neuroglancer link" take ``serve``'s links: the state they name is fetched."""
+    from napari_shardscope.core.serve.states import load_state
+
+    state = {"layers": [{"type": "image", "source": "zarr3://https://h/x", "name": "em"}], "position": [1, 2, 3]}
+    with ShardServer() as server:
+        link = server.state_link(state)
+        assert load_state(link) == state
+        client, _, doc = link.partition("#!")
+        assert load_state(client + "#!" + quote(doc, safe="")) == state  # percent-encoded as a browser may
+        missing = link.rsplit("/", 1)[0] + "/" + "0" * 64 + ".json"
+        with pytest.raises(ArgumentError, match="no Neuroglancer state at"):
+            load_state(missing)
+    (tmp_path / "big.json").write_bytes(b"[" * 100 + b"]" * 100)
+    with pytest.raises(ArgumentError, match=r"big\.json"):
+        load_state("https://h/#!file://" + str(tmp_path / "big.json"))
+    (tmp_path / "list.json").write_text("[1, 2]")
+    with pytest.raises(ArgumentError, match="must be a JSON object"):
+        load_state("https://h/#!file://" + str(tmp_path / "list.json"))
+    with ShardServer() as server:
+        gone = server.state_link({"layers": [], "layout": "3d"})
+    with pytest.raises(ArgumentError, match="while its server runs"):  # stopped: said at once, not a hang
+        load_state(gone)
 
 
 def test_the_state_shelf_is_bounded() -> None:

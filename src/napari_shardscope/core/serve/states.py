@@ -29,9 +29,10 @@ from collections.abc import Mapping
 from typing import Any
 
 from napari_shardscope.core.cache import LruCache
-from napari_shardscope.core.errors import ArgumentError
-from napari_shardscope.core.json_document import MAX_JSON_BYTES
+from napari_shardscope.core.errors import ArgumentError, MetadataError
+from napari_shardscope.core.json_document import MAX_JSON_BYTES, load_json_object
 from napari_shardscope.core.serve.bodies import Body, BytesBody
+from napari_shardscope.core.serve.ngstate import state_document_link, state_from_text
 
 #: First path component of the served documents: ``/state/<id>.json``.
 STATE_ROOT = "state"
@@ -87,3 +88,69 @@ class StateShelf:
 
     def local_roots(self) -> Mapping[str, str]:
         return {}
+
+
+def load_state(text: str) -> dict[str, Any]:
+    """The state of a Neuroglancer link, JSON document, or link naming a state document (fetched, bounded).
+
+    ``shardscope open`` and napari's "Open Neuroglancer link" take ``serve``'s own links this way
+    (``client#!http://127.0.0.1:PORT/state/<id>.json``, while that server runs) as well as CAVE-style
+    links to a state on ``gs://``, ``s3://`` or ``https://``.
+
+    Raises
+    ------
+    ArgumentError
+        As :func:`~.ngstate.state_from_text`; when the document cannot be fetched, is missing,
+        larger than MAX_JSON_BYTES or not a JSON object (naming its URL).
+    """
+    url = state_document_link(text)
+    if url is None:
+        return state_from_text(text)
+    data = _fetch_http(url) if url.startswith(("http://", "https://")) else _fetch_store(url)
+    try:
+        return load_json_object(data, key=url[:200])
+    except MetadataError as exc:
+        raise ArgumentError(f"the Neuroglancer state at {url[:200]}: {exc}") from exc
+
+
+def _fetch_http(url: str) -> bytes:
+    """One GET with the remote timeout, read to at most MAX_JSON_BYTES + 1 bytes.
+
+    Not through a TensorStore store: its HTTP driver keeps retrying a refused connection (a ``serve``
+    link whose server has stopped, the usual dead link) for minutes instead of failing.
+    """
+    import urllib.error
+    import urllib.request
+
+    from napari_shardscope.core.bytestore.context import remote_limits
+
+    try:
+        with urllib.request.urlopen(url, timeout=remote_limits().timeout_s) as answer:
+            data: bytes = answer.read(MAX_JSON_BYTES + 1)
+    except urllib.error.HTTPError as exc:
+        raise ArgumentError(f"no Neuroglancer state at {url[:200]}: HTTP {exc.code}"
+                            + (" (a serve link works while its server runs)" if exc.code == 404 else "")) from exc
+    except (urllib.error.URLError, OSError, ValueError) as exc:
+        reason = getattr(exc, "reason", exc)
+        raise ArgumentError(f"cannot fetch the Neuroglancer state at {url[:200]}: {reason} "
+                            "(a serve link works while its server runs)") from exc
+    if len(data) > MAX_JSON_BYTES:
+        raise ArgumentError(f"the Neuroglancer state at {url[:200]} is larger than the {MAX_JSON_BYTES} bytes read")
+    return data
+
+
+def _fetch_store(url: str) -> bytes:
+    """The document through the project's byte stores (``gs://``, ``s3://``, ``file://``), bounded."""
+    from napari_shardscope.core.bytestore import open_store
+    from napari_shardscope.core.bytestore.protocol import read_bounded
+
+    parent, _, name = url.rstrip("/").rpartition("/")
+    if not name or "://" not in parent:
+        raise ArgumentError(f"the link names no state document: {url[:200]!r}")
+    try:
+        data = read_bounded(open_store(parent + "/"), name, MAX_JSON_BYTES, "a Neuroglancer state", MetadataError)
+    except MetadataError as exc:
+        raise ArgumentError(f"the Neuroglancer state at {url[:200]}: {exc}") from exc
+    if data is None:
+        raise ArgumentError(f"no Neuroglancer state at {url[:200]}")
+    return data
