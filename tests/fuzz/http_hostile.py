@@ -62,6 +62,8 @@ class ServedWorld:
     version_prefix: str
     supervoxel: int
     closers: list[Any] = field(default_factory=list)
+    #: The path of a state document the server handed out a link to (``/state/<sha256>.json``).
+    state_path: str = ""
 
     @property
     def port(self) -> int:
@@ -115,6 +117,8 @@ def build_world(base: Path) -> ServedWorld:
     server.mount("data/remote", StoreMount(open_store(server.url + "/data/ds/")))
     layer = mount_version(server, lm, "main")
     world.version_prefix = layer.layer.source.removeprefix("precomputed://").removeprefix(server.url)
+    world.state_path = server.state_document_url({"layers": [{"type": "segmentation", "name": "seg",
+                                                              "source": layer.layer.source}]}).removeprefix(server.url)
     return world
 
 
@@ -138,6 +142,11 @@ _VERSION_KEYS = ["info", "s0/0-16_0-16_0-8", "s1/0-16_0-16_0-8", "s0/16-32_16-32
                  "s0/0-16_0-16_0-8/..", "s0/", "s0"]
 _CLIENT_KEYS = ["", "index.html", "main.bundle.js", "nonexistent.js", "../index.html", "%2e%2e/%2e%2e/secret",
                 "static/../../secret", "a" * 300]
+#: Names below ``/state/`` (``{doc}``: the published document's name).
+_STATE_NAMES = ["{doc}", "{doc}/", "{doc}/..", "{doc}%00", "{doc}.json", "0" * 64 + ".json", "0" * 63 + ".json",
+                "0" * 64, "F" * 64 + ".json", "..", "../data/ds/small", "%2e%2e/data/ds/small", "..%2fsecret",
+                "x" * 300 + ".json", "9" * 5000 + ".json", "/".join(["ab"] * 2100), "", "%", "%zz", "sub/{doc}",
+                "{doc}?x", "%30" * 64 + ".json"]
 _IF_RANGE = ['"x"', "Wed, 21 Oct 2015 07:28:00 GMT", "", "W/\"1\""]
 _VERSIONS = ["HTTP/1.1"] * 12 + ["HTTP/1.0"] * 3 + ["", "HTTP/0.9", "HTTP/2.0", "HTTP/1.1x", "FOO", "HTTP/1.1 x",
                                                     "HTTP/9.9", "http/1.1", "HTTP/1.10"]
@@ -166,6 +175,9 @@ def hostile_path(rng: random.Random, world: ServedWorld) -> str:
         path = f"/v/{rng.choice([token, 'x', '..', ''])}/" + rng.choice(_CLIENT_KEYS)
     elif kind < 0.72:
         path = rng.choice([f"/events/{token}", "/events/", "/events"])
+    elif kind < 0.75:
+        doc = world.state_path.rsplit("/", 1)[-1]
+        path = "/state/" + rng.choice(_STATE_NAMES).replace("{doc}", doc)
     elif kind < 0.8:
         path = rng.choice(["/", "", "*", "/data", "/data/", "/version/", "/v", "/v/", "/data/ds", "/data/nope/x",
                            f"http://127.0.0.1:{world.port}/data/ds/small", "http://evil.example/data/ds/small",

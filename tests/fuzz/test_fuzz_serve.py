@@ -8,6 +8,7 @@ the audit hook each catch what they are for.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 from collections.abc import Iterator
@@ -124,6 +125,25 @@ def test_the_log_check_and_the_audit_hook_catch_what_they_are_for(world: ServedW
 def test_a_longer_run_finds_nothing(world: ServedWorld, watch: OutsideWatch) -> None:
     report = fuzz_http(SLOW_REQUESTS, world, watch)
     assert not report.findings, _findings(report)
+
+
+def test_state_documents_answer_only_their_own_names(world: ServedWorld) -> None:
+    """``/state/<sha256>.json``: the published document (whole, by range, ``HEAD``); any other name, a
+    traversal or a name of thousands of characters, a plain 404 that reads nothing."""
+    port = world.port
+    doc = world.state_path.rsplit("/", 1)[-1]
+    good = f"GET {world.state_path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n\r\n".encode()
+    answer = exchange(port, good)
+    assert answer.status == 200 and json.loads(answer.body)["layers"][0]["name"] == "seg" and not judge(good, answer)
+    for name in ["0" * 64 + ".json", doc.upper(), doc + "/..", f"../data/ds/small#{doc}", "%2e%2e/data/ds/small",
+                 "..%2f..%2fsecret", "..", "9" * 5000 + ".json", "/".join(["ab"] * 2100), doc[:-5], "sub/" + doc]:
+        for method in ("GET", "HEAD"):
+            request = f"{method} /state/{name} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n\r\n".encode()
+            answer = exchange(port, request)
+            assert answer.status in (400, 404), (name[:80], answer.status)
+            assert b"small" not in answer.body or b"no key" in answer.body, answer.body[:200]
+            assert bytes(range(16)) not in answer.body and CANARY[:24] not in answer.body
+            assert judge(request, answer) == "", (name[:80], judge(request, answer))
 
 
 def test_requests_that_once_broke_the_server(world: ServedWorld) -> None:

@@ -10,12 +10,12 @@ import sys
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
-from urllib.parse import unquote
 
 import numpy as np
 import pytest
 
 from napari_shardscope.core.labelmap import create_labelmap
+from napari_shardscope.core.serve.states import load_state
 from napari_shardscope.core.versioned import create_repository
 from tests.core.labelmap.volumes import voronoi_supervoxels, write_precomputed
 from tests.realdata import REALDATA
@@ -47,7 +47,7 @@ def serving() -> Iterator[tuple[subprocess.Popen[str], str]]:
 @pytest.mark.realdata
 def test_serve_until_ctrl_c(serving: tuple[subprocess.Popen[str], str]) -> None:
     proc, url = serving
-    state = json.loads(unquote(url.split("#!", 1)[1]))
+    state = load_state(url)  # the link names the state document the server keeps
     source = state["layers"][0]["source"].removeprefix("precomputed://")
     with urllib.request.urlopen(source + "info", timeout=10) as resp:
         assert json.loads(resp.read())["scales"][0]["key"] == "8_8_40"
@@ -87,7 +87,7 @@ def test_open_a_link_and_a_state_file(serving: tuple[subprocess.Popen[str], str]
 
     assert os.environ.get("DISPLAY"), "pytest-xvfb provides a display"
     _, url = serving
-    state = json.loads(unquote(url.split("#!", 1)[1]))
+    state = load_state(url)  # the link names the state document the server keeps
     state["layers"].append({"type": "segmentation", "source": "graphene://https://example.org/table",
                             "name": "chunkedgraph"})
     link = url.split("#!", 1)[0] + "#!" + json.dumps(state)

@@ -37,7 +37,7 @@ def _apply_cache(args: argparse.Namespace) -> None:
 
 
 def neuroglancer_state_text(path: str) -> str | None:
-    """The Neuroglancer state text ``path`` holds: a link with ``#!{…}``, or a JSON file of a state."""
+    """The Neuroglancer state text ``path`` holds: a link (``#!{…}``, ``#!<URL of a state>``) or a state JSON file."""
     if "#!" in path or path.lstrip().startswith("{"):
         return path
     if path.endswith(".json") and "://" not in path:
@@ -53,7 +53,8 @@ def run_open(args: argparse.Namespace) -> int:
     """``shardscope open``: open every PATH (or the sources of a Neuroglancer link / state file), then show them."""
     import sys
 
-    from napari_shardscope.core.serve.ngstate import parse_state, state_from_text
+    from napari_shardscope.core.serve.ngstate import parse_state
+    from napari_shardscope.core.serve.states import load_state
     from napari_shardscope.core.volumes import open_volumes
     from napari_shardscope.napari_plugin.viewer import show_volumes
 
@@ -65,7 +66,7 @@ def run_open(args: argparse.Namespace) -> int:
         if text is None:
             volumes.extend(open_volumes(path))
             continue
-        parsed = parse_state(state_from_text(text))
+        parsed = parse_state(load_state(text))
         for s in parsed.not_opened:
             print(f"shardscope open: not opened: layer {s.layer!r} ({s.url or 'no source'}): {s.reason}",
                   file=sys.stderr)

@@ -26,8 +26,9 @@ from napari_shardscope.core.serve.handoff import (
     mount_dataset,
     mount_version,
 )
-from napari_shardscope.core.serve.ngstate import ParsedState, build_state, parse_state, state_from_text, state_url
+from napari_shardscope.core.serve.ngstate import ParsedState, build_state, parse_state
 from napari_shardscope.core.serve.server import ShardServer
+from napari_shardscope.core.serve.states import load_state
 from napari_shardscope.core.volumes import Volume
 from napari_shardscope.napari_plugin.layers import METADATA_KEY
 
@@ -138,7 +139,7 @@ def view_state(viewer: Any, server: ShardServer | None = None) -> dict[str, Any]
 def neuroglancer_url(viewer: Any) -> str:
     """A link that opens the viewer's view in Neuroglancer, served by the viewer's loopback server."""
     server = server_for(viewer)
-    return state_url(server.client_url, view_state(viewer, server))
+    return server.state_link(view_state(viewer, server))
 
 
 def request_link(viewer: Any, deliver: Callable[[str], object]) -> Any:
@@ -154,7 +155,7 @@ def request_link(viewer: Any, deliver: Callable[[str], object]) -> Any:
     server = server_for(viewer)
     def build() -> str:
         server.client_root()  # no neuroglancer package: an error now, not a 404 in the browser
-        return state_url(server.client_url, state_of(snap, server))
+        return server.state_link(state_of(snap, server))
 
     def forget() -> None:
         if worker in _WORKERS:
@@ -256,7 +257,7 @@ def open_state(viewer: Any, text: str) -> Any:
     from napari_shardscope.napari_plugin.background import BackgroundOpen
     from napari_shardscope.napari_plugin.viewer import add_volumes
 
-    parsed = parse_state(state_from_text(text))
+    parsed = parse_state(load_state(text))
     skipped = [f"{s.layer} ({s.url or 'no source'}): {s.reason}" for s in parsed.not_opened]
     if skipped or parsed.problems:
         show_warning("Not opened from the Neuroglancer state: " + "; ".join([*skipped, *parsed.problems]))

@@ -16,6 +16,7 @@ from napari_shardscope.core.serve.ngstate import (
     build_state,
     openable_url,
     parse_state,
+    state_document_link,
     state_from_text,
     state_url,
 )
@@ -99,6 +100,16 @@ def test_old_dict_layers_and_plain_json() -> None:
 def test_bad_links(text: str) -> None:
     with pytest.raises(ArgumentError):
         state_from_text(text)
+
+
+@pytest.mark.parametrize(("text", "url"), [
+    ("http://127.0.0.1:9/v/t/#!http://127.0.0.1:9/state/ab.json", "http://127.0.0.1:9/state/ab.json"),
+    ("https://spelunker.example/#!gs%3A%2F%2Fbucket%2Fstate.json", "gs://bucket/state.json"),
+    ("https://h/#!middleauth+https://h/nglstate/api/v1/1", "middleauth+https://h/nglstate/api/v1/1"),
+    ("https://h/#!" + quote('{"layers": []}'), None), ('{"layers": []}', None), ("https://h/", None),
+    ("https://h/#!not a url", None)])
+def test_links_naming_a_state_document(text: str, url: str | None) -> None:
+    assert state_document_link(text) == url
 
 
 @pytest.mark.parametrize(("url", "ok"), [("precomputed://gs://b/x", True), ("zarr3://https://h/x", True),

@@ -9,6 +9,7 @@ import os
 import re
 from collections.abc import Iterator
 from pathlib import Path
+from urllib.parse import quote
 
 import numpy as np
 import pytest
@@ -61,9 +62,78 @@ def test_foreign_host_names_are_refused(served: tuple[ShardServer, Path]) -> Non
 
 def test_client_paths_cannot_be_mounted_over(served: tuple[ShardServer, Path]) -> None:
     server, root = served
-    for path in ("v/x", "events", "../up", ""):
+    for path in ("v/x", "events", "state", "state/x", "../up", ""):
         with pytest.raises(ArgumentError):
             server.mount(path, StoreMount(open_store(str(root))))
+
+
+def test_state_links_name_a_served_state_document(served: tuple[ShardServer, Path]) -> None:
+    """``state_link`` keeps the state and links to its document; the document is the state, served read-only."""
+    server, _ = served
+    state = {"layers": [{"type": "segmentation", "source": "precomputed://x", "name": "ü seg"}], "layout": "xy"}
+    link = server.state_link(state)
+    prefix = server.client_url + "#!" + server.url + "/state/"
+    assert link.startswith(prefix) and re.fullmatch(r"[0-9a-f]{64}\.json", link[len(prefix):])
+    assert server.state_link(dict(state)) == link  # the same state, the same link
+    path = link[len(server.client_url + "#!" + server.url):]
+    status, headers, body = request(server, "GET", path)
+    assert status == 200 and headers["content-type"] == "application/json" and json.loads(body) == state
+    status, headers, body = request(server, "HEAD", path)
+    assert status == 200 and int(headers["content-length"]) > 0 and body == b""
+    status, headers, body = request(server, "GET", path, {"Range": "bytes=0-0"})
+    assert status == 206 and body == b"{"
+    other = server.state_link({**state, "layout": "3d"})
+    assert other != link and json.loads(request(server, "GET", other.split(server.url, 2)[2])[2])["layout"] == "3d"
+
+
+@pytest.mark.parametrize("name", [
+    "0" * 64 + ".json",  # well formed, never published
+    "0" * 63 + ".json", "0" * 64, "A" * 64 + ".json", "../" + "0" * 64 + ".json", "..", "%2e%2e/blob",
+    "../data/ds/blob", "x" * 5000 + ".json", "a/" * 3000, "", "0" * 64 + ".json/x",
+])
+def test_unknown_or_hostile_state_names_are_not_found(served: tuple[ShardServer, Path], name: str) -> None:
+    server, _ = served
+    server.state_link({"layers": []})
+    status, _, body = request(server, "GET", "/state/" + name)
+    assert status == 404 and bytes(range(16)) not in body and b"{" not in body
+
+
+def test_a_served_link_reads_back_to_its_state(tmp_path: Path) -> None:
+    """``shardscope open`` / "Open Neuroglancer link" take ``serve``'s links: the state they name is fetched."""
+    from napari_shardscope.core.serve.states import load_state
+
+    state = {"layers": [{"type": "image", "source": "zarr3://https://h/x", "name": "em"}], "position": [1, 2, 3]}
+    with ShardServer() as server:
+        link = server.state_link(state)
+        assert load_state(link) == state
+        client, _, doc = link.partition("#!")
+        assert load_state(client + "#!" + quote(doc, safe="")) == state  # percent-encoded as a browser may
+        missing = link.rsplit("/", 1)[0] + "/" + "0" * 64 + ".json"
+        with pytest.raises(ArgumentError, match="no Neuroglancer state at"):
+            load_state(missing)
+    (tmp_path / "big.json").write_bytes(b"[" * 100 + b"]" * 100)
+    with pytest.raises(ArgumentError, match=r"big\.json"):
+        load_state("https://h/#!file://" + str(tmp_path / "big.json"))
+    (tmp_path / "list.json").write_text("[1, 2]")
+    with pytest.raises(ArgumentError, match="must be a JSON object"):
+        load_state("https://h/#!file://" + str(tmp_path / "list.json"))
+    with ShardServer() as server:
+        gone = server.state_link({"layers": [], "layout": "3d"})
+    with pytest.raises(ArgumentError, match="while its server runs"):  # stopped: said at once, not a hang
+        load_state(gone)
+
+
+def test_the_state_shelf_is_bounded() -> None:
+    from napari_shardscope.core.json_document import MAX_JSON_BYTES
+    from napari_shardscope.core.serve.states import StateShelf
+
+    shelf = StateShelf(capacity=3)
+    names = [shelf.publish({"n": i}) for i in range(5)]
+    assert [shelf.open(n) is not None for n in names] == [False, False, True, True, True]
+    with pytest.raises(ArgumentError, match="larger than"):
+        shelf.publish({"x": "a" * MAX_JSON_BYTES})
+    with pytest.raises(ArgumentError, match="not a JSON document"):
+        shelf.publish({"x": float("nan")})
 
 
 def test_whole_range_suffix_and_head(served: tuple[ShardServer, Path]) -> None:

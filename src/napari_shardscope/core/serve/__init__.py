@@ -25,6 +25,8 @@ True
 * :mod:`.version_source` — a labelmap version as precomputed computed on request; merge-only
   versions as ``equivalences``;
 * :mod:`.ngstate` — Neuroglancer states from a view description and parsed back (pure functions);
+* :mod:`.states` — the states the server keeps for its links (``client#!<URL of the state>``), and
+  :func:`load_state`, which reads any link back (fetching a state a link names);
 * :mod:`.handoff` — mounting datasets and versions and building the link (:func:`serve`).
 """
 
@@ -39,6 +41,7 @@ from napari_shardscope.core.serve.ngstate import (
     state_url,
 )
 from napari_shardscope.core.serve.server import ShardServer, StoreMount
+from napari_shardscope.core.serve.states import StateShelf, load_state
 from napari_shardscope.core.serve.version_source import VersionMount, merge_equivalences
 
 __all__ = [
@@ -47,11 +50,13 @@ __all__ = [
     "ParsedState",
     "ServedLayer",
     "ShardServer",
+    "StateShelf",
     "StoreMount",
     "VersionMount",
     "ViewDescription",
     "build_state",
     "default_view",
+    "load_state",
     "merge_equivalences",
     "mount_dataset",
     "mount_version",

@@ -17,7 +17,7 @@ from napari_shardscope.core.errors import ArgumentError, Remedy
 from napari_shardscope.core.formats import open_dataset
 from napari_shardscope.core.labelmap import TYPE_NAME, Labelmap, open_labelmap
 from napari_shardscope.core.serve.annotations import close_annotation_mounts, mount_version_annotations
-from napari_shardscope.core.serve.ngstate import LayerView, ViewDescription, build_state, state_url
+from napari_shardscope.core.serve.ngstate import LayerView, ViewDescription, build_state
 from napari_shardscope.core.serve.server import ShardServer, StoreMount
 from napari_shardscope.core.serve.version_source import VersionMount
 from napari_shardscope.core.versioned import Repository, open_repository
@@ -145,7 +145,7 @@ def labelmap_of(repo: Repository, instance: str | None) -> Labelmap:
 
 @dataclass
 class Handoff:
-    """A running server with what it serves and the link to it (``url``)."""
+    """A running server with what it serves and the link to it (``url``: the client at ``#!<URL of state>``)."""
 
     server: ShardServer
     layers: list[ServedLayer]
@@ -206,7 +206,7 @@ def serve(targets: str | os.PathLike[str] | Sequence[str | os.PathLike[str]], *,
         layers.sort(key=lambda s: LAYER_ORDER[s.layer.kind])
         view = default_view(layers, position=position, zoom=zoom)
         state = build_state(view)
-        return Handoff(server, layers, view, state, state_url(server.client_url, state), closers)
+        return Handoff(server, layers, view, state, server.state_link(state), closers)
     except BaseException:
         server.stop()
         for close in closers:

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
@@ -37,6 +38,8 @@ READABLE_PREFIXES = {"precomputed": "precomputed", "zarr": "zarr", "zarr2": "zar
 #: Neuroglancer's pipeline names (``URL|neuroglancer-precomputed:``) for the project's formats.
 PIPELINE_FORMATS = {"neuroglancer-precomputed": "precomputed"}
 NM_PER_M = 1e9
+#: A fragment Neuroglancer fetches as a state (its own test: ``^#!([a-z][a-z\d+-.]*)://``).
+_STATE_URL = re.compile(r"[a-z][a-z0-9+.-]*://")
 _UNITS_TO_NM = {"": 1.0, "m": 1e9, "mm": 1e6, "um": 1e3, "µm": 1e3, "nm": 1.0, "pm": 1e-3}
 
 
@@ -217,7 +220,8 @@ def state_from_text(text: str) -> dict[str, Any]:
             raise ArgumentError("not a Neuroglancer link (no '#!' followed by a state) nor a state JSON document")
         frag = unquote(frag)
         if not frag.lstrip().startswith("{"):
-            raise ArgumentError(f"the link's state lives elsewhere ({frag[:80]!r}); paste the state JSON instead")
+            raise ArgumentError(f"the link's state lives elsewhere ({frag[:80]!r}); open the link itself "
+                                "(shardscope open, Open Neuroglancer link) or paste the state JSON")
         text = frag
     try:
         state = json.loads(text)
@@ -226,6 +230,20 @@ def state_from_text(text: str) -> dict[str, Any]:
     if not isinstance(state, dict):
         raise ArgumentError("a Neuroglancer state is a JSON object")
     return state
+
+
+def state_document_link(text: str) -> str | None:
+    """The URL of the state document a link names (``…#!https://host/state.json``), or ``None``.
+
+    Neuroglancer fetches such a state after it starts (``shardscope serve`` hands out these links;
+    CAVE and spelunker links name ``gs://``/``https://`` documents the same way).
+    """
+    text = text.strip()
+    if text.startswith("{") or len(text) > MAX_JSON_BYTES:
+        return None
+    _, sep, frag = text.partition("#!")
+    frag = unquote(frag).strip()
+    return frag if sep and _STATE_URL.match(frag) else None
 
 
 def _source_urls(source: Any) -> list[str]:

@@ -10,7 +10,9 @@ Paths it answers:
   (``206`` with ``Content-Range``), ``HEAD`` with ``Content-Length``;
 * ``/version/<name>/<uuid>/<key>`` — a labelmap version as an unsharded precomputed segmentation
   computed on request (:mod:`.version_source`); the version id is in the path, so a browser cache
-  never mixes two versions.
+  never mixes two versions;
+* ``/state/<sha256>.json`` — a Neuroglancer state the server handed out a link to
+  (:meth:`ShardServer.state_link`; why links name a document instead of holding the state: :mod:`.states`).
 
 The client is served by the server itself, so its fetches are same-origin: no CORS header is sent
 unless the user names the origins that may read the answers (``cors=``, ``--cors``; :mod:`.cors`).
@@ -57,13 +59,14 @@ from napari_shardscope.core.serve.client import client_directory, client_type
 from napari_shardscope.core.serve.cors import CorsPolicy
 from napari_shardscope.core.serve.messages import client_message, local_root
 from napari_shardscope.core.serve.ranges import parse_range
+from napari_shardscope.core.serve.states import STATE_ROOT, StateShelf
 
 log = logging.getLogger(__name__)
 
 #: Host names a request may use (anything else is a DNS-rebinding attempt on the loopback server).
 LOOPBACK_NAMES = ("127.0.0.1", "localhost", "[::1]")
-#: First path components the client's own routes use.
-RESERVED = ("v", "events")
+#: First path components the client's own routes and the state documents use.
+RESERVED = ("v", "events", STATE_ROOT)
 #: Seconds between keep-alive comments on an event stream (also how soon it notices a stop).
 EVENT_INTERVAL = 1.0
 #: Connections served at once (a thread each); more wait in the listen backlog.
@@ -139,6 +142,8 @@ class ShardServer:
         self._lock = threading.Lock()
         self._client: Path | None = None
         self._client_mount: StoreMount | None = None
+        #: The states links were handed out for (:meth:`state_link`), served at ``/state/<id>.json``.
+        self.states = StateShelf()
         try:
             self._httpd = _Httpd((host, port), _Handler, self, max(1, max_connections))
         except OSError as exc:
@@ -160,6 +165,18 @@ class ShardServer:
     def client_url(self) -> str:
         """The Neuroglancer client's page (append ``#!<state>``)."""
         return f"{self.url}/v/{self.token}/"
+
+    def state_link(self, state: Mapping[str, Any]) -> str:
+        """A link that opens the served client at ``state``: ``client_url#!<URL of the state document>``.
+
+        The state is kept by the server and fetched by the client once it has started; a
+        ``#!{state}`` link loses a layer in most page loads (:mod:`.states` tells why).
+        """
+        return f"{self.client_url}#!{self.state_document_url(state)}"
+
+    def state_document_url(self, state: Mapping[str, Any]) -> str:
+        """Keep ``state``; the URL its JSON document is served at (``/state/<sha256>.json``)."""
+        return f"{self.url}/{STATE_ROOT}/{self.states.publish(state)}"
 
     @property
     def connections(self) -> int:
@@ -378,6 +395,9 @@ class _Handler(BaseHTTPRequestHandler):
                 self._error(421, f"this server answers only to 127.0.0.1:{owner.port}, not {host[:100]!r}")
             elif path.startswith("/v/"):
                 self._client(path, head)
+            elif path.startswith(f"/{STATE_ROOT}/"):
+                self._serve(owner.states, path[len(STATE_ROOT) + 2:], head, ctype="application/json",
+                            cache="max-age=86400")
             elif path.startswith("/events/"):
                 if path != f"/events/{owner.token}":
                     self._error(404, "no such event stream")
