@@ -25,10 +25,10 @@ from hypothesis import strategies as st
 from napari_shardscope.core.annotation import connectome as C
 from napari_shardscope.core.annotation import create_annotation_instance
 from napari_shardscope.core.annotation.base import block_code
-from napari_shardscope.core.annotation.base_import import (
+from napari_shardscope.core.annotation.base_import import build_base
+from napari_shardscope.core.annotation.base_order import (
     aggregate_by_lexsort,
     block_order,
-    build_base,
     id_order,
     synapse_aggregates,
 )

@@ -21,8 +21,8 @@ from hypothesis import HealthCheck, settings
 from hypothesis.stateful import invariant
 
 from napari_shardscope.core.annotation import add_many, create_annotation_instance
+from napari_shardscope.core.annotation.body_sites import _sites_indexed
 from napari_shardscope.core.annotation.connections import SynapseSite
-from napari_shardscope.core.annotation.connectome import _sites_indexed
 from napari_shardscope.core.annotation.points import supervoxels_at
 from napari_shardscope.core.annotation.version import AnnotationVersion
 from napari_shardscope.core.labelmap import create_labelmap

@@ -12,7 +12,7 @@ import signal
 import sys
 from typing import Any, cast
 
-import napari_shardscope.core.versioned.dagindex as dagindex
+import napari_shardscope.core.versioned.dagcheck as dagcheck
 import napari_shardscope.core.versioned.handle as handle
 from napari_shardscope.core.versioned import open_repository
 
@@ -25,7 +25,7 @@ def main(path: str, kill_at: int | None) -> None:
     if kill_at is not None:
         calls = [0]
         # the worker patches the names where the modules look them up (imported names: Any for mypy)
-        dag_module, handle_module = cast(Any, dagindex), cast(Any, handle)
+        dag_module, handle_module = cast(Any, dagcheck), cast(Any, handle)
         real_write, real_upgrade = dag_module.write_ancestors, handle_module.upgrade_format
 
         def counted(*args: Any, **kwargs: Any) -> None:

@@ -30,18 +30,16 @@ import numpy.typing as npt
 
 from napari_shardscope.core.annotation import keys as K
 from napari_shardscope.core.annotation import synapse_index as S
-from napari_shardscope.core.annotation.base import UNKNOWN_SUPERVOXEL
 from napari_shardscope.core.annotation.connections import (
     ConnectionChange,
     Connections,
     ConnectionTable,
     ConnectivityDiff,
     Partner,
-    SynapseSite,
     as_u64,
 )
 from napari_shardscope.core.annotation.errors import AnnotationArgumentError
-from napari_shardscope.core.annotation.model import Annotation, Point
+from napari_shardscope.core.annotation.model import Point
 from napari_shardscope.core.annotation.points import supervoxels_at
 
 #: An :class:`~.version.AnnotationVersion` (not imported: ``version`` calls into this module, and
@@ -427,13 +425,6 @@ def _connections_from(table: dict[tuple[int, int], int], body: int) -> Connectio
     return Connections(body, _partners(out), _partners(inc))
 
 
-def _sites_indexed(v: AnnotationVersion) -> bool:
-    """Whether every annotation of ``v`` is filed under its supervoxel (format 3, and a base imported with
-    its ids by supervoxel)."""
-    base = v.instance.base
-    return _format(v) >= 3 and (base is None or base.sites_indexed)
-
-
 def retired_supervoxels(r: Resolver) -> U64:
     """Supervoxels a split in the version's ancestry named and that no longer exist here.
 
@@ -451,77 +442,6 @@ def retired_supervoxels(r: Resolver) -> U64:
         return np.zeros(0, np.uint64)
     cand = as_u64(sorted(seen))
     return np.asarray(cand[~r.lm.exists(r.state, cand)], dtype=np.uint64)
-
-
-#: (own id, partner id) → the partner's recorded supervoxel and point, from the synapse index.
-Ends = dict[tuple[int, int], tuple[int, Point]]
-
-
-def _sites_of_body(v: AnnotationVersion, body: int) -> tuple[list[Annotation], Ends]:
-    """The ``pre``/``post`` annotations in ``body`` at ``v``, by id, read through the supervoxel index.
-
-    Candidates: the annotations filed under the body's supervoxels, and under the supervoxels a split
-    retired (their body is read under their point) — versioned ``v`` keys, and the base's ids by
-    supervoxel at import. Their records are then read at the version (edits and tombstones win over
-    the base, as everywhere) and each kept when its body here is ``body``: a record moved away since
-    it was filed (a base site moved by a version) is dropped. Costs the body's annotations (and the
-    retired supervoxels'), never the instance's. Also returns the synapse-index entries filed under the
-    same supervoxels: the partners' supervoxels and points, so that their records need not be read.
-    """
-    r = Resolver(v)
-    svs = np.asarray(r.lmv.supervoxels(body), dtype=np.uint64)  # UnknownLabelError when absent here
-    cand = np.union1d(svs, retired_supervoxels(r))
-    inst = v.instance.instance
-    base = v.instance.base
-    ids: list[int] = []
-    ends: Ends = {}
-    with v.instance.repo.read(v.uuid) as view:
-        for sv in cand.tolist():
-            ids.extend(K.id_of_index_key(k) for k in view.keys(inst, prefix=K.supervoxel_prefix(sv)))
-            for k, raw in view.scan(inst, prefix=S.sv_prefix(sv)):
-                _sv, _d, own, partner = S.decode_key(k)
-                ends[(own, partner)] = S.decode_value(raw, key=k)
-        if base is not None:
-            ids.extend(base.ids_of_supervoxels(cand).tolist())
-        recs = [s for s in v._records(view, ids) if s.annotation.kind in ("pre", "post")] if ids else []
-    if not recs:
-        return [], ends
-    rec_sv = as_u64(s.supervoxel for s in recs)
-    unknown = rec_sv == np.uint64(UNKNOWN_SUPERVOXEL)  # base-placed records: the supervoxel at import
-    if base is not None and unknown.any():
-        at_import, found = base.supervoxels(as_u64(s.annotation.id for s, u in zip(recs, unknown.tolist(),
-                                                                                  strict=True) if u))
-        rec_sv[unknown] = np.where(found, at_import, np.uint64(UNKNOWN_SUPERVOXEL))
-    bodies = r.bodies(rec_sv, [s.annotation.point for s in recs])
-    return [s.annotation for s, b in zip(recs, bodies.tolist(), strict=True) if b == body], ends
-
-
-def synapses(v: AnnotationVersion, body: int) -> list[SynapseSite]:
-    """The ``pre`` and ``post`` annotations in ``body`` at ``v`` (by id) with their partners' ids and bodies."""
-    body = _check_body(body)
-    # an instance or base from before the supervoxel index: through the body's blocks
-    if _sites_indexed(v):
-        sites, ends = _sites_of_body(v, body)
-    else:
-        sites, ends = [a for a in v.by_body(body) if a.kind in ("pre", "post")], {}
-    links = {a.id: [x.to for x in a.relationships if x.rel in ("PreSynTo", "PostSynTo")] for a in sites}
-    # a partner's supervoxel and point: from the synapse index when the link is a synapse filed there,
-    # else from its record (a base synapse, a link without its inverse)
-    where: dict[int, tuple[int, Point]] = {}
-    for a in sites:
-        for i in links[a.id]:
-            end = ends.get((a.id, i))
-            if end is not None:
-                where[i] = end
-    ids = sorted({i for ls in links.values() for i in ls} - where.keys())
-    r = Resolver(v)
-    with v.instance.repo.read(v.uuid) as view:
-        recs = v._records(view, ids) if ids else []
-    where.update((s.annotation.id, (s.supervoxel, s.annotation.point)) for s in recs)
-    order = list(where)
-    bodies = r.bodies(as_u64(where[i][0] for i in order), [where[i][1] for i in order])
-    body_of = dict(zip(order, bodies.tolist(), strict=True))
-    return [SynapseSite(a, body, tuple((i, int(body_of[i])) for i in links[a.id])) for a in sites]
 
 
 def connectivity(v: AnnotationVersion, bodies: Iterable[int] | None = None, *,

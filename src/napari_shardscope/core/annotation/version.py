@@ -223,7 +223,7 @@ class AnnotationVersion:
 
     def synapses(self, body: int) -> list[SynapseSite]:
         """The ``pre``/``post`` annotations in ``body`` with their partners' ids and bodies."""
-        from napari_shardscope.core.annotation.connectome import synapses
+        from napari_shardscope.core.annotation.body_sites import synapses
 
         return synapses(self, body)
 

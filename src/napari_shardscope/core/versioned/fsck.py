@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import napari_shardscope.core.versioned.keys as K
 from napari_shardscope.core.versioned.dag import Dag
-from napari_shardscope.core.versioned.dagindex import DagReader, check_index
+from napari_shardscope.core.versioned.dagcheck import check_index
+from napari_shardscope.core.versioned.dagindex import DagReader
 from napari_shardscope.core.versioned.errors import StoreCorruptError
 from napari_shardscope.core.versioned.handle import RepositoryHandle
 
@@ -26,7 +27,7 @@ class RepositoryCheck(RepositoryHandle):
 
         The DAG is rebuilt in memory from every version record (:class:`~.dag.Dag`) and the records
         that answer look-ups on demand — UUID index, branch records, child index, ancestor sets — are
-        checked against it (:func:`~.dagindex.check_index`).
+        checked against it (:func:`~.dagcheck.check_index`).
         """
         problems: list[str] = []
         with self._engine.read() as txn:

@@ -17,7 +17,8 @@ from typing import Any
 
 import napari_shardscope.core.versioned.keys as K
 from napari_shardscope.core.versioned.dag import decode_versions
-from napari_shardscope.core.versioned.dagindex import JOURNAL_ALL, build_index
+from napari_shardscope.core.versioned.dagcheck import build_index
+from napari_shardscope.core.versioned.dagindex import JOURNAL_ALL
 from napari_shardscope.core.versioned.engines.protocol import WriteTxn
 from napari_shardscope.core.versioned.errors import StoreCorruptError
 

@@ -1,0 +1,117 @@
+"""The orderings and aggregates an import computes over millions of sites, vectorised.
+
+An import sorts its sites by id (to check and store them by id) and by labelmap block (to read each
+block's supervoxels once), and counts synapses per (supervoxel, direction, partner supervoxel) for the
+synapse index. Each is one pass of NumPy sorts or scatters, never a Python loop per row; they live
+apart from the reading and writing of tables so their properties can be tested against ``argsort``
+and a per-row count.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import numpy.typing as npt
+
+from napari_shardscope.core.annotation.base import block_code
+
+U64 = npt.NDArray[np.uint64]
+I64 = npt.NDArray[np.int64]
+
+
+def id_order(ids: U64) -> npt.NDArray[np.intp] | None:
+    """The permutation that sorts ``ids`` (None: already sorted); duplicates are left adjacent for the caller.
+
+    Ids of a synapse table are usually a dense range in arbitrary order: then one scatter (O(n))
+    sorts them, several times faster than an argsort of 10⁷ u64; sparse ids are argsorted.
+    """
+    n = ids.size
+    if n < 2 or not bool((ids[1:] < ids[:-1]).any()):
+        return None
+    lo, hi = int(ids.min()), int(ids.max())
+    span = hi - lo + 1
+    if span <= 4 * n and n < 2**31:
+        slot = np.full(span, -1, dtype=np.int32)
+        slot[(ids - np.uint64(lo)).astype(np.intp)] = np.arange(n, dtype=np.int32)
+        order = slot[slot >= 0]
+        if order.size == n:  # else a duplicate id took another's slot: fall back (it is reported below)
+            return order.astype(np.intp)
+    return np.argsort(ids, kind="stable")
+
+
+def block_order(cells: I64, grid: Sequence[int]) -> tuple[npt.NDArray[np.intp], U64]:
+    """The permutation ordering rows by block (z, y, x), rows of one block keeping their order (stable),
+    and the rows' block codes (:func:`block_code`) in that order.
+
+    The block's linear index and the row number are packed into one u64 and sorted with ``np.sort``
+    (SIMD, several times faster than a stable argsort of 10⁷ codes); linear order is
+    :func:`block_code` order, since both are lexicographic in (z, y, x).
+    """
+    n = len(cells)
+    linear = (cells[:, 0] * int(grid[1]) + cells[:, 1]) * int(grid[2]) + cells[:, 2]
+    row_bits = max(1, (n - 1).bit_length())
+    top = int(grid[0]) * int(grid[1]) * int(grid[2])
+    if top.bit_length() + row_bits > 64:
+        order = np.argsort(linear, kind="stable")
+        lin = linear[order].astype(np.uint64)
+    else:
+        packed = (linear.astype(np.uint64) << np.uint64(row_bits)) | np.arange(n, dtype=np.uint64)
+        del linear
+        packed.sort()
+        order = (packed & np.uint64((1 << row_bits) - 1)).astype(np.intp)
+        lin = packed >> np.uint64(row_bits)  # sorted: the codes follow without gathering the cells
+        del packed
+    gx, gy = np.uint64(grid[2]), np.uint64(grid[1])
+    bx = lin % gx
+    lin //= gx
+    return order, block_code(lin // gy, lin % gy, bx)
+
+
+def synapse_aggregates(pre_sv: U64, post_sv: U64) -> tuple[U64, U64, npt.NDArray[np.uint8], npt.NDArray[np.uint32]]:
+    """The base's synapse index: per supervoxel, its synapse ends summed by direction and partner supervoxel.
+
+    Rows ``(sv, partner, direction, n)`` sorted by (sv, direction, partner): direction 0 (``out``:
+    ``sv`` holds the pre site, ``partner`` the post site) or 1 (``in``). What
+    :func:`~.connectome.aggregate_rows` derives from the versioned keys of one supervoxel, for every
+    supervoxel at once: supervoxels are numbered densely (order kept), each end packed with its
+    partner and direction into one u64 and sorted once; runs of equal codes are the counts.
+    """
+    m = pre_sv.size
+    empty = (np.zeros(0, np.uint64), np.zeros(0, np.uint64), np.zeros(0, np.uint8), np.zeros(0, np.uint32))
+    if not m:
+        return empty
+    uniq = np.unique(np.concatenate([pre_sv, post_sv]))
+    k = uniq.size
+    bits = max(1, (k - 1).bit_length())
+    if 2 * bits + 1 > 64:  # beyond 2³¹ distinct supervoxels: a (slower) lexsort of the three columns
+        return aggregate_by_lexsort(pre_sv, post_sv)
+    dp = np.searchsorted(uniq, pre_sv).astype(np.uint64)
+    dq = np.searchsorted(uniq, post_sv).astype(np.uint64)
+    sh, dbit, mask = np.uint64(bits + 1), np.uint64(1 << bits), np.uint64((1 << bits) - 1)
+    codes = np.concatenate([(dp << sh) | dq, (dq << sh) | dbit | dp])
+    del dp, dq
+    codes.sort()
+    new = np.ones(codes.size, dtype=bool)
+    np.not_equal(codes[1:], codes[:-1], out=new[1:])
+    starts = np.flatnonzero(new)
+    counts = np.diff(np.append(starts, codes.size)).astype(np.uint32)
+    c = codes[starts]
+    return (uniq[(c >> sh).astype(np.intp)], uniq[(c & mask).astype(np.intp)],
+            ((c & dbit) != 0).astype(np.uint8), counts)
+
+
+def aggregate_by_lexsort(pre_sv: U64, post_sv: U64) -> tuple[U64, U64, npt.NDArray[np.uint8],
+                                                               npt.NDArray[np.uint32]]:
+    """:func:`synapse_aggregates` without packing (any number of supervoxels): a lexsort of the columns."""
+    m = pre_sv.size
+    own = np.concatenate([pre_sv, post_sv])
+    partner = np.concatenate([post_sv, pre_sv])
+    d = np.repeat(np.asarray([0, 1], np.uint8), m)
+    order = np.lexsort((partner, d, own))
+    own, partner, d = own[order], partner[order], d[order]
+    new = np.ones(2 * m, dtype=bool)
+    new[1:] = (own[1:] != own[:-1]) | (partner[1:] != partner[:-1]) | (d[1:] != d[:-1])
+    starts = np.flatnonzero(new)
+    counts = np.diff(np.append(starts, 2 * m)).astype(np.uint32)
+    return own[starts], partner[starts], d[starts], counts
