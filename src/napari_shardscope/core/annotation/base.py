@@ -273,27 +273,25 @@ def open_base(config: BaseConfig, *, name: str) -> AnnotationBase:
     if missing:
         raise AnnotationRecordError(f"annotation instance {name!r}: its base table {config.records} lacks the "
                                     f"columns {sorted(missing)}")
-    synapses = None
-    if config.synapses is not None:
-        synapses = open_sorted_table(config.synapses)
-        if synapses.num_rows != config.synapse_rows:
-            raise AnnotationRecordError(
-                f"annotation instance {name!r}: its base's synapse index {config.synapses} holds "
-                f"{synapses.num_rows} rows, {config.synapse_rows} when it was imported: a base must not change "
-                f"under an instance; put the imported tables back")
-    sites = None
-    if config.sites is not None:
-        sites = open_sorted_table(config.sites)
-        if sites.num_rows != config.site_rows:
-            raise AnnotationRecordError(
-                f"annotation instance {name!r}: its base's supervoxel index {config.sites} holds "
-                f"{sites.num_rows} rows, {config.site_rows} when it was imported: a base must not change "
-                f"under an instance; put the imported tables back")
+    synapses = _open_index(name, "synapse index", config.synapses, config.synapse_rows)
+    sites = _open_index(name, "supervoxel index", config.sites, config.site_rows)
     if config.supervoxels and "sv" not in records.schema.value_names:
         raise AnnotationRecordError(f"annotation instance {name!r}: its base table {config.records} lacks the "
                                     f"column 'sv'")
     return AnnotationBase(config, records, spatial, synapses, sites)
 
+
+
+def _open_index(name: str, what: str, url: str | None, rows: int) -> SortedTable | None:
+    """One of a base's optional index tables, refused when its row count is not the imported one."""
+    if url is None:
+        return None
+    table = open_sorted_table(url)
+    if table.num_rows != rows:
+        raise AnnotationRecordError(
+            f"annotation instance {name!r}: its base's {what} {url} holds {table.num_rows} rows, {rows} when it "
+            f"was imported: a base must not change under an instance; put the imported tables back")
+    return table
 
 __all__ = ["MAX_BLOCKS", "TOMBSTONE", "UNKNOWN_SUPERVOXEL", "AnnotationBase", "BaseConfig", "BaseProperty",
            "block_code", "open_base"]

@@ -1,19 +1,17 @@
 """The connectome of a version: partners, synapses, adjacency tables and what an edit changed.
 
-Everything here reads the synapse index (:mod:`.synapse_index`: synapse keys filed under the
-supervoxel of each end) and maps supervoxels to bodies through the version's labelmap at read time:
+Everything here reads the synapse index (:mod:`.synapse_index`: synapse keys filed under the supervoxel of
+each end) and maps supervoxels to bodies through the version's labelmap at read time:
 
-* ``connections(body)`` scans the prefixes of the body's supervoxels — after a labelmap merge the
-  merged body's partners are the sum of its parts, and no synapse of another body is read; no
-  write is needed when the labelmap changes, on any branch, through undo or a branch merge;
-* a supervoxel split retires a supervoxel; the synapses recorded on retired supervoxels (and only
-  they) are re-resolved by the voxel under their point, once per state of the version (cached);
-* :func:`recount_connectivity` is the reference: every record read, every point's body read from
-  the voxels. The model test checks ``connections`` against it after every edit.
+* ``connections(body)`` scans the prefixes of the body's supervoxels — after a labelmap merge the merged
+  body's partners are the sum of its parts, and no synapse of another body is read; no write is needed
+  when the labelmap changes, on any branch, through undo or a branch merge;
+* a split retires a supervoxel; synapses recorded on gone supervoxels (only they) are re-resolved by the
+  voxel under their point, once per state of the version (cached); ``synapses(body)``: :mod:`.body_sites`;
+* :func:`recount_connectivity` is the reference: every record read, every point's body read from the voxels.
 
-Synapses with an end on background (body 0) are listed by :meth:`synapses` but count in no
-connection. A synapse is one ``PreSynTo`` link from a ``pre`` to a ``post`` annotation (a
-polyadic T-bar with four post sites is four synapses, neuPrint's "weight").
+Synapses with an end on background (body 0) are listed by ``synapses`` but count in no connection. A synapse
+is one ``PreSynTo`` link from a ``pre`` to a ``post`` annotation (a T-bar with four post sites is four synapses).
 """
 
 from __future__ import annotations
@@ -23,7 +21,7 @@ import weakref
 from collections import Counter, OrderedDict
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -42,11 +40,11 @@ from napari_shardscope.core.annotation.errors import AnnotationArgumentError
 from napari_shardscope.core.annotation.model import Point
 from napari_shardscope.core.annotation.points import supervoxels_at
 
-#: An :class:`~.version.AnnotationVersion` (not imported: ``version`` calls into this module, and
-#: core's packages keep their modules acyclic).
+#: An :class:`~.version.AnnotationVersion` (not imported: ``version`` calls into this module; no cycles).
 AnnotationVersion = Any
 
 U64 = npt.NDArray[np.uint64]
+T = TypeVar("T")
 #: States of versions whose re-resolved synapses (on retired supervoxels) are kept per instance.
 STALE_CACHE = 16
 
@@ -187,15 +185,23 @@ _stale_lock = threading.Lock()
 _stale: weakref.WeakKeyDictionary[Any, OrderedDict[tuple[Any, ...], StaleTable]] = weakref.WeakKeyDictionary()
 
 
-def stale_table(v: AnnotationVersion, r: Resolver, log_length: int) -> StaleTable:
-    """The :class:`StaleTable` of the version's state (cached per annotation and labelmap state)."""
-    gen = (v.uuid, log_length, r.state.stamp)
-    with _stale_lock:
-        cache = _stale.setdefault(v.instance, OrderedDict())
+def _cached(lock: threading.Lock, caches: weakref.WeakKeyDictionary[Any, OrderedDict[Any, T]], instance: Any,
+            gen: tuple[Any, ...]) -> tuple[OrderedDict[Any, T], T | None]:
+    """The per-instance cache of one state's derived table, and its entry for ``gen`` (most recent now)."""
+    with lock:
+        cache = caches.setdefault(instance, OrderedDict())
         hit = cache.get(gen)
         if hit is not None:
             cache.move_to_end(gen)
-            return hit
+        return cache, hit
+
+
+def stale_table(v: AnnotationVersion, r: Resolver, log_length: int) -> StaleTable:
+    """The :class:`StaleTable` of the version's state (cached per annotation and labelmap state)."""
+    gen = (v.uuid, log_length, r.state.stamp)
+    cache, hit = _cached(_stale_lock, _stale, v.instance, gen)
+    if hit is not None:
+        return hit
     is_out: list[bool] = []
     owners: list[int] = []
     p_sv: list[int] = []
@@ -280,12 +286,9 @@ def base_overlay(v: AnnotationVersion, r: Resolver, base: Any, log_length: int) 
     Costs the records the version holds (its edits), never the base.
     """
     gen = (v.uuid, log_length, r.state.stamp)
-    with _overlay_lock:
-        cache = _overlays.setdefault(v.instance, OrderedDict())
-        hit = cache.get(gen)
-        if hit is not None:
-            cache.move_to_end(gen)
-            return hit
+    cache, hit = _cached(_overlay_lock, _overlays, v.instance, gen)
+    if hit is not None:
+        return hit
     inst = v.instance.instance
     with v.instance.repo.read(v.uuid) as view:
         held = [K.id_of_record_key(k) for k in view.keys(inst, prefix=K.RECORD_PREFIX) if len(k) == 9]
