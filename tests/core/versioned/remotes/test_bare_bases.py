@@ -20,13 +20,13 @@ import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
-from urllib.parse import unquote
 
 import numpy as np
 import pytest
 import tensorstore as ts
 
 from napari_shardscope.core.bytestore.url import parse_url
+from napari_shardscope.core.serve import load_state
 from tests.cli_batch import run_commands
 from tests.core.labelmap.volumes import voronoi_supervoxels
 from tests.core.versioned.remotes.cli import STEP_TIMEOUT_S, shardscope_json
@@ -85,7 +85,7 @@ def _serve_chunk(repo: Path) -> tuple[tuple[slice, slice, slice], np.ndarray]:
         assert proc.stdout is not None
         link = proc.stdout.readline().strip()  # bounded: the server prints its link first or exits
         assert link.startswith("http://127.0.0.1:"), proc.stderr.read() if proc.stderr else ""
-        state = json.loads(unquote(link.split("#!", 1)[1]))
+        state = load_state(link)  # the link names the state document the server keeps
         source = state["layers"][0]["source"].removeprefix("precomputed://")
         with urllib.request.urlopen(source + "info", timeout=30) as resp:
             scale = json.loads(resp.read())["scales"][0]
