@@ -31,6 +31,15 @@ def test_a_seeded_run_of_hostile_remotes_finds_nothing(seed_root: Path) -> None:
     assert "CorruptObjectError" in outcomes, summary(results)
 
 
+def test_a_version_that_is_its_own_ancestor_is_a_typed_error(seed_root: Path) -> None:
+    """Found by the campaign of 2026-12-05 (seeds 5300007, 5300049): two hostile versions on top of main
+    with the same UUID make a version its own parent; the fetch walk pushed it forever (5.7 GiB, then an
+    untyped MemoryError). Now a damaged remote (StoreCorruptError) within the case's bounds."""
+    results = fuzz_remotes([5300007], seed_root)
+    assert not any(r.findings for r in results), summary(results)
+    assert results[0].outcomes["clone"] == "StoreCorruptError", summary(results)
+
+
 @pytest.mark.slow
 @pytest.mark.skipif(not os.environ.get("SHARDSCOPE_FUZZ_SLOW"), reason="set SHARDSCOPE_FUZZ_SLOW=1 (about 30 minutes)")
 def test_a_longer_run_of_hostile_remotes_finds_nothing(seed_root: Path) -> None:

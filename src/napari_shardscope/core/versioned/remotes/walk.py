@@ -42,15 +42,17 @@ def walk_missing(repo: Repository, history: PackedHistory, starts: Iterable[Node
             walk.order.append(uuid)
             done.add(uuid)
             continue
-        if uuid not in walk.headers and here(uuid):
+        if uuid in walk.headers:  # met again before its ancestors were all walked: it is its own ancestor
+            raise StoreCorruptError(f"{history.url}: version {uuid} is its own ancestor (node object {obj}): "
+                                    f"the remote's history is not a DAG")
+        if here(uuid):
             known[uuid] = obj
             done.add(uuid)
             continue
-        if uuid not in walk.headers:
-            header = decode_node(obj, history.get(obj, "version record"))
-            if header.uuid != uuid:
-                raise StoreCorruptError(f"{history.url}: node object {obj} holds version {header.uuid}, not {uuid}")
-            walk.headers[uuid] = (obj, header)
+        header = decode_node(obj, history.get(obj, "version record"))
+        if header.uuid != uuid:
+            raise StoreCorruptError(f"{history.url}: node object {obj} holds version {header.uuid}, not {uuid}")
+        walk.headers[uuid] = (obj, header)
         stack.append((uuid, obj, True))
         for parent, pobj in reversed(walk.headers[uuid][1].parents):
             if parent not in done:
