@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+import pytest
 from qtpy.QtCore import QTimer
 
 from napari_shardscope.core.annotation import add_many, create_annotation_instance
@@ -65,6 +66,7 @@ class Turns:
         self.timer.stop()
 
 
+@pytest.mark.qt_binding_lane
 def test_a_big_body_loads_while_the_viewer_turns(proofread: Proofread, qtbot: Any) -> None:  # noqa: F811
     viewer, panel, repo, _, c = proofread
     a, b, _q = many_synapses(c)

@@ -30,6 +30,7 @@ def blot_width(viewer: Any) -> int:
     return 0 if not cols.size else int(cols[-1] - cols[0] + 1)
 
 
+@pytest.mark.qt_binding_lane
 def test_site_size_follows_the_zoom_within_screen_limits(proofread: Proofread, qtbot: Any) -> None:  # noqa: F811
     viewer, _panel, _repo, _, c = proofread
     a, _b, va, _ = two_bodies(c)

@@ -57,6 +57,7 @@ def world_z(c: ProofreadingController, z: int) -> float:
     return float(g.translate[0] + z * g.voxel_size[0])
 
 
+@pytest.mark.qt_binding_lane
 def test_orphan_todo_made_from_the_partner_box_walked_with_next_and_done(proofread: Proofread,  # noqa: F811
                                                                          qtbot: Any) -> None:
     viewer, panel, repo, _, c = proofread
