@@ -738,13 +738,11 @@ def part_supervoxels(data: Path, rounds: int, points: list[int], old: Path) -> N
         part_table(data, rounds, n, base, win, big, members, results[True], (peer, peer_rss), (pm, pc))
 
 
-def part_table(data: Path, rounds: int, n: int, base: Path, win: int, big: int, members: int,
-               peer_create: tuple[list[float], list[float]], peer_open: tuple[list[float], list[float]],
-               peer_edit: tuple[list[float], list[float]]) -> None:
-    """The same base with its agglomeration as a Zarr v3 table read in place (issue 28 item 2)."""
-    fwd, rev = make_tables(base, n)
+def create_over_table(repo: Path, base: Path, n: int, fwd: Path, rev: Path,
+                      rounds: int) -> tuple[list[float], list[float]]:
+    """``create_labelmap`` over ``base`` with its agglomeration tables read in place, each round in a fresh
+    process into a fresh ``repo``: the seconds and peak RSS (MB) of each round."""
     times, rss = [], []
-    repo = data / f"sv-{n}-table"
     for _ in range(rounds):
         shutil.rmtree(repo, ignore_errors=True)
         got = child({"task": "create", "repo": str(repo), "base": str(base / "seg"), "bodies": None, "n": n,
@@ -752,6 +750,16 @@ def part_table(data: Path, rounds: int, n: int, base: Path, win: int, big: int, 
         assert got is not None
         times.append(got["seconds"])
         rss.append(got["rss_mb"])
+    return times, rss
+
+
+def part_table(data: Path, rounds: int, n: int, base: Path, win: int, big: int, members: int,
+               peer_create: tuple[list[float], list[float]], peer_open: tuple[list[float], list[float]],
+               peer_edit: tuple[list[float], list[float]]) -> None:
+    """The same base with its agglomeration as a Zarr v3 table read in place (issue 28 item 2)."""
+    fwd, rev = make_tables(base, n)
+    repo = data / f"sv-{n}-table"
+    times, rss = create_over_table(repo, base, n, fwd, rev, rounds)
     what = f"{n:.0e} supervoxels, agglomeration a Zarr v3 table read in place"
     row(f"create over {what}", times, peer_create[0], "-", None, rounds,
         "label index built (threads); the previous code copies its JSON")
@@ -921,15 +929,8 @@ def part_sparse(data: Path, rounds: int, points: list[int]) -> None:
         row(f"setup: peak RSS writing the tables of {what}", [setup["rss_mb"]], None, "-", None, 1,
             "the writing process (volume + both tables)", unit="MB", digits=0, peer_note="-")
         fwd, rev = base / "agglomeration.zarr", base / "agglomeration-reverse.zarr"
-        times, rss = [], []
         repo = data / f"sparse-{n}-repo"
-        for _ in range(rounds):
-            shutil.rmtree(repo, ignore_errors=True)
-            got = child({"task": "create", "repo": str(repo), "base": str(base / "seg"), "bodies": None, "n": n,
-                         "old": False, "table": str(fwd), "reverse": str(rev)}, old=None)
-            assert got is not None
-            times.append(got["seconds"])
-            rss.append(got["rss_mb"])
+        times, rss = create_over_table(repo, base, n, fwd, rev, rounds)
         note = "not run: it lists all 3.8e10 declared blocks before reading one"
         row(f"create over {what}", times, None, "-", None, rounds,
             f"label index built over the {SPARSE_CHUNKS} stored chunks", peer_note=note)

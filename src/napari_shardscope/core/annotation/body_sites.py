@@ -36,7 +36,7 @@ def _sites_indexed(v: AnnotationVersion) -> bool:
 Ends = dict[tuple[int, int], tuple[int, Point]]
 
 
-def _sites_of_body(v: AnnotationVersion, body: int) -> tuple[list[Annotation], Ends]:
+def _sites_of_body(v: AnnotationVersion, r: Resolver, body: int) -> tuple[list[Annotation], Ends]:
     """The ``pre``/``post`` annotations in ``body`` at ``v``, by id, read through the supervoxel index.
 
     Candidates: the annotations filed under the body's supervoxels, and under the supervoxels a split
@@ -47,7 +47,6 @@ def _sites_of_body(v: AnnotationVersion, body: int) -> tuple[list[Annotation], E
     retired supervoxels'), never the instance's. Also returns the synapse-index entries filed under the
     same supervoxels: the partners' supervoxels and points, so that their records need not be read.
     """
-    r = Resolver(v)
     svs = np.asarray(r.lmv.supervoxels(body), dtype=np.uint64)  # UnknownLabelError when absent here
     cand = np.union1d(svs, retired_supervoxels(r))
     inst = v.instance.instance
@@ -78,9 +77,10 @@ def _sites_of_body(v: AnnotationVersion, body: int) -> tuple[list[Annotation], E
 def synapses(v: AnnotationVersion, body: int) -> list[SynapseSite]:
     """The ``pre`` and ``post`` annotations in ``body`` at ``v`` (by id) with their partners' ids and bodies."""
     body = _check_body(body)
+    r = Resolver(v)
     # an instance or base from before the supervoxel index: through the body's blocks
     if _sites_indexed(v):
-        sites, ends = _sites_of_body(v, body)
+        sites, ends = _sites_of_body(v, r, body)
     else:
         sites, ends = [a for a in v.by_body(body) if a.kind in ("pre", "post")], {}
     links = {a.id: [x.to for x in a.relationships if x.rel in ("PreSynTo", "PostSynTo")] for a in sites}
@@ -93,7 +93,6 @@ def synapses(v: AnnotationVersion, body: int) -> list[SynapseSite]:
             if end is not None:
                 where[i] = end
     ids = sorted({i for ls in links.values() for i in ls} - where.keys())
-    r = Resolver(v)
     with v.instance.repo.read(v.uuid) as view:
         recs = v._records(view, ids) if ids else []
     where.update((s.annotation.id, (s.supervoxel, s.annotation.point)) for s in recs)

@@ -76,12 +76,7 @@ class Resolver:
         return np.asarray(self.lmv.bodies_of(svs), dtype=np.uint64)
 
     def retired_with_synapses(self) -> list[int]:
-        """Supervoxels gone at this version that synapse keys are filed under.
-
-        A split retires its supervoxel and creates two; undoing it brings the old one back and
-        retires the two new ones, under which synapses added after the split are filed. So every
-        supervoxel a split names (retired or created) is a candidate; those that exist are not.
-        """
+        """Supervoxels gone at this version (:func:`retired_supervoxels`) that synapse keys are filed under."""
         gone = retired_supervoxels(self)
         if not gone.size:
             return []
@@ -312,14 +307,8 @@ def base_overlay(v: AnnotationVersion, r: Resolver, base: Any, log_length: int) 
     post_sv, found_post = base.supervoxels(syn * np.uint64(2) + np.uint64(2))
     keep = found_pre & found_post
     # supervoxels a split retired at this version that base synapses are filed under
-    retired: set[int] = set()
-    for e in r.lmv.mutations():
-        retired.update(sv for sv, _old, _new in e.mutation.delta.retired)
-    fallback = False
-    if retired:
-        cand = as_u64(sorted(retired))
-        gone = cand[~r.lm.exists(r.state, cand)]
-        fallback = bool(gone.size) and bool(base.synapse_rows(gone)[0].size)
+    gone = retired_supervoxels(r)
+    fallback = bool(gone.size) and bool(base.synapse_rows(gone)[0].size)
     out = BaseOverlay(pre_sv[keep], post_sv[keep], pre_body, post_body, fallback)
     with _overlay_lock:
         cache[gen] = out
@@ -433,18 +422,29 @@ def retired_supervoxels(r: Resolver) -> U64:
 
     A split retires its supervoxel and creates two; undoing it brings the old one back and retires
     the two new ones, under which annotations added after the split are filed. So every supervoxel
-    a split names (retired or created) is a candidate; those that exist at the version are not.
+    a split names (retired or created) is a candidate; those that exist are not. Kept per labelmap state.
     """
+    gen = (r.lmv.uuid, r.state.stamp)
+    cache, hit = _cached(_retired_lock, _retired, r.lm, gen)
+    if hit is not None:
+        return hit
     seen: set[int] = set()
     for e in r.lmv.mutations():
         d = e.mutation.delta
         if d.retired:
             seen.update(sv for sv, _old, _new in d.retired)
             seen.update(sv for sv, _old, _new in d.explicit)
-    if not seen:
-        return np.zeros(0, np.uint64)
     cand = as_u64(sorted(seen))
-    return np.asarray(cand[~r.lm.exists(r.state, cand)], dtype=np.uint64)
+    gone = np.asarray(cand[~r.lm.exists(r.state, cand)] if cand.size else cand, dtype=np.uint64)
+    with _retired_lock:
+        cache[gen] = gone
+        while len(cache) > STALE_CACHE:
+            cache.popitem(last=False)
+    return gone
+
+
+_retired_lock = threading.Lock()
+_retired: weakref.WeakKeyDictionary[Any, OrderedDict[tuple[Any, ...], U64]] = weakref.WeakKeyDictionary()
 
 
 def connectivity(v: AnnotationVersion, bodies: Iterable[int] | None = None, *,

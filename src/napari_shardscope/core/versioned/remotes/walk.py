@@ -54,7 +54,7 @@ def walk_missing(repo: Repository, history: PackedHistory, starts: Iterable[Node
             raise StoreCorruptError(f"{history.url}: node object {obj} holds version {header.uuid}, not {uuid}")
         walk.headers[uuid] = (obj, header)
         stack.append((uuid, obj, True))
-        for parent, pobj in reversed(walk.headers[uuid][1].parents):
+        for parent, pobj in reversed(header.parents):
             if parent not in done:
                 stack.append((parent, pobj, False))
     return walk
