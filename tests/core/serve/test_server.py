@@ -98,6 +98,30 @@ def test_unknown_or_hostile_state_names_are_not_found(served: tuple[ShardServer,
     assert status == 404 and bytes(range(16)) not in body and b"{" not in body
 
 
+def test_a_link_this_process_serves_opens_while_its_server_is_busy() -> None:
+    """napari opens links its own server handed out; a server whose connections are all taken still opens them.
+
+    Found in CI: "Open Neuroglancer link" asked the viewer's own server over loopback from the GUI
+    thread and timed out while the machine was busy. The document is read from the shelf instead.
+    """
+    import socket
+    import time
+
+    from napari_shardscope.core.serve.states import load_state
+
+    state = {"layers": [], "position": [4, 5, 6], "layout": "xy"}
+    with ShardServer(max_connections=1) as server:
+        link = server.state_link(state)
+        with socket.create_connection(("127.0.0.1", server.port)):  # takes the only connection, sends nothing
+            deadline = time.monotonic() + 10
+            while server.connections < 1 and time.monotonic() < deadline:
+                time.sleep(0.01)
+            assert server.connections == 1
+            assert load_state(link) == state
+    with pytest.raises(ArgumentError, match="while its server runs"):  # stopped: nothing is read from its shelf
+        load_state(link)
+
+
 def test_a_served_link_reads_back_to_its_state(tmp_path: Path) -> None:
     """``shardscope open`` / "Open Neuroglancer link" take ``serve``'s links: the state they name is fetched."""
     from napari_shardscope.core.serve.states import load_state

@@ -59,7 +59,7 @@ from napari_shardscope.core.serve.client import client_directory, client_type
 from napari_shardscope.core.serve.cors import CorsPolicy
 from napari_shardscope.core.serve.messages import client_message, local_root
 from napari_shardscope.core.serve.ranges import parse_range
-from napari_shardscope.core.serve.states import STATE_ROOT, StateShelf
+from napari_shardscope.core.serve.states import STATE_ROOT, StateShelf, register_shelf
 
 log = logging.getLogger(__name__)
 
@@ -151,6 +151,7 @@ class ShardServer:
         self._thread = threading.Thread(target=self._httpd.serve_forever, kwargs={"poll_interval": 0.2},
                                         name="shardscope-serve", daemon=True)
         self._thread.start()
+        register_shelf(self.url, self.states)
 
     @property
     def port(self) -> int:
@@ -238,6 +239,7 @@ class ShardServer:
         if self.stopping.is_set():
             return
         self.stopping.set()
+        register_shelf(self.url, None)
         self._httpd.shutdown()
         self._httpd.server_close()
         self._thread.join(timeout=5)

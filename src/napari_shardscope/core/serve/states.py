@@ -25,6 +25,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import threading
 from collections.abc import Mapping
 from typing import Any
 
@@ -86,8 +87,42 @@ class StateShelf:
         data = self._docs.get(key)
         return None if data is None else BytesBody(data)
 
+    def document(self, name: str) -> bytes | None:
+        """The published document ``name`` (``<sha256>.json``), or None."""
+        return self._docs.get(name) if _NAME.fullmatch(name) else None
+
     def local_roots(self) -> Mapping[str, str]:
         return {}
+
+
+#: The shelves of the servers running in this process, by base URL (``http://127.0.0.1:PORT``).
+_LIVE_SHELVES: dict[str, StateShelf] = {}
+_LIVE_GUARD = threading.Lock()
+_LOCAL_DOCUMENT = re.compile(r"(http://127\.0\.0\.1:[0-9]{1,5})/" + STATE_ROOT + r"/([0-9a-f]{64}\.json)")
+
+
+def register_shelf(base_url: str, shelf: StateShelf | None) -> None:
+    """Record (or, given None, forget) the shelf a server of this process serves at ``base_url``."""
+    with _LIVE_GUARD:
+        if shelf is None:
+            _LIVE_SHELVES.pop(base_url, None)
+        else:
+            _LIVE_SHELVES[base_url] = shelf
+
+
+def _local_document(url: str) -> bytes | None:
+    """A document a server of this very process serves, read from its shelf instead of over HTTP.
+
+    napari's "Open Neuroglancer link" is given links its own server handed out; asking that server
+    over loopback from the GUI thread waits on the serving threads, which a busy viewer (layers
+    loading, a slow machine) can keep from answering within the remote timeout.
+    """
+    match = _LOCAL_DOCUMENT.fullmatch(url)
+    if match is None:
+        return None
+    with _LIVE_GUARD:
+        shelf = _LIVE_SHELVES.get(match.group(1))
+    return None if shelf is None else shelf.document(match.group(2))
 
 
 def load_state(text: str) -> dict[str, Any]:
@@ -106,7 +141,9 @@ def load_state(text: str) -> dict[str, Any]:
     url = state_document_link(text)
     if url is None:
         return state_from_text(text)
-    data = _fetch_http(url) if url.startswith(("http://", "https://")) else _fetch_store(url)
+    data = _local_document(url)
+    if data is None:
+        data = _fetch_http(url) if url.startswith(("http://", "https://")) else _fetch_store(url)
     try:
         return load_json_object(data, key=url[:200])
     except MetadataError as exc:
