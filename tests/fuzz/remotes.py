@@ -5,7 +5,12 @@ A remote is a directory (or bucket) anyone with write access can fill; ``clone``
 memory and time bound, and a failed fetch must leave the local repository as it was. Each seed
 copies one valid remote (a pushed labelmap repository, made once) and applies one or two
 mutations; a worker process (address space limited, like the dataset fuzzer's) runs the three
-operations on it, and the parent kills it at the case's time limit.
+operations on it, and the parent kills it past the case's CPU-time limit (or a generous wall-time backstop).
+
+Findings come only from shardscope's code. A mutation whose input an earlier mutation of the case destroyed
+(``refs.json`` made 5 GiB, or no longer JSON) is skipped and counted as skipped; anything else that fails
+while the worker builds the case, or a worker that dies or stalls before it has, is a *harness error*,
+reported apart (the case tested nothing, so the long run exits 2 and the CI tests fail on one).
 
     python -m tests.fuzz.remotes --minutes 10 [--seed 0]     # the long run
     pytest tests/fuzz/test_fuzz_remotes.py                  # the CI subset (seeded, short)
@@ -24,6 +29,7 @@ import os
 import random
 import resource
 import shutil
+import stat
 import sys
 import tempfile
 import time
@@ -40,8 +46,29 @@ from typing import Any
 ADDRESS_SPACE_MB = 6144
 #: Peak resident memory a case may add to its worker before it is a finding (a bomb's bound is tens of MB).
 RSS_GROWTH_MB = 400
-#: Wall time per case (clone, fetch and check of one small remote).
-CASE_SECONDS = 60.0
+#: CPU time (user + system, every thread of the worker, read from ``/proc`` by the parent) a case's clone,
+#: fetch and check of one small remote may use before it is a hang. CPU time, not wall time: on a loaded
+#: machine (this one is shared, the campaign runs niced) a case waiting for a core is slow, not hung.
+CASE_CPU_SECONDS = 60.0
+#: Wall time for them: a backstop for a case blocked without spinning, generous for the same reason.
+CASE_WALL_SECONDS = 600.0
+#: Wall time a worker may take to start (spawn, imports) and build its case: the fuzzer's own time, so going
+#: past it is a harness error, never a hang of shardscope.
+BUILD_WALL_SECONDS = 600.0
+#: A mutation reads no file larger than this: an earlier mutation of the same case may have made it a sparse
+#: file of gigabytes, and reading it whole is what the remote must not make *shardscope* do, let alone us.
+MAX_MUTATED_FILE_BYTES = 64 << 20
+
+
+class Unmutable(Exception):
+    """What a mutation damages is no longer there to damage: an earlier mutation of the same case truncated,
+    grew or garbled it (``refs.json`` made 5 GiB or no longer JSON, say). The mutation is skipped and counted
+    as such; it is never a finding, since no product code ran."""
+
+
+class HarnessError(Exception):
+    """The fuzzer itself failed (building a case, or reading the untouched local clone it fetches into):
+    reported apart from the findings, which come only from shardscope's own code."""
 
 
 def _object_path(remote: Path, name: str) -> Path:
@@ -56,8 +83,29 @@ def _put(remote: Path, data: bytes) -> str:
     return name
 
 
+def _readable(path: Path) -> bytes:
+    """The bytes of ``path``, or :class:`Unmutable` when an earlier mutation left nothing sane to read."""
+    try:
+        st = path.lstat()
+    except FileNotFoundError as exc:
+        raise Unmutable(f"{path.name} is gone") from exc
+    if not stat.S_ISREG(st.st_mode) or st.st_size > MAX_MUTATED_FILE_BYTES:
+        raise Unmutable(f"{path.name} is not a regular file of at most {MAX_MUTATED_FILE_BYTES} bytes")
+    return path.read_bytes()
+
+
 def _refs(remote: Path) -> dict[str, Any]:
-    doc: dict[str, Any] = json.loads((remote / "refs.json").read_bytes())
+    """The remote's refs document, if it still has the shape of the seed's (what every mutation relies on)."""
+    try:
+        doc = json.loads(_readable(remote / "refs.json"))
+    except (ValueError, RecursionError) as exc:  # UnicodeDecodeError and JSONDecodeError are ValueErrors
+        raise Unmutable(f"refs.json no longer parses ({type(exc).__name__})") from exc
+    main = doc.get("branches", {}).get("main") if isinstance(doc, dict) and isinstance(doc.get("branches"), dict) \
+        else None
+    if not (isinstance(main, dict) and isinstance(main.get("node"), str) and isinstance(main.get("object"), str)
+            and type(doc.get("seq")) is int and isinstance(doc.get("instances"), dict) and doc["instances"]
+            and all(isinstance(v, dict) for v in doc["instances"].values())):
+        raise Unmutable("refs.json parses but no longer has the seed's shape (branches.main, seq, instances)")
     return doc
 
 
@@ -106,9 +154,16 @@ def huge_ids(remote: Path, rng: random.Random) -> None:
     os.truncate(remote / "ids.json", rng.choice([(16 << 20) + 1, 5 << 30]))
 
 
+def _objects(remote: Path) -> list[Path]:
+    """The remote's object files, sorted so that the seed decides (truncating one needs no read of it)."""
+    objects = sorted(p for p in (remote / "objects").rglob("*") if p.is_file() and not p.is_symlink())
+    if not objects:
+        raise Unmutable("the remote holds no object files")
+    return objects
+
+
 def huge_object(remote: Path, rng: random.Random) -> None:
-    objects = sorted(p for p in (remote / "objects").rglob("*") if p.is_file())
-    os.truncate(rng.choice(objects), rng.choice([(256 << 20) + 1, 5 << 30]))
+    os.truncate(rng.choice(_objects(remote)), rng.choice([(256 << 20) + 1, 5 << 30]))
 
 
 def bomb_data(remote: Path, rng: random.Random) -> None:
@@ -153,9 +208,8 @@ def lying_keys(remote: Path, rng: random.Random) -> None:
 
 
 def flipped_bytes(remote: Path, rng: random.Random) -> None:
-    targets = [remote / "refs.json", *sorted(p for p in (remote / "objects").rglob("*") if p.is_file())]
-    path = rng.choice(targets)
-    data = bytearray(path.read_bytes())
+    path = rng.choice([remote / "refs.json", *_objects(remote)])
+    data = bytearray(_readable(path))  # a 5 GiB object or refs.json from an earlier mutation: skipped
     for _ in range(rng.randint(1, 8)):
         if data:
             data[rng.randrange(len(data))] ^= 1 << rng.randrange(8)
@@ -198,15 +252,31 @@ def build_seed(root: Path) -> Path:
 
 # -- one case -------------------------------------------------------------------------------------------------
 
+@dataclass(frozen=True)
+class BuiltCase:
+    """The mutations a case applied, and those skipped because an earlier one destroyed their input."""
+
+    applied: list[str]
+    skipped: list[str]
+
+
 @dataclass
 class RemoteCaseResult:
     seed: int
-    mutations: list[str]
+    mutations: list[str] = field(default_factory=list)
+    #: Mutations not applied: their input was gone or garbled by an earlier mutation of the case.
+    skipped: list[str] = field(default_factory=list)
     outcomes: dict[str, str] = field(default_factory=dict)  # operation -> ok | typed class | finding
+    #: Only shardscope's own code produces these: an untyped error, a crash or hang after the case was
+    #: built, a memory bound passed, a refused fetch that changed the repository, a partial clone.
     findings: list[str] = field(default_factory=list)
+    #: The fuzzer's own failures (building the case, or the untouched local clone): never findings.
+    harness_errors: list[str] = field(default_factory=list)
+    #: The worker's peak resident memory (VmHWM, MiB); 0 when it was not learned.
+    peak_rss_mb: float = 0.0
 
 
-def make_remote_case(seed: int, seed_root: Path, work: Path) -> list[str]:
+def make_remote_case(seed: int, seed_root: Path, work: Path) -> BuiltCase:
     """Copy the seed remote and its clone into ``work`` and damage the remote; the mutations applied."""
     rng = random.Random(seed)
     shutil.copytree(seed_root / "remote", work / "remote")
@@ -215,21 +285,32 @@ def make_remote_case(seed: int, seed_root: Path, work: Path) -> list[str]:
     doc = json.loads(config.read_text())
     doc["remotes"]["origin"]["url"] = str(work / "remote")
     config.write_text(json.dumps(doc))
-    applied = []
+    applied, skipped = [], []
     # the first mutation cycles with the seed, so any len(MUTATIONS) consecutive seeds cover them all
     picks = [seed % len(MUTATIONS)] + ([rng.randrange(len(MUTATIONS))] if rng.random() < 0.3 else [])
     for pick in picks:
         name, mutate = MUTATIONS[pick]
         try:
             mutate(work / "remote", rng)
-        except (FileNotFoundError, KeyError, IndexError):
-            continue  # an earlier mutation removed what this one damages
+        except Unmutable:  # an earlier mutation destroyed what this one damages; any other error is a bug of ours
+            skipped.append(name)
+            continue
         applied.append(name)
-    return applied
+    return BuiltCase(applied, skipped)
+
+
+def _repo_state(repo: Any) -> tuple[Any, ...]:
+    from napari_shardscope.core.versioned import remotes as R
+
+    return [v.uuid for v in repo.versions()], repo.branches(), R.load_state(repo, "origin").to_json()
 
 
 def run_remote_case(work: Path) -> dict[str, str]:
-    """clone, fetch (into a copy of a clone) and check the damaged remote; the outcome of each."""
+    """clone, fetch (into a copy of a clone) and check the damaged remote; the outcome of each.
+
+    Every call into shardscope is guarded and its outcome recorded; the one step that is the harness's (opening
+    the untouched copy of the seed's clone before the fetch) raises :class:`HarnessError` instead.
+    """
     from napari_shardscope.core.errors import ShardscopeError
     from napari_shardscope.core.versioned import open_repository
     from napari_shardscope.core.versioned import remotes as R
@@ -258,84 +339,171 @@ def run_remote_case(work: Path) -> dict[str, str]:
     attempt("clone", lambda: R.clone(remote, work / "cloned", engine="sqlite"))
     if outcomes["clone"] != "ok" and (work / "cloned").exists():
         outcomes["clone"] = "FINDING partial: a failed clone left its destination"
-    with open_repository(work / "clone") as repo:
-        before = ([v.uuid for v in repo.versions()], repo.branches(), R.load_state(repo, "origin").to_json())
+    try:  # a copy of the seed's clone, which no mutation touches: failing here tests nothing hostile
+        repo = open_repository(work / "clone")
+        before = _repo_state(repo)
+    except BaseException as exc:
+        raise HarnessError(f"the untouched local clone did not open: {type(exc).__name__}: {exc}") from exc
+    try:
         attempt("fetch", lambda: R.fetch(repo, "origin"))
-        after = ([v.uuid for v in repo.versions()], repo.branches(), R.load_state(repo, "origin").to_json())
+        after = _repo_state(repo)
         if outcomes["fetch"] != "ok" and after != before and not outcomes["fetch"].startswith("FINDING"):
             outcomes["fetch"] = f"FINDING partial: a refused fetch ({outcomes['fetch']}) changed the repository"
+    except BaseException as exc:
+        outcomes["fetch"] = (f"FINDING unreadable: after fetch ({outcomes.get('fetch', '?')[:80]}) the repository "
+                             f"no longer reads: {type(exc).__name__}: {exc}")
+    finally:
+        try:
+            repo.close()
+        except BaseException as exc:
+            outcomes["fetch"] = f"FINDING close: after fetch the repository did not close: {type(exc).__name__}: {exc}"
     attempt("check", lambda: verify_remote(remote))
     return outcomes
 
 
 def _worker(conn: Any, seed: int, seed_root: str, work: str) -> None:
+    """Build the case (the harness's part), say so, then run it (shardscope's part) and send the outcomes.
+
+    The parent tells the two parts apart by the ``built`` message: whatever goes wrong before it (an error,
+    a death, a slow start) is the fuzzer's, and only what happens after it can be a finding.
+    """
     limit = ADDRESS_SPACE_MB << 20
     resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-    mutations = make_remote_case(seed, Path(seed_root), Path(work))
-    conn.send(("mutations", mutations))
-    conn.send(("outcomes", run_remote_case(Path(work))))
+    try:
+        import napari_shardscope.core.versioned.remotes.verify  # noqa: F401 - imports are not the case's time
+
+        case = make_remote_case(seed, Path(seed_root), Path(work))
+    except BaseException:
+        conn.send(("harness_error", f"building the case: {traceback.format_exc()[-1500:]}"))
+        return
+    conn.send(("built", case.applied, case.skipped))
+    from tests.fuzz.runner import own_peak_rss_mb
+
+    try:
+        outcomes = run_remote_case(Path(work))
+    except BaseException:
+        conn.send(("harness_error", f"running the case: {traceback.format_exc()[-1500:]}"))
+        return
+    conn.send(("outcomes", outcomes, own_peak_rss_mb() or 0.0))
 
 
-def fuzz_remotes(seeds: Iterable[int], seed_root: Path, *,
-                 case_seconds: float = CASE_SECONDS) -> list[RemoteCaseResult]:
+def _watch(proc: Any, conn: Any, result: RemoteCaseResult, *, cpu_seconds: float, wall_seconds: float,
+           build_seconds: float) -> bool:
+    """Read the worker's messages into ``result`` until it is done; whether the case was built."""
+    from tests.fuzz.runner import process_cpu_seconds, process_peak_rss_mb
+
+    started = time.monotonic()
+    built_at: float | None = None
+    cpu_at_build = 0.0
+    while True:
+        if conn.poll(0.5):
+            try:
+                kind, *value = conn.recv()
+            except EOFError:
+                return built_at is not None  # the worker is gone; the caller judges how it ended
+            if kind == "built":
+                result.mutations, result.skipped = value
+                built_at, cpu_at_build = time.monotonic(), process_cpu_seconds(proc.pid) or 0.0
+            elif kind == "harness_error":
+                result.harness_errors.append(value[0])
+                return built_at is not None
+            else:
+                result.outcomes, result.peak_rss_mb = value
+                return True
+            continue
+        if not proc.is_alive() and not conn.poll(0):
+            return built_at is not None
+        now = time.monotonic()
+        if built_at is None:
+            if now - started > build_seconds:
+                proc.kill()
+                result.harness_errors.append(f"the worker did not build the case in {build_seconds:g} s of wall time")
+                return False
+            continue
+        cpu = (process_cpu_seconds(proc.pid) or cpu_at_build) - cpu_at_build
+        if cpu > cpu_seconds or now - built_at > wall_seconds:
+            result.peak_rss_mb = process_peak_rss_mb(proc.pid) or 0.0
+            proc.kill()
+            result.findings.append(f"hang: {cpu:.1f} s of CPU time (limit {cpu_seconds:g} s), {now - built_at:.0f} s "
+                                   f"of wall time (backstop {wall_seconds:g} s) without an outcome")
+            return True
+
+
+def fuzz_remotes(seeds: Iterable[int], seed_root: Path, *, cpu_seconds: float = CASE_CPU_SECONDS,
+                 wall_seconds: float = CASE_WALL_SECONDS,
+                 build_seconds: float = BUILD_WALL_SECONDS) -> list[RemoteCaseResult]:
     """Run each seed's case in its own spawned worker (one at a time); a result per seed."""
     build_seed(seed_root)
     ctx = multiprocessing.get_context("spawn")
     results = []
     for seed in seeds:
         work = Path(tempfile.mkdtemp(prefix="shardscope-fuzz-remote-"))
-        result = RemoteCaseResult(seed, [])
+        result = RemoteCaseResult(seed)
         parent, child = ctx.Pipe(duplex=False)
         proc = ctx.Process(target=_worker, args=(child, seed, str(seed_root), str(work)), daemon=True)
         proc.start()
         child.close()
-        deadline = time.monotonic() + case_seconds
         try:
-            while time.monotonic() < deadline and parent.poll(max(0.0, deadline - time.monotonic())):
-                kind, value = parent.recv()
-                if kind == "mutations":
-                    result.mutations = value
-                else:
-                    result.outcomes = value
-                    break
-        except EOFError:
-            pass
-        proc.join(timeout=max(0.0, deadline - time.monotonic()))
-        if proc.is_alive():
-            proc.kill()
-            proc.join(30)
-            result.findings.append(f"hang: no outcome within {case_seconds} s")
-        elif not result.outcomes:
-            result.findings.append(f"crash: the worker exited with {proc.exitcode} and no outcome")
+            built = _watch(proc, parent, result, cpu_seconds=cpu_seconds, wall_seconds=wall_seconds,
+                           build_seconds=build_seconds)
+        finally:
+            proc.join(timeout=30)
+            if proc.is_alive():
+                proc.kill()
+                proc.join(30)
+            parent.close()
+        if not result.outcomes and not result.harness_errors and not result.findings:
+            if built:  # only shardscope's code ran after the case was built
+                result.findings.append(f"crash: the worker exited with {proc.exitcode} and no outcome")
+            else:
+                result.harness_errors.append(f"the worker exited with {proc.exitcode} before building the case")
         result.findings += [f"{op}: {o}" for op, o in result.outcomes.items() if o.startswith("FINDING")]
         shutil.rmtree(work, ignore_errors=True)
         results.append(result)
     return results
 
 
-def summary(results: list[RemoteCaseResult]) -> str:
-    by_mutation = Counter(m for r in results for m in r.mutations)
+def summary(results: list[RemoteCaseResult], wall_seconds: float | None = None) -> str:
+    """Counts over a run (as the campaign table reports them), then every finding and harness error."""
+    applied = Counter(m for r in results for m in r.mutations)
+    skipped = Counter(m for r in results for m in r.skipped)
     outcomes = Counter(o.split(":")[0] for r in results for o in r.outcomes.values())
     findings = [f"seed={r.seed} {r.mutations}: {f[:300]}" for r in results for f in r.findings]
-    return "\n".join([f"{len(results)} hostile remotes; mutations {dict(by_mutation)}; outcomes {dict(outcomes)}",
-                      f"{len(findings)} finding(s)", *findings])
+    harness = [f"seed={r.seed}: {e[-300:]}" for r in results for e in r.harness_errors]
+    wall = f" in {wall_seconds:.0f} s" if wall_seconds is not None else ""
+    return "\n".join([
+        f"{len(results)} hostile remotes, {sum(outcomes.values())} operations{wall}; "
+        f"peak worker RSS {max((r.peak_rss_mb for r in results), default=0.0):.0f} MiB",
+        f"outcomes {dict(outcomes.most_common())}",
+        f"mutations applied {dict(applied.most_common())}; "
+        f"skipped {sum(skipped.values())} {dict(skipped.most_common())} (an earlier mutation destroyed their input)",
+        f"{len(findings)} finding(s)", *findings,
+        f"{len(harness)} harness error(s) (the fuzzer's own; not findings, but the case tested nothing)", *harness])
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run seeds from ``--seed`` on until ``--minutes`` pass: exit 1 on a finding, 2 on harness errors only."""
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--minutes", type=float, default=10.0)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--seed-dir", type=Path, default=Path(tempfile.gettempdir()) / "shardscope-fuzz-remote-seed")
     args = p.parse_args(argv)
-    deadline = time.monotonic() + args.minutes * 60
+    t0 = time.monotonic()
+    deadline = t0 + args.minutes * 60
     results: list[RemoteCaseResult] = []
     seed = args.seed
     while time.monotonic() < deadline:
-        results += fuzz_remotes([seed], args.seed_dir)
+        (result,) = fuzz_remotes([seed], args.seed_dir)
+        results.append(result)
+        print(f"seed={seed} {result.mutations} skipped={result.skipped} "
+              f"{ {op: o.split(':')[0] for op, o in result.outcomes.items()} } findings={len(result.findings)} "
+              f"harness_errors={len(result.harness_errors)} rss={result.peak_rss_mb:.0f}", file=sys.stderr, flush=True)
         seed += 1
-    print(summary(results))
-    return 1 if any(r.findings for r in results) else 0
+    print(summary(results, time.monotonic() - t0))
+    if any(r.findings for r in results):
+        return 1
+    return 2 if any(r.harness_errors for r in results) else 0
 
 
 if __name__ == "__main__":

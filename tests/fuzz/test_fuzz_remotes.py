@@ -1,7 +1,9 @@
 """Hostile remotes in CI (a short seeded run) and the long run (``SHARDSCOPE_FUZZ_SLOW=1``): oversized
 refs/ids/objects, zlib bombs with valid hashes, lying sizes and flipped bytes through clone, fetch and
 ``remote check`` (``tests/fuzz/remotes.py``). Every case must end in success or a typed error, within
-its time and memory bound, and a refused fetch must leave the repository as it was."""
+its time and memory bound, and a refused fetch must leave the repository as it was. Findings come only from
+shardscope's code: a mutation whose input an earlier one destroyed is skipped, and the fuzzer's own failures
+are harness errors (which fail these tests too, since such a case tested nothing)."""
 
 from __future__ import annotations
 
@@ -10,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.fuzz.remotes import MUTATIONS, fuzz_remotes, summary
+from tests.fuzz.remotes import MUTATIONS, fuzz_remotes, make_remote_case, summary
 
 #: Two rounds of every mutation (the first mutation of a case cycles with its seed).
 CI_SEEDS = range(0, 2 * len(MUTATIONS))
@@ -24,7 +26,7 @@ def seed_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def test_a_seeded_run_of_hostile_remotes_finds_nothing(seed_root: Path) -> None:
     results = fuzz_remotes(CI_SEEDS, seed_root)
-    assert not any(r.findings for r in results), summary(results)
+    assert not any(r.findings or r.harness_errors for r in results), summary(results)
     assert {m for r in results for m in r.mutations} == {name for name, _ in MUTATIONS}, summary(results)
     outcomes = [o for r in results for o in r.outcomes.values()]
     assert len(outcomes) == 3 * len(CI_SEEDS), summary(results)  # every case ran clone, fetch and check
@@ -36,8 +38,43 @@ def test_a_version_that_is_its_own_ancestor_is_a_typed_error(seed_root: Path) ->
     with the same UUID make a version its own parent; the fetch walk pushed it forever (5.7 GiB, then an
     untyped MemoryError). Now a damaged remote (StoreCorruptError) within the case's bounds."""
     results = fuzz_remotes([5300007], seed_root)
-    assert not any(r.findings for r in results), summary(results)
+    assert not any(r.findings or r.harness_errors for r in results), summary(results)
     assert results[0].outcomes["clone"] == "StoreCorruptError", summary(results)
+
+
+def test_a_mutation_whose_input_an_earlier_one_destroyed_is_skipped_not_a_crash(seed_root: Path) -> None:
+    """Found re-running the campaign on the fixed code (2026-12-05, seeds 5300000 on): 8 of 286 cases were
+    "crash" findings that were the fuzzer's own. Seed 5300081 flips bytes of ``refs.json`` (now not UTF-8),
+    then ``lying_counts`` parsed it to move ``main`` and died with a UnicodeDecodeError in the worker before
+    any of shardscope's code ran. The second mutation is now skipped and the case runs with the first."""
+    results = fuzz_remotes([5300081], seed_root)
+    assert not any(r.findings or r.harness_errors for r in results), summary(results)
+    (result,) = results
+    assert (result.mutations, result.skipped) == (["flipped_bytes"], ["lying_counts"]), summary(results)
+    assert set(result.outcomes) == {"clone", "fetch", "check"}, summary(results)
+    assert "skipped 1 {'lying_counts': 1}" in summary(results)
+
+
+def test_a_mutation_never_reads_a_file_an_earlier_one_made_huge(seed_root: Path, tmp_path: Path) -> None:
+    """Seed 5300136 makes ``refs.json`` a 5 GiB sparse file, then ``bomb_data`` read it whole to move
+    ``main`` (a MemoryError under the worker's address-space limit, reported as a crash). The mutation
+    looks at the size first and is skipped; the huge ``refs.json`` stays for clone, fetch and check."""
+    fuzz_remotes([], seed_root)  # builds the seed remote
+    case = make_remote_case(5300136, seed_root, tmp_path)
+    assert (case.applied, case.skipped) == (["huge_refs"], ["bomb_data"])
+    assert (tmp_path / "remote" / "refs.json").stat().st_size == 5 << 30
+
+
+def test_the_fuzzers_own_failure_is_a_harness_error_never_a_finding(tmp_path: Path) -> None:
+    """A seed directory that says it is ready but holds no remote: building every case fails in the worker.
+    That is the fuzzer's error, reported as such, never as a crash of shardscope."""
+    (tmp_path / "seed-ready").write_text("ok")
+    results = fuzz_remotes([0], tmp_path)
+    (result,) = results
+    assert result.findings == [], summary(results)
+    assert len(result.harness_errors) == 1 and "FileNotFoundError" in result.harness_errors[0], summary(results)
+    assert result.outcomes == {}
+    assert "0 finding(s)" in summary(results) and "1 harness error(s)" in summary(results)
 
 
 @pytest.mark.slow
