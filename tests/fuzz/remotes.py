@@ -97,7 +97,7 @@ def _readable(path: Path) -> bytes:
 def _refs(remote: Path) -> dict[str, Any]:
     """The remote's refs document, if it still has the shape of the seed's (what every mutation relies on)."""
     try:
-        doc = json.loads(_readable(remote / "refs.json"))
+        doc: Any = json.loads(_readable(remote / "refs.json"))
     except (ValueError, RecursionError) as exc:  # UnicodeDecodeError and JSONDecodeError are ValueErrors
         raise Unmutable(f"refs.json no longer parses ({type(exc).__name__})") from exc
     main = doc.get("branches", {}).get("main") if isinstance(doc, dict) and isinstance(doc.get("branches"), dict) \
@@ -106,7 +106,8 @@ def _refs(remote: Path) -> dict[str, Any]:
             and type(doc.get("seq")) is int and isinstance(doc.get("instances"), dict) and doc["instances"]
             and all(isinstance(v, dict) for v in doc["instances"].values())):
         raise Unmutable("refs.json parses but no longer has the seed's shape (branches.main, seq, instances)")
-    return doc
+    checked: dict[str, Any] = doc
+    return checked
 
 
 def _write_refs(remote: Path, doc: dict[str, Any]) -> None:
@@ -308,6 +309,11 @@ def _repo_state(repo: Any) -> tuple[Any, ...]:
 def run_remote_case(work: Path) -> dict[str, str]:
     """clone, fetch (into a copy of a clone) and check the damaged remote; the outcome of each.
 
+    ``check`` is ``ok`` for a remote :func:`verify_remote` calls sound and ``problems_found`` when it lists
+    problems. Clones are lazy, so a clone may succeed on a remote check faults (a damaged object of an old
+    version is read only when that version is); the other way round is a finding: a typed refusal by
+    clone or fetch of a remote that check called sound means check missed the damage.
+
     Every call into shardscope is guarded and its outcome recorded; the one step that is the harness's (opening
     the untouched copy of the seed's clone before the fetch) raises :class:`HarnessError` instead.
     """
@@ -357,7 +363,14 @@ def run_remote_case(work: Path) -> dict[str, str]:
             repo.close()
         except BaseException as exc:
             outcomes["fetch"] = f"FINDING close: after fetch the repository did not close: {type(exc).__name__}: {exc}"
-    attempt("check", lambda: verify_remote(remote))
+    problems: list[str] = []
+    attempt("check", lambda: problems.extend(verify_remote(remote)))
+    if outcomes["check"] == "ok" and problems:
+        outcomes["check"] = "problems_found"  # `remote check` reports them and exits non-zero
+    refused = {op: o for op, o in outcomes.items() if op != "check" and o not in ("ok", "problems_found")
+               and not o.startswith("FINDING")}
+    if outcomes["check"] == "ok" and refused:  # a sound remote per check, yet clone or fetch refused it
+        outcomes["check"] = f"FINDING check_missed: remote check found nothing, but {refused} refused the remote"
     return outcomes
 
 
