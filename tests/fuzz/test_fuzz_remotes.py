@@ -31,6 +31,7 @@ def test_a_seeded_run_of_hostile_remotes_finds_nothing(seed_root: Path) -> None:
     outcomes = [o for r in results for o in r.outcomes.values()]
     assert len(outcomes) == 3 * len(CI_SEEDS), summary(results)  # every case ran clone, fetch and check
     assert "CorruptObjectError" in outcomes, summary(results)
+    assert "problems_found" in outcomes, summary(results)  # remote check's list is an outcome, not "ok"
 
 
 def test_a_version_that_is_its_own_ancestor_is_a_typed_error(seed_root: Path) -> None:
@@ -40,6 +41,15 @@ def test_a_version_that_is_its_own_ancestor_is_a_typed_error(seed_root: Path) ->
     results = fuzz_remotes([5300007], seed_root)
     assert not any(r.findings or r.harness_errors for r in results), summary(results)
     assert results[0].outcomes["clone"] == "StoreCorruptError", summary(results)
+
+
+def test_remote_check_faults_what_clone_and_fetch_refuse(seed_root: Path) -> None:
+    """Found by the campaign of 2026-12-05 (seeds 5400026, 5400128, 5400161, 5400164): a damaged key listing
+    (5400026) or history pack (5400161) made clone, and fetch, refuse the remote while ``remote check`` called it
+    sound: it read neither. Now it reads both (``tests/core/versioned/remotes/test_check_coverage.py``)."""
+    results = fuzz_remotes([5400026, 5400161], seed_root)
+    assert not any(r.findings or r.harness_errors for r in results), summary(results)
+    assert [r.outcomes["check"] for r in results] == ["problems_found"] * 2, summary(results)
 
 
 def test_a_mutation_whose_input_an_earlier_one_destroyed_is_skipped_not_a_crash(seed_root: Path) -> None:

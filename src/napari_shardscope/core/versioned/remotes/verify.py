@@ -1,11 +1,23 @@
-"""Checking a remote: every object its refs reach exists and verifies, and which versions it holds."""
+"""Checking a remote: every object its refs reach exists and verifies, and which versions it holds.
+
+"Every object" is every object a clone or a fetch reads: node, data and unversioned objects, each version's
+key listing (what a lazy clone or fetch reads instead of the data) and the history packs (what a fetch
+walks). Each is checked the way its reader checks it (hash, framing, record counts), so damage a clone or
+fetch would refuse is a problem here too.
+"""
 
 from __future__ import annotations
 
 from napari_shardscope.core.errors import ShardscopeError
 from napari_shardscope.core.versioned.node import NodeEntry, NodeLog
 from napari_shardscope.core.versioned.remotes import pages
-from napari_shardscope.core.versioned.remotes.pack import decode_data, decode_node, node_content
+from napari_shardscope.core.versioned.remotes.pack import (
+    decode_data,
+    decode_keys,
+    decode_node,
+    decode_pack,
+    node_content,
+)
 from napari_shardscope.core.versioned.remotes.store import NodeRef, RemoteStore
 
 
@@ -13,8 +25,8 @@ def verify_remote(url: str) -> list[str]:
     """Problems of the remote at ``url`` (empty when sound): every object its refs reach must exist and verify.
 
     Walks the whole history from the root and every branch head, reading (and hash-checking) every
-    node, data and unversioned object; what a crashed push may leave — objects no ref reaches — is
-    not a problem.
+    node, data, key listing and unversioned object, and every history pack the refs list; what a
+    crashed push may leave — objects no ref reaches — is not a problem.
     """
     store = RemoteStore(url)
     problems: list[str] = []
@@ -36,10 +48,17 @@ def verify_remote(url: str) -> list[str]:
             for data_name in header.data:
                 records.extend(decode_data(data_name, store.get_object(data_name), header.instances))
             node_content(header, records)
+            if header.keys is not None:  # a lazy clone or fetch reads this instead of the data, checked alike
+                node_content(header, decode_keys(header.keys, store.get_object(header.keys), header))
         except ShardscopeError as exc:  # every typed failure is a finding here, not a reason to stop
             problems.append(f"version {ref.node}: {exc}")
             continue
         stack.extend(NodeRef(p, o) for p, o in header.parents)
+    for pack in refs.packs:  # a fetch walks the history through these before any node object
+        try:
+            decode_pack(pack.name, store.get_object(pack.name, "history pack"))
+        except ShardscopeError as exc:
+            problems.append(f"history pack {pack.name}: {exc}")
     try:
         store.counter_names()  # a clone reserves ids from these: a damaged or huge ids.json breaks every clone
     except ShardscopeError as exc:
