@@ -40,7 +40,8 @@ from bench.common import Paired, Row, paired_rounds, record, record_pair, save, 
 
 import napari_shardscope as ss
 from napari_shardscope.core.annotation import add_many, create_annotation_instance
-from napari_shardscope.core.annotation import connectome as C
+from napari_shardscope.core.annotation import body_sites as B
+from napari_shardscope.core.annotation import sv_synapses as C
 from napari_shardscope.core.annotation.connectome import _connections_from, recount_connectivity
 
 BENCH = "connectome"
@@ -103,12 +104,12 @@ def scan_synapses(v: object, body: int) -> list[object]:
 
 def former_synapses(v: object, body: int) -> object:
     """``synapses(body)`` through the body's blocks (what it did before the supervoxel index)."""
-    real = C._sites_indexed
-    C._sites_indexed = lambda _v: False  # type: ignore[assignment]
+    real = B._sites_indexed
+    B._sites_indexed = lambda _v: False  # type: ignore[assignment]
     try:
         return v.synapses(body)  # type: ignore[attr-defined]
     finally:
-        C._sites_indexed = real  # type: ignore[assignment]
+        B._sites_indexed = real  # type: ignore[assignment]
 
 
 def bench_synapses(v: object, n: int, rounds: int, a: int, b: int, lm: object, where: str) -> None:
@@ -129,7 +130,7 @@ def bench_synapses(v: object, n: int, rounds: int, a: int, b: int, lm: object, w
     if lm.at("main").exists(b):  # type: ignore[attr-defined]
         setup(0)  # A holds B: the merged body
     got = ours()
-    assert C._sites_indexed(v) and got == peer()
+    assert B._sites_indexed(v) and got == peer()
     former = "not timed (beyond 10⁵ it reads every annotation in the body's blocks: minutes)"
     if n <= 10**5:
         t_former = timed(lambda: former_synapses(v, a))

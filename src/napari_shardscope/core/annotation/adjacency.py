@@ -19,15 +19,16 @@ Synapse ends filed under supervoxels a split retired are counted from the versio
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
 from napari_shardscope.core.annotation import synapse_index as S
-from napari_shardscope.core.annotation.connections import ConnectionTable
-from napari_shardscope.core.annotation.resolver import AnnotationVersion, Resolver, check_body, sum_pairs
+from napari_shardscope.core.annotation.over_base import members
+from napari_shardscope.core.annotation.resolver import AnnotationVersion, Resolver, sum_pairs
+from napari_shardscope.core.annotation.sv_synapses import stale_table, sv_aggregates
 
 U64 = npt.NDArray[np.uint64]
 I64 = npt.NDArray[np.int64]
@@ -56,9 +57,6 @@ def _stale_rows(stale: Any) -> Rows:
 
 def table_indexed(v: AnnotationVersion, bodies: Sequence[int], within: bool) -> Rows:
     """The connections touching ``bodies`` through the versioned synapse index (format ≥ 2, no base)."""
-    from napari_shardscope.core.annotation.connectome import stale_table, sv_aggregates
-    from napari_shardscope.core.annotation.over_base import members
-
     r = Resolver(v)
     svs, owner = members(r, bodies)  # UnknownLabelError when a body does not exist here
     with v.instance.repo.read(v.uuid) as view:
@@ -89,8 +87,6 @@ def table_indexed(v: AnnotationVersion, bodies: Sequence[int], within: bool) -> 
 
 def whole_indexed(v: AnnotationVersion) -> Rows:
     """Every connection at ``v`` through the versioned synapse index, streamed (see the module docstring)."""
-    from napari_shardscope.core.annotation.connectome import stale_table
-
     r = Resolver(v)
     inst = v.instance.instance
     acc: Rows = (np.zeros(0, np.uint64), np.zeros(0, np.uint64), np.zeros(0, np.int64))
@@ -137,29 +133,4 @@ def whole_indexed(v: AnnotationVersion) -> Rows:
     return fold()
 
 
-def connectivity(v: AnnotationVersion, bodies: Iterable[int] | None = None, *,
-                 within: bool = False) -> ConnectionTable:
-    """The adjacency table at ``v``: every connection with ``pre`` or ``post`` among ``bodies``
-    (``within``: both), or the whole connectome when ``bodies`` is None (streamed through the index)."""
-    from napari_shardscope.core.annotation.connectome import check_indexed, recount_connectivity
-    from napari_shardscope.core.annotation.over_base import table_over_base, whole_over_base
-    from napari_shardscope.core.annotation.resolver import format_of
-
-    chosen = None if bodies is None else sorted({check_body(b) for b in bodies})
-    base = v.instance.base
-    rows: Rows | None = None
-    if base is not None and base.indexed and format_of(v) >= 2:
-        rows = whole_over_base(v, base) if chosen is None else table_over_base(v, chosen, base, within)
-    elif check_indexed(v):
-        rows = whole_indexed(v) if chosen is None else table_indexed(v, chosen, within)
-    if rows is not None:
-        return ConnectionTable.from_arrays(*rows)
-    table = recount_connectivity(v)  # an instance without the index (or a split over a base): recount
-    if chosen is None:
-        return table
-    keep = np.isin(table.pre, chosen) & np.isin(table.post, chosen) if within else \
-        np.isin(table.pre, chosen) | np.isin(table.post, chosen)
-    return ConnectionTable(table.pre[keep], table.post[keep], table.count[keep])
-
-
-__all__ = ["connectivity", "table_indexed", "whole_indexed"]
+__all__ = ["table_indexed", "whole_indexed"]

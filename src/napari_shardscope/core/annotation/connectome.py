@@ -10,24 +10,26 @@ each end) and maps supervoxels to bodies through the version's labelmap at read 
   voxel under their point, once per state of the version (cached); ``synapses(body)``: :mod:`.body_sites`;
 * :func:`recount_connectivity` is the reference: every record read, every point's body read from the voxels.
 
+The pieces: :mod:`.resolver` (supervoxels and points to bodies), :mod:`.retired` (the supervoxels
+splits retired, kept incrementally), :mod:`.sv_synapses` (a supervoxel's synapses, aggregated and
+cached), :mod:`.over_base` (an imported base's index and what a version changes in it),
+:mod:`.adjacency` (tables of k bodies and the whole one, streamed) and :mod:`.recount`.
+
 Synapses with an end on background (body 0) are listed by ``synapses`` but count in no connection. A synapse
 is one ``PreSynTo`` link from a ``pre`` to a ``post`` annotation (a T-bar with four post sites is four synapses).
 """
 
 from __future__ import annotations
 
-import threading
-import weakref
-from collections import Counter, OrderedDict
+from collections import Counter
 from collections.abc import Iterable
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
 from napari_shardscope.core.annotation import keys as K
-from napari_shardscope.core.annotation import synapse_index as S
+from napari_shardscope.core.annotation.adjacency import table_indexed, whole_indexed
 from napari_shardscope.core.annotation.connections import (
     ConnectionChange,
     Connections,
@@ -37,159 +39,30 @@ from napari_shardscope.core.annotation.connections import (
     as_u64,
 )
 from napari_shardscope.core.annotation.errors import AnnotationArgumentError
-from napari_shardscope.core.annotation.model import Point
-from napari_shardscope.core.annotation.over_base import connections_over_base
+from napari_shardscope.core.annotation.over_base import connections_over_base, table_over_base, whole_over_base
 from napari_shardscope.core.annotation.points import supervoxels_at
+from napari_shardscope.core.annotation.recount import _table, recount_connectivity
 from napari_shardscope.core.annotation.resolver import (
     AnnotationVersion,
     Resolver,
     check_body,
     format_of,
-    sum_pairs,
     sum_partners,
 )
-from napari_shardscope.core.annotation.retired import cached_entry, keep_entry
+from napari_shardscope.core.annotation.retired import retired_supervoxels
+from napari_shardscope.core.annotation.sv_synapses import (
+    AGG_STATES,
+    AGG_SUPERVOXELS,
+    StaleTable,
+    SvAggregate,
+    _aggs,
+    aggregate_rows,
+    check_indexed,
+    stale_table,
+    sv_aggregates,
+)
 
 U64 = npt.NDArray[np.uint64]
-
-
-_aggs_lock = threading.Lock()
-_aggs: weakref.WeakKeyDictionary[Any, OrderedDict[tuple[str, int], dict[int, SvAggregate]]] = \
-    weakref.WeakKeyDictionary()
-#: States of versions whose supervoxel aggregates are kept per instance, and supervoxels per state.
-AGG_STATES = 4
-AGG_SUPERVOXELS = 1 << 18
-I64 = npt.NDArray[np.int64]
-
-
-@dataclass(frozen=True)
-class SvAggregate:
-    """The synapse ends filed under one supervoxel, summed by partner supervoxel (unique, ascending).
-
-    Derived from the supervoxel's synapse keys at one state of the annotations; a labelmap edit
-    (merge, cleave) changes none, so the partners of a merged body are these aggregates summed.
-    """
-
-    out_sv: U64
-    out_n: I64
-    in_sv: U64
-    in_n: I64
-
-
-_EMPTY = SvAggregate(np.zeros(0, np.uint64), np.zeros(0, np.int64), np.zeros(0, np.uint64), np.zeros(0, np.int64))
-
-
-def aggregate_rows(rows: list[tuple[bytes, bytes]]) -> SvAggregate:
-    """The aggregate of one supervoxel's synapse keys, decoded vectorised (every key and value checked)."""
-    if not rows:
-        return _EMPTY
-    keys = [k for k, _ in rows]
-    vals = [x for _, x in rows]
-    if {len(k) for k in keys} != {S.KEY_LEN} or keys[0][:1] != S.EDGE_PREFIX:
-        bad = next((k for k in keys if len(k) != S.KEY_LEN or k[:1] != S.EDGE_PREFIX), keys[0])
-        S.decode_key(bad)  # raises with the key named
-    if {len(x) for x in vals} != {S.VALUE_LEN}:
-        k, x = next((k, x) for k, x in rows if len(x) != S.VALUE_LEN)
-        S.decode_value(x, key=k)  # raises with the key named
-    kb = np.frombuffer(b"".join(keys), dtype=np.uint8).reshape(-1, S.KEY_LEN)
-    d = kb[:, 9]
-    is_out = d == S.OUT[0]
-    if not (is_out | (d == S.IN[0])).all():
-        S.decode_key(keys[int(np.flatnonzero(~(is_out | (d == S.IN[0])))[0])])
-    psv = np.frombuffer(b"".join(vals), dtype="<u8").reshape(-1, 4)[:, 0].astype(np.uint64)
-    o_sv, o_n = np.unique(psv[is_out], return_counts=True)
-    i_sv, i_n = np.unique(psv[~is_out], return_counts=True)
-    return SvAggregate(o_sv, o_n.astype(np.int64), i_sv, i_n.astype(np.int64))
-
-
-def sv_aggregates(v: AnnotationVersion, view: Any, svs: Iterable[int]) -> list[SvAggregate]:
-    """Aggregates of ``svs`` at the state ``view`` reads: cached per state, the missing ones scanned."""
-    inst = v.instance.instance
-    state = (v.uuid, view.log_length(inst))
-    with _aggs_lock:
-        per = _aggs.setdefault(v.instance, OrderedDict())
-        cached = per.setdefault(state, {})
-        per.move_to_end(state)
-        while len(per) > AGG_STATES:
-            per.popitem(last=False)
-        got = {sv: cached.get(sv) for sv in svs}
-    for sv, agg in got.items():
-        if agg is None:
-            got[sv] = aggregate_rows(list(view.scan(inst, prefix=S.sv_prefix(sv))))
-    with _aggs_lock:
-        if len(cached) > AGG_SUPERVOXELS:
-            cached.clear()
-        cached.update(got)  # type: ignore[arg-type]
-    return [a for a in got.values() if a is not None]
-
-
-@dataclass(frozen=True)
-class StaleTable:
-    """Synapse ends filed under supervoxels a split retired, each end's body re-resolved by its point.
-
-    One row per key: ``is_out`` (the own end is the pre), ``own_body`` (by the own point),
-    ``partner_sv`` / ``partner_live`` (the recorded partner supervoxel, still existing?) and
-    ``partner_body`` (through the body map, or by the partner's point when its supervoxel is retired).
-    """
-
-    is_out: npt.NDArray[np.bool_]
-    own_body: U64
-    partner_sv: U64
-    partner_live: npt.NDArray[np.bool_]
-    partner_body: U64
-
-
-_stale_lock = threading.Lock()
-_stale: weakref.WeakKeyDictionary[Any, OrderedDict[tuple[Any, ...], StaleTable]] = weakref.WeakKeyDictionary()
-
-
-def stale_table(v: AnnotationVersion, r: Resolver, log_length: int) -> StaleTable:
-    """The :class:`StaleTable` of the version's state (cached per annotation and labelmap state)."""
-    gen = (v.uuid, log_length, r.state.stamp)
-    cache, hit = cached_entry(_stale_lock, _stale, v.instance, gen)
-    if hit is not None:
-        return hit
-    is_out: list[bool] = []
-    owners: list[int] = []
-    p_sv: list[int] = []
-    p_pt: list[Point] = []
-    inst = v.instance.instance
-    retired = r.retired_with_synapses()
-    with v.instance.repo.read(v.uuid) as view:
-        for sv in retired:
-            for k, raw in view.scan(inst, prefix=S.sv_prefix(sv)):
-                _, d, own, _partner = S.decode_key(k)
-                psv, ppt = S.decode_value(raw, key=k)
-                is_out.append(d == S.OUT)
-                owners.append(own)
-                p_sv.append(psv)
-                p_pt.append(ppt)
-        recs = v._records(view, sorted(set(owners))) if owners else []
-    point_of = {s.annotation.id: s.annotation.point for s in recs}
-    psvs = as_u64(p_sv)
-    if owners:
-        own_svs = supervoxels_at(r.lmv, [point_of[o] for o in owners], v.instance.block)
-        own_body = np.asarray(r.lmv.bodies_of(own_svs), dtype=np.uint64)
-        live = r.lm.exists(r.state, psvs) | (psvs == 0)
-        partner_body = r.bodies(psvs, p_pt)
-    else:
-        own_body, live, partner_body = psvs.copy(), np.zeros(0, dtype=bool), psvs.copy()
-    table = StaleTable(np.asarray(is_out, dtype=bool), own_body, psvs, live, partner_body)
-    return keep_entry(_stale_lock, cache, gen, table)
-
-
-# -- queries ---------------------------------------------------------------------------------------
-
-
-def check_indexed(v: AnnotationVersion) -> bool:
-    """True when the synapse index holds every synapse of the instance: format ≥ 2 and no imported base.
-
-    Older instances, and those whose synapses start in an imported base table (not in the index),
-    are recounted from the records.
-    """
-    config = v.instance.instance.config
-    fmt = config.get("format")
-    return isinstance(fmt, int) and fmt >= 2 and config.get("base") is None
 
 
 def connections(v: AnnotationVersion, body: int) -> Connections:
@@ -241,32 +114,6 @@ def _connections_from(table: dict[tuple[int, int], int], body: int) -> Connectio
         if b == body:
             inc[a] += n
     return Connections(body, _partners(out), _partners(inc))
-
-
-def _table(pre: U64, post: U64) -> ConnectionTable:
-    return ConnectionTable.from_arrays(*sum_pairs(pre, post, np.ones(pre.size, np.int64)))
-
-
-def recount_connectivity(v: AnnotationVersion) -> ConnectionTable:
-    """The whole connectome from scratch: every record read, every point's body read from the voxels.
-
-    The reference the index is checked against (the model test) and the peer of the benchmark:
-    it uses neither the synapse index nor the recorded supervoxels.
-    """
-    records = {a.id: a for a in v.all()}
-    pairs = [(a.id, r.to) for a in records.values() if a.kind == "pre" for r in a.relationships
-             if r.rel == "PreSynTo" and r.to in records and records[r.to].kind == "post"
-             and any(x.rel == "PostSynTo" and x.to == a.id for x in records[r.to].relationships)]
-    if not pairs:
-        return _table(np.zeros(0, np.uint64), np.zeros(0, np.uint64))
-    lmv = v.instance.labelmap.at(v.uuid)
-    ids = sorted(records)
-    svs = supervoxels_at(lmv, [records[i].point for i in ids], v.instance.block)
-    body = dict(zip(ids, lmv.bodies_of(svs).tolist(), strict=True))
-    pre = as_u64(body[p] for p, _ in pairs)
-    post = as_u64(body[q] for _, q in pairs)
-    keep = (pre != 0) & (post != 0)
-    return _table(pre[keep], post[keep])
 
 
 def _changed_ids(v: AnnotationVersion, base: Any) -> set[int]:
@@ -344,13 +191,36 @@ def diff_connectivity(a: AnnotationVersion, b: AnnotationVersion,
 
 def connectivity(v: AnnotationVersion, bodies: Iterable[int] | None = None, *,
                  within: bool = False) -> ConnectionTable:
-    """The adjacency table at ``v`` (:func:`.adjacency.connectivity`: through the indexes, the whole one streamed)."""
-    from napari_shardscope.core.annotation.adjacency import connectivity as through_indexes
+    """The adjacency table at ``v``: every connection with ``pre`` or ``post`` among ``bodies``
+    (``within``: both), or the whole connectome when ``bodies`` is None.
 
-    return through_indexes(v, bodies, within=within)
+    Through the synapse indexes (:mod:`.adjacency`): the cost of the bodies' synapses; the whole
+    connectome streamed, holding one chunk of the index and the table so far. Instances without an
+    index (and a base after a split retired one of its supervoxels) are recounted.
+    """
+    chosen = None if bodies is None else sorted({check_body(b) for b in bodies})
+    base = v.instance.base
+    rows = None
+    if base is not None and base.indexed and format_of(v) >= 2:
+        rows = whole_over_base(v, base) if chosen is None else table_over_base(v, chosen, base, within)
+    elif check_indexed(v):
+        rows = whole_indexed(v) if chosen is None else table_indexed(v, chosen, within)
+    if rows is not None:
+        return ConnectionTable.from_arrays(*rows)
+    table = recount_connectivity(v)
+    if chosen is None:
+        return table
+    keep = np.isin(table.pre, chosen) & np.isin(table.post, chosen) if within else \
+        np.isin(table.pre, chosen) | np.isin(table.post, chosen)
+    return ConnectionTable(table.pre[keep], table.post[keep], table.count[keep])
 
 
 # names other modules import from here (they moved to smaller modules)
 _check_body = check_body
 _format = format_of
 _sum_partners = sum_partners
+
+__all__ = ["AGG_STATES", "AGG_SUPERVOXELS", "Resolver", "StaleTable", "SvAggregate", "_aggs", "_check_body", "_format",
+           "_sum_partners", "_table", "affected_bodies", "aggregate_rows", "check_indexed", "connections",
+           "connectivity", "diff_connectivity", "recount_connectivity", "retired_supervoxels", "stale_table",
+           "sv_aggregates"]
