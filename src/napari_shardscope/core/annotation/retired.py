@@ -69,7 +69,9 @@ def _named_by_splits(m: Mutation, into: set[int]) -> None:
 
 
 _cand_lock = threading.Lock()
-_candidates: weakref.WeakKeyDictionary[Any, dict[str, _Candidates]] = weakref.WeakKeyDictionary()
+_candidates: weakref.WeakKeyDictionary[Any, OrderedDict[str, _Candidates]] = weakref.WeakKeyDictionary()
+#: Labelmap versions whose split candidates are kept per labelmap (the least recently asked dropped first).
+CANDIDATE_VERSIONS = 64
 _gone_lock = threading.Lock()
 _gone: weakref.WeakKeyDictionary[Any, OrderedDict[tuple[Any, ...], U64]] = weakref.WeakKeyDictionary()
 
@@ -84,7 +86,7 @@ def split_candidates(lm: Any, uuid: str) -> U64:
     with lm.repo.read(uuid) as view:
         length = view.log_length(inst)
         with _cand_lock:
-            entry = _candidates.setdefault(lm, {}).get(uuid)
+            entry = _candidates.setdefault(lm, OrderedDict()).get(uuid)
         if entry is None or length < entry.own_read:  # first time (or a log rewritten by a migration)
             entry = _Candidates(length)
             for e in view.read_log(inst):
@@ -98,7 +100,11 @@ def split_candidates(lm: Any, uuid: str) -> U64:
                     _named_by_splits(Mutation.from_bytes(data, key=f"mutation log of version {uuid}"), fresh.svs)
             entry = fresh
     with _cand_lock:
-        _candidates.setdefault(lm, {})[uuid] = entry
+        per = _candidates.setdefault(lm, OrderedDict())
+        per[uuid] = entry
+        per.move_to_end(uuid)
+        while len(per) > CANDIDATE_VERSIONS:
+            per.popitem(last=False)
     return np.fromiter(sorted(entry.svs), dtype=np.uint64, count=len(entry.svs))
 
 
