@@ -18,6 +18,12 @@ the order alternating:
    annotation in the body's blocks) is timed once per size for the record (``--only synapses`` runs
    this case alone).
 
+``connections(A)`` is also timed in CPU seconds of the process and in time spent waiting for a CPU
+(the run queue, from ``/proc/self/task/*/schedstat``): on a shared machine the wall time of a query
+that never blocks (no file opened, no thread hand-off, no page read from disk per call) is its CPU
+time plus that wait. ``--log N`` first makes N labelmap edits (merges of B into A and their undo),
+so the labelmap's mutation log is that long when the rounds run.
+
 Goals (issue 29): connections of one body in <= 10 ms at 10⁷ synapses, >= 100x faster than a recount.
 """
 
@@ -40,11 +46,49 @@ from bench.common import Paired, Row, paired_rounds, record, record_pair, save, 
 
 import napari_shardscope as ss
 from napari_shardscope.core.annotation import add_many, create_annotation_instance
-from napari_shardscope.core.annotation import connectome as C
+from napari_shardscope.core.annotation import body_sites as B
+from napari_shardscope.core.annotation import sv_synapses as C
 from napari_shardscope.core.annotation.connectome import _connections_from, recount_connectivity
 
 BENCH = "connectome"
 BOX = ((28, 64, 64), (36, 192, 192))
+
+
+def _run_queue_wait() -> float:
+    """Seconds this process's threads have waited for a CPU so far (Linux schedstat; 0 elsewhere)."""
+    total = 0
+    try:
+        for t in os.listdir("/proc/self/task"):
+            with open(f"/proc/self/task/{t}/schedstat") as f:
+                total += int(f.read().split()[1])
+    except (OSError, ValueError, IndexError):
+        return 0.0
+    return total / 1e9
+
+
+class Clocks:
+    """A callable's CPU time and run-queue wait per call, beside the wall time the pairing measures."""
+
+    def __init__(self, fn: object) -> None:
+        self.fn = fn
+        self.cpu: list[float] = []
+        self.wait: list[float] = []
+        self.blocked: list[int] = []  # voluntary context switches: a read from disk, a lock, a thread hand-off
+
+    def __call__(self) -> object:
+        q0, c0, r0 = _run_queue_wait(), time.process_time(), resource.getrusage(resource.RUSAGE_SELF).ru_nvcsw
+        out = self.fn()  # type: ignore[operator]
+        self.cpu.append(time.process_time() - c0)
+        self.wait.append(_run_queue_wait() - q0)
+        self.blocked.append(resource.getrusage(resource.RUSAGE_SELF).ru_nvcsw - r0)
+        return out
+
+    def text(self) -> str:
+        from bench.common import spread
+
+        return (f"CPU {spread([t * 1e3 for t in self.cpu], '{:.1f}')} ms, waiting for a CPU "
+                f"{spread([t * 1e3 for t in self.wait], '{:.1f}')} ms, blocking switches "
+                f"{spread([float(x) for x in self.blocked], '{:.0f}')} per call")
 
 
 def write_synapse_table(path: Path, pts: np.ndarray, n: int) -> None:
@@ -103,12 +147,12 @@ def scan_synapses(v: object, body: int) -> list[object]:
 
 def former_synapses(v: object, body: int) -> object:
     """``synapses(body)`` through the body's blocks (what it did before the supervoxel index)."""
-    real = C._sites_indexed
-    C._sites_indexed = lambda _v: False  # type: ignore[assignment]
+    real = B._sites_indexed
+    B._sites_indexed = lambda _v: False  # type: ignore[assignment]
     try:
         return v.synapses(body)  # type: ignore[attr-defined]
     finally:
-        C._sites_indexed = real  # type: ignore[assignment]
+        B._sites_indexed = real  # type: ignore[assignment]
 
 
 def bench_synapses(v: object, n: int, rounds: int, a: int, b: int, lm: object, where: str) -> None:
@@ -129,7 +173,7 @@ def bench_synapses(v: object, n: int, rounds: int, a: int, b: int, lm: object, w
     if lm.at("main").exists(b):  # type: ignore[attr-defined]
         setup(0)  # A holds B: the merged body
     got = ours()
-    assert C._sites_indexed(v) and got == peer()
+    assert B._sites_indexed(v) and got == peer()
     former = "not timed (beyond 10⁵ it reads every annotation in the body's blocks: minutes)"
     if n <= 10**5:
         t_former = timed(lambda: former_synapses(v, a))
@@ -145,7 +189,7 @@ def bench_synapses(v: object, n: int, rounds: int, a: int, b: int, lm: object, w
 
 
 def run(n: int, rounds: int, *, from_base: bool = False, peer_rounds: int | None = None,
-        only: str | None = None) -> None:
+        only: str | None = None, log: int = 0) -> None:
     tmp = Path(tempfile.mkdtemp(prefix="bench-connectome-"))
     try:
         sample = ss.ensure_sample_dataset()
@@ -189,8 +233,15 @@ def run(n: int, rounds: int, *, from_base: bool = False, peer_rounds: int | None
             else:
                 lm.at("main").undo()
 
+        for r in range(log):  # a long labelmap log: merge/undo pairs (their net effect: none)
+            setup(r)
+        if log % 2:
+            setup(1)
+
+        clocks = Clocks(lambda: v.connections(a))
+
         def ours() -> object:
-            return v.connections(a)
+            return clocks()
 
         def peer() -> object:
             if from_base:
@@ -204,7 +255,7 @@ def run(n: int, rounds: int, *, from_base: bool = False, peer_rounds: int | None
             return
         if from_base and n <= 10**4:  # the vectorised peer agrees with the reference recount
             assert peer() == _connections_from(recount_connectivity(v).as_dict(), a)
-        assert ours() == peer()
+        assert v.connections(a) == peer()
         kind = "full recount (vectorised, every point's voxel read)" if from_base else "full recount"
         if peer_rounds is not None and peer_rounds < rounds:  # the peer is too slow to repeat: ours alone
             pair = Paired()
@@ -217,6 +268,9 @@ def run(n: int, rounds: int, *, from_base: bool = False, peer_rounds: int | None
             kind += f" ({peer_rounds} round{'s' if peer_rounds > 1 else ''}, repeated for the ratio)"
         else:
             pair = paired_rounds(ours, peer, rounds, setup=setup)
+        clock_text = clocks.text()
+        with repo.read(lm.at("main").uuid) as view:
+            log_now = view.log_length(lm.instance)
         if not from_base:
             cold = paired_rounds(ours, peer, rounds, setup=lambda r: (setup(r + rounds), C._aggs.clear()))
             record_pair(BENCH, f"connections(body) cold (no aggregate cached: a new process or an annotation "
@@ -228,7 +282,8 @@ def run(n: int, rounds: int, *, from_base: bool = False, peer_rounds: int | None
             met = statistics_median(pair.ours) <= 0.010 and statistics_median(pair.ratios) >= goal
         record_pair(BENCH, f"connections(body) after a merge/undo, N={n:,} synapses "
                     f"({len(c.outgoing) + len(c.incoming)} partners)", "-", pair, kind, goal,
-                    setting=f"{where}, body {a} (+{b})", met=met)
+                    setting=f"{where}, body {a} (+{b}); labelmap log {log_now} records; ours: {clock_text}; "
+                            f"load {os.getloadavg()[0]:.0f}", met=met)
         print(f"  N={n:,}: ours {[round(x * 1e3, 1) for x in pair.ours]} ms; peer {[round(x, 2) for x in pair.peer]} s",
               flush=True)
         if n <= 10**6:
@@ -268,15 +323,16 @@ def main() -> None:
                         "built at import) instead of add_many; the peer is then a vectorised recount")
     p.add_argument("--only", choices=["synapses"], default=None, help="measure only this case")
     p.add_argument("--sizes", default=None, help="comma-separated N (overrides the defaults and --long)")
+    p.add_argument("--log", type=int, default=0, help="labelmap edits made before the rounds (a long mutation log)")
     args = p.parse_args()
     sizes = [10**4, 10**6] + ([10**7] if args.long else [])
     if args.sizes:
         sizes = [int(float(x)) for x in args.sizes.split(",")]
     for n in sizes:
         if args.base:
-            run(n, args.rounds, from_base=True, peer_rounds=1 if n >= 10**7 else None, only=args.only)
+            run(n, args.rounds, from_base=True, peer_rounds=1 if n >= 10**7 else None, only=args.only, log=args.log)
         else:
-            run(n, args.rounds if n < 10**6 else min(args.rounds, 3), only=args.only)
+            run(n, args.rounds if n < 10**6 else min(args.rounds, 3), only=args.only, log=args.log)
     print(save(BENCH, partial=args.base or bool(args.sizes) or bool(args.only)))
 
 

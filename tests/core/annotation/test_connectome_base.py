@@ -129,6 +129,73 @@ def test_connections_over_a_base_after_merges_read_the_index_not_a_recount(tmp_p
         bodies = bodies[:-1]
 
 
+def test_connectivity_over_a_base_reads_the_index_of_the_bodies_asked_and_streams_the_whole(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``connectivity(bodies)`` reads the index rows of those bodies' supervoxels only, in one read, and
+    ``connectivity()`` streams the index instead of recounting every synapse (which does not fit in
+    memory at 10⁷ synapses); both equal the recount, after merges too."""
+    _repo, lm, inst = _based(tmp_path, 300, seed=5)
+    v = inst.at("main")
+    lmv = lm.at("main")
+    bodies = sorted(int(b) for b in np.unique(lmv.read_bodies()) if b)
+    lmv.merge(bodies[0], [bodies[1]])
+    bodies = sorted(int(b) for b in np.unique(lmv.read_bodies()) if b)
+    truth = recount_connectivity(v).as_dict()
+    base = inst.base
+    assert base is not None
+    asked: list[list[int]] = []
+    real = base.synapse_rows
+
+    def rows(svs: Any) -> Any:
+        asked.append(np.asarray(svs, dtype=np.uint64).tolist())
+        return real(svs)
+
+    monkeypatch.setattr(base, "synapse_rows", rows)
+    monkeypatch.setattr(C, "recount_connectivity", lambda _v: pytest.fail("recounted"))
+    assert v.connectivity().as_dict() == truth
+    some = bodies[:3]
+    asked.clear()
+    want = {k: n for k, n in truth.items() if k[0] in some or k[1] in some}
+    assert v.connectivity(some).as_dict() == want and want
+    members = sorted(int(s) for b in some for s in lmv.supervoxels(b))
+    assert [a for a in asked if a] == [members]  # one read of exactly the bodies' supervoxels' rows
+
+
+def test_a_labelmap_edit_does_not_make_the_next_query_read_the_whole_labelmap_log(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every merge or undo is a new labelmap state; the supervoxels splits retired were derived from the
+    whole mutation log of the version's ancestry once per state, so each query after an edit cost the
+    whole history. Now the log is read once per version and then only its new records."""
+    from napari_shardscope.core.versioned.view import VersionView
+
+    _repo, lm, inst = _based(tmp_path, 200, seed=2)
+    v = inst.at("main")
+    lmv = lm.at("main")
+    bodies = sorted(int(b) for b in np.unique(lmv.read_bodies()) if b)
+    a, b = bodies[0], bodies[-1]
+    v.connections(a)
+    scans: list[bool] = []
+    real = VersionView.read_log
+
+    def counting(self: Any, instance: Any, *, own: bool = False) -> Any:
+        scans.append(own)
+        return real(self, instance, own=own)
+
+    got = []
+    with monkeypatch.context() as m:
+        m.setattr(VersionView, "read_log", counting)
+        for step in range(4):
+            if step % 2 == 0:
+                lmv.merge(a, [b])
+            else:
+                lmv.undo()
+            got.append((v.connections(a), v.connectivity([a]).as_dict()))
+    assert scans == []  # no scan of the log: the new records only, read directly
+    lmv.merge(a, [b])
+    truth = recount_connectivity(v).as_dict()
+    assert got[2] == (_connections_from(truth, a), {k: n for k, n in truth.items() if a in k})
+
+
 def test_a_base_imported_without_the_index_is_still_counted(tmp_path: Path) -> None:
     """A base written before the synapse index existed (no ``sv`` column, no synapses table) is recounted."""
     _repo, _lm, inst = _based(tmp_path, 50, seed=3)

@@ -10,6 +10,8 @@ rebuilt, only kept by the edits.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
@@ -17,7 +19,13 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from napari_shardscope.core.annotation import AnnotationInstance, add_many, create_annotation_instance
+from napari_shardscope.core.annotation import (
+    AnnotationInstance,
+    add_many,
+    adjacency,
+    create_annotation_instance,
+    over_base,
+)
 from napari_shardscope.core.annotation.connectome import (
     _connections_from,
     diff_connectivity,
@@ -26,6 +34,18 @@ from napari_shardscope.core.annotation.connectome import (
 from napari_shardscope.core.labelmap import create_labelmap
 from napari_shardscope.core.versioned import Repository, create_repository
 from tests.core.annotation.test_annotation_model import BLOCK, SHAPE, base_volume
+
+
+@contextmanager
+def small_chunks() -> Iterator[None]:
+    """The whole-connectome streams with chunks of a few synapse keys and a fold after every chunk."""
+    saved = adjacency.SCAN_CHUNK, adjacency.FOLD_ROWS, over_base.STREAM_ROWS
+    adjacency.SCAN_CHUNK, adjacency.FOLD_ROWS, over_base.STREAM_ROWS = 3, 1, 1
+    try:
+        yield
+    finally:
+        adjacency.SCAN_CHUNK, adjacency.FOLD_ROWS, over_base.STREAM_ROWS = saved
+
 
 points = st.tuples(st.integers(0, SHAPE[0] - 1), st.integers(0, SHAPE[1] - 1), st.integers(0, SHAPE[2] - 1))
 
@@ -169,10 +189,21 @@ class ConnectomeMachine(RuleBasedStateMachine):
         assert v.connectivity().as_dict() == truth
         for body in self.bodies():
             assert v.connections(body) == _connections_from(truth, body), body
-        if truth:
-            some = sorted({a for a, _ in truth})[:2]
-            want = {k: n for k, n in truth.items() if k[0] in some or k[1] in some}
-            assert v.connectivity(some).as_dict() == want
+        with small_chunks():  # the whole table streamed in chunks of a few synapses: the same table
+            assert v.connectivity().as_dict() == truth
+        bodies = self.bodies()
+        rng = np.random.default_rng(len(truth) * 7919 + len(bodies))
+        subsets = [sorted({a for a, _ in truth})[:2], bodies]
+        subsets += [sorted(rng.choice(bodies, size=k, replace=False).tolist()) for k in (1, 3, len(bodies) // 2)
+                    if 0 < k <= len(bodies)]
+        for some in subsets:
+            for within in (False, True):
+                want = {k: n for k, n in truth.items()
+                        if (k[0] in some and k[1] in some if within else k[0] in some or k[1] in some)}
+                got = v.connectivity(some, within=within)
+                assert got.as_dict() == want, (some, within)
+                assert [(-int(n), int(a), int(b)) for a, b, n in zip(got.pre, got.post, got.count, strict=True)] \
+                    == sorted((-n, a, b) for (a, b), n in want.items())  # sorted by count, then pre, post
         if self.last_committed is not None:
             old = self.inst.at(self.last_committed)
             before = recount_connectivity(old).as_dict()

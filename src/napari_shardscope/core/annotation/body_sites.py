@@ -15,14 +15,11 @@ from napari_shardscope.core.annotation import keys as K
 from napari_shardscope.core.annotation import synapse_index as S
 from napari_shardscope.core.annotation.base import UNKNOWN_SUPERVOXEL
 from napari_shardscope.core.annotation.connections import SynapseSite, as_u64
-from napari_shardscope.core.annotation.connectome import (
-    AnnotationVersion,
-    Resolver,
-    _check_body,
-    _format,
-    retired_supervoxels,
-)
 from napari_shardscope.core.annotation.model import Annotation, Point
+from napari_shardscope.core.annotation.resolver import AnnotationVersion, Resolver
+from napari_shardscope.core.annotation.resolver import check_body as _check_body
+from napari_shardscope.core.annotation.resolver import format_of as _format
+from napari_shardscope.core.annotation.retired import retired_supervoxels
 
 
 def _sites_indexed(v: AnnotationVersion) -> bool:

@@ -99,6 +99,20 @@ class ConnectionTable:
         return cls(as_u64(r[1] for r in rows), as_u64(r[2] for r in rows),
                    np.fromiter((-r[0] for r in rows), dtype=np.int64))
 
+    @classmethod
+    def from_arrays(cls, pre: npt.ArrayLike, post: npt.ArrayLike, count: npt.ArrayLike) -> ConnectionTable:
+        """The table of distinct ``(pre, post)`` pairs with their counts (zero counts dropped), sorted as above.
+
+        Vectorised: a whole connectome's table is built without a Python object per row.
+        """
+        a = np.asarray(pre, dtype=np.uint64).reshape(-1)
+        b = np.asarray(post, dtype=np.uint64).reshape(-1)
+        n = np.asarray(count, dtype=np.int64).reshape(-1)
+        keep = n != 0
+        a, b, n = a[keep], b[keep], n[keep]
+        order = np.lexsort((b, a, -n))
+        return cls(a[order], b[order], n[order])
+
     def __len__(self) -> int:
         return int(self.pre.size)
 

@@ -10,24 +10,26 @@ each end) and maps supervoxels to bodies through the version's labelmap at read 
   voxel under their point, once per state of the version (cached); ``synapses(body)``: :mod:`.body_sites`;
 * :func:`recount_connectivity` is the reference: every record read, every point's body read from the voxels.
 
+The pieces: :mod:`.resolver` (supervoxels and points to bodies), :mod:`.retired` (the supervoxels
+splits retired, kept incrementally), :mod:`.sv_synapses` (a supervoxel's synapses, aggregated and
+cached), :mod:`.over_base` (an imported base's index and what a version changes in it),
+:mod:`.adjacency` (tables of k bodies and the whole one, streamed) and :mod:`.recount`.
+
 Synapses with an end on background (body 0) are listed by ``synapses`` but count in no connection. A synapse
 is one ``PreSynTo`` link from a ``pre`` to a ``post`` annotation (a T-bar with four post sites is four synapses).
 """
 
 from __future__ import annotations
 
-import threading
-import weakref
-from collections import Counter, OrderedDict
+from collections import Counter
 from collections.abc import Iterable
-from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
 from napari_shardscope.core.annotation import keys as K
-from napari_shardscope.core.annotation import synapse_index as S
+from napari_shardscope.core.annotation.adjacency import table_indexed, whole_indexed
 from napari_shardscope.core.annotation.connections import (
     ConnectionChange,
     Connections,
@@ -37,332 +39,39 @@ from napari_shardscope.core.annotation.connections import (
     as_u64,
 )
 from napari_shardscope.core.annotation.errors import AnnotationArgumentError
-from napari_shardscope.core.annotation.model import Point
+from napari_shardscope.core.annotation.over_base import connections_over_base, table_over_base, whole_over_base
 from napari_shardscope.core.annotation.points import supervoxels_at
-
-#: An :class:`~.version.AnnotationVersion` (not imported: ``version`` calls into this module; no cycles).
-AnnotationVersion = Any
+from napari_shardscope.core.annotation.recount import _table, recount_connectivity
+from napari_shardscope.core.annotation.resolver import (
+    AnnotationVersion,
+    Resolver,
+    check_body,
+    format_of,
+    sum_partners,
+)
+from napari_shardscope.core.annotation.retired import retired_supervoxels
+from napari_shardscope.core.annotation.sv_synapses import (
+    AGG_STATES,
+    AGG_SUPERVOXELS,
+    StaleTable,
+    SvAggregate,
+    _aggs,
+    aggregate_rows,
+    check_indexed,
+    stale_table,
+    sv_aggregates,
+)
 
 U64 = npt.NDArray[np.uint64]
-T = TypeVar("T")
-#: States of versions whose re-resolved synapses (on retired supervoxels) are kept per instance.
-STALE_CACHE = 16
-
-
-# -- resolution of supervoxels and points to bodies ----------------------------------------------------
-
-
-class Resolver:
-    """Maps recorded supervoxels (and, for retired ones, points) to bodies at one version."""
-
-    def __init__(self, v: AnnotationVersion) -> None:
-        self.v = v
-        lm = v.instance.labelmap
-        self.lm = lm
-        self.lmv = lm.at(v.uuid)
-        self.state = lm.state(v.uuid)
-
-    def bodies(self, svs: U64, points: npt.ArrayLike) -> U64:
-        """Bodies of records with supervoxels ``svs`` at ``points``: retired supervoxels read the voxel."""
-        svs = np.asarray(svs, dtype=np.uint64)
-        if not svs.size:
-            return svs.copy()
-        live = self.lm.exists(self.state, svs) | (svs == 0)
-        if not live.all():
-            stale = np.flatnonzero(~live)
-            pts = np.asarray(points, dtype=np.int64).reshape(-1, 3)[stale]
-            svs = svs.copy()
-            svs[stale] = supervoxels_at(self.lmv, pts, self.v.instance.block)
-        return np.asarray(self.lmv.bodies_of(svs), dtype=np.uint64)
-
-    def retired_with_synapses(self) -> list[int]:
-        """Supervoxels gone at this version (:func:`retired_supervoxels`) that synapse keys are filed under."""
-        gone = retired_supervoxels(self)
-        if not gone.size:
-            return []
-        out = []
-        inst = self.v.instance.instance
-        with self.v.instance.repo.read(self.v.uuid) as view:
-            for sv in gone.tolist():
-                if next(iter(view.keys(inst, prefix=S.sv_prefix(int(sv)))), None) is not None:
-                    out.append(int(sv))
-        return out
-
-
-#: Per instance and state ``(version, log length)``: supervoxel → its synapse aggregate.
-_aggs_lock = threading.Lock()
-_aggs: weakref.WeakKeyDictionary[Any, OrderedDict[tuple[str, int], dict[int, SvAggregate]]] = \
-    weakref.WeakKeyDictionary()
-#: States of versions whose supervoxel aggregates are kept per instance, and supervoxels per state.
-AGG_STATES = 4
-AGG_SUPERVOXELS = 1 << 18
-I64 = npt.NDArray[np.int64]
-
-
-@dataclass(frozen=True)
-class SvAggregate:
-    """The synapse ends filed under one supervoxel, summed by partner supervoxel (unique, ascending).
-
-    Derived from the supervoxel's synapse keys at one state of the annotations; a labelmap edit
-    (merge, cleave) changes none, so the partners of a merged body are these aggregates summed.
-    """
-
-    out_sv: U64
-    out_n: I64
-    in_sv: U64
-    in_n: I64
-
-
-_EMPTY = SvAggregate(np.zeros(0, np.uint64), np.zeros(0, np.int64), np.zeros(0, np.uint64), np.zeros(0, np.int64))
-
-
-def aggregate_rows(rows: list[tuple[bytes, bytes]]) -> SvAggregate:
-    """The aggregate of one supervoxel's synapse keys, decoded vectorised (every key and value checked)."""
-    if not rows:
-        return _EMPTY
-    keys = [k for k, _ in rows]
-    vals = [x for _, x in rows]
-    if {len(k) for k in keys} != {S.KEY_LEN} or keys[0][:1] != S.EDGE_PREFIX:
-        bad = next((k for k in keys if len(k) != S.KEY_LEN or k[:1] != S.EDGE_PREFIX), keys[0])
-        S.decode_key(bad)  # raises with the key named
-    if {len(x) for x in vals} != {S.VALUE_LEN}:
-        k, x = next((k, x) for k, x in rows if len(x) != S.VALUE_LEN)
-        S.decode_value(x, key=k)  # raises with the key named
-    kb = np.frombuffer(b"".join(keys), dtype=np.uint8).reshape(-1, S.KEY_LEN)
-    d = kb[:, 9]
-    is_out = d == S.OUT[0]
-    if not (is_out | (d == S.IN[0])).all():
-        S.decode_key(keys[int(np.flatnonzero(~(is_out | (d == S.IN[0])))[0])])
-    psv = np.frombuffer(b"".join(vals), dtype="<u8").reshape(-1, 4)[:, 0].astype(np.uint64)
-    o_sv, o_n = np.unique(psv[is_out], return_counts=True)
-    i_sv, i_n = np.unique(psv[~is_out], return_counts=True)
-    return SvAggregate(o_sv, o_n.astype(np.int64), i_sv, i_n.astype(np.int64))
-
-
-def sv_aggregates(v: AnnotationVersion, view: Any, svs: Iterable[int]) -> list[SvAggregate]:
-    """Aggregates of ``svs`` at the state ``view`` reads: cached per state, the missing ones scanned."""
-    inst = v.instance.instance
-    state = (v.uuid, view.log_length(inst))
-    with _aggs_lock:
-        per = _aggs.setdefault(v.instance, OrderedDict())
-        cached = per.setdefault(state, {})
-        per.move_to_end(state)
-        while len(per) > AGG_STATES:
-            per.popitem(last=False)
-        got = {sv: cached.get(sv) for sv in svs}
-    for sv, agg in got.items():
-        if agg is None:
-            got[sv] = aggregate_rows(list(view.scan(inst, prefix=S.sv_prefix(sv))))
-    with _aggs_lock:
-        if len(cached) > AGG_SUPERVOXELS:
-            cached.clear()
-        cached.update(got)  # type: ignore[arg-type]
-    return [a for a in got.values() if a is not None]
-
-
-@dataclass(frozen=True)
-class StaleTable:
-    """Synapse ends filed under supervoxels a split retired, each end's body re-resolved by its point.
-
-    One row per key: ``is_out`` (the own end is the pre), ``own_body`` (by the own point),
-    ``partner_sv`` / ``partner_live`` (the recorded partner supervoxel, still existing?) and
-    ``partner_body`` (through the body map, or by the partner's point when its supervoxel is retired).
-    """
-
-    is_out: npt.NDArray[np.bool_]
-    own_body: U64
-    partner_sv: U64
-    partner_live: npt.NDArray[np.bool_]
-    partner_body: U64
-
-
-_stale_lock = threading.Lock()
-_stale: weakref.WeakKeyDictionary[Any, OrderedDict[tuple[Any, ...], StaleTable]] = weakref.WeakKeyDictionary()
-
-
-def _cached(lock: threading.Lock, caches: weakref.WeakKeyDictionary[Any, OrderedDict[Any, T]], instance: Any,
-            gen: tuple[Any, ...]) -> tuple[OrderedDict[Any, T], T | None]:
-    """The per-instance cache of one state's derived table, and its entry for ``gen`` (most recent now)."""
-    with lock:
-        cache = caches.setdefault(instance, OrderedDict())
-        hit = cache.get(gen)
-        if hit is not None:
-            cache.move_to_end(gen)
-        return cache, hit
-
-
-def stale_table(v: AnnotationVersion, r: Resolver, log_length: int) -> StaleTable:
-    """The :class:`StaleTable` of the version's state (cached per annotation and labelmap state)."""
-    gen = (v.uuid, log_length, r.state.stamp)
-    cache, hit = _cached(_stale_lock, _stale, v.instance, gen)
-    if hit is not None:
-        return hit
-    is_out: list[bool] = []
-    owners: list[int] = []
-    p_sv: list[int] = []
-    p_pt: list[Point] = []
-    inst = v.instance.instance
-    retired = r.retired_with_synapses()
-    with v.instance.repo.read(v.uuid) as view:
-        for sv in retired:
-            for k, raw in view.scan(inst, prefix=S.sv_prefix(sv)):
-                _, d, own, _partner = S.decode_key(k)
-                psv, ppt = S.decode_value(raw, key=k)
-                is_out.append(d == S.OUT)
-                owners.append(own)
-                p_sv.append(psv)
-                p_pt.append(ppt)
-        recs = v._records(view, sorted(set(owners))) if owners else []
-    point_of = {s.annotation.id: s.annotation.point for s in recs}
-    psvs = as_u64(p_sv)
-    if owners:
-        own_svs = supervoxels_at(r.lmv, [point_of[o] for o in owners], v.instance.block)
-        own_body = np.asarray(r.lmv.bodies_of(own_svs), dtype=np.uint64)
-        live = r.lm.exists(r.state, psvs) | (psvs == 0)
-        partner_body = r.bodies(psvs, p_pt)
-    else:
-        own_body, live, partner_body = psvs.copy(), np.zeros(0, dtype=bool), psvs.copy()
-    table = StaleTable(np.asarray(is_out, dtype=bool), own_body, psvs, live, partner_body)
-    with _stale_lock:
-        cache[gen] = table
-        while len(cache) > STALE_CACHE:
-            cache.popitem(last=False)
-    return table
-
-
-# -- queries ---------------------------------------------------------------------------------------
-
-
-def check_indexed(v: AnnotationVersion) -> bool:
-    """True when the synapse index holds every synapse of the instance: format ≥ 2 and no imported base.
-
-    Older instances, and those whose synapses start in an imported base table (not in the index),
-    are recounted from the records.
-    """
-    config = v.instance.instance.config
-    fmt = config.get("format")
-    return isinstance(fmt, int) and fmt >= 2 and config.get("base") is None
-
-
-def _format(v: AnnotationVersion) -> int:
-    fmt = v.instance.instance.config.get("format")
-    return fmt if isinstance(fmt, int) else 0
-
-
-# -- over an imported base with its synapse index ---------------------------------------------------
-
-
-@dataclass(frozen=True)
-class BaseOverlay:
-    """What a version's records change in an indexed base's connectome (one state of version and labelmap).
-
-    ``dirty_pre_sv`` / ``dirty_post_sv``: the import-time supervoxels of both ends of every base
-    synapse a record at the version overrides (an edit or a tombstone of either end): their rows in
-    the base's index no longer hold and are subtracted. ``pre_body`` / ``post_body``: every synapse
-    with an end whose record the version holds (base partners read from the base), both ends' bodies
-    at this version: they are counted instead. ``fallback``: a split retired a supervoxel that base
-    synapses are filed under (the index cannot say which of them moved where): recount.
-    """
-
-    dirty_pre_sv: U64
-    dirty_post_sv: U64
-    pre_body: U64
-    post_body: U64
-    fallback: bool
-
-
-_overlay_lock = threading.Lock()
-_overlays: weakref.WeakKeyDictionary[Any, OrderedDict[tuple[Any, ...], BaseOverlay]] = weakref.WeakKeyDictionary()
-
-
-def base_overlay(v: AnnotationVersion, r: Resolver, base: Any, log_length: int) -> BaseOverlay:
-    """The :class:`BaseOverlay` of ``v`` (cached per state of the annotations and of the labelmap).
-
-    Costs the records the version holds (its edits), never the base.
-    """
-    gen = (v.uuid, log_length, r.state.stamp)
-    cache, hit = _cached(_overlay_lock, _overlays, v.instance, gen)
-    if hit is not None:
-        return hit
-    inst = v.instance.instance
-    with v.instance.repo.read(v.uuid) as view:
-        held = [K.id_of_record_key(k) for k in view.keys(inst, prefix=K.RECORD_PREFIX) if len(k) == 9]
-        recs = v._records(view, held)
-        known = {s.annotation.id: s for s in recs}
-        wanted = {x.to for s in recs for x in s.annotation.relationships} - known.keys()
-        known.update((s.annotation.id, s) for s in v._records(view, sorted(wanted)))
-    pairs: dict[tuple[int, int], tuple[Any, Any]] = {}
-    for s in recs:
-        for pre, post in S.synapse_pairs(s, known.get):
-            pairs[(pre.annotation.id, post.annotation.id)] = (pre, post)
-    if pairs:
-        ends = list(pairs.values())
-        pre_body = r.bodies(as_u64(p.supervoxel for p, _ in ends), [p.annotation.point for p, _ in ends])
-        post_body = r.bodies(as_u64(q.supervoxel for _, q in ends), [q.annotation.point for _, q in ends])
-    else:
-        pre_body = post_body = np.zeros(0, np.uint64)
-    # base synapses S (ids 2S+1 pre, 2S+2 post) with an end the version holds a record (or tombstone) of
-    syn = np.unique((as_u64(i for i in held if 0 < i <= base.max_id) - np.uint64(1)) // np.uint64(2))
-    pre_sv, found_pre = base.supervoxels(syn * np.uint64(2) + np.uint64(1))
-    post_sv, found_post = base.supervoxels(syn * np.uint64(2) + np.uint64(2))
-    keep = found_pre & found_post
-    # supervoxels a split retired at this version that base synapses are filed under
-    gone = retired_supervoxels(r)
-    fallback = bool(gone.size) and bool(base.synapse_rows(gone)[0].size)
-    out = BaseOverlay(pre_sv[keep], post_sv[keep], pre_body, post_body, fallback)
-    with _overlay_lock:
-        cache[gen] = out
-        while len(cache) > STALE_CACHE:
-            cache.popitem(last=False)
-    return out
-
-
-def _connections_over_base(v: AnnotationVersion, body: int, base: Any) -> Connections:
-    """``connections(body)`` over an indexed base: the base's rows of the body's supervoxels, corrected by
-    what the version's records change (:class:`BaseOverlay`), partners mapped through the body map once
-    per distinct supervoxel. After a labelmap merge, the merged body's rows are the sum of its parts."""
-    r = Resolver(v)
-    svs = np.asarray(r.lmv.supervoxels(body), dtype=np.uint64)  # UnknownLabelError when the body does not exist
-    with v.instance.repo.read(v.uuid) as view:
-        log_length = view.log_length(v.instance.instance)
-    ov = base_overlay(v, r, base, log_length)
-    if ov.fallback:
-        return _connections_from(recount_connectivity(v).as_dict(), body)
-    _own, partner, direction, count = base.synapse_rows(svs)
-    sides: list[tuple[U64, I64]] = []
-    for out_side, mine, theirs in ((True, ov.dirty_pre_sv, ov.dirty_post_sv),
-                                   (False, ov.dirty_post_sv, ov.dirty_pre_sv)):
-        sel = direction == (0 if out_side else 1)
-        gone = np.isin(mine, svs)
-        sides.append((np.concatenate([partner[sel], theirs[gone]]),
-                      np.concatenate([count[sel], -np.ones(int(gone.sum()), np.int64)])))
-    # one body-map lookup per distinct partner supervoxel, both directions at once
-    every = np.concatenate([sides[0][0], sides[1][0]])
-    uniq, inverse = np.unique(every, return_inverse=True)
-    inverse = inverse.reshape(-1)
-    body_of = np.asarray(r.lmv.bodies_of(uniq), dtype=np.uint64) if uniq.size else uniq
-    split = sides[0][0].size
-    out = []
-    for j, (own_b, other_b) in enumerate(((ov.pre_body, ov.post_body), (ov.post_body, ov.pre_body))):
-        idx = inverse[:split] if j == 0 else inverse[split:]
-        here = own_b == np.uint64(body)
-        out.append(_sum_partners(np.concatenate([body_of[idx], other_b[here]]),
-                                 np.concatenate([sides[j][1], np.ones(int(here.sum()), np.int64)])))
-    return Connections(body, out[0], out[1])
-
-
-def _check_body(body: object) -> int:
-    if isinstance(body, bool) or not isinstance(body, int | np.integer) or not 0 < int(body) < 2**64:
-        raise AnnotationArgumentError(f"a body id must be a positive integer, got {body!r}")
-    return int(body)
 
 
 def connections(v: AnnotationVersion, body: int) -> Connections:
     """Partners of ``body`` at ``v`` with synapse counts: outgoing (body pre) and incoming (body post)."""
-    body = _check_body(body)
+    body = check_body(body)
     base = v.instance.base
-    if base is not None and base.indexed and _format(v) >= 2:
-        return _connections_over_base(v, body, base)
+    if base is not None and base.indexed and format_of(v) >= 2:
+        got = connections_over_base(v, body, base)
+        return got if got is not None else _connections_from(recount_connectivity(v).as_dict(), body)
     if not check_indexed(v):
         return _connections_from(recount_connectivity(v).as_dict(), body)
     r = Resolver(v)
@@ -388,18 +97,8 @@ def connections(v: AnnotationVersion, body: int) -> Connections:
         theirs = ~mine & stale.partner_live & (stale.partner_body == np.uint64(body))
         parts += [stale.partner_body[owned], stale.own_body[theirs]]
         weights += [np.ones(int(owned.sum()), np.int64), np.ones(int(theirs.sum()), np.int64)]
-        sides.append(_sum_partners(np.concatenate(parts), np.concatenate(weights)))
+        sides.append(sum_partners(np.concatenate(parts), np.concatenate(weights)))
     return Connections(body, sides[0], sides[1])
-
-
-def _sum_partners(bodies: U64, weights: I64) -> tuple[Partner, ...]:
-    keep = bodies != 0
-    if not keep.any():
-        return ()
-    uniq, inverse = np.unique(bodies[keep], return_inverse=True)
-    sums = np.bincount(inverse.reshape(-1), weights=weights[keep], minlength=len(uniq)).astype(np.int64)
-    order = np.lexsort((uniq, -sums))
-    return tuple(Partner(int(uniq[i]), int(sums[i])) for i in order.tolist() if sums[i])
 
 
 def _partners(c: Counter[int]) -> tuple[Partner, ...]:
@@ -415,116 +114,6 @@ def _connections_from(table: dict[tuple[int, int], int], body: int) -> Connectio
         if b == body:
             inc[a] += n
     return Connections(body, _partners(out), _partners(inc))
-
-
-def retired_supervoxels(r: Resolver) -> U64:
-    """Supervoxels a split in the version's ancestry named and that no longer exist here.
-
-    A split retires its supervoxel and creates two; undoing it brings the old one back and retires
-    the two new ones, under which annotations added after the split are filed. So every supervoxel
-    a split names (retired or created) is a candidate; those that exist are not. Kept per labelmap state.
-    """
-    gen = (r.lmv.uuid, r.state.stamp)
-    cache, hit = _cached(_retired_lock, _retired, r.lm, gen)
-    if hit is not None:
-        return hit
-    seen: set[int] = set()
-    for e in r.lmv.mutations():
-        d = e.mutation.delta
-        if d.retired:
-            seen.update(sv for sv, _old, _new in d.retired)
-            seen.update(sv for sv, _old, _new in d.explicit)
-    cand = as_u64(sorted(seen))
-    gone = np.asarray(cand[~r.lm.exists(r.state, cand)] if cand.size else cand, dtype=np.uint64)
-    with _retired_lock:
-        cache[gen] = gone
-        while len(cache) > STALE_CACHE:
-            cache.popitem(last=False)
-    return gone
-
-
-_retired_lock = threading.Lock()
-_retired: weakref.WeakKeyDictionary[Any, OrderedDict[tuple[Any, ...], U64]] = weakref.WeakKeyDictionary()
-
-
-def connectivity(v: AnnotationVersion, bodies: Iterable[int] | None = None, *,
-                 within: bool = False) -> ConnectionTable:
-    """The adjacency table at ``v``: every connection with ``pre`` or ``post`` among ``bodies``
-    (``within``: both), or the whole connectome when ``bodies`` is None (costs the whole index)."""
-    if bodies is None:
-        return _whole(v) if check_indexed(v) else recount_connectivity(v)
-    chosen = sorted({_check_body(b) for b in bodies})
-    counts: dict[tuple[int, int], int] = {}
-    for b in chosen:
-        c = connections(v, b)
-        for p in c.outgoing:
-            counts[(b, p.body)] = p.count
-        for p in c.incoming:
-            counts[(p.body, b)] = p.count
-    if within:
-        keep = set(chosen)
-        counts = {k: n for k, n in counts.items() if k[0] in keep and k[1] in keep}
-    return ConnectionTable.from_counts(counts)
-
-
-def _whole(v: AnnotationVersion) -> ConnectionTable:
-    """Every outgoing synapse key of the version, both ends mapped to bodies."""
-    r = Resolver(v)
-    inst = v.instance.instance
-    own_sv: list[int] = []
-    own_id: list[int] = []
-    p_sv: list[int] = []
-    p_pt: list[Point] = []
-    with v.instance.repo.read(v.uuid) as view:
-        for k, raw in view.scan(inst, prefix=S.EDGE_PREFIX):
-            sv, d, own, _partner = S.decode_key(k)
-            if d != S.OUT:
-                continue
-            psv, ppt = S.decode_value(raw, key=k)
-            own_sv.append(sv)
-            own_id.append(own)
-            p_sv.append(psv)
-            p_pt.append(ppt)
-        svs = as_u64(own_sv)
-        live = r.lm.exists(r.state, svs) | (svs == 0) if svs.size else np.zeros(0, dtype=bool)
-        stale_ids = sorted({own_id[i] for i in np.flatnonzero(~live).tolist()})
-        recs = v._records(view, stale_ids) if stale_ids else []
-    point_of = {s.annotation.id: s.annotation.point for s in recs}
-    own_pts = [point_of.get(i, (0, 0, 0)) for i in own_id]
-    pre = r.bodies(svs, own_pts)
-    post = r.bodies(as_u64(p_sv), p_pt)
-    keep = (pre != 0) & (post != 0)
-    return _table(pre[keep], post[keep])
-
-
-def _table(pre: U64, post: U64) -> ConnectionTable:
-    if not pre.size:
-        return ConnectionTable(np.zeros(0, np.uint64), np.zeros(0, np.uint64), np.zeros(0, np.int64))
-    pairs = np.stack([pre, post], axis=1)
-    uniq, counts = np.unique(pairs, axis=0, return_counts=True)
-    return ConnectionTable.from_counts({(int(a), int(b)): int(n) for (a, b), n in zip(uniq, counts, strict=True)})
-
-
-def recount_connectivity(v: AnnotationVersion) -> ConnectionTable:
-    """The whole connectome from scratch: every record read, every point's body read from the voxels.
-
-    The reference the index is checked against (the model test) and the peer of the benchmark:
-    it uses neither the synapse index nor the recorded supervoxels.
-    """
-    records = {a.id: a for a in v.all()}
-    pairs = [(a.id, r.to) for a in records.values() if a.kind == "pre" for r in a.relationships
-             if r.rel == "PreSynTo" and r.to in records and records[r.to].kind == "post"
-             and any(x.rel == "PostSynTo" and x.to == a.id for x in records[r.to].relationships)]
-    if not pairs:
-        return _table(np.zeros(0, np.uint64), np.zeros(0, np.uint64))
-    lmv = v.instance.labelmap.at(v.uuid)
-    ids = sorted(records)
-    svs = supervoxels_at(lmv, [records[i].point for i in ids], v.instance.block)
-    body = dict(zip(ids, lmv.bodies_of(svs).tolist(), strict=True))
-    pre = as_u64(body[p] for p, _ in pairs)
-    post = as_u64(body[q] for _, q in pairs)
-    keep = (pre != 0) & (post != 0)
-    return _table(pre[keep], post[keep])
 
 
 def _changed_ids(v: AnnotationVersion, base: Any) -> set[int]:
@@ -588,7 +177,7 @@ def diff_connectivity(a: AnnotationVersion, b: AnnotationVersion,
     if a.instance.name != b.instance.name:
         raise AnnotationArgumentError(f"compare one annotation instance at two versions, not "
                                       f"{a.instance.name!r} and {b.instance.name!r}")
-    chosen = tuple(sorted({_check_body(x) for x in bodies})) if bodies is not None else affected_bodies(a, b)
+    chosen = tuple(sorted({check_body(x) for x in bodies})) if bodies is not None else affected_bodies(a, b)
     sides = []
     for v in (a, b):
         lmv = v.instance.labelmap.at(v.uuid)
@@ -598,3 +187,40 @@ def diff_connectivity(a: AnnotationVersion, b: AnnotationVersion,
     changes = [ConnectionChange(p, q, before.get((p, q), 0), after.get((p, q), 0))
                for p, q in sorted(set(before) | set(after)) if before.get((p, q), 0) != after.get((p, q), 0)]
     return ConnectivityDiff(a.uuid, b.uuid, chosen, tuple(changes))
+
+
+def connectivity(v: AnnotationVersion, bodies: Iterable[int] | None = None, *,
+                 within: bool = False) -> ConnectionTable:
+    """The adjacency table at ``v``: every connection with ``pre`` or ``post`` among ``bodies``
+    (``within``: both), or the whole connectome when ``bodies`` is None.
+
+    Through the synapse indexes (:mod:`.adjacency`): the cost of the bodies' synapses; the whole
+    connectome streamed, holding one chunk of the index and the table so far. Instances without an
+    index (and a base after a split retired one of its supervoxels) are recounted.
+    """
+    chosen = None if bodies is None else sorted({check_body(b) for b in bodies})
+    base = v.instance.base
+    rows = None
+    if base is not None and base.indexed and format_of(v) >= 2:
+        rows = whole_over_base(v, base) if chosen is None else table_over_base(v, chosen, base, within)
+    elif check_indexed(v):
+        rows = whole_indexed(v) if chosen is None else table_indexed(v, chosen, within)
+    if rows is not None:
+        return ConnectionTable.from_arrays(*rows)
+    table = recount_connectivity(v)
+    if chosen is None:
+        return table
+    keep = np.isin(table.pre, chosen) & np.isin(table.post, chosen) if within else \
+        np.isin(table.pre, chosen) | np.isin(table.post, chosen)
+    return ConnectionTable(table.pre[keep], table.post[keep], table.count[keep])
+
+
+# names other modules import from here (they moved to smaller modules)
+_check_body = check_body
+_format = format_of
+_sum_partners = sum_partners
+
+__all__ = ["AGG_STATES", "AGG_SUPERVOXELS", "Resolver", "StaleTable", "SvAggregate", "_aggs", "_check_body", "_format",
+           "_sum_partners", "_table", "affected_bodies", "aggregate_rows", "check_indexed", "connections",
+           "connectivity", "diff_connectivity", "recount_connectivity", "retired_supervoxels", "stale_table",
+           "sv_aggregates"]

@@ -38,6 +38,10 @@ def read_keys(loc: Location, keys: list[str], context: Any) -> dict[str, bytes |
         return {key: read_document(store, key) if store.size(key) is not None else None for key in keys}
     import tensorstore as ts
 
+    from napari_shardscope.core.bytestore.context import shared_context
+
+    if context is None:  # TensorStore's default context retries a refused connection for minutes
+        context = shared_context()
     try:
         kv = ts.KvStore.open(loc.kvstore, context=context).result()
     except Exception as exc:  # TensorStore raises ValueError for bad specs and unreachable stores

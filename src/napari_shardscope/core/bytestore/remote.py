@@ -40,7 +40,10 @@ class TensorStoreByteStore:
         A kvstore URL (``gs://bucket/path/``, ``s3://…``, ``https://host/path/``, ``file:///…``)
         or a TensorStore kvstore JSON spec.
     context
-        An optional ``tensorstore.Context`` to share connection pools and credentials.
+        An optional ``tensorstore.Context`` to share connection pools and credentials; default: the
+        shared one (:func:`~napari_shardscope.core.bytestore.context.shared_context`), which carries
+        the remote limits. Never TensorStore's own default context: it retries a refused connection
+        (a server that is gone) for minutes instead of failing within ``--timeout``/``--retries``.
     url
         The root as the user typed it, for messages (default: the spec's URL).
     """
@@ -48,6 +51,10 @@ class TensorStoreByteStore:
     def __init__(self, spec: str | dict[str, Any], context: Any = None, *, url: str | None = None) -> None:
         import tensorstore as ts
 
+        from napari_shardscope.core.bytestore.context import shared_context
+
+        if context is None:
+            context = shared_context()
         if isinstance(spec, str) and not spec.endswith("/"):
             spec = spec + "/"
         self._spec = spec
