@@ -218,7 +218,7 @@ class BaseBuilder:
                 zyx = np.stack([part["z"][order], part["y"][order], part["x"][order]], axis=1)
                 starts = np.flatnonzero(np.append(True, lin_s[1:] != lin_s[:-1]))
                 svs = np.empty(ids.size, np.uint64)
-                svs[order] = supervoxels_of_block_runs(self.labelmap, zyx, starts, self.block)
+                svs[order] = supervoxels_of_block_runs(self.labelmap, zyx, starts, self.block, once=True)
                 del zyx
                 run["sv"] = svs[by_id_order]
                 o_sv = np.argsort(svs)

@@ -42,12 +42,14 @@ def supervoxels_at(lmv: LabelmapVersion, points: npt.ArrayLike, block: Sequence[
 
 
 def supervoxels_of_block_runs(lmv: LabelmapVersion, points: npt.ArrayLike, starts: npt.ArrayLike,
-                              block: Sequence[int]) -> U64:
+                              block: Sequence[int], *, once: bool = False) -> U64:
     """The supervoxel under each point of ``points`` already grouped by labelmap block.
 
     ``starts``: the index of the first point of each block's run (ascending, the first is 0). The
     import sorts its points by block anyway (for the spatial table), so no ``np.unique`` of the
-    points is needed here: one read per block, one fancy-index per run.
+    points is needed here: one read per block, one fancy-index per run. ``once``: each block is read
+    once (an import), past the chunk caches (:meth:`~LabelmapVersion.read_once`): through them, an
+    import of a few synapses grew the process by the labelmap's whole decoded size.
     """
     pts = np.asarray(points).reshape(-1, 3)  # int32 or int64: only sliced per block
     out = np.zeros(len(pts), dtype=np.uint64)
@@ -59,7 +61,8 @@ def supervoxels_of_block_runs(lmv: LabelmapVersion, points: npt.ArrayLike, start
     for a, b in itertools.pairwise(bounds):
         lo = (pts[a].astype(np.int64) // blk) * blk
         hi = np.minimum(lo + blk, shape)
-        data = lmv.read_supervoxels(Box(tuple(int(v) for v in lo), tuple(int(v) for v in hi)))  # type: ignore[arg-type]
+        box = Box(tuple(int(v) for v in lo), tuple(int(v) for v in hi))  # type: ignore[arg-type]
+        data = lmv.read_once(box, bodies=False) if once else lmv.read_supervoxels(box)
         rel = pts[a:b] - lo.astype(pts.dtype)
         out[a:b] = data[rel[:, 0], rel[:, 1], rel[:, 2]]
     return out
