@@ -61,12 +61,14 @@ def read_table_file(path: str | os.PathLike[str]) -> Any:
     return pa.concat_tables(pieces)
 
 
-def iter_table_pieces(path: str | os.PathLike[str], rows: int = PIECE_ROWS) -> Iterator[tuple[Any, int]]:
+def iter_table_pieces(path: str | os.PathLike[str], rows: int | None = None) -> Iterator[tuple[Any, int]]:
     """``(pyarrow Table, its first row's number in the file)`` for each piece of the table at ``path``.
 
     At least one piece is yielded (of no rows for an empty table), so the caller always sees the columns.
+    ``rows``: rows per piece (default :data:`PIECE_ROWS`).
     """
     pa = pyarrow_modules()
+    rows = PIECE_ROWS if rows is None else rows
     p = Path(path)
     if not p.exists():
         raise AnnotationArgumentError(f"{p}: no such synapse table")

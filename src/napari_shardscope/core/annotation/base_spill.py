@@ -26,7 +26,7 @@ import numpy as np
 import numpy.typing as npt
 
 Columns = dict[str, npt.NDArray[np.generic]]
-#: Keys kept per run to choose splitters (one in SAMPLE_EVERY).
+#: Keys kept per run to choose splitters (one in SAMPLE_EVERY, unless the spill says fewer).
 SAMPLE_EVERY = 1024
 
 
@@ -45,6 +45,8 @@ class Spill:
 
     root: Path
     key: str
+    #: One key in this many is kept per run to choose splitters (at most a range's sixteenth: even ranges).
+    sample_every: int = SAMPLE_EVERY
     runs: list[Run] = field(default_factory=list)
     _count: itertools.count[int] = field(default_factory=itertools.count)
 
@@ -65,7 +67,7 @@ class Spill:
             path = self.root / f"{self.key}-{i:05d}-{name}.bin"
             a.tofile(path)
             files[name] = (path, a.dtype)
-        self.runs.append(Run(int(keys.size), files, keys[::SAMPLE_EVERY].astype(np.uint64)))
+        self.runs.append(Run(int(keys.size), files, keys[::self.sample_every].astype(np.uint64)))
 
     def splitters(self, range_rows: int, *, align: int = 1) -> list[int]:
         """Ascending key values cutting the runs into ranges of about ``range_rows`` rows.
@@ -75,7 +77,7 @@ class Spill:
         if not self.runs:
             return []
         sample = np.sort(np.concatenate([r.sample for r in self.runs]))
-        step = max(1, range_rows // SAMPLE_EVERY)
+        step = max(1, range_rows // self.sample_every)
         cuts = sample[step::step]
         if align == 2:
             cuts = cuts - (cuts % np.uint64(2) == 0).astype(np.uint64)  # 2S + 2 -> 2S + 1

@@ -37,7 +37,7 @@ import numpy.typing as npt
 
 from napari_shardscope.core.annotation.base import MAX_BLOCKS, BaseConfig, BaseProperty, block_code
 from napari_shardscope.core.annotation.base_order import id_order, linear_order, order_by, synapse_aggregates
-from napari_shardscope.core.annotation.base_spill import Columns, Spill
+from napari_shardscope.core.annotation.base_spill import SAMPLE_EVERY, Columns, Spill
 from napari_shardscope.core.annotation.errors import AnnotationTableError
 from napari_shardscope.core.annotation.points import supervoxels_of_block_runs
 from napari_shardscope.core.errors import RefusedWriteError, UnsupportedFeatureError
@@ -153,7 +153,8 @@ class BaseBuilder:
         self.temp.mkdir()
         self.tables = self.temp / "tables"
         self.tables.mkdir()
-        self.by_block = Spill(self.temp / "spill", "lin")
+        self.sample = max(1, min(SAMPLE_EVERY, range_sites // 16))
+        self.by_block = Spill(self.temp / "spill", "lin", self.sample)
         self.rows = 0
         self.max_id = 0
         self._threads: list[_TableThread] = []
@@ -291,9 +292,9 @@ class BaseBuilder:
         try:
             spill = self.temp / "spill"
             indexed = self.labelmap is not None
-            by_id = Spill(spill, "id")
-            by_sv = Spill(spill, "sv") if indexed else None
-            ends = Spill(spill / "ends", "sv") if indexed and self.layout == "synapses" else None
+            by_id = Spill(spill, "id", self.sample)
+            by_sv = Spill(spill, "sv", self.sample) if indexed else None
+            ends = Spill(spill / "ends", "sv", self.sample) if indexed and self.layout == "synapses" else None
             self._by_block(by_id, by_sv)
             self._by_id(by_id, ends)
             if by_sv is not None:
