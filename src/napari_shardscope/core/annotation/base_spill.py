@@ -21,11 +21,12 @@ import os
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
-Columns = dict[str, npt.NDArray[np.generic]]
+Columns = dict[str, npt.NDArray[Any]]
 #: Keys kept per run to choose splitters (one in SAMPLE_EVERY, unless the spill says fewer).
 SAMPLE_EVERY = 1024
 
