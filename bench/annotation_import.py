@@ -83,17 +83,16 @@ def in_child(*args: str) -> dict[str, float]:
     """Run this script with ``--child args`` in a new interpreter: what it measured, and its peak RSS in MiB.
 
     A new interpreter, not a fork: the parent has TensorStore's threads running (a fork would copy
-    their locks held), and the child's peak RSS is then its own (``wait4``).
+    their locks held); the child reports its own peak RSS (:func:`_peak_rss_mib`).
     """
     proc = subprocess.Popen([sys.executable, __file__, "--child", *args], stdout=subprocess.PIPE,
                             env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
     assert proc.stdout is not None
     out = proc.stdout.read()
-    _, status, usage = os.wait4(proc.pid, 0)
+    _, status, _usage = os.wait4(proc.pid, 0)
     if os.waitstatus_to_exitcode(status):
         raise RuntimeError(f"child {args} failed ({status})")
     doc: dict[str, float] = json.loads(out.decode().strip().splitlines()[-1])
-    doc["rss"] = usage.ru_maxrss / 1024
     return doc
 
 
@@ -105,7 +104,18 @@ def _measured(fn: Any) -> dict[str, float]:
 
     w0, t0, c0 = _waited(), time.perf_counter(), time.process_time()
     fn()
-    return {"wall": time.perf_counter() - t0, "cpu": time.process_time() - c0, "wait": _waited() - w0}
+    out = {"wall": time.perf_counter() - t0, "cpu": time.process_time() - c0, "wait": _waited() - w0}
+    out["rss"] = _peak_rss_mib()
+    return out
+
+
+def _peak_rss_mib() -> float:
+    """This process's peak RSS (``VmHWM``): not ``wait4``'s ``ru_maxrss``, which Linux carries over from the
+    parent a child was forked from (the parent's 1.1 GB of benchmark data showed as every child's peak)."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
 
 
 def import_once(repo_path: str, name: str, table: str) -> dict[str, float]:
