@@ -1,28 +1,41 @@
-"""Benchmark: import a synapse table as the base of an annotation instance, against adding the synapses one by one.
+"""Benchmark: import a synapse table as the base of an annotation instance: the curve (time, peak RSS, rate).
 
-Run: ``PYTHONPATH=src:. .venv/bin/python bench/annotation_import.py [--rounds 5] [--synapses 1000000] [--long]``
+Run: ``PYTHONPATH=src:. .venv/bin/python bench/annotation_import.py [--rounds 5] [--sizes 1e5,1e6] [--long]
+[--add-many 100000]``
 
 Data: a CAVE-style Parquet table (``id``, ``pre_pt_position`` / ``post_pt_position`` list columns, an
-int ``size`` and a float ``score``) of ``N`` synapses uniformly over a 64 x 1024 x 1024 labelmap (a
-blocky synthetic base, block 64³ as ``create_labelmap`` defaults). Ours:
-``create_annotation_instance(repo, name, labelmap="seg", base=table)`` — read, checked, sorted by id and
-by block, both Parquet tables written — each round in a forked child, so its peak RSS is its own.
+int ``size`` and a float ``score``; pyarrow's default row groups of 1 Mi rows) of ``N`` synapses
+uniformly over a 64 x 1024 x 1024 labelmap (a blocky synthetic base, block 64³ as ``create_labelmap``
+defaults). Ours: ``create_annotation_instance(repo, name, labelmap="seg", base=table)`` — read a row
+group at a time, checked, sorted by block, id and supervoxel in bounded memory, the four tables
+written — each round in a new interpreter, so its peak RSS is its own.
 
-Peer: there is no bulk add on the instance, so the peer is what a user has without a base: ``add`` of
-the pre and post sites and ``relate`` per synapse, measured on ``--peer-synapses`` (200) synapses per
-round and extrapolated linearly to ``N`` (an add is one write transaction; its cost does not fall with
-more of them). Goal: ≥ 1 M synapses/s. ``--long`` adds 10⁷ synapses (ours only, 3 rounds).
+Peer: the least an import can do with the same libraries, in the same kind of child: ``pyarrow``
+reads the whole table, NumPy computes the sites' ids and blocks and sorts them by id and by block
+(no checks, no supervoxels, nothing written). Rounds alternate which runs first. Reported per size:
+wall time, CPU time (user + system, every thread), peak RSS, synapses per second, and how long
+the main thread waited for a core (``/proc/<pid>/task/*/schedstat``; the machine is shared).
+Goal: ≥ 1 M synapses/s. ``--long`` adds 10⁷ synapses (3 rounds).
+
+``--add-many N``: ``add_many`` of N annotations (N/2 synapses) at an open version, paired in this
+process with the same call on the previous path (the peer): keys as a list of tuples through
+``put_new``, the engines' previous check of a bulk put (``zip(*items)``), cached block reads.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -33,13 +46,11 @@ from bench.common import Row, record, save, spread
 
 from napari_shardscope.core.annotation import create_annotation_instance
 from napari_shardscope.core.annotation.base_import import synapse_ids
+from napari_shardscope.core.annotation.instance import BASES_DIR
 from napari_shardscope.core.labelmap import create_labelmap, open_labelmap
 from napari_shardscope.core.versioned import create_repository, open_repository
 
 BENCH = "annotation_import"
-#: CPU seconds (user + system) of each import, as the child measured them: on a shared machine the
-#: wall time includes waiting for a core; the CPU time does not.
-CPU: list[float] = []
 SHAPE = (64, 1024, 1024)
 
 
@@ -59,110 +70,196 @@ def write_table(path: Path, n: int, seed: int = 0) -> None:
                              "score": rng.random(n)}), path)
 
 
-def in_child(*args: str) -> tuple[float, float]:
-    """Run this script with ``--child args`` in a new process: (the time it prints, its peak RSS in MiB).
+def _waited() -> float:
+    """Seconds the threads of this process alive now spent runnable but waiting for a core."""
+    total = 0
+    for task in os.listdir("/proc/self/task"):
+        with contextlib.suppress(OSError):
+            total += int(Path(f"/proc/self/task/{task}/schedstat").read_text().split()[1])
+    return total / 1e9
+
+
+def in_child(*args: str) -> dict[str, float]:
+    """Run this script with ``--child args`` in a new interpreter: what it measured, and its peak RSS in MiB.
 
     A new interpreter, not a fork: the parent has TensorStore's threads running (a fork would copy
-    their locks held), and the child's peak RSS is then its own (``wait4``).
+    their locks held); the child reports its own peak RSS (:func:`_peak_rss_mib`).
     """
     proc = subprocess.Popen([sys.executable, __file__, "--child", *args], stdout=subprocess.PIPE,
                             env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
     assert proc.stdout is not None
     out = proc.stdout.read()
-    _, status, usage = os.wait4(proc.pid, 0)
-    proc.returncode = os.waitstatus_to_exitcode(status)
-    if proc.returncode:
-        raise RuntimeError(f"child {args} failed ({proc.returncode})")
-    lines = out.decode().strip().splitlines()
-    cpu = [float(x.split()[1]) for x in lines if x.startswith("cpu ")]
-    if cpu:
-        CPU.append(cpu[0])
-    return float(lines[-1]), usage.ru_maxrss / 1024
+    _, status, _usage = os.wait4(proc.pid, 0)
+    if os.waitstatus_to_exitcode(status):
+        raise RuntimeError(f"child {args} failed ({status})")
+    doc: dict[str, float] = json.loads(out.decode().strip().splitlines()[-1])
+    return doc
 
 
-def import_once(repo_path: str, name: str, table: str) -> float:
-    # the interpreter's one-time imports (pyarrow, and pandas, which pyarrow's writer pulls in) cost seconds
-    # on a cold start whatever the table's size: paid before the clock starts, and stated in the docs
+def _measured(fn: Any) -> dict[str, float]:
+    # the interpreter's one-time imports (pyarrow, pandas) cost seconds on a cold start whatever the
+    # table's size: paid before the clock starts, and stated in the docs
     import pandas  # noqa: F401
     import pyarrow.parquet  # noqa: F401
 
+    w0, t0, c0 = _waited(), time.perf_counter(), time.process_time()
+    fn()
+    out = {"wall": time.perf_counter() - t0, "cpu": time.process_time() - c0, "wait": _waited() - w0}
+    out["rss"] = _peak_rss_mib()
+    return out
+
+
+def _peak_rss_mib() -> float:
+    """This process's peak RSS (``VmHWM``): not ``wait4``'s ``ru_maxrss``, which Linux carries over from the
+    parent a child was forked from (the parent's 1.1 GB of benchmark data showed as every child's peak)."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def import_once(repo_path: str, name: str, table: str) -> dict[str, float]:
     repo = open_repository(repo_path)
     lm = open_labelmap(repo, "seg")
-    t0, c0 = time.perf_counter(), time.process_time()
-    inst = create_annotation_instance(repo, name, labelmap=lm, base=table)
-    took = time.perf_counter() - t0
-    print(f"cpu {time.process_time() - c0}")
-    assert inst.base is not None
-    return took
+
+    def run() -> None:
+        inst = create_annotation_instance(repo, name, labelmap=lm, base=table)
+        assert inst.base is not None
+
+    out = _measured(run)
+    shutil.rmtree(Path(repo_path) / BASES_DIR / name, ignore_errors=True)  # the disk of the next rounds
+    return out
 
 
-def add_once(repo_path: str, name: str, n: int, seed: int) -> float:
-    repo = open_repository(repo_path)
-    inst = create_annotation_instance(repo, name, labelmap=open_labelmap(repo, "seg"))
-    v = inst.at("main")
-    rng = np.random.default_rng(seed)
-    pre = (rng.random((n, 3)) * np.array(SHAPE)).astype(np.int64).tolist()
-    post = (rng.random((n, 3)) * np.array(SHAPE)).astype(np.int64).tolist()
-    a_ids, b_ids = synapse_ids(np.arange(n))
-    t0 = time.perf_counter()
-    for i in range(n):
-        props = {"size": i + 1, "score": 0.5}
-        a = v.add("pre", pre[i], id=int(a_ids[i]), properties=props)
-        b = v.add("post", post[i], id=int(b_ids[i]), properties=props)
-        v.relate(a.id, b.id)
-    return time.perf_counter() - t0
+def read_and_sort_once(table: str) -> dict[str, float]:
+    """The peer: pyarrow reads the table whole; NumPy orders the sites by id and by block. Nothing else."""
+    import pyarrow.parquet as pq
+
+    def run() -> None:
+        t = pq.read_table(table)
+        sid = t.column("id").to_numpy().astype(np.uint64)
+        pre = t.column("pre_pt_position").combine_chunks().flatten().to_numpy().reshape(-1, 3)
+        post = t.column("post_pt_position").combine_chunks().flatten().to_numpy().reshape(-1, 3)
+        size, score = t.column("size").to_numpy(), t.column("score").to_numpy()
+        del t
+        ids = np.empty(2 * sid.size, np.uint64)
+        ids[0::2], ids[1::2] = synapse_ids(sid)
+        xyz = np.empty((2 * sid.size, 3), np.int64)
+        xyz[0::2], xyz[1::2] = pre, post
+        by_id = np.argsort(ids)
+        cells = xyz[:, ::-1] // 64
+        lin = (cells[:, 0] * 16 + cells[:, 1]) * 16 + cells[:, 2]
+        by_block = np.argsort(lin, kind="stable")
+        assert by_id.size == by_block.size == 2 * size.size == 2 * score.size
+
+    return _measured(run)
 
 
-def bench_import(n: int, rounds: int, peer_n: int, work: Path) -> None:
+def bench_import(n: int, rounds: int, work: Path) -> None:
     table = work / f"syn-{n}.parquet"
     write_table(table, n)
     print(f"  table: {n} synapses, {table.stat().st_size / 2**20:.0f} MiB Parquet")
-    ours: list[float] = []
-    rss: list[float] = []
-    peer: list[float] = []
+    ours: list[dict[str, float]] = []
+    peer: list[dict[str, float]] = []
     for r in range(rounds):
-        def run_ours(r: int = r) -> None:
-            t, m = in_child("import", str(work / "repo"), f"base{n}-{r}", str(table))
-            ours.append(t)
-            rss.append(m)
-
-        def run_peer(r: int = r) -> None:
-            if peer_n:
-                t, _ = in_child("add", str(work / "repo"), f"peer{n}-{r}", str(peer_n), str(r))
-                peer.append(t / peer_n * n)
-
-        for step in ((run_ours, run_peer) if r % 2 == 0 else (run_peer, run_ours)):
+        steps = [lambda r=r: ours.append(in_child("import", str(work / "repo"), f"base{n}-{r}", str(table))),
+                 lambda: peer.append(in_child("sort", str(table)))]
+        for step in steps if r % 2 == 0 else steps[::-1]:
             step()
-    cpu = CPU[-len(ours):]
-    uptime = os.getloadavg()[0]
-    print(f"  cpu per import: {spread(cpu)} s ({spread([n / c / 1e6 for c in cpu])} M synapses per CPU second); "
-          f"load average {uptime:.1f} on {os.cpu_count()} cpus")
-    rates = [n / t / 1e6 for t in ours]
-    met = min(rates) >= 1.0 if rates else None
-    if peer:
-        ratios = [p / o for o, p in zip(ours, peer, strict=True)]
-        record(Row(BENCH, f"import {n:.0e} synapses (CAVE Parquet)", "-", spread(ours, "{:.2f}") + " s",
-                   f"add+relate per synapse ({peer_n} measured, extrapolated)", spread(peer, "{:.0f}") + " s",
-                   spread(ratios, "{:.0f}") + "x", ">= 1 M synapses/s", met, rounds,
-                   f"{spread(rates)} M synapses/s; {spread([n / c / 1e6 for c in cpu])} M synapses/CPU-s; peak RSS "
-                   f"{spread(rss, '{:.0f}')} MiB; load {uptime:.0f} on {os.cpu_count()} cpus"))
-    else:
-        record(Row(BENCH, f"import {n:.0e} synapses (CAVE Parquet)", "-", spread(ours, "{:.2f}") + " s", "-", "-",
-                   "-", ">= 1 M synapses/s", met, rounds,
-                   f"{spread(rates)} M synapses/s; {spread([n / c / 1e6 for c in cpu])} M synapses/CPU-s; peak RSS "
-                   f"{spread(rss, '{:.0f}')} MiB; load {uptime:.0f} on {os.cpu_count()} cpus"))
+    load = os.getloadavg()[0]
+
+    def col(rows: list[dict[str, float]], key: str) -> list[float]:
+        return [x[key] for x in rows]
+
+    rates = [n / t / 1e6 for t in col(ours, "wall")]
+    record(Row(BENCH, f"import {n:.0e} synapses (CAVE Parquet)", "-", spread(col(ours, "wall")) + " s",
+               "pyarrow read + numpy sorts (no checks, no supervoxels, no writes)",
+               spread(col(peer, "wall")) + " s",
+               spread([p["wall"] / o["wall"] for o, p in zip(ours, peer, strict=True)]) + "x",
+               ">= 1 M synapses/s", min(rates) >= 1.0, rounds,
+               f"{spread(rates)} M synapses/s; CPU {spread(col(ours, 'cpu'))} s "
+               f"({spread([n / c / 1e6 for c in col(ours, 'cpu')])} M synapses/CPU-s); main thread waited for a "
+               f"core {spread(col(ours, 'wait'))} s; peak RSS {spread(col(ours, 'rss'), '{:.0f}')} MiB (peer "
+               f"{spread(col(peer, 'rss'), '{:.0f}')} MiB, CPU {spread(col(peer, 'cpu'))} s); load {load:.1f} on "
+               f"{os.cpu_count()} cpus"))
+
+
+def _previous_check_items(items: Sequence[tuple[bytes, bytes]]) -> None:
+    """The engines' check of a bulk put before this change (``zip(*items)``), for the add_many peer."""
+    if not items:
+        return
+    keys, values = zip(*items, strict=True)
+    if not (set(map(type, keys)) == {bytes} and all(keys) and set(map(type, values)) == {bytes}):
+        raise ValueError("bad items")
+
+
+def _previous_put_new_rows(self: Any, instance: Any, keys: Any, values: Any, *, fresh: bool = False) -> int:
+    """The peer's bulk put: the keys as a list of ``(key, value)`` tuples through ``put_new`` (which sorts the
+    tuples), as ``add_many`` handed them before (the splitting of the byte rows is what it did too)."""
+    from napari_shardscope.core.versioned.key_rows import row_bytes
+
+    rows = row_bytes(np.asarray(keys, dtype=np.uint8))
+    vals = [b""] * len(rows) if values is None else list(values)
+    return int(self.put_new(instance, list(zip(rows, vals, strict=True)), fresh=fresh))
+
+
+def bench_add_many(n: int, rounds: int, work: Path) -> None:
+    """``add_many`` of ``n`` annotations, ours against the previous engine check and cached block reads."""
+    from napari_shardscope.core.annotation import points
+    from napari_shardscope.core.annotation.instance import add_many
+    from napari_shardscope.core.versioned.engines import lmdb, memory, sqlite
+    from napari_shardscope.core.versioned.view import VersionWriter
+
+    repo = open_repository(work / "repo")
+    lm = open_labelmap(repo, "seg")
+    rng = np.random.default_rng(3)
+    pts = (rng.random((n, 3)) * np.array(SHAPE)).astype(np.int64)
+    kinds = ["pre", "post"] * (n // 2)
+    pairs = np.stack([np.arange(0, n - 1, 2), np.arange(1, n, 2)], axis=1)
+    ours: list[float] = []
+    peer: list[float] = []
+
+    def one(name: str, previous: bool) -> float:
+        v = create_annotation_instance(repo, name, labelmap=lm).at("main")
+        saved = (lmdb.check_items, memory.check_items, sqlite.check_items, points.ONCE_POINTS,
+                 VersionWriter.put_new_rows)
+        if previous:
+            lmdb.check_items = memory.check_items = sqlite.check_items = _previous_check_items  # type: ignore[assignment]
+            points.ONCE_POINTS = 1 << 62
+            VersionWriter.put_new_rows = _previous_put_new_rows  # type: ignore[method-assign]
+        try:
+            t0 = time.perf_counter()
+            add_many(v, kinds[:n], pts, synapses=pairs)
+            return time.perf_counter() - t0
+        finally:
+            (lmdb.check_items, memory.check_items, sqlite.check_items, points.ONCE_POINTS,
+             VersionWriter.put_new_rows) = saved  # type: ignore[method-assign]
+
+    for r in range(rounds):
+        steps = [lambda r=r: ours.append(one(f"am-ours-{r}", False)),
+                 lambda r=r: peer.append(one(f"am-peer-{r}", True))]
+        for step in steps if r % 2 == 0 else steps[::-1]:
+            step()
+    record(Row(BENCH, f"add_many {n:.0e} annotations ({n // 2} synapses)", "-", spread(ours) + " s",
+               "previous path (tuples through put_new, zip(*items) check, cached block reads)",
+               spread(peer) + " s",
+               spread([p / o for o, p in zip(ours, peer, strict=True)]) + "x", "far above 25 k/s", None, rounds,
+               f"{spread([n / t / 1e3 for t in ours], '{:.0f}')} k annotations/s (peer "
+               f"{spread([n / t / 1e3 for t in peer], '{:.0f}')} k/s); load {os.getloadavg()[0]:.1f}"))
+    repo.close()
 
 
 def main() -> None:
     if len(sys.argv) > 2 and sys.argv[1] == "--child":
         what, *args = sys.argv[2:]
-        print(import_once(*args) if what == "import" else add_once(args[0], args[1], int(args[2]), int(args[3])))
+        out = import_once(*args) if what == "import" else read_and_sort_once(args[0])
+        print(json.dumps(out))
         return
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rounds", type=int, default=5)
-    ap.add_argument("--synapses", type=int, default=1_000_000)
-    ap.add_argument("--peer-synapses", type=int, default=200)
-    ap.add_argument("--long", action="store_true", help="also import 10^7 synapses (ours only, 3 rounds)")
+    ap.add_argument("--sizes", default="1e5,1e6", help="synapse counts, comma-separated")
+    ap.add_argument("--long", action="store_true", help="also import 10^7 synapses (3 rounds)")
+    ap.add_argument("--add-many", type=int, default=0, help="also time add_many of this many annotations")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="bench-annotation-import-") as tmp:
         work = Path(tmp)
@@ -170,9 +267,12 @@ def main() -> None:
         repo = create_repository(work / "repo")
         create_labelmap(repo, "seg", work / "seg")
         repo.close()
-        bench_import(args.synapses, args.rounds, args.peer_synapses, work)
+        for n in (int(float(x)) for x in args.sizes.split(",") if x):
+            bench_import(n, args.rounds, work)
         if args.long:
-            bench_import(10_000_000, 3, 0, work)
+            bench_import(10_000_000, 3, work)
+        if args.add_many:
+            bench_add_many(args.add_many, args.rounds, work)
     save(BENCH, partial=not args.long)
 
 

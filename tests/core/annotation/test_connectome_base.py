@@ -263,6 +263,8 @@ def test_supervoxels_of_block_runs_equal_the_per_point_read(pts: list[tuple[int,
     starts = np.flatnonzero(np.append(True, codes[1:] != codes[:-1])) if p.size else np.zeros(0, np.int64)
     got = P.supervoxels_of_block_runs(lmv, p[order], starts, block)
     assert got.tolist() == P.supervoxels_at(lmv, p[order], block).tolist()
+    once = P.supervoxels_of_block_runs(lmv, p[order], starts, block, once=True)  # past the caches: same values
+    assert once.tolist() == got.tolist()
 
 
 _lm_cache: list[Any] = []

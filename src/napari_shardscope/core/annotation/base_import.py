@@ -1,8 +1,10 @@
 """Import a synapse table or a precomputed annotation source as the base of an annotation instance, once.
 
-The input is read whole into columns (vectorised: no Python loop per row), checked, and written
-as the base's two sorted, page-readable tables (:mod:`.base`) in ``base_dir`` beside the
-repository. Nothing of it enters the versioned store: versions hold only edits over it.
+The input is read a piece at a time (:mod:`.base_input`: Parquet row groups, CSV blocks), each
+piece converted to columns (vectorised: no Python loop per row) and checked, and the base's sorted,
+page-readable tables (:mod:`.base`) are written in ``base_dir`` beside the repository by a merge in
+bounded memory (:mod:`.base_stream`). Nothing of it enters the versioned store: versions hold only
+edits over it.
 
 Inputs:
 
@@ -27,8 +29,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -36,22 +37,25 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from napari_shardscope.core.annotation.base import MAX_BLOCKS, BaseConfig, BaseProperty
-from napari_shardscope.core.annotation.base_order import (
-    block_order,
-    id_order,
-    synapse_aggregates,
+from napari_shardscope.core.annotation.base import BaseConfig, BaseProperty
+from napari_shardscope.core.annotation.base_input import (
+    TABLE_SUFFIXES,
+    is_table_file,
+    iter_table_pieces,
+    pyarrow_modules,
+    read_table_file,
 )
+from napari_shardscope.core.annotation.base_order import id_order
+from napari_shardscope.core.annotation.base_stream import RANGE_SITES, BaseBuilder, SiteChunk
 from napari_shardscope.core.annotation.errors import AnnotationArgumentError, AnnotationTableError
 from napari_shardscope.core.annotation.model import MAX_ID
-from napari_shardscope.core.annotation.points import supervoxels_of_block_runs
-from napari_shardscope.core.errors import ArgumentError, RefusedWriteError, UnsupportedFeatureError
+from napari_shardscope.core.errors import ArgumentError, UnsupportedFeatureError
 from napari_shardscope.core.labelmap.version import LabelmapVersion
-from napari_shardscope.core.tables import write_sorted_table
 
 U64 = npt.NDArray[np.uint64]
 I64 = npt.NDArray[np.int64]
-TABLE_SUFFIXES = (".csv", ".csv.gz", ".parquet", ".pq", ".feather", ".arrow", ".ipc")
+__all__ = ["TABLE_SUFFIXES", "SynapseColumns", "build_base", "is_table_file", "read_table_file", "synapse_ids",
+           "write_base"]
 
 
 @dataclass(frozen=True)
@@ -100,37 +104,7 @@ def detect_columns(names: Sequence[str], *, where: str) -> SynapseColumns:
 
 
 # -- reading the input --------------------------------------------------------------------------------------
-def _pyarrow() -> Any:
-    try:
-        import pyarrow
-        import pyarrow.compute
-        import pyarrow.csv
-        import pyarrow.feather
-        import pyarrow.parquet
-    except ImportError as exc:
-        raise UnsupportedFeatureError("synapse tables", detail="install pyarrow: pip install "
-                                      "'napari-shardscope[tables]'") from exc
-    return pyarrow
-
-
-def read_table_file(path: str | os.PathLike[str]) -> Any:
-    """The whole table at ``path`` (CSV, Parquet file or directory, Feather) as a pyarrow Table."""
-    pa = _pyarrow()
-    p = Path(path)
-    name = p.name.lower()
-    if not p.exists():
-        raise AnnotationArgumentError(f"{p}: no such synapse table")
-    try:
-        if name.endswith((".csv", ".csv.gz")):
-            return pa.csv.read_csv(p)
-        if name.endswith((".feather", ".arrow", ".ipc")):
-            return pa.feather.read_table(p)
-        if p.is_file():  # ParquetFile: read_table would import pyarrow.dataset (seconds, on a cold start)
-            with pa.parquet.ParquetFile(p) as fh:
-                return fh.read()
-        return pa.parquet.read_table(p)
-    except (pa.ArrowException, OSError, ValueError) as exc:
-        raise AnnotationTableError(f"not a readable table ({exc})", key=str(p)) from exc
+_pyarrow = pyarrow_modules
 
 
 def _np(col: Any) -> npt.NDArray[Any]:
@@ -154,8 +128,9 @@ def _np(col: Any) -> npt.NDArray[Any]:
 class _Cols:
     """Column access on a pyarrow Table with checks whose errors name the file, column and row."""
 
-    def __init__(self, table: Any, where: str) -> None:
+    def __init__(self, table: Any, where: str, row0: int = 0) -> None:
         self.pa = _pyarrow()
+        self.row0 = row0  # the table's first row's number in the file (a piece of a larger table)
         self.table = table
         self.where = where
         self.names = [str(n) for n in table.column_names]
@@ -165,7 +140,7 @@ class _Cols:
             raise AnnotationTableError(f"has no column {name!r} (columns: {', '.join(self.names)})", key=self.where)
         col = self.table.column(name)
         if col.null_count:
-            row = int(np.flatnonzero(_np(col.is_null()))[0])
+            row = self.row0 + int(np.flatnonzero(_np(col.is_null()))[0])
             raise AnnotationTableError(f"column {name!r}, row {row}: no value", key=self.where)
         return col
 
@@ -189,11 +164,12 @@ class _Cols:
             lengths = _np(pa.compute.list_value_length(col))
             bad = np.flatnonzero(lengths != 3)
             if bad.size:
-                raise AnnotationTableError(f"column {spec!r}, row {int(bad[0])}: {int(lengths[bad[0]])} values, "
+                raise AnnotationTableError(f"column {spec!r}, row {self.row0 + int(bad[0])}: "
+                                           f"{int(lengths[bad[0]])} values, "
                                            f"not x, y, z", key=self.where)
             flat = pa.compute.list_flatten(col)
             if flat.null_count:
-                row = int(np.flatnonzero(_np(flat.is_null()))[0]) // 3
+                row = self.row0 + int(np.flatnonzero(_np(flat.is_null()))[0]) // 3
                 raise AnnotationTableError(f"column {spec!r}, row {row}: no value", key=self.where)
             if not (pa.types.is_integer(flat.type) or pa.types.is_floating(flat.type)):
                 raise AnnotationTableError(f"column {spec!r} holds {flat.type}, not numbers", key=self.where)
@@ -202,14 +178,14 @@ class _Cols:
 
 
 def to_voxels(xyz: npt.NDArray[Any], *, columns: str, where: str, shape: tuple[int, int, int],
-              voxel_size: Sequence[float] | None) -> I64:
+              voxel_size: Sequence[float] | None, row0: int = 0) -> I64:
     """``(n, 3)`` x, y, z (voxels, or nm with ``voxel_size``) → ``(n, 3)`` int64 z, y, x inside ``shape``."""
     v = xyz
     if v.dtype.kind == "f" or voxel_size is not None:
         v = v.astype(np.float64)
         bad = np.flatnonzero(~np.isfinite(v).all(axis=1))
         if bad.size:
-            raise AnnotationTableError(f"columns {columns}, row {int(bad[0])}: coordinate {v[bad[0]].tolist()} "
+            raise AnnotationTableError(f"columns {columns}, row {row0 + int(bad[0])}: coordinate {v[bad[0]].tolist()} "
                                        f"is not a finite number", key=where)
         if voxel_size is not None:
             v = v / np.asarray(voxel_size, dtype=np.float64)
@@ -217,19 +193,20 @@ def to_voxels(xyz: npt.NDArray[Any], *, columns: str, where: str, shape: tuple[i
         lim = float(2**62)
         big = np.flatnonzero((np.abs(v) >= lim).any(axis=1))
         if big.size:
-            raise AnnotationTableError(f"columns {columns}, row {int(big[0])}: coordinate {v[big[0]].tolist()} "
+            raise AnnotationTableError(f"columns {columns}, row {row0 + int(big[0])}: coordinate {v[big[0]].tolist()} "
                                        f"is out of range", key=where)
     elif v.dtype.kind == "u" and v.size and int(v.max()) >= 2**62:
         row = int(np.flatnonzero((v >= 2**62).any(axis=1))[0])
-        raise AnnotationTableError(f"columns {columns}, row {row}: coordinate {v[row].tolist()} is out of range",
+        raise AnnotationTableError(f"columns {columns}, row {row0 + row}: coordinate {v[row].tolist()} is out of "
+                                   f"range",
                                    key=where)
     zyx = np.ascontiguousarray(v[:, ::-1].astype(np.int64))
     outside = np.flatnonzero(((zyx < 0) | (zyx >= np.asarray(shape, dtype=np.int64))).any(axis=1))
     if outside.size:
         r = int(outside[0])
         raise AnnotationTableError(
-            f"columns {columns}, row {r}: voxel (z, y, x) {tuple(zyx[r].tolist())} is outside the labelmap's scale-0 "
-            f"shape {shape} ({outside.size} row(s) outside; is the table in nm? pass voxel_size)", key=where)
+            f"columns {columns}, row {row0 + r}: voxel (z, y, x) {tuple(zyx[r].tolist())} is outside the labelmap's "
+            f"scale-0 shape {shape} ({outside.size} row(s) outside; is the table in nm? pass voxel_size)", key=where)
     return zyx
 
 
@@ -250,26 +227,29 @@ class Sites:
 
     ids: U64
     layout: str  # "synapses" (ids 2S+1 pre, 2S+2 post) or "points"
-    zyx: I64
+    zyx: npt.NDArray[np.int32]  # (n, 3) z, y, x
     properties: list[tuple[BaseProperty, npt.NDArray[Any]]]
 
 
-def _check_ids(ids: npt.NDArray[Any], *, column: str, where: str,
-               pairs: bool) -> tuple[U64, npt.NDArray[np.intp] | None]:
-    """The ids as u64 (checked: in range, no duplicate) and the permutation that sorts them (None: sorted)."""
+def _check_ids(ids: npt.NDArray[Any], *, column: str, where: str, pairs: bool, row0: int = 0,
+               unique: bool = True) -> tuple[U64, npt.NDArray[np.intp] | None]:
+    """The ids as u64 (checked: in range and, with ``unique``, no duplicate) and the permutation that sorts
+    them (None: sorted, or not asked: a piece's duplicates are found by the merge, :mod:`.base_stream`)."""
     if ids.dtype.kind not in "iu":
         raise AnnotationTableError(f"column {column!r} is {ids.dtype}, not integer ids", key=where)
     if ids.dtype.kind == "i" and ids.size and int(ids.min()) < 0:
         r = int(np.flatnonzero(ids < 0)[0])
-        raise AnnotationTableError(f"column {column!r}, row {r}: negative id {int(ids[r])}", key=where)
+        raise AnnotationTableError(f"column {column!r}, row {row0 + r}: negative id {int(ids[r])}", key=where)
     out = ids.astype(np.uint64)
     top = (MAX_ID - 2) // 2 if pairs else MAX_ID
     low = 0 if pairs else 1
     bad = np.flatnonzero((out > np.uint64(top)) | (out < np.uint64(low)))
     if bad.size:
         r = int(bad[0])
-        raise AnnotationTableError(f"column {column!r}, row {r}: id {int(out[r])} is outside {low}..{top}",
+        raise AnnotationTableError(f"column {column!r}, row {row0 + r}: id {int(out[r])} is outside {low}..{top}",
                                    key=where)
+    if not unique:
+        return out, None
     order = id_order(out)
     s = out if order is None else out[order]
     dup = np.flatnonzero(s[1:] == s[:-1])
@@ -282,20 +262,26 @@ def _check_ids(ids: npt.NDArray[Any], *, column: str, where: str,
 
 
 def sites_from_table(table: Any, *, where: str, columns: SynapseColumns | None, shape: tuple[int, int, int],
-                     voxel_size: Sequence[float] | None) -> Sites:
-    """The annotations of a synapse (or point) table, vectorised."""
-    c = _Cols(table, where)
+                     voxel_size: Sequence[float] | None, row0: int = 0, whole: bool = True) -> Sites:
+    """The annotations of a synapse (or point) table, vectorised.
+
+    ``row0``: the number of the table's first row in the file (a piece); ``whole=False``: a piece, whose
+    ids are not sorted nor checked against each other here (the merge does both, for the whole table).
+    """
+    c = _Cols(table, where, row0)
     cols = columns or detect_columns(c.names, where=where)
     n = int(table.num_rows)
-    pre = to_voxels(c.xyz(cols.pre), columns=_name(cols.pre), where=where, shape=shape, voxel_size=voxel_size)
+    pre = to_voxels(c.xyz(cols.pre), columns=_name(cols.pre), where=where, shape=shape, voxel_size=voxel_size,
+                    row0=row0)
     post = None if cols.post is None else to_voxels(c.xyz(cols.post), columns=_name(cols.post), where=where,
-                                                    shape=shape, voxel_size=voxel_size)
+                                                    shape=shape, voxel_size=voxel_size, row0=row0)
     pairs = post is not None
     order: npt.NDArray[np.intp] | None = None
     if cols.id is not None:
-        sid, order = _check_ids(c.numeric(cols.id), column=cols.id, where=where, pairs=pairs)
+        sid, order = _check_ids(c.numeric(cols.id), column=cols.id, where=where, pairs=pairs, row0=row0,
+                                unique=whole)
     else:
-        sid = np.arange(n, dtype=np.uint64) + np.uint64(0 if pairs else 1)
+        sid = np.arange(row0, row0 + n, dtype=np.uint64) + np.uint64(0 if pairs else 1)
     used = {cols.id} | _used(cols.pre) | _used(cols.post)
     wanted = cols.properties
     names = [x for x in c.names if x not in used] if wanted is None else list(wanted)
@@ -313,7 +299,7 @@ def sites_from_table(table: Any, *, where: str, columns: SynapseColumns | None, 
                                        key=where)
         col = table.column(col_name)
         if col.null_count and not pa.types.is_floating(t):
-            row = int(np.flatnonzero(_np(col.is_null()))[0])
+            row = row0 + int(np.flatnonzero(_np(col.is_null()))[0])
             raise AnnotationTableError(f"column {col_name!r}, row {row}: no value (only a float column may have "
                                        f"empty cells)", key=where)
         arr = _np(col)
@@ -356,13 +342,13 @@ def _sites(sid: U64, pre: I64, post: I64 | None, props: list[tuple[BaseProperty,
         return a if order is None else a[order]
 
     if post is None:
-        return Sites(take(sid), "points", take(pre), [(p, take(arr)) for p, arr in props])
+        return Sites(take(sid), "points", take(pre).astype(np.int32), [(p, take(arr)) for p, arr in props])
     ids = np.empty(2 * n, np.uint64)
     s = take(sid)
     np.multiply(s, np.uint64(2), out=ids[0::2])
     ids[0::2] += np.uint64(1)
     np.add(ids[0::2], np.uint64(1), out=ids[1::2])
-    zyx = np.empty((2 * n, 3), np.int64)
+    zyx = np.empty((2 * n, 3), np.int32)  # below 2**31 voxels per axis (the block grid is checked)
     zyx[0::2], zyx[1::2] = take(pre), take(post)
     out = []
     for p, arr in props:
@@ -447,94 +433,69 @@ def _unit_nm(unit: str, where: str) -> float:
 
 
 # -- writing the base ---------------------------------------------------------------------------------------
+def _chunk(sites: Sites) -> SiteChunk:
+    return SiteChunk(sites.ids, np.asarray(sites.zyx, dtype=np.int32).reshape(-1, 3),
+                     [arr for _, arr in sites.properties])
+
+
 def write_base(sites: Sites, base_dir: str | os.PathLike[str], *, block: tuple[int, int, int],
                shape: tuple[int, int, int], source: str, format: str = "parquet",
                overwrite: bool = False, labelmap: LabelmapVersion | None = None) -> BaseConfig:
-    """Sort the sites by id and by block, and write the records, spatial and synapse index tables into ``base_dir``.
+    """Write the records, spatial and (with ``labelmap``) synapse index and sites tables of ``sites``.
 
     With ``labelmap`` (the labelmap at the version the base is imported at), each site's supervoxel is
     read (one read per block holding sites) and kept in the records table (column ``sv``), and a
-    synapse base gets its synapse index (:func:`synapse_aggregates`, the ``synapses`` table) so that
-    ``connections(body)`` reads only the body's supervoxels' rows; every base gets the ids by
-    supervoxel (the ``sites`` table) so that ``synapses(body)`` reads only the body's sites.
+    synapse base gets its synapse index (the ``synapses`` table) so that ``connections(body)`` reads
+    only the body's supervoxels' rows; every base gets the ids by supervoxel (the ``sites`` table) so
+    that ``synapses(body)`` reads only the body's sites. One piece: :func:`build_base` streams.
     """
-    grid = [-(-s // b) for s, b in zip(shape, block, strict=True)]
-    if max(grid) > MAX_BLOCKS:
-        raise UnsupportedFeatureError(f"a labelmap of {grid} blocks per axis", detail=f"a base indexes at most "
-                                      f"{MAX_BLOCKS} blocks per axis")
-    root = Path(base_dir)
-    if root.exists() and any(root.iterdir()) and not overwrite:
-        raise RefusedWriteError(f"{root}: a base is already there; choose another base_dir or pass overwrite=True")
-    root.mkdir(parents=True, exist_ok=True)
-    ids = sites.ids
-    order = id_order(ids)  # the table readers made them sorted already: a check
+    builder = BaseBuilder(base_dir, block=block, shape=shape, source=source, layout=sites.layout,
+                          properties=[p for p, _ in sites.properties], format=format, overwrite=overwrite,
+                          labelmap=labelmap)
+    try:
+        builder.add(_chunk(sites))
+    except BaseException:
+        builder.abort()
+        raise
+    return builder.finish()
 
-    def sort(a: npt.NDArray[Any]) -> npt.NDArray[Any]:
-        return a if order is None else a[order]
 
-    zyx = sort(sites.zyx)
-    keys = sort(ids)
-    n = int(keys.size)
-    # int32: a labelmap's scale 0 is below 2**31 voxels per axis (its block grid is checked above)
-    cols: dict[str, npt.NDArray[Any]] = {a: zyx[:, i].astype(np.int32) for i, a in enumerate("zyx")}
-    for p, arr in sites.properties:
-        cols[p.column] = sort(arr)
-    cells = zyx // np.asarray(block, dtype=np.int64)
-    by_block, codes = block_order(cells, grid)  # keys are sorted: this orders by (block, id)
-    del cells
-    synapses: tuple[U64, U64, npt.NDArray[np.uint8], npt.NDArray[np.uint32]] | None = None
-    if labelmap is not None:
-        starts = np.flatnonzero(np.append(True, codes[1:] != codes[:-1])) if n else np.zeros(0, np.int64)
-        svs = np.empty(n, np.uint64)
-        zyx32 = np.stack([cols["z"], cols["y"], cols["x"]], axis=1)  # a gather of half the bytes of int64
-        svs[by_block] = supervoxels_of_block_runs(labelmap, zyx32[by_block], starts, block)
-        del zyx32
-        cols["sv"] = svs
-        if sites.layout == "synapses":
-            synapses = synapse_aggregates(svs[0::2], svs[1::2])
-    del zyx
-    ext = ".parquet" if format == "parquet" else ".zarr"
-    records_url, spatial_url = str(root / f"records{ext}"), str(root / f"spatial{ext}")
-    synapses_url = str(root / f"synapses{ext}") if synapses is not None else None
-    sites_url = str(root / f"sites{ext}") if labelmap is not None else None
-    # lz4: a Parquet base is written 3x faster than with zstd, for a fifth more bytes; no dictionary
-    # encoding: points, ids and scores are distinct values (it was half the CPU of the writes)
-    options: dict[str, Any] = {"format": format}
-    if format == "parquet":
-        options["compression"] = "lz4"
-        options["dictionary"] = False
-    # the tables are written at once: the writers spend their time in pyarrow / numpy, GIL released
-    with ThreadPoolExecutor(2) as pool:
-        jobs = [pool.submit(write_sorted_table, records_url, [(keys, cols)], key="id", overwrite=overwrite,
-                            **options),
-                pool.submit(write_sorted_table, spatial_url, [(codes, {"id": keys[by_block]})],
-                            key="block", unique=False, overwrite=overwrite, **options)]
-        if synapses is not None and synapses_url is not None:
-            sv, partner, d, cnt = synapses
-            jobs.append(pool.submit(write_sorted_table, synapses_url, [(sv, {"partner": partner, "dir": d,
-                                                                              "n": cnt})],
-                                    key="sv", unique=False, overwrite=overwrite, **options))
-        if sites_url is not None:
-            # the ids by supervoxel: ``synapses(body)`` reads the rows of the body's supervoxels only
-            by_sv = np.argsort(cols["sv"], kind="stable")
-            jobs.append(pool.submit(write_sorted_table, sites_url, [(cols["sv"][by_sv], {"id": keys[by_sv]})],
-                                    key="sv", unique=False, overwrite=overwrite, **options))
-        for job in jobs:
-            job.result()
-    return BaseConfig(records_url, spatial_url, n, int(keys[-1]) if n else 0, block, source,
-                      sites.layout, tuple(p for p, _ in sites.properties), synapses=synapses_url,
-                      supervoxels=labelmap is not None,
-                      synapse_rows=0 if synapses is None else int(synapses[0].size),
-                      sites=sites_url, site_rows=n if sites_url is not None else 0)
+def _table_pieces(path: Any, *, where: str, columns: SynapseColumns | None, shape: tuple[int, int, int],
+                  voxel_size: Sequence[float] | None) -> Iterator[Sites]:
+    for table, row0 in iter_table_pieces(path):
+        yield sites_from_table(table, where=where, columns=columns, shape=shape, voxel_size=voxel_size, row0=row0,
+                               whole=False)
+
+
+def _duplicate_finder(path: Any, *, where: str, columns: SynapseColumns | None) -> Any:
+    """What names two rows of the table at ``path`` holding synapse id ``sid`` (read again: an error path)."""
+    def find(sid: int) -> AnnotationTableError:
+        rows: list[int] = []
+        column = "id"
+        for table, row0 in iter_table_pieces(path):
+            c = _Cols(table, where, row0)
+            column = (columns or detect_columns(c.names, where=where)).id or "id"
+            ids = c.numeric(column)
+            rows.extend(row0 + int(r) for r in np.flatnonzero(ids == sid)[:2])
+            if len(rows) >= 2:
+                break
+        if len(rows) < 2:
+            return AnnotationTableError(f"column {column!r}: id {sid} is given twice", key=where)
+        return AnnotationTableError(f"column {column!r}: rows {rows[0]} and {rows[1]} have the same id {sid}",
+                                    key=where)
+    return find
 
 
 def build_base(source: Any, base_dir: str | os.PathLike[str], *, shape: tuple[int, int, int],
                block: tuple[int, int, int], columns: SynapseColumns | Mapping[str, Any] | None = None,
                voxel_size: Sequence[float] | None = None, format: str = "parquet",
-               overwrite: bool = False, labelmap: LabelmapVersion | None = None) -> BaseConfig:
+               overwrite: bool = False, labelmap: LabelmapVersion | None = None,
+               range_sites: int = RANGE_SITES) -> BaseConfig:
     """Read ``source`` (a table file or a precomputed annotation source) and write its base tables.
 
-    ``labelmap``: read each site's supervoxel there and write the synapse index (:func:`write_base`).
+    A table file is read a piece at a time and its tables written by a merge in bounded memory
+    (:mod:`.base_stream`); ``range_sites`` is the sites merged at once. ``labelmap``: read each
+    site's supervoxel there and write the synapse index (:func:`write_base`).
     """
     if voxel_size is not None:
         vs = [float(v) for v in voxel_size]
@@ -545,12 +506,7 @@ def build_base(source: Any, base_dir: str | os.PathLike[str], *, shape: tuple[in
         columns = SynapseColumns(**columns)
     if format not in ("parquet", "zarr3"):
         raise ArgumentError(f"base table format must be parquet or zarr3, got {format!r}")
-    if is_table_file(source):
-        where = str(Path(source).resolve())
-        table = read_table_file(source)
-        sites = sites_from_table(table, where=where, columns=columns, shape=shape, voxel_size=voxel_size)
-        del table  # the arrow buffers: the sites are copies (sorted), so the peak holds one of the two
-    else:
+    if not is_table_file(source):
         from napari_shardscope.core.formats.annotations import open_annotations
         from napari_shardscope.core.formats.precomputed.annotations.reader import AnnotationSource
 
@@ -559,21 +515,34 @@ def build_base(source: Any, base_dir: str | os.PathLike[str], *, shape: tuple[in
         src = source if isinstance(source, AnnotationSource) else open_annotations(_url(source))
         where = src.store.url
         sites = sites_from_precomputed(src, where=where, shape=shape, voxel_size=voxel_size)
-    return write_base(sites, base_dir, block=block, shape=shape, source=where, format=format, overwrite=overwrite,
-                      labelmap=labelmap)
+        return write_base(sites, base_dir, block=block, shape=shape, source=where, format=format,
+                          overwrite=overwrite, labelmap=labelmap)
+    where = str(Path(source).resolve())
+    pieces = _table_pieces(source, where=where, columns=columns, shape=shape, voxel_size=voxel_size)
+    first = next(pieces)  # the columns, so the properties, of every piece (the table's schema)
+    properties = [p for p, _ in first.properties]
+    builder = BaseBuilder(base_dir, block=block, shape=shape, source=where, layout=first.layout,
+                          properties=properties, format=format, overwrite=overwrite, labelmap=labelmap,
+                          duplicate=_duplicate_finder(source, where=where, columns=columns),
+                          range_sites=range_sites)
+    try:
+        builder.add(_chunk(first))
+        del first
+        for sites in pieces:
+            got = [p for p, _ in sites.properties]
+            if got != properties or sites.layout != builder.layout:
+                raise AnnotationTableError(f"a piece of the table has the properties {[p.name for p in got]} "
+                                           f"({[p.type for p in got]}), the first had "
+                                           f"{[p.name for p in properties]} ({[p.type for p in properties]})",
+                                           key=where)
+            builder.add(_chunk(sites))
+            del sites
+    except BaseException:
+        builder.abort()
+        raise
+    return builder.finish()
 
 
 def _url(source: Any) -> str:
     text = os.fspath(source)
     return text if "://" in text else str(Path(text).resolve())
-
-
-def is_table_file(source: Any) -> bool:
-    """Whether ``source`` names a table file (by its suffix, or a local directory of Parquet files)."""
-    if not isinstance(source, str | os.PathLike):
-        return False
-    text = os.fspath(source)
-    if text.lower().rstrip("/").endswith(TABLE_SUFFIXES):
-        return True
-    p = Path(text)
-    return "://" not in text and p.is_dir() and not (p / "info").exists() and any(p.glob("*.parquet"))

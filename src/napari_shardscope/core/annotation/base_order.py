@@ -115,3 +115,41 @@ def aggregate_by_lexsort(pre_sv: U64, post_sv: U64) -> tuple[U64, U64, npt.NDArr
     starts = np.flatnonzero(new)
     counts = np.diff(np.append(starts, 2 * m)).astype(np.uint32)
     return own[starts], partner[starts], d[starts], counts
+
+
+def order_by(primary: U64, secondary: U64) -> npt.NDArray[np.intp]:
+    """The permutation ordering rows by ``(primary, secondary)``, both u64.
+
+    One argsort of ``secondary``, then the rows' ``primary`` (relative to its minimum) packed with
+    their rank into one u64 and sorted with ``np.sort`` (a stable argsort of a u64 is several times
+    slower); a ``primary`` spanning too many values for the packing is stable-argsorted instead.
+    """
+    n = primary.size
+    if n < 2:
+        return np.arange(n, dtype=np.intp)
+    o1 = np.argsort(secondary)
+    rel = primary[o1]
+    lo = rel.min()
+    rel -= lo
+    row_bits = (n - 1).bit_length()
+    if int(rel.max()).bit_length() + row_bits > 64:
+        return o1[np.argsort(rel, kind="stable")]
+    rel <<= np.uint64(row_bits)
+    rel |= np.arange(n, dtype=np.uint64)
+    rel.sort()
+    rel &= np.uint64((1 << row_bits) - 1)
+    return o1[rel.astype(np.intp)]
+
+
+def linear_order(lin: U64) -> npt.NDArray[np.intp]:
+    """The stable permutation sorting ``lin`` (small non-negative codes: linear block indices), packed as above."""
+    n = lin.size
+    if n < 2:
+        return np.arange(n, dtype=np.intp)
+    row_bits = (n - 1).bit_length()
+    if int(lin.max()).bit_length() + row_bits > 64:
+        return np.argsort(lin, kind="stable")
+    packed = (lin << np.uint64(row_bits)) | np.arange(n, dtype=np.uint64)
+    packed.sort()
+    packed &= np.uint64((1 << row_bits) - 1)
+    return packed.astype(np.intp)

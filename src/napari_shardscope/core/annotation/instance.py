@@ -285,6 +285,14 @@ _EDGE = np.dtype([("p", "S1"), ("sv", ">u8"), ("d", "S1"), ("own", ">u8"), ("par
 _EDGE_VALUE = np.dtype([("sv", "<u8"), ("z", "<i8"), ("y", "<i8"), ("x", "<i8")])
 
 
+_RECORD = np.dtype([("p", "S1"), ("id", ">u8")])
+
+
+def _rows(records: Any) -> Any:
+    """A structured array's records as an ``(n, itemsize)`` uint8 array (each row one key's bytes)."""
+    return np.ascontiguousarray(records).view(np.uint8).reshape(len(records), records.dtype.itemsize)
+
+
 def _split(buf: bytes, width: int) -> list[bytes]:
     return [buf[i:i + width] for i in range(0, len(buf), width)]
 
@@ -331,14 +339,17 @@ def write_rows(w: Any, inst: Instance, ids: Any, kinds: Sequence[str], pts: Any,
     by_sv = np.zeros(n, dtype=_SUPERVOXEL)
     by_sv["p"] = K.SUPERVOXEL_PREFIX
     by_sv["sv"], by_sv["id"] = svs, ids
+    rec = np.zeros(n, dtype=_RECORD)
+    rec["p"] = K.RECORD_PREFIX
+    rec["id"] = ids
     for lo in range(0, n, ADD_MANY_ROWS):
         hi = min(n, lo + ADD_MANY_ROWS)
         heads = _split(head[lo:hi].tobytes(), _HEAD.itemsize)
-        rec_keys = [K.RECORD_PREFIX + b for b in _split(ids[lo:hi].astype(">u8").tobytes(), 8)]
-        items = [(k, h + t) for k, h, t in zip(rec_keys, heads, tails[lo:hi], strict=True)]
-        items += [(k, b"") for k in _split(spatial[lo:hi].tobytes(), _SPATIAL.itemsize)]
-        items += [(k, b"") for k in _split(by_sv[lo:hi].tobytes(), _SUPERVOXEL.itemsize)]
-        w.put_new(inst, items, fresh=fresh)
+        values = [h + t for h, t in zip(heads, tails[lo:hi], strict=True)]
+        # the keys as byte rows: the engine keys are built as arrays (put_new_rows), not one bytes at a time
+        w.put_new_rows(inst, _rows(rec[lo:hi]), values, fresh=fresh)
+        w.put_new_rows(inst, _rows(spatial[lo:hi]), None, fresh=fresh)
+        w.put_new_rows(inst, _rows(by_sv[lo:hi]), None, fresh=fresh)
     for lo in range(0, len(pairs), ADD_MANY_ROWS // 2):
         part = pairs[lo:lo + ADD_MANY_ROWS // 2]
         pre, post = part[:, 0], part[:, 1]
@@ -352,9 +363,7 @@ def write_rows(w: Any, inst: Instance, ids: Any, kinds: Sequence[str], pts: Any,
             keys["own"][sl], keys["partner"][sl] = ids[own], ids[other]
             vals["sv"][sl] = svs[other]
             vals["z"][sl], vals["y"][sl], vals["x"][sl] = pts[other, 0], pts[other, 1], pts[other, 2]
-        items = list(zip(_split(keys.tobytes(), _EDGE.itemsize), _split(vals.tobytes(), _EDGE_VALUE.itemsize),
-                         strict=True))
-        w.put_new(inst, items, fresh=fresh)
+        w.put_new_rows(inst, _rows(keys), _split(vals.tobytes(), _EDGE_VALUE.itemsize), fresh=fresh)
 
 
 def _annotation_step(repo: Repository, progress: Progress | None) -> str | None:

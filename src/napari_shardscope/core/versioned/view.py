@@ -12,7 +12,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
+
+import numpy as np
 
 import napari_shardscope.core.versioned.keys as K
 from napari_shardscope.core.errors import ArgumentError
@@ -342,6 +344,37 @@ class VersionWriter(VersionView):
         pairs.sort()
         self._wtxn.put_many(pairs)
         return len(items)
+
+    def put_new_rows(self, instance: Instance | str, keys: Any, values: Sequence[bytes] | None, *,
+                     fresh: bool = False) -> int:
+        """:meth:`put_new` of keys given as the rows of an ``(n, w)`` uint8 array (``values``: one per row, or
+        None for empty values): sorted as an array (:mod:`.key_rows`), so the entries and the change-index
+        keys go to the engine already in order, without sorting a list of tuples.
+        """
+        from napari_shardscope.core.versioned.key_rows import row_bytes, sorted_rows
+
+        inst = self._repo.instance(instance)
+        k = np.asarray(keys, dtype=np.uint8)
+        if k.ndim != 2 or (k.shape[0] and not k.shape[1]):
+            raise ArgumentError("keys must be an (n, w) array of non-empty byte rows")
+        if values is not None and len(values) != k.shape[0]:
+            raise ArgumentError(f"{len(values)} values for {k.shape[0]} keys")
+        order = sorted_rows(k)
+        prefix = K.pack_u32(inst.iid)
+        stems = [prefix + r.replace(b"\x00", b"\x00\xff") + K.TERMINATOR for r in row_bytes(k[order])]
+        vid = self.version.vid
+        if not fresh:
+            tomb = K.pack_u32(vid) + b"\x01"
+            for s in stems:
+                self._wtxn.delete(s + tomb)
+        suffix = K.pack_u32(vid) + b"\x00"
+        if values is None:
+            self._wtxn.put_many([(s + suffix, b"") for s in stems])
+        else:
+            self._wtxn.put_many([(s + suffix, values[i]) for s, i in zip(stems, order.tolist(), strict=True)])
+        change = K.change_key(vid, b"")
+        self._wtxn.put_many([(change + s, b"") for s in stems])
+        return len(stems)
 
     def delete(self, instance: Instance | str, key: bytes) -> bool:
         """Delete ``key`` at this version; True when it had a value here.

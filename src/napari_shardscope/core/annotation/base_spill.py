@@ -1,0 +1,126 @@
+"""Sorting more rows than memory holds: sorted runs spilled to files, merged back one key range at a time.
+
+An import of 10⁷ synapses is 2·10⁷ sites, each needed in three orders (by labelmap block, by id,
+by supervoxel). Holding them all and sorting them three times was 3.5 GB at 10⁷ synapses and grew
+with the table. Here each piece of input is sorted on its own and written out as a *run* (one raw
+file per column); a merge then picks *splitters* from a sample of every run's keys and, for each
+key range between two splitters, reads that range's rows of every run (a binary search in each
+run's key file, then one slice per column), so the rows in memory at once are about one range's,
+whatever the table's size. The files are memory-mapped only while a range is read and unmapped
+after, so their pages never add up in the process's resident memory.
+
+A range holds every row of its keys: one key with more rows than a range (every synapse in one
+labelmap block, one supervoxel) makes that range larger, never splits the key.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import os
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+Columns = dict[str, npt.NDArray[Any]]
+#: Keys kept per run to choose splitters (one in SAMPLE_EVERY, unless the spill says fewer).
+SAMPLE_EVERY = 1024
+
+
+@dataclass
+class Run:
+    """One spilled run: its row count and, per column, the raw file and dtype (column ``key`` sorted)."""
+
+    rows: int
+    files: dict[str, tuple[Path, np.dtype[np.generic]]]
+    sample: npt.NDArray[np.uint64]
+
+
+@dataclass
+class Spill:
+    """The runs of one ordering (key column ``key``, ascending in every run), in directory ``root``."""
+
+    root: Path
+    key: str
+    #: One key in this many is kept per run to choose splitters (at most a range's sixteenth: even ranges).
+    sample_every: int = SAMPLE_EVERY
+    runs: list[Run] = field(default_factory=list)
+    _count: itertools.count[int] = field(default_factory=itertools.count)
+
+    @property
+    def rows(self) -> int:
+        return sum(r.rows for r in self.runs)
+
+    def add(self, cols: Mapping[str, npt.NDArray[np.generic]]) -> None:
+        """Spill one run: ``cols[key]`` must already be ascending (the caller sorted the piece)."""
+        keys = np.asarray(cols[self.key])
+        if not keys.size:
+            return
+        i = next(self._count)
+        self.root.mkdir(parents=True, exist_ok=True)
+        files: dict[str, tuple[Path, np.dtype[np.generic]]] = {}
+        for name, arr in cols.items():
+            a = np.ascontiguousarray(arr)
+            path = self.root / f"{self.key}-{i:05d}-{name}.bin"
+            a.tofile(path)
+            files[name] = (path, a.dtype)
+        self.runs.append(Run(int(keys.size), files, keys[::self.sample_every].astype(np.uint64)))
+
+    def splitters(self, range_rows: int, *, align: int = 1) -> list[int]:
+        """Ascending key values cutting the runs into ranges of about ``range_rows`` rows.
+
+        ``align=2`` makes every splitter odd (a synapse's sites ``2S + 1`` and ``2S + 2`` stay in one range).
+        """
+        if not self.runs:
+            return []
+        sample = np.sort(np.concatenate([r.sample for r in self.runs]))
+        step = max(1, range_rows // self.sample_every)
+        cuts = sample[step::step]
+        if align == 2:
+            cuts = cuts - (cuts % np.uint64(2) == 0).astype(np.uint64)  # 2S + 2 -> 2S + 1
+        return [int(c) for c in np.unique(cuts) if c > 0]
+
+    def ranges(self, range_rows: int, *, align: int = 1) -> Iterator[Columns]:
+        """Every row, a key range at a time (ascending ranges; rows within a range in no set order)."""
+        if not self.runs:
+            return
+        cuts = self.splitters(range_rows, align=align)
+        bounds: list[int | None] = [None, *cuts, None]
+        for lo, hi in itertools.pairwise(bounds):
+            part = self.read_range(lo, hi)
+            if part[self.key].size:
+                yield part
+
+    def read_range(self, lo: int | None, hi: int | None) -> Columns:
+        """The rows of every run with ``lo <= key < hi`` (None: unbounded), columns concatenated."""
+        pieces: dict[str, list[npt.NDArray[np.generic]]] = {}
+        for run in self.runs:
+            kpath, kdtype = run.files[self.key]
+            keys = np.memmap(kpath, dtype=kdtype, mode="r", shape=(run.rows,))
+            a = 0 if lo is None else int(np.searchsorted(keys, kdtype.type(lo), side="left"))
+            b = run.rows if hi is None else int(np.searchsorted(keys, kdtype.type(hi), side="left"))
+            del keys  # unmapped: its pages leave this process's resident memory
+            for name, (path, dtype) in run.files.items():
+                if b > a:
+                    pieces.setdefault(name, []).append(
+                        np.fromfile(path, dtype=dtype, count=b - a, offset=a * dtype.itemsize))
+                else:
+                    pieces.setdefault(name, [])
+        out: Columns = {}
+        for name, parts in pieces.items():
+            dtype = self.runs[0].files[name][1]
+            out[name] = np.concatenate(parts) if parts else np.zeros(0, dtype)
+        return out
+
+    def remove(self) -> None:
+        """Delete the run files (the merge read them; their bytes are not needed again)."""
+        for run in self.runs:
+            for path, _ in run.files.values():
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(path)
+        self.runs = []
+

@@ -1,0 +1,178 @@
+"""An import read in pieces (Parquet row groups, Feather batches, CSV blocks) and merged in key ranges
+writes exactly the base a one-piece import writes, and what plain NumPy computes from the table and the
+labelmap; a table that breaks in its middle leaves no base and names the file, row, line and byte.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.csv as pacsv
+import pyarrow.feather as feather
+import pyarrow.parquet as pq
+import pytest
+
+from napari_shardscope.core.annotation import base_input, base_stream, create_annotation_instance
+from napari_shardscope.core.annotation.base import block_code
+from napari_shardscope.core.annotation.base_import import build_base
+from napari_shardscope.core.annotation.errors import AnnotationTableError
+from napari_shardscope.core.labelmap import create_labelmap
+from napari_shardscope.core.tables import open_sorted_table
+from napari_shardscope.core.tables.destination import TEMP_PREFIX
+from napari_shardscope.core.versioned import create_repository
+from tests.core.annotation.test_annotation_model import BLOCK, SHAPE, base_volume
+
+N = 300  # synapses: with the settings below, 8 pieces and a dozen key ranges per merge
+
+
+def _table(n: int = N, seed: int = 4) -> pa.Table:
+    rng = np.random.default_rng(seed)
+    hi = [SHAPE[2], SHAPE[1], SHAPE[0]]  # x, y, z
+    pre, post = rng.integers(0, hi, size=(n, 3)), rng.integers(0, hi, size=(n, 3))
+    cols: dict[str, Any] = {"id": rng.permutation(np.arange(5, 5 + 2 * n))[:n].astype(np.int64)}
+    for side, pts in (("pre", pre), ("post", post)):
+        for i, a in enumerate("xyz"):
+            cols[f"{side}_pt_position_{a}"] = pts[:, i]
+    cols.update(size=rng.integers(1, 500, n), score=rng.random(n), pre_conf=rng.random(n))
+    return pa.table(cols)
+
+
+def _write(table: pa.Table, path: Path, pieces: bool) -> Path:
+    name = path.name
+    if name.endswith(".parquet"):
+        pq.write_table(table, path, row_group_size=37 if pieces else 1 << 20)
+    elif name.endswith(".feather"):
+        feather.write_feather(table, path, chunksize=37 if pieces else 1 << 20)
+    else:
+        pacsv.write_csv(table, path)
+    return path
+
+
+def _rows_of(url: str) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+    t = open_sorted_table(url)
+    pages = list(t.iter_pages())
+    keys = np.concatenate([p.keys for p in pages])
+    return keys, {c: np.concatenate([np.asarray(p.values[c]) for p in pages]) for c in pages[0].values}
+
+
+def _reference(table: pa.Table, svs: np.ndarray) -> dict[str, Any]:
+    """The four tables computed directly with NumPy (no pieces, no merge) from the table and the volume."""
+    sid = table.column("id").to_numpy().astype(np.uint64)
+    pre = np.stack([table.column(f"pre_pt_position_{a}").to_numpy() for a in "zyx"], axis=1)
+    post = np.stack([table.column(f"post_pt_position_{a}").to_numpy() for a in "zyx"], axis=1)
+    ids = np.concatenate([2 * sid + 1, 2 * sid + 2])
+    zyx = np.concatenate([pre, post])
+    sv = svs[zyx[:, 0], zyx[:, 1], zyx[:, 2]].astype(np.uint64)
+    by_id = np.argsort(ids)
+    cells = zyx // np.asarray(BLOCK)
+    codes = block_code(cells[:, 0], cells[:, 1], cells[:, 2])
+    by_block = np.lexsort((ids, codes))
+    by_sv = np.lexsort((ids, sv))
+    ends: Counter[tuple[int, int, int]] = Counter()
+    for p, q in zip(sv[: sid.size].tolist(), sv[sid.size:].tolist(), strict=True):
+        ends[(p, 0, q)] += 1
+        ends[(q, 1, p)] += 1
+    rows = sorted(ends)
+    return {"records": (ids[by_id], {"z": zyx[by_id, 0], "y": zyx[by_id, 1], "x": zyx[by_id, 2], "sv": sv[by_id]}),
+            "spatial": (codes[by_block], ids[by_block]), "sites": (sv[by_sv], ids[by_sv]),
+            "synapses": ([r[0] for r in rows], [r[2] for r in rows], [r[1] for r in rows], [ends[r] for r in rows])}
+
+
+@pytest.mark.parametrize("suffix", [".parquet", ".feather", ".csv"])
+def test_a_streamed_import_equals_the_one_piece_import_and_numpy(suffix: str, tmp_path: Path,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    seg, svs = base_volume()
+    repo = create_repository(tmp_path / "repo")
+    lm = create_labelmap(repo, "seg", seg, block=BLOCK)
+    table = _table()
+    whole = create_annotation_instance(repo, "whole", labelmap=lm, base=_write(table, tmp_path / f"a{suffix}", False))
+    # pieces of 50 rows (37-row row groups / batches, 2 KiB CSV blocks), merges of 64 sites
+    monkeypatch.setattr(base_input, "PIECE_ROWS", 50)
+    monkeypatch.setattr(base_input, "CSV_BLOCK_BYTES", 2048)
+    spilled: list[int] = []
+    add = base_stream.Spill.add
+    monkeypatch.setattr(base_stream.Spill, "add", lambda self, cols: (spilled.append(len(cols[self.key])),
+                                                                      add(self, cols))[1])
+    path = _write(table, tmp_path / f"b{suffix}", True)
+    pieces = list(base_input.iter_table_pieces(path))
+    assert len(pieces) >= 4 and [r for _, r in pieces] == sorted(r for _, r in pieces)
+    streamed = build_base(path, tmp_path / "streamed", shape=SHAPE, block=BLOCK, labelmap=lm.at("main"),
+                          range_sites=64)
+    assert len(spilled) > 20  # pieces, then the ranges of every merge, really went through files
+    assert whole.base is not None
+    one = whole.base.config
+    assert {k: v for k, v in streamed.to_json().items() if k not in ("records", "spatial", "synapses", "sites",
+                                                                    "source")} == \
+        {k: v for k, v in one.to_json().items() if k not in ("records", "spatial", "synapses", "sites", "source")}
+    ref = _reference(table, svs)
+    for name in ("records", "spatial", "sites", "synapses"):
+        got_k, got = _rows_of(getattr(streamed, name))
+        one_k, one_cols = _rows_of(getattr(one, name))
+        assert got_k.tolist() == one_k.tolist(), name
+        assert got.keys() == one_cols.keys(), name
+        for c in got:
+            assert got[c].dtype == one_cols[c].dtype and got[c].tolist() == one_cols[c].tolist(), (name, c)
+        if name == "records":
+            assert got_k.tolist() == ref["records"][0].tolist()
+            for c, want in ref["records"][1].items():
+                assert got[c].tolist() == want.tolist(), c
+        elif name == "synapses":
+            assert (got_k.tolist(), got["partner"].tolist(), got["dir"].tolist(), got["n"].tolist()) == ref[name]
+        else:
+            assert (got_k.tolist(), got["id"].tolist()) == (ref[name][0].tolist(), ref[name][1].tolist()), name
+    # and through the instance: every annotation (ids, points, properties, relationships) and the connectome
+    inst = create_annotation_instance(repo, "streamed", labelmap=lm, base=path)
+    v, w = inst.at("main"), whole.at("main")
+    assert v.all() == w.all()
+    assert [a.properties for a in v.all()[:2]] == [a.properties for a in w.all()[:2]]
+    assert {a.kind for a in v.all()} == {"pre", "post"} and all(a.relationships for a in v.all())
+    for body in sorted({int(b) for b in np.unique(lm.at("main").read_bodies()) if b})[:5]:
+        assert v.connections(body) == w.connections(body)
+
+
+def test_a_duplicate_id_in_another_piece_names_both_rows(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    seg, _ = base_volume()
+    repo = create_repository(tmp_path / "repo")
+    lm = create_labelmap(repo, "seg", seg, block=BLOCK)
+    table = _table()
+    ids = table.column("id").to_numpy().copy()
+    ids[250] = ids[3]
+    table = table.set_column(0, "id", pa.array(ids))
+    monkeypatch.setattr(base_input, "PIECE_ROWS", 50)
+    path = _write(table, tmp_path / "dup.parquet", True)
+    with pytest.raises(AnnotationTableError, match=rf"'id': rows 3 and 250 have the same id {ids[3]}") as err:
+        create_annotation_instance(repo, "dup", labelmap=lm, base=path)
+    assert str(path) in str(err.value)
+    assert not (tmp_path / "repo" / "annotation-bases" / "dup").exists()
+
+
+def test_a_csv_that_breaks_midway_names_row_line_and_byte_and_leaves_no_base(tmp_path: Path,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    seg, _ = base_volume()
+    repo = create_repository(tmp_path / "repo")
+    lm = create_labelmap(repo, "seg", seg, block=BLOCK)
+    path = tmp_path / "cut.csv"
+    pacsv.write_csv(_table(3000), path)
+    lines = path.read_bytes().splitlines(keepends=True)
+    bad = 2500  # data row 2500 is line 2502: cut to two fields, as a truncated export would end a line
+    lines[bad + 1] = b"5,6\n"
+    path.write_bytes(b"".join(lines))
+    byte = sum(len(x) for x in lines[: bad + 1])
+    monkeypatch.setattr(base_input, "PIECE_ROWS", 200)
+    monkeypatch.setattr(base_input, "CSV_BLOCK_BYTES", 8192)
+    spilled: list[int] = []
+    add = base_stream.Spill.add
+    monkeypatch.setattr(base_stream.Spill, "add", lambda self, cols: (spilled.append(1), add(self, cols))[1])
+    with pytest.raises(AnnotationTableError, match=rf"row {bad} \(line {bad + 2}, byte {byte}\): 2 fields, the "
+                                                   r"header has 10") as err:
+        create_annotation_instance(repo, "syn", labelmap=lm, base=path)
+    assert str(path) in str(err.value)
+    assert spilled  # pieces before the break were read and spilled: then removed
+    bases = tmp_path / "repo" / "annotation-bases"
+    assert not (bases / "syn").exists()
+    assert not [p.name for p in bases.iterdir() if p.name.startswith(TEMP_PREFIX)] if bases.exists() else True
+    assert "syn" not in {i.name for i in repo.instances()}
