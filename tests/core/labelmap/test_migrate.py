@@ -222,8 +222,8 @@ def test_migration_in_batches_equals_one_transaction(work: Path, tmp_path: Path)
 
 
 def _kill_worker(path: Path, kill_at: int, where: str) -> None:
-    proc = subprocess.Popen([sys.executable, "-m", "tests.core.labelmap.migrate_worker", str(path), str(kill_at), where],
-                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    worker = [sys.executable, "-m", "tests.core.labelmap.migrate_worker", str(path), str(kill_at), where]
+    proc = subprocess.Popen(worker, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             env={**os.environ, "PYTHONPATH": str(ROOT)})
     out, err = proc.communicate(timeout=300)
     assert out.startswith(b"migrating\n"), err.decode()

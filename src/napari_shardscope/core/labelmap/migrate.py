@@ -178,32 +178,39 @@ def migrate_labelmap(repo: Repository, name: str, *, progress: Progress | None =
         del items
     fallback: dict[int, bytes] | None = None
     deltas: dict[int, dict[int, dict[int, int]]] = {}
+    # The base tables never change once stored: one reader of each for the whole run (its pages cached
+    # once), reading through whichever transaction is current.
+    current: list[Rewriter] = []
+
+    def read(keys: Iterable[bytes]) -> list[bytes | None]:
+        return current[0].get_unversioned_many(inst, list(keys))
+
+    index: BaseIndexReader | None = None
+    agg: AgglomerationSource | None = None
+
+    def index_of() -> BaseIndexReader:
+        if index is None:
+            raise LabelmapStateError(f"labelmap {name!r} has edits but no base label index")
+        return index
+
     while True:
         with repo.rewriting() as rw:
+            current[:] = [rw]
             raw = rw.get_unversioned_many(inst, [MARKER_KEY])[0]
             if raw is None or not _current(rw, name):  # another process finished it meanwhile
                 return _Stats()
             marker = Marker.from_bytes(raw, where=f"labelmap {name!r}: {MARKER_KEY.decode()}")
             if fallback is None:
                 fallback = undo_entries(rw, inst)
-
-            def read(keys: Iterable[bytes], rw: Rewriter = rw) -> list[bytes | None]:
-                return rw.get_unversioned_many(inst, list(keys))
-
-            meta = load_index_meta(read)
-            index = BaseIndexReader(read, meta) if meta is not None else None
-
-            def index_of(index: BaseIndexReader | None = index) -> BaseIndexReader:
-                if index is None:
-                    raise LabelmapStateError(f"labelmap {name!r} has edits but no base label index")
-                return index
-
-            agg: AgglomerationSource = IdentityAgglomeration()
-            if config.agglomeration:
-                stored = open_stored_agglomeration(read)
-                if stored is None:
-                    raise LabelmapStateError(f"labelmap {name!r}: the migrated agglomeration table is missing")
-                agg = stored
+            if agg is None:
+                meta = load_index_meta(read)
+                index = BaseIndexReader(read, meta) if meta is not None else None
+                agg = IdentityAgglomeration()
+                if config.agglomeration:
+                    stored = open_stored_agglomeration(read)
+                    if stored is None:
+                        raise LabelmapStateError(f"labelmap {name!r}: the migrated agglomeration table is missing")
+                    agg = stored
             step = HistoryBatch(rw, inst, config, agg, index_of, fallback, marker,
                                 limit=BATCH if batch is None else batch,
                                 max_keys=BATCH_KEYS if batch_keys is None else batch_keys,
