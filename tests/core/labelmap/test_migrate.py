@@ -257,3 +257,20 @@ def test_a_migration_killed_between_batches_completes_when_run_again(work: Path,
         assert stored(path) == want, f"round {round_}: killed {where} transaction {kill_at} of {total}"
         reads_as_before(path, work)
         shutil.rmtree(path)
+
+
+def test_two_processes_migrating_one_repository_end_with_the_one_run_result(work: Path, tmp_path: Path) -> None:
+    """Two ``repo migrate`` processes at once, one mutation per transaction each: every transaction starts
+    from the marker it reads in the store, so however they interleave the store ends as one run leaves it."""
+    reference, path = tmp_path / "reference", tmp_path / "both"
+    shutil.copytree(work / "repo", reference)
+    shutil.copytree(work / "repo", path)
+    transactions(reference, batch=1, batch_keys=1)
+    worker = [sys.executable, "-m", "tests.core.labelmap.migrate_worker", str(path), "0", "never"]
+    procs = [subprocess.Popen(worker, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              env={**os.environ, "PYTHONPATH": str(ROOT)}) for _ in range(2)]
+    for proc in procs:
+        out, err = proc.communicate(timeout=300)
+        assert proc.returncode == 0 and out.splitlines()[-1].startswith(b"done"), (out + err).decode()
+    assert stored(path) == stored(reference)
+    reads_as_before(path, work)
