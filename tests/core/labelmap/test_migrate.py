@@ -12,6 +12,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import random
 import shutil
 import signal
 import subprocess
@@ -23,7 +24,7 @@ import numpy as np
 import pytest
 
 from napari_shardscope.core.labelmap import LabelmapFormatError, open_labelmap
-from napari_shardscope.core.labelmap.migrate import labelmaps_to_migrate, migrate_repository
+from napari_shardscope.core.labelmap.migrate import labelmaps_to_migrate, migrate_labelmap, migrate_repository
 from napari_shardscope.core.versioned import open_repository
 
 #: Commits whose code wrote format 1: the one the records format was designed against, and main's last
@@ -157,3 +158,119 @@ def test_a_killed_migration_loses_nothing(work: Path) -> None:
             np.testing.assert_array_equal(v.read_bodies(), np.load(work / f"bodies-{uuid}.npy"))
             assert [e.mutation.mutation_id for e in v.mutations()] == want["mutations"]
             assert (v.can_undo, v.can_redo) == (want["can_undo"], want["can_redo"])
+
+
+# -- migrating in batches: each transaction moves the marker on; a kill between them loses nothing ----------
+
+
+def stored(path: Path) -> tuple[list[tuple[bytes, int, bool, bytes]], list[tuple[bytes, bytes]], dict[str, object]]:
+    """Every entry of the labelmap at every version, its unversioned keys and its configuration."""
+    with open_repository(path) as repo:
+        inst = repo.instance("seg")
+        with repo.rewriting() as rw:  # the one reader of every version's entries; writes nothing here
+            entries = list(rw.scan_all(inst, b""))
+        return entries, repo.scan_unversioned(inst), dict(inst.config)
+
+
+def reads_as_before(path: Path, work: Path) -> None:
+    """Every version reads what the format-1 code read (voxels' bodies, logs, undo/redo availability)."""
+    expected = json.loads((work / "expected.json").read_text())
+    with open_repository(path) as repo:
+        assert labelmaps_to_migrate(repo) == [] and repo.verify() == []
+        lm = open_labelmap(repo, "seg")
+        for uuid, want in expected["versions"].items():
+            v = lm.at(uuid)
+            np.testing.assert_array_equal(v.read_bodies(), np.load(work / f"bodies-{uuid}.npy"))
+            for body, size in want["sizes"].items():
+                assert v.size(int(body)) == size
+                assert [h.mutation.mutation_id for h in v.history(int(body))] == want["history"][body]
+            assert [e.mutation.mutation_id for e in v.mutations()] == want["mutations"]
+            assert (v.can_undo, v.can_redo) == (want["can_undo"], want["can_redo"])
+
+
+def transactions(path: Path, **batch: int) -> int:
+    """Migrate ``path`` in process with the given batch sizes; how many rewriting transactions it took."""
+    with open_repository(path) as repo:
+        real = repo.rewriting
+        count = [0]
+
+        def counted(**kwargs: float | None):  # type: ignore[no-untyped-def]
+            count[0] += 1
+            return real(**kwargs)
+
+        repo.rewriting = counted  # type: ignore[method-assign]
+        migrate_labelmap(repo, "seg", **batch)  # type: ignore[arg-type]
+        return count[0]
+
+
+def test_migration_in_batches_equals_one_transaction(work: Path, tmp_path: Path) -> None:
+    """One mutation per transaction writes exactly what one transaction for the whole history writes."""
+    whole, pieces = tmp_path / "whole", tmp_path / "pieces"
+    shutil.copytree(work / "repo", whole)
+    shutil.copytree(work / "repo", pieces)
+    mutations = 0
+    with open_repository(work / "repo") as repo:
+        merges = sum(1 for v in repo.versions() if len(v.parents) > 1)
+        for v in repo.versions():
+            with repo.read(v) as view:
+                mutations += sum(1 for _ in view.read_log("seg", own=True))
+    # the base tables, then the history: each merge's start a transaction of its own, between two of the rest
+    assert transactions(whole, batch=10**9, batch_keys=10**9) == 2 + 2 * merges
+    assert transactions(pieces, batch=1, batch_keys=1) > mutations  # at least one per mutation
+    assert stored(pieces) == stored(whole)
+    reads_as_before(pieces, work)
+
+
+def _kill_worker(path: Path, kill_at: int, where: str) -> None:
+    worker = [sys.executable, "-m", "tests.core.labelmap.migrate_worker", str(path), str(kill_at), where]
+    proc = subprocess.Popen(worker, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            env={**os.environ, "PYTHONPATH": str(ROOT)})
+    out, err = proc.communicate(timeout=300)
+    assert out.startswith(b"migrating\n"), err.decode()
+    assert proc.returncode == -signal.SIGKILL, (out + err).decode()
+
+
+def test_a_migration_killed_between_batches_completes_when_run_again(work: Path, tmp_path: Path) -> None:
+    """SIGKILL inside or right after any of the migration's transactions (chosen ones and seeded random
+    ones): the store verifies, the labelmap is refused until migrated (naming ``repo migrate``), and
+    ``shardscope repo migrate`` run again ends with what an uninterrupted migration writes, byte for byte."""
+    reference = tmp_path / "reference"
+    shutil.copytree(work / "repo", reference)
+    total = transactions(reference, batch=1, batch_keys=1)
+    want = stored(reference)
+    rng = random.Random(28)
+    plan = [(1, "inside"), (1, "after"), (2, "after"), (total // 2, "inside"), (total - 1, "after"),
+            (total, "inside")]
+    plan += [(rng.randint(2, total - 1), rng.choice(["inside", "after"])) for _ in range(2)]
+    for round_, (kill_at, where) in enumerate(plan):
+        path = tmp_path / f"round{round_}"
+        shutil.copytree(work / "repo", path)
+        _kill_worker(path, kill_at, where)
+        with open_repository(path) as repo:
+            assert repo.verify() == [], f"round {round_}"
+            assert labelmaps_to_migrate(repo) == ["seg"], f"round {round_}: killed before the last commit"
+            with pytest.raises(LabelmapFormatError, match="repo migrate"):
+                open_labelmap(repo, "seg")
+        done = shardscope("repo", "migrate", str(path), "--json")
+        assert done.returncode == 0, done.stderr
+        assert json.loads(done.stdout)["ok"]
+        assert stored(path) == want, f"round {round_}: killed {where} transaction {kill_at} of {total}"
+        reads_as_before(path, work)
+        shutil.rmtree(path)
+
+
+def test_two_processes_migrating_one_repository_end_with_the_one_run_result(work: Path, tmp_path: Path) -> None:
+    """Two ``repo migrate`` processes at once, one mutation per transaction each: every transaction starts
+    from the marker it reads in the store, so however they interleave the store ends as one run leaves it."""
+    reference, path = tmp_path / "reference", tmp_path / "both"
+    shutil.copytree(work / "repo", reference)
+    shutil.copytree(work / "repo", path)
+    transactions(reference, batch=1, batch_keys=1)
+    worker = [sys.executable, "-m", "tests.core.labelmap.migrate_worker", str(path), "0", "never"]
+    procs = [subprocess.Popen(worker, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              env={**os.environ, "PYTHONPATH": str(ROOT)}) for _ in range(2)]
+    for proc in procs:
+        out, err = proc.communicate(timeout=300)
+        assert proc.returncode == 0 and out.splitlines()[-1].startswith(b"done"), (out + err).decode()
+    assert stored(path) == stored(reference)
+    reads_as_before(path, work)

@@ -460,3 +460,33 @@ def test_a_refused_keyvalue_write_creates_no_instance(repo: Repository) -> None:
         open_keyvalue(repo, "fresh", create=True, write_at="main")
     assert snapshot(repo) == before
     open_keyvalue(repo, "fresh", create=True)  # creating alone (no version named) still works
+
+
+@pytest.mark.parametrize("engine", ["lmdb", "sqlite"])
+def test_verify_finds_a_change_index_out_of_step_with_the_data(tmp_path: Path, engine: str) -> None:
+    """``verify`` compares the data keys and the change index one by one (it keeps no set of either, so a
+    store of 10⁷ keys is checked in flat memory): a missing change entry, a stray one, and a version holding
+    both a value and a tombstone of one key are each reported."""
+    import napari_shardscope.core.versioned.keys as K
+    from napari_shardscope.core.versioned.engines import open_engine
+    from tests.core.versioned.format1 import engine_of
+
+    path = tmp_path / "repo"
+    with create_repository(path, engine=engine) as repo:
+        kv = open_keyvalue(repo, "kv", create=True)
+        for i in range(50):
+            kv.put("main", f"k{i}", b"v")
+        vid, iid = repo.version("main").vid, kv.instance.iid
+        assert repo.verify() == []
+    stem = K.key_stem(iid, b"k7")
+    for damage, want in ((lambda t: t.delete(K.change_key(vid, stem)), "0 extra, 1 missing"),
+                         (lambda t: t.put(K.change_key(vid, K.key_stem(iid, b"nothing")), b""), "1 extra, 1 missing"),
+                         (lambda t: t.put(K.entry_key(stem, vid, True), b""), "both a value and a tombstone")):
+        store = open_engine(engine_of(path), path, create=False, durable=True)
+        try:
+            with store.write() as txn:
+                damage(txn)
+        finally:
+            store.close()
+        with open_repository(path) as repo:
+            assert any(want in p for p in repo.verify()), (want, repo.verify())

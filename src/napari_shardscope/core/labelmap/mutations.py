@@ -128,6 +128,24 @@ class Mutation:
             ) from exc
 
 
+def mutation_id_of(data: bytes, *, key: str = "mutation log") -> int:
+    """Only the mutation id of an encoded entry (its JSON header, not its map delta): what a pass over
+    a long log that needs nothing else reads (the migration's look-ahead over a version's edits)."""
+    if len(data) < _HEAD.size:
+        raise MutationLogError("entry truncated", key=key, offset=len(data))
+    magic, version, length = _HEAD.unpack_from(data, 0)
+    if magic != MAGIC or version != 1:
+        raise MutationLogError("not a labelmap mutation record (bad magic or version)", key=key, offset=0)
+    end = _HEAD.size + length
+    if end > len(data):
+        raise MutationLogError("header truncated", key=key, offset=len(data))
+    try:
+        return int(json.loads(data[_HEAD.size:end])["id"])
+    except Exception as exc:  # malformed JSON / fields: one typed error for all of it
+        raise MutationLogError(f"malformed record ({type(exc).__name__}: {exc})", key=key,
+                               offset=_HEAD.size) from exc
+
+
 def decode_delta(data: bytes, *, key: str = "mutation log") -> MapDelta:
     """Only the map delta of an encoded entry.
 

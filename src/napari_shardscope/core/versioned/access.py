@@ -18,6 +18,7 @@ import json
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager
+from itertools import islice
 from typing import Any
 
 import napari_shardscope.core.versioned.keys as K
@@ -40,7 +41,7 @@ from napari_shardscope.core.versioned.merge import MERGE_POLICIES, MergePolicy, 
 from napari_shardscope.core.versioned.node import NodeContent
 from napari_shardscope.core.versioned.transfer import NodeTransfer
 from napari_shardscope.core.versioned.unversioned import UnversionedData, _bump_unversioned
-from napari_shardscope.core.versioned.view import VersionView, VersionWriter
+from napari_shardscope.core.versioned.view import LogEntry, VersionView, VersionWriter
 
 
 class Repository(VersionHistory, IdCounters, UnversionedData, NodeTransfer, RepositoryCheck):
@@ -198,6 +199,11 @@ class Rewriter:
         """Every version, in creation order (parents before children)."""
         return self._p.dag.all_versions()
 
+    def instance(self, name: str) -> Instance:
+        """A data instance with its configuration as this transaction sees it (set_instance_config applies
+        at commit)."""
+        return self._repo.instance(name)
+
     def scan_all(self, instance: Instance | str, prefix: bytes) -> Iterator[tuple[bytes, int, bool, bytes]]:
         """Every stored entry of an instance's keys starting with ``prefix``, at every version:
         ``(key, version id, tombstone, value)`` (what a migration collects from the whole history)."""
@@ -206,6 +212,50 @@ class Rewriter:
         for key, value in self._p.txn.scan(lo, hi):
             stem, vid, tomb = K.split_entry(key)
             yield K.tkey_of_stem(stem), vid, tomb, value
+
+    def own_log(self, instance: Instance | str, ref: str | Version, *, start: int | None = None,
+                reverse: bool = False, limit: int = 1024) -> list[LogEntry]:
+        """At most ``limit`` entries of the log version ``ref`` appended itself: from sequence number
+        ``start`` up (``reverse``: down; ``None``: from the first, or the last, entry).
+
+        A migration reads a version's log in such pieces, one per transaction, so that neither its
+        memory nor a transaction grows with the version's history.
+        """
+        inst = self._repo.instance(instance)
+        v = self._repo._resolve(self._p.dag, ref)
+        lo = K.log_prefix(inst.iid, v.vid)
+        hi = K.next_prefix(lo)
+        if start is not None and not reverse:
+            lo = K.log_key(inst.iid, v.vid, start)
+        elif start is not None:
+            hi = K.log_key(inst.iid, v.vid, start + 1)
+        keys = list(islice(self._p.txn.scan_keys(lo, hi, reverse=reverse), limit))
+        return [LogEntry(version=v.uuid, seq=K.unpack_u64(key[-8:]), data=data)
+                for key, data in zip(keys, self._p.txn.get_many(keys), strict=True) if data is not None]
+
+    def changed_keys(self, instance: Instance | str, ref: str | Version, *, start: bytes | None = None,
+                     limit: int = 4096) -> list[bytes]:
+        """At most ``limit`` keys version ``ref`` itself stores an entry for (a value or a tombstone),
+        ascending from ``start``: the version's change index, read in pieces."""
+        inst = self._repo.instance(instance)
+        v = self._repo._resolve(self._p.dag, ref)
+        lo = K.change_prefix(v.vid, inst.iid)
+        hi = K.next_prefix(lo)
+        if start:
+            lo = K.change_key(v.vid, K.key_stem(inst.iid, start))
+        return [K.tkey_of_stem(K.stem_of_change_key(key))
+                for key in islice(self._p.txn.scan_keys(lo, hi), limit)]
+
+    def put_unversioned(self, instance: Instance | str, items: Iterable[tuple[bytes, bytes | None]]) -> None:
+        """Store (a value) or delete (``None``) unversioned keys of an instance: a migration's own
+        bookkeeping (where it got to), which no version holds."""
+        inst = self._repo.instance(instance)
+        for key, value in items:
+            if value is None:
+                self._p.txn.delete(K.unversioned_key(inst.iid, key))
+            else:
+                self._p.txn.put(K.unversioned_key(inst.iid, key), value)
+        _bump_unversioned(self._p.txn, inst.iid)
 
     def get_unversioned_many(self, instance: Instance | str, keys: Iterable[bytes]) -> list[bytes | None]:
         """Unversioned values of an instance as this transaction sees them."""

@@ -42,7 +42,10 @@ class RepositoryCheck(RepositoryHandle):
             problems.extend(check_index(txn, dag))
             vids = {v.vid for v in dag}
             iids = {i.iid for i in instances.values()}
-            entries: set[tuple[int, bytes]] = set()
+            # the data keys and the change index are compared by looking each one up in the other (two
+            # passes, no sets): memory stays flat whatever the store holds (10⁷ keys made 3 GB of sets)
+            missing = 0
+            last: tuple[bytes, int] | None = None
             last_meta = K.next_prefix(K.META)
             assert last_meta is not None
             for key in txn.scan_keys(last_meta, None):
@@ -54,16 +57,19 @@ class RepositoryCheck(RepositoryHandle):
                     problems.append(f"data key {key!r} names unknown version id {vid}")
                 if K.unpack_u32(stem[:4]) not in iids:
                     problems.append(f"data key {key!r} names unknown instance id {K.unpack_u32(stem[:4])}")
-                if (vid, stem) in entries:
+                if last == (stem, vid):  # a version's value and tombstone of one key sit side by side
                     problems.append(f"data key {key!r}: both a value and a tombstone in one version")
-                entries.add((vid, stem))
-            changes: set[tuple[int, bytes]] = set()
+                elif txn.get(K.change_key(vid, stem)) is None:
+                    missing += 1
+                last = (stem, vid)
+            extra = 0
             for key in txn.scan_keys(K.CHANGE_PREFIX, K.next_prefix(K.CHANGE_PREFIX)):
                 at = len(K.CHANGE_PREFIX)
-                changes.add((K.unpack_u32(key[at:at + 4]), K.stem_of_change_key(key)))
-            if changes != entries:
-                problems.append(f"change index disagrees with data: {len(changes - entries)} extra, "
-                                f"{len(entries - changes)} missing")
+                vid, stem = K.unpack_u32(key[at:at + 4]), K.stem_of_change_key(key)
+                if txn.get(K.entry_key(stem, vid, False)) is None and txn.get(K.entry_key(stem, vid, True)) is None:
+                    extra += 1
+            if extra or missing:
+                problems.append(f"change index disagrees with data: {extra} extra, {missing} missing")
             for prefix, what in ((K.NOTE_PREFIX, "note"), (K.LOG_PREFIX, "log entry")):
                 for key in txn.scan_keys(prefix, K.next_prefix(prefix)):
                     off = len(prefix) + (4 if prefix == K.LOG_PREFIX else 0)
