@@ -122,6 +122,52 @@ def test_a_link_this_process_serves_opens_while_its_server_is_busy() -> None:
         load_state(link)
 
 
+def test_a_state_server_that_misses_the_timeout_once_is_asked_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A state document whose server answers late (a busy machine) is fetched on a retry, as remote reads are.
+
+    Found in CI: ``shardscope open LINK`` and the bare-base round trip failed with "timed out" while
+    the serving process waited for a core; one timeout ended the fetch although ``--retries`` allows more.
+    """
+    import socket
+    import threading
+
+    from napari_shardscope.core.serve.states import load_state
+
+    monkeypatch.setenv("SHARDSCOPE_TIMEOUT_S", "0.5")
+    monkeypatch.setenv("SHARDSCOPE_RETRIES", "2")
+    body = json.dumps({"layers": [], "layout": "3d"}).encode()
+    listener = socket.create_server(("127.0.0.1", 0))
+    listener.settimeout(30)
+    port = listener.getsockname()[1]
+    held: list[socket.socket] = []
+
+    def serve() -> None:  # the first connection is accepted and never answered; the second is
+        held.append(listener.accept()[0])
+        conn, _ = listener.accept()
+        with conn:
+            conn.recv(65536)
+            conn.sendall(b"HTTP/1.0 200 OK\r\nContent-Type: application/json\r\nContent-Length: "
+                         + str(len(body)).encode() + b"\r\n\r\n" + body)
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    try:
+        link = f"http://127.0.0.1:{port}/v/x/#!http://127.0.0.1:{port}/state/{'a' * 64}.json"
+        assert load_state(link) == {"layers": [], "layout": "3d"}
+    finally:
+        thread.join(timeout=10)
+        for conn in held:
+            conn.close()
+        listener.close()
+    monkeypatch.setenv("SHARDSCOPE_RETRIES", "0")
+    silent = socket.create_server(("127.0.0.1", 0))
+    try:  # never answers: the error says how long it tried and where the limits are set
+        with pytest.raises(ArgumentError, match=r"timed out after 1 attempts of 0\.5 s \(see --timeout/--retries\)"):
+            load_state(f"https://h/#!http://127.0.0.1:{silent.getsockname()[1]}/state/{'b' * 64}.json")
+    finally:
+        silent.close()
+
+
 def test_a_served_link_reads_back_to_its_state(tmp_path: Path) -> None:
     """``shardscope open`` / "Open Neuroglancer link" take ``serve``'s links: the state they name is fetched."""
     from napari_shardscope.core.serve.states import load_state

@@ -151,26 +151,37 @@ def load_state(text: str) -> dict[str, Any]:
 
 
 def _fetch_http(url: str) -> bytes:
-    """One GET with the remote timeout, read to at most MAX_JSON_BYTES + 1 bytes.
+    """A GET read to at most MAX_JSON_BYTES + 1 bytes, under the remote limits (timeout, retries).
 
     Not through a TensorStore store: its HTTP driver keeps retrying a refused connection (a ``serve``
-    link whose server has stopped, the usual dead link) for minutes instead of failing.
+    link whose server has stopped, the usual dead link) for minutes instead of failing. A refused
+    connection or an HTTP error fails at once; a timeout (a server on a busy machine) is tried again,
+    ``retries`` times, as every remote read is.
     """
+    import time
     import urllib.error
     import urllib.request
 
-    from napari_shardscope.core.bytestore.context import remote_limits
+    from napari_shardscope.core.bytestore.context import RETRY_INITIAL_DELAY_S, RETRY_MAX_DELAY_S, remote_limits
 
-    try:
-        with urllib.request.urlopen(url, timeout=remote_limits().timeout_s) as answer:
-            data: bytes = answer.read(MAX_JSON_BYTES + 1)
-    except urllib.error.HTTPError as exc:
-        raise ArgumentError(f"no Neuroglancer state at {url[:200]}: HTTP {exc.code}"
-                            + (" (a serve link works while its server runs)" if exc.code == 404 else "")) from exc
-    except (urllib.error.URLError, OSError, ValueError) as exc:
-        reason = getattr(exc, "reason", exc)
-        raise ArgumentError(f"cannot fetch the Neuroglancer state at {url[:200]}: {reason} "
-                            "(a serve link works while its server runs)") from exc
+    limits = remote_limits()
+    for attempt in range(limits.retries + 1):
+        try:
+            with urllib.request.urlopen(url, timeout=limits.timeout_s) as answer:
+                data: bytes = answer.read(MAX_JSON_BYTES + 1)
+            break
+        except urllib.error.HTTPError as exc:
+            raise ArgumentError(f"no Neuroglancer state at {url[:200]}: HTTP {exc.code}"
+                                + (" (a serve link works while its server runs)" if exc.code == 404 else "")) from exc
+        except (urllib.error.URLError, OSError, ValueError) as exc:
+            reason = getattr(exc, "reason", exc)
+            timed_out = isinstance(exc, TimeoutError) or isinstance(reason, TimeoutError)
+            if timed_out and attempt < limits.retries:
+                time.sleep(min(RETRY_MAX_DELAY_S, RETRY_INITIAL_DELAY_S * 2.0**attempt))
+                continue
+            tries = f" after {attempt + 1} attempts of {limits.timeout_s:g} s (see --timeout/--retries)" if timed_out else ""
+            raise ArgumentError(f"cannot fetch the Neuroglancer state at {url[:200]}: {reason}{tries} "
+                                "(a serve link works while its server runs)") from exc
     if len(data) > MAX_JSON_BYTES:
         raise ArgumentError(f"the Neuroglancer state at {url[:200]} is larger than the {MAX_JSON_BYTES} bytes read")
     return data
