@@ -4,6 +4,7 @@ every core (pytest-xdist) unless told otherwise."""
 
 from __future__ import annotations
 
+import gc
 import importlib.util
 import json
 import os
@@ -124,6 +125,21 @@ def pytest_cmdline_main(config: pytest.Config) -> None:
         # like a hang), and a replacement that registers late can stop the controller with an INTERNALERROR
         # (KeyError in LoadScopeScheduling). ``--max-worker-restart N`` on the command line still wins.
         option.maxworkerrestart = "0"
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Move what collection built (the imported modules, napari, TensorStore, every test function and
+    Hypothesis strategy: about 380,000 objects) out of the garbage collector's reach: :func:`gc.freeze`.
+
+    They live until the process ends anyway, but every full collection walked them again: napari runs
+    ``gc.collect()`` each time layers leave a viewer (``VispyCanvas._clean_and_update_scenegraph``) and
+    ``make_napari_viewer`` around every viewer test, besides Python's own full collections. Measured on
+    ``test_every_real_dataset_in_napari_equals_an_independent_reader`` (91 such collections): 20.9 -> 13.3
+    CPU s in ``gc.collect``. Objects the tests create are still collected as before; the garbage collection
+    itself left is collected first, so none of it is frozen.
+    """
+    gc.collect()
+    gc.freeze()
 
 
 @pytest.fixture
