@@ -136,7 +136,7 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     ``make_napari_viewer`` around every viewer test, besides Python's own full collections. Measured on
     ``test_every_real_dataset_in_napari_equals_an_independent_reader`` (91 such collections): 20.9 -> 13.3
     CPU s in ``gc.collect``. Objects the tests create are still collected as before; the garbage collection
-    itself left is collected first, so none of it is frozen.
+    left behind is collected first, so none of it is frozen.
     """
     gc.collect()
     gc.freeze()
