@@ -179,7 +179,8 @@ def _fetch_http(url: str) -> bytes:
             if timed_out and attempt < limits.retries:
                 time.sleep(min(RETRY_MAX_DELAY_S, RETRY_INITIAL_DELAY_S * 2.0**attempt))
                 continue
-            tries = f" after {attempt + 1} attempts of {limits.timeout_s:g} s (see --timeout/--retries)" if timed_out else ""
+            tries = (f" after {attempt + 1} attempts of {limits.timeout_s:g} s (see --timeout/--retries)"
+                     if timed_out else "")
             raise ArgumentError(f"cannot fetch the Neuroglancer state at {url[:200]}: {reason}{tries} "
                                 "(a serve link works while its server runs)") from exc
     if len(data) > MAX_JSON_BYTES:
