@@ -94,14 +94,7 @@ class Mutation:
     @classmethod
     def from_bytes(cls, data: bytes, *, key: str = "mutation log") -> Mutation:
         """Decode one log entry; anything malformed raises :class:`MutationLogError`."""
-        if len(data) < _HEAD.size:
-            raise MutationLogError("entry truncated", key=key, offset=len(data))
-        magic, version, length = _HEAD.unpack_from(data, 0)
-        if magic != MAGIC or version != 1:
-            raise MutationLogError("not a labelmap mutation record (bad magic or version)", key=key, offset=0)
-        end = _HEAD.size + length
-        if end > len(data):
-            raise MutationLogError("header truncated", key=key, offset=len(data))
+        end = _header_end(data, key)
         try:
             h = json.loads(data[_HEAD.size : end])
             delta = MapDelta.from_bytes(data[end:])
@@ -128,17 +121,23 @@ class Mutation:
             ) from exc
 
 
-def mutation_id_of(data: bytes, *, key: str = "mutation log") -> int:
-    """Only the mutation id of an encoded entry (its JSON header, not its map delta): what a pass over
-    a long log that needs nothing else reads (the migration's look-ahead over a version's edits)."""
+def _header_end(data: bytes, key: str) -> int:
+    """Where an encoded entry's JSON header ends, after checking the fixed head (magic, version, length)."""
     if len(data) < _HEAD.size:
         raise MutationLogError("entry truncated", key=key, offset=len(data))
     magic, version, length = _HEAD.unpack_from(data, 0)
     if magic != MAGIC or version != 1:
         raise MutationLogError("not a labelmap mutation record (bad magic or version)", key=key, offset=0)
-    end = _HEAD.size + length
+    end = int(_HEAD.size + length)
     if end > len(data):
         raise MutationLogError("header truncated", key=key, offset=len(data))
+    return end
+
+
+def mutation_id_of(data: bytes, *, key: str = "mutation log") -> int:
+    """Only the mutation id of an encoded entry (its JSON header, not its map delta): what a pass over
+    a long log that needs nothing else reads (the migration's look-ahead over a version's edits)."""
+    end = _header_end(data, key)
     try:
         return int(json.loads(data[_HEAD.size:end])["id"])
     except Exception as exc:  # malformed JSON / fields: one typed error for all of it
