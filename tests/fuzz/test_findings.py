@@ -309,6 +309,31 @@ def test_damaged_compressed_segmentation_is_a_typed_error_not_a_segfault() -> No
         decode_chunk_encoding(gzip.compress(good), info, info.scales[0], (16, 16, 8), key="s/0-16_0-16_0-8")
 
 
+def test_a_block_whose_wider_indices_name_entries_past_its_table_is_refused_before_the_decoder() -> None:
+    """CI decoder-header fuzz (cseg_u64_own, block0_bits 2 -> 16): 64 voxels at 16 bits name entry 51,076.
+
+    The check read the packed indices only of blocks whose table could not hold ``min(2**bits, voxels)``
+    entries, as if a block's largest index were bounded by its voxel count; the decoder then read the
+    lookup table 400 KB past an 889-word chunk (a segmentation fault in some heap layouts).
+    """
+    import compressed_segmentation
+
+    from napari_shardscope.core.errors import ChunkDecodeError
+    from napari_shardscope.core.formats.precomputed.chunk_encoding import check_compressed_segmentation
+
+    rng = np.random.default_rng(3)
+    labels = rng.integers(0, 4, size=(16, 16, 16), dtype=np.uint64) * np.uint64(2**40)
+    good = bytearray(compressed_segmentation.compress(labels, block_size=(4, 4, 4), order="F"))
+    check_compressed_segmentation(bytes(good), (16, 16, 16), 1, (4, 4, 4), 8, key="k")
+    words = np.frombuffer(bytes(good), "<u4")
+    start = int(words[0])
+    header = int(words[start])
+    assert header >> 24 == 2  # four labels: two bits
+    good[4 * start + 3] = 16  # block 0 now claims 16-bit indices: its values run into the next blocks' words
+    with pytest.raises(ChunkDecodeError, match=r"block 0 of channel 0: lookup table at word \d+ is shorter"):
+        check_compressed_segmentation(bytes(good), (16, 16, 16), 1, (4, 4, 4), 8, key="k")
+
+
 def test_a_huge_compressed_segmentation_block_size_is_a_metadata_error() -> None:
     """Fuzz seed 6005996: a 2**40-voxel block overflowed the offset checks (OverflowError) in validate."""
     from napari_shardscope.core.errors import MetadataError

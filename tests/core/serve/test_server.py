@@ -122,19 +122,29 @@ def test_a_link_this_process_serves_opens_while_its_server_is_busy() -> None:
         load_state(link)
 
 
-def test_a_state_server_that_misses_the_timeout_once_is_asked_again(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_state_server_that_misses_the_timeout_once_is_asked_again() -> None:
     """A state document whose server answers late (a busy machine) is fetched on a retry, as remote reads are.
 
     Found in CI: ``shardscope open LINK`` and the bare-base round trip failed with "timed out" while
     the serving process waited for a core; one timeout ended the fetch although ``--retries`` allows more.
     """
+    from napari_shardscope.core.bytestore.context import remote_limits, set_remote_limits
+
+    before = remote_limits()
+    set_remote_limits(timeout_s=0.5, retries=2)
+    try:
+        _late_then_silent_servers()
+    finally:
+        set_remote_limits(before.timeout_s, before.retries)
+
+
+def _late_then_silent_servers() -> None:
     import socket
     import threading
 
+    from napari_shardscope.core.bytestore.context import set_remote_limits
     from napari_shardscope.core.serve.states import load_state
 
-    monkeypatch.setenv("SHARDSCOPE_TIMEOUT_S", "0.5")
-    monkeypatch.setenv("SHARDSCOPE_RETRIES", "2")
     body = json.dumps({"layers": [], "layout": "3d"}).encode()
     listener = socket.create_server(("127.0.0.1", 0))
     listener.settimeout(30)
@@ -159,7 +169,7 @@ def test_a_state_server_that_misses_the_timeout_once_is_asked_again(monkeypatch:
         for conn in held:
             conn.close()
         listener.close()
-    monkeypatch.setenv("SHARDSCOPE_RETRIES", "0")
+    set_remote_limits(retries=0)
     silent = socket.create_server(("127.0.0.1", 0))
     try:  # never answers: the error says how long it tried and where the limits are set
         with pytest.raises(ArgumentError, match=r"timed out after 1 attempts of 0\.5 s \(see --timeout/--retries\)"):

@@ -45,6 +45,8 @@ class RepositoryCheck(RepositoryHandle):
             # the data keys and the change index are compared by looking each one up in the other (two
             # passes, no sets): memory stays flat whatever the store holds (10⁷ keys made 3 GB of sets)
             missing = 0
+            # whether a key is there, never its value: a lazy clone's hollow values stay on the remote
+            present = getattr(txn, "inner_txn", txn)
             last: tuple[bytes, int] | None = None
             last_meta = K.next_prefix(K.META)
             assert last_meta is not None
@@ -59,14 +61,15 @@ class RepositoryCheck(RepositoryHandle):
                     problems.append(f"data key {key!r} names unknown instance id {K.unpack_u32(stem[:4])}")
                 if last == (stem, vid):  # a version's value and tombstone of one key sit side by side
                     problems.append(f"data key {key!r}: both a value and a tombstone in one version")
-                elif txn.get(K.change_key(vid, stem)) is None:
+                elif present.get(K.change_key(vid, stem)) is None:
                     missing += 1
                 last = (stem, vid)
             extra = 0
             for key in txn.scan_keys(K.CHANGE_PREFIX, K.next_prefix(K.CHANGE_PREFIX)):
                 at = len(K.CHANGE_PREFIX)
                 vid, stem = K.unpack_u32(key[at:at + 4]), K.stem_of_change_key(key)
-                if txn.get(K.entry_key(stem, vid, False)) is None and txn.get(K.entry_key(stem, vid, True)) is None:
+                if present.get(K.entry_key(stem, vid, False)) is None \
+                        and present.get(K.entry_key(stem, vid, True)) is None:
                     extra += 1
             if extra or missing:
                 problems.append(f"change index disagrees with data: {extra} extra, {missing} missing")

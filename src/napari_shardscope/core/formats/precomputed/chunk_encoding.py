@@ -131,7 +131,9 @@ def check_compressed_segmentation(data: bytes, extent: tuple[int, int, int], cha
             raise ChunkDecodeError(f"compressed_segmentation block {i} of channel {c}: bad header (bits "
                                    f"{int(bits[i])}, values at word {int(values[i])}, table at word {int(table[i])})",
                                    key=key, offset=4 * (start + 2 * i))
-        for j in np.flatnonzero(table + entry_words * np.minimum(1 << np.minimum(bits, 40), block_voxels) > end):
+        # an index may be as large as its bit width allows whatever the block's voxel count (a block of
+        # 64 voxels at 16 bits can name entry 51,076): only a table long enough for 2**bits entries is safe unread
+        for j in np.flatnonzero(table + entry_words * (np.int64(1) << bits) > end):
             i = int(j)
             width = int(bits[i])
             pos = np.arange(block_voxels, dtype=np.int64) * width
