@@ -334,6 +334,67 @@ def test_a_block_whose_wider_indices_name_entries_past_its_table_is_refused_befo
         check_compressed_segmentation(bytes(good), (16, 16, 16), 1, (4, 4, 4), 8, key="k")
 
 
+def _cseg_reads_in_bounds(data: bytes, extent: tuple[int, int, int], block: tuple[int, int, int],
+                          itemsize: int) -> bool:
+    """Whether every word the format has a decoder read (headers, packed values, table entries) is inside the chunk."""
+    words = np.frombuffer(data, "<u4")
+    n, start = len(words), int(words[0])
+    grid = [-(-e // b) for e, b in zip(extent, block, strict=True)]
+    nblocks, voxels = int(np.prod(grid)), int(np.prod(block))
+    if start + 2 * nblocks > n:
+        return False
+    entry = 2 if itemsize == 8 else 1
+    for i in range(nblocks):
+        head, vals = int(words[start + 2 * i]), int(words[start + 2 * i + 1]) + start
+        bits, table = head >> 24, (head & 0xFFFFFF) + start
+        if bits not in (0, 1, 2, 4, 8, 16, 32):
+            return False
+        if bits == 0:
+            if table + entry > n:
+                return False
+            continue
+        pos = np.arange(voxels, dtype=np.int64) * bits
+        if vals + (voxels * bits + 31) // 32 > n:
+            return False
+        idx = (words[vals + pos // 32].astype(np.uint64) >> (pos % 32).astype(np.uint64)) & np.uint64((1 << bits) - 1)
+        if table + entry * (int(idx.max()) + 1) > n:
+            return False
+    return True
+
+
+def test_a_compressed_segmentation_chunk_the_check_passes_is_read_in_bounds_whatever_its_lies() -> None:
+    """An oracle independent of the heap: every chunk the check lets through is one a decoder reads inside.
+
+    The decoder-header fuzz judges by whether the C decoder crashes, which an over-read does only when it
+    leaves mapped memory; a bound the check missed (indices wider than a block's voxel count) hid for weeks.
+    """
+    import compressed_segmentation
+
+    from napari_shardscope.core.errors import ChunkDecodeError
+    from napari_shardscope.core.formats.precomputed.chunk_encoding import check_compressed_segmentation
+
+    rng = np.random.default_rng(27)
+    passed = refused = 0
+    for case in range(300):
+        dtype = (np.uint32, np.uint64)[case % 2]
+        labels = rng.integers(0, int(rng.choice([1, 2, 3, 5, 17, 300])), size=(8, 8, 8)).astype(dtype)
+        good = bytearray(compressed_segmentation.compress(labels, block_size=(4, 4, 4), order="F"))
+        words = len(good) // 4
+        for _ in range(int(rng.integers(1, 4))):  # lie in a header word or anywhere
+            at = int(rng.integers(1, min(words, 17))) if rng.random() < 0.7 else int(rng.integers(0, words))
+            byte = int(rng.integers(0, 4))
+            good[4 * at + byte] = int(rng.choice([0, 1, 2, 4, 8, 16, 32, 255, int(rng.integers(0, 256))]))
+        data = bytes(good)
+        try:
+            check_compressed_segmentation(data, (8, 8, 8), 1, (4, 4, 4), np.dtype(dtype).itemsize, key="k")
+        except ChunkDecodeError:
+            refused += 1
+            continue
+        passed += 1
+        assert _cseg_reads_in_bounds(data, (8, 8, 8), (4, 4, 4), np.dtype(dtype).itemsize), (case, data.hex())
+    assert passed > 30 and refused > 30, (passed, refused)  # both sides of the check were exercised
+
+
 def test_a_huge_compressed_segmentation_block_size_is_a_metadata_error() -> None:
     """Fuzz seed 6005996: a 2**40-voxel block overflowed the offset checks (OverflowError) in validate."""
     from napari_shardscope.core.errors import MetadataError
