@@ -122,7 +122,7 @@ class RemoteLimits:
     @property
     def worst_case_s(self) -> float:
         """The longest one request can block: every attempt times out, with the backoff between them."""
-        backoff = sum(min(RETRY_MAX_DELAY_S, RETRY_INITIAL_DELAY_S * 2.0**i) for i in range(self.retries))
+        backoff = sum(retry_delay(i) for i in range(self.retries))
         return float((self.retries + 1) * self.timeout_s + backoff)
 
 
@@ -168,6 +168,11 @@ def cache_bytes_from_env() -> int:
     if mib < 0 or mib != mib:
         raise ArgumentError(f"{CACHE_ENV}={text!r} must be a non-negative number of MiB")
     return int(mib * 1024 * 1024)
+
+
+def retry_delay(attempt: int) -> float:
+    """Seconds to wait before retry ``attempt + 1``: the backoff TensorStore's HTTP retries use (doubling, capped)."""
+    return float(min(RETRY_MAX_DELAY_S, RETRY_INITIAL_DELAY_S * 2.0**attempt))
 
 
 def limits_from_env() -> RemoteLimits:

@@ -162,7 +162,7 @@ def _fetch_http(url: str) -> bytes:
     import urllib.error
     import urllib.request
 
-    from napari_shardscope.core.bytestore.context import RETRY_INITIAL_DELAY_S, RETRY_MAX_DELAY_S, remote_limits
+    from napari_shardscope.core.bytestore.context import remote_limits, retry_delay
 
     limits = remote_limits()
     for attempt in range(limits.retries + 1):
@@ -177,7 +177,7 @@ def _fetch_http(url: str) -> bytes:
             reason = getattr(exc, "reason", exc)
             timed_out = isinstance(exc, TimeoutError) or isinstance(reason, TimeoutError)
             if timed_out and attempt < limits.retries:
-                time.sleep(min(RETRY_MAX_DELAY_S, RETRY_INITIAL_DELAY_S * 2.0**attempt))
+                time.sleep(retry_delay(attempt))
                 continue
             tries = (f" after {attempt + 1} attempts of {limits.timeout_s:g} s (see --timeout/--retries)"
                      if timed_out else "")
