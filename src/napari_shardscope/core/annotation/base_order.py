@@ -10,6 +10,7 @@ and a per-row count.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -40,6 +41,13 @@ def id_order(ids: U64) -> npt.NDArray[np.intp] | None:
     return np.argsort(ids, kind="stable")
 
 
+def block_linear(cells: npt.NDArray[Any], grid: Sequence[int]) -> npt.NDArray[Any]:
+    """Each row's block (z, y, x) as its linear index in a grid of ``grid`` blocks (x fastest), in ``cells``' dtype."""
+    gy, gx = cells.dtype.type(grid[1]), cells.dtype.type(grid[2])
+    linear: npt.NDArray[Any] = (cells[:, 0] * gy + cells[:, 1]) * gx + cells[:, 2]
+    return linear
+
+
 def block_order(cells: I64, grid: Sequence[int]) -> tuple[npt.NDArray[np.intp], U64]:
     """The permutation ordering rows by block (z, y, x), rows of one block keeping their order (stable),
     and the rows' block codes (:func:`block_code`) in that order.
@@ -49,7 +57,7 @@ def block_order(cells: I64, grid: Sequence[int]) -> tuple[npt.NDArray[np.intp], 
     :func:`block_code` order, since both are lexicographic in (z, y, x).
     """
     n = len(cells)
-    linear = (cells[:, 0] * int(grid[1]) + cells[:, 1]) * int(grid[2]) + cells[:, 2]
+    linear = block_linear(cells, grid)
     row_bits = max(1, (n - 1).bit_length())
     top = int(grid[0]) * int(grid[1]) * int(grid[2])
     if top.bit_length() + row_bits > 64:

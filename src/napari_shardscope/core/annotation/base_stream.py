@@ -36,7 +36,13 @@ import numpy as np
 import numpy.typing as npt
 
 from napari_shardscope.core.annotation.base import MAX_BLOCKS, BaseConfig, BaseProperty, block_code
-from napari_shardscope.core.annotation.base_order import id_order, linear_order, order_by, synapse_aggregates
+from napari_shardscope.core.annotation.base_order import (
+    block_linear,
+    id_order,
+    linear_order,
+    order_by,
+    synapse_aggregates,
+)
 from napari_shardscope.core.annotation.base_spill import SAMPLE_EVERY, Columns, Spill
 from napari_shardscope.core.annotation.errors import AnnotationTableError
 from napari_shardscope.core.annotation.points import supervoxels_of_block_runs
@@ -168,10 +174,7 @@ class BaseBuilder:
         self.rows += n
         self.max_id = max(self.max_id, int(chunk.ids.max()))
         blk = np.asarray(self.block, dtype=np.int32)
-        gy, gx = np.uint64(self.grid[1]), np.uint64(self.grid[2])
-        cells = (chunk.zyx // blk).astype(np.uint64)
-        lin = (cells[:, 0] * gy + cells[:, 1]) * gx + cells[:, 2]
-        del cells
+        lin = block_linear((chunk.zyx // blk).astype(np.uint64), self.grid)
         order = linear_order(lin)
         cols: Columns = {"lin": lin[order], "id": chunk.ids[order]}
         for i, a in enumerate("zyx"):
