@@ -30,7 +30,10 @@ class RangeServer:
     retried a request it gave up on appears twice); ``self.arrivals`` adds the time and range, and
     ``self.exchanges`` the time of the answer, from which :meth:`waves` groups requests into
     dependent waves.
-    With ``delay``, every request is answered ``delay`` seconds late (a remote bucket's latency).
+    With ``delay``, a request is answered once no request has arrived for ``delay`` seconds (and at
+    least ``delay`` after its own arrival): a far bucket's latency, with the requests a client issues
+    together answered together however slowly a loaded machine lets it issue them. A request then
+    arrives after an answer only if the client waited for one or sat idle a whole ``delay``.
     """
 
     def __init__(self, root: str | os.PathLike[str], *, gate: threading.Event | None = None,
@@ -46,6 +49,7 @@ class RangeServer:
         self.exchanges: list[tuple[float, float, str, str | None]] = []
         self._gate = gate
         self._connections: set[socket.socket] = set()  # kept alive: closed by close()
+        self._last_arrival = 0.0  # time.monotonic() of the latest request: ``delay`` waits for quiet
         self._lock = threading.Lock()
         server = self
         held_lock = self._lock
@@ -79,6 +83,7 @@ class RangeServer:
             def do_GET(self) -> None:
                 arrived_at = time.monotonic()
                 with held_lock:
+                    server._last_arrival = max(server._last_arrival, arrived_at)
                     server.arrived.append(self.path)
                     server.arrivals.append((arrived_at, self.path, self.headers.get("Range")))
                 try:
@@ -94,8 +99,9 @@ class RangeServer:
                 self.end_headers()
 
             def _answer(self) -> None:
-                if delay > 0:
-                    time.sleep(delay)  # a bucket's round trip (each request on its own thread)
+                if delay > 0:  # a bucket's round trip, ended when the client has gone quiet
+                    while (wait := server._last_arrival + delay - time.monotonic()) > 0:
+                        time.sleep(wait)
                 if gate is not None and not gate.is_set():
                     with held_lock:  # handlers run on threads of their own: += is not atomic
                         server.held += 1

@@ -1,6 +1,6 @@
 """Dependent round trips of a remote ``ls``: the chunk listing of a sharded scale over loopback HTTP.
 
-The server answers every request 0.2 s late and numbers each request one wave after the latest wave
+The server answers requests 0.2 s after the client goes quiet and numbers each request one wave after the latest wave
 answered before it arrived (:meth:`RangeServer.waves`), so the count is what the client's
 dependencies force, not a time. ``ls`` of a precomputed scale needs the ``info`` document, the
 shard-index probes (plain HTTP cannot list) and the minishard indexes: three waves, whatever the

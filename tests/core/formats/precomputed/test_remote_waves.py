@@ -1,6 +1,6 @@
 """Dependent round trips of a remote ``inspect``: detection, shard-index probes, minishard indexes.
 
-The loopback server answers every request 0.2 s late (a far bucket) and records when each request
+The loopback server answers requests 0.2 s after the client goes quiet (a far bucket) and records when each request
 arrived and was answered; :meth:`RangeServer.waves` numbers a request one wave after the latest wave
 answered before it arrived. Requests a client issues together arrive within the delay, so the count is
 what the client's dependencies force, not a time. Three waves are the minimum: every candidate
