@@ -90,7 +90,7 @@ def connections(v: AnnotationVersion, body: int) -> Connections:
         live = r.lm.exists(r.state, psv) | (psv == 0) if psv.size else np.zeros(0, dtype=bool)
         # Ends under the body's live supervoxels whose partner is on a retired one are counted from
         # the retired side (the stale table), the partner's body read under its point.
-        parts = [np.asarray(r.lmv.bodies_of(psv[live]), dtype=np.uint64)]
+        parts = [r.bodies_of_unique(psv[live])]  # distinct (np.unique above)
         weights = [cnt[live]]
         mine = stale.is_out == out_side
         owned = mine & (stale.own_body == np.uint64(body))

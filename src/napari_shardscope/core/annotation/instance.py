@@ -230,7 +230,8 @@ def add_many(v: AnnotationVersion, kinds: Sequence[str] | str, points: Any, *, i
                        or pairs.min() < 0 or pairs.max() >= n):
         raise AnnotationArgumentError(f"synapses must be an (m, 2) array of row indices in 0..{n - 1}")
     pairs = pairs.reshape(-1, 2).astype(np.int64)
-    kcode = np.asarray([KINDS.index(k) for k in kind_list], dtype=np.uint8)
+    code_of = {k: i for i, k in enumerate(KINDS)}
+    kcode = np.fromiter(map(code_of.__getitem__, kind_list), dtype=np.uint8, count=n)
     wrong = np.flatnonzero((kcode[pairs[:, 0]] != KINDS.index("pre")) | (kcode[pairs[:, 1]] != KINDS.index("post")))
     if wrong.size:
         pi, qi = (int(x) for x in pairs[wrong[0]])
@@ -263,7 +264,7 @@ def add_many(v: AnnotationVersion, kinds: Sequence[str] | str, points: Any, *, i
             if backend.repo.id_source() is None:
                 w.allocate_ids(counter, 1, minimum=max(out) + 1)
         ida = np.asarray(out, dtype=np.uint64)
-        write_rows(w, inst, ida, kind_list, pts, svs, pairs, backend.block, fresh=chosen is None)
+        write_rows(w, inst, ida, kind_list, pts, svs, pairs, backend.block, fresh=chosen is None, codes=kcode)
         for key in (K.undo_top_key(v.uuid), K.redo_top_key(v.uuid)):
             w.delete(inst, key)
         mid = w.allocate_ids(K.mutations_counter(backend.name), 1, minimum=1)[0]
@@ -298,7 +299,7 @@ def _split(buf: bytes, width: int) -> list[bytes]:
 
 
 def write_rows(w: Any, inst: Instance, ids: Any, kinds: Sequence[str], pts: Any, svs: Any, pairs: Any,
-               block: tuple[int, int, int], *, fresh: bool) -> None:
+               block: tuple[int, int, int], *, fresh: bool, codes: Any = None) -> None:
     """Records, spatial keys and synapse index keys of a bulk add, built as NumPy records and put in bulk.
 
     Byte for byte what :meth:`~.version.AnnotationVersion.add` and :meth:`relate` write per annotation
@@ -327,7 +328,7 @@ def write_rows(w: Any, inst: Instance, ids: Any, kinds: Sequence[str], pts: Any,
             tails[row] = full[_HEAD.itemsize:]
     head = np.zeros(n, dtype=_HEAD)
     head["fmt"] = 1
-    head["kind"] = [KINDS.index(k) for k in kinds]
+    head["kind"] = [KINDS.index(k) for k in kinds] if codes is None else codes  # codes: the kinds' indexes
     head["z"], head["y"], head["x"] = pts[:, 0], pts[:, 1], pts[:, 2]
     head["sv"] = svs
     head["n"] = [len(t) for t in tails]

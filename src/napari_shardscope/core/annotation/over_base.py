@@ -137,7 +137,7 @@ def _bodies_of(r: Resolver, svs: U64) -> U64:
     if not svs.size:
         return np.zeros(0, np.uint64)
     uniq, inverse = np.unique(svs, return_inverse=True)
-    return np.asarray(r.lmv.bodies_of(uniq), dtype=np.uint64)[inverse.reshape(-1)]
+    return r.bodies_of_unique(uniq)[inverse.reshape(-1)]
 
 
 def connections_over_base(v: AnnotationVersion, body: int, base: Any) -> Connections | None:

@@ -17,6 +17,7 @@ from napari_shardscope.core.annotation.connections import Partner
 from napari_shardscope.core.annotation.errors import AnnotationArgumentError
 from napari_shardscope.core.annotation.points import supervoxels_at
 from napari_shardscope.core.annotation.retired import retired_supervoxels
+from napari_shardscope.core.labelmap.version import LabelmapVersion
 
 #: An :class:`~.version.AnnotationVersion` (not imported: ``version`` calls into these modules; no cycles).
 AnnotationVersion = Any
@@ -31,8 +32,10 @@ class Resolver:
         self.v = v
         lm = v.instance.labelmap
         self.lm = lm
-        self.lmv = lm.at(v.uuid)
+        # the state is looked up (its freshness stamp probed) once per query, and every read of the
+        # query goes through it: one consistent body map, not one store probe per labelmap call
         self.state = lm.state(v.uuid)
+        self.lmv = LabelmapVersion(lm, v.uuid, state=self.state)
 
     def bodies(self, svs: U64, points: npt.ArrayLike) -> U64:
         """Bodies of records with supervoxels ``svs`` at ``points``: retired supervoxels read the voxel."""
@@ -46,6 +49,10 @@ class Resolver:
             svs = svs.copy()
             svs[stale] = supervoxels_at(self.lmv, pts, self.v.instance.block)
         return np.asarray(self.lmv.bodies_of(svs), dtype=np.uint64)
+
+    def bodies_of_unique(self, svs: U64) -> U64:
+        """Bodies of distinct live supervoxels (one body-map look-up, see :meth:`LabelmapVersion.bodies_of_unique`)."""
+        return np.asarray(self.lmv.bodies_of_unique(svs), dtype=np.uint64)
 
     def retired_with_synapses(self) -> list[int]:
         """Supervoxels gone at this version (:func:`retired_supervoxels`) that synapse keys are filed under."""
@@ -80,7 +87,9 @@ def sum_partners(bodies: U64, weights: I64) -> tuple[Partner, ...]:
     uniq, inverse = np.unique(bodies[keep], return_inverse=True)
     sums = np.bincount(inverse.reshape(-1), weights=weights[keep], minlength=len(uniq)).astype(np.int64)
     order = np.lexsort((uniq, -sums))
-    return tuple(Partner(int(uniq[i]), int(sums[i])) for i in order.tolist() if sums[i])
+    order = order[sums[order] != 0]
+    # Python ints from one conversion per column, not two NumPy scalars per partner
+    return tuple(map(Partner, uniq[order].tolist(), sums[order].tolist()))
 
 
 def sum_pairs(pre: U64, post: U64, weights: I64) -> tuple[U64, U64, I64]:

@@ -22,6 +22,7 @@ from napari_shardscope.core.labelmap.keys import index_key
 from napari_shardscope.core.labelmap.label_index import BaseIndexReader, SvIndex
 from napari_shardscope.core.labelmap.records import (
     EMPTY_BOX,
+    EXPLICIT_PREFIX,
     PAGE_BITS,
     Coord,
     RootInfo,
@@ -29,7 +30,6 @@ from napari_shardscope.core.labelmap.records import (
     decode_ids,
     decode_page,
     decode_u64,
-    explicit_key,
     logical_key,
     next_key,
     parent_key,
@@ -100,9 +100,10 @@ class MapReader:
         if not arr.size:
             return body, retired
         pages = np.unique(arr >> np.uint64(PAGE_BITS))
-        keys = [explicit_key(int(p)) for p in pages]
-        loaded = [decode_page(raw, key=k) for k, raw in zip(keys, self.get_many(keys), strict=True)]
-        rows = [p for p in loaded if p.size]
+        keys = explicit_keys(pages)
+        # most pages hold no explicit supervoxel (absent): only present ones are decoded
+        rows = [p for p in (decode_page(raw, key=k) for k, raw in zip(keys, self.get_many(keys), strict=True)
+                            if raw is not None) if p.size]
         if not rows:
             return body, retired
         table = np.concatenate(rows) if len(rows) > 1 else rows[0]
@@ -420,6 +421,18 @@ class MapReader:
         svs = self.node_members(nodes)
         lo, hi = box_of(blocks)
         return RootInfo(name, int(counts.sum()), int(svs.size), len(set(nodes)), lo, hi, True)
+
+
+_PAGE_KEY = np.dtype([("p", "S1"), ("page", ">u8")])
+
+
+def explicit_keys(pages: U64) -> list[bytes]:
+    """:func:`explicit_key` of every page, built as one array (a query asks for hundreds of pages)."""
+    rows = np.zeros(pages.size, dtype=_PAGE_KEY)
+    rows["p"], rows["page"] = EXPLICIT_PREFIX, pages
+    buf = rows.tobytes()
+    w = _PAGE_KEY.itemsize
+    return [buf[i:i + w] for i in range(0, len(buf), w)]
 
 
 def sum_blocks(blocks: I64, counts: I64) -> tuple[I64, I64]:

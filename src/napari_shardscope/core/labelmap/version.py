@@ -76,10 +76,14 @@ class SparseVolume:
 class LabelmapVersion:
     """A labelmap at one version (from :meth:`Labelmap.at`)."""
 
-    def __init__(self, labelmap: LabelmapBackend, uuid: str) -> None:
+    def __init__(self, labelmap: LabelmapBackend, uuid: str, *, state: VersionState | None = None) -> None:
         self.labelmap = labelmap
         self.uuid = uuid
         self._committed: VersionState | None = None  # a committed version's state never changes (read_once)
+        #: The state every read of this handle uses (None: the labelmap's, looked up (and its freshness
+        #: stamp checked) per call). A query pins the state it took once, so its reads agree with each
+        #: other and do not probe the store again per read.
+        self._pinned = state
 
     def __repr__(self) -> str:
         v = self.version
@@ -97,7 +101,7 @@ class LabelmapVersion:
         return self.labelmap.config.scales
 
     def _state(self) -> VersionState:
-        return self.labelmap.state(self.uuid)
+        return self._pinned if self._pinned is not None else self.labelmap.state(self.uuid)
 
     # -- lazy arrays for napari ------------------------------------------------------------------
 
@@ -200,6 +204,16 @@ class LabelmapVersion:
     def bodies_of(self, svs: npt.ArrayLike) -> U64:
         """Vectorised :meth:`body_of` (any shape)."""
         return self._bodies_of(self._state(), svs)
+
+    def bodies_of_unique(self, svs: npt.ArrayLike) -> U64:
+        """:meth:`bodies_of` of distinct ids (1-d): one body-map look-up, no search for runs or distinct ids.
+
+        For queries that already hold the distinct supervoxels (the partners of a body's synapses):
+        :meth:`bodies_of` would find them again and build a remapping table per call.
+        """
+        state = self._state()
+        with state.lock:
+            return self.labelmap.reader(state).bodies_of_unique(svs)
 
     def _bodies_of(self, state: VersionState, svs: npt.ArrayLike) -> U64:
         """Map ``svs`` through ``state``'s body map, holding its lock only to look up the distinct ids."""

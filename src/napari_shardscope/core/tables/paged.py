@@ -224,13 +224,14 @@ class PagedTable:
         needed = self.directory.pages_of_keys(uniq)
         for batch in self._batches(needed.tolist(), names):
             for page in self.pages(batch, names):
-                pos = np.searchsorted(uniq, page.keys)
-                pos_c = np.minimum(pos, uniq.size - 1)
-                hit = (pos < uniq.size) & (uniq[pos_c] == page.keys)
-                if hit.any():
-                    out_keys.append(page.keys[hit])
+                # a page's keys are sorted: each asked key's rows are one run, found by two binary
+                # searches per key (not a search of every row of the page among the keys)
+                rows = _runs(np.searchsorted(page.keys, uniq, side="left"),
+                             np.searchsorted(page.keys, uniq, side="right"))
+                if rows.size:
+                    out_keys.append(page.keys[rows])
                     for n in names:
-                        out_vals[n].append(page.values[n][hit])
+                        out_vals[n].append(page.values[n][rows])
         if not out_keys:
             return np.zeros(0, dtype=np.uint64), {n: np.zeros(0, dtype=self.schema.dtype_of(n)) for n in names}
         return np.concatenate(out_keys), {n: np.concatenate(v) for n, v in out_vals.items()}
@@ -254,3 +255,16 @@ class PagedTable:
         names = self._columns(columns)
         for batch in self._batches(list(range(self.directory.pages)), names):
             yield from self.pages(batch, names)
+
+
+def _runs(lo: npt.NDArray[np.intp], hi: npt.NDArray[np.intp]) -> npt.NDArray[np.intp]:
+    """The row numbers ``lo[i]..hi[i]-1`` of every run, concatenated in order (vectorised)."""
+    n = hi - lo
+    keep = n > 0
+    lo, n = lo[keep], n[keep]
+    total = int(n.sum())
+    if not total:
+        return np.zeros(0, dtype=np.intp)
+    # each run's rows: its start plus 0..n-1 (a running count restarted at every run)
+    starts = np.repeat(lo - np.concatenate([[0], np.cumsum(n)[:-1]]), n)
+    return (starts + np.arange(total)).astype(np.intp)

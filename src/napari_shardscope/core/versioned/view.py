@@ -10,6 +10,8 @@ key range once and apply the same rule per key, so they merge the ancestor layer
 
 from __future__ import annotations
 
+import itertools
+
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -351,7 +353,7 @@ class VersionWriter(VersionView):
         None for empty values): sorted as an array (:mod:`.key_rows`), so the entries and the change-index
         keys go to the engine already in order, without sorting a list of tuples.
         """
-        from napari_shardscope.core.versioned.key_rows import row_bytes, sorted_rows
+        from napari_shardscope.core.versioned.key_rows import escaped_keys, sorted_rows
 
         inst = self._repo.instance(instance)
         k = np.asarray(keys, dtype=np.uint8)
@@ -360,21 +362,22 @@ class VersionWriter(VersionView):
         if values is not None and len(values) != k.shape[0]:
             raise ArgumentError(f"{len(values)} values for {k.shape[0]} keys")
         order = sorted_rows(k)
+        rows = k[order]
         prefix = K.pack_u32(inst.iid)
-        stems = [prefix + r.replace(b"\x00", b"\x00\xff") + K.TERMINATOR for r in row_bytes(k[order])]
         vid = self.version.vid
         if not fresh:
             tomb = K.pack_u32(vid) + b"\x01"
-            for s in stems:
-                self._wtxn.delete(s + tomb)
-        suffix = K.pack_u32(vid) + b"\x00"
+            for key in escaped_keys(prefix, rows, K.TERMINATOR + tomb):
+                self._wtxn.delete(key)
+        # the entries' and the change index's engine keys built whole, as arrays (key_rows.escaped_keys)
+        entries = escaped_keys(prefix, rows, K.TERMINATOR + K.pack_u32(vid) + b"\x00")
         if values is None:
-            self._wtxn.put_many([(s + suffix, b"") for s in stems])
+            self._wtxn.put_many(list(zip(entries, itertools.repeat(b""))))
         else:
-            self._wtxn.put_many([(s + suffix, values[i]) for s, i in zip(stems, order.tolist(), strict=True)])
-        change = K.change_key(vid, b"")
-        self._wtxn.put_many([(change + s, b"") for s in stems])
-        return len(stems)
+            self._wtxn.put_many(list(zip(entries, map(values.__getitem__, order.tolist()), strict=True)))
+        changes = escaped_keys(K.change_key(vid, b"") + prefix, rows, K.TERMINATOR)
+        self._wtxn.put_many(list(zip(changes, itertools.repeat(b""))))
+        return len(entries)
 
     def delete(self, instance: Instance | str, key: bytes) -> bool:
         """Delete ``key`` at this version; True when it had a value here.
