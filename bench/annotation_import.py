@@ -249,6 +249,78 @@ def bench_add_many(n: int, rounds: int, work: Path) -> None:
     repo.close()
 
 
+def bench_add_vs_single(n: int, rounds: int, work: Path, bulk: int) -> None:
+    """``add_many`` of ``n`` synapses (2n annotations) against adding and relating them one by one.
+
+    The peer is what a caller without a bulk path does: ``add`` per annotation and ``relate`` per
+    synapse, one transaction each (3n transactions). Same points, same process, alternating order, each
+    side into a fresh instance. Wall (``perf_counter``) and CPU (``process_time``) per call; the ratio is
+    of annotations per CPU-second (the machine is shared: wall is mostly waiting for a core). ``bulk``:
+    also ``add_many`` of that many synapses alone, its throughput at a size where the per-call costs vanish.
+    """
+    from napari_shardscope.core.annotation.instance import add_many
+
+    repo = open_repository(work / "repo")
+    lm = open_labelmap(repo, "seg")
+    rng = np.random.default_rng(5)
+
+    def data(m: int) -> tuple[list[str], np.ndarray, np.ndarray]:
+        pts = (rng.random((2 * m, 3)) * np.array(SHAPE)).astype(np.int64)
+        return ["pre"] * m + ["post"] * m, pts, np.stack([np.arange(m), m + np.arange(m)], axis=1)
+
+    kinds, pts, pairs = data(n)
+    clocks: dict[str, list[tuple[float, float]]] = {"bulk": [], "single": []}
+
+    def timed_cpu(fn: Any) -> tuple[float, float]:
+        t0, c0 = time.perf_counter(), time.process_time()
+        fn()
+        return time.perf_counter() - t0, time.process_time() - c0
+
+    def bulk_side(r: int) -> None:
+        v = create_annotation_instance(repo, f"avs-bulk-{r}", labelmap=lm).at("main")
+        clocks["bulk"].append(timed_cpu(lambda: add_many(v, kinds, pts, synapses=pairs)))
+
+    def single_side(r: int) -> None:
+        v = create_annotation_instance(repo, f"avs-single-{r}", labelmap=lm).at("main")
+
+        def one_by_one() -> None:
+            ids = [v.add(k, tuple(int(c) for c in p)).id for k, p in zip(kinds, pts, strict=True)]
+            for a, b in pairs.tolist():
+                v.relate(ids[a], ids[b])
+
+        clocks["single"].append(timed_cpu(one_by_one))
+
+    load0 = Path("/proc/loadavg").read_text().split()[:3]
+    for r in range(rounds):
+        for side in (bulk_side, single_side) if r % 2 == 0 else (single_side, bulk_side):
+            side(r)
+    load1 = Path("/proc/loadavg").read_text().split()[:3]
+    m = 2 * n
+    b_wall, b_cpu = ([x[i] for x in clocks["bulk"]] for i in (0, 1))
+    s_wall, s_cpu = ([x[i] for x in clocks["single"]] for i in (0, 1))
+    record(Row(BENCH, f"add_many of {n} synapses ({m} annotations) vs one by one (add + relate)", "-",
+               f"wall {spread(b_wall, '{:.3f}')} s, CPU {spread(b_cpu, '{:.3f}')} s = "
+               f"{spread([m / c / 1e3 for c in b_cpu], '{:.1f}')} k annotations/CPU-s",
+               "add per annotation, relate per synapse (one transaction each)",
+               f"wall {spread(s_wall)} s, CPU {spread(s_cpu)} s = "
+               f"{spread([m / c / 1e3 for c in s_cpu], '{:.2f}')} k annotations/CPU-s",
+               f"CPU {spread([s / b for b, s in zip(b_cpu, s_cpu, strict=True)], '{:.0f}')}x, wall "
+               f"{spread([s / b for b, s in zip(b_wall, s_wall, strict=True)], '{:.0f}')}x",
+               ">= 10x (an order of magnitude)", min(s / b for b, s in zip(b_cpu, s_cpu, strict=True)) >= 10, rounds,
+               f"sample {SHAPE} blocky labelmap, LMDB; loadavg {' '.join(load0)} -> {' '.join(load1)}"))
+    if bulk:
+        big = data(bulk)
+        runs = []
+        for r in range(min(rounds, 3)):
+            v = create_annotation_instance(repo, f"avs-big-{r}", labelmap=lm).at("main")
+            runs.append(timed_cpu(lambda v=v: add_many(v, big[0], big[1], synapses=big[2])))
+        record(Row(BENCH, f"add_many of {bulk} synapses ({2 * bulk} annotations), alone", "-",
+                   f"wall {spread([x[0] for x in runs])} s, CPU {spread([x[1] for x in runs])} s = "
+                   f"{spread([2 * bulk / x[1] / 1e3 for x in runs], '{:.0f}')} k annotations/CPU-s", "-", "-", "-",
+                   "-", None, len(runs), f"loadavg {Path('/proc/loadavg').read_text().split()[0]}"))
+    repo.close()
+
+
 def main() -> None:
     if len(sys.argv) > 2 and sys.argv[1] == "--child":
         what, *args = sys.argv[2:]
@@ -260,6 +332,10 @@ def main() -> None:
     ap.add_argument("--sizes", default="1e5,1e6", help="synapse counts, comma-separated")
     ap.add_argument("--long", action="store_true", help="also import 10^7 synapses (3 rounds)")
     ap.add_argument("--add-many", type=int, default=0, help="also time add_many of this many annotations")
+    ap.add_argument("--add-vs-single", type=int, default=0,
+                    help="also pair add_many of this many synapses with adding them one by one")
+    ap.add_argument("--add-bulk", type=int, default=0,
+                    help="with --add-vs-single: also add_many of this many synapses alone")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="bench-annotation-import-") as tmp:
         work = Path(tmp)
@@ -273,6 +349,8 @@ def main() -> None:
             bench_import(10_000_000, 3, work)
         if args.add_many:
             bench_add_many(args.add_many, args.rounds, work)
+        if args.add_vs_single:
+            bench_add_vs_single(args.add_vs_single, args.rounds, work, args.add_bulk)
     save(BENCH, partial=not args.long)
 
 

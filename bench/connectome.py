@@ -286,6 +286,9 @@ def run(n: int, rounds: int, *, from_base: bool = False, peer_rounds: int | None
                             f"load {os.getloadavg()[0]:.0f}", met=met)
         print(f"  N={n:,}: ours {[round(x * 1e3, 1) for x in pair.ours]} ms; peer {[round(x, 2) for x in pair.peer]} s",
               flush=True)
+        if only == "connections":  # connections(body) alone (no synapses(body), no box)
+            repo.close()
+            return
         if n <= 10**6:
             bench_synapses(v, n, rounds if n < 10**6 else min(rounds, 3), a, b, lm, where)
         if n >= 10**6 or from_base:  # the box's peer reads every record: measured at 10^4
@@ -321,7 +324,7 @@ def main() -> None:
     p.add_argument("--base", action="store_true",
                    help="build the synapses by importing a Parquet table as the base (the synapse index is "
                         "built at import) instead of add_many; the peer is then a vectorised recount")
-    p.add_argument("--only", choices=["synapses"], default=None, help="measure only this case")
+    p.add_argument("--only", choices=["synapses", "connections"], default=None, help="measure only this case")
     p.add_argument("--sizes", default=None, help="comma-separated N (overrides the defaults and --long)")
     p.add_argument("--log", type=int, default=0, help="labelmap edits made before the rounds (a long mutation log)")
     args = p.parse_args()

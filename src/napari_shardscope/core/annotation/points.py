@@ -33,19 +33,22 @@ def supervoxels_at(lmv: LabelmapVersion, points: npt.ArrayLike, block: Sequence[
     if not len(pts):
         return out
     blk = np.asarray(block, dtype=np.int64)
-    shape = np.asarray(lmv.scales[0].shape, dtype=np.int64)
+    lmv = lmv.pinned()  # one state for every block read below (not a store probe per block)
     cells = pts // blk
     uniq, inverse = np.unique(cells, axis=0, return_inverse=True)
     inverse = inverse.reshape(-1)
     order = np.argsort(inverse, kind="stable")
     bounds = np.searchsorted(inverse[order], np.arange(len(uniq) + 1))
-    for i, cell in enumerate(uniq):
+    for i in range(len(uniq)):
         idx = order[bounds[i]:bounds[i + 1]]
-        lo = cell * blk
-        hi = np.minimum(lo + blk, shape)
+        # the box of the block's points, not the whole block: a few points in a block (a small batch)
+        # read (and decode) only the stored chunks under them
+        here = pts[idx]
+        lo = here.min(axis=0)
+        hi = here.max(axis=0) + 1
         box = Box(tuple(int(v) for v in lo), tuple(int(v) for v in hi))  # type: ignore[arg-type]
         data = lmv.read_once(box, bodies=False) if len(pts) >= ONCE_POINTS else lmv.read_supervoxels(box)
-        out[idx] = _at(data, pts[idx] - lo)
+        out[idx] = _at(data, here - lo)
     return out
 
 

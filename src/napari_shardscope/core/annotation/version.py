@@ -50,6 +50,7 @@ from napari_shardscope.core.annotation.model import (
     check_relation,
     check_tags,
     make_annotation,
+    record_point,
 )
 from napari_shardscope.core.annotation.mutations import AnnotationMutation
 from napari_shardscope.core.versioned.dag import Version
@@ -107,8 +108,13 @@ class AnnotationVersion:
                 out.update((aid, s.annotation) for aid, s in page.items() if aid not in stored)
         return [out[i] for i in sorted(out)]
 
-    def _records(self, view: VersionView, ids: Iterable[int]) -> list[Stored]:
-        """The records of ``ids`` at this version, by id (an id the base holds and this version deleted is left out)."""
+    def _records(self, view: VersionView, ids: Iterable[int],
+                 keep: Callable[[Point], bool] | None = None) -> list[Stored]:
+        """The records of ``ids`` at this version, by id (an id the base holds and this version deleted is left out).
+
+        ``keep``: only records whose point it accepts, judged from the record's fixed head before its
+        tail is decoded (a box query drops most of its candidates: decoding their JSON was its cost).
+        """
         ids = sorted(set(ids))
         raws = view.get_many(self.instance.instance, [K.record_key(i) for i in ids])
         base = self.instance.base
@@ -123,6 +129,8 @@ class AnnotationVersion:
             if raw is None:
                 raise AnnotationRecordError(f"an index names annotation {aid}, whose record is missing at version "
                                             f"{self.uuid[:8]}")
+            if keep is not None and not keep(record_point(raw, key=f"annotation {aid}")):
+                continue
             s = decode(aid, raw)
             assert s is not None
             out.append(s)
@@ -146,6 +154,11 @@ class AnnotationVersion:
         b1 = [(h - 1) // b for h, b in zip(chi, block, strict=True)]
         ids: list[int] = []
         inst = self.instance.instance
+        (z0, y0, x0), (z1, y1, x1) = box_lo, box_hi
+
+        def inside(p: Point) -> bool:
+            return z0 <= p[0] < z1 and y0 <= p[1] < y1 and x0 <= p[2] < x1
+
         with self.instance.repo.read(self.uuid) as view:
             for bz in range(b0[0], b1[0] + 1):
                 for by in range(b0[1], b1[1] + 1):
@@ -154,9 +167,8 @@ class AnnotationVersion:
                     ids.extend(K.id_of_index_key(k) for k in view.keys(inst, start=start, stop=stop))
             if self.instance.base is not None:
                 ids.extend(self.instance.base.ids_in_block_box(b0, b1).tolist())
-            found = self._records(view, ids)
-        return [s.annotation for s in found
-                if all(c <= p < h for c, p, h in zip(box_lo, s.annotation.point, box_hi, strict=True))]
+            found = self._records(view, ids, keep=inside)
+        return [s.annotation for s in found if inside(s.annotation.point)]
 
     def with_tag(self, tag: str) -> list[Annotation]:
         """Annotations carrying ``tag``, by id (one range scan of the tag index)."""

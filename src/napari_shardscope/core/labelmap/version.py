@@ -100,6 +100,14 @@ class LabelmapVersion:
         """Shape, downsampling factors, voxel size and translate of each scale, finest first."""
         return self.labelmap.config.scales
 
+    def pinned(self) -> LabelmapVersion:
+        """A handle whose reads all use the version's state as of now (looked up once, not per read).
+
+        For one batch of reads (a bulk add's hundreds of block reads): one store probe, and every read
+        sees the same body map. Edits through the handle still refresh that state object.
+        """
+        return LabelmapVersion(self.labelmap, self.uuid, state=self._state())
+
     def _state(self) -> VersionState:
         return self._pinned if self._pinned is not None else self.labelmap.state(self.uuid)
 

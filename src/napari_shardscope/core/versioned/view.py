@@ -11,7 +11,6 @@ key range once and apply the same rule per key, so they merge the ancestor layer
 from __future__ import annotations
 
 import itertools
-
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
