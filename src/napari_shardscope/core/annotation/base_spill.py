@@ -96,24 +96,33 @@ class Spill:
                 yield part
 
     def read_range(self, lo: int | None, hi: int | None) -> Columns:
-        """The rows of every run with ``lo <= key < hi`` (None: unbounded), columns concatenated."""
-        pieces: dict[str, list[npt.NDArray[np.generic]]] = {}
+        """The rows of every run with ``lo <= key < hi`` (None: unbounded), columns concatenated.
+
+        Each column's output is allocated once and every run's slice read straight into its place
+        (``readinto``): no array per run and no concatenated copy (a third of the system time of a
+        merge was faulting in and copying those).
+        """
+        spans: list[tuple[Run, int, int]] = []
         for run in self.runs:
             kpath, kdtype = run.files[self.key]
             keys = np.memmap(kpath, dtype=kdtype, mode="r", shape=(run.rows,))
             a = 0 if lo is None else int(np.searchsorted(keys, kdtype.type(lo), side="left"))
             b = run.rows if hi is None else int(np.searchsorted(keys, kdtype.type(hi), side="left"))
             del keys  # unmapped: its pages leave this process's resident memory
-            for name, (path, dtype) in run.files.items():
-                if b > a:
-                    pieces.setdefault(name, []).append(
-                        np.fromfile(path, dtype=dtype, count=b - a, offset=a * dtype.itemsize))
-                else:
-                    pieces.setdefault(name, [])
+            if b > a:
+                spans.append((run, a, b))
+        total = sum(b - a for _, a, b in spans)
         out: Columns = {}
-        for name, parts in pieces.items():
-            dtype = self.runs[0].files[name][1]
-            out[name] = np.concatenate(parts) if parts else np.zeros(0, dtype)
+        if not self.runs:
+            return out
+        for name, (_, dtype) in self.runs[0].files.items():
+            col = np.empty(total, dtype)
+            at = 0
+            for run, a, b in spans:
+                path, d = run.files[name]
+                _read_into(path, col[at:at + b - a], a * d.itemsize)
+                at += b - a
+            out[name] = col
         return out
 
     def remove(self) -> None:
@@ -124,3 +133,16 @@ class Spill:
                     os.unlink(path)
         self.runs = []
 
+
+
+def _read_into(path: Path, target: npt.NDArray[Any], offset: int) -> None:
+    """Fill ``target`` (contiguous) with the bytes of ``path`` from ``offset`` (a spill file: its size is known)."""
+    view = memoryview(target).cast("B")
+    with open(path, "rb", buffering=0) as fh:
+        fh.seek(offset)
+        got = 0
+        while got < len(view):
+            k = fh.readinto(view[got:])
+            if not k:
+                raise OSError(f"{path}: ends {len(view) - got} bytes early (a spill file was cut)")
+            got += k

@@ -39,6 +39,8 @@ from napari_shardscope.core.annotation.base import MAX_BLOCKS, BaseConfig, BaseP
 from napari_shardscope.core.annotation.base_order import (
     block_linear,
     id_order,
+    index_order,
+    key_order,
     linear_order,
     order_by,
     synapse_aggregates,
@@ -208,13 +210,13 @@ class BaseBuilder:
         gy, gx = np.uint64(self.grid[1]), np.uint64(self.grid[2])
         for part in self.by_block.ranges(self.range_sites):
             ids, lin = part.pop("id"), part.pop("lin")
-            order = order_by(lin, ids)
+            by_id_order = key_order(ids)  # packed sorts, never an argsort of 10⁶ u64 (:mod:`.base_order`)
+            order = by_id_order[linear_order(lin[by_id_order])]  # by (block, id)
             lin_s = lin[order]
             bx = lin_s % gx
             rest = lin_s // gx
             spatial.put(block_code(rest // gy, rest % gy, bx), {"id": ids[order]})
             del bx, rest
-            by_id_order = np.argsort(ids)
             run: Columns = {"id": ids[by_id_order]}
             for name, col in part.items():
                 run[name] = col[by_id_order]
@@ -225,7 +227,7 @@ class BaseBuilder:
                 svs[order] = supervoxels_of_block_runs(self.labelmap, zyx, starts, self.block, once=True)
                 del zyx
                 run["sv"] = svs[by_id_order]
-                o_sv = np.argsort(svs)
+                o_sv = key_order(svs)
                 by_sv.add({"sv": svs[o_sv], "id": ids[o_sv]})
             by_id.add(run)
             del part, run, lin_s
@@ -280,7 +282,7 @@ class BaseBuilder:
         table.put(np.zeros(0, np.uint64), {"partner": np.zeros(0, np.uint64), "dir": np.zeros(0, np.uint8),
                                            "n": np.zeros(0, np.uint32)})
         for part in ends.ranges(self.range_sites):
-            order = np.lexsort((part["partner"], part["dir"], part["sv"]))
+            order = index_order(part["sv"], part["dir"], part["partner"])
             sv, partner, d, cnt = (part[c][order] for c in ("sv", "partner", "dir", "n"))
             new = np.ones(sv.size, dtype=bool)
             new[1:] = (sv[1:] != sv[:-1]) | (d[1:] != d[:-1]) | (partner[1:] != partner[:-1])
