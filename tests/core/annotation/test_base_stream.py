@@ -176,3 +176,59 @@ def test_a_csv_that_breaks_midway_names_row_line_and_byte_and_leaves_no_base(tmp
     assert not (bases / "syn").exists()
     assert not [p.name for p in bases.iterdir() if p.name.startswith(TEMP_PREFIX)] if bases.exists() else True
     assert "syn" not in {i.name for i in repo.instances()}
+
+
+def test_prefetched_pieces_arrive_in_order_errors_after_the_good_ones_and_the_reader_stops_with_the_consumer() \
+        -> None:
+    """The thread reading the next piece hands over everything in order, its error after the pieces before
+    it, and ends when the consumer stops early (a failed import leaves no reader running)."""
+    import threading
+
+    def source(fail_at: int | None) -> Any:
+        for i in range(6):
+            if i == fail_at:
+                raise AnnotationTableError("row 42: bad", key="t.csv")
+            yield i
+
+    assert list(base_input.prefetched(source(None))) == list(range(6))
+    got: list[int] = []
+    with pytest.raises(AnnotationTableError, match="row 42"):
+        for x in base_input.prefetched(source(3)):
+            got.append(x)
+    assert got == [0, 1, 2]
+    closed = threading.Event()
+
+    def endless() -> Any:
+        try:
+            i = 0
+            while True:
+                yield i
+                i += 1
+        finally:
+            closed.set()
+
+    it = base_input.prefetched(endless())
+    assert [next(it), next(it)] == [0, 1]
+    it.close()  # the consumer stops: the reader thread ends and closes its source
+    assert closed.wait(10)
+    assert not any(t.name == "base-read" and t.is_alive() for t in threading.enumerate())
+
+
+def test_a_spill_written_in_the_background_reads_back_what_was_added(tmp_path: Path) -> None:
+    """Runs handed to the spill writer are complete when a range is read (the reader waits for them)."""
+    from napari_shardscope.core.annotation.base_spill import Spill, SpillWriter
+
+    writer = SpillWriter()
+    spill = Spill(tmp_path / "spill", "k", 4, writer)
+    rng = np.random.default_rng(1)
+    keys = [np.sort(rng.integers(0, 1000, 5000).astype(np.uint64)) for _ in range(5)]
+    for i, k in enumerate(keys):
+        spill.add({"k": k, "v": np.full(k.size, i, np.int32), "b": k % np.uint64(2) == 0})
+    parts = list(spill.ranges(3000))
+    got = np.concatenate([p["k"] for p in parts])
+    assert sorted(got.tolist()) == sorted(np.concatenate(keys).tolist())
+    assert Counter(np.concatenate([p["v"] for p in parts]).tolist()) == {i: 5000 for i in range(5)}
+    assert all(((p["k"] % np.uint64(2) == 0) == p["b"]).all() for p in parts)
+    spill.remove()
+    writer.close()
+    assert not list((tmp_path / "spill").iterdir())

@@ -42,6 +42,7 @@ from napari_shardscope.core.annotation.base_input import (
     TABLE_SUFFIXES,
     is_table_file,
     iter_table_pieces,
+    prefetched,
     pyarrow_modules,
     read_table_file,
 )
@@ -518,7 +519,8 @@ def build_base(source: Any, base_dir: str | os.PathLike[str], *, shape: tuple[in
         return write_base(sites, base_dir, block=block, shape=shape, source=where, format=format,
                           overwrite=overwrite, labelmap=labelmap)
     where = str(Path(source).resolve())
-    pieces = _table_pieces(source, where=where, columns=columns, shape=shape, voxel_size=voxel_size)
+    # the next piece is read and converted by a thread while this one is sorted and spilled
+    pieces = prefetched(_table_pieces(source, where=where, columns=columns, shape=shape, voxel_size=voxel_size))
     first = next(pieces)  # the columns, so the properties, of every piece (the table's schema)
     properties = [p for p, _ in first.properties]
     builder = BaseBuilder(base_dir, block=block, shape=shape, source=where, layout=first.layout,
@@ -538,6 +540,7 @@ def build_base(source: Any, base_dir: str | os.PathLike[str], *, shape: tuple[in
             builder.add(_chunk(sites))
             del sites
     except BaseException:
+        pieces.close()
         builder.abort()
         raise
     return builder.finish()

@@ -13,9 +13,11 @@ import csv
 import gzip
 import io
 import os
-from collections.abc import Iterator
+import queue
+import threading
+from collections.abc import Generator, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from napari_shardscope.core.annotation.errors import AnnotationArgumentError, AnnotationTableError
 from napari_shardscope.core.errors import UnsupportedFeatureError
@@ -25,6 +27,57 @@ TABLE_SUFFIXES = (".csv", ".csv.gz", ".parquet", ".pq", ".feather", ".arrow", ".
 PIECE_ROWS = 1 << 20
 #: Bytes of CSV text parsed per block (pyarrow's streaming reader infers the types from the first).
 CSV_BLOCK_BYTES = 16 << 20
+
+
+T = TypeVar("T")
+_END = object()
+
+
+def prefetched(items: Iterator[T], depth: int = 1) -> Generator[T, None, None]:
+    """``items``, produced by a thread up to ``depth`` ahead of the consumer (errors raised in order).
+
+    An import reads and converts the next piece of the table (pyarrow decodes with the GIL released)
+    while the current one is sorted and spilled. The producer stops when the consumer does (closing
+    this generator, or an error in the consumer): it never runs ahead unbounded nor outlives the import.
+    """
+    q: queue.Queue[tuple[Any, BaseException | None]] = queue.Queue(depth)
+    stop = threading.Event()
+
+    def offer(item: tuple[Any, BaseException | None]) -> bool:
+        while not stop.is_set():
+            try:
+                q.put(item, timeout=0.1)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def run() -> None:
+        try:
+            for x in items:
+                if not offer((x, None)):
+                    return
+            offer((_END, None))
+        except BaseException as exc:  # handed to the consumer, in order
+            offer((None, exc))
+        finally:
+            close = getattr(items, "close", None)
+            if close is not None:
+                close()
+
+    thread = threading.Thread(target=run, daemon=True, name="base-read")
+    thread.start()
+    try:
+        while True:
+            x, exc = q.get()
+            if exc is not None:
+                raise exc
+            if x is _END:
+                return
+            yield x
+    finally:
+        stop.set()
+        thread.join()
 
 
 def pyarrow_modules() -> Any:

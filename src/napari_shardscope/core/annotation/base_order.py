@@ -95,7 +95,8 @@ def key_order(keys: U64) -> npt.NDArray[np.intp]:
     packed |= np.arange(n, dtype=np.uint64)
     packed.sort()
     packed &= np.uint64((1 << row_bits) - 1)
-    return packed.astype(np.intp)
+    out: npt.NDArray[np.intp] = packed.astype(np.intp)
+    return out
 
 
 def dense_ranks(values: U64) -> tuple[U64, U64]:
@@ -208,7 +209,8 @@ def order_by(primary: U64, secondary: U64) -> npt.NDArray[np.intp]:
         packed |= np.arange(n, dtype=np.uint64)
         packed.sort()
         packed &= np.uint64((1 << row_bits) - 1)
-        return packed.astype(np.intp)
+        out: npt.NDArray[np.intp] = packed.astype(np.intp)
+        return out
     o1 = key_order(secondary)
     rel = primary[o1]
     lo = rel.min()

@@ -14,7 +14,9 @@ a time, in the orders the tables need:
    (the index rows of the ranges summed again).
 
 Each table is written by its own thread from a short queue (pyarrow compresses with the GIL
-released while the next range is sorted). Everything is written into a hidden directory beside
+released while the next range is sorted); the spills' run files are written by one more thread
+(:class:`~.base_spill.SpillWriter`, one run ahead), and the input's next piece is read and converted
+by another (:func:`~.base_input.prefetched`), so the main thread only sorts and gathers. Everything is written into a hidden directory beside
 ``base_dir`` and renamed into place at the end: a failure at any step — a bad row in the last
 piece of a CSV — leaves no base, and no half of one. The tables are exactly those of the earlier
 whole-table import (same rows, same order, same columns), so bases written by either read alike.
@@ -45,7 +47,7 @@ from napari_shardscope.core.annotation.base_order import (
     order_by,
     synapse_aggregates,
 )
-from napari_shardscope.core.annotation.base_spill import SAMPLE_EVERY, Columns, Spill
+from napari_shardscope.core.annotation.base_spill import SAMPLE_EVERY, Columns, Spill, SpillWriter
 from napari_shardscope.core.annotation.errors import AnnotationTableError
 from napari_shardscope.core.annotation.points import supervoxels_of_block_runs
 from napari_shardscope.core.errors import RefusedWriteError, UnsupportedFeatureError
@@ -162,7 +164,8 @@ class BaseBuilder:
         self.tables = self.temp / "tables"
         self.tables.mkdir()
         self.sample = max(1, min(SAMPLE_EVERY, range_sites // 16))
-        self.by_block = Spill(self.temp / "spill", "lin", self.sample)
+        self.spill_writer = SpillWriter()
+        self.by_block = Spill(self.temp / "spill", "lin", self.sample, self.spill_writer)
         self.rows = 0
         self.max_id = 0
         self._threads: list[_TableThread] = []
@@ -297,14 +300,16 @@ class BaseBuilder:
         try:
             spill = self.temp / "spill"
             indexed = self.labelmap is not None
-            by_id = Spill(spill, "id", self.sample)
-            by_sv = Spill(spill, "sv", self.sample) if indexed else None
-            ends = Spill(spill / "ends", "sv", self.sample) if indexed and self.layout == "synapses" else None
+            w = self.spill_writer
+            by_id = Spill(spill, "id", self.sample, w)
+            by_sv = Spill(spill, "sv", self.sample, w) if indexed else None
+            ends = Spill(spill / "ends", "sv", self.sample, w) if indexed and self.layout == "synapses" else None
             self._by_block(by_id, by_sv)
             self._by_id(by_id, ends)
             if by_sv is not None:
                 self._sites(by_sv)
             synapse_rows = self._synapses(ends) if ends is not None else 0
+            self.spill_writer.close()
             shutil.rmtree(spill, ignore_errors=True)
             self._commit()
         except BaseException:
@@ -338,4 +343,5 @@ class BaseBuilder:
         """Stop the writers and remove everything written (the hidden directory)."""
         for t in self._threads:
             t.abort()
+        self.spill_writer.close()  # no write may land in the directory after it is removed
         shutil.rmtree(self.temp, ignore_errors=True)
