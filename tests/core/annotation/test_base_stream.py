@@ -178,6 +178,31 @@ def test_a_csv_that_breaks_midway_names_row_line_and_byte_and_leaves_no_base(tmp
     assert "syn" not in {i.name for i in repo.instances()}
 
 
+@pytest.mark.parametrize("value", [b"abc", b'"1 2"'])
+def test_a_csv_value_that_is_not_a_number_midway_names_its_row_line_byte_and_column(tmp_path: Path,
+                                                                                    monkeypatch: pytest.MonkeyPatch,
+                                                                                    value: bytes) -> None:
+    """pyarrow names only the column of a value it cannot convert (in a block after the one whose types it
+    inferred): the error names the row, line and byte where that value starts, and the column by name."""
+    path = tmp_path / "bad.csv"
+    pacsv.write_csv(_table(3000), path)
+    lines = path.read_bytes().splitlines(keepends=True)
+    bad = 2500
+    fields = lines[bad + 1].split(b",")
+    fields[7] = value  # the int column "size"
+    lines[bad + 1] = b",".join(fields)
+    path.write_bytes(b"".join(lines))
+    byte = sum(len(x) for x in lines[: bad + 1]) + sum(len(f) + 1 for f in fields[:7])
+    monkeypatch.setattr(base_input, "PIECE_ROWS", 200)
+    monkeypatch.setattr(base_input, "CSV_BLOCK_BYTES", 8192)
+    shown = value.decode().strip('"')
+    with pytest.raises(AnnotationTableError, match=rf"row {bad} \(line {bad + 2}, byte {byte}\), column 'size': "
+                                                   rf"'{shown}' is not a int64") as err:
+        build_base(path, tmp_path / "base", shape=SHAPE, block=BLOCK)
+    assert str(path) in str(err.value)
+    assert not (tmp_path / "base").exists()
+
+
 def test_prefetched_pieces_arrive_in_order_errors_after_the_good_ones_and_the_reader_stops_with_the_consumer() \
         -> None:
     """The thread reading the next piece hands over everything in order, its error after the pieces before

@@ -16,7 +16,9 @@ a time, in the orders the tables need:
 Each table is written by its own thread from a short queue (pyarrow compresses with the GIL
 released while the next range is sorted); the spills' run files are written by one more thread
 (:class:`~.base_spill.SpillWriter`, one run ahead), and the input's next piece is read and converted
-by another (:func:`~.base_input.prefetched`), so the main thread only sorts and gathers. Everything is written into a hidden directory beside
+by another (:func:`~.base_input.prefetched`), so the main thread only sorts and gathers.
+
+Everything is written into a hidden directory beside
 ``base_dir`` and renamed into place at the end: a failure at any step — a bad row in the last
 piece of a CSV — leaves no base, and no half of one. The tables are exactly those of the earlier
 whole-table import (same rows, same order, same columns), so bases written by either read alike.
