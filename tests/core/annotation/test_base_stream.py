@@ -21,6 +21,7 @@ from napari_shardscope.core.annotation.base import block_code
 from napari_shardscope.core.annotation.base_import import build_base
 from napari_shardscope.core.annotation.errors import AnnotationTableError
 from napari_shardscope.core.labelmap import create_labelmap
+from napari_shardscope.core.tables import open_sorted_table
 from napari_shardscope.core.tables.destination import TEMP_PREFIX
 from napari_shardscope.core.versioned import create_repository
 from tests.core.annotation.test_annotation_model import BLOCK, SHAPE, base_volume
@@ -305,8 +306,8 @@ def test_a_precomputed_source_is_imported_a_minishard_at_a_time_in_memory_below_
     runs = {}
     for name, piece in (("streamed", 4096), ("whole", 1 << 22)):
         done = subprocess.run([sys.executable, "-c", _PRECOMPUTED_CHILD, str(tmp_path / "lines"),
-                               str(tmp_path / name), str(piece), str(tmp_path / "small")], capture_output=True, text=True, timeout=600,
-                              check=False)
+                               str(tmp_path / name), str(piece), str(tmp_path / "small")], capture_output=True,
+                              text=True, timeout=600, check=False)
         assert done.returncode == 0, done.stderr[-3000:]
         runs[name] = json.loads(done.stdout.strip().splitlines()[-1])
     assert runs["streamed"]["rows"] == runs["whole"]["rows"] == 2 * n
