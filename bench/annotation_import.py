@@ -1,7 +1,7 @@
 """Benchmark: import a synapse table as the base of an annotation instance: the curve (time, peak RSS, rate).
 
 Run: ``PYTHONPATH=src:. .venv/bin/python bench/annotation_import.py [--rounds 5] [--sizes 1e5,1e6] [--long]
-[--add-many 100000]``
+[--add-many 100000] [--before OLD/src] [--date]``
 
 Data: a CAVE-style Parquet table (``id``, ``pre_pt_position`` / ``post_pt_position`` list columns, an
 int ``size`` and a float ``score``; pyarrow's default row groups of 1 Mi rows) of ``N`` synapses
@@ -79,14 +79,16 @@ def _waited() -> float:
     return total / 1e9
 
 
-def in_child(*args: str) -> dict[str, float]:
+def in_child(*args: str, src: str | None = None) -> dict[str, float]:
     """Run this script with ``--child args`` in a new interpreter: what it measured, and its peak RSS in MiB.
 
     A new interpreter, not a fork: the parent has TensorStore's threads running (a fork would copy
-    their locks held); the child reports its own peak RSS (:func:`_peak_rss_mib`).
+    their locks held); the child reports its own peak RSS (:func:`_peak_rss_mib`). ``src``: a source
+    tree put first on the child's path (``--before``: an earlier version of the package, same run).
     """
+    path = ([src] if src else []) + sys.path
     proc = subprocess.Popen([sys.executable, __file__, "--child", *args], stdout=subprocess.PIPE,
-                            env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+                            env={**os.environ, "PYTHONPATH": os.pathsep.join(path)})
     assert proc.stdout is not None
     out = proc.stdout.read()
     _, status, _usage = os.wait4(proc.pid, 0)
@@ -155,18 +157,24 @@ def read_and_sort_once(table: str) -> dict[str, float]:
     return _measured(run)
 
 
-def bench_import(n: int, rounds: int, work: Path) -> None:
+def bench_import(n: int, rounds: int, work: Path, before: str | None = None) -> None:
     table = work / f"syn-{n}.parquet"
     write_table(table, n)
     print(f"  table: {n} synapses, {table.stat().st_size / 2**20:.0f} MiB Parquet")
     ours: list[dict[str, float]] = []
     peer: list[dict[str, float]] = []
+    old: list[dict[str, float]] = []
+    loads: list[float] = []
     for r in range(rounds):
         steps = [lambda r=r: ours.append(in_child("import", str(work / "repo"), f"base{n}-{r}", str(table))),
                  lambda: peer.append(in_child("sort", str(table)))]
+        if before:
+            steps.append(lambda r=r: old.append(in_child("import", str(work / "repo"), f"old{n}-{r}", str(table),
+                                                         src=before)))
         for step in steps if r % 2 == 0 else steps[::-1]:
             step()
-    load = os.getloadavg()[0]
+            loads.append(os.getloadavg()[0])
+    load = float(np.median(loads))
 
     def col(rows: list[dict[str, float]], key: str) -> list[float]:
         return [x[key] for x in rows]
@@ -182,6 +190,14 @@ def bench_import(n: int, rounds: int, work: Path) -> None:
                f"core {spread(col(ours, 'wait'))} s; peak RSS {spread(col(ours, 'rss'), '{:.0f}')} MiB (peer "
                f"{spread(col(peer, 'rss'), '{:.0f}')} MiB, CPU {spread(col(peer, 'cpu'))} s); load {load:.1f} on "
                f"{os.cpu_count()} cpus"))
+    if before:
+        record(Row(BENCH, f"import {n:.0e} synapses (CAVE Parquet), this tree vs --before", "-",
+                   spread(col(ours, "wall")) + " s", f"--before {before}", spread(col(old, "wall")) + " s",
+                   spread([b["wall"] / o["wall"] for o, b in zip(ours, old, strict=True)]) + "x", "-", None, rounds,
+                   f"CPU ours {spread(col(ours, 'cpu'))} s, before {spread(col(old, 'cpu'))} s; waited for a core "
+                   f"ours {spread(col(ours, 'wait'))} s, before {spread(col(old, 'wait'))} s; peak RSS ours "
+                   f"{spread(col(ours, 'rss'), '{:.0f}')} MiB, before {spread(col(old, 'rss'), '{:.0f}')} MiB; "
+                   f"load {load:.1f} (median over the rounds' steps)"))
 
 
 def _previous_check_items(items: Sequence[tuple[bytes, bytes]]) -> None:
@@ -336,6 +352,10 @@ def main() -> None:
                     help="also pair add_many of this many synapses with adding them one by one")
     ap.add_argument("--add-bulk", type=int, default=0,
                     help="with --add-vs-single: also add_many of this many synapses alone")
+    ap.add_argument("--before", default=None, metavar="SRC",
+                    help="also import with the package at this source tree (e.g. `git archive` of an earlier "
+                         "commit's src/), interleaved in the same rounds: before and after under the same load")
+    ap.add_argument("--date", action="store_true", help="also save the results as <bench>-<UTC date>.json")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="bench-annotation-import-") as tmp:
         work = Path(tmp)
@@ -344,14 +364,18 @@ def main() -> None:
         create_labelmap(repo, "seg", work / "seg")
         repo.close()
         for n in (int(float(x)) for x in args.sizes.split(",") if x):
-            bench_import(n, args.rounds, work)
+            bench_import(n, args.rounds, work, args.before)
         if args.long:
-            bench_import(10_000_000, 3, work)
+            bench_import(10_000_000, 3, work, args.before)
         if args.add_many:
             bench_add_many(args.add_many, args.rounds, work)
         if args.add_vs_single:
             bench_add_vs_single(args.add_vs_single, args.rounds, work, args.add_bulk)
-    save(BENCH, partial=not args.long)
+    path = save(BENCH, partial=not args.long)
+    if args.date:
+        dated = path.with_name(f"{BENCH}-{time.strftime('%Y-%m-%d', time.gmtime())}.json")
+        shutil.copyfile(path, dated)
+        print(f"copied to {dated}")
 
 
 if __name__ == "__main__":

@@ -176,3 +176,145 @@ def test_a_csv_that_breaks_midway_names_row_line_and_byte_and_leaves_no_base(tmp
     assert not (bases / "syn").exists()
     assert not [p.name for p in bases.iterdir() if p.name.startswith(TEMP_PREFIX)] if bases.exists() else True
     assert "syn" not in {i.name for i in repo.instances()}
+
+
+@pytest.mark.parametrize("value", [b"abc", b'"1 2"'])
+def test_a_csv_value_that_is_not_a_number_midway_names_its_row_line_byte_and_column(tmp_path: Path,
+                                                                                    monkeypatch: pytest.MonkeyPatch,
+                                                                                    value: bytes) -> None:
+    """pyarrow names only the column of a value it cannot convert (in a block after the one whose types it
+    inferred): the error names the row, line and byte where that value starts, and the column by name."""
+    path = tmp_path / "bad.csv"
+    pacsv.write_csv(_table(3000), path)
+    lines = path.read_bytes().splitlines(keepends=True)
+    bad = 2500
+    fields = lines[bad + 1].split(b",")
+    fields[7] = value  # the int column "size"
+    lines[bad + 1] = b",".join(fields)
+    path.write_bytes(b"".join(lines))
+    byte = sum(len(x) for x in lines[: bad + 1]) + sum(len(f) + 1 for f in fields[:7])
+    monkeypatch.setattr(base_input, "PIECE_ROWS", 200)
+    monkeypatch.setattr(base_input, "CSV_BLOCK_BYTES", 8192)
+    shown = value.decode().strip('"')
+    with pytest.raises(AnnotationTableError, match=rf"row {bad} \(line {bad + 2}, byte {byte}\), column 'size': "
+                                                   rf"'{shown}' is not a int64") as err:
+        build_base(path, tmp_path / "base", shape=SHAPE, block=BLOCK)
+    assert str(path) in str(err.value)
+    assert not (tmp_path / "base").exists()
+
+
+def test_prefetched_pieces_arrive_in_order_errors_after_the_good_ones_and_the_reader_stops_with_the_consumer() \
+        -> None:
+    """The thread reading the next piece hands over everything in order, its error after the pieces before
+    it, and ends when the consumer stops early (a failed import leaves no reader running)."""
+    import threading
+
+    def source(fail_at: int | None) -> Any:
+        for i in range(6):
+            if i == fail_at:
+                raise AnnotationTableError("row 42: bad", key="t.csv")
+            yield i
+
+    assert list(base_input.prefetched(source(None))) == list(range(6))
+    got: list[int] = []
+    with pytest.raises(AnnotationTableError, match="row 42"):
+        for x in base_input.prefetched(source(3)):
+            got.append(x)
+    assert got == [0, 1, 2]
+    closed = threading.Event()
+
+    def endless() -> Any:
+        try:
+            i = 0
+            while True:
+                yield i
+                i += 1
+        finally:
+            closed.set()
+
+    it = base_input.prefetched(endless())
+    assert [next(it), next(it)] == [0, 1]
+    it.close()  # the consumer stops: the reader thread ends and closes its source
+    assert closed.wait(10)
+    assert not any(t.name == "base-read" and t.is_alive() for t in threading.enumerate())
+
+
+def test_a_spill_written_in_the_background_reads_back_what_was_added(tmp_path: Path) -> None:
+    """Runs handed to the spill writer are complete when a range is read (the reader waits for them)."""
+    from napari_shardscope.core.annotation.base_spill import Spill, SpillWriter
+
+    writer = SpillWriter()
+    spill = Spill(tmp_path / "spill", "k", 4, writer)
+    rng = np.random.default_rng(1)
+    keys = [np.sort(rng.integers(0, 1000, 5000).astype(np.uint64)) for _ in range(5)]
+    for i, k in enumerate(keys):
+        spill.add({"k": k, "v": np.full(k.size, i, np.int32), "b": k % np.uint64(2) == 0})
+    parts = list(spill.ranges(3000))
+    got = np.concatenate([p["k"] for p in parts])
+    assert sorted(got.tolist()) == sorted(np.concatenate(keys).tolist())
+    assert Counter(np.concatenate([p["v"] for p in parts]).tolist()) == {i: 5000 for i in range(5)}
+    assert all(((p["k"] % np.uint64(2) == 0) == p["b"]).all() for p in parts)
+    spill.remove()
+    writer.close()
+    assert not list((tmp_path / "spill").iterdir())
+
+
+_PRECOMPUTED_CHILD = """
+import json, sys, tracemalloc
+from napari_shardscope.core.annotation import base_input
+from napari_shardscope.core.annotation.base_import import build_base
+from napari_shardscope.core.formats import open_annotations
+src, out, piece, small = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
+base_input.PIECE_ROWS = piece
+# a first import of a small collection: the modules the import loads lazily (20 MB of them) are not its data
+build_base(open_annotations(small), out + "-warm", shape=(64, 1024, 1024), block=(64, 64, 64))
+source = open_annotations(src)
+tracemalloc.start()
+config = build_base(source, out, shape=(64, 1024, 1024), block=(64, 64, 64), range_sites=max(piece, 4096))
+peak = tracemalloc.get_traced_memory()[1]
+tracemalloc.stop()
+print(json.dumps({"peak": peak, "rows": config.rows, "max_id": config.max_id}))
+"""
+
+
+def test_a_precomputed_source_is_imported_a_minishard_at_a_time_in_memory_below_its_size(tmp_path: Path) -> None:
+    """A line collection bigger than the memory the import may use is imported with bounded memory (traced
+    NumPy and Python allocations in a fresh interpreter), and the base equals the one read in one piece."""
+    import json
+    import subprocess
+    import sys
+
+    from napari_shardscope.core.formats.precomputed.annotations.schema import (
+        AnnotationSchema,
+        Dimension,
+        PropertySpec,
+    )
+    from napari_shardscope.core.formats.precomputed.annotations.table import make_annotations
+    from napari_shardscope.core.formats.precomputed.annotations.writer import write_annotations
+
+    n = 250_000
+    bound = 12 << 20  # a piece, a merge range, the table writers' pages and the source's minishard indexes
+    rng = np.random.default_rng(9)
+    dims = (Dimension("x", 4.0, "nm"), Dimension("y", 4.0, "nm"), Dimension("z", 40.0, "nm"))
+    schema = AnnotationSchema("line", dims, (PropertySpec("score", "float32"),))
+    hi = np.asarray([1024, 1024, 64] * 2, dtype=np.float64)
+    batch = make_annotations(schema, rng.permutation(n).astype(np.uint64) + 7, rng.random((n, 6)) * hi,
+                             {"score": rng.random(n).astype(np.float32)})
+    write_annotations(tmp_path / "lines", batch, limit=5000, shard_bytes=1 << 20)
+    write_annotations(tmp_path / "small", batch.take(np.arange(50)), limit=5000, shard_bytes=1 << 12)
+    decoded = n * (8 + 6 * 8 + 4)  # ids, geometry as float64, score: what reading it whole held at least
+    runs = {}
+    for name, piece in (("streamed", 4096), ("whole", 1 << 22)):
+        done = subprocess.run([sys.executable, "-c", _PRECOMPUTED_CHILD, str(tmp_path / "lines"),
+                               str(tmp_path / name), str(piece), str(tmp_path / "small")], capture_output=True,
+                              text=True, timeout=600, check=False)
+        assert done.returncode == 0, done.stderr[-3000:]
+        runs[name] = json.loads(done.stdout.strip().splitlines()[-1])
+    assert runs["streamed"]["rows"] == runs["whole"]["rows"] == 2 * n
+    assert decoded > bound  # the source does not fit in the bound
+    assert runs["streamed"]["peak"] < bound, runs
+    assert runs["whole"]["peak"] > decoded  # the same measure sees a whole read (the test can fail)
+    for table in ("records", "spatial"):
+        a = pq.read_table(tmp_path / "streamed" / f"{table}.parquet")
+        b = pq.read_table(tmp_path / "whole" / f"{table}.parquet")
+        assert a.equals(b), table

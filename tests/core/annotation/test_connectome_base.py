@@ -29,7 +29,11 @@ from napari_shardscope.core.annotation.base_import import build_base
 from napari_shardscope.core.annotation.base_order import (
     aggregate_by_lexsort,
     block_order,
+    dense_ranks,
     id_order,
+    index_order,
+    key_order,
+    order_by,
     synapse_aggregates,
 )
 from napari_shardscope.core.annotation.connectome import _connections_from, recount_connectivity
@@ -76,6 +80,25 @@ def test_id_order_sorts_like_argsort_and_keeps_duplicates_adjacent(ids: list[int
     assert got.tolist() == sorted(a.tolist())
     if order is not None:
         assert sorted(order.tolist()) == list(range(a.size))  # a permutation: no row lost or repeated
+
+
+wide_u64 = st.lists(st.integers(0, 2**64 - 1), max_size=50)
+
+
+@given(a=wide_u64, b=wide_u64, narrow=st.booleans())
+@settings(max_examples=200, deadline=None)
+def test_packed_orders_are_the_stable_lexicographic_orders(a: list[int], b: list[int], narrow: bool) -> None:
+    """key_order, order_by and index_order give numpy's stable order, packed (narrow keys) or not (wide)."""
+    n = min(len(a), len(b))
+    x = np.asarray([v % 7 if narrow else v for v in a[:n]], dtype=np.uint64)
+    y = np.asarray([v % 5 if narrow else v for v in b[:n]], dtype=np.uint64)
+    assert key_order(x).tolist() == np.argsort(x, kind="stable").tolist()
+    assert order_by(x, y).tolist() == np.lexsort((np.arange(n), y, x)).tolist()
+    d = (y % np.uint64(2)).astype(np.uint8)
+    assert index_order(x, d, y).tolist() == np.lexsort((np.arange(n), y, d, x)).tolist()
+    uniq, ranks = dense_ranks(x)
+    assert uniq.tolist() == sorted(set(x.tolist()))
+    assert uniq[ranks.astype(np.intp)].tolist() == x.tolist()
 
 
 @given(cells=st.lists(st.tuples(st.integers(0, 3), st.integers(0, 4), st.integers(0, 5)), max_size=60))

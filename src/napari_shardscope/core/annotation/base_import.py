@@ -14,7 +14,8 @@ Inputs:
   ``confidence_post``. Other names through :class:`SynapseColumns`. A CSV has no random access, so
   it is converted like every table: the tables written here are what is read afterwards;
 * a **precomputed annotation source** (``neuroglancer_annotations_v1``, local or a URL, read through
-  the one byte store): lines are synapses (``point_a`` pre, ``point_b`` post), points are points.
+  the one byte store): lines are synapses (``point_a`` pre, ``point_b`` post), points are points;
+  read a shard's minishards at a time (:mod:`.base_precomputed`), never whole.
 
 Each synapse row becomes a ``pre`` and a ``post`` annotation linked ``PreSynTo``/``PostSynTo``;
 a row id ``S`` (the table's ``id`` column, or the row number) gives ids ``2S + 1`` (pre) and
@@ -42,14 +43,14 @@ from napari_shardscope.core.annotation.base_input import (
     TABLE_SUFFIXES,
     is_table_file,
     iter_table_pieces,
+    prefetched,
     pyarrow_modules,
     read_table_file,
 )
-from napari_shardscope.core.annotation.base_order import id_order
+from napari_shardscope.core.annotation.base_sites import Sites, check_ids, interleave_sites, to_voxels
 from napari_shardscope.core.annotation.base_stream import RANGE_SITES, BaseBuilder, SiteChunk
 from napari_shardscope.core.annotation.errors import AnnotationArgumentError, AnnotationTableError
-from napari_shardscope.core.annotation.model import MAX_ID
-from napari_shardscope.core.errors import ArgumentError, UnsupportedFeatureError
+from napari_shardscope.core.errors import ArgumentError
 from napari_shardscope.core.labelmap.version import LabelmapVersion
 
 U64 = npt.NDArray[np.uint64]
@@ -177,39 +178,6 @@ class _Cols:
         return np.stack([self.numeric(c) for c in spec], axis=1)
 
 
-def to_voxels(xyz: npt.NDArray[Any], *, columns: str, where: str, shape: tuple[int, int, int],
-              voxel_size: Sequence[float] | None, row0: int = 0) -> I64:
-    """``(n, 3)`` x, y, z (voxels, or nm with ``voxel_size``) → ``(n, 3)`` int64 z, y, x inside ``shape``."""
-    v = xyz
-    if v.dtype.kind == "f" or voxel_size is not None:
-        v = v.astype(np.float64)
-        bad = np.flatnonzero(~np.isfinite(v).all(axis=1))
-        if bad.size:
-            raise AnnotationTableError(f"columns {columns}, row {row0 + int(bad[0])}: coordinate {v[bad[0]].tolist()} "
-                                       f"is not a finite number", key=where)
-        if voxel_size is not None:
-            v = v / np.asarray(voxel_size, dtype=np.float64)
-        v = np.floor(v)
-        lim = float(2**62)
-        big = np.flatnonzero((np.abs(v) >= lim).any(axis=1))
-        if big.size:
-            raise AnnotationTableError(f"columns {columns}, row {row0 + int(big[0])}: coordinate {v[big[0]].tolist()} "
-                                       f"is out of range", key=where)
-    elif v.dtype.kind == "u" and v.size and int(v.max()) >= 2**62:
-        row = int(np.flatnonzero((v >= 2**62).any(axis=1))[0])
-        raise AnnotationTableError(f"columns {columns}, row {row0 + row}: coordinate {v[row].tolist()} is out of "
-                                   f"range",
-                                   key=where)
-    zyx = np.ascontiguousarray(v[:, ::-1].astype(np.int64))
-    outside = np.flatnonzero(((zyx < 0) | (zyx >= np.asarray(shape, dtype=np.int64))).any(axis=1))
-    if outside.size:
-        r = int(outside[0])
-        raise AnnotationTableError(
-            f"columns {columns}, row {row0 + r}: voxel (z, y, x) {tuple(zyx[r].tolist())} is outside the labelmap's "
-            f"scale-0 shape {shape} ({outside.size} row(s) outside; is the table in nm? pass voxel_size)", key=where)
-    return zyx
-
-
 def _kinds_of(column: str) -> tuple[str, tuple[str, ...]]:
     """A property column's name on the annotations and which sites carry it (the affix rule)."""
     for pattern, kinds in ((r"^pre_pt_(.+)$", ("pre",)), (r"^post_pt_(.+)$", ("post",)),
@@ -219,46 +187,6 @@ def _kinds_of(column: str) -> tuple[str, tuple[str, ...]]:
         if m:
             return m.group(1), kinds
     return column, ("pre", "post")
-
-
-@dataclass
-class Sites:
-    """The annotations of a base as columns, before sorting (what both inputs produce)."""
-
-    ids: U64
-    layout: str  # "synapses" (ids 2S+1 pre, 2S+2 post) or "points"
-    zyx: npt.NDArray[np.int32]  # (n, 3) z, y, x
-    properties: list[tuple[BaseProperty, npt.NDArray[Any]]]
-
-
-def _check_ids(ids: npt.NDArray[Any], *, column: str, where: str, pairs: bool, row0: int = 0,
-               unique: bool = True) -> tuple[U64, npt.NDArray[np.intp] | None]:
-    """The ids as u64 (checked: in range and, with ``unique``, no duplicate) and the permutation that sorts
-    them (None: sorted, or not asked: a piece's duplicates are found by the merge, :mod:`.base_stream`)."""
-    if ids.dtype.kind not in "iu":
-        raise AnnotationTableError(f"column {column!r} is {ids.dtype}, not integer ids", key=where)
-    if ids.dtype.kind == "i" and ids.size and int(ids.min()) < 0:
-        r = int(np.flatnonzero(ids < 0)[0])
-        raise AnnotationTableError(f"column {column!r}, row {row0 + r}: negative id {int(ids[r])}", key=where)
-    out = ids.astype(np.uint64)
-    top = (MAX_ID - 2) // 2 if pairs else MAX_ID
-    low = 0 if pairs else 1
-    bad = np.flatnonzero((out > np.uint64(top)) | (out < np.uint64(low)))
-    if bad.size:
-        r = int(bad[0])
-        raise AnnotationTableError(f"column {column!r}, row {row0 + r}: id {int(out[r])} is outside {low}..{top}",
-                                   key=where)
-    if not unique:
-        return out, None
-    order = id_order(out)
-    s = out if order is None else out[order]
-    dup = np.flatnonzero(s[1:] == s[:-1])
-    if dup.size:
-        full = np.arange(out.size) if order is None else order
-        a, b = sorted((int(full[dup[0]]), int(full[dup[0] + 1])))
-        raise AnnotationTableError(f"column {column!r}: rows {a} and {b} have the same id {int(s[dup[0]])}",
-                                   key=where)
-    return out, order
 
 
 def sites_from_table(table: Any, *, where: str, columns: SynapseColumns | None, shape: tuple[int, int, int],
@@ -278,7 +206,7 @@ def sites_from_table(table: Any, *, where: str, columns: SynapseColumns | None, 
     pairs = post is not None
     order: npt.NDArray[np.intp] | None = None
     if cols.id is not None:
-        sid, order = _check_ids(c.numeric(cols.id), column=cols.id, where=where, pairs=pairs, row0=row0,
+        sid, order = check_ids(c.numeric(cols.id), column=cols.id, where=where, pairs=pairs, row0=row0,
                                 unique=whole)
     else:
         sid = np.arange(row0, row0 + n, dtype=np.uint64) + np.uint64(0 if pairs else 1)
@@ -316,7 +244,7 @@ def sites_from_table(table: Any, *, where: str, columns: SynapseColumns | None, 
         if typ == "float":
             arr = arr.astype(np.float64)
         props.append((BaseProperty(prop, f"p{i}", typ, kinds), arr))
-    return _sites(sid, pre, post, props, order)
+    return interleave_sites(sid, pre, post, props, order)
 
 
 def _name(spec: str | tuple[str, str, str]) -> str:
@@ -327,109 +255,6 @@ def _used(spec: str | tuple[str, str, str] | None) -> set[str | None]:
     if spec is None:
         return set()
     return {spec} if isinstance(spec, str) else set(spec)
-
-
-def _sites(sid: U64, pre: I64, post: I64 | None, props: list[tuple[BaseProperty, npt.NDArray[Any]]],
-           order: npt.NDArray[np.intp] | None = None) -> Sites:
-    """Interleave pre and post sites (ids 2S+1, 2S+2) or take points (id S); property columns follow.
-
-    Rows are put in synapse-id order first (``order``, from :func:`_check_ids`), so the interleaved
-    ids are sorted; the interleaving writes straight into the output (no gathered copy first).
-    """
-    n = sid.size
-
-    def take(a: npt.NDArray[Any]) -> npt.NDArray[Any]:
-        return a if order is None else a[order]
-
-    if post is None:
-        return Sites(take(sid), "points", take(pre).astype(np.int32), [(p, take(arr)) for p, arr in props])
-    ids = np.empty(2 * n, np.uint64)
-    s = take(sid)
-    np.multiply(s, np.uint64(2), out=ids[0::2])
-    ids[0::2] += np.uint64(1)
-    np.add(ids[0::2], np.uint64(1), out=ids[1::2])
-    zyx = np.empty((2 * n, 3), np.int32)  # below 2**31 voxels per axis (the block grid is checked)
-    zyx[0::2], zyx[1::2] = take(pre), take(post)
-    out = []
-    for p, arr in props:
-        a = take(arr)
-        both = np.empty(2 * n, arr.dtype)
-        both[0::2] = a
-        both[1::2] = a
-        out.append((p, both))
-    return Sites(ids, "synapses", zyx, out)
-
-
-def sites_from_precomputed(source: Any, *, where: str, shape: tuple[int, int, int],
-                           voxel_size: Sequence[float] | None) -> Sites:
-    """The annotations of a precomputed annotation collection: lines are synapses, points are points."""
-    schema = source.schema
-    kind = schema.annotation_type
-    if kind not in ("point", "line"):
-        raise UnsupportedFeatureError(f"importing {kind} annotations", detail="a base holds points and lines "
-                                      "(synapses)")
-    dims = [d.name for d in schema.dimensions]
-    if sorted(dims) != ["x", "y", "z"]:
-        raise AnnotationTableError(f"annotation dimensions are {dims}; an import needs x, y and z", key=where)
-    order = [dims.index(a) for a in "xyz"]
-    scale_nm = np.asarray([schema.dimensions[i].scale * _unit_nm(schema.dimensions[i].unit, where)
-                           for i in order], dtype=np.float64)
-    ids_parts, geo_parts = [], []
-    prop_parts: dict[str, list[npt.NDArray[Any]]] = {p.id: [] for p in schema.properties}
-    rel_parts: dict[str, list[U64]] = {r: [] for r in schema.relationships}
-    for batch in source.iter_batches():
-        ids_parts.append(np.asarray(batch.ids, dtype=np.uint64))
-        geo_parts.append(np.asarray(batch.geometry, dtype=np.float64))
-        for p in schema.properties:
-            prop_parts[p.id].append(np.asarray(batch.properties[p.id]))
-        for r in schema.relationships:
-            rel = (batch.relationships or {}).get(r)
-            first = np.zeros(len(batch), np.uint64)
-            if rel is not None:
-                has = rel.counts > 0
-                first[has] = rel.values[rel.offsets[:-1][has]]
-            rel_parts[r].append(first)
-    ids = np.concatenate(ids_parts) if ids_parts else np.zeros(0, np.uint64)
-    rank = len(dims)
-    geo = np.concatenate(geo_parts) if geo_parts else np.zeros((0, 2 * rank if kind == "line" else rank))
-
-    def voxels(cols: npt.NDArray[Any], what: str) -> I64:
-        xyz = cols[:, order] * (scale_nm / np.asarray(voxel_size, dtype=np.float64) if voxel_size is not None
-                                else 1.0)
-        return to_voxels(xyz, columns=what, where=where, shape=shape, voxel_size=None)
-
-    props: list[tuple[BaseProperty, npt.NDArray[Any]]] = []
-    for i, p in enumerate(schema.properties):
-        if p.components != 1:
-            continue  # rgb / rgba colours: display hints, not properties of a synapse
-        arr = np.concatenate(prop_parts[p.id]) if prop_parts[p.id] else np.zeros(0, p.dtype)
-        labels = None
-        typ = "float" if arr.dtype.kind == "f" else "int"
-        if p.enum_values is not None and p.enum_labels is not None:
-            typ = "enum"
-            labels = {str(int(v) if typ != "float" and float(v).is_integer() else v): lab
-                      for v, lab in zip(p.enum_values, p.enum_labels, strict=True)}
-        if typ == "float":
-            arr = arr.astype(np.float64)
-        kinds = ("pre", "post") if kind == "line" else ("point",)
-        props.append((BaseProperty(p.id, f"p{i}", typ, kinds, labels), arr))
-    for j, r in enumerate(schema.relationships):
-        arr = np.concatenate(rel_parts[r]) if rel_parts[r] else np.zeros(0, np.uint64)
-        kinds = ("pre", "post") if kind == "line" else ("point",)
-        props.append((BaseProperty(r, f"r{j}", "int", kinds), arr))
-    if kind == "line":
-        pre, post = voxels(geo[:, :rank], "point_a"), voxels(geo[:, rank:], "point_b")
-        sid, by_id = _check_ids(ids, column="id", where=where, pairs=True)
-        return _sites(sid, pre, post, props, by_id)
-    sid, by_id = _check_ids(ids, column="id", where=where, pairs=False)
-    return _sites(sid, voxels(geo, "point"), None, props, by_id)
-
-
-def _unit_nm(unit: str, where: str) -> float:
-    factors = {"m": 1e9, "mm": 1e6, "um": 1e3, "µm": 1e3, "nm": 1.0, "pm": 1e-3, "": 1.0}
-    if unit not in factors:
-        raise AnnotationTableError(f"dimension unit {unit!r} is not a length", key=where)
-    return factors[unit]
 
 
 # -- writing the base ---------------------------------------------------------------------------------------
@@ -493,7 +318,7 @@ def build_base(source: Any, base_dir: str | os.PathLike[str], *, shape: tuple[in
                range_sites: int = RANGE_SITES) -> BaseConfig:
     """Read ``source`` (a table file or a precomputed annotation source) and write its base tables.
 
-    A table file is read a piece at a time and its tables written by a merge in bounded memory
+    A table file or a precomputed source is read a piece at a time and its tables written by a merge in bounded memory
     (:mod:`.base_stream`); ``range_sites`` is the sites merged at once. ``labelmap``: read each
     site's supervoxel there and write the synapse index (:func:`write_base`).
     """
@@ -506,7 +331,9 @@ def build_base(source: Any, base_dir: str | os.PathLike[str], *, shape: tuple[in
         columns = SynapseColumns(**columns)
     if format not in ("parquet", "zarr3"):
         raise ArgumentError(f"base table format must be parquet or zarr3, got {format!r}")
+    duplicate = None
     if not is_table_file(source):
+        from napari_shardscope.core.annotation.base_precomputed import precomputed_pieces
         from napari_shardscope.core.formats.annotations import open_annotations
         from napari_shardscope.core.formats.precomputed.annotations.reader import AnnotationSource
 
@@ -514,17 +341,18 @@ def build_base(source: Any, base_dir: str | os.PathLike[str], *, shape: tuple[in
             raise AnnotationArgumentError("columns= names the columns of a table; a precomputed source has none")
         src = source if isinstance(source, AnnotationSource) else open_annotations(_url(source))
         where = src.store.url
-        sites = sites_from_precomputed(src, where=where, shape=shape, voxel_size=voxel_size)
-        return write_base(sites, base_dir, block=block, shape=shape, source=where, format=format,
-                          overwrite=overwrite, labelmap=labelmap)
-    where = str(Path(source).resolve())
-    pieces = _table_pieces(source, where=where, columns=columns, shape=shape, voxel_size=voxel_size)
+        read: Iterator[Sites] = precomputed_pieces(src, where=where, shape=shape, voxel_size=voxel_size)
+    else:
+        where = str(Path(source).resolve())
+        read = _table_pieces(source, where=where, columns=columns, shape=shape, voxel_size=voxel_size)
+        duplicate = _duplicate_finder(source, where=where, columns=columns)
+    # the next piece is read and converted by a thread while this one is sorted and spilled
+    pieces = prefetched(read)
     first = next(pieces)  # the columns, so the properties, of every piece (the table's schema)
     properties = [p for p, _ in first.properties]
     builder = BaseBuilder(base_dir, block=block, shape=shape, source=where, layout=first.layout,
                           properties=properties, format=format, overwrite=overwrite, labelmap=labelmap,
-                          duplicate=_duplicate_finder(source, where=where, columns=columns),
-                          range_sites=range_sites)
+                          duplicate=duplicate, range_sites=range_sites)
     try:
         builder.add(_chunk(first))
         del first
@@ -538,6 +366,7 @@ def build_base(source: Any, base_dir: str | os.PathLike[str], *, shape: tuple[in
             builder.add(_chunk(sites))
             del sites
     except BaseException:
+        pieces.close()
         builder.abort()
         raise
     return builder.finish()

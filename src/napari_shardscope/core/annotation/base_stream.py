@@ -14,7 +14,11 @@ a time, in the orders the tables need:
    (the index rows of the ranges summed again).
 
 Each table is written by its own thread from a short queue (pyarrow compresses with the GIL
-released while the next range is sorted). Everything is written into a hidden directory beside
+released while the next range is sorted); the spills' run files are written by one more thread
+(:class:`~.base_spill.SpillWriter`, one run ahead), and the input's next piece is read and converted
+by another (:func:`~.base_input.prefetched`), so the main thread only sorts and gathers.
+
+Everything is written into a hidden directory beside
 ``base_dir`` and renamed into place at the end: a failure at any step — a bad row in the last
 piece of a CSV — leaves no base, and no half of one. The tables are exactly those of the earlier
 whole-table import (same rows, same order, same columns), so bases written by either read alike.
@@ -39,11 +43,13 @@ from napari_shardscope.core.annotation.base import MAX_BLOCKS, BaseConfig, BaseP
 from napari_shardscope.core.annotation.base_order import (
     block_linear,
     id_order,
+    index_order,
+    key_order,
     linear_order,
     order_by,
     synapse_aggregates,
 )
-from napari_shardscope.core.annotation.base_spill import SAMPLE_EVERY, Columns, Spill
+from napari_shardscope.core.annotation.base_spill import SAMPLE_EVERY, Columns, Spill, SpillWriter
 from napari_shardscope.core.annotation.errors import AnnotationTableError
 from napari_shardscope.core.annotation.points import supervoxels_of_block_runs
 from napari_shardscope.core.errors import RefusedWriteError, UnsupportedFeatureError
@@ -160,7 +166,8 @@ class BaseBuilder:
         self.tables = self.temp / "tables"
         self.tables.mkdir()
         self.sample = max(1, min(SAMPLE_EVERY, range_sites // 16))
-        self.by_block = Spill(self.temp / "spill", "lin", self.sample)
+        self.spill_writer = SpillWriter()
+        self.by_block = Spill(self.temp / "spill", "lin", self.sample, self.spill_writer)
         self.rows = 0
         self.max_id = 0
         self._threads: list[_TableThread] = []
@@ -208,13 +215,13 @@ class BaseBuilder:
         gy, gx = np.uint64(self.grid[1]), np.uint64(self.grid[2])
         for part in self.by_block.ranges(self.range_sites):
             ids, lin = part.pop("id"), part.pop("lin")
-            order = order_by(lin, ids)
+            by_id_order = key_order(ids)  # packed sorts, never an argsort of 10⁶ u64 (:mod:`.base_order`)
+            order = by_id_order[linear_order(lin[by_id_order])]  # by (block, id)
             lin_s = lin[order]
             bx = lin_s % gx
             rest = lin_s // gx
             spatial.put(block_code(rest // gy, rest % gy, bx), {"id": ids[order]})
             del bx, rest
-            by_id_order = np.argsort(ids)
             run: Columns = {"id": ids[by_id_order]}
             for name, col in part.items():
                 run[name] = col[by_id_order]
@@ -225,7 +232,7 @@ class BaseBuilder:
                 svs[order] = supervoxels_of_block_runs(self.labelmap, zyx, starts, self.block, once=True)
                 del zyx
                 run["sv"] = svs[by_id_order]
-                o_sv = np.argsort(svs)
+                o_sv = key_order(svs)
                 by_sv.add({"sv": svs[o_sv], "id": ids[o_sv]})
             by_id.add(run)
             del part, run, lin_s
@@ -280,7 +287,7 @@ class BaseBuilder:
         table.put(np.zeros(0, np.uint64), {"partner": np.zeros(0, np.uint64), "dir": np.zeros(0, np.uint8),
                                            "n": np.zeros(0, np.uint32)})
         for part in ends.ranges(self.range_sites):
-            order = np.lexsort((part["partner"], part["dir"], part["sv"]))
+            order = index_order(part["sv"], part["dir"], part["partner"])
             sv, partner, d, cnt = (part[c][order] for c in ("sv", "partner", "dir", "n"))
             new = np.ones(sv.size, dtype=bool)
             new[1:] = (sv[1:] != sv[:-1]) | (d[1:] != d[:-1]) | (partner[1:] != partner[:-1])
@@ -295,14 +302,16 @@ class BaseBuilder:
         try:
             spill = self.temp / "spill"
             indexed = self.labelmap is not None
-            by_id = Spill(spill, "id", self.sample)
-            by_sv = Spill(spill, "sv", self.sample) if indexed else None
-            ends = Spill(spill / "ends", "sv", self.sample) if indexed and self.layout == "synapses" else None
+            w = self.spill_writer
+            by_id = Spill(spill, "id", self.sample, w)
+            by_sv = Spill(spill, "sv", self.sample, w) if indexed else None
+            ends = Spill(spill / "ends", "sv", self.sample, w) if indexed and self.layout == "synapses" else None
             self._by_block(by_id, by_sv)
             self._by_id(by_id, ends)
             if by_sv is not None:
                 self._sites(by_sv)
             synapse_rows = self._synapses(ends) if ends is not None else 0
+            self.spill_writer.close()
             shutil.rmtree(spill, ignore_errors=True)
             self._commit()
         except BaseException:
@@ -336,4 +345,5 @@ class BaseBuilder:
         """Stop the writers and remove everything written (the hidden directory)."""
         for t in self._threads:
             t.abort()
+        self.spill_writer.close()  # no write may land in the directory after it is removed
         shutil.rmtree(self.temp, ignore_errors=True)
