@@ -20,7 +20,8 @@ from pathlib import Path
 import pytest
 
 from napari_shardscope.core import errors
-from napari_shardscope.core.sample_data import CACHE_DIR_ENV, ensure_sample_dataset
+from napari_shardscope.core.sample_data import CACHE_DIR_ENV, SampleDataset
+from tests.volume_cases import sample  # noqa: F401  (fixture: the session's sample, read only)
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs"
@@ -134,10 +135,10 @@ def test_api_page_lists_every_public_name() -> None:
 
 
 @pytest.fixture(scope="module")
-def sample_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    cache = tmp_path_factory.mktemp("sample-cache")
-    ensure_sample_dataset(cache)  # generated once for every page's examples
-    return cache
+def sample_cache(sample: SampleDataset) -> Path:  # noqa: F811
+    """The session's sample cache (generated once per worker, shared with the other files that read it): the
+    examples only read the sample (what they write goes to their working directory, ``tmp_path``)."""
+    return sample.root.parent
 
 
 @pytest.mark.parametrize("page", PAGES_WITH_EXAMPLES)

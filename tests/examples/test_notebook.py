@@ -7,6 +7,9 @@ Jupyter), which inherits the virtual display pytest-xvfb started.
 
 ``NAPARI_APPLICATION_IPY_INTERACTIVE=0``: without it the kernel can hang after the viewer is made
 (see NAPARI-NOTES.md). Each cell has a timeout, so a hang fails the test instead of stalling CI.
+
+The sample comes from the session's cache (``tests/volume_cases.sample``), as on a user's second run: its
+generation on first use is tested in ``tests/core/test_sample_data.py``, and here it cost 6 CPU seconds.
 """
 
 from __future__ import annotations
@@ -17,6 +20,9 @@ from pathlib import Path
 
 import pytest
 
+from napari_shardscope.core.sample_data import SampleDataset
+from tests.volume_cases import sample  # noqa: F401  (fixture: the session's sample, read only)
+
 nbformat = pytest.importorskip("nbformat")
 nbclient = pytest.importorskip("nbclient")
 
@@ -25,13 +31,13 @@ CELL_TIMEOUT = 600
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 
-def test_proofreading_notebook_runs_headless(tmp_path: Path) -> None:
+def test_proofreading_notebook_runs_headless(tmp_path: Path, sample: SampleDataset) -> None:  # noqa: F811
     nb = nbformat.read(NOTEBOOK, as_version=4)
     env = dict(os.environ)  # with QT_API, set by tests/conftest.py to this environment's binding
     env.update({
         "NAPARI_APPLICATION_IPY_INTERACTIVE": "0",
         "SHARDSCOPE_NOTEBOOK_DIR": str(tmp_path / "work"),
-        "SHARDSCOPE_CACHE_DIR": str(tmp_path / "cache"),
+        "SHARDSCOPE_CACHE_DIR": str(sample.root.parent),
     })
     client = nbclient.NotebookClient(nb, timeout=CELL_TIMEOUT, kernel_name="python3",
                                      resources={"metadata": {"path": str(tmp_path)}})
