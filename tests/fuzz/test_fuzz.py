@@ -167,8 +167,8 @@ def test_a_case_that_waits_longer_than_the_cpu_limit_is_not_a_hang(fuzz_seeds: t
     seeds, bomb = fuzz_seeds
     # The sleep outlasts the CPU limit by 2 s; the limit stays well above the CPU the case's own operations
     # use (under a second), so only a watchdog that counted waiting as work would report a hang.
-    report = fuzz(range(1), seeds, bomb, workers=1, limits=Limits(cpu_seconds=8, wall_seconds=600),
-                  probe="sleep:10")
+    report = fuzz(range(1), seeds, bomb, workers=1, limits=Limits(cpu_seconds=4, wall_seconds=600),
+                  probe="sleep:6")
     assert report.datasets == 1 and report.findings == [], report.findings
     assert report.by_operation["probe_sleep"] == {"ok": 1}
 

@@ -46,14 +46,16 @@ def _local_branches(repo: Path) -> list[str]:
     return [b["name"] for b in shardscope_json("repo", "branches", str(repo))]
 
 
-@pytest.fixture
-def shared(tmp_path: Path) -> tuple[Path, Path, str, list[int]]:
-    """A (made the repository, pushed main and a branch ``alt``) and B (a clone); the remote; supervoxels."""
-    data = write_base(tmp_path / "seg")
+@pytest.fixture(scope="module")
+def shared_template(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[int]]:
+    """A (made the repository, pushed main and a branch ``alt``) and B (a clone) beside their remote, built once:
+    the remote verbs that build it are the same in every test (and checked here once)."""
+    root = tmp_path_factory.mktemp("tracking")
+    data = write_base(root / "seg")
     svs = [int(s) for s in np.unique(data) if s]
-    a, b, remote = tmp_path / "a", tmp_path / "b", str(tmp_path / "remote")
+    a, b, remote = root / "a", root / "b", str(root / "remote")
     repo = create_repository(a)
-    create_labelmap(repo, "seg", tmp_path / "seg", block=8)
+    create_labelmap(repo, "seg", root / "seg", block=8)
     repo.commit(repo.root, "base")
     v = repo.new_version(repo.root, "alt")
     open_labelmap(repo, "seg").at(v).merge(svs[-1], [svs[-2]])
@@ -64,7 +66,21 @@ def shared(tmp_path: Path) -> tuple[Path, Path, str, list[int]]:
     assert re.search(r"\d+ object\(s\) sent \(", pushed) and "received" not in pushed, pushed
     shardscope("push", str(a), "origin", "alt")
     shardscope("clone", remote, str(b))
-    return a, b, remote, svs
+    return root, svs
+
+
+@pytest.fixture
+def shared(shared_template: tuple[Path, list[int]], tmp_path: Path) -> tuple[Path, Path, str, list[int]]:
+    """A fresh copy of A, B and the remote for one test (each changes them); A's and B's remote points at the
+    copy's. The labelmap's base stays the template's (read only, never changed)."""
+    template, svs = shared_template
+    world = tmp_path / "world"
+    shutil.copytree(template, world)
+    for config in [*world.glob("[ab]/*.json"), *world.glob("[ab]/remote-state/*.json")]:
+        text = config.read_text()
+        if str(template) in text:
+            config.write_text(text.replace(str(template), str(world)))
+    return world / "a", world / "b", str(world / "remote"), svs
 
 
 def test_status_after_a_clone_reports_nothing_ahead(shared: tuple[Path, Path, str, list[int]],
