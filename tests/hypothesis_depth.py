@@ -20,4 +20,5 @@ CI_EXAMPLES = 50
 
 def examples(n: int) -> int:
     """``n`` examples in the default run; as many times more as the loaded profile searches deeper."""
-    return max(n, n * settings.default.max_examples // CI_EXAMPLES)
+    loaded = settings().max_examples  # a settings object with nothing set carries the loaded profile's values
+    return max(n, n * loaded // CI_EXAMPLES)
