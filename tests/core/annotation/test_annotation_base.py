@@ -38,6 +38,7 @@ from napari_shardscope.core.errors import FormatError
 from napari_shardscope.core.labelmap import Labelmap, create_labelmap
 from napari_shardscope.core.versioned import Repository, create_repository, open_repository
 from tests.core.annotation.test_annotation_model import BLOCK, SHAPE, AnnotationMachine, Branch, base_volume
+from tests.hypothesis_depth import examples
 
 N = 40  # synapses in the tables below
 
@@ -377,4 +378,7 @@ class BasedAnnotationMachine(AnnotationMachine):
 
 
 TestBasedAnnotationModel = BasedAnnotationMachine.TestCase
-TestBasedAnnotationModel.settings = settings(max_examples=25, stateful_step_count=20, deadline=None)
+# Examples bounded for the default run (tests/hypothesis_depth.py): each step's invariant reads every annotation back
+# through each index, so the cost is examples x steps; the default run keeps every step of a long sequence (25
+# examples before, 10 now) and ``--hypothesis-profile long`` searches twenty times as many.
+TestBasedAnnotationModel.settings = settings(max_examples=examples(10), stateful_step_count=20, deadline=None)

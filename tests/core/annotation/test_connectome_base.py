@@ -42,6 +42,7 @@ from napari_shardscope.core.labelmap import create_labelmap
 from napari_shardscope.core.versioned import create_repository
 from tests.core.annotation.test_annotation_model import SHAPE, base_volume
 from tests.core.annotation.test_connectome_model import ConnectomeMachine
+from tests.hypothesis_depth import examples
 
 sv_arrays = st.lists(st.tuples(st.integers(0, 12), st.integers(0, 12)), max_size=60)
 
@@ -267,7 +268,11 @@ class BasedConnectomeMachine(ConnectomeMachine):
 
 
 TestBasedConnectomeModel = BasedConnectomeMachine.TestCase
-TestBasedConnectomeModel.settings = settings(max_examples=20, stateful_step_count=20, deadline=None,
+# Examples bounded for the default run (tests/hypothesis_depth.py): each step's invariant recounts the whole
+# connectome and queries it a dozen ways, and each example imports a base, so the cost is examples x steps; the
+# default run keeps every step of a long sequence (20 examples before, 6 now) and ``--hypothesis-profile long``
+# searches twenty times as many.
+TestBasedConnectomeModel.settings = settings(max_examples=examples(6), stateful_step_count=20, deadline=None,
                                              suppress_health_check=[HealthCheck.too_slow])
 
 

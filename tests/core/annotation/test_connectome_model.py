@@ -34,6 +34,7 @@ from napari_shardscope.core.annotation.connectome import (
 from napari_shardscope.core.labelmap import create_labelmap
 from napari_shardscope.core.versioned import Repository, create_repository
 from tests.core.annotation.test_annotation_model import BLOCK, SHAPE, base_volume
+from tests.hypothesis_depth import examples
 
 
 @contextmanager
@@ -213,7 +214,10 @@ class ConnectomeMachine(RuleBasedStateMachine):
             assert {(c.pre, c.post): (c.before, c.after) for c in got.changes} == full
 
 
-ConnectomeMachine.TestCase.settings = settings(max_examples=25, stateful_step_count=25, deadline=None,
+# Examples bounded for the default run (tests/hypothesis_depth.py): each step's invariant recounts the whole
+# connectome and queries it a dozen ways, so the cost is examples x steps; the default run keeps every step of a long
+# sequence (25 examples before, 8 now) and ``--hypothesis-profile long`` searches twenty times as many.
+ConnectomeMachine.TestCase.settings = settings(max_examples=examples(8), stateful_step_count=25, deadline=None,
                                                suppress_health_check=[HealthCheck.too_slow])
 TestConnectomeModel = ConnectomeMachine.TestCase
 

@@ -30,6 +30,7 @@ from napari_shardscope.core.versioned import create_repository
 from tests.core.annotation.test_annotation_model import BLOCK, SHAPE, base_volume
 from tests.core.annotation.test_connectome_base import BasedConnectomeMachine, _table
 from tests.core.annotation.test_connectome_model import ConnectomeMachine
+from tests.hypothesis_depth import examples
 
 
 def brute_force_synapses(v: Any) -> dict[int, list[SynapseSite]]:
@@ -69,7 +70,10 @@ class BasedSynapsesMachine(BasedConnectomeMachine):
         check_synapses(self)
 
 
-_settings = settings(max_examples=20, stateful_step_count=20, deadline=None,
+# Examples bounded for the default run (tests/hypothesis_depth.py): each step's invariant scans every annotation of
+# the version and reads every body's synapses, so the cost is examples x steps; the default run keeps every step of a
+# long sequence (20 examples before, 6 now) and ``--hypothesis-profile long`` searches twenty times as many.
+_settings = settings(max_examples=examples(6), stateful_step_count=20, deadline=None,
                      suppress_health_check=[HealthCheck.too_slow])
 TestSynapsesModel = SynapsesMachine.TestCase
 TestSynapsesModel.settings = _settings

@@ -35,6 +35,7 @@ from napari_shardscope.core.labelmap.bodymap import BaseAgglomeration, BodyMap, 
 from napari_shardscope.core.labelmap.branch_merge import BranchMergeConflictError, merge_branches
 from napari_shardscope.core.versioned import Repository, create_repository
 from tests.core.labelmap.volumes import voronoi_supervoxels, write_precomputed
+from tests.hypothesis_depth import examples
 
 SHAPE = (9, 20, 22)
 BLOCK = (4, 8, 8)
@@ -281,8 +282,13 @@ class LmdbRecordsMachine(RecordsMachine):
 
 
 TestRecordsMemory = RecordsMachine.TestCase
-TestRecordsMemory.settings = settings(max_examples=20, stateful_step_count=25, deadline=None,
+# Examples bounded for the default run (tests/hypothesis_depth.py): each step's invariant reads every body's
+# supervoxels, size and sparse volume and replays the whole log, so the cost is examples x steps; the default run
+# keeps every step of a long sequence (20 examples before, 8 now) and ``--hypothesis-profile long`` searches twenty
+# times as many.
+TestRecordsMemory.settings = settings(max_examples=examples(8), stateful_step_count=25, deadline=None,
                                       suppress_health_check=[HealthCheck.too_slow])
 TestRecordsLmdb = LmdbRecordsMachine.TestCase
-TestRecordsLmdb.settings = settings(max_examples=10, stateful_step_count=25, deadline=None,
+# (10 examples before, 4 now: an LMDB repository per example; the memory engine above runs more.)
+TestRecordsLmdb.settings = settings(max_examples=examples(4), stateful_step_count=25, deadline=None,
                                     suppress_health_check=[HealthCheck.too_slow])

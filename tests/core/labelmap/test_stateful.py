@@ -31,6 +31,7 @@ from napari_shardscope.core.labelmap import (
 )
 from napari_shardscope.core.versioned import CommittedVersionError, Repository, create_repository
 from tests.core.labelmap.volumes import mode_downsample, voronoi_supervoxels, write_precomputed
+from tests.hypothesis_depth import examples
 
 SHAPE = (11, 21, 23)
 FACTORS = ((1, 1, 1), (1, 2, 2), (2, 4, 4))
@@ -321,4 +322,7 @@ class LabelmapMachine(RuleBasedStateMachine):
 
 
 TestLabelmap = LabelmapMachine.TestCase
-TestLabelmap.settings = settings(max_examples=25, stateful_step_count=20)
+# Examples bounded for the default run (tests/hypothesis_depth.py): each step's invariant reads the whole volume back
+# and checks it against the model, so the cost is examples x steps; the default run keeps every step of a long
+# sequence (25 examples before, 10 now) and ``--hypothesis-profile long`` searches twenty times as many.
+TestLabelmap.settings = settings(max_examples=examples(10), stateful_step_count=20)

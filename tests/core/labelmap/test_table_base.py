@@ -23,6 +23,7 @@ from napari_shardscope.core.labelmap import create_labelmap, open_labelmap
 from napari_shardscope.core.labelmap.errors import LabelmapStateError
 from napari_shardscope.core.tables import open_sorted_table, write_reverse_table, write_sorted_table
 from napari_shardscope.core.versioned import Repository, create_repository, open_repository
+from tests.cli_batch import run_commands
 from tests.core.labelmap.volumes import voronoi_supervoxels, write_precomputed
 
 PAGE_ROWS = 256
@@ -80,6 +81,19 @@ def cli(*argv: str) -> dict[str, object]:
     return out
 
 
+def cli_batch(*commands: list[str]) -> list[dict[str, object]]:
+    """Several verbs in one child process, in order (``tests/cli_batch.py``: real pipes, --json each).
+
+    One child per edit and the read that checks it, not one per command line: each child spent about a
+    second of CPU starting. The next edit runs in a fresh process, so each edit is read back from the store.
+    """
+    done = run_commands([[*c, "--json"] for c in commands], env={**os.environ, "SHARDSCOPE_USER": "ana"},
+                        timeout=300)
+    for proc in done:
+        assert proc.returncode == 0, (proc.args, proc.stderr)
+    return [json.loads(proc.stdout) for proc in done]
+
+
 @pytest.fixture
 def repos(tmp_path: Path) -> Iterator[tuple[Repository, Repository]]:
     a = create_repository(tmp_path / "table.repo")
@@ -95,11 +109,9 @@ def test_the_cli_proofreads_over_a_table_read_in_place(base: tuple[Path, np.ndar
     fwd = write_table(tmp_path, mapping, "zarr3")
     write_reverse_table(open_sorted_table(fwd), tmp_path / "rev.zarr")
     repo = tmp_path / "table.repo"
-    subprocess.run([sys.executable, "-m", "napari_shardscope", "repo", "init", str(repo)], check=True,
-                   capture_output=True, timeout=120)
-    info = cli("labelmap", "create", str(repo), "seg", str(seg), "--agglomeration", str(fwd),
-               "--agglomeration-reverse", str(tmp_path / "rev.zarr"),
-               "--block", "8")
+    _, info = cli_batch(["repo", "init", str(repo)],
+                        ["labelmap", "create", str(repo), "seg", str(seg), "--agglomeration", str(fwd),
+                         "--agglomeration-reverse", str(tmp_path / "rev.zarr"), "--block", "8"])
     table = info["agglomeration_table"]
     assert isinstance(table, dict) and table["forward"] == str(fwd) and table["rows"] == len(mapping)
     assert info["id_start"] == max(max(mapping), max(mapping.values())) + 1
@@ -113,20 +125,19 @@ def test_the_cli_proofreads_over_a_table_read_in_place(base: tuple[Path, np.ndar
         assert (got["supervoxel"], got["body"]) == (svs[4], ref.body_of(svs[4])) == (svs[4], svs[3])
 
         target, other = svs[0], svs[6]
-        cli("body", "merge", str(repo), "main", "seg", str(target), str(other))
+        _, got = cli_batch(["body", "merge", str(repo), "main", "seg", str(target), str(other)],
+                           ["body", "size", str(repo), "main", "seg", str(target)])
         ref.merge(target, [other])
-        got = cli("body", "size", str(repo), "main", "seg", str(target))
         assert got["supervoxels"] == ref.supervoxels(target) and len(ref.supervoxels(target)) == 6
         assert got["voxels"] == ref.size(target) == int(np.isin(data, svs[0:3] + svs[6:9]).sum())
 
-        cleaved = cli("body", "cleave", str(repo), "main", "seg", str(target), str(svs[7]))
+        cleaved, got = cli_batch(["body", "cleave", str(repo), "main", "seg", str(target), str(svs[7])],
+                                 ["body", "size", str(repo), "main", "seg", str(target)])
         new = ref.cleave(target, [svs[7]])
         assert cleaved["new_body"] == new
-        got = cli("body", "size", str(repo), "main", "seg", str(target))
         assert got["supervoxels"] == ref.supervoxels(target)
-        cli("undo", str(repo), "main", "seg")
+        _, got = cli_batch(["undo", str(repo), "main", "seg"], ["body", "size", str(repo), "main", "seg", str(target)])
         ref.undo()
-        got = cli("body", "size", str(repo), "main", "seg", str(target))
         assert got["supervoxels"] == ref.supervoxels(target) and len(ref.supervoxels(target)) == 6
 
         # a version read through the library: every voxel's body as the dict labelmap reads it

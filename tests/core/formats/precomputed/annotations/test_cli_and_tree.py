@@ -1,5 +1,11 @@
 """``shardscope inspect | ls | locate | validate`` and the shard browser's tree on annotation collections,
-driven as a user drives them: the CLI as a subprocess with its ``--json`` read from the pipe."""
+driven as a user drives them: the CLI as a subprocess with its ``--json`` read from the pipe.
+
+Command lines that do not depend on each other's output run in one child process (``tests/cli_batch.py``:
+each through the console script's ``main`` on real pipes), as the other CLI tests do: each child spent about
+a second of CPU importing the package and TensorStore, most of this file's cost. ``ls`` still streams its
+JSON Lines from a process of its own.
+"""
 
 from __future__ import annotations
 
@@ -16,6 +22,7 @@ from napari_shardscope.core.formats.precomputed.annotations.schema import Annota
 from napari_shardscope.core.formats.precomputed.annotations.spatial import cell_of_chunk_id
 from napari_shardscope.core.formats.precomputed.annotations.writer import write_annotations
 from napari_shardscope.core.layout import open_layout
+from tests.cli_batch import run_commands
 from tests.core.formats.precomputed.annotations.cases import DIMENSIONS, random_batch
 
 SYNAPSES = AnnotationSchema("point", DIMENSIONS, (PropertySpec("score", "float32"),
@@ -45,10 +52,23 @@ def shardscope_json(*args: str, expect: int = 0) -> Any:
     return json.loads(shardscope(*args, "--json", expect=expect)[0])
 
 
+def batch(*commands: list[str]) -> list[subprocess.CompletedProcess[str]]:
+    """Several command lines in one child process (real pipes); each must succeed."""
+    done = run_commands(commands)
+    for proc in done:
+        assert proc.returncode == 0, (proc.args, proc.returncode, proc.stderr[-2000:])
+    return done
+
+
+def batch_json(*commands: list[str]) -> list[Any]:
+    return [json.loads(proc.stdout) for proc in batch(*([*c, "--json"] for c in commands))]
+
+
 @pytest.mark.parametrize("which", ["sharded", "plain"])
 def test_inspect_summarises_the_schema_and_every_index(collections, which: str) -> None:  # type: ignore[no-untyped-def]
     root, _batch = collections
-    report = shardscope_json("inspect", str(root / which))
+    as_json, as_text = batch(["inspect", str(root / which), "--json"], ["inspect", str(root / which)])
+    report = json.loads(as_json.stdout)
     summary = report["annotations"]
     assert summary["annotation_type"] == "POINT" and summary["relationships"] == ["pre", "post"]
     assert [p["id"] for p in summary["properties"]] == ["score", "kind"]
@@ -59,7 +79,7 @@ def test_inspect_summarises_the_schema_and_every_index(collections, which: str) 
     assert level["level"] == 0 and level["grid_shape"] == [1, 1, 1] and level["limit"] == 100
     if which == "sharded":
         assert sum(sc["chunks"] for sc in report["scales"] if sc["key"] == "by_id") == 1500
-    text, _ = shardscope("inspect", str(root / which))
+    text = as_text.stdout
     assert "annotations POINT in 3 dimensions (x 4 nm, y 4 nm, z 40 nm)" in text
     assert "properties: score float32, kind uint8 (enum of 2); relationships: pre, post" in text
 
@@ -85,11 +105,14 @@ def test_locate_an_annotation_a_cell_a_point_and_a_segment(collections) -> None:
     root, batch = collections
     target = str(root / "sharded")
     ident = int(batch.ids[5])
-    rec = shardscope_json("locate", target, "--annotation", str(ident))
+    point = batch.geometry[5].tolist()
+    seg = int(batch.relationships["pre"].values[0])
+    rec, levels, found, plain = batch_json(  # the independent questions in one process
+        ["locate", target, "--annotation", str(ident)], ["locate", target, "--point", ",".join(map(str, point))],
+        ["locate", target, "--segment", str(seg)],
+        ["locate", str(root / "plain"), "--cell", "0,0,0", "--scale", "spatial/spatial0"])
     assert rec["source"] == "by_id" and rec["present"] and rec["sharded"]
     assert rec["shard_file"].startswith("by_id/") and rec["byte_range"][1] - rec["byte_range"][0] > 0
-    point = batch.geometry[5].tolist()
-    levels = shardscope_json("locate", target, "--point", ",".join(map(str, point)))
     source = open_annotations(root / "sharded")
     assert [r["level"] for r in levels] == list(range(len(source.info.spatial)))
     holding = [r for r in levels if r["present"] and ident in source.cell(r["level"], r["cell"]).ids.tolist()]
@@ -99,30 +122,31 @@ def test_locate_an_annotation_a_cell_a_point_and_a_segment(collections) -> None:
     assert cell["byte_range"] == holding[0]["byte_range"]
     again = shardscope_json("locate", target, "--chunk-id", str(cell["chunk_id"]), "--scale", cell["source"])
     assert again["cell"] == cell["cell"]
-    seg = int(batch.relationships["pre"].values[0])
-    found = shardscope_json("locate", target, "--segment", str(seg))
     assert any(r["source"] == "relationships/pre" and r["present"] for r in found)
-    plain = shardscope_json("locate", str(root / "plain"), "--cell", "0,0,0", "--scale", "spatial/spatial0")
     assert plain == {"source": "spatial/spatial0", "level": 0, "cell": [0, 0, 0], "key": "spatial0/0_0_0",
                      "present": True, "size": plain["size"], "sharded": False}
 
 
-@pytest.mark.parametrize(("args", "message"), [
+WRONG_LOCATIONS = [
     (["--cell", "9,9,9", "--scale", "spatial/spatial0"], "is not a cell of grid [1, 1, 1]"),
     (["--point", "1e9,0,0"], "lies outside the collection's bounds"),
     (["--cell", "0,0,0", "--scale", "by_id"], "'by_id' is not a spatial index level"),
     (["--voxel", "1,2,3"], "keyed by id, not by voxel"),
-])
-def test_wrong_locations_are_argument_errors(collections, args: list[str], message: str) -> None:  # type: ignore[no-untyped-def]
+]
+
+
+def test_wrong_locations_are_argument_errors(collections) -> None:  # type: ignore[no-untyped-def]
     root, _batch = collections
-    _, err = shardscope("locate", str(root / "sharded"), *args, expect=2)
-    assert message in err
+    done = run_commands([["locate", str(root / "sharded"), *args] for args, _ in WRONG_LOCATIONS])
+    for proc, (args, message) in zip(done, WRONG_LOCATIONS, strict=True):
+        assert proc.returncode == 2, (args, proc.returncode, proc.stderr[-2000:])
+        assert message in proc.stderr, (args, proc.stderr[-2000:])
 
 
 def test_validate_a_clean_collection(collections) -> None:  # type: ignore[no-untyped-def]
     root, _batch = collections
-    for which in ("sharded", "plain"):
-        assert shardscope_json("validate", str(root / which)) == {"ok": True, "problems": []}
+    for report in batch_json(["validate", str(root / "sharded")], ["validate", str(root / "plain")]):
+        assert report == {"ok": True, "problems": []}
 
 
 @pytest.mark.parametrize("which", ["sharded", "plain"])
