@@ -12,13 +12,35 @@ import re
 import socket
 import threading
 import time
+from collections.abc import Collection
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 #: The longest a gated request waits for its test to open the gate.
 GATE_WAIT_S = 60.0
+#: A delayed request waits for its client's quiet at most this many times ``delay`` after its arrival.
+QUIET_CAP = 10
+#: A client thread that ran or waited for a core this long within one look (10 ms) is working.
+BUSY_S = 0.001
 
 _RANGE = re.compile(r"bytes=(\d*)-(\d*)$")
+
+
+def thread_busy_seconds(skip: Collection[int] = ()) -> dict[int, float]:
+    """Seconds each thread of this process (but ``skip``) has been running or runnable (Linux schedstat).
+
+    Time waiting for a core counts: a client starved by a loaded machine is still working. ``{}`` where
+    there is no ``/proc``.
+    """
+    busy: dict[int, float] = {}
+    with contextlib.suppress(OSError):
+        for task in os.listdir("/proc/self/task"):
+            if int(task) in skip:
+                continue
+            with contextlib.suppress(OSError, ValueError, IndexError):  # a thread that just ended
+                on_cpu, waiting = Path(f"/proc/self/task/{task}/schedstat").read_text().split()[:2]
+                busy[int(task)] = (int(on_cpu) + int(waiting)) / 1e9
+    return busy
 
 
 class RangeServer:
@@ -30,10 +52,13 @@ class RangeServer:
     retried a request it gave up on appears twice); ``self.arrivals`` adds the time and range, and
     ``self.exchanges`` the time of the answer, from which :meth:`waves` groups requests into
     dependent waves.
-    With ``delay``, a request is answered once no request has arrived for ``delay`` seconds (and at
-    least ``delay`` after its own arrival): a far bucket's latency, with the requests a client issues
-    together answered together however slowly a loaded machine lets it issue them. A request then
-    arrives after an answer only if the client waited for one or sat idle a whole ``delay``.
+    With ``delay``, a request is answered once the client has been quiet for ``delay`` seconds: no
+    request arrived and no thread of this process but the server's own ran or waited for a core
+    (:func:`thread_busy_seconds`). That is a far bucket's latency, with the requests a client issues
+    together answered together however slowly a loaded machine lets it issue them: the client runs in
+    this process, and where other processes take the cores a few milliseconds of its work can last
+    seconds. The wait stops at :data:`QUIET_CAP` times ``delay`` after the request's arrival, below the
+    client's 3 s stall timeout. A request then arrives after an answer only if the client waited for one.
     """
 
     def __init__(self, root: str | os.PathLike[str], *, gate: threading.Event | None = None,
@@ -50,6 +75,11 @@ class RangeServer:
         self._gate = gate
         self._connections: set[socket.socket] = set()  # kept alive: closed by close()
         self._last_arrival = 0.0  # time.monotonic() of the latest request: ``delay`` waits for quiet
+        self._server_threads: set[int] = set()  # native ids: their work is not the client's
+        self._busy: dict[int, float] = {}  # thread_busy_seconds() of the latest look
+        self._looked_at = 0.0  # time.monotonic() of the latest look
+        self._client_busy_at = 0.0  # time.monotonic() of the latest look that saw the client working
+        self._released = 0.0  # every request that arrived before this time.monotonic() is answered now
         self._lock = threading.Lock()
         server = self
         held_lock = self._lock
@@ -71,6 +101,7 @@ class RangeServer:
                 super().setup()
                 with held_lock:
                     server._connections.add(self.connection)
+                    server._server_threads.add(threading.get_native_id())
 
             def finish(self) -> None:
                 with held_lock:
@@ -83,11 +114,12 @@ class RangeServer:
             def do_GET(self) -> None:
                 arrived_at = time.monotonic()
                 with held_lock:
-                    server._last_arrival = max(server._last_arrival, arrived_at)
+                    if delay > 0 and arrived_at > server._last_arrival:
+                        server._last_arrival = arrived_at
                     server.arrived.append(self.path)
                     server.arrivals.append((arrived_at, self.path, self.headers.get("Range")))
                 try:
-                    self._answer()
+                    self._answer(arrived_at)
                 finally:
                     with held_lock:
                         server.exchanges.append((arrived_at, time.monotonic(), self.path, self.headers.get("Range")))
@@ -98,10 +130,11 @@ class RangeServer:
                 self.send_header("Content-Length", "0")
                 self.end_headers()
 
-            def _answer(self) -> None:
+            def _answer(self, arrived_at: float) -> None:
                 if delay > 0:  # a bucket's round trip, ended when the client has gone quiet
-                    while (wait := server._last_arrival + delay - time.monotonic()) > 0:
-                        time.sleep(wait)
+                    while (left := server._wait_left(arrived_at, delay)) > 0 and (
+                            time.monotonic() < arrived_at + QUIET_CAP * delay):
+                        time.sleep(min(left, 0.01))
                 if gate is not None and not gate.is_set():
                     with held_lock:  # handlers run on threads of their own: += is not atomic
                         server.held += 1
@@ -156,8 +189,33 @@ class RangeServer:
 
         self._httpd = Server(("127.0.0.1", 0), Handler)
         self.url = f"http://127.0.0.1:{self._httpd.server_address[1]}/"
-        self._thread = threading.Thread(target=self._httpd.serve_forever, daemon=True)
+        self._thread = threading.Thread(target=self._serve, daemon=True)
         self._thread.start()
+
+    def _serve(self) -> None:
+        with self._lock:
+            self._server_threads.add(threading.get_native_id())
+        self._httpd.serve_forever()
+
+    def _wait_left(self, arrived_at: float, delay: float) -> float:
+        """Seconds a request that arrived at ``arrived_at`` still waits: 0 once its batch is released.
+
+        A batch (every request waiting) is released at once when the client has been quiet ``delay``
+        seconds: answering part of it lets the client's reaction hold back the rest, splitting a wave.
+        """
+        with self._lock:
+            now = time.monotonic()
+            if arrived_at <= self._released:
+                return 0.0
+            if now - self._looked_at >= 0.01:  # one look per 10 ms however many handlers ask
+                busy = thread_busy_seconds(self._server_threads)
+                if any(t - self._busy.get(tid, 0.0) > BUSY_S for tid, t in busy.items()):
+                    self._client_busy_at = now
+                self._busy, self._looked_at = busy, now
+            left = delay - (now - max(self._last_arrival, self._client_busy_at))
+            if left <= 0:
+                self._released = now
+            return max(0.0, left)
 
     def waves(self, since: float = 0.0) -> list[tuple[int, str, str | None]]:
         """``(wave, path, range)`` of each request answered that arrived at ``since`` or later
