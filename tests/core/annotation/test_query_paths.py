@@ -19,17 +19,13 @@ from napari_shardscope.core.annotation import keys as K
 from napari_shardscope.core.annotation import synapse_index as S
 from napari_shardscope.core.annotation.connectome import _connections_from, recount_connectivity
 from napari_shardscope.core.labelmap import create_labelmap, open_labelmap
-from napari_shardscope.core.sample_data import SampleDataset, ensure_sample_dataset
+from napari_shardscope.core.sample_data import SampleDataset
 from napari_shardscope.core.versioned import Repository, create_repository
-
-
-@pytest.fixture(scope="module")
-def sample(tmp_path_factory: pytest.TempPathFactory) -> SampleDataset:
-    return ensure_sample_dataset(tmp_path_factory.getbasetemp() / "shardscope-query")
+from tests.volume_cases import sample  # noqa: F401  (fixture: the session's sample, read only)
 
 
 @pytest.fixture
-def repo(tmp_path: Path, sample: SampleDataset) -> Iterator[Repository]:
+def repo(tmp_path: Path, sample: SampleDataset) -> Iterator[Repository]:  # noqa: F811
     r = create_repository(tmp_path / "repo")
     create_labelmap(r, "seg", sample.segmentation, agglomeration=sample.bodies)
     yield r

@@ -185,22 +185,8 @@ def encode_record(s: Stored) -> bytes:
     return _HEAD.pack(_FORMAT, KINDS.index(a.kind), *a.point, s.supervoxel, len(text)) + text
 
 
-def record_point(raw: bytes, *, key: str) -> Point:
-    """The point of a stored record, read from its fixed head: the checks of :func:`decode_record`
-    but the tail's (its JSON is not parsed), for queries that drop most records by their point."""
-    if len(raw) < _HEAD.size:
-        raise AnnotationRecordError(f"annotation record of {len(raw)} bytes is truncated", key=key, offset=len(raw))
-    fmt, kind, z, y, x, _sv, n = _HEAD.unpack_from(raw, 0)
-    if fmt != _FORMAT or kind >= len(KINDS):
-        raise AnnotationRecordError(f"unknown record format {fmt} or kind {kind}", key=key, offset=0)
-    if n > MAX_TAIL or _HEAD.size + n != len(raw):
-        raise AnnotationRecordError(f"record tail says {n} bytes, {len(raw) - _HEAD.size} follow", key=key,
-                                    offset=_HEAD.size - 4)
-    return (z, y, x)
-
-
-def decode_record(aid: int, raw: bytes, *, key: str) -> Stored:
-    """Inverse of :func:`encode_record`; anything malformed raises :class:`AnnotationRecordError`."""
+def _record_head(raw: bytes, *, key: str) -> tuple[int, int, int, int, int, int]:
+    """``(kind, z, y, x, supervoxel, tail length)`` of a stored record's fixed head, checked against its size."""
     if len(raw) < _HEAD.size:
         raise AnnotationRecordError(f"annotation record of {len(raw)} bytes is truncated", key=key, offset=len(raw))
     fmt, kind, z, y, x, sv, n = _HEAD.unpack_from(raw, 0)
@@ -209,6 +195,19 @@ def decode_record(aid: int, raw: bytes, *, key: str) -> Stored:
     if n > MAX_TAIL or _HEAD.size + n != len(raw):
         raise AnnotationRecordError(f"record tail says {n} bytes, {len(raw) - _HEAD.size} follow", key=key,
                                     offset=_HEAD.size - 4)
+    return kind, z, y, x, sv, n
+
+
+def record_point(raw: bytes, *, key: str) -> Point:
+    """The point of a stored record, read from its fixed head: the checks of :func:`decode_record`
+    but the tail's (its JSON is not parsed), for queries that drop most records by their point."""
+    _kind, z, y, x, _sv, _n = _record_head(raw, key=key)
+    return (z, y, x)
+
+
+def decode_record(aid: int, raw: bytes, *, key: str) -> Stored:
+    """Inverse of :func:`encode_record`; anything malformed raises :class:`AnnotationRecordError`."""
+    kind, z, y, x, sv, n = _record_head(raw, key=key)
     tail: dict[str, Any] = {}
     if n:
         try:
