@@ -206,7 +206,8 @@ def _csv_batches(p: Path) -> Iterator[Any]:
         raise AnnotationTableError(_csv_failure(p, before, exc), key=str(p)) from exc
 
 
-_CONVERSION = re.compile(r"In CSV column #(\d+): CSV conversion error to ([^:]+): invalid value '(.*)'$")
+#: pyarrow's words for a value it could not convert; some of its readers add the row ("Row #N: "), some not.
+_CONVERSION = re.compile(r"In CSV column #(\d+): (?:Row #\d+: )?CSV conversion error to ([^:]+): invalid value '(.*)'$")
 
 
 def _csv_failure(p: Path, before: int, exc: BaseException) -> str:
