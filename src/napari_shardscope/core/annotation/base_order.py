@@ -200,39 +200,11 @@ def order_by(primary: U64, secondary: U64) -> npt.NDArray[np.intp]:
     if n < 2:
         return np.arange(n, dtype=np.intp)
     p_lo, s_lo = primary.min(), secondary.min()
-    row_bits = (n - 1).bit_length()
     p_bits, s_bits = int(primary.max() - p_lo).bit_length(), int(secondary.max() - s_lo).bit_length()
-    if p_bits + s_bits + row_bits <= 64:  # (primary, secondary, row) in one u64: one SIMD sort
-        packed = primary - p_lo
-        packed <<= np.uint64(s_bits + row_bits)
-        packed |= (secondary - s_lo) << np.uint64(row_bits)
-        packed |= np.arange(n, dtype=np.uint64)
-        packed.sort()
-        packed &= np.uint64((1 << row_bits) - 1)
-        out: npt.NDArray[np.intp] = packed.astype(np.intp)
-        return out
+    if p_bits + s_bits + (n - 1).bit_length() <= 64:  # (primary, secondary, row) in one u64: one SIMD sort
+        code = primary - p_lo
+        code <<= np.uint64(s_bits)
+        code |= secondary - s_lo
+        return key_order(code)
     o1 = key_order(secondary)
-    rel = primary[o1]
-    lo = rel.min()
-    rel -= lo
-    if int(rel.max()).bit_length() + row_bits > 64:
-        return o1[np.argsort(rel, kind="stable")]
-    rel <<= np.uint64(row_bits)
-    rel |= np.arange(n, dtype=np.uint64)
-    rel.sort()
-    rel &= np.uint64((1 << row_bits) - 1)
-    return o1[rel.astype(np.intp)]
-
-
-def linear_order(lin: U64) -> npt.NDArray[np.intp]:
-    """The stable permutation sorting ``lin`` (small non-negative codes: linear block indices), packed as above."""
-    n = lin.size
-    if n < 2:
-        return np.arange(n, dtype=np.intp)
-    row_bits = (n - 1).bit_length()
-    if int(lin.max()).bit_length() + row_bits > 64:
-        return np.argsort(lin, kind="stable")
-    packed = (lin << np.uint64(row_bits)) | np.arange(n, dtype=np.uint64)
-    packed.sort()
-    packed &= np.uint64((1 << row_bits) - 1)
-    return packed.astype(np.intp)
+    return o1[key_order(primary[o1])]

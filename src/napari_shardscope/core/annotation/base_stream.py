@@ -45,7 +45,6 @@ from napari_shardscope.core.annotation.base_order import (
     id_order,
     index_order,
     key_order,
-    linear_order,
     order_by,
     synapse_aggregates,
 )
@@ -182,7 +181,7 @@ class BaseBuilder:
         self.max_id = max(self.max_id, int(chunk.ids.max()))
         blk = np.asarray(self.block, dtype=np.int32)
         lin = block_linear((chunk.zyx // blk).astype(np.uint64), self.grid)
-        order = linear_order(lin)
+        order = key_order(lin)
         cols: Columns = {"lin": lin[order], "id": chunk.ids[order]}
         for i, a in enumerate("zyx"):
             cols[a] = chunk.zyx[order, i]
@@ -216,7 +215,7 @@ class BaseBuilder:
         for part in self.by_block.ranges(self.range_sites):
             ids, lin = part.pop("id"), part.pop("lin")
             by_id_order = key_order(ids)  # packed sorts, never an argsort of 10⁶ u64 (:mod:`.base_order`)
-            order = by_id_order[linear_order(lin[by_id_order])]  # by (block, id)
+            order = by_id_order[key_order(lin[by_id_order])]  # by (block, id)
             lin_s = lin[order]
             bx = lin_s % gx
             rest = lin_s // gx

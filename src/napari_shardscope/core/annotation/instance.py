@@ -299,7 +299,7 @@ def _split(buf: bytes, width: int) -> list[bytes]:
 
 
 def write_rows(w: Any, inst: Instance, ids: Any, kinds: Sequence[str], pts: Any, svs: Any, pairs: Any,
-               block: tuple[int, int, int], *, fresh: bool, codes: Any = None) -> None:
+               block: tuple[int, int, int], *, fresh: bool, codes: Any) -> None:
     """Records, spatial keys and synapse index keys of a bulk add, built as NumPy records and put in bulk.
 
     Byte for byte what :meth:`~.version.AnnotationVersion.add` and :meth:`relate` write per annotation
@@ -308,7 +308,7 @@ def write_rows(w: Any, inst: Instance, ids: Any, kinds: Sequence[str], pts: Any,
     """
     from napari_shardscope.core.annotation import keys as K
     from napari_shardscope.core.annotation import synapse_index as S
-    from napari_shardscope.core.annotation.model import KINDS, Annotation, Relationship, Stored, encode_record
+    from napari_shardscope.core.annotation.model import Annotation, Relationship, Stored, encode_record
 
     n = len(ids)
     idl = ids.tolist()
@@ -328,7 +328,7 @@ def write_rows(w: Any, inst: Instance, ids: Any, kinds: Sequence[str], pts: Any,
             tails[row] = full[_HEAD.itemsize:]
     head = np.zeros(n, dtype=_HEAD)
     head["fmt"] = 1
-    head["kind"] = [KINDS.index(k) for k in kinds] if codes is None else codes  # codes: the kinds' indexes
+    head["kind"] = codes  # the kinds' indexes in KINDS
     head["z"], head["y"], head["x"] = pts[:, 0], pts[:, 1], pts[:, 2]
     head["sv"] = svs
     head["n"] = [len(t) for t in tails]

@@ -124,7 +124,8 @@ class AnnotationVersion:
             if raw == TOMBSTONE:
                 continue
             if raw is None and aid in from_base:
-                out.append(from_base[aid])
+                if keep is None or keep(from_base[aid].annotation.point):
+                    out.append(from_base[aid])
                 continue
             if raw is None:
                 raise AnnotationRecordError(f"an index names annotation {aid}, whose record is missing at version "
@@ -168,7 +169,7 @@ class AnnotationVersion:
             if self.instance.base is not None:
                 ids.extend(self.instance.base.ids_in_block_box(b0, b1).tolist())
             found = self._records(view, ids, keep=inside)
-        return [s.annotation for s in found if inside(s.annotation.point)]
+        return [s.annotation for s in found]  # each kept by its head's point, the annotation's
 
     def with_tag(self, tag: str) -> list[Annotation]:
         """Annotations carrying ``tag``, by id (one range scan of the tag index)."""

@@ -36,6 +36,7 @@ from napari_shardscope.core.labelmap.records import (
     removed_key,
     root_key,
 )
+from napari_shardscope.core.versioned.key_rows import row_bytes
 
 U64 = npt.NDArray[np.uint64]
 I64 = npt.NDArray[np.int64]
@@ -430,9 +431,7 @@ def explicit_keys(pages: U64) -> list[bytes]:
     """:func:`explicit_key` of every page, built as one array (a query asks for hundreds of pages)."""
     rows = np.zeros(pages.size, dtype=_PAGE_KEY)
     rows["p"], rows["page"] = EXPLICIT_PREFIX, pages
-    buf = rows.tobytes()
-    w = _PAGE_KEY.itemsize
-    return [buf[i:i + w] for i in range(0, len(buf), w)]
+    return row_bytes(rows.view(np.uint8).reshape(pages.size, _PAGE_KEY.itemsize))
 
 
 def sum_blocks(blocks: I64, counts: I64) -> tuple[I64, I64]:
