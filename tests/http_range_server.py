@@ -118,11 +118,17 @@ class RangeServer:
                         server._last_arrival = arrived_at
                     server.arrived.append(self.path)
                     server.arrivals.append((arrived_at, self.path, self.headers.get("Range")))
+                self.answering_at: float | None = None
                 try:
                     self._answer(arrived_at)
                 finally:
+                    # The answer's time is when it began to go out, not when the handler finished: a client
+                    # can read the answer and send its next request before this thread runs again (under
+                    # load it is descheduled between the write and this line), and a request that arrived
+                    # before a recorded end would be counted one wave too early.
+                    answered_at = self.answering_at if self.answering_at is not None else time.monotonic()
                     with held_lock:
-                        server.exchanges.append((arrived_at, time.monotonic(), self.path, self.headers.get("Range")))
+                        server.exchanges.append((arrived_at, answered_at, self.path, self.headers.get("Range")))
 
             def _answer_empty(self, status: int) -> None:
                 # send_error() closes the connection; nginx and buckets keep it open after a 404
@@ -143,6 +149,7 @@ class RangeServer:
                         server.held -= 1
                 rng = self.headers.get("Range")
                 server.requests.append((self.path, rng))
+                self.answering_at = time.monotonic()  # nothing of the answer has gone out yet
                 path = Path(self.translate_path(self.path))
                 if not path.is_file():
                     self._answer_empty(404)

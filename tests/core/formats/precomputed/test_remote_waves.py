@@ -83,7 +83,7 @@ def test_remote_inspect_needs_four_dependent_waves(served: tuple[Path, RangeServ
     # probes ride in wave 3 with the minishard indexes
     assert shard_files <= probes and all(p.endswith(".shard") for p in probes), waves
     assert any(path.endswith(".index") for w, path, _ in waves if w == DETECTION + 2) == (
-        len(probes) > len(shard_files))
+        len(probes) > len(shard_files)), "\n".join(map(str, waves))
     assert len(summary["scales"]) == (1 if name == "one" else 3)
 
 
