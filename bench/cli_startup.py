@@ -1,6 +1,7 @@
 """Benchmark: what a ``shardscope`` command line costs before the verb does any work.
 
-Run: ``python bench/cli_startup.py [--rounds 9] [--before REF]`` (writes ``bench/results/cli_startup.json``).
+Run: ``python bench/cli_startup.py [--rounds 9] [--before REF] [--before-site DIR]`` (writes
+``bench/results/cli_startup.json``).
 
 Each round starts fresh Python processes for every command below, once with this checkout's code and
 once with the previous implementation — ``REF`` (default: where this branch left ``main``, ``git
@@ -79,11 +80,12 @@ def parse_importtime(stderr: str) -> tuple[float, list[str]]:
     return total_us / 1e6, names
 
 
-def child_env(src: Path, cache: Path) -> dict[str, str]:
-    """The environment of a measured process: ``src`` first on the path, bytecode caches on (private)."""
+def child_env(src: Path, cache: Path, site: Path | None = None) -> dict[str, str]:
+    """The environment of a measured process: ``src`` (after ``site``, when given) first on the path,
+    bytecode caches on (private)."""
     env = dict(os.environ)
     env.pop("PYTHONDONTWRITEBYTECODE", None)
-    env["PYTHONPATH"] = str(src)
+    env["PYTHONPATH"] = os.pathsep.join([*([str(site)] if site else []), str(src)])
     env["PYTHONPYCACHEPREFIX"] = str(cache)
     env.pop("SHARDSCOPE_DEBUG", None)
     return env
@@ -131,6 +133,9 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=9, help=f"fresh processes per command and side (>= {MIN_ROUNDS})")
     parser.add_argument("--before", default=None, help="git ref of the previous implementation "
                         "(default: git merge-base HEAD main)")
+    parser.add_argument("--before-site", type=Path, default=None, help="a directory put first on the previous "
+                        "side's path (packages of other versions, e.g. pip install --no-deps --target DIR "
+                        "ml_dtypes==0.7.0)")
     args = parser.parse_args()
     before = args.before or git("merge-base", "HEAD", "main")
     before_sha = git("rev-parse", "--short", before)
@@ -142,7 +147,7 @@ def main() -> None:
         try:
             volume = write_volume(tmp / "volume")
             sides = {"after": child_env(ROOT / "src", tmp / "pycache-after"),
-                     "before": child_env(old / "src", tmp / "pycache-before")}
+                     "before": child_env(old / "src", tmp / "pycache-before", args.before_site)}
             commands: list[tuple[str, list[str]]] = [
                 ("shardscope --help", ["--help"]),
                 ("shardscope --version", ["--version"]),
@@ -162,7 +167,10 @@ def main() -> None:
                     order = ("after", "before") if r % 2 == 0 else ("before", "after")
                     for side in order:
                         series[side].samples.append(run_once(argv, sides[side]))
-                report(case, series["after"], series["before"], f"previous implementation ({before_sha})",
+                peer_name = f"previous implementation ({before_sha})" + (
+                    f" with {', '.join(sorted(p.name for p in args.before_site.glob('*.dist-info')))}"
+                    if args.before_site else "")
+                report(case, series["after"], series["before"], peer_name,
                        args.rounds, f"this checkout ({after_sha})", goal=case == "shardscope --help")
         finally:
             git("worktree", "remove", "--force", str(old))
