@@ -246,6 +246,32 @@ def test_precomputed_base_from_the_neuroglancer_wheel(tmp_path: Path) -> None:
     assert a.kind == "point" and a.point == tuple(s["pre"][0][::-1].tolist()) and a.properties == {"score": 0.5}
 
 
+def test_a_precomputed_source_in_micrometres_lands_where_its_nanometre_twin_does_and_seconds_are_refused(
+        tmp_path: Path) -> None:
+    """A source's dimensions are read through Neuroglancer's length units: the same points written in µm
+    (scales 0.004, 0.004, 0.04) land on the voxels the nm source's (4, 4, 40) do; a unit that is not a length
+    is a typed error naming the source."""
+    neuroglancer = pytest.importorskip("neuroglancer")
+    from neuroglancer import write_annotations as ng_write
+
+    s = _synapses(seed=5)
+    for name, units, scales in (("nm", "nm", [4, 4, 40]), ("um", "um", [0.004, 0.004, 0.04]),
+                                ("s", ["s", "nm", "nm"], [4, 4, 40])):
+        space = neuroglancer.CoordinateSpace(names=["x", "y", "z"], units=units, scales=scales)
+        writer = ng_write.AnnotationWriter(space, "point")
+        for i in range(N):
+            writer.add_point(s["pre"][i].tolist(), id=int(s["id"][i]))
+        writer.write(tmp_path / name)
+    repo, lm = _repo(tmp_path)
+    nm, um = (create_annotation_instance(repo, n, labelmap=lm, base=tmp_path / n, voxel_size=(4, 4, 40)).at("main")
+              for n in ("nm", "um"))
+    assert [(a.id, a.point) for a in um.all()] == [(a.id, a.point) for a in nm.all()]
+    assert {a.point for a in nm.all()} == {tuple(p[::-1].tolist()) for p in s["pre"]}
+    with pytest.raises(AnnotationTableError, match=r"dimension unit 's' is not a length") as info:
+        create_annotation_instance(repo, "s", labelmap=lm, base=tmp_path / "s", voxel_size=(4, 4, 40))
+    assert str(tmp_path / "s") in str(info.value)
+
+
 # -- hostile tables -------------------------------------------------------------------------------------------
 def _hostile(tmp_path: Path, change: Any, name: str = "bad.parquet") -> Path:
     s = _synapses()

@@ -20,6 +20,7 @@ from napari_shardscope.core.annotation.base import BaseProperty
 from napari_shardscope.core.annotation.base_sites import I64, U64, Sites, check_ids, interleave_sites, to_voxels
 from napari_shardscope.core.annotation.errors import AnnotationTableError
 from napari_shardscope.core.errors import UnsupportedFeatureError
+from napari_shardscope.core.formats.units import nm_per_neuroglancer_unit
 
 
 def precomputed_pieces(source: Any, *, where: str, shape: tuple[int, int, int],
@@ -108,7 +109,7 @@ def sites_of_batches(source: Any, batches: list[Any], *, where: str, shape: tupl
 
 
 def _unit_nm(unit: str, where: str) -> float:
-    factors = {"m": 1e9, "mm": 1e6, "um": 1e3, "µm": 1e3, "nm": 1.0, "pm": 1e-3, "": 1.0}
-    if unit not in factors:
+    nm = nm_per_neuroglancer_unit(unit)
+    if nm is None:
         raise AnnotationTableError(f"dimension unit {unit!r} is not a length", key=where)
-    return factors[unit]
+    return nm

@@ -27,6 +27,23 @@ def nm_per_unit(unit: object) -> float | None:
     return _NM_PER_UNIT.get(unit.strip().lower())
 
 
+#: Neuroglancer's length units as its coordinate spaces write them (``[scale, unit]``): exact, case-sensitive
+#: SI prefixes of the metre ("Mm" is not "mm"), and ``""`` for a dimensionless axis, read as 1 nm per unit
+#: as Neuroglancer lays such an axis next to nanometre ones.
+_NM_PER_NEUROGLANCER_UNIT: dict[str, float] = {"": 1.0, "m": 1e9, "mm": 1e6, "um": 1e3, "µm": 1e3, "nm": 1.0,
+                                               "pm": 1e-3}
+
+
+def nm_per_neuroglancer_unit(unit: object) -> float | None:
+    """How many nanometres one unit of a Neuroglancer dimension (state or annotation ``info``) is, or ``None``
+    for a unit that is not a length (``"s"``, ``"Hz"``) or not a string.
+
+    Separate from :func:`nm_per_unit`: OME-Zarr and N5 spell units freely ("Micrometer", "micron"), where
+    Neuroglancer's are exact symbols.
+    """
+    return _NM_PER_NEUROGLANCER_UNIT.get(unit) if isinstance(unit, str) else None
+
+
 def nm_factors(units: Sequence[object]) -> tuple[float, ...] | None:
     """Nanometres per unit of each axis, or ``None`` unless *every* unit is a length unit.
 

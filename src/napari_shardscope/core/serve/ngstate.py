@@ -28,6 +28,7 @@ from typing import Any, Literal
 from urllib.parse import quote, unquote
 
 from napari_shardscope.core.errors import ArgumentError
+from napari_shardscope.core.formats.units import nm_per_neuroglancer_unit
 from napari_shardscope.core.json_document import MAX_JSON_BYTES
 
 LayerKind = Literal["image", "segmentation", "annotation"]
@@ -40,7 +41,6 @@ PIPELINE_FORMATS = {"neuroglancer-precomputed": "precomputed"}
 NM_PER_M = 1e9
 #: A fragment Neuroglancer fetches as a state (its own test: ``^#!([a-z][a-z\d+-.]*)://``).
 _STATE_URL = re.compile(r"[a-z][a-z0-9+.-]*://")
-_UNITS_TO_NM = {"": 1.0, "m": 1e9, "mm": 1e6, "um": 1e3, "µm": 1e3, "nm": 1.0, "pm": 1e-3}
 
 
 @dataclass(frozen=True)
@@ -287,8 +287,8 @@ def _dims_nm(state: Mapping[str, Any]) -> dict[str, float]:
         return out
     for name, value in dims.items():
         if (isinstance(value, list) and len(value) == 2 and isinstance(value[0], (int, float))
-                and value[1] in _UNITS_TO_NM):
-            out[str(name)] = float(value[0]) * _UNITS_TO_NM[value[1]]
+                and (nm := nm_per_neuroglancer_unit(value[1])) is not None):
+            out[str(name)] = float(value[0]) * nm
     return out
 
 
