@@ -386,6 +386,12 @@ def decode_node(name: str, data: bytes) -> NodeHeader:
 
 def decode_data(name: str, data: bytes, instances: Sequence[str]) -> Iterator[NodeEntry | NodeLog]:
     """The records of a data object (after :func:`verify`)."""
+    return (record for record, _ in data_records_at(name, data, instances))
+
+
+def data_records_at(name: str, data: bytes, instances: Sequence[str]) -> Iterator[tuple[NodeEntry | NodeLog, int]]:
+    """The records of a data object, each with the byte where its value starts in the inflated payload:
+    where a key listing must point (:func:`decode_keys`, checked by ``remote check``)."""
     raw = _unframe(DATA_MAGIC, data, name)
     pos, n = 0, len(raw)
     try:
@@ -399,18 +405,18 @@ def decode_data(name: str, data: bytes, instances: Sequence[str]) -> Iterator[No
                 tomb, vlen = _V.unpack_from(raw, pos)
                 pos += _V.size
                 value = raw[pos:pos + vlen]
-                pos += vlen
                 if len(key) != klen or len(value) != vlen:
                     raise ValueError("record runs past the end")
-                yield NodeEntry(instances[inst], key, None if tomb else value)
+                yield NodeEntry(instances[inst], key, None if tomb else value), pos
+                pos += vlen
             elif kind == b"L":
                 _, inst, seq, dlen = _L.unpack_from(raw, pos)
                 pos += _L.size
                 payload = raw[pos:pos + dlen]
-                pos += dlen
                 if len(payload) != dlen:
                     raise ValueError("record runs past the end")
-                yield NodeLog(instances[inst], seq, payload)
+                yield NodeLog(instances[inst], seq, payload), pos
+                pos += dlen
             else:
                 raise ValueError(f"unknown record kind {kind!r}")
     except (struct.error, IndexError, ValueError) as exc:

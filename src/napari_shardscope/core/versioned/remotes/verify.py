@@ -3,7 +3,8 @@
 "Every object" is every object a clone or a fetch reads: node, data and unversioned objects, each version's
 key listing (what a lazy clone or fetch reads instead of the data) and the history packs (what a fetch
 walks). Each is checked the way its reader checks it (hash, framing, record counts), so damage a clone or
-fetch would refuse is a problem here too.
+fetch would refuse is a problem here too, and a key listing must point where the data objects hold each
+value (:mod:`.listing`), or a lazy clone would read other bytes than an eager one.
 """
 
 from __future__ import annotations
@@ -11,8 +12,9 @@ from __future__ import annotations
 from napari_shardscope.core.errors import ShardscopeError
 from napari_shardscope.core.versioned.node import NodeEntry, NodeLog
 from napari_shardscope.core.versioned.remotes import pages
+from napari_shardscope.core.versioned.remotes.listing import listing_problems
 from napari_shardscope.core.versioned.remotes.pack import (
-    decode_data,
+    data_records_at,
     decode_keys,
     decode_node,
     decode_pack,
@@ -44,12 +46,13 @@ def verify_remote(url: str) -> list[str]:
             header = decode_node(ref.object, store.get_object(ref.object))
             if header.uuid != ref.node:
                 problems.append(f"node object {ref.object} holds {header.uuid}, not {ref.node}")
-            records: list[NodeEntry | NodeLog] = []
-            for data_name in header.data:
-                records.extend(decode_data(data_name, store.get_object(data_name), header.instances))
+            placed = [list(data_records_at(name, store.get_object(name), header.instances)) for name in header.data]
+            records: list[NodeEntry | NodeLog] = [record for found in placed for record, _ in found]
             node_content(header, records)
             if header.keys is not None:  # a lazy clone or fetch reads this instead of the data, checked alike
-                node_content(header, decode_keys(header.keys, store.get_object(header.keys), header))
+                listed = decode_keys(header.keys, store.get_object(header.keys), header)
+                node_content(header, listed)
+                problems.extend(listing_problems(header, listed, placed))
         except ShardscopeError as exc:  # every typed failure is a finding here, not a reason to stop
             problems.append(f"version {ref.node}: {exc}")
             continue

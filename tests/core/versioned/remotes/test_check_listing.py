@@ -1,0 +1,88 @@
+"""``remote check`` compares every key listing with the data objects it points into.
+
+A lazy clone reads a value by slicing a data object at the range the version's key listing gives; an eager
+clone reads the data objects themselves. A listing that points elsewhere (written by another writer, or a
+bug) passes every hash, so the two clones see different values, and ``remote check`` used to call such a
+remote sound. Here one version's listing is re-written with every range after the first value shifted by one
+byte (its hash, its node object and the refs made consistent, as a writer would make them): the lazy clone
+reads other bytes than the eager one, and ``remote check`` names the version, the listing and the ranges.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from napari_shardscope.core.versioned import open_repository
+from napari_shardscope.core.versioned import remotes as R
+from napari_shardscope.core.versioned.node import NodeEntry
+from napari_shardscope.core.versioned.remotes.pack import (
+    decode_data,
+    decode_node,
+    encode_data_and_keys,
+    encode_node,
+    node_content,
+)
+from napari_shardscope.core.versioned.remotes.store import NodeRef, RemoteStore
+from tests.core.versioned.remotes.helpers import edit, make_repo
+
+
+def _check(url: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "napari_shardscope", "remote", "check", str(url)],
+                          capture_output=True, text=True, timeout=240, stdin=subprocess.DEVNULL)
+
+
+def _shift_the_head_listing(remote: Path) -> str:
+    """The main head's key listing re-written one byte off after its first value; the head's new node object."""
+    store = RemoteStore(str(remote))
+    refs, generation = store.require_refs()
+    head = refs.branches["main"]
+    header = decode_node(head.object, store.get_object(head.object))
+    content = node_content(header, [r for name in header.data
+                                    for r in decode_data(name, store.get_object(name), header.instances)])
+    first = next(i for i, e in enumerate(content.entries) if e.value is not None)
+    grown = NodeEntry(content.entries[first].instance, content.entries[first].key,
+                      (content.entries[first].value or b"") + b"\0")
+    entries = (*content.entries[:first], grown, *content.entries[first + 1:])
+    _, _, listing = encode_data_and_keys(dataclasses.replace(content, entries=entries))
+    keys = store.put_object(listing, "key listing")
+    node = store.put_object(encode_node(content, dict(header.parents), header.data, header.instances,
+                                        header.region, keys), "node")
+    assert node != head.object and keys != header.keys
+    moved = dataclasses.replace(refs, branches={**refs.branches, "main": NodeRef(head.node, node)})
+    assert store.swap_refs(moved, generation) is not None
+    return header.uuid
+
+
+def _values(path: Path) -> dict[tuple[str, bytes], bytes | None]:
+    repo = open_repository(path)
+    try:
+        with repo.read("main") as view:
+            return {(name, k): view.get(name, k) for name in ("seg", "notes") for k in view.keys(name)}
+    finally:
+        repo.close()
+
+
+def test_remote_check_faults_a_key_listing_that_points_elsewhere_than_the_data(base: Path, tmp_path: Path) -> None:
+    remote = tmp_path / "remote"
+    repo = make_repo(tmp_path / "a", base)
+    edit(repo, "merge", np.random.default_rng(5))
+    R.add_remote(repo, "origin", str(remote))
+    R.push(repo)
+    repo.close()
+    sound = _check(remote)
+    assert sound.returncode == 0 and "present and verified" in sound.stdout, sound.stdout + sound.stderr
+
+    version = _shift_the_head_listing(remote)
+    R.clone(str(remote), tmp_path / "eager", prefetch=True)
+    R.clone(str(remote), tmp_path / "lazy")
+    # the harm: the same version read through the listing is not the version the data objects hold
+    assert _values(tmp_path / "lazy") != _values(tmp_path / "eager")
+    checked = _check(remote)
+    assert checked.returncode == 1, checked.stdout + checked.stderr
+    assert f"version {version}: key listing" in checked.stdout and "disagrees with its data objects" in checked.stdout
+    assert "is listed at data object 0 bytes" in checked.stdout and "more)" in checked.stdout, checked.stdout
