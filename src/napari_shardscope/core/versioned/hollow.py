@@ -12,7 +12,8 @@ which hands back the real value wherever the engine holds a stub: the data objec
 once (through an :class:`ObjectSource`, which verifies its hash and keeps a copy in the repository
 directory), cached in memory, and sliced. So every reader — views, merges, ``read_node`` for a push,
 data types — sees values, never stubs, and a value is never wrong: it comes from an object whose
-hash the version's node record names. Offline, a value not read before is a
+hash the version's node record names, at a range whose record head (the source checks it) names the same
+key or log sequence and length. Offline, a value not read before is a
 :class:`~.errors.NotLocalError` naming the remote and the object (bounded retries, no hang).
 
 The versioned store does not import the transport (the remotes import the repository), so the
@@ -90,13 +91,18 @@ def decode_stub(raw: bytes, ref: HollowRef, key: bytes) -> tuple[int, int, int]:
     return index, offset, length
 
 
+def is_log_key(key: bytes) -> bool:
+    """Whether engine key ``key`` is a log entry's (``log_key``: instance, version, u64 sequence last)."""
+    return len(key) == _LOG_KEY_LEN and key.startswith(K.LOG_PREFIX)
+
+
 def stub_version(key: bytes) -> int | None:
     """The version id whose value ``key`` holds, when ``key`` is a data entry or a log entry (else None)."""
     if key[:4] != K.META:
         if key[-1] == K.TOMBSTONE:
             return None
         return int.from_bytes(key[-K.SUFFIX_LEN:-1], "big")
-    if len(key) == _LOG_KEY_LEN and key.startswith(K.LOG_PREFIX):
+    if is_log_key(key):
         at = len(K.LOG_PREFIX) + 4
         return int.from_bytes(key[at:at + 4], "big")
     return None
@@ -107,6 +113,11 @@ class ObjectSource(Protocol):
 
     def payloads(self, names: Sequence[str]) -> list[bytes]:
         """The inflated payload of each data object (downloads in flight together); typed errors."""
+        ...
+
+    def check_value(self, name: str, payload: bytes, offset: int, length: int, key: bytes) -> None:
+        """A typed error unless bytes ``offset`` … ``offset + length`` of data object ``name`` are the value of
+        engine key ``key`` (the stub came from the remote's key listing, which its data must bear out)."""
         ...
 
 
@@ -220,11 +231,13 @@ class HollowValues:
             for name, payload in zip(names, self._source(remote).payloads(names), strict=True):
                 have[name] = payload
                 self._keep(name, payload)
+        ref_remote = {i: remote for i, remote, *_rest in wanted}
         for i, _, name, offset, length, key in wanted:
             payload = have[name]
             if offset + length > len(payload):
                 raise StoreCorruptError(f"hollow entry {key!r}: bytes {offset}…{offset + length} past the end "
                                         f"of data object {name} ({len(payload)} bytes)")
+            self._source(ref_remote[i]).check_value(name, payload, offset, length, key)
             out[i] = payload[offset:offset + length]
         return out
 

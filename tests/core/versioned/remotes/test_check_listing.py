@@ -1,11 +1,13 @@
-"""``remote check`` compares every key listing with the data objects it points into.
+"""A key listing that points elsewhere than its data: ``remote check`` names it, a lazy read refuses it.
 
 A lazy clone reads a value by slicing a data object at the range the version's key listing gives; an eager
 clone reads the data objects themselves. A listing that points elsewhere (written by another writer, or a
-bug) passes every hash, so the two clones see different values, and ``remote check`` used to call such a
-remote sound. Here one version's listing is re-written with every range after the first value shifted by one
-byte (its hash, its node object and the refs made consistent, as a writer would make them): the lazy clone
-reads other bytes than the eager one, and ``remote check`` names the version, the listing and the ranges.
+bug) passes every hash: the lazy clone used to read other bytes than the eager one, silently, and ``remote
+check`` called the remote sound. Here one version's listing is re-written with every range after the first
+value shifted by one byte (its hash, its node object and the refs made consistent, as a writer would make
+them): the eager clone reads the pushed values, the lazy one refuses the first shifted range it reads
+(the record head before a range must name the same key and length), and ``remote check`` names the version,
+the listing and the ranges.
 """
 
 from __future__ import annotations
@@ -16,10 +18,12 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from napari_shardscope.core.versioned import open_repository
 from napari_shardscope.core.versioned import remotes as R
 from napari_shardscope.core.versioned.node import NodeEntry
+from napari_shardscope.core.versioned.remotes.errors import CorruptObjectError
 from napari_shardscope.core.versioned.remotes.pack import (
     decode_data,
     decode_node,
@@ -74,14 +78,17 @@ def test_remote_check_faults_a_key_listing_that_points_elsewhere_than_the_data(b
     R.add_remote(repo, "origin", str(remote))
     R.push(repo)
     repo.close()
+    pushed = _values(tmp_path / "a")
     sound = _check(remote)
     assert sound.returncode == 0 and "present and verified" in sound.stdout, sound.stdout + sound.stderr
 
     version = _shift_the_head_listing(remote)
     R.clone(str(remote), tmp_path / "eager", prefetch=True)
     R.clone(str(remote), tmp_path / "lazy")
-    # the harm: the same version read through the listing is not the version the data objects hold
-    assert _values(tmp_path / "lazy") != _values(tmp_path / "eager")
+    assert _values(tmp_path / "eager") == pushed
+    # read through the listing, a range whose record head names another key or length is refused
+    with pytest.raises(CorruptObjectError, match=r"key listing puts the value of (key|log record) .* at bytes"):
+        _values(tmp_path / "lazy")
     checked = _check(remote)
     assert checked.returncode == 1, checked.stdout + checked.stderr
     assert f"version {version}: key listing" in checked.stdout and "disagrees with its data objects" in checked.stdout

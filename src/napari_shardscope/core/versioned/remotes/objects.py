@@ -17,10 +17,12 @@ from typing import Any
 
 from napari_shardscope.core.bytestore import write_file_atomic
 from napari_shardscope.core.errors import CorruptDataError, ShardscopeError
+from napari_shardscope.core.versioned import keys as K
 from napari_shardscope.core.versioned.errors import NotLocalError
-from napari_shardscope.core.versioned.hollow import use_object_source
+from napari_shardscope.core.versioned.hollow import is_log_key, use_object_source
 from napari_shardscope.core.versioned.remotes import config as C
-from napari_shardscope.core.versioned.remotes.pack import data_payload, object_key, object_name
+from napari_shardscope.core.versioned.remotes.errors import CorruptObjectError
+from napari_shardscope.core.versioned.remotes.pack import data_payload, object_key, object_name, value_is_at
 from napari_shardscope.core.versioned.remotes.store import RemoteStore
 
 CACHE_DIR = "remote-objects"
@@ -83,6 +85,20 @@ class RemoteObjects:
                     write_file_atomic(cache_path(self.directory.parent, name), data)
                 got[name] = data
         return [data_payload(n, got[n]) for n in names]
+
+    def check_value(self, name: str, payload: bytes, offset: int, length: int, key: bytes) -> None:
+        if is_log_key(key):
+            seq = K.unpack_u64(key[-8:])
+            ok, what = value_is_at(payload, offset, length, seq=seq), f"log record {seq}"
+        else:
+            tkey = K.decode_data_key(key).tkey
+            ok, what = value_is_at(payload, offset, length, tkey=tkey), f"key {tkey!r}"
+        if not ok:
+            raise CorruptObjectError(
+                f"object {name}: the version's key listing puts the value of {what} at bytes "
+                f"{offset}…{offset + length}, where the data object holds no such record's value (the listing "
+                f"disagrees with the data: `shardscope remote check` names every such range; clone with "
+                f"--prefetch to read the data objects themselves)")
 
 
 use_object_source(RemoteObjects)

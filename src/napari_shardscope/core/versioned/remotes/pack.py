@@ -423,6 +423,28 @@ def data_records_at(name: str, data: bytes, instances: Sequence[str]) -> Iterato
         raise CorruptObjectError(f"object {name}: bad record at byte {pos} ({exc})") from exc
 
 
+def value_is_at(payload: bytes, offset: int, length: int, *, tkey: bytes | None = None,
+                seq: int | None = None) -> bool:
+    """Whether bytes ``offset`` … ``offset + length`` of a data object's payload are the value of the entry
+    for ``tkey`` (or of log record ``seq``): the record head just before them must name that key (or seq)
+    and that length. A lazy read checks the range its key listing gave before believing it."""
+    if offset + length > len(payload):
+        return False
+    if tkey is not None:
+        at = offset - _V.size - len(tkey) - _E.size
+        if at < 0:
+            return False
+        kind, _, klen = _E.unpack_from(payload, at)
+        tomb, vlen = _V.unpack_from(payload, offset - _V.size)
+        return bool(kind == b"E" and klen == len(tkey) and not tomb and vlen == length
+                    and payload[at + _E.size:offset - _V.size] == tkey)
+    at = offset - _L.size
+    if at < 0:
+        return False
+    kind, _, found, dlen = _L.unpack_from(payload, at)
+    return bool(kind == b"L" and found == seq and dlen == length)
+
+
 def node_content(header: NodeHeader, records: Sequence[NodeEntry | NodeLog]) -> NodeContent:
     """The :class:`NodeContent` a header and its data records describe."""
     entries = tuple(sorted((r for r in records if isinstance(r, NodeEntry)), key=lambda e: (e.instance, e.key)))
