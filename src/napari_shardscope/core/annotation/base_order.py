@@ -76,8 +76,8 @@ def block_order(cells: I64, grid: Sequence[int]) -> tuple[npt.NDArray[np.intp], 
     return order, block_code(lin // gy, lin % gy, bx)
 
 
-def key_order(keys: U64) -> npt.NDArray[np.intp]:
-    """The stable permutation sorting ``keys`` (u64).
+def key_order(keys: npt.NDArray[np.unsignedinteger[Any]]) -> npt.NDArray[np.intp]:
+    """The stable permutation sorting ``keys`` (u64 or u32).
 
     Each key (relative to the smallest) is packed with its row number into one u64 and the packed
     values sorted with ``np.sort`` (SIMD): 5x less CPU than ``np.argsort`` of 10⁶ random u64 here. Keys
@@ -90,7 +90,7 @@ def key_order(keys: U64) -> npt.NDArray[np.intp]:
     row_bits = (n - 1).bit_length()
     if int(keys.max() - lo).bit_length() + row_bits > 64:
         return np.argsort(keys, kind="stable")
-    packed = keys - lo
+    packed = np.subtract(keys, lo, dtype=np.uint64)  # u32 keys (block indexes) widen here, in the same pass
     packed <<= np.uint64(row_bits)
     packed |= np.arange(n, dtype=np.uint64)
     packed.sort()

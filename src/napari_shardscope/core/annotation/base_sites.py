@@ -63,6 +63,8 @@ class Sites:
     ids: U64
     layout: str  # "synapses" (ids 2S+1 pre, 2S+2 post) or "points"
     zyx: npt.NDArray[np.int32]  # (n, 3) z, y, x
+    #: One value per row of the input: per synapse (both its sites carry it) or per point. Not repeated
+    #: per site: an import spills and sorts them once per synapse (:mod:`.base_stream`).
     properties: list[tuple[BaseProperty, npt.NDArray[Any]]]
 
 
@@ -98,7 +100,8 @@ def check_ids(ids: npt.NDArray[Any], *, column: str, where: str, pairs: bool, ro
 
 def interleave_sites(sid: U64, pre: I64, post: I64 | None, props: list[tuple[BaseProperty, npt.NDArray[Any]]],
            order: npt.NDArray[np.intp] | None = None) -> Sites:
-    """Interleave pre and post sites (ids 2S+1, 2S+2) or take points (id S); property columns follow.
+    """Interleave pre and post sites (ids 2S+1, 2S+2) or take points (id S); property columns follow, one
+    value per synapse (not repeated per site).
 
     Rows are put in synapse-id order first (``order``, from :func:`check_ids`), so the interleaved
     ids are sorted; the interleaving writes straight into the output (no gathered copy first).
@@ -117,11 +120,4 @@ def interleave_sites(sid: U64, pre: I64, post: I64 | None, props: list[tuple[Bas
     np.add(ids[0::2], np.uint64(1), out=ids[1::2])
     zyx = np.empty((2 * n, 3), np.int32)  # below 2**31 voxels per axis (the block grid is checked)
     zyx[0::2], zyx[1::2] = take(pre), take(post)
-    out = []
-    for p, arr in props:
-        a = take(arr)
-        both = np.empty(2 * n, arr.dtype)
-        both[0::2] = a
-        both[1::2] = a
-        out.append((p, both))
-    return Sites(ids, "synapses", zyx, out)
+    return Sites(ids, "synapses", zyx, [(p, take(arr)) for p, arr in props])
