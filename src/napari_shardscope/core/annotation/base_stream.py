@@ -40,7 +40,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from napari_shardscope.core.annotation.base import MAX_BLOCKS, BaseConfig, BaseProperty, block_code
+from napari_shardscope.core.annotation.base import MAX_BLOCKS, BaseConfig, BaseProperty
 from napari_shardscope.core.annotation.base_order import (
     id_order,
     index_order,
@@ -48,10 +48,9 @@ from napari_shardscope.core.annotation.base_order import (
     order_by,
     synapse_aggregates,
 )
-from napari_shardscope.core.annotation.base_position import codec_of
+from napari_shardscope.core.annotation.base_position import codec_of, supervoxels_of_offsets
 from napari_shardscope.core.annotation.base_spill import SAMPLE_EVERY, Columns, Spill, SpillWriter
 from napari_shardscope.core.annotation.errors import AnnotationTableError
-from napari_shardscope.core.annotation.points import supervoxels_of_block_runs
 from napari_shardscope.core.errors import RefusedWriteError, UnsupportedFeatureError
 from napari_shardscope.core.labelmap.version import LabelmapVersion
 from napari_shardscope.core.tables import TableSummary, write_sorted_table
@@ -223,23 +222,17 @@ class BaseBuilder:
         """Merge 1: the spatial table; supervoxels read per block; runs by id (and by supervoxel) spilled."""
         spatial = self._table("spatial", "block", False)
         spatial.put(np.zeros(0, np.uint64), {"id": np.zeros(0, np.uint64)})
-        gy, gx = np.uint64(self.grid[1]), np.uint64(self.grid[2])
         for part in self.by_block.ranges(self.range_sites):
             ids, lin, off = part.pop("id"), part.pop("lin"), part.pop("off")
             by_id_order = key_order(ids)  # packed sorts, never an argsort of 10⁶ u64 (:mod:`.base_order`)
             order = by_id_order[key_order(lin[by_id_order])]  # by (block, id)
-            lin_s = lin[order].astype(np.uint64)
-            bx = lin_s % gx
-            rest = lin_s // gx
-            spatial.put(block_code(rest // gy, rest % gy, bx), {"id": ids[order]})
-            del bx, rest
+            lin_s = lin[order]
+            spatial.put(self.codec.block_codes(lin_s), {"id": ids[order]})
             run: Columns = {"id": ids[by_id_order], "lin": lin[by_id_order], "off": off[by_id_order]}
             if self.labelmap is not None and by_sv is not None:
-                zyx = np.stack(self.codec.unpack(lin_s, off[order]), axis=1)
                 starts = np.flatnonzero(np.append(True, lin_s[1:] != lin_s[:-1]))
                 svs = np.empty(ids.size, np.uint64)
-                svs[order] = supervoxels_of_block_runs(self.labelmap, zyx, starts, self.block, once=True)
-                del zyx
+                svs[order] = supervoxels_of_offsets(self.labelmap, self.codec, lin_s, off[order], starts)
                 run["sv"] = svs[by_id_order]
                 o_sv = key_order(svs)
                 by_sv.add({"sv": svs[o_sv], "id": ids[o_sv]})
