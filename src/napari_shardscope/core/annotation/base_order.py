@@ -25,7 +25,7 @@ def id_order(ids: U64) -> npt.NDArray[np.intp] | None:
     """The permutation that sorts ``ids`` (None: already sorted); duplicates are left adjacent for the caller.
 
     Ids of a synapse table are usually a dense range in arbitrary order: then one scatter (O(n))
-    sorts them, several times faster than an argsort of 10⁷ u64; sparse ids are argsorted.
+    sorts them, several times faster than an argsort of 10⁷ u64; sparse ids are sorted by :func:`key_order`.
     """
     n = ids.size
     if n < 2 or not bool((ids[1:] < ids[:-1]).any()):
@@ -38,7 +38,7 @@ def id_order(ids: U64) -> npt.NDArray[np.intp] | None:
         order = slot[slot >= 0]
         if order.size == n:  # else a duplicate id took another's slot: fall back (it is reported below)
             return order.astype(np.intp)
-    return np.argsort(ids, kind="stable")
+    return key_order(ids)  # packed with the row number (an argsort where the span does not fit)
 
 
 def block_linear(cells: npt.NDArray[Any], grid: Sequence[int]) -> npt.NDArray[Any]:

@@ -224,18 +224,20 @@ class BaseBuilder:
         spatial.put(np.zeros(0, np.uint64), {"id": np.zeros(0, np.uint64)})
         for part in self.by_block.ranges(self.range_sites):
             ids, lin, off = part.pop("id"), part.pop("lin"), part.pop("off")
-            by_id_order = key_order(ids)  # packed sorts, never an argsort of 10⁶ u64 (:mod:`.base_order`)
-            order = by_id_order[key_order(lin[by_id_order])]  # by (block, id)
-            lin_s = lin[order]
-            spatial.put(self.codec.block_codes(lin_s), {"id": ids[order]})
+            # packed sorts, never an argsort of 10⁶ u64 (:mod:`.base_order`); every column gathered once
+            by_id_order = key_order(ids)
             run: Columns = {"id": ids[by_id_order], "lin": lin[by_id_order], "off": off[by_id_order]}
+            del ids, lin, off, by_id_order
+            order = key_order(run["lin"])  # stable over the id order: by (block, id)
+            lin_s, ids_s = run["lin"][order], run["id"][order]
+            spatial.put(self.codec.block_codes(lin_s), {"id": ids_s})
             if self.labelmap is not None and by_sv is not None:
                 starts = np.flatnonzero(np.append(True, lin_s[1:] != lin_s[:-1]))
-                svs = np.empty(ids.size, np.uint64)
-                svs[order] = supervoxels_of_offsets(self.labelmap, self.codec, lin_s, off[order], starts)
-                run["sv"] = svs[by_id_order]
-                o_sv = key_order(svs)
-                by_sv.add({"sv": svs[o_sv], "id": ids[o_sv]})
+                svs_s = supervoxels_of_offsets(self.labelmap, self.codec, lin_s, run["off"][order], starts)
+                run["sv"] = np.empty(svs_s.size, np.uint64)
+                run["sv"][order] = svs_s
+                o_sv = key_order(svs_s)
+                by_sv.add({"sv": svs_s[o_sv], "id": ids_s[o_sv]})
             by_id.add(run)
             del part, run, lin_s
         self.by_block.remove()
