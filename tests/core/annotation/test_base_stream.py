@@ -134,6 +134,30 @@ def test_a_streamed_import_equals_the_one_piece_import_and_numpy(suffix: str, tm
         assert v.connections(body) == w.connections(body)
 
 
+def test_a_synapses_properties_are_spilled_once_and_a_site_in_few_bytes(tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """What the streamed import writes to its spill files (its system time is writing and reading them back):
+    a synapse's properties once (not for each of its two sites, nor again per merge), and every ordering's
+    columns in under 100 bytes a site all told (the positions as a block index and an offset in the block)."""
+    seg, _ = base_volume()
+    repo = create_repository(tmp_path / "repo")
+    lm = create_labelmap(repo, "seg", seg, block=BLOCK)
+    monkeypatch.setattr(base_input, "PIECE_ROWS", 50)
+    spilled: list[dict[str, tuple[int, int]]] = []
+    add = base_stream.Spill.add
+    monkeypatch.setattr(base_stream.Spill, "add", lambda self, cols: (
+        spilled.append({k: (len(v), np.asarray(v).nbytes) for k, v in cols.items()}), add(self, cols))[1])
+    config = build_base(_write(_table(), tmp_path / "t.parquet", True), tmp_path / "base", shape=SHAPE, block=BLOCK,
+                        labelmap=lm.at("main"), range_sites=64)
+    props = [p.column for p in config.properties]
+    assert len(props) == 3 and config.rows == 2 * N
+    for p in props:
+        assert sum(run[p][0] for run in spilled if p in run) == N, p  # once per synapse, in one spill
+    per_site = sum(nbytes for run in spilled for _, nbytes in run.values()) / config.rows
+    assert per_site < 100, per_site  # 141 when the properties and three int32 went with every site
+    repo.close()
+
+
 def test_a_duplicate_id_in_another_piece_names_both_rows(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     seg, _ = base_volume()
     repo = create_repository(tmp_path / "repo")

@@ -56,12 +56,14 @@ def _per_row(pairs: list[tuple[int, int]]) -> Counter[tuple[int, int, int]]:
     return c
 
 
-@given(pairs=sv_arrays, big=st.booleans())
+@given(pairs=sv_arrays, big=st.booleans(), wide=st.booleans())
 @settings(max_examples=200, deadline=None)
-def test_synapse_aggregates_equal_the_per_row_count(pairs: list[tuple[int, int]], big: bool) -> None:
+def test_synapse_aggregates_equal_the_per_row_count(pairs: list[tuple[int, int]], big: bool, wide: bool) -> None:
     shift = np.uint64(2**63) if big else np.uint64(0)  # supervoxel ids near 2⁶⁴ pack the same way
-    pre = np.asarray([p for p, _ in pairs], dtype=np.uint64) + shift
-    post = np.asarray([q for _, q in pairs], dtype=np.uint64) + shift
+    # wide: ids spanning 2⁴⁴ do not pack as they are (numbered densely first); narrow ones pack directly
+    scale = np.uint64(2**40 if wide else 1)
+    pre = np.asarray([p for p, _ in pairs], dtype=np.uint64) * scale + shift
+    post = np.asarray([q for _, q in pairs], dtype=np.uint64) * scale + shift
     want = _per_row([(int(a), int(b)) for a, b in zip(pre, post, strict=True)])
     for fn in (synapse_aggregates, aggregate_by_lexsort):
         sv, partner, d, n = fn(pre, post)

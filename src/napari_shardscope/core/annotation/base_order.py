@@ -25,7 +25,7 @@ def id_order(ids: U64) -> npt.NDArray[np.intp] | None:
     """The permutation that sorts ``ids`` (None: already sorted); duplicates are left adjacent for the caller.
 
     Ids of a synapse table are usually a dense range in arbitrary order: then one scatter (O(n))
-    sorts them, several times faster than an argsort of 10⁷ u64; sparse ids are argsorted.
+    sorts them, several times faster than an argsort of 10⁷ u64; sparse ids are sorted by :func:`key_order`.
     """
     n = ids.size
     if n < 2 or not bool((ids[1:] < ids[:-1]).any()):
@@ -38,7 +38,7 @@ def id_order(ids: U64) -> npt.NDArray[np.intp] | None:
         order = slot[slot >= 0]
         if order.size == n:  # else a duplicate id took another's slot: fall back (it is reported below)
             return order.astype(np.intp)
-    return np.argsort(ids, kind="stable")
+    return key_order(ids)  # packed with the row number (an argsort where the span does not fit)
 
 
 def block_linear(cells: npt.NDArray[Any], grid: Sequence[int]) -> npt.NDArray[Any]:
@@ -76,8 +76,8 @@ def block_order(cells: I64, grid: Sequence[int]) -> tuple[npt.NDArray[np.intp], 
     return order, block_code(lin // gy, lin % gy, bx)
 
 
-def key_order(keys: U64) -> npt.NDArray[np.intp]:
-    """The stable permutation sorting ``keys`` (u64).
+def key_order(keys: npt.NDArray[np.unsignedinteger[Any]]) -> npt.NDArray[np.intp]:
+    """The stable permutation sorting ``keys`` (u64 or u32).
 
     Each key (relative to the smallest) is packed with its row number into one u64 and the packed
     values sorted with ``np.sort`` (SIMD): 5x less CPU than ``np.argsort`` of 10⁶ random u64 here. Keys
@@ -90,7 +90,7 @@ def key_order(keys: U64) -> npt.NDArray[np.intp]:
     row_bits = (n - 1).bit_length()
     if int(keys.max() - lo).bit_length() + row_bits > 64:
         return np.argsort(keys, kind="stable")
-    packed = keys - lo
+    packed = np.subtract(keys, lo, dtype=np.uint64)  # u32 keys (block indexes) widen here, in the same pass
     packed <<= np.uint64(row_bits)
     packed |= np.arange(n, dtype=np.uint64)
     packed.sort()
@@ -126,18 +126,27 @@ def synapse_aggregates(pre_sv: U64, post_sv: U64) -> tuple[U64, U64, npt.NDArray
     Rows ``(sv, partner, direction, n)`` sorted by (sv, direction, partner): direction 0 (``out``:
     ``sv`` holds the pre site, ``partner`` the post site) or 1 (``in``). What
     :func:`~.connectome.aggregate_rows` derives from the versioned keys of one supervoxel, for every
-    supervoxel at once: supervoxels are numbered densely (order kept, :func:`dense_ranks`), each end
+    supervoxel at once: supervoxels are numbered densely (order kept, :func:`dense_ranks`) unless
+    their span packs as it is, each end
     packed with its partner and direction into one u64 and sorted once; runs of equal codes are the counts.
     """
     m = pre_sv.size
     empty = (np.zeros(0, np.uint64), np.zeros(0, np.uint64), np.zeros(0, np.uint8), np.zeros(0, np.uint32))
     if not m:
         return empty
-    uniq, ranks = dense_ranks(np.concatenate([pre_sv, post_sv]))
-    k = uniq.size
-    bits = max(1, (k - 1).bit_length())
-    if 2 * bits + 1 > 64:  # beyond 2³¹ distinct supervoxels: a (slower) lexsort of the three columns
-        return aggregate_by_lexsort(pre_sv, post_sv)
+    both = np.concatenate([pre_sv, post_sv])
+    lo = both.min()
+    bits = max(1, int(both.max() - lo).bit_length())
+    uniq: U64 | None = None
+    if 2 * bits + 1 <= 64:  # the supervoxels' span packs as it is: no numbering (a sort and a scatter) first
+        ranks = both
+        ranks -= lo
+    else:
+        uniq, ranks = dense_ranks(both)
+        bits = max(1, (uniq.size - 1).bit_length())
+        if 2 * bits + 1 > 64:  # beyond 2³¹ distinct supervoxels: a (slower) lexsort of the three columns
+            return aggregate_by_lexsort(pre_sv, post_sv)
+    del both
     dp, dq = ranks[:m], ranks[m:]
     sh, dbit, mask = np.uint64(bits + 1), np.uint64(1 << bits), np.uint64((1 << bits) - 1)
     codes = np.concatenate([(dp << sh) | dq, (dq << sh) | dbit | dp])
@@ -148,6 +157,8 @@ def synapse_aggregates(pre_sv: U64, post_sv: U64) -> tuple[U64, U64, npt.NDArray
     starts = np.flatnonzero(new)
     counts = np.diff(np.append(starts, codes.size)).astype(np.uint32)
     c = codes[starts]
+    if uniq is None:
+        return (c >> sh) + lo, (c & mask) + lo, ((c & dbit) != 0).astype(np.uint8), counts
     return (uniq[(c >> sh).astype(np.intp)], uniq[(c & mask).astype(np.intp)],
             ((c & dbit) != 0).astype(np.uint8), counts)
 
@@ -161,8 +172,14 @@ def index_order(sv: U64, direction: npt.NDArray[np.uint8], partner: U64) -> npt.
     n = sv.size
     if n < 2:
         return np.arange(n, dtype=np.intp)
-    _, ranks = dense_ranks(np.concatenate([sv, partner]))
-    bits = max(1, int(ranks.max()).bit_length())
+    ranks = np.concatenate([sv, partner])
+    lo = ranks.min()
+    bits = max(1, int(ranks.max() - lo).bit_length())
+    if 2 * bits + 1 + (n - 1).bit_length() <= 64:  # packs as it is (with the row number, in key_order)
+        ranks -= lo
+    else:
+        _, ranks = dense_ranks(ranks)
+        bits = max(1, int(ranks.max()).bit_length())
     if 2 * bits + 1 > 64:
         return np.lexsort((partner, direction, sv))
     codes = ranks[:n] << np.uint64(bits + 1)

@@ -26,6 +26,7 @@ whole-table import (same rows, same order, same columns), so bases written by ei
 
 from __future__ import annotations
 
+import itertools
 import os
 import queue
 import shutil
@@ -39,18 +40,17 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from napari_shardscope.core.annotation.base import MAX_BLOCKS, BaseConfig, BaseProperty, block_code
+from napari_shardscope.core.annotation.base import MAX_BLOCKS, BaseConfig, BaseProperty
 from napari_shardscope.core.annotation.base_order import (
-    block_linear,
     id_order,
     index_order,
     key_order,
     order_by,
     synapse_aggregates,
 )
+from napari_shardscope.core.annotation.base_position import codec_of, supervoxels_of_offsets
 from napari_shardscope.core.annotation.base_spill import SAMPLE_EVERY, Columns, Spill, SpillWriter
 from napari_shardscope.core.annotation.errors import AnnotationTableError
-from napari_shardscope.core.annotation.points import supervoxels_of_block_runs
 from napari_shardscope.core.errors import RefusedWriteError, UnsupportedFeatureError
 from napari_shardscope.core.labelmap.version import LabelmapVersion
 from napari_shardscope.core.tables import TableSummary, write_sorted_table
@@ -65,7 +65,11 @@ QUEUE_CHUNKS = 2
 
 @dataclass
 class SiteChunk:
-    """One piece of the input's sites: ids, (n, 3) int32 z, y, x voxels, and one array per property."""
+    """One piece of the input's sites: ids, (n, 3) int32 z, y, x voxels, and one array per property.
+
+    A synapse piece's ids alternate pre (``2S + 1``) and post (``2S + 2``) and its properties hold one
+    value per synapse (both sites carry it); a point piece's properties one per point.
+    """
 
     ids: U64
     zyx: npt.NDArray[np.int32]
@@ -165,8 +169,14 @@ class BaseBuilder:
         self.tables = self.temp / "tables"
         self.tables.mkdir()
         self.sample = max(1, min(SAMPLE_EVERY, range_sites // 16))
+        self.codec = codec_of(block, self.grid)
+        #: sites per property value: a synapse's two sites share its properties (spilled once, repeated
+        #: when its records are written)
+        self.per_value = 2 if layout == "synapses" else 1
         self.spill_writer = SpillWriter()
+        # by block: (block index, offset in the block, id), 16 bytes a site; the properties go by id apart
         self.by_block = Spill(self.temp / "spill", "lin", self.sample, self.spill_writer)
+        self.values = Spill(self.temp / "spill" / "values", "id", self.sample, self.spill_writer)
         self.rows = 0
         self.max_id = 0
         self._threads: list[_TableThread] = []
@@ -179,15 +189,16 @@ class BaseBuilder:
             return
         self.rows += n
         self.max_id = max(self.max_id, int(chunk.ids.max()))
-        blk = np.asarray(self.block, dtype=np.int32)
-        lin = block_linear((chunk.zyx // blk).astype(np.uint64), self.grid)
+        lin, off = self.codec.pack(chunk.zyx)
         order = key_order(lin)
-        cols: Columns = {"lin": lin[order], "id": chunk.ids[order]}
-        for i, a in enumerate("zyx"):
-            cols[a] = chunk.zyx[order, i]
-        for p, arr in zip(self.properties, chunk.properties, strict=True):
-            cols[p.column] = arr[order]
-        self.by_block.add(cols)
+        self.by_block.add({"lin": lin[order], "off": off[order], "id": chunk.ids[order]})
+        if self.properties:  # once per synapse (the pre site's id is its key), sorted by that id
+            keys = chunk.ids[::self.per_value]
+            by_key = id_order(keys)
+            vals: Columns = {"id": keys if by_key is None else keys[by_key]}
+            for p, arr in zip(self.properties, chunk.properties, strict=True):
+                vals[p.column] = arr if by_key is None else arr[by_key]
+            self.values.add(vals)
 
     # -- the merges -----------------------------------------------------------------------------------------
     def _table(self, name: str, key: str, unique: bool) -> _TableThread:
@@ -202,8 +213,8 @@ class BaseBuilder:
         return t
 
     def _prop_dtypes(self) -> dict[str, np.dtype[Any]]:
-        if self.by_block.runs:
-            return {p.column: self.by_block.runs[0].files[p.column][1] for p in self.properties}
+        if self.values.runs:
+            return {p.column: self.values.runs[0].files[p.column][1] for p in self.properties}
         return {p.column: np.dtype(np.float64 if p.type == "float" else np.bool_ if p.type == "bool" else np.int64)
                 for p in self.properties}
 
@@ -211,28 +222,22 @@ class BaseBuilder:
         """Merge 1: the spatial table; supervoxels read per block; runs by id (and by supervoxel) spilled."""
         spatial = self._table("spatial", "block", False)
         spatial.put(np.zeros(0, np.uint64), {"id": np.zeros(0, np.uint64)})
-        gy, gx = np.uint64(self.grid[1]), np.uint64(self.grid[2])
         for part in self.by_block.ranges(self.range_sites):
-            ids, lin = part.pop("id"), part.pop("lin")
-            by_id_order = key_order(ids)  # packed sorts, never an argsort of 10⁶ u64 (:mod:`.base_order`)
-            order = by_id_order[key_order(lin[by_id_order])]  # by (block, id)
-            lin_s = lin[order]
-            bx = lin_s % gx
-            rest = lin_s // gx
-            spatial.put(block_code(rest // gy, rest % gy, bx), {"id": ids[order]})
-            del bx, rest
-            run: Columns = {"id": ids[by_id_order]}
-            for name, col in part.items():
-                run[name] = col[by_id_order]
+            ids, lin, off = part.pop("id"), part.pop("lin"), part.pop("off")
+            # packed sorts, never an argsort of 10⁶ u64 (:mod:`.base_order`); every column gathered once
+            by_id_order = key_order(ids)
+            run: Columns = {"id": ids[by_id_order], "lin": lin[by_id_order], "off": off[by_id_order]}
+            del ids, lin, off, by_id_order
+            order = key_order(run["lin"])  # stable over the id order: by (block, id)
+            lin_s, ids_s = run["lin"][order], run["id"][order]
+            spatial.put(self.codec.block_codes(lin_s), {"id": ids_s})
             if self.labelmap is not None and by_sv is not None:
-                zyx = np.stack([part["z"][order], part["y"][order], part["x"][order]], axis=1)
                 starts = np.flatnonzero(np.append(True, lin_s[1:] != lin_s[:-1]))
-                svs = np.empty(ids.size, np.uint64)
-                svs[order] = supervoxels_of_block_runs(self.labelmap, zyx, starts, self.block, once=True)
-                del zyx
-                run["sv"] = svs[by_id_order]
-                o_sv = key_order(svs)
-                by_sv.add({"sv": svs[o_sv], "id": ids[o_sv]})
+                svs_s = supervoxels_of_offsets(self.labelmap, self.codec, lin_s, run["off"][order], starts)
+                run["sv"] = np.empty(svs_s.size, np.uint64)
+                run["sv"][order] = svs_s
+                o_sv = key_order(svs_s)
+                by_sv.add({"sv": svs_s[o_sv], "id": ids_s[o_sv]})
             by_id.add(run)
             del part, run, lin_s
         self.by_block.remove()
@@ -246,23 +251,56 @@ class BaseBuilder:
         if self.labelmap is not None:
             empty["sv"] = np.zeros(0, np.uint64)
         records.put(np.zeros(0, np.uint64), empty)
-        for part in by_id.ranges(self.range_sites, align=2 if self.layout == "synapses" else 1):
-            ids = part.pop("id")
+        cuts: list[int | None] = [None, *by_id.splitters(self.range_sites, align=self.per_value), None]
+        for lo, hi in itertools.pairwise(cuts):
+            part = by_id.read_range(lo, hi)
+            ids = part.pop("id", None)
+            if ids is None or not ids.size:
+                continue
             order = id_order(ids)
             if order is not None:
                 ids = ids[order]
             dup = np.flatnonzero(ids[1:] == ids[:-1])
             if dup.size:
                 raise self._duplicate(int(ids[dup[0]]))
-            cols = {name: part[name] if order is None else part[name][order] for name in empty}
-            del part
+
+            def by_id_of(col: npt.NDArray[Any], order: npt.NDArray[np.intp] | None = order) -> npt.NDArray[Any]:
+                return col if order is None else col[order]
+
+            z, y, x = self.codec.unpack(by_id_of(part.pop("lin")), by_id_of(part.pop("off")))
+            cols: Columns = {"z": z, "y": y, "x": x}
+            cols.update(self._values_of(ids, lo, hi))
+            if "sv" in part:
+                cols["sv"] = by_id_of(part.pop("sv"))
+            del part, z, y, x
             records.put(ids, cols)
             if ends is not None:
                 svs = cols["sv"]
                 sv, partner, d, cnt = synapse_aggregates(svs[0::2], svs[1::2])
                 ends.add({"sv": sv, "partner": partner, "dir": d, "n": cnt})
         by_id.remove()
+        self.values.remove()
         records.close()
+
+    def _values_of(self, ids: U64, lo: int | None, hi: int | None) -> Columns:
+        """The property columns of the records ``ids`` (sorted, distinct, ``lo <= id < hi``), each synapse's
+        values repeated for its two sites (a range holds both sites of its synapses: odd splitters)."""
+        if not self.properties:
+            return {}
+        vals = self.values.read_range(lo, hi)
+        keys = vals.pop("id")
+        order = id_order(keys)
+        if order is not None:
+            keys = keys[order]
+        if not np.array_equal(keys, ids[::self.per_value]):  # the two spills hold the same annotations
+            raise RuntimeError(f"a base import's spills disagree in ids {lo}..{hi} (a spill file was changed)")
+        out: Columns = {}
+        for p in self.properties:
+            v = vals.pop(p.column)
+            if order is not None:
+                v = v[order]
+            out[p.column] = np.repeat(v, self.per_value) if self.per_value > 1 else v
+        return out
 
     def _duplicate(self, aid: int) -> AnnotationTableError:
         sid = (aid - 1) // 2 if self.layout == "synapses" else aid
