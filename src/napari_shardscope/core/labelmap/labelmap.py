@@ -33,6 +33,7 @@ import numpy.typing as npt
 
 from napari_shardscope.core.errors import ShardscopeError
 from napari_shardscope.core.labelmap.agglomeration import AgglomerationSource
+from napari_shardscope.core.labelmap.catch_up import written_since
 from napari_shardscope.core.labelmap.config import (
     TYPE_NAME,
     LabelmapConfig,
@@ -178,10 +179,11 @@ class Labelmap:
         if cached is not None:
             cached.version = v
             if stamp != cached.stamp:
-                cached.refresh(stamp, counts)
+                self._catch_up(view, cached, stamp, counts)
             return cached
         self._check_lineage(v)
-        state = VersionState(v, stamp, self._loader(v), self.config, self.fetcher(v), counts)
+        state = VersionState(v, stamp, self._loader(v), self.config, self.fetcher(v), counts,
+                             None if v.locked else view.log_length(self.instance))
         with self._states_lock:
             old = self._states.get(v.uuid)
             if old is not None:
@@ -213,10 +215,20 @@ class Labelmap:
                     if state is not None and not state.editing:
                         stamp, counts = self._probe(view)
                         if stamp != state.stamp:
-                            state.refresh(stamp, counts)
+                            self._catch_up(view, state, stamp, counts)
                 return values
 
         return load
+
+    def _catch_up(self, view: VersionView, state: VersionState, stamp: int, counts: dict[int, int]) -> None:
+        """Bring ``state`` to the store's ``stamp`` (another writer edited the version, as ``view`` shows):
+        forget only the records their mutations wrote when the log says which (:mod:`.catch_up`), else all."""
+        caught = None if state.log_length is None else \
+            written_since(view, self.instance, state.log_length, stamp)
+        if caught is None:
+            state.refresh(stamp, counts, None if view.version.locked else view.log_length(self.instance))
+        else:
+            state.catch_up(stamp, counts, caught)
 
     def _check_lineage(self, v: Version) -> None:
         """Refuse a version below a store merge whose two sides both edited this labelmap.
@@ -382,9 +394,11 @@ class Labelmap:
                         check_edit_in_region(self.config, self.reader(state), plan, region_box(region),
                                              lambda sv: self.entry(state, sv))
                     written = write_plan(w, self.instance, self.name, plan, who)
+                    log_length = w.log_length(self.instance)
                 finally:
                     state.editing = False
-            changed = state.written(written.keys, written.mutation.mutation_id, unlinked=written.unlinked)
+            changed = state.written(written.keys, written.mutation.mutation_id, unlinked=written.unlinked,
+                                    log_length=log_length)
         event = EditEvent(self.name, state.version.uuid, written.mutation, changed)
         for callback in list(self._subscribers):
             try:

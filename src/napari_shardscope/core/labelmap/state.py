@@ -18,6 +18,7 @@ import threading
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 
+from napari_shardscope.core.labelmap.catch_up import CaughtUp, is_cached_record
 from napari_shardscope.core.labelmap.config import LabelmapConfig
 from napari_shardscope.core.labelmap.keys import BLOCK_PREFIX, OVERLAY_COUNT_PREFIX, overlay_count_key
 from napari_shardscope.core.labelmap.reading import Fetch, Overlay
@@ -87,6 +88,26 @@ class RecordCache:
             for k, v in items.items():
                 self._store(k, v)
 
+    def forget(self, keep: Callable[[bytes], bool]) -> None:
+        """Drop every record but those ``keep`` accepts (another writer changed the rest).
+
+        Like :meth:`clear`, a read in flight (started before) keeps none of what it read.
+        """
+        with self._lock:
+            gone = [k for k in self._data if not keep(k)]
+            for k in gone:
+                self._bytes -= _weight(k, self._data.pop(k))
+            self._generation += 1
+
+    def __contains__(self, key: object) -> bool:
+        with self._lock:
+            return key in self._data
+
+    def keys(self) -> list[bytes]:
+        """The keys held now (tests, diagnostics)."""
+        with self._lock:
+            return list(self._data)
+
     def clear(self) -> None:
         with self._lock:
             self._data.clear()
@@ -130,10 +151,12 @@ class VersionState:
     """
 
     def __init__(self, version: Version, stamp: int, load: Load, config: LabelmapConfig, fetch: Fetch,
-                 counts: Mapping[int, int]) -> None:
+                 counts: Mapping[int, int], log_length: int | None = None) -> None:
         self.version = version
         #: The store's freshness stamp this state reflects (id of the last mutation visible here).
         self.stamp = stamp
+        #: The version's own log length at :attr:`stamp` (None: unknown), where catching up starts.
+        self.log_length = log_length
         self.config = config
         self.fetch = fetch
         self.records = RecordCache(load)
@@ -147,21 +170,42 @@ class VersionState:
         #: look for other writers).
         self.editing = False
 
-    def refresh(self, stamp: int, counts: Mapping[int, int]) -> None:
+    def refresh(self, stamp: int, counts: Mapping[int, int], log_length: int | None = None) -> None:
         """Someone else edited the version: forget what was read (arrays handed out follow)."""
         with self.lock:
             self.stamp = stamp
+            self.log_length = log_length
             self.records.clear()
             self.memo.clear()
             if counts != self.overlay.counts or any(counts.values()):
                 self.overlay = Overlay(self.config, counts, self.fetch)
                 self.arrays.clear()
 
-    def written(self, keys: Mapping[bytes, bytes | None], stamp: int, *, unlinked: bool) -> bool:
-        """Bring the state up to date after an edit wrote ``keys``; True when overlay blocks changed."""
+    def catch_up(self, stamp: int, counts: Mapping[int, int], caught: CaughtUp) -> None:
+        """Someone else edited the version and ``caught`` names every record they wrote: forget only those.
+
+        The root memo goes when a parent link was removed or moved; the overlay (and the arrays handed
+        out) when a block or a block count was written, as after an edit of this state's own.
+        """
+        with self.lock:
+            self.stamp = stamp
+            self.log_length = caught.log_length
+            changed = caught.keys
+            self.records.forget(lambda k: k not in changed and is_cached_record(k))
+            if caught.unlinked:
+                self.memo.clear()
+            if caught.blocks or counts != self.overlay.counts:
+                self.overlay = Overlay(self.config, counts, self.fetch)
+                self.arrays.clear()
+
+    def written(self, keys: Mapping[bytes, bytes | None], stamp: int, *, unlinked: bool,
+                log_length: int | None = None) -> bool:
+        """Bring the state up to date after an edit wrote ``keys`` (the version's log now ``log_length``
+        entries long); True when overlay blocks changed."""
         with self.lock:
             self.records.update(keys)
             self.stamp = stamp
+            self.log_length = log_length
             if unlinked:
                 self.memo.clear()
             if not any(k[:1] == BLOCK_PREFIX for k in keys):
