@@ -113,6 +113,13 @@ def test_a_warm_handle_agrees_with_a_fresh_one_after_every_kind_of_edit(repo: Re
     mine.at("main").merge(bodies[4], [bodies[6]])
     theirs.undo()
     check_agrees(mine, repo, svs)
+    own = mine.at("main")
+    big = next(b for b in sorted({int(x) for x in own.bodies_of(np.unique(svs)).tolist() if x})
+               if len(own.supervoxels(b)) >= 2)
+    own.cleave(big, own.supervoxels(big)[:1])  # a page of explicit assignments written here
+    check_agrees(mine, repo, svs)
+    theirs.undo()  # and removed by another
+    check_agrees(mine, repo, svs)
 
 
 def test_a_warm_handle_forgets_everything_when_too_many_edits_came_between(

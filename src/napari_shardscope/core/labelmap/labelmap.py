@@ -33,6 +33,7 @@ import numpy.typing as npt
 
 from napari_shardscope.core.errors import ShardscopeError
 from napari_shardscope.core.labelmap.agglomeration import AgglomerationSource
+from napari_shardscope.core.labelmap.base_members import BaseMembers
 from napari_shardscope.core.labelmap.catch_up import written_since
 from napari_shardscope.core.labelmap.config import (
     TYPE_NAME,
@@ -40,6 +41,7 @@ from napari_shardscope.core.labelmap.config import (
 )
 from napari_shardscope.core.labelmap.edits import Planner, Workspace, write_plan
 from napari_shardscope.core.labelmap.errors import LabelmapStateError
+from napari_shardscope.core.labelmap.explicit_pages import scan_pages
 from napari_shardscope.core.labelmap.id_reservation import id_reservation
 from napari_shardscope.core.labelmap.index_build import build_and_store_index
 from napari_shardscope.core.labelmap.keys import (
@@ -127,6 +129,7 @@ class Labelmap:
         self._edit_lock = threading.RLock()
         self._index_lock = threading.Lock()
         self._index: BaseIndexReader | None = None
+        self._base_members = BaseMembers(agglomeration, self.base_index)
         self._lineage_ok: dict[str, bool] = {}
         self._subscribers: list[Subscriber] = []
         self._meshers: dict[int, Any] = {}
@@ -284,7 +287,22 @@ class Labelmap:
 
     def reader(self, state: VersionState) -> MapReader:
         """Reads of ``state``'s body map through its record cache (hold ``state.lock`` while using it)."""
-        return MapReader(state.records, self.agglomeration, self.base_index, state.memo)
+        return MapReader(state.records, self.agglomeration, self.base_index, state.memo,
+                         base_members=self._base_members, pages=lambda: self._explicit_pages(state))
+
+    def _explicit_pages(self, state: VersionState) -> npt.NDArray[np.uint64] | None:
+        """The pages of explicit assignments ``state``'s version holds (a superset; None: not tracked)."""
+        tracked = state.pages
+        if tracked.known is not None or tracked.untracked or self.repo.closed:
+            return tracked.known
+        generation = tracked.generation
+        with self.repo.read(state.version) as view:
+            stamp = decode_stamp(view.get(self.instance, STAMP_KEY))
+            pages = scan_pages(view, self.instance)
+        if stamp != state.stamp:  # another writer since: the records the state holds are older
+            return None
+        tracked.install(pages, generation)
+        return pages
 
     def txn(self, state: VersionState,
             entries: Callable[[list[int]], Mapping[int, SvIndex]] | None = None) -> MapTxn:

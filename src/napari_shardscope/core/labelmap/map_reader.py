@@ -17,6 +17,7 @@ import numpy as np
 import numpy.typing as npt
 
 from napari_shardscope.core.labelmap.agglomeration import AgglomerationSource
+from napari_shardscope.core.labelmap.base_members import BaseMembers
 from napari_shardscope.core.labelmap.errors import MappingError
 from napari_shardscope.core.labelmap.keys import index_key
 from napari_shardscope.core.labelmap.label_index import BaseIndexReader, SvIndex
@@ -74,12 +75,15 @@ class MapReader:
 
     def __init__(self, records: RecordSource, agglomeration: AgglomerationSource,
                  index: Callable[[], BaseIndexReader], memo: dict[int, int] | None = None,
-                 entries: Callable[[list[int]], Mapping[int, SvIndex]] | None = None) -> None:
+                 entries: Callable[[list[int]], Mapping[int, SvIndex]] | None = None,
+                 base_members: BaseMembers | None = None, pages: Callable[[], U64 | None] | None = None) -> None:
         self.records = records
         self.agg = agglomeration
         self._index = index
         self.memo: dict[int, int] = {} if memo is None else memo
         self._entries = entries
+        self._base_members = base_members
+        self._pages = pages
 
     @property
     def index(self) -> BaseIndexReader:
@@ -101,6 +105,11 @@ class MapReader:
         if not arr.size:
             return body, retired
         pages = np.unique(arr >> np.uint64(PAGE_BITS))
+        present = self._pages() if self._pages is not None else None
+        if present is not None:  # only the pages the version holds are read (:mod:`.explicit_pages`)
+            pages = pages[np.isin(pages, present, assume_unique=True)]
+            if not pages.size:
+                return body, retired
         keys = explicit_keys(pages)
         # most pages hold no explicit supervoxel (absent): only present ones are decoded
         rows = [p for p in (decode_page(raw, key=k) for k, raw in zip(keys, self.get_many(keys), strict=True)
@@ -342,12 +351,17 @@ class MapReader:
         """The supervoxels of the given nodes that exist here, sorted (O(members))."""
         nodes = list(dict.fromkeys(int(n) for n in nodes))
         removed, added = self.corrections(nodes)
-        base = self.base_member_candidates(nodes)
         gone = np.concatenate([v for v in removed.values()] or [np.zeros(0, np.uint64)])
         extra = np.concatenate([v for v in added.values()] or [np.zeros(0, np.uint64)])
-        base = np.setdiff1d(base, gone, assume_unique=False)
-        if base.size:
-            base = base[self.index.contains(base)]
+        if self._base_members is not None:  # kept per node: the base never changes
+            base = self._base_members.union(nodes)
+            if not gone.size and not extra.size:
+                return base
+            base = np.setdiff1d(base, gone, assume_unique=True) if gone.size else base
+        else:
+            base = np.setdiff1d(self.base_member_candidates(nodes), gone, assume_unique=False)
+            if base.size:
+                base = base[self.index.contains(base)]
         cand = np.union1d(base, extra).astype(np.uint64)
         if extra.size:
             cand = cand[self.totals(cand)[0]]

@@ -16,10 +16,12 @@ from __future__ import annotations
 import struct
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
 
 from napari_shardscope.core.labelmap.catch_up import CaughtUp, is_cached_record
 from napari_shardscope.core.labelmap.config import LabelmapConfig
+from napari_shardscope.core.labelmap.explicit_pages import ExplicitPages
 from napari_shardscope.core.labelmap.keys import BLOCK_PREFIX, OVERLAY_COUNT_PREFIX, overlay_count_key
 from napari_shardscope.core.labelmap.reading import Fetch, Overlay
 from napari_shardscope.core.labelmap.records import STAMP_KEY, decode_u64
@@ -58,19 +60,21 @@ class RecordCache:
         self._bytes = 0
         self._lock = threading.RLock()
         self._generation = 0
+        #: Keys held that are not of a kind a catch-up keeps (:meth:`forget` drops them all).
+        self._others: set[bytes] = set()
 
     def get_many(self, keys: Sequence[bytes], load: Load | None = None) -> list[bytes | None]:
         """Values of ``keys``; misses read by ``load`` (default: the cache's own loader) and kept."""
-        out: list[bytes | None] = [None] * len(keys)
-        missing: list[int] = []
-        with self._lock:
+        with self._lock:  # one dict probe per key (a query asks for hundreds of pages at once)
             generation = self._generation
-            for i, k in enumerate(keys):
-                if k in self._data:
-                    self._data.move_to_end(k)
-                    out[i] = self._data[k]
-                else:
-                    missing.append(i)
+            data = self._data
+            found = [data.get(k, _MISS) for k in keys]
+            touch = data.move_to_end
+            for k, v in zip(keys, found, strict=True):
+                if v is not _MISS:
+                    touch(k)
+        out: list[bytes | None] = found  # the misses are filled below
+        missing = [i for i, v in enumerate(found) if v is _MISS]
         if missing:
             want = list(dict.fromkeys(keys[i] for i in missing))
             got = dict(zip(want, (load or self._load)(want), strict=True))
@@ -88,15 +92,14 @@ class RecordCache:
             for k, v in items.items():
                 self._store(k, v)
 
-    def forget(self, keep: Callable[[bytes], bool]) -> None:
-        """Drop every record but those ``keep`` accepts (another writer changed the rest).
-
-        Like :meth:`clear`, a read in flight (started before) keeps none of what it read.
-        """
+    def forget(self, keys: Iterable[bytes]) -> None:
+        """Drop ``keys`` and every record not of a kind :func:`~.catch_up.is_cached_record` accepts (another
+        writer changed them). Like :meth:`clear`, a read in flight (started before) keeps none of what it read."""
         with self._lock:
-            gone = [k for k in self._data if not keep(k)]
-            for k in gone:
-                self._bytes -= _weight(k, self._data.pop(k))
+            for k in (*keys, *self._others):
+                if k in self._data:
+                    self._bytes -= _weight(k, self._data.pop(k))
+            self._others.clear()
             self._generation += 1
 
     def __contains__(self, key: object) -> bool:
@@ -111,6 +114,7 @@ class RecordCache:
     def clear(self) -> None:
         with self._lock:
             self._data.clear()
+            self._others.clear()
             self._bytes = 0
             self._generation += 1
 
@@ -119,9 +123,15 @@ class RecordCache:
             self._bytes -= _weight(key, self._data.pop(key))
         self._data[key] = value
         self._bytes += _weight(key, value)
+        if not is_cached_record(key):
+            self._others.add(key)
         while self._bytes > self._budget and len(self._data) > 1:
             k, v = self._data.popitem(last=False)
             self._bytes -= _weight(k, v)
+            self._others.discard(k)
+
+
+_MISS: Any = object()
 
 
 def _weight(key: bytes, value: bytes | None) -> int:
@@ -160,6 +170,8 @@ class VersionState:
         self.config = config
         self.fetch = fetch
         self.records = RecordCache(load)
+        #: The pages of explicit assignments the version may hold (scanned on first use).
+        self.pages = ExplicitPages()
         #: Union-find node → a known ancestor (only extended; cleared when a parent link is removed).
         self.memo: dict[int, int] = {}
         self.overlay = Overlay(config, counts, fetch)
@@ -176,6 +188,7 @@ class VersionState:
             self.stamp = stamp
             self.log_length = log_length
             self.records.clear()
+            self.pages.forget()
             self.memo.clear()
             if counts != self.overlay.counts or any(counts.values()):
                 self.overlay = Overlay(self.config, counts, self.fetch)
@@ -190,8 +203,8 @@ class VersionState:
         with self.lock:
             self.stamp = stamp
             self.log_length = caught.log_length
-            changed = caught.keys
-            self.records.forget(lambda k: k not in changed and is_cached_record(k))
+            self.records.forget(caught.keys)
+            self.pages.wrote(caught.keys, exact=False)
             if caught.unlinked:
                 self.memo.clear()
             if caught.blocks or counts != self.overlay.counts:
@@ -204,6 +217,7 @@ class VersionState:
         entries long); True when overlay blocks changed."""
         with self.lock:
             self.records.update(keys)
+            self.pages.wrote(keys, exact=True)
             self.stamp = stamp
             self.log_length = log_length
             if unlinked:
