@@ -176,14 +176,19 @@ class Labelmap:
         raw = view.get_many(self.instance, keys)
         return decode_stamp(raw[0]), overlay_counts(raw[1:])
 
+    def _stamp(self, view: VersionView) -> int:
+        """The version's stamp alone (one read: the overlay counts matter only when it moved)."""
+        return decode_stamp(view.get(self.instance, STAMP_KEY))
+
     def _state_from(self, view: VersionView, cached: VersionState | None) -> VersionState:
         v = view.version
-        stamp, counts = self._probe(view)
         if cached is not None:
             cached.version = v
-            if stamp != cached.stamp:
+            if self._stamp(view) != cached.stamp:
+                stamp, counts = self._probe(view)
                 self._catch_up(view, cached, stamp, counts)
             return cached
+        stamp, counts = self._probe(view)
         self._check_lineage(v)
         state = VersionState(v, stamp, self._loader(v), self.config, self.fetcher(v), counts,
                              None if v.locked else view.log_length(self.instance))
@@ -215,10 +220,9 @@ class Labelmap:
                     with self._states_lock:
                         state = self._states.get(uuid)
                     # (an edit holds the writer lock and checked the stamp already: nobody else writes)
-                    if state is not None and not state.editing:
+                    if state is not None and not state.editing and self._stamp(view) != state.stamp:
                         stamp, counts = self._probe(view)
-                        if stamp != state.stamp:
-                            self._catch_up(view, state, stamp, counts)
+                        self._catch_up(view, state, stamp, counts)
                 return values
 
         return load
@@ -288,7 +292,8 @@ class Labelmap:
     def reader(self, state: VersionState) -> MapReader:
         """Reads of ``state``'s body map through its record cache (hold ``state.lock`` while using it)."""
         return MapReader(state.records, self.agglomeration, self.base_index, state.memo,
-                         base_members=self._base_members, pages=lambda: self._explicit_pages(state))
+                         base_members=self._base_members, pages=lambda: self._explicit_pages(state),
+                         bodies=state.bodies)
 
     def _explicit_pages(self, state: VersionState) -> npt.NDArray[np.uint64] | None:
         """The pages of explicit assignments ``state``'s version holds (a superset; None: not tracked)."""

@@ -18,6 +18,7 @@ import numpy.typing as npt
 
 from napari_shardscope.core.labelmap.agglomeration import AgglomerationSource
 from napari_shardscope.core.labelmap.base_members import BaseMembers
+from napari_shardscope.core.labelmap.body_cache import BODY_CACHE_QUERY, BodyCache
 from napari_shardscope.core.labelmap.errors import MappingError
 from napari_shardscope.core.labelmap.keys import index_key
 from napari_shardscope.core.labelmap.label_index import BaseIndexReader, SvIndex
@@ -76,7 +77,8 @@ class MapReader:
     def __init__(self, records: RecordSource, agglomeration: AgglomerationSource,
                  index: Callable[[], BaseIndexReader], memo: dict[int, int] | None = None,
                  entries: Callable[[list[int]], Mapping[int, SvIndex]] | None = None,
-                 base_members: BaseMembers | None = None, pages: Callable[[], U64 | None] | None = None) -> None:
+                 base_members: BaseMembers | None = None, pages: Callable[[], U64 | None] | None = None,
+                 bodies: BodyCache | None = None) -> None:
         self.records = records
         self.agg = agglomeration
         self._index = index
@@ -84,6 +86,7 @@ class MapReader:
         self._entries = entries
         self._base_members = base_members
         self._pages = pages
+        self._body_cache = bodies
 
     @property
     def index(self) -> BaseIndexReader:
@@ -216,13 +219,35 @@ class MapReader:
                 for r, k, raw in zip(roots, keys, self.get_many(keys), strict=True)]
 
     def bodies_of_unique(self, svs: npt.ArrayLike) -> U64:
-        """The body of each distinct supervoxel (0 stays 0): explicit pages, agglomeration, roots, names."""
+        """The body of each distinct supervoxel (0 stays 0): explicit pages, agglomeration, roots, names.
+
+        Through the state's :class:`~.body_cache.BodyCache` when it has one: only supervoxels whose
+        answer an edit may have changed are resolved again.
+        """
         arr = np.asarray(svs, dtype=np.uint64).reshape(-1)
         if not arr.size:
             return np.zeros(0, dtype=np.uint64)
+        cache = self._body_cache
+        if cache is None or arr.size > BODY_CACHE_QUERY:
+            return self._resolve_unique(arr)[0]
+        ids = arr.tolist()
+        got = cache.get(ids)
+        miss = [i for i, b in enumerate(got) if b is None]
+        if miss:
+            asked = arr[miss] if len(miss) < len(ids) else arr
+            bodies, roots = self._resolve_unique(asked)
+            found = bodies.tolist()
+            cache.put(asked.tolist(), roots.tolist(), found)
+            for i, b in zip(miss, found, strict=True):
+                got[i] = b
+        return np.asarray(got, dtype=np.uint64)
+
+    def _resolve_unique(self, arr: U64) -> tuple[U64, U64]:
+        """Bodies of distinct supervoxels and the root of each one's set (0 for supervoxel 0)."""
         direct = self.direct(arr)
         nodes = np.unique(direct[direct != 0])
         out = np.zeros(arr.shape, dtype=np.uint64)
+        root_of = np.zeros(arr.shape, dtype=np.uint64)
         if nodes.size:
             roots = self.roots(nodes)
             uroots = [int(r) for r in np.unique(roots)]
@@ -231,8 +256,11 @@ class MapReader:
             pos = np.searchsorted(nodes, direct)
             keep = direct != 0
             out[keep] = named[pos[keep]]
-        out[arr == 0] = 0
-        return out
+            root_of[keep] = roots[pos[keep]]
+        zero = arr == 0
+        out[zero] = 0
+        root_of[zero] = 0
+        return out, root_of
 
     def bodies_of(self, svs: npt.ArrayLike) -> U64:
         """:meth:`bodies_of_unique` for any array of ids (any shape)."""

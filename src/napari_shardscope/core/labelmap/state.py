@@ -19,6 +19,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
+from napari_shardscope.core.labelmap.body_cache import BodyCache
 from napari_shardscope.core.labelmap.catch_up import CaughtUp, is_cached_record
 from napari_shardscope.core.labelmap.config import LabelmapConfig
 from napari_shardscope.core.labelmap.explicit_pages import ExplicitPages
@@ -172,6 +173,8 @@ class VersionState:
         self.records = RecordCache(load)
         #: The pages of explicit assignments the version may hold (scanned on first use).
         self.pages = ExplicitPages()
+        #: The body of each supervoxel resolved here, kept across edits that do not touch it.
+        self.bodies = BodyCache()
         #: Union-find node → a known ancestor (only extended; cleared when a parent link is removed).
         self.memo: dict[int, int] = {}
         self.overlay = Overlay(config, counts, fetch)
@@ -189,6 +192,7 @@ class VersionState:
             self.log_length = log_length
             self.records.clear()
             self.pages.forget()
+            self.bodies.clear()
             self.memo.clear()
             if counts != self.overlay.counts or any(counts.values()):
                 self.overlay = Overlay(self.config, counts, self.fetch)
@@ -205,6 +209,7 @@ class VersionState:
             self.log_length = caught.log_length
             self.records.forget(caught.keys)
             self.pages.wrote(caught.keys, exact=False)
+            self.bodies.wrote(caught.keys, unlinked=caught.unlinked)
             if caught.unlinked:
                 self.memo.clear()
             if caught.blocks or counts != self.overlay.counts:
@@ -218,6 +223,7 @@ class VersionState:
         with self.lock:
             self.records.update(keys)
             self.pages.wrote(keys, exact=True)
+            self.bodies.wrote(keys, unlinked=unlinked)
             self.stamp = stamp
             self.log_length = log_length
             if unlinked:

@@ -1,0 +1,97 @@
+"""The body of each supervoxel a version state resolved, kept across edits that do not touch it.
+
+A supervoxel's body is read through three kinds of record: the explicit page of its id (``e``: a
+cleave or a split assigned it), the union-find parent links from its node up to the root (``p``),
+and the root's record, which names the set (``r``). Resolving a few hundred partner supervoxels of
+a body (what every ``connections(body)`` does) walks all of them each time, ~0.3 ms; kept here, it
+is a dict look-up per supervoxel.
+
+An edit (this state's own, or another writer's caught up from the log, :mod:`.catch_up`) names the
+records it wrote. Parent links are only ever added to roots (joined by size; anything else — a link
+removed or moved — is "unlinked" and drops everything), so a kept answer is stale exactly when the
+explicit page of its supervoxel, or the parent link or the record of its root, was written: those
+entries are dropped, every other one stays.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterable, Sequence
+
+from napari_shardscope.core.labelmap.records import EXPLICIT_PREFIX, PAGE_BITS, PARENT_PREFIX, ROOT_PREFIX, node_of_key
+
+#: Supervoxels kept per state; beyond, the cache starts over (a bound, not an LRU: rarely reached).
+BODY_CACHE_SVS = 1 << 17
+#: Distinct supervoxels a look-up asks at most to go through the cache (a whole tile's ids are resolved
+#: vectorised: one Python step per id would cost more than it saves).
+BODY_CACHE_QUERY = 1 << 14
+
+
+class BodyCache:
+    """Supervoxel → (root, body) at one version state (see the module docstring); thread-safe."""
+
+    def __init__(self, budget: int = BODY_CACHE_SVS) -> None:
+        self._lock = threading.Lock()
+        self._budget = budget
+        self._body: dict[int, tuple[int, int]] = {}
+        self._by_root: dict[int, set[int]] = {}
+        self._by_page: dict[int, set[int]] = {}
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._body)
+
+    def get(self, svs: Sequence[int]) -> list[int | None]:
+        """The kept body of each supervoxel (None: not kept)."""
+        with self._lock:
+            body = self._body
+            return [None if (hit := body.get(s)) is None else hit[1] for s in svs]
+
+    def put(self, svs: Sequence[int], roots: Sequence[int], bodies: Sequence[int]) -> None:
+        """Keep what was just resolved (under the state's lock, so no edit came in between)."""
+        with self._lock:
+            if len(self._body) + len(svs) > self._budget:
+                self._clear()
+            for s, r, b in zip(svs, roots, bodies, strict=True):
+                if not s or not r:
+                    continue
+                self._body[s] = (r, b)
+                self._by_root.setdefault(r, set()).add(s)
+                self._by_page.setdefault(s >> PAGE_BITS, set()).add(s)
+
+    def wrote(self, keys: Iterable[bytes], *, unlinked: bool) -> None:
+        """Records an edit wrote: drop the answers they can change (everything when ``unlinked``)."""
+        with self._lock:
+            if unlinked:
+                self._clear()
+                return
+            for k in keys:
+                kind = k[:1]
+                if len(k) != 9 or kind not in (EXPLICIT_PREFIX, PARENT_PREFIX, ROOT_PREFIX):
+                    continue
+                node = node_of_key(k)
+                gone = self._by_page.pop(node, None) if kind == EXPLICIT_PREFIX else self._by_root.pop(node, None)
+                for s in gone or ():
+                    hit = self._body.pop(s, None)
+                    if hit is not None:
+                        self._drop_index(s, hit[0])
+
+    def clear(self) -> None:
+        with self._lock:
+            self._clear()
+
+    def _clear(self) -> None:
+        self._body.clear()
+        self._by_root.clear()
+        self._by_page.clear()
+
+    def _drop_index(self, sv: int, root: int) -> None:
+        for index, key in ((self._by_root, root), (self._by_page, sv >> PAGE_BITS)):
+            members = index.get(key)
+            if members is not None:
+                members.discard(sv)
+                if not members:
+                    del index[key]
+
+
+__all__ = ["BODY_CACHE_QUERY", "BODY_CACHE_SVS", "BodyCache"]
