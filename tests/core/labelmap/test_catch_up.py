@@ -78,8 +78,13 @@ def test_a_warm_handle_forgets_only_what_another_handles_edit_wrote(repo: Reposi
     wrote = written_by(repo, theirs.merge(bodies[0], [bodies[1]]).mutation_id)
     state = mine.state("main")  # notices the new stamp and catches up
     kept = set(state.records.keys())
-    assert kept == {k for k in held - wrote if C.is_cached_record(k)}
-    assert kept, "every record was forgotten"
+    assert kept - wrote == {k for k in held - wrote if C.is_cached_record(k)}
+    assert kept - wrote, "every record was forgotten"
+    # what it held of the records the merge rewrote was read again as the store holds it now
+    assert kept & wrote == held & wrote
+    with repo.read("main") as view:
+        now = [view.get(mine.instance, k) for k in sorted(kept & wrote)]
+    assert state.records.get_many(sorted(kept & wrote)) == now
     check_agrees(mine, repo, svs)
 
 

@@ -7,10 +7,12 @@ a body (what every ``connections(body)`` does) walks all of them each time, ~0.3
 is a dict look-up per supervoxel.
 
 An edit (this state's own, or another writer's caught up from the log, :mod:`.catch_up`) names the
-records it wrote. Parent links are only ever added to roots (joined by size; anything else — a link
-removed or moved — is "unlinked" and drops everything), so a kept answer is stale exactly when the
-explicit page of its supervoxel, or the parent link or the record of its root, was written: those
-entries are dropped, every other one stays.
+records it wrote. A kept answer is stale exactly when the explicit page of its supervoxel, or the
+parent link or the record of its root, was written: those entries are dropped, every other one
+stays. Why the root suffices: a parent link is only ever added to a root (joined by size); a link
+removed or moved below a root (an undo of a merge, a cleave) changes which supervoxels the root's
+set holds, and so its root record (voxel and supervoxel counts): an edit that unlinks and writes no
+root record at all is not expected, and drops everything.
 """
 
 from __future__ import annotations
@@ -61,8 +63,9 @@ class BodyCache:
 
     def wrote(self, keys: Iterable[bytes], *, unlinked: bool) -> None:
         """Records an edit wrote: drop the answers they can change (everything when ``unlinked``)."""
+        keys = list(keys)
         with self._lock:
-            if unlinked:
+            if unlinked and not any(len(k) == 9 and k[:1] == ROOT_PREFIX for k in keys):
                 self._clear()
                 return
             for k in keys:

@@ -58,7 +58,7 @@ from napari_shardscope.core.labelmap.label_index import (
 from napari_shardscope.core.labelmap.mutations import Mutation
 from napari_shardscope.core.labelmap.reading import BaseSource, Fetch, PatchedReader
 from napari_shardscope.core.labelmap.recordmap import MapReader, MapTxn
-from napari_shardscope.core.labelmap.records import MERGE_MARK_KEY, STAMP_KEY
+from napari_shardscope.core.labelmap.records import MAP_PREFIXES, MERGE_MARK_KEY, STAMP_KEY
 from napari_shardscope.core.labelmap.region import check_edit_in_region, region_box
 from napari_shardscope.core.labelmap.state import EditRecords, VersionState, decode_stamp, overlay_counts
 from napari_shardscope.core.labelmap.version import LabelmapVersion
@@ -234,8 +234,12 @@ class Labelmap:
             written_since(view, self.instance, state.log_length, stamp)
         if caught is None:
             state.refresh(stamp, counts, None if view.version.locked else view.log_length(self.instance))
-        else:
-            state.catch_up(stamp, counts, caught)
+            return
+        # the body-map records the state held that the mutations rewrote are read again now, in the snapshot
+        # that showed the stamp (one read, not a store read and a stamp probe per later look-up)
+        held = [k for k in caught.keys if len(k) == 9 and k[:1] in MAP_PREFIXES and k in state.records]
+        fresh = dict(zip(held, view.get_many(self.instance, held), strict=True)) if held else {}
+        state.catch_up(stamp, counts, caught, fresh)
 
     def _check_lineage(self, v: Version) -> None:
         """Refuse a version below a store merge whose two sides both edited this labelmap.

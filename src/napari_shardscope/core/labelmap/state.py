@@ -198,8 +198,10 @@ class VersionState:
                 self.overlay = Overlay(self.config, counts, self.fetch)
                 self.arrays.clear()
 
-    def catch_up(self, stamp: int, counts: Mapping[int, int], caught: CaughtUp) -> None:
-        """Someone else edited the version and ``caught`` names every record they wrote: forget only those.
+    def catch_up(self, stamp: int, counts: Mapping[int, int], caught: CaughtUp,
+                 fresh: Mapping[bytes, bytes | None] | None = None) -> None:
+        """Someone else edited the version and ``caught`` names every record they wrote: forget only those
+        (``fresh``: some of them as the store holds them at ``stamp``, kept instead).
 
         The root memo goes when a parent link was removed or moved; the overlay (and the arrays handed
         out) when a block or a block count was written, as after an edit of this state's own.
@@ -208,6 +210,8 @@ class VersionState:
             self.stamp = stamp
             self.log_length = caught.log_length
             self.records.forget(caught.keys)
+            if fresh:
+                self.records.update(fresh)
             self.pages.wrote(caught.keys, exact=False)
             self.bodies.wrote(caught.keys, unlinked=caught.unlinked)
             if caught.unlinked:
