@@ -30,39 +30,57 @@ BODY_CACHE_QUERY = 1 << 14
 
 
 class BodyCache:
-    """Supervoxel → (root, body) at one version state (see the module docstring); thread-safe."""
+    """Supervoxel → node (its explicit or base body) and node → (root, body) at one version state (see the
+    module docstring); thread-safe.
+
+    Kept in two steps so an edit that joins or splits sets re-walks only the nodes under the roots it
+    wrote: which node a supervoxel belongs to changes only with its explicit page.
+    """
 
     def __init__(self, budget: int = BODY_CACHE_SVS) -> None:
         self._lock = threading.Lock()
         self._budget = budget
-        self._body: dict[int, tuple[int, int]] = {}
-        self._by_root: dict[int, set[int]] = {}
+        self._node: dict[int, int] = {}
         self._by_page: dict[int, set[int]] = {}
+        self._name: dict[int, tuple[int, int]] = {}
+        self._by_root: dict[int, set[int]] = {}
 
     def __len__(self) -> int:
         with self._lock:
-            return len(self._body)
+            return len(self._node)
 
-    def get(self, svs: Sequence[int]) -> list[int | None]:
-        """The kept body of each supervoxel (None: not kept)."""
+    def nodes(self, svs: Sequence[int]) -> list[int | None]:
+        """The kept node of each supervoxel (None: not kept)."""
         with self._lock:
-            body = self._body
-            return [None if (hit := body.get(s)) is None else hit[1] for s in svs]
+            get = self._node.get
+            return [get(s) for s in svs]
 
-    def put(self, svs: Sequence[int], roots: Sequence[int], bodies: Sequence[int]) -> None:
-        """Keep what was just resolved (under the state's lock, so no edit came in between)."""
+    def bodies(self, nodes: Sequence[int]) -> list[int | None]:
+        """The kept body of each node (None: not kept)."""
         with self._lock:
-            if len(self._body) + len(svs) > self._budget:
-                self._clear()
-            for s, r, b in zip(svs, roots, bodies, strict=True):
-                if not s or not r:
-                    continue
-                self._body[s] = (r, b)
-                self._by_root.setdefault(r, set()).add(s)
-                self._by_page.setdefault(s >> PAGE_BITS, set()).add(s)
+            name = self._name
+            return [None if (hit := name.get(n)) is None else hit[1] for n in nodes]
+
+    def put_nodes(self, svs: Sequence[int], nodes: Sequence[int]) -> None:
+        """Keep the nodes of supervoxels just resolved (under the state's lock: no edit came in between)."""
+        with self._lock:
+            self._make_room(len(svs))
+            for s, n in zip(svs, nodes, strict=True):
+                if s and n:
+                    self._node[s] = n
+                    self._by_page.setdefault(s >> PAGE_BITS, set()).add(s)
+
+    def put_bodies(self, nodes: Sequence[int], roots: Sequence[int], bodies: Sequence[int]) -> None:
+        """Keep the roots and bodies of nodes just resolved."""
+        with self._lock:
+            self._make_room(len(nodes))
+            for n, r, b in zip(nodes, roots, bodies, strict=True):
+                if n and r:
+                    self._name[n] = (r, b)
+                    self._by_root.setdefault(r, set()).add(n)
 
     def wrote(self, keys: Iterable[bytes], *, unlinked: bool) -> None:
-        """Records an edit wrote: drop the answers they can change (everything when ``unlinked``)."""
+        """Records an edit wrote: drop the answers they can change (see the module docstring)."""
         keys = list(keys)
         with self._lock:
             if unlinked and not any(len(k) == 9 and k[:1] == ROOT_PREFIX for k in keys):
@@ -72,29 +90,27 @@ class BodyCache:
                 kind = k[:1]
                 if len(k) != 9 or kind not in (EXPLICIT_PREFIX, PARENT_PREFIX, ROOT_PREFIX):
                     continue
-                node = node_of_key(k)
-                gone = self._by_page.pop(node, None) if kind == EXPLICIT_PREFIX else self._by_root.pop(node, None)
-                for s in gone or ():
-                    hit = self._body.pop(s, None)
-                    if hit is not None:
-                        self._drop_index(s, hit[0])
+                key = node_of_key(k)
+                if kind == EXPLICIT_PREFIX:
+                    for s in self._by_page.pop(key, ()):
+                        self._node.pop(s, None)
+                else:
+                    for n in self._by_root.pop(key, ()):
+                        self._name.pop(n, None)
 
     def clear(self) -> None:
         with self._lock:
             self._clear()
 
-    def _clear(self) -> None:
-        self._body.clear()
-        self._by_root.clear()
-        self._by_page.clear()
+    def _make_room(self, more: int) -> None:
+        if len(self._node) + len(self._name) + more > self._budget:
+            self._clear()
 
-    def _drop_index(self, sv: int, root: int) -> None:
-        for index, key in ((self._by_root, root), (self._by_page, sv >> PAGE_BITS)):
-            members = index.get(key)
-            if members is not None:
-                members.discard(sv)
-                if not members:
-                    del index[key]
+    def _clear(self) -> None:
+        self._node.clear()
+        self._by_page.clear()
+        self._name.clear()
+        self._by_root.clear()
 
 
 __all__ = ["BODY_CACHE_QUERY", "BODY_CACHE_SVS", "BodyCache"]

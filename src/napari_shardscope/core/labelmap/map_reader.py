@@ -229,25 +229,36 @@ class MapReader:
             return np.zeros(0, dtype=np.uint64)
         cache = self._body_cache
         if cache is None or arr.size > BODY_CACHE_QUERY:
-            return self._resolve_unique(arr)[0]
+            return self._resolve_unique(arr)
         ids = arr.tolist()
-        got = cache.get(ids)
-        miss = [i for i, b in enumerate(got) if b is None]
-        if miss:
-            asked = arr[miss] if len(miss) < len(ids) else arr
-            bodies, roots = self._resolve_unique(asked)
-            found = bodies.tolist()
-            cache.put(asked.tolist(), roots.tolist(), found)
-            for i, b in zip(miss, found, strict=True):
-                got[i] = b
-        return np.asarray(got, dtype=np.uint64)
+        nodes = cache.nodes(ids)
+        unknown = [i for i, n in enumerate(nodes) if n is None]
+        if unknown:  # which node: explicit page, else the agglomeration
+            asked = arr[unknown] if len(unknown) < len(ids) else arr
+            direct = self.direct(asked).tolist()
+            cache.put_nodes(asked.tolist(), direct)
+            for i, n in zip(unknown, direct, strict=True):
+                nodes[i] = n
+        known = [0 if n is None else n for n in nodes]  # (every node is known now)
+        bodies = cache.bodies(known)
+        unnamed = sorted({n for n, b in zip(known, bodies, strict=True) if b is None and n})
+        if unnamed:  # which root and what it is named: only nodes under roots an edit wrote, or new ones
+            roots = self.roots(np.asarray(unnamed, dtype=np.uint64))
+            uroots = [int(r) for r in np.unique(roots)]
+            name_of = dict(zip(uroots, self.names(uroots), strict=True))
+            found = [name_of[r] for r in roots.tolist()]
+            cache.put_bodies(unnamed, roots.tolist(), found)
+            body_of = dict(zip(unnamed, found, strict=True))
+            bodies = [b if b is not None else body_of.get(n, 0) for n, b in zip(known, bodies, strict=True)]
+        out = np.asarray(bodies, dtype=np.uint64)
+        out[arr == 0] = 0
+        return out
 
-    def _resolve_unique(self, arr: U64) -> tuple[U64, U64]:
-        """Bodies of distinct supervoxels and the root of each one's set (0 for supervoxel 0)."""
+    def _resolve_unique(self, arr: U64) -> U64:
+        """Bodies of distinct supervoxels, vectorised (no cache)."""
         direct = self.direct(arr)
         nodes = np.unique(direct[direct != 0])
         out = np.zeros(arr.shape, dtype=np.uint64)
-        root_of = np.zeros(arr.shape, dtype=np.uint64)
         if nodes.size:
             roots = self.roots(nodes)
             uroots = [int(r) for r in np.unique(roots)]
@@ -256,11 +267,8 @@ class MapReader:
             pos = np.searchsorted(nodes, direct)
             keep = direct != 0
             out[keep] = named[pos[keep]]
-            root_of[keep] = roots[pos[keep]]
-        zero = arr == 0
-        out[zero] = 0
-        root_of[zero] = 0
-        return out, root_of
+        out[arr == 0] = 0
+        return out
 
     def bodies_of(self, svs: npt.ArrayLike) -> U64:
         """:meth:`bodies_of_unique` for any array of ids (any shape)."""
