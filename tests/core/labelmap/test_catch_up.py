@@ -142,3 +142,14 @@ def test_a_warm_handle_forgets_everything_when_too_many_edits_came_between(
     theirs.merge(bodies[0], [bodies[4]])
     theirs.undo()
     check_agrees(mine, repo, svs)  # two: caught up
+
+
+def test_background_maps_to_background_whatever_the_cache_holds(repo: Repository,
+                                                                volume: tuple[Path, np.ndarray]) -> None:
+    _, svs = volume
+    v = open_labelmap(repo, "seg").at("main")
+    ids = np.unique(svs)
+    want = v.bodies_of(ids).tolist()
+    for asked in ([0], [0, int(ids[0])], [int(ids[1]), 0, int(ids[0])]):  # 0 alone, with kept ones, new ones
+        got = v.bodies_of(np.asarray(asked, dtype=np.uint64)).tolist()
+        assert got == [0 if s == 0 else want[int(np.searchsorted(ids, s))] for s in asked]

@@ -250,7 +250,7 @@ class MapReader:
             cache.put_bodies(unnamed, roots.tolist(), found)
             body_of = dict(zip(unnamed, found, strict=True))
             bodies = [b if b is not None else body_of.get(n, 0) for n, b in zip(known, bodies, strict=True)]
-        out = np.asarray(bodies, dtype=np.uint64)
+        out = np.asarray([0 if b is None else b for b in bodies], dtype=np.uint64)  # node 0 (background): body 0
         out[arr == 0] = 0
         return out
 
