@@ -89,3 +89,63 @@ def test_add_many_stores_what_adding_one_by_one_stores(repo: Repository) -> None
     for body in sorted({b for b in (bulk.body_of(i) for i in ids) if b}):
         assert bulk.connections(body) == single.connections(body) == recounted(single, body)
     assert bulk.all() == single.all()
+
+
+def write_base_table(path: Path, n: int, seed: int) -> Path:
+    """``n`` synapses at random voxels of the sample as a CAVE Parquet table (positions x, y, z)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    rng = np.random.default_rng(seed)
+    hi = [256, 256, 64]
+    pq.write_table(pa.table({"id": np.arange(n, dtype=np.int64),
+                             "pre_pt_position": pa.array(rng.integers(0, hi, size=(n, 3)).tolist(),
+                                                         pa.list_(pa.int64())),
+                             "post_pt_position": pa.array(rng.integers(0, hi, size=(n, 3)).tolist(),
+                                                          pa.list_(pa.int64()))}), path)
+    return path
+
+
+def test_connections_over_a_base_see_every_kind_of_edit_made_through_another_handle(repo: Repository,
+                                                                                    tmp_path: Path) -> None:
+    """Over an imported base, a warm handle keeps what it resolved across edits (the labelmap catches up on
+    another handle's mutations from the log, its body cache drops only what they wrote): every answer must
+    still be the recount's, after merges, a cleave, a supervoxel split, undo and redo, and several edits
+    made between two queries."""
+    table = write_base_table(tmp_path / "syn.parquet", 400, 3)
+    create_annotation_instance(repo, "synapses", labelmap="seg", base=table, base_dir=tmp_path / "base")
+    mine = open_annotation_instance(repo, "synapses").at("main")
+    theirs = open_labelmap(repo, "seg").at("main")
+    sizes: dict[int, int] = {}
+    for b in mine.all():
+        body = mine.body_of(b.id)
+        if body:
+            sizes[body] = sizes.get(body, 0) + 1
+    a, b, c = sorted(sizes, key=lambda x: -sizes[x])[:3]
+
+    def check(*bodies: int) -> None:
+        for body in bodies:
+            if theirs.exists(body):
+                assert mine.connections(body) == recounted(mine, body), body
+
+    check(a, b, c)  # warm
+    theirs.merge(a, [b])
+    check(a, c)
+    cleaved = theirs.cleave(a, theirs.supervoxels(a)[:1])
+    check(a, c, cleaved)
+    sv = theirs.supervoxels(c)[0]
+    voxels = np.argwhere(np.asarray(theirs.supervoxel_arrays()[0]) == sv)
+    theirs.split_supervoxel(sv, voxels[: len(voxels) // 2])
+    check(a, c, cleaved)
+    theirs.undo()
+    check(a, c, cleaved)
+    theirs.redo()
+    check(a, c, cleaved)
+    theirs.undo()
+    theirs.undo()
+    theirs.undo()
+    check(a, b, c)
+    theirs.merge(c, [a, b])
+    theirs.undo()
+    theirs.merge(b, [c])
+    check(a, b)

@@ -86,6 +86,8 @@ class LabelmapMachine(RuleBasedStateMachine):
         path, svs, agglomeration = base_volume()
         self.repo: Repository = create_repository(None, engine="memory")
         self.lm: Labelmap = create_labelmap(self.repo, "seg", path, agglomeration=agglomeration, block=BLOCK)
+        #: Another process's handle, kept warm across every edit: it catches up from the log (:mod:`.catch_up`).
+        self.watcher: Labelmap = open_labelmap(self.repo, "seg")
         body = {int(s): agglomeration.get(int(s), int(s)) for s in np.unique(svs)}
         self.versions: dict[str, ModelVersion] = {self.repo.root.uuid: ModelVersion(svs.copy(), body)}
         self.current = self.repo.root.uuid
@@ -299,6 +301,16 @@ class LabelmapMachine(RuleBasedStateMachine):
     @invariant()
     def current_version_reads_agree(self) -> None:
         self.check_version(self.current)
+
+    @invariant()
+    def a_warm_other_handle_agrees(self) -> None:
+        m = self.model
+        v = self.watcher.at(self.current)
+        ids = sorted(m.body)
+        assert v.bodies_of(np.asarray(ids, dtype=np.uint64)).tolist() == [m.body[s] for s in ids]
+        np.testing.assert_array_equal(np.asarray(v.supervoxel_arrays()[0]), m.sv)
+        for body in m.bodies()[:4]:
+            assert v.supervoxels(body) == m.members(body)
 
     @invariant()
     def index_agrees(self) -> None:

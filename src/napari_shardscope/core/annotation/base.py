@@ -42,6 +42,7 @@ from napari_shardscope.core.annotation.model import (
     Relationship,
     Stored,
 )
+from napari_shardscope.core.annotation.sv_rows import SvRows
 from napari_shardscope.core.tables import SortedTable, open_sorted_table
 
 U64 = npt.NDArray[np.uint64]
@@ -159,6 +160,7 @@ class AnnotationBase:
         self.spatial = spatial
         self.synapses = synapses
         self.sites = sites
+        self._sv_rows = SvRows(self._read_synapse_rows)
 
     @property
     def sites_indexed(self) -> bool:
@@ -182,9 +184,13 @@ class AnnotationBase:
         return np.asarray(cols["sv"], dtype=np.uint64), found
 
     def synapse_rows(self, svs: npt.ArrayLike) -> tuple[U64, U64, npt.NDArray[np.uint8], npt.NDArray[np.int64]]:
-        """The synapse index rows of supervoxels ``svs``: (sv, partner sv, direction 0 out / 1 in, count)."""
+        """The synapse index rows of supervoxels ``svs`` (distinct, sorted): (sv, partner sv, direction 0 out /
+        1 in, count), sorted by supervoxel; kept per supervoxel (:mod:`.sv_rows`)."""
+        return self._sv_rows.rows(np.unique(np.asarray(svs, dtype=np.uint64).reshape(-1)))
+
+    def _read_synapse_rows(self, svs: U64) -> tuple[U64, U64, npt.NDArray[np.uint8], npt.NDArray[np.int64]]:
         assert self.synapses is not None
-        keys, cols = self.synapses.select(np.asarray(svs, dtype=np.uint64).reshape(-1), ["partner", "dir", "n"])
+        keys, cols = self.synapses.select(svs, ["partner", "dir", "n"])
         return (np.asarray(keys, dtype=np.uint64), np.asarray(cols["partner"], dtype=np.uint64),
                 np.asarray(cols["dir"], dtype=np.uint8), np.asarray(cols["n"], dtype=np.int64))
 

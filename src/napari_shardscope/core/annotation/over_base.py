@@ -154,6 +154,9 @@ def connections_over_base(v: AnnotationVersion, body: int, base: Any) -> Connect
     for out_side, mine, theirs in ((True, ov.dirty_pre_sv, ov.dirty_post_sv),
                                    (False, ov.dirty_post_sv, ov.dirty_pre_sv)):
         sel = direction == (0 if out_side else 1)
+        if not mine.size:  # the version overrides no base synapse (the common case): the rows alone
+            sides.append((partner[sel], count[sel]))
+            continue
         gone = np.isin(mine, svs)
         sides.append((np.concatenate([partner[sel], theirs[gone]]),
                       np.concatenate([count[sel], -np.ones(int(gone.sum()), np.int64)])))
@@ -162,8 +165,11 @@ def connections_over_base(v: AnnotationVersion, body: int, base: Any) -> Connect
     split = sides[0][0].size
     out = []
     for j, (own_b, other_b) in enumerate(((ov.pre_body, ov.post_body), (ov.post_body, ov.pre_body))):
-        here = own_b == np.uint64(body)
         mapped = body_of[:split] if j == 0 else body_of[split:]
+        if not own_b.size:  # no synapse counted from the version's records
+            out.append(sum_partners(mapped, sides[j][1]))
+            continue
+        here = own_b == np.uint64(body)
         out.append(sum_partners(np.concatenate([mapped, other_b[here]]),
                                 np.concatenate([sides[j][1], np.ones(int(here.sum()), np.int64)])))
     return Connections(body, out[0], out[1])

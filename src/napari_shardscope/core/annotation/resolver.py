@@ -82,10 +82,15 @@ def format_of(v: AnnotationVersion) -> int:
 def sum_partners(bodies: U64, weights: I64) -> tuple[Partner, ...]:
     """Partners summed by body (background 0 and zero sums dropped), largest count first, then body id."""
     keep = bodies != 0
-    if not keep.any():
+    b = bodies[keep]
+    if not b.size:
         return ()
-    uniq, inverse = np.unique(bodies[keep], return_inverse=True)
-    sums = np.bincount(inverse.reshape(-1), weights=weights[keep], minlength=len(uniq)).astype(np.int64)
+    # one sort, runs summed in place (no inverse, no float bincount: every connections() call sums two sides)
+    by_body = np.argsort(b, kind="stable")
+    sb = b[by_body]
+    start = np.flatnonzero(np.concatenate(([True], sb[1:] != sb[:-1])))
+    uniq = sb[start]
+    sums = np.add.reduceat(np.asarray(weights, dtype=np.int64)[keep][by_body], start)
     order = np.lexsort((uniq, -sums))
     order = order[sums[order] != 0]
     # Python ints from one conversion per column, not two NumPy scalars per partner

@@ -33,12 +33,15 @@ import numpy.typing as npt
 
 from napari_shardscope.core.errors import ShardscopeError
 from napari_shardscope.core.labelmap.agglomeration import AgglomerationSource
+from napari_shardscope.core.labelmap.base_members import BaseMembers
+from napari_shardscope.core.labelmap.catch_up import written_since
 from napari_shardscope.core.labelmap.config import (
     TYPE_NAME,
     LabelmapConfig,
 )
 from napari_shardscope.core.labelmap.edits import Planner, Workspace, write_plan
 from napari_shardscope.core.labelmap.errors import LabelmapStateError
+from napari_shardscope.core.labelmap.explicit_pages import scan_pages
 from napari_shardscope.core.labelmap.id_reservation import id_reservation
 from napari_shardscope.core.labelmap.index_build import build_and_store_index
 from napari_shardscope.core.labelmap.keys import (
@@ -55,7 +58,7 @@ from napari_shardscope.core.labelmap.label_index import (
 from napari_shardscope.core.labelmap.mutations import Mutation
 from napari_shardscope.core.labelmap.reading import BaseSource, Fetch, PatchedReader
 from napari_shardscope.core.labelmap.recordmap import MapReader, MapTxn
-from napari_shardscope.core.labelmap.records import MERGE_MARK_KEY, STAMP_KEY
+from napari_shardscope.core.labelmap.records import MAP_PREFIXES, MERGE_MARK_KEY, STAMP_KEY
 from napari_shardscope.core.labelmap.region import check_edit_in_region, region_box
 from napari_shardscope.core.labelmap.state import EditRecords, VersionState, decode_stamp, overlay_counts
 from napari_shardscope.core.labelmap.version import LabelmapVersion
@@ -126,6 +129,7 @@ class Labelmap:
         self._edit_lock = threading.RLock()
         self._index_lock = threading.Lock()
         self._index: BaseIndexReader | None = None
+        self._base_members = BaseMembers(agglomeration, self.base_index)
         self._lineage_ok: dict[str, bool] = {}
         self._subscribers: list[Subscriber] = []
         self._meshers: dict[int, Any] = {}
@@ -172,16 +176,22 @@ class Labelmap:
         raw = view.get_many(self.instance, keys)
         return decode_stamp(raw[0]), overlay_counts(raw[1:])
 
+    def _stamp(self, view: VersionView) -> int:
+        """The version's stamp alone (one read: the overlay counts matter only when it moved)."""
+        return decode_stamp(view.get(self.instance, STAMP_KEY))
+
     def _state_from(self, view: VersionView, cached: VersionState | None) -> VersionState:
         v = view.version
-        stamp, counts = self._probe(view)
         if cached is not None:
             cached.version = v
-            if stamp != cached.stamp:
-                cached.refresh(stamp, counts)
+            if self._stamp(view) != cached.stamp:
+                stamp, counts = self._probe(view)
+                self._catch_up(view, cached, stamp, counts)
             return cached
+        stamp, counts = self._probe(view)
         self._check_lineage(v)
-        state = VersionState(v, stamp, self._loader(v), self.config, self.fetcher(v), counts)
+        state = VersionState(v, stamp, self._loader(v), self.config, self.fetcher(v), counts,
+                             None if v.locked else view.log_length(self.instance))
         with self._states_lock:
             old = self._states.get(v.uuid)
             if old is not None:
@@ -210,13 +220,26 @@ class Labelmap:
                     with self._states_lock:
                         state = self._states.get(uuid)
                     # (an edit holds the writer lock and checked the stamp already: nobody else writes)
-                    if state is not None and not state.editing:
+                    if state is not None and not state.editing and self._stamp(view) != state.stamp:
                         stamp, counts = self._probe(view)
-                        if stamp != state.stamp:
-                            state.refresh(stamp, counts)
+                        self._catch_up(view, state, stamp, counts)
                 return values
 
         return load
+
+    def _catch_up(self, view: VersionView, state: VersionState, stamp: int, counts: dict[int, int]) -> None:
+        """Bring ``state`` to the store's ``stamp`` (another writer edited the version, as ``view`` shows):
+        forget only the records their mutations wrote when the log says which (:mod:`.catch_up`), else all."""
+        caught = None if state.log_length is None else \
+            written_since(view, self.instance, state.log_length, stamp)
+        if caught is None:
+            state.refresh(stamp, counts, None if view.version.locked else view.log_length(self.instance))
+            return
+        # the body-map records the state held that the mutations rewrote are read again now, in the snapshot
+        # that showed the stamp (one read, not a store read and a stamp probe per later look-up)
+        held = [k for k in caught.keys if len(k) == 9 and k[:1] in MAP_PREFIXES and k in state.records]
+        fresh = dict(zip(held, view.get_many(self.instance, held), strict=True)) if held else {}
+        state.catch_up(stamp, counts, caught, fresh)
 
     def _check_lineage(self, v: Version) -> None:
         """Refuse a version below a store merge whose two sides both edited this labelmap.
@@ -272,7 +295,23 @@ class Labelmap:
 
     def reader(self, state: VersionState) -> MapReader:
         """Reads of ``state``'s body map through its record cache (hold ``state.lock`` while using it)."""
-        return MapReader(state.records, self.agglomeration, self.base_index, state.memo)
+        return MapReader(state.records, self.agglomeration, self.base_index, state.memo,
+                         base_members=self._base_members, pages=lambda: self._explicit_pages(state),
+                         bodies=state.bodies)
+
+    def _explicit_pages(self, state: VersionState) -> npt.NDArray[np.uint64] | None:
+        """The pages of explicit assignments ``state``'s version holds (a superset; None: not tracked)."""
+        tracked = state.pages
+        if tracked.known is not None or tracked.untracked or self.repo.closed:
+            return tracked.known
+        generation = tracked.generation
+        with self.repo.read(state.version) as view:
+            stamp = decode_stamp(view.get(self.instance, STAMP_KEY))
+            pages = scan_pages(view, self.instance)
+        if stamp != state.stamp:  # another writer since: the records the state holds are older
+            return None
+        tracked.install(pages, generation)
+        return pages
 
     def txn(self, state: VersionState,
             entries: Callable[[list[int]], Mapping[int, SvIndex]] | None = None) -> MapTxn:
@@ -382,9 +421,11 @@ class Labelmap:
                         check_edit_in_region(self.config, self.reader(state), plan, region_box(region),
                                              lambda sv: self.entry(state, sv))
                     written = write_plan(w, self.instance, self.name, plan, who)
+                    log_length = w.log_length(self.instance)
                 finally:
                     state.editing = False
-            changed = state.written(written.keys, written.mutation.mutation_id, unlinked=written.unlinked)
+            changed = state.written(written.keys, written.mutation.mutation_id, unlinked=written.unlinked,
+                                    log_length=log_length)
         event = EditEvent(self.name, state.version.uuid, written.mutation, changed)
         for callback in list(self._subscribers):
             try:

@@ -17,6 +17,8 @@ import numpy as np
 import numpy.typing as npt
 
 from napari_shardscope.core.labelmap.agglomeration import AgglomerationSource
+from napari_shardscope.core.labelmap.base_members import BaseMembers
+from napari_shardscope.core.labelmap.body_cache import BODY_CACHE_QUERY, BodyCache
 from napari_shardscope.core.labelmap.errors import MappingError
 from napari_shardscope.core.labelmap.keys import index_key
 from napari_shardscope.core.labelmap.label_index import BaseIndexReader, SvIndex
@@ -74,12 +76,17 @@ class MapReader:
 
     def __init__(self, records: RecordSource, agglomeration: AgglomerationSource,
                  index: Callable[[], BaseIndexReader], memo: dict[int, int] | None = None,
-                 entries: Callable[[list[int]], Mapping[int, SvIndex]] | None = None) -> None:
+                 entries: Callable[[list[int]], Mapping[int, SvIndex]] | None = None,
+                 base_members: BaseMembers | None = None, pages: Callable[[], U64 | None] | None = None,
+                 bodies: BodyCache | None = None) -> None:
         self.records = records
         self.agg = agglomeration
         self._index = index
         self.memo: dict[int, int] = {} if memo is None else memo
         self._entries = entries
+        self._base_members = base_members
+        self._pages = pages
+        self._body_cache = bodies
 
     @property
     def index(self) -> BaseIndexReader:
@@ -101,6 +108,11 @@ class MapReader:
         if not arr.size:
             return body, retired
         pages = np.unique(arr >> np.uint64(PAGE_BITS))
+        present = self._pages() if self._pages is not None else None
+        if present is not None:  # only the pages the version holds are read (:mod:`.explicit_pages`)
+            pages = pages[np.isin(pages, present, assume_unique=True)]
+            if not pages.size:
+                return body, retired
         keys = explicit_keys(pages)
         # most pages hold no explicit supervoxel (absent): only present ones are decoded
         rows = [p for p in (decode_page(raw, key=k) for k, raw in zip(keys, self.get_many(keys), strict=True)
@@ -207,10 +219,43 @@ class MapReader:
                 for r, k, raw in zip(roots, keys, self.get_many(keys), strict=True)]
 
     def bodies_of_unique(self, svs: npt.ArrayLike) -> U64:
-        """The body of each distinct supervoxel (0 stays 0): explicit pages, agglomeration, roots, names."""
+        """The body of each distinct supervoxel (0 stays 0): explicit pages, agglomeration, roots, names.
+
+        Through the state's :class:`~.body_cache.BodyCache` when it has one: only supervoxels whose
+        answer an edit may have changed are resolved again.
+        """
         arr = np.asarray(svs, dtype=np.uint64).reshape(-1)
         if not arr.size:
             return np.zeros(0, dtype=np.uint64)
+        cache = self._body_cache
+        if cache is None or arr.size > BODY_CACHE_QUERY:
+            return self._resolve_unique(arr)
+        ids = arr.tolist()
+        nodes = cache.nodes(ids)
+        unknown = [i for i, n in enumerate(nodes) if n is None]
+        if unknown:  # which node: explicit page, else the agglomeration
+            asked = arr[unknown] if len(unknown) < len(ids) else arr
+            direct = self.direct(asked).tolist()
+            cache.put_nodes(asked.tolist(), direct)
+            for i, n in zip(unknown, direct, strict=True):
+                nodes[i] = n
+        known = [0 if n is None else n for n in nodes]  # (every node is known now)
+        bodies = cache.bodies(known)
+        unnamed = sorted({n for n, b in zip(known, bodies, strict=True) if b is None and n})
+        if unnamed:  # which root and what it is named: only nodes under roots an edit wrote, or new ones
+            roots = self.roots(np.asarray(unnamed, dtype=np.uint64))
+            uroots = [int(r) for r in np.unique(roots)]
+            name_of = dict(zip(uroots, self.names(uroots), strict=True))
+            found = [name_of[r] for r in roots.tolist()]
+            cache.put_bodies(unnamed, roots.tolist(), found)
+            body_of = dict(zip(unnamed, found, strict=True))
+            bodies = [b if b is not None else body_of.get(n, 0) for n, b in zip(known, bodies, strict=True)]
+        out = np.asarray([0 if b is None else b for b in bodies], dtype=np.uint64)  # node 0 (background): body 0
+        out[arr == 0] = 0
+        return out
+
+    def _resolve_unique(self, arr: U64) -> U64:
+        """Bodies of distinct supervoxels, vectorised (no cache)."""
         direct = self.direct(arr)
         nodes = np.unique(direct[direct != 0])
         out = np.zeros(arr.shape, dtype=np.uint64)
@@ -342,12 +387,17 @@ class MapReader:
         """The supervoxels of the given nodes that exist here, sorted (O(members))."""
         nodes = list(dict.fromkeys(int(n) for n in nodes))
         removed, added = self.corrections(nodes)
-        base = self.base_member_candidates(nodes)
         gone = np.concatenate([v for v in removed.values()] or [np.zeros(0, np.uint64)])
         extra = np.concatenate([v for v in added.values()] or [np.zeros(0, np.uint64)])
-        base = np.setdiff1d(base, gone, assume_unique=False)
-        if base.size:
-            base = base[self.index.contains(base)]
+        if self._base_members is not None:  # kept per node: the base never changes
+            base = self._base_members.union(nodes)
+            if not gone.size and not extra.size:
+                return base
+            base = np.setdiff1d(base, gone, assume_unique=True) if gone.size else base
+        else:
+            base = np.setdiff1d(self.base_member_candidates(nodes), gone, assume_unique=False)
+            if base.size:
+                base = base[self.index.contains(base)]
         cand = np.union1d(base, extra).astype(np.uint64)
         if extra.size:
             cand = cand[self.totals(cand)[0]]

@@ -16,9 +16,13 @@ from __future__ import annotations
 import struct
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
 
+from napari_shardscope.core.labelmap.body_cache import BodyCache
+from napari_shardscope.core.labelmap.catch_up import CaughtUp, is_cached_record
 from napari_shardscope.core.labelmap.config import LabelmapConfig
+from napari_shardscope.core.labelmap.explicit_pages import ExplicitPages
 from napari_shardscope.core.labelmap.keys import BLOCK_PREFIX, OVERLAY_COUNT_PREFIX, overlay_count_key
 from napari_shardscope.core.labelmap.reading import Fetch, Overlay
 from napari_shardscope.core.labelmap.records import STAMP_KEY, decode_u64
@@ -57,19 +61,21 @@ class RecordCache:
         self._bytes = 0
         self._lock = threading.RLock()
         self._generation = 0
+        #: Keys held that are not of a kind a catch-up keeps (:meth:`forget` drops them all).
+        self._others: set[bytes] = set()
 
     def get_many(self, keys: Sequence[bytes], load: Load | None = None) -> list[bytes | None]:
         """Values of ``keys``; misses read by ``load`` (default: the cache's own loader) and kept."""
-        out: list[bytes | None] = [None] * len(keys)
-        missing: list[int] = []
-        with self._lock:
+        with self._lock:  # one dict probe per key (a query asks for hundreds of pages at once)
             generation = self._generation
-            for i, k in enumerate(keys):
-                if k in self._data:
-                    self._data.move_to_end(k)
-                    out[i] = self._data[k]
-                else:
-                    missing.append(i)
+            data = self._data
+            found = [data.get(k, _MISS) for k in keys]
+            touch = data.move_to_end
+            for k, v in zip(keys, found, strict=True):
+                if v is not _MISS:
+                    touch(k)
+        out: list[bytes | None] = found  # the misses are filled below
+        missing = [i for i, v in enumerate(found) if v is _MISS]
         if missing:
             want = list(dict.fromkeys(keys[i] for i in missing))
             got = dict(zip(want, (load or self._load)(want), strict=True))
@@ -87,9 +93,29 @@ class RecordCache:
             for k, v in items.items():
                 self._store(k, v)
 
+    def forget(self, keys: Iterable[bytes]) -> None:
+        """Drop ``keys`` and every record not of a kind :func:`~.catch_up.is_cached_record` accepts (another
+        writer changed them). Like :meth:`clear`, a read in flight (started before) keeps none of what it read."""
+        with self._lock:
+            for k in (*keys, *self._others):
+                if k in self._data:
+                    self._bytes -= _weight(k, self._data.pop(k))
+            self._others.clear()
+            self._generation += 1
+
+    def __contains__(self, key: object) -> bool:
+        with self._lock:
+            return key in self._data
+
+    def keys(self) -> list[bytes]:
+        """The keys held now (tests, diagnostics)."""
+        with self._lock:
+            return list(self._data)
+
     def clear(self) -> None:
         with self._lock:
             self._data.clear()
+            self._others.clear()
             self._bytes = 0
             self._generation += 1
 
@@ -98,9 +124,15 @@ class RecordCache:
             self._bytes -= _weight(key, self._data.pop(key))
         self._data[key] = value
         self._bytes += _weight(key, value)
+        if not is_cached_record(key):
+            self._others.add(key)
         while self._bytes > self._budget and len(self._data) > 1:
             k, v = self._data.popitem(last=False)
             self._bytes -= _weight(k, v)
+            self._others.discard(k)
+
+
+_MISS: Any = object()
 
 
 def _weight(key: bytes, value: bytes | None) -> int:
@@ -130,13 +162,19 @@ class VersionState:
     """
 
     def __init__(self, version: Version, stamp: int, load: Load, config: LabelmapConfig, fetch: Fetch,
-                 counts: Mapping[int, int]) -> None:
+                 counts: Mapping[int, int], log_length: int | None = None) -> None:
         self.version = version
         #: The store's freshness stamp this state reflects (id of the last mutation visible here).
         self.stamp = stamp
+        #: The version's own log length at :attr:`stamp` (None: unknown), where catching up starts.
+        self.log_length = log_length
         self.config = config
         self.fetch = fetch
         self.records = RecordCache(load)
+        #: The pages of explicit assignments the version may hold (scanned on first use).
+        self.pages = ExplicitPages()
+        #: The body of each supervoxel resolved here, kept across edits that do not touch it.
+        self.bodies = BodyCache()
         #: Union-find node → a known ancestor (only extended; cleared when a parent link is removed).
         self.memo: dict[int, int] = {}
         self.overlay = Overlay(config, counts, fetch)
@@ -147,21 +185,51 @@ class VersionState:
         #: look for other writers).
         self.editing = False
 
-    def refresh(self, stamp: int, counts: Mapping[int, int]) -> None:
+    def refresh(self, stamp: int, counts: Mapping[int, int], log_length: int | None = None) -> None:
         """Someone else edited the version: forget what was read (arrays handed out follow)."""
         with self.lock:
             self.stamp = stamp
+            self.log_length = log_length
             self.records.clear()
+            self.pages.forget()
+            self.bodies.clear()
             self.memo.clear()
             if counts != self.overlay.counts or any(counts.values()):
                 self.overlay = Overlay(self.config, counts, self.fetch)
                 self.arrays.clear()
 
-    def written(self, keys: Mapping[bytes, bytes | None], stamp: int, *, unlinked: bool) -> bool:
-        """Bring the state up to date after an edit wrote ``keys``; True when overlay blocks changed."""
+    def catch_up(self, stamp: int, counts: Mapping[int, int], caught: CaughtUp,
+                 fresh: Mapping[bytes, bytes | None] | None = None) -> None:
+        """Someone else edited the version and ``caught`` names every record they wrote: forget only those
+        (``fresh``: some of them as the store holds them at ``stamp``, kept instead).
+
+        The root memo goes when a parent link was removed or moved; the overlay (and the arrays handed
+        out) when a block or a block count was written, as after an edit of this state's own.
+        """
+        with self.lock:
+            self.stamp = stamp
+            self.log_length = caught.log_length
+            self.records.forget(caught.keys)
+            if fresh:
+                self.records.update(fresh)
+            self.pages.wrote(caught.keys, exact=False)
+            self.bodies.wrote(caught.keys, unlinked=caught.unlinked)
+            if caught.unlinked:
+                self.memo.clear()
+            if caught.blocks or counts != self.overlay.counts:
+                self.overlay = Overlay(self.config, counts, self.fetch)
+                self.arrays.clear()
+
+    def written(self, keys: Mapping[bytes, bytes | None], stamp: int, *, unlinked: bool,
+                log_length: int | None = None) -> bool:
+        """Bring the state up to date after an edit wrote ``keys`` (the version's log now ``log_length``
+        entries long); True when overlay blocks changed."""
         with self.lock:
             self.records.update(keys)
+            self.pages.wrote(keys, exact=True)
+            self.bodies.wrote(keys, unlinked=unlinked)
             self.stamp = stamp
+            self.log_length = log_length
             if unlinked:
                 self.memo.clear()
             if not any(k[:1] == BLOCK_PREFIX for k in keys):
