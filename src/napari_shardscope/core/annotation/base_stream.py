@@ -86,6 +86,7 @@ class _TableThread:
         self._queue: queue.Queue[Any] = queue.Queue(QUEUE_CHUNKS)
         self._summary: TableSummary | None = None
         self._error: BaseException | None = None
+        self._ended = False
         self._stopped = False
         self._thread = threading.Thread(target=self._run, args=(key, unique, options), daemon=True,
                                         name=f"base-table-{Path(url).name}")
@@ -113,18 +114,28 @@ class _TableThread:
                     break
 
     def put(self, keys: U64, cols: Columns) -> None:
+        self._offer((keys, cols))
+
+    def _offer(self, item: Any) -> None:
         while self._thread.is_alive():
             try:
-                self._queue.put((keys, cols), timeout=0.5)
+                self._queue.put(item, timeout=0.5)
                 return
             except queue.Full:
                 continue
         self.close()  # the writer died: its error
 
+    def end(self) -> None:
+        """No more chunks: the writer finishes the table on its own while the caller goes on (no wait
+        for it, unless its queue is full); :meth:`close` joins it."""
+        if not self._ended:
+            self._ended = True
+            self._offer(self._END)
+
     def close(self) -> TableSummary:
         if not self._stopped:
             self._stopped = True
-            if self._thread.is_alive():
+            if self._thread.is_alive() and not self._ended:
                 self._queue.put(self._END)
             self._thread.join()
         if self._error is not None:
@@ -135,7 +146,7 @@ class _TableThread:
     def abort(self) -> None:
         if not self._stopped:
             self._stopped = True
-            if self._thread.is_alive():
+            if self._thread.is_alive() and not self._ended:  # an ended table finishes (then is removed)
                 self._queue.put(RuntimeError("the base import failed"))
             self._thread.join()
 
@@ -241,7 +252,7 @@ class BaseBuilder:
             by_id.add(run)
             del part, run, lin_s
         self.by_block.remove()
-        spatial.close()
+        spatial.end()  # written behind the next merges; closed (joined) by finish
 
     def _by_id(self, by_id: Spill, ends: Spill | None) -> None:
         """Merge 2: the records table (duplicates refused); each range's synapse index rows spilled."""
@@ -280,7 +291,7 @@ class BaseBuilder:
                 ends.add({"sv": sv, "partner": partner, "dir": d, "n": cnt})
         by_id.remove()
         self.values.remove()
-        records.close()
+        records.end()
 
     def _values_of(self, ids: U64, lo: int | None, hi: int | None) -> Columns:
         """The property columns of the records ``ids`` (sorted, distinct, ``lo <= id < hi``), each synapse's
@@ -316,9 +327,9 @@ class BaseBuilder:
             order = order_by(part["sv"], part["id"])
             sites.put(part["sv"][order], {"id": part["id"][order]})
         by_sv.remove()
-        sites.close()
+        sites.end()
 
-    def _synapses(self, ends: Spill) -> int:
+    def _synapses(self, ends: Spill) -> _TableThread:
         """Merge 3b: the synapse index, the ranges' rows summed per (supervoxel, direction, partner)."""
         table = self._table("synapses", "sv", False)
         table.put(np.zeros(0, np.uint64), {"partner": np.zeros(0, np.uint64), "dir": np.zeros(0, np.uint8),
@@ -332,7 +343,8 @@ class BaseBuilder:
             total = np.add.reduceat(cnt.astype(np.uint64), starts).astype(np.uint32)
             table.put(sv[starts], {"partner": partner[starts], "dir": d[starts], "n": total})
         ends.remove()
-        return table.close().num_rows
+        table.end()
+        return table
 
     def finish(self) -> BaseConfig:
         """Merge, write the tables and put them in place at ``base_dir``; on any error, nothing is left."""
@@ -347,7 +359,11 @@ class BaseBuilder:
             self._by_id(by_id, ends)
             if by_sv is not None:
                 self._sites(by_sv)
-            synapse_rows = self._synapses(ends) if ends is not None else 0
+            synapses = self._synapses(ends) if ends is not None else None
+            # the table writers finish behind the merges: the main thread waits for them only here, once
+            for t in self._threads:
+                t.close()
+            synapse_rows = synapses.close().num_rows if synapses is not None else 0
             self.spill_writer.close()
             shutil.rmtree(spill, ignore_errors=True)
             self._commit()
