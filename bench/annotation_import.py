@@ -104,7 +104,6 @@ def _measured(fn: Any) -> dict[str, float]:
     # table's size: paid before the clock starts, and stated in the docs
     import pandas  # noqa: F401
     import pyarrow.parquet  # noqa: F401
-
     from bench.thread_clocks import measure_threads
 
     w0, t0, c0 = _waited(), time.perf_counter(), time.process_time()

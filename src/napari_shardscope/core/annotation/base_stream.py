@@ -33,6 +33,7 @@ import shutil
 import threading
 import uuid
 from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -230,29 +231,53 @@ class BaseBuilder:
                 for p in self.properties}
 
     def _by_block(self, by_id: Spill, by_sv: Spill | None) -> None:
-        """Merge 1: the spatial table; supervoxels read per block; runs by id (and by supervoxel) spilled."""
+        """Merge 1: the spatial table; supervoxels read per block; runs by id (and by supervoxel) spilled.
+
+        A range's supervoxels are read, and its runs spilled, by a thread while the main thread reads and
+        sorts the next range: the labelmap's blocks are decoded by TensorStore's threads, and the main
+        thread waited for them (a third of this merge's wall time). One range at most is ahead (memory).
+        """
         spatial = self._table("spatial", "block", False)
         spatial.put(np.zeros(0, np.uint64), {"id": np.zeros(0, np.uint64)})
-        for part in self.by_block.ranges(self.range_sites):
-            ids, lin, off = part.pop("id"), part.pop("lin"), part.pop("off")
-            # packed sorts, never an argsort of 10⁶ u64 (:mod:`.base_order`); every column gathered once
-            by_id_order = key_order(ids)
-            run: Columns = {"id": ids[by_id_order], "lin": lin[by_id_order], "off": off[by_id_order]}
-            del ids, lin, off, by_id_order
-            order = key_order(run["lin"])  # stable over the id order: by (block, id)
-            lin_s, ids_s = run["lin"][order], run["id"][order]
-            spatial.put(self.codec.block_codes(lin_s), {"id": ids_s})
-            if self.labelmap is not None and by_sv is not None:
-                starts = np.flatnonzero(np.append(True, lin_s[1:] != lin_s[:-1]))
-                svs_s = supervoxels_of_offsets(self.labelmap, self.codec, lin_s, run["off"][order], starts)
-                run["sv"] = np.empty(svs_s.size, np.uint64)
-                run["sv"][order] = svs_s
-                o_sv = key_order(svs_s)
-                by_sv.add({"sv": svs_s[o_sv], "id": ids_s[o_sv]})
-            by_id.add(run)
-            del part, run, lin_s
+        indexed = self.labelmap is not None and by_sv is not None
+        pool = ThreadPoolExecutor(1, thread_name_prefix="base-supervoxels") if indexed else None
+        pending: Future[None] | None = None
+        try:
+            for part in self.by_block.ranges(self.range_sites):
+                ids, lin, off = part.pop("id"), part.pop("lin"), part.pop("off")
+                # packed sorts, never an argsort of 10⁶ u64 (:mod:`.base_order`); every column gathered once
+                by_id_order = key_order(ids)
+                run: Columns = {"id": ids[by_id_order], "lin": lin[by_id_order], "off": off[by_id_order]}
+                del ids, lin, off, by_id_order, part
+                order = key_order(run["lin"])  # stable over the id order: by (block, id)
+                lin_s, ids_s = run["lin"][order], run["id"][order]
+                spatial.put(self.codec.block_codes(lin_s), {"id": ids_s})
+                if pool is None:
+                    by_id.add(run)
+                    continue
+                if pending is not None:
+                    pending.result()
+                pending = pool.submit(self._supervoxels_of_range, run, order, lin_s, ids_s, by_id, by_sv)
+                del run, order, lin_s, ids_s
+            if pending is not None:
+                pending.result()
+        finally:
+            if pool is not None:
+                pool.shutdown(wait=True)
         self.by_block.remove()
         spatial.end()  # written behind the next merges; closed (joined) by finish
+
+    def _supervoxels_of_range(self, run: Columns, order: npt.NDArray[np.intp], lin_s: npt.NDArray[Any],
+                              ids_s: U64, by_id: Spill, by_sv: Spill | None) -> None:
+        """One range of merge 1's supervoxels (sites in (block, id) order), spilled by id and by supervoxel."""
+        assert self.labelmap is not None and by_sv is not None
+        starts = np.flatnonzero(np.append(True, lin_s[1:] != lin_s[:-1]))
+        svs_s = supervoxels_of_offsets(self.labelmap, self.codec, lin_s, run["off"][order], starts)
+        run["sv"] = np.empty(svs_s.size, np.uint64)
+        run["sv"][order] = svs_s
+        o_sv = key_order(svs_s)
+        by_sv.add({"sv": svs_s[o_sv], "id": ids_s[o_sv]})
+        by_id.add(run)
 
     def _by_id(self, by_id: Spill, ends: Spill | None) -> None:
         """Merge 2: the records table (duplicates refused); each range's synapse index rows spilled."""
