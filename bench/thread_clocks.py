@@ -33,7 +33,7 @@ def _read() -> dict[int, tuple[str, int, int]]:
 
 
 def _group(comm: str) -> str:
-    for prefix in ("base-table", "base-spill", "base-read", "base-supervoxels"):
+    for prefix in ("base-table", "base-spill", "base-read", "base-supervoxels", "base-index"):
         if comm.startswith(prefix):
             return prefix
     return "other"

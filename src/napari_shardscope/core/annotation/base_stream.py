@@ -288,6 +288,24 @@ class BaseBuilder:
             empty["sv"] = np.zeros(0, np.uint64)
         records.put(np.zeros(0, np.uint64), empty)
         cuts: list[int | None] = [None, *by_id.splitters(self.range_sites, align=self.per_value), None]
+        # a range's synapse index rows are counted and spilled by a thread while the next range is read
+        pool = ThreadPoolExecutor(1, thread_name_prefix="base-index") if ends is not None else None
+        pending: Future[None] | None = None
+        try:
+            pending = self._records_by_id(by_id, cuts, records, ends, pool)
+            if pending is not None:
+                pending.result()
+        finally:
+            if pool is not None:
+                pool.shutdown(wait=True)
+        by_id.remove()
+        self.values.remove()
+        records.end()
+
+    def _records_by_id(self, by_id: Spill, cuts: list[int | None], records: _TableThread, ends: Spill | None,
+                       pool: ThreadPoolExecutor | None) -> Future[None] | None:
+        """The ranges of merge 2 (see :meth:`_by_id`); the last range's pending index job."""
+        pending: Future[None] | None = None
         for lo, hi in itertools.pairwise(cuts):
             part = by_id.read_range(lo, hi)
             ids = part.pop("id", None)
@@ -310,13 +328,11 @@ class BaseBuilder:
                 cols["sv"] = by_id_of(part.pop("sv"))
             del part, z, y, x
             records.put(ids, cols)
-            if ends is not None:
-                svs = cols["sv"]
-                sv, partner, d, cnt = synapse_aggregates(svs[0::2], svs[1::2])
-                ends.add({"sv": sv, "partner": partner, "dir": d, "n": cnt})
-        by_id.remove()
-        self.values.remove()
-        records.end()
+            if ends is not None and pool is not None:
+                if pending is not None:
+                    pending.result()
+                pending = pool.submit(_spill_index_rows, cols["sv"], ends)
+        return pending
 
     def _values_of(self, ids: U64, lo: int | None, hi: int | None) -> Columns:
         """The property columns of the records ``ids`` (sorted, distinct, ``lo <= id < hi``), each synapse's
@@ -425,3 +441,9 @@ class BaseBuilder:
             t.abort()
         self.spill_writer.close()  # no write may land in the directory after it is removed
         shutil.rmtree(self.temp, ignore_errors=True)
+
+
+def _spill_index_rows(svs: U64, ends: Spill) -> None:
+    """One id range's synapse index rows (its sites alternate pre, post: ids ``2S + 1``, ``2S + 2``), spilled."""
+    sv, partner, d, cnt = synapse_aggregates(svs[0::2], svs[1::2])
+    ends.add({"sv": sv, "partner": partner, "dir": d, "n": cnt})
