@@ -95,6 +95,7 @@ def in_child(*args: str, src: str | None = None) -> dict[str, float]:
     if os.waitstatus_to_exitcode(status):
         raise RuntimeError(f"child {args} failed ({status})")
     doc: dict[str, float] = json.loads(out.decode().strip().splitlines()[-1])
+    print(f"    {'before' if src else args[0]}: " + ", ".join(f"{k} {v:.2f}" for k, v in doc.items()), flush=True)
     return doc
 
 
@@ -103,10 +104,12 @@ def _measured(fn: Any) -> dict[str, float]:
     # table's size: paid before the clock starts, and stated in the docs
     import pandas  # noqa: F401
     import pyarrow.parquet  # noqa: F401
+    from bench.thread_clocks import measure_threads
 
     w0, t0, c0 = _waited(), time.perf_counter(), time.process_time()
-    fn()
+    threads = measure_threads(fn)
     out = {"wall": time.perf_counter() - t0, "cpu": time.process_time() - c0, "wait": _waited() - w0}
+    out.update(threads)
     out["rss"] = _peak_rss_mib()
     return out
 

@@ -5,6 +5,8 @@ labelmap; a table that breaks in its middle leaves no base and names the file, r
 
 from __future__ import annotations
 
+import shutil
+import threading
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -20,6 +22,7 @@ from napari_shardscope.core.annotation import base_input, base_stream, create_an
 from napari_shardscope.core.annotation.base import block_code
 from napari_shardscope.core.annotation.base_import import build_base
 from napari_shardscope.core.annotation.errors import AnnotationTableError
+from napari_shardscope.core.errors import ChunkDecodeError
 from napari_shardscope.core.labelmap import create_labelmap
 from napari_shardscope.core.tables import open_sorted_table
 from napari_shardscope.core.tables.destination import TEMP_PREFIX
@@ -356,3 +359,23 @@ def test_a_precomputed_source_is_imported_a_minishard_at_a_time_in_memory_below_
         a = pq.read_table(tmp_path / "streamed" / f"{table}.parquet")
         b = pq.read_table(tmp_path / "whole" / f"{table}.parquet")
         assert a.equals(b), table
+
+
+def test_a_labelmap_block_that_does_not_decode_fails_the_import_cleanly(tmp_path: Path) -> None:
+    """The supervoxels of a key range are read by a thread while the main thread sorts the next range, and
+    the table writers finish behind the merges: a labelmap chunk that does not decode is still the
+    import's typed error naming the chunk, and it leaves no base, no hidden directory and no thread."""
+    seg = tmp_path / "seg"
+    shutil.copytree(base_volume()[0], seg)  # a copy: the shared volume stays whole for the other tests
+    repo = create_repository(tmp_path / "repo")
+    lm = create_labelmap(repo, "seg", seg, block=BLOCK)
+    scale0 = sorted(p for p in seg.iterdir() if p.is_dir())[0]
+    chunk = sorted(p for p in scale0.rglob("*") if p.is_file())[-1]
+    chunk.write_bytes(chunk.read_bytes()[: chunk.stat().st_size // 2])  # a cut chunk file
+    path = _write(_table(), tmp_path / "t.parquet", True)
+    before = {t.ident for t in threading.enumerate()}
+    with pytest.raises(ChunkDecodeError, match=str(chunk)):
+        build_base(path, tmp_path / "bases" / "b", shape=SHAPE, block=BLOCK, labelmap=lm.at("main"), range_sites=64)
+    assert not (tmp_path / "bases" / "b").exists()
+    assert not [p.name for p in (tmp_path / "bases").iterdir()]  # no hidden directory left
+    assert not [t.name for t in threading.enumerate() if t.ident not in before and t.name.startswith("base-")]

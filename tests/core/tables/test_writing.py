@@ -42,6 +42,22 @@ def test_generator_written_page_by_page_equals_arrays(tmp_path: Path, fmt: str) 
     np.testing.assert_array_equal(np.concatenate([p.values["body"] for p in pages]), keys // 5)
 
 
+@pytest.mark.parametrize("chunk", [1, 999, 1000, 1001, 2345, 4000, 10_000])
+def test_pages_are_whole_whatever_the_chunks(tmp_path: Path, chunk: int) -> None:
+    """Chunks smaller than a page, of exactly a page, and of several pages with a remainder (the repager
+    emits whole pages straight from a chunk and joins only a leftover with the next chunk's head): every
+    page but the last holds page_rows rows, in order, each row with its own value."""
+    url = url_for(tmp_path, "zarr3")
+    summary = write_sorted_table(url, generated(9_500, chunk), format="zarr3", key="sv", value_name="body",
+                                 page_rows=1000)
+    assert summary.num_rows == 9_500
+    pages = list(open_sorted_table(url).iter_pages())
+    assert [len(p) for p in pages] == [1000] * 9 + [500]
+    keys = np.arange(9_500, dtype=np.uint64) * 3 + 1
+    np.testing.assert_array_equal(np.concatenate([p.keys for p in pages]), keys)
+    np.testing.assert_array_equal(np.concatenate([p.values["body"] for p in pages]), keys // 5)
+
+
 @pytest.mark.parametrize("fmt", FORMATS)
 def test_a_failed_write_leaves_the_old_table(tmp_path: Path, fmt: str) -> None:
     url = url_for(tmp_path, fmt)

@@ -95,7 +95,8 @@ def key_order(keys: npt.NDArray[np.unsignedinteger[Any]]) -> npt.NDArray[np.intp
     packed |= np.arange(n, dtype=np.uint64)
     packed.sort()
     packed &= np.uint64((1 << row_bits) - 1)
-    out: npt.NDArray[np.intp] = packed.astype(np.intp)
+    # the row numbers are below 2⁶³: the sorted array itself, seen as intp, is the permutation (no copy)
+    out: npt.NDArray[np.intp] = packed.view(np.intp) if np.dtype(np.intp).itemsize == 8 else packed.astype(np.intp)
     return out
 
 

@@ -33,6 +33,7 @@ import shutil
 import threading
 import uuid
 from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -86,6 +87,7 @@ class _TableThread:
         self._queue: queue.Queue[Any] = queue.Queue(QUEUE_CHUNKS)
         self._summary: TableSummary | None = None
         self._error: BaseException | None = None
+        self._ended = False
         self._stopped = False
         self._thread = threading.Thread(target=self._run, args=(key, unique, options), daemon=True,
                                         name=f"base-table-{Path(url).name}")
@@ -113,18 +115,28 @@ class _TableThread:
                     break
 
     def put(self, keys: U64, cols: Columns) -> None:
+        self._offer((keys, cols))
+
+    def _offer(self, item: Any) -> None:
         while self._thread.is_alive():
             try:
-                self._queue.put((keys, cols), timeout=0.5)
+                self._queue.put(item, timeout=0.5)
                 return
             except queue.Full:
                 continue
         self.close()  # the writer died: its error
 
+    def end(self) -> None:
+        """No more chunks: the writer finishes the table on its own while the caller goes on (no wait
+        for it, unless its queue is full); :meth:`close` joins it."""
+        if not self._ended:
+            self._ended = True
+            self._offer(self._END)
+
     def close(self) -> TableSummary:
         if not self._stopped:
             self._stopped = True
-            if self._thread.is_alive():
+            if self._thread.is_alive() and not self._ended:
                 self._queue.put(self._END)
             self._thread.join()
         if self._error is not None:
@@ -135,7 +147,7 @@ class _TableThread:
     def abort(self) -> None:
         if not self._stopped:
             self._stopped = True
-            if self._thread.is_alive():
+            if self._thread.is_alive() and not self._ended:  # an ended table finishes (then is removed)
                 self._queue.put(RuntimeError("the base import failed"))
             self._thread.join()
 
@@ -219,29 +231,53 @@ class BaseBuilder:
                 for p in self.properties}
 
     def _by_block(self, by_id: Spill, by_sv: Spill | None) -> None:
-        """Merge 1: the spatial table; supervoxels read per block; runs by id (and by supervoxel) spilled."""
+        """Merge 1: the spatial table; supervoxels read per block; runs by id (and by supervoxel) spilled.
+
+        A range's supervoxels are read, and its runs spilled, by a thread while the main thread reads and
+        sorts the next range: the labelmap's blocks are decoded by TensorStore's threads, and the main
+        thread waited for them (a third of this merge's wall time). One range at most is ahead (memory).
+        """
         spatial = self._table("spatial", "block", False)
         spatial.put(np.zeros(0, np.uint64), {"id": np.zeros(0, np.uint64)})
-        for part in self.by_block.ranges(self.range_sites):
-            ids, lin, off = part.pop("id"), part.pop("lin"), part.pop("off")
-            # packed sorts, never an argsort of 10⁶ u64 (:mod:`.base_order`); every column gathered once
-            by_id_order = key_order(ids)
-            run: Columns = {"id": ids[by_id_order], "lin": lin[by_id_order], "off": off[by_id_order]}
-            del ids, lin, off, by_id_order
-            order = key_order(run["lin"])  # stable over the id order: by (block, id)
-            lin_s, ids_s = run["lin"][order], run["id"][order]
-            spatial.put(self.codec.block_codes(lin_s), {"id": ids_s})
-            if self.labelmap is not None and by_sv is not None:
-                starts = np.flatnonzero(np.append(True, lin_s[1:] != lin_s[:-1]))
-                svs_s = supervoxels_of_offsets(self.labelmap, self.codec, lin_s, run["off"][order], starts)
-                run["sv"] = np.empty(svs_s.size, np.uint64)
-                run["sv"][order] = svs_s
-                o_sv = key_order(svs_s)
-                by_sv.add({"sv": svs_s[o_sv], "id": ids_s[o_sv]})
-            by_id.add(run)
-            del part, run, lin_s
+        indexed = self.labelmap is not None and by_sv is not None
+        pool = ThreadPoolExecutor(1, thread_name_prefix="base-supervoxels") if indexed else None
+        pending: Future[None] | None = None
+        try:
+            for part in self.by_block.ranges(self.range_sites):
+                ids, lin, off = part.pop("id"), part.pop("lin"), part.pop("off")
+                # packed sorts, never an argsort of 10⁶ u64 (:mod:`.base_order`); every column gathered once
+                by_id_order = key_order(ids)
+                run: Columns = {"id": ids[by_id_order], "lin": lin[by_id_order], "off": off[by_id_order]}
+                del ids, lin, off, by_id_order, part
+                order = key_order(run["lin"])  # stable over the id order: by (block, id)
+                lin_s, ids_s = run["lin"][order], run["id"][order]
+                spatial.put(self.codec.block_codes(lin_s), {"id": ids_s})
+                if pool is None:
+                    by_id.add(run)
+                    continue
+                if pending is not None:
+                    pending.result()
+                pending = pool.submit(self._supervoxels_of_range, run, order, lin_s, ids_s, by_id, by_sv)
+                del run, order, lin_s, ids_s
+            if pending is not None:
+                pending.result()
+        finally:
+            if pool is not None:
+                pool.shutdown(wait=True)
         self.by_block.remove()
-        spatial.close()
+        spatial.end()  # written behind the next merges; closed (joined) by finish
+
+    def _supervoxels_of_range(self, run: Columns, order: npt.NDArray[np.intp], lin_s: npt.NDArray[Any],
+                              ids_s: U64, by_id: Spill, by_sv: Spill | None) -> None:
+        """One range of merge 1's supervoxels (sites in (block, id) order), spilled by id and by supervoxel."""
+        assert self.labelmap is not None and by_sv is not None
+        starts = np.flatnonzero(np.append(True, lin_s[1:] != lin_s[:-1]))
+        svs_s = supervoxels_of_offsets(self.labelmap, self.codec, lin_s, run["off"][order], starts)
+        run["sv"] = np.empty(svs_s.size, np.uint64)
+        run["sv"][order] = svs_s
+        o_sv = key_order(svs_s)
+        by_sv.add({"sv": svs_s[o_sv], "id": ids_s[o_sv]})
+        by_id.add(run)
 
     def _by_id(self, by_id: Spill, ends: Spill | None) -> None:
         """Merge 2: the records table (duplicates refused); each range's synapse index rows spilled."""
@@ -252,6 +288,24 @@ class BaseBuilder:
             empty["sv"] = np.zeros(0, np.uint64)
         records.put(np.zeros(0, np.uint64), empty)
         cuts: list[int | None] = [None, *by_id.splitters(self.range_sites, align=self.per_value), None]
+        # a range's synapse index rows are counted and spilled by a thread while the next range is read
+        pool = ThreadPoolExecutor(1, thread_name_prefix="base-index") if ends is not None else None
+        pending: Future[None] | None = None
+        try:
+            pending = self._records_by_id(by_id, cuts, records, ends, pool)
+            if pending is not None:
+                pending.result()
+        finally:
+            if pool is not None:
+                pool.shutdown(wait=True)
+        by_id.remove()
+        self.values.remove()
+        records.end()
+
+    def _records_by_id(self, by_id: Spill, cuts: list[int | None], records: _TableThread, ends: Spill | None,
+                       pool: ThreadPoolExecutor | None) -> Future[None] | None:
+        """The ranges of merge 2 (see :meth:`_by_id`); the last range's pending index job."""
+        pending: Future[None] | None = None
         for lo, hi in itertools.pairwise(cuts):
             part = by_id.read_range(lo, hi)
             ids = part.pop("id", None)
@@ -274,13 +328,11 @@ class BaseBuilder:
                 cols["sv"] = by_id_of(part.pop("sv"))
             del part, z, y, x
             records.put(ids, cols)
-            if ends is not None:
-                svs = cols["sv"]
-                sv, partner, d, cnt = synapse_aggregates(svs[0::2], svs[1::2])
-                ends.add({"sv": sv, "partner": partner, "dir": d, "n": cnt})
-        by_id.remove()
-        self.values.remove()
-        records.close()
+            if ends is not None and pool is not None:
+                if pending is not None:
+                    pending.result()
+                pending = pool.submit(_spill_index_rows, cols["sv"], ends)
+        return pending
 
     def _values_of(self, ids: U64, lo: int | None, hi: int | None) -> Columns:
         """The property columns of the records ``ids`` (sorted, distinct, ``lo <= id < hi``), each synapse's
@@ -316,9 +368,9 @@ class BaseBuilder:
             order = order_by(part["sv"], part["id"])
             sites.put(part["sv"][order], {"id": part["id"][order]})
         by_sv.remove()
-        sites.close()
+        sites.end()
 
-    def _synapses(self, ends: Spill) -> int:
+    def _synapses(self, ends: Spill) -> _TableThread:
         """Merge 3b: the synapse index, the ranges' rows summed per (supervoxel, direction, partner)."""
         table = self._table("synapses", "sv", False)
         table.put(np.zeros(0, np.uint64), {"partner": np.zeros(0, np.uint64), "dir": np.zeros(0, np.uint8),
@@ -332,7 +384,8 @@ class BaseBuilder:
             total = np.add.reduceat(cnt.astype(np.uint64), starts).astype(np.uint32)
             table.put(sv[starts], {"partner": partner[starts], "dir": d[starts], "n": total})
         ends.remove()
-        return table.close().num_rows
+        table.end()
+        return table
 
     def finish(self) -> BaseConfig:
         """Merge, write the tables and put them in place at ``base_dir``; on any error, nothing is left."""
@@ -347,7 +400,11 @@ class BaseBuilder:
             self._by_id(by_id, ends)
             if by_sv is not None:
                 self._sites(by_sv)
-            synapse_rows = self._synapses(ends) if ends is not None else 0
+            synapses = self._synapses(ends) if ends is not None else None
+            # the table writers finish behind the merges: the main thread waits for them only here, once
+            for t in self._threads:
+                t.close()
+            synapse_rows = synapses.close().num_rows if synapses is not None else 0
             self.spill_writer.close()
             shutil.rmtree(spill, ignore_errors=True)
             self._commit()
@@ -384,3 +441,9 @@ class BaseBuilder:
             t.abort()
         self.spill_writer.close()  # no write may land in the directory after it is removed
         shutil.rmtree(self.temp, ignore_errors=True)
+
+
+def _spill_index_rows(svs: U64, ends: Spill) -> None:
+    """One id range's synapse index rows (its sites alternate pre, post: ids ``2S + 1``, ``2S + 2``), spilled."""
+    sv, partner, d, cnt = synapse_aggregates(svs[0::2], svs[1::2])
+    ends.add({"sv": sv, "partner": partner, "dir": d, "n": cnt})

@@ -120,29 +120,46 @@ class _Repager:
                 raise UnsortedKeysError(f"chunk {self._chunk} (table row {self._rows_before}) starts at key "
                                         f"{int(keys[0])}, not above the previous chunk's last key {self._last}")
             self._last = int(keys[-1])
-            self._keys.append(keys)
-            self._cols.append(cols)
-            self._held += keys.size
         self._chunk += 1
         self._rows_before += keys.size
-        while self._held >= self.page_rows:
-            yield self._take(self.page_rows)
+        if not keys.size:
+            return
+        at = 0
+        if self._held:  # the leftover and the head of this chunk make one page (only those rows are copied)
+            need = self.page_rows - self._held
+            if keys.size < need:
+                self._keys.append(keys)
+                self._cols.append(cols)
+                self._held += keys.size
+                return
+            self._keys.append(keys[:need])
+            self._cols.append({c: v[:need] for c, v in cols.items()})
+            self._held += need
+            yield self._take(self._held)
+            at = need
+        # whole pages are views of the chunk: no concatenation, no copy
+        while keys.size - at >= self.page_rows:
+            end = at + self.page_rows
+            yield keys[at:end], {c: v[at:end] for c, v in cols.items()}
+            at = end
+        if at < keys.size:
+            self._keys = [keys[at:]]
+            self._cols = [{c: v[at:] for c, v in cols.items()}]
+            self._held = keys.size - at
 
     def flush(self) -> Iterator[tuple[U64, Columns]]:
         if self._held:
             yield self._take(self._held)
 
     def _take(self, n: int) -> tuple[U64, Columns]:
+        """All ``n`` held rows as one page (the held pieces concatenated)."""
+        assert n == self._held
         keys = np.concatenate(self._keys) if len(self._keys) > 1 else self._keys[0]
         names = list(self._cols[0])
         cols = {c: (np.concatenate([x[c] for x in self._cols]) if len(self._cols) > 1 else self._cols[0][c])
                 for c in names}
-        page = (keys[:n], {c: v[:n] for c, v in cols.items()})
-        rest = keys.size - n
-        self._keys = [keys[n:]] if rest else []
-        self._cols = [{c: v[n:] for c, v in cols.items()}] if rest else []
-        self._held = rest
-        return page
+        self._keys, self._cols, self._held = [], [], 0
+        return keys, cols
 
 
 def _schema_from(key: str, first: Columns, unique: bool) -> TableSchema:
