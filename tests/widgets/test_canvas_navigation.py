@@ -29,6 +29,7 @@ from tests.widgets.test_proofreading import (  # noqa: F401  (fixture)
     Proofread,
     Z,
     canvas_of,
+    created,
     fresh,
     proofread,
     two_bodies,
@@ -78,8 +79,11 @@ def focus_on(viewer: Any, c: ProofreadingController, voxel: tuple[int, int, int]
     camera(viewer).zoom = zoom
 
 
-def test_selected_bodies_are_drawn_on_the_canvas_in_2d_and_3d(proofread: Proofread, qtbot: Any) -> None:  # noqa: F811
-    viewer, _, _, _, c = proofread
+def test_selected_bodies_are_drawn_on_the_canvas_in_2d_and_3d(created: Proofread, qtbot: Any) -> None:  # noqa: F811
+    # `created`, not `proofread`: the shots compared here need one canvas size. After the panel's Create the
+    # docks are already as wide as selecting makes them; after its Open (a shorter status line) selecting
+    # widened the docks between the two shots (the canvas went from 543 to 498 px wide).
+    viewer, _, _, _, c = created
     roomy(viewer, qtbot)
     a, _b, va, _ = two_bodies(c)
     plane = c.version.read_bodies((Z, slice(None), slice(None)))  # type: ignore[union-attr]
