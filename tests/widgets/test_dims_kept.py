@@ -118,7 +118,9 @@ def test_select_merge_deselect_undo_keep_the_z_step_and_plane(proofread: Proofre
     assert (c.version.read_bodies((z, slice(None), slice(None))) == a).any()  # type: ignore[union-attr]
 
 
-def test_seeds_and_review_layers_keep_the_dims(proofread: Proofread, qtbot: Any) -> None:  # noqa: F811
+def test_seeds_review_and_shard_browser_layers_keep_the_dims(proofread: Proofread, qtbot: Any) -> None:  # noqa: F811
+    """In one session, as a user goes on: split seeds, a review's *after* layer, then the shard browser's
+    shard map of every scale and the located chunk's outline, each added by clicks as a user adds them."""
     viewer, panel, _repo, _, c = proofread
     a, b, _va, _vb = two_bodies(c)
     base = dims_of(viewer)
@@ -144,12 +146,6 @@ def test_seeds_and_review_layers_keep_the_dims(proofread: Proofread, qtbot: Any)
     assert review.after_layer is not None and review.after_layer.visible
     assert_dims(viewer, base, "review after layer")
 
-
-
-def test_shard_browser_layers_keep_the_dims(proofread: Proofread, qtbot: Any) -> None:  # noqa: F811
-    """The shard map of every scale and the located chunk's outline, added by clicks as a user adds them."""
-    viewer, _panel, _repo, _, _c = proofread
-    base = dims_of(viewer)
     browser = dock(viewer, "Shard browser")
     browser.layer_combo.setCurrentText("segmentation")
     scales = [browser.scale_combo.itemText(i) for i in range(browser.scale_combo.count())]

@@ -10,6 +10,7 @@ the sample's own arrays, never from the panel.
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -20,6 +21,7 @@ from qtpy.QtCore import QPoint, Qt
 from napari_shardscope.core.errors import ArgumentError, ConflictError
 from napari_shardscope.core.labelmap import open_labelmap
 from napari_shardscope.core.proofreading import ProofreadingController
+from napari_shardscope.core.proofreading.session import create_labelmap_repository
 from napari_shardscope.core.sample_data import SampleDataset
 from napari_shardscope.core.versioned import open_repository
 from napari_shardscope.napari_plugin.sample import sample_volumes
@@ -47,23 +49,61 @@ def dock(viewer: Any, name: str) -> Any:
     return widget
 
 
-@pytest.fixture
-def proofread(make_napari_viewer: Any, sample: SampleDataset, tmp_path: Path,  # noqa: F811
-              qtbot: Any) -> Proofread:
-    """A viewer with the sample, the Proofreading panel, and a new repository over the segmentation."""
-    viewer = make_napari_viewer(show=True)
+def proofread_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Where the repository the Proofreading panel's Create makes over the sample is kept, once per worker.
+
+    :func:`_proofread` writes it on first use with the call Create's worker makes (the same base URL, read
+    from the viewer's segmentation layer, and the same agglomeration), closed; each test then opens a copy.
+    Creating indexes the base and writes the repository: about 0.5 CPU s more per test than copying and
+    opening. What Create does in the panel (the worker, hiding the base layer, its status) is asserted on
+    the :func:`created` fixture's repository. (A function, not a fixture: the modules that import
+    :func:`proofread` need no second import.)
+    """
+    return tmp_path_factory.getbasetemp() / "proofread-template" / "proofread.repo"
+
+
+def _proofread(viewer: Any, sample: SampleDataset, tmp_path: Path, qtbot: Any,  # noqa: F811
+               template: Path | None) -> Proofread:
     add_volumes(viewer, sample_volumes(sample))
     dock_widget, panel = viewer.window.add_plugin_dock_widget("napari-shardscope", "Proofreading")
     assert isinstance(panel, ProofreadingPanel)
     assert panel.agglo_edit.text() == str(sample.bodies)  # the sample's bodies.json is found next to it
     repo = tmp_path / "proofread.repo"
-    panel.create_repository(repo)
-    assert panel.busy  # indexing runs in a worker thread
+    if template is None:
+        panel.create_repository(repo)
+        assert panel.busy  # indexing runs in a worker thread
+        qtbot.waitUntil(lambda: not panel.busy and panel.controller.state.connected, timeout=60000)
+    else:
+        seg = viewer.layers["segmentation"]
+        if not template.exists():  # written beside it, then renamed: a failed write leaves no half template
+            partial = template.with_name(f"{template.name}.partial")
+            partial.parent.mkdir(parents=True, exist_ok=True)
+            shutil.rmtree(partial, ignore_errors=True)
+            create_labelmap_repository(partial, panel.layer_url(seg), name="seg",
+                                       agglomeration=panel.agglo_edit.text().strip() or None)
+            partial.rename(template)
+        shutil.copytree(template, repo)
+        panel.open_repository(repo)  # the panel's Open, on a copy of what its Create makes
+        seg.visible = False  # as Create leaves it: the body layer shows the same labels
     c = panel.controller
-    qtbot.waitUntil(lambda: not panel.busy and c.state.connected, timeout=60000)
-    assert c is session_for(viewer).controller
+    assert c.state.connected and c is session_for(viewer).controller
     viewer.dims.set_current_step(0, Z)
     return Proofread(viewer, panel, repo, dock_widget, c)
+
+
+@pytest.fixture
+def proofread(make_napari_viewer: Any, sample: SampleDataset, tmp_path: Path,  # noqa: F811
+              qtbot: Any, tmp_path_factory: pytest.TempPathFactory) -> Proofread:
+    """A viewer with the sample, the Proofreading panel, and a repository over the segmentation: a copy of
+    the one Create makes (:func:`proofread_template`), opened in the panel, the base layer hidden."""
+    return _proofread(make_napari_viewer(show=True), sample, tmp_path, qtbot, proofread_template(tmp_path_factory))
+
+
+@pytest.fixture
+def created(make_napari_viewer: Any, sample: SampleDataset, tmp_path: Path,  # noqa: F811
+            qtbot: Any) -> Proofread:
+    """:func:`proofread`, the repository made by the panel's Create (indexing in a worker thread)."""
+    return _proofread(make_napari_viewer(show=True), sample, tmp_path, qtbot, None)
 
 
 def two_bodies(c: ProofreadingController) -> tuple[int, int, tuple[int, int, int], tuple[int, int, int]]:
@@ -109,29 +149,18 @@ def conflict_combo(versions: VersionsPanel, key: str) -> Any:
     raise AssertionError(f"conflict {key} not listed")
 
 
-def test_all_three_panels_are_in_the_plugins_menu(proofread: Proofread) -> None:
-    from tests.widgets.test_shard_browser import plugin_menu_titles
-
-    titles = plugin_menu_titles()
-    for name in ("Shard browser", "Proofreading", "Versions"):
-        assert any(t.startswith(name) for t in titles), (name, titles)
-
-
-def test_create_shows_bodies_and_hides_base(proofread: Proofread) -> None:
-    viewer, panel, repo, _, _ = proofread
+@pytest.mark.qt_binding_lane
+def test_create_then_click_select_shift_click_merge_undo_redo(created: Proofread, qtbot: Any) -> None:
+    """Create in the panel (the fixture: a worker indexes the base), then the clicks and keys of a first edit."""
+    viewer, panel, repo, _, c = created
     s = panel.session
     assert s.body_layer is not None and s.body_layer in viewer.layers and s.body_layer.multiscale
     assert not viewer.layers["segmentation"].visible  # the base layer is hidden, never written
     assert "main" in panel.version_label.text() and "open" in panel.version_label.text()
     assert panel.status_label.text().startswith("created")  # the controller's message, shown
-    v = fresh(repo, "main")
-    np.testing.assert_array_equal(shown_level0_plane(panel), v.read_bodies((Z, slice(None), slice(None))))
+    np.testing.assert_array_equal(shown_level0_plane(panel),
+                                  fresh(repo, "main").read_bodies((Z, slice(None), slice(None))))
     assert panel.toolTip().count("Shift-") >= 5  # keybindings documented in the tooltip
-
-
-@pytest.mark.qt_binding_lane
-def test_click_select_shift_click_merge_undo_redo(proofread: Proofread, qtbot: Any) -> None:
-    viewer, panel, repo, _, c = proofread
     a, b, va, vb = two_bodies(c)
     # real mouse clicks on the canvas: centre the view on each body's voxel, click the middle
     canvas = canvas_of(viewer)
@@ -147,6 +176,8 @@ def test_click_select_shift_click_merge_undo_redo(proofread: Proofread, qtbot: A
     assert panel.info_labels["id"].text() == str(a)
     assert panel.merge_button.isEnabled() and not panel.redo_button.isEnabled()
     size_a, size_b = fresh(repo, "main").size(a), fresh(repo, "main").size(b)
+    layer = s.body_layer
+    arrays_before = list(layer.data)
     # the merge through its key binding, as a user presses it
     qtbot.keyClick(canvas, Qt.Key.Key_M, Qt.KeyboardModifier.ShiftModifier)
     qtbot.waitUntil(lambda: fresh(repo, "main").body_of(c.version.supervoxel_at(vb)) == a, timeout=5000)
@@ -154,6 +185,8 @@ def test_click_select_shift_click_merge_undo_redo(proofread: Proofread, qtbot: A
     assert v.size(a) == size_a + size_b and not v.exists(b)
     plane = shown_level0_plane(panel)
     assert not (plane == b).any() and plane[vb[1], vb[2]] == a  # the layer shows the merge
+    # a merge changes only the map: the body layer keeps its arrays (no chunk re-read, no re-open)
+    assert s.body_layer is layer and all(x is y for x, y in zip(layer.data, arrays_before, strict=True))
     assert panel.info_labels["size"].text().startswith(f"{size_a + size_b:,}")
     assert "merge" in panel.info_labels["history"].text()
     assert f"into {a}" in panel.status_label.text()
@@ -163,20 +196,6 @@ def test_click_select_shift_click_merge_undo_redo(proofread: Proofread, qtbot: A
     assert panel.redo_button.isEnabled()
     qtbot.mouseClick(panel.redo_button, LEFT)
     assert not fresh(repo, "main").exists(b)
-
-
-def test_merge_rereads_no_chunk(proofread: Proofread) -> None:
-    """A merge changes only the map: the body layer keeps its arrays and shows the merge on refresh."""
-    _, panel, _, _, c = proofread
-    a, b, _, vb = two_bodies(c)
-    layer = panel.session.body_layer
-    arrays_before = list(layer.data)
-    shown_level0_plane(panel)  # warm the cache
-    c.select(a)
-    c.add_to_selection(b)
-    c.merge()
-    assert all(x is y for x, y in zip(layer.data, arrays_before, strict=True))  # no new arrays, no re-open
-    assert shown_level0_plane(panel)[vb[1], vb[2]] == a
 
 
 def test_cleave_picked_supervoxels(proofread: Proofread, qtbot: Any) -> None:
@@ -453,7 +472,12 @@ def test_layers_follow_the_repository_and_stay_read_only(proofread: Proofread, s
     assert panel.is_listening() and panel.session.body_layer is not layer  # clicks go to the new layer
 
 
-def test_closing_the_panels_takes_their_keys_and_callbacks(proofread: Proofread, qtbot: Any) -> None:
+def test_closing_the_panels_takes_their_keys_and_a_panel_docked_again_finds_the_session(proofread: Proofread,
+                                                                                       qtbot: Any) -> None:
+    """The dock's × takes the panels' keys and canvas callbacks; docking Proofreading again (each dock gets its
+    own proxy of the viewer) finds the same session, which outlived the first panel's proxy."""
+    import gc
+
     viewer, panel, repo, proof_dock, c = proofread
     browser_dock, browser = viewer.window.add_plugin_dock_widget("napari-shardscope", "Shard browser")
     browser.set_cursor_mode(True)
@@ -467,19 +491,10 @@ def test_closing_the_panels_takes_their_keys_and_callbacks(proofread: Proofread,
     qtbot.keyClick(canvas_of(viewer), Qt.Key.Key_M, Qt.KeyboardModifier.ShiftModifier)
     qtbot.wait(100)
     assert fresh(repo, "main").mutations() == []  # Shift-M merges nothing once the panel is gone
-
-
-def test_a_panel_docked_again_finds_the_same_session(proofread: Proofread, qtbot: Any) -> None:
-    # Each dock gets its own proxy of the viewer; the session must outlive the first panel's proxy.
-    import gc
-
-    viewer, panel, repo, proof_dock, c = proofread
-    viewer.window.remove_dock_widget(proof_dock)
-    del panel, proof_dock
+    del panel, proof_dock, browser, browser_dock
     gc.collect()
     _, again = viewer.window.add_plugin_dock_widget("napari-shardscope", "Proofreading")
     assert again.controller is c and again.controller.state.connected
-    a, b, _, _ = two_bodies(c)
     again.controller.select(a)
     again.controller.add_to_selection(b)
     again.controller.merge()
