@@ -217,10 +217,22 @@ def flipped_bytes(remote: Path, rng: random.Random) -> None:
     path.write_bytes(bytes(data))
 
 
+def lying_listing(remote: Path, rng: random.Random) -> None:
+    """The head's key listing one byte off after its first value, everything hashed and linked as a writer with a
+    bug would leave it: every hash holds, only the listed ranges are wrong."""
+    from napari_shardscope.core.errors import ShardscopeError
+    from tests.core.versioned.remotes.helpers import shift_head_listing
+
+    try:
+        shift_head_listing(str(remote))
+    except (ShardscopeError, AssertionError, StopIteration) as exc:  # an earlier mutation left no sound head
+        raise Unmutable(f"the head's listing could not be re-written ({type(exc).__name__})") from exc
+
+
 MUTATIONS: list[tuple[str, Callable[[Path, random.Random], None]]] = [
     ("huge_refs", huge_refs), ("huge_ids", huge_ids), ("huge_object", huge_object), ("bomb_data", bomb_data),
     ("bomb_node", bomb_node), ("bomb_unversioned", bomb_unversioned), ("lying_counts", lying_counts),
-    ("lying_keys", lying_keys), ("flipped_bytes", flipped_bytes),
+    ("lying_keys", lying_keys), ("flipped_bytes", flipped_bytes), ("lying_listing", lying_listing),
 ]
 
 
@@ -306,8 +318,28 @@ def _repo_state(repo: Any) -> tuple[Any, ...]:
     return [v.uuid for v in repo.versions()], repo.branches(), R.load_state(repo, "origin").to_json()
 
 
+def _every_value(path: Path) -> dict[tuple[str, str, bytes], bytes | None]:
+    """Every value each branch head of the repository at ``path`` reads (lazy values downloaded as read)."""
+    from napari_shardscope.core.versioned import open_repository
+
+    repo = open_repository(path)
+    try:
+        out: dict[tuple[str, str, bytes], bytes | None] = {}
+        for branch in repo.branches():
+            with repo.read(branch.name) as view:
+                for inst in repo.instances():
+                    out.update(((branch.name, inst.name, k), view.get(inst.name, k)) for k in view.keys(inst.name))
+        return out
+    finally:
+        repo.close()
+
+
 def run_remote_case(work: Path) -> dict[str, str]:
-    """clone, fetch (into a copy of a clone) and check the damaged remote; the outcome of each.
+    """clone, read, fetch (into a copy of a clone) and check the damaged remote; the outcome of each.
+
+    A lazy clone that succeeded is read whole (``read``: every value of every branch head, downloaded as read)
+    and compared with a prefetching clone's values (``prefetch``): a lazy read that returns other values than
+    the data objects hold is a finding (``lazy_differs``), where a typed refusal is an outcome.
 
     ``check`` is ``ok`` for a remote :func:`verify_remote` calls sound and ``problems_found`` when it lists
     problems. Clones are lazy, so a clone may succeed on a remote check faults (a damaged object of an old
@@ -345,6 +377,16 @@ def run_remote_case(work: Path) -> dict[str, str]:
     attempt("clone", lambda: R.clone(remote, work / "cloned", engine="sqlite"))
     if outcomes["clone"] != "ok" and (work / "cloned").exists():
         outcomes["clone"] = "FINDING partial: a failed clone left its destination"
+    if outcomes["clone"] == "ok":
+        values: dict[str, dict[tuple[str, str, bytes], bytes | None]] = {}
+        attempt("read", lambda: values.update(lazy=_every_value(work / "cloned")))
+        attempt("prefetch", lambda: (R.clone(remote, work / "eager", engine="sqlite", prefetch=True),
+                                     values.update(eager=_every_value(work / "eager"))))
+        if len(values) == 2 and values["lazy"] != values["eager"]:
+            differ = sorted(k for k in values["lazy"].keys() | values["eager"].keys()
+                            if values["lazy"].get(k) != values["eager"].get(k))
+            outcomes["read"] = (f"FINDING lazy_differs: a lazy clone read other values than a prefetching one "
+                                f"({len(differ)} keys, e.g. {differ[:2]})")
     try:  # a copy of the seed's clone, which no mutation touches: failing here tests nothing hostile
         repo = open_repository(work / "clone")
         before = _repo_state(repo)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any
 
@@ -9,6 +10,15 @@ import numpy as np
 
 from napari_shardscope.core.labelmap import create_labelmap, open_labelmap
 from napari_shardscope.core.versioned import Repository, create_repository
+from napari_shardscope.core.versioned.node import NodeEntry
+from napari_shardscope.core.versioned.remotes.pack import (
+    decode_data,
+    decode_node,
+    encode_data_and_keys,
+    encode_node,
+    node_content,
+)
+from napari_shardscope.core.versioned.remotes.store import NodeRef, RemoteStore
 from tests.core.labelmap.volumes import voronoi_supervoxels, write_precomputed
 
 FACTORS = ((1, 1, 1), (1, 2, 2))
@@ -81,3 +91,26 @@ def made_ids(repo: Repository) -> tuple[set[int], set[int]]:
             if m.operation == "cleave":
                 bodies.add(int(m.args["new_body"]))
     return mutations, bodies
+
+
+def shift_head_listing(url: str) -> str:
+    """Re-write the key listing of the remote's main head one byte off after its first value, hash, node object
+    and refs made consistent (as a writer with a bug would leave them); the head's version."""
+    store = RemoteStore(url)
+    refs, generation = store.require_refs()
+    head = refs.branches["main"]
+    header = decode_node(head.object, store.get_object(head.object))
+    content = node_content(header, [r for name in header.data
+                                    for r in decode_data(name, store.get_object(name), header.instances)])
+    first = next(i for i, e in enumerate(content.entries) if e.value is not None)
+    grown = NodeEntry(content.entries[first].instance, content.entries[first].key,
+                      (content.entries[first].value or b"") + b"\0")
+    entries = (*content.entries[:first], grown, *content.entries[first + 1:])
+    _, _, listing = encode_data_and_keys(dataclasses.replace(content, entries=entries))
+    keys = store.put_object(listing, "key listing")
+    node = store.put_object(encode_node(content, dict(header.parents), header.data, header.instances,
+                                        header.region, keys), "node")
+    assert node != head.object and keys != header.keys
+    moved = dataclasses.replace(refs, branches={**refs.branches, "main": NodeRef(head.node, node)})
+    assert store.swap_refs(moved, generation) is not None
+    return header.uuid

@@ -12,7 +12,6 @@ the listing and the ranges.
 
 from __future__ import annotations
 
-import dataclasses
 import subprocess
 import sys
 from pathlib import Path
@@ -22,44 +21,13 @@ import pytest
 
 from napari_shardscope.core.versioned import open_repository
 from napari_shardscope.core.versioned import remotes as R
-from napari_shardscope.core.versioned.node import NodeEntry
 from napari_shardscope.core.versioned.remotes.errors import CorruptObjectError
-from napari_shardscope.core.versioned.remotes.pack import (
-    decode_data,
-    decode_node,
-    encode_data_and_keys,
-    encode_node,
-    node_content,
-)
-from napari_shardscope.core.versioned.remotes.store import NodeRef, RemoteStore
-from tests.core.versioned.remotes.helpers import edit, make_repo
+from tests.core.versioned.remotes.helpers import edit, make_repo, shift_head_listing
 
 
 def _check(url: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "napari_shardscope", "remote", "check", str(url)],
                           capture_output=True, text=True, timeout=240, stdin=subprocess.DEVNULL)
-
-
-def _shift_the_head_listing(remote: Path) -> str:
-    """The main head's key listing re-written one byte off after its first value; the head's new node object."""
-    store = RemoteStore(str(remote))
-    refs, generation = store.require_refs()
-    head = refs.branches["main"]
-    header = decode_node(head.object, store.get_object(head.object))
-    content = node_content(header, [r for name in header.data
-                                    for r in decode_data(name, store.get_object(name), header.instances)])
-    first = next(i for i, e in enumerate(content.entries) if e.value is not None)
-    grown = NodeEntry(content.entries[first].instance, content.entries[first].key,
-                      (content.entries[first].value or b"") + b"\0")
-    entries = (*content.entries[:first], grown, *content.entries[first + 1:])
-    _, _, listing = encode_data_and_keys(dataclasses.replace(content, entries=entries))
-    keys = store.put_object(listing, "key listing")
-    node = store.put_object(encode_node(content, dict(header.parents), header.data, header.instances,
-                                        header.region, keys), "node")
-    assert node != head.object and keys != header.keys
-    moved = dataclasses.replace(refs, branches={**refs.branches, "main": NodeRef(head.node, node)})
-    assert store.swap_refs(moved, generation) is not None
-    return header.uuid
 
 
 def _values(path: Path) -> dict[tuple[str, bytes], bytes | None]:
@@ -82,7 +50,7 @@ def test_remote_check_faults_a_key_listing_that_points_elsewhere_than_the_data(b
     sound = _check(remote)
     assert sound.returncode == 0 and "present and verified" in sound.stdout, sound.stdout + sound.stderr
 
-    version = _shift_the_head_listing(remote)
+    version = shift_head_listing(str(remote))
     R.clone(str(remote), tmp_path / "eager", prefetch=True)
     R.clone(str(remote), tmp_path / "lazy")
     assert _values(tmp_path / "eager") == pushed
