@@ -63,6 +63,12 @@ def covering_seeds(candidates: Iterable[int], seeds: list[SeedDataset], bomb: Pa
             shutil.rmtree(work / str(seed))
     finally:
         shutil.rmtree(work, ignore_errors=True)
+    return greedy_cover(classes)
+
+
+def greedy_cover(classes: dict[int, set[tuple[str, ...]]]) -> list[int]:
+    """Seeds of ``classes`` (seed: the classes its case exercises) that together reach every class: each
+    step takes the seed adding the most classes not reached yet (the lowest seed on a tie)."""
     everything = set().union(*classes.values())
     chosen: list[int] = []
     covered: set[tuple[str, ...]] = set()
