@@ -25,6 +25,7 @@ import json
 import os
 import signal
 import sys
+import traceback
 
 import dask.threaded  # noqa: F401  (loaded before ``ready``: the export's own work starts after it)
 import tensorstore  # noqa: F401
@@ -45,9 +46,11 @@ def _run_export(args: list[str], stderr: str | None) -> None:
             os.dup2(os.open(stderr, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644), 2)
         sys.stdin.close()
         code = main(["export", *args])
+    except BaseException:  # main maps every error to an exit code; anything else is shown, as Python would
+        traceback.print_exc()
+    finally:
         sys.stdout.flush()
         sys.stderr.flush()
-    finally:
         os._exit(code)
 
 
