@@ -46,6 +46,8 @@ def _run_export(args: list[str], stderr: str | None) -> None:
             os.dup2(os.open(stderr, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644), 2)
         sys.stdin.close()
         code = main(["export", *args])
+    except SystemExit as exc:  # as the interpreter would exit
+        code = exc.code if isinstance(exc.code, int) else 1
     except BaseException:  # main maps every error to an exit code; anything else is shown, as Python would
         traceback.print_exc()
     finally:
