@@ -3,7 +3,7 @@
 Every seed of ``range(0, 400)`` (the run CI made until 2026-12-05) is one *case*: a seed dataset (format,
 codec, layout) damaged by one to three mutations. What a case exercises is its format, its seed dataset and
 its mutation kinds; the 400 seeds repeat those classes many times over (41 format-mutation pairs, 35 seed
-datasets). :data:`CI_SEEDS` are 41 of them that still reach every format-mutation pair and every seed
+datasets). :data:`CI_SEEDS` are 40 of them that still reach every format-mutation pair and every seed
 dataset that the 400 reach (a greedy cover, chosen by :func:`covering_seeds`); the test's coverage check
 fails when a change to the generator makes them miss one. The long runs (``SHARDSCOPE_FUZZ_SLOW=1``,
 ``scripts/fuzz.py``) go deep.
@@ -25,8 +25,8 @@ from tests.fuzz.hostile import _OWN_SEEDS, REALDATA_SEEDS, SeedDataset, build_se
 
 #: The range :data:`CI_SEEDS` stands for, and what it covers (with every seed dataset present).
 FULL_SEEDS = range(0, 400)
-CI_SEEDS: tuple[int, ...] = (0, 1, 5, 6, 7, 8, 9, 10, 11, 14, 16, 17, 18, 20, 23, 28, 29, 30, 31, 33, 35, 44, 47,
-                             51, 53, 59, 60, 73, 74, 76, 85, 128, 133, 134, 136, 148, 158, 162, 165, 216, 220)
+CI_SEEDS: tuple[int, ...] = (0, 1, 5, 6, 7, 8, 9, 10, 14, 16, 17, 18, 23, 28, 29, 30, 31, 33, 36, 38, 51, 53, 59,
+                             60, 73, 74, 85, 88, 102, 128, 133, 134, 136, 144, 158, 162, 165, 216, 220, 235)
 #: The (format, mutation kind) pairs ``FULL_SEEDS`` reaches ("none": a case whose mutations all declined);
 #: its cases never escape paths in N5 or zarr v2 or replace a zarr v2 path.
 FORMAT_MUTATIONS: frozenset[tuple[str, str]] = frozenset(

@@ -34,7 +34,7 @@ from tests.fuzz.runner import (
     run_case,
 )
 
-#: The seeds every test run takes: 41 of range(0, 400) that reach every seed dataset and every (format, mutation)
+#: The seeds every test run takes: 40 of range(0, 400) that reach every seed dataset and every (format, mutation)
 #: pair the 400 reached (``tests/fuzz/ci_seeds.py``), so every format, mutation, operation and outcome occurs,
 #: which the coverage test below checks; the slow test (``pytest -m slow`` with ``SHARDSCOPE_FUZZ_SLOW=1``)
 #: runs 10,000 others, scripts/fuzz.py for minutes.
