@@ -29,6 +29,7 @@ import sys
 import time
 import traceback
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -292,10 +293,32 @@ class Report:
     cases: int = 0
     outcomes: Counter[str] = field(default_factory=Counter)
     mutations: Counter[str] = field(default_factory=Counter)
+    #: (seed collection, mutation kind) of every case: what the run covered.
+    pairs: set[tuple[str, str]] = field(default_factory=set)
     findings: list[dict[str, Any]] = field(default_factory=list)
 
 
-def fuzz_annotations(case_seeds: range, seeds: list[Path], work: Path) -> Report:
+def mutation_kind(mutation: str) -> str:
+    """The kind of one of :func:`make_case`'s mutation descriptions (``info``, ``truncated``, ``bits``, ...)."""
+    return mutation.split(":")[0].split(" ")[0] if mutation.startswith("info") else \
+        mutation.split(": ")[-1].split(" ")[0]
+
+
+def covering_seeds(candidates: Iterable[int], seeds: list[Path], work: Path) -> list[int]:
+    """A small set of ``candidates`` whose cases reach every (seed collection, mutation kind) pair theirs reach
+    together (:func:`tests.fuzz.ci_seeds.greedy_cover`): how the CI run's seeds were chosen."""
+    from tests.fuzz.ci_seeds import greedy_cover
+
+    bomb = gzip.compress(bytes(64 << 20))
+    classes: dict[int, set[tuple[str, ...]]] = {}
+    for seed in candidates:
+        case, mutations = make_case(seed, seeds, work, bomb)
+        classes[seed] = {(mutations[0], mutation_kind(m)) for m in mutations[1:]}
+        shutil.rmtree(case, ignore_errors=True)
+    return greedy_cover(classes)
+
+
+def fuzz_annotations(case_seeds: Iterable[int], seeds: list[Path], work: Path) -> Report:
     """Build and run every case in a worker process (replaced after a hang or a crash)."""
     bomb = gzip.compress(bytes(64 << 20))  # 64 MiB of zeros in about 64 KB
     report = Report()
@@ -318,8 +341,8 @@ def fuzz_annotations(case_seeds: range, seeds: list[Path], work: Path) -> Report
                 continue
             report.cases += 1
             for m in mutations[1:]:
-                report.mutations[m.split(":")[0].split(" ")[0] if m.startswith("info") else m.split(": ")[-1]
-                                 .split(" ")[0]] += 1
+                report.mutations[mutation_kind(m)] += 1
+                report.pairs.add((mutations[0], mutation_kind(m)))
             proc.stdin.write(f"{seed} {case}\n")
             proc.stdin.flush()
             answer = _read_line(proc, CASE_SECONDS)

@@ -684,6 +684,9 @@ class Report:
     by_format: dict[str, Counter[str]] = field(default_factory=dict)
     by_mutation: dict[str, Counter[str]] = field(default_factory=dict)
     by_operation: dict[str, Counter[str]] = field(default_factory=dict)
+    #: Cases per seed dataset, and the (format, mutation kind) pairs the cases were (what a run covered).
+    by_base: Counter[str] = field(default_factory=Counter)
+    format_mutations: set[tuple[str, str]] = field(default_factory=set)
     findings: list[dict[str, Any]] = field(default_factory=list)
     #: The highest peak resident memory a worker reported (MiB).
     peak_rss_mb: float = 0.0
@@ -691,6 +694,8 @@ class Report:
     def add(self, result: CaseResult) -> None:
         self.datasets += 1
         self.peak_rss_mb = max(self.peak_rss_mb, result.peak_rss_mb)
+        self.by_base[result.base] += 1
+        self.format_mutations.update((result.fmt, m.split(":", 1)[0]) for m in result.mutations)
         for op in result.ops:
             self.operations += 1
             self.outcomes[op.outcome] += 1

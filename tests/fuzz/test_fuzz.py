@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from napari_shardscope.cli import main
+from tests.fuzz.ci_seeds import FORMAT_MUTATIONS, ci_seeds
 from tests.fuzz.cliargs import random_argv
 from tests.fuzz.decoders import codec_streams, fuzz_decoders
 from tests.fuzz.hostile import CANARY_BYTES, MUTATIONS, HostileCase, SeedDataset, build_seeds, canary_reads, make_case
@@ -33,10 +34,10 @@ from tests.fuzz.runner import (
     run_case,
 )
 
-#: The seeds every test run takes (about half a minute on an idle core: the longest test of the suite, so kept
-#: short, yet every format, mutation, operation and outcome occurs, which the coverage test below checks); the
-#: slow test (``pytest -m slow`` with ``SHARDSCOPE_FUZZ_SLOW=1``) runs 10,000 others, scripts/fuzz.py for minutes.
-CI_SEEDS = range(0, 400)
+#: The seeds every test run takes: 40 of range(0, 400) that reach every seed dataset and every (format, mutation)
+#: pair the 400 reached (``tests/fuzz/ci_seeds.py``), so every format, mutation, operation and outcome occurs,
+#: which the coverage test below checks; the slow test (``pytest -m slow`` with ``SHARDSCOPE_FUZZ_SLOW=1``)
+#: runs 10,000 others, scripts/fuzz.py for minutes.
 SLOW_SEEDS = range(100_000, 110_000)
 #: The decoder header mutations CI runs (a few seconds per thousand on two cores).
 CI_DECODER_SEEDS = range(0, 2000)
@@ -52,7 +53,7 @@ def fuzz_seeds(tmp_path_factory: pytest.TempPathFactory) -> tuple[list[SeedDatas
 @pytest.fixture(scope="module")
 def ci_report(fuzz_seeds: tuple[list[SeedDataset], Path]) -> Report:
     seeds, bomb = fuzz_seeds
-    return fuzz(CI_SEEDS, seeds, bomb, workers=2)
+    return fuzz(ci_seeds(seeds), seeds, bomb, workers=2)
 
 
 def _findings_text(report: Report) -> str:
@@ -60,21 +61,25 @@ def _findings_text(report: Report) -> str:
                      f"{f['trace']}" for f in report.findings[:10])
 
 
-def test_a_seeded_fuzz_run_finds_nothing(ci_report: Report) -> None:
+def test_a_seeded_fuzz_run_finds_nothing(ci_report: Report, fuzz_seeds: tuple[list[SeedDataset], Path]) -> None:
     """Every hostile dataset ends in ``ok`` or a typed error, in every operation."""
-    assert ci_report.datasets == len(CI_SEEDS)
+    assert ci_report.datasets == len(list(ci_seeds(fuzz_seeds[0])))
     assert not ci_report.findings, _findings_text(ci_report)
 
 
-def test_the_seeded_run_covers_every_format_mutation_and_operation(ci_report: Report) -> None:
-    """A generator that stopped producing some kind of damage would make the run above pass vacuously."""
+def test_the_seeded_run_covers_every_format_mutation_and_operation(
+        ci_report: Report, fuzz_seeds: tuple[list[SeedDataset], Path]) -> None:
+    """A generator that stopped producing some kind of damage would make the run above pass vacuously; a
+    change to it that moved the chosen seeds off a class they stood for (``ci_seeds.py``) fails here too."""
     assert set(ci_report.by_format) == {"precomputed", "zarr3", "n5", "zarr2"}
     assert {name for name, _ in MUTATIONS} <= set(ci_report.by_mutation)
+    assert set(ci_report.by_base) == {s.name for s in fuzz_seeds[0]}
+    assert ci_report.format_mutations >= FORMAT_MUTATIONS, sorted(FORMAT_MUTATIONS - ci_report.format_mutations)
     assert set(ci_report.by_operation) == {"open_dataset", "inspect", "locate", "list_chunks", "validate",
                                            "read_regions", "layout", "cli"}
     for outcome in ("ok", "corrupt", "not_found", "argument"):
         assert ci_report.outcomes[outcome] > 0, ci_report.outcomes
-    assert ci_report.operations >= 8 * len(CI_SEEDS)
+    assert ci_report.operations >= 8 * ci_report.datasets
 
 
 @pytest.mark.slow

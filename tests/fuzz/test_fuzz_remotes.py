@@ -14,8 +14,11 @@ import pytest
 
 from tests.fuzz.remotes import MUTATIONS, fuzz_remotes, make_remote_case, summary
 
-#: Two rounds of every mutation (the first mutation of a case cycles with its seed).
-CI_SEEDS = range(0, 2 * len(MUTATIONS))
+#: One round of every mutation (the first mutation of a case cycles with its seed; a second one, when the
+#: seed adds it, is random): each case is a spawned worker of about 2 CPU s, and the run was two rounds (18
+#: cases). One round still reaches both refusals the test asserts (CorruptObjectError, problems_found); the long
+#: run (``SHARDSCOPE_FUZZ_SLOW=1``, 300 cases) goes deep.
+CI_SEEDS = range(0, len(MUTATIONS))
 SLOW_SEEDS = range(50_000, 50_300)
 
 

@@ -300,6 +300,32 @@ def test_a_spill_written_in_the_background_reads_back_what_was_added(tmp_path: P
     assert not list((tmp_path / "spill").iterdir())
 
 
+@pytest.mark.parametrize("dtype", [np.uint64, np.int64, np.uint32])
+def test_a_range_read_holds_exactly_the_rows_of_its_keys_in_every_run(tmp_path: Path, dtype: type) -> None:
+    """Each range's rows are those of every run with ``lo <= key < hi``, at bounds on, between, before
+    and after the runs' keys, with repeated keys across window edges (the bound is found in one window of
+    keys read from the file, narrowed by the marks kept in memory)."""
+    from napari_shardscope.core.annotation.base_spill import Spill
+
+    rng = np.random.default_rng(3)
+    spill = Spill(tmp_path / "spill", "k", 5)
+    runs = [np.sort(rng.integers(10, 400, n)).astype(dtype) for n in (1, 4, 5, 6, 97, 300)]
+    runs.append(np.full(23, 200, dtype))  # one key across several windows
+    for i, k in enumerate(runs):
+        spill.add({"k": k, "run": np.full(k.size, i, np.int16)})
+    everything = np.concatenate(runs)
+    for lo, hi in [(None, None), (None, 10), (0, 10), (10, 11), (200, 201), (199, 201), (57, 233),
+                   (399, None), (400, None), (401, 1000), *((int(a), int(a) + int(w)) for a, w in
+                                                              zip(rng.integers(0, 420, 40), rng.integers(1, 60, 40),
+                                                                  strict=True))]:
+        part = spill.read_range(lo, hi)
+        want = everything[((lo is None) | (everything >= (lo or 0))) & ((hi is None) | (everything < (hi or 0)))]
+        assert sorted(part["k"].tolist()) == sorted(want.tolist()), (lo, hi)
+        for i, k in enumerate(runs):  # every run contributes its own rows of the range, no more
+            inside = ((lo is None) | (k >= (lo or 0))) & ((hi is None) | (k < (hi or 0)))
+            assert int((part["run"] == i).sum()) == int(inside.sum()), (lo, hi, i)
+
+
 _PRECOMPUTED_CHILD = """
 import json, sys, tracemalloc
 from napari_shardscope.core.annotation import base_input

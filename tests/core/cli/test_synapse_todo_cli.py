@@ -20,12 +20,8 @@ from napari_shardscope.core.annotation.synapse_checks import find_orphans, find_
 from napari_shardscope.core.labelmap import create_labelmap
 from napari_shardscope.core.proofreading.todo import TodoStore
 from napari_shardscope.core.versioned import create_repository, open_repository
+from tests.cli_batch import run_commands
 from tests.core.annotation.test_synapse_checks import BLOCK, SHAPE, volume_with_background
-
-
-def shardscope(*argv: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "napari_shardscope", *argv], capture_output=True, text=True,
-                          timeout=300, stdin=subprocess.DEVNULL)
 
 
 def json_rows(*argv: str) -> list[dict[str, object]]:
@@ -87,20 +83,21 @@ def test_weak_partners_of_a_body_saved_as_a_todo_list(world: tuple[Path, int], t
     assert all(int(str(r["count"])) < 2 and "weak partner" in str(r["note"]) for r in rows)
     assert [(e.item.kind, e.item.value, e.item.text, e.status) for e in entries] == \
         [("point", f.point, f.note, "open") for f in found]
-    # the text form says where it went; the same name again is refused, the list kept
-    again = shardscope("synapses", str(path), "main", str(body), "--todo", "weak", "--min-synapses", "2",
-                       "--save", "weak-check")
+    # the text form says where it went; the same name again is refused, the list kept (one child process:
+    # the output and exit codes are the subject, tests.cli_batch)
+    again, text = run_commands([
+        ["synapses", str(path), "main", str(body), "--todo", "weak", "--min-synapses", "2", "--save", "weak-check"],
+        ["synapses", str(path), "main", str(body), "--todo", "weak", "--save", "weak-3"]])
     assert again.returncode != 0 and "exists already" in again.stderr
-    text = shardscope("synapses", str(path), "main", str(body), "--todo", "weak", "--save", "weak-3")
     assert text.returncode == 0, text.stderr
     assert "saved" in text.stdout and "to-do list 'weak-3'" in text.stdout
 
 
 def test_usage_errors_name_the_argument(world: tuple[Path, int]) -> None:
     path, _ = world
-    no_body = shardscope("synapses", str(path), "main")
+    no_body, save_alone, bad = run_commands([["synapses", str(path), "main"],
+                                             ["synapses", str(path), "main", "5", "--save", "x"],
+                                             ["synapses", str(path), "main", "--todo", "weak", "--min-synapses", "0"]])
     assert no_body.returncode != 0 and "name the BODY" in no_body.stderr
-    save_alone = shardscope("synapses", str(path), "main", "5", "--save", "x")
     assert save_alone.returncode != 0 and "--todo" in save_alone.stderr
-    bad = shardscope("synapses", str(path), "main", "--todo", "weak", "--min-synapses", "0")
     assert bad.returncode != 0 and "--min-synapses" in bad.stderr

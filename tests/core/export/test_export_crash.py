@@ -1,9 +1,9 @@
 """SIGKILL ``shardscope export`` at random moments: the source never changes, the destination never lies.
 
-Each round starts ``shardscope export`` in a child process (``export_child``: the real command line,
-after a ``ready`` line once Python has loaded), sleeps a random time drawn from a seeded generator
-over the length of an uninterrupted export, and kills it with SIGKILL — no cleanup, possibly in the
-middle of a shard write, of the ``--overwrite`` clearing, or of the metadata. Rounds alternate
+Each round starts ``shardscope export`` in a child process (``export_child``: the real command line, in a
+process forked from a server that loaded Python and the package once per module), sleeps a random time
+drawn from a seeded generator over the length of an uninterrupted export, and kills it with SIGKILL — no
+cleanup, possibly in the middle of a shard write, of the ``--overwrite`` clearing, or of the metadata. Rounds alternate
 between two different datasets exported to one destination (two volumes; a labelmap version's bodies
 and its supervoxels), so a killed export also lands on a complete or half-written other dataset.
 After every kill:
@@ -33,12 +33,14 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import io
+import json
 import os
 import random
 import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -56,8 +58,8 @@ from napari_shardscope.core.versioned import create_repository, open_repository
 from tests.core.labelmap.volumes import voronoi_supervoxels, write_precomputed
 
 ROOT = Path(__file__).resolve().parents[3]
-#: A seeded handful per case in the default run (four cases: each round starts a child that loads Python and the
-#: package, about 3 CPU seconds with the checks); the slow variant searches eight times as many kill points.
+#: A seeded handful per case in the default run (four cases; each round forks an export from the module's
+#: export server and checks source and destination); the slow variant searches eight times as many kill points.
 ROUNDS = 5
 SLOW_ROUNDS = 40
 TEMP_PREFIX = ".shardscope-tmp-"
@@ -129,16 +131,53 @@ def labelmap_case(tmp_path_factory: pytest.TempPathFactory) -> Case:
                [root / "seg", root / "repo"], root / "repo")
 
 
-def _start(args: list[str]) -> subprocess.Popen[bytes]:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)}
-    proc = subprocess.Popen([sys.executable, "-m", "tests.core.export.export_child", *args], cwd=ROOT,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
-    assert proc.stdout is not None
-    ready = proc.stdout.readline()
-    if ready != b"ready\n":
-        _, err = proc.communicate()
-        pytest.fail(f"export child did not start: {ready!r} {err.decode()[-2000:]}")
-    return proc
+class ExportServer:
+    """``export_child``'s fork server: each round's export is a process of its own, forked from one that has
+    loaded Python and the package once (see that module)."""
+
+    def __init__(self, stderr: Path) -> None:
+        self.stderr = stderr
+        env = {**os.environ, "EXPORT_CHILD_STDERR": str(stderr),
+               "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)}
+        self.proc = subprocess.Popen([sys.executable, "-m", "tests.core.export.export_child"], cwd=ROOT,
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
+        if self._line() != "ready":
+            pytest.fail("the export server did not start")
+
+    def _line(self) -> str:
+        assert self.proc.stdout is not None
+        return self.proc.stdout.readline().strip()
+
+    def _send(self, line: str) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(line + "\n")
+        self.proc.stdin.flush()
+
+    def start(self, args: list[str]) -> None:
+        """Fork an export of ``args``; it runs until :meth:`end`."""
+        self._send(json.dumps(args))
+        started = self._line()
+        assert started.startswith("started "), started
+
+    def end(self, *, kill: bool) -> tuple[int, str]:
+        """SIGKILL the export unless it has ended (``kill``), or wait for it: its exit code (``-9``: killed)
+        and stderr."""
+        self._send("kill" if kill else "wait")
+        answer = self._line()
+        assert answer.startswith("exit "), answer
+        return int(answer.split()[1]), self.stderr.read_text(errors="replace")
+
+    def close(self) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.close()
+        self.proc.wait(60)
+
+
+@pytest.fixture(scope="module")
+def export_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ExportServer]:
+    server = ExportServer(tmp_path_factory.mktemp("export-server") / "stderr")
+    yield server
+    server.close()
 
 
 def _export(args: list[str]) -> tuple[int, str, float]:
@@ -190,7 +229,7 @@ def check_destination(dest: Path, fmt: str, refs: dict[str, dict[str, str]]) -> 
         assert run(["validate", str(dest / scope), "--quiet"]) == 0
 
 
-def crash_loop(case: Case, fmt: str, tmp_path: Path, rounds: int, seed: int) -> None:
+def crash_loop(case: Case, fmt: str, tmp_path: Path, rounds: int, seed: int, server: ExportServer) -> None:
     rng = random.Random(seed)
     before = source_digests(case)
     refs: dict[str, dict[str, str]] = {}
@@ -211,15 +250,13 @@ def crash_loop(case: Case, fmt: str, tmp_path: Path, rounds: int, seed: int) -> 
     killed = 0
     for _ in range(rounds):
         name = rng.choice(sorted(case.variants))
-        proc = _start([*case.variants[name], str(dest), *FORMAT_ARGS[fmt], "--overwrite", "--quiet"])
+        server.start([*case.variants[name], str(dest), *FORMAT_ARGS[fmt], "--overwrite", "--quiet"])
         time.sleep(rng.uniform(0.0, 1.1 * longest))
-        if proc.poll() is None:
-            os.kill(proc.pid, signal.SIGKILL)
-        _, err = proc.communicate()
-        if proc.returncode == -signal.SIGKILL:
+        code, err = server.end(kill=True)
+        if code == -signal.SIGKILL:
             killed += 1
         else:
-            assert proc.returncode == 0, err.decode()
+            assert code == 0, err
         assert source_digests(case) == before, "the export changed its source"
         if case.repository is not None:
             with open_repository(case.repository) as repo:
@@ -243,18 +280,19 @@ def crash_loop(case: Case, fmt: str, tmp_path: Path, rounds: int, seed: int) -> 
 
 
 @pytest.mark.parametrize("fmt", ["precomputed", "zarr3"])
-def test_killed_volume_export(volume_case: Case, tmp_path: Path, fmt: str) -> None:
-    crash_loop(volume_case, fmt, tmp_path, ROUNDS, seed=1)
+def test_killed_volume_export(volume_case: Case, tmp_path: Path, fmt: str, export_server: ExportServer) -> None:
+    crash_loop(volume_case, fmt, tmp_path, ROUNDS, seed=1, server=export_server)
 
 
 @pytest.mark.parametrize("fmt", ["precomputed", "zarr3"])
-def test_killed_labelmap_export(labelmap_case: Case, tmp_path: Path, fmt: str) -> None:
-    crash_loop(labelmap_case, fmt, tmp_path, ROUNDS, seed=2)
+def test_killed_labelmap_export(labelmap_case: Case, tmp_path: Path, fmt: str, export_server: ExportServer) -> None:
+    crash_loop(labelmap_case, fmt, tmp_path, ROUNDS, seed=2, server=export_server)
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("kind", ["volume", "labelmap"])
 @pytest.mark.parametrize("fmt", ["precomputed", "zarr3"])
-def test_killed_export_many_rounds(request: pytest.FixtureRequest, tmp_path: Path, kind: str, fmt: str) -> None:
+def test_killed_export_many_rounds(request: pytest.FixtureRequest, tmp_path: Path, kind: str, fmt: str,
+                                   export_server: ExportServer) -> None:
     case = request.getfixturevalue(f"{kind}_case")
-    crash_loop(case, fmt, tmp_path, SLOW_ROUNDS, seed=3)
+    crash_loop(case, fmt, tmp_path, SLOW_ROUNDS, seed=3, server=export_server)

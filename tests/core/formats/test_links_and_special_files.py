@@ -22,9 +22,11 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from tests.cli_batch import run_commands
 from tests.precomputed_data import SHARDING_IDENTITY_RAW, write_ts_volume
 from tests.volume_cases import build_format_cases
 
@@ -156,16 +158,31 @@ def test_each_unreadable_entry_is_a_finding_and_a_typed_read_error(datasets: Pat
     assert wrong == {}, wrong
 
 
-@pytest.mark.parametrize(("fmt", "rel", "pattern"), FORMATS, ids=[f[0] for f in FORMATS])
-def test_the_cli_reports_every_unreadable_entry_at_once(datasets: Path, tmp_path: Path, fmt: str, rel: str,
-                                                         pattern: str) -> None:
-    ds = tmp_path / "ds"
-    shutil.copytree(datasets / rel, ds, symlinks=True)
-    keys = {}
-    for kind, target in zip(KINDS, data_files(ds, pattern), strict=False):
-        keys[kind] = target.relative_to(ds).as_posix()
-        plant(target, kind)
-    done = run("-m", "napari_shardscope", "validate", "--json", str(ds))
+@pytest.fixture(scope="module")
+def cli_reports(datasets: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[dict[str, str], Any]]:
+    """``shardscope validate --json`` of each format's copy with every kind planted: the planted keys and the
+    run. The six command lines share one child process (``tests.cli_batch``: the console script's ``main`` on
+    real pipes); what is tested is each one's output and exit code."""
+    root = tmp_path_factory.mktemp("cli-reports")
+    planted: dict[str, dict[str, str]] = {}
+    commands = []
+    for fmt, rel, pattern in FORMATS:
+        ds = root / fmt / "ds"
+        shutil.copytree(datasets / rel, ds, symlinks=True)
+        keys = {}
+        for kind, target in zip(KINDS, data_files(ds, pattern), strict=False):
+            keys[kind] = target.relative_to(ds).as_posix()
+            plant(target, kind)
+        planted[fmt] = keys
+        commands.append(["validate", "--json", str(ds)])
+    runs = run_commands(commands, cwd=root)
+    return {fmt: (planted[fmt], done) for (fmt, _, _), done in zip(FORMATS, runs, strict=True)}
+
+
+@pytest.mark.parametrize("fmt", [f[0] for f in FORMATS])
+def test_the_cli_reports_every_unreadable_entry_at_once(cli_reports: dict[str, tuple[dict[str, str], Any]],
+                                                         fmt: str) -> None:
+    keys, done = cli_reports[fmt]
     assert done.returncode == 1, (done.returncode, done.stdout[-2000:], done.stderr[-2000:])
     problems = [p["key"] for p in json.loads(done.stdout)["problems"]]
     missed = {kind: key for kind, key in keys.items() if not any(str(p).endswith(key) for p in problems)}

@@ -5,9 +5,10 @@ by supervoxel). Holding them all and sorting them three times was 3.5 GB at 10â
 with the table. Here each piece of input is sorted on its own and written out as a *run* (one raw
 file per column); a merge then picks *splitters* from a sample of every run's keys and, for each
 key range between two splitters, reads that range's rows of every run (a binary search in each
-run's key file, then one slice per column), so the rows in memory at once are about one range's,
-whatever the table's size. The files are memory-mapped only while a range is read and unmapped
-after, so their pages never add up in the process's resident memory.
+run's keys, then one slice per column), so the rows in memory at once are about one range's,
+whatever the table's size. The search reads one window of keys from the key file (every
+``sample_every``-th key is kept in memory to find it) and every slice is read into its place: no
+file is mapped, so its pages never add up in the process's resident memory.
 
 A range holds every row of its keys: one key with more rows than a range (every synapse in one
 labelmap block, one supervoxel) makes that range larger, never splits the key.
@@ -85,6 +86,9 @@ class Run:
     rows: int
     files: dict[str, tuple[Path, np.dtype[np.generic]]]
     sample: npt.NDArray[np.uint64]
+    #: ``keys[::every]`` in the key column's own dtype: a bound is looked up in one window of ``every`` keys.
+    marks: npt.NDArray[Any] = field(default_factory=lambda: np.empty(0, np.uint64))
+    every: int = 1
 
 
 @dataclass
@@ -119,7 +123,9 @@ class Spill:
             path = self.root / f"{self.key}-{i:05d}-{name}.bin"
             writes.append((a, path))
             files[name] = (path, a.dtype)
-        self.runs.append(Run(int(keys.size), files, keys[::self.sample_every].astype(np.uint64)))
+        marks = keys[::self.sample_every].copy()
+        sample = marks if marks.dtype == np.uint64 else marks.astype(np.uint64)
+        self.runs.append(Run(int(keys.size), files, sample, marks, self.sample_every))
         if self.writer is not None:  # the caller hands the arrays over: it never changes them afterwards
             self._writes = [f for f in self._writes if not f.done() or f.exception() is not None]
             self._writes.append(self.writer.write(writes))
@@ -161,11 +167,8 @@ class Spill:
         self.wait()
         spans: list[tuple[Run, int, int]] = []
         for run in self.runs:
-            kpath, kdtype = run.files[self.key]
-            keys = np.memmap(kpath, dtype=kdtype, mode="r", shape=(run.rows,))
-            a = 0 if lo is None else int(np.searchsorted(keys, kdtype.type(lo), side="left"))
-            b = run.rows if hi is None else int(np.searchsorted(keys, kdtype.type(hi), side="left"))
-            del keys  # unmapped: its pages leave this process's resident memory
+            a = 0 if lo is None else self._position(run, lo)
+            b = run.rows if hi is None else self._position(run, hi)
             if b > a:
                 spans.append((run, a, b))
         total = sum(b - a for _, a, b in spans)
@@ -181,6 +184,27 @@ class Spill:
                 at += b - a
             out[name] = col
         return out
+
+    def _position(self, run: Run, value: int) -> int:
+        """The first row of ``run`` whose key is ``>= value`` (``searchsorted(keys, value, "left")``).
+
+        The run's marks (every ``every``-th key, kept in memory) narrow it to one window of ``every`` keys,
+        and only that window is read from the key file. Mapping the whole key file once per run and range
+        instead cost a merge of many runs into many ranges most of its CPU (``np.memmap`` resolves the path
+        and maps the file each time); the window read keeps the rows in memory at a few kilobytes as well.
+        """
+        path, dtype = run.files[self.key]
+        v = dtype.type(value)
+        j = int(np.searchsorted(run.marks, v, side="left"))
+        if j == 0:  # keys[0] >= value
+            return 0
+        start = (j - 1) * run.every + 1  # keys[start - 1] < value
+        stop = min(j * run.every, run.rows)  # keys[stop] >= value (or stop is the end)
+        if stop <= start:
+            return stop
+        window = np.empty(stop - start, dtype)
+        _read_into(path, window, start * dtype.itemsize)
+        return start + int(np.searchsorted(window, v, side="left"))
 
     def wait(self) -> None:
         """This spill's runs are on disk (a failed write raised here)."""
@@ -201,11 +225,14 @@ class Spill:
 def _read_into(path: Path, target: npt.NDArray[Any], offset: int) -> None:
     """Fill ``target`` (contiguous) with the bytes of ``path`` from ``offset`` (a spill file: its size is known)."""
     view = memoryview(target).cast("B")  # type: ignore[arg-type]
-    with open(path, "rb", buffering=0) as fh:
-        fh.seek(offset)
+    fd = os.open(path, os.O_RDONLY)  # no file object: a merge reads tens of thousands of small slices
+    try:
+        os.lseek(fd, offset, os.SEEK_SET)
         got = 0
         while got < len(view):
-            k = fh.readinto(view[got:])
+            k = os.readv(fd, [view[got:]])
             if not k:
                 raise OSError(f"{path}: ends {len(view) - got} bytes early (a spill file was cut)")
             got += k
+    finally:
+        os.close(fd)
