@@ -229,11 +229,22 @@ def lying_listing(remote: Path, rng: random.Random) -> None:
         raise Unmutable(f"the head's listing could not be re-written ({type(exc).__name__})") from exc
 
 
-MUTATIONS: list[tuple[str, Callable[[Path, random.Random], None]]] = [
+Mutation = tuple[str, Callable[[Path, random.Random], None]]
+#: The mutations of seeds below :data:`GENERATION_2` (the campaigns' seeds): never edited, so a seed a test or
+#: the campaign table names still builds the case it named.
+MUTATIONS: list[Mutation] = [
     ("huge_refs", huge_refs), ("huge_ids", huge_ids), ("huge_object", huge_object), ("bomb_data", bomb_data),
     ("bomb_node", bomb_node), ("bomb_unversioned", bomb_unversioned), ("lying_counts", lying_counts),
-    ("lying_keys", lying_keys), ("flipped_bytes", flipped_bytes), ("lying_listing", lying_listing),
+    ("lying_keys", lying_keys), ("flipped_bytes", flipped_bytes),
 ]
+#: Seeds from here on pick from :data:`MUTATIONS` and the mutations added since (2026-12-05: ``lying_listing``).
+GENERATION_2 = 6_000_000
+MUTATIONS_2: list[Mutation] = [*MUTATIONS, ("lying_listing", lying_listing)]
+
+
+def mutations_of(seed: int) -> list[Mutation]:
+    """The mutations seed ``seed`` picks from (its generation's)."""
+    return MUTATIONS if seed < GENERATION_2 else MUTATIONS_2
 
 
 # -- the valid seed ------------------------------------------------------------------------------------------
@@ -299,10 +310,11 @@ def make_remote_case(seed: int, seed_root: Path, work: Path) -> BuiltCase:
     doc["remotes"]["origin"]["url"] = str(work / "remote")
     config.write_text(json.dumps(doc))
     applied, skipped = [], []
-    # the first mutation cycles with the seed, so any len(MUTATIONS) consecutive seeds cover them all
-    picks = [seed % len(MUTATIONS)] + ([rng.randrange(len(MUTATIONS))] if rng.random() < 0.3 else [])
+    # the first mutation cycles with the seed, so any len(pool) consecutive seeds cover them all
+    pool = mutations_of(seed)
+    picks = [seed % len(pool)] + ([rng.randrange(len(pool))] if rng.random() < 0.3 else [])
     for pick in picks:
-        name, mutate = MUTATIONS[pick]
+        name, mutate = pool[pick]
         try:
             mutate(work / "remote", rng)
         except Unmutable:  # an earlier mutation destroyed what this one damages; any other error is a bug of ours

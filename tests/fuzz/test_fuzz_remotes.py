@@ -1,6 +1,7 @@
 """Hostile remotes in CI (a short seeded run) and the long run (``SHARDSCOPE_FUZZ_SLOW=1``): oversized
 refs/ids/objects, zlib bombs with valid hashes, lying sizes and flipped bytes through clone, fetch and
-``remote check`` (``tests/fuzz/remotes.py``). Every case must end in success or a typed error, within
+``remote check`` (``tests/fuzz/remotes.py``), and a key listing that points elsewhere than its data, through a
+lazy clone's reads compared with a prefetching clone's. Every case must end in success or a typed error, within
 its time and memory bound, and a refused fetch must leave the repository as it was. Findings come only from
 shardscope's code: a mutation whose input an earlier one destroyed is skipped, and the fuzzer's own failures
 are harness errors (which fail these tests too, since such a case tested nothing)."""
@@ -12,14 +13,14 @@ from pathlib import Path
 
 import pytest
 
-from tests.fuzz.remotes import MUTATIONS, fuzz_remotes, make_remote_case, summary
+from tests.fuzz.remotes import GENERATION_2, MUTATIONS_2, fuzz_remotes, make_remote_case, summary
 
 #: One round of every mutation (the first mutation of a case cycles with its seed; a second one, when the
 #: seed adds it, is random): each case is a spawned worker of about 2 CPU s, and the run was two rounds (18
 #: cases). One round still reaches both refusals the test asserts (CorruptObjectError, problems_found); the long
 #: run (``SHARDSCOPE_FUZZ_SLOW=1``, 300 cases) goes deep.
-CI_SEEDS = range(0, len(MUTATIONS))
-SLOW_SEEDS = range(50_000, 50_300)
+CI_SEEDS = range(GENERATION_2, GENERATION_2 + len(MUTATIONS_2))
+SLOW_SEEDS = range(GENERATION_2 + 50_000, GENERATION_2 + 50_300)
 
 
 @pytest.fixture(scope="module")
@@ -30,9 +31,16 @@ def seed_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_a_seeded_run_of_hostile_remotes_finds_nothing(seed_root: Path) -> None:
     results = fuzz_remotes(CI_SEEDS, seed_root)
     assert not any(r.findings or r.harness_errors for r in results), summary(results)
-    assert {m for r in results for m in r.mutations} == {name for name, _ in MUTATIONS}, summary(results)
+    assert {m for r in results for m in r.mutations} == {name for name, _ in MUTATIONS_2}, summary(results)
     outcomes = [o for r in results for o in r.outcomes.values()]
-    assert len(outcomes) == 3 * len(CI_SEEDS), summary(results)  # every case ran clone, fetch and check
+    # every case ran clone, fetch and check; a case whose lazy clone succeeded also read it and prefetched
+    assert all({"clone", "fetch", "check"} <= r.outcomes.keys() for r in results), summary(results)
+    assert all(({"read", "prefetch"} <= r.outcomes.keys()) == (r.outcomes["clone"] == "ok") for r in results), \
+        summary(results)
+    # the lying listing (alone in its seed) is refused by the lazy read and named by check; the eager clone reads
+    listing = next(r.outcomes for r in results if r.mutations == ["lying_listing"])
+    assert (listing["read"], listing["prefetch"], listing["check"]) == (
+        "CorruptObjectError", "ok", "problems_found"), summary(results)
     assert "CorruptObjectError" in outcomes, summary(results)
     assert "problems_found" in outcomes, summary(results)  # remote check's list is an outcome, not "ok"
 
