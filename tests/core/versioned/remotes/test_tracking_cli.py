@@ -199,7 +199,8 @@ def test_a_branch_left_by_an_older_fetch_is_migrated(shared: tuple[Path, Path, s
     shutil.move(b / "remotes.json.aside", config)
     before, review, out, after, again, pulled = (p.stdout for p in shardscope_batch(
         ["repo", "branches", str(b), "--json"], ["review", str(b), "origin/main", "--json"], ["fetch", str(b)],
-        ["repo", "branches", str(b), "--json"], ["review", str(b), "origin/main", "--json"], ["pull", str(b), "--json"]))
+        ["repo", "branches", str(b), "--json"], ["review", str(b), "origin/main", "--json"],
+        ["pull", str(b), "--json"]))
     assert "origin/main" in _names(before)
     assert json.loads(review)["branch"] == head  # the tracking head, first
     assert "origin/main" in out and "renamed" in out, out
