@@ -116,3 +116,18 @@ def test_defaults_shown_in_help_are_the_librarys() -> None:
     assert verbs.DEFAULT_REMOTE == DEFAULT_REMOTE
     assert verbs.ID_BLOCK == ID_BLOCK
     assert verbs.DEFAULT_GZIP_LEVEL == DEFAULT_GZIP_LEVEL
+
+
+def test_status_of_a_local_repository_imports_neither_the_labelmap_nor_tensorstore(tmp_path: Path) -> None:
+    """``status`` reads the repository and what the last fetch recorded, nothing remote and no data type: a
+    remote verb's module must not load the labelmap (only ``clone``, ``pull`` and ``review`` use it) nor,
+    through it, TensorStore. (Each such verb process paid about 0.3 CPU s importing them.)"""
+    from napari_shardscope.core.versioned import create_repository
+
+    create_repository(tmp_path / "repo").close()
+    code, modules, stderr = imported(["status", str(tmp_path / "repo"), "--json"])
+    assert code == 0, stderr
+    assert "napari_shardscope.core.versioned.remotes.branch_status" in modules  # the verb did run
+    unwanted = ("napari_shardscope.core.labelmap", "napari_shardscope.core.annotation", "tensorstore", "dask",
+                "napari")
+    assert sorted(m for m in modules if any(m == u or m.startswith(u + ".") for u in unwanted)) == []

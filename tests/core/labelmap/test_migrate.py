@@ -26,6 +26,7 @@ import pytest
 from napari_shardscope.core.labelmap import LabelmapFormatError, open_labelmap
 from napari_shardscope.core.labelmap.migrate import labelmaps_to_migrate, migrate_labelmap, migrate_repository
 from napari_shardscope.core.versioned import open_repository
+from tests.cli_batch import run_commands
 
 #: Commits whose code wrote format 1: the one the records format was designed against, and main's last
 #: before the records format landed (remote-tracking names, bounded reads, tables, Progress(done, total, what)).
@@ -76,13 +77,15 @@ def test_an_old_labelmap_is_refused_until_migrated(work: Path) -> None:
 
 def test_migration_keeps_every_version_and_its_history(work: Path) -> None:
     expected = json.loads((work / "expected.json").read_text())
-    done = shardscope("repo", "migrate", str(work / "repo"), "--json")
+    # migrate, then verify: one child process runs both command lines (tests/cli_batch.py, real pipes)
+    done, verified = run_commands([["repo", "migrate", str(work / "repo"), "--json"],
+                                   ["repo", "verify", str(work / "repo")]], timeout=600)
     assert done.returncode == 0, done.stderr
     report = json.loads(done.stdout)
     step = next(s for s in report["steps"] if s["name"] == "labelmap")
     assert step["labelmaps"] == ["seg"] and report["ok"] and step["unreconciled"] == []
     assert step["versions"] == len(expected["versions"]) and step["mutations"] > 10
-    assert shardscope("repo", "verify", str(work / "repo")).returncode == 0
+    assert verified.returncode == 0, verified.stderr
     with open_repository(work / "repo") as repo:
         lm = open_labelmap(repo, "seg")
         for uuid, want in expected["versions"].items():
@@ -234,12 +237,27 @@ def _kill_worker(path: Path, kill_at: int, where: str) -> None:
 # own marker and the format-1 records, which both commits write alike; what differs between them (remote-tracking
 # names, tables) is converted by the same code whether or not a run was killed first, and the tests above and
 # below check that conversion for both. (Each round is a migration killed, then one run to the end: eight of
-# them per commit were the file's largest cost.)
+# them per commit were the file's largest cost.) The default run kills at the six chosen points; `-m slow` adds
+# seeded random ones over both commits. The runs to the end share one `shardscope` process (`run_commands`).
 @pytest.mark.parametrize("legacy", [OLD_COMMITS[-1]], indirect=True)
 def test_a_migration_killed_between_batches_completes_when_run_again(work: Path, tmp_path: Path) -> None:
-    """SIGKILL inside or right after any of the migration's transactions (chosen ones and seeded random
-    ones): the store verifies, the labelmap is refused until migrated (naming ``repo migrate``), and
+    """SIGKILL inside or right after chosen transactions of the migration (the first, the second, the middle,
+    the last two): the store verifies, the labelmap is refused until migrated (naming ``repo migrate``), and
     ``shardscope repo migrate`` run again ends with what an uninterrupted migration writes, byte for byte."""
+    kill_between_batches(work, tmp_path, random_kills=0)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("legacy", OLD_COMMITS, indirect=True)
+def test_a_migration_killed_at_random_transactions_completes_when_run_again(work: Path, tmp_path: Path) -> None:
+    """The chosen kill points and twelve seeded random ones, over both old commits."""
+    kill_between_batches(work, tmp_path, random_kills=12)
+
+
+def kill_between_batches(work: Path, tmp_path: Path, random_kills: int) -> None:
+    """Kill one migration per planned point (each a copy of the old repository), check each copy, then migrate
+    every copy again with ``shardscope repo migrate`` (one command line per copy, the runs sharing one child
+    process) and compare each with an uninterrupted migration."""
     reference = tmp_path / "reference"
     shutil.copytree(work / "repo", reference)
     total = transactions(reference, batch=1, batch_keys=1)
@@ -247,9 +265,9 @@ def test_a_migration_killed_between_batches_completes_when_run_again(work: Path,
     rng = random.Random(28)
     plan = [(1, "inside"), (1, "after"), (2, "after"), (total // 2, "inside"), (total - 1, "after"),
             (total, "inside")]
-    plan += [(rng.randint(2, total - 1), rng.choice(["inside", "after"])) for _ in range(2)]
-    for round_, (kill_at, where) in enumerate(plan):
-        path = tmp_path / f"round{round_}"
+    plan += [(rng.randint(2, total - 1), rng.choice(["inside", "after"])) for _ in range(random_kills)]
+    paths = [tmp_path / f"round{round_}" for round_ in range(len(plan))]
+    for round_, ((kill_at, where), path) in enumerate(zip(plan, paths, strict=True)):
         shutil.copytree(work / "repo", path)
         _kill_worker(path, kill_at, where)
         with open_repository(path) as repo:
@@ -257,7 +275,8 @@ def test_a_migration_killed_between_batches_completes_when_run_again(work: Path,
             assert labelmaps_to_migrate(repo) == ["seg"], f"round {round_}: killed before the last commit"
             with pytest.raises(LabelmapFormatError, match="repo migrate"):
                 open_labelmap(repo, "seg")
-        done = shardscope("repo", "migrate", str(path), "--json")
+    runs = run_commands([["repo", "migrate", str(path), "--json"] for path in paths], timeout=600)
+    for round_, ((kill_at, where), path, done) in enumerate(zip(plan, paths, runs, strict=True)):
         assert done.returncode == 0, done.stderr
         assert json.loads(done.stdout)["ok"]
         assert stored(path) == want, f"round {round_}: killed {where} transaction {kill_at} of {total}"

@@ -29,6 +29,7 @@ from napari_shardscope.core.versioned import (
     open_repository,
 )
 from napari_shardscope.core.versioned.dag import Dag
+from tests.hypothesis_depth import examples
 
 
 @dataclass
@@ -214,7 +215,10 @@ class DagMachine(RuleBasedStateMachine):
         assert [v.uuid for v in repo.newest(3)] == [n.uuid for n in self.nodes[::-1][:3]]
 
 
-DagMachine.TestCase.settings = settings(max_examples=50, stateful_step_count=30, deadline=None,
+# Each step's invariants walk every version and a sliding sample of pairs, so the cost is examples x steps^2: the
+# default run keeps every step of a long sequence (50 examples before, 12 now) and ``--hypothesis-profile long``
+# searches twenty times deeper (tests/hypothesis_depth.py).
+DagMachine.TestCase.settings = settings(max_examples=examples(12), stateful_step_count=30, deadline=None,
                                         suppress_health_check=[HealthCheck.too_slow])
 TestDagModel = DagMachine.TestCase
 
@@ -223,7 +227,7 @@ class SqliteDagMachine(DagMachine):
     engine = "sqlite"
 
 
-SqliteDagMachine.TestCase.settings = settings(max_examples=8, stateful_step_count=15, deadline=None,
+SqliteDagMachine.TestCase.settings = settings(max_examples=examples(8), stateful_step_count=15, deadline=None,
                                               suppress_health_check=[HealthCheck.too_slow])
 TestSqliteDagModel = SqliteDagMachine.TestCase
 

@@ -29,6 +29,7 @@ from napari_shardscope.core.versioned import (
 )
 from napari_shardscope.core.versioned.migrate import StepOutcome, migrate_repository, register_migration
 from napari_shardscope.core.versioned.repository import MARKER_FILE
+from tests.cli_batch import run_commands
 from tests.core.versioned.format1 import downgrade_to_format_1, stored_format
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -112,16 +113,15 @@ def test_an_open_handle_of_the_old_store_sees_the_generation_move(old_repo: tupl
 
 def test_migrate_reports_the_upgrade_then_nothing(old_repo: tuple[Path, list[object]]) -> None:
     path, expected = old_repo
-    cmd = [sys.executable, "-m", "napari_shardscope", "repo", "migrate", str(path), "--json"]
-    first = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    # the three runs follow each other: one child process runs them (tests/cli_batch.py, real pipes)
+    cmd = ["repo", "migrate", str(path), "--json"]
+    first, again, text = run_commands([cmd, cmd, cmd[:-1]], timeout=300)
     assert first.returncode == 0, first.stderr
     report = json.loads(first.stdout)
     assert report["ok"] and report["changed"] and report["problems"] == []
     assert report["steps"][0] == {"name": "repository-format", "from": 1, "to": 2,
                                   "done": "repository format 1 upgraded to 2 (DAG records read on demand)"}
-    again = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     assert again.returncode == 0 and json.loads(again.stdout)["changed"] is False
-    text = subprocess.run(cmd[:-1], capture_output=True, text=True, timeout=300)
     assert text.returncode == 0
     assert text.stdout.splitlines() == ["repository-format: up to date", "labelmap: up to date",
                                         "annotation: up to date", "ok"]
@@ -208,6 +208,21 @@ def _spawn(path: Path, kill_at: int | None) -> subprocess.Popen[bytes]:
 
 @pytest.mark.parametrize("engine", ENGINES)
 def test_sigkill_during_the_upgrade_leaves_the_old_or_the_new_store(tmp_path: Path, engine: str) -> None:
+    """Every deliberate kill point (the 1st, a middle and the last ancestor set; after every record, before the
+    commit) and two kills at random moments of a normal run."""
+    kill_during_the_upgrade(tmp_path, engine, random_kills=2)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("engine", ENGINES)
+def test_sigkill_during_the_upgrade_many_random_moments(tmp_path: Path, engine: str) -> None:
+    """The deliberate kill points and 30 kills at random moments of a normal run."""
+    kill_during_the_upgrade(tmp_path, engine, random_kills=30)
+
+
+def kill_during_the_upgrade(tmp_path: Path, engine: str, random_kills: int) -> None:
+    """Kill a process upgrading a copy of one format-1 repository at each point; each copy is the old store or
+    the new one, complete, with the same history and data."""
     pristine = tmp_path / "pristine"
     make_history(pristine, engine, n=300)
     with open_repository(pristine) as repo:
@@ -218,7 +233,7 @@ def test_sigkill_during_the_upgrade_leaves_the_old_or_the_new_store(tmp_path: Pa
     # kills inside the transaction at chosen points (the 1st, a middle, the last ancestor set; after every
     # record, before the commit), then kills at random moments of a normal run
     plan: list[tuple[int | None, float]] = [(1, 0.0), (150, 0.0), (303, 0.0), (0, 0.0)]
-    plan += [(None, rng.uniform(0.0, 1.0)) for _ in range(6)]
+    plan += [(None, rng.uniform(0.0, 1.0)) for _ in range(random_kills)]
     for round_, (kill_at, delay) in enumerate(plan):
         path = tmp_path / f"round{round_}"
         shutil.copytree(pristine, path)

@@ -7,6 +7,10 @@ unless ``--force-with-lease``; ``pull`` fast-forwards or commits a 3-way merge v
 labelmap's branch merge when the repository holds a labelmap). Progress (bytes and objects) goes
 to stderr; ``--json`` prints the outcome. Interrupted transfers resume: objects already sent or
 received are skipped.
+
+The labelmap is imported by the verbs that use it (``clone``: its ids and, with ``--prefetch``, its base;
+``pull``: its merge; ``review``), not with this module: ``status``, ``push``, ``fetch``, ``ids`` and ``remote``
+work on any instance type without loading it (a fetch adopts instances whose type is not imported).
 """
 
 from __future__ import annotations
@@ -18,11 +22,6 @@ from typing import Any
 
 from napari_shardscope.core.cli.common import parse_resolutions, print_json
 from napari_shardscope.core.errors import EXIT_CHECK_FAILED, EXIT_OK, ArgumentError
-from napari_shardscope.core.labelmap import open_labelmap
-from napari_shardscope.core.labelmap.branch_merge import BranchMergeConflictError
-from napari_shardscope.core.labelmap.config import TYPE_NAME
-from napari_shardscope.core.labelmap.remote import reserve_labelmap_ids
-from napari_shardscope.core.labelmap.review import review_branch
 from napari_shardscope.core.versioned import open_repository
 from napari_shardscope.core.versioned import remotes as S
 from napari_shardscope.core.versioned.remotes import config as C
@@ -130,6 +129,9 @@ def cmd_remote_check(args: argparse.Namespace) -> int:
 
 
 def cmd_clone(args: argparse.Namespace) -> int:
+    # imported before the clone: it registers the labelmap's prefetcher (a --prefetch clone copies each base)
+    from napari_shardscope.core.labelmap.remote import reserve_labelmap_ids
+
     progress = TransferProgress("clone", args.json)
     instances = [n for part in args.instances or [] for n in part.split(",") if n] or None
     path, result = S.clone(args.url, args.dest, branch=args.branch, engine=args.engine, region=args.region,
@@ -212,6 +214,7 @@ def cmd_pull(args: argparse.Namespace) -> int:
 
 def pull_conflicts_json(exc: Exception) -> dict[str, Any]:
     from napari_shardscope.core.annotation.branch_merge import AnnotationMergeConflictError
+    from napari_shardscope.core.labelmap.branch_merge import BranchMergeConflictError
 
     if isinstance(exc, BranchMergeConflictError | AnnotationMergeConflictError):
         return {**exc.plan.to_json(), "conflicts": [c.to_json() for c in exc.unresolved]}
@@ -254,6 +257,10 @@ def cmd_ids(args: argparse.Namespace) -> int:
 
 
 def cmd_review(args: argparse.Namespace) -> int:
+    from napari_shardscope.core.labelmap import open_labelmap
+    from napari_shardscope.core.labelmap.config import TYPE_NAME
+    from napari_shardscope.core.labelmap.review import review_branch
+
     with open_repository(args.path) as repo:
         name = args.name
         if name is None:

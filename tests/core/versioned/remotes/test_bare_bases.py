@@ -3,10 +3,10 @@
 A bare array — a zarr v3 array, a zarr v2 array, an N5 dataset, with no multiscale group — has one
 scale whose key is ``""``: its documents sit at the dataset's root. ``clone --prefetch`` built
 ``"/.zarray"`` from it and refused the absolute key. Each kind is driven the way a user drives it,
-every step a ``shardscope`` command line in a child process (the writer's steps share one, as do the
-reader's): create a labelmap over the base, edit and commit, push to a directory remote and to S3 (moto),
-``clone --prefetch`` (a process of its own), then take the base away and read a voxel, export the version
-and serve it — all from the prefetched copy.
+every step a ``shardscope`` command line in a child process (the writer's steps and the clone share one,
+the reader's steps another): create a labelmap over the base, edit and commit, push to a directory remote
+and to S3 (moto), ``clone --prefetch``, then take the base away and, in a process that has never seen it,
+read a voxel, export the version and serve it — all from the prefetched copy.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from napari_shardscope.core.bytestore.url import parse_url
 from napari_shardscope.core.serve import load_state
 from tests.cli_batch import run_commands
 from tests.core.labelmap.volumes import voronoi_supervoxels
-from tests.core.versioned.remotes.cli import STEP_TIMEOUT_S, shardscope_json
+from tests.core.versioned.remotes.cli import STEP_TIMEOUT_S
 from tests.moto_s3 import S3Server
 
 SHAPE = (8, 32, 32)  # z, y, x
@@ -118,17 +118,19 @@ def _round_trip(tmp_path: Path, base: str, remote: str, data: np.ndarray, gone: 
     reads a voxel, exports the version and (``serve``) serves it, from its local copy alone."""
     a, b = tmp_path / "a", tmp_path / "b"
     svs = [int(s) for s in np.unique(data) if s]
-    # The writer's steps in one child process (tests/cli_batch.py: each through the console script's main, on
-    # pipes; one interpreter start-up instead of eight); clone, the subject, in a process of its own.
-    _steps(["repo", "init", str(a)],
+    # The writer's steps and then the clone in one child process (tests/cli_batch.py: each through the console
+    # script's main, on pipes; one interpreter start-up instead of nine). What the clone copied is read after
+    # the base is gone, in other processes: a clone that kept pointing at the base fails there.
+    *_, clone = _steps(["repo", "init", str(a)],
            ["labelmap", "create", str(a), "seg", base, "--block", "8"],
            ["repo", "commit", str(a), "main", "-m", "base"],
            ["repo", "branch", str(a), "main"],
            ["body", "merge", str(a), "main", "seg", str(svs[0]), str(svs[1])],
            ["repo", "commit", str(a), "main", "-m", "merge"],
            ["remote", "add", str(a), "origin", remote],
-           ["push", str(a)])
-    cloned = shardscope_json("clone", remote, str(b), "--prefetch")
+           ["push", str(a)],
+           ["clone", remote, str(b), "--prefetch", "--json"])
+    cloned = json.loads(clone.stdout)
     assert [p["labelmap"] for p in cloned["prefetched"]] == ["seg"] and cloned["prefetched"][0]["objects"] > 0
     gone()  # from here on only the prefetched copy holds the base
     want = np.where(data == svs[1], svs[0], data)

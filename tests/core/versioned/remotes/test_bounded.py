@@ -32,6 +32,7 @@ from napari_shardscope.core.versioned.remotes import pack as P
 from napari_shardscope.core.versioned.remotes import store as S
 from napari_shardscope.core.versioned.remotes.errors import CorruptObjectError
 from napari_shardscope.core.versioned.remotes.store import REFS_KEY, NodeRef, RemoteStore
+from tests.cli_batch import run_commands
 from tests.core.versioned.remotes.helpers import make_repo
 from tests.moto_s3 import SERVED
 
@@ -77,12 +78,13 @@ def test_huge_remote_files_are_refused_before_reading(base: Path, tmp_path: Path
     peak = _peak(lambda: R.clone(str(remote), tmp_path / "b", prefetch=True))
     assert peak < 16 << 20, peak  # refused from its size: nothing near 5 GiB (nor the limit) was read
     assert not (tmp_path / "b").exists()
-    # the same through the CLI: exit 4 (corrupt data), one line naming the file with its '/'
-    done = _cli("clone", str(remote), str(tmp_path / "c"), "--prefetch")
+    # the same through the CLI: exit 4 (corrupt data), one line naming the file with its '/'; and remote check
+    # (both command lines in one child process: tests/cli_batch.py, real pipes)
+    done, checked = run_commands([["clone", str(remote), str(tmp_path / "c"), "--prefetch"],
+                                  ["remote", "check", str(remote)]], timeout=240)
     assert done.returncode == 4, done.stderr
     where = f"{remote}/{key}" if key != "object" else f"{remote}/objects/"
     assert where in done.stderr and "remoterefs" not in done.stderr, done.stderr
-    checked = _cli("remote", "check", str(remote))
     assert checked.returncode in (1, 4) and str(remote) in checked.stdout + checked.stderr
 
 

@@ -5,6 +5,11 @@ repository opens, passes ``verify`` and holds every committed version it had (bi
 retry finishes the job. Kill points are drawn (seeded) over the measured length of the operation,
 counted from the moment the worker has finished importing. A short subset runs by default; the
 full run (>= 100 kills) is marked slow.
+
+Only what is killed, and the run that measures how long the killed operation takes, is a separate process:
+the remote a fetch reads is pushed, and the retry after each kill is run, in this process through the same
+library call the worker makes (``push``/``fetch``: the retry is about the state the kill left, not about a
+process starting).
 """
 
 from __future__ import annotations
@@ -100,6 +105,15 @@ def pristine(tmp_path_factory: pytest.TempPathFactory, base: Path) -> Pristine:
     return Pristine(work / "a", digest, work / "root-only", root_digest)
 
 
+def retry(kind: str, path: Path) -> None:
+    """The retry after a kill, in this process: the worker's own call (``push`` or ``fetch``) on the state left."""
+    repo = open_repository(path)
+    try:
+        R.push(repo) if kind == "push" else R.fetch(repo)
+    finally:
+        repo.close()
+
+
 def with_remote(source: Path, dest: Path, url: str) -> Path:
     shutil.copytree(source, dest)
     repo = open_repository(dest)
@@ -113,8 +127,10 @@ def kill_rounds(kind: str, remote_base: str, env: dict[str, str], p: Pristine, w
     """``rounds`` kills of a push (to a fresh remote each) or a fetch (into a fresh copy each); how many killed."""
     rng = np.random.default_rng(seed)
     full_url = f"{remote_base}/full"
-    _, length = run_worker(env, "push", with_remote(p.full, work / "full", full_url), None)
-    if kind == "fetch":
+    if kind == "push":
+        _, length = run_worker(env, "push", with_remote(p.full, work / "full", full_url), None)
+    else:  # the remote a fetch reads: pushed here; the fetch's own length is measured in a worker
+        retry("push", with_remote(p.full, work / "full", full_url))
         _, length = run_worker(env, "fetch", with_remote(p.root_only, work / "probe", full_url), None)
     killed = 0
     for i in range(rounds):
@@ -127,7 +143,7 @@ def kill_rounds(kind: str, remote_base: str, env: dict[str, str], p: Pristine, w
             found = verify_remote(url)
             assert found in ([], [f"{url}: no refs object"]), found  # refs reach only complete objects
             check_local(here, p.digest)
-            run_worker(env, "push", here, None)  # the retry finishes
+            retry("push", here)  # the retry finishes
             assert verify_remote(url) == []
             assert set(remote_versions(url)) == set(p.digest)
         else:
@@ -135,7 +151,7 @@ def kill_rounds(kind: str, remote_base: str, env: dict[str, str], p: Pristine, w
             was_killed, _ = run_worker(env, "fetch", here, delay)
             got = check_local(here, p.root_digest)
             assert all(got[u] == p.digest[u] for u in got)  # whatever arrived is whole and exact
-            run_worker(env, "fetch", here, None)
+            retry("fetch", here)  # the retry finishes
             assert check_local(here, p.digest).keys() == p.digest.keys()
         killed += was_killed
     return killed

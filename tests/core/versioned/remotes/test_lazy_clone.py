@@ -29,6 +29,7 @@ from napari_shardscope.core.labelmap import open_labelmap
 from napari_shardscope.core.versioned import create_repository, open_keyvalue, open_repository
 from napari_shardscope.core.versioned import remotes as R
 from napari_shardscope.core.versioned.remotes.objects import CACHE_DIR
+from tests.cli_batch import run_commands
 from tests.core.versioned.remotes.helpers import bodies_at, edit, make_repo
 from tests.moto_s3 import S3Server, serve_moto
 
@@ -150,32 +151,38 @@ def _cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedP
 
 
 def test_offline_lazy_clone_reads_what_it_read_and_names_what_it_lacks(tmp_path: Path) -> None:
-    """A server of its own, stopped after the clone: data read before still reads; the rest is a typed error."""
+    """A server of its own, stopped after the clone: data read before still reads; the rest is a typed error.
+
+    Online, the command lines run one after another in one child process (``run_commands``); offline, in a
+    second one: what that process reads locally is what the first left on disk, not in its memory."""
     with serve_moto() as endpoint:
         server = S3Server(endpoint, S3Server(endpoint, "").new_bucket())
         env = {**os.environ, **server.env()}
         url = server.url("offline")
         origin = tmp_path / "origin"
-        for argv in (["repo", "init", str(origin)], ["kv", "put", str(origin), "main", "kv", "a", "one"],
-                     ["repo", "commit", str(origin), "main", "-m", "a"],
-                     ["repo", "branch", str(origin), "main"],
-                     ["kv", "put", str(origin), "main", "kv", "b", "two"],
-                     ["repo", "commit", str(origin), "main", "-m", "b"],
-                     ["remote", "add", str(origin), "origin", url], ["push", str(origin)],
-                     ["clone", url, str(tmp_path / "lazy"), "--json"],
-                     ["kv", "get", str(tmp_path / "lazy"), "main", "kv", "a"]):
-            done = _cli(*argv, env=env)
+        online = [["repo", "init", str(origin)], ["kv", "put", str(origin), "main", "kv", "a", "one"],
+                  ["repo", "commit", str(origin), "main", "-m", "a"],
+                  ["repo", "branch", str(origin), "main"],
+                  ["kv", "put", str(origin), "main", "kv", "b", "two"],
+                  ["repo", "commit", str(origin), "main", "-m", "b"],
+                  ["remote", "add", str(origin), "origin", url], ["push", str(origin)],
+                  ["clone", url, str(tmp_path / "lazy"), "--json"],
+                  ["kv", "get", str(tmp_path / "lazy"), "main", "kv", "a"]]
+        for argv, done in zip(online, run_commands(online, env=env, timeout=240), strict=True):
             assert done.returncode == 0, (argv, done.stderr)
         assert done.stdout == "one"
     offline = {**env, "SHARDSCOPE_RETRIES": "0", "SHARDSCOPE_TIMEOUT_S": "2"}
-    done = _cli("kv", "get", str(tmp_path / "lazy"), "main", "kv", "a", env=offline)
+    lazy = str(tmp_path / "lazy")
+    done, missing, verified = run_commands([["kv", "get", lazy, "main", "kv", "a"],
+                                            ["kv", "get", lazy, "main", "kv", "b"],
+                                            ["repo", "verify", lazy, "--json"]], env=offline, timeout=240)
     assert done.returncode == 0 and done.stdout == "one", done.stderr  # read before: local
-    done = _cli("kv", "get", str(tmp_path / "lazy"), "main", "kv", "b", env=offline)
+    done = missing
     assert done.returncode == 8, done.stderr  # the storage group: retry or fix access
     assert "'origin'" in done.stderr and "objects/" in done.stderr and "--prefetch" in done.stderr, done.stderr
     assert "Traceback" not in done.stderr
     # repo verify says what is not local rather than fail
-    done = _cli("repo", "verify", str(tmp_path / "lazy"), "--json", env=offline)
+    done = verified
     assert done.returncode == 0, done.stderr
     report = json.loads(done.stdout)
     assert report["ok"] and report["not_local"]["versions"] >= 2

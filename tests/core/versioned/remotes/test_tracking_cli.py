@@ -5,8 +5,12 @@ verb that takes a version, and is never a local branch: the first divergence use
 branch literally named ``origin/main``, the second adopted the new remote head as
 ``origin/main+<uuid8>``, and ``review REPO origin/main`` then reviewed the *old* head ("0 body(ies)
 changed") while ``pull`` merged the new one. Two repositories, two rounds of divergence, every
-remote verb a ``shardscope`` subprocess; ``status`` after a clone reports nothing ahead, and ``push`` says
-what it sent.
+remote verb a ``shardscope`` command line in a child process; ``status`` after a clone reports nothing
+ahead, and ``push`` says what it sent.
+
+The command lines a test runs one after another, with no edit in between, share one child process
+(``shardscope_batch``: each through the console script's ``main`` on real pipes, each opening the repository
+afresh, as separate runs do); an edit between two verbs splits them into two processes.
 """
 
 from __future__ import annotations
@@ -21,13 +25,17 @@ import pytest
 
 from napari_shardscope.core.labelmap import create_labelmap, open_labelmap
 from napari_shardscope.core.versioned import create_repository, open_repository
-from tests.core.versioned.remotes.cli import shardscope, shardscope_json
+from tests.core.versioned.remotes.cli import shardscope, shardscope_batch, shardscope_json
 from tests.core.versioned.remotes.helpers import write_base
 
 
+def _rows(status_json: str) -> dict[str, dict[str, object]]:
+    """The branches of ``status --json``'s output, by name."""
+    return {r["branch"]: r for r in json.loads(status_json)["branches"]}
+
+
 def _status_rows(repo: Path) -> dict[str, dict[str, object]]:
-    doc = shardscope_json("status", str(repo))
-    return {r["branch"]: r for r in doc["branches"]}
+    return _rows(shardscope("status", str(repo), "--json").stdout)
 
 
 def _edit(path: Path, target: int, other: int, message: str, branch: str = "main") -> None:
@@ -42,8 +50,9 @@ def _edit(path: Path, target: int, other: int, message: str, branch: str = "main
         repo.commit(v, message)
 
 
-def _local_branches(repo: Path) -> list[str]:
-    return [b["name"] for b in shardscope_json("repo", "branches", str(repo))]
+def _names(branches_json: str) -> list[str]:
+    """The local branches ``repo branches --json`` printed."""
+    return [b["name"] for b in json.loads(branches_json)]
 
 
 @pytest.fixture(scope="module")
@@ -61,11 +70,9 @@ def shared_template(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, lis
     open_labelmap(repo, "seg").at(v).merge(svs[-1], [svs[-2]])
     repo.commit(v, "alt edit")
     repo.close()
-    shardscope("remote", "add", str(a), "origin", remote)
-    pushed = shardscope("push", str(a), "origin", "main").stdout
-    assert re.search(r"\d+ object\(s\) sent \(", pushed) and "received" not in pushed, pushed
-    shardscope("push", str(a), "origin", "alt")
-    shardscope("clone", remote, str(b))
+    _, pushed, _, _ = shardscope_batch(["remote", "add", str(a), "origin", remote], ["push", str(a), "origin", "main"],
+                                       ["push", str(a), "origin", "alt"], ["clone", remote, str(b)])
+    assert re.search(r"\d+ object\(s\) sent \(", pushed.stdout) and "received" not in pushed.stdout, pushed.stdout
     return root, svs
 
 
@@ -86,14 +93,15 @@ def shared(shared_template: tuple[Path, list[int]], tmp_path: Path) -> tuple[Pat
 def test_status_after_a_clone_reports_nothing_ahead(shared: tuple[Path, Path, str, list[int]],
                                                     tmp_path: Path) -> None:
     _, b, remote, svs = shared
-    rows = _status_rows(b)
+    # the second clone is of one branch: main (only the root, which the remote has) is not "ahead 1" of nothing
+    status, text, _, cloned = shardscope_batch(["status", str(b), "--json"], ["status", str(b)],
+                                               ["clone", remote, str(tmp_path / "c"), "--branch", "alt"],
+                                               ["status", str(tmp_path / "c"), "--json"])
+    rows = _rows(status.stdout)
     assert set(rows) == {"main", "alt"}
     assert all((r["ahead"], r["behind"]) == (0, 0) for r in rows.values()), rows
-    text = shardscope("status", str(b)).stdout
-    assert "ahead 0, behind 0" in text and "ahead 1" not in text and "ahead 2" not in text, text
-    # a clone of one branch: main (only the root, which the remote has) is not "ahead 1" of nothing
-    shardscope("clone", remote, str(tmp_path / "c"), "--branch", "alt")
-    rows = _status_rows(tmp_path / "c")
+    assert "ahead 0, behind 0" in text.stdout and "ahead 1" not in text.stdout and "ahead 2" not in text.stdout, text
+    rows = _rows(cloned.stdout)
     assert all((r["ahead"], r["behind"]) == (0, 0) for r in rows.values()), rows
     assert rows["alt"]["remote"] == rows["alt"]["local"]
     # work done locally is what status reports
@@ -111,30 +119,34 @@ def test_origin_main_names_the_last_fetched_head_across_divergences(
         shardscope("pull", str(a))
         _edit(a, svs[ta], svs[oa], f"A round {round_}")
         shardscope("push", str(a))
-        # B edits another body meanwhile: the histories diverge
+        # B edits another body meanwhile: the histories diverge; then B's verbs, one after another
         _edit(b, svs[tb], svs[ob], f"B round {round_}")
-        fetched = shardscope_json("fetch", str(b))
+        # round 1 is the one that reviewed the stale head; there also the same name in another verb
+        also = ([["review", str(b), "origin/main"],
+                 ["label", str(b), "origin/main", "seg", *map(str, _voxel_of(b, svs[oa])), "--json"]]
+                if round_ == 1 else [])
+        fetched, branches, review, *extra, status, pulled, pushed, after = (json.loads(p.stdout) if "--json" in p.args
+                                                                            else p.stdout for p in shardscope_batch(
+            ["fetch", str(b), "--json"], ["repo", "branches", str(b), "--json"],
+            ["review", str(b), "origin/main", "--json"], *also, ["status", str(b), "--json"],
+            ["pull", str(b), "--json"], ["push", str(b)], ["status", str(b), "--json"]))
         head = fetched["tracking"]["main"]
-        names |= set(fetched["renamed"].values()) | set(_local_branches(b))
+        names |= set(fetched["renamed"].values()) | {x["name"] for x in branches}
         # review reviews the head just fetched: A's one body, in every round
-        review = shardscope_json("review", str(b), "origin/main")
         assert review["branch"] == head, (round_, review)
         bodies = {x["body"] for x in review["bodies"]}
         assert svs[ta] in bodies and bodies <= {svs[ta], svs[oa]}, (round_, review)
-        if round_ == 1:  # the round that reviewed the stale head; and the same name in another verb
-            text = shardscope("review", str(b), "origin/main").stdout
+        if round_ == 1:
+            text, label = extra
             assert "0 body(ies) changed" not in text and f"body {svs[ta]}" in text, text
-            assert shardscope_json("label", str(b), "origin/main", "seg", *map(str, _voxel_of(b, svs[oa])))[
-                "body"] == svs[ta]
-        rows = _status_rows(b)
+            assert label["body"] == svs[ta]
+        rows = {r["branch"]: r for r in status["branches"]}
         assert (rows["main"]["remote"], rows["main"]["ahead"], rows["main"]["behind"]) == (head, 1, 1), rows
-        pulled = shardscope_json("pull", str(b))
         assert pulled["kind"] == "merge"
         with open_repository(b) as repo:
             assert head in repo.version(pulled["head"]).parents  # the pull merged the head review showed
-        pushed = shardscope("push", str(b)).stdout
         assert re.search(r"\d+ object\(s\) sent \(", pushed) and "received" not in pushed, pushed
-        rows = _status_rows(b)
+        rows = {r["branch"]: r for r in after["branches"]}
         assert (rows["main"]["ahead"], rows["main"]["behind"]) == (0, 0), rows
     # no divergence was adopted on a branch named like the remote-tracking head
     assert not any(n.startswith("origin/") for n in names), names
@@ -161,10 +173,11 @@ def _voxel_of(repo: Path, supervoxel: int) -> tuple[int, int, int]:
 
 def test_no_local_branch_may_take_a_remote_tracking_name(shared: tuple[Path, Path, str, list[int]]) -> None:
     _, b, _, _ = shared
-    refused = shardscope("repo", "branch", str(b), "main", "origin/mine", "--json", expect=2)
+    # the second name is not a remote's: an ordinary branch
+    refused, _ = shardscope_batch(["repo", "branch", str(b), "main", "origin/mine", "--json"],
+                                  ["repo", "branch", str(b), "main", "alice/mine"], expect=[2, 0])
     message = json.loads(refused.stdout)["error"]["message"]
     assert "origin/" in message and "remote-tracking" in message
-    shardscope("repo", "branch", str(b), "main", "alice/mine")  # not a remote's name: an ordinary branch
 
 
 def test_a_branch_left_by_an_older_fetch_is_migrated(shared: tuple[Path, Path, str, list[int]]) -> None:
@@ -184,19 +197,23 @@ def test_a_branch_left_by_an_older_fetch_is_migrated(shared: tuple[Path, Path, s
     with open_repository(b) as repo:
         repo.rename_branch(diverged, "origin/main")
     shutil.move(b / "remotes.json.aside", config)
-    assert "origin/main" in _local_branches(b)
-    assert shardscope_json("review", str(b), "origin/main")["branch"] == head  # the tracking head, first
-    out = shardscope("fetch", str(b)).stdout
+    before, review, out, after, again, pulled = (p.stdout for p in shardscope_batch(
+        ["repo", "branches", str(b), "--json"], ["review", str(b), "origin/main", "--json"], ["fetch", str(b)],
+        ["repo", "branches", str(b), "--json"], ["review", str(b), "origin/main", "--json"],
+        ["pull", str(b), "--json"]))
+    assert "origin/main" in _names(before)
+    assert json.loads(review)["branch"] == head  # the tracking head, first
     assert "origin/main" in out and "renamed" in out, out
-    assert not any(n.startswith("origin/") for n in _local_branches(b))
-    assert shardscope_json("review", str(b), "origin/main")["branch"] == head
-    assert shardscope_json("pull", str(b))["kind"] == "merge"
+    assert not any(n.startswith("origin/") for n in _names(after))
+    assert json.loads(again)["branch"] == head
+    assert json.loads(pulled)["kind"] == "merge"
 
 
 def test_adding_a_remote_renames_branches_under_its_name(shared: tuple[Path, Path, str, list[int]]) -> None:
     _, b, remote, _ = shared
-    shardscope("repo", "branch", str(b), "main", "upstream/topic")
-    added = shardscope("remote", "add", str(b), "upstream", remote).stdout
+    _, added, branches = (p.stdout for p in shardscope_batch(
+        ["repo", "branch", str(b), "main", "upstream/topic"], ["remote", "add", str(b), "upstream", remote],
+        ["repo", "branches", str(b), "--json"]))
     assert "upstream/topic" in added and "renamed" in added, added
-    names = _local_branches(b)
+    names = _names(branches)
     assert "upstream/topic" not in names and any(n.startswith("topic+upstream-") for n in names), names

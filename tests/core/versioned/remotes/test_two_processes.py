@@ -5,6 +5,10 @@ commit, and push the same branch at the same moment: exactly one push wins, the 
 ("fetch and merge first"), pulls (a labelmap merge version), and pushes. Afterwards every committed
 version of both is on the remote and bit-identical in both repositories, both read the same
 bodies, and no id made in A was made in B.
+
+The two processes are the edits (ids reserved by two writers at once) and the racing pushes; the loser's
+pull and push and the winner's pull that follow run one after another, so they run in this process through
+the same calls the worker makes.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ import numpy as np
 import pytest
 
 from napari_shardscope.core.labelmap import open_labelmap
+from napari_shardscope.core.labelmap.remote import pull_merger
 from napari_shardscope.core.versioned import Repository, open_repository
 from napari_shardscope.core.versioned import remotes as R
 from napari_shardscope.core.versioned.remotes.verify import remote_versions, verify_remote
@@ -84,12 +89,13 @@ def test_two_processes_race_merge_and_agree(base: Path, remote_url: str, child_e
     loser = ("a", "b")[[code for code, _ in outcomes].index(7)]
     winner = "b" if loser == "a" else "a"
     assert "fetch and merge first" in str(outcomes[("a", "b").index(loser)][1]["message"])
-    code, pulled = finish(worker(child_env, "pull", str(tmp_path / loser)))
-    assert code == 0 and pulled["kind"] == "merge", pulled
-    code, pushed = finish(worker(child_env, "push", str(tmp_path / loser)))
-    assert code == 0, pushed
-    code, pulled = finish(worker(child_env, "pull", str(tmp_path / winner)))
-    assert code == 0 and pulled["kind"] == "fast-forward", pulled
+    with open_repository(tmp_path / loser) as repo:
+        pulled = R.pull(repo, merge=pull_merger()).to_json()
+        assert pulled["kind"] == "merge", pulled
+        R.push(repo)
+    with open_repository(tmp_path / winner) as repo:
+        pulled = R.pull(repo, merge=pull_merger()).to_json()
+        assert pulled["kind"] == "fast-forward", pulled
 
     ra, rb = open_repository(tmp_path / "a"), open_repository(tmp_path / "b")
     try:
