@@ -187,3 +187,31 @@ def test_cli_exports_a_version(edited: tuple[Repository, Labelmap, str, str], tm
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 2 and all("commit it first" in e and "pass --allow-open" in e for e in err)
     assert not (tmp_path / "x").exists() and not (tmp_path / "y").exists()
+
+
+def test_two_repositories_at_one_relative_path_export_each_its_own_version(
+        edited: tuple[Repository, Labelmap, str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A notebook exports ``repo`` from one directory, then ``repo`` from another (or a repository deleted and
+    made again at the same path): each export reads its own repository. The labelmap a process opens for an
+    export used to be kept under the path as given, so the second export read the first repository and
+    failed with UnknownVersionError (found running every docs page in one interpreter)."""
+    repo, _, uuid, _ = edited
+    first = Path(str(repo.path))
+    other = tmp_path / "other"
+    other.mkdir()
+    base = voronoi_supervoxels((12, 40, 48), 30, seed=3)
+    repo2 = create_repository(other / "repo")
+    lm2 = create_labelmap(repo2, "seg", first.parent / "seg", agglomeration={int(s): int(s) for s in np.unique(base)},
+                          block=8)
+    svs = [int(s) for s in np.unique(base)]
+    v2 = lm2.at("main")
+    v2.merge(svs[3], [svs[4]])
+    uuid2 = repo2.commit(v2.uuid, "another repository's merge").uuid
+    monkeypatch.chdir(first.parent)
+    export_precomputed(labelmap_source("repo", "seg", uuid), str(tmp_path / "out1"), chunk_size=(16, 16, 4))
+    monkeypatch.chdir(other)
+    export_precomputed(labelmap_source("repo", "seg", uuid2), str(tmp_path / "out2"), chunk_size=(16, 16, 4))
+    out2 = {"driver": "file", "path": str(tmp_path / "out2")}
+    store = ts.open({"driver": "neuroglancer_precomputed", "kvstore": out2, "scale_index": 0}).result()
+    np.testing.assert_array_equal(np.asarray(store[..., 0].read().result()).T, lm2.at(uuid2).read_bodies())
+    repo2.close()

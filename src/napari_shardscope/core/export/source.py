@@ -8,6 +8,7 @@ tasks call :meth:`ExportSource.read` with a box.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
@@ -143,15 +144,20 @@ class LabelmapSource:
         Full version UUID.
     labels
         ``"bodies"`` (the proofread segmentation) or ``"supervoxels"`` (the base patched by splits).
+    root
+        UUID of the repository's root version: with the (absolute) path, what names *this* repository in the
+        per-process cache of opened labelmaps, so a repository made again at the same path, or another one at
+        the same relative path, is never read through a handle opened on the first.
     """
 
     repository: str
     instance: str
     version: str
     labels: LabelKind = "bodies"
+    root: str = ""
 
     def _labelmap(self) -> Labelmap:
-        return open_once(("labelmap", self.repository, self.instance),
+        return open_once(("labelmap", self.repository, self.root, self.instance),
                          lambda: open_labelmap(open_repository(self.repository), self.instance))
 
     def describe(self) -> SourceDescription:
@@ -169,7 +175,7 @@ class LabelmapSource:
     def _version(self) -> LabelmapVersion:
         """The version's reader, made once per process (resolving the version per chunk cost the GIL)."""
         lm = self._labelmap()  # first: open_once's lock is not reentrant
-        return open_once(("labelmap-version", self.repository, self.instance, self.version),
+        return open_once(("labelmap-version", self.repository, self.root, self.instance, self.version),
                          lambda: lm.at(self.version))
 
     def read(self, level: int, box: Box) -> npt.NDArray[Any]:
@@ -196,17 +202,18 @@ def labelmap_source(repository: str | Any, instance: str, ref: str, *, labels: L
     """
     if labels not in ("bodies", "supervoxels"):
         raise ArgumentError(f"labels must be 'bodies' or 'supervoxels', got {labels!r}")
-    path = str(getattr(repository, "path", repository))
+    path = os.path.abspath(str(getattr(repository, "path", repository)))  # workers may run in another directory
     repo = open_repository(path)
     try:
         inst = repo.instance(instance)
         if inst.type != TYPE_NAME:
             raise ArgumentError(f"instance {instance!r} is a {inst.type}, not a {TYPE_NAME}")
         v = repo.version(ref)
+        root = repo.root.uuid
     finally:
         repo.close()
     if not v.locked and not allow_open:
         allow = Remedy("allow_open")
         raise ArgumentError(f"version {v.short} (branch {v.branch!r}) is open: commit it first for a reproducible "
                             f"export, or pass {allow} to export it as it is now").suggesting(allow)
-    return LabelmapSource(path, instance, v.uuid, labels)
+    return LabelmapSource(path, instance, v.uuid, labels, root)
