@@ -499,3 +499,24 @@ def test_non_contiguous_and_big_endian_chunks_compress_from_a_scratch_copy(tmp_p
         export_precomputed(ArraySource((data,), ((1.0, 1.0, 1.0),)), str(tmp_path / str(i)), chunk_size=(16, 8, 8),
                            num_workers=2)
         np.testing.assert_array_equal(_read_tensorstore(tmp_path / str(i), 0), data)
+
+
+def test_two_volumes_at_one_relative_path_export_each_its_own(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``export("vol", ...)`` from one directory, then from another: each export reads its own volume. The volume
+    a process keeps open for exports was keyed by the path as given, so the second read the first."""
+    from napari_shardscope.core.export.api import export
+    from tests.core.labelmap.volumes import write_precomputed
+
+    rng = np.random.default_rng(11)
+    datas = []
+    for name in ("a", "b"):
+        (tmp_path / name).mkdir()
+        data = rng.integers(1, 1000, (8, 16, 16), dtype=np.uint64)
+        write_precomputed(tmp_path / name / "vol", data, ((1, 1, 1),), chunk_xyz=(8, 8, 4))
+        datas.append(data)
+    for name, data in zip(("a", "b"), datas, strict=True):
+        monkeypatch.chdir(tmp_path / name)
+        export("vol", tmp_path / f"out-{name}")
+        out = {"driver": "file", "path": str(tmp_path / f"out-{name}")}
+        store = ts.open({"driver": "neuroglancer_precomputed", "kvstore": out, "scale_index": 0}).result()
+        np.testing.assert_array_equal(np.asarray(store[..., 0].read().result()).T, data)

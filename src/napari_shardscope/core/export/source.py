@@ -91,6 +91,12 @@ class VolumeSource:
     url: str
     scales: Sequence[int] | None = field(default=None)
 
+    def __post_init__(self) -> None:
+        # A local path made absolute: the volume a process keeps open for exports is found by it, and an export
+        # from another working directory (a notebook's next cell, a worker) must not find another volume.
+        if "://" not in self.url and "|" not in self.url:
+            object.__setattr__(self, "url", os.path.abspath(self.url))
+
     def _volume(self) -> Volume:
         return open_once(("volume", self.url), lambda: open_volume(self.url))
 
