@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Iterable, Sequence
 from typing import Generic, TypeVar
 
 K = TypeVar("K", bound=Hashable)
@@ -51,6 +51,23 @@ class LruCache(Generic[K, V]):
                 return None
             self._data.move_to_end(key)
             return self._data[key]
+
+    def get_many(self, keys: Sequence[K]) -> list[V | None]:
+        """:meth:`get` of each key under one lock (a query asks for hundreds at once)."""
+        with self._lock:
+            data = self._data
+            out = [data.get(k) for k in keys]
+            for k, v in zip(keys, out, strict=True):
+                if v is not None:
+                    data.move_to_end(k)
+            return out
+
+    def put_many(self, items: Iterable[tuple[K, V]]) -> None:
+        """:meth:`put` of each item under one lock; a key already kept keeps its value."""
+        with self._lock:
+            for k, v in items:
+                if k not in self._data:
+                    self._store(k, v)
 
     def put(self, key: K, value: V) -> None:
         """Store ``value`` under ``key``, evicting the least recently used entries over capacity."""

@@ -240,9 +240,7 @@ class BaseBuilder:
         spatial = self._table("spatial", "block", False)
         spatial.put(np.zeros(0, np.uint64), {"id": np.zeros(0, np.uint64)})
         indexed = self.labelmap is not None and by_sv is not None
-        pool = ThreadPoolExecutor(1, thread_name_prefix="base-supervoxels") if indexed else None
-        pending: Future[None] | None = None
-        try:
+        with _OneBehind("base-supervoxels") as behind:
             for part in self.by_block.ranges(self.range_sites):
                 ids, lin, off = part.pop("id"), part.pop("lin"), part.pop("off")
                 # packed sorts, never an argsort of 10⁶ u64 (:mod:`.base_order`); every column gathered once
@@ -252,18 +250,11 @@ class BaseBuilder:
                 order = key_order(run["lin"])  # stable over the id order: by (block, id)
                 lin_s, ids_s = run["lin"][order], run["id"][order]
                 spatial.put(self.codec.block_codes(lin_s), {"id": ids_s})
-                if pool is None:
+                if not indexed:
                     by_id.add(run)
                     continue
-                if pending is not None:
-                    pending.result()
-                pending = pool.submit(self._supervoxels_of_range, run, order, lin_s, ids_s, by_id, by_sv)
+                behind.submit(self._supervoxels_of_range, run, order, lin_s, ids_s, by_id, by_sv)
                 del run, order, lin_s, ids_s
-            if pending is not None:
-                pending.result()
-        finally:
-            if pool is not None:
-                pool.shutdown(wait=True)
         self.by_block.remove()
         spatial.end()  # written behind the next merges; closed (joined) by finish
 
@@ -289,50 +280,40 @@ class BaseBuilder:
         records.put(np.zeros(0, np.uint64), empty)
         cuts: list[int | None] = [None, *by_id.splitters(self.range_sites, align=self.per_value), None]
         # a range's synapse index rows are counted and spilled by a thread while the next range is read
-        pool = ThreadPoolExecutor(1, thread_name_prefix="base-index") if ends is not None else None
-        pending: Future[None] | None = None
-        try:
-            pending = self._records_by_id(by_id, cuts, records, ends, pool)
-            if pending is not None:
-                pending.result()
-        finally:
-            if pool is not None:
-                pool.shutdown(wait=True)
+        with _OneBehind("base-index") as behind:
+            for lo, hi in itertools.pairwise(cuts):
+                cols = self._records_of_range(by_id, lo, hi, records)
+                if cols is not None and ends is not None:
+                    behind.submit(_spill_index_rows, cols["sv"], ends)
         by_id.remove()
         self.values.remove()
         records.end()
 
-    def _records_by_id(self, by_id: Spill, cuts: list[int | None], records: _TableThread, ends: Spill | None,
-                       pool: ThreadPoolExecutor | None) -> Future[None] | None:
-        """The ranges of merge 2 (see :meth:`_by_id`); the last range's pending index job."""
-        pending: Future[None] | None = None
-        for lo, hi in itertools.pairwise(cuts):
-            part = by_id.read_range(lo, hi)
-            ids = part.pop("id", None)
-            if ids is None or not ids.size:
-                continue
-            order = id_order(ids)
-            if order is not None:
-                ids = ids[order]
-            dup = np.flatnonzero(ids[1:] == ids[:-1])
-            if dup.size:
-                raise self._duplicate(int(ids[dup[0]]))
+    def _records_of_range(self, by_id: Spill, lo: int | None, hi: int | None,
+                          records: _TableThread) -> Columns | None:
+        """One id range of merge 2 (see :meth:`_by_id`) put in the records table; its columns (None: empty)."""
+        part = by_id.read_range(lo, hi)
+        ids = part.pop("id", None)
+        if ids is None or not ids.size:
+            return None
+        order = id_order(ids)
+        if order is not None:
+            ids = ids[order]
+        dup = np.flatnonzero(ids[1:] == ids[:-1])
+        if dup.size:
+            raise self._duplicate(int(ids[dup[0]]))
 
-            def by_id_of(col: npt.NDArray[Any], order: npt.NDArray[np.intp] | None = order) -> npt.NDArray[Any]:
-                return col if order is None else col[order]
+        def by_id_of(col: npt.NDArray[Any]) -> npt.NDArray[Any]:
+            return col if order is None else col[order]
 
-            z, y, x = self.codec.unpack(by_id_of(part.pop("lin")), by_id_of(part.pop("off")))
-            cols: Columns = {"z": z, "y": y, "x": x}
-            cols.update(self._values_of(ids, lo, hi))
-            if "sv" in part:
-                cols["sv"] = by_id_of(part.pop("sv"))
-            del part, z, y, x
-            records.put(ids, cols)
-            if ends is not None and pool is not None:
-                if pending is not None:
-                    pending.result()
-                pending = pool.submit(_spill_index_rows, cols["sv"], ends)
-        return pending
+        z, y, x = self.codec.unpack(by_id_of(part.pop("lin")), by_id_of(part.pop("off")))
+        cols: Columns = {"z": z, "y": y, "x": x}
+        cols.update(self._values_of(ids, lo, hi))
+        if "sv" in part:
+            cols["sv"] = by_id_of(part.pop("sv"))
+        del part, z, y, x
+        records.put(ids, cols)
+        return cols
 
     def _values_of(self, ids: U64, lo: int | None, hi: int | None) -> Columns:
         """The property columns of the records ``ids`` (sorted, distinct, ``lo <= id < hi``), each synapse's
@@ -441,6 +422,30 @@ class BaseBuilder:
             t.abort()
         self.spill_writer.close()  # no write may land in the directory after it is removed
         shutil.rmtree(self.temp, ignore_errors=True)
+
+
+class _OneBehind:
+    """Jobs run one at a time on a thread of their own, the caller at most one job ahead (so at most two
+    ranges are in memory); leaving the ``with`` waits for the last job, and its error is raised."""
+
+    def __init__(self, name: str) -> None:
+        self._pool = ThreadPoolExecutor(1, thread_name_prefix=name)
+        self._pending: Future[None] | None = None
+
+    def submit(self, fn: Callable[..., None], *args: Any) -> None:
+        if self._pending is not None:
+            self._pending.result()
+        self._pending = self._pool.submit(fn, *args)
+
+    def __enter__(self) -> _OneBehind:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        try:
+            if self._pending is not None and exc[0] is None:
+                self._pending.result()
+        finally:
+            self._pool.shutdown(wait=True)
 
 
 def _spill_index_rows(svs: U64, ends: Spill) -> None:

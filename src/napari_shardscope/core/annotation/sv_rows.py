@@ -9,12 +9,12 @@ a body's rows are a concatenation of what it asked before.
 
 from __future__ import annotations
 
-import threading
-from collections import OrderedDict
 from collections.abc import Callable
 
 import numpy as np
 import numpy.typing as npt
+
+from napari_shardscope.core.cache import LruCache
 
 U64 = npt.NDArray[np.uint64]
 U8 = npt.NDArray[np.uint8]
@@ -33,30 +33,16 @@ class SvRows:
 
     def __init__(self, read: Callable[[U64], Rows], budget: int = KEPT_ROWS) -> None:
         self._read = read
-        self._budget = budget
-        self._data: OrderedDict[int, Rows] = OrderedDict()
-        self._size = 0
-        self._lock = threading.Lock()
+        self._kept: LruCache[int, Rows] = LruCache(budget, weigh=lambda r: r[0].size + 1, max_weight=budget)
 
     def rows(self, svs: U64) -> Rows:
         """The rows of ``svs`` (distinct), grouped by supervoxel in the order asked."""
         ids = svs.tolist()
-        with self._lock:
-            got = [self._data.get(s) for s in ids]
-            for s, r in zip(ids, got, strict=True):
-                if r is not None:
-                    self._data.move_to_end(s)
+        got = self._kept.get_many(ids)
         missing = [s for s, r in zip(ids, got, strict=True) if r is None]
         if missing:
             fresh = self._split(np.asarray(sorted(missing), dtype=np.uint64))
-            with self._lock:
-                for s, r in fresh.items():
-                    if s not in self._data:
-                        self._data[s] = r
-                        self._size += r[0].size + 1
-                while self._size > self._budget and len(self._data) > 1:
-                    _, old = self._data.popitem(last=False)
-                    self._size -= old[0].size + 1
+            self._kept.put_many(fresh.items())
             got = [fresh[s] if r is None else r for s, r in zip(ids, got, strict=True)]
         parts = [r for r in got if r is not None and r[0].size]
         if not parts:

@@ -10,13 +10,12 @@ corrections and a concatenation, not three paged-table look-ups per call.
 
 from __future__ import annotations
 
-import threading
-from collections import OrderedDict
 from collections.abc import Callable, Sequence
 
 import numpy as np
 import numpy.typing as npt
 
+from napari_shardscope.core.cache import LruCache
 from napari_shardscope.core.labelmap.agglomeration import AgglomerationSource
 from napari_shardscope.core.labelmap.label_index import BaseIndexReader
 
@@ -49,30 +48,17 @@ class BaseMembers:
                  budget: int = BASE_MEMBERS_BUDGET) -> None:
         self._agg = agg
         self._index = index
-        self._budget = budget
-        self._data: OrderedDict[int, U64] = OrderedDict()
-        self._size = 0
-        self._lock = threading.Lock()
+        self._kept: LruCache[int, U64] = LruCache(budget, weigh=lambda v: v.size + 1, max_weight=budget)
 
     def union(self, nodes: Sequence[int]) -> U64:
         """The base supervoxels of all ``nodes``, sorted and distinct."""
-        with self._lock:
-            got = {n: self._data.get(n) for n in nodes}
-            for n, v in got.items():
-                if v is not None:
-                    self._data.move_to_end(n)
+        unique = list(dict.fromkeys(nodes))
+        got = dict(zip(unique, self._kept.get_many(unique), strict=True))
         missing = [n for n, v in got.items() if v is None]
         if missing:
             fresh = base_members_of(self._agg, self._index(), missing)
             got.update(fresh)
-            with self._lock:
-                for n, v in fresh.items():
-                    if n not in self._data:
-                        self._data[n] = v
-                        self._size += v.size + 1
-                while self._size > self._budget and len(self._data) > 1:
-                    _, old = self._data.popitem(last=False)
-                    self._size -= old.size + 1
+            self._kept.put_many(fresh.items())
         parts = [v for v in got.values() if v is not None and v.size]
         if not parts:
             return np.zeros(0, dtype=np.uint64)
