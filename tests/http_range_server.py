@@ -50,7 +50,8 @@ class RangeServer:
     that has not answered yet, released by the test. ``self.held`` counts requests waiting at the gate;
     ``self.arrived`` lists the path of every request as it arrives, before the gate (a client that
     retried a request it gave up on appears twice); ``self.arrivals`` adds the time and range, and
-    ``self.exchanges`` the time of the answer, from which :meth:`waves` groups requests into
+    ``self.exchanges`` the time of the answer (recorded before the answer goes out, so a client that
+    has its answer finds it recorded), from which :meth:`waves` groups requests into
     dependent waves.
     With ``delay``, a request is answered once the client has been quiet for ``delay`` seconds: no
     request arrived and no thread of this process but the server's own ran or waited for a core
@@ -118,17 +119,25 @@ class RangeServer:
                         server._last_arrival = arrived_at
                     server.arrived.append(self.path)
                     server.arrivals.append((arrived_at, self.path, self.headers.get("Range")))
-                self.answering_at: float | None = None
+                self.recorded = False
                 try:
                     self._answer(arrived_at)
                 finally:
-                    # The answer's time is when it began to go out, not when the handler finished: a client
-                    # can read the answer and send its next request before this thread runs again (under
-                    # load it is descheduled between the write and this line), and a request that arrived
-                    # before a recorded end would be counted one wave too early.
-                    answered_at = self.answering_at if self.answering_at is not None else time.monotonic()
-                    with held_lock:
-                        server.exchanges.append((arrived_at, answered_at, self.path, self.headers.get("Range")))
+                    if not self.recorded:  # the answer failed before it began to go out
+                        self._record(arrived_at)
+
+            def _record(self, arrived_at: float) -> None:
+                """Record the exchange, dated now, before anything of the answer goes out.
+
+                Recorded after the answer, a client can read the answer, finish its work and ask
+                :meth:`RangeServer.waves` before this thread runs again (under load it is descheduled
+                between the write and the record): the exchange is then missing from the waves. Dated
+                after the answer, a request that arrived before that date would be counted one wave too
+                early.
+                """
+                self.recorded = True
+                with held_lock:
+                    server.exchanges.append((arrived_at, time.monotonic(), self.path, self.headers.get("Range")))
 
             def _answer_empty(self, status: int) -> None:
                 # send_error() closes the connection; nginx and buckets keep it open after a 404
@@ -149,7 +158,7 @@ class RangeServer:
                         server.held -= 1
                 rng = self.headers.get("Range")
                 server.requests.append((self.path, rng))
-                self.answering_at = time.monotonic()  # nothing of the answer has gone out yet
+                self._record(arrived_at)  # nothing of the answer has gone out yet
                 path = Path(self.translate_path(self.path))
                 if not path.is_file():
                     self._answer_empty(404)
@@ -183,9 +192,10 @@ class RangeServer:
                     self.send_header("Content-Range", f"bytes {start}-{max(start, end - 1)}/{size}")
                 self.send_header("Content-Length", str(len(body)))
                 self.send_header("Accept-Ranges", "bytes")
+                with held_lock:  # counted before it goes out, as the exchange is recorded: see _record
+                    server.bytes_sent += len(body)
                 self.end_headers()
                 self.wfile.write(body)
-                server.bytes_sent += len(body)
 
 
         class Server(ThreadingHTTPServer):
