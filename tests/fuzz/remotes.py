@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import itertools
 import json
 import multiprocessing
 import os
@@ -34,12 +35,14 @@ import sys
 import tempfile
 import time
 import traceback
+import uuid
 import zlib
 from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 #: Address space of a worker: an unbounded allocation fails (MemoryError, or an abort we report) instead
 #: of taking the machine down; TensorStore and LMDB reserve a lot of address space, hence not lower.
@@ -249,11 +252,33 @@ def mutations_of(seed: int) -> list[Mutation]:
 
 # -- the valid seed ------------------------------------------------------------------------------------------
 
+#: What the valid remote's version UUIDs and clock are drawn from (:func:`build_seed`).
+WORLD_SEED = 20261205
+WORLD_EPOCH = 1_765_000_000.0
+
+
 def build_seed(root: Path) -> Path:
-    """A valid remote (main with two edits and a keyvalue), and a clone of it to fetch into; made once."""
+    """A valid remote (main with two edits and a keyvalue), and a clone of it to fetch into; made once.
+
+    Made the same, byte for byte, wherever and whenever it is built: version UUIDs come from a seeded
+    generator and the clock reads a fixed epoch plus a millisecond per call while it is built. With UUIDs and
+    times of the day, every object's name and bytes changed from one build to the next, so a mutation that
+    picks "the third object" or "byte 1,234" damaged a different thing each run: a seed did not name a case,
+    and a test asserting what a named seed's case does failed now and then (seed 5400161's flipped bytes once
+    landed where nothing reads them). Only ``refs.json`` still differs between two builds: it names the base
+    volume by its absolute path.
+    """
     done = root / "seed-ready"
     if done.exists():
         return root
+    ids = random.Random(WORLD_SEED)
+    ticks = itertools.count()
+    with mock.patch("uuid.uuid4", lambda: uuid.UUID(int=ids.getrandbits(128), version=4)), \
+            mock.patch("time.time", lambda: WORLD_EPOCH + next(ticks) / 1000):
+        return _build_seed(root, done)
+
+
+def _build_seed(root: Path, done: Path) -> Path:
     from napari_shardscope.core.versioned import remotes as R
     from tests.core.versioned.remotes.helpers import edit, make_repo, write_base
 

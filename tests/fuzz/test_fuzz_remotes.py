@@ -56,11 +56,20 @@ def test_a_version_that_is_its_own_ancestor_is_a_typed_error(seed_root: Path) ->
 
 def test_remote_check_faults_what_clone_and_fetch_refuse(seed_root: Path) -> None:
     """Found by the campaign of 2026-12-05 (seeds 5400026, 5400128, 5400161, 5400164): a damaged key listing
-    (5400026) or history pack (5400161) made clone, and fetch, refuse the remote while ``remote check`` called it
-    sound: it read neither. Now it reads both (``tests/core/versioned/remotes/test_check_coverage.py``)."""
-    results = fuzz_remotes([5400026, 5400161], seed_root)
+    or history pack made clone, and fetch, refuse the remote while ``remote check`` called it sound: it read
+    neither. Now it reads both (``tests/core/versioned/remotes/test_check_coverage.py``, deterministic forgeries).
+
+    The campaign's world was built with random UUIDs and the time of day, so those seeds damaged other bytes on
+    every build (seed 5400161's flips once landed where nothing reads them, and this test failed); the world is
+    now the same on every build (:func:`~tests.fuzz.remotes.build_seed`). In it, these seeds' flipped bytes are
+    refused by clone and fetch (5400008), by clone alone (5400017) and by the lazy read alone (5400044): check
+    must fault each."""
+    results = fuzz_remotes([5400008, 5400017, 5400044], seed_root)
     assert not any(r.findings or r.harness_errors for r in results), summary(results)
-    assert [r.outcomes["check"] for r in results] == ["problems_found"] * 2, summary(results)
+    assert all(r.mutations == ["flipped_bytes"] for r in results), summary(results)
+    refused = [sorted(op for op, o in r.outcomes.items() if o == "CorruptObjectError") for r in results]
+    assert refused == [["clone", "fetch"], ["clone"], ["prefetch", "read"]], summary(results)
+    assert [r.outcomes["check"] for r in results] == ["problems_found"] * 3, summary(results)
 
 
 def test_a_mutation_whose_input_an_earlier_one_destroyed_is_skipped_not_a_crash(seed_root: Path) -> None:
