@@ -39,7 +39,6 @@ import contextlib
 import io
 import itertools
 import json
-import multiprocessing as mp
 import os
 import random
 import re
@@ -546,11 +545,14 @@ STARTUP_WALL_SECONDS = 600.0
 
 
 class Pool:
-    """Worker processes (spawned: no TensorStore threads are forked) with a watchdog per case."""
+    """Worker processes (forks of a preloaded server, :func:`~tests.fuzz.workers.worker_context`: no
+    TensorStore thread of the test process is forked) with a watchdog per case."""
 
     def __init__(self, workers: int, seeds: list[SeedDataset], bomb: Path | None, limits: Limits,
                  probe: str | None = None) -> None:
-        self.ctx = mp.get_context("spawn")
+        from tests.fuzz.workers import worker_context
+
+        self.ctx = worker_context()
         self.n = workers
         self.seeds = seeds
         self.bomb = str(bomb) if bomb else None
