@@ -30,7 +30,7 @@ from napari_shardscope.widgets.proofreading import SEEDS_NAME, ProofreadingPanel
 from napari_shardscope.widgets.session import session_for
 from napari_shardscope.widgets.shard_browser import camera
 from napari_shardscope.widgets.versions import KEEP_COLUMN, UNCHOSEN, VersionsPanel
-from tests.volume_cases import sample  # noqa: F401  (fixture)
+from tests.volume_cases import run_lock, run_tmp, sample  # noqa: F401  (fixture)
 
 Z = 32  # the plane the tests look at
 LEFT = Qt.MouseButton.LeftButton
@@ -50,7 +50,8 @@ def dock(viewer: Any, name: str) -> Any:
 
 
 def proofread_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """Where the repository the Proofreading panel's Create makes over the sample is kept, once per worker.
+    """Where the repository the Proofreading panel's Create makes over the sample is kept, once per test run
+    (:func:`~tests.volume_cases.run_tmp`: the sample it indexes is the run's, shared by the xdist workers).
 
     :func:`_proofread` writes it on first use with the call Create's worker makes (the same base URL, read
     from the viewer's segmentation layer, and the same agglomeration), closed; each test then opens a copy.
@@ -59,7 +60,7 @@ def proofread_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
     the :func:`created` fixture's repository. (A function, not a fixture: the modules that import
     :func:`proofread` need no second import.)
     """
-    return tmp_path_factory.getbasetemp() / "proofread-template" / "proofread.repo"
+    return run_tmp(tmp_path_factory) / "proofread-template" / "proofread.repo"
 
 
 def _proofread(viewer: Any, sample: SampleDataset, tmp_path: Path, qtbot: Any,  # noqa: F811
@@ -75,14 +76,15 @@ def _proofread(viewer: Any, sample: SampleDataset, tmp_path: Path, qtbot: Any,  
         qtbot.waitUntil(lambda: not panel.busy and panel.controller.state.connected, timeout=60000)
     else:
         seg = viewer.layers["segmentation"]
-        if not template.exists():  # written beside it, then renamed: a failed write leaves no half template
-            partial = template.with_name(f"{template.name}.partial")
-            partial.parent.mkdir(parents=True, exist_ok=True)
-            shutil.rmtree(partial, ignore_errors=True)
-            create_labelmap_repository(partial, panel.layer_url(seg), name="seg",
-                                       agglomeration=panel.agglo_edit.text().strip() or None)
-            partial.rename(template)
-        shutil.copytree(template, repo)
+        with run_lock(template.with_name("lock")):  # one xdist worker writes it, the other waits and finds it
+            if not template.exists():  # written beside it, then renamed: a failed write leaves no half template
+                partial = template.with_name(f"{template.name}.partial")
+                partial.parent.mkdir(parents=True, exist_ok=True)
+                shutil.rmtree(partial, ignore_errors=True)
+                create_labelmap_repository(partial, panel.layer_url(seg), name="seg",
+                                           agglomeration=panel.agglo_edit.text().strip() or None)
+                partial.rename(template)
+            shutil.copytree(template, repo)
         panel.open_repository(repo)  # the panel's Open, on a copy of what its Create makes
         seg.visible = False  # as Create leaves it: the body layer shows the same labels
     c = panel.controller
