@@ -53,6 +53,7 @@ from napari_shardscope.widgets.partners import PartnerBox
 from napari_shardscope.widgets.placement import add_on_grid
 from napari_shardscope.widgets.scrolling import scroll_body
 from napari_shardscope.widgets.session import LAYER_KEY, ViewerSession, session_for
+from napari_shardscope.widgets.styling import restyle
 from napari_shardscope.widgets.workers import start_job
 
 if TYPE_CHECKING:
@@ -510,10 +511,10 @@ class ProofreadingPanel(QWidget):
             button.setToolTip(action.reason or ACTION_TABLE[name].tip)
         status = state.status
         if status.level != "error" and state.edit_block:
-            self.status_label.setStyleSheet(_STATUS_COLOURS["warning"])  # why nothing can be edited here
+            restyle(self.status_label, _STATUS_COLOURS["warning"])  # why nothing can be edited here
             self.status_label.setText(state.edit_block)
         else:
-            self.status_label.setStyleSheet(_STATUS_COLOURS.get(status.level, ""))
+            restyle(self.status_label, _STATUS_COLOURS.get(status.level, ""))
             self.status_label.setText(status.render())
 
     def _render_repository(self) -> None:
