@@ -540,11 +540,19 @@ class ProofreadingPanel(QWidget):
         self._suggested[self.repo_edit] = path
 
     def _show_selection_on_layer(self, state: ControllerState) -> None:
+        """The body layer's selected label and isolate switch, set only when they change.
+
+        napari re-slices the layer (its visible tiles read again through the body map) whenever
+        ``show_selected_label`` is set, even to the value it has; the panel renders on every controller
+        state (each click, each status line), which re-read the plane each time.
+        """
         layer = self.session.body_layer
         if layer is not None and layer in self.viewer.layers:
             if state.selected:
-                layer.selected_label = state.selected[0]
-            layer.show_selected_label = bool(self.isolate_check.isChecked() and state.selected)
+                layer.selected_label = state.selected[0]  # napari ignores an unchanged label itself
+            isolate = bool(self.isolate_check.isChecked() and state.selected)
+            if layer.show_selected_label != isolate:
+                layer.show_selected_label = isolate
 
     def _show_info(self, state: ControllerState) -> None:
         """The first selected body's id, size, supervoxels, bounds and history (read when it changed)."""
