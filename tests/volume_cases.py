@@ -10,7 +10,9 @@ TensorStore directly, in the format's own axis order, as the reference.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+import os
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -304,10 +306,40 @@ def format_cases(tmp_path_factory: pytest.TempPathFactory) -> dict[str, FormatCa
     return build_format_cases(tmp_path_factory.getbasetemp() / "shardscope-formats")
 
 
+def run_tmp(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """This test run's base temp, shared by its xdist workers: the controller's, which holds each worker's own
+    (``<basetemp>/popen-gw0``, ``popen-gw1``); without xdist, the process's. For data every worker would otherwise write
+    alike (the sample), made once under :func:`run_lock`."""
+    base = tmp_path_factory.getbasetemp()
+    return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+
+
+@contextmanager
+def run_lock(path: Path) -> Iterator[None]:
+    """Hold an exclusive lock on ``path`` (made if missing): one xdist worker writes shared data, the others
+    wait for it and then find it. Where ``fcntl`` is missing (Windows) nothing is locked: the data's writers
+    (written beside, renamed into place) stay correct, each worker may just write it once."""
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - POSIX here
+        yield
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
 @pytest.fixture(scope="session")
 def sample(tmp_path_factory: pytest.TempPathFactory) -> SampleDataset:
-    """The synthetic EM sample dataset, generated once per session into a test cache directory."""
-    return ensure_sample_dataset(tmp_path_factory.getbasetemp() / "shardscope-cache")
+    """The synthetic EM sample dataset, generated once per test run (for every xdist worker: generating it
+    takes about 2.5 CPU s) into a test cache directory."""
+    cache = run_tmp(tmp_path_factory) / "shardscope-cache"
+    with run_lock(cache.with_name("shardscope-cache.lock")):
+        return ensure_sample_dataset(cache)
 
 
 def assert_boxes_read_alike(fresh: Any, expected: np.ndarray) -> None:

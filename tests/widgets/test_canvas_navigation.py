@@ -119,7 +119,7 @@ def test_selected_bodies_are_drawn_on_the_canvas_in_2d_and_3d(created: Proofread
     assert overlay.contour == 0
 
 
-def test_dim_the_others_and_supervoxel_boundaries(proofread: Proofread, qtbot: Any) -> None:  # noqa: F811
+def dim_the_others_and_supervoxel_boundaries(proofread: Proofread, qtbot: Any) -> None:  # noqa: F811
     viewer, panel, repo, _, c = proofread
     a, _b, va, _vb = two_bodies(c)
     nav = navigator(viewer)
@@ -171,8 +171,7 @@ def test_dim_the_others_and_supervoxel_boundaries(proofread: Proofread, qtbot: A
     assert c.mode == "bodies" and not svs_layer.visible
 
 
-@pytest.mark.qt_binding_lane
-def test_hover_shows_body_supervoxel_size_and_last_edit(proofread: Proofread, qtbot: Any) -> None:  # noqa: F811
+def hover_shows_body_supervoxel_size_and_last_edit(proofread: Proofread, qtbot: Any) -> None:  # noqa: F811
     viewer, panel, repo, _, c = proofread
     a, b, va, _vb = two_bodies(c)
     nav = navigator(viewer)
@@ -209,7 +208,7 @@ def test_hover_shows_body_supervoxel_size_and_last_edit(proofread: Proofread, qt
     assert f"body {ray.body}" in nav.hover_label.text()
 
 
-def test_go_to_centres_and_zooms_on_the_label_index_box(proofread: Proofread, qtbot: Any) -> None:  # noqa: F811
+def go_to_centres_and_zooms_on_the_label_index_box(proofread: Proofread, qtbot: Any) -> None:  # noqa: F811
     viewer, panel, repo, _, c = proofread
     a, b, _va, vb = two_bodies(c)
     nav = navigator(viewer)
@@ -251,7 +250,7 @@ def test_go_to_centres_and_zooms_on_the_label_index_box(proofread: Proofread, qt
     assert "does not exist" in c.last_error
 
 
-def test_todo_list_walk_and_statuses_survive_a_restart(proofread: Proofread, qtbot: Any, tmp_path: Path) -> None:  # noqa: F811
+def todo_list_walk_and_statuses_survive_a_restart(proofread: Proofread, qtbot: Any, tmp_path: Path) -> None:  # noqa: F811
     """A CSV list walked with keys and buttons, its statuses kept across a restart; then a Neu3 task list (JSON)
     and a committed version, which takes no status."""
     viewer, panel, repo, _, c = proofread
@@ -316,8 +315,7 @@ def test_todo_list_walk_and_statuses_survive_a_restart(proofread: Proofread, qtb
     assert c.attempt(nav.load, bad) is None and "bad.csv line 2" in c.last_error
 
 
-@pytest.mark.qt_binding_lane
-def test_shortcuts_trigger_the_actions_and_are_listed(proofread: Proofread, qtbot: Any) -> None:  # noqa: F811
+def shortcuts_trigger_the_actions_and_are_listed(proofread: Proofread, qtbot: Any) -> None:  # noqa: F811
     viewer, panel, repo, _, c = proofread
     a, b, _va, _vb = two_bodies(c)
     nav = navigator(viewer)
@@ -341,3 +339,26 @@ def test_shortcuts_trigger_the_actions_and_are_listed(proofread: Proofread, qtbo
     readme = (Path(__file__).resolve().parents[2] / "docs" / "proofread.md").read_text()  # the key table users read
     for key in ("Shift-T", "Shift-D", "Shift-N", "Shift-B"):
         assert key in readme
+
+
+# -- user stories ----------------------------------------------------------------------------------------------
+# Each story runs steps (the functions above, each named for what it checks, every assertion kept) one after the
+# other on one viewer and repository, each starting where the previous one left off: one viewer per story, not per
+# step (building and tearing down the viewer, the sample's layers and the body layers costs about 1.5 CPU s).
+# Every step finds its bodies (the two largest of plane Z) in the repository as it finds it.
+
+
+def test_dim_the_others_go_to_then_walk_a_todo_list(proofread: Proofread, qtbot: Any,  # noqa: F811
+                                                    tmp_path: Path) -> None:
+    """Dim the other bodies and show supervoxel boundaries; go to bodies, supervoxels and voxels; then walk a
+    to-do list whose statuses survive a restart."""
+    dim_the_others_and_supervoxel_boundaries(proofread, qtbot)
+    go_to_centres_and_zooms_on_the_label_index_box(proofread, qtbot)
+    todo_list_walk_and_statuses_survive_a_restart(proofread, qtbot, tmp_path)
+
+
+@pytest.mark.qt_binding_lane
+def test_hover_after_a_merge_then_the_shortcuts(proofread: Proofread, qtbot: Any) -> None:  # noqa: F811
+    """Hover over a merged body (2-D and 3-D) for its supervoxel, size and last edit; then every shortcut key."""
+    hover_shows_body_supervoxel_size_and_last_edit(proofread, qtbot)
+    shortcuts_trigger_the_actions_and_are_listed(proofread, qtbot)

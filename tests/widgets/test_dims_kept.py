@@ -63,8 +63,7 @@ def right_arrow(viewer: Any, qtbot: Any) -> None:
     qtbot.keyClick(canvas_of(viewer), Qt.Key.Key_Right)
 
 
-@pytest.mark.qt_binding_lane
-def test_select_merge_deselect_undo_keep_the_z_step_and_plane(proofread: Proofread, qtbot: Any) -> None:  # noqa: F811
+def select_merge_deselect_undo_keep_the_z_step_and_plane(proofread: Proofread, qtbot: Any) -> None:  # noqa: F811
     viewer, _panel, _repo, _, c = proofread
     s = session_for(viewer)
     a, b, _va, _vb = two_bodies(c)
@@ -118,7 +117,7 @@ def test_select_merge_deselect_undo_keep_the_z_step_and_plane(proofread: Proofre
     assert (c.version.read_bodies((z, slice(None), slice(None))) == a).any()  # type: ignore[union-attr]
 
 
-def test_seeds_review_and_shard_browser_layers_keep_the_dims(proofread: Proofread, qtbot: Any) -> None:  # noqa: F811
+def seeds_review_and_shard_browser_layers_keep_the_dims(proofread: Proofread, qtbot: Any) -> None:  # noqa: F811
     """In one session, as a user goes on: split seeds, a review's *after* layer, then the shard browser's
     shard map of every scale and the located chunk's outline, each added by clicks as a user adds them."""
     viewer, panel, _repo, _, c = proofread
@@ -168,6 +167,17 @@ def test_seeds_review_and_shard_browser_layers_keep_the_dims(proofread: Proofrea
     right_arrow(viewer, qtbot)  # the arrow still moves one plane
     assert viewer.dims.current_step[0] == min(plane + 1, shape[0] - 1)
     assert viewer.dims.range[0].step == pytest.approx(base[0][0][2])
+
+
+@pytest.mark.qt_binding_lane
+def test_surfaces_overlays_seeds_review_and_shard_browser_layers_keep_the_dims(proofread: Proofread,  # noqa: F811
+                                                                              qtbot: Any) -> None:
+    """One session as a user goes on: select, merge, deselect and undo (surfaces and overlays come and go),
+    then split seeds, a review's *after* layer and the shard browser's layers. The two steps (each named for
+    what it checks, every assertion kept) share one viewer: building and tearing down the viewer and its
+    layers costs about 1.5 CPU s; the second step takes its dims baseline where the first left the view."""
+    select_merge_deselect_undo_keep_the_z_step_and_plane(proofread, qtbot)
+    seeds_review_and_shard_browser_layers_keep_the_dims(proofread, qtbot)
 
 
 def test_a_partial_last_chunk_does_not_lengthen_the_slider(make_napari_viewer: Any, tmp_path: Path,

@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -36,13 +37,22 @@ Z = 32
 LEFT = Qt.MouseButton.LeftButton
 
 
-@pytest.fixture
-def repo(sample: SampleDataset, tmp_path: Path) -> Path:  # noqa: F811
-    """A repository over the sample's segmentation, made through the core (no viewer)."""
-    path = tmp_path / "proofread.repo"
+@pytest.fixture(scope="module")
+def repo_template(sample: SampleDataset, tmp_path_factory: pytest.TempPathFactory) -> Path:  # noqa: F811
+    """A repository over the sample's segmentation, made through the core (no viewer), once for this file:
+    making it indexes the base (about 0.5 CPU s more than a copy); each test gets a copy (:func:`repo`)."""
+    path = tmp_path_factory.mktemp("fresh-viewer") / "proofread.repo"
     r = create_repository(path)
     create_labelmap(r, "seg", sample.segmentation, agglomeration=sample.bodies)
     r.close()
+    return path
+
+
+@pytest.fixture
+def repo(repo_template: Path, tmp_path: Path) -> Path:
+    """A copy of :func:`repo_template` of this test's own: the tests write to it (to-do statuses, edits)."""
+    path = tmp_path / "proofread.repo"
+    shutil.copytree(repo_template, path)
     return path
 
 

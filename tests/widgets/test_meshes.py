@@ -18,15 +18,12 @@ import pytest
 
 from napari_shardscope.core.labelmap import create_labelmap
 from napari_shardscope.core.proofreading import ProofreadingController
-from napari_shardscope.core.sample_data import SampleDataset
 from napari_shardscope.core.versioned import create_repository
-from napari_shardscope.napari_plugin.sample import sample_volumes
-from napari_shardscope.napari_plugin.viewer import add_volumes
 from napari_shardscope.widgets.meshes import SKELETON_KEY, SURFACE_KEY, surface_name
-from napari_shardscope.widgets.proofreading import ProofreadingPanel
 from napari_shardscope.widgets.session import session_for
 from tests.realdata import realdata_path
 from tests.volume_cases import sample  # noqa: F401  (fixture)
+from tests.widgets.test_proofreading import Proofread, proofread  # noqa: F401  (fixture)
 
 Z = 32
 
@@ -64,21 +61,11 @@ def two_bodies(c: ProofreadingController) -> tuple[int, int]:
     return a, b
 
 
-@pytest.fixture
-def proofread(make_napari_viewer: Any, sample: SampleDataset, tmp_path: Path, qtbot: Any) -> Any:  # noqa: F811
-    viewer = make_napari_viewer(show=True)
-    add_volumes(viewer, sample_volumes(sample))
-    _, panel = viewer.window.add_plugin_dock_widget("napari-shardscope", "Proofreading")
-    assert isinstance(panel, ProofreadingPanel)
-    panel.create_repository(tmp_path / "proofread.repo")
-    c = panel.controller
-    qtbot.waitUntil(lambda: not panel.busy and c.state.connected, timeout=60000)
-    return viewer, c
-
-
 @pytest.mark.qt_binding_lane
-def test_select_merge_undo_surfaces_follow(proofread: Any, qtbot: Any) -> None:
-    viewer, c = proofread
+def test_select_merge_undo_surfaces_follow(proofread: Proofread, qtbot: Any) -> None:  # noqa: F811
+    """On the sample with the Proofreading panel and a repository over it (tests/widgets/test_proofreading.py's
+    fixture: a copy of the repository the panel's Create makes, which that file's Create test covers)."""
+    viewer, _, _, _, c = proofread
     meshes = session_for(viewer).surfaces
     a, b = two_bodies(c)
     c.select(a)

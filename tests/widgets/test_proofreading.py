@@ -30,7 +30,7 @@ from napari_shardscope.widgets.proofreading import SEEDS_NAME, ProofreadingPanel
 from napari_shardscope.widgets.session import session_for
 from napari_shardscope.widgets.shard_browser import camera
 from napari_shardscope.widgets.versions import KEEP_COLUMN, UNCHOSEN, VersionsPanel
-from tests.volume_cases import sample  # noqa: F401  (fixture)
+from tests.volume_cases import run_lock, run_tmp, sample  # noqa: F401  (fixture)
 
 Z = 32  # the plane the tests look at
 LEFT = Qt.MouseButton.LeftButton
@@ -50,7 +50,8 @@ def dock(viewer: Any, name: str) -> Any:
 
 
 def proofread_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """Where the repository the Proofreading panel's Create makes over the sample is kept, once per worker.
+    """Where the repository the Proofreading panel's Create makes over the sample is kept, once per test run
+    (:func:`~tests.volume_cases.run_tmp`: the sample it indexes is the run's, shared by the xdist workers).
 
     :func:`_proofread` writes it on first use with the call Create's worker makes (the same base URL, read
     from the viewer's segmentation layer, and the same agglomeration), closed; each test then opens a copy.
@@ -59,7 +60,7 @@ def proofread_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
     the :func:`created` fixture's repository. (A function, not a fixture: the modules that import
     :func:`proofread` need no second import.)
     """
-    return tmp_path_factory.getbasetemp() / "proofread-template" / "proofread.repo"
+    return run_tmp(tmp_path_factory) / "proofread-template" / "proofread.repo"
 
 
 def _proofread(viewer: Any, sample: SampleDataset, tmp_path: Path, qtbot: Any,  # noqa: F811
@@ -75,14 +76,15 @@ def _proofread(viewer: Any, sample: SampleDataset, tmp_path: Path, qtbot: Any,  
         qtbot.waitUntil(lambda: not panel.busy and panel.controller.state.connected, timeout=60000)
     else:
         seg = viewer.layers["segmentation"]
-        if not template.exists():  # written beside it, then renamed: a failed write leaves no half template
-            partial = template.with_name(f"{template.name}.partial")
-            partial.parent.mkdir(parents=True, exist_ok=True)
-            shutil.rmtree(partial, ignore_errors=True)
-            create_labelmap_repository(partial, panel.layer_url(seg), name="seg",
-                                       agglomeration=panel.agglo_edit.text().strip() or None)
-            partial.rename(template)
-        shutil.copytree(template, repo)
+        with run_lock(template.with_name("lock")):  # one xdist worker writes it, the other waits and finds it
+            if not template.exists():  # written beside it, then renamed: a failed write leaves no half template
+                partial = template.with_name(f"{template.name}.partial")
+                partial.parent.mkdir(parents=True, exist_ok=True)
+                shutil.rmtree(partial, ignore_errors=True)
+                create_labelmap_repository(partial, panel.layer_url(seg), name="seg",
+                                           agglomeration=panel.agglo_edit.text().strip() or None)
+                partial.rename(template)
+            shutil.copytree(template, repo)
         panel.open_repository(repo)  # the panel's Open, on a copy of what its Create makes
         seg.visible = False  # as Create leaves it: the body layer shows the same labels
     c = panel.controller
@@ -198,7 +200,7 @@ def test_create_then_click_select_shift_click_merge_undo_redo(created: Proofread
     assert not fresh(repo, "main").exists(b)
 
 
-def test_cleave_picked_supervoxels(proofread: Proofread, qtbot: Any) -> None:
+def cleave_picked_supervoxels(proofread: Proofread, qtbot: Any) -> None:
     _, panel, repo, _, c = proofread
     v = c.version
     a, _, va, _ = two_bodies(c)
@@ -218,7 +220,7 @@ def test_cleave_picked_supervoxels(proofread: Proofread, qtbot: Any) -> None:
     assert c.selected == (a, new) and c.picked == ()
 
 
-def test_split_with_painted_seeds(proofread: Proofread, qtbot: Any) -> None:
+def split_with_painted_seeds(proofread: Proofread, qtbot: Any) -> None:
     viewer, panel, repo, _, c = proofread
     v = c.version
     a, _, _, _ = two_bodies(c)
@@ -252,7 +254,7 @@ def test_split_with_painted_seeds(proofread: Proofread, qtbot: Any) -> None:
     assert set(c.selected) == parts and "split body" in panel.status_label.text()
 
 
-def test_committed_version_disables_edits(proofread: Proofread, qtbot: Any) -> None:
+def committed_version_disables_edits(proofread: Proofread, qtbot: Any) -> None:
     viewer, panel, repo, _, c = proofread
     a, b, _, _ = two_bodies(c)
     c.select(a)
@@ -266,10 +268,11 @@ def test_committed_version_disables_edits(proofread: Proofread, qtbot: Any) -> N
     assert not panel.merge_button.isEnabled()
     assert "committed" in panel.merge_button.toolTip() and "branch" in panel.merge_button.toolTip()
     assert panel.status_label.text() == c.state.edit_block  # why nothing can be edited, shown in the panel
-    before = fresh(repo, "main").mutations()
+    committed = c.version.uuid  # type: ignore[union-attr]
+    before = fresh(repo, committed).mutations()
     qtbot.keyClick(canvas_of(viewer), Qt.Key.Key_M, Qt.KeyboardModifier.ShiftModifier)  # Shift-M anyway
     assert "committed" in c.last_error and c.last_error in panel.status_label.text()
-    assert fresh(repo, "main").mutations() == before
+    assert fresh(repo, committed).mutations() == before
 
 
 @pytest.mark.qt_binding_lane
@@ -314,13 +317,14 @@ def test_versions_panel_commit_branch_checkout_diff(proofread: Proofread, qtbot:
     assert versions.diff_tree.topLevelItemCount() == 1 and versions.diff_label.text() == c.state.diff_summary
 
 
-def test_versions_panel_lists_the_newest_versions_of_a_long_history(proofread: Proofread, qtbot: Any) -> None:
+def versions_panel_lists_the_newest_versions_of_a_long_history(proofread: Proofread, qtbot: Any) -> None:
     """A long history (written by another handle, in one batch) is listed as its newest versions plus
     the checked-out one, with a line saying how many there are; the viewer keeps its plane."""
     from napari_shardscope.core.proofreading.session import VERSION_ROWS
 
     viewer, _, repo, _, c = proofread
     root = c.commit("base")
+    known = len(open_repository(repo).versions())  # the versions made before: one on a fresh repository
     n = VERSION_ROWS + 50
     with open_repository(repo) as other, other.batch() as b:
         v = b.version(root.uuid)
@@ -333,14 +337,14 @@ def test_versions_panel_lists_the_newest_versions_of_a_long_history(proofread: P
     assert len(rows) == VERSION_ROWS + 1 and rows[0] == newest and rows[-1] == root.uuid  # the checked-out one last
     assert "●" in versions.tree.topLevelItem(VERSION_ROWS).text(0)
     assert not versions.rows_label.isHidden()
-    assert versions.rows_label.text().startswith(f"the newest {VERSION_ROWS + 1:,} of {n + 1:,} versions")
+    assert versions.rows_label.text().startswith(f"the newest {VERSION_ROWS + 1:,} of {n + known:,} versions")
     c.checkout(newest)
     assert versions.versions()[0] == newest and "●" in versions.tree.topLevelItem(0).text(0)
     assert len(versions.versions()) == VERSION_ROWS
     assert viewer.dims.current_step[0] == Z
 
 
-def test_versions_panel_merges_branches_with_a_choice_per_conflict(proofread: Proofread, qtbot: Any) -> None:
+def versions_panel_merges_branches_with_a_choice_per_conflict(proofread: Proofread, qtbot: Any) -> None:
     viewer, panel, repo, _, c = proofread
     versions = dock(viewer, "Versions")
     a, b, va, vb = two_bodies(c)
@@ -375,7 +379,7 @@ def test_versions_panel_merges_branches_with_a_choice_per_conflict(proofread: Pr
     assert versions.conflict_tree.topLevelItemCount() == 0
 
 
-def test_versions_panel_exports_a_committed_version(proofread: Proofread, qtbot: Any, tmp_path: Path) -> None:
+def versions_panel_exports_a_committed_version(proofread: Proofread, qtbot: Any, tmp_path: Path) -> None:
     import tensorstore as ts
     import zarr
 
@@ -472,8 +476,8 @@ def test_layers_follow_the_repository_and_stay_read_only(proofread: Proofread, s
     assert panel.is_listening() and panel.session.body_layer is not layer  # clicks go to the new layer
 
 
-def test_closing_the_panels_takes_their_keys_and_a_panel_docked_again_finds_the_session(proofread: Proofread,
-                                                                                       qtbot: Any) -> None:
+def closing_the_panels_takes_their_keys_and_a_panel_docked_again_finds_the_session(proofread: Proofread,
+                                                                                  qtbot: Any) -> None:
     """The dock's × takes the panels' keys and canvas callbacks; docking Proofreading again (each dock gets its
     own proxy of the viewer) finds the same session, which outlived the first panel's proxy."""
     import gc
@@ -501,7 +505,7 @@ def test_closing_the_panels_takes_their_keys_and_a_panel_docked_again_finds_the_
     assert [e.mutation.operation for e in fresh(repo, "main").mutations()] == ["merge"]
 
 
-def test_merge_choices_belong_to_the_branch_they_were_made_for(proofread: Proofread, qtbot: Any) -> None:
+def merge_choices_belong_to_the_branch_they_were_made_for(proofread: Proofread, qtbot: Any) -> None:
     viewer, _, repo, _, c = proofread
     versions = dock(viewer, "Versions")
     a, b, _, _ = two_bodies(c)
@@ -537,7 +541,7 @@ def test_merge_choices_belong_to_the_branch_they_were_made_for(proofread: Proofr
     assert open_repository(repo).version(c.version.uuid).parents[1] == open_repository(repo).head("alt2").uuid
 
 
-def test_locate_and_shard_map_leave_the_body_layer_active(proofread: Proofread, qtbot: Any) -> None:
+def locate_and_shard_map_leave_the_body_layer_active(proofread: Proofread, qtbot: Any) -> None:
     viewer, panel, _, _, _ = proofread
     browser = dock(viewer, "Shard browser")
     browser.layer_combo.setCurrentText("segmentation")
@@ -550,7 +554,7 @@ def test_locate_and_shard_map_leave_the_body_layer_active(proofread: Proofread, 
     assert viewer.layers.selection.active.name == "seg bodies"
 
 
-def test_split_seeds_belong_to_their_version(proofread: Proofread, qtbot: Any) -> None:
+def split_seeds_belong_to_their_version(proofread: Proofread, qtbot: Any) -> None:
     viewer, panel, _, _, c = proofread
     versions = dock(viewer, "Versions")
     a, _, _, _ = two_bodies(c)
@@ -573,8 +577,8 @@ def test_split_seeds_belong_to_their_version(proofread: Proofread, qtbot: Any) -
     assert c.pending_split is None and panel.split_button.text() == "Start split"
 
 
-def test_panel_inputs_give_messages_not_tracebacks(proofread: Proofread, sample: SampleDataset,  # noqa: F811
-                                                   tmp_path: Path, qtbot: Any) -> None:
+def panel_inputs_give_messages_not_tracebacks(proofread: Proofread, sample: SampleDataset,  # noqa: F811
+                                              tmp_path: Path, qtbot: Any) -> None:
     from napari_shardscope.core.volumes import open_volume
 
     viewer, panel, _, _, c = proofread
@@ -595,3 +599,45 @@ def test_panel_inputs_give_messages_not_tracebacks(proofread: Proofread, sample:
     browser.layer_combo.setCurrentText("segmentation")
     with pytest.raises(ArgumentError, match="uint64"):  # what the locate box runs for a typed "-3"
         browser.locate("-3", mode="chunk id")
+
+
+# -- user stories ----------------------------------------------------------------------------------------------
+# Each story below runs steps (the functions above, each named for what it checks, every assertion kept) one
+# after the other on one viewer and repository, in an order in which each step starts where a user's previous
+# step left off. One viewer per story instead of one per step: the viewer, the sample's layers and the body
+# layers cost about 1.5 CPU s per test to build and tear down, more than most steps. Every step computes what it
+# works on (the two largest bodies of plane Z, the checked-out version) from the repository as it finds it.
+
+
+def test_cleave_split_seeds_of_a_version_then_commit_refuses_edits(proofread: Proofread, qtbot: Any) -> None:
+    """Cleave picked supervoxels; back in body mode, split a body with painted seeds; seeds belong to the
+    version they were painted on; commit without continuing, and edits are refused."""
+    cleave_picked_supervoxels(proofread, qtbot)
+    proofread.panel.mode_combo.setCurrentText("bodies")  # a split is of a whole body
+    assert proofread.c.mode == "bodies"
+    split_with_painted_seeds(proofread, qtbot)
+    split_seeds_belong_to_their_version(proofread, qtbot)
+    committed_version_disables_edits(proofread, qtbot)
+
+
+def test_merge_branches_with_a_choice_per_conflict_then_export(proofread: Proofread, qtbot: Any,
+                                                               tmp_path: Path) -> None:
+    """Merge two branches choosing a side per conflict, then edit the result, commit it and export it."""
+    versions_panel_merges_branches_with_a_choice_per_conflict(proofread, qtbot)
+    versions_panel_exports_a_committed_version(proofread, qtbot, tmp_path)
+
+
+def test_merge_choices_per_branch_then_a_long_history(proofread: Proofread, qtbot: Any) -> None:
+    """Choices made for one branch's merge do not carry over to another's; then another handle writes a long
+    history over the result, which the Versions panel lists as its newest versions."""
+    merge_choices_belong_to_the_branch_they_were_made_for(proofread, qtbot)
+    versions_panel_lists_the_newest_versions_of_a_long_history(proofread, qtbot)
+
+
+def test_shard_browser_beside_proofreading_then_closing_the_panels(proofread: Proofread, sample: SampleDataset,  # noqa: F811
+                                                                   tmp_path: Path, qtbot: Any) -> None:
+    """The Shard browser's locate and shard map leave the body layer active; wrong inputs in either panel give
+    messages; closing both panels takes their keys, and Proofreading docked again finds the session."""
+    locate_and_shard_map_leave_the_body_layer_active(proofread, qtbot)
+    panel_inputs_give_messages_not_tracebacks(proofread, sample, tmp_path, qtbot)
+    closing_the_panels_takes_their_keys_and_a_panel_docked_again_finds_the_session(proofread, qtbot)

@@ -57,7 +57,7 @@ def labels_day(make_napari_viewer: Any, tmp_path: Path, qtbot: Any,
     return viewer, panel, repo, c
 
 
-def test_an_imported_labels_layer_is_merged_committed_and_reopens(labels_day: Any, qtbot: Any) -> None:
+def an_imported_labels_layer_is_merged_committed_and_reopens(labels_day: Any, qtbot: Any) -> None:
     viewer, panel, repo, c = labels_day
     base = repo / IMPORTED_DIR / "cells"
     assert c.version is not None and c.version.labelmap.config.base == str(base) and (base / "zarr.json").is_file()
@@ -89,7 +89,15 @@ def test_an_imported_labels_layer_is_merged_committed_and_reopens(labels_day: An
     again.disconnect()
 
 
-def test_results_and_refusals_are_napari_notifications_naming_bodies(labels_day: Any, qtbot: Any) -> None:
+def test_notifications_name_bodies_then_a_merge_is_committed_and_reopens(labels_day: Any, qtbot: Any) -> None:
+    """Results and refusals are napari notifications naming bodies (a merge undone); then the same bodies merged
+    again, committed, and the repository reopened by a later session. The steps (each named for what it checks,
+    every assertion kept) share one viewer: building and tearing down a viewer costs about 1 CPU s."""
+    results_and_refusals_are_napari_notifications_naming_bodies(labels_day, qtbot)
+    an_imported_labels_layer_is_merged_committed_and_reopens(labels_day, qtbot)
+
+
+def results_and_refusals_are_napari_notifications_naming_bodies(labels_day: Any, qtbot: Any) -> None:
     viewer, panel, repo, c = labels_day
     start = len(notification_manager.records)
     c.select(9)

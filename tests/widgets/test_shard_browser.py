@@ -88,7 +88,7 @@ def plugin_menu_titles() -> list[str]:
     return titles
 
 
-def test_panel_is_in_the_plugins_menu_and_shows_the_sample(sample_viewer: tuple[Any, ShardBrowser]) -> None:
+def panel_is_in_the_plugins_menu_and_shows_the_sample(sample_viewer: tuple[Any, ShardBrowser]) -> None:
     viewer, browser = sample_viewer
     titles = plugin_menu_titles()
     for name in ("Shard browser", "Proofreading", "Versions"):  # the plugin's three main panels
@@ -103,7 +103,7 @@ def test_panel_is_in_the_plugins_menu_and_shows_the_sample(sample_viewer: tuple[
     assert browser.tree.url == str(viewer.layers["image"].metadata["shardscope"]["url"])
 
 
-def test_expanding_rows_reads_only_their_indexes(sample_viewer: tuple[Any, ShardBrowser], qtbot: Any) -> None:
+def expanding_rows_reads_only_their_indexes(sample_viewer: tuple[Any, ShardBrowser], qtbot: Any) -> None:
     viewer, browser = sample_viewer
     assert browser.tree is not None
     stats = browser.tree.inspector.store.stats
@@ -135,7 +135,7 @@ def test_expanding_rows_reads_only_their_indexes(sample_viewer: tuple[Any, Shard
     assert_outlines(viewer, browser.tree.geometry("8_8_40").chunk_world_box(node.grid_position))
 
 
-def test_locate_outlines_the_chunk_and_moves_the_view(sample_viewer: tuple[Any, ShardBrowser], qtbot: Any) -> None:
+def locate_outlines_the_chunk_and_moves_the_view(sample_viewer: tuple[Any, ShardBrowser], qtbot: Any) -> None:
     viewer, browser = sample_viewer
     assert browser.tree is not None
     found = browser.locate("20, 30, 100", "voxel", "8_8_40")  # z, y, x from 0, as napari indexes the layer
@@ -210,7 +210,7 @@ def test_locate_under_cursor_with_real_mouse_events(make_napari_viewer: Any, sam
     assert not browser.is_listening()
 
 
-def test_shard_map_layer_values_are_the_shards(sample_viewer: tuple[Any, ShardBrowser], qtbot: Any) -> None:
+def shard_map_layer_values_are_the_shards(sample_viewer: tuple[Any, ShardBrowser], qtbot: Any) -> None:
     viewer, browser = sample_viewer
     assert browser.tree is not None
     stats = browser.tree.inspector.store.stats
@@ -246,8 +246,8 @@ def test_shard_map_layer_values_are_the_shards(sample_viewer: tuple[Any, ShardBr
     assert layer not in viewer.layers  # replaced, not stacked
 
 
-def test_validate_clean_then_corrupted_copy(sample_viewer: tuple[Any, ShardBrowser], sample: SampleDataset,  # noqa: F811
-                                            tmp_path: Path, qtbot: Any) -> None:
+def validate_clean_then_corrupted_copy(sample_viewer: tuple[Any, ShardBrowser], sample: SampleDataset,  # noqa: F811
+                                       tmp_path: Path, qtbot: Any) -> None:
     viewer, browser = sample_viewer
     browser.validate(None)
     assert browser.busy and not browser.validate_button.isEnabled()
@@ -275,6 +275,23 @@ def test_validate_clean_then_corrupted_copy(sample_viewer: tuple[Any, ShardBrows
     assert_outlines(viewer, bad.world_box)  # type: ignore[arg-type]
     current = browser.tree_widget.currentItem().data(0, Qt.ItemDataRole.UserRole)
     assert current.path == bad.path
+
+
+def test_the_panel_over_the_sample_rows_locate_shard_map_and_validate(sample_viewer: tuple[Any, ShardBrowser],
+                                                                      sample: SampleDataset,  # noqa: F811
+                                                                      tmp_path: Path, qtbot: Any) -> None:
+    """One session with the panel over the sample, as a user goes on: the panel in the Plugins menu and its
+    layers; rows expanded (reading only their indexes) and a chunk row clicked; locating chunks; the shard map;
+    validating the sample, then a damaged copy. The steps (each named for what it checks, every assertion kept)
+    share one viewer: building and tearing down a viewer with the sample costs about 1 CPU s, most of a step."""
+    viewer, browser = sample_viewer
+    panel_is_in_the_plugins_menu_and_shows_the_sample(sample_viewer)
+    browser.layer_combo.setCurrentText("segmentation")  # back to the segmentation (the first step chose the image)
+    assert browser.layer is viewer.layers["segmentation"]
+    expanding_rows_reads_only_their_indexes(sample_viewer, qtbot)
+    locate_outlines_the_chunk_and_moves_the_view(sample_viewer, qtbot)
+    shard_map_layer_values_are_the_shards(sample_viewer, qtbot)
+    validate_clean_then_corrupted_copy(sample_viewer, sample, tmp_path, qtbot)
 
 
 def test_ten_thousand_shards_page_in(make_napari_viewer: Any, qtbot: Any,

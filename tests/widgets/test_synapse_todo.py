@@ -57,11 +57,10 @@ def world_z(c: ProofreadingController, z: int) -> float:
     return float(g.translate[0] + z * g.voxel_size[0])
 
 
-@pytest.mark.qt_binding_lane
-def test_orphan_todo_made_from_the_partner_box_walked_with_next_and_done(proofread: Proofread,  # noqa: F811
-                                                                         qtbot: Any) -> None:
+def orphan_todo_made_from_the_partner_box_walked_with_next_and_done(proofread: Proofread,  # noqa: F811
+                                                                    qtbot: Any, a: int) -> None:
+    """``a``: the body :func:`with_synapses` gave synapses, in an earlier step."""
     viewer, panel, repo, _, c = proofread
-    a, _b, _p = with_synapses(c)
     on_background = add_orphans(c, a)
     c.select(a)
     qtbot.waitUntil(lambda: settled(viewer) and panel.partner_rows() != [], timeout=60000)
@@ -108,7 +107,8 @@ def test_orphan_todo_made_from_the_partner_box_walked_with_next_and_done(proofre
     assert c.todo.name == name and c.todo.entries[0].status == "done"
 
 
-def test_weak_partner_todo_of_the_selected_body(proofread: Proofread, qtbot: Any) -> None:  # noqa: F811
+def weak_partner_todo_of_the_selected_body(proofread: Proofread, qtbot: Any) -> int:  # noqa: F811
+    """Returns a, the body given synapses here (with :func:`with_synapses`)."""
     viewer, panel, repo, _, c = proofread
     a, _b, p = with_synapses(c)  # a sends 3 synapses to p and gets 1 from it: p is a weak partner (in)
     c.select(a)
@@ -127,3 +127,14 @@ def test_weak_partner_todo_of_the_selected_body(proofread: Proofread, qtbot: Any
     qtbot.waitUntil(lambda: settled(viewer), timeout=60000)
     panel.partner_box.orphans_action.trigger()
     assert "select the body" in c.last_error
+    return a
+
+
+@pytest.mark.qt_binding_lane
+def test_weak_partner_then_orphan_synapse_todo_lists(proofread: Proofread, qtbot: Any) -> None:  # noqa: F811
+    """The weak-partner list of a body with synapses; then orphan sites of the same body, whose list is walked
+    with Next and Done. Weak partners first: the orphans (an autapse among them) would add partners of their
+    own. The steps (each named for what it checks, every assertion kept) share one viewer: building and tearing
+    down the viewer and its layers costs about 1.5 CPU s."""
+    a = weak_partner_todo_of_the_selected_body(proofread, qtbot)
+    orphan_todo_made_from_the_partner_box_walked_with_next_and_done(proofread, qtbot, a)

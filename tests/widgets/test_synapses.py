@@ -85,7 +85,7 @@ def settled(viewer: Any) -> bool:
     return not s.synapses.pending and not s.surfaces.busy and not s.surfaces._scheduled
 
 
-def test_selected_bodies_synapses_follow_selection_and_merge(proofread: Proofread, qtbot: Any) -> None:  # noqa: F811
+def selected_bodies_synapses_follow_selection_and_merge(proofread: Proofread, qtbot: Any) -> tuple[int, int, int]:  # noqa: F811
     """No layer while the repository has no bound instance; one bound meanwhile (as a notebook does) is found
     at the next selection, and its sites follow the selection, a merge and its undo."""
     viewer, panel, repo, _, c = proofread
@@ -147,12 +147,14 @@ def test_selected_bodies_synapses_follow_selection_and_merge(proofread: Proofrea
     qtbot.waitUntil(lambda: settled(viewer) and synapse_layer(viewer) is None, timeout=60000)
     assert panel.partner_rows() == []
     assert_dims(viewer, moved, "synapses gone")
+    return a, b, p
 
 
-@pytest.mark.qt_binding_lane
-def test_clicking_a_partner_selects_it_and_goes_there(proofread: Proofread, qtbot: Any) -> None:  # noqa: F811
+def clicking_a_partner_selects_it_and_goes_there(proofread: Proofread, qtbot: Any,  # noqa: F811
+                                                 bodies: tuple[int, int, int]) -> None:
+    """``bodies``: a, b and p of :func:`with_synapses`, made by an earlier step."""
     viewer, panel, _repo, _, c = proofread
-    a, b, p = with_synapses(c)
+    a, b, p = bodies
     c.select(a)
     qtbot.waitUntil(lambda: settled(viewer) and panel.partner_rows() != [], timeout=60000)
     went: list[Any] = []
@@ -168,10 +170,12 @@ def test_clicking_a_partner_selects_it_and_goes_there(proofread: Proofread, qtbo
     assert panel.partner_rows() == [("in", a, 3), ("in", b, 2), ("out", a, 1)]  # most synapses first
 
 
-def test_a_split_in_a_worker_moves_synapses_to_the_new_part(proofread: Proofread, qtbot: Any) -> None:  # noqa: F811
-    """A split runs in a worker (holding the labelmap's lock): the layer and the list follow when it ends."""
+def a_split_in_a_worker_moves_synapses_to_the_new_part(proofread: Proofread, qtbot: Any,  # noqa: F811
+                                                       bodies: tuple[int, int, int]) -> None:
+    """A split runs in a worker (holding the labelmap's lock): the layer and the list follow when it ends.
+    ``bodies``: a, b and p of :func:`with_synapses`, made by an earlier step."""
     viewer, panel, repo, _, c = proofread
-    a, _b, p = with_synapses(c)
+    a, _b, p = bodies
     c.select(a)
     qtbot.waitUntil(lambda: settled(viewer) and panel.partner_rows() == [("out", p, 3), ("in", p, 1)],
                     timeout=60000)
@@ -203,3 +207,20 @@ def test_a_split_in_a_worker_moves_synapses_to_the_new_part(proofread: Proofread
     want = sorted(rows, key=lambda r: (-r[2], r[0] != "out", r[1]))
     assert panel.partner_rows() == want
     assert panel.wiring_label.text().startswith("split of ")
+
+
+@pytest.mark.qt_binding_lane
+def test_synapses_follow_selection_merge_a_partner_click_and_a_split(proofread: Proofread,  # noqa: F811
+                                                                    qtbot: Any) -> None:
+    """One session: the synapses follow the selection, a merge and its undo; a click on a partner row selects
+    the partner; back on the plane the split starts from, a split in a worker moves the sites to its parts.
+
+    The steps (each named for what it checks, every assertion kept) share one viewer and one annotation
+    instance (made by the first step): building and tearing down the viewer and its layers costs about 1.5 CPU
+    s. Each step starts from what the previous left: the merge undone, so a, b and p hold the sites
+    :func:`with_synapses` gave them.
+    """
+    bodies = selected_bodies_synapses_follow_selection_and_merge(proofread, qtbot)
+    clicking_a_partner_selects_it_and_goes_there(proofread, qtbot, bodies)
+    proofread.viewer.dims.set_current_step(0, Z)  # back to the plane the sites were put on (the fixture's)
+    a_split_in_a_worker_moves_synapses_to_the_new_part(proofread, qtbot, bodies)

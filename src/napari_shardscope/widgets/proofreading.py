@@ -53,6 +53,7 @@ from napari_shardscope.widgets.partners import PartnerBox
 from napari_shardscope.widgets.placement import add_on_grid
 from napari_shardscope.widgets.scrolling import scroll_body
 from napari_shardscope.widgets.session import LAYER_KEY, ViewerSession, session_for
+from napari_shardscope.widgets.styling import restyle
 from napari_shardscope.widgets.workers import start_job
 
 if TYPE_CHECKING:
@@ -510,10 +511,10 @@ class ProofreadingPanel(QWidget):
             button.setToolTip(action.reason or ACTION_TABLE[name].tip)
         status = state.status
         if status.level != "error" and state.edit_block:
-            self.status_label.setStyleSheet(_STATUS_COLOURS["warning"])  # why nothing can be edited here
+            restyle(self.status_label, _STATUS_COLOURS["warning"])  # why nothing can be edited here
             self.status_label.setText(state.edit_block)
         else:
-            self.status_label.setStyleSheet(_STATUS_COLOURS.get(status.level, ""))
+            restyle(self.status_label, _STATUS_COLOURS.get(status.level, ""))
             self.status_label.setText(status.render())
 
     def _render_repository(self) -> None:
@@ -539,11 +540,19 @@ class ProofreadingPanel(QWidget):
         self._suggested[self.repo_edit] = path
 
     def _show_selection_on_layer(self, state: ControllerState) -> None:
+        """The body layer's selected label and isolate switch, set only when they change.
+
+        napari re-slices the layer (its visible tiles read again through the body map) whenever
+        ``show_selected_label`` is set, even to the value it has; the panel renders on every controller
+        state (each click, each status line), which re-read the plane each time.
+        """
         layer = self.session.body_layer
         if layer is not None and layer in self.viewer.layers:
             if state.selected:
-                layer.selected_label = state.selected[0]
-            layer.show_selected_label = bool(self.isolate_check.isChecked() and state.selected)
+                layer.selected_label = state.selected[0]  # napari ignores an unchanged label itself
+            isolate = bool(self.isolate_check.isChecked() and state.selected)
+            if layer.show_selected_label != isolate:
+                layer.show_selected_label = isolate
 
     def _show_info(self, state: ControllerState) -> None:
         """The first selected body's id, size, supervoxels, bounds and history (read when it changed)."""

@@ -35,6 +35,7 @@ from napari_shardscope.widgets.canvas import canvas_for
 from napari_shardscope.widgets.lifecycle import on_removed
 from napari_shardscope.widgets.placement import add_on_grid
 from napari_shardscope.widgets.session import ViewerSession, keep_read_only, session_for
+from napari_shardscope.widgets.styling import restyle
 
 if TYPE_CHECKING:
     import napari
@@ -268,5 +269,5 @@ class ReviewPanel(QWidget):
         self.review_button.setEnabled(state.actions["plan_merge"].enabled)
         self.review_button.setToolTip(state.actions["plan_merge"].reason or "list the bodies the branch changed")
         self.commit_button.setEnabled(state.actions["commit"].enabled)
-        self.status_label.setStyleSheet("color: #e06c75" if state.status.level == "error" else "")
+        restyle(self.status_label, "color: #e06c75" if state.status.level == "error" else "")
         self.status_label.setText(state.status.render())

@@ -64,6 +64,7 @@ from napari_shardscope.widgets.lifecycle import on_removed
 from napari_shardscope.widgets.placement import VolumeGrid
 from napari_shardscope.widgets.scrolling import scroll_body, wrapping
 from napari_shardscope.widgets.shard_map_layer import add_shard_map, shard_map_name
+from napari_shardscope.widgets.styling import restyle
 from napari_shardscope.widgets.workers import GuiProgress, Stopped, start_worker
 
 if TYPE_CHECKING:
@@ -410,7 +411,7 @@ class ShardBrowser(QWidget):
     def show_located(self, located: Located, *, move: bool = True, select: bool = True) -> None:
         """Outline a located chunk (world coordinates), select its tree row and move the view there."""
         self.last_located = located
-        self.locate_label.setStyleSheet("")
+        restyle(self.locate_label, "")
         self.locate_label.setText(located.describe())
         if select:
             try:
@@ -457,7 +458,7 @@ class ShardBrowser(QWidget):
         return self.cursor_locator.locate_position(position)
 
     def _on_hover(self, located: Located | None) -> None:
-        self.locate_label.setStyleSheet("")
+        restyle(self.locate_label, "")
         self.locate_label.setText("under cursor: " + located.describe() if located is not None else "")
 
     # -- shard map -------------------------------------------------------------------------------------------
@@ -522,7 +523,7 @@ class ShardBrowser(QWidget):
         maximum = max(self.progress_bar.maximum(), 1)
         self.progress_bar.setRange(0, maximum)
         self.progress_bar.setValue(maximum)
-        self.status_label.setStyleSheet("")
+        restyle(self.status_label, "")
         self.status_label.setText("no problems found" if count == 0 else f"{count} problem(s): click one to go there")
 
     def _on_problem_clicked(self, item: QListWidgetItem) -> None:
@@ -577,7 +578,7 @@ class ShardBrowser(QWidget):
     def _on_worker_error(self, exc: BaseException) -> None:
         self.progress_bar.setRange(0, 1)
         if isinstance(exc, Stopped):
-            self.status_label.setStyleSheet("")
+            restyle(self.status_label, "")
             self.status_label.setText(f"stopped ({len(self.problems)} problem(s) so far)")
             return
         self._error(str(exc))
@@ -587,7 +588,7 @@ class ShardBrowser(QWidget):
     def _error(self, message: str, label: QLabel | None = None) -> None:
         self.last_error = message
         target = label if label is not None else self.status_label
-        target.setStyleSheet("color: #e06c75")
+        restyle(target, "color: #e06c75")
         target.setText(message)
 
     def _teardown(self) -> None:

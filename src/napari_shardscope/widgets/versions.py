@@ -51,6 +51,7 @@ from napari_shardscope.core.proofreading.wording import (
 from napari_shardscope.widgets.lifecycle import on_removed
 from napari_shardscope.widgets.scrolling import scroll_body
 from napari_shardscope.widgets.session import ViewerSession, session_for
+from napari_shardscope.widgets.styling import restyle
 from napari_shardscope.widgets.workers import start_job
 
 if TYPE_CHECKING:
@@ -271,7 +272,7 @@ class VersionsPanel(QWidget):
             action = state.actions[name]
             button.setEnabled(action.enabled)
             button.setToolTip(action.reason or _PANEL_TIPS.get(name, ACTION_TABLE[name].tip))
-        self.status_label.setStyleSheet("color: #e06c75" if state.status.level == "error" else "")
+        restyle(self.status_label, "color: #e06c75" if state.status.level == "error" else "")
         self.status_label.setText(state.status.render())
 
     def _fill_tree(self) -> None:
