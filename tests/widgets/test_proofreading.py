@@ -176,6 +176,17 @@ def test_create_then_click_select_shift_click_merge_undo_redo(created: Proofread
         qtbot.waitUntil(lambda expected=expected: c.selected == expected, timeout=5000)
     assert [panel.selection_list.item(i).text() for i in range(panel.selection_list.count())] == [str(a), str(b)]
     assert panel.info_labels["id"].text() == str(a)
+    # *isolate selected*: the body layer shows only the first selected body, until unchecked
+    assert s.body_layer.selected_label == a and not s.body_layer.show_selected_label
+    qtbot.mouseClick(panel.isolate_check, LEFT)
+    assert panel.isolate_check.isChecked() and s.body_layer.show_selected_label and s.body_layer.selected_label == a
+    c.select(b)  # another body selected: the layer isolates it
+    assert s.body_layer.selected_label == b and s.body_layer.show_selected_label
+    c.select(a)
+    c.select(b, add=True)
+    assert c.selected == (a, b) and s.body_layer.selected_label == a and s.body_layer.show_selected_label
+    qtbot.mouseClick(panel.isolate_check, LEFT)
+    assert not panel.isolate_check.isChecked() and not s.body_layer.show_selected_label
     assert panel.merge_button.isEnabled() and not panel.redo_button.isEnabled()
     size_a, size_b = fresh(repo, "main").size(a), fresh(repo, "main").size(b)
     layer = s.body_layer
