@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from hypothesis import event
+from hypothesis import event, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
@@ -33,6 +33,7 @@ from napari_shardscope.core.annotation.editing import block_of
 from napari_shardscope.core.labelmap import create_labelmap
 from napari_shardscope.core.versioned import CommittedVersionError, Repository, create_repository
 from tests.core.labelmap.volumes import voronoi_supervoxels, write_precomputed
+from tests.hypothesis_depth import examples
 
 SHAPE = (8, 20, 24)
 BLOCK = (4, 8, 8)
@@ -307,3 +308,8 @@ class AnnotationMachine(RuleBasedStateMachine):
 
 
 TestAnnotationModel = AnnotationMachine.TestCase
+# The invariant re-reads every record and index after every step. Sized as the other model tests are
+# (tests/hypothesis_depth.py): the profile's 50 runs of Hypothesis's default 50 steps cost ~9 CPU-s; 25 runs
+# of 30 steps reach every rule (a merge needs two commits: a few steps) at a third of it, and the "long"
+# profile searches twenty times deeper.
+TestAnnotationModel.settings = settings(max_examples=examples(25), stateful_step_count=30, deadline=None)

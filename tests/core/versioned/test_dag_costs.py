@@ -184,3 +184,29 @@ def test_merges_in_a_lineage_cost_the_merges_not_the_history(tmp_path: Path, cou
             assert repo.merges_in(side) == []  # a side branch's lineage holds no merge
             assert [v.uuid for v in repo.merges_in(repo.parents(want[0])[0])] == want[1:]
     assert found[40] == found[400] <= 3, found
+
+
+def test_an_ancestry_longer_than_the_version_cache_reads_only_what_the_cache_cannot_hold(
+        tmp_path: Path, counter: Counter, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Walking a history longer than a handle's version cache used to evict each record before the next
+    walk came back to it (an LRU read in the same order each time): every walk read the whole history.
+    The walk reads what is not cached at once and keeps the newest, so a walk again reads the overflow."""
+    import functools
+
+    import napari_shardscope.core.versioned.handle as handle_module
+    from napari_shardscope.core.versioned.dagcache import DagIndex
+
+    cache = 64
+    monkeypatch.setattr(handle_module, "DagIndex", functools.partial(DagIndex, versions=cache))
+    make_chain_with_merges(tmp_path / "h", 120)
+    with open_repository(tmp_path / "h") as repo:
+        head = repo.head("main")
+        first = [v.uuid for v in repo.ancestry(head)]
+        history = len(first)
+        assert history > cache + 40
+        reads = []
+        for v in (head, repo.parents(head)[0], head):
+            before = counter.version_records
+            assert [a.uuid for a in repo.ancestry(v)] == first[first.index(v.uuid):]
+            reads.append(counter.version_records - before)
+    assert all(r <= history - cache + 2 for r in reads), (reads, history)

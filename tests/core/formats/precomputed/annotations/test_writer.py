@@ -160,7 +160,10 @@ def test_collections_read_over_http_as_they_read_locally(served: tuple[Path, Ran
 
 @pytest.mark.parametrize("sharded", [True, False])
 def test_a_collection_written_to_a_bucket_reads_back(s3: S3Server, sharded: bool) -> None:  # noqa: F811
-    batch = random_batch(SYNAPSES, 300, 8)
+    """Sharded: 300 synapses fill several 4 KiB shards. Unsharded, each annotation is its own object (plus
+    its relationship and spatial cells), one PUT and one GET each through the S3 server: 100 are as many
+    code paths as 300 (two spatial levels at ``limit=40``) at a third of the requests."""
+    batch = random_batch(SYNAPSES, 300 if sharded else 100, 8)
     write_annotations(s3.url("syn"), batch, sharded=sharded, limit=40, shard_bytes=4096)
     assert_same(open_annotations(s3.url("syn")).all(), batch)
     with pytest.raises(RefusedDestinationError):
