@@ -333,13 +333,18 @@ def run_lock(path: Path) -> Iterator[None]:
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
-@pytest.fixture(scope="session")
-def sample(tmp_path_factory: pytest.TempPathFactory) -> SampleDataset:
+def run_sample(tmp_path_factory: pytest.TempPathFactory) -> SampleDataset:
     """The synthetic EM sample dataset, generated once per test run (for every xdist worker: generating it
-    takes about 2.5 CPU s) into a test cache directory."""
+    takes about 2.5 CPU s) into a test cache directory. What every ``sample`` fixture returns."""
     cache = run_tmp(tmp_path_factory) / "shardscope-cache"
     with run_lock(cache.with_name("shardscope-cache.lock")):
         return ensure_sample_dataset(cache)
+
+
+@pytest.fixture(scope="session")
+def sample(tmp_path_factory: pytest.TempPathFactory) -> SampleDataset:
+    """The synthetic EM sample dataset (:func:`run_sample`)."""
+    return run_sample(tmp_path_factory)
 
 
 def assert_boxes_read_alike(fresh: Any, expected: np.ndarray) -> None:

@@ -10,14 +10,15 @@ import pytest
 
 from napari_shardscope.core.annotation import AnnotationInstance, create_annotation_instance
 from napari_shardscope.core.labelmap import Labelmap, create_labelmap
-from napari_shardscope.core.sample_data import SampleDataset, ensure_sample_dataset
+from napari_shardscope.core.sample_data import SampleDataset
 from napari_shardscope.core.versioned import Repository, create_repository
 from napari_shardscope.core.volumes import open_volume
+from tests.volume_cases import run_sample
 
 
 @pytest.fixture(scope="module")
 def sample(tmp_path_factory: pytest.TempPathFactory) -> SampleDataset:
-    return ensure_sample_dataset(tmp_path_factory.getbasetemp() / "shardscope-cache")
+    return run_sample(tmp_path_factory)  # made once per test run, shared by the xdist workers
 
 
 @pytest.fixture(scope="module")

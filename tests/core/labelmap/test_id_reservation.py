@@ -16,16 +16,17 @@ import pytest
 
 from napari_shardscope.core.labelmap import create_labelmap
 from napari_shardscope.core.labelmap.id_reservation import IdReservation, id_reservation, use_id_reservation
-from napari_shardscope.core.sample_data import SampleDataset, ensure_sample_dataset
+from napari_shardscope.core.sample_data import SampleDataset
 from napari_shardscope.core.versioned import Repository, create_repository
 from napari_shardscope.core.versioned.errors import RegionError
 from napari_shardscope.core.versioned.remotes import errors as remote_errors
 from napari_shardscope.core.versioned.remotes.reservation import RemoteIdReservation
+from tests.volume_cases import run_sample
 
 
 @pytest.fixture(scope="module")
 def sample(tmp_path_factory: pytest.TempPathFactory) -> SampleDataset:
-    return ensure_sample_dataset(tmp_path_factory.getbasetemp() / "shardscope-cache")
+    return run_sample(tmp_path_factory)  # made once per test run, shared by the xdist workers
 
 
 @pytest.fixture

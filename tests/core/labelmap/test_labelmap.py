@@ -26,15 +26,16 @@ from napari_shardscope.core.labelmap import (
 )
 from napari_shardscope.core.labelmap.geometry import BlockGrid, Box
 from napari_shardscope.core.labelmap.label_index import build_base_index
-from napari_shardscope.core.sample_data import SampleDataset, ensure_sample_dataset
+from napari_shardscope.core.sample_data import SampleDataset
 from napari_shardscope.core.versioned import CommittedVersionError, Repository, create_repository
 from napari_shardscope.core.volumes import open_volume
 from tests.core.labelmap.volumes import mode_downsample, write_precomputed
+from tests.volume_cases import run_sample
 
 
 @pytest.fixture(scope="module")
 def sample(tmp_path_factory: pytest.TempPathFactory) -> SampleDataset:
-    return ensure_sample_dataset(tmp_path_factory.getbasetemp() / "shardscope-cache")
+    return run_sample(tmp_path_factory)  # made once per test run, shared by the xdist workers
 
 
 @pytest.fixture
