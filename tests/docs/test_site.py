@@ -4,13 +4,15 @@ Python example in it runs.
 The build runs the way CI and a reader run it (``python -m mkdocs build --strict`` in a subprocess, with the
 repository's ``mkdocs.yml``), with every proxy variable pointing at a closed port, so a theme or plugin that
 tried to download fonts or assets would fail the build. The examples are the pages' ```` ```python ```` blocks,
-run page by page in a fresh interpreter as a reader would paste them (blocks fenced ```` ```{.python .no-run} ````
-need a napari window or a server and are only shown).
+run page by page, each top to bottom in a fresh process and directory of its own as a reader would paste them
+(forked from one that imported numpy and TensorStore: ``tests/docs/page_runner.py``; blocks fenced
+```` ```{.python .no-run} ```` need a napari window or a server and are only shown).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
 import subprocess
@@ -25,6 +27,7 @@ from tests.volume_cases import sample  # noqa: F401  (fixture: the session's sam
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs"
+PAGE_RUNNER = Path(__file__).resolve().parent / "page_runner.py"
 sys.path.insert(0, str(ROOT / "scripts"))
 import docs_reference  # noqa: E402  (scripts/ is not a package: the hook module, imported by path)
 
@@ -141,15 +144,36 @@ def sample_cache(sample: SampleDataset) -> Path:  # noqa: F811
     return sample.root.parent
 
 
-@pytest.mark.parametrize("page", PAGES_WITH_EXAMPLES)
-def test_python_examples_of_the_page_run(page: str, sample_cache: Path, tmp_path: Path) -> None:
-    blocks = PYTHON_BLOCK.findall((DOCS / page).read_text(encoding="utf-8"))
-    script = tmp_path / "examples.py"
-    script.write_text("\n\n".join(blocks), encoding="utf-8")
+@pytest.fixture(scope="module")
+def page_runs(sample_cache: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[int, str, str]]:
+    """Every page's examples run (``tests/docs/page_runner.py``: one process per page, each forked from one
+    that imported numpy and TensorStore, in a fresh directory of its own): exit code, stdout, stderr by page."""
+    where = tmp_path_factory.mktemp("pages")
+    pages = []
+    for i, page in enumerate(PAGES_WITH_EXAMPLES):
+        cwd = where / f"{i:02d}"
+        cwd.mkdir()
+        blocks = PYTHON_BLOCK.findall((DOCS / page).read_text(encoding="utf-8"))
+        script = cwd / "examples.py"
+        script.write_text("\n\n".join(blocks), encoding="utf-8")
+        pages.append({"script": str(script), "cwd": str(cwd)})
+    results, spec = where / "results.json", where / "spec.json"
+    spec.write_text(json.dumps({"pages": pages, "results": str(results)}), encoding="utf-8")
     env = {**os.environ, CACHE_DIR_ENV: str(sample_cache), **OFFLINE}
-    done = subprocess.run([sys.executable, str(script)], cwd=tmp_path, env=env, capture_output=True, text=True,
-                          timeout=600)
-    assert done.returncode == 0, f"{page}:\n{done.stdout}\n{done.stderr}"
+    done = subprocess.run([sys.executable, str(PAGE_RUNNER), str(spec)], cwd=where, env=env, capture_output=True,
+                          text=True, timeout=600 * len(pages), stdin=subprocess.DEVNULL)
+    assert done.returncode == 0, f"{done.stdout}\n{done.stderr}"
+    codes = json.loads(results.read_text(encoding="utf-8"))
+    assert len(codes) == len(pages), f"{done.stdout}\n{done.stderr}"
+    return {page: (code, (Path(p["cwd"]) / "stdout.txt").read_text(encoding="utf-8", errors="replace"),
+                   (Path(p["cwd"]) / "stderr.txt").read_text(encoding="utf-8", errors="replace"))
+            for page, p, code in zip(PAGES_WITH_EXAMPLES, pages, codes, strict=True)}
+
+
+@pytest.mark.parametrize("page", PAGES_WITH_EXAMPLES)
+def test_python_examples_of_the_page_run(page: str, page_runs: dict[str, tuple[int, str, str]]) -> None:
+    code, stdout, stderr = page_runs[page]
+    assert code == 0, f"{page}:\n{stdout}\n{stderr}"
 
 
 def test_every_page_with_python_is_tested() -> None:

@@ -299,6 +299,8 @@ def test_cli_open_bad_path_fails_fast_without_napari(tmp_path: Path) -> None:
 
 @pytest.mark.qt_binding_lane
 def test_cli_open_screenshot(tmp_path: Path, format_cases: dict[str, FormatCase]) -> None:  # noqa: F811
+    """``shardscope open DATASETS --screenshot`` draws them. Also the ``open`` verb's piped run of
+    tests/core/cli/test_every_verb.py (its ``RUN_ELSEWHERE``): exit 0, no internal error."""
     import imageio.v3 as iio
 
     assert os.environ.get("DISPLAY"), "pytest-xvfb provides a display"
@@ -306,6 +308,7 @@ def test_cli_open_screenshot(tmp_path: Path, format_cases: dict[str, FormatCase]
     result = run_cli("open", str(format_cases["ome-zarr"].path), str(format_cases["n5-multiscale"].path),
                      "--screenshot", str(out), "--cache-mb", "64")
     assert result.returncode == 0, result.stderr
+    assert "internal error" not in result.stderr and "Traceback" not in result.stderr, result.stderr
     pixels = iio.imread(out)
     assert pixels.ndim == 3 and pixels.shape[0] > 100 and pixels.shape[1] > 100
     assert pixels[..., :3].std() > 10

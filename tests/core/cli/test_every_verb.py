@@ -234,14 +234,17 @@ def test_every_verb_has_a_case() -> None:
     assert sorted(VERBS) == sorted(CASES)
 
 
-#: Verbs that start napari (a window, Qt): one process each, not in a batch.
+#: Verbs that start napari (a window, Qt): a batch of their own (one process per mode for all of them, so napari
+#: and Qt are imported once and never reach the other verbs' batch).
 GUI_VERBS = ("open", "demo")
 
 
-#: Runs another test makes already, with the same command line, output streams and checks (and more): not
-#: started twice. ``shardscope demo --screenshot`` piped is tests/core/test_sample_data.py::test_demo_screenshot
-#: (which also checks what the screenshot shows); each napari start costs about ten seconds of CPU.
-RUN_ELSEWHERE = {("demo", "pipe")}
+#: Runs another test makes already, with the same output streams and checks (and more): not started twice.
+#: ``shardscope demo --screenshot`` piped is tests/core/test_sample_data.py::test_demo_screenshot, ``shardscope
+#: open DATASETS --screenshot`` piped is tests/napari_plugin/test_reader.py::test_cli_open_screenshot (an OME-Zarr
+#: and an N5 dataset; the sharded precomputed one is opened here on a terminal); both also check what the
+#: screenshot shows. Each napari start costs about five seconds of CPU.
+RUN_ELSEWHERE = {("demo", "pipe"), ("open", "pipe")}
 
 
 def runs() -> Iterator[tuple[str, str]]:
@@ -337,13 +340,16 @@ def prepared_world(template: Path, root: Path, case: Case) -> World:
     return world
 
 
-def run_batch(mode: str, template: Path, where: Path) -> dict[str, Outcome]:
-    """Every non-GUI verb in one process (``tests/cli_batch.py``), its output cut into one piece per verb.
+def run_batch(mode: str, template: Path, where: Path, *, gui: bool = False,
+              env_extra: dict[str, str] | None = None) -> dict[str, Outcome]:
+    """Every non-GUI verb (``gui``: every GUI verb) of ``mode`` in one process (``tests/cli_batch.py``), its
+    output cut into one piece per verb.
 
     Each verb runs through the console script's ``main`` exactly as ``shardscope VERB ...`` would, on
-    stdout/stderr that are pipes or a terminal; only Python's start-up is shared.
+    stdout/stderr that are pipes or a terminal; only Python's start-up (for the GUI verbs: napari's import
+    and Qt's application) is shared.
     """
-    verbs = [v for v, m in runs() if m == mode and v not in GUI_VERBS]
+    verbs = [v for v, m in runs() if m == mode and (v in GUI_VERBS) == gui]
     cases = []
     for i, verb in enumerate(verbs):
         world = prepared_world(template, where / f"{i:02d}", CASES[verb])
@@ -352,7 +358,7 @@ def run_batch(mode: str, template: Path, where: Path) -> dict[str, Outcome]:
     results = where / "results.json"
     spec = where / "spec.json"
     spec.write_text(json.dumps({"cases": cases, "results": str(results), "merged": mode == "terminal"}))
-    env = verb_env(Case(()))
+    env = {**verb_env(Case(())), **(env_extra or {})}
     cmd = [sys.executable, str(BATCH), str(spec)]
     runner = {"pipe": run_piped, "json": run_streamed, "terminal": run_in_terminal}[mode]
     whole = runner(cmd, where, env)
@@ -365,13 +371,19 @@ def run_batch(mode: str, template: Path, where: Path) -> dict[str, Outcome]:
 
 
 @pytest.fixture(scope="module")
-def batches(template: Path, tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], dict[str, Outcome]]:
-    done: dict[str, dict[str, Outcome]] = {}
+def batches(template: Path, tmp_path_factory: pytest.TempPathFactory,
+            request: pytest.FixtureRequest) -> Callable[[str, bool], dict[str, Outcome]]:
+    """``get(mode, gui)``: the outcomes of the batch of ``mode`` (of the GUI verbs when ``gui``), run once."""
+    done: dict[tuple[str, bool], dict[str, Outcome]] = {}
 
-    def get(mode: str) -> dict[str, Outcome]:
-        if mode not in done:
-            done[mode] = run_batch(mode, template, tmp_path_factory.mktemp(f"batch-{mode}"))
-        return done[mode]
+    def get(mode: str, gui: bool) -> dict[str, Outcome]:
+        if (mode, gui) not in done:
+            env_extra = {}
+            if gui:  # demo opens the cached sample
+                env_extra["SHARDSCOPE_CACHE_DIR"] = str(request.getfixturevalue("sample").root.parent)
+            where = tmp_path_factory.mktemp(f"batch-{mode}{'-gui' if gui else ''}")
+            done[mode, gui] = run_batch(mode, template, where, gui=gui, env_extra=env_extra)
+        return done[mode, gui]
 
     return get
 
@@ -386,22 +398,10 @@ def parse_json_output(text: str) -> list[object]:
         return values
 
 
-def run_gui_verb(verb: str, mode: str, template: Path, tmp_path: Path, request: pytest.FixtureRequest) -> Outcome:
-    case = CASES[verb]
-    env = verb_env(case)
-    if verb == "demo":
-        sample = request.getfixturevalue("sample")
-        env["SHARDSCOPE_CACHE_DIR"] = str(sample.root.parent)
-    world = prepared_world(template, tmp_path / "world", case)
-    cmd = command(verb, world.fill(case.argv))
-    return run_in_terminal(cmd, world.root, env) if mode == "terminal" else run_piped(cmd, world.root, env)
-
-
 @pytest.mark.parametrize(("verb", "mode"), list(runs()), ids=lambda v: v.replace(" ", "-"))
-def test_verb(verb: str, mode: str, batches: Callable[[str], dict[str, Outcome]], template: Path,
-              tmp_path: Path, request: pytest.FixtureRequest) -> None:
+def test_verb(verb: str, mode: str, batches: Callable[[str, bool], dict[str, Outcome]]) -> None:
     case = CASES[verb]
-    out = run_gui_verb(verb, mode, template, tmp_path, request) if verb in GUI_VERBS else batches(mode)[verb]
+    out = batches(mode, verb in GUI_VERBS)[verb]
     assert "internal error" not in out.stderr and "Traceback" not in out.stderr, out.shown()
     assert out.code == 0, out.shown()
     if mode == "json":

@@ -45,6 +45,23 @@ class Rendered:
         return int(r), int(g), int(b)
 
 
+def wait_ready(page: Any) -> None:
+    """Wait until Neuroglancer says every visible chunk is loaded (``viewer.isReady()``), at most
+    :data:`READY_TIMEOUT`; asked every 50 ms in the page (a condition, not a sleep)."""
+    page.wait_for_function("() => typeof viewer !== 'undefined' && viewer.isReady()", polling=50,
+                           timeout=READY_TIMEOUT * 1000)
+
+
+def settle(page: Any) -> None:
+    """Once ready: the mouse moved off the panels (no hover highlight on a segment), two animation frames drawn
+    after the move (the frame that shows the change, and one after it), and ready again."""
+    wait_ready(page)
+    page.mouse.move(0, 0)
+    page.evaluate("() => new Promise(r => requestAnimationFrame(() => requestAnimationFrame(() => r(null))))")
+    wait_ready(page)
+    assert page.evaluate("() => viewer.isReady()")
+
+
 class Browser:
     def __init__(self, playwright: Any) -> None:
         self.browser = playwright.chromium.launch(executable_path=CHROMIUM, args=ARGS)
@@ -55,17 +72,7 @@ class Browser:
         page = self.browser.new_page(viewport=VIEWPORT)
         try:
             page.goto(url)
-            deadline = time.monotonic() + READY_TIMEOUT
-            ready = False
-            while time.monotonic() < deadline:
-                ready = bool(page.evaluate("() => typeof viewer !== 'undefined' && viewer.isReady()"))
-                if ready:
-                    break
-                page.wait_for_timeout(200)
-            assert ready, f"Neuroglancer did not become ready within {READY_TIMEOUT} s"
-            page.mouse.move(0, 0)  # no hover highlight on a segment
-            page.wait_for_timeout(300)
-            assert page.evaluate("() => viewer.isReady()")
+            settle(page)
             rect = page.evaluate("""() => {
                 const r = document.querySelector('.neuroglancer-rendered-data-panel').getBoundingClientRect();
                 return [r.x, r.y, r.width, r.height]; }""")

@@ -25,7 +25,7 @@ from napari_shardscope.core.serve.handoff import serve
 from napari_shardscope.core.serve.server import ShardServer
 from napari_shardscope.core.versioned import create_repository
 from tests.core.labelmap.volumes import voronoi_supervoxels, write_precomputed
-from tests.core.serve.browser import READY_TIMEOUT, VIEWPORT, Browser, Rendered, chromium, needs_chromium
+from tests.core.serve.browser import READY_TIMEOUT, VIEWPORT, Browser, Rendered, chromium, needs_chromium, settle
 
 pytestmark = needs_chromium
 PX = 6.0  # screen pixels per voxel
@@ -40,7 +40,6 @@ def browser() -> Iterator[Browser]:
 def render_state(browser: Browser, server: ShardServer, state: dict, shot: Path | None = None) -> Rendered:  # type: ignore[type-arg]
     """Open the served client, restore ``state`` in it, wait until every layer has loaded, read the pixels."""
     import io
-    import time
 
     from PIL import Image
 
@@ -50,14 +49,7 @@ def render_state(browser: Browser, server: ShardServer, state: dict, shot: Path 
         page.wait_for_function("() => typeof viewer !== 'undefined'", timeout=READY_TIMEOUT * 1000)
         page.evaluate("(s) => viewer.state.restoreState(s)", state)
         names = [layer["name"] for layer in state["layers"]]
-        deadline = time.monotonic() + READY_TIMEOUT
-        while time.monotonic() < deadline:
-            if page.evaluate("() => viewer.isReady()"):
-                break
-            page.wait_for_timeout(200)
-        page.mouse.move(0, 0)
-        page.wait_for_timeout(500)
-        assert page.evaluate("() => viewer.isReady()"), f"Neuroglancer not ready within {READY_TIMEOUT} s"
+        settle(page)
         assert page.evaluate("() => viewer.layerManager.managedLayers.map(l => l.name)") == names
         rect = page.evaluate("""() => {
             const r = document.querySelector('.neuroglancer-rendered-data-panel').getBoundingClientRect();
@@ -154,7 +146,6 @@ def open_link(browser: Browser, link: str) -> tuple[list[str], list[str], str, R
     """Open ``link`` as a user does; once the state is applied and every layer loaded: the client's layer
     names, the names in its state (``viewer.state.toJSON()``), the error messages it shows, and the pixels."""
     import io
-    import time
 
     from PIL import Image
 
@@ -164,12 +155,7 @@ def open_link(browser: Browser, link: str) -> tuple[list[str], list[str], str, R
         page.wait_for_function("() => typeof viewer !== 'undefined'", timeout=READY_TIMEOUT * 1000)
         # a layer restored means the whole state is (the layers are restored together): a dropped one never comes
         page.wait_for_function("() => viewer.layerManager.managedLayers.length > 0", timeout=READY_TIMEOUT * 1000)
-        deadline = time.monotonic() + READY_TIMEOUT
-        while time.monotonic() < deadline and not page.evaluate("() => viewer.isReady()"):
-            page.wait_for_timeout(200)
-        page.mouse.move(0, 0)
-        page.wait_for_timeout(500)
-        assert page.evaluate("() => viewer.isReady()"), f"Neuroglancer not ready within {READY_TIMEOUT} s"
+        settle(page)
         names = page.evaluate("() => viewer.layerManager.managedLayers.map(l => l.name)")
         in_state = page.evaluate("() => (viewer.state.toJSON().layers || []).map(l => l.name)")
         # an error message of the client's status bar comes with a "Dismiss" button

@@ -2,8 +2,10 @@
 
 ``write REPO NAME N``: N read-modify-write increments of one shared counter (plus one own key
 each) in the repository's open version, and every 10th step a new committed branch off the root;
-``read REPO SECONDS``: re-reads the counter, asserting it never goes backwards;
-``hold REPO SECONDS``: holds the write transaction for a while.
+``read REPO TARGET``: re-reads the counter, asserting it never goes backwards, until it reaches TARGET (the
+writers are done: a condition, not a fixed time, so it reads exactly while they write; bounded by
+:data:`READ_LIMIT_S`);
+``hold REPO``: holds the write transaction until its standard input closes (the test says when).
 """
 
 from __future__ import annotations
@@ -14,6 +16,8 @@ import time
 from napari_shardscope.core.versioned import open_repository
 
 INSTANCE = "kv"
+#: Seconds the reader waits at most for the counter to reach its target (a bound on the loop, not a timing check).
+READ_LIMIT_S = 120.0
 
 
 def write(path: str, name: str, n: int, open_version: str) -> None:
@@ -28,12 +32,13 @@ def write(path: str, name: str, n: int, open_version: str) -> None:
                 repo.commit(v, f"{name} branch {i}")
 
 
-def read(path: str, seconds: float, open_version: str) -> None:
+def read(path: str, target: int, open_version: str) -> None:
     last = -1
     reads = 0
-    deadline = time.monotonic() + seconds
+    deadline = time.monotonic() + READ_LIMIT_S
     with open_repository(path) as repo:
-        while time.monotonic() < deadline:
+        while last < target:
+            assert time.monotonic() < deadline, f"the counter stayed at {last}, below {target}"
             with repo.read(open_version) as view:
                 count = int(view.get(INSTANCE, b"counter") or b"0")
                 assert count >= last, f"counter went back from {last} to {count}"
@@ -45,11 +50,11 @@ def read(path: str, seconds: float, open_version: str) -> None:
     print(reads)
 
 
-def hold(path: str, seconds: float) -> None:
+def hold(path: str) -> None:
     with open_repository(path) as repo, repo.write("main") as w:
         w.put(INSTANCE, b"held", b"1")
         print("holding", flush=True)
-        time.sleep(seconds)
+        sys.stdin.read()  # until the test closes our standard input
 
 
 if __name__ == "__main__":
@@ -57,6 +62,6 @@ if __name__ == "__main__":
     if cmd == "write":
         write(repo_path, rest[0], int(rest[1]), rest[2])
     elif cmd == "read":
-        read(repo_path, float(rest[0]), rest[1])
+        read(repo_path, int(rest[0]), rest[1])
     else:
-        hold(repo_path, float(rest[0]))
+        hold(repo_path)

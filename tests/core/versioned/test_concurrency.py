@@ -26,8 +26,10 @@ N = 120
 
 
 def spawn(*args: str) -> subprocess.Popen[bytes]:
+    """A worker process (``tests/core/versioned/concurrent_worker.py``); its standard input a pipe (``hold``
+    holds the write transaction until it closes)."""
     return subprocess.Popen([sys.executable, "-m", "tests.core.versioned.concurrent_worker", *args], cwd=ROOT,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             env={**os.environ, "PYTHONPATH": str(ROOT)})
 
 
@@ -38,7 +40,7 @@ def test_two_writer_processes_lose_nothing(tmp_path: Path, engine: str) -> None:
         repo.create_instance("kv", "keyvalue")
         repo.commit(repo.root, "root")
         work = repo.new_version(repo.root).uuid
-    reader = spawn("read", path, "3", work)
+    reader = spawn("read", path, str(2 * N), work)  # reads until the writers are done
     writers = [spawn("write", path, name, str(N), work) for name in ("A", "B")]
     for p in [*writers, reader]:
         out, err = p.communicate(timeout=120)
@@ -60,14 +62,15 @@ def test_writer_in_another_process_makes_us_wait_then_time_out(tmp_path: Path) -
     path = str(tmp_path / "repo")
     with create_repository(path) as repo:
         repo.create_instance("kv", "keyvalue")
-    holder = spawn("hold", path, "3")
+    holder = spawn("hold", path)
     assert holder.stdout is not None and holder.stdout.readline() == b"holding\n"
     with open_repository(path, lock_timeout=0.3) as repo:
         with pytest.raises(LockTimeoutError, match=rf"pid {holder.pid}"), repo.write("main") as w:
             w.put("kv", b"mine", b"1")
         with repo.read("main") as view:  # reading is never blocked by the writer
             assert view.get("kv", b"held") is None
-        holder.communicate(timeout=30)
+        holder.communicate(timeout=30)  # closes its standard input: it commits and exits
+        assert holder.returncode == 0
         with repo.write("main", timeout=5) as w:  # once it is gone, writing works
             w.put("kv", b"mine", b"1")
         with repo.read("main") as view:
