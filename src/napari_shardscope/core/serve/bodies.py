@@ -17,13 +17,8 @@ from napari_shardscope.core.bytestore import ByteStore
 from napari_shardscope.core.cache import LruCache
 from napari_shardscope.core.errors import NotFoundError, StoreError
 
-#: Bytes read from a remote store and written to the socket at a time (one range request each).
+#: Bytes read from a store and written to the socket at a time.
 PIECE = 1 << 20
-#: Bytes read from a local file or an in-memory value at a time. A fresh 1 MiB ``bytes`` per piece costs a
-#: new zeroed memory mapping each time (measured: 2.5 CPU-s per GiB streamed, 9 s for a 3 GiB shard file);
-#: 256 KiB pieces are served from memory the allocator keeps (0.15 CPU-s per GiB) for four reads instead of one
-#: of a local file, which cost microseconds.
-LOCAL_PIECE = 1 << 18
 #: A remote value's size is probed up to this many bytes (far beyond any object a store holds).
 MAX_PROBED_SIZE = 1 << 50
 
@@ -34,11 +29,6 @@ class Body(Protocol):
     @property
     def cheap_size(self) -> bool:
         """Whether :meth:`size` costs no more than a stat (else a ``bytes=a-b`` range is answered without it)."""
-        ...
-
-    @property
-    def piece(self) -> int:
-        """Bytes to read (and send) at a time: :data:`LOCAL_PIECE` when reads are cheap, else :data:`PIECE`."""
         ...
 
     def size(self) -> int | None:
@@ -59,10 +49,6 @@ class BytesBody:
     @property
     def cheap_size(self) -> bool:
         return True
-
-    @property
-    def piece(self) -> int:
-        return LOCAL_PIECE
 
     def size(self) -> int | None:
         return len(self.data)
@@ -91,10 +77,6 @@ class StoreBody:
     @property
     def cheap_size(self) -> bool:
         return self.store.cheap_size or self._known
-
-    @property
-    def piece(self) -> int:
-        return LOCAL_PIECE if self.store.cheap_size else PIECE  # a stat-sized store: local files
 
     def size(self) -> int | None:
         if not self._known:

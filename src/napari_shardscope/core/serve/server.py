@@ -512,14 +512,14 @@ class _Handler(BaseHTTPRequestHandler):
             self._stream(body, key, start, end)
 
     def _stream(self, body: Body, key: str, start: int, end: int) -> None:
-        """Bytes ``[start, end)`` of ``body`` to the socket, ``body.piece`` bytes at a time.
+        """Bytes ``[start, end)`` of ``body`` to the socket, :data:`PIECE` bytes at a time.
 
         A value that shrank or vanished since its size was read cannot deliver the promised
         ``Content-Length``: the connection is closed, which the client sees as a cut-off body.
         """
         pos = start
         while pos < end:
-            piece = body.read(pos, min(pos + body.piece, end))
+            piece = body.read(pos, min(pos + PIECE, end))
             if not piece:
                 log.warning("%s: %r ended at byte %d of the %d promised; connection closed",
                             self.address_string(), key, pos, end)
