@@ -37,8 +37,6 @@ import json
 import os
 import random
 import signal
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -56,6 +54,7 @@ from napari_shardscope.core.export.source import ArraySource
 from napari_shardscope.core.labelmap import create_labelmap
 from napari_shardscope.core.versioned import create_repository, open_repository
 from tests.core.labelmap.volumes import voronoi_supervoxels, write_precomputed
+from tests.line_server import LineServer
 
 ROOT = Path(__file__).resolve().parents[3]
 #: A seeded handful per case in the default run (four cases; each round forks an export from the module's
@@ -131,7 +130,7 @@ def labelmap_case(tmp_path_factory: pytest.TempPathFactory) -> Case:
                [root / "seg", root / "repo"], root / "repo")
 
 
-class ExportServer:
+class ExportServer(LineServer):
     """``export_child``'s fork server: each round's export is a process of its own, forked from one that has
     loaded Python and the package once (see that module)."""
 
@@ -139,19 +138,7 @@ class ExportServer:
         self.stderr = stderr
         env = {**os.environ, "EXPORT_CHILD_STDERR": str(stderr),
                "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)}
-        self.proc = subprocess.Popen([sys.executable, "-m", "tests.core.export.export_child"], cwd=ROOT,
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
-        if self._line() != "ready":
-            pytest.fail("the export server did not start")
-
-    def _line(self) -> str:
-        assert self.proc.stdout is not None
-        return self.proc.stdout.readline().strip()
-
-    def _send(self, line: str) -> None:
-        assert self.proc.stdin is not None
-        self.proc.stdin.write(line + "\n")
-        self.proc.stdin.flush()
+        super().__init__(["-m", "tests.core.export.export_child"], env, "the export server")
 
     def start(self, args: list[str]) -> None:
         """Fork an export of ``args``; it runs until :meth:`end`."""

@@ -22,8 +22,6 @@ import os
 import random
 import select
 import signal
-import subprocess
-import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -32,6 +30,7 @@ import pytest
 
 from napari_shardscope.core.versioned import Repository, Version, open_repository
 from tests.core.versioned.crash_writer import INSTANCE, setup
+from tests.line_server import LineServer
 
 ROOT = Path(__file__).resolve().parents[3]
 #: Kills per engine in every run (each a writer process of its own); the ``slow`` variant
@@ -45,24 +44,12 @@ def contents(repo: Repository, v: Version) -> dict[bytes, bytes]:
         return dict(view.scan(INSTANCE))
 
 
-class WriterServer:
+class WriterServer(LineServer):
     """``crash_writer --serve``: each round's writer is forked from it (see :func:`~.crash_writer.serve`)."""
 
     def __init__(self) -> None:
-        self.proc = subprocess.Popen([sys.executable, "-m", "tests.core.versioned.crash_writer", "--serve"],
-                                     cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-                                     env={**os.environ, "PYTHONPATH": str(ROOT)})
-        if self._line() != "ready":
-            pytest.fail("the writer server did not start")
-
-    def _line(self) -> str:
-        assert self.proc.stdout is not None
-        return self.proc.stdout.readline().strip()
-
-    def _send(self, line: str) -> None:
-        assert self.proc.stdin is not None
-        self.proc.stdin.write(line + "\n")
-        self.proc.stdin.flush()
+        super().__init__(["-m", "tests.core.versioned.crash_writer", "--serve"],
+                         {**os.environ, "PYTHONPATH": str(ROOT)}, "the writer server")
 
     def start(self, path: str, seed: int, where: Path) -> int:
         """Fork a writer on ``path``: the reading end of its stdout (unbuffered), its stderr in ``where/stderr``."""

@@ -1,0 +1,38 @@
+"""A child Python process a test speaks to a line at a time: the crash tests' fork servers.
+
+``tests/core/versioned/crash_writer.py --serve`` and ``tests/core/export/export_child.py`` load Python and the
+package once and fork each round's process from there; the test starts the server with :class:`LineServer`,
+waits for its ``ready`` line, then sends one line per request and reads one line per answer.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import pytest
+
+#: The repository's root: the servers run as ``python -m tests...`` from here.
+ROOT = Path(__file__).resolve().parents[1]
+
+
+class LineServer:
+    """``python ARGS`` in :data:`ROOT`, its stdin and stdout pipes of text lines; started when it said ``ready``."""
+
+    def __init__(self, args: Sequence[str], env: Mapping[str, str], what: str) -> None:
+        self.proc = subprocess.Popen([sys.executable, *args], cwd=ROOT, stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, text=True, env=dict(env))
+        if self._line() != "ready":
+            pytest.fail(f"{what} did not start")
+
+    def _line(self) -> str:
+        """The server's next line (blocking: each request's answer comes, or the server has died: "")."""
+        assert self.proc.stdout is not None
+        return self.proc.stdout.readline().strip()
+
+    def _send(self, line: str) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(line + "\n")
+        self.proc.stdin.flush()
