@@ -71,6 +71,18 @@ def edit(repo: Repository, kind: str, rng: np.random.Generator, bodies: list[int
     return out
 
 
+def pushed_with_a_merge(path: Path, base: Path, remote: Path) -> Repository:
+    """A repository at ``path`` over ``base`` with one merge, pushed to the directory remote ``remote`` as
+    ``origin``; left open."""
+    from napari_shardscope.core.versioned import remotes as R
+
+    repo = make_repo(path, base)
+    edit(repo, "merge", np.random.default_rng(5))
+    R.add_remote(repo, "origin", str(remote))
+    R.push(repo)
+    return repo
+
+
 def bodies_at(repo: Repository, ref: str) -> list[np.ndarray]:
     """The version's body labels at every scale."""
     lm = open_labelmap(repo, "seg")

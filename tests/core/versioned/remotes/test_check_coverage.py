@@ -18,7 +18,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 from napari_shardscope.core.versioned import open_repository
@@ -26,7 +25,7 @@ from napari_shardscope.core.versioned import remotes as R
 from napari_shardscope.core.versioned.remotes.errors import CorruptObjectError
 from napari_shardscope.core.versioned.remotes.pack import decode_node, object_key
 from napari_shardscope.core.versioned.remotes.store import RemoteStore
-from tests.core.versioned.remotes.helpers import edit, make_repo, shift_head_listing
+from tests.core.versioned.remotes.helpers import pushed_with_a_merge, shift_head_listing
 
 
 def _check(url: Path) -> subprocess.CompletedProcess[str]:
@@ -37,11 +36,7 @@ def _check(url: Path) -> subprocess.CompletedProcess[str]:
 def _pushed(tmp_path: Path, base: Path) -> Path:
     """A remote holding a repository with one merge, which ``remote check`` calls sound."""
     remote = tmp_path / "remote"
-    repo = make_repo(tmp_path / "a", base)
-    edit(repo, "merge", np.random.default_rng(5))
-    R.add_remote(repo, "origin", str(remote))
-    R.push(repo)
-    repo.close()
+    pushed_with_a_merge(tmp_path / "a", base, remote).close()
     sound = _check(remote)
     assert sound.returncode == 0 and "present and verified" in sound.stdout, sound.stdout + sound.stderr
     return remote

@@ -24,7 +24,7 @@ from napari_shardscope.core.versioned import remotes as R
 from napari_shardscope.core.versioned.remotes.endpoints import open_remote
 from napari_shardscope.core.versioned.remotes.pack import object_key
 from napari_shardscope.core.versioned.remotes.verify import remote_versions, verify_remote
-from tests.core.versioned.remotes.helpers import bodies_at, edit, made_ids, make_repo
+from tests.core.versioned.remotes.helpers import bodies_at, edit, made_ids, make_repo, pushed_with_a_merge
 
 
 def same_node(a: Repository, b: Repository, uuid: str) -> bool:
@@ -113,10 +113,7 @@ def test_force_with_lease(base: Path, tmp_path: Path) -> None:
 
 def test_damaged_object_is_refused(base: Path, tmp_path: Path) -> None:
     url = tmp_path / "remote"
-    a = make_repo(tmp_path / "a", base)
-    edit(a, "merge", np.random.default_rng(5))
-    R.add_remote(a, "origin", str(url))
-    R.push(a)
+    a = pushed_with_a_merge(tmp_path / "a", base, url)
     head = remote_versions(str(url))[a.head("main").uuid]
     # the node object, and the history pack a clone reads it from (a pack is an object like any other)
     packs = json.loads((url / "refs.json").read_text())["packs"]
