@@ -7,12 +7,13 @@ waits for its ``ready`` line, then sends one line per request and reads one line
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
-from collections.abc import Mapping, Sequence
+import traceback
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-
-import pytest
+from typing import NoReturn
 
 #: The repository's root: the servers run as ``python -m tests...`` from here.
 ROOT = Path(__file__).resolve().parents[1]
@@ -25,6 +26,8 @@ class LineServer:
         self.proc = subprocess.Popen([sys.executable, *args], cwd=ROOT, stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, text=True, env=dict(env))
         if self._line() != "ready":
+            import pytest  # here: the servers import this module for exit_forked, and need no pytest
+
             pytest.fail(f"{what} did not start")
 
     def _line(self) -> str:
@@ -36,3 +39,19 @@ class LineServer:
         assert self.proc.stdin is not None
         self.proc.stdin.write(line + "\n")
         self.proc.stdin.flush()
+
+
+def exit_forked(body: Callable[[], int]) -> NoReturn:
+    """In a process a server forked: run ``body`` and ``_exit`` with its code (no atexit, no flushing of the
+    server's buffers), as the interpreter would exit: ``SystemExit``'s code, or 70 with the traceback shown."""
+    code = 70
+    try:
+        code = body()
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else 1
+    except BaseException:
+        traceback.print_exc()
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)

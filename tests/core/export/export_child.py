@@ -25,7 +25,6 @@ import json
 import os
 import signal
 import sys
-import traceback
 
 import dask.threaded  # noqa: F401  (loaded before ``ready``: the export's own work starts after it)
 import tensorstore  # noqa: F401
@@ -34,26 +33,20 @@ import napari_shardscope.core.export.precomputed
 import napari_shardscope.core.export.source
 import napari_shardscope.core.export.zarr3  # noqa: F401
 from napari_shardscope.cli import main
+from tests.line_server import exit_forked
 
 
 def _run_export(args: list[str], stderr: str | None) -> None:
-    """In the forked process: the export, then ``_exit`` (no atexit, no flushing of the server's buffers)."""
-    code = 70
-    try:
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, 1)
+    """In the forked process: the export, then ``_exit`` (:func:`~tests.line_server.exit_forked`)."""
+
+    def export() -> int:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), 1)
         if stderr:
             os.dup2(os.open(stderr, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644), 2)
         sys.stdin.close()
-        code = main(["export", *args])
-    except SystemExit as exc:  # as the interpreter would exit
-        code = exc.code if isinstance(exc.code, int) else 1
-    except BaseException:  # main maps every error to an exit code; anything else is shown, as Python would
-        traceback.print_exc()
-    finally:
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(code)
+        return main(["export", *args])  # main maps every error to an exit code
+
+    exit_forked(export)
 
 
 def serve() -> None:

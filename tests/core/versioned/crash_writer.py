@@ -16,9 +16,9 @@ import os
 import random
 import signal
 import sys
-import traceback
 
 from napari_shardscope.core.versioned import create_repository, open_repository
+from tests.line_server import exit_forked
 
 INSTANCE = "kv"
 KEYS = [f"k{i:02d}" for i in range(24)]
@@ -79,19 +79,16 @@ def run(path: str, seed: int) -> None:
 
 def _writer(path: str, seed: int, fifo: str, stderr: str) -> None:
     """In the forked process: stdout is the FIFO ``fifo`` (the test reads it), stderr the file ``stderr``; the
-    writer runs until it is killed (``_exit`` if it ever stops: no atexit, no flushing of the server's buffers)."""
-    code = 70
-    try:
+    writer runs until it is killed (:func:`~tests.line_server.exit_forked` with 70 if it ever stops)."""
+
+    def write() -> int:
         os.dup2(os.open(stderr, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644), 2)
         os.dup2(os.open(fifo, os.O_WRONLY), 1)  # waits for the test to open the FIFO's reading end
         sys.stdin.close()
         run(path, seed)
-    except BaseException:
-        traceback.print_exc()
-    finally:
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(code)
+        return 70
+
+    exit_forked(write)
 
 
 def serve() -> None:
