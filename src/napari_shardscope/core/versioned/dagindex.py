@@ -108,32 +108,23 @@ class DagReader:
 
     def get_vid(self, vid: int) -> Version | None:
         """The version with id ``vid``, or None."""
-        if self._cacheable:
-            hit = self.index.cached_version(vid)
-            if hit is not None:
-                return hit
-        if not 0 < vid <= K.MAX_ID:
-            return None
-        raw = self.txn.get(K.version_record_key(vid))
-        if raw is None:
-            return None
-        v = decode_version(raw)
-        if v.vid != vid:
-            raise StoreCorruptError(f"version record under id {vid} names id {v.vid}")
-        if self._cacheable:
-            self.index.remember(self.generation, version=v)
-        return v
+        return self._get_vids([vid])[0]
 
     def by_vid(self, vid: int) -> Version:
         """The version with id ``vid``."""
-        v = self.get_vid(vid)
-        if v is None:
-            raise UnknownVersionError(f"no version with id {vid}")
-        return v
+        return self.by_vids([vid])[0]
 
     def by_vids(self, vids: list[int]) -> list[Version]:
-        """The versions with these ids, in this order: cached ones from memory, the rest read and decoded
-        with one JSON parse.
+        """The versions with these ids, in this order (:meth:`_get_vids`)."""
+        found = self._get_vids(vids)
+        for vid, v in zip(vids, found, strict=True):
+            if v is None:
+                raise UnknownVersionError(f"no version with id {vid}")
+        return [v for v in found if v is not None]
+
+    def _get_vids(self, vids: list[int]) -> list[Version | None]:
+        """The versions with these ids (None where there is none), in this order: cached ones from memory, the
+        rest read together and decoded with one JSON parse.
 
         Why: an ancestry of a deep history is thousands of records, and one parse per record cost more
         than reading it. Longer than the version cache, a walk evicted each record before the next walk
@@ -141,32 +132,20 @@ class DagReader:
         Records read are remembered oldest first: the cache keeps the newest, where the next walk
         starts, and a walk decodes only what the cache cannot hold.
         """
-        found: list[Version | None] = [None] * len(vids)
-        missing: list[int] = []
-        for pos, vid in enumerate(vids):
-            hit = self.index.cached_version(vid) if self._cacheable else None
-            if hit is None:
-                missing.append(pos)
-            else:
-                found[pos] = hit
-        for pos in missing:
-            if not 0 < vids[pos] <= K.MAX_ID:
-                raise UnknownVersionError(f"no version with id {vids[pos]}")
-        raws: list[bytes] = []
-        for pos, raw in zip(missing, self.txn.get_many([K.version_record_key(vids[p]) for p in missing]),
-                            strict=True):
-            if raw is None:
-                raise UnknownVersionError(f"no version with id {vids[pos]}")
-            raws.append(raw)
-        decoded = decode_versions(raws) if raws else []
-        for pos, v in zip(missing, decoded, strict=True):
+        found: list[Version | None] = [
+            self.index.cached_version(vid) if self._cacheable else None for vid in vids]
+        missing = [pos for pos, v in enumerate(found) if v is None and 0 < vids[pos] <= K.MAX_ID]
+        raws = self.txn.get_many([K.version_record_key(vids[p]) for p in missing]) if missing else []
+        present = [(pos, raw) for pos, raw in zip(missing, raws, strict=True) if raw is not None]
+        decoded = decode_versions([raw for _, raw in present]) if present else []
+        for (pos, _), v in zip(present, decoded, strict=True):
             if v.vid != vids[pos]:
                 raise StoreCorruptError(f"version record under id {vids[pos]} names id {v.vid}")
             found[pos] = v
         if self._cacheable:
             for v in sorted(decoded, key=lambda d: d.vid):
                 self.index.remember(self.generation, version=v)
-        return [v for v in found if v is not None]
+        return found
 
     def vid_of(self, uuid: str) -> int | None:
         """The id of the version with this full UUID, or None."""
