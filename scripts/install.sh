@@ -72,7 +72,10 @@ fi
 if command -v uv >/dev/null 2>&1 || "$python" -m uv --version >/dev/null 2>&1; then
   uv_cmd=(uv); command -v uv >/dev/null 2>&1 || uv_cmd=("$python" -m uv)
   [ -x "$venv/bin/python" ] || "${uv_cmd[@]}" venv -q -p "$python" "$venv"
-  "${uv_cmd[@]}" pip install -q -p "$venv/bin/python" -e ".[$extra]"
+  # --compile-bytecode: the environment's modules are compiled once here, as pip does by default (uv does
+  # not): otherwise the first start of napari or `shardscope` compiles them, and a harness that forbids
+  # writing bytecode (PYTHONDONTWRITEBYTECODE) makes every start compile them again.
+  "${uv_cmd[@]}" pip install -q --compile-bytecode -p "$venv/bin/python" -e ".[$extra]"
 else
   [ -x "$venv/bin/python" ] || "$python" -m venv "$venv"
   "$venv/bin/python" -m pip install -q --upgrade pip

@@ -14,31 +14,25 @@ from collections import defaultdict
 from collections.abc import Iterator
 from pathlib import Path
 
-#: Where the test run keeps bytecode when the environment forbids writing it (below).
-PYCACHE = Path(__file__).resolve().parents[1] / ".pytest_cache" / "pycache"
-
 
 def keep_bytecode() -> None:
     """Compile each module once per checkout, not once per process, even under ``PYTHONDONTWRITEBYTECODE``.
 
     A harness that exports ``PYTHONDONTWRITEBYTECODE=1`` (this machine's does) makes every Python process
-    compile every module it imports from source: each xdist worker compiles and assertion-rewrites every
-    test module at collection (about 20 CPU seconds of a worker's 23), and every ``shardscope`` child
-    process compiles numpy's, napari's and our modules again (napari and the panels: 5.9 CPU s with the
-    compile, 2.8 without). The run keeps the bytecode under ``.pytest_cache/pycache`` instead
-    (``PYTHONPYCACHEPREFIX``, inherited by the workers and every child), so nothing is written beside the
-    sources or into the environment, and a checkout compiles each module once. What the children run is
-    unchanged: a fresh interpreter importing the same modules, as an installed environment with bytecode
-    does. A ``PYTHONPYCACHEPREFIX`` the caller set is kept.
+    compile every module it imports from source: each xdist worker compiled and assertion-rewrote every test
+    module at collection, and every ``shardscope`` child process compiled our modules again. The run writes
+    bytecode where Python writes it by default (``__pycache__`` beside each source, ignored by git), and the
+    workers and children inherit that. The environment's own modules (numpy, napari, TensorStore) were
+    compiled when ``scripts/install.sh`` installed them (``uv pip install --compile-bytecode``, as ``pip``
+    does by default), so no process compiles them: an earlier version kept the run's bytecode under a
+    ``PYTHONPYCACHEPREFIX``, which hides an environment's bytecode, and a fresh clone's first run then compiled
+    napari's and numpy's modules in both workers at once (10 CPU s each at collection). A
+    ``PYTHONPYCACHEPREFIX`` the caller set is kept.
     """
     if not (os.environ.get("PYTHONDONTWRITEBYTECODE") or sys.dont_write_bytecode):
         return
-    prefix = Path(os.environ.get("PYTHONPYCACHEPREFIX") or PYCACHE)
-    prefix.mkdir(parents=True, exist_ok=True)
     os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
-    os.environ["PYTHONPYCACHEPREFIX"] = str(prefix)
     sys.dont_write_bytecode = False
-    sys.pycache_prefix = str(prefix)
 
 
 keep_bytecode()
@@ -95,14 +89,19 @@ settings.load_profile("ci")
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_cmdline_main(config: pytest.Config) -> None:
-    """``pytest`` (the README's test command) runs on every core: pytest-xdist's ``-n auto --dist loadfile``.
+    """``pytest`` (the README's test command) runs on every core: pytest-xdist with one worker more than
+    the cores, ``--dist loadfile``.
+
+    One more worker than cores: about a fifth of the test time waits (on loopback servers that model a
+    bucket's round trip, on browsers and child processes, on watchdogs that must see a stall), and a third
+    worker on two cores runs tests in those waits (measured on this 2-core machine: 350 s with two workers,
+    333 s with three, the same tests). ``PYTEST_XDIST_AUTO_NUM_WORKERS`` still sets the count.
 
     Set here rather than in ``addopts`` so that ``-p no:xdist`` (one process, no xdist at all) still parses,
     and so that an explicit ``-n N`` / ``-n 0`` / ``--dist`` wins. ``loadfile`` keeps each test file on one
     worker: many files build a costly module fixture once (a fuzz campaign, a written dataset, a server) that
     handing out single tests would build on every worker. This hook runs before xdist's own (both try first;
-    a conftest registers later), which turns ``auto`` into the number of cores (``PYTEST_XDIST_AUTO_NUM_WORKERS``
-    overrides it). Never inside a worker: it would spawn workers of its own.
+    a conftest registers later). Never inside a worker: it would spawn workers of its own.
 
     A crashed worker is not replaced (``--max-worker-restart 0``): see below.
     """
@@ -110,7 +109,8 @@ def pytest_cmdline_main(config: pytest.Config) -> None:
         return
     option = config.option
     if option.numprocesses is None and not option.collectonly and not option.usepdb:
-        option.numprocesses = "auto"
+        option.numprocesses = "auto" if os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS") else (
+            len(os.sched_getaffinity(0)) + 1)
         if option.dist == "no":
             option.dist = "loadfile"
             # Files are handed out in the order workers collected them: heaviest first (see
