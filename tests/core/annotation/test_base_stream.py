@@ -332,9 +332,12 @@ from napari_shardscope.core.annotation import base_input
 from napari_shardscope.core.annotation.base_import import build_base
 from napari_shardscope.core.formats import open_annotations
 src, out, piece, small = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
+# A first import of a small collection in pieces of a few rows, so that it takes every path the measured one
+# takes (several pieces, their merge): the modules the import loads lazily (20 MB of them, more where they are
+# compiled on first use, as in a fresh checkout) are not its data.
+base_input.PIECE_ROWS = 16
+build_base(open_annotations(small), out + "-warm", shape=(64, 1024, 1024), block=(64, 64, 64), range_sites=16)
 base_input.PIECE_ROWS = piece
-# a first import of a small collection: the modules the import loads lazily (20 MB of them) are not its data
-build_base(open_annotations(small), out + "-warm", shape=(64, 1024, 1024), block=(64, 64, 64))
 source = open_annotations(src)
 tracemalloc.start()
 config = build_base(source, out, shape=(64, 1024, 1024), block=(64, 64, 64), range_sites=max(piece, 4096))

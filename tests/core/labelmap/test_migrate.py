@@ -299,3 +299,36 @@ def test_two_processes_migrating_one_repository_end_with_the_one_run_result(work
         assert proc.returncode == 0 and out.splitlines()[-1].startswith(b"done"), (out + err).decode()
     assert stored(path) == stored(reference)
     reads_as_before(path, work)
+
+
+@pytest.mark.parametrize("legacy", [OLD_COMMITS[-1]], indirect=True)
+@pytest.mark.parametrize("other", ["finished", "begun"])
+def test_a_run_whose_tables_another_run_replaced_meanwhile_ends_as_one_run(work: Path, tmp_path: Path, other: str,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """The interleaving the two-process test above meets only by chance, made certain: this run reads no
+    marker, then another ``repo migrate`` process runs before this one reads the format-1 tables — to the end
+    (``finished``), or killed after its first transaction, the one that replaces those tables and stores the
+    marker (``begun``). The old tables are then gone; this run must not call that an interrupted creation
+    (it did: ``LabelmapStateError``), but resume from the other run's marker, or find nothing to do."""
+    import napari_shardscope.core.labelmap.migrate as labelmap_migrate
+
+    reference, path = tmp_path / "reference", tmp_path / "raced"
+    shutil.copytree(work / "repo", reference)
+    shutil.copytree(work / "repo", path)
+    transactions(reference, batch=1, batch_keys=1)
+    real = labelmap_migrate._base_tables
+
+    def another_run_first(*args: object) -> object:
+        if other == "finished":
+            done = shardscope("repo", "migrate", str(path), "--json")
+            assert done.returncode == 0, done.stderr
+        else:
+            _kill_worker(path, 1, "after")
+        return real(*args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(labelmap_migrate, "_base_tables", another_run_first)
+    with open_repository(path) as repo:
+        migrate_labelmap(repo, "seg", batch=1, batch_keys=1)
+        assert repo.verify() == []
+    assert stored(path) == stored(reference)
+    reads_as_before(path, work)

@@ -35,6 +35,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from napari_shardscope.core.errors import ShardscopeError
 from napari_shardscope.core.labelmap.agglomeration import (
     AgglomerationSource,
     IdentityAgglomeration,
@@ -170,12 +171,22 @@ def migrate_labelmap(repo: Repository, name: str, *, progress: Progress | None =
         raise LabelmapStateError(f"instance {name!r} is not a labelmap")
     config = LabelmapConfig.from_json({**inst.config, "format": FORMAT}, name=name)
     if repo.get_unversioned_many(inst, [MARKER_KEY])[0] is None:
-        _, items, _ = _base_tables(repo, inst, config)
-        with repo.rewriting() as rw:
-            if _current(rw, name) and rw.get_unversioned_many(inst, [MARKER_KEY])[0] is None:
-                rw.replace_unversioned(inst, (AGGLOMERATION_KEY, b"index/"), items)
-                rw.put_unversioned(inst, [(MARKER_KEY, Marker().to_bytes())])
-        del items
+        try:
+            _, items, _ = _base_tables(repo, inst, config)
+        except ShardscopeError:
+            # The base tables are read outside a transaction (building them can take long, and a transaction
+            # would hold the writers' lock meanwhile). Another ``repo migrate`` may have stored the new tables
+            # since this one read no marker: the format-1 tables it read from are then gone, which is no
+            # fault; the loop below resumes from that run's marker, or finds the labelmap migrated.
+            if not _begun_elsewhere(repo, inst, name):
+                raise
+            items = None
+        if items is not None:
+            with repo.rewriting() as rw:
+                if _current(rw, name) and rw.get_unversioned_many(inst, [MARKER_KEY])[0] is None:
+                    rw.replace_unversioned(inst, (AGGLOMERATION_KEY, b"index/"), items)
+                    rw.put_unversioned(inst, [(MARKER_KEY, Marker().to_bytes())])
+            del items
     fallback: dict[int, bytes] | None = None
     deltas: dict[int, dict[int, dict[int, int]]] = {}
     # The base tables never change once stored: one reader of each for the whole run (its pages cached
@@ -220,6 +231,13 @@ def migrate_labelmap(repo: Repository, name: str, *, progress: Progress | None =
                 rw.set_instance_config(name, config.to_json())
                 return _Stats(marker.versions, marker.mutations, list(marker.unreconciled))
             rw.put_unversioned(inst, [(MARKER_KEY, marker.to_bytes())])
+
+
+def _begun_elsewhere(repo: Repository, inst: Instance, name: str) -> bool:
+    """Whether another process has begun (a marker is stored) or finished migrating ``name``, as a transaction
+    sees it now."""
+    with repo.rewriting() as rw:
+        return not _current(rw, name) or rw.get_unversioned_many(inst, [MARKER_KEY])[0] is not None
 
 
 def _current(rw: Rewriter, name: str) -> bool:
