@@ -187,5 +187,8 @@ def test_demo_screenshot(tmp_path: Path, sample: SampleDataset) -> None:  # noqa
     pixels = iio.imread(out)[..., :3]
     assert pixels.shape[:2] == (1000, 1600)  # the whole window (data and the docked panels), not a squeezed canvas
     assert pixels.std() > 20
-    colours = np.unique(pixels.reshape(-1, 3), axis=0)
+    # distinct colours, each RGB packed into one integer: a 1-D unique (np.unique(axis=0) on the 1.6 M rows
+    # sorted them lexicographically: 1.4 CPU s for the same count)
+    rgb = pixels.astype(np.uint32)
+    colours = np.unique((rgb[..., 0] << 16) | (rgb[..., 1] << 8) | rgb[..., 2])
     assert len(colours) > 200  # grey EM texture under many label colours, not a blank canvas
