@@ -2,6 +2,13 @@
 
 Runs pytest on a small test module of the project's own kind (marker, fixture, ``realdata_path``, a
 parametrised list) with ``SHARDSCOPE_REALDATA`` pointing at a folder that does not exist.
+
+The probe's pytest loads the project's ``tests/conftest.py`` (where the skip-or-fail rule lives) and the plugins
+the project's tests run with (pytest-timeout, Hypothesis), but not the environment's plugins that have nothing to
+do with the rule (:data:`UNRELATED_PLUGINS`): napari's, npe2's and zarr's pytest plugins import napari and zarr at
+start-up (1.7 of the 2.1 CPU seconds each probe took), pytest-qt imports Qt and pytest-xvfb starts an X server,
+and pytest-xdist would spread the probe over workers when the test runs outside xdist (``-p no:xdist``: 6 CPU s
+a probe).
 """
 
 from __future__ import annotations
@@ -39,6 +46,11 @@ def test_unrelated():
 '''
 
 
+#: pytest plugins of this environment that the probe leaves out (``-p no:NAME``): none of them takes part in
+#: choosing skip or fail, and each costs start-up time (see the module docstring).
+UNRELATED_PLUGINS = ("napari", "npe2", "napari-plugin-engine", "zarr", "pytest-qt", "xvfb", "xdist")
+
+
 def run_probe(tmp_path: Path, *, required: bool) -> subprocess.CompletedProcess[str]:
     probe = REPO / "tests" / f"test_probe_{os.getpid()}_{int(required)}.py"
     probe.write_text(PROBE)
@@ -47,7 +59,8 @@ def run_probe(tmp_path: Path, *, required: bool) -> subprocess.CompletedProcess[
         env.pop("SHARDSCOPE_REALDATA_REQUIRED", None)
         if required:
             env["SHARDSCOPE_REALDATA_REQUIRED"] = "1"
-        return subprocess.run([sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", str(probe)],
+        return subprocess.run([sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider",
+                               *(arg for name in UNRELATED_PLUGINS for arg in ("-p", f"no:{name}")), str(probe)],
                               cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
     finally:
         probe.unlink()

@@ -54,21 +54,28 @@ def test_supervoxels_group_into_touching_bodies(sample: SampleDataset) -> None: 
     assert all(body == min(svs) for body, svs in bodies.items())  # DVID-style: named after a supervoxel
     assert sum(len(svs) > 1 for svs in bodies.values()) >= len(bodies) // 2
     # every body is one connected group of touching supervoxels
+    # each touching pair once: (a, b) packed into one uint64 for a 1-D unique (the ids are below 2**32), instead of
+    # a Python tuple for each of the ~10^5 boundary faces
+    assert int(ids[-1]) < 1 << 32
     touching: set[tuple[int, int]] = set()
     for axis in range(3):
         a, b = np.moveaxis(seg, axis, 0)[:-1].ravel(), np.moveaxis(seg, axis, 0)[1:].ravel()
         keep = a != b
-        touching.update(zip(a[keep].tolist(), b[keep].tolist(), strict=True))
+        pairs = np.unique((a[keep] << np.uint64(32)) | b[keep])
+        touching.update(zip((pairs >> np.uint64(32)).tolist(), (pairs & np.uint64(0xFFFFFFFF)).tolist(), strict=True))
+    neighbours: dict[int, set[int]] = {}
+    for u, v in touching:
+        neighbours.setdefault(u, set()).add(v)
+        neighbours.setdefault(v, set()).add(u)
     for svs in bodies.values():
         reached, todo = {svs[0]}, [svs[0]]
         members = set(svs)
         while todo:
             cur = todo.pop()
-            for u, v in touching:
-                for x, y in ((u, v), (v, u)):
-                    if x == cur and y in members and y not in reached:
-                        reached.add(y)
-                        todo.append(y)
+            for y in neighbours.get(cur, ()):
+                if y in members and y not in reached:
+                    reached.add(y)
+                    todo.append(y)
         assert reached == members
 
 
@@ -187,5 +194,8 @@ def test_demo_screenshot(tmp_path: Path, sample: SampleDataset) -> None:  # noqa
     pixels = iio.imread(out)[..., :3]
     assert pixels.shape[:2] == (1000, 1600)  # the whole window (data and the docked panels), not a squeezed canvas
     assert pixels.std() > 20
-    colours = np.unique(pixels.reshape(-1, 3), axis=0)
+    # distinct colours, each RGB packed into one integer: a 1-D unique (np.unique(axis=0) on the 1.6 M rows
+    # sorted them lexicographically: 1.4 CPU s for the same count)
+    rgb = pixels.astype(np.uint32)
+    colours = np.unique((rgb[..., 0] << 16) | (rgb[..., 1] << 8) | rgb[..., 2])
     assert len(colours) > 200  # grey EM texture under many label colours, not a blank canvas
