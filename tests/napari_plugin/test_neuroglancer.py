@@ -39,26 +39,6 @@ def assert_same_view(first: Any, second: Any, voxel: tuple[float, float, float])
     assert second.camera.zoom == pytest.approx(first.camera.zoom, rel=1e-6)
 
 
-@pytest.mark.realdata
-def test_dataset_round_trip(make_napari_viewer: Any) -> None:
-    first = make_napari_viewer()
-    try:
-        layers = add_volumes(first, open_volumes(str(REALDATA / "igneous_pinky_sharded")))
-        layer = layers[0]
-        vs = tuple(float(v) for v in layer.scale[-3:])
-        tr = tuple(float(t) for t in layer.translate[-3:])
-        first.dims.point = tuple(t + i * v for t, i, v in zip(tr, (20, 100, 90), vs, strict=True))
-        first.camera.zoom = 0.37
-        second, state = reopen(make_napari_viewer, first)
-        assert [(lay["name"], lay["type"]) for lay in state["layers"]] == [(layer.name, "segmentation")]
-        assert [(lay.name, type(lay).__name__) for lay in second.layers] == [(layer.name, "Labels")]
-        np.testing.assert_allclose(second.layers[0].scale[-3:], layer.scale[-3:])
-        np.testing.assert_allclose(second.layers[0].translate[-3:], layer.translate[-3:])
-        assert_same_view(first, second, vs)
-    finally:
-        stop_server(first)
-
-
 def test_version_round_trip_keeps_selected_bodies(make_napari_viewer: Any, tmp_path: Path) -> None:
     base = voronoi_supervoxels((6, 48, 56), 16, seed=4)
     write_precomputed(tmp_path / "seg", base, ((1, 1, 1), (1, 2, 2)), chunk_xyz=(16, 16, 4), sharded=True)
@@ -93,16 +73,24 @@ def test_version_round_trip_keeps_selected_bodies(make_napari_viewer: Any, tmp_p
 @pytest.mark.qt_binding_lane
 @pytest.mark.realdata
 def test_file_menu_show_and_open_neuroglancer_link(make_napari_viewer: Any, qtbot: Any) -> None:
-    """The menu actions as a user clicks them: the link lands on the clipboard, and pasting it opens the view."""
+    """The menu actions as a user clicks them: the link lands on the clipboard, and pasting it opens the view.
+
+    Also the dataset round trip: the same layer (name, kind, scale, translate), position and zoom (a position
+    with a different voxel count on each axis, so that axes swapped on the way would show).
+    """
     from napari._app_model import get_app_model  # napari's documented accessor
     from qtpy.QtWidgets import QApplication, QInputDialog
+
+    from napari_shardscope.core.serve.states import load_state
 
     first = make_napari_viewer(show=True)
     try:
         layers = add_volumes(first, open_volumes(str(REALDATA / "igneous_pinky_sharded")))
-        first.dims.point = tuple(float(t) + 8 * float(v) for t, v in zip(layers[0].translate, layers[0].scale,
-                                                                         strict=True))
-        first.camera.zoom = 0.8
+        layer = layers[0]
+        vs = tuple(float(v) for v in layer.scale[-3:])
+        tr = tuple(float(t) for t in layer.translate[-3:])
+        first.dims.point = tuple(t + i * v for t, i, v in zip(tr, (20, 100, 90), vs, strict=True))
+        first.camera.zoom = 0.37
         app = get_app_model()
         titles = [str(item.command.title) for item in app.menus.get_menu("napari/file/io_utilities")
                   if getattr(item, "command", None) is not None]
@@ -120,8 +108,12 @@ def test_file_menu_show_and_open_neuroglancer_link(make_napari_viewer: Any, qtbo
         dialog.setTextValue(link)
         dialog.accept()
         qtbot.waitUntil(lambda: len(second.layers) == 1, timeout=30000)
-        assert second.layers[0].name == layers[0].name
-        assert_same_view(first, second, tuple(float(v) for v in layers[0].scale))
+        state = load_state(link)
+        assert [(lay["name"], lay["type"]) for lay in state["layers"]] == [(layer.name, "segmentation")]
+        assert [(lay.name, type(lay).__name__) for lay in second.layers] == [(layer.name, "Labels")]
+        np.testing.assert_allclose(second.layers[0].scale[-3:], layer.scale[-3:])
+        np.testing.assert_allclose(second.layers[0].translate[-3:], layer.translate[-3:])
+        assert_same_view(first, second, vs)
     finally:
         stop_server(first)
 
