@@ -2,34 +2,21 @@
 
 The state built from one viewer is opened in a second viewer exactly as a pasted link is (its sources
 are the first viewer's loopback server: the round trip goes through HTTP, TensorStore and the server).
+The round trip of a version (merges, selected bodies) is in ``test_neuroglancer_annotations.py``, with
+the version's synapses.
 """
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 
-from napari_shardscope.core.labelmap import create_labelmap
-from napari_shardscope.core.serve.ngstate import state_url
-from napari_shardscope.core.versioned import create_repository
 from napari_shardscope.core.volumes import open_volumes
-from napari_shardscope.napari_plugin.neuroglancer import open_state, server_for, stop_server, view_state
+from napari_shardscope.napari_plugin.neuroglancer import server_for, stop_server
 from napari_shardscope.napari_plugin.viewer import add_volumes
-from napari_shardscope.widgets.session import session_for
-from tests.core.labelmap.volumes import voronoi_supervoxels, write_precomputed
 from tests.realdata import REALDATA
-
-
-def reopen(make_napari_viewer: Any, first: Any) -> tuple[Any, dict[str, Any]]:
-    state = view_state(first)
-    second = make_napari_viewer()
-    op = open_state(second, state_url(server_for(first).client_url, state))
-    assert op.wait(60), "opening the state did not finish"
-    assert op.error is None, op.error
-    return second, state
 
 
 def assert_same_view(first: Any, second: Any, voxel: tuple[float, float, float]) -> None:
@@ -37,37 +24,6 @@ def assert_same_view(first: Any, second: Any, voxel: tuple[float, float, float])
     b = np.asarray(second.dims.point[-3:])
     assert np.all(np.abs(a - b) <= np.asarray(voxel) / 2 + 1e-6), (a, b)
     assert second.camera.zoom == pytest.approx(first.camera.zoom, rel=1e-6)
-
-
-def test_version_round_trip_keeps_selected_bodies(make_napari_viewer: Any, tmp_path: Path) -> None:
-    base = voronoi_supervoxels((6, 48, 56), 16, seed=4)
-    write_precomputed(tmp_path / "seg", base, ((1, 1, 1), (1, 2, 2)), chunk_xyz=(16, 16, 4), sharded=True)
-    repo = create_repository(tmp_path / "repo")
-    create_labelmap(repo, "seg", tmp_path / "seg", block=16)
-    repo.close()
-    first = make_napari_viewer()
-    try:
-        c = session_for(first).controller
-        v = c.connect(tmp_path / "repo")
-        svs = [int(s) for s in np.unique(base[3])]
-        v.merge(svs[0], [svs[1]])
-        c.select(svs[0])
-        c.add_to_selection(svs[2])
-        first.dims.point = (3 * 40.0, 20 * 4.0, 30 * 4.0)
-        first.camera.zoom = 1.5
-        second, state = reopen(make_napari_viewer, first)
-        seg = [lay for lay in state["layers"] if lay["type"] == "segmentation"]
-        assert len(seg) == 1 and v.uuid in seg[0]["source"] and seg[0]["segments"] == [str(svs[0]), str(svs[2])]
-        shown = [lay for lay in second.layers if type(lay).__name__ == "Labels"]
-        assert [lay.name for lay in shown] == [seg[0]["name"]]
-        assert shown[0].metadata["shardscope"]["segments"] == [svs[0], svs[2]]
-        # the second viewer reads the version's bodies through the server: the merge shows
-        plane = np.asarray(shown[0].data[0][3] if shown[0].multiscale else shown[0].data[3])
-        np.testing.assert_array_equal(plane, v.read_bodies(np.s_[3], 0))
-        assert_same_view(first, second, (40.0, 4.0, 4.0))
-    finally:
-        stop_server(first)
-        session_for(first).controller.disconnect()
 
 
 @pytest.mark.qt_binding_lane
