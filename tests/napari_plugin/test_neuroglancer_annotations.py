@@ -1,7 +1,8 @@
 """*Show in Neuroglancer* of a checked-out version includes the version's synapses: an annotation layer
 linked to the version's segmentation layer, served by the viewer's loopback server and read back by the
 ``neuroglancer`` wheel's reader; pasting that state back into napari opens the segmentation and names the
-annotation layer as not opened (napari does not show precomputed annotations).
+annotation layer as not opened (napari does not show precomputed annotations). The same run is the round
+trip of a version (its merges, selected bodies, position and zoom) through the viewer's server.
 """
 
 from __future__ import annotations
@@ -25,8 +26,10 @@ AnnotationReader = pytest.importorskip("neuroglancer.read_precomputed_annotation
 
 @pytest.mark.qt_binding_lane
 def test_show_in_neuroglancer_includes_the_versions_synapses(make_napari_viewer: Any, tmp_path: Path) -> None:
+    """Also the version round trip (one repository, two viewers, for both): the pasted state opens the version
+    through the server with its merge, its selected bodies, the same position (within half a voxel) and zoom."""
     base = voronoi_supervoxels((6, 48, 56), 16, seed=4)
-    write_precomputed(tmp_path / "seg", base, ((1, 1, 1),), chunk_xyz=(16, 16, 4), sharded=True)
+    write_precomputed(tmp_path / "seg", base, ((1, 1, 1), (1, 2, 2)), chunk_xyz=(16, 16, 4), sharded=True)
     repo = create_repository(tmp_path / "repo")
     lm = create_labelmap(repo, "seg", tmp_path / "seg", block=16)
     syn = create_annotation_instance(repo, "synapses", labelmap=lm)
@@ -53,11 +56,30 @@ def test_show_in_neuroglancer_includes_the_versions_synapses(make_napari_viewer:
         assert [[int(s) for s in segs] for segs in line.segments] == [[a], [a]]
         assert "synapses" in {s.layer for s in parse_state(state).not_opened}
 
+        # the version round trip keeps the merges and the selected bodies: the synapse's body and another one
+        svs = [int(s) for s in np.unique(base[3]) if s not in (a, b)]
+        lmv.merge(svs[0], [svs[1]])
+        c.select(a)
+        c.add_to_selection(svs[0])
+        viewer.dims.point = (3 * 40.0, 20 * 4.0, 30 * 4.0)
+        viewer.camera.zoom = 1.5
+        state = view_state(viewer)
+        seg = [lay for lay in state["layers"] if lay["type"] == "segmentation"]
+        assert len(seg) == 1 and lmv.uuid in seg[0]["source"] and seg[0]["segments"] == [str(a), str(svs[0])]
+
         second = make_napari_viewer()
         op = open_state(second, state_url(server_for(viewer).client_url, state))
         assert op.wait(60), "opening the state did not finish"
         assert op.error is None, op.error
         assert [type(layer).__name__ for layer in second.layers] == ["Labels"]
+        (shown,) = second.layers
+        assert shown.name == seg[0]["name"] and shown.metadata["shardscope"]["segments"] == [a, svs[0]]
+        # the second viewer reads the version's bodies through the server: the merges show
+        plane = np.asarray(shown.data[0][3] if shown.multiscale else shown.data[3])
+        np.testing.assert_array_equal(plane, lmv.read_bodies(np.s_[3], 0))
+        first_at, second_at = np.asarray(viewer.dims.point[-3:]), np.asarray(second.dims.point[-3:])
+        assert np.all(np.abs(first_at - second_at) <= np.asarray((40.0, 4.0, 4.0)) / 2 + 1e-6), (first_at, second_at)
+        assert second.camera.zoom == pytest.approx(viewer.camera.zoom, rel=1e-6)
     finally:
         stop_server(viewer)
         session_for(viewer).controller.disconnect()

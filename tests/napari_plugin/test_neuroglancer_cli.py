@@ -1,9 +1,12 @@
-"""``shardscope serve`` and ``shardscope open LINK`` as a user runs them (subprocesses, real server, Ctrl-C)."""
+"""``shardscope serve`` as a user runs it (subprocesses, real server, Ctrl-C).
+
+``shardscope open LINK STATE_FILE`` of a served volume is checked in the one ``open`` run of
+``tests/napari_plugin/test_reader.py::test_cli_open_screenshot`` (each ``open`` is a napari start).
+"""
 
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -79,27 +82,3 @@ def test_serve_a_version_prints_its_url(tmp_path: Path) -> None:
 def test_serve_refuses_a_version_of_a_dataset() -> None:
     result = cli("serve", PINKY, "--version", "abc", "--print-url")
     assert result.returncode == 2 and "repository" in result.stderr
-
-
-@pytest.mark.realdata
-def test_open_a_link_and_a_state_file(serving: tuple[subprocess.Popen[str], str], tmp_path: Path) -> None:
-    """A link and a state file on one command line (``open`` takes several): one napari window for both doors,
-    where two runs cost a napari start each; each state's unreadable layer is named once."""
-    import imageio.v3 as iio
-
-    assert os.environ.get("DISPLAY"), "pytest-xvfb provides a display"
-    _, url = serving
-    state = load_state(url)  # the link names the state document the server keeps
-    state["layers"].append({"type": "segmentation", "source": "graphene://https://example.org/table",
-                            "name": "chunkedgraph"})
-    link = url.split("#!", 1)[0] + "#!" + json.dumps(state)
-    file = tmp_path / "state.json"
-    file.write_text(json.dumps(state))
-    out = tmp_path / "shot.png"
-    result = cli("open", link, str(file), "--screenshot", str(out))
-    assert result.returncode == 0, result.stderr
-    named = [line for line in result.stderr.splitlines() if "not opened" in line]
-    # named, not dropped silently: once for the link and once for the file (a file not read as a state fails)
-    assert len(named) == 2 and all("chunkedgraph" in line and "graphene" in line for line in named), result.stderr
-    pixels = iio.imread(out)
-    assert pixels[..., :3].std() > 10

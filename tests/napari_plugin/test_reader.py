@@ -9,11 +9,14 @@ reads its plane for the layer thumbnail).
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -299,19 +302,53 @@ def test_cli_open_bad_path_fails_fast_without_napari(tmp_path: Path) -> None:
 
 @pytest.mark.qt_binding_lane
 def test_cli_open_screenshot(tmp_path: Path, format_cases: dict[str, FormatCase]) -> None:  # noqa: F811
-    """``shardscope open DATASETS --screenshot`` draws them. Also the ``open`` verb's piped run of
-    tests/core/cli/test_every_verb.py (its ``RUN_ELSEWHERE``): exit 0, no internal error."""
+    """``shardscope open LINK STATE_FILE DATASETS --screenshot`` draws them: every door of ``open`` in one napari
+    start (``open`` takes several paths into one window; each start costs about 4 CPU s).
+
+    The link and the state file name a volume a real ``shardscope serve`` serves, and a source nobody can read:
+    it is named once per state (a file not read as a state fails), never dropped silently. Also the ``open``
+    verb's piped run of tests/core/cli/test_every_verb.py (its ``RUN_ELSEWHERE``): exit 0, no internal error.
+    The link comes first, so the window goes to the state's position (taken from the first layer's format).
+    """
     import imageio.v3 as iio
+
+    from napari_shardscope.core.serve.states import load_state
 
     assert os.environ.get("DISPLAY"), "pytest-xvfb provides a display"
     out = tmp_path / "shot.png"
-    result = run_cli("open", str(format_cases["ome-zarr"].path), str(format_cases["n5-multiscale"].path),
-                     "--screenshot", str(out), "--cache-mb", "64")
+    with served(format_cases["precomputed"].path) as url:
+        state = load_state(url)  # the link names the state document the server keeps
+        state["layers"].append({"type": "segmentation", "source": "graphene://https://example.org/table",
+                                "name": "chunkedgraph"})
+        link = url.split("#!", 1)[0] + "#!" + json.dumps(state)
+        file = tmp_path / "state.json"
+        file.write_text(json.dumps(state))
+        result = run_cli("open", link, str(file), str(format_cases["ome-zarr"].path),
+                         str(format_cases["n5-multiscale"].path), "--screenshot", str(out), "--cache-mb", "64")
     assert result.returncode == 0, result.stderr
     assert "internal error" not in result.stderr and "Traceback" not in result.stderr, result.stderr
+    named = [line for line in result.stderr.splitlines() if "not opened" in line]
+    # named, not dropped silently: once for the link and once for the file
+    assert len(named) == 2 and all("chunkedgraph" in line and "graphene" in line for line in named), result.stderr
     pixels = iio.imread(out)
     assert pixels.ndim == 3 and pixels.shape[0] > 100 and pixels.shape[1] > 100
     assert pixels[..., :3].std() > 10
+
+
+@contextmanager
+def served(path: Path) -> Iterator[str]:
+    """``shardscope serve PATH`` running (a real subprocess, 127.0.0.1); yields the link it printed, then stops it."""
+    proc = subprocess.Popen([sys.executable, "-m", "napari_shardscope", "serve", str(path)], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None
+        url = proc.stdout.readline().strip()  # bounded: the process prints the link first or exits
+        assert url.startswith("http://127.0.0.1:"), proc.stderr.read() if proc.stderr else ""
+        yield url
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait(timeout=30)
 
 
 def test_a_thin_last_axis_is_not_taken_for_rgb(tmp_path: Path, make_napari_viewer: Any) -> None:

@@ -47,49 +47,61 @@ def test_adding_a_volume_opens_only_the_levels_napari_reads(make_napari_viewer: 
 
 
 @pytest.mark.qt_binding_lane
-@pytest.mark.parametrize("kind", ["segmentation", "image"])
-def test_z_steps_in_the_viewer_find_the_next_chunk_layer_cached(
-        make_napari_viewer: Any, sample: SampleDataset, kind: str) -> None:  # noqa: F811
+def test_z_steps_in_the_viewer_find_the_next_chunk_layer_cached(make_napari_viewer: Any,
+                                                                sample: SampleDataset) -> None:  # noqa: F811
     """Steps inside a chunk layer prefetch the next one, so the step into it reads nothing.
 
     A Labels layer reads the plane shown as ``z``, an Image layer as ``z:z+1``: both are prefetched around.
+    Both kinds in one viewer, one after the other (the first one's layer removed and its reads stopped).
     """
     viewer = make_napari_viewer()
-    path = getattr(sample, kind)
+    for kind in ("segmentation", "image"):
+        viewer.layers.clear()
+        z_steps_find_the_next_chunk_layer_cached(viewer, getattr(sample, kind), kind)
+
+
+def z_steps_find_the_next_chunk_layer_cached(viewer: Any, path: Path, kind: str) -> None:
     vol = open_volume(path, context=make_context(256 << 20))
     (layer,) = add_volumes(viewer, [vol])
     assert layer._type_string == ("labels" if kind == "segmentation" else "image")
     prefetcher = layer.data[0].inner.prefetcher  # the shown level's
-    assert prefetcher is not None and layer.data_level == 0
+    assert prefetcher is not None and layer.data_level == 0, kind
     for other in layer.data[1:]:  # the cache counters then count only the shown level's reads
         other.inner.prefetcher.close()
     expected = np.asarray(open_volume(path).levels[0].array[0:17])
     for z in range(3, 8):  # inside chunk layer 0 (8 planes per chunk)
         viewer.dims.set_current_step(0, z)
-        np.testing.assert_array_equal(np.asarray(layer._slice.image.raw), expected[z])
+        np.testing.assert_array_equal(np.asarray(layer._slice.image.raw), expected[z], err_msg=kind)
     prefetcher.wait()
-    assert prefetcher.reads >= 1
+    assert prefetcher.reads >= 1, kind
     misses = _misses()
     viewer.dims.set_current_step(0, 8)  # into chunk layer 1: already decoded
-    np.testing.assert_array_equal(np.asarray(layer._slice.image.raw), expected[8])
-    assert _misses() == misses
+    np.testing.assert_array_equal(np.asarray(layer._slice.image.raw), expected[8], err_msg=kind)
+    assert _misses() == misses, kind
     prefetcher.close()
 
 
-@pytest.mark.parametrize("linked", [True, False])
-def test_a_zoom_out_after_browsing_finds_the_coarser_level_cached(
-        make_napari_viewer: Any, sample: SampleDataset, linked: bool) -> None:  # noqa: F811
+def test_a_zoom_out_after_browsing_finds_the_coarser_level_cached(make_napari_viewer: Any,
+                                                                  sample: SampleDataset) -> None:  # noqa: F811
     """Browse z at the finest level, zoom out until napari shows the next level: its plane is already decoded.
 
-    The control (the link to the coarser level cut) misses the cache on the same zoom-out.
+    The control (the link to the coarser level cut) misses the cache on the same zoom-out. Both in one viewer,
+    one after the other: each volume is opened anew (a cache of its own) and added to the emptied viewer, which
+    napari then fits to it again (reset_view on a first layer), so each starts at the same zoom.
     """
+    viewer = make_napari_viewer(show=True)  # napari picks the level when the canvas draws
+    for linked in (True, False):
+        viewer.layers.clear()
+        zoom_out_finds_the_coarser_level_cached(viewer, sample, linked)
+
+
+def zoom_out_finds_the_coarser_level_cached(viewer: Any, sample: SampleDataset, linked: bool) -> None:  # noqa: F811
     from qtpy.QtWidgets import QApplication
 
-    viewer = make_napari_viewer(show=True)  # napari picks the level when the canvas draws
     vol = open_volume(sample.segmentation, context=make_context(256 << 20))
     (layer,) = add_volumes(viewer, [vol])
     prefetcher = layer.data[0].inner.prefetcher
-    assert prefetcher is not None and layer.data_level == 0
+    assert prefetcher is not None and layer.data_level == 0, linked
     for other in layer.data[1:]:  # the cache counters then count only what the zoom-out itself reads
         other.inner.prefetcher.close()
     prefetcher.wait()  # what adding the layer started (the first plane's coarser window included)
@@ -109,7 +121,7 @@ def test_a_zoom_out_after_browsing_finds_the_coarser_level_cached(
         viewer.camera.zoom = zoom
         for _ in range(5):
             QApplication.processEvents()
-    assert layer.data_level == 1
+    assert layer.data_level == 1, linked
     expected = np.asarray(open_volume(sample.segmentation).levels[1].array[20])
     np.testing.assert_array_equal(np.asarray(layer._slice.image.raw), expected[tuple(
         slice(int(lo), int(hi) + 1) for lo, hi in zip(*layer.corner_pixels[:, 1:], strict=True))])
