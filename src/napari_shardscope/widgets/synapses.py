@@ -195,10 +195,13 @@ class SynapseLayer(NextTurnSync):
         if self.layer is not None and not grid.holds(self.layer):
             self._remove()  # the volume was replaced (other geometry): place the layer anew
         if self.layer is None:
+            # napari's add_points refuses a colour array of no rows (a reduction over it raises ValueError):
+            # bodies without synapses give an empty layer, coloured when it gets points
+            colour = {"face_color": colours} if len(colours) else {}
             self.layer = add_on_grid(
-                viewer, grid, "points", data, name=LAYER_NAME, size=SIZE_VOXELS, face_color=colours,
-                border_width=BORDER, border_color=BORDER_COLOUR, features=features, metadata=meta,
-                canvas_size_limits=SCREEN_PIXELS)
+                viewer, grid, "points", data, name=LAYER_NAME, size=SIZE_VOXELS, border_width=BORDER,
+                border_color=BORDER_COLOUR, features=features, metadata=meta, canvas_size_limits=SCREEN_PIXELS,
+                **colour)
             return
         layer = self.layer
         layer.data = on_grid(grid, "points", data)
