@@ -7,8 +7,6 @@ supervoxel split of the sample labelmap — and the CLI writes the same through 
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -21,6 +19,7 @@ from napari_shardscope.core.annotation import (
 from napari_shardscope.core.annotation.export import PAIR_ID_BIT, export_annotations
 from napari_shardscope.core.errors import ArgumentError, RefusedDestinationError
 from napari_shardscope.core.versioned import Repository
+from tests.cli_batch import run_commands
 
 AnnotationReader = pytest.importorskip("neuroglancer.read_precomputed_annotations").AnnotationReader
 
@@ -182,9 +181,16 @@ def test_cli_export_annotations(syn: AnnotationInstance, repo: Repository, base0
     _, _, pairs = synapses(syn, base0)
     head = repo.commit("main", "synapses")
     repo.close()
-    cmd = [sys.executable, "-m", "napari_shardscope", "export", str(tmp_path / "repo"), str(tmp_path / "syn"),
-           "--annotations", "synapses", "--version", head.uuid[:8], "--json"]
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    # The four command lines run in one child process (tests/cli_batch.py: each through the console script's main
+    # on real pipes): what is checked is what each prints, returns and writes, not a process starting.
+    cmd = ["export", str(tmp_path / "repo"), str(tmp_path / "syn"), "--annotations", "synapses", "--version",
+           head.uuid[:8], "--json"]
+    done, points, bad, missing = run_commands([
+        cmd,
+        [*cmd[:2], str(tmp_path / "pts"), *cmd[3:-1], "--geometry", "points", "--unsharded"],
+        [*cmd[:2], str(tmp_path / "z"), "--annotations", "synapses", "--format", "zarr3"],
+        [*cmd[:2], str(tmp_path / "m"), "--annotations", "nope"],
+    ], timeout=300)
     assert done.returncode == 0, done.stderr
     summary = json.loads(done.stdout)
     assert summary["written"] == 8 and summary["geometry"] == "lines" and summary["version"] == head.uuid
@@ -192,16 +198,10 @@ def test_cli_export_annotations(syn: AnnotationInstance, repo: Repository, base0
     assert {int(a.id) for a in reader.get_within_spatial_bounds()} == set(pairs)
     assert "sharding" in reader.metadata["by_id"]
 
-    done = subprocess.run([*cmd[:5], str(tmp_path / "pts"), *cmd[6:-1], "--geometry", "points", "--unsharded"],
-                          capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr
-    assert "wrote 17 annotations" in done.stdout
+    assert points.returncode == 0, points.stderr
+    assert "wrote 17 annotations" in points.stdout
     assert "sharding" not in json.loads((tmp_path / "pts" / "info").read_text())["by_id"]
 
-    bad = subprocess.run([*cmd[:5], str(tmp_path / "z"), "--annotations", "synapses", "--format", "zarr3"],
-                         capture_output=True, text=True, timeout=300)
     assert bad.returncode == 2 and "--format" in bad.stderr and "--annotations" in bad.stderr
-    missing = subprocess.run([*cmd[:5], str(tmp_path / "m"), "--annotations", "nope"],
-                             capture_output=True, text=True, timeout=300)
     assert missing.returncode != 0 and "nope" in missing.stderr
     assert not (tmp_path / "m").exists()

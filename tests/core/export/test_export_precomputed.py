@@ -9,6 +9,7 @@ import subprocess
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -327,9 +328,8 @@ def small_volume(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
-@pytest.mark.parametrize(
-    ("args", "message"),
-    [
+#: Bad ``export`` arguments and what the refusal must say (exit 2, no traceback, nothing written).
+BAD_ARGUMENTS: list[tuple[list[str], str]] = [
         (["--chunk", "0,64,64"], "argument --chunk: expected 3 positive integers"),
         (["--format", "zarr3", "--chunk", "0,64,64"], "argument --chunk: expected 3 positive integers"),
         (["--chunk", "64,64"], "argument --chunk: expected 3 positive integers"),
@@ -341,13 +341,30 @@ def small_volume(tmp_path_factory: pytest.TempPathFactory) -> Path:
         (["--supervoxels"], "--supervoxels: only for a labelmap export, with SOURCE a repository directory"),
         (["--allow-open", "--version", "main"], "--version, --allow-open: only for a labelmap export"),
         (["--sharding", json.dumps({**_identity(0, 40).to_json()})], "sharding.minishard_bits is 40; at most 20"),
-    ],
-)
-def test_cli_refuses_bad_arguments_without_a_traceback(small_volume: Path, tmp_path: Path, args: list[str],
+]
+
+
+@pytest.fixture(scope="module")
+def refusals(small_volume: Path, tmp_path_factory: pytest.TempPathFactory) -> list[tuple[Any, Path]]:
+    """Every command line of :data:`BAD_ARGUMENTS` run in one child process (tests/cli_batch.py: each through the
+    console script's ``main`` on real pipes, as ``shardscope export ...`` runs), each with a destination of its own;
+    (the finished process, its destination) per case, in order.
+
+    Why one process: a refusal is about what the parser and the checks print and return, and each of these ran
+    a Python start-up of its own for a few milliseconds of work.
+    """
+    root = tmp_path_factory.mktemp("refused")
+    dests = [root / f"out{i}" for i in range(len(BAD_ARGUMENTS))]
+    done = run_commands([["export", str(small_volume), str(dest), *args]
+                         for (args, _), dest in zip(BAD_ARGUMENTS, dests, strict=True)], timeout=300)
+    return list(zip(done, dests, strict=True))
+
+
+@pytest.mark.parametrize(("case", "message"), [(i, m) for i, (_, m) in enumerate(BAD_ARGUMENTS)],
+                         ids=[f"args{i}-{m}" for i, (_, m) in enumerate(BAD_ARGUMENTS)])
+def test_cli_refuses_bad_arguments_without_a_traceback(refusals: list[tuple[Any, Path]], case: int,
                                                        message: str) -> None:
-    dest = tmp_path / "out"
-    run = subprocess.run([sys.executable, "-m", "napari_shardscope", "export", str(small_volume), str(dest), *args],
-                         capture_output=True, text=True, timeout=120)
+    run, dest = refusals[case]
     assert run.returncode == 2 and message in run.stderr, run.stderr
     assert "Traceback" not in run.stderr and not dest.exists()
 

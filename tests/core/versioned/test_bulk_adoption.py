@@ -11,8 +11,6 @@ ancestors, children, log order, ``repo log``. The history crosses an ancestor pa
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -25,6 +23,7 @@ from napari_shardscope.core.versioned.engines import open_engine
 from napari_shardscope.core.versioned.errors import UnknownVersionError
 from napari_shardscope.core.versioned.hollow import HollowRef, encode_stub
 from napari_shardscope.core.versioned.node import NodeContent
+from tests.cli_batch import run_commands
 from tests.core.versioned.format1 import engine_of
 
 DAG_PREFIXES = (K.VERSION_PREFIX, K.UUID_PREFIX, K.BRANCH_PREFIX, K.CHILD_PREFIX, K.ANCESTOR_PREFIX,
@@ -83,10 +82,16 @@ def engine_dump(path: Path) -> dict[bytes, bytes]:
         kv.close()
 
 
-def repo_log(path: Path, *args: str) -> list[str]:
-    done = subprocess.run([sys.executable, "-m", "napari_shardscope", "repo", "log", str(path), *args, "--json"],
-                          capture_output=True, text=True, timeout=300, check=True)
-    return [json.loads(line)["uuid"] for line in done.stdout.splitlines() if line.strip()]
+def repo_logs(*calls: tuple[Path, tuple[str, ...]]) -> list[list[str]]:
+    """``shardscope repo log PATH ARGS --json`` for each call, the version UUIDs each prints.
+
+    The calls run in one child process (``tests/cli_batch.py``: each through the console script's ``main`` on
+    real pipes), one interpreter start-up instead of one per call; each call opens its repository anew.
+    """
+    done = run_commands([["repo", "log", str(path), *args, "--json"] for path, args in calls], timeout=300)
+    for proc in done:
+        assert proc.returncode == 0, proc.stderr
+    return [[json.loads(line)["uuid"] for line in proc.stdout.splitlines() if line.strip()] for proc in done]
 
 
 @dataclass(frozen=True)
@@ -159,10 +164,12 @@ def test_bulk_adoption_stores_what_one_by_one_adoption_stores(origin: Origin, tm
         flags = decode_page(raw)
         assert encode_page(flags) == raw, key
         assert flags != b"\x01" * PAGE_BITS, key
-    for args in ((), ("side2",), ("--all",)):
-        assert repo_log(tmp_path / "one", *args) == repo_log(tmp_path / "bulk", *args)
+    variants: tuple[tuple[str, ...], ...] = ((), ("side2",), ("--all",))
+    logs = repo_logs(*((tmp_path / name, args) for args in variants for name in ("one", "bulk")))
+    for i, args in enumerate(variants):
+        assert logs[2 * i] == logs[2 * i + 1], args
     with open_repository(tmp_path / "bulk") as repo:
-        assert repo_log(tmp_path / "bulk", "side2")[0] == repo.head("side2").uuid
+        assert logs[3][0] == repo.head("side2").uuid  # bulk's log of side2 starts at its head
 
 
 def test_bulk_adoption_of_hollow_versions_stores_what_adopting_them_one_by_one_stores(origin: Origin,

@@ -104,6 +104,9 @@ class Spill:
     runs: list[Run] = field(default_factory=list)
     _count: itertools.count[int] = field(default_factory=itertools.count)
     _writes: list[Future[None]] = field(default_factory=list)
+    #: The last upper bound :meth:`read_range` looked up and its position in every run: the next range starts
+    #: there (ranges are read in ascending order), so each bound is searched once, not twice.
+    _last_bound: tuple[int, list[int]] | None = None
 
     @property
     def rows(self) -> int:
@@ -124,6 +127,7 @@ class Spill:
             writes.append((a, path))
             files[name] = (path, a.dtype)
         marks = keys[::self.sample_every].copy()
+        self._last_bound = None  # positions are per run: a new run has none
         sample = marks if marks.dtype == np.uint64 else marks.astype(np.uint64)
         self.runs.append(Run(int(keys.size), files, sample, marks, self.sample_every))
         if self.writer is not None:  # the caller hands the arrays over: it never changes them afterwards
@@ -165,12 +169,12 @@ class Spill:
         merge was faulting in and copying those).
         """
         self.wait()
-        spans: list[tuple[Run, int, int]] = []
-        for run in self.runs:
-            a = 0 if lo is None else self._position(run, lo)
-            b = run.rows if hi is None else self._position(run, hi)
-            if b > a:
-                spans.append((run, a, b))
+        last = self._last_bound
+        starts = (last[1] if last is not None and lo is not None and last[0] == lo
+                  else [0 if lo is None else self._position(run, lo) for run in self.runs])
+        stops = [run.rows if hi is None else self._position(run, hi) for run in self.runs]
+        self._last_bound = None if hi is None else (hi, stops)
+        spans = [(run, a, b) for run, a, b in zip(self.runs, starts, stops, strict=True) if b > a]
         total = sum(b - a for _, a, b in spans)
         out: Columns = {}
         if not self.runs:
@@ -219,6 +223,7 @@ class Spill:
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(path)
         self.runs = []
+        self._last_bound = None
 
 
 
@@ -227,10 +232,9 @@ def _read_into(path: Path, target: npt.NDArray[Any], offset: int) -> None:
     view = memoryview(target).cast("B")  # type: ignore[arg-type]
     fd = os.open(path, os.O_RDONLY)  # no file object: a merge reads tens of thousands of small slices
     try:
-        os.lseek(fd, offset, os.SEEK_SET)
         got = 0
         while got < len(view):
-            k = os.readv(fd, [view[got:]])
+            k = os.preadv(fd, [view[got:]], offset + got)  # positioned: no seek call per slice
             if not k:
                 raise OSError(f"{path}: ends {len(view) - got} bytes early (a spill file was cut)")
             got += k

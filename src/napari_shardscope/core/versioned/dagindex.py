@@ -132,8 +132,8 @@ class DagReader:
         Records read are remembered oldest first: the cache keeps the newest, where the next walk
         starts, and a walk decodes only what the cache cannot hold.
         """
-        found: list[Version | None] = [
-            self.index.cached_version(vid) if self._cacheable else None for vid in vids]
+        found: list[Version | None] = (self.index.cached_versions(vids) if self._cacheable
+                                       else [None for _ in vids])
         missing = [pos for pos, v in enumerate(found) if v is None and 0 < vids[pos] <= K.MAX_ID]
         raws = self.txn.get_many([K.version_record_key(vids[p]) for p in missing]) if missing else []
         present = [(pos, raw) for pos, raw in zip(missing, raws, strict=True) if raw is not None]

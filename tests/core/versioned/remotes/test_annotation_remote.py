@@ -7,6 +7,7 @@ pull merger, into one version where every annotation and both labelmap edits are
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -114,7 +115,7 @@ def test_cli_pull_merges_annotations_id_by_id_with_named_conflicts(base: Path, t
     """``shardscope pull`` (a subprocess, as a user runs it) uses the annotation merge: an annotation both
     sides moved is the conflict ``annotation:<id>`` (exit 7, nothing written), settled by ``--resolve``;
     an annotation only one side added arrives."""
-    from tests.core.versioned.remotes.cli import shardscope, shardscope_json
+    from tests.core.versioned.remotes.cli import shardscope_batch
 
     remote_url = str(tmp_path / "remote")
     a = make_repo(tmp_path / "a", base)
@@ -137,9 +138,12 @@ def test_cli_pull_merges_annotations_id_by_id_with_named_conflicts(base: Path, t
     syn.at(va).move(p.id, (4, 4, 4))
     a.commit(va, "ours")
     a.close()
-    refused = shardscope_json("pull", str(tmp_path / "a"), "origin", "main", expect=7)
+    # the refused pull and the resolved one follow each other: one child process runs both (shardscope_batch)
+    refused_run, out = shardscope_batch(
+        ["pull", str(tmp_path / "a"), "origin", "main", "--json"],
+        ["pull", str(tmp_path / "a"), "origin", "main", "--resolve", f"annotation:{p.id}=theirs"], expect=[7, 0])
+    refused = json.loads(refused_run.stdout)
     assert [c["key"] for c in refused["conflicts"]] == [f"annotation:{p.id}"]
-    out = shardscope("pull", str(tmp_path / "a"), "origin", "main", "--resolve", f"annotation:{p.id}=theirs")
     assert "merge" in out.stdout
     a = open_repository(tmp_path / "a")
     m = open_annotation_instance(a, "synapses").at("main")
@@ -151,7 +155,7 @@ def test_cli_pull_merges_annotations_id_by_id_with_named_conflicts(base: Path, t
 def test_cli_branch_merge_merges_annotations_id_by_id(base: Path, tmp_path: Path) -> None:
     """``shardscope branch merge`` merges the annotation instances bound to the labelmap too (one merge
     version): a conflict names ``annotation:<id>`` and exits 7; resolved, both sides' annotations are there."""
-    from tests.core.versioned.remotes.cli import shardscope_json
+    from tests.core.versioned.remotes.cli import shardscope_batch
 
     a = make_repo(tmp_path / "a", base)
     syn = create_annotation_instance(a, "synapses", labelmap="seg")
@@ -166,10 +170,13 @@ def test_cli_branch_merge_merges_annotations_id_by_id(base: Path, tmp_path: Path
     syn.at(vm).move(p.id, (4, 4, 4))
     a.commit(vm, "ours")
     a.close()
-    refused = shardscope_json("branch", "merge", str(tmp_path / "a"), "main", "trial", "seg", expect=7)
+    # the refused merge and the resolved one follow each other: one child process runs both (shardscope_batch)
+    refused_run, done_run = shardscope_batch(
+        ["branch", "merge", str(tmp_path / "a"), "main", "trial", "seg", "--json"],
+        ["branch", "merge", str(tmp_path / "a"), "main", "trial", "seg", "--resolve", f"annotation:{p.id}=ours",
+         "--json"], expect=[7, 0])
+    refused, done = json.loads(refused_run.stdout), json.loads(done_run.stdout)
     assert f"annotation:{p.id}" in [c["key"] for c in refused["conflicts"]]
-    done = shardscope_json("branch", "merge", str(tmp_path / "a"), "main", "trial", "seg",
-                           "--resolve", f"annotation:{p.id}=ours")
     assert done["annotations"]["synapses"]["taken"] == [added.id]
     a = open_repository(tmp_path / "a")
     merged = open_annotation_instance(a, "synapses").at(done["version"])

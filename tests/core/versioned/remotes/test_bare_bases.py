@@ -3,10 +3,11 @@
 A bare array — a zarr v3 array, a zarr v2 array, an N5 dataset, with no multiscale group — has one
 scale whose key is ``""``: its documents sit at the dataset's root. ``clone --prefetch`` built
 ``"/.zarray"`` from it and refused the absolute key. Each kind is driven the way a user drives it,
-every step a ``shardscope`` command line in a child process (the writer's steps and the clone share one,
-the reader's steps another): create a labelmap over the base, edit and commit, push to a directory remote
-and to S3 (moto), ``clone --prefetch``, then take the base away and, in a process that has never seen it,
-read a voxel, export the version and serve it — all from the prefetched copy.
+every step a ``shardscope`` command line in a child process (the writers' steps and the clones of all
+cases share one, the readers' steps of all cases another): create a labelmap over the base, edit and
+commit, push to a directory remote and to S3 (moto), ``clone --prefetch``, then take the base away and,
+in a process that has never seen it, read a voxel, export the version and serve it — all from the
+prefetched copy.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import subprocess
 import sys
 import urllib.request
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -103,68 +105,76 @@ def _serve_chunk(repo: Path) -> tuple[tuple[slice, slice, slice], np.ndarray]:
         proc.wait(timeout=60)
 
 
-def _steps(*commands: list[str]) -> list[Any]:
-    """``shardscope`` command lines run in one child process; each must succeed."""
-    done = run_commands(commands, timeout=STEP_TIMEOUT_S * len(commands))
+@dataclass
+class RoundTrip:
+    """One case: a labelmap over ``base``, a merge, push to ``remote``, ``clone --prefetch`` into ``work / "b"``;
+    after ``gone()`` the clone reads a voxel, exports the version and (``serve``) serves it from its copy alone."""
+
+    work: Path
+    base: str
+    remote: str
+    data: np.ndarray
+    gone: Callable[[], None]
+    serve: bool
+    writer: list[Any] = field(default_factory=list)  # the CompletedProcess of each writer step
+    reader: list[Any] = field(default_factory=list)  # ... and of each reader step
+
+    @property
+    def svs(self) -> list[int]:
+        return [int(s) for s in np.unique(self.data) if s]
+
+    def writer_steps(self) -> list[list[str]]:
+        a, b, svs = self.work / "a", self.work / "b", self.svs
+        return [["repo", "init", str(a)],
+                ["labelmap", "create", str(a), "seg", self.base, "--block", "8"],
+                ["repo", "commit", str(a), "main", "-m", "base"],
+                ["repo", "branch", str(a), "main"],
+                ["body", "merge", str(a), "main", "seg", str(svs[0]), str(svs[1])],
+                ["repo", "commit", str(a), "main", "-m", "merge"],
+                ["remote", "add", str(a), "origin", self.remote],
+                ["push", str(a)],
+                ["clone", self.remote, str(b), "--prefetch", "--json"]]
+
+    def reader_steps(self) -> list[list[str]]:
+        b = self.work / "b"
+        z, y, x = (int(i[0]) for i in np.nonzero(self.data == self.svs[1]))
+        return [["label", str(b), "main", "seg", str(z), str(y), str(x), "--json"],
+                ["export", str(b), str(self.work / "out"), "--labelmap", "seg", "--version", "main",
+                 "--format", "zarr3", "--chunk", "4,16,16"]]
+
+
+def _run_all(cases: list[RoundTrip], steps: Callable[[RoundTrip], list[list[str]]]) -> list[list[Any]]:
+    """Every case's ``steps`` in one child process (tests/cli_batch.py: each through the console script's
+    ``main``, on pipes), cut back into one list of results per case."""
+    commands = [steps(case) for case in cases]
+    done = run_commands([c for cmds in commands for c in cmds], timeout=STEP_TIMEOUT_S * sum(map(len, commands)))
+    out, at = [], 0
+    for cmds in commands:
+        out.append(done[at:at + len(cmds)])
+        at += len(cmds)
+    return out
+
+
+def _succeeded(done: list[Any]) -> None:
     for proc in done:
         assert proc.returncode == 0, (f"{' '.join(proc.args)}: exit {proc.returncode}\n"
                                       f"stdout: {proc.stdout[-3000:]}\nstderr: {proc.stderr[-3000:]}")
-    return done
 
 
-def _round_trip(tmp_path: Path, base: str, remote: str, data: np.ndarray, gone: Callable[[], None], *,
-                serve: bool) -> None:
-    """Labelmap over ``base``, a merge, push to ``remote``, ``clone --prefetch``; after ``gone()`` the clone
-    reads a voxel, exports the version and (``serve``) serves it, from its local copy alone."""
-    a, b = tmp_path / "a", tmp_path / "b"
-    svs = [int(s) for s in np.unique(data) if s]
-    # The writer's steps and then the clone in one child process (tests/cli_batch.py: each through the console
-    # script's main, on pipes; one interpreter start-up instead of nine). What the clone copied is read after
-    # the base is gone, in other processes: a clone that kept pointing at the base fails there.
-    *_, clone = _steps(["repo", "init", str(a)],
-           ["labelmap", "create", str(a), "seg", base, "--block", "8"],
-           ["repo", "commit", str(a), "main", "-m", "base"],
-           ["repo", "branch", str(a), "main"],
-           ["body", "merge", str(a), "main", "seg", str(svs[0]), str(svs[1])],
-           ["repo", "commit", str(a), "main", "-m", "merge"],
-           ["remote", "add", str(a), "origin", remote],
-           ["push", str(a)],
-           ["clone", remote, str(b), "--prefetch", "--json"])
-    cloned = json.loads(clone.stdout)
-    assert [p["labelmap"] for p in cloned["prefetched"]] == ["seg"] and cloned["prefetched"][0]["objects"] > 0
-    gone()  # from here on only the prefetched copy holds the base
-    want = np.where(data == svs[1], svs[0], data)
-    z, y, x = (int(i[0]) for i in np.nonzero(data == svs[1]))
-    label, _ = _steps(["label", str(b), "main", "seg", str(z), str(y), str(x), "--json"],
-                      ["export", str(b), str(tmp_path / "out"), "--labelmap", "seg", "--version", "main",
-                       "--format", "zarr3", "--chunk", "4,16,16"])
-    at = json.loads(label.stdout)
-    assert (at["supervoxel"], at["body"]) == (svs[1], svs[0])
-    exported = ts.open({"driver": "zarr3", "kvstore": f"file://{tmp_path / 'out' / '0'}/"}).result().read().result()
-    np.testing.assert_array_equal(np.asarray(exported), want)
-    if serve:
-        box, served = _serve_chunk(b)
-        np.testing.assert_array_equal(served, want[box])
-
-
-@pytest.mark.parametrize("kind", sorted(BARE))
-@pytest.mark.parametrize("where", ["dir", "s3"])
-def test_bare_array_base_clones_with_prefetch(kind: str, where: str, tmp_path: Path,
-                                              request: pytest.FixtureRequest) -> None:
+def _dir_case(work: Path, kind: str, remote: str) -> RoundTrip:
     data = voronoi_supervoxels(SHAPE, 20, seed=7)
-    base = tmp_path / "base" / f"seg.{kind}"
+    base = work / "base" / f"seg.{kind}"
     BARE[kind](base, data)
-    remote = str(tmp_path / "remote") if where == "dir" else request.getfixturevalue("s3").url("team/repo")
     # serving reads the base through the same door as export: once per kind is enough
-    _round_trip(tmp_path, str(base), remote, data, lambda: base.rename(base.with_name("moved-away")),
-                serve=where == "dir")
+    return RoundTrip(work, str(base), remote, data, lambda: base.rename(base.with_name("moved-away")),
+                     serve=not remote.startswith("s3://"))
 
 
-def test_bare_zarr3_base_on_s3_clones_with_prefetch(tmp_path: Path, s3: S3Server) -> None:
+def _s3_base_case(work: Path, s3: S3Server) -> RoundTrip:
     """The base itself on S3 (read through TensorStore's kvstore), the remote beside it; the bucket prefix
     holding the base is deleted after the clone."""
     data = voronoi_supervoxels(SHAPE, 20, seed=8)
-    local = tmp_path / "upload" / "seg.zarr"
+    local = work / "upload" / "seg.zarr"
     _bare_zarr3(local, data)
     base = s3.url("lab/seg.zarr")
     _upload(local, base)
@@ -175,4 +185,70 @@ def test_bare_zarr3_base_on_s3_clones_with_prefetch(tmp_path: Path, s3: S3Server
         kv.delete_range(ts.KvStore.KeyRange("", "")).result()
         assert not kv.list().result()
 
-    _round_trip(tmp_path, base, s3.url("team/repo"), data, gone, serve=True)
+    return RoundTrip(work, base, s3.url("team/repo"), data, gone, serve=True)
+
+
+WHERE = ("dir", "s3")
+S3_BASE = "s3-base-zarr3"
+
+
+@pytest.fixture(scope="module")
+def round_trips(tmp_path_factory: pytest.TempPathFactory, s3_server: S3Server) -> dict[str, RoundTrip]:
+    """Every case's round trip, the writers' steps (and clones) of all cases in one child process, then every
+    base taken away, then the readers' steps of all cases in another child process.
+
+    Why together: each case is a dozen command lines whose cost was mostly two interpreter start-ups (numpy,
+    TensorStore, the package); the cases share nothing but the processes (each its own base, repository,
+    remote and clone). What the clone copied is still read after its base is gone, in a process that never
+    saw any base: a clone that kept pointing at its base fails there. The tests below check each case.
+    """
+    with pytest.MonkeyPatch.context() as mp:
+        for k, v in s3_server.env().items():
+            mp.setenv(k, v)
+        cases: dict[str, RoundTrip] = {}
+        for where in WHERE:
+            for kind in sorted(BARE):
+                work = tmp_path_factory.mktemp(f"bare-{where}-{kind}")
+                remote = str(work / "remote") if where == "dir" else S3Server(
+                    s3_server.endpoint, s3_server.new_bucket()).url("team/repo")
+                cases[f"{where}-{kind}"] = _dir_case(work, kind, remote)
+        cases[S3_BASE] = _s3_base_case(tmp_path_factory.mktemp("bare-s3-base"),
+                                       S3Server(s3_server.endpoint, s3_server.new_bucket()))
+        for case, done in zip(cases.values(), _run_all(list(cases.values()), RoundTrip.writer_steps), strict=True):
+            case.writer = done
+        for case in cases.values():
+            if all(proc.returncode == 0 for proc in case.writer):
+                case.gone()  # from here on only the prefetched copy holds the base
+        for case, done in zip(cases.values(), _run_all(list(cases.values()), RoundTrip.reader_steps), strict=True):
+            case.reader = done
+    return cases
+
+
+def _check(case: RoundTrip) -> None:
+    """What the case's steps printed and wrote: the clone prefetched the labelmap; the voxel, the export and
+    (``serve``) a served chunk show the merge, read from the clone alone."""
+    _succeeded(case.writer)
+    cloned = json.loads(case.writer[-1].stdout)
+    assert [p["labelmap"] for p in cloned["prefetched"]] == ["seg"] and cloned["prefetched"][0]["objects"] > 0
+    _succeeded(case.reader)
+    svs = case.svs
+    want = np.where(case.data == svs[1], svs[0], case.data)
+    at = json.loads(case.reader[0].stdout)
+    assert (at["supervoxel"], at["body"]) == (svs[1], svs[0])
+    exported = ts.open({"driver": "zarr3", "kvstore": f"file://{case.work / 'out' / '0'}/"}).result().read().result()
+    np.testing.assert_array_equal(np.asarray(exported), want)
+    if case.serve:
+        box, served = _serve_chunk(case.work / "b")
+        np.testing.assert_array_equal(served, want[box])
+
+
+@pytest.mark.parametrize("kind", sorted(BARE))
+@pytest.mark.parametrize("where", WHERE)
+def test_bare_array_base_clones_with_prefetch(kind: str, where: str, round_trips: dict[str, RoundTrip]) -> None:
+    _check(round_trips[f"{where}-{kind}"])
+
+
+def test_bare_zarr3_base_on_s3_clones_with_prefetch(round_trips: dict[str, RoundTrip], s3: S3Server) -> None:
+    """The base itself on S3 (read through TensorStore's kvstore), the remote beside it; the bucket prefix
+    holding the base is deleted after the clone (``s3``: this process's environment names the server)."""
+    _check(round_trips[S3_BASE])

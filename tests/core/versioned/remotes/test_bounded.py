@@ -62,27 +62,46 @@ def _cli(*args: str) -> subprocess.CompletedProcess[str]:
                           timeout=240, stdin=subprocess.DEVNULL)
 
 
-@pytest.mark.parametrize("key", ["refs.json", "ids.json", "object"])
-def test_huge_remote_files_are_refused_before_reading(base: Path, tmp_path: Path, key: str) -> None:
-    remote = tmp_path / "remote"
-    _pushed(tmp_path, base, str(remote))
-    # every object (history packs, nodes, data): which one a clone reads first depends on the hashes, and a
-    # node read from a pack is never read on its own; sparse files cost no disk
-    targets = [p for p in sorted((remote / "objects").rglob("*")) if p.is_file()] if key == "object" \
-        else [remote / key]
-    if key == "ids.json":
-        RemoteStore(str(remote)).reserve_ids("test", 10, 0, "w")  # a counter, as a clone that cleaved makes
-    for target in targets:
-        os.truncate(target, HUGE)
+HUGE_KEYS = ("refs.json", "ids.json", "object")
+
+
+@pytest.fixture(scope="module")
+def huge_remotes(base: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Path, list[Any]]]:
+    """Per key of :data:`HUGE_KEYS`, a directory remote whose file (or every object) is a 5 GiB sparse file, and
+    what ``clone --prefetch`` and ``remote check`` of it did: the six command lines ran in one child process
+    (tests/cli_batch.py, real pipes), a start-up instead of three; each command line reads only its own remote.
+    """
+    made: dict[str, Path] = {}
+    for key in HUGE_KEYS:
+        work = tmp_path_factory.mktemp(f"huge-{key}")
+        remote = work / "remote"
+        _pushed(work, base, str(remote))
+        # every object (history packs, nodes, data): which one a clone reads first depends on the hashes, and a
+        # node read from a pack is never read on its own; sparse files cost no disk
+        targets = [p for p in sorted((remote / "objects").rglob("*")) if p.is_file()] if key == "object" \
+            else [remote / key]
+        if key == "ids.json":
+            RemoteStore(str(remote)).reserve_ids("test", 10, 0, "w")  # a counter, as a clone that cleaved makes
+        for target in targets:
+            os.truncate(target, HUGE)
+        made[key] = remote
+    done = run_commands([cmd for remote in made.values()
+                         for cmd in (["clone", str(remote), str(remote.parent / "c"), "--prefetch"],
+                                     ["remote", "check", str(remote)])], timeout=240 * 2 * len(made))
+    return {key: (remote, done[2 * i:2 * i + 2]) for i, (key, remote) in enumerate(made.items())}
+
+
+@pytest.mark.parametrize("key", HUGE_KEYS)
+def test_huge_remote_files_are_refused_before_reading(huge_remotes: dict[str, tuple[Path, list[Any]]],
+                                                      tmp_path: Path, key: str) -> None:
+    remote, (done, checked) = huge_remotes[key]
     # --prefetch: every object is read now (a lazy clone reads a data object only when a value in it is read)
     peak = _peak(lambda: R.clone(str(remote), tmp_path / "b", prefetch=True))
     assert peak < 16 << 20, peak  # refused from its size: nothing near 5 GiB (nor the limit) was read
     assert not (tmp_path / "b").exists()
     # the same through the CLI: exit 4 (corrupt data), one line naming the file with its '/'; and remote check
-    # (both command lines in one child process: tests/cli_batch.py, real pipes)
-    done, checked = run_commands([["clone", str(remote), str(tmp_path / "c"), "--prefetch"],
-                                  ["remote", "check", str(remote)]], timeout=240)
     assert done.returncode == 4, done.stderr
+    assert not (remote.parent / "c").exists()
     where = f"{remote}/{key}" if key != "object" else f"{remote}/objects/"
     assert where in done.stderr and "remoterefs" not in done.stderr, done.stderr
     assert checked.returncode in (1, 4) and str(remote) in checked.stdout + checked.stderr

@@ -14,6 +14,7 @@ and a lazy read checks the record head before a range names the same key and len
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -33,13 +34,22 @@ def _check(url: Path) -> subprocess.CompletedProcess[str]:
                           capture_output=True, text=True, timeout=240, stdin=subprocess.DEVNULL)
 
 
-def _pushed(tmp_path: Path, base: Path) -> Path:
-    """A remote holding a repository with one merge, which ``remote check`` calls sound."""
-    remote = tmp_path / "remote"
-    pushed_with_a_merge(tmp_path / "a", base, remote).close()
-    sound = _check(remote)
+@pytest.fixture(scope="module")
+def sound_remote(base: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A directory holding ``a`` (a repository with one merge) and ``remote`` (where it was pushed), which
+    ``remote check`` calls sound: built and checked once, copied by each test (each damages its copy)."""
+    root = tmp_path_factory.mktemp("sound")
+    pushed_with_a_merge(root / "a", base, root / "remote").close()
+    sound = _check(root / "remote")
     assert sound.returncode == 0 and "present and verified" in sound.stdout, sound.stdout + sound.stderr
-    return remote
+    return root
+
+
+def _pushed(tmp_path: Path, sound_remote: Path) -> Path:
+    """A copy of the sound remote (and of the repository ``a`` pushed to it) in ``tmp_path``; the remote's path."""
+    for name in ("a", "remote"):
+        shutil.copytree(sound_remote / name, tmp_path / name)
+    return tmp_path / "remote"
 
 
 def _values(path: Path) -> dict[tuple[str, bytes], bytes | None]:
@@ -59,8 +69,8 @@ def _flip_last_byte(remote: Path, name: str) -> None:
 
 
 @pytest.mark.parametrize("what", ["root key listing", "history pack"])
-def test_remote_check_faults_an_object_that_clone_refuses(base: Path, tmp_path: Path, what: str) -> None:
-    remote = _pushed(tmp_path, base)
+def test_remote_check_faults_an_object_that_clone_refuses(sound_remote: Path, tmp_path: Path, what: str) -> None:
+    remote = _pushed(tmp_path, sound_remote)
     store = RemoteStore(str(remote))
     refs, _ = store.require_refs()
     if what == "root key listing":
@@ -79,11 +89,12 @@ def test_remote_check_faults_an_object_that_clone_refuses(base: Path, tmp_path: 
     assert damaged[0] in checked.stdout and "does not match its hash" in checked.stdout, checked.stdout
 
 
-def test_remote_check_faults_a_key_listing_that_points_elsewhere_than_the_data(base: Path, tmp_path: Path) -> None:
+def test_remote_check_faults_a_key_listing_that_points_elsewhere_than_the_data(sound_remote: Path,
+                                                                              tmp_path: Path) -> None:
     """The head's listing re-written one byte off after its first value (hash, node object and refs made
     consistent): the eager clone reads what was pushed, the lazy one refuses the first shifted range it reads,
     and check names the version, the listing and the ranges."""
-    remote = _pushed(tmp_path, base)
+    remote = _pushed(tmp_path, sound_remote)
     pushed = _values(tmp_path / "a")
     version = shift_head_listing(str(remote))
     R.clone(str(remote), tmp_path / "eager", prefetch=True)

@@ -25,7 +25,7 @@ import pytest
 
 from napari_shardscope.core.labelmap import create_labelmap, open_labelmap
 from napari_shardscope.core.versioned import create_repository, open_repository
-from tests.core.versioned.remotes.cli import shardscope, shardscope_batch, shardscope_json
+from tests.core.versioned.remotes.cli import shardscope, shardscope_batch
 from tests.core.versioned.remotes.helpers import write_base
 
 
@@ -118,18 +118,18 @@ def test_origin_main_names_the_last_fetched_head_across_divergences(
         # A pulls what B pushed last round (a fast-forward), edits one body, pushes
         shardscope("pull", str(a))
         _edit(a, svs[ta], svs[oa], f"A round {round_}")
-        shardscope("push", str(a))
-        # B edits another body meanwhile: the histories diverge; then B's verbs, one after another
+        # B edits another body meanwhile: the histories diverge; then A pushes and B's verbs run, one after
+        # another (B's edit is its own: before or after A's push, B has not fetched it yet)
         _edit(b, svs[tb], svs[ob], f"B round {round_}")
         # round 1 is the one that reviewed the stale head; there also the same name in another verb
         also = ([["review", str(b), "origin/main"],
                  ["label", str(b), "origin/main", "seg", *map(str, _voxel_of(b, svs[oa])), "--json"]]
                 if round_ == 1 else [])
-        fetched, branches, review, *extra, status, pulled, pushed, after = (json.loads(p.stdout) if "--json" in p.args
-                                                                            else p.stdout for p in shardscope_batch(
-            ["fetch", str(b), "--json"], ["repo", "branches", str(b), "--json"],
-            ["review", str(b), "origin/main", "--json"], *also, ["status", str(b), "--json"],
-            ["pull", str(b), "--json"], ["push", str(b)], ["status", str(b), "--json"]))
+        _, fetched, branches, review, *extra, status, pulled, pushed, after = (
+            json.loads(p.stdout) if "--json" in p.args else p.stdout for p in shardscope_batch(
+                ["push", str(a)], ["fetch", str(b), "--json"], ["repo", "branches", str(b), "--json"],
+                ["review", str(b), "origin/main", "--json"], *also, ["status", str(b), "--json"],
+                ["pull", str(b), "--json"], ["push", str(b)], ["status", str(b), "--json"]))
         head = fetched["tracking"]["main"]
         names |= set(fetched["renamed"].values()) | {x["name"] for x in branches}
         # review reviews the head just fetched: A's one body, in every round
@@ -186,9 +186,9 @@ def test_a_branch_left_by_an_older_fetch_is_migrated(shared: tuple[Path, Path, s
     branch and says so."""
     a, b, _, svs = shared
     _edit(a, svs[0], svs[1], "A")
-    shardscope("push", str(a))
-    _edit(b, svs[2], svs[3], "B")
-    fetched = shardscope_json("fetch", str(b))
+    _edit(b, svs[2], svs[3], "B")  # B's own edit: before or after A's push, B has not fetched it yet
+    _, fetch = shardscope_batch(["push", str(a)], ["fetch", str(b), "--json"])
+    fetched = json.loads(fetch.stdout)
     (diverged,) = set(fetched["renamed"].values())
     head = fetched["tracking"]["main"]
     # make it the repository an older fetch left: the divergence on a branch named origin/main
