@@ -27,6 +27,7 @@ from napari_shardscope.core.errors import (
 )
 from napari_shardscope.core.export.precomputed import export_precomputed
 from napari_shardscope.core.export.source import VolumeSource
+from tests.cli_batch import run_commands
 from tests.core.cli.test_every_verb import leaf_verbs
 from tests.core.labelmap.test_labelmap import dumbbell
 from tests.core.labelmap.volumes import write_precomputed
@@ -53,17 +54,21 @@ def repo(seg: Path, tmp_path: Path) -> str:
 
 
 def test_a_refusal_names_the_cli_option_on_the_cli_and_the_keyword_in_the_library(seg: Path, tmp_path: Path) -> None:
+    """The four command lines run in order in one child (``tests/cli_batch.py``: each through the console
+    script's ``main`` on real pipes; the words are the point here, not a fresh start-up); the library is
+    asked afterwards, of the same destination (which exists before and after the overwrite alike)."""
     dest = tmp_path / "out"
-    assert shardscope("export", str(seg), str(dest), "--quiet").returncode == 0
-    again = shardscope("export", str(seg), str(dest))
+    export = ["export", str(seg), str(dest)]
+    first, again, json_again, overwritten = run_commands([[*export, "--quiet"], export, [*export, "--json"],
+                                                          [*export, "--overwrite", "--quiet"]])
+    assert first.returncode == 0, first.stderr
     assert again.returncode == 6 and "pass --overwrite to replace it" in again.stderr
     assert "overwrite=True" not in again.stderr
-    json_again = shardscope("export", str(seg), str(dest), "--json")
     assert "pass --overwrite" in json_again.stdout and "overwrite=True" not in json_again.stdout
     with pytest.raises(RefusedDestinationError, match=r"pass overwrite=True to replace it") as caught:
         export_precomputed(VolumeSource(str(seg)), str(dest))
     assert "--overwrite" not in str(caught.value)
-    assert shardscope("export", str(seg), str(dest), "--overwrite", "--quiet").returncode == 0
+    assert overwritten.returncode == 0, overwritten.stderr
 
 
 def test_a_version_error_names_the_option_of_the_verb(repo: str, tmp_path: Path) -> None:

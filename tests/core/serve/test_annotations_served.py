@@ -20,7 +20,7 @@ import pytest
 from napari_shardscope.core.annotation import AnnotationInstance, create_annotation_instance
 from napari_shardscope.core.errors import ArgumentError
 from napari_shardscope.core.labelmap import Labelmap, create_labelmap
-from napari_shardscope.core.serve.annotations import mount_version_annotations
+from napari_shardscope.core.serve.annotations import close_annotation_mounts, mount_version_annotations
 from napari_shardscope.core.serve.handoff import default_view, mount_version, serve
 from napari_shardscope.core.serve.ngstate import build_state
 from napari_shardscope.core.serve.server import ShardServer
@@ -59,28 +59,31 @@ def test_served_annotations_follow_the_version(made: tuple[Repository, Labelmap,
     _, lm, syn, base = made
     first = add_synapse(syn, "main", (3, 10, 10), (3, 10, 60))
     with ShardServer() as server:
-        seg = mount_version(server, lm, "main")
-        views = mount_version_annotations(server, lm, "main", segmentation_layer=seg.layer.name)
-        assert [v.name for v in views] == ["synapses"]
-        state = build_state(default_view([seg, *(replace(seg, layer=v) for v in views)]))
-        ann = state["layers"][1]
-        assert ann["type"] == "annotation"
-        assert ann["linkedSegmentationLayer"] == {"pre_segment": seg.layer.name, "post_segment": seg.layer.name}
-        reader = AnnotationReader(source_root(ann))
-        got = reader.by_id[first]
-        np.testing.assert_array_equal(np.asarray(got.point_a), [10.5, 10.5, 3.5])
-        np.testing.assert_array_equal(np.asarray(got.point_b), [60.5, 10.5, 3.5])
-        pre_body, post_body = int(base[3, 10, 10]), int(base[3, 10, 60])  # no agglomeration: body = supervoxel
-        assert [[int(s) for s in segs] for segs in got.segments] == [[pre_body], [post_body]]
+        try:
+            seg = mount_version(server, lm, "main")
+            views = mount_version_annotations(server, lm, "main", segmentation_layer=seg.layer.name)
+            assert [v.name for v in views] == ["synapses"]
+            state = build_state(default_view([seg, *(replace(seg, layer=v) for v in views)]))
+            ann = state["layers"][1]
+            assert ann["type"] == "annotation"
+            assert ann["linkedSegmentationLayer"] == {"pre_segment": seg.layer.name, "post_segment": seg.layer.name}
+            reader = AnnotationReader(source_root(ann))
+            got = reader.by_id[first]
+            np.testing.assert_array_equal(np.asarray(got.point_a), [10.5, 10.5, 3.5])
+            np.testing.assert_array_equal(np.asarray(got.point_b), [60.5, 10.5, 3.5])
+            pre_body, post_body = int(base[3, 10, 10]), int(base[3, 10, 60])  # no agglomeration: body = supervoxel
+            assert [[int(s) for s in segs] for segs in got.segments] == [[pre_body], [post_body]]
 
-        # an edit of the open version after the layer was mounted: the next load of the layer shows it,
-        # and a merge of the labelmap moves the synapse to the merged body
-        second = add_synapse(syn, "main", (2, 40, 20), (2, 40, 70))
-        lm.at("main").merge(pre_body, [post_body])
-        reader = AnnotationReader(source_root(ann))
-        assert {int(a.id) for a in reader.get_within_spatial_bounds()} == {first, second}
-        assert [[int(s) for s in segs] for segs in reader.by_id[first].segments] == [[pre_body], [pre_body]]
-        assert {int(a.id) for a in reader.relationships["post_segment"][pre_body]} >= {first}
+            # an edit of the open version after the layer was mounted: the next load of the layer shows it,
+            # and a merge of the labelmap moves the synapse to the merged body
+            second = add_synapse(syn, "main", (2, 40, 20), (2, 40, 70))
+            lm.at("main").merge(pre_body, [post_body])
+            reader = AnnotationReader(source_root(ann))
+            assert {int(a.id) for a in reader.get_within_spatial_bounds()} == {first, second}
+            assert [[int(s) for s in segs] for segs in reader.by_id[first].segments] == [[pre_body], [pre_body]]
+            assert {int(a.id) for a in reader.relationships["post_segment"][pre_body]} >= {first}
+        finally:  # the generated collections now, not when a later test's garbage collection finds them
+            close_annotation_mounts(server)
 
 
 def test_serve_hands_out_the_annotation_layer(made: tuple[Repository, Labelmap, AnnotationInstance, np.ndarray],
