@@ -117,8 +117,10 @@ def test_serve_cli_annotations_from_a_pipe(made: tuple[Repository, Labelmap, Ann
     head = repo.commit("main", "one synapse")
     repo.close()
     cmd = [sys.executable, "-m", "napari_shardscope", "serve", str(tmp_path / "repo"), "--version", head.uuid, "--json"]
+    scratch = tmp_path / "scratch"  # the server's temporary directory: where it generates the annotation layers
+    scratch.mkdir()
     proc = subprocess.Popen([*cmd, "--annotations", "synapses"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            env=buffered_env())
+                            env={**buffered_env(), "TMPDIR": str(scratch)})
     try:
         record = json.loads(read_line(proc))
         assert record["serving"] and proc.poll() is None
@@ -126,9 +128,12 @@ def test_serve_cli_annotations_from_a_pipe(made: tuple[Repository, Labelmap, Ann
         assert ann["type"] == "annotation" and ann["linkedSegmentationLayer"]["post_segment"] == seg["name"]
         reader = AnnotationReader(source_root(ann))
         assert [int(a.id) for a in reader.get_within_spatial_bounds()] == [line]
+        assert list(scratch.iterdir())  # generated while serving
     finally:
-        proc.terminate()
-        proc.communicate(timeout=60)
+        proc.terminate()  # SIGTERM, as `kill` or a service manager stops it: a clean stop, as Ctrl-C is
+        _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0 and b"Traceback" not in err, err.decode(errors="replace")[-3000:]
+    assert list(scratch.iterdir()) == []  # nothing left behind
     done = subprocess.run([*cmd, "--print-url", "--no-annotations"], capture_output=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert [layer["type"] for layer in json.loads(done.stdout)["state"]["layers"]] == ["segmentation"]

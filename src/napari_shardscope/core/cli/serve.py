@@ -7,7 +7,8 @@ Usage::
                      [--annotations NAME,NAME | --no-annotations]
 
 Prints the Neuroglancer link (``--json``: one JSON line with the link and the state, flushed at once
-so a script can read it from a pipe while the server runs) and serves until Ctrl-C;
+so a script can read it from a pipe while the server runs) and serves until Ctrl-C or SIGTERM (both stop it
+cleanly: the annotation layers it generated are removed, exit status 0);
 ``--print-url`` prints the link and exits without serving. ``--equivalences`` prints, instead of
 serving, a link to the hosted Neuroglancer with a state over the base itself and a merge-only
 version's merges as ``equivalences`` (for a remote public base: no server needed). A repository's
@@ -23,8 +24,11 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import signal
 import sys
 import threading
+from collections.abc import Iterator
+from types import FrameType
 
 from napari_shardscope.core.cli.common import emit, print_json, print_json_line
 from napari_shardscope.core.errors import EXIT_OK, ArgumentError
@@ -68,11 +72,35 @@ def run_serve(args: argparse.Namespace) -> int:
             return EXIT_OK
         if not args.json:
             print(f"serving on {handoff.server.url} until Ctrl-C", file=sys.stderr, flush=True)
-        with contextlib.suppress(KeyboardInterrupt):  # Ctrl-C: stop serving, exit 0
+        with contextlib.suppress(KeyboardInterrupt), _terminate_as_interrupt():  # Ctrl-C, SIGTERM: exit 0
             threading.Event().wait()
         return EXIT_OK
     finally:
         handoff.stop()
+
+
+@contextlib.contextmanager
+def _terminate_as_interrupt() -> Iterator[None]:
+    """SIGTERM (``kill``, a service manager's or a script's stop) ends serving as Ctrl-C does.
+
+    Why: SIGTERM's default action ends the process at once, without ``handoff.stop()``: the annotation
+    layers generated for the link stayed in the temporary directory after every stop that was not a
+    Ctrl-C. Only the main thread may set a handler; elsewhere (``run_serve`` called from a thread) the
+    caller's handling stands.
+    """
+
+    def interrupt(signum: int, frame: FrameType | None) -> None:
+        raise KeyboardInterrupt
+
+    try:
+        previous = signal.signal(signal.SIGTERM, interrupt)
+    except ValueError:
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def _print_equivalences(args: argparse.Namespace) -> int:
