@@ -415,13 +415,14 @@ class CanvasBinding:
         self._fit(target)
 
 
-_BINDINGS: weakref.WeakKeyDictionary[Any, CanvasBinding] = weakref.WeakKeyDictionary()
-
-
 def canvas_for(viewer: napari.Viewer) -> CanvasBinding:
-    """The canvas binding of ``viewer`` (made on first call; the panels share it)."""
+    """The canvas binding of ``viewer`` (made on first call; the panels share it).
+
+    Kept on the viewer's session, which it lives and dies with. (A dictionary weakly keyed by the session
+    kept every binding, its session and closed viewer for good: the binding itself holds its key.)
+    """
     session = session_for(viewer)
-    binding = _BINDINGS.get(session)
+    binding = session.canvas
     if binding is None:
-        binding = _BINDINGS[session] = CanvasBinding(session)
+        binding = session.canvas = CanvasBinding(session)
     return binding

@@ -22,6 +22,7 @@ Notebook use::
 
 from __future__ import annotations
 
+import contextlib
 import weakref
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, TypeGuard
@@ -43,6 +44,8 @@ from napari_shardscope.widgets.workers import GuiThreadBridge
 if TYPE_CHECKING:
     import napari
     from napari.layers import Labels
+
+    from napari_shardscope.widgets.canvas import CanvasBinding
 
 #: Layer metadata key naming the session's layers (not ``"shardscope"``: those are base volumes).
 LAYER_KEY = "shardscope_proofreading"
@@ -74,6 +77,8 @@ class ViewerSession:
         #: The selected bodies' synapses as a Points layer (widgets/synapses.py), when the repository has them.
         self.synapses = SynapseLayer(self)
         self.layers_changed.connect(self.synapses.schedule)  # the volume replaced: placed on its grid again
+        #: The selection overlays, hover and go-to of this viewer (widgets/canvas.py), made by ``canvas_for``.
+        self.canvas: CanvasBinding | None = None
 
     def _notify(self, state: ControllerState) -> None:
         """Each new result or refusal once as a napari notification (the panels keep it in their status line).
@@ -261,4 +266,25 @@ def session_for(viewer: napari.Viewer) -> ViewerSession:
     session = _SESSIONS.get(real)
     if session is None:
         session = _SESSIONS[real] = ViewerSession(real)
+        _forget_when_closed(real)
     return session
+
+
+def _forget_when_closed(viewer: napari.Viewer) -> None:
+    """Drop ``viewer``'s session when its window is destroyed (closed), so the closed viewer can be freed.
+
+    The session is a value of a weak-keyed dictionary, yet it leads back to its key: the controller holds the
+    panels' listeners, each panel holds (a proxy of) the viewer. Such an entry never expires, and every closed
+    viewer with a panel stayed in memory for good with its layers, panels, repository handles and chunk caches
+    (about 20,000 objects each, which every later full garbage collection walked again). Only a weak reference
+    to the viewer is kept here; without a Qt window (no GUI) the entry lives as long as the process, as before.
+    """
+    key = weakref.ref(viewer)
+
+    def forget(*_: Any) -> None:
+        closed = key()
+        if closed is not None:
+            _SESSIONS.pop(closed, None)
+
+    with contextlib.suppress(AttributeError):  # a viewer without a Qt window
+        viewer.window._qt_window.destroyed.connect(forget)
