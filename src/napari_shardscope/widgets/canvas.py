@@ -423,6 +423,6 @@ def canvas_for(viewer: napari.Viewer) -> CanvasBinding:
     """
     session = session_for(viewer)
     binding = session.canvas
-    if binding is None:
+    if not isinstance(binding, CanvasBinding):
         binding = session.canvas = CanvasBinding(session)
     return binding

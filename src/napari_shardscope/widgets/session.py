@@ -45,8 +45,6 @@ if TYPE_CHECKING:
     import napari
     from napari.layers import Labels
 
-    from napari_shardscope.widgets.canvas import CanvasBinding
-
 #: Layer metadata key naming the session's layers (not ``"shardscope"``: those are base volumes).
 LAYER_KEY = "shardscope_proofreading"
 
@@ -77,8 +75,9 @@ class ViewerSession:
         #: The selected bodies' synapses as a Points layer (widgets/synapses.py), when the repository has them.
         self.synapses = SynapseLayer(self)
         self.layers_changed.connect(self.synapses.schedule)  # the volume replaced: placed on its grid again
-        #: The selection overlays, hover and go-to of this viewer (widgets/canvas.py), made by ``canvas_for``.
-        self.canvas: CanvasBinding | None = None
+        #: The selection overlays, hover and go-to of this viewer: the ``CanvasBinding`` ``canvas_for`` makes
+        #: (widgets/canvas.py, which imports this module: so not named in its type here, which would be a cycle).
+        self.canvas: object | None = None
 
     def _notify(self, state: ControllerState) -> None:
         """Each new result or refusal once as a napari notification (the panels keep it in their status line).

@@ -197,7 +197,7 @@ class SynapseLayer(NextTurnSync):
         if self.layer is None:
             # napari's add_points refuses a colour array of no rows (a reduction over it raises ValueError):
             # bodies without synapses give an empty layer, coloured when it gets points
-            colour = {"face_color": colours} if len(colours) else {}
+            colour: dict[str, Any] = {"face_color": colours} if len(colours) else {}
             self.layer = add_on_grid(
                 viewer, grid, "points", data, name=LAYER_NAME, size=SIZE_VOXELS, border_width=BORDER,
                 border_color=BORDER_COLOUR, features=features, metadata=meta, canvas_size_limits=SCREEN_PIXELS,
