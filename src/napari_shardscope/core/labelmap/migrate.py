@@ -178,12 +178,14 @@ def migrate_labelmap(repo: Repository, name: str, *, progress: Progress | None =
             # would hold the writers' lock meanwhile). Another ``repo migrate`` may have stored the new tables
             # since this one read no marker: the format-1 tables it read from are then gone, which is no
             # fault; the loop below resumes from that run's marker, or finds the labelmap migrated.
-            if not _begun_elsewhere(repo, inst, name):
+            with repo.rewriting() as rw:
+                untouched = _untouched(rw, inst, name)
+            if untouched:
                 raise
             items = None
         if items is not None:
             with repo.rewriting() as rw:
-                if _current(rw, name) and rw.get_unversioned_many(inst, [MARKER_KEY])[0] is None:
+                if _untouched(rw, inst, name):
                     rw.replace_unversioned(inst, (AGGLOMERATION_KEY, b"index/"), items)
                     rw.put_unversioned(inst, [(MARKER_KEY, Marker().to_bytes())])
             del items
@@ -233,11 +235,9 @@ def migrate_labelmap(repo: Repository, name: str, *, progress: Progress | None =
             rw.put_unversioned(inst, [(MARKER_KEY, marker.to_bytes())])
 
 
-def _begun_elsewhere(repo: Repository, inst: Instance, name: str) -> bool:
-    """Whether another process has begun (a marker is stored) or finished migrating ``name``, as a transaction
-    sees it now."""
-    with repo.rewriting() as rw:
-        return not _current(rw, name) or rw.get_unversioned_many(inst, [MARKER_KEY])[0] is not None
+def _untouched(rw: Rewriter, inst: Instance, name: str) -> bool:
+    """Whether no run has begun migrating ``name`` (format 1, no marker stored), as this transaction sees it."""
+    return _current(rw, name) and rw.get_unversioned_many(inst, [MARKER_KEY])[0] is None
 
 
 def _current(rw: Rewriter, name: str) -> bool:

@@ -63,13 +63,8 @@ class DagIndex:
         Why: an ancestry asks for every version of a history at once; a lock and a call per id were
         most of the cost of walking a history the cache holds.
         """
-        versions, touch = self._versions, self._versions.move_to_end
         with self._lock:
-            found = [versions.get(vid) for vid in vids]
-            for vid, hit in zip(vids, found, strict=True):
-                if hit is not None:
-                    touch(vid)
-        return found
+            return [self._get(self._versions, vid) for vid in vids]
 
     def cached_vid(self, uuid: str) -> int | None:
         with self._lock:
