@@ -23,6 +23,7 @@ from napari_shardscope.core.sample_data import (
     write_body_map,
 )
 from napari_shardscope.core.volumes import open_volume
+from tests.pixels import rgb_codes
 from tests.volume_cases import sample  # noqa: F401  (fixture)
 
 
@@ -194,8 +195,5 @@ def test_demo_screenshot(tmp_path: Path, sample: SampleDataset) -> None:  # noqa
     pixels = iio.imread(out)[..., :3]
     assert pixels.shape[:2] == (1000, 1600)  # the whole window (data and the docked panels), not a squeezed canvas
     assert pixels.std() > 20
-    # distinct colours, each RGB packed into one integer: a 1-D unique (np.unique(axis=0) on the 1.6 M rows
-    # sorted them lexicographically: 1.4 CPU s for the same count)
-    rgb = pixels.astype(np.uint32)
-    colours = np.unique((rgb[..., 0] << 16) | (rgb[..., 1] << 8) | rgb[..., 2])
+    colours = np.unique(rgb_codes(pixels))  # distinct colours
     assert len(colours) > 200  # grey EM texture under many label colours, not a blank canvas

@@ -26,6 +26,7 @@ from napari_shardscope.core.serve.server import ShardServer
 from napari_shardscope.core.versioned import create_repository
 from tests.core.labelmap.volumes import voronoi_supervoxels, write_precomputed
 from tests.core.serve.browser import READY_TIMEOUT, VIEWPORT, Browser, Rendered, chromium, needs_chromium, settle
+from tests.pixels import rgb_codes
 
 pytestmark = needs_chromium
 PX = 6.0  # screen pixels per voxel
@@ -188,10 +189,9 @@ def test_the_link_shows_both_layers_in_every_page_load(tmp_path: Path, browser: 
         for _ in range(LOADS):
             names, in_state, errors, rendered = open_link(browser, handoff.url)
             x, y, w, h = (round(a) for a in rendered.panel)
-            panel = rendered.pixels[y:y + h, x:x + w, :3].reshape(-1, 3).astype(np.uint32)
+            panel = rendered.pixels[y:y + h, x:x + w, :3].reshape(-1, 3)
             # the segmentation: many segments' colours, each over a patch; without it, a grey panel and a few lines
-            # (each pixel's colour packed in one integer: the counts of np.unique(axis=0) at a thirtieth the CPU)
-            _, counts = np.unique(panel[:, 0] << 16 | panel[:, 1] << 8 | panel[:, 2], return_counts=True)
+            _, counts = np.unique(rgb_codes(panel), return_counts=True)
             patches = int((counts >= 0.005 * len(panel)).sum())
             mask = yellow(rendered)
 
