@@ -262,9 +262,16 @@ def main(argv: list[str] | None = None) -> int:
     unknown = sorted(set(args.panels) - set(PANELS))
     if unknown:
         parser.error(f"unknown panel(s) {unknown}; choose from {sorted(PANELS)}")
-    for window in args.window or ["default", "small"]:
-        for name in args.panels or list(PANELS):
-            print(render(name, args.out, window))
+    # The repositories, to-do lists and napari settings the panels make go in one directory, removed at the end
+    # (they were left in the system's temporary directory, four repositories a run).
+    with tempfile.TemporaryDirectory(prefix="shardscope-screenshots-") as scratch:
+        tempfile.tempdir = scratch
+        try:
+            for window in args.window or ["default", "small"]:
+                for name in args.panels or list(PANELS):
+                    print(render(name, args.out, window))
+        finally:
+            tempfile.tempdir = None
     return 0
 
 

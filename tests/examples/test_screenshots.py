@@ -40,10 +40,13 @@ def panels() -> list[str]:
 def test_screenshots_script_renders_every_panel(tmp_path: Path, sample: SampleDataset) -> None:  # noqa: F811
     names = panels()
     assert "shard_browser" in names
-    env = dict(os.environ, SHARDSCOPE_CACHE_DIR=str(sample.root.parent))  # QT_API: tests/conftest.py
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    env = dict(os.environ, SHARDSCOPE_CACHE_DIR=str(sample.root.parent), TMPDIR=str(scratch))  # QT_API: conftest
     done = subprocess.run([sys.executable, str(SCRIPT), "--window", "small", "--out", str(tmp_path / "out")],
                           env=env, capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stderr[-3000:]
+    assert list(scratch.iterdir()) == []  # the panels' repositories and settings went with the script
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == sorted(f"{n}-small.png" for n in names)
     for name in names:
         png = tmp_path / "out" / f"{name}-small.png"
