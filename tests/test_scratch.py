@@ -1,0 +1,60 @@
+"""Where a test run's scratch files go (``tests/scratch.py``): RAM when there is room, one ``TMPDIR`` per run
+removed at its end, and nothing changed where the caller chose."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from tests import scratch
+
+
+def test_a_run_gets_its_own_tmpdir_under_the_ram_filesystem_or_the_disk_and_leaves_nothing(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("TMPDIR", raising=False)
+    monkeypatch.delenv("PYTEST_DEBUG_TEMPROOT", raising=False)
+    monkeypatch.setattr(tempfile, "tempdir", None)  # restored afterwards: the suite's own run directory
+    expected_root = scratch.ram_filesystem() or Path(tempfile.gettempdir())
+    tempfile.tempdir = None
+
+    run = scratch.use_run_scratch()
+    assert run is not None and run.is_dir() and run.parent == expected_root
+    assert os.environ["PYTEST_DEBUG_TEMPROOT"] == str(expected_root)  # where pytest puts its tmp_path directories
+    assert os.environ["TMPDIR"] == str(run) == tempfile.gettempdir()  # tempfile and every child process
+    left = Path(tempfile.mkdtemp(prefix="left-behind-"))
+    (left / "f").write_bytes(b"x")
+    assert left.parent == run
+
+    scratch.remove_run_scratch(run)
+    assert not run.exists()
+    scratch.remove_run_scratch(None)  # a run that made none: nothing to do
+
+
+@pytest.mark.parametrize("variable", ["TMPDIR", "PYTEST_DEBUG_TEMPROOT"])
+def test_a_directory_the_caller_chose_is_kept(variable: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("TMPDIR", raising=False)
+    monkeypatch.delenv("PYTEST_DEBUG_TEMPROOT", raising=False)
+    monkeypatch.setenv(variable, str(tmp_path))
+    before = dict(os.environ)
+    assert scratch.use_run_scratch() is None
+    assert dict(os.environ) == before
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_the_ram_filesystem_needs_room(monkeypatch: pytest.MonkeyPatch) -> None:
+    found = scratch.ram_filesystem()
+    if found is None:  # no tmpfs at /dev/shm (macOS), or one too small (a container's 64 MB) or read-only
+        small = scratch.SHM.is_dir() and os.statvfs(scratch.SHM).f_bavail * os.statvfs(scratch.SHM).f_frsize \
+            < scratch.MIN_FREE_BYTES
+        assert not scratch.SHM.is_dir() or small or not os.access(scratch.SHM, os.W_OK)
+        return
+    assert found == scratch.SHM
+    free = os.statvfs(found).f_bavail * os.statvfs(found).f_frsize
+    monkeypatch.setattr(scratch, "MIN_FREE_BYTES", free + (1 << 40))
+    assert scratch.ram_filesystem() is None
+    monkeypatch.setattr(scratch, "SHM", Path("/proc"))  # a mount point, but not a tmpfs
+    monkeypatch.setattr(scratch, "MIN_FREE_BYTES", 0)
+    assert scratch.ram_filesystem() is None
