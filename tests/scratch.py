@@ -31,6 +31,8 @@ SHM = Path("/dev/shm")
 #: 1 GB (much less at once: a passing test's directory is removed when it ends); a container's 64 MB
 #: ``/dev/shm`` is left alone.
 MIN_FREE_BYTES = 4 << 30
+#: A run's ``TMPDIR`` is named for the process that made it: ``shardscope-test-run-<pid>-<random>``.
+RUN_PREFIX = "shardscope-test-run-"
 
 
 def ram_filesystem() -> Path | None:
@@ -57,10 +59,27 @@ def use_run_scratch() -> Path | None:
         return None
     root = ram_filesystem() or Path(tempfile.gettempdir())
     os.environ["PYTEST_DEBUG_TEMPROOT"] = str(root)
-    run = Path(tempfile.mkdtemp(prefix="shardscope-test-run-", dir=root))
+    remove_abandoned_runs(root)
+    run = Path(tempfile.mkdtemp(prefix=f"{RUN_PREFIX}{os.getpid()}-", dir=root))
     os.environ["TMPDIR"] = str(run)
     tempfile.tempdir = None  # tempfile caches the directory it found first
     return run
+
+
+def remove_abandoned_runs(root: Path) -> None:
+    """Remove the ``TMPDIR`` of earlier runs whose process is gone without removing it (killed: ``kill -9``, a
+    closed terminal), which in RAM would hold memory until the machine restarts. A run still going (its process
+    alive, as when two checkouts test at once) is left alone; so is a directory whose process id was reused."""
+    for path in root.glob(f"{RUN_PREFIX}*-*"):
+        pid = path.name.removeprefix(RUN_PREFIX).split("-", 1)[0]
+        if not pid.isdigit() or not path.is_dir():
+            continue
+        try:
+            os.kill(int(pid), 0)
+        except ProcessLookupError:
+            shutil.rmtree(path, ignore_errors=True)
+        except OSError:  # alive, another user's
+            continue
 
 
 def remove_run_scratch(run: Path | None) -> None:

@@ -33,6 +33,22 @@ def test_a_run_gets_its_own_tmpdir_under_the_ram_filesystem_or_the_disk_and_leav
     scratch.remove_run_scratch(None)  # a run that made none: nothing to do
 
 
+def test_a_killed_runs_directory_is_removed_by_the_next_run_and_a_live_ones_kept(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True,
+                          check=True)
+    dead = tmp_path / f"{scratch.RUN_PREFIX}{int(gone.stdout)}-abc"
+    live = tmp_path / f"{scratch.RUN_PREFIX}{os.getpid()}-def"
+    other = tmp_path / "shardscope-test-run-notapid-x"
+    for d in (dead, live, other):
+        (d / "sub").mkdir(parents=True)
+        (d / "sub" / "f").write_bytes(b"x")
+    scratch.remove_abandoned_runs(tmp_path)
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([live.name, other.name])
+
+
 @pytest.mark.parametrize("variable", ["TMPDIR", "PYTEST_DEBUG_TEMPROOT"])
 def test_a_directory_the_caller_chose_is_kept(variable: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("TMPDIR", raising=False)
