@@ -139,9 +139,8 @@ def pytest_collection(session: pytest.Session) -> None:
     the module. On a fresh clone there is none yet, and the workers, collecting in the same order at the same
     time, each rewrote all 216 modules. Started a third of the list apart, they do it about once between them:
     a fresh clone's collection took 9.3 CPU s per worker, now 7.2 (a second run's: 5). Collection then finds
-    the modules imported; it still
-    reports any module that fails to import (its import is simply left to it). Only for the whole suite
-    (``pytest`` with no paths): a run of a few files imports just those.
+    the modules imported; it still reports any module that fails to import (its import is simply left to it).
+    Only for the whole suite (``pytest`` with no paths): a run of a few files imports just those.
     """
     config = session.config
     worker = os.environ.get("PYTEST_XDIST_WORKER", "")
@@ -183,9 +182,8 @@ def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> 
     itself never frees (about 5,000 objects per viewer test). Left in the collector's reach they were walked
     again by every later full collection, which napari runs whenever a layer leaves a viewer: over a run the
     workers spent 34 CPU s in 370 full collections, each walking everything earlier files left behind; now
-    15 CPU s in 590, these included. A
-    test's own objects are never frozen while it runs, so what it expects the collector to free (a closed
-    viewer, a dropped repository handle) is freed as before.
+    15 CPU s in 590, these included. A test's own objects are never frozen while it runs, so what it expects
+    the collector to free (a closed viewer, a dropped repository handle) is freed as before.
     """
     result = yield
     if nextitem is None or nextitem.path != item.path:
