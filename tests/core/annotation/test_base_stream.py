@@ -363,7 +363,12 @@ def test_a_precomputed_source_is_imported_a_minishard_at_a_time_in_memory_below_
     from napari_shardscope.core.formats.precomputed.annotations.writer import write_annotations
 
     n = 250_000
-    bound = 12 << 20  # a piece, a merge range, the table writers' pages and the source's minishard indexes
+    # A piece, a merge range, the table writers' pages and the source's minishard indexes: 12.21-12.33 MB in
+    # every run measured here (warm or with nothing compiled, loaded or idle, any GIL switch interval, garbage
+    # collection on or off), but 12.7 and 12.8 MB in two of about ten fresh-clone CI runs, for a reason not
+    # found (no module is loaded and no garbage waits inside the measured import). The bound keeps the point,
+    # below the 15 MB the collection decodes to, with room for that.
+    bound = 13 << 20
     rng = np.random.default_rng(9)
     dims = (Dimension("x", 4.0, "nm"), Dimension("y", 4.0, "nm"), Dimension("z", 40.0, "nm"))
     schema = AnnotationSchema("line", dims, (PropertySpec("score", "float32"),))
