@@ -36,10 +36,11 @@ def keep_bytecode() -> None:
 
 
 keep_bytecode()
-from tests.scratch import remove_run_scratch, use_run_scratch  # noqa: E402  (after keep_bytecode)
+from tests.scratch import remove_at_exit, use_run_scratch  # noqa: E402  (after keep_bytecode)
 
-#: This run's ``TMPDIR`` (``tests/scratch.py``): set before pytest makes its first directory, removed at the end.
+#: This run's ``TMPDIR`` (``tests/scratch.py``): set before pytest makes its first directory, removed at exit.
 RUN_SCRATCH = use_run_scratch()
+remove_at_exit(RUN_SCRATCH)
 
 import pytest  # noqa: E402  (after keep_bytecode: the imports below are cached too)
 from hypothesis import settings  # noqa: E402
@@ -287,11 +288,6 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
         table.update(measured)
         FILE_SECONDS.write_text(json.dumps(dict(sorted(table.items(), key=lambda kv: -kv[1])), indent=1) + "\n",
                                 encoding="utf-8")
-
-
-def pytest_unconfigure(config: pytest.Config) -> None:
-    """Remove the run's ``TMPDIR`` (in the process that made it: the workers and children only inherit it)."""
-    remove_run_scratch(RUN_SCRATCH)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -50,7 +50,7 @@ def ram_filesystem() -> Path | None:
 
 def use_run_scratch() -> Path | None:
     """Point pytest's directories at the RAM file system (or leave them on the disk) and ``TMPDIR`` at a new
-    directory of this run under it; return that directory, which :func:`remove_run_scratch` removes at the end.
+    directory of this run under it; return that directory (see :func:`remove_at_exit`).
 
     Called once, in the process the user started (xdist's workers and every child inherit the environment).
     Nothing changes where the caller chose a ``TMPDIR`` or ``PYTEST_DEBUG_TEMPROOT``.
@@ -86,3 +86,17 @@ def remove_run_scratch(run: Path | None) -> None:
     """Remove the run's ``TMPDIR`` with whatever its tests and children left in it."""
     if run is not None:
         shutil.rmtree(run, ignore_errors=True)
+
+
+def remove_at_exit(run: Path | None) -> None:
+    """Remove the run's ``TMPDIR`` when the process exits, after everything that cleans up inside it.
+
+    ``multiprocessing`` keeps a directory of its own in ``TMPDIR`` (``pymp-*``) and removes it at exit with a
+    finalizer of exit priority -100: a run's directory removed before that (when pytest ends) made it print a
+    ``FileNotFoundError`` traceback as the process exited. This is a finalizer of the same kind, one priority
+    lower, so it runs after that one.
+    """
+    if run is not None:
+        from multiprocessing import util
+
+        util.Finalize(None, remove_run_scratch, args=(run,), exitpriority=-101)

@@ -49,6 +49,31 @@ def test_a_killed_runs_directory_is_removed_by_the_next_run_and_a_live_ones_kept
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted([live.name, other.name])
 
 
+EXITING_CHILD = """
+import multiprocessing, sys
+from tests.scratch import remove_at_exit, use_run_scratch
+run = use_run_scratch()
+remove_at_exit(run)
+with multiprocessing.get_context("forkserver").Pool(1) as pool:  # multiprocessing's own directory, in TMPDIR
+    assert pool.map(abs, [-1]) == [1]
+print(run)
+"""
+
+
+def test_the_run_directory_goes_at_exit_after_multiprocessings_own() -> None:
+    """As a run's process exits: multiprocessing removes its ``pymp-*`` directory, then the run's goes, and
+    nothing complains (removed earlier, it made multiprocessing print a traceback at exit)."""
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k not in ("TMPDIR", "PYTEST_DEBUG_TEMPROOT")}
+    done = subprocess.run([sys.executable, "-c", EXITING_CHILD], env=env, cwd=Path(__file__).parents[1],
+                          capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0 and done.stderr == "", done.stderr[-3000:]
+    run = Path(done.stdout.strip())
+    assert run.name.startswith(scratch.RUN_PREFIX) and not run.exists()
+
+
 @pytest.mark.parametrize("variable", ["TMPDIR", "PYTEST_DEBUG_TEMPROOT"])
 def test_a_directory_the_caller_chose_is_kept(variable: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("TMPDIR", raising=False)
