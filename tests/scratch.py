@@ -35,15 +35,17 @@ MIN_FREE_BYTES = 4 << 30
 RUN_PREFIX = "shardscope-test-run-"
 
 
-def ram_filesystem() -> Path | None:
-    """``/dev/shm`` when it is a tmpfs this user can write with :data:`MIN_FREE_BYTES` free, else None."""
+def ram_filesystem(min_free: int | None = None) -> Path | None:
+    """``/dev/shm`` when it is a tmpfs this user can write with ``min_free`` bytes free (default
+    :data:`MIN_FREE_BYTES`), else None."""
+    min_free = MIN_FREE_BYTES if min_free is None else min_free
     try:
         mounts = Path("/proc/mounts").read_text(encoding="utf-8").splitlines()
         stat = os.statvfs(SHM)
     except OSError:
         return None
     tmpfs = any(line.split()[1:3] == [str(SHM), "tmpfs"] for line in mounts if len(line.split()) >= 3)
-    if not tmpfs or not os.access(SHM, os.W_OK | os.X_OK) or stat.f_bavail * stat.f_frsize < MIN_FREE_BYTES:
+    if not tmpfs or not os.access(SHM, os.W_OK | os.X_OK) or stat.f_bavail * stat.f_frsize < min_free:
         return None
     return SHM
 

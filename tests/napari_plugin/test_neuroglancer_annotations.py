@@ -20,6 +20,7 @@ from napari_shardscope.core.versioned import create_repository
 from napari_shardscope.napari_plugin.neuroglancer import open_state, server_for, stop_server, view_state
 from napari_shardscope.widgets.session import session_for
 from tests.core.labelmap.volumes import voronoi_supervoxels, write_precomputed
+from tests.napari_plugin.test_neuroglancer import assert_same_view
 
 AnnotationReader = pytest.importorskip("neuroglancer.read_precomputed_annotations").AnnotationReader
 
@@ -77,9 +78,7 @@ def test_show_in_neuroglancer_includes_the_versions_synapses(make_napari_viewer:
         # the second viewer reads the version's bodies through the server: the merges show
         plane = np.asarray(shown.data[0][3] if shown.multiscale else shown.data[3])
         np.testing.assert_array_equal(plane, lmv.read_bodies(np.s_[3], 0))
-        first_at, second_at = np.asarray(viewer.dims.point[-3:]), np.asarray(second.dims.point[-3:])
-        assert np.all(np.abs(first_at - second_at) <= np.asarray((40.0, 4.0, 4.0)) / 2 + 1e-6), (first_at, second_at)
-        assert second.camera.zoom == pytest.approx(viewer.camera.zoom, rel=1e-6)
+        assert_same_view(viewer, second, (40.0, 4.0, 4.0))
     finally:
         stop_server(viewer)
         session_for(viewer).controller.disconnect()
