@@ -193,19 +193,23 @@ def _write_own_seeds(own: Path) -> None:
         raise RuntimeError(f"seed datasets missing: {sorted(missing)} (written: {sorted(written)})")
 
 
-def gzip_bomb(inflated: int) -> bytes:
-    """A gzip member that inflates to ``inflated`` zero bytes, built without compressing them all.
+def gzip_bomb(inflated: int, *, zlib_wrapper: bool = False) -> bytes:
+    """A gzip member (``zlib_wrapper``: a zlib stream) that inflates to ``inflated`` zero bytes, built without
+    compressing them all.
 
     16 MiB of zeros are deflated once, ended with a full flush (which makes the piece independent
-    of what precedes it), and the piece is repeated. The trailer's CRC is not the real one: the
-    point is what a decoder allocates before it gets there. (Deflate's ratio on zeros is about
+    of what precedes it), and the piece is repeated. The gzip trailer's CRC is not the real one: the
+    point is what a decoder allocates before it gets there. (The zlib stream's Adler-32 is: over zeros it
+    is ``n mod 65521`` in its high half and 1 in its low.) Deflate's ratio on zeros is about
     1000:1 whatever the piece: a 4 GiB bomb is ~4 MB from a 16 MiB piece as from a 1 GiB one,
-    which cost 2.9 CPU s to deflate and a GiB of memory; the piece costs 0.04 s.)
+    which cost 2.9 CPU s to deflate and a GiB of memory; the piece costs 0.04 s.
     """
     piece_size = min(inflated, 1 << 24)
     comp = zlib.compressobj(9, zlib.DEFLATED, -15)
     piece = comp.compress(bytes(piece_size)) + comp.flush(zlib.Z_FULL_FLUSH)
     body = piece * max(1, inflated // piece_size) + comp.flush(zlib.Z_FINISH)
+    if zlib_wrapper:
+        return b"\x78\xda" + body + struct.pack(">I", (inflated % 65521) << 16 | 1)
     header = b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\xff"
     return header + body + struct.pack("<II", 0, inflated & 0xFFFFFFFF)
 

@@ -32,6 +32,7 @@ from napari_shardscope.core.formats.n5.volume import N5ChunkSource, level_chunk_
 from napari_shardscope.core.volumes import make_context, open_volume
 from napari_shardscope.core.volumes.lazy import zero_origin
 from napari_shardscope.core.volumes.opening import apply_transform
+from tests.fuzz.hostile import gzip_bomb
 from tests.n5_data import random_array, ts_create, write_dataset
 from tests.realdata import REALDATA
 from tests.volume_cases import assert_boxes_read_alike
@@ -271,7 +272,7 @@ def test_a_bomb_stops_at_the_block_size(tmp_path: Path, compression: dict[str, A
     """A 64³ uint8 block whose data inflates to 256 MiB: refused after 256 KiB of output, with bounded memory."""
     data = np.ones((64, 64, 64), np.uint8)
     ts_create(tmp_path / "d", data, (64, 64, 64), compression)
-    bomb = zeros_stream(256 << 20, zlib_wrapper=bool(compression.get("useZlib")))
+    bomb = gzip_bomb(256 << 20, zlib_wrapper=bool(compression.get("useZlib")))
     assert zlib.decompressobj(47).decompress(bomb, 1 << 20) == bytes(1 << 20)  # a stream of zeros
     assert len(bomb) < 300_000  # within the size a 64³ uint8 block's file may have
     (tmp_path / "d" / "0" / "0" / "0").write_bytes(header((64, 64, 64)) + bomb)
@@ -285,24 +286,6 @@ def test_a_bomb_stops_at_the_block_size(tmp_path: Path, compression: dict[str, A
         tracemalloc.stop()
     assert err.value.key is not None and err.value.key.endswith("/d/0/0/0") and err.value.offset == 16
     assert peak < 16 << 20, peak  # the block and the compressed bytes, never the 256 MiB
-
-
-def zeros_stream(size: int, *, zlib_wrapper: bool) -> bytes:
-    """A complete, valid gzip (or zlib) stream of ``size`` zero bytes (a multiple of 1 MiB), checksums included.
-
-    One MiB of zeros is deflated once and ended with a full flush (which makes the piece independent of what
-    precedes it), then repeated: deflating all 256 MiB at level 9 took 0.65 CPU s a test for the same ~1000:1.
-    """
-    mib = bytes(1 << 20)
-    pack = zlib.compressobj(9, zlib.DEFLATED, -15)  # raw deflate: the wrapper is written here
-    body = (pack.compress(mib) + pack.flush(zlib.Z_FULL_FLUSH)) * (size // len(mib)) + pack.flush()
-    check = zlib.adler32 if zlib_wrapper else zlib.crc32
-    value = 1 if zlib_wrapper else 0
-    for _ in range(size // len(mib)):
-        value = check(mib, value)
-    if zlib_wrapper:
-        return b"\x78\xda" + body + struct.pack(">I", value)
-    return b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x02\xff" + body + struct.pack("<II", value, size & 0xFFFFFFFF)
 
 
 def test_missing_blocks_read_as_zero(tmp_path: Path) -> None:
