@@ -59,24 +59,27 @@ def run_serve(args: argparse.Namespace) -> int:
             raise ArgumentError("--cors applies to what is served; --equivalences serves nothing (the hosted "
                                 "Neuroglancer reads the remote base itself)")
         return _print_equivalences(args)
-    handoff = serve(args.targets, version=args.version, instance=args.instance, port=args.port,
-                    segments=_segments(args.segments), cors=args.cors or (),
-                    annotations=() if args.no_annotations else _names(args.annotations))
-    try:
-        if args.json:  # one line, flushed: a script reads it with readline() while the server runs
-            print_json_line({"url": handoff.url, "server": handoff.server.url, "state": handoff.state,
-                             "serving": not args.print_url})
-        else:
-            emit(handoff.url)
-        if args.print_url:
-            return EXIT_OK
-        if not args.json:
-            print(f"serving on {handoff.server.url} until Ctrl-C", file=sys.stderr, flush=True)
-        with contextlib.suppress(KeyboardInterrupt), _terminate_as_interrupt():  # Ctrl-C, SIGTERM: exit 0
+    # Ctrl-C or SIGTERM stops serving with exit 0 from the moment the server runs, the link's printing included:
+    # a stop that came between the link and the wait (a script that reads the link, then stops the server at
+    # once) used to end the process by the signal (exit -2) instead.
+    with contextlib.suppress(KeyboardInterrupt), _terminate_as_interrupt():
+        handoff = serve(args.targets, version=args.version, instance=args.instance, port=args.port,
+                        segments=_segments(args.segments), cors=args.cors or (),
+                        annotations=() if args.no_annotations else _names(args.annotations))
+        try:
+            if args.json:  # one line, flushed: a script reads it with readline() while the server runs
+                print_json_line({"url": handoff.url, "server": handoff.server.url, "state": handoff.state,
+                                 "serving": not args.print_url})
+            else:
+                emit(handoff.url)
+            if args.print_url:
+                return EXIT_OK
+            if not args.json:
+                print(f"serving on {handoff.server.url} until Ctrl-C", file=sys.stderr, flush=True)
             threading.Event().wait()
-        return EXIT_OK
-    finally:
-        handoff.stop()
+        finally:
+            handoff.stop()
+    return EXIT_OK
 
 
 @contextlib.contextmanager
